@@ -1,0 +1,180 @@
+// zinf's configuration: DeepSpeed's JSON, parsed once into plain structs.
+//
+// ParseConfig() reads the JSON text, fills every default DeepSpeed documents,
+// and reports every problem at once, each naming the JSON path of the key
+// (`zero_optimization.offload_param.buffer_count: expected a positive
+// integer, got "five"`). Nothing below core/ ever sees JSON: layers take the
+// structs below.
+//
+// Numbers may be written as JSON numbers (1e9) or strings ("5e8"). "auto" is
+// accepted where zinf can work the value out (see ResolveAuto) and rejected
+// elsewhere. Keys DeepSpeed has that zinf does not act on are listed in
+// Config::ignored_keys (the caller reports them once); unknown keys are errors.
+//
+// Thread-safety: plain values.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "zinf/status.h"
+
+namespace zinf {
+
+enum class OffloadDevice { kNone, kCpu, kNvme };
+enum class OptimizerType { kAdam, kAdamW };
+enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
+enum class WarmupType { kLog, kLinear };
+
+std::string_view OffloadDeviceName(OffloadDevice d);
+std::string_view OptimizerTypeName(OptimizerType t);
+std::string_view SchedulerTypeName(SchedulerType t);
+std::string_view WarmupTypeName(WarmupType t);
+
+struct Fp16Config {
+  bool enabled = false;
+  double loss_scale = 0.0;        // 0: dynamic loss scaling
+  int initial_scale_power = 16;   // dynamic scale starts at 2^power
+  int loss_scale_window = 1000;   // overflow-free steps before the scale doubles
+  int hysteresis = 2;             // overflows tolerated before the scale halves
+  bool consecutive_hysteresis = false;  // refill hysteresis after a good step
+  double min_loss_scale = 1.0;
+};
+
+struct Bf16Config {
+  bool enabled = false;
+};
+
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::kAdamW;
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool adam_w_mode = true;       // decoupled weight decay (AdamW)
+  bool bias_correction = true;
+};
+
+struct SchedulerConfig {
+  SchedulerType type = SchedulerType::kNone;
+  double warmup_min_lr = 0.0;        // WarmupLR, WarmupDecayLR
+  double warmup_max_lr = 1e-3;       // WarmupLR, WarmupDecayLR
+  int64_t warmup_num_steps = 1000;
+  WarmupType warmup_type = WarmupType::kLog;
+  int64_t total_num_steps = 0;       // WarmupDecayLR, WarmupCosineLR (required there)
+  double warmup_min_ratio = 0.0;     // WarmupCosineLR
+  double cos_min_ratio = 0.0001;     // WarmupCosineLR
+};
+
+struct OffloadParamConfig {
+  OffloadDevice device = OffloadDevice::kNone;
+  std::vector<std::string> nvme_paths;  // one or several drives (striped)
+  bool pin_memory = false;
+  int64_t buffer_count = 5;
+  int64_t buffer_size = 100'000'000;    // elements
+  int64_t max_in_cpu = 1'000'000'000;   // elements
+};
+
+struct OffloadOptimizerConfig {
+  OffloadDevice device = OffloadDevice::kNone;
+  std::vector<std::string> nvme_paths;
+  bool pin_memory = false;
+  int64_t buffer_count = 4;
+  bool fast_init = false;
+  bool pipeline_read = false;
+  bool pipeline_write = false;
+  double ratio = 1.0;  // fraction of optimizer state updated on the CPU
+};
+
+struct ZeroConfig {
+  int stage = 0;
+  bool overlap_comm = false;  // DeepSpeed turns it on for stage 3 unless set
+  bool contiguous_gradients = true;
+  int64_t reduce_bucket_size = 500'000'000;           // elements
+  int64_t allgather_bucket_size = 500'000'000;        // elements
+  int64_t sub_group_size = 1'000'000'000;             // elements
+  int64_t stage3_prefetch_bucket_size = 50'000'000;   // elements
+  int64_t stage3_param_persistence_threshold = 100'000;  // elements
+  int64_t stage3_max_live_parameters = 1'000'000'000;    // elements
+  int64_t stage3_max_reuse_distance = 1'000'000'000;     // elements
+  bool stage3_gather_16bit_weights_on_model_save = false;
+  OffloadParamConfig offload_param;
+  OffloadOptimizerConfig offload_optimizer;
+};
+
+struct AioConfig {
+  int64_t block_size = 1 << 20;  // bytes per request piece
+  int64_t queue_depth = 8;       // requests in flight per ring
+  int64_t thread_count = 1;      // rings, one thread each
+  bool single_submit = false;    // submit requests one at a time instead of batched
+  bool overlap_events = true;    // submit new requests while reaping completions
+};
+
+struct Config {
+  int64_t train_batch_size = 1;
+  int64_t train_micro_batch_size_per_gpu = 1;
+  int64_t gradient_accumulation_steps = 1;
+  double gradient_clipping = 0.0;  // 0: off
+  int64_t steps_per_print = 10;
+  bool wall_clock_breakdown = false;
+  Fp16Config fp16;
+  Bf16Config bf16;
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  ZeroConfig zero;
+  AioConfig aio;
+
+  // Which of the three batch keys the file set (with a number); the others
+  // are derived by ResolveAuto from train_batch_size = micro * accum * world.
+  bool batch_given[3] = {false, false, false};
+  // JSON paths whose value was "auto", resolved by ResolveAuto.
+  std::vector<std::string> auto_keys;
+  // DeepSpeed keys present in the file that zinf does not act on.
+  std::vector<std::string> ignored_keys;
+  // Where the config came from ("<string>" or a file path), for messages.
+  std::string source = "<string>";
+
+  bool offloads_to_nvme() const {
+    return zero.offload_param.device == OffloadDevice::kNvme ||
+           zero.offload_optimizer.device == OffloadDevice::kNvme;
+  }
+};
+
+// Parses DeepSpeed JSON text. The error lists every problem found, one per
+// line, each starting with the JSON path of the key.
+StatusOr<Config> ParseConfig(std::string_view json_text, std::string source = "<string>");
+// Reads and parses a file; errors name the file.
+StatusOr<Config> LoadConfigFile(const std::string& path);
+
+// What "auto" and the batch rule can be worked out from.
+struct AutoContext {
+  int world_size = 1;
+  std::optional<int64_t> hidden_size;      // from the model
+  std::optional<int64_t> total_steps;      // from `zinf train --steps`
+};
+
+// Fills the batch keys from train_batch_size = micro * accum * world_size
+// (DeepSpeed's rule: any two determine the third; one alone takes the other
+// as 1 where it can) and resolves each "auto". Errors when the batch keys
+// disagree, or when an "auto" needs something `ctx` does not have.
+//
+// Rules for "auto":
+//   train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps:
+//       derived from the other two as above; micro and accum default to 1.
+//   zero_optimization.reduce_bucket_size:                 hidden_size^2
+//   zero_optimization.stage3_prefetch_bucket_size:        0.9 * hidden_size^2
+//   zero_optimization.stage3_param_persistence_threshold: 10 * hidden_size
+//   zero_optimization.allgather_bucket_size:              hidden_size^2
+//   scheduler.params.total_num_steps:                     the run's step count
+//   scheduler.params.warmup_num_steps:                    min(1000, total/10)
+//   fp16.enabled: false;  bf16.enabled: true unless fp16 is enabled
+//   aio.thread_count: number of distinct nvme paths (at least 1)
+Status ResolveAuto(Config& config, const AutoContext& ctx);
+
+// Every field as JSON text (the resolved config), for `zinf config-check`.
+std::string ConfigToJson(const Config& config, int indent = 2);
+
+}  // namespace zinf

@@ -1,0 +1,59 @@
+// zinf: the command line. Subcommands register themselves (see command.h).
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+
+namespace {
+
+int PrintHelp(FILE* out) {
+  std::fprintf(out,
+               "zinf: ZeRO-3 offload engine (parameters and optimizer state on GPU, CPU RAM and NVMe)\n\n"
+               "usage: zinf COMMAND [options]    (zinf COMMAND --help for a command's options)\n\n"
+               "commands:\n");
+  for (const auto& [name, cmd] : zinf::cli::Commands()) {
+    std::fprintf(out, "  %-16s %s\n", name.c_str(), cmd.summary.c_str());
+  }
+  return out == stdout ? 0 : 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) return PrintHelp(stderr);
+  if (args[0] == "help" || args[0] == "--help" || args[0] == "-h") return PrintHelp(stdout);
+
+  // Longest registered name that prefixes the arguments.
+  const zinf::cli::Command* best = nullptr;
+  size_t best_words = 0;
+  for (const auto& [name, cmd] : zinf::cli::Commands()) {
+    std::vector<std::string> words;
+    size_t start = 0, space;
+    while ((space = name.find(' ', start)) != std::string::npos) {
+      words.push_back(name.substr(start, space - start));
+      start = space + 1;
+    }
+    words.push_back(name.substr(start));
+    if (words.size() > args.size() || words.size() <= best_words) continue;
+    bool match = true;
+    for (size_t i = 0; i < words.size(); ++i) match &= words[i] == args[i];
+    if (match) {
+      best = &cmd;
+      best_words = words.size();
+    }
+  }
+  if (best == nullptr) {
+    std::fprintf(stderr, "zinf: unknown command \"%s\"\n\n", args[0].c_str());
+    return PrintHelp(stderr);
+  }
+  std::vector<std::string> rest(args.begin() + static_cast<long>(best_words), args.end());
+  for (const std::string& a : rest) {
+    if (a == "--help" || a == "-h") {
+      std::printf("usage: zinf %s\n", best->usage.c_str());
+      return 0;
+    }
+  }
+  return best->run(rest);
+}

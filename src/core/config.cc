@@ -1,0 +1,725 @@
+// DeepSpeed JSON -> Config.
+//
+// The parser walks the document once with a Section per JSON object. A
+// Section remembers which keys were read; whatever is left over is either a
+// DeepSpeed key zinf knows but does not act on (reported as ignored) or an
+// unknown key (an error, with the closest known key as a hint). Every error
+// is collected, so one run of `zinf config-check` shows them all.
+#include "zinf/config.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <initializer_list>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace zinf {
+
+using nlohmann::json;
+
+std::string_view OffloadDeviceName(OffloadDevice d) {
+  switch (d) {
+    case OffloadDevice::kNone: return "none";
+    case OffloadDevice::kCpu: return "cpu";
+    case OffloadDevice::kNvme: return "nvme";
+  }
+  return "?";
+}
+std::string_view OptimizerTypeName(OptimizerType t) {
+  return t == OptimizerType::kAdam ? "Adam" : "AdamW";
+}
+std::string_view SchedulerTypeName(SchedulerType t) {
+  switch (t) {
+    case SchedulerType::kNone: return "none";
+    case SchedulerType::kWarmupLR: return "WarmupLR";
+    case SchedulerType::kWarmupDecayLR: return "WarmupDecayLR";
+    case SchedulerType::kWarmupCosineLR: return "WarmupCosineLR";
+  }
+  return "?";
+}
+std::string_view WarmupTypeName(WarmupType t) { return t == WarmupType::kLog ? "log" : "linear"; }
+
+namespace {
+
+constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
+
+std::string Describe(const json& v) {
+  if (v.is_string()) return "\"" + v.get<std::string>() + "\"";
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  if (v.is_null()) return "null";
+  if (v.is_object()) return "an object";
+  if (v.is_array()) return "a list";
+  return v.dump();
+}
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+bool IsAuto(const json& v) { return v.is_string() && v.get<std::string>() == "auto"; }
+
+// Shared state of one parse.
+struct Parse {
+  std::vector<std::string> errors;
+  Config* config;
+};
+
+// One JSON object being read.
+class Section {
+ public:
+  Section(Parse& p, const json* obj, std::string path) : p_(p), obj_(obj), path_(std::move(path)) {}
+
+  // A nested object; a missing key gives an empty section.
+  Section Child(const char* key) {
+    const json* v = Take(key);
+    if (v != nullptr && !v->is_object() && !v->is_null()) {
+      Error(key, "expected an object, got " + Describe(*v));
+      v = nullptr;
+    }
+    if (v != nullptr && v->is_null()) v = nullptr;
+    return Section(p_, v, Path(key));
+  }
+  bool Has(const char* key) const { return obj_ != nullptr && obj_->contains(key); }
+  const std::string& path() const { return path_; }
+
+  void Bool(const char* key, bool& out, bool allow_auto = false) {
+    const json* v = Take(key);
+    if (v == nullptr) return;
+    if (IsAuto(*v)) return allow_auto ? MarkAuto(key) : RejectAuto(key);
+    if (v->is_boolean()) {
+      out = v->get<bool>();
+    } else if (v->is_string() && (v->get<std::string>() == "true" || v->get<std::string>() == "false")) {
+      out = v->get<std::string>() == "true";
+    } else {
+      Error(key, "expected true or false, got " + Describe(*v));
+    }
+  }
+
+  // Integers may be written 1e9, "5e8", 1000000000.0; they must be whole.
+  // Returns true when a number was read (false for missing, "auto" or error).
+  bool Int(const char* key, int64_t& out, int64_t min, int64_t max = kMaxInt, bool allow_auto = false) {
+    const json* v = Take(key);
+    if (v == nullptr) return false;
+    if (IsAuto(*v)) {
+      allow_auto ? MarkAuto(key) : RejectAuto(key);
+      return false;
+    }
+    double d = 0;
+    if (!ToNumber(*v, d) || std::floor(d) != d || d < static_cast<double>(min) ||
+        d > static_cast<double>(max)) {
+      Error(key, "expected " + IntRange(min, max) + ", got " + Describe(*v));
+      return false;
+    }
+    out = static_cast<int64_t>(d);
+    return true;
+  }
+  void Int(const char* key, int& out, int64_t min, int64_t max) {
+    int64_t v = out;
+    if (Int(key, v, min, max)) out = static_cast<int>(v);
+  }
+
+  void Double(const char* key, double& out, double min, double max, bool min_open = false,
+              bool allow_auto = false) {
+    const json* v = Take(key);
+    if (v == nullptr) return;
+    if (IsAuto(*v)) return allow_auto ? MarkAuto(key) : RejectAuto(key);
+    double d = 0;
+    if (!ToNumber(*v, d) || !std::isfinite(d) || d < min || d > max || (min_open && d == min)) {
+      std::ostringstream want;
+      want << "expected a number " << (min_open ? "> " : ">= ") << min;
+      if (max < std::numeric_limits<double>::max()) want << " and <= " << max;
+      Error(key, want.str() + ", got " + Describe(*v));
+      return;
+    }
+    out = d;
+  }
+
+  // One of `names` (case-insensitive); returns the index or -1.
+  int Enum(const char* key, std::initializer_list<const char*> names, int current) {
+    const json* v = Take(key);
+    if (v == nullptr) return current;
+    if (v->is_string()) {
+      std::string s = v->get<std::string>();
+      int i = 0;
+      for (const char* n : names) {
+        if (strcasecmp(s.c_str(), n) == 0) return i;
+        ++i;
+      }
+    }
+    std::string list;
+    for (const char* n : names) list += (list.empty() ? "" : ", ") + std::string(n);
+    Error(key, "expected one of " + list + ", got " + Describe(*v));
+    return current;
+  }
+
+  // A path or a list of paths.
+  void Paths(const char* key, std::vector<std::string>& out) {
+    const json* v = Take(key);
+    if (v == nullptr || v->is_null()) return;
+    std::vector<std::string> paths;
+    auto add = [&](const json& e) {
+      if (!e.is_string() || e.get<std::string>().empty()) {
+        Error(key, "expected a path or a list of paths, got " + Describe(e));
+        return false;
+      }
+      paths.push_back(e.get<std::string>());
+      return true;
+    };
+    if (v->is_array()) {
+      if (v->empty()) Error(key, "expected at least one path, got an empty list");
+      for (const json& e : *v) {
+        if (!add(e)) return;
+      }
+    } else if (!add(*v)) {
+      return;
+    }
+    out = std::move(paths);
+  }
+
+  // Raw access for keys with a shape of their own (optimizer betas).
+  const json* TakeRaw(const char* key) { return Take(key); }
+
+  void Error(const std::string& key, const std::string& what) {
+    p_.errors.push_back(Path(key) + ": " + what);
+  }
+
+  // Every key not read: DeepSpeed keys in `ignored` are recorded, the rest are
+  // errors. Call once, after reading the section.
+  void Finish(std::initializer_list<const char*> ignored = {}) {
+    if (obj_ == nullptr) return;
+    for (auto it = obj_->begin(); it != obj_->end(); ++it) {
+      const std::string& k = it.key();
+      if (seen_.count(k)) continue;
+      bool is_ignored = false;
+      for (const char* i : ignored) is_ignored |= (k == i);
+      if (is_ignored) {
+        p_.config->ignored_keys.push_back(Path(k));
+        continue;
+      }
+      std::string hint;
+      size_t best = 3;
+      for (const std::string& s : known_) {
+        size_t d = EditDistance(k, s);
+        if (d < best) {
+          best = d;
+          hint = s;
+        }
+      }
+      Error(k, hint.empty() ? "unknown key" : "unknown key (did you mean \"" + hint + "\"?)");
+    }
+  }
+
+ private:
+  std::string Path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+
+  const json* Take(const char* key) {
+    known_.insert(key);
+    if (obj_ == nullptr) return nullptr;
+    auto it = obj_->find(key);
+    if (it == obj_->end()) return nullptr;
+    seen_.insert(key);
+    return &*it;
+  }
+
+  void MarkAuto(const char* key) { p_.config->auto_keys.push_back(Path(key)); }
+  void RejectAuto(const char* key) {
+    Error(key, "\"auto\" cannot be worked out by zinf for this key (DeepSpeed leaves it to the "
+               "HuggingFace Trainer); give a value");
+  }
+
+  static bool ToNumber(const json& v, double& out) {
+    if (v.is_number()) {
+      out = v.get<double>();
+      return true;
+    }
+    if (!v.is_string()) return false;
+    const std::string s = v.get<std::string>();
+    if (s.empty()) return false;
+    errno = 0;
+    char* end = nullptr;
+    out = std::strtod(s.c_str(), &end);
+    return errno == 0 && end == s.c_str() + s.size() && std::isfinite(out);
+  }
+
+  static std::string IntRange(int64_t min, int64_t max) {
+    if (min == 1 && max == kMaxInt) return "a positive integer";
+    if (min == 0 && max == kMaxInt) return "a non-negative integer";
+    if (max == kMaxInt) return "an integer >= " + std::to_string(min);
+    return "an integer from " + std::to_string(min) + " to " + std::to_string(max);
+  }
+
+  Parse& p_;
+  const json* obj_;
+  std::string path_;
+  std::set<std::string> seen_;
+  std::set<std::string> known_;
+};
+
+OffloadDevice ReadOffloadDevice(Section& s, OffloadDevice current) {
+  return static_cast<OffloadDevice>(s.Enum("device", {"none", "cpu", "nvme"}, static_cast<int>(current)));
+}
+
+void ParseFp16(Section s, Fp16Config& c) {
+  s.Bool("enabled", c.enabled, /*allow_auto=*/true);
+  s.Double("loss_scale", c.loss_scale, 0.0, std::numeric_limits<double>::max());
+  s.Int("initial_scale_power", c.initial_scale_power, 0, 64);
+  s.Int("loss_scale_window", c.loss_scale_window, 1, std::numeric_limits<int>::max());
+  s.Int("hysteresis", c.hysteresis, 1, std::numeric_limits<int>::max());
+  s.Bool("consecutive_hysteresis", c.consecutive_hysteresis);
+  s.Double("min_loss_scale", c.min_loss_scale, 0.0, std::numeric_limits<double>::max(), /*min_open=*/true);
+  s.Finish({"auto_cast", "fp16_master_weights_and_grads"});
+}
+
+void ParseBf16(Section s, Bf16Config& c) {
+  s.Bool("enabled", c.enabled, /*allow_auto=*/true);
+  s.Finish({"immediate_grad_update", "check_grad_overflow"});
+}
+
+void ParseOptimizer(Section s, OptimizerConfig& c) {
+  if (!s.Has("type")) {
+    if (s.Has("params")) s.Error("type", "missing: the optimizer needs a type (Adam or AdamW)");
+  }
+  const json* type = s.TakeRaw("type");
+  bool adamw = true;
+  if (type != nullptr) {
+    std::string t = type->is_string() ? type->get<std::string>() : "";
+    if (strcasecmp(t.c_str(), "adam") == 0) {
+      c.type = OptimizerType::kAdam;
+      adamw = false;
+    } else if (strcasecmp(t.c_str(), "adamw") == 0) {
+      c.type = OptimizerType::kAdamW;
+    } else if (type->is_string() &&
+               (strcasecmp(t.c_str(), "cpuadam") == 0 || strcasecmp(t.c_str(), "fusedadam") == 0)) {
+      c.type = OptimizerType::kAdam;
+      adamw = false;
+    } else {
+      s.Error("type", "expected Adam or AdamW (zinf's CPU optimizer), got " + Describe(*type));
+    }
+  }
+  Section params = s.Child("params");
+  params.Double("lr", c.lr, 0.0, std::numeric_limits<double>::max());
+  if (const json* betas = params.TakeRaw("betas")) {
+    bool ok = betas->is_array() && betas->size() == 2 && (*betas)[0].is_number() && (*betas)[1].is_number();
+    if (ok) {
+      double b1 = (*betas)[0].get<double>(), b2 = (*betas)[1].get<double>();
+      ok = b1 >= 0 && b1 < 1 && b2 >= 0 && b2 < 1;
+      if (ok) {
+        c.beta1 = b1;
+        c.beta2 = b2;
+      }
+    }
+    if (!ok) params.Error("betas", "expected two numbers in [0, 1), got " + Describe(*betas) +
+                                       (betas->is_array() ? " " + betas->dump() : ""));
+  }
+  params.Double("eps", c.eps, 0.0, 1.0, /*min_open=*/true);
+  params.Double("weight_decay", c.weight_decay, 0.0, std::numeric_limits<double>::max());
+  c.adam_w_mode = adamw ? true : c.adam_w_mode;
+  bool w_mode = c.adam_w_mode;
+  params.Bool("adam_w_mode", w_mode);
+  if (adamw && !w_mode) params.Error("adam_w_mode", "AdamW always uses decoupled weight decay; use type Adam for L2 decay");
+  c.adam_w_mode = w_mode;
+  params.Bool("bias_correction", c.bias_correction);
+  if (const json* ams = params.TakeRaw("amsgrad")) {
+    if (!ams->is_boolean()) {
+      params.Error("amsgrad", "expected true or false, got " + Describe(*ams));
+    } else if (ams->get<bool>()) {
+      params.Error("amsgrad", "AMSGrad is not supported by zinf's CPU Adam; set it to false");
+    }
+  }
+  params.Finish({"torch_adam", "fused", "foreach", "capturable"});
+  s.Finish();
+}
+
+void ParseScheduler(Section s, SchedulerConfig& c) {
+  if (!s.Has("type")) {
+    if (s.Has("params")) s.Error("type", "missing: the scheduler needs a type");
+    s.Finish();
+    return;
+  }
+  const json* type = s.TakeRaw("type");
+  std::string t = type->is_string() ? type->get<std::string>() : "";
+  if (t == "WarmupLR") {
+    c.type = SchedulerType::kWarmupLR;
+  } else if (t == "WarmupDecayLR") {
+    c.type = SchedulerType::kWarmupDecayLR;
+  } else if (t == "WarmupCosineLR") {
+    c.type = SchedulerType::kWarmupCosineLR;
+  } else if (t == "OneCycle" || t == "LRRangeTest") {
+    s.Error("type", "\"" + t + "\" is not supported by zinf; use WarmupLR, WarmupDecayLR or WarmupCosineLR");
+  } else {
+    s.Error("type", "expected WarmupLR, WarmupDecayLR or WarmupCosineLR, got " + Describe(*type));
+  }
+  Section params = s.Child("params");
+  bool cosine = c.type == SchedulerType::kWarmupCosineLR;
+  if (!cosine) {
+    params.Double("warmup_min_lr", c.warmup_min_lr, 0.0, std::numeric_limits<double>::max());
+    params.Double("warmup_max_lr", c.warmup_max_lr, 0.0, std::numeric_limits<double>::max());
+  } else {
+    params.Double("warmup_min_ratio", c.warmup_min_ratio, 0.0, 1.0);
+    params.Double("cos_min_ratio", c.cos_min_ratio, 0.0, 1.0);
+  }
+  params.Int("warmup_num_steps", c.warmup_num_steps, 0, kMaxInt, /*allow_auto=*/true);
+  c.warmup_type = static_cast<WarmupType>(params.Enum("warmup_type", {"log", "linear"}, static_cast<int>(c.warmup_type)));
+  bool needs_total = c.type == SchedulerType::kWarmupDecayLR || cosine;
+  if (needs_total) {
+    bool auto_total = params.Has("total_num_steps");
+    bool got = params.Int("total_num_steps", c.total_num_steps, 1, kMaxInt, /*allow_auto=*/true);
+    if (!auto_total) params.Error("total_num_steps", std::string("required by ") + t);
+    (void)got;
+  }
+  params.Finish({"last_batch_iteration"});
+  s.Finish();
+}
+
+void ParseAio(Section s, AioConfig& c) {
+  s.Int("block_size", c.block_size, 512, int64_t{1} << 30);
+  if (c.block_size % 512 != 0) s.Error("block_size", "must be a multiple of 512 bytes for O_DIRECT, got " + std::to_string(c.block_size));
+  s.Int("queue_depth", c.queue_depth, 1, 4096);
+  s.Int("thread_count", c.thread_count, 1, 256, /*allow_auto=*/true);
+  s.Bool("single_submit", c.single_submit);
+  s.Bool("overlap_events", c.overlap_events);
+  s.Finish({"intra_op_parallelism", "use_gds"});
+}
+
+void ParseZero(Section s, ZeroConfig& z) {
+  s.Int("stage", z.stage, 0, 3);
+  bool overlap_given = s.Has("overlap_comm");
+  s.Bool("overlap_comm", z.overlap_comm);
+  if (!overlap_given) z.overlap_comm = z.stage == 3;
+  s.Bool("contiguous_gradients", z.contiguous_gradients);
+  s.Int("reduce_bucket_size", z.reduce_bucket_size, 1, kMaxInt, true);
+  s.Int("allgather_bucket_size", z.allgather_bucket_size, 1, kMaxInt, true);
+  s.Int("sub_group_size", z.sub_group_size, 1, kMaxInt);
+  s.Int("stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size, 0, kMaxInt, true);
+  s.Int("stage3_param_persistence_threshold", z.stage3_param_persistence_threshold, 0, kMaxInt, true);
+  s.Int("stage3_max_live_parameters", z.stage3_max_live_parameters, 0, kMaxInt);
+  s.Int("stage3_max_reuse_distance", z.stage3_max_reuse_distance, 0, kMaxInt);
+  s.Bool("stage3_gather_16bit_weights_on_model_save", z.stage3_gather_16bit_weights_on_model_save);
+
+  Section op = s.Child("offload_param");
+  OffloadParamConfig& p = z.offload_param;
+  p.device = ReadOffloadDevice(op, p.device);
+  op.Paths("nvme_path", p.nvme_paths);
+  op.Bool("pin_memory", p.pin_memory);
+  op.Int("buffer_count", p.buffer_count, 1);
+  op.Int("buffer_size", p.buffer_size, 1);
+  op.Int("max_in_cpu", p.max_in_cpu, 0);
+  op.Finish();
+
+  Section oo = s.Child("offload_optimizer");
+  OffloadOptimizerConfig& o = z.offload_optimizer;
+  o.device = ReadOffloadDevice(oo, o.device);
+  oo.Paths("nvme_path", o.nvme_paths);
+  oo.Bool("pin_memory", o.pin_memory);
+  oo.Int("buffer_count", o.buffer_count, 1);
+  oo.Bool("fast_init", o.fast_init);
+  oo.Bool("pipeline_read", o.pipeline_read);
+  oo.Bool("pipeline_write", o.pipeline_write);
+  oo.Double("ratio", o.ratio, 0.0, 1.0, /*min_open=*/true);
+  if (o.ratio != 1.0) oo.Error("ratio", "partial offload (ratio < 1) is not supported by zinf yet; use 1.0");
+  oo.Finish({"pipeline"});
+
+  // Rules that tie keys together.
+  if (p.device == OffloadDevice::kNvme && p.nvme_paths.empty())
+    op.Error("nvme_path", "required when device is \"nvme\"");
+  if (o.device == OffloadDevice::kNvme && o.nvme_paths.empty())
+    oo.Error("nvme_path", "required when device is \"nvme\"");
+  if (p.device != OffloadDevice::kNone && z.stage != 3)
+    op.Error("device", "parameter offload needs zero_optimization.stage 3, got stage " + std::to_string(z.stage));
+  if (o.device == OffloadDevice::kNvme && z.stage != 3)
+    oo.Error("device", "optimizer offload to nvme needs zero_optimization.stage 3, got stage " + std::to_string(z.stage));
+  if (o.device == OffloadDevice::kCpu && z.stage == 0)
+    oo.Error("device", "optimizer offload needs zero_optimization.stage 1, 2 or 3, got stage 0");
+
+  s.Finish({"allgather_partitions", "reduce_scatter", "round_robin_gradients", "load_from_fp32_weights",
+            "elastic_checkpoint", "ignore_unused_parameters", "legacy_stage1", "cpu_offload",
+            "cpu_offload_params", "cpu_offload_use_pin_memory", "stage3_gather_fp16_weights_on_model_save",
+            "memory_efficient_linear", "zero_hpz_partition_size", "zero_quantized_weights",
+            "zero_quantized_gradients", "mics_shard_size", "mics_hierarchical_params_gather",
+            "use_multi_rank_bucket_allreduce", "stage3_use_all_reduce_for_fetch_params",
+            "model_persistence_threshold", "log_trace_cache_warnings", "module_granularity_threshold",
+            "use_all_reduce_for_fetch_params", "prefetch_bucket_size", "param_persistence_threshold",
+            "max_live_parameters", "max_reuse_distance"});
+}
+
+}  // namespace
+
+StatusOr<Config> ParseConfig(std::string_view json_text, std::string source) {
+  json doc;
+  try {
+    doc = json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/true,
+                      /*ignore_comments=*/true);
+  } catch (const json::parse_error& e) {
+    return Status::InvalidArgument(source + ": not valid JSON: " + e.what());
+  }
+  if (!doc.is_object()) return Status::InvalidArgument(source + ": expected a JSON object at the top level");
+
+  Config config;
+  config.source = source;
+  Parse p{{}, &config};
+  Section root(p, &doc, "");
+
+  config.batch_given[0] = root.Int("train_batch_size", config.train_batch_size, 1, kMaxInt, true);
+  config.batch_given[1] = root.Int("train_micro_batch_size_per_gpu", config.train_micro_batch_size_per_gpu, 1, kMaxInt, true);
+  config.batch_given[2] = root.Int("gradient_accumulation_steps", config.gradient_accumulation_steps, 1, kMaxInt, true);
+  root.Double("gradient_clipping", config.gradient_clipping, 0.0, std::numeric_limits<double>::max());
+  root.Int("steps_per_print", config.steps_per_print, 1);
+  root.Bool("wall_clock_breakdown", config.wall_clock_breakdown);
+  ParseFp16(root.Child("fp16"), config.fp16);
+  ParseBf16(root.Child("bf16"), config.bf16);
+  // DeepSpeed accepts "bfloat16" as an alias of "bf16".
+  if (root.Has("bfloat16")) {
+    if (root.Has("bf16")) root.Error("bfloat16", "give either bf16 or its alias bfloat16, not both");
+    ParseBf16(root.Child("bfloat16"), config.bf16);
+  }
+  if (root.Has("optimizer")) ParseOptimizer(root.Child("optimizer"), config.optimizer);
+  if (root.Has("scheduler")) ParseScheduler(root.Child("scheduler"), config.scheduler);
+  ParseZero(root.Child("zero_optimization"), config.zero);
+  ParseAio(root.Child("aio"), config.aio);
+
+  if (config.fp16.enabled && config.bf16.enabled)
+    root.Error("fp16.enabled", "fp16 and bf16 cannot both be enabled");
+
+  root.Finish({"prescale_gradients", "gradient_predivide_factor", "sparse_gradients", "zero_allow_untested_optimizer",
+               "zero_force_ds_cpu_optimizer", "communication_data_type", "seq_parallel_communication_data_type",
+               "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet", "activation_checkpointing",
+               "amp", "dump_state", "memory_breakdown", "checkpoint", "data_efficiency", "curriculum_learning",
+               "elasticity", "autotuning", "compression_training", "data_types", "pipeline", "timers",
+               "comms_logger", "load_universal_checkpoint", "disable_allgather", "sparse_attention",
+               "zero_optimization_stage", "eigenvalue", "progressive_layer_drop", "quantize_training",
+               "graph_harvesting", "use_node_local_storage", "aio_use_gds", "weight_quantization",
+               "nebula", "hybrid_engine", "compile", "monitor_config", "train_micro_batch_size", "mixed_precision"});
+
+  if (!p.errors.empty()) {
+    std::string msg = source + ": " + std::to_string(p.errors.size()) + " error(s) in config";
+    for (const std::string& e : p.errors) msg += "\n  " + e;
+    return Status::InvalidArgument(std::move(msg));
+  }
+  return config;
+}
+
+StatusOr<Config> LoadConfigFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return ErrnoStatus(errno, "open config", path);
+  std::stringstream buf;
+  buf << in.rdbuf();
+  if (in.bad()) return ErrnoStatus(errno, "read config", path);
+  return ParseConfig(buf.str(), path);
+}
+
+namespace {
+
+bool Contains(const std::vector<std::string>& v, std::string_view s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+}  // namespace
+
+Status ResolveAuto(Config& c, const AutoContext& ctx) {
+  std::vector<std::string> errors;
+  const int64_t world = ctx.world_size;
+  if (world < 1) return Status::InvalidArgument("world size must be >= 1");
+
+  // Batch keys: DeepSpeed's rule train = micro * accum * world.
+  bool t = c.batch_given[0], m = c.batch_given[1], a = c.batch_given[2];
+  int64_t& train = c.train_batch_size;
+  int64_t& micro = c.train_micro_batch_size_per_gpu;
+  int64_t& accum = c.gradient_accumulation_steps;
+  if (t && m && a) {
+    if (train != micro * accum * world) {
+      errors.push_back("train_batch_size: " + std::to_string(train) + " != train_micro_batch_size_per_gpu (" +
+                       std::to_string(micro) + ") * gradient_accumulation_steps (" + std::to_string(accum) +
+                       ") * world size (" + std::to_string(world) + ")");
+    }
+  } else if (t && m) {
+    if (train % (micro * world) != 0) {
+      errors.push_back("train_batch_size: " + std::to_string(train) + " is not divisible by train_micro_batch_size_per_gpu (" +
+                       std::to_string(micro) + ") * world size (" + std::to_string(world) + ")");
+    } else {
+      accum = train / (micro * world);
+    }
+  } else if (t && a) {
+    if (train % (accum * world) != 0) {
+      errors.push_back("train_batch_size: " + std::to_string(train) + " is not divisible by gradient_accumulation_steps (" +
+                       std::to_string(accum) + ") * world size (" + std::to_string(world) + ")");
+    } else {
+      micro = train / (accum * world);
+    }
+  } else if (t) {
+    accum = 1;
+    if (train % world != 0) {
+      errors.push_back("train_batch_size: " + std::to_string(train) + " is not divisible by the world size (" +
+                       std::to_string(world) + ")");
+    } else {
+      micro = train / world;
+    }
+  } else {
+    if (!m) micro = 1;
+    if (!a) accum = 1;
+    train = micro * accum * world;
+  }
+
+  for (const std::string& key : c.auto_keys) {
+    auto need_hidden = [&](auto&& apply) {
+      if (ctx.hidden_size) {
+        apply(*ctx.hidden_size);
+      } else {
+        errors.push_back(key + ": \"auto\" is worked out from the model's hidden size, which is not known here "
+                         "(give a number, or pass the model)");
+      }
+    };
+    if (key == "train_batch_size" || key == "train_micro_batch_size_per_gpu" || key == "gradient_accumulation_steps") {
+      continue;  // done above
+    } else if (key == "zero_optimization.reduce_bucket_size") {
+      need_hidden([&](int64_t h) { c.zero.reduce_bucket_size = h * h; });
+    } else if (key == "zero_optimization.allgather_bucket_size") {
+      need_hidden([&](int64_t h) { c.zero.allgather_bucket_size = h * h; });
+    } else if (key == "zero_optimization.stage3_prefetch_bucket_size") {
+      need_hidden([&](int64_t h) { c.zero.stage3_prefetch_bucket_size = static_cast<int64_t>(0.9 * double(h) * double(h)); });
+    } else if (key == "zero_optimization.stage3_param_persistence_threshold") {
+      need_hidden([&](int64_t h) { c.zero.stage3_param_persistence_threshold = 10 * h; });
+    } else if (key == "scheduler.params.total_num_steps") {
+      if (ctx.total_steps) {
+        c.scheduler.total_num_steps = *ctx.total_steps;
+      } else {
+        errors.push_back(key + ": \"auto\" takes the run's step count, which is not known here (give a number, or --steps)");
+      }
+    } else if (key == "scheduler.params.warmup_num_steps") {
+      int64_t total = ctx.total_steps.value_or(c.scheduler.total_num_steps);
+      if (total > 0 && !Contains(c.auto_keys, "scheduler.params.total_num_steps")) {
+        c.scheduler.warmup_num_steps = std::min<int64_t>(1000, total / 10);
+      } else if (ctx.total_steps) {
+        c.scheduler.warmup_num_steps = std::min<int64_t>(1000, *ctx.total_steps / 10);
+      } else {
+        errors.push_back(key + ": \"auto\" is a tenth of the run's steps, which are not known here (give a number)");
+      }
+    } else if (key == "fp16.enabled") {
+      c.fp16.enabled = false;
+    } else if (key == "bf16.enabled" || key == "bfloat16.enabled") {
+      c.bf16.enabled = !c.fp16.enabled;
+    } else if (key == "aio.thread_count") {
+      std::set<std::string> paths(c.zero.offload_param.nvme_paths.begin(), c.zero.offload_param.nvme_paths.end());
+      paths.insert(c.zero.offload_optimizer.nvme_paths.begin(), c.zero.offload_optimizer.nvme_paths.end());
+      c.aio.thread_count = std::max<int64_t>(1, static_cast<int64_t>(paths.size()));
+    } else {
+      errors.push_back(key + ": \"auto\" is not supported for this key; give a value");
+    }
+  }
+  if (!errors.empty()) {
+    std::string msg = c.source + ": " + std::to_string(errors.size()) + " error(s) resolving config";
+    for (const std::string& e : errors) msg += "\n  " + e;
+    return Status::InvalidArgument(std::move(msg));
+  }
+  c.auto_keys.clear();
+  c.batch_given[0] = c.batch_given[1] = c.batch_given[2] = true;
+  return Status::Ok();
+}
+
+std::string ConfigToJson(const Config& c, int indent) {
+  auto paths = [](const std::vector<std::string>& v) -> json {
+    if (v.empty()) return nullptr;
+    if (v.size() == 1) return v[0];
+    return v;
+  };
+  json j;
+  j["train_batch_size"] = c.train_batch_size;
+  j["train_micro_batch_size_per_gpu"] = c.train_micro_batch_size_per_gpu;
+  j["gradient_accumulation_steps"] = c.gradient_accumulation_steps;
+  j["gradient_clipping"] = c.gradient_clipping;
+  j["steps_per_print"] = c.steps_per_print;
+  j["wall_clock_breakdown"] = c.wall_clock_breakdown;
+  j["fp16"] = {{"enabled", c.fp16.enabled},
+               {"loss_scale", c.fp16.loss_scale},
+               {"initial_scale_power", c.fp16.initial_scale_power},
+               {"loss_scale_window", c.fp16.loss_scale_window},
+               {"hysteresis", c.fp16.hysteresis},
+               {"consecutive_hysteresis", c.fp16.consecutive_hysteresis},
+               {"min_loss_scale", c.fp16.min_loss_scale}};
+  j["bf16"] = {{"enabled", c.bf16.enabled}};
+  const OptimizerConfig& o = c.optimizer;
+  j["optimizer"] = {{"type", OptimizerTypeName(o.type)},
+                    {"params",
+                     {{"lr", o.lr},
+                      {"betas", {o.beta1, o.beta2}},
+                      {"eps", o.eps},
+                      {"weight_decay", o.weight_decay},
+                      {"adam_w_mode", o.adam_w_mode},
+                      {"bias_correction", o.bias_correction}}}};
+  const SchedulerConfig& s = c.scheduler;
+  if (s.type != SchedulerType::kNone) {
+    json params = {{"warmup_num_steps", s.warmup_num_steps}, {"warmup_type", WarmupTypeName(s.warmup_type)}};
+    if (s.type == SchedulerType::kWarmupCosineLR) {
+      params["warmup_min_ratio"] = s.warmup_min_ratio;
+      params["cos_min_ratio"] = s.cos_min_ratio;
+    } else {
+      params["warmup_min_lr"] = s.warmup_min_lr;
+      params["warmup_max_lr"] = s.warmup_max_lr;
+    }
+    if (s.type != SchedulerType::kWarmupLR) params["total_num_steps"] = s.total_num_steps;
+    j["scheduler"] = {{"type", SchedulerTypeName(s.type)}, {"params", params}};
+  }
+  const ZeroConfig& z = c.zero;
+  j["zero_optimization"] = {
+      {"stage", z.stage},
+      {"overlap_comm", z.overlap_comm},
+      {"contiguous_gradients", z.contiguous_gradients},
+      {"reduce_bucket_size", z.reduce_bucket_size},
+      {"allgather_bucket_size", z.allgather_bucket_size},
+      {"sub_group_size", z.sub_group_size},
+      {"stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size},
+      {"stage3_param_persistence_threshold", z.stage3_param_persistence_threshold},
+      {"stage3_max_live_parameters", z.stage3_max_live_parameters},
+      {"stage3_max_reuse_distance", z.stage3_max_reuse_distance},
+      {"stage3_gather_16bit_weights_on_model_save", z.stage3_gather_16bit_weights_on_model_save},
+      {"offload_param",
+       {{"device", OffloadDeviceName(z.offload_param.device)},
+        {"nvme_path", paths(z.offload_param.nvme_paths)},
+        {"pin_memory", z.offload_param.pin_memory},
+        {"buffer_count", z.offload_param.buffer_count},
+        {"buffer_size", z.offload_param.buffer_size},
+        {"max_in_cpu", z.offload_param.max_in_cpu}}},
+      {"offload_optimizer",
+       {{"device", OffloadDeviceName(z.offload_optimizer.device)},
+        {"nvme_path", paths(z.offload_optimizer.nvme_paths)},
+        {"pin_memory", z.offload_optimizer.pin_memory},
+        {"buffer_count", z.offload_optimizer.buffer_count},
+        {"fast_init", z.offload_optimizer.fast_init},
+        {"pipeline_read", z.offload_optimizer.pipeline_read},
+        {"pipeline_write", z.offload_optimizer.pipeline_write},
+        {"ratio", z.offload_optimizer.ratio}}}};
+  j["aio"] = {{"block_size", c.aio.block_size},
+              {"queue_depth", c.aio.queue_depth},
+              {"thread_count", c.aio.thread_count},
+              {"single_submit", c.aio.single_submit},
+              {"overlap_events", c.aio.overlap_events}};
+  // Keys still "auto" are shown as such, so a reader sees what is pending.
+  for (const std::string& key : c.auto_keys) {
+    json* node = &j;
+    std::string rest = key;
+    size_t dot;
+    while ((dot = rest.find('.')) != std::string::npos) {
+      node = &(*node)[rest.substr(0, dot)];
+      rest = rest.substr(dot + 1);
+    }
+    (*node)[rest] = "auto";
+  }
+  return j.dump(indent);
+}
+
+}  // namespace zinf

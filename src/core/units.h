@@ -1,0 +1,23 @@
+// Units: byte sizes and their human forms. All sizes in zinf are bytes unless
+// a name says elements (`_elems`) or another unit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace zinf {
+
+inline constexpr int64_t kKiB = int64_t{1} << 10;
+inline constexpr int64_t kMiB = int64_t{1} << 20;
+inline constexpr int64_t kGiB = int64_t{1} << 30;
+
+// "1.50 GiB", "512 B".
+std::string FormatBytes(int64_t bytes);
+// "1.2e9" style for element counts: "268.4M", "1.00G".
+std::string FormatCount(int64_t n);
+
+constexpr int64_t AlignUp(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+constexpr int64_t AlignDown(int64_t x, int64_t a) { return x / a * a; }
+constexpr bool IsPowerOfTwo(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+
+}  // namespace zinf

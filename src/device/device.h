@@ -1,0 +1,110 @@
+// Device: the accelerator zinf computes on, or the host standing in for one.
+//
+// Two implementations, chosen at run time by CreateDevice():
+//   * CudaDevice (compiled when the CUDA Toolkit is found; used when a GPU is
+//     present): cudaMalloc, streams, events, cudaMemcpyAsync.
+//   * HostDevice: "device memory" is host memory under a budget; an
+//     allocation past the budget fails with kOutOfMemory like cudaMalloc;
+//     every stream is a worker thread that runs its queue in order, so copies
+//     really are asynchronous and ordering bugs show up without a GPU.
+//
+// Pointers returned by Allocate are device pointers: on CUDA they must not be
+// dereferenced on the host. Streams and events come from the device that made
+// them and must not outlive it.
+//
+// Thread-safety: Device methods may be called from any thread. A Stream may be
+// used from several threads, but work is ordered by enqueue order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "zinf/status.h"
+
+namespace zinf {
+
+enum class DeviceKind { kHost, kCuda };
+std::string_view DeviceKindName(DeviceKind kind);
+
+enum class CopyDirection { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+
+class Event {
+ public:
+  virtual ~Event() = default;
+  // True when all work recorded before this event has finished.
+  virtual StatusOr<bool> Query() = 0;
+  // Blocks until the recorded work has finished; returns its first error.
+  virtual Status Synchronize() = 0;
+};
+
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  // Enqueues a copy of `bytes` bytes. Both buffers must stay valid until the
+  // copy has finished (Synchronize, or an Event recorded after it).
+  virtual Status CopyAsync(void* dst, const void* src, size_t bytes, CopyDirection dir) = 0;
+  // Enqueues `bytes` bytes of `value` at device pointer `dst`.
+  virtual Status MemsetAsync(void* dst, int value, size_t bytes) = 0;
+  // Enqueues a host function, run in stream order (cudaLaunchHostFunc on CUDA).
+  // It must not call back into this stream.
+  virtual Status LaunchHostFunc(std::function<void()> fn) = 0;
+  // Records an event after the work enqueued so far.
+  virtual StatusOr<std::unique_ptr<Event>> Record() = 0;
+  // Work enqueued after this call waits until `event` has completed.
+  virtual Status Wait(Event& event) = 0;
+  // Blocks until everything enqueued so far has finished. A failed copy makes
+  // the stream's error sticky: it is returned here and by every later call.
+  virtual Status Synchronize() = 0;
+  // cudaStream_t on CUDA, nullptr on the host device.
+  virtual void* native_handle() = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual DeviceKind kind() const = 0;
+  // "NVIDIA H100 80GB HBM3 (cuda:0)", "host (budget 2.00 GiB)".
+  virtual std::string name() const = 0;
+
+  // Allocates device memory, 256-byte aligned. kOutOfMemory past the budget.
+  virtual StatusOr<void*> Allocate(size_t bytes) = 0;
+  // Frees what Allocate returned; nullptr is ignored.
+  virtual void Free(void* ptr) = 0;
+  // Bytes this Device has allocated and not freed.
+  virtual size_t bytes_in_use() const = 0;
+  // Bytes this Device may allocate in all (the budget, or the GPU's memory).
+  virtual size_t capacity_bytes() const = 0;
+
+  virtual StatusOr<std::unique_ptr<Stream>> CreateStream() = 0;
+  // Blocks until all streams are idle.
+  virtual Status Synchronize() = 0;
+};
+
+struct DeviceOptions {
+  enum class Choice { kAuto, kCuda, kHost };
+  Choice choice = Choice::kAuto;  // auto: CUDA when a GPU is present, else host
+  int cuda_ordinal = 0;
+  // HostDevice memory budget; 0 means "no budget" (all host memory).
+  size_t host_budget_bytes = 0;
+  // Caps a CudaDevice below the GPU's memory (to train "beyond" a budget); 0: none.
+  size_t cuda_budget_bytes = 0;
+};
+
+// Whether this binary was compiled with CUDA and a GPU is visible.
+bool CudaCompiledIn();
+int CudaDeviceCount();  // 0 when not compiled in or no GPU / driver
+
+StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& options);
+std::unique_ptr<Device> CreateHostDevice(size_t budget_bytes);
+
+// Page-locks [ptr, ptr+bytes) for fast, asynchronous copies: cudaHostRegister
+// when a GPU is present, mlock otherwise. UnpinHostMemory undoes it.
+// kUnavailable when neither works (e.g. RLIMIT_MEMLOCK); callers may go on
+// with unpinned memory and log once.
+Status PinHostMemory(void* ptr, size_t bytes);
+Status UnpinHostMemory(void* ptr, size_t bytes);
+
+}  // namespace zinf
