@@ -213,7 +213,7 @@ class Section {
         continue;
       }
       std::string hint;
-      size_t best = 3;
+      size_t best = std::max<size_t>(3, k.size() / 3 + 1);  // closer than this is a hint
       for (const std::string& s : known_) {
         size_t d = EditDistance(k, s);
         if (d < best) {

@@ -1,0 +1,217 @@
+// CudaDevice: the device layer on the CUDA runtime.
+//
+// Plain C++ against the runtime API (no kernels here: those live in
+// src/kernels and are compiled by nvcc). Compiled only when the toolkit is
+// found; cuda_stub.cc stands in otherwise.
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <mutex>
+
+#include "core/check.h"
+#include "core/units.h"
+#include "device/cuda_device.h"
+
+namespace zinf {
+namespace {
+
+Status CudaStatus(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return Status::Ok();
+  std::string msg = std::string("cuda ") + what + ": " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err);
+  if (err == cudaErrorMemoryAllocation) return Status::OutOfMemory(std::move(msg));
+  if (err == cudaErrorInvalidValue || err == cudaErrorInvalidDevicePointer) return Status::InvalidArgument(std::move(msg));
+  return Status::Internal(std::move(msg));
+}
+
+class CudaEvent final : public Event {
+ public:
+  explicit CudaEvent(cudaEvent_t e) : event_(e) {}
+  ~CudaEvent() override { cudaEventDestroy(event_); }
+  StatusOr<bool> Query() override {
+    cudaError_t err = cudaEventQuery(event_);
+    if (err == cudaErrorNotReady) return false;
+    ZINF_RETURN_IF_ERROR(CudaStatus(err, "event query"));
+    return true;
+  }
+  Status Synchronize() override { return CudaStatus(cudaEventSynchronize(event_), "event synchronize"); }
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_;
+};
+
+class CudaStream final : public Stream {
+ public:
+  CudaStream(int ordinal, cudaStream_t s) : ordinal_(ordinal), stream_(s) {}
+  ~CudaStream() override {
+    cudaSetDevice(ordinal_);
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+
+  Status CopyAsync(void* dst, const void* src, size_t bytes, CopyDirection dir) override {
+    if (bytes == 0) return Status::Ok();
+    cudaMemcpyKind kind = dir == CopyDirection::kHostToDevice   ? cudaMemcpyHostToDevice
+                          : dir == CopyDirection::kDeviceToHost ? cudaMemcpyDeviceToHost
+                                                                : cudaMemcpyDeviceToDevice;
+    cudaSetDevice(ordinal_);
+    return CudaStatus(cudaMemcpyAsync(dst, src, bytes, kind, stream_), "memcpy async");
+  }
+  Status MemsetAsync(void* dst, int value, size_t bytes) override {
+    if (bytes == 0) return Status::Ok();
+    cudaSetDevice(ordinal_);
+    return CudaStatus(cudaMemsetAsync(dst, value, bytes, stream_), "memset async");
+  }
+  Status LaunchHostFunc(std::function<void()> fn) override {
+    auto* heap_fn = new std::function<void()>(std::move(fn));
+    cudaSetDevice(ordinal_);
+    cudaError_t err = cudaLaunchHostFunc(
+        stream_,
+        [](void* arg) {
+          auto* f = static_cast<std::function<void()>*>(arg);
+          (*f)();
+          delete f;
+        },
+        heap_fn);
+    if (err != cudaSuccess) delete heap_fn;
+    return CudaStatus(err, "launch host func");
+  }
+  StatusOr<std::unique_ptr<Event>> Record() override {
+    cudaSetDevice(ordinal_);
+    cudaEvent_t e;
+    ZINF_RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event create"));
+    auto event = std::make_unique<CudaEvent>(e);
+    ZINF_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(e, stream_), "event record"));
+    return std::unique_ptr<Event>(std::move(event));
+  }
+  Status Wait(Event& event) override {
+    auto* cuda_event = dynamic_cast<CudaEvent*>(&event);
+    if (cuda_event == nullptr) return Status::InvalidArgument("cuda stream: event from another device");
+    return CudaStatus(cudaStreamWaitEvent(stream_, cuda_event->get(), 0), "stream wait event");
+  }
+  Status Synchronize() override {
+    cudaSetDevice(ordinal_);
+    return CudaStatus(cudaStreamSynchronize(stream_), "stream synchronize");
+  }
+  void* native_handle() override { return stream_; }
+
+ private:
+  int ordinal_;
+  cudaStream_t stream_;
+};
+
+class CudaDevice final : public Device {
+ public:
+  CudaDevice(int ordinal, size_t budget, size_t total, std::string name)
+      : ordinal_(ordinal), capacity_(budget ? std::min(budget, total) : total), name_(std::move(name)) {}
+  ~CudaDevice() override {
+    std::lock_guard lock(mu_);
+    cudaSetDevice(ordinal_);
+    for (auto& [p, bytes] : allocations_) cudaFree(p);
+  }
+
+  DeviceKind kind() const override { return DeviceKind::kCuda; }
+  std::string name() const override { return name_; }
+
+  StatusOr<void*> Allocate(size_t bytes) override {
+    {
+      std::lock_guard lock(mu_);
+      if (in_use_ + bytes > capacity_) {
+        return Status::OutOfMemory("cuda:" + std::to_string(ordinal_) + ": cannot allocate " +
+                                   FormatBytes(static_cast<int64_t>(bytes)) + ": " +
+                                   FormatBytes(static_cast<int64_t>(in_use_)) + " of " +
+                                   FormatBytes(static_cast<int64_t>(capacity_)) + " in use");
+      }
+      in_use_ += bytes;
+    }
+    cudaSetDevice(ordinal_);
+    void* p = nullptr;
+    cudaError_t err = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+    std::lock_guard lock(mu_);
+    if (err != cudaSuccess) {
+      in_use_ -= bytes;
+      return CudaStatus(err, ("malloc " + FormatBytes(static_cast<int64_t>(bytes))).c_str());
+    }
+    allocations_.emplace(p, bytes);
+    return p;
+  }
+  void Free(void* ptr) override {
+    if (ptr == nullptr) return;
+    std::lock_guard lock(mu_);
+    auto it = allocations_.find(ptr);
+    ZINF_CHECK_MSG(it != allocations_.end(), "CudaDevice::Free of a pointer it did not allocate");
+    in_use_ -= it->second;
+    allocations_.erase(it);
+    cudaSetDevice(ordinal_);
+    cudaFree(ptr);
+  }
+  size_t bytes_in_use() const override {
+    std::lock_guard lock(mu_);
+    return in_use_;
+  }
+  size_t capacity_bytes() const override { return capacity_; }
+
+  StatusOr<std::unique_ptr<Stream>> CreateStream() override {
+    cudaSetDevice(ordinal_);
+    cudaStream_t s;
+    ZINF_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream create"));
+    return std::unique_ptr<Stream>(new CudaStream(ordinal_, s));
+  }
+  Status Synchronize() override {
+    cudaSetDevice(ordinal_);
+    return CudaStatus(cudaDeviceSynchronize(), "device synchronize");
+  }
+
+ private:
+  const int ordinal_;
+  const size_t capacity_;
+  const std::string name_;
+  mutable std::mutex mu_;
+  size_t in_use_ = 0;                   // guarded by mu_
+  std::map<void*, size_t> allocations_;  // guarded by mu_
+};
+
+struct Probe {
+  int count = 0;
+  std::string reason;
+};
+
+const Probe& GetProbe() {
+  static const Probe probe = [] {
+    Probe p;
+    cudaError_t err = cudaGetDeviceCount(&p.count);
+    if (err != cudaSuccess) {
+      p.count = 0;
+      p.reason = cudaGetErrorString(err);
+      cudaGetLastError();  // clear it
+    } else if (p.count == 0) {
+      p.reason = "no CUDA devices";
+    }
+    return p;
+  }();
+  return probe;
+}
+
+}  // namespace
+
+bool CudaCompiledIn() { return true; }
+int CudaDeviceCount() { return GetProbe().count; }
+std::string CudaUnavailableReason() { return GetProbe().reason; }
+
+StatusOr<std::unique_ptr<Device>> CreateCudaDevice(int ordinal, size_t budget_bytes) {
+  ZINF_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(ordinal), "set device"));
+  cudaDeviceProp prop{};
+  ZINF_RETURN_IF_ERROR(CudaStatus(cudaGetDeviceProperties(&prop, ordinal), "get device properties"));
+  size_t free_bytes = 0, total_bytes = 0;
+  ZINF_RETURN_IF_ERROR(CudaStatus(cudaMemGetInfo(&free_bytes, &total_bytes), "mem get info"));
+  std::string name = std::string(prop.name) + " (cuda:" + std::to_string(ordinal) + ")";
+  if (budget_bytes) name += " budget " + FormatBytes(static_cast<int64_t>(budget_bytes));
+  return std::unique_ptr<Device>(new CudaDevice(ordinal, budget_bytes, free_bytes, std::move(name)));
+}
+
+Status CudaHostRegister(void* ptr, size_t bytes) {
+  return CudaStatus(cudaHostRegister(ptr, bytes, cudaHostRegisterDefault), "host register");
+}
+Status CudaHostUnregister(void* ptr) { return CudaStatus(cudaHostUnregister(ptr), "host unregister"); }
+
+}  // namespace zinf

@@ -1,0 +1,42 @@
+// HostDevice: see device.h. Private to src/device (and its tests).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "device/device.h"
+
+namespace zinf {
+
+struct StreamState;
+
+class HostDevice final : public Device {
+ public:
+  // budget_bytes 0: no budget beyond physical memory.
+  explicit HostDevice(size_t budget_bytes);
+  ~HostDevice() override;  // frees what callers leaked; streams must be gone
+
+  DeviceKind kind() const override { return DeviceKind::kHost; }
+  std::string name() const override;
+  StatusOr<void*> Allocate(size_t bytes) override;
+  void Free(void* ptr) override;
+  size_t bytes_in_use() const override;
+  size_t capacity_bytes() const override { return budget_bytes_; }
+  StatusOr<std::unique_ptr<Stream>> CreateStream() override;
+  Status Synchronize() override;
+
+  // OK when [ptr, ptr+bytes) lies inside one live allocation.
+  Status CheckRange(const void* ptr, size_t bytes, const char* what) const;
+
+ private:
+  const size_t budget_bytes_;
+  const bool has_budget_;
+  mutable std::mutex mu_;
+  size_t in_use_ = 0;                        // guarded by mu_
+  std::map<uintptr_t, size_t> allocations_;  // guarded by mu_: address -> rounded size
+  std::vector<std::weak_ptr<StreamState>> streams_;  // guarded by mu_
+};
+
+}  // namespace zinf

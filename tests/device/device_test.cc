@@ -1,0 +1,233 @@
+// Device contract tests, run against the host device and (label gpu) CUDA.
+#include "device/device.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <semaphore>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/units.h"
+
+namespace zinf {
+namespace {
+
+constexpr bool kCuda = ZINF_TEST_DEVICE_CUDA;
+
+class DeviceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (kCuda && CudaDeviceCount() == 0) {
+      GTEST_SKIP() << "no CUDA GPU visible (compiled in: " << (CudaCompiledIn() ? "yes" : "no") << ")";
+    }
+    device_ = Make(0);
+    ASSERT_NE(device_, nullptr);
+  }
+
+  // A device of the kind under test; budget 0 means none.
+  static std::unique_ptr<Device> Make(size_t budget) {
+    DeviceOptions opt;
+    opt.choice = kCuda ? DeviceOptions::Choice::kCuda : DeviceOptions::Choice::kHost;
+    opt.host_budget_bytes = budget;
+    opt.cuda_budget_bytes = budget;
+    auto d = CreateDevice(opt);
+    EXPECT_TRUE(d.ok()) << d.status().ToString();
+    return d.ok() ? std::move(d).value() : nullptr;
+  }
+
+  std::unique_ptr<Stream> NewStream() {
+    auto s = device_->CreateStream();
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+
+  void* Alloc(size_t bytes) {
+    auto p = device_->Allocate(bytes);
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    return p.ok() ? *p : nullptr;
+  }
+
+  std::unique_ptr<Device> device_;
+};
+
+std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 131 + seed);
+  return v;
+}
+
+TEST_F(DeviceTest, KindMatches) {
+  EXPECT_EQ(device_->kind(), kCuda ? DeviceKind::kCuda : DeviceKind::kHost);
+  EXPECT_FALSE(device_->name().empty());
+}
+
+TEST_F(DeviceTest, AllocateIsAlignedAndCounted) {
+  size_t before = device_->bytes_in_use();
+  void* a = Alloc(1000);
+  void* b = Alloc(3);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 256, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b) % 256, 0u);
+  EXPECT_GE(device_->bytes_in_use(), before + 1003);
+  device_->Free(a);
+  device_->Free(b);
+  device_->Free(nullptr);
+  EXPECT_EQ(device_->bytes_in_use(), before);
+}
+
+TEST_F(DeviceTest, BudgetIsEnforcedLikeCudaMalloc) {
+  auto dev = Make(4 * kMiB);
+  ASSERT_NE(dev, nullptr);
+  EXPECT_EQ(dev->capacity_bytes(), static_cast<size_t>(4 * kMiB));
+  auto a = dev->Allocate(3 * kMiB);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  auto b = dev->Allocate(2 * kMiB);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kOutOfMemory);
+  EXPECT_NE(b.status().message().find("cannot allocate 2.00 MiB"), std::string::npos) << b.status().message();
+  dev->Free(*a);
+  auto c = dev->Allocate(4 * kMiB);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  dev->Free(*c);
+}
+
+TEST_F(DeviceTest, RoundTripThroughDevice) {
+  const size_t n = 3 * kMiB + 17;
+  std::vector<uint8_t> src = Pattern(n, 7), dst(n, 0);
+  void* d = Alloc(n);
+  auto s = NewStream();
+  ASSERT_TRUE(s->CopyAsync(d, src.data(), n, CopyDirection::kHostToDevice).ok());
+  ASSERT_TRUE(s->CopyAsync(dst.data(), d, n, CopyDirection::kDeviceToHost).ok());
+  ASSERT_TRUE(s->Synchronize().ok());
+  EXPECT_EQ(src, dst);
+  device_->Free(d);
+}
+
+TEST_F(DeviceTest, DeviceToDeviceAndMemset) {
+  const size_t n = 64 * 1024;
+  std::vector<uint8_t> src = Pattern(n, 3), dst(n, 0);
+  auto* a = static_cast<uint8_t*>(Alloc(n));
+  auto* b = static_cast<uint8_t*>(Alloc(n));
+  auto s = NewStream();
+  ASSERT_TRUE(s->CopyAsync(a, src.data(), n, CopyDirection::kHostToDevice).ok());
+  ASSERT_TRUE(s->CopyAsync(b, a, n, CopyDirection::kDeviceToDevice).ok());
+  ASSERT_TRUE(s->MemsetAsync(b + 100, 0xAB, 50).ok());
+  ASSERT_TRUE(s->CopyAsync(dst.data(), b, n, CopyDirection::kDeviceToHost).ok());
+  ASSERT_TRUE(s->Synchronize().ok());
+  std::memset(src.data() + 100, 0xAB, 50);
+  EXPECT_EQ(src, dst);
+  device_->Free(a);
+  device_->Free(b);
+}
+
+TEST_F(DeviceTest, StreamRunsInEnqueueOrder) {
+  // Many small copies into the same place: the last one must win, and host
+  // functions run between them in order.
+  const size_t n = 4096;
+  void* d = Alloc(n);
+  auto s = NewStream();
+  std::vector<std::vector<uint8_t>> srcs;
+  for (int i = 0; i < 64; ++i) srcs.push_back(Pattern(n, static_cast<uint8_t>(i)));
+  std::vector<int> order;
+  for (int i = 0; i < 64; ++i) {
+    ASSERT_TRUE(s->CopyAsync(d, srcs[i].data(), n, CopyDirection::kHostToDevice).ok());
+    ASSERT_TRUE(s->LaunchHostFunc([&order, i] { order.push_back(i); }).ok());
+  }
+  std::vector<uint8_t> out(n);
+  ASSERT_TRUE(s->CopyAsync(out.data(), d, n, CopyDirection::kDeviceToHost).ok());
+  ASSERT_TRUE(s->Synchronize().ok());
+  EXPECT_EQ(out, srcs.back());
+  std::vector<int> want(64);
+  std::iota(want.begin(), want.end(), 0);
+  EXPECT_EQ(order, want);
+  device_->Free(d);
+}
+
+TEST_F(DeviceTest, EventsAndCrossStreamWait) {
+  const size_t n = 1 * kMiB;
+  std::vector<uint8_t> src = Pattern(n, 11), out(n, 0);
+  void* d = Alloc(n);
+  auto producer = NewStream();
+  auto consumer = NewStream();
+  std::binary_semaphore gate(0);
+  // The producer is held at a gate, so the consumer can only see the data if
+  // it really waits for the producer's event.
+  ASSERT_TRUE(producer->LaunchHostFunc([&gate] { gate.acquire(); }).ok());
+  ASSERT_TRUE(producer->CopyAsync(d, src.data(), n, CopyDirection::kHostToDevice).ok());
+  auto produced = producer->Record();
+  ASSERT_TRUE(produced.ok());
+  ASSERT_TRUE(consumer->Wait(**produced).ok());
+  ASSERT_TRUE(consumer->CopyAsync(out.data(), d, n, CopyDirection::kDeviceToHost).ok());
+  auto consumed = consumer->Record();
+  ASSERT_TRUE(consumed.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto done = (*consumed)->Query();
+  ASSERT_TRUE(done.ok());
+  EXPECT_FALSE(*done) << "consumer finished while the producer was still held";
+  gate.release();
+  ASSERT_TRUE((*consumed)->Synchronize().ok());
+  auto done_now = (*produced)->Query();
+  ASSERT_TRUE(done_now.ok());
+  EXPECT_TRUE(*done_now);
+  EXPECT_EQ(out, src);
+  ASSERT_TRUE(device_->Synchronize().ok());
+  device_->Free(d);
+}
+
+TEST_F(DeviceTest, PinnedHostMemoryRoundTrip) {
+  const size_t n = 2 * kMiB;
+  void* host = std::aligned_alloc(4096, n);
+  ASSERT_NE(host, nullptr);
+  Status pin = PinHostMemory(host, n);
+  ASSERT_TRUE(pin.ok()) << pin.ToString();
+  std::memset(host, 0x5A, n);
+  void* d = Alloc(n);
+  auto s = NewStream();
+  ASSERT_TRUE(s->CopyAsync(d, host, n, CopyDirection::kHostToDevice).ok());
+  ASSERT_TRUE(s->MemsetAsync(d, 0, 1).ok());
+  ASSERT_TRUE(s->CopyAsync(host, d, n, CopyDirection::kDeviceToHost).ok());
+  ASSERT_TRUE(s->Synchronize().ok());
+  EXPECT_EQ(static_cast<uint8_t*>(host)[0], 0);
+  EXPECT_EQ(static_cast<uint8_t*>(host)[n - 1], 0x5A);
+  EXPECT_TRUE(UnpinHostMemory(host, n).ok());
+  device_->Free(d);
+  std::free(host);
+}
+
+#if !ZINF_TEST_DEVICE_CUDA
+// What only the host stand-in can check: a copy touching memory that is not a
+// live device allocation is refused at once, as it would fault on a GPU.
+TEST_F(DeviceTest, HostRefusesCopiesOutsideDeviceAllocations) {
+  std::vector<uint8_t> host(256);
+  auto* d = static_cast<uint8_t*>(Alloc(256));
+  auto s = NewStream();
+  Status bad_dst = s->CopyAsync(host.data(), host.data(), 16, CopyDirection::kHostToDevice);
+  EXPECT_EQ(bad_dst.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_dst.message().find("not inside a live device allocation"), std::string::npos);
+  Status overrun = s->CopyAsync(host.data(), d + 200, 100, CopyDirection::kDeviceToHost);
+  EXPECT_EQ(overrun.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->MemsetAsync(host.data(), 0, 8).code(), StatusCode::kInvalidArgument);
+  device_->Free(d);
+  // Freed memory is no longer a device allocation.
+  EXPECT_EQ(s->CopyAsync(d, host.data(), 16, CopyDirection::kHostToDevice).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(DeviceChoiceTest, AutoPicksHostWithoutGpu) {
+  if (CudaDeviceCount() > 0) GTEST_SKIP() << "a GPU is visible: auto picks CUDA";
+  auto d = CreateDevice(DeviceOptions{});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ((*d)->kind(), DeviceKind::kHost);
+  DeviceOptions cuda;
+  cuda.choice = DeviceOptions::Choice::kCuda;
+  auto c = CreateDevice(cuda);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kUnavailable);
+}
+#endif
+
+}  // namespace
+}  // namespace zinf
