@@ -1,0 +1,40 @@
+// Multi-threaded array passes the optimizer needs besides the update: the
+// gradient's sum of squares (for global-norm clipping and the fp16 overflow
+// check, in one read of the gradient) and fp32 <-> 16-bit casts.
+//
+// SumSquares accumulates x^2 in double (each square is exact in double), so
+// the sum neither overflows nor loses small terms for any fp32/bf16/fp16
+// input; an Inf or NaN element makes the sum Inf or NaN, which is how the
+// fp16 loss scaler learns of an overflow without a second pass: see
+// GradNormAccumulator in grad_clip.h. The array is cut into at most
+// kMaxSumChunks chunks whose boundaries depend on n only, and the partial
+// sums are added in chunk order, so the result does not depend on the number
+// of threads (it does depend on the ISA, in the last bits).
+//
+// Casts round to nearest even, as dtype.h describes, bit-identically on
+// every ISA.
+//
+// Thread-safety: as CpuAdam: calls sharing a pool must not overlap.
+#pragma once
+
+#include <cstdint>
+
+#include "optim/dtype.h"
+#include "optim/isa.h"
+#include "optim/thread_pool.h"
+#include "zinf/status.h"
+
+namespace zinf::optim {
+
+inline constexpr int64_t kMaxSumChunks = 1024;
+
+// Sum over i < n of double(x[i])^2, x holding n elements of `dtype`.
+// Errors: n < 0, x null with n > 0, `isa` unsupported.
+StatusOr<double> SumSquares(ThreadPool& pool, Isa isa, const void* x, DType dtype, int64_t n);
+
+// dst[i] = round_to_nearest_even(src[i]) as `dst_dtype` (kBf16 or kF16).
+Status CastFromF32(ThreadPool& pool, Isa isa, const float* src, DType dst_dtype, void* dst, int64_t n);
+// dst[i] = src[i] as fp32 (exact), src holding `src_dtype` (kBf16 or kF16).
+Status CastToF32(ThreadPool& pool, Isa isa, const void* src, DType src_dtype, float* dst, int64_t n);
+
+}  // namespace zinf::optim
