@@ -1,0 +1,256 @@
+// zinf bench swap: the NVMe-offloaded optimizer step (OptimizerSwapper with
+// pipelined reads and writes) against the limits it chases, all measured in
+// the same run:
+//   * io_bound_s: the step's bytes over what fio moves on the same paths
+//     with the same engine settings: per step every sub-group's master, m, v
+//     and fp32 gradient are read (16 B/param) and master, m, v written back
+//     (12 B/param). io_bound_s = max(read bytes / fio read GB/s, written
+//     bytes / fio write GB/s): a lower bound, reached only when the drives
+//     serve reads and writes fully in parallel. io_serial_s (the sum of the
+//     two) is what a drive that cannot overlap them at all would take; the
+//     step landing between the two shows how much the drives overlap. With
+//     several paths, fio runs on each and their bandwidths add.
+//   * adam_bound_s: CpuAdam::Update over the same number of parameters held
+//     in RAM, same pool, same ISA (what `zinf bench adam` times).
+// ratio_to_bound = step_s / max(io_bound_s, adam_bound_s): 1.0 means the
+// pipeline hides the faster of the two completely.
+//
+// Before timing, the first step's 16-bit output for sub-group 0 is checked
+// bit for bit against the same update done in RAM.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "aio/io_engine.h"
+#include "aio/pinned_pool.h"
+#include "aio_perf.h"
+#include "cli/command.h"
+#include "core/units.h"
+#include "optim/cpu_adam.h"
+#include "optim/isa.h"
+#include "optim/thread_pool.h"
+#include "swap/fs_util.h"
+#include "swap/optimizer_swapper.h"
+
+namespace zinf::perf {
+namespace {
+
+constexpr const char* kName = "bench swap";
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+std::vector<float> RandomFloats(int64_t n, uint64_t seed, float scale) {
+  std::mt19937_64 rng(seed);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = scale * (static_cast<float>(rng() >> 40) / static_cast<float>(1 << 24) - 0.5f);
+  return v;
+}
+
+int Run(const std::vector<std::string>& args) {
+  auto flags = cli::Flags::Parse(args, {"params", "sub-group", "nvme", "steps", "threads", "fio-size", "queue-depth",
+                                        "block-size"},
+                                 {"no-fio", "no-pipeline", "keep-files"});
+  if (!flags.ok()) return cli::Fail(kName, flags.status(), 2);
+  auto params = flags->GetInt("params", int64_t{1} << 24);
+  auto steps = flags->GetInt("steps", 3);
+  auto threads = flags->GetInt("threads", 0);
+  auto fio_size = flags->GetInt("fio-size", 256 * kMiB);
+  auto qd = flags->GetInt("queue-depth", 32);
+  auto bs = flags->GetInt("block-size", kMiB);
+  for (const auto* v : {&params, &steps, &threads, &fio_size, &qd, &bs}) {
+    if (!v->ok()) return cli::Fail(kName, v->status(), 2);
+  }
+  auto sub_group = flags->GetInt("sub-group", std::max<int64_t>(1, *params / 8));
+  if (!sub_group.ok()) return cli::Fail(kName, sub_group.status(), 2);
+  if (*params < 1 || *steps < 1 || *sub_group < 1) {
+    return cli::Fail(kName, Status::InvalidArgument("--params, --steps and --sub-group must be positive"), 2);
+  }
+  std::vector<std::string> paths = flags->GetAll("nvme");
+  if (paths.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    paths.push_back(std::string(tmp && *tmp ? tmp : "/tmp") + "/zinf-bench-swap");
+  }
+  const bool pipeline = !flags->Has("no-pipeline");
+
+  aio::IoEngineOptions eo;
+  eo.block_size_bytes = *bs;
+  eo.queue_depth = static_cast<int>(*qd);
+  eo.thread_count = static_cast<int>(paths.size());
+  eo.direct_io = aio::DirectIo::kPrefer;
+  if (Status v = aio::ValidateOptions(eo); !v.ok()) return cli::Fail(kName, v, 2);
+  auto engine = aio::CreateIoEngine(eo);
+  if (!engine.ok()) return cli::Fail(kName, engine.status());
+
+  optim::ThreadPool::Options tpo;
+  tpo.num_threads = static_cast<int>(*threads);
+  auto pool = optim::ThreadPool::Create(tpo);
+  if (!pool.ok()) return cli::Fail(kName, pool.status());
+  auto isa = optim::DefaultIsa();
+  if (!isa.ok()) return cli::Fail(kName, isa.status(), 2);
+  OptimizerConfig oc;
+  oc.lr = 1e-3;
+  oc.weight_decay = 0.01;
+  auto adam = optim::CpuAdam::Create(oc, pool->get(), *isa);
+  if (!adam.ok()) return cli::Fail(kName, adam.status());
+
+  swap::OptimizerSwapperOptions so;
+  so.total_elems = *params;
+  so.sub_group_elems = *sub_group;
+  so.device = OffloadDevice::kNvme;
+  so.pipeline_read = pipeline;
+  so.pipeline_write = pipeline;
+  so.store.paths = paths;
+  so.store.file_prefix = "zinf-bench-swap";
+  so.store.stripe_bytes = *bs;
+  aio::PinnedPoolOptions po;
+  po.buffer_count = swap::OptimizerSwapper::RequiredBuffers(so);
+  po.buffer_bytes = swap::OptimizerSwapper::RequiredBufferBytes(so, so.store.alignment_bytes);
+  po.name = "bench swap pipeline";
+  auto buffers = aio::PinnedPool::Create(po);
+  if (!buffers.ok()) return cli::Fail(kName, buffers.status());
+  std::fprintf(stderr, "bench swap: %s params in sub-groups of %s over %zu path(s), engine %s, isa %s\n",
+               FormatCount(*params).c_str(), FormatCount(*sub_group).c_str(), paths.size(),
+               std::string((*engine)->name()).c_str(), std::string(optim::IsaName(*isa)).c_str());
+  auto swapper = swap::OptimizerSwapper::Create(so, engine->get(), buffers->get());
+  if (!swapper.ok()) return cli::Fail(kName, swapper.status());
+  swap::OptimizerSwapper& s = **swapper;
+
+  // State and gradients; then one checked step.
+  const int64_t n = *params;
+  std::vector<float> master = RandomFloats(n, 1, 2.0f);
+  std::vector<float> grads = RandomFloats(n, 2, 0.02f);
+  Status st = s.Initialize(master.data());
+  if (st.ok()) st = s.SetGradients(grads.data());
+  if (!st.ok()) return cli::Fail(kName, st);
+  std::vector<uint16_t> out16(static_cast<size_t>(n));
+  optim::AdamStepArgs step_args;
+  step_args.lr = 1e-3;
+  step_args.step = 1;
+  st = s.Step(*adam, step_args, out16.data(), optim::DType::kBf16);
+  if (!st.ok()) return cli::Fail(kName, st);
+  {
+    const int64_t k0 = s.sub_group_elems(0);
+    std::vector<float> m(static_cast<size_t>(k0), 0.0f), v(static_cast<size_t>(k0), 0.0f);
+    std::vector<uint16_t> ref16(static_cast<size_t>(k0));
+    std::vector<float> p(master.begin(), master.begin() + k0);
+    optim::AdamSpan span{p.data(), m.data(), v.data(), grads.data(), optim::DType::kF32, ref16.data(),
+                         optim::DType::kBf16, k0};
+    st = adam->Update(span, step_args);
+    if (!st.ok()) return cli::Fail(kName, st);
+    if (std::memcmp(ref16.data(), out16.data(), ref16.size() * 2) != 0) {
+      return cli::Fail(kName, Status::Internal("the swapped step's sub-group 0 differs from the same step in RAM"));
+    }
+  }
+
+  std::vector<double> step_times;
+  for (int64_t i = 0; i < *steps; ++i) {
+    step_args.step = 2 + i;
+    const auto t0 = std::chrono::steady_clock::now();
+    st = s.Step(*adam, step_args, out16.data(), optim::DType::kBf16);
+    step_times.push_back(Seconds(t0));
+    if (!st.ok()) return cli::Fail(kName, st);
+  }
+  const double step_s = Median(step_times);
+  const int64_t bytes_read = 16 * n, bytes_written = 12 * n;
+  swapper->reset();
+  buffers->reset();
+
+  // The Adam bound: the same update over the same parameters in RAM.
+  std::vector<double> adam_times;
+  {
+    std::vector<float> m(static_cast<size_t>(n), 0.0f), v(static_cast<size_t>(n), 0.0f);
+    for (int64_t i = 0; i < *steps; ++i) {
+      optim::AdamSpan span{master.data(), m.data(), v.data(), grads.data(), optim::DType::kF32, out16.data(),
+                           optim::DType::kBf16, n};
+      step_args.step = 1 + i;
+      const auto t0 = std::chrono::steady_clock::now();
+      st = adam->Update(span, step_args);
+      adam_times.push_back(Seconds(t0));
+      if (!st.ok()) return cli::Fail(kName, st);
+    }
+  }
+  const double adam_bound_s = Median(adam_times);
+
+  // The I/O bound: fio on every path with the engine's settings.
+  double read_gbps = 0, write_gbps = 0;
+  std::string fio_version = "not run";
+  const bool use_fio = !flags->Has("no-fio");
+  if (use_fio) {
+    auto version = FioVersion();
+    if (!version.ok()) return cli::Fail(kName, version.status());
+    fio_version = *version;
+    for (const std::string& path : paths) {
+      FioRun run;
+      run.file = swap::JoinPath(path, "zinf-bench-swap.fio");
+      run.size_bytes = AlignDown(*fio_size, eo.block_size_bytes);
+      run.engine = eo;
+      run.engine.thread_count = 1;
+      run.op = aio::IoOp::kWrite;
+      auto w = RunFio(run);
+      run.op = aio::IoOp::kRead;
+      auto r = w.ok() ? RunFio(run) : w;
+      swap::RemoveFile(run.file).IgnoreError();
+      if (!r.ok()) return cli::Fail(kName, r.status());
+      write_gbps += *w;
+      read_gbps += *r;
+    }
+  }
+  const bool measured = use_fio && read_gbps > 0 && write_gbps > 0;
+  const double read_s = measured ? static_cast<double>(bytes_read) / (read_gbps * 1e9) : 0.0;
+  const double write_s = measured ? static_cast<double>(bytes_written) / (write_gbps * 1e9) : 0.0;
+  const double io_bound_s = std::max(read_s, write_s);
+  const double io_serial_s = read_s + write_s;
+  if (!flags->Has("keep-files")) {
+    for (size_t i = 0; i < paths.size(); ++i) {
+      swap::RemoveFile(swap::JoinPath(paths[i], "zinf-bench-swap." + std::to_string(i) + ".swp")).IgnoreError();
+    }
+  }
+
+  nlohmann::json j;
+  j["params"] = n;
+  j["sub_group"] = *sub_group;
+  j["paths"] = paths;
+  j["engine"] = std::string((*engine)->name());
+  j["isa"] = std::string(optim::IsaName(*isa));
+  j["threads"] = (*pool)->num_threads();
+  j["pipeline_read"] = pipeline;
+  j["pipeline_write"] = pipeline;
+  j["steps"] = *steps;
+  j["step_s"] = step_s;
+  j["adam_bound_s"] = adam_bound_s;
+  j["io_bound_s"] = io_bound_s;
+  j["io_serial_s"] = io_serial_s;
+  j["fio"] = fio_version;
+  j["fio_read_gbps"] = read_gbps;
+  j["fio_write_gbps"] = write_gbps;
+  j["bytes_read"] = bytes_read;
+  j["bytes_written"] = bytes_written;
+  const double bound = std::max(io_bound_s, adam_bound_s);
+  j["ratio_to_bound"] = bound > 0 ? step_s / bound : 0.0;
+  std::printf("%s\n", j.dump(2).c_str());
+  return 0;
+}
+
+ZINF_COMMAND({kName, "time the NVMe-offloaded optimizer step against fio and the in-RAM Adam step",
+              "bench swap [--params N (2^24)] [--sub-group S (N/8)] [--nvme DIR]... [--steps R (3)]\n"
+              "           [--threads T] [--queue-depth Q (32)] [--block-size B (1M)] [--fio-size F (256M)]\n"
+              "           [--no-pipeline] [--no-fio] [--keep-files]\n"
+              "  Runs the pipelined optimizer step over N fp32 parameters whose master, m, v and\n"
+              "  gradient live in swap files on the --nvme paths, checks the first step against the\n"
+              "  same update in RAM, times R steps, then measures in the same run the in-RAM Adam\n"
+              "  step (adam_bound_s) and fio's sequential bandwidth on every path (io_bound_s).\n"
+              "  Prints JSON: step_s, io_bound_s, adam_bound_s, ratio_to_bound = step_s /\n"
+              "  max(io_bound_s, adam_bound_s), bytes_read, bytes_written (per step).",
+              Run});
+
+}  // namespace
+}  // namespace zinf::perf

@@ -1,0 +1,315 @@
+#include "swap/optimizer_swapper.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.h"
+#include "core/units.h"
+
+namespace zinf::swap {
+namespace {
+
+constexpr const char* kArrayNames[] = {"master", "exp_avg", "exp_avg_sq", "grad"};
+
+}  // namespace
+
+OptimizerSwapperOptions OptimizerSwapperOptionsFromConfig(const ZeroConfig& zero, int64_t total_elems) {
+  OptimizerSwapperOptions o;
+  o.total_elems = total_elems;
+  o.sub_group_elems = zero.sub_group_size;
+  o.device = zero.offload_optimizer.device;
+  o.pipeline_read = zero.offload_optimizer.pipeline_read;
+  o.pipeline_write = zero.offload_optimizer.pipeline_write;
+  o.store.paths = zero.offload_optimizer.nvme_paths;
+  o.store.file_prefix = "zinf-optim";
+  o.pin_memory = zero.offload_optimizer.pin_memory;
+  return o;
+}
+
+int64_t OptimizerSwapper::RequiredBuffers(const OptimizerSwapperOptions& options) {
+  if (options.device != OffloadDevice::kNvme) return 0;
+  return kArrays * (1 + int64_t{options.pipeline_read} + int64_t{options.pipeline_write});
+}
+
+int64_t OptimizerSwapper::RequiredBufferBytes(const OptimizerSwapperOptions& options, int64_t alignment_bytes) {
+  const int64_t elems = std::min(options.sub_group_elems, options.total_elems);
+  return AlignUp(elems * int64_t{sizeof(float)}, alignment_bytes);
+}
+
+int64_t OptimizerSwapper::sub_group_elems(int64_t k) const {
+  return std::min(options_.sub_group_elems, options_.total_elems - sub_group_begin(k));
+}
+
+StatusOr<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::Create(const OptimizerSwapperOptions& options,
+                                                                     aio::IoEngine* engine, aio::PinnedPool* pool) {
+  if (options.total_elems <= 0) {
+    return Status::InvalidArgument("optimizer swapper: total_elems must be > 0, got " +
+                                   std::to_string(options.total_elems));
+  }
+  if (options.sub_group_elems <= 0) {
+    return Status::InvalidArgument("zero_optimization.sub_group_size: expected > 0, got " +
+                                   std::to_string(options.sub_group_elems));
+  }
+  if (options.device != OffloadDevice::kCpu && options.device != OffloadDevice::kNvme) {
+    return Status::InvalidArgument(
+        "offload_optimizer.device: the optimizer swapper needs cpu or nvme, got " +
+        std::string(OffloadDeviceName(options.device)));
+  }
+  std::unique_ptr<OptimizerSwapper> s(new OptimizerSwapper(options));
+  s->num_sub_groups_ = (options.total_elems + options.sub_group_elems - 1) / options.sub_group_elems;
+  const int64_t groups = s->num_sub_groups_;
+
+  if (options.device == OffloadDevice::kCpu) {
+    aio::PinnedPoolOptions po;
+    po.buffer_count = kArrays * groups;
+    po.buffer_bytes = RequiredBufferBytes(options, 4096);
+    po.alignment_bytes = 4096;
+    po.pin = options.pin_memory;
+    po.name = "optimizer state (cpu)";
+    ZINF_ASSIGN_OR_RETURN(s->resident_pool_, aio::PinnedPool::Create(po));
+    s->resident_.reserve(static_cast<size_t>(po.buffer_count));
+    for (int64_t i = 0; i < po.buffer_count; ++i) {
+      ZINF_ASSIGN_OR_RETURN(aio::PinnedBuffer b, s->resident_pool_->TryAcquire());
+      s->resident_.push_back(std::move(b));
+    }
+    return s;
+  }
+
+  if (engine == nullptr || pool == nullptr) {
+    return Status::InvalidArgument("optimizer swapper: offload_optimizer.device nvme needs an I/O engine and a pool");
+  }
+  const int64_t need_count = RequiredBuffers(options);
+  const int64_t need_bytes = RequiredBufferBytes(options, options.store.alignment_bytes);
+  std::string pipeline = options.pipeline_read && options.pipeline_write ? "pipeline_read and pipeline_write"
+                         : options.pipeline_read                         ? "pipeline_read"
+                         : options.pipeline_write                        ? "pipeline_write"
+                                                                         : "no pipelining";
+  if (pool->buffer_count() < need_count) {
+    return Status::InvalidArgument(
+        "offload_optimizer.buffer_count: the pinned pool has " + std::to_string(pool->buffer_count()) +
+        " buffers, but the optimizer step with " + pipeline + " keeps " + std::to_string(need_count / kArrays) +
+        " sub-group(s) in flight and needs " + std::to_string(need_count) + " buffers of " +
+        FormatBytes(need_bytes) + " (master, m, v and gradient per sub-group)");
+  }
+  if (pool->buffer_bytes() < need_bytes) {
+    return Status::InvalidArgument("zero_optimization.sub_group_size: a sub-group of " +
+                                   std::to_string(std::min(options.sub_group_elems, options.total_elems)) +
+                                   " fp32 elements needs pinned buffers of " + FormatBytes(need_bytes) +
+                                   "; the pool's hold " + FormatBytes(pool->buffer_bytes()));
+  }
+  if (pool->alignment_bytes() % options.store.alignment_bytes != 0) {
+    return Status::InvalidArgument("optimizer swapper: pinned pool alignment " +
+                                   std::to_string(pool->alignment_bytes()) + " is below the swap alignment " +
+                                   std::to_string(options.store.alignment_bytes));
+  }
+
+  std::vector<TensorSpec> tensors;
+  tensors.reserve(static_cast<size_t>(groups * kArrays));
+  for (int64_t k = 0; k < groups; ++k) {
+    for (int a = 0; a < kArrays; ++a) {
+      tensors.push_back({options.prefix + "." + kArrayNames[a] + "." + std::to_string(k),
+                         s->sub_group_elems(k) * int64_t{sizeof(float)}, 4});
+    }
+  }
+  ZINF_ASSIGN_OR_RETURN(s->store_, SwapStore::Create(engine, std::move(tensors), options.store));
+  s->slots_.resize(static_cast<size_t>(need_count / kArrays));
+  for (Slot& slot : s->slots_) {
+    for (aio::PinnedBuffer& b : slot.buffers) {
+      auto lease = pool->TryAcquire(need_bytes);
+      if (!lease.ok()) {
+        return lease.status().WithContext("leasing the optimizer pipeline's " + std::to_string(need_count) +
+                                          " buffers");
+      }
+      b = std::move(lease).value();
+    }
+  }
+  return s;
+}
+
+OptimizerSwapper::~OptimizerSwapper() { Drain(Status::Ok()).IgnoreError(); }
+
+float* OptimizerSwapper::Resident(int array, int64_t k) const {
+  return reinterpret_cast<float*>(resident_[static_cast<size_t>(k * kArrays + array)].data());
+}
+
+// ---------------------------------------------------------------------------
+// Whole-array copies (initialisation, gradients, inspection)
+
+Status OptimizerSwapper::CopyIn(int array, const float* src) {
+  for (int64_t k = 0; k < num_sub_groups_; ++k) {
+    const int64_t n = sub_group_elems(k);
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    if (!store_) {
+      if (src != nullptr) {
+        std::memcpy(Resident(array, k), src + sub_group_begin(k), bytes);
+      } else {
+        std::memset(Resident(array, k), 0, bytes);
+      }
+      continue;
+    }
+    // Round-robin over slot 0's four buffers: up to four writes in flight.
+    Slot& slot = slots_[0];
+    const size_t b = static_cast<size_t>(k % kArrays);
+    if (slot.writes[b].valid()) {
+      Status w = store_->Wait(slot.writes[b]);
+      slot.writes[b] = {};
+      if (!w.ok()) return Drain(w);
+    }
+    char* buf = slot.buffers[b].data();
+    const int64_t padded = store_->PaddedBytes(static_cast<int64_t>(bytes));
+    if (src != nullptr) {
+      std::memcpy(buf, src + sub_group_begin(k), bytes);
+      std::memset(buf + bytes, 0, static_cast<size_t>(padded) - bytes);
+    } else {
+      std::memset(buf, 0, static_cast<size_t>(padded));
+    }
+    auto h = store_->SwapOut(Tensor(array, k), buf);
+    if (!h.ok()) return Drain(h.status());
+    slot.writes[b] = *h;
+  }
+  return Drain(Status::Ok());
+}
+
+Status OptimizerSwapper::CopyOut(int array, float* dst) {
+  for (int64_t k = 0; k < num_sub_groups_; ++k) {
+    const size_t bytes = static_cast<size_t>(sub_group_elems(k)) * sizeof(float);
+    if (!store_) {
+      std::memcpy(dst + sub_group_begin(k), Resident(array, k), bytes);
+      continue;
+    }
+    char* buf = slots_[0].buffers[0].data();
+    ZINF_ASSIGN_OR_RETURN(SwapHandle h, store_->SwapIn(Tensor(array, k), buf));
+    ZINF_RETURN_IF_ERROR(store_->Wait(h));
+    std::memcpy(dst + sub_group_begin(k), buf, bytes);
+  }
+  return Status::Ok();
+}
+
+Status OptimizerSwapper::Initialize(const float* master) {
+  if (master == nullptr) return Status::InvalidArgument("optimizer swapper: Initialize needs master weights");
+  ZINF_RETURN_IF_ERROR(CopyIn(kMaster, master));
+  ZINF_RETURN_IF_ERROR(CopyIn(kExpAvg, nullptr));
+  ZINF_RETURN_IF_ERROR(CopyIn(kExpAvgSq, nullptr));
+  return CopyIn(kGrad, nullptr);
+}
+
+Status OptimizerSwapper::SetGradients(const float* grads) {
+  if (grads == nullptr) return Status::InvalidArgument("optimizer swapper: SetGradients needs gradients");
+  return CopyIn(kGrad, grads);
+}
+
+Status OptimizerSwapper::ReadState(float* master, float* exp_avg, float* exp_avg_sq, float* grads) {
+  float* dst[kArrays] = {master, exp_avg, exp_avg_sq, grads};
+  for (int a = 0; a < kArrays; ++a) {
+    if (dst[a] != nullptr) ZINF_RETURN_IF_ERROR(CopyOut(a, dst[a]));
+  }
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------
+// The pipelined step
+
+Status OptimizerSwapper::StartRead(Slot& slot, int64_t k) {
+  ZINF_RETURN_IF_ERROR(FinishWrite(slot));  // the slot's last sub-group must be on disk first
+  slot.sub_group = k;
+  for (int a = 0; a < kArrays; ++a) {
+    ZINF_ASSIGN_OR_RETURN(slot.reads[static_cast<size_t>(a)],
+                          store_->SwapIn(Tensor(a, k), slot.buffers[static_cast<size_t>(a)].data()));
+  }
+  return Status::Ok();
+}
+
+Status OptimizerSwapper::FinishRead(Slot& slot) {
+  Status first;
+  for (SwapHandle& h : slot.reads) {
+    if (!h.valid()) continue;
+    Status s = store_->Wait(h);
+    h = {};
+    if (first.ok()) first = s;
+  }
+  return first;
+}
+
+Status OptimizerSwapper::StartWrite(Slot& slot) {
+  for (int a : {kMaster, kExpAvg, kExpAvgSq}) {
+    ZINF_ASSIGN_OR_RETURN(slot.writes[static_cast<size_t>(a)],
+                          store_->SwapOut(Tensor(a, slot.sub_group), slot.buffers[static_cast<size_t>(a)].data()));
+  }
+  return Status::Ok();
+}
+
+Status OptimizerSwapper::FinishWrite(Slot& slot) {
+  Status first;
+  for (SwapHandle& h : slot.writes) {
+    if (!h.valid()) continue;
+    Status s = store_->Wait(h);
+    h = {};
+    if (first.ok()) first = s;
+  }
+  return first;
+}
+
+Status OptimizerSwapper::Drain(Status first) {
+  for (Slot& slot : slots_) {
+    Status r = FinishRead(slot);
+    Status w = FinishWrite(slot);
+    if (first.ok()) first = r;
+    if (first.ok()) first = w;
+  }
+  return first;
+}
+
+Status OptimizerSwapper::Step(const optim::CpuAdam& adam, const optim::AdamStepArgs& args, void* params16,
+                              optim::DType params16_dtype) {
+  if (params16 != nullptr && params16_dtype == optim::DType::kF32) {
+    return Status::InvalidArgument("optimizer step: the new parameters must be bf16 or fp16");
+  }
+  const bool nvme = store_ != nullptr;
+  const int64_t n_slots = static_cast<int64_t>(slots_.size());
+  auto slot_of = [&](int64_t k) -> Slot& { return slots_[static_cast<size_t>(k % n_slots)]; };
+  Status s;
+  int64_t current = 0;  // for the error message
+  for (int64_t k = 0; s.ok() && k < num_sub_groups_; ++k) {
+    current = k;
+    // Reads: sub-group k (unless already prefetched), then k+1 ahead of use.
+    if (nvme && (k == 0 || !options_.pipeline_read)) s = StartRead(slot_of(k), k);
+    if (s.ok() && nvme && options_.pipeline_read && k + 1 < num_sub_groups_) s = StartRead(slot_of(k + 1), k + 1);
+    if (s.ok() && nvme) s = FinishRead(slot_of(k));
+    if (!s.ok()) break;
+
+    optim::AdamSpan span;
+    span.n = sub_group_elems(k);
+    if (nvme) {
+      Slot& slot = slot_of(k);
+      span.params = reinterpret_cast<float*>(slot.buffers[kMaster].data());
+      span.exp_avg = reinterpret_cast<float*>(slot.buffers[kExpAvg].data());
+      span.exp_avg_sq = reinterpret_cast<float*>(slot.buffers[kExpAvgSq].data());
+      span.grads = slot.buffers[kGrad].data();
+    } else {
+      span.params = Resident(kMaster, k);
+      span.exp_avg = Resident(kExpAvg, k);
+      span.exp_avg_sq = Resident(kExpAvgSq, k);
+      span.grads = Resident(kGrad, k);
+    }
+    span.grad_dtype = optim::DType::kF32;
+    if (params16 != nullptr) {
+      span.params16 = static_cast<char*>(params16) + sub_group_begin(k) * 2;
+      span.params16_dtype = params16_dtype;
+    }
+    s = adam.Update(span, args);
+    if (!s.ok()) break;
+
+    // Writes: k goes back while k+1 runs (pipeline_write), or now.
+    if (nvme) s = StartWrite(slot_of(k));
+    if (s.ok() && nvme && !options_.pipeline_write) s = FinishWrite(slot_of(k));
+  }
+  s = Drain(s);
+  if (!s.ok()) {
+    return s.WithContext("optimizer step " + std::to_string(args.step) + ", sub-group " +
+                         std::to_string(current) + " of " +
+                         std::to_string(num_sub_groups_));
+  }
+  return Status::Ok();
+}
+
+}  // namespace zinf::swap

@@ -1,0 +1,133 @@
+// OptimizerSwapper: the fp32 optimizer state of one rank's shard (master
+// weights, Adam m and v, the fp32 gradient accumulator), walked in
+// sub-groups for the optimizer step.
+//
+// Design. The shard's `total_elems` elements are cut into sub-groups of
+// `sub_group_elems` (the last one shorter when it does not divide). Step()
+// runs Adam on one sub-group at a time while, with pipeline_read, sub-group
+// k+1 is read from NVMe and, with pipeline_write, sub-group k-1 is being
+// written back; Adam writes the new 16-bit parameters into the caller's
+// buffer in the same pass. Each sub-group in flight holds 4 pinned buffers
+// (master, m, v, grad), so the pipeline needs 4 * (1 + pipeline_read +
+// pipeline_write) buffers of PaddedBytes(sub_group_elems * 4) bytes from the
+// caller's pool: a pool too small is a configuration error found in Create,
+// never a deadlock in Step. The buffers are leased once, at Create.
+//
+// Tiers, one code path. With device kNvme the state lives in a SwapStore
+// (tensors "<prefix>.master.<k>", ".exp_avg.", ".exp_avg_sq.", ".grad.") and
+// a sub-group is swapped into the pipeline's buffers; with kCpu it lives in
+// pinned RAM (a PinnedPool of its own, 4 buffers per sub-group) and the same
+// loop hands Adam the resident buffers, with nothing to read or write. Both
+// give bit-identical results: Adam is elementwise and the same kernels run
+// on the same sub-group boundaries.
+//
+// Errors. An I/O error or a checksum mismatch in Step stops the step after
+// waiting for every transfer in flight, and names the sub-group; the state
+// on NVMe is then partly stepped, and the caller must resume from a
+// checkpoint (the swap store's errors are sticky).
+//
+// Thread-safety: one thread at a time (thread-compatible). The CpuAdam's
+// thread pool must not be used by anyone else during Step.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aio/io_engine.h"
+#include "aio/pinned_pool.h"
+#include "optim/cpu_adam.h"
+#include "swap/swap_store.h"
+#include "zinf/config.h"
+#include "zinf/status.h"
+
+namespace zinf::swap {
+
+struct OptimizerSwapperOptions {
+  int64_t total_elems = 0;        // elements in this rank's shard
+  int64_t sub_group_elems = 0;    // zero_optimization.sub_group_size
+  OffloadDevice device = OffloadDevice::kNvme;  // kCpu or kNvme
+  bool pipeline_read = false;     // offload_optimizer.pipeline_read
+  bool pipeline_write = false;    // offload_optimizer.pipeline_write
+  SwapStoreOptions store;         // kNvme: paths, stripe, checksums, run id
+  std::string prefix = "optim";   // tensor name prefix in the store
+  bool pin_memory = true;         // kCpu: page-lock the resident state
+};
+
+// Options from the DeepSpeed config for a shard of `total_elems` elements.
+OptimizerSwapperOptions OptimizerSwapperOptionsFromConfig(const ZeroConfig& zero, int64_t total_elems);
+
+class OptimizerSwapper {
+ public:
+  // Pinned buffers the pipeline needs: 4 * (1 + pipeline_read + pipeline_write),
+  // 0 with device kCpu.
+  static int64_t RequiredBuffers(const OptimizerSwapperOptions& options);
+  // Bytes each pipeline buffer must hold (one fp32 sub-group, padded).
+  static int64_t RequiredBufferBytes(const OptimizerSwapperOptions& options, int64_t alignment_bytes);
+
+  // kNvme: lays out and preallocates the swap store over `engine` and leases
+  // the pipeline buffers from `pool` (neither owned; both must outlive the
+  // swapper). kCpu: allocates the resident state; engine and pool may be null.
+  // Errors: kInvalidArgument for bad sizes, an unsupported device, or a pool
+  // with too few or too small buffers (naming what the pipeline needs), and
+  // SwapStore::Create's errors. The state starts unset: call Initialize.
+  static StatusOr<std::unique_ptr<OptimizerSwapper>> Create(const OptimizerSwapperOptions& options,
+                                                            aio::IoEngine* engine, aio::PinnedPool* pool);
+  ~OptimizerSwapper();
+  OptimizerSwapper(const OptimizerSwapper&) = delete;
+  OptimizerSwapper& operator=(const OptimizerSwapper&) = delete;
+
+  int64_t total_elems() const { return options_.total_elems; }
+  int64_t num_sub_groups() const { return num_sub_groups_; }
+  // First element and element count of sub-group k.
+  int64_t sub_group_begin(int64_t k) const { return k * options_.sub_group_elems; }
+  int64_t sub_group_elems(int64_t k) const;
+  // The store holding the state (kNvme), for checkpoints; null with kCpu.
+  SwapStore* store() const { return store_.get(); }
+
+  // Sets the master weights from `master` (total_elems fp32) and zeroes m,
+  // v and the gradient.
+  Status Initialize(const float* master);
+  // Sets the fp32 gradient from `grads` (total_elems fp32).
+  Status SetGradients(const float* grads);
+  // Copies the state out (total_elems each; a null pointer skips that array).
+  Status ReadState(float* master, float* exp_avg, float* exp_avg_sq, float* grads);
+
+  // One optimizer step over every sub-group (see the file comment). When
+  // `params16` is not null it receives total_elems new parameters as
+  // `params16_dtype` (kBf16 or kF16).
+  Status Step(const optim::CpuAdam& adam, const optim::AdamStepArgs& args, void* params16,
+              optim::DType params16_dtype);
+
+ private:
+  static constexpr int kMaster = 0, kExpAvg = 1, kExpAvgSq = 2, kGrad = 3, kArrays = 4;
+  struct Slot {
+    int64_t sub_group = -1;
+    std::array<aio::PinnedBuffer, kArrays> buffers;
+    std::array<SwapHandle, kArrays> reads{};
+    std::array<SwapHandle, kArrays> writes{};
+  };
+
+  explicit OptimizerSwapper(const OptimizerSwapperOptions& options) : options_(options) {}
+  TensorId Tensor(int array, int64_t k) const { return static_cast<TensorId>(k * kArrays + array); }
+  float* Resident(int array, int64_t k) const;
+  // Moves `array` of every sub-group between the state and a caller array.
+  Status CopyIn(int array, const float* src);   // src null: zeros
+  Status CopyOut(int array, float* dst);
+  Status StartRead(Slot& slot, int64_t k);
+  Status FinishRead(Slot& slot);
+  Status StartWrite(Slot& slot);
+  Status FinishWrite(Slot& slot);
+  Status Drain(Status first);  // waits for everything in flight, keeps the first error
+
+  OptimizerSwapperOptions options_;
+  int64_t num_sub_groups_ = 0;
+  std::unique_ptr<SwapStore> store_;                 // kNvme
+  std::vector<Slot> slots_;                          // kNvme: the pipeline's buffers
+  std::unique_ptr<aio::PinnedPool> resident_pool_;   // kCpu
+  std::vector<aio::PinnedBuffer> resident_;          // kCpu: [k * 4 + array]
+};
+
+}  // namespace zinf::swap

@@ -1,0 +1,195 @@
+#include "swap/optimizer_swapper.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "swap/swap_test_util.h"
+
+namespace zinf::swap {
+namespace {
+
+using testing::MakeEngine;
+using testing::MakeFaultyEngine;
+using testing::MakePool;
+using testing::TempDir;
+
+constexpr int64_t kTotal = 100'003;    // not a multiple of the sub-group
+constexpr int64_t kSubGroup = 30'000;  // 4 sub-groups, the last one 10'003
+
+std::vector<float> RandomFloats(int64_t n, uint64_t seed, float scale) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+struct Result {
+  std::vector<float> master, m, v;
+  std::vector<uint16_t> params16;
+};
+
+class OptimizerSwapperTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    optim::ThreadPool::Options po;
+    po.num_threads = 2;
+    po.bind_threads = false;
+    auto pool = optim::ThreadPool::Create(po);
+    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+    threads_ = std::move(pool).value();
+    OptimizerConfig config;
+    config.lr = 1e-3;
+    config.weight_decay = 0.01;
+    auto adam = optim::CpuAdam::Create(config, threads_.get(), optim::Isa::kScalar);
+    ASSERT_TRUE(adam.ok()) << adam.status().ToString();
+    adam_ = std::make_unique<optim::CpuAdam>(std::move(adam).value());
+  }
+
+  OptimizerSwapperOptions Options(OffloadDevice device, bool pr, bool pw) {
+    OptimizerSwapperOptions o;
+    o.total_elems = kTotal;
+    o.sub_group_elems = kSubGroup;
+    o.device = device;
+    o.pipeline_read = pr;
+    o.pipeline_write = pw;
+    o.store.paths = {dir_.Sub("nvme0"), dir_.Sub("nvme1"), dir_.Sub("nvme2")};
+    o.store.stripe_bytes = 32 << 10;
+    o.prefix = "optim" + std::to_string(counter_++);
+    return o;
+  }
+
+  // Three steps with fresh gradients; returns the final state.
+  Result Run(OptimizerSwapper& s) {
+    Result r;
+    const std::vector<float> master = RandomFloats(kTotal, 1, 1.0f);
+    EXPECT_TRUE(s.Initialize(master.data()).ok());
+    r.params16.assign(kTotal, 0);
+    for (int step = 1; step <= 3; ++step) {
+      const std::vector<float> grads = RandomFloats(kTotal, 10 + step, 0.1f);
+      EXPECT_TRUE(s.SetGradients(grads.data()).ok());
+      optim::AdamStepArgs args;
+      args.step = step;
+      args.lr = 1e-3;
+      Status st = s.Step(*adam_, args, r.params16.data(), optim::DType::kBf16);
+      EXPECT_TRUE(st.ok()) << st.ToString();
+    }
+    r.master.resize(kTotal);
+    r.m.resize(kTotal);
+    r.v.resize(kTotal);
+    EXPECT_TRUE(s.ReadState(r.master.data(), r.m.data(), r.v.data(), nullptr).ok());
+    return r;
+  }
+
+  TempDir dir_;
+  int counter_ = 0;
+  std::unique_ptr<optim::ThreadPool> threads_;
+  std::unique_ptr<optim::CpuAdam> adam_;
+};
+
+// The reference: the same three steps with CpuAdam over whole arrays in RAM.
+Result Reference(const optim::CpuAdam& adam) {
+  Result r;
+  r.master = RandomFloats(kTotal, 1, 1.0f);
+  r.m.assign(kTotal, 0.0f);
+  r.v.assign(kTotal, 0.0f);
+  r.params16.assign(kTotal, 0);
+  for (int step = 1; step <= 3; ++step) {
+    const std::vector<float> grads = RandomFloats(kTotal, 10 + step, 0.1f);
+    optim::AdamSpan span;
+    span.params = r.master.data();
+    span.exp_avg = r.m.data();
+    span.exp_avg_sq = r.v.data();
+    span.grads = grads.data();
+    span.params16 = r.params16.data();
+    span.params16_dtype = optim::DType::kBf16;
+    span.n = kTotal;
+    optim::AdamStepArgs args;
+    args.step = step;
+    args.lr = 1e-3;
+    EXPECT_TRUE(adam.Update(span, args).ok());
+  }
+  return r;
+}
+
+void ExpectBitIdentical(const Result& a, const Result& b) {
+  ASSERT_EQ(a.master.size(), b.master.size());
+  EXPECT_EQ(std::memcmp(a.master.data(), b.master.data(), a.master.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(a.m.data(), b.m.data(), a.m.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(a.v.data(), b.v.data(), a.v.size() * 4), 0);
+  EXPECT_EQ(a.params16, b.params16);
+}
+
+TEST_F(OptimizerSwapperTest, CpuStateMatchesWholeArrayAdam) {
+  auto s = OptimizerSwapper::Create(Options(OffloadDevice::kCpu, false, false), nullptr, nullptr);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ((*s)->num_sub_groups(), 4);
+  EXPECT_EQ((*s)->sub_group_elems(3), 10'003);
+  ExpectBitIdentical(Run(**s), Reference(*adam_));
+}
+
+class OptimizerSwapperPipelineTest : public OptimizerSwapperTest,
+                                     public ::testing::WithParamInterface<std::tuple<bool, bool>> {};
+
+TEST_P(OptimizerSwapperPipelineTest, NvmeStepIsBitIdenticalToRam) {
+  const auto [pr, pw] = GetParam();
+  const OptimizerSwapperOptions o = Options(OffloadDevice::kNvme, pr, pw);
+  auto engine = MakeEngine();
+  auto pool = MakePool(OptimizerSwapper::RequiredBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
+  auto s = OptimizerSwapper::Create(o, engine.get(), pool.get());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(pool->free_count(), 0);  // every buffer leased up front
+  const Result nvme = Run(**s);
+  auto cpu = OptimizerSwapper::Create(Options(OffloadDevice::kCpu, pr, pw), nullptr, nullptr);
+  ASSERT_TRUE(cpu.ok());
+  ExpectBitIdentical(nvme, Run(**cpu));
+  ExpectBitIdentical(nvme, Reference(*adam_));
+}
+
+INSTANTIATE_TEST_SUITE_P(ReadWrite, OptimizerSwapperPipelineTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool()));
+
+TEST_F(OptimizerSwapperTest, PoolTooSmallForThePipelineIsAConfigError) {
+  const OptimizerSwapperOptions o = Options(OffloadDevice::kNvme, true, true);
+  EXPECT_EQ(OptimizerSwapper::RequiredBuffers(o), 12);
+  auto engine = MakeEngine();
+  auto pool = MakePool(4, OptimizerSwapper::RequiredBufferBytes(o, 4096));  // DeepSpeed's default count
+  auto s = OptimizerSwapper::Create(o, engine.get(), pool.get());
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("buffer_count"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("12 buffers"), std::string::npos) << s.status().message();
+
+  auto small = MakePool(12, 64 << 10);
+  s = OptimizerSwapper::Create(o, engine.get(), small.get());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("sub_group_size"), std::string::npos) << s.status().message();
+}
+
+TEST_F(OptimizerSwapperTest, IoErrorDuringStepIsReportedWithTheSubGroup) {
+  const OptimizerSwapperOptions o = Options(OffloadDevice::kNvme, true, true);
+  aio::FaultOptions f;
+  f.seed = 3;
+  f.eio_rate = 0.2;
+  auto engine = MakeFaultyEngine(f);
+  engine->injector().set_enabled(false);
+  auto pool = MakePool(OptimizerSwapper::RequiredBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
+  auto s = OptimizerSwapper::Create(o, engine.get(), pool.get());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const std::vector<float> master = RandomFloats(kTotal, 1, 1.0f);
+  ASSERT_TRUE((*s)->Initialize(master.data()).ok());
+  engine->injector().set_enabled(true);
+  std::vector<uint16_t> out(kTotal);
+  optim::AdamStepArgs args;
+  args.lr = 1e-3;
+  Status st = (*s)->Step(*adam_, args, out.data(), optim::DType::kBf16);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("sub-group"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find(".swp"), std::string::npos) << st.message();
+  EXPECT_EQ(pool->free_count(), 0);  // buffers stay leased; nothing in flight
+}
+
+}  // namespace
+}  // namespace zinf::swap

@@ -1,0 +1,113 @@
+#include "swap/param_swapper.h"
+
+#include <gtest/gtest.h>
+
+#include "swap/swap_test_util.h"
+
+namespace zinf::swap {
+namespace {
+
+using testing::MakeEngine;
+using testing::RandomBytes;
+using testing::TempDir;
+
+ParamSwapperOptions Options(const TempDir& dir, int64_t buffers, int64_t max_in_cpu) {
+  ParamSwapperOptions o;
+  o.buffer_count = buffers;
+  o.buffer_elems = 100'000;
+  o.max_in_cpu_elems = max_in_cpu;
+  o.store.paths = {dir.Sub("nvme0"), dir.Sub("nvme1")};
+  o.store.stripe_bytes = 64 << 10;
+  return o;
+}
+
+const std::vector<ParamShardSpec> kShards = {{"block0", 100'000}, {"block1", 77'777}, {"block2", 5}, {"block3", 99'999}};
+
+class ParamSwapperTest : public ::testing::Test {
+ protected:
+  void Fill(ParamSwapper& p) {
+    for (size_t i = 0; i < kShards.size(); ++i) {
+      data_.push_back(RandomBytes(static_cast<size_t>(kShards[i].elems) * 2, 50 + i));
+      ASSERT_TRUE(p.Store(static_cast<ParamSwapper::ShardId>(i), data_.back().data()).ok());
+    }
+    ASSERT_TRUE(p.Flush().ok());
+  }
+  void ExpectShard(ParamSwapper& p, int i) {
+    auto ptr = p.Acquire(i);
+    ASSERT_TRUE(ptr.ok()) << ptr.status().ToString();
+    EXPECT_EQ(std::memcmp(*ptr, data_[static_cast<size_t>(i)].data(), data_[static_cast<size_t>(i)].size()), 0)
+        << kShards[static_cast<size_t>(i)].name;
+    ASSERT_TRUE(p.Release(i, false).ok());
+  }
+
+  TempDir dir_;
+  std::unique_ptr<aio::IoEngine> engine_ = MakeEngine();
+  std::vector<std::vector<std::byte>> data_;
+};
+
+TEST_F(ParamSwapperTest, MoreShardsThanBuffersRoundTripThroughEviction) {
+  auto p = ParamSwapper::Create(Options(dir_, 2, 1'000'000), engine_.get(), kShards);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  Fill(**p);
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < 4; ++i) {
+      if (i + 1 < 4) {
+        ASSERT_TRUE((*p)->Prefetch(i + 1).ok());  // the next one ahead of use
+      }
+      ExpectShard(**p, i);
+    }
+  }
+  EXPECT_GT((*p)->stats().evictions, 0);
+  EXPECT_GT((*p)->stats().reads, 0);
+}
+
+TEST_F(ParamSwapperTest, DirtyReleaseIsWrittenBackAndReadAgain) {
+  auto p = ParamSwapper::Create(Options(dir_, 2, 0), engine_.get(), kShards);  // no cache: every acquire reads
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  Fill(**p);
+  auto ptr = (*p)->Acquire(1);
+  ASSERT_TRUE(ptr.ok());
+  data_[1] = RandomBytes(data_[1].size(), 999);
+  std::memcpy(*ptr, data_[1].data(), data_[1].size());
+  ASSERT_TRUE((*p)->Release(1, true).ok());
+  EXPECT_EQ((*p)->cached_elems(), 0);
+  const int64_t reads = (*p)->stats().reads;
+  ExpectShard(**p, 1);
+  EXPECT_EQ((*p)->stats().reads, reads + 1);
+}
+
+TEST_F(ParamSwapperTest, CachedShardsAreHits) {
+  auto p = ParamSwapper::Create(Options(dir_, 4, 1'000'000), engine_.get(), kShards);
+  ASSERT_TRUE(p.ok());
+  Fill(**p);
+  const int64_t reads = (*p)->stats().reads;
+  for (int i = 0; i < 4; ++i) ExpectShard(**p, i);
+  EXPECT_EQ((*p)->stats().reads, reads);
+  EXPECT_EQ((*p)->stats().hits, 4);
+}
+
+TEST_F(ParamSwapperTest, AllBuffersAcquiredIsResourceExhausted) {
+  auto p = ParamSwapper::Create(Options(dir_, 2, 1'000'000), engine_.get(), kShards);
+  ASSERT_TRUE(p.ok());
+  Fill(**p);
+  ASSERT_TRUE((*p)->Acquire(0).ok());
+  ASSERT_TRUE((*p)->Acquire(1).ok());
+  auto third = (*p)->Acquire(2);
+  ASSERT_FALSE(third.ok());
+  EXPECT_EQ(third.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(third.status().message().find("buffer_count"), std::string::npos);
+  ASSERT_TRUE((*p)->Release(0, false).ok());
+  ExpectShard(**p, 2);
+  ASSERT_TRUE((*p)->Release(1, false).ok());
+}
+
+TEST_F(ParamSwapperTest, ShardLargerThanBufferIsRefusedAtStart) {
+  auto p = ParamSwapper::Create(Options(dir_, 2, 0), engine_.get(), {{"embedding", 100'001}});
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(p.status().message().find("offload_param.buffer_size"), std::string::npos) << p.status().message();
+  EXPECT_NE(p.status().message().find("'embedding'"), std::string::npos) << p.status().message();
+}
+
+}  // namespace
+}  // namespace zinf::swap

@@ -1,0 +1,366 @@
+#include "swap/swap_store.h"
+
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <gtest/gtest.h>
+
+#include "swap/swap_test_util.h"
+
+namespace zinf::swap {
+namespace {
+
+using testing::CorruptFile;
+using testing::FillRandom;
+using testing::MakeEngine;
+using testing::MakeFaultyEngine;
+using testing::MakePool;
+using testing::TempDir;
+
+constexpr int64_t kStripe = 64 << 10;
+
+std::vector<TensorSpec> SomeTensors() {
+  // Sizes that are not multiples of the stripe or the alignment, one smaller
+  // than a block, one spanning many stripes.
+  return {{"master/sg0", 300'000, 4}, {"exp_avg/sg0", 300'000, 4}, {"tiny", 10, 1}, {"big", 1'000'003, 2}};
+}
+
+SwapStoreOptions Options(const TempDir& dir, int paths) {
+  SwapStoreOptions o;
+  for (int i = 0; i < paths; ++i) o.paths.push_back(dir.Sub("nvme" + std::to_string(i)));
+  o.stripe_bytes = kStripe;
+  o.run_id = "test-run";
+  return o;
+}
+
+class SwapStoreRoundTrip : public ::testing::TestWithParam<std::tuple<int, aio::EngineKind>> {};
+
+TEST_P(SwapStoreRoundTrip, ManyOutstandingFromOneThread) {
+  const auto [paths, kind] = GetParam();
+  TempDir dir;
+  auto engine = MakeEngine(kind);
+  ASSERT_TRUE(engine);
+  auto store_or = SwapStore::Create(engine.get(), SomeTensors(), Options(dir, paths));
+  ASSERT_TRUE(store_or.ok()) << store_or.status().ToString();
+  SwapStore& store = **store_or;
+  ASSERT_EQ(store.file_paths().size(), static_cast<size_t>(paths));
+
+  const int n = store.tensor_count();
+  auto pool = MakePool(2 * n, store.PaddedBytes(1'000'003));
+  std::vector<aio::PinnedBuffer> out, in;
+  std::vector<SwapHandle> handles;
+  for (int i = 0; i < n; ++i) {
+    out.push_back(pool->Acquire());
+    FillRandom(out.back().data(), static_cast<size_t>(store.tensor(i).size_bytes), 100 + i);
+    auto h = store.SwapOut(i, out.back().data());
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    handles.push_back(*h);
+  }
+  // Wait in reverse order: handles are independent.
+  for (int i = n - 1; i >= 0; --i) ASSERT_TRUE(store.Wait(handles[static_cast<size_t>(i)]).ok());
+  handles.clear();
+  for (int i = 0; i < n; ++i) {
+    EXPECT_TRUE(store.IsWritten(i));
+    in.push_back(pool->Acquire());
+    std::memset(in.back().data(), 0, static_cast<size_t>(in.back().size()));
+    auto h = store.SwapIn(i, in.back().data());
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    handles.push_back(*h);
+  }
+  ASSERT_TRUE(store.WaitAll().ok());
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(std::memcmp(in[static_cast<size_t>(i)].data(), out[static_cast<size_t>(i)].data(),
+                          static_cast<size_t>(store.tensor(i).size_bytes)),
+              0)
+        << store.tensor(i).name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(PathsAndEngines, SwapStoreRoundTrip,
+                         ::testing::Combine(::testing::Values(1, 3),
+                                            ::testing::Values(aio::EngineKind::kAuto, aio::EngineKind::kPosix)));
+
+TEST(SwapStore, RangesRoundTripAndUnwrittenRangesAreRefused) {
+  TempDir dir;
+  auto engine = MakeEngine();
+  auto store = SwapStore::Create(engine.get(), {{"t", 5 * kStripe + 100, 4}}, Options(dir, 3));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto pool = MakePool(2, 8 * kStripe);
+  aio::PinnedBuffer a = pool->Acquire(), b = pool->Acquire();
+  FillRandom(a.data(), 5 * kStripe + 100, 7);
+  // Only the tail first: the head stays unreadable.
+  auto h = (*store)->SwapOutRange(0, 4 * kStripe, kStripe + 100, a.data() + 4 * kStripe);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_TRUE((*store)->Wait(*h).ok());
+  EXPECT_FALSE((*store)->IsWritten(0));
+  auto bad = (*store)->SwapIn(0, b.data());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kFailedPrecondition) << bad.status().ToString();
+  // Misaligned ranges are refused.
+  EXPECT_EQ((*store)->SwapOutRange(0, 100, kStripe, a.data()).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*store)->SwapOutRange(0, 0, kStripe + 1, a.data()).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*store)->SwapOut(0, a.data() + 8).status().code(), StatusCode::kInvalidArgument);
+
+  h = (*store)->SwapOutRange(0, 0, 4 * kStripe, a.data());
+  ASSERT_TRUE(h.ok() && (*store)->Wait(*h).ok());
+  EXPECT_TRUE((*store)->IsWritten(0));
+  auto r = (*store)->SwapIn(0, b.data());
+  ASSERT_TRUE(r.ok() && (*store)->Wait(*r).ok());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), 5 * kStripe + 100), 0);
+}
+
+TEST(SwapStore, ChecksumMismatchIsCorruptionNamingFileOffsetAndTensor) {
+  TempDir dir;
+  auto engine = MakeEngine();
+  auto store = SwapStore::Create(engine.get(), SomeTensors(), Options(dir, 3));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  SwapStore& s = **store;
+  auto pool = MakePool(2, s.PaddedBytes(1'000'003));
+  aio::PinnedBuffer a = pool->Acquire(), b = pool->Acquire();
+  const TensorId big = *s.Find("big");
+  FillRandom(a.data(), 1'000'003, 1);
+  auto h = s.SwapOut(big, a.data());
+  ASSERT_TRUE(h.ok() && s.Wait(*h).ok());
+
+  // Flip a byte in the third extent of "big": stripe unit (first + 2) on file
+  // (first + 2) % 3. Find it by scanning: exactly one extent must fail.
+  bool corrupted = false;
+  for (const std::string& f : s.file_paths()) {
+    if (corrupted) break;
+    // Every file's data starts after one alignment block; "big" follows
+    // three tensors of 5 + 5 + 1 stripes, so its units start at 11.
+    const int64_t unit = 11 + 2;
+    if (f != s.file_paths()[unit % 3]) continue;
+    CorruptFile(f, s.alignment_bytes() + (unit / 3) * kStripe + 123);
+    corrupted = true;
+  }
+  ASSERT_TRUE(corrupted);
+  auto r = s.SwapIn(big, b.data());
+  ASSERT_TRUE(r.ok());
+  Status st = s.Wait(*r);
+  ASSERT_EQ(st.code(), StatusCode::kCorruption) << st.ToString();
+  EXPECT_NE(st.message().find(s.file_paths()[13 % 3]), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("offset " + std::to_string(s.alignment_bytes() + (13 / 3) * kStripe)),
+            std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("'big'"), std::string::npos) << st.message();
+  // Other tensors are unaffected.
+  const TensorId tiny = *s.Find("tiny");
+  h = s.SwapOut(tiny, a.data());
+  ASSERT_TRUE(h.ok() && s.Wait(*h).ok());
+  r = s.SwapIn(tiny, b.data());
+  ASSERT_TRUE(r.ok() && s.Wait(*r).ok());
+}
+
+TEST(SwapStore, StaleFilesFromAnotherLayoutAreRefusedOrReplaced) {
+  TempDir dir;
+  auto engine = MakeEngine();
+  auto pool = MakePool(1, 1 << 20);
+  {
+    auto first = SwapStore::Create(engine.get(), SomeTensors(), Options(dir, 2));
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    aio::PinnedBuffer a = pool->Acquire();
+    FillRandom(a.data(), 300'000, 3);
+    auto h = (*first)->SwapOut(0, a.data());
+    ASSERT_TRUE(h.ok() && (*first)->Wait(*h).ok());
+  }
+  std::vector<TensorSpec> other = SomeTensors();
+  other[0].size_bytes += kStripe;  // another layout
+
+  SwapStoreOptions refuse = Options(dir, 2);
+  refuse.stale_policy = StalePolicy::kRefuse;
+  auto refused = SwapStore::Create(engine.get(), other, refuse);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("another layout"), std::string::npos) << refused.status().message();
+  EXPECT_NE(refused.status().message().find("zinf.0.swp"), std::string::npos) << refused.status().message();
+
+  // Another run with the same layout is stale too.
+  SwapStoreOptions other_run = refuse;
+  other_run.run_id = "another-run";
+  auto refused_run = SwapStore::Create(engine.get(), SomeTensors(), other_run);
+  ASSERT_FALSE(refused_run.ok());
+  EXPECT_NE(refused_run.status().message().find("another run"), std::string::npos);
+
+  // The same layout and run reuses the files, but never serves old bytes.
+  auto same = SwapStore::Create(engine.get(), SomeTensors(), refuse);
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  aio::PinnedBuffer b = pool->Acquire();
+  EXPECT_EQ((*same)->SwapIn(0, b.data()).status().code(), StatusCode::kFailedPrecondition);
+  same->reset();
+
+  // kReplace makes new files.
+  auto replaced = SwapStore::Create(engine.get(), other, Options(dir, 2));
+  ASSERT_TRUE(replaced.ok()) << replaced.status().ToString();
+  EXPECT_EQ((*replaced)->SwapIn(0, b.data()).status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(SwapStore, FileThatIsNotASwapFileIsRefused) {
+  TempDir dir;
+  ASSERT_TRUE(MakeDirectories(dir.Sub("nvme0")).ok());
+  {
+    FILE* f = std::fopen((dir.Sub("nvme0") + "/zinf.0.swp").c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::vector<char> junk(8192, 'x');
+    std::fwrite(junk.data(), 1, junk.size(), f);
+    std::fclose(f);
+  }
+  auto engine = MakeEngine();
+  SwapStoreOptions o = Options(dir, 1);
+  o.stale_policy = StalePolicy::kRefuse;
+  auto s = SwapStore::Create(engine.get(), SomeTensors(), o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("not a zinf swap file"), std::string::npos) << s.status().message();
+}
+
+TEST(SwapStore, NotEnoughSpaceIsFoundAtStartNamingEveryPath) {
+  TempDir dir;
+  auto engine = MakeEngine();
+  // Far more than any test machine has: refused before anything is allocated.
+  SwapStoreOptions o = Options(dir, 2);
+  o.stripe_bytes = int64_t{1} << 30;
+  auto s = SwapStore::Create(engine.get(), {{"huge", int64_t{1} << 50, 4}}, o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kNoSpace) << s.status().ToString();
+  EXPECT_NE(s.status().message().find("needs"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("free"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find(dir.Sub("nvme1")), std::string::npos) << s.status().message();
+}
+
+TEST(SwapStore, FullDiskAtPreallocationIsNoSpaceNamingTheFile) {
+  // RLIMIT_FSIZE makes fallocate past the limit fail with EFBIG, as a full
+  // disk fails with ENOSPC: both are kNoSpace.
+  TempDir dir;
+  auto engine = MakeEngine();
+  struct sigaction ignore {}, old {};
+  ignore.sa_handler = SIG_IGN;
+  ASSERT_EQ(::sigaction(SIGXFSZ, &ignore, &old), 0);
+  rlimit saved {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  rlimit small = saved;
+  small.rlim_cur = 1 << 20;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  auto s = SwapStore::Create(engine.get(), {{"t", 4 << 20, 4}}, Options(dir, 1));
+  ::setrlimit(RLIMIT_FSIZE, &saved);
+  ::sigaction(SIGXFSZ, &old, nullptr);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kNoSpace) << s.status().ToString();
+  EXPECT_NE(s.status().message().find("preallocating swap file"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("zinf.0.swp"), std::string::npos) << s.status().message();
+  // No half-made file is left under the final name.
+  EXPECT_FALSE(PathExists(dir.Sub("nvme0") + "/zinf.0.swp"));
+}
+
+TEST(SwapStore, RetryableFaultsNeverChangeTheBytes) {
+  // EAGAIN, EINTR, short transfers and delays are handled below the store:
+  // every transfer succeeds with the right bytes.
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    TempDir dir;
+    aio::FaultOptions f;
+    f.seed = seed;
+    f.eagain_rate = 0.1;
+    f.eintr_rate = 0.1;
+    f.short_rate = 0.2;
+    f.delay_rate = 0.1;
+    auto engine = MakeFaultyEngine(f);
+    auto store = SwapStore::Create(engine.get(), SomeTensors(), Options(dir, 3));
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto pool = MakePool(2, (*store)->PaddedBytes(1'000'003));
+    aio::PinnedBuffer a = pool->Acquire(), b = pool->Acquire();
+    for (int i = 0; i < (*store)->tensor_count(); ++i) {
+      const auto n = static_cast<size_t>((*store)->tensor(i).size_bytes);
+      FillRandom(a.data(), n, seed * 10 + i);
+      auto h = (*store)->SwapOut(i, a.data());
+      ASSERT_TRUE(h.ok());
+      ASSERT_TRUE((*store)->Wait(*h).ok());
+      auto r = (*store)->SwapIn(i, b.data());
+      ASSERT_TRUE(r.ok());
+      ASSERT_TRUE((*store)->Wait(*r).ok());
+      ASSERT_EQ(std::memcmp(a.data(), b.data(), n), 0);
+    }
+    EXPECT_GT(engine->injector().counts().total(), 0);
+  }
+}
+
+TEST(SwapStore, InjectedFailuresEndInClearErrorsNeverGarbage) {
+  // EIO and torn writes, on swap-out and swap-in: every transfer either
+  // moves the right bytes or fails with an error naming what failed; the
+  // caller's buffers are not touched by a failed swap-out; after the first
+  // error the engine is sticky and the store refuses further work.
+  int failures = 0;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    TempDir dir;
+    aio::FaultOptions f;
+    f.seed = seed;
+    f.eio_rate = 0.03;
+    f.torn_write_rate = 0.05;
+    auto engine = MakeFaultyEngine(f);
+    engine->injector().set_enabled(false);  // creating the files is not the test here
+    auto store = SwapStore::Create(engine.get(), SomeTensors(), Options(dir, 3));
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    engine->injector().set_enabled(true);
+    SwapStore& s = **store;
+    auto pool = MakePool(3, s.PaddedBytes(1'000'003));
+    aio::PinnedBuffer a = pool->Acquire(), copy = pool->Acquire(), b = pool->Acquire();
+    bool failed = false;
+    for (int round = 0; round < 3 && !failed; ++round) {
+      for (int i = 0; i < s.tensor_count() && !failed; ++i) {
+        const auto n = static_cast<size_t>(s.tensor(i).size_bytes);
+        FillRandom(a.data(), n, seed * 100 + round * 10 + i);
+        std::memcpy(copy.data(), a.data(), n);
+        auto h = s.SwapOut(i, a.data());
+        Status st = h.ok() ? s.Wait(*h) : h.status();
+        EXPECT_EQ(std::memcmp(copy.data(), a.data(), n), 0) << "swap-out changed the caller's buffer";
+        if (!st.ok()) {
+          failed = true;
+          EXPECT_NE(st.message().find(s.tensor(i).name), std::string::npos) << st.message();
+          EXPECT_NE(st.message().find(".swp"), std::string::npos) << st.message();
+          EXPECT_FALSE(s.IsWritten(i));
+          break;
+        }
+        auto r = s.SwapIn(i, b.data());
+        st = r.ok() ? s.Wait(*r) : r.status();
+        if (!st.ok()) {
+          failed = true;
+          EXPECT_NE(st.message().find(s.tensor(i).name), std::string::npos) << st.message();
+          break;
+        }
+        ASSERT_EQ(std::memcmp(a.data(), b.data(), n), 0) << "seed " << seed << ": garbage read back";
+      }
+    }
+    if (failed) {
+      ++failures;
+      // Sticky: nothing more is accepted, and nothing unwritten is served.
+      auto h = s.SwapOut(0, a.data());
+      Status st = h.ok() ? s.Wait(*h) : h.status();
+      EXPECT_FALSE(st.ok());
+    }
+  }
+  EXPECT_GT(failures, 0) << "the fault rates injected nothing; raise them";
+}
+
+TEST(SwapStore, HeaderEncodesAndDecodes) {
+  SwapFileHeader h;
+  h.header_bytes = 4096;
+  h.file_index = 2;
+  h.file_count = 3;
+  h.data_bytes = 123456789;
+  h.logical_bytes = 987654321;
+  h.stripe_bytes = 1 << 20;
+  h.tensor_count = 7;
+  h.element_size_bytes = 4;
+  h.layout_hash = 0x1234567890abcdefull;
+  h.run_id = "run-42";
+  char buf[SwapFileHeader::kEncodedBytes];
+  h.Encode(buf);
+  auto d = SwapFileHeader::Decode(buf, sizeof(buf), "f");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->layout_hash, h.layout_hash);
+  EXPECT_EQ(d->run_id, h.run_id);
+  EXPECT_EQ(d->data_bytes, h.data_bytes);
+  buf[30] ^= 1;
+  EXPECT_EQ(SwapFileHeader::Decode(buf, sizeof(buf), "f").status().code(), StatusCode::kCorruption);
+}
+
+}  // namespace
+}  // namespace zinf::swap
