@@ -21,6 +21,8 @@ int PrintHelp(FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Line-buffered stdout, so results and stderr progress interleave in order.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) return PrintHelp(stderr);
   if (args[0] == "help" || args[0] == "--help" || args[0] == "-h") return PrintHelp(stdout);
