@@ -37,8 +37,13 @@ std::string FioCommand(const FioRun& run) {
   const int64_t per_job = run.size_bytes / e.thread_count;
   std::string c = "fio --name=zinf-compare --output-format=json --thread --group_reporting";
   c += " --filename=" + Quote(run.file);
-  c += std::string(" --rw=") + (run.op == aio::IoOp::kRead ? "read" : "write");
+  if (run.read_percent >= 0) {
+    c += " --rw=rw --rwmixread=" + std::to_string(run.read_percent);
+  } else {
+    c += std::string(" --rw=") + (run.op == aio::IoOp::kRead ? "read" : "write");
+  }
   c += " --ioengine=io_uring --direct=1 --fixedbufs --registerfiles";
+  if (run.huge_pages) c += " --iomem=shmhuge";
   c += " --bs=" + std::to_string(e.block_size_bytes);
   c += " --iodepth=" + std::to_string(e.queue_depth);
   c += " --iodepth_batch_submit=" + std::to_string(e.single_submit ? 1 : e.queue_depth);
@@ -62,10 +67,60 @@ StatusOr<double> RunFio(const FioRun& run) {
     return Status::Internal("cannot parse fio's JSON output: " + out.substr(0, 2000));
   }
   const auto& job = j["jobs"][0];
-  const char* key = run.op == aio::IoOp::kRead ? "read" : "write";
-  if (!job.contains(key) || !job[key].contains("bw_bytes")) return Status::Internal("fio JSON lacks bw_bytes");
   if (job.value("error", 0) != 0) return Status::IoError("fio reported error " + std::to_string(job.value("error", 0)));
-  return job[key]["bw_bytes"].get<double>() / 1e9;
+  double bytes_per_s = 0;
+  for (const char* key : {"read", "write"}) {
+    const bool wanted = run.read_percent >= 0 || (run.op == aio::IoOp::kRead) == (key[0] == 'r');
+    if (!wanted) continue;
+    if (!job.contains(key) || !job[key].contains("bw_bytes")) return Status::Internal("fio JSON lacks bw_bytes");
+    bytes_per_s += job[key]["bw_bytes"].get<double>();
+  }
+  return bytes_per_s / 1e9;
+}
+
+namespace {
+constexpr char kNrHugepages[] = "/proc/sys/vm/nr_hugepages";
+
+long ReadLong(const char* path) {
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return -1;
+  long v = -1;
+  if (std::fscanf(f, "%ld", &v) != 1) v = -1;
+  std::fclose(f);
+  return v;
+}
+
+bool WriteLong(const char* path, long v) {
+  FILE* f = std::fopen(path, "w");
+  if (f == nullptr) return false;
+  const bool ok = std::fprintf(f, "%ld\n", v) > 0;
+  return std::fclose(f) == 0 && ok;
+}
+}  // namespace
+
+int64_t FioBufferBytes(const FioRun& run) {
+  return int64_t{run.engine.queue_depth} * run.engine.block_size_bytes * run.engine.thread_count;
+}
+
+FioHugePages::FioHugePages(int64_t bytes) {
+  constexpr int64_t kHugePage = int64_t{2} << 20;
+  previous_ = ReadLong(kNrHugepages);
+  const long want = static_cast<long>((bytes + kHugePage - 1) / kHugePage) * 2 + 4;  // shm rounding, slack
+  if (previous_ < 0) {
+    description_ = "4 KiB pages (cannot read vm.nr_hugepages)";
+  } else if (!WriteLong(kNrHugepages, previous_ + want)) {
+    description_ = "4 KiB pages (cannot reserve huge pages: not root?)";
+  } else if (ReadLong(kNrHugepages) < previous_ + want) {
+    WriteLong(kNrHugepages, previous_);
+    description_ = "4 KiB pages (the kernel could not reserve enough huge pages)";
+  } else {
+    active_ = true;
+    description_ = "2 MiB huge pages (" + std::to_string(want) + " reserved for the run)";
+  }
+}
+
+FioHugePages::~FioHugePages() {
+  if (active_) WriteLong(kNrHugepages, previous_);
 }
 
 StatusOr<std::string> FioVersion() {

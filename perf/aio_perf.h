@@ -23,7 +23,42 @@ struct FioRun {
   int64_t size_bytes = 0;
   aio::IoOp op = aio::IoOp::kRead;
   aio::IoEngineOptions engine;
+  // 0..100: a mixed sequential job (fio rw=rw) with this share of reads
+  // instead of `op` alone; RunFio then returns reads + writes together.
+  int read_percent = -1;
+  // Give fio huge-page buffers (--iomem=shmhuge); needs a FioHugePages.
+  bool huge_pages = false;
 };
+
+// Reserves huge pages for fio's I/O buffers while it lives and gives them
+// back after (the old vm.nr_hugepages is restored).
+//
+// Why: zinf's PinnedPool backs its buffers with huge pages, so a 1 MiB
+// request is a few physically contiguous segments; fio's default 4 KiB-page
+// buffers make 256 segments, which devices with a 254-segment limit (virtio
+// disks among them) split in two, and fio then measures the split, not the
+// drive. With huge pages on both sides the comparison is like for like.
+// Only root can reserve them; elsewhere active() is false and fio keeps its
+// default buffers (benchmarks say which in their JSON).
+class FioHugePages {
+ public:
+  // Reserves enough 2 MiB pages for `bytes` of fio buffers (plus slack).
+  explicit FioHugePages(int64_t bytes);
+  ~FioHugePages();
+  FioHugePages(const FioHugePages&) = delete;
+  FioHugePages& operator=(const FioHugePages&) = delete;
+  bool active() const { return active_; }
+  // "2 MiB huge pages" or why not: "4 KiB pages (cannot reserve huge pages: ...)".
+  const std::string& description() const { return description_; }
+
+ private:
+  bool active_ = false;
+  long previous_ = -1;
+  std::string description_;
+};
+
+// fio's buffer memory for one run of `run`: queue_depth * block_size per job.
+int64_t FioBufferBytes(const FioRun& run);
 
 // The fio command line for `run` (JSON output on stdout).
 std::string FioCommand(const FioRun& run);

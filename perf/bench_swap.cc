@@ -4,12 +4,11 @@
 //   * io_bound_s: the step's bytes over what fio moves on the same paths
 //     with the same engine settings: per step every sub-group's master, m, v
 //     and fp32 gradient are read (16 B/param) and master, m, v written back
-//     (12 B/param). io_bound_s = max(read bytes / fio read GB/s, written
-//     bytes / fio write GB/s): a lower bound, reached only when the drives
-//     serve reads and writes fully in parallel. io_serial_s (the sum of the
-//     two) is what a drive that cannot overlap them at all would take; the
-//     step landing between the two shows how much the drives overlap. With
-//     several paths, fio runs on each and their bandwidths add.
+//     (12 B/param), reads and writes overlapping. So fio runs a sequential
+//     mixed job (rw=rw) with the step's read share (16/28) over a file as
+//     large as the state on each path, and io_bound_s = (read + written
+//     bytes) / fio's mixed GB/s. With several paths, their bandwidths add.
+//     fio's pure read and write speeds are reported too, for reference.
 //   * adam_bound_s: CpuAdam::Update over the same number of parameters held
 //     in RAM, same pool, same ISA (what `zinf bench adam` times).
 // ratio_to_bound = step_s / max(io_bound_s, adam_bound_s): 1.0 means the
@@ -61,15 +60,17 @@ int Run(const std::vector<std::string>& args) {
                                  {"no-fio", "no-pipeline", "keep-files"});
   if (!flags.ok()) return cli::Fail(kName, flags.status(), 2);
   auto params = flags->GetInt("params", int64_t{1} << 24);
-  auto steps = flags->GetInt("steps", 3);
+  auto steps = flags->GetInt("steps", 5);
   auto threads = flags->GetInt("threads", 0);
-  auto fio_size = flags->GetInt("fio-size", 256 * kMiB);
+  auto fio_size = flags->GetInt("fio-size", 0);  // 0: the state's size per path
   auto qd = flags->GetInt("queue-depth", 32);
   auto bs = flags->GetInt("block-size", kMiB);
   for (const auto* v : {&params, &steps, &threads, &fio_size, &qd, &bs}) {
     if (!v->ok()) return cli::Fail(kName, v->status(), 2);
   }
-  auto sub_group = flags->GetInt("sub-group", std::max<int64_t>(1, *params / 8));
+  // Default: 8M elements (at most N/16), so the pipeline's unhidden first
+  // read and last write are a small part of the step.
+  auto sub_group = flags->GetInt("sub-group", std::max<int64_t>(1, std::min<int64_t>(*params / 16, int64_t{1} << 23)));
   if (!sub_group.ok()) return cli::Fail(kName, sub_group.status(), 2);
   if (*params < 1 || *steps < 1 || *sub_group < 1) {
     return cli::Fail(kName, Status::InvalidArgument("--params, --steps and --sub-group must be positive"), 2);
@@ -151,16 +152,82 @@ int Run(const std::vector<std::string>& args) {
     }
   }
 
-  std::vector<double> step_times;
+  // The I/O bound: fio on every path with the engine's settings, over as
+  // many bytes as the state, reading and writing at once in the step's mix
+  // (16 bytes read for every 12 written), since the pipeline overlaps them.
+  // fio's files are laid out (and pure write and read speeds taken) once;
+  // then each repetition times one step and, right after it, fio's mixed
+  // job, so both see the same machine; the ratio is the median of the
+  // per-repetition ratios.
+  const int64_t bytes_read = 16 * n, bytes_written = 12 * n;
+  const int64_t bytes_moved = bytes_read + bytes_written;
+  const int read_percent = static_cast<int>(std::lround(100.0 * double(bytes_read) / double(bytes_moved)));
+  const bool use_fio = !flags->Has("no-fio");
+  std::string fio_version = "not run";
+  std::vector<FioRun> fio_runs;
+  double read_gbps = 0, write_gbps = 0;
+  FioRun probe;
+  probe.engine = eo;
+  probe.engine.thread_count = 1;
+  FioHugePages fio_pages(use_fio ? FioBufferBytes(probe) : 0);  // like the pool's buffers; see aio_perf.h
+  auto remove_fio_files = [&] {
+    for (const FioRun& run : fio_runs) swap::RemoveFile(run.file).IgnoreError();
+  };
+  if (use_fio) {
+    auto version = FioVersion();
+    if (!version.ok()) return cli::Fail(kName, version.status());
+    fio_version = *version;
+    const int64_t per_path = AlignUp(*fio_size > 0 ? *fio_size : 16 * n / int64_t(paths.size()), eo.block_size_bytes);
+    for (const std::string& path : paths) {
+      FioRun run = probe;
+      run.huge_pages = fio_pages.active();
+      run.file = swap::JoinPath(path, "zinf-bench-swap.fio");
+      run.size_bytes = per_path;
+      run.op = aio::IoOp::kWrite;
+      fio_runs.push_back(run);
+      auto w = RunFio(run);  // also lays the file out for the reads
+      run.op = aio::IoOp::kRead;
+      auto r = w.ok() ? RunFio(run) : w;
+      if (!r.ok()) {
+        remove_fio_files();
+        return cli::Fail(kName, r.status());
+      }
+      write_gbps += *w;
+      read_gbps += *r;
+      fio_runs.back().read_percent = read_percent;
+    }
+  }
+
+  std::vector<double> step_times, io_bounds, mixed_rates;
   for (int64_t i = 0; i < *steps; ++i) {
     step_args.step = 2 + i;
     const auto t0 = std::chrono::steady_clock::now();
     st = s.Step(*adam, step_args, out16.data(), optim::DType::kBf16);
     step_times.push_back(Seconds(t0));
-    if (!st.ok()) return cli::Fail(kName, st);
+    if (!st.ok()) {
+      remove_fio_files();
+      return cli::Fail(kName, st);
+    }
+    double mixed_gbps = 0;
+    for (const FioRun& run : fio_runs) {
+      auto m = RunFio(run);
+      if (!m.ok()) {
+        remove_fio_files();
+        return cli::Fail(kName, m.status());
+      }
+      mixed_gbps += *m;
+    }
+    if (use_fio) {
+      mixed_rates.push_back(mixed_gbps);
+      io_bounds.push_back(static_cast<double>(bytes_moved) / (mixed_gbps * 1e9));
+    }
+    std::fprintf(stderr, "  rep %lld: step %.3f s, fio mixed %.2f GB/s -> %.3f s\n", static_cast<long long>(i + 1),
+                 step_times.back(), mixed_gbps, use_fio ? io_bounds.back() : 0.0);
   }
+  remove_fio_files();
   const double step_s = Median(step_times);
-  const int64_t bytes_read = 16 * n, bytes_written = 12 * n;
+  const double io_bound_s = Median(io_bounds);
+  const double mixed_gbps = Median(mixed_rates);
   swapper->reset();
   buffers->reset();
 
@@ -179,36 +246,11 @@ int Run(const std::vector<std::string>& args) {
     }
   }
   const double adam_bound_s = Median(adam_times);
-
-  // The I/O bound: fio on every path with the engine's settings.
-  double read_gbps = 0, write_gbps = 0;
-  std::string fio_version = "not run";
-  const bool use_fio = !flags->Has("no-fio");
-  if (use_fio) {
-    auto version = FioVersion();
-    if (!version.ok()) return cli::Fail(kName, version.status());
-    fio_version = *version;
-    for (const std::string& path : paths) {
-      FioRun run;
-      run.file = swap::JoinPath(path, "zinf-bench-swap.fio");
-      run.size_bytes = AlignDown(*fio_size, eo.block_size_bytes);
-      run.engine = eo;
-      run.engine.thread_count = 1;
-      run.op = aio::IoOp::kWrite;
-      auto w = RunFio(run);
-      run.op = aio::IoOp::kRead;
-      auto r = w.ok() ? RunFio(run) : w;
-      swap::RemoveFile(run.file).IgnoreError();
-      if (!r.ok()) return cli::Fail(kName, r.status());
-      write_gbps += *w;
-      read_gbps += *r;
-    }
+  std::vector<double> ratios;
+  for (size_t i = 0; i < step_times.size(); ++i) {
+    const double bound = std::max(use_fio ? io_bounds[i] : 0.0, adam_bound_s);
+    ratios.push_back(step_times[i] / bound);
   }
-  const bool measured = use_fio && read_gbps > 0 && write_gbps > 0;
-  const double read_s = measured ? static_cast<double>(bytes_read) / (read_gbps * 1e9) : 0.0;
-  const double write_s = measured ? static_cast<double>(bytes_written) / (write_gbps * 1e9) : 0.0;
-  const double io_bound_s = std::max(read_s, write_s);
-  const double io_serial_s = read_s + write_s;
   if (!flags->Has("keep-files")) {
     for (size_t i = 0; i < paths.size(); ++i) {
       swap::RemoveFile(swap::JoinPath(paths[i], "zinf-bench-swap." + std::to_string(i) + ".swp")).IgnoreError();
@@ -228,26 +270,36 @@ int Run(const std::vector<std::string>& args) {
   j["step_s"] = step_s;
   j["adam_bound_s"] = adam_bound_s;
   j["io_bound_s"] = io_bound_s;
-  j["io_serial_s"] = io_serial_s;
   j["fio"] = fio_version;
+  j["fio_buffers"] = use_fio ? fio_pages.description() : "";
+  j["fio_mixed_read_percent"] = read_percent;
+  j["fio_mixed_gbps"] = mixed_gbps;
   j["fio_read_gbps"] = read_gbps;
   j["fio_write_gbps"] = write_gbps;
+  j["compared"] = "Each repetition times one pipelined optimizer step (state read, Adam, state written) and right "
+                  "after it fio's mixed job; ratio_to_bound is the median of step / max(io bound, adam bound) "
+                  "over repetitions. step_s: median step wall time. "
+                  "io_bound_s: bytes_read + bytes_written over fio's sequential mixed read/write bandwidth "
+                  "(rw=rw at the step's read share, io_uring, O_DIRECT, same block size and queue depth) on "
+                  "a file as large as the state on each path. adam_bound_s: the same Adam update in RAM.";
   j["bytes_read"] = bytes_read;
   j["bytes_written"] = bytes_written;
-  const double bound = std::max(io_bound_s, adam_bound_s);
-  j["ratio_to_bound"] = bound > 0 ? step_s / bound : 0.0;
+  j["ratio_to_bound"] = Median(ratios);
+  j["step_s_runs"] = step_times;
+  j["io_bound_s_runs"] = io_bounds;
   std::printf("%s\n", j.dump(2).c_str());
   return 0;
 }
 
 ZINF_COMMAND({kName, "time the NVMe-offloaded optimizer step against fio and the in-RAM Adam step",
-              "bench swap [--params N (2^24)] [--sub-group S (N/8)] [--nvme DIR]... [--steps R (3)]\n"
-              "           [--threads T] [--queue-depth Q (32)] [--block-size B (1M)] [--fio-size F (256M)]\n"
+              "bench swap [--params N (2^24)] [--sub-group S (min(N/16, 8M))] [--nvme DIR]... [--steps R (5)]\n"
+              "           [--threads T] [--queue-depth Q (32)] [--block-size B (1M)] [--fio-size F (state size)]\n"
               "           [--no-pipeline] [--no-fio] [--keep-files]\n"
               "  Runs the pipelined optimizer step over N fp32 parameters whose master, m, v and\n"
               "  gradient live in swap files on the --nvme paths, checks the first step against the\n"
               "  same update in RAM, times R steps, then measures in the same run the in-RAM Adam\n"
-              "  step (adam_bound_s) and fio's sequential bandwidth on every path (io_bound_s).\n"
+              "  step (adam_bound_s) and fio's mixed sequential read/write bandwidth on every path, in\n"
+              "  the step's read/write mix over a file as large as the state (io_bound_s).\n"
               "  Prints JSON: step_s, io_bound_s, adam_bound_s, ratio_to_bound = step_s /\n"
               "  max(io_bound_s, adam_bound_s), bytes_read, bytes_written (per step).",
               Run});
