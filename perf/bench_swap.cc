@@ -35,7 +35,7 @@
 #include "optim/cpu_adam.h"
 #include "optim/isa.h"
 #include "optim/thread_pool.h"
-#include "swap/fs_util.h"
+#include "core/fs.h"
 #include "swap/optimizer_swapper.h"
 
 namespace zinf::perf {
@@ -171,7 +171,7 @@ int Run(const std::vector<std::string>& args) {
   probe.engine.thread_count = 1;
   FioHugePages fio_pages(use_fio ? FioBufferBytes(probe) : 0);  // like the pool's buffers; see aio_perf.h
   auto remove_fio_files = [&] {
-    for (const FioRun& run : fio_runs) swap::RemoveFile(run.file).IgnoreError();
+    for (const FioRun& run : fio_runs) RemoveFile(run.file).IgnoreError();
   };
   if (use_fio) {
     auto version = FioVersion();
@@ -181,7 +181,7 @@ int Run(const std::vector<std::string>& args) {
     for (const std::string& path : paths) {
       FioRun run = probe;
       run.huge_pages = fio_pages.active();
-      run.file = swap::JoinPath(path, "zinf-bench-swap.fio");
+      run.file = JoinPath(path, "zinf-bench-swap.fio");
       run.size_bytes = per_path;
       run.op = aio::IoOp::kWrite;
       fio_runs.push_back(run);
@@ -253,7 +253,7 @@ int Run(const std::vector<std::string>& args) {
   }
   if (!flags->Has("keep-files")) {
     for (size_t i = 0; i < paths.size(); ++i) {
-      swap::RemoveFile(swap::JoinPath(paths[i], "zinf-bench-swap." + std::to_string(i) + ".swp")).IgnoreError();
+      RemoveFile(JoinPath(paths[i], "zinf-bench-swap." + std::to_string(i) + ".swp")).IgnoreError();
     }
   }
 

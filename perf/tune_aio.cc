@@ -29,6 +29,7 @@
 #include "aio/striped_space.h"
 #include "aio/throughput.h"
 #include "cli/command.h"
+#include "core/fs.h"
 #include "core/units.h"
 #include "zinf/config.h"
 
@@ -221,7 +222,7 @@ int Run(const std::vector<std::string>& args) {
   aio["thread_count"] = best.thread_count;
   aio["single_submit"] = best.single_submit;
   aio["overlap_events"] = best.overlap_events;
-  st = aio::WriteFileAtomic(*out_path, json.dump(2) + "\n");
+  st = WriteFileAtomic(*out_path, json.dump(2) + "\n");
   if (!st.ok()) return cli::Fail("tune aio", st);
   auto check = LoadConfigFile(*out_path);
   if (!check.ok()) return cli::Fail("tune aio", check.status().WithContext("the written config does not parse"));

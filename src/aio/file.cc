@@ -137,48 +137,6 @@ Status AllocateFd(const File& file, int64_t size_bytes) {
   return ErrnoStatus(err, "fallocate", file.info().path, 0, size_bytes);
 }
 
-Status WriteFileAtomic(const std::string& path, std::string_view contents) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(errno, "open", tmp);
-  File file(fd, FileInfo{tmp, false, 1});
-  int64_t done = 0;
-  while (done < static_cast<int64_t>(contents.size())) {
-    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : EIO;
-      ::unlink(tmp.c_str());
-      return ErrnoStatus(err, "write", tmp, done, static_cast<int64_t>(contents.size()) - done);
-    }
-    done += n;
-  }
-  if (::fsync(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoStatus(err, "fsync", tmp);
-  }
-  Status st = file.Close();
-  if (!st.ok()) {
-    ::unlink(tmp.c_str());
-    return st;
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoStatus(err, "rename " + tmp + " to", path);
-  }
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return ErrnoStatus(errno, "open directory", dir);
-  const int rc = ::fsync(dfd);
-  const int err = errno;
-  ::close(dfd);
-  if (rc != 0) return ErrnoStatus(err, "fsync directory", dir);
-  return Status::Ok();
-}
-
 StatusOr<FileId> FileTable::Add(File file) {
   std::lock_guard lock(mu_);
   for (int i = 0; i < kMaxFiles; ++i) {

@@ -55,10 +55,6 @@ Status TruncateFd(const File& file, int64_t size_bytes);
 // fallocate(0, size), or ftruncate where the filesystem has no fallocate.
 Status AllocateFd(const File& file, int64_t size_bytes);
 
-// Writes `contents` to `path` so that a crash leaves either the old file or
-// the new one: write `path`.tmp.<pid>, fsync, rename over `path`, fsync the
-// directory.
-Status WriteFileAtomic(const std::string& path, std::string_view contents);
 
 // Files opened by one engine, indexed by FileId. Open/Close take the lock;
 // Get() does not: a FileId handed to Submit stays valid (the caller may not

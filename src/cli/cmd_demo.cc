@@ -32,7 +32,7 @@
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
 #include "swap/checkpoint.h"
-#include "swap/fs_util.h"
+#include "core/fs.h"
 #include "swap/optimizer_swapper.h"
 #include "zinf/config.h"
 
@@ -164,12 +164,12 @@ int Run(const std::vector<std::string>& args) {
     char tmpl[] = "/tmp/zinf-demo.XXXXXX";
     if (mkdtemp(tmpl) == nullptr) return Fail(kName, ErrnoStatus(errno, "mkdtemp", tmpl));
     dir = tmpl;
-  } else if (Status st = swap::MakeDirectories(dir); !st.ok()) {
+  } else if (Status st = MakeDirectories(dir); !st.ok()) {
     return Fail(kName, st);
   }
   const bool keep = flags->Has("keep");
   const std::string nvme_dir = dir + "/nvme";
-  if (Status st = swap::MakeDirectories(nvme_dir); !st.ok()) return Fail(kName, st);
+  if (Status st = MakeDirectories(nvme_dir); !st.ok()) return Fail(kName, st);
 
   auto result = [&]() -> int {
     // 1. The built-in config, resolved like any user's.
@@ -306,7 +306,7 @@ int Run(const std::vector<std::string>& args) {
       blobs.push_back(swap::BlobRef::Swap(store->tensor(id).name, store, id));
     }
     const std::string ckpt = dir + "/checkpoints/step-" + std::to_string(steps);
-    if (Status st = swap::MakeDirectories(dir + "/checkpoints"); !st.ok()) return Fail(kName, st);
+    if (Status st = MakeDirectories(dir + "/checkpoints"); !st.ok()) return Fail(kName, st);
     aio::PinnedPoolOptions cpo;
     cpo.buffer_count = 2;
     cpo.buffer_bytes = 4 * kMiB;
@@ -352,7 +352,7 @@ int Run(const std::vector<std::string>& args) {
 
   if (keep) {
     std::printf("  kept: %s\n", dir.c_str());
-  } else if (Status st = swap::RemoveTree(dir); !st.ok()) {
+  } else if (Status st = RemoveTree(dir); !st.ok()) {
     std::fprintf(stderr, "zinf demo: could not remove %s: %s\n", dir.c_str(), st.ToString().c_str());
   }
   return result;

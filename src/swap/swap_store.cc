@@ -12,7 +12,7 @@
 #include "core/crc32c.h"
 #include "core/log.h"
 #include "core/units.h"
-#include "swap/fs_util.h"
+#include "core/fs.h"
 
 namespace zinf::swap {
 namespace {

@@ -16,7 +16,7 @@
 #include "aio/fault_engine.h"
 #include "aio/io_engine.h"
 #include "aio/pinned_pool.h"
-#include "swap/fs_util.h"
+#include "core/fs.h"
 
 namespace zinf::swap::testing {
 

@@ -1,8 +1,8 @@
-// Filesystem metadata operations the swap layer needs besides data I/O:
-// directories, renames, directory fsync, free space, random names.
+// Filesystem metadata operations besides data I/O: directories, renames,
+// directory fsync, free space, random names.
 //
 // Data bytes never go through here: every byte of a swap file or checkpoint
-// is read and written through aio::IoEngine. What the IoEngine interface has
+// goes through aio::IoEngine. What the IoEngine interface has
 // no verb for (mkdir, rename, unlink, fsync of a directory, statvfs) lives
 // here, with errno turned into a Status naming the path (ErrnoStatus).
 //
@@ -11,16 +11,23 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "zinf/status.h"
 
-namespace zinf::swap {
+namespace zinf {
 
 // mkdir(path, 0755). kFailedPrecondition when it already exists.
 Status MakeDirectory(const std::string& path);
 // Creates `path` and missing parents (mkdir -p); OK when it exists.
 Status MakeDirectories(const std::string& path);
+// Writes `contents` to `path` so that a crash leaves either the old file or
+// the new one, never a mix: writes `path`.tmp-<random>, fsyncs it, renames it
+// over `path`, fsyncs the directory. On an error `path` is untouched and the
+// temporary file is removed. For small files (configs, pointers): the bytes
+// are written with plain write(2), not through an IoEngine.
+Status WriteFileAtomic(const std::string& path, std::string_view contents);
 // rename(from, to); `to` is replaced atomically when it is a file.
 Status RenamePath(const std::string& from, const std::string& to);
 // fsync on the directory itself, so renames and creations in it are durable.
@@ -44,4 +51,4 @@ std::string ParentPath(const std::string& path);
 std::string BaseName(const std::string& path);
 std::string JoinPath(const std::string& dir, const std::string& name);
 
-}  // namespace zinf::swap
+}  // namespace zinf

@@ -1,4 +1,4 @@
-#include "swap/fs_util.h"
+#include "core/fs.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 
-namespace zinf::swap {
+namespace zinf {
 
 Status MakeDirectory(const std::string& path) {
   if (::mkdir(path.c_str(), 0755) != 0) {
@@ -154,4 +154,33 @@ std::string JoinPath(const std::string& dir, const std::string& name) {
   return dir + "/" + name;
 }
 
-}  // namespace zinf::swap
+Status WriteFileAtomic(const std::string& path, std::string_view contents) {
+  const std::string tmp = path + ".tmp-" + RandomHex(8);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(errno, "open", tmp);
+  auto fail = [&](Status st) {
+    ::unlink(tmp.c_str());
+    return st;
+  };
+  int64_t done = 0;
+  while (done < static_cast<int64_t>(contents.size())) {
+    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - static_cast<size_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      return fail(ErrnoStatus(err, "write", tmp, done, static_cast<int64_t>(contents.size()) - done));
+    }
+    done += n;
+  }
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return fail(ErrnoStatus(err, "fsync", tmp));
+  }
+  if (::close(fd) != 0) return fail(ErrnoStatus(errno, "close", tmp));
+  if (Status st = RenamePath(tmp, path); !st.ok()) return fail(st);
+  return SyncDirectory(ParentPath(path));
+}
+
+}  // namespace zinf
