@@ -1,0 +1,200 @@
+// zinf::Engine: the ZeRO-3 core a training loop talks to.
+//
+// The model describes its parameters as blocks (a transformer layer, the
+// embedding, the head), each a list of named tensors with shapes. The engine
+// flattens each block into one buffer, splits it into world_size equal shards
+// (padded at the end), and keeps this rank's shard at its home tier:
+//   * the 16-bit (or fp32) working copy at offload_param.device:
+//     none = device memory, cpu = pinned RAM, nvme = a ParamSwapper;
+//   * the fp32 optimizer state (master, Adam m and v, fp32 gradient) at
+//     offload_optimizer.device: cpu or none = pinned RAM, nvme = a pipelined
+//     OptimizerSwapper walking sub_group_size sub-groups. (There is no GPU
+//     Adam yet: "none" runs CPU Adam on RAM-resident state.)
+//
+// A training step, on every rank (SPMD: every rank makes the same calls in
+// the same order; the engine's collectives depend on it):
+//
+//     for each micro-batch (gradient_accumulation_steps of them):
+//       forward:  for each block b: ptrs = Acquire(b); compute; Release(b)
+//       backward: for each block b (reversed): ptrs = Acquire(b);
+//                 compute grads; ReduceGradients(b, grads); Release(b)
+//       Step();   // the optimizer runs on the last micro-batch only
+//
+// Acquire returns device pointers to the block's full parameters (all
+// shards all-gathered), valid until the matching Release. A prefetch
+// coordinator records the order of Acquire calls in the first step and from
+// then on fetches ahead (NVMe reads, host-to-device copies, all-gathers),
+// bounded by stage3_prefetch_bucket_size and stage3_max_live_parameters; it
+// keeps a released block when its next use is within
+// stage3_max_reuse_distance elements, and blocks smaller than
+// stage3_param_persistence_threshold stay gathered until the next Step. A
+// changed order is noticed and recorded again (counters().order_changes).
+//
+// Gradients: ReduceGradients reduce-scatters the block's gradient (sum over
+// ranks), copies this rank's shard to pinned memory and accumulates it, times
+// 1 / (world_size * gradient_accumulation_steps), into the fp32 gradient.
+// So the model hands in gradients of its own micro-batch's mean loss (times
+// loss_scale() with fp16), and the optimizer sees the mean over the global
+// batch.
+//
+// Step (at a gradient-accumulation boundary): global gradient norm (all-
+// reduced over ranks), fp16 overflow check and loss-scale update (an
+// overflow skips the step), clipping by gradient_clipping, Adam over the
+// sub-groups with the LR schedule's lr, new working parameters written home.
+//
+// Stages: 3 partitions parameters; 1 and 2 keep every block gathered
+// between steps (parameters replicated, gradients and optimizer state
+// partitioned), which is stage 3 with every block persistent. Stage 0 is
+// refused.
+//
+// Errors are values; an error in Step leaves the optimizer state partly
+// updated (see OptimizerSwapper): resume from a checkpoint.
+//
+// Thread-safety: thread-compatible: one thread drives an Engine. Pointers
+// from Acquire may be read on the device (or, with the host stand-in, on
+// any thread) until Release.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zinf/config.h"
+#include "zinf/status.h"
+
+namespace zinf {
+
+class Device;
+namespace comm {
+class Communicator;
+}
+
+// Element types of the working parameters and of the gradients handed in.
+enum class ElementType { kF32, kF16, kBf16 };
+int ElementSizeBytes(ElementType type);
+
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;  // elements per dimension; empty: a scalar
+  int64_t numel() const;
+};
+
+struct BlockSpec {
+  std::string name;
+  std::vector<TensorSpec> tensors;
+};
+
+using BlockId = int32_t;
+
+struct EngineOptions {
+  // The device to compute on (not owned); null: CreateDevice(auto), owned.
+  Device* device = nullptr;
+  // Collectives on host buffers (norms; the host device's all-gathers)
+  // (not owned); null: MPI_COMM_WORLD when MPI is initialised with more than
+  // one rank, else a single local rank.
+  comm::Communicator* host_communicator = nullptr;
+  // Collectives on device buffers (all-gather, reduce-scatter) (not owned);
+  // null: NCCL bootstrapped over the host communicator on a GPU with more
+  // than one rank, a local one on a GPU alone, the host communicator on the
+  // host device.
+  comm::Communicator* device_communicator = nullptr;
+  // Names this run's swap files (SwapStore run id); empty: random.
+  std::string run_id;
+  // CPU Adam threads; 0: one per physical core.
+  int optimizer_threads = 0;
+  // Element type of the gradients given to ReduceGradients: kF32, or the
+  // working parameters' type.
+  ElementType grad_type = ElementType::kF32;
+};
+
+struct StepResult {
+  bool boundary = false;     // this call ended a gradient-accumulation cycle
+  bool applied = false;      // the optimizer ran (false on an fp16 overflow)
+  double grad_norm = 0.0;    // global L2 norm of the loss-scaled mean gradient
+  double lr = 0.0;           // the lr used (applied steps)
+  double loss_scale = 1.0;   // the scale for the next micro-batch
+};
+
+// What moved where and how long it took (cumulative since Create).
+struct EngineCounters {
+  // Bytes per tier.
+  int64_t nvme_read_bytes = 0;       // parameter shards read (ParamSwapper)
+  int64_t nvme_write_bytes = 0;      // parameter shards written
+  int64_t optimizer_nvme_bytes = 0;  // optimizer state read + written
+  int64_t h2d_bytes = 0;             // shard copies to the device
+  int64_t d2h_bytes = 0;             // gradient shards to pinned memory
+  int64_t allgather_bytes = 0;       // full blocks gathered
+  int64_t reduce_scatter_bytes = 0;  // full gradients reduced
+  // Nanoseconds the driving thread waited.
+  int64_t nvme_wait_ns = 0;          // for parameter reads
+  int64_t fetch_wait_ns = 0;         // in Acquire for a block's copies and gather
+  int64_t allgather_ns = 0;          // in all-gather calls
+  int64_t reduce_scatter_ns = 0;     // in ReduceGradients' collective and copy back
+  int64_t optimizer_ns = 0;          // in the optimizer step
+  // Prefetching.
+  int64_t fetches = 0;               // blocks gathered
+  int64_t prefetches = 0;            // ... of which ahead of their Acquire
+  int64_t prefetch_hits = 0;         // Acquire found a prefetched block ready
+  int64_t resident_hits = 0;         // Acquire found a kept or persistent block
+  int64_t evictions = 0;             // gathered blocks freed
+  int64_t order_changes = 0;         // the acquire order differed from the record
+  int64_t live_elems = 0;            // gathered non-persistent elements now
+  int64_t peak_live_elems = 0;       // ... at most, since Create
+  int64_t live_limit_overruns = 0;   // demanded fetches past max_live (all held)
+};
+
+class Engine {
+ public:
+  // Lays out `blocks`, creates the tiers, swap files and buffers. Errors:
+  // kInvalidArgument (stage 0, fp16 and bf16 both on, an empty or duplicate
+  // block or tensor, bad sizes), kUnavailable (a communicator that cannot be
+  // had), and the swap and device layers' errors.
+  static StatusOr<std::unique_ptr<Engine>> Create(const Config& config, const std::vector<BlockSpec>& blocks,
+                                                  const EngineOptions& options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Initial values of a block: one host array of fp32 per tensor, in the
+  // block's order (each rank takes its shard; all ranks should pass the same
+  // values). Every block must be set before the first Acquire.
+  Status SetParameters(BlockId block, const std::vector<const float*>& values);
+
+  // The block's full parameters on the device, one pointer per tensor (of
+  // param_type()), valid until Release. Acquires nest. Collective.
+  StatusOr<std::vector<void*>> Acquire(BlockId block);
+  // Hands the block back. The work that reads the pointers must have
+  // finished (on CUDA: the model's stream synchronised, or the engine is
+  // free to reuse the memory at once). kFailedPrecondition when not acquired.
+  Status Release(BlockId block);
+  // One device pointer per tensor of grad_type elements (the gradient of
+  // this micro-batch). Collective.
+  Status ReduceGradients(BlockId block, const std::vector<const void*>& grads);
+  // Ends a micro-batch; at a boundary runs the optimizer (see above). No
+  // block may be acquired. Collective.
+  StatusOr<StepResult> Step();
+
+  // The fp32 master weights of a block, one host array per tensor (numel
+  // each). Collective (gathers every rank's shard). For checks and saving.
+  Status GetMasterParameters(BlockId block, const std::vector<float*>& out);
+
+  int num_blocks() const;
+  const BlockSpec& block(BlockId id) const;
+  ElementType param_type() const;
+  ElementType grad_type() const;
+  int rank() const;
+  int world_size() const;
+  double loss_scale() const;
+  int64_t optimizer_steps() const;  // applied steps
+  Device& device();
+  EngineCounters counters() const;
+
+  struct Impl;
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zinf

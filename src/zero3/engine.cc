@@ -1,0 +1,722 @@
+// The ZeRO-3 engine (include/zinf/engine.h): tiers, gathers, gradient
+// accumulation and the optimizer step, glued from the layers below.
+//
+// Buffers are sized once, at Create, from the partition: the device holds a
+// gathered block per live block (allocated at fetch, freed at eviction:
+// their number is bounded by max_live, not by the model) plus one gradient
+// flat buffer and one gradient shard buffer of the largest block; pinned
+// RAM holds the fp32 gradient accumulator, the new-parameter buffer the
+// optimizer writes into, and a staging buffer for gradient shards.
+#include "zinf/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <unordered_map>
+
+#include "aio/io_engine.h"
+#include "aio/pinned_pool.h"
+#include "comm/communicator.h"
+#include "comm/mpi_communicator.h"
+#include "comm/nccl_communicator.h"
+#include "core/log.h"
+#include "core/units.h"
+#include "device/device.h"
+#include "optim/array_ops.h"
+#include "optim/cpu_adam.h"
+#include "optim/grad_clip.h"
+#include "optim/isa.h"
+#include "optim/loss_scaler.h"
+#include "optim/lr_schedule.h"
+#include "optim/thread_pool.h"
+#include "swap/optimizer_swapper.h"
+#include "swap/param_swapper.h"
+#include "zero3/partitioner.h"
+#include "zero3/prefetch_coordinator.h"
+
+namespace zinf {
+
+int ElementSizeBytes(ElementType type) { return type == ElementType::kF32 ? 4 : 2; }
+
+int64_t TensorSpec::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t NanosSince(Clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+}
+
+comm::DataType CommType(ElementType t) {
+  switch (t) {
+    case ElementType::kF32: return comm::DataType::kF32;
+    case ElementType::kF16: return comm::DataType::kF16;
+    case ElementType::kBf16: return comm::DataType::kBf16;
+  }
+  return comm::DataType::kF32;
+}
+
+optim::DType OptimType(ElementType t) {
+  switch (t) {
+    case ElementType::kF32: return optim::DType::kF32;
+    case ElementType::kF16: return optim::DType::kF16;
+    case ElementType::kBf16: return optim::DType::kBf16;
+  }
+  return optim::DType::kF32;
+}
+
+StatusOr<std::unique_ptr<aio::PinnedPool>> OnePinnedBuffer(int64_t bytes, bool pin, const std::string& name) {
+  aio::PinnedPoolOptions o;
+  o.buffer_count = 1;
+  o.buffer_bytes = std::max<int64_t>(bytes, 4096);
+  o.pin = pin;
+  o.huge_pages = false;
+  o.name = name;
+  return aio::PinnedPool::Create(o);
+}
+
+}  // namespace
+
+struct Engine::Impl {
+  struct BlockState {
+    void* full = nullptr;                 // gathered block on the device (padded_numel elements)
+    std::unique_ptr<Event> ready;         // recorded after its gather
+    bool persistent = false;
+    bool prefetched = false;              // gathered ahead, not yet acquired
+    int holds = 0;
+    bool params_set = false;
+    swap::ParamSwapper::ShardId shard_id = -1;
+  };
+
+  Config config;
+  EngineOptions options;
+  std::vector<BlockSpec> specs;
+  ElementType param_type = ElementType::kBf16;
+  int64_t param_es = 2;   // bytes per working parameter
+  int64_t grad_es = 4;    // bytes per gradient element
+
+  std::unique_ptr<Device> owned_device;
+  Device* device = nullptr;
+  std::unique_ptr<comm::Communicator> owned_host_comm;
+  std::unique_ptr<comm::Communicator> owned_device_comm;
+  comm::Communicator* host_comm = nullptr;
+  comm::Communicator* device_comm = nullptr;
+  std::unique_ptr<Stream> stream;
+
+  std::unique_ptr<zero3::Partitioner> partitioner;
+  std::unique_ptr<zero3::PrefetchCoordinator> coordinator;
+  std::vector<BlockState> blocks;
+  int64_t max_live_elems = 0;
+
+  // Tiers.
+  std::unique_ptr<aio::IoEngine> io;
+  std::unique_ptr<swap::ParamSwapper> param_swapper;     // offload_param nvme
+  std::unique_ptr<aio::PinnedPool> param_home_pool;      // offload_param cpu
+  aio::PinnedBuffer param_home;
+  void* param_home_device = nullptr;                     // offload_param none
+  std::unique_ptr<aio::PinnedPool> optim_pool;           // optimizer pipeline (nvme)
+  std::unique_ptr<swap::OptimizerSwapper> optimizer;
+
+  // Host buffers.
+  std::unique_ptr<aio::PinnedPool> accum_pool, new_params_pool, staging_pool;
+  aio::PinnedBuffer accum, new_params, staging;
+  std::vector<float> init_master;  // until the first Acquire
+  bool committed = false;
+
+  // Device gradient buffers.
+  void* grad_flat = nullptr;
+  void* grad_shard = nullptr;
+
+  // Optimizer.
+  std::unique_ptr<optim::ThreadPool> threads;
+  std::unique_ptr<optim::CpuAdam> adam;
+  optim::Isa isa = optim::Isa::kScalar;
+  std::unique_ptr<optim::LrSchedule> schedule;
+  std::unique_ptr<optim::LossScaler> scaler;
+  int64_t micro_steps = 0;
+  int64_t applied_steps = 0;
+
+  EngineCounters counters;
+
+  ~Impl() {
+    if (stream) stream->Synchronize().IgnoreError();
+    for (BlockState& b : blocks) {
+      if (b.full != nullptr) device->Free(b.full);
+    }
+    if (device != nullptr) {
+      device->Free(param_home_device);
+      device->Free(grad_flat);
+      device->Free(grad_shard);
+    }
+  }
+
+  const zero3::BlockLayout& layout(BlockId b) const { return partitioner->layout(b); }
+
+  Status Init(const Config& cfg, const std::vector<BlockSpec>& block_specs, const EngineOptions& opts);
+  Status Commit();
+  Status WriteHome(const char* params);
+  Status Fetch(BlockId b);
+  Status Evict(BlockId b);
+  bool MakeRoom(int64_t need, bool demand, int64_t candidate_distance);
+  void IssuePrefetch();
+  void DropAllGathers();
+  Status CheckBlock(BlockId b) const {
+    if (b < 0 || b >= static_cast<BlockId>(blocks.size())) {
+      return Status::InvalidArgument("engine: no block " + std::to_string(b));
+    }
+    return Status::Ok();
+  }
+};
+
+Status Engine::Impl::Init(const Config& cfg, const std::vector<BlockSpec>& block_specs, const EngineOptions& opts) {
+  config = cfg;
+  options = opts;
+  specs = block_specs;
+  const ZeroConfig& zero = config.zero;
+  if (zero.stage < 1 || zero.stage > 3) {
+    return Status::InvalidArgument("zero_optimization.stage: the engine runs stages 1, 2 and 3, got " +
+                                   std::to_string(zero.stage));
+  }
+  if (config.fp16.enabled && config.bf16.enabled) {
+    return Status::InvalidArgument("fp16.enabled and bf16.enabled: at most one may be on");
+  }
+  if (config.gradient_accumulation_steps < 1) {
+    return Status::InvalidArgument("gradient_accumulation_steps: expected >= 1, got " +
+                                   std::to_string(config.gradient_accumulation_steps));
+  }
+  param_type = config.fp16.enabled ? ElementType::kF16 : config.bf16.enabled ? ElementType::kBf16 : ElementType::kF32;
+  param_es = ElementSizeBytes(param_type);
+  if (opts.grad_type != ElementType::kF32 && opts.grad_type != param_type) {
+    return Status::InvalidArgument("engine: gradients must be fp32 or the parameters' type");
+  }
+  grad_es = ElementSizeBytes(opts.grad_type);
+
+  // Device and communicators.
+  device = opts.device;
+  if (device == nullptr) {
+    ZINF_ASSIGN_OR_RETURN(owned_device, CreateDevice(DeviceOptions{}));
+    device = owned_device.get();
+  }
+  ZINF_ASSIGN_OR_RETURN(stream, device->CreateStream());
+  host_comm = opts.host_communicator;
+  if (host_comm == nullptr) {
+    if (comm::MpiInitialized() && comm::MpiWorldSize() > 1) {
+      ZINF_ASSIGN_OR_RETURN(auto mpi, comm::MpiCommunicator::CreateWorld());
+      owned_host_comm = std::move(mpi);
+    } else {
+      owned_host_comm = std::make_unique<comm::LocalCommunicator>();
+    }
+    host_comm = owned_host_comm.get();
+  }
+  if (host_comm->buffers_on_device()) {
+    return Status::InvalidArgument("engine: the host communicator must work on host buffers");
+  }
+  device_comm = opts.device_communicator;
+  if (device_comm == nullptr) {
+    if (device->kind() == DeviceKind::kHost) {
+      device_comm = host_comm;
+    } else if (host_comm->world_size() == 1) {
+      owned_device_comm = std::make_unique<comm::LocalCommunicator>(/*device_buffers=*/true);
+      device_comm = owned_device_comm.get();
+    } else {
+      auto* mpi = dynamic_cast<comm::MpiCommunicator*>(host_comm);
+      if (mpi == nullptr) return Status::Unavailable("engine: NCCL needs an MPI host communicator to bootstrap");
+      const int ordinal = mpi->rank() % std::max(1, CudaDeviceCount());
+      ZINF_ASSIGN_OR_RETURN(auto nccl, comm::NcclCommunicator::Create(*mpi, ordinal));
+      owned_device_comm = std::move(nccl);
+      device_comm = owned_device_comm.get();
+    }
+  }
+  if (device_comm->world_size() != host_comm->world_size() || device_comm->rank() != host_comm->rank()) {
+    return Status::InvalidArgument("engine: the host and device communicators disagree on rank or size");
+  }
+  if (device->kind() == DeviceKind::kCuda && !device_comm->buffers_on_device()) {
+    return Status::InvalidArgument("engine: a CUDA device needs a device-buffer communicator (NCCL)");
+  }
+
+  // Partition and prefetch.
+  ZINF_ASSIGN_OR_RETURN(zero3::Partitioner p, zero3::Partitioner::Create(specs, host_comm->world_size(), host_comm->rank()));
+  partitioner = std::make_unique<zero3::Partitioner>(std::move(p));
+  const int nb = partitioner->num_blocks();
+  blocks.resize(static_cast<size_t>(nb));
+  std::vector<int64_t> elems(static_cast<size_t>(nb));
+  for (int b = 0; b < nb; ++b) {
+    elems[static_cast<size_t>(b)] = layout(b).padded_numel;
+    blocks[static_cast<size_t>(b)].persistent =
+        zero.stage < 3 || layout(b).padded_numel < zero.stage3_param_persistence_threshold;
+  }
+  zero3::PrefetchOptions po;
+  po.prefetch_bucket_elems = zero.stage3_prefetch_bucket_size;
+  po.max_reuse_distance_elems = zero.stage3_max_reuse_distance;
+  coordinator = std::make_unique<zero3::PrefetchCoordinator>(po, elems);
+  max_live_elems = zero.stage3_max_live_parameters;
+
+  const int64_t total = partitioner->total_shard_numel();
+  const std::string rank_tag = "-r" + std::to_string(host_comm->rank());
+  if (config.offloads_to_nvme()) {
+    aio::IoEngineOptions io_options = aio::FromAioConfig(config.aio);
+    io_options.direct_io = aio::DirectIo::kPrefer;
+    ZINF_ASSIGN_OR_RETURN(io, aio::CreateIoEngine(io_options));
+  }
+
+  // Working-parameter home.
+  switch (zero.offload_param.device) {
+    case OffloadDevice::kNvme: {
+      swap::ParamSwapperOptions o = swap::ParamSwapperOptionsFromConfig(zero);
+      o.element_size_bytes = static_cast<int32_t>(param_es);
+      // A buffer never needs to be larger than the largest shard.
+      o.buffer_elems = std::min(o.buffer_elems, partitioner->max_shard_numel());
+      o.store.file_prefix += rank_tag;
+      o.store.run_id = opts.run_id;
+      std::vector<swap::ParamShardSpec> shards;
+      for (int b = 0; b < nb; ++b) shards.push_back({specs[static_cast<size_t>(b)].name, layout(b).shard_numel});
+      ZINF_ASSIGN_OR_RETURN(param_swapper, swap::ParamSwapper::Create(o, io.get(), shards));
+      for (int b = 0; b < nb; ++b) blocks[static_cast<size_t>(b)].shard_id = b;
+      break;
+    }
+    case OffloadDevice::kCpu: {
+      ZINF_ASSIGN_OR_RETURN(param_home_pool,
+                            OnePinnedBuffer(total * param_es, zero.offload_param.pin_memory, "param home"));
+      param_home = param_home_pool->Acquire();
+      break;
+    }
+    case OffloadDevice::kNone: {
+      ZINF_ASSIGN_OR_RETURN(param_home_device, device->Allocate(static_cast<size_t>(total * param_es)));
+      break;
+    }
+  }
+
+  // Optimizer state.
+  swap::OptimizerSwapperOptions oo = swap::OptimizerSwapperOptionsFromConfig(zero, total);
+  if (oo.device == OffloadDevice::kNone) oo.device = OffloadDevice::kCpu;  // CPU Adam on RAM-resident state
+  oo.sub_group_elems = std::min(oo.sub_group_elems, total);
+  oo.store.file_prefix += rank_tag;
+  oo.store.run_id = opts.run_id;
+  oo.prefix = "optim";
+  if (oo.device == OffloadDevice::kNvme) {
+    ZINF_ASSIGN_OR_RETURN(optim_pool,
+                          aio::PinnedPool::Create(aio::PinnedPoolOptions{
+                              .buffer_count = swap::OptimizerSwapper::RequiredBuffers(oo),
+                              .buffer_bytes = swap::OptimizerSwapper::RequiredBufferBytes(oo, 4096),
+                              .alignment_bytes = 4096,
+                              .pin = zero.offload_optimizer.pin_memory,
+                              .require_pinned = false,
+                              .huge_pages = false,
+                              .numa_node = -1,
+                              .name = "optimizer pipeline"}));
+  }
+  ZINF_ASSIGN_OR_RETURN(optimizer, swap::OptimizerSwapper::Create(oo, io.get(), optim_pool.get()));
+
+  // Host and device gradient buffers.
+  ZINF_ASSIGN_OR_RETURN(accum_pool, OnePinnedBuffer(total * 4, true, "grad accumulator"));
+  accum = accum_pool->Acquire();
+  std::memset(accum.data(), 0, static_cast<size_t>(total * 4));
+  ZINF_ASSIGN_OR_RETURN(new_params_pool, OnePinnedBuffer(total * 4, true, "new params"));
+  new_params = new_params_pool->Acquire();
+  ZINF_ASSIGN_OR_RETURN(staging_pool, OnePinnedBuffer(partitioner->max_shard_numel() * 8, true, "grad staging"));
+  staging = staging_pool->Acquire();
+  ZINF_ASSIGN_OR_RETURN(grad_flat, device->Allocate(static_cast<size_t>(partitioner->max_padded_numel() * grad_es)));
+  ZINF_ASSIGN_OR_RETURN(grad_shard, device->Allocate(static_cast<size_t>(partitioner->max_shard_numel() * grad_es)));
+  init_master.assign(static_cast<size_t>(total), 0.0f);
+
+  // Optimizer pieces.
+  optim::ThreadPool::Options to;
+  to.num_threads = opts.optimizer_threads;
+  to.bind_threads = false;
+  to.name = "zinf-adam";
+  ZINF_ASSIGN_OR_RETURN(threads, optim::ThreadPool::Create(to));
+  ZINF_ASSIGN_OR_RETURN(isa, optim::DefaultIsa());
+  ZINF_ASSIGN_OR_RETURN(optim::CpuAdam a, optim::CpuAdam::Create(config.optimizer, threads.get(), isa));
+  adam = std::make_unique<optim::CpuAdam>(std::move(a));
+  ZINF_ASSIGN_OR_RETURN(optim::LrSchedule s, optim::LrSchedule::Create(config.scheduler, config.optimizer.lr));
+  schedule = std::make_unique<optim::LrSchedule>(std::move(s));
+  ZINF_ASSIGN_OR_RETURN(optim::LossScaler ls, optim::LossScaler::Create(config.fp16));
+  scaler = std::make_unique<optim::LossScaler>(std::move(ls));
+  return Status::Ok();
+}
+
+// Writes the rank shard of working parameters (`params`, total_shard_numel
+// elements of param_type) to each block's home tier.
+Status Engine::Impl::WriteHome(const char* params) {
+  const int64_t total = partitioner->total_shard_numel();
+  switch (config.zero.offload_param.device) {
+    case OffloadDevice::kNvme:
+      for (int b = 0; b < partitioner->num_blocks(); ++b) {
+        const swap::ParamSwapperStats before = param_swapper->stats();
+        ZINF_RETURN_IF_ERROR(param_swapper->Store(blocks[static_cast<size_t>(b)].shard_id,
+                                                  params + layout(b).rank_offset * param_es));
+        counters.nvme_write_bytes +=
+            (param_swapper->stats().writes - before.writes) * layout(b).shard_numel * param_es;
+      }
+      return param_swapper->Flush();
+    case OffloadDevice::kCpu:
+      std::memcpy(param_home.data(), params, static_cast<size_t>(total * param_es));
+      return Status::Ok();
+    case OffloadDevice::kNone:
+      ZINF_RETURN_IF_ERROR(stream->CopyAsync(param_home_device, params, static_cast<size_t>(total * param_es),
+                                             CopyDirection::kHostToDevice));
+      counters.h2d_bytes += total * param_es;
+      return stream->Synchronize();
+  }
+  return Status::Ok();
+}
+
+Status Engine::Impl::Commit() {
+  if (committed) return Status::Ok();
+  std::string missing;
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    if (!blocks[b].params_set) missing += (missing.empty() ? "" : ", ") + specs[b].name;
+  }
+  if (!missing.empty()) {
+    return Status::FailedPrecondition("engine: SetParameters was not called for block(s) " + missing);
+  }
+  ZINF_RETURN_IF_ERROR(optimizer->Initialize(init_master.data()));
+  const int64_t total = partitioner->total_shard_numel();
+  if (param_type == ElementType::kF32) {
+    std::memcpy(new_params.data(), init_master.data(), static_cast<size_t>(total * 4));
+  } else {
+    ZINF_RETURN_IF_ERROR(optim::CastFromF32(*threads, isa, init_master.data(), OptimType(param_type),
+                                            new_params.data(), total));
+  }
+  ZINF_RETURN_IF_ERROR(WriteHome(new_params.data()));
+  std::vector<float>().swap(init_master);
+  committed = true;
+  return Status::Ok();
+}
+
+Status Engine::Impl::Fetch(BlockId b) {
+  BlockState& st = blocks[static_cast<size_t>(b)];
+  const zero3::BlockLayout& l = layout(b);
+  if (st.full == nullptr) {
+    ZINF_ASSIGN_OR_RETURN(st.full, device->Allocate(static_cast<size_t>(l.padded_numel * param_es)));
+  }
+  const int rank = partitioner->rank();
+  char* dst = static_cast<char*>(st.full) + rank * l.shard_numel * param_es;
+  const size_t shard_bytes = static_cast<size_t>(l.shard_numel * param_es);
+  switch (config.zero.offload_param.device) {
+    case OffloadDevice::kNvme: {
+      const auto t0 = Clock::now();
+      const int64_t reads_before = param_swapper->stats().reads;
+      ZINF_ASSIGN_OR_RETURN(char* src, param_swapper->Acquire(st.shard_id));
+      counters.nvme_wait_ns += NanosSince(t0);
+      counters.nvme_read_bytes += (param_swapper->stats().reads - reads_before) * static_cast<int64_t>(shard_bytes);
+      Status s = stream->CopyAsync(dst, src, shard_bytes, CopyDirection::kHostToDevice);
+      if (s.ok()) s = stream->Synchronize();  // the swapper's buffer is reused after Release
+      Status r = param_swapper->Release(st.shard_id, /*dirty=*/false);
+      ZINF_RETURN_IF_ERROR(s);
+      ZINF_RETURN_IF_ERROR(r);
+      counters.h2d_bytes += static_cast<int64_t>(shard_bytes);
+      break;
+    }
+    case OffloadDevice::kCpu:
+      ZINF_RETURN_IF_ERROR(stream->CopyAsync(dst, param_home.data() + l.rank_offset * param_es, shard_bytes,
+                                             CopyDirection::kHostToDevice));
+      counters.h2d_bytes += static_cast<int64_t>(shard_bytes);
+      break;
+    case OffloadDevice::kNone:
+      ZINF_RETURN_IF_ERROR(stream->CopyAsync(dst, static_cast<char*>(param_home_device) + l.rank_offset * param_es,
+                                             shard_bytes, CopyDirection::kDeviceToDevice));
+      break;
+  }
+  const auto t1 = Clock::now();
+  ZINF_RETURN_IF_ERROR(device_comm->AllGather(dst, st.full, l.shard_numel, CommType(param_type), stream.get())
+                           .WithContext("all-gather of block '" + specs[static_cast<size_t>(b)].name + "'"));
+  counters.allgather_ns += NanosSince(t1);
+  counters.allgather_bytes += l.padded_numel * param_es;
+  ZINF_ASSIGN_OR_RETURN(st.ready, stream->Record());
+  ++counters.fetches;
+  if (!st.persistent) {
+    counters.live_elems += l.padded_numel;
+    counters.peak_live_elems = std::max(counters.peak_live_elems, counters.live_elems);
+  }
+  return Status::Ok();
+}
+
+Status Engine::Impl::Evict(BlockId b) {
+  BlockState& st = blocks[static_cast<size_t>(b)];
+  if (st.full == nullptr) return Status::Ok();
+  Status s = st.ready ? st.ready->Synchronize() : Status::Ok();
+  st.ready.reset();
+  device->Free(st.full);
+  st.full = nullptr;
+  st.prefetched = false;
+  if (!st.persistent) counters.live_elems -= layout(b).padded_numel;
+  ++counters.evictions;
+  return s;
+}
+
+// Frees released, non-persistent gathered blocks, farthest next use first,
+// until `need` more elements fit under max_live. A prefetch (demand false)
+// only evicts blocks used later than the candidate and gives up (false)
+// rather than exceed the limit; a demanded fetch goes ahead past the limit
+// when every gathered block is held (counted as an overrun).
+bool Engine::Impl::MakeRoom(int64_t need, bool demand, int64_t candidate_distance) {
+  while (counters.live_elems + need > max_live_elems) {
+    BlockId victim = -1;
+    int64_t farthest = -1;
+    for (BlockId b = 0; b < static_cast<BlockId>(blocks.size()); ++b) {
+      const BlockState& st = blocks[static_cast<size_t>(b)];
+      if (st.full == nullptr || st.persistent || st.holds > 0) continue;
+      const int64_t d = coordinator->NextUseDistance(b);
+      if (!demand && d <= candidate_distance) continue;
+      if (d > farthest) {
+        farthest = d;
+        victim = b;
+      }
+    }
+    if (victim < 0) {
+      if (demand) ++counters.live_limit_overruns;
+      return demand;
+    }
+    Evict(victim).IgnoreError();  // a failed gather's error was returned when it was issued
+  }
+  return true;
+}
+
+void Engine::Impl::IssuePrefetch() {
+  if (!coordinator->replaying()) return;
+  const int64_t bucket = coordinator->options().prefetch_bucket_elems;
+  if (bucket <= 0) return;  // stage3_prefetch_bucket_size 0: no prefetching, as in DeepSpeed
+  auto gathered = [&](int b) { return blocks[static_cast<size_t>(b)].full != nullptr; };
+  // NVMe reads run ahead over twice the bucket: they are asynchronous and
+  // cheap to hold in the swapper's buffers.
+  if (param_swapper) {
+    for (int b : coordinator->Upcoming(2 * bucket, gathered)) {
+      Status s = param_swapper->Prefetch(blocks[static_cast<size_t>(b)].shard_id);
+      if (!s.ok()) break;  // every buffer busy: the next Acquire reads it
+    }
+  }
+  for (int b : coordinator->Upcoming(bucket, gathered)) {
+    BlockState& st = blocks[static_cast<size_t>(b)];
+    const int64_t need = st.persistent ? 0 : layout(b).padded_numel;
+    if (!MakeRoom(need, /*demand=*/false, coordinator->NextUseDistance(b))) break;
+    if (!Fetch(b).ok()) {
+      Evict(b).IgnoreError();  // the demanded fetch will retry and report
+      break;
+    }
+    st.prefetched = true;
+    ++counters.prefetches;
+  }
+}
+
+void Engine::Impl::DropAllGathers() {
+  for (BlockId b = 0; b < static_cast<BlockId>(blocks.size()); ++b) Evict(b).IgnoreError();
+}
+
+// ---------------------------------------------------------------------------
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+StatusOr<std::unique_ptr<Engine>> Engine::Create(const Config& config, const std::vector<BlockSpec>& blocks,
+                                                 const EngineOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  ZINF_RETURN_IF_ERROR(impl->Init(config, blocks, options).WithContext("engine"));
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Status Engine::SetParameters(BlockId block, const std::vector<const float*>& values) {
+  Impl& m = *impl_;
+  ZINF_RETURN_IF_ERROR(m.CheckBlock(block));
+  if (m.committed) return Status::FailedPrecondition("engine: SetParameters after the first Acquire");
+  const zero3::BlockLayout& l = m.layout(block);
+  if (values.size() != l.tensors.size()) {
+    return Status::InvalidArgument("engine: block '" + m.specs[static_cast<size_t>(block)].name + "' has " +
+                                   std::to_string(l.tensors.size()) + " tensors, got " +
+                                   std::to_string(values.size()) + " arrays");
+  }
+  m.partitioner->ExtractShard(block, values, m.init_master.data() + l.rank_offset);
+  m.blocks[static_cast<size_t>(block)].params_set = true;
+  return Status::Ok();
+}
+
+StatusOr<std::vector<void*>> Engine::Acquire(BlockId block) {
+  Impl& m = *impl_;
+  ZINF_RETURN_IF_ERROR(m.CheckBlock(block));
+  ZINF_RETURN_IF_ERROR(m.Commit());
+  m.coordinator->OnAcquire(block);
+  m.counters.order_changes = m.coordinator->order_changes();
+  Impl::BlockState& st = m.blocks[static_cast<size_t>(block)];
+  if (st.full != nullptr) {
+    if (st.prefetched) {
+      ++m.counters.prefetch_hits;
+    } else {
+      ++m.counters.resident_hits;
+    }
+  } else {
+    m.MakeRoom(st.persistent ? 0 : m.layout(block).padded_numel, /*demand=*/true, 0);
+    Status s = m.Fetch(block);
+    if (!s.ok()) {
+      m.Evict(block).IgnoreError();
+      return s;
+    }
+  }
+  st.prefetched = false;
+  ++st.holds;
+  m.IssuePrefetch();
+  const auto t0 = Clock::now();
+  Status s = st.ready->Synchronize();
+  m.counters.fetch_wait_ns += NanosSince(t0);
+  if (!s.ok()) {
+    --st.holds;
+    return s.WithContext("gather of block '" + m.specs[static_cast<size_t>(block)].name + "'");
+  }
+  std::vector<void*> ptrs;
+  for (const zero3::TensorLayout& t : m.layout(block).tensors) {
+    ptrs.push_back(static_cast<char*>(st.full) + t.offset * m.param_es);
+  }
+  return ptrs;
+}
+
+Status Engine::Release(BlockId block) {
+  Impl& m = *impl_;
+  ZINF_RETURN_IF_ERROR(m.CheckBlock(block));
+  Impl::BlockState& st = m.blocks[static_cast<size_t>(block)];
+  if (st.holds == 0) {
+    return Status::FailedPrecondition("engine: Release of block '" + m.specs[static_cast<size_t>(block)].name +
+                                      "' that is not acquired");
+  }
+  if (--st.holds > 0 || st.persistent) return Status::Ok();
+  if (m.coordinator->KeepOnRelease(block)) return Status::Ok();
+  return m.Evict(block);
+}
+
+Status Engine::ReduceGradients(BlockId block, const std::vector<const void*>& grads) {
+  Impl& m = *impl_;
+  ZINF_RETURN_IF_ERROR(m.CheckBlock(block));
+  ZINF_RETURN_IF_ERROR(m.Commit());
+  const zero3::BlockLayout& l = m.layout(block);
+  const std::string& name = m.specs[static_cast<size_t>(block)].name;
+  if (grads.size() != l.tensors.size()) {
+    return Status::InvalidArgument("engine: block '" + name + "' has " + std::to_string(l.tensors.size()) +
+                                   " tensors, got " + std::to_string(grads.size()) + " gradients");
+  }
+  const int64_t es = m.grad_es;
+  auto* flat = static_cast<char*>(m.grad_flat);
+  for (size_t t = 0; t < grads.size(); ++t) {
+    ZINF_RETURN_IF_ERROR(m.stream->CopyAsync(flat + l.tensors[t].offset * es, grads[t],
+                                             static_cast<size_t>(l.tensors[t].numel * es),
+                                             CopyDirection::kDeviceToDevice));
+  }
+  if (l.padded_numel > l.numel) {
+    ZINF_RETURN_IF_ERROR(
+        m.stream->MemsetAsync(flat + l.numel * es, 0, static_cast<size_t>((l.padded_numel - l.numel) * es)));
+  }
+  const auto t0 = Clock::now();
+  ZINF_RETURN_IF_ERROR(m.device_comm
+                           ->ReduceScatter(flat, m.grad_shard, l.shard_numel, CommType(m.options.grad_type),
+                                           comm::ReduceOp::kSum, m.stream.get())
+                           .WithContext("reduce-scatter of block '" + name + "'"));
+  char* host = m.staging.data();
+  ZINF_RETURN_IF_ERROR(m.stream->CopyAsync(host, m.grad_shard, static_cast<size_t>(l.shard_numel * es),
+                                           CopyDirection::kDeviceToHost));
+  ZINF_RETURN_IF_ERROR(m.stream->Synchronize());
+  m.counters.reduce_scatter_ns += NanosSince(t0);
+  m.counters.reduce_scatter_bytes += l.padded_numel * es;
+  m.counters.d2h_bytes += l.shard_numel * es;
+  const float* g = reinterpret_cast<const float*>(host);
+  if (m.options.grad_type != ElementType::kF32) {
+    float* g32 = reinterpret_cast<float*>(host + m.partitioner->max_shard_numel() * 4);
+    ZINF_RETURN_IF_ERROR(
+        optim::CastToF32(*m.threads, m.isa, host, OptimType(m.options.grad_type), g32, l.shard_numel));
+    g = g32;
+  }
+  const float scale =
+      1.0f / static_cast<float>(m.partitioner->world_size() * m.config.gradient_accumulation_steps);
+  float* acc = reinterpret_cast<float*>(m.accum.data()) + l.rank_offset;
+  for (int64_t i = 0; i < l.shard_numel; ++i) acc[i] += g[i] * scale;
+  return Status::Ok();
+}
+
+StatusOr<StepResult> Engine::Step() {
+  Impl& m = *impl_;
+  for (size_t b = 0; b < m.blocks.size(); ++b) {
+    if (m.blocks[b].holds > 0) {
+      return Status::FailedPrecondition("engine: Step while block '" + m.specs[b].name + "' is acquired");
+    }
+  }
+  ZINF_RETURN_IF_ERROR(m.Commit());
+  StepResult r;
+  ++m.micro_steps;
+  r.loss_scale = m.scaler->scale();
+  if (m.micro_steps % m.config.gradient_accumulation_steps != 0) return r;
+  r.boundary = true;
+  const auto t0 = Clock::now();
+  const int64_t total = m.partitioner->total_shard_numel();
+  float* acc = reinterpret_cast<float*>(m.accum.data());
+  ZINF_ASSIGN_OR_RETURN(double sum_squares, optim::SumSquares(*m.threads, m.isa, acc, optim::DType::kF32, total));
+  ZINF_RETURN_IF_ERROR(
+      m.host_comm->AllReduce(&sum_squares, &sum_squares, 1, comm::DataType::kF64, comm::ReduceOp::kSum, nullptr));
+  optim::GradNormAccumulator norm;
+  norm.Add(sum_squares);
+  r.grad_norm = norm.norm();
+  const bool overflow = norm.has_inf_or_nan();
+  if (m.config.fp16.enabled) ZINF_RETURN_IF_ERROR(m.scaler->Update(overflow));
+  if (!overflow) {
+    const double loss_scale = m.config.fp16.enabled ? r.loss_scale : 1.0;
+    optim::AdamStepArgs args;
+    args.step = m.applied_steps + 1;
+    args.lr = m.schedule->lr();
+    args.grad_scale = optim::GradScaleFactor(r.grad_norm, loss_scale, m.config.gradient_clipping);
+    r.lr = args.lr;
+    ZINF_RETURN_IF_ERROR(m.optimizer->SetGradients(acc));
+    const bool fp32 = m.param_type == ElementType::kF32;
+    ZINF_RETURN_IF_ERROR(m.optimizer->Step(*m.adam, args, fp32 ? nullptr : m.new_params.data(),
+                                           OptimType(fp32 ? ElementType::kBf16 : m.param_type)));
+    if (fp32) {
+      ZINF_RETURN_IF_ERROR(
+          m.optimizer->ReadState(reinterpret_cast<float*>(m.new_params.data()), nullptr, nullptr, nullptr));
+    }
+    if (m.optimizer->store() != nullptr) {
+      // Gradients written, then master, m, v, grad read and master, m, v written.
+      m.counters.optimizer_nvme_bytes += total * 4 * (1 + 4 + 3 + (fp32 ? 1 : 0));
+    }
+    m.DropAllGathers();  // every gathered copy is stale now
+    ZINF_RETURN_IF_ERROR(m.WriteHome(m.new_params.data()));
+    ++m.applied_steps;
+    m.schedule->Step();
+    r.applied = true;
+  } else {
+    m.DropAllGathers();
+  }
+  std::memset(acc, 0, static_cast<size_t>(total * 4));
+  m.coordinator->OnStepEnd();
+  m.counters.order_changes = m.coordinator->order_changes();
+  m.counters.optimizer_ns += NanosSince(t0);
+  r.loss_scale = m.scaler->scale();
+  return r;
+}
+
+Status Engine::GetMasterParameters(BlockId block, const std::vector<float*>& out) {
+  Impl& m = *impl_;
+  ZINF_RETURN_IF_ERROR(m.CheckBlock(block));
+  ZINF_RETURN_IF_ERROR(m.Commit());
+  const zero3::BlockLayout& l = m.layout(block);
+  if (out.size() != l.tensors.size()) return Status::InvalidArgument("engine: one output array per tensor");
+  std::vector<float> master(static_cast<size_t>(m.partitioner->total_shard_numel()));
+  ZINF_RETURN_IF_ERROR(m.optimizer->ReadState(master.data(), nullptr, nullptr, nullptr));
+  std::vector<float> flat(static_cast<size_t>(l.padded_numel));
+  ZINF_RETURN_IF_ERROR(m.host_comm->AllGather(master.data() + l.rank_offset, flat.data(), l.shard_numel,
+                                              comm::DataType::kF32, nullptr));
+  m.partitioner->Unflatten(block, flat.data(), out);
+  return Status::Ok();
+}
+
+int Engine::num_blocks() const { return impl_->partitioner->num_blocks(); }
+const BlockSpec& Engine::block(BlockId id) const { return impl_->specs[static_cast<size_t>(id)]; }
+ElementType Engine::param_type() const { return impl_->param_type; }
+ElementType Engine::grad_type() const { return impl_->options.grad_type; }
+int Engine::rank() const { return impl_->partitioner->rank(); }
+int Engine::world_size() const { return impl_->partitioner->world_size(); }
+double Engine::loss_scale() const { return impl_->scaler->scale(); }
+int64_t Engine::optimizer_steps() const { return impl_->applied_steps; }
+Device& Engine::device() { return *impl_->device; }
+EngineCounters Engine::counters() const { return impl_->counters; }
+
+}  // namespace zinf

@@ -1,0 +1,60 @@
+// Configs and engine construction shared by the zero3 engine tests.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "device/device.h"
+#include "swap/swap_test_util.h"
+#include "zinf/config.h"
+#include "zinf/engine.h"
+
+namespace zinf::zero3::testing {
+
+// Stage 3, small sub-groups (several per rank shard), both pipelines on,
+// gradient accumulation, AdamW with weight decay.
+inline Config BaseConfig() {
+  Config c;
+  c.zero.stage = 3;
+  c.gradient_accumulation_steps = 2;
+  c.optimizer.lr = 1e-2;
+  c.optimizer.weight_decay = 0.01;
+  c.zero.sub_group_size = 300;
+  c.zero.stage3_param_persistence_threshold = 0;
+  c.zero.stage3_prefetch_bucket_size = 0;
+  c.zero.offload_param.buffer_count = 3;
+  c.zero.offload_param.max_in_cpu = 0;  // every reuse goes back to NVMe
+  c.zero.offload_optimizer.pipeline_read = true;
+  c.zero.offload_optimizer.pipeline_write = true;
+  c.zero.offload_optimizer.pin_memory = true;
+  return c;
+}
+
+inline void SetTiers(Config& c, OffloadDevice param, OffloadDevice optimizer, const swap::testing::TempDir& dir) {
+  c.zero.offload_param.device = param;
+  c.zero.offload_optimizer.device = optimizer;
+  c.zero.offload_param.nvme_paths = {dir.Sub("param0"), dir.Sub("param1")};
+  c.zero.offload_optimizer.nvme_paths = {dir.Sub("optim0")};
+}
+
+struct EngineUnderTest {
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Engine> engine;
+};
+
+inline EngineUnderTest MakeEngine(const Config& config, const std::vector<BlockSpec>& blocks,
+                                  comm::Communicator* host_comm = nullptr) {
+  EngineUnderTest e;
+  e.device = CreateHostDevice(0);
+  EngineOptions o;
+  o.device = e.device.get();
+  o.host_communicator = host_comm;
+  o.optimizer_threads = 1;
+  o.run_id = "zero3-test";
+  auto engine = Engine::Create(config, blocks, o);
+  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+  if (engine.ok()) e.engine = std::move(engine).value();
+  return e;
+}
+
+}  // namespace zinf::zero3::testing

@@ -1,0 +1,64 @@
+#include "zero3/partitioner.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace zinf::zero3 {
+namespace {
+
+std::vector<BlockSpec> Blocks() {
+  return {{"a", {{"w", {7, 5}}, {"b", {7}}}}, {"b", {{"w", {300}}}}, {"c", {{"s", {}}}}};
+}
+
+TEST(PartitionerTest, ShardsAreEqualAlignedAndPadded) {
+  for (int world : {1, 2, 3}) {
+    auto p = Partitioner::Create(Blocks(), world, world - 1);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_EQ(p->layout(0).numel, 42);
+    EXPECT_EQ(p->layout(0).tensors[1].offset, 35);
+    EXPECT_EQ(p->layout(2).numel, 1);  // a scalar
+    int64_t offset = 0;
+    for (int b = 0; b < p->num_blocks(); ++b) {
+      const BlockLayout& l = p->layout(b);
+      EXPECT_EQ(l.shard_numel % kShardAlignElems, 0);
+      EXPECT_EQ(l.padded_numel, l.shard_numel * world);
+      EXPECT_GE(l.padded_numel, l.numel);
+      EXPECT_LT(l.padded_numel - l.numel, world * kShardAlignElems + l.shard_numel);
+      EXPECT_EQ(l.rank_offset, offset);
+      offset += l.shard_numel;
+    }
+    EXPECT_EQ(p->total_shard_numel(), offset);
+  }
+}
+
+TEST(PartitionerTest, ShardsOfAllRanksRebuildTheBlock) {
+  const int world = 3;
+  std::vector<float> w(300);
+  std::iota(w.begin(), w.end(), 1.0f);
+  std::vector<float> flat;
+  for (int r = 0; r < world; ++r) {
+    auto p = Partitioner::Create(Blocks(), world, r);
+    ASSERT_TRUE(p.ok());
+    std::vector<float> shard(static_cast<size_t>(p->layout(1).shard_numel), -1.0f);
+    p->ExtractShard(1, {w.data()}, shard.data());
+    flat.insert(flat.end(), shard.begin(), shard.end());
+  }
+  auto p = Partitioner::Create(Blocks(), world, 0);
+  std::vector<float> back(300);
+  p->Unflatten(1, flat.data(), {back.data()});
+  EXPECT_EQ(back, w);
+  for (size_t i = 300; i < flat.size(); ++i) EXPECT_EQ(flat[i], 0.0f);  // padding
+}
+
+TEST(PartitionerTest, BadLayoutsAreErrors) {
+  EXPECT_FALSE(Partitioner::Create({}, 1, 0).ok());
+  EXPECT_FALSE(Partitioner::Create(Blocks(), 2, 2).ok());
+  EXPECT_FALSE(Partitioner::Create({{"a", {}}}, 1, 0).ok());
+  EXPECT_FALSE(Partitioner::Create({{"a", {{"w", {3, 0}}}}}, 1, 0).ok());
+  EXPECT_FALSE(Partitioner::Create({{"a", {{"w", {3}}}}, {"a", {{"w", {3}}}}}, 1, 0).ok());
+  EXPECT_FALSE(Partitioner::Create({{"a", {{"w", {3}}, {"w", {3}}}}}, 1, 0).ok());
+}
+
+}  // namespace
+}  // namespace zinf::zero3
