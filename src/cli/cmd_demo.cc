@@ -1,14 +1,19 @@
 // zinf demo: the built-in default job, what `make demo` runs.
 //
 // Until the GPT trainer exists (issue 7) the most complete path is this: a
-// small two-layer MLP (tanh) learns a fixed random "teacher" MLP of the same
-// shape. Its 16-bit working parameters live in RAM; its optimizer state
-// (fp32 master weights, Adam m and v, fp32 gradients) lives on NVMe under a
-// temporary directory and is streamed through pinned buffers in sub-groups,
-// read ahead and written behind, by the same OptimizerSwapper the engine
-// uses. Gradients are clipped by their global norm; AdamW runs on the CPU
-// (AVX-512/AVX2). At the end the state is checkpointed crash-safely, loaded
-// back and compared bit for bit. The job fails unless the loss falls clearly.
+// two-layer MLP (tanh) learns a fixed random "teacher" MLP of the same shape,
+// trained through the ZeRO-3 Engine exactly as a model would be: each layer
+// is a block whose 16-bit parameters live on NVMe and are fetched to the
+// device (the GPU, or the host standing in for one under a memory budget
+// smaller than the model's training state) when acquired, prefetched once
+// the order is known; gradients go back through ReduceGradients; Step runs
+// AdamW on the CPU over the optimizer state (fp32 master weights, m, v,
+// gradient), which also lives on NVMe, in sub-groups read ahead and written
+// behind. At the end the master weights are checkpointed crash-safely,
+// loaded back and compared bit for bit. The job fails unless the loss falls
+// clearly.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -18,23 +23,19 @@
 #include <random>
 #include <span>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "aio/io_engine.h"
 #include "aio/nvme_check.h"
 #include "aio/pinned_pool.h"
 #include "cli/command.h"
-#include "core/units.h"
-#include "optim/array_ops.h"
-#include "optim/cpu_adam.h"
-#include "optim/dtype.h"
-#include "optim/grad_clip.h"
-#include "optim/lr_schedule.h"
-#include "swap/checkpoint.h"
 #include "core/fs.h"
-#include "swap/optimizer_swapper.h"
+#include "core/units.h"
+#include "device/device.h"
+#include "optim/dtype.h"
+#include "swap/checkpoint.h"
 #include "zinf/config.h"
+#include "zinf/engine.h"
 
 namespace zinf::cli {
 namespace {
@@ -42,6 +43,8 @@ namespace {
 constexpr char kName[] = "demo";
 
 // The built-in default config; "@NVME@" becomes the demo's nvme directory.
+// max_in_cpu 0: released parameter shards are not cached in RAM, so every
+// fetch that prefetching does not hide really reads NVMe.
 constexpr char kDefaultConfig[] = R"({
   "train_micro_batch_size_per_gpu": 64,
   "gradient_accumulation_steps": 1,
@@ -53,25 +56,30 @@ constexpr char kDefaultConfig[] = R"({
                                                "warmup_num_steps": 10, "warmup_type": "linear"}},
   "zero_optimization": {
     "stage": 3,
-    "sub_group_size": 131072,
-    "offload_param": {"device": "cpu", "pin_memory": true},
+    "sub_group_size": 262144,
+    "stage3_prefetch_bucket_size": 524288,
+    "stage3_max_live_parameters": 1048576,
+    "stage3_param_persistence_threshold": 0,
+    "offload_param": {"device": "nvme", "nvme_path": "@NVME@", "pin_memory": true,
+                      "buffer_count": 4, "buffer_size": 524288, "max_in_cpu": 0},
     "offload_optimizer": {"device": "nvme", "nvme_path": "@NVME@", "pin_memory": true,
                           "buffer_count": 12, "pipeline_read": true, "pipeline_write": true}
   },
   "aio": {"block_size": 1048576, "queue_depth": 32, "thread_count": 1, "overlap_events": true}
 })";
 
-// A two-layer tanh MLP, in -> hidden -> out, weights flattened as [W1 | W2]
-// (row-major, W1 is hidden x in, W2 is out x hidden).
-struct Mlp {
-  int in = 256, hidden = 1024, out = 256;
-  int64_t params() const { return int64_t{in} * hidden + int64_t{hidden} * out; }
+// The device budget: the model's training state is several times this.
+constexpr int64_t kDeviceBudgetBytes = 6 * kMiB;
 
-  // h = tanh(W1 x), y = W2 h for `batch` inputs (rows of x).
-  void Forward(const float* w, const std::vector<float>& x, int batch, std::vector<float>& h,
+// A two-layer tanh MLP, in -> hidden -> out: y = W2 tanh(W1 x), W1 is
+// hidden x in and W2 out x hidden (row-major), computed on the host in fp32.
+struct Mlp {
+  int in = 256, hidden = 2048, out = 256;
+  int64_t w1_numel() const { return int64_t{in} * hidden; }
+  int64_t w2_numel() const { return int64_t{hidden} * out; }
+
+  void Forward(const float* w1, const float* w2, const std::vector<float>& x, int batch, std::vector<float>& h,
                std::vector<float>& y) const {
-    const float* w1 = w;
-    const float* w2 = w + int64_t{in} * hidden;
     h.assign(size_t(batch) * hidden, 0.0f);
     y.assign(size_t(batch) * out, 0.0f);
     for (int b = 0; b < batch; ++b) {
@@ -88,44 +96,43 @@ struct Mlp {
     }
   }
 
-  // Mean over batch and outputs of (y - t)^2 / 2; fills `grad` when not null.
-  double LossAndGrad(const float* w, const std::vector<float>& x, const std::vector<float>& t, int batch,
-                     float* grad) const {
-    const float* w2 = w + int64_t{in} * hidden;
-    std::vector<float> h, y, dy(size_t(batch) * out);
-    Forward(w, x, batch, h, y);
+  // Mean over batch and outputs of (y - t)^2 / 2, and dLoss/dy.
+  double Loss(const std::vector<float>& y, const std::vector<float>& t, std::vector<float>* dy) const {
     double loss = 0;
-    const float inv = 1.0f / float(batch * out);
-    for (int b = 0; b < batch; ++b) {
-      for (int k = 0; k < out; ++k) {
-        float d = y[size_t(b) * out + k] - t[size_t(b) * out + k];
-        loss += 0.5 * double(d) * d;
-        dy[size_t(b) * out + k] = d * inv;
-      }
+    const float inv = 1.0f / float(y.size());
+    if (dy) dy->resize(y.size());
+    for (size_t i = 0; i < y.size(); ++i) {
+      const float d = y[i] - t[i];
+      loss += 0.5 * double(d) * d;
+      if (dy) (*dy)[i] = d * inv;
     }
-    loss *= inv;
-    if (grad == nullptr) return loss;
-    float* g1 = grad;
-    float* g2 = grad + int64_t{in} * hidden;
-    std::fill(grad, grad + params(), 0.0f);
-    std::vector<float> dz(size_t(batch) * hidden, 0.0f);
+    return loss * inv;
+  }
+
+  // dW2 = dy h^T, and dz = (W2^T dy) * (1 - h^2), the gradient at layer 1's output.
+  void BackwardLayer2(const float* w2, const std::vector<float>& h, const std::vector<float>& dy, int batch,
+                      float* g2, std::vector<float>& dz) const {
+    std::fill(g2, g2 + w2_numel(), 0.0f);
+    dz.assign(size_t(batch) * hidden, 0.0f);
     for (int b = 0; b < batch; ++b) {
+      const float* hrow = &h[size_t(b) * hidden];
+      float* dzrow = &dz[size_t(b) * hidden];
       for (int k = 0; k < out; ++k) {
         const float d = dy[size_t(b) * out + k];
         float* g2row = g2 + int64_t{k} * hidden;
         const float* w2row = w2 + int64_t{k} * hidden;
-        float* dzrow = &dz[size_t(b) * hidden];
-        const float* hrow = &h[size_t(b) * hidden];
         for (int j = 0; j < hidden; ++j) {
           g2row[j] += d * hrow[j];
           dzrow[j] += d * w2row[j];
         }
       }
-      for (int j = 0; j < hidden; ++j) {
-        const float hv = h[size_t(b) * hidden + j];
-        dz[size_t(b) * hidden + j] *= 1.0f - hv * hv;
-      }
+      for (int j = 0; j < hidden; ++j) dzrow[j] *= 1.0f - hrow[j] * hrow[j];
     }
+  }
+
+  // dW1 = dz x^T.
+  void BackwardLayer1(const std::vector<float>& x, const std::vector<float>& dz, int batch, float* g1) const {
+    std::fill(g1, g1 + w1_numel(), 0.0f);
     for (int j = 0; j < hidden; ++j) {
       float* g1row = g1 + int64_t{j} * in;
       for (int b = 0; b < batch; ++b) {
@@ -134,7 +141,6 @@ struct Mlp {
         for (int i = 0; i < in; ++i) g1row[i] += d * xrow[i];
       }
     }
-    return loss;
   }
 };
 
@@ -148,6 +154,37 @@ std::vector<float> Gaussian(int64_t n, float stddev, std::mt19937_64& rng) {
 double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+
+// Moves one layer's weights and gradients between the device and the host's
+// fp32 compute, as bf16 (the engine's working type with bf16 enabled).
+class DeviceIo {
+ public:
+  explicit DeviceIo(Stream& stream) : stream_(stream) {}
+
+  // The acquired device tensor `src` (n elements) as fp32 on the host.
+  Status Download(const void* src, int64_t n, std::vector<float>& out) {
+    raw_.resize(size_t(n) * 2);
+    ZINF_RETURN_IF_ERROR(stream_.CopyAsync(raw_.data(), src, raw_.size(), CopyDirection::kDeviceToHost));
+    ZINF_RETURN_IF_ERROR(stream_.Synchronize());
+    out.resize(size_t(n));
+    const auto* h = reinterpret_cast<const uint16_t*>(raw_.data());
+    for (int64_t i = 0; i < n; ++i) out[size_t(i)] = optim::Bf16ToFloat(h[i]);
+    return Status::Ok();
+  }
+
+  // Host fp32 gradients to the device buffer `dst`, rounded to the engine's type.
+  Status Upload(const float* src, int64_t n, void* dst) {
+    raw_.resize(size_t(n) * 2);
+    auto* h = reinterpret_cast<uint16_t*>(raw_.data());
+    for (int64_t i = 0; i < n; ++i) h[i] = optim::FloatToBf16(src[i]);
+    ZINF_RETURN_IF_ERROR(stream_.CopyAsync(dst, raw_.data(), raw_.size(), CopyDirection::kHostToDevice));
+    return stream_.Synchronize();
+  }
+
+ private:
+  Stream& stream_;
+  std::vector<char> raw_;
+};
 
 int Run(const std::vector<std::string>& args) {
   auto flags = Flags::Parse(args, {"dir", "steps", "threads"}, {"keep"});
@@ -174,7 +211,7 @@ int Run(const std::vector<std::string>& args) {
   auto result = [&]() -> int {
     // 1. The built-in config, resolved like any user's.
     std::string text = kDefaultConfig;
-    text.replace(text.find("@NVME@"), 6, nvme_dir);
+    for (size_t at; (at = text.find("@NVME@")) != std::string::npos;) text.replace(at, 6, nvme_dir);
     auto parsed = ParseConfig(text, "built-in demo config");
     if (!parsed.ok()) return Fail(kName, parsed.status());
     Config config = *parsed;
@@ -183,16 +220,16 @@ int Run(const std::vector<std::string>& args) {
     if (Status st = ResolveAuto(config, ctx); !st.ok()) return Fail(kName, st);
 
     Mlp model;
-    const int64_t n = model.params();
+    const int64_t n = model.w1_numel() + model.w2_numel();
     const int batch = static_cast<int>(config.train_micro_batch_size_per_gpu);
-    std::printf("zinf demo: a %d-%d-%d tanh MLP (%s params) learns a random teacher; optimizer state on NVMe\n",
+    const int64_t state_bytes = n * (16 + 2);  // fp32 master, m, v, grad + 16-bit params
+    std::printf("zinf demo: a %d-%d-%d tanh MLP (%s params, 2 blocks) learns a random teacher through the "
+                "ZeRO-3 engine\n",
                 model.in, model.hidden, model.out, FormatCount(n).c_str());
-    std::printf("  state:  %s fp32 master + Adam m, v + fp32 grads in %s (sub-groups of %s, read ahead, written behind)\n",
-                FormatBytes(16 * n).c_str(), nvme_dir.c_str(), FormatCount(config.zero.sub_group_size).c_str());
 
     // 2. The NVMe path, checked before use.
     aio::NvmeCheckOptions check;
-    check.required_bytes = 16 * n;
+    check.required_bytes = state_bytes;
     check.test_bytes = 16 * kMiB;
     aio::NvmeCheckReport report = aio::CheckNvmePath(nvme_dir, check);
     std::printf("  nvme:   %s: %s, O_DIRECT %s, align %lld B, free %s, write %.2f GB/s, read %.2f GB/s\n",
@@ -203,144 +240,169 @@ int Run(const std::vector<std::string>& args) {
       return Fail(kName, Status::FailedPrecondition("nvme path " + nvme_dir + ": " + report.problems.front()));
     }
 
-    // 3. The data plane: io_uring engine, CPU Adam, the sub-group pipeline.
-    auto engine = aio::CreateIoEngine(aio::FromAioConfig(config.aio));
-    if (!engine.ok()) return Fail(kName, engine.status());
-    optim::ThreadPool::Options tpo;
-    tpo.num_threads = static_cast<int>(*threads);
-    auto threads_pool = optim::ThreadPool::Create(tpo);
-    if (!threads_pool.ok()) return Fail(kName, threads_pool.status());
-    auto isa = optim::DefaultIsa();
-    if (!isa.ok()) return Fail(kName, isa.status());
-    auto adam = optim::CpuAdam::Create(config.optimizer, threads_pool->get(), *isa);
-    if (!adam.ok()) return Fail(kName, adam.status());
-    auto schedule = optim::LrSchedule::Create(config.scheduler, config.optimizer.lr);
-    if (!schedule.ok()) return Fail(kName, schedule.status());
+    // 3. The device, under a budget the training state does not fit in.
+    DeviceOptions dopt;
+    dopt.host_budget_bytes = kDeviceBudgetBytes;
+    dopt.cuda_budget_bytes = kDeviceBudgetBytes;
+    auto device = CreateDevice(dopt);
+    if (!device.ok()) return Fail(kName, device.status());
+    std::printf("  device: %s; training state %s = %.1fx the device budget\n", (*device)->name().c_str(),
+                FormatBytes(state_bytes).c_str(), double(state_bytes) / double(kDeviceBudgetBytes));
+    std::printf("  tiers:  16-bit params on NVMe (prefetched to the device), fp32 master + Adam m, v + grads on "
+                "NVMe (sub-groups of %s, read ahead, written behind), AdamW on the CPU\n",
+                FormatCount(config.zero.sub_group_size).c_str());
 
-    swap::OptimizerSwapperOptions so = swap::OptimizerSwapperOptionsFromConfig(config.zero, n);
-    so.store.file_prefix = "zinf-demo";
-    aio::PinnedPoolOptions po;
-    po.buffer_count = std::max<int64_t>(swap::OptimizerSwapper::RequiredBuffers(so),
-                                        config.zero.offload_optimizer.buffer_count);
-    po.buffer_bytes = swap::OptimizerSwapper::RequiredBufferBytes(so, so.store.alignment_bytes);
-    po.name = "demo optimizer pipeline";
-    auto buffers = aio::PinnedPool::Create(po);
-    if (!buffers.ok()) return Fail(kName, buffers.status());
-    auto swapper = swap::OptimizerSwapper::Create(so, engine->get(), buffers->get());
-    if (!swapper.ok()) return Fail(kName, swapper.status());
-    std::printf("  engine: %s, Adam %s on %d thread(s), %lld sub-groups, %lld pinned buffers of %s\n",
-                std::string((*engine)->name()).c_str(), std::string(optim::IsaName(*isa)).c_str(),
-                (*threads_pool)->num_threads(), static_cast<long long>((*swapper)->num_sub_groups()),
-                static_cast<long long>(po.buffer_count), FormatBytes(po.buffer_bytes).c_str());
+    // 4. The engine.
+    std::vector<BlockSpec> blocks = {{"layer1", {{"weight", {model.hidden, model.in}}}},
+                                     {"layer2", {{"weight", {model.out, model.hidden}}}}};
+    EngineOptions eopt;
+    eopt.device = device->get();
+    eopt.run_id = "zinf-demo";
+    eopt.optimizer_threads = static_cast<int>(*threads);
+    eopt.grad_type = ElementType::kBf16;
+    auto created = Engine::Create(config, blocks, eopt);
+    if (!created.ok()) return Fail(kName, created.status());
+    Engine& engine = **created;
 
-    // 4. Train.
     std::mt19937_64 rng(20261122);
-    std::vector<float> teacher = Gaussian(int64_t{model.in} * model.hidden, 1.0f / std::sqrt(float(model.in)), rng);
+    std::vector<float> t1 = Gaussian(model.w1_numel(), 1.0f / std::sqrt(float(model.in)), rng);
+    std::vector<float> t2 = Gaussian(model.w2_numel(), 1.0f / std::sqrt(float(model.hidden)), rng);
     {
-      std::vector<float> w2 = Gaussian(int64_t{model.hidden} * model.out, 1.0f / std::sqrt(float(model.hidden)), rng);
-      teacher.insert(teacher.end(), w2.begin(), w2.end());
+      std::vector<float> w1 = Gaussian(model.w1_numel(), 0.02f, rng);
+      std::vector<float> w2 = Gaussian(model.w2_numel(), 0.02f, rng);
+      Status st = engine.SetParameters(0, {w1.data()});
+      if (st.ok()) st = engine.SetParameters(1, {w2.data()});
+      if (!st.ok()) return Fail(kName, st);
     }
-    std::vector<float> master = Gaussian(n, 0.02f, rng);
-    if (Status st = (*swapper)->Initialize(master.data()); !st.ok()) return Fail(kName, st);
-    std::vector<uint16_t> params16(static_cast<size_t>(n));
-    if (Status st = optim::CastFromF32(**threads_pool, *isa, master.data(), optim::DType::kBf16, params16.data(), n);
-        !st.ok()) {
-      return Fail(kName, st);
-    }
-    std::vector<float> work(static_cast<size_t>(n)), grads(static_cast<size_t>(n));
+    auto stream = engine.device().CreateStream();
+    if (!stream.ok()) return Fail(kName, stream.status());
+    DeviceIo io(**stream);
+    auto grad_dev = engine.device().Allocate(size_t(std::max(model.w1_numel(), model.w2_numel())) * 2);
+    if (!grad_dev.ok()) return Fail(kName, grad_dev.status());
+
     // A batch of inputs and the teacher's outputs for them.
     auto batch_of = [&](std::mt19937_64& r, std::vector<float>& x, std::vector<float>& t) {
       x = Gaussian(int64_t{batch} * model.in, 1.0f, r);
       std::vector<float> h;
-      model.Forward(teacher.data(), x, batch, h, t);
+      model.Forward(t1.data(), t2.data(), x, batch, h, t);
     };
     std::mt19937_64 eval_rng(7);
     std::vector<float> eval_x, eval_t;
     batch_of(eval_rng, eval_x, eval_t);
-    auto eval_loss = [&]() {
-      Status st = optim::CastToF32(**threads_pool, *isa, params16.data(), optim::DType::kBf16, work.data(), n);
-      return st.ok() ? model.LossAndGrad(work.data(), eval_x, eval_t, batch, nullptr) : NAN;
-    };
-    const double first_loss = eval_loss();
-    std::printf("  step %4d  eval loss %.5f\n", 0, first_loss);
 
-    double compute_s = 0, optimizer_s = 0;
+    std::vector<float> w1, w2, h, y, dy, dz, x, t;
+    std::vector<float> g1(size_t(model.w1_numel())), g2(size_t(model.w2_numel()));
+    auto fetch = [&](BlockId b, int64_t numel, std::vector<float>& w) -> Status {
+      ZINF_ASSIGN_OR_RETURN(std::vector<void*> ptrs, engine.Acquire(b));
+      Status st = io.Download(ptrs[0], numel, w);
+      Status released = engine.Release(b);
+      return st.ok() ? released : st;
+    };
+    // One training step; returns the loss of its batch (eval: no update).
+    double compute_s = 0;
+    auto train_step = [&](bool update, double* loss) -> Status {
+      ZINF_RETURN_IF_ERROR(fetch(0, model.w1_numel(), w1));
+      ZINF_RETURN_IF_ERROR(fetch(1, model.w2_numel(), w2));
+      auto t0 = std::chrono::steady_clock::now();
+      model.Forward(w1.data(), w2.data(), update ? x : eval_x, batch, h, y);
+      *loss = model.Loss(y, update ? t : eval_t, update ? &dy : nullptr);
+      compute_s += update ? Since(t0) : 0.0;
+      if (!update) return Status::Ok();
+      // Backward, last block first: acquire, compute, hand the gradient back.
+      ZINF_ASSIGN_OR_RETURN(std::vector<void*> p2, engine.Acquire(1));
+      Status st = io.Download(p2[0], model.w2_numel(), w2);
+      t0 = std::chrono::steady_clock::now();
+      if (st.ok()) model.BackwardLayer2(w2.data(), h, dy, batch, g2.data(), dz);
+      compute_s += Since(t0);
+      if (st.ok()) st = io.Upload(g2.data(), model.w2_numel(), *grad_dev);
+      if (st.ok()) st = engine.ReduceGradients(1, {*grad_dev});
+      Status released = engine.Release(1);
+      ZINF_RETURN_IF_ERROR(st.ok() ? released : st);
+      ZINF_ASSIGN_OR_RETURN(std::vector<void*> p1, engine.Acquire(0));
+      t0 = std::chrono::steady_clock::now();
+      model.BackwardLayer1(update ? x : eval_x, dz, batch, g1.data());
+      compute_s += Since(t0);
+      (void)p1;
+      st = io.Upload(g1.data(), model.w1_numel(), *grad_dev);
+      if (st.ok()) st = engine.ReduceGradients(0, {*grad_dev});
+      released = engine.Release(0);
+      return st.ok() ? released : st;
+    };
+
+    double first_loss = 0;
+    if (Status st = train_step(false, &first_loss); !st.ok()) return Fail(kName, st);
+    std::printf("  step %4d  eval loss %.5f\n", 0, first_loss);
     const auto t_train = std::chrono::steady_clock::now();
-    std::vector<float> x, t;
     for (int64_t step = 1; step <= steps; ++step) {
       batch_of(rng, x, t);
-      auto t0 = std::chrono::steady_clock::now();
-      Status st = optim::CastToF32(**threads_pool, *isa, params16.data(), optim::DType::kBf16, work.data(), n);
-      if (!st.ok()) return Fail(kName, st);
-      const double loss = model.LossAndGrad(work.data(), x, t, batch, grads.data());
-      compute_s += Since(t0);
-
-      t0 = std::chrono::steady_clock::now();
-      auto sum_squares = optim::SumSquares(**threads_pool, *isa, grads.data(), optim::DType::kF32, n);
-      if (!sum_squares.ok()) return Fail(kName, sum_squares.status());
-      optim::GradNormAccumulator norm;
-      norm.Add(*sum_squares);
-      if (norm.has_inf_or_nan()) return Fail(kName, Status::Internal("gradient overflow at step " + std::to_string(step)));
-      optim::AdamStepArgs step_args;
-      step_args.step = step;
-      step_args.lr = (*schedule).LrAt(step - 1);
-      step_args.grad_scale = optim::GradScaleFactor(norm.norm(), 1.0, config.gradient_clipping);
-      st = (*swapper)->SetGradients(grads.data());
-      if (st.ok()) st = (*swapper)->Step(*adam, step_args, params16.data(), optim::DType::kBf16);
+      double loss = 0;
+      Status st = train_step(true, &loss);
       if (!st.ok()) return Fail(kName, st.WithContext("step " + std::to_string(step)));
-      optimizer_s += Since(t0);
+      auto result_or = engine.Step();
+      if (!result_or.ok()) return Fail(kName, result_or.status().WithContext("step " + std::to_string(step)));
       if (step % config.steps_per_print == 0 || step == steps) {
+        double eval = 0;
+        if (Status e = train_step(false, &eval); !e.ok()) return Fail(kName, e);
         std::printf("  step %4lld  train loss %.5f  eval loss %.5f  lr %.2e  grad norm %.3f\n",
-                    static_cast<long long>(step), loss, eval_loss(), step_args.lr, norm.norm());
-        std::fflush(stdout);
+                    static_cast<long long>(step), loss, eval, result_or->lr, result_or->grad_norm);
       }
     }
     const double train_s = Since(t_train);
-    const double last_loss = eval_loss();
+    double last_loss = 0;
+    if (Status st = train_step(false, &last_loss); !st.ok()) return Fail(kName, st);
+    const EngineCounters c = engine.counters();
 
-    // 5. Checkpoint the NVMe state crash-safely, load it back, compare.
-    swap::SwapStore* store = (*swapper)->store();
-    std::vector<swap::BlobRef> blobs;
-    for (int id = 0; id < store->tensor_count(); ++id) {
-      if (store->tensor(id).name.find(".grad.") != std::string::npos) continue;  // not state
-      blobs.push_back(swap::BlobRef::Swap(store->tensor(id).name, store, id));
-    }
-    const std::string ckpt = dir + "/checkpoints/step-" + std::to_string(steps);
-    if (Status st = MakeDirectories(dir + "/checkpoints"); !st.ok()) return Fail(kName, st);
+    // 5. Checkpoint the master weights crash-safely, load them back, compare.
+    std::vector<float> m1(size_t(model.w1_numel())), m2(size_t(model.w2_numel()));
+    Status st = engine.GetMasterParameters(0, {m1.data()});
+    if (st.ok()) st = engine.GetMasterParameters(1, {m2.data()});
+    if (!st.ok()) return Fail(kName, st);
+    aio::IoEngineOptions io_options = aio::FromAioConfig(config.aio);
+    auto io_engine = aio::CreateIoEngine(io_options);
+    if (!io_engine.ok()) return Fail(kName, io_engine.status());
     aio::PinnedPoolOptions cpo;
     cpo.buffer_count = 2;
     cpo.buffer_bytes = 4 * kMiB;
     cpo.name = "demo checkpoint";
     auto ckpt_pool = aio::PinnedPool::Create(cpo);
     if (!ckpt_pool.ok()) return Fail(kName, ckpt_pool.status());
+    auto as_bytes = [](std::vector<float>& v) {
+      return std::span<std::byte>(reinterpret_cast<std::byte*>(v.data()), v.size() * sizeof(float));
+    };
+    const std::string root = dir + "/checkpoints";
+    if (st = MakeDirectories(root); !st.ok()) return Fail(kName, st);
+    const std::string ckpt = root + "/step-" + std::to_string(steps);
     auto t0 = std::chrono::steady_clock::now();
-    Status st = swap::SaveCheckpoint(**engine, **ckpt_pool, ckpt, {{"step", std::to_string(steps)}}, blobs);
+    st = swap::SaveCheckpoint(**io_engine, **ckpt_pool, ckpt, {{"step", std::to_string(steps)}},
+                              {swap::BlobRef::Ram("layer1.weight", as_bytes(m1)),
+                               swap::BlobRef::Ram("layer2.weight", as_bytes(m2))});
     if (!st.ok()) return Fail(kName, st);
     const double save_s = Since(t0);
-    std::vector<float> saved_master(static_cast<size_t>(n)), loaded(static_cast<size_t>(n));
-    if (st = (*swapper)->ReadState(saved_master.data(), nullptr, nullptr, nullptr); !st.ok()) return Fail(kName, st);
-    std::vector<swap::BlobRef> targets;
-    for (int64_t k = 0; k < (*swapper)->num_sub_groups(); ++k) {
-      auto* dst = reinterpret_cast<std::byte*>(loaded.data() + (*swapper)->sub_group_begin(k));
-      targets.push_back(swap::BlobRef::Ram(so.prefix + ".master." + std::to_string(k),
-                                           std::span<std::byte>(dst, size_t((*swapper)->sub_group_elems(k)) * 4)));
-    }
-    auto latest = swap::ResolveLatest(**engine, **ckpt_pool, dir + "/checkpoints");
+    std::vector<float> l1(m1.size()), l2(m2.size());
+    auto latest = swap::ResolveLatest(**io_engine, **ckpt_pool, root);
     if (!latest.ok()) return Fail(kName, latest.status());
-    auto meta = swap::LoadCheckpoint(**engine, **ckpt_pool, *latest, targets);
+    auto meta = swap::LoadCheckpoint(**io_engine, **ckpt_pool, *latest,
+                                     {swap::BlobRef::Ram("layer1.weight", as_bytes(l1)),
+                                      swap::BlobRef::Ram("layer2.weight", as_bytes(l2))});
     if (!meta.ok()) return Fail(kName, meta.status());
-    const bool same = std::memcmp(saved_master.data(), loaded.data(), size_t(n) * 4) == 0;
+    const bool same = l1 == m1 && l2 == m2;
 
-    const double tokens = double(batch) * double(steps);
-    const double nvme_bytes = double(steps) * double(n) * (4 + 16 + 12);  // grads in, state read, state written
     std::printf("zinf demo: eval loss %.5f -> %.5f (%.1fx lower) in %lld steps, %.1f s\n", first_loss, last_loss,
                 first_loss / last_loss, static_cast<long long>(steps), train_s);
-    std::printf("  throughput: %.1f samples/s, %.2f steps/s; model compute %.1f s, optimizer + NVMe %.1f s "
-                "(%s moved, %.2f GB/s)\n",
-                tokens / train_s, double(steps) / train_s, compute_s, optimizer_s,
-                FormatBytes(static_cast<int64_t>(nvme_bytes)).c_str(), nvme_bytes / optimizer_s / 1e9);
+    std::printf("  throughput: %.1f samples/s; model compute %.1f s, optimizer %.1f s, waiting for NVMe %.2f s, "
+                "for fetches %.2f s\n",
+                double(batch) * double(steps) / train_s, compute_s, double(c.optimizer_ns) / 1e9,
+                double(c.nvme_wait_ns) / 1e9, double(c.fetch_wait_ns) / 1e9);
+    std::printf("  moved: params %s read + %s written on NVMe, optimizer state %s on NVMe, %s to the device; "
+                "%lld fetches, %lld prefetch hits, peak %s params live on the device\n",
+                FormatBytes(c.nvme_read_bytes).c_str(), FormatBytes(c.nvme_write_bytes).c_str(),
+                FormatBytes(c.optimizer_nvme_bytes).c_str(), FormatBytes(c.h2d_bytes).c_str(),
+                static_cast<long long>(c.fetches), static_cast<long long>(c.prefetch_hits),
+                FormatCount(c.peak_live_elems).c_str());
     std::printf("  checkpoint: %s saved in %.2f s, loaded back %s\n", latest->c_str(), save_s,
                 same ? "bit-identical" : "DIFFERENT");
+    if (Status freed = (*stream)->Synchronize(); !freed.ok()) return Fail(kName, freed);
+    engine.device().Free(*grad_dev);
     if (!same) return Fail(kName, Status::Corruption("the reloaded checkpoint differs from the saved state"));
     if (!(last_loss < 0.5 * first_loss)) {
       return Fail(kName, Status::Internal("the loss did not fall clearly: " + std::to_string(first_loss) + " -> " +
@@ -358,10 +420,11 @@ int Run(const std::vector<std::string>& args) {
   return result;
 }
 
-ZINF_COMMAND({"demo", "the built-in default job: a small model trained with its optimizer state on NVMe",
+ZINF_COMMAND({"demo", "the built-in default job: a small model trained through the engine with NVMe offload",
               "demo [--dir DIR] [--steps N] [--threads T] [--keep]\n"
-              "  Trains a small MLP for N steps (default 60) with its optimizer state on NVMe under DIR\n"
-              "  (default: a new /tmp/zinf-demo.* directory, removed at the end unless --keep).",
+              "  Trains a small MLP for N steps (default 60) through the ZeRO-3 engine, parameters and\n"
+              "  optimizer state on NVMe under DIR (default: a new /tmp/zinf-demo.* directory, removed at\n"
+              "  the end unless --keep), on a device budget smaller than the training state.",
               Run});
 
 }  // namespace
