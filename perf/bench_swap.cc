@@ -68,9 +68,9 @@ int Run(const std::vector<std::string>& args) {
   for (const auto* v : {&params, &steps, &threads, &fio_size, &qd, &bs}) {
     if (!v->ok()) return cli::Fail(kName, v->status(), 2);
   }
-  // Default: 8M elements (at most N/16), so the pipeline's unhidden first
+  // Default: 4M elements (at most N/16), so the pipeline's unhidden first
   // read and last write are a small part of the step.
-  auto sub_group = flags->GetInt("sub-group", std::max<int64_t>(1, std::min<int64_t>(*params / 16, int64_t{1} << 23)));
+  auto sub_group = flags->GetInt("sub-group", std::max<int64_t>(1, std::min<int64_t>(*params / 16, int64_t{1} << 22)));
   if (!sub_group.ok()) return cli::Fail(kName, sub_group.status(), 2);
   if (*params < 1 || *steps < 1 || *sub_group < 1) {
     return cli::Fail(kName, Status::InvalidArgument("--params, --steps and --sub-group must be positive"), 2);
@@ -292,7 +292,7 @@ int Run(const std::vector<std::string>& args) {
 }
 
 ZINF_COMMAND({kName, "time the NVMe-offloaded optimizer step against fio and the in-RAM Adam step",
-              "bench swap [--params N (2^24)] [--sub-group S (min(N/16, 8M))] [--nvme DIR]... [--steps R (5)]\n"
+              "bench swap [--params N (2^24)] [--sub-group S (min(N/16, 4M))] [--nvme DIR]... [--steps R (5)]\n"
               "           [--threads T] [--queue-depth Q (32)] [--block-size B (1M)] [--fio-size F (state size)]\n"
               "           [--no-pipeline] [--no-fio] [--keep-files]\n"
               "  Runs the pipelined optimizer step over N fp32 parameters whose master, m, v and\n"
