@@ -105,16 +105,32 @@ Status ParamSwapper::Evict(ShardId id) {
   return Status::Ok();
 }
 
-StatusOr<aio::PinnedBuffer> ParamSwapper::TakeBuffer(ShardId for_shard) {
+StatusOr<aio::PinnedBuffer> ParamSwapper::TakeBuffer(ShardId for_shard, bool demand) {
   if (auto b = pool_->TryAcquire(); b.ok()) return std::move(b).value();
-  if (lru_.empty()) {
-    return Status::ResourceExhausted("parameter shard '" + shards_[static_cast<size_t>(for_shard)].name +
-                                     "': all " + std::to_string(options_.buffer_count) +
-                                     " parameter buffers hold acquired or incoming shards "
-                                     "(offload_param.buffer_count)");
+  if (!lru_.empty()) {
+    ZINF_RETURN_IF_ERROR(Evict(lru_.front()));
+    return pool_->TryAcquire();
   }
-  ZINF_RETURN_IF_ERROR(Evict(lru_.front()));
-  return pool_->TryAcquire();
+  // A demanded shard may take the buffer of a prefetch nobody has acquired
+  // yet: a stale prefetch plan must cost a re-read, never a failed fetch.
+  // (A prefetch does not steal from another prefetch.)
+  if (demand) {
+    for (size_t i = 0; i < shards_.size(); ++i) {
+      Shard& victim = shards_[i];
+      if (static_cast<ShardId>(i) == for_shard || victim.state != State::kReading || victim.pins > 0) continue;
+      Status r = store_->Wait(victim.read);  // the buffer is the store's until its read ends
+      victim.read = {};
+      victim.state = State::kOnDisk;
+      victim.buffer.Reset();
+      ++stats_.evictions;
+      if (!r.ok()) return r;
+      return pool_->TryAcquire();
+    }
+  }
+  return Status::ResourceExhausted("parameter shard '" + shards_[static_cast<size_t>(for_shard)].name + "': all " +
+                                   std::to_string(options_.buffer_count) +
+                                   " parameter buffers hold acquired or incoming shards "
+                                   "(offload_param.buffer_count)");
 }
 
 Status ParamSwapper::TrimCache() {
@@ -133,7 +149,7 @@ Status ParamSwapper::Store(ShardId id, const void* data) {
   }
   ZINF_RETURN_IF_ERROR(WaitWrite(s));
   if (s.state == State::kOnDisk) {
-    ZINF_ASSIGN_OR_RETURN(s.buffer, TakeBuffer(id));
+    ZINF_ASSIGN_OR_RETURN(s.buffer, TakeBuffer(id, /*demand=*/true));
     s.state = State::kResident;
   }
   const int64_t bytes = s.elems * options_.element_size_bytes;
@@ -151,14 +167,16 @@ Status ParamSwapper::Store(ShardId id, const void* data) {
   return TrimCache();
 }
 
-Status ParamSwapper::Prefetch(ShardId id) {
+Status ParamSwapper::Prefetch(ShardId id) { return StartRead(id, /*demand=*/false); }
+
+Status ParamSwapper::StartRead(ShardId id, bool demand) {
   Shard& s = shards_[static_cast<size_t>(id)];
   if (!s.stored) return Status::FailedPrecondition("parameter shard '" + s.name + "' was never stored");
   if (s.state != State::kOnDisk) {
     if (s.state == State::kResident) ++stats_.hits;
     return Status::Ok();
   }
-  ZINF_ASSIGN_OR_RETURN(s.buffer, TakeBuffer(id));
+  ZINF_ASSIGN_OR_RETURN(s.buffer, TakeBuffer(id, demand));
   auto h = store_->SwapIn(s.tensor, s.buffer.data());
   if (!h.ok()) {
     s.buffer.Reset();
@@ -173,7 +191,7 @@ Status ParamSwapper::Prefetch(ShardId id) {
 StatusOr<char*> ParamSwapper::Acquire(ShardId id) {
   Shard& s = shards_[static_cast<size_t>(id)];
   if (s.state == State::kOnDisk) {
-    ZINF_RETURN_IF_ERROR(Prefetch(id));
+    ZINF_RETURN_IF_ERROR(StartRead(id, /*demand=*/true));
   } else if (s.state == State::kResident && s.pins == 0) {
     ++stats_.hits;
   }

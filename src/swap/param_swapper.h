@@ -110,7 +110,11 @@ class ParamSwapper {
   };
 
   explicit ParamSwapper(const ParamSwapperOptions& options) : options_(options) {}
-  StatusOr<aio::PinnedBuffer> TakeBuffer(ShardId for_shard);
+  // A free buffer, else the least recently released shard's, else (only
+  // when `demand`) the buffer of an unacquired prefetch in flight.
+  StatusOr<aio::PinnedBuffer> TakeBuffer(ShardId for_shard, bool demand);
+  // Starts reading shard `id` into a buffer (Prefetch: demand false).
+  Status StartRead(ShardId id, bool demand);
   Status Evict(ShardId id);
   Status WaitWrite(Shard& s);
   Status TrimCache();

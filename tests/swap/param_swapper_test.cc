@@ -101,6 +101,21 @@ TEST_F(ParamSwapperTest, AllBuffersAcquiredIsResourceExhausted) {
   ASSERT_TRUE((*p)->Release(1, false).ok());
 }
 
+// Prefetches fill every buffer, then the model asks for another shard (the
+// recorded order went stale): the demanded shard takes a prefetch's buffer;
+// the prefetched shard is read again when it is wanted.
+TEST_F(ParamSwapperTest, DemandedShardTakesTheBufferOfAStalePrefetch) {
+  auto p = ParamSwapper::Create(Options(dir_, 2, 0), engine_.get(), kShards);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  Fill(**p);
+  ASSERT_TRUE((*p)->Prefetch(0).ok());
+  ASSERT_TRUE((*p)->Prefetch(1).ok());
+  EXPECT_EQ((*p)->Prefetch(3).code(), StatusCode::kResourceExhausted);  // prefetches do not steal
+  ExpectShard(**p, 3);
+  ExpectShard(**p, 1);
+  ExpectShard(**p, 0);
+}
+
 TEST_F(ParamSwapperTest, ShardLargerThanBufferIsRefusedAtStart) {
   auto p = ParamSwapper::Create(Options(dir_, 2, 0), engine_.get(), {{"embedding", 100'001}});
   ASSERT_FALSE(p.ok());
