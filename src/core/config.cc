@@ -121,8 +121,9 @@ class Section {
       return false;
     }
     double d = 0;
+    // 2^63 itself does not fit in int64 (and INT64_MAX rounds up to it as a double).
     if (!ToNumber(*v, d) || std::floor(d) != d || d < static_cast<double>(min) ||
-        d > static_cast<double>(max)) {
+        d > static_cast<double>(max) || d >= 0x1p63) {
       Error(key, "expected " + IntRange(min, max) + ", got " + Describe(*v));
       return false;
     }

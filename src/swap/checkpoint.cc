@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -397,7 +398,7 @@ StatusOr<CheckpointReader> CheckpointReader::Open(aio::IoEngine& engine, aio::Pi
                                       "; this build reads version " + std::to_string(kCheckpointFormatVersion));
   }
   const int64_t body_offset = static_cast<int64_t>(nl) + 1;
-  if (body_bytes < 0 || body_offset + body_bytes > static_cast<int64_t>(text.size())) {
+  if (body_bytes < 0 || body_bytes > static_cast<int64_t>(text.size()) - body_offset) {  // no overflow
     return Status::Corruption(manifest_path + " offset " + std::to_string(body_offset) + ": manifest body of " +
                               std::to_string(body_bytes) + " bytes announced, file holds " +
                               std::to_string(static_cast<int64_t>(text.size()) - body_offset) + " (truncated)");
@@ -428,6 +429,9 @@ StatusOr<CheckpointReader> CheckpointReader::Open(aio::IoEngine& engine, aio::Pi
       info.size_bytes = b.at("size_bytes").get<int64_t>();
       info.crc32c = b.at("crc32c").get<uint32_t>();
       info.chunk_crc32c = b.at("chunk_crc32c").get<std::vector<uint32_t>>();
+      if (info.size_bytes > std::numeric_limits<int64_t>::max() - r.chunk_bytes_) {
+        return Status::Corruption(manifest_path + ": blob '" + info.name + "' size out of range");
+      }
       const int64_t chunks = (info.size_bytes + r.chunk_bytes_ - 1) / r.chunk_bytes_;
       if (info.size_bytes < 0 || static_cast<int64_t>(info.chunk_crc32c.size()) != chunks ||
           !names.insert(info.name).second) {

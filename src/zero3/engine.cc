@@ -441,7 +441,9 @@ Status Engine::Impl::Fetch(BlockId b) {
 Status Engine::Impl::Evict(BlockId b) {
   BlockState& st = blocks[static_cast<size_t>(b)];
   if (st.full == nullptr) return Status::Ok();
-  Status s = st.ready ? st.ready->Synchronize() : Status::Ok();
+  // Without an event (a fetch that failed after queueing its copies) the
+  // whole stream is drained: nothing may still write into st.full.
+  Status s = st.ready ? st.ready->Synchronize() : stream->Synchronize();
   st.ready.reset();
   device->Free(st.full);
   st.full = nullptr;

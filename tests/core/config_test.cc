@@ -219,6 +219,8 @@ TEST(ConfigTest, OutOfRangeValues) {
   ExpectError(R"({"aio": {"queue_depth": 0}})", "aio.queue_depth: expected an integer from 1 to 4096, got 0");
   ExpectError(R"({"fp16": {"min_loss_scale": 0}})", "fp16.min_loss_scale: expected a number > 0");
   ExpectError(R"({"zero_optimization": {"sub_group_size": "1e999"}})", "zero_optimization.sub_group_size");
+  // 2^63 does not fit in int64 (INT64_MAX written out rounds up to it as a double).
+  ExpectError(R"({"zero_optimization": {"sub_group_size": 9223372036854775807}})", "zero_optimization.sub_group_size");
 }
 
 TEST(ConfigTest, UnknownKeysAreErrorsWithAHint) {
