@@ -5,8 +5,8 @@
 #include <string>
 
 #ifdef ZINF_COMM_HAVE_MPI
-#include "comm/half.h"
 #include "comm/mpi_impl.h"
+#include "optim/dtype.h"
 #endif
 
 namespace zinf::comm {
@@ -41,10 +41,10 @@ struct HalfOps {
 const HalfOps& GetHalfOps() {
   static HalfOps ops = [] {
     HalfOps o{};
-    MPI_Op_create(&Reduce16<internal::Bf16ToF32, internal::F32ToBf16, false>, 1, &o.bf16_sum);
-    MPI_Op_create(&Reduce16<internal::Bf16ToF32, internal::F32ToBf16, true>, 1, &o.bf16_max);
-    MPI_Op_create(&Reduce16<internal::F16ToF32, internal::F32ToF16, false>, 1, &o.f16_sum);
-    MPI_Op_create(&Reduce16<internal::F16ToF32, internal::F32ToF16, true>, 1, &o.f16_max);
+    MPI_Op_create(&Reduce16<optim::Bf16ToFloat, optim::FloatToBf16, false>, 1, &o.bf16_sum);
+    MPI_Op_create(&Reduce16<optim::Bf16ToFloat, optim::FloatToBf16, true>, 1, &o.bf16_max);
+    MPI_Op_create(&Reduce16<optim::HalfToFloat, optim::FloatToHalf, false>, 1, &o.f16_sum);
+    MPI_Op_create(&Reduce16<optim::HalfToFloat, optim::FloatToHalf, true>, 1, &o.f16_max);
     return o;
   }();
   return ops;

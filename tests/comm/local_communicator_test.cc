@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "comm/half.h"
 #include "comm/mpi_communicator.h"
 #include "comm/nccl_communicator.h"
 #include "device/device.h"
@@ -48,16 +47,6 @@ TEST(LocalCommunicatorTest, DeviceBuffersGoThroughTheStream) {
   EXPECT_EQ(back, host);
   device->Free(*src);
   device->Free(*dst);
-}
-
-TEST(HalfTest, RoundTripsAndRoundsToNearestEven) {
-  for (float f : {0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f}) {
-    EXPECT_EQ(internal::F16ToF32(internal::F32ToF16(f)), f) << f;
-    EXPECT_EQ(internal::Bf16ToF32(internal::F32ToBf16(f)), internal::Bf16ToF32(internal::F32ToBf16(f)));
-  }
-  EXPECT_EQ(internal::Bf16ToF32(internal::F32ToBf16(1.0f)), 1.0f);
-  EXPECT_EQ(internal::F32ToF16(1.0f + 1.0f / 2048), 0x3c00);  // tie rounds to even
-  EXPECT_EQ(internal::F32ToF16(1e6f), 0x7c00);                // overflow to Inf
 }
 
 TEST(MpiCommunicatorTest, WithoutMpiInitIsAFailedPrecondition) {

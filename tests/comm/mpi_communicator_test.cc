@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "comm/half.h"
+#include "optim/dtype.h"
 #include "comm/mpi_communicator.h"
 #include "device/device.h"
 
@@ -56,14 +56,14 @@ TEST(MpiCommunicatorTest, SixteenBitSumsAddInFp32) {
   const int n = c->world_size();
   std::vector<uint16_t> bf(4), f16(4);
   for (int i = 0; i < 4; ++i) {
-    bf[static_cast<size_t>(i)] = internal::F32ToBf16(0.5f * static_cast<float>(i + 1));
-    f16[static_cast<size_t>(i)] = internal::F32ToF16(0.25f * static_cast<float>(i + 1));
+    bf[static_cast<size_t>(i)] = optim::FloatToBf16(0.5f * static_cast<float>(i + 1));
+    f16[static_cast<size_t>(i)] = optim::FloatToHalf(0.25f * static_cast<float>(i + 1));
   }
   ASSERT_TRUE(c->AllReduce(bf.data(), bf.data(), 4, DataType::kBf16, ReduceOp::kSum, nullptr).ok());
   ASSERT_TRUE(c->AllReduce(f16.data(), f16.data(), 4, DataType::kF16, ReduceOp::kSum, nullptr).ok());
   for (int i = 0; i < 4; ++i) {
-    EXPECT_EQ(internal::Bf16ToF32(bf[static_cast<size_t>(i)]), 0.5f * static_cast<float>((i + 1) * n));
-    EXPECT_EQ(internal::F16ToF32(f16[static_cast<size_t>(i)]), 0.25f * static_cast<float>((i + 1) * n));
+    EXPECT_EQ(optim::Bf16ToFloat(bf[static_cast<size_t>(i)]), 0.5f * static_cast<float>((i + 1) * n));
+    EXPECT_EQ(optim::HalfToFloat(f16[static_cast<size_t>(i)]), 0.25f * static_cast<float>((i + 1) * n));
   }
 }
 
