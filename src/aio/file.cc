@@ -52,11 +52,10 @@ int64_t StatxDioAlign(int fd) {
   return std::max<int64_t>(stx.stx_dio_offset_align, stx.stx_dio_mem_align);
 }
 
-int64_t SysfsLogicalBlockSize(int fd) {
-  struct ::stat st = {};
-  if (::fstat(fd, &st) != 0) return 0;
-  const std::string dev = "/sys/dev/block/" + std::to_string(major(st.st_dev)) + ":" +
-                          std::to_string(minor(st.st_dev));
+}  // namespace
+
+int64_t LogicalBlockSize(dev_t device) {
+  const std::string dev = "/sys/dev/block/" + std::to_string(major(device)) + ":" + std::to_string(minor(device));
   // A partition has no queue/ of its own: its parent's is one level up.
   for (const char* rel : {"/queue/logical_block_size", "/../queue/logical_block_size"}) {
     std::ifstream in(dev + rel);
@@ -66,12 +65,13 @@ int64_t SysfsLogicalBlockSize(int fd) {
   return 0;
 }
 
-}  // namespace
-
 int64_t DirectIoAlignment(int fd, const std::string& path) {
   (void)path;
   int64_t a = StatxDioAlign(fd);
-  if (a <= 0) a = SysfsLogicalBlockSize(fd);
+  if (a <= 0) {
+    struct ::stat st = {};
+    if (::fstat(fd, &st) == 0) a = LogicalBlockSize(st.st_dev);
+  }
   if (a <= 0) a = 4096;
   return std::max<int64_t>(a, 512);
 }

@@ -6,6 +6,8 @@
 // is internally locked; see its comment.
 #pragma once
 
+#include <sys/types.h>
+
 #include <array>
 #include <cstdint>
 #include <mutex>
@@ -42,6 +44,10 @@ class File {
 // Opens `path` for engine I/O, honouring `direct_io`, and fills its alignment.
 // kUnavailable (kRequire) or one warning (kPrefer) when O_DIRECT is refused.
 StatusOr<File> OpenForIo(const std::string& path, const OpenOptions& open, DirectIo direct_io);
+
+// The logical block size of the block device `device` (a file's st_dev)
+// from sysfs, looking through a partition to its disk; 0 when unknown.
+int64_t LogicalBlockSize(dev_t device);
 
 // The alignment O_DIRECT needs for `fd`: statx(STATX_DIOALIGN) where the
 // kernel reports it, else the block device's logical block size from sysfs,

@@ -38,18 +38,6 @@ std::string FilesystemOf(const std::string& path) {
   return best_type;
 }
 
-int64_t LogicalBlockSize(const std::string& path) {
-  struct ::stat st = {};
-  if (::stat(path.c_str(), &st) != 0) return 0;
-  const std::string dev = "/sys/dev/block/" + std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev));
-  for (const char* rel : {"/queue/logical_block_size", "/../queue/logical_block_size"}) {
-    std::ifstream in(dev + rel);
-    int64_t n = 0;
-    if (in >> n && n > 0) return n;
-  }
-  return 0;
-}
-
 }  // namespace
 
 NvmeCheckReport CheckNvmePath(const std::string& path, const NvmeCheckOptions& options) {
@@ -67,7 +55,7 @@ NvmeCheckReport CheckNvmePath(const std::string& path, const NvmeCheckOptions& o
     return r;
   }
   r.filesystem = FilesystemOf(path);
-  r.logical_block_bytes = LogicalBlockSize(path);
+  if (struct ::stat st = {}; ::stat(path.c_str(), &st) == 0) r.logical_block_bytes = LogicalBlockSize(st.st_dev);
   struct ::statvfs vfs = {};
   if (::statvfs(path.c_str(), &vfs) == 0) {
     r.free_bytes = static_cast<int64_t>(vfs.f_bavail) * static_cast<int64_t>(vfs.f_frsize);
