@@ -172,4 +172,24 @@ const File& FileTable::Get(FileId id) const {
   return files_[id];
 }
 
+Status FileTable::Sync(FileId id) const {
+  ZINF_RETURN_IF_ERROR(CheckOpen(id, "fdatasync"));
+  return SyncFd(Get(id));
+}
+
+StatusOr<int64_t> FileTable::Size(FileId id) const {
+  ZINF_RETURN_IF_ERROR(CheckOpen(id, "fstat"));
+  return FileSizeFd(Get(id));
+}
+
+Status FileTable::Truncate(FileId id, int64_t size_bytes) const {
+  ZINF_RETURN_IF_ERROR(CheckOpen(id, "ftruncate"));
+  return TruncateFd(Get(id), size_bytes);
+}
+
+Status FileTable::Allocate(FileId id, int64_t size_bytes) const {
+  ZINF_RETURN_IF_ERROR(CheckOpen(id, "fallocate"));
+  return AllocateFd(Get(id), size_bytes);
+}
+
 }  // namespace zinf::aio

@@ -78,6 +78,13 @@ class FileTable {
   Status CheckOpen(FileId id, std::string_view op) const;
   const File& Get(FileId id) const;
 
+  // The fd-level operations above on an open file, for the engines' methods
+  // of the same names; kInvalidArgument when `id` is not open.
+  Status Sync(FileId id) const;
+  StatusOr<int64_t> Size(FileId id) const;
+  Status Truncate(FileId id, int64_t size_bytes) const;
+  Status Allocate(FileId id, int64_t size_bytes) const;
+
  private:
   mutable std::mutex mu_;
   std::array<File, kMaxFiles> files_;

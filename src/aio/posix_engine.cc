@@ -67,21 +67,9 @@ StatusOr<IoTicket> PosixEngine::Submit(IoOp op, std::span<const IoSegment> segme
   return ticket;
 }
 
-Status PosixEngine::Sync(FileId file) {
-  ZINF_RETURN_IF_ERROR(files_.CheckOpen(file, "fdatasync"));
-  return SyncFd(files_.Get(file));
-}
-StatusOr<int64_t> PosixEngine::FileSize(FileId file) {
-  ZINF_RETURN_IF_ERROR(files_.CheckOpen(file, "fstat"));
-  return FileSizeFd(files_.Get(file));
-}
-Status PosixEngine::Truncate(FileId file, int64_t size_bytes) {
-  ZINF_RETURN_IF_ERROR(files_.CheckOpen(file, "ftruncate"));
-  return TruncateFd(files_.Get(file), size_bytes);
-}
-Status PosixEngine::Allocate(FileId file, int64_t size_bytes) {
-  ZINF_RETURN_IF_ERROR(files_.CheckOpen(file, "fallocate"));
-  return AllocateFd(files_.Get(file), size_bytes);
-}
+Status PosixEngine::Sync(FileId file) { return files_.Sync(file); }
+StatusOr<int64_t> PosixEngine::FileSize(FileId file) { return files_.Size(file); }
+Status PosixEngine::Truncate(FileId file, int64_t size_bytes) { return files_.Truncate(file, size_bytes); }
+Status PosixEngine::Allocate(FileId file, int64_t size_bytes) { return files_.Allocate(file, size_bytes); }
 
 }  // namespace zinf::aio
