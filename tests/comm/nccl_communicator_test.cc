@@ -97,11 +97,3 @@ TEST(NcclCommunicatorTest, AHostStreamIsRefused) {
 
 }  // namespace
 }  // namespace zinf::comm
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  if (!zinf::comm::MpiInit(&argc, &argv).ok()) return 2;
-  const int rc = RUN_ALL_TESTS();
-  zinf::comm::MpiFinalize().IgnoreError();
-  return rc;
-}

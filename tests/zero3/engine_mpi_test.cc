@@ -102,11 +102,3 @@ INSTANTIATE_TEST_SUITE_P(Stages, EngineMpiTest, ::testing::Values(3, 2));
 
 }  // namespace
 }  // namespace zinf::zero3::testing
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  if (!zinf::comm::MpiInit(&argc, &argv).ok()) return 2;
-  const int rc = RUN_ALL_TESTS();
-  zinf::comm::MpiFinalize().IgnoreError();
-  return rc;
-}
