@@ -56,6 +56,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -178,6 +179,25 @@ class Engine {
   // The fp32 master weights of a block, one host array per tensor (numel
   // each). Collective (gathers every rank's shard). For checks and saving.
   Status GetMasterParameters(BlockId block, const std::vector<float*>& out);
+
+  // Saves this rank's training state as checkpoint directory `dir` (the
+  // crash-safe format of swap/checkpoint.h: written new, fsynced, renamed
+  // into place; `<parent of dir>/latest` then names it): the fp32 master
+  // weights and Adam moments of this rank's shard, read from whichever tier
+  // holds them, and the step count, LR-schedule position and loss-scaler
+  // state, with `metadata` (the caller's keys; "engine." is reserved) in
+  // the manifest. Only between optimizer steps: kFailedPrecondition while a
+  // block is acquired or gradients of an unfinished accumulation cycle are
+  // pending. Not collective: each rank saves its own directory.
+  Status SaveCheckpoint(const std::string& dir, const std::map<std::string, std::string>& metadata);
+  // Restores what SaveCheckpoint saved into this engine, which must have
+  // the same blocks, world size, rank and sub-group size (otherwise
+  // kFailedPrecondition naming what differs); every blob is verified before
+  // any state is touched (kCorruption naming the file and offset). Replaces
+  // SetParameters (it may be called instead of it) and rewrites the working
+  // parameters at their home tier from the restored master weights. Returns
+  // the manifest's metadata. Same preconditions as SaveCheckpoint.
+  StatusOr<std::map<std::string, std::string>> LoadCheckpoint(const std::string& dir);
 
   int num_blocks() const;
   const BlockSpec& block(BlockId id) const;

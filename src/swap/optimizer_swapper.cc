@@ -128,6 +128,24 @@ StatusOr<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::Create(const Optim
 
 OptimizerSwapper::~OptimizerSwapper() { Drain(Status::Ok()).IgnoreError(); }
 
+std::vector<BlobRef> OptimizerSwapper::CheckpointBlobs() {
+  std::vector<BlobRef> blobs;
+  blobs.reserve(static_cast<size_t>(num_sub_groups_ * 3));
+  for (int64_t k = 0; k < num_sub_groups_; ++k) {
+    for (int a : {kMaster, kExpAvg, kExpAvgSq}) {
+      std::string name = std::string(kArrayNames[a]) + "." + std::to_string(k);
+      if (store_) {
+        blobs.push_back(BlobRef::Swap(std::move(name), store_.get(), Tensor(a, k)));
+      } else {
+        auto* bytes = reinterpret_cast<std::byte*>(Resident(a, k));
+        blobs.push_back(BlobRef::Ram(std::move(name),
+                                     std::span<std::byte>(bytes, static_cast<size_t>(sub_group_elems(k) * 4))));
+      }
+    }
+  }
+  return blobs;
+}
+
 float* OptimizerSwapper::Resident(int array, int64_t k) const {
   return reinterpret_cast<float*>(resident_[static_cast<size_t>(k * kArrays + array)].data());
 }

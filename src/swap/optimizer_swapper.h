@@ -39,6 +39,7 @@
 #include "aio/io_engine.h"
 #include "aio/pinned_pool.h"
 #include "optim/cpu_adam.h"
+#include "swap/checkpoint.h"
 #include "swap/swap_store.h"
 #include "zinf/config.h"
 #include "zinf/status.h"
@@ -94,6 +95,15 @@ class OptimizerSwapper {
   Status SetGradients(const float* grads);
   // Copies the state out (total_elems each; a null pointer skips that array).
   Status ReadState(float* master, float* exp_avg, float* exp_avg_sq, float* grads);
+
+  // What a checkpoint of this state holds: master, m and v of every
+  // sub-group (not the gradient, which a step consumes), named
+  // "master.<k>", "exp_avg.<k>", "exp_avg_sq.<k>" whatever the tier, so a
+  // checkpoint saved from NVMe loads into RAM-resident state and back as
+  // long as total_elems and sub_group_elems agree. The refs point into this
+  // object (swap tensors or resident buffers): use them for SaveCheckpoint
+  // and LoadCheckpoint while no Step runs.
+  std::vector<BlobRef> CheckpointBlobs();
 
   // One optimizer step over every sub-group (see the file comment). When
   // `params16` is not null it receives total_elems new parameters as

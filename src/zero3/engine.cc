@@ -12,6 +12,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <unordered_map>
 
@@ -20,6 +23,7 @@
 #include "comm/communicator.h"
 #include "comm/mpi_communicator.h"
 #include "comm/nccl_communicator.h"
+#include "core/crc32c.h"
 #include "core/log.h"
 #include "core/units.h"
 #include "device/device.h"
@@ -30,6 +34,7 @@
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/thread_pool.h"
+#include "swap/checkpoint.h"
 #include "swap/optimizer_swapper.h"
 #include "swap/param_swapper.h"
 #include "zero3/partitioner.h"
@@ -144,6 +149,10 @@ struct Engine::Impl {
 
   EngineCounters counters;
 
+  // Checkpoints: their own I/O engine and two buffers, made at first use.
+  std::unique_ptr<aio::IoEngine> checkpoint_io;
+  std::unique_ptr<aio::PinnedPool> checkpoint_pool;
+
   ~Impl() {
     if (stream) stream->Synchronize().IgnoreError();
     for (BlockState& b : blocks) {
@@ -166,6 +175,9 @@ struct Engine::Impl {
   bool MakeRoom(int64_t need, bool demand, int64_t candidate_distance);
   void IssuePrefetch();
   void DropAllGathers();
+  Status CheckpointPreconditions(const char* what) const;
+  Status PrepareCheckpointIo();
+  std::map<std::string, std::string> EngineMetadata() const;
   Status CheckBlock(BlockId b) const {
     if (b < 0 || b >= static_cast<BlockId>(blocks.size())) {
       return Status::InvalidArgument("engine: no block " + std::to_string(b));
@@ -708,6 +720,216 @@ Status Engine::GetMasterParameters(BlockId block, const std::vector<float*>& out
                                               comm::DataType::kF32, nullptr));
   m.partitioner->Unflatten(block, flat.data(), out);
   return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------
+// Checkpoints.
+
+namespace {
+
+constexpr char kEngineKeyPrefix[] = "engine.";
+
+// A double as a hexadecimal float: exact through a string and back.
+std::string ExactDouble(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%a", v);
+  return buf;
+}
+
+std::string_view ElementTypeName(ElementType t) {
+  switch (t) {
+    case ElementType::kF32:
+      return "f32";
+    case ElementType::kF16:
+      return "f16";
+    case ElementType::kBf16:
+      return "bf16";
+  }
+  return "?";
+}
+
+}  // namespace
+
+Status Engine::Impl::CheckpointPreconditions(const char* what) const {
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    if (blocks[b].holds > 0) {
+      return Status::FailedPrecondition(std::string("engine: ") + what + " while block '" + specs[b].name +
+                                        "' is acquired");
+    }
+  }
+  if (micro_steps % config.gradient_accumulation_steps != 0) {
+    return Status::FailedPrecondition(std::string("engine: ") + what + " in the middle of a gradient-accumulation cycle (" +
+                                      std::to_string(micro_steps % config.gradient_accumulation_steps) + " of " +
+                                      std::to_string(config.gradient_accumulation_steps) +
+                                      " micro-batches done); checkpoints are taken between optimizer steps");
+  }
+  return Status::Ok();
+}
+
+Status Engine::Impl::PrepareCheckpointIo() {
+  if (checkpoint_io) return Status::Ok();
+  aio::IoEngineOptions io_options = aio::FromAioConfig(config.aio);
+  io_options.direct_io = aio::DirectIo::kPrefer;
+  ZINF_ASSIGN_OR_RETURN(checkpoint_io, aio::CreateIoEngine(io_options));
+  // Pieces of a swap blob are whole stripes: the buffers hold at least one.
+  int64_t bytes = 1 << 20, alignment = 4096;
+  if (swap::SwapStore* store = optimizer->store()) {
+    bytes = std::max(bytes, store->stripe_bytes());
+    alignment = std::max(alignment, store->alignment_bytes());
+  }
+  aio::PinnedPoolOptions po;
+  po.buffer_count = 2;
+  po.buffer_bytes = bytes;
+  po.alignment_bytes = alignment;
+  po.pin = false;
+  po.huge_pages = false;
+  po.name = "checkpoint";
+  ZINF_ASSIGN_OR_RETURN(checkpoint_pool, aio::PinnedPool::Create(po));
+  return Status::Ok();
+}
+
+// What must agree between a checkpoint and the engine loading it, and the
+// counters that continue from it.
+std::map<std::string, std::string> Engine::Impl::EngineMetadata() const {
+  std::string layout;
+  for (const BlockSpec& b : specs) {
+    layout += b.name + "{";
+    for (const TensorSpec& t : b.tensors) {
+      layout += t.name + "[";
+      for (int64_t d : t.shape) layout += std::to_string(d) + ",";
+      layout += "]";
+    }
+    layout += "}";
+  }
+  char crc[16];
+  std::snprintf(crc, sizeof(crc), "%08x", Crc32c(layout.data(), layout.size()));
+  const optim::LossScaler::State& ls = scaler->state();
+  return {
+      {"engine.format", "1"},
+      {"engine.world_size", std::to_string(partitioner->world_size())},
+      {"engine.rank", std::to_string(partitioner->rank())},
+      {"engine.blocks", std::to_string(specs.size())},
+      {"engine.layout_crc32c", crc},
+      {"engine.shard_elems", std::to_string(partitioner->total_shard_numel())},
+      {"engine.sub_group_elems", std::to_string(optimizer->sub_group_elems(0))},
+      {"engine.param_type", std::string(ElementTypeName(param_type))},
+      {"engine.applied_steps", std::to_string(applied_steps)},
+      {"engine.micro_steps", std::to_string(micro_steps)},
+      {"engine.lr_iteration", std::to_string(schedule->last_batch_iteration())},
+      {"engine.loss_scale", ExactDouble(ls.scale)},
+      {"engine.scaler_iteration", std::to_string(ls.iteration)},
+      {"engine.scaler_last_overflow", std::to_string(ls.last_overflow_iteration)},
+      {"engine.scaler_hysteresis_left", std::to_string(ls.hysteresis_left)},
+  };
+}
+
+Status Engine::SaveCheckpoint(const std::string& dir, const std::map<std::string, std::string>& metadata) {
+  Impl& m = *impl_;
+  ZINF_RETURN_IF_ERROR(m.CheckpointPreconditions("SaveCheckpoint"));
+  ZINF_RETURN_IF_ERROR(m.Commit());
+  std::map<std::string, std::string> all = m.EngineMetadata();
+  for (const auto& [key, value] : metadata) {
+    if (key.rfind(kEngineKeyPrefix, 0) == 0) {
+      return Status::InvalidArgument("engine: checkpoint metadata key '" + key + "' uses the reserved prefix 'engine.'");
+    }
+    all[key] = value;
+  }
+  ZINF_RETURN_IF_ERROR(m.PrepareCheckpointIo());
+  // Any prefetched parameter reads finish first: the store is quiet.
+  ZINF_RETURN_IF_ERROR(m.stream->Synchronize());
+  return swap::SaveCheckpoint(*m.checkpoint_io, *m.checkpoint_pool, dir, all, m.optimizer->CheckpointBlobs())
+      .WithContext("saving checkpoint " + dir);
+}
+
+StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(const std::string& dir) {
+  Impl& m = *impl_;
+  ZINF_RETURN_IF_ERROR(m.CheckpointPreconditions("LoadCheckpoint"));
+  ZINF_RETURN_IF_ERROR(m.PrepareCheckpointIo());
+  ZINF_ASSIGN_OR_RETURN(swap::CheckpointReader reader,
+                        swap::CheckpointReader::Open(*m.checkpoint_io, *m.checkpoint_pool, dir));
+  const std::map<std::string, std::string>& md = reader.metadata();
+  auto get = [&](const std::string& key) -> StatusOr<std::string> {
+    auto it = md.find(key);
+    if (it == md.end()) return Status::Corruption("checkpoint " + dir + ": manifest lacks '" + key + "'");
+    return it->second;
+  };
+  auto get_int = [&](const std::string& key) -> StatusOr<int64_t> {
+    ZINF_ASSIGN_OR_RETURN(std::string v, get(key));
+    char* end = nullptr;
+    errno = 0;
+    const long long x = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || errno != 0) {
+      return Status::Corruption("checkpoint " + dir + ": '" + key + "' is not an integer: '" + v + "'");
+    }
+    return static_cast<int64_t>(x);
+  };
+  // Everything that fixes the layout of the saved state must match.
+  const std::map<std::string, std::string> mine = m.EngineMetadata();
+  for (const char* key : {"engine.format", "engine.world_size", "engine.rank", "engine.blocks", "engine.layout_crc32c",
+                          "engine.shard_elems", "engine.sub_group_elems"}) {
+    ZINF_ASSIGN_OR_RETURN(std::string theirs, get(key));
+    if (theirs != mine.at(key)) {
+      return Status::FailedPrecondition("checkpoint " + dir + " does not fit this run: " + key + " is " + theirs +
+                                        " there and " + mine.at(key) + " here" +
+                                        (std::string(key) == "engine.sub_group_elems"
+                                             ? " (zero_optimization.sub_group_size must match the saving run)"
+                                             : std::string(key) == "engine.world_size"
+                                                   ? " (resume with as many ranks as saved it)"
+                                                   : ""));
+    }
+  }
+  ZINF_ASSIGN_OR_RETURN(int64_t applied, get_int("engine.applied_steps"));
+  ZINF_ASSIGN_OR_RETURN(int64_t micro, get_int("engine.micro_steps"));
+  ZINF_ASSIGN_OR_RETURN(int64_t lr_iteration, get_int("engine.lr_iteration"));
+  optim::LossScaler::State ls;
+  {
+    ZINF_ASSIGN_OR_RETURN(std::string scale, get("engine.loss_scale"));
+    char* end = nullptr;
+    ls.scale = std::strtod(scale.c_str(), &end);
+    if (scale.empty() || *end != '\0' || !(ls.scale > 0)) {
+      return Status::Corruption("checkpoint " + dir + ": bad engine.loss_scale '" + scale + "'");
+    }
+    ZINF_ASSIGN_OR_RETURN(ls.iteration, get_int("engine.scaler_iteration"));
+    ZINF_ASSIGN_OR_RETURN(ls.last_overflow_iteration, get_int("engine.scaler_last_overflow"));
+    ZINF_ASSIGN_OR_RETURN(int64_t hysteresis, get_int("engine.scaler_hysteresis_left"));
+    ls.hysteresis_left = static_cast<int>(hysteresis);
+  }
+
+  // Verify every blob, then read them into the optimizer state.
+  if (!m.committed) {
+    // Nothing to initialise from: the checkpoint is the initial state. The
+    // gradient arrays start at zero; master, m and v are overwritten below.
+    ZINF_RETURN_IF_ERROR(m.optimizer->Initialize(m.init_master.data()));
+  }
+  m.DropAllGathers();
+  ZINF_RETURN_IF_ERROR(m.stream->Synchronize());
+  ZINF_RETURN_IF_ERROR(reader.Restore(m.optimizer->CheckpointBlobs()).WithContext("loading checkpoint " + dir));
+
+  // The working parameters at their home tier follow from the master weights.
+  const int64_t total = m.partitioner->total_shard_numel();
+  std::vector<float> master(static_cast<size_t>(total));
+  ZINF_RETURN_IF_ERROR(m.optimizer->ReadState(master.data(), nullptr, nullptr, nullptr));
+  if (m.param_type == ElementType::kF32) {
+    std::memcpy(m.new_params.data(), master.data(), static_cast<size_t>(total * 4));
+  } else {
+    ZINF_RETURN_IF_ERROR(optim::CastFromF32(*m.threads, m.isa, master.data(), OptimType(m.param_type),
+                                            m.new_params.data(), total));
+  }
+  ZINF_RETURN_IF_ERROR(m.WriteHome(m.new_params.data()));
+  std::memset(m.accum.data(), 0, static_cast<size_t>(total * 4));
+  for (Impl::BlockState& b : m.blocks) b.params_set = true;
+  std::vector<float>().swap(m.init_master);
+  m.committed = true;
+  m.applied_steps = applied;
+  m.micro_steps = micro;
+  m.schedule->set_last_batch_iteration(lr_iteration);
+  m.scaler->Restore(ls);
+
+  std::map<std::string, std::string> user;
+  for (const auto& [key, value] : md) {
+    if (key.rfind(kEngineKeyPrefix, 0) != 0) user[key] = value;
+  }
+  return user;
 }
 
 int Engine::num_blocks() const { return impl_->partitioner->num_blocks(); }

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "comm/communicator.h"
+#include "core/fs.h"
 #include "zero3/engine_test_util.h"
 #include "zero3/tiny_model.h"
 
@@ -232,6 +233,106 @@ TEST(EngineTest, MisuseIsAnError) {
   EXPECT_EQ(Engine::Create(config, kModel.Blocks(), {}).status().code(), StatusCode::kInvalidArgument);
   config.zero.stage = 3;
   EXPECT_EQ(Engine::Create(config, {}, {}).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Train 2 steps and checkpoint; a new engine (other swap files, other tiers
+// for the optimizer state) loads it and trains 2 more: bit for bit what 4
+// uninterrupted steps give, fp16 loss-scaler and LR schedule included.
+class EngineCheckpointTest : public ::testing::TestWithParam<std::tuple<OffloadDevice, OffloadDevice>> {};
+
+TEST_P(EngineCheckpointTest, ResumeEqualsUninterruptedTraining) {
+  const auto [save_tier, load_tier] = GetParam();
+  TempDir dir;
+  Config config = BaseConfig();
+  config.fp16.enabled = true;
+  config.fp16.initial_scale_power = 12;
+  config.scheduler.type = SchedulerType::kWarmupLR;
+  config.scheduler.warmup_num_steps = 3;
+  config.scheduler.warmup_max_lr = 1e-2;
+  SetTiers(config, OffloadDevice::kNvme, save_tier, dir);
+  TrainOptions all;
+  all.steps = 4;
+  const Outcome want = TrainModel(config, all);
+
+  comm::LocalCommunicator local;
+  const std::string ckpt = dir.Sub("ckpt") + "/step-2";
+  ASSERT_TRUE(MakeDirectories(dir.Sub("ckpt")).ok());
+  {
+    EngineUnderTest e = MakeEngine(config, kModel.Blocks(), &local);
+    ASSERT_NE(e.engine, nullptr);
+    TrainOptions first;
+    first.steps = 2;
+    Train(*e.engine, kModel, first, static_cast<int>(config.gradient_accumulation_steps));
+    Status s = e.engine->SaveCheckpoint(ckpt, {{"trainer.step", "2"}});
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  Config other = config;
+  TempDir dir2;
+  SetTiers(other, OffloadDevice::kNvme, load_tier, dir2);
+  EngineUnderTest e = MakeEngine(other, kModel.Blocks(), &local);
+  ASSERT_NE(e.engine, nullptr);
+  auto md = e.engine->LoadCheckpoint(ckpt);
+  ASSERT_TRUE(md.ok()) << md.status().ToString();
+  EXPECT_EQ(md->at("trainer.step"), "2");
+  EXPECT_EQ(md->count("engine.applied_steps"), 0u);  // the engine's own keys stay inside
+  EXPECT_EQ(e.engine->optimizer_steps(), 2);
+  TrainOptions rest;
+  rest.steps = 2;
+  rest.first_step = 2;
+  rest.set_parameters = false;
+  Outcome got;
+  got.loss = Train(*e.engine, kModel, rest, static_cast<int>(config.gradient_accumulation_steps));
+  got.master = MasterWeights(*e.engine, kModel);
+  ExpectBitIdentical(got, want);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiers, EngineCheckpointTest,
+                         ::testing::Values(std::make_tuple(OffloadDevice::kNvme, OffloadDevice::kNvme),
+                                           std::make_tuple(OffloadDevice::kNvme, OffloadDevice::kCpu),
+                                           std::make_tuple(OffloadDevice::kCpu, OffloadDevice::kNvme)));
+
+TEST(EngineTest, CheckpointRefusesAnotherLayoutAndMidAccumulation) {
+  TempDir dir;
+  Config config = BaseConfig();
+  SetTiers(config, OffloadDevice::kCpu, OffloadDevice::kCpu, dir);
+  comm::LocalCommunicator local;
+  EngineUnderTest e = MakeEngine(config, kModel.Blocks(), &local);
+  ASSERT_NE(e.engine, nullptr);
+  TrainOptions one;
+  one.steps = 1;
+  Train(*e.engine, kModel, one, static_cast<int>(config.gradient_accumulation_steps));
+  ASSERT_TRUE(MakeDirectories(dir.Sub("ckpt")).ok());
+  const std::string ckpt = dir.Sub("ckpt") + "/a";
+  ASSERT_TRUE(e.engine->SaveCheckpoint(ckpt, {}).ok());
+  EXPECT_EQ(e.engine->SaveCheckpoint(dir.Sub("ckpt") + "/b", {{"engine.x", "1"}}).code(),
+            StatusCode::kInvalidArgument);
+
+  // One micro-batch of two: gradients pending.
+  auto p = e.engine->Acquire(0);
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(e.engine->Release(0).ok());
+  ASSERT_TRUE(e.engine->Step().ok());
+  Status mid = e.engine->SaveCheckpoint(dir.Sub("ckpt") + "/c", {});
+  EXPECT_EQ(mid.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(mid.message().find("accumulation"), std::string::npos) << mid.message();
+
+  // Another model: refused, naming what differs; nothing loaded.
+  const TinyModel other{{13, 37, 29, 41, 12}};
+  EngineUnderTest f = MakeEngine(config, other.Blocks(), &local);
+  ASSERT_NE(f.engine, nullptr);
+  auto md = f.engine->LoadCheckpoint(ckpt);
+  ASSERT_FALSE(md.ok());
+  EXPECT_EQ(md.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(md.status().message().find("engine.layout_crc32c"), std::string::npos) << md.status().message();
+
+  // Another sub-group size: refused with the config key to fix.
+  Config sub = config;
+  sub.zero.sub_group_size = 200;
+  EngineUnderTest g = MakeEngine(sub, kModel.Blocks(), &local);
+  ASSERT_NE(g.engine, nullptr);
+  md = g.engine->LoadCheckpoint(ckpt);
+  ASSERT_FALSE(md.ok());
+  EXPECT_NE(md.status().message().find("sub_group_size"), std::string::npos) << md.status().message();
 }
 
 }  // namespace

@@ -88,6 +88,8 @@ inline std::vector<std::vector<float>> ReadBlock(Engine& engine, Stream& stream,
 
 struct TrainOptions {
   int steps = 3;
+  int first_step = 0;          // data of steps first_step .. first_step + steps - 1
+  bool set_parameters = true;  // false: the engine's state came from a checkpoint
   int global_batch = 6;       // samples per optimizer step, over all ranks
   // Test hook: before the forward pass of step `peek_step`, acquire and
   // release the last block (an acquire order the trace has not seen).
@@ -106,7 +108,7 @@ inline float Train(Engine& engine, const TinyModel& model, const TrainOptions& o
   auto stream_or = device.CreateStream();
   EXPECT_TRUE(stream_or.ok());
   Stream& stream = **stream_or;
-  for (int b = 0; b < model.num_blocks(); ++b) {
+  for (int b = 0; opts.set_parameters && b < model.num_blocks(); ++b) {
     auto v = model.InitialValues(b);
     EXPECT_TRUE(engine.SetParameters(b, {v[0].data(), v[1].data()}).ok());
   }
@@ -114,7 +116,7 @@ inline float Train(Engine& engine, const TinyModel& model, const TrainOptions& o
   const int per_micro = per_rank / accumulation_steps;
   const int nb = model.num_blocks();
   float last_loss = 0.0f;
-  for (int step = 0; step < opts.steps; ++step) {
+  for (int step = opts.first_step; step < opts.first_step + opts.steps; ++step) {
     float loss_sum = 0.0f;
     for (int micro = 0; micro < accumulation_steps; ++micro) {
       if (step == opts.peek_step && micro == 0) {
