@@ -1,0 +1,645 @@
+// CPU kernels of the reference GPT (see cpu_kernels.h).
+//
+// Two concerns shape this file. Correctness first: every backward kernel is
+// written so that no two threads ever write the same output element, which
+// keeps the results deterministic (same bits for the same inputs whatever the
+// thread count's schedule) and race-free without atomics. Where a natural
+// loop over positions would make threads collide (embedding rows picked by
+// repeated tokens, LayerNorm weights summed over rows, attention keys shared
+// by later queries) the loop is turned around to run over the outputs.
+//
+// Speed second, and only where it matters: the matmuls carry nearly all of the
+// floating-point work of a training step, so they go through one register-
+// tiled kernel (an MR x NR block of outputs kept in registers while the
+// reduction runs, the NR axis contiguous so it vectorizes). It is compiled
+// twice: for the baseline ISA and for AVX2+FMA, picked at run time, because
+// the build does not assume the machine it will run on. Everything else is a
+// plain OpenMP loop; reductions use double accumulators so that the float
+// kernels stay close to the double reference.
+#include "kernels/cpu_kernels.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include <omp.h>
+
+namespace zinf::kernels {
+
+int DTypeSizeBytes(DType type) {
+  switch (type) {
+    case DType::kF32: return 4;
+    case DType::kF16: return 2;
+    case DType::kBf16: return 2;
+    case DType::kF64: return 8;
+  }
+  return 0;
+}
+
+namespace cpu {
+
+void SetThreads(int threads) { omp_set_num_threads(std::max(1, threads)); }
+int Threads() { return omp_get_max_threads(); }
+namespace {
+
+// ---------------------------------------------------------------- casts
+
+// bf16 is the upper half of an IEEE float: widening is a shift.
+inline float Bf16ToFloat(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+
+// IEEE binary16 -> binary32, exact for every input (subnormals, inf, NaN).
+inline float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t mant = h & 0x3ffu;
+  if (exp == 0) {
+    // Zero or subnormal: mant * 2^-24, exactly representable in float.
+    const float mag = std::ldexp(static_cast<float>(mant), -24);
+    return sign ? -mag : mag;
+  }
+  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));  // inf / NaN (payload kept)
+  // Rebias the exponent from 15 to 127.
+  return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+// ---------------------------------------------------------------- matmul core
+
+#if defined(__GNUC__)
+#define ZINF_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define ZINF_ALWAYS_INLINE inline
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define ZINF_KERNELS_X86 1
+#define ZINF_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#endif
+
+// Register tile: MR rows of A times NR contiguous columns of B. NR is one
+// 64-byte line of T (two AVX2 registers), MR = 4 keeps 8 accumulators plus
+// the operands within the 16 vector registers of AVX2.
+constexpr int kMr = 4;
+template <typename T>
+constexpr int Nr() {
+  return static_cast<int>(64 / sizeof(T));
+}
+
+// C[0:mr, 0:nr] += A * B over k, on packed operands: a[p*MR + i] is A(i, p)
+// and b[p*NR + j] is B(p, j) (both zero-padded to full MR / NR), so the loop
+// reads two sequential streams and has no branches.
+template <typename T, int MR, int NR>
+ZINF_ALWAYS_INLINE void MicroTile(T* c, int64_t ldc, const T* a, const T* b, int64_t k, int mr, int nr) {
+  T acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = T(0);
+  for (int64_t p = 0; p < k; ++p) {
+    const T* bp = b + p * NR;
+    const T* ap = a + p * MR;
+    for (int i = 0; i < MR; ++i) {
+      const T ai = ap[i];
+#pragma omp simd
+      for (int j = 0; j < NR; ++j) acc[i][j] += ai * bp[j];
+    }
+  }
+  if (nr == NR) {
+    for (int i = 0; i < mr; ++i) {
+      T* ci = c + i * ldc;
+#pragma omp simd
+      for (int j = 0; j < NR; ++j) ci[j] += acc[i][j];
+    }
+  } else {
+    for (int i = 0; i < mr; ++i)
+      for (int j = 0; j < nr; ++j) c[i * ldc + j] += acc[i][j];
+  }
+}
+
+// C[m, n] += Apack * Bpack: m rows in micro-panels of kMr (apack holds
+// ceil(m / kMr) panels of k * kMr), n columns in micro-panels of NR (bpack
+// holds ceil(n / NR) panels of k * NR). Single-threaded; callers give each
+// thread its own block of C.
+template <typename T>
+ZINF_ALWAYS_INLINE void PackedBlockBody(T* c, int64_t ldc, const T* apack, const T* bpack, int64_t m, int64_t n,
+                                        int64_t k) {
+  constexpr int NR = Nr<T>();
+  for (int64_t i0 = 0; i0 < m; i0 += kMr) {
+    const int mr = static_cast<int>(std::min<int64_t>(kMr, m - i0));
+    const T* a = apack + (i0 / kMr) * k * kMr;
+    for (int64_t j0 = 0; j0 < n; j0 += NR) {
+      const int nr = static_cast<int>(std::min<int64_t>(NR, n - j0));
+      MicroTile<T, kMr, NR>(c + i0 * ldc + j0, ldc, a, bpack + (j0 / NR) * k * NR, k, mr, nr);
+    }
+  }
+}
+
+template <typename T>
+void PackedBlockGeneric(T* c, int64_t ldc, const T* apack, const T* bpack, int64_t m, int64_t n, int64_t k) {
+  PackedBlockBody<T>(c, ldc, apack, bpack, m, n, k);
+}
+
+#if defined(ZINF_KERNELS_X86)
+template <typename T>
+ZINF_TARGET_AVX2 void PackedBlockAvx2(T* c, int64_t ldc, const T* apack, const T* bpack, int64_t m, int64_t n,
+                                      int64_t k) {
+  PackedBlockBody<T>(c, ldc, apack, bpack, m, n, k);
+}
+#endif
+
+bool HaveAvx2() {
+#if defined(ZINF_KERNELS_X86)
+  static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return have;
+#else
+  return false;
+#endif
+}
+
+template <typename T>
+void PackedBlock(T* c, int64_t ldc, const T* apack, const T* bpack, int64_t m, int64_t n, int64_t k) {
+#if defined(ZINF_KERNELS_X86)
+  if (HaveAvx2()) return PackedBlockAvx2<T>(c, ldc, apack, bpack, m, n, k);
+#endif
+  PackedBlockGeneric<T>(c, ldc, apack, bpack, m, n, k);
+}
+
+// Blocking: a thread computes a kRowBlock x kColBlock block of C over a slab
+// of kDepthBlock of the reduction; its packed A and B (64 KiB each for
+// float) sit in L2 while the micro-tiles stream them through L1.
+constexpr int64_t kRowBlock = 64;     // a multiple of kMr
+constexpr int64_t kColBlock = 64;     // a multiple of Nr<T>() for float and double
+constexpr int64_t kDepthBlock = 256;
+
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Below this many element operations a kernel runs on the calling thread: a
+// fork/join costs microseconds on an idle machine and far more when the
+// cores are shared (threads spin at the barrier waiting for a preempted
+// peer), and small models call many small kernels.
+constexpr int64_t kMinParallelWork = int64_t{1} << 17;
+inline bool WorthThreads(int64_t work) { return work >= kMinParallelWork; }
+
+// Packing buffers of the calling thread (OpenMP pool threads live across
+// calls, so these are allocated once per thread, not once per matmul).
+template <typename T>
+T* PackBuffer(int which, size_t elems) {
+  thread_local std::vector<T> buffers[2];
+  if (buffers[which].size() < elems) buffers[which].resize(elems);
+  return buffers[which].data();
+}
+
+// C [M, Ncols] (row stride ldc) += A (M x K) * B (K x Ncols), where
+// A(i, p) = a[i*a_rs + p*a_cs] and B(p, j) = b[p*b_rs + j*b_cs]: any of the
+// three matmuls of a linear layer, by strides. Parallel over blocks of C;
+// the reduction runs slab after slab, so every element of C is summed in a
+// fixed order whatever the thread count (deterministic).
+template <typename T>
+void Gemm(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const T* b, int64_t b_rs, int64_t b_cs,
+          int64_t M, int64_t Ncols, int64_t K) {
+  constexpr int NR = Nr<T>();
+  const int64_t row_blocks = CeilDiv(M, kRowBlock);
+  const int64_t col_blocks = CeilDiv(Ncols, kColBlock);
+  const int64_t items = row_blocks * col_blocks;
+#pragma omp parallel if (WorthThreads(M * Ncols * K))
+  {
+    T* const apack = PackBuffer<T>(0, static_cast<size_t>(kRowBlock * kDepthBlock));
+    T* const bpack = PackBuffer<T>(1, static_cast<size_t>(kColBlock * kDepthBlock));
+    for (int64_t k0 = 0; k0 < K; k0 += kDepthBlock) {
+      const int64_t kb = std::min(kDepthBlock, K - k0);
+      int64_t packed_panel = -1;
+      // Column-panel-major items: a thread's consecutive items share the
+      // packed B panel.
+#pragma omp for schedule(static)
+      for (int64_t item = 0; item < items; ++item) {
+        const int64_t j0 = (item / row_blocks) * kColBlock;
+        const int64_t i0 = (item % row_blocks) * kRowBlock;
+        const int64_t nb = std::min(kColBlock, Ncols - j0);
+        const int64_t mb = std::min(kRowBlock, M - i0);
+        if (packed_panel != j0) {
+          const T* bs = b + k0 * b_rs + j0 * b_cs;
+          for (int64_t jp = 0; jp < nb; jp += NR) {
+            T* dst = bpack + (jp / NR) * kb * NR;
+            const int64_t w = std::min<int64_t>(NR, nb - jp);
+            if (b_cs == 1) {
+              for (int64_t p = 0; p < kb; ++p) {
+                for (int64_t j = 0; j < w; ++j) dst[p * NR + j] = bs[p * b_rs + jp + j];
+                for (int64_t j = w; j < NR; ++j) dst[p * NR + j] = T(0);
+              }
+            } else {
+              for (int64_t j = 0; j < NR; ++j) {
+                if (j < w) {
+                  for (int64_t p = 0; p < kb; ++p) dst[p * NR + j] = bs[p * b_rs + (jp + j) * b_cs];
+                } else {
+                  for (int64_t p = 0; p < kb; ++p) dst[p * NR + j] = T(0);
+                }
+              }
+            }
+          }
+          packed_panel = j0;
+        }
+        const T* as = a + i0 * a_rs + k0 * a_cs;
+        for (int64_t ip = 0; ip < mb; ip += kMr) {
+          T* dst = apack + (ip / kMr) * kb * kMr;
+          const int64_t h = std::min<int64_t>(kMr, mb - ip);
+          if (a_cs == 1) {
+            for (int64_t i = 0; i < kMr; ++i) {
+              if (i < h) {
+                for (int64_t p = 0; p < kb; ++p) dst[p * kMr + i] = as[(ip + i) * a_rs + p];
+              } else {
+                for (int64_t p = 0; p < kb; ++p) dst[p * kMr + i] = T(0);
+              }
+            }
+          } else {
+            for (int64_t p = 0; p < kb; ++p) {
+              for (int64_t i = 0; i < h; ++i) dst[p * kMr + i] = as[(ip + i) * a_rs + p * a_cs];
+              for (int64_t i = h; i < kMr; ++i) dst[p * kMr + i] = T(0);
+            }
+          }
+        }
+        PackedBlock<T>(c + i0 * ldc + j0, ldc, apack, bpack, mb, nb, kb);
+      }
+    }
+  }
+}
+
+
+}  // namespace
+
+// ---------------------------------------------------------------- casts
+
+template <typename T>
+void CastIn(T* out, const void* src, DType src_type, int64_t n) {
+  switch (src_type) {
+    case DType::kF32: {
+      const float* s = static_cast<const float*>(src);
+#pragma omp parallel for schedule(static) if (WorthThreads(n))
+      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(s[i]);
+      return;
+    }
+    case DType::kF64: {
+      const double* s = static_cast<const double*>(src);
+#pragma omp parallel for schedule(static) if (WorthThreads(n))
+      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(s[i]);
+      return;
+    }
+    case DType::kBf16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+#pragma omp parallel for schedule(static) if (WorthThreads(n))
+      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(Bf16ToFloat(s[i]));
+      return;
+    }
+    case DType::kF16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+#pragma omp parallel for schedule(static) if (WorthThreads(n))
+      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(HalfToFloat(s[i]));
+      return;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- encoder
+
+template <typename T>
+void EncoderForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C) {
+  const int64_t N = static_cast<int64_t>(B) * T_;
+#pragma omp parallel for schedule(static) if (WorthThreads(N * C))
+  for (int64_t n = 0; n < N; ++n) {
+    const T* e = wte + static_cast<int64_t>(tokens[n]) * C;
+    const T* p = wpe + (n % T_) * static_cast<int64_t>(C);
+    T* o = out + n * C;
+    for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
+  }
+}
+
+template <typename T>
+void EncoderBackward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C) {
+  // Repeated tokens hit the same dwte row, so threads split the channels,
+  // not the positions; each thread walks all positions in order.
+  const int64_t N = static_cast<int64_t>(B) * T_;
+  constexpr int kChunk = 16;
+#pragma omp parallel for schedule(static) if (WorthThreads(N * C))
+  for (int c0 = 0; c0 < C; c0 += kChunk) {
+    const int c1 = std::min(C, c0 + kChunk);
+    for (int64_t n = 0; n < N; ++n) {
+      const T* d = dout + n * C;
+      T* e = dwte + static_cast<int64_t>(tokens[n]) * C;
+      T* p = dwpe + (n % T_) * static_cast<int64_t>(C);
+      for (int c = c0; c < c1; ++c) {
+        e[c] += d[c];
+        p[c] += d[c];
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- layernorm
+
+template <typename T>
+void LayerNormForward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t N, int C) {
+#pragma omp parallel for schedule(static) if (WorthThreads(N * C))
+  for (int64_t n = 0; n < N; ++n) {
+    const T* x = inp + n * C;
+    double m = 0.0;
+    for (int c = 0; c < C; ++c) m += x[c];
+    m /= C;
+    double v = 0.0;
+    for (int c = 0; c < C; ++c) {
+      const double d = x[c] - m;
+      v += d * d;
+    }
+    v /= C;
+    const double s = 1.0 / std::sqrt(v + kLayerNormEps);
+    T* o = out + n * C;
+    for (int c = 0; c < C; ++c) o[c] = static_cast<T>((x[c] - m) * s) * weight[c] + bias[c];
+    mean[n] = static_cast<T>(m);
+    rstd[n] = static_cast<T>(s);
+  }
+}
+
+template <typename T>
+void LayerNormBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, const T* mean,
+                       const T* rstd, int64_t N, int C) {
+  // dinp: rows are independent. With xhat = (x - mean) * rstd and
+  // g = dout * weight: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
+#pragma omp parallel for schedule(static) if (WorthThreads(N * C))
+  for (int64_t n = 0; n < N; ++n) {
+    const T* x = inp + n * C;
+    const T* d = dout + n * C;
+    const T m = mean[n];
+    const T s = rstd[n];
+    double g_mean = 0.0, gx_mean = 0.0;
+    for (int c = 0; c < C; ++c) {
+      const T g = d[c] * weight[c];
+      g_mean += g;
+      gx_mean += g * ((x[c] - m) * s);
+    }
+    g_mean /= C;
+    gx_mean /= C;
+    T* dx = dinp + n * C;
+    for (int c = 0; c < C; ++c) {
+      const T xhat = (x[c] - m) * s;
+      const T g = d[c] * weight[c];
+      dx[c] += s * (g - static_cast<T>(g_mean) - xhat * static_cast<T>(gx_mean));
+    }
+  }
+  // dweight, dbias: sums over rows; threads split the channels.
+  constexpr int kChunk = 16;
+#pragma omp parallel for schedule(static) if (WorthThreads(N * C))
+  for (int c0 = 0; c0 < C; c0 += kChunk) {
+    const int c1 = std::min(C, c0 + kChunk);
+    double dw[kChunk] = {}, db[kChunk] = {};
+    for (int64_t n = 0; n < N; ++n) {
+      const T* x = inp + n * C;
+      const T* d = dout + n * C;
+      const T m = mean[n];
+      const T s = rstd[n];
+      for (int c = c0; c < c1; ++c) {
+        dw[c - c0] += d[c] * ((x[c] - m) * s);
+        db[c - c0] += d[c];
+      }
+    }
+    for (int c = c0; c < c1; ++c) {
+      dweight[c] += static_cast<T>(dw[c - c0]);
+      dbias[c] += static_cast<T>(db[c - c0]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- matmul
+
+template <typename T>
+void MatmulForward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int C, int OC) {
+#pragma omp parallel for schedule(static) if (WorthThreads(N * OC))
+  for (int64_t n = 0; n < N; ++n) {
+    T* o = out + n * OC;
+    if (bias != nullptr) {
+      std::memcpy(o, bias, sizeof(T) * OC);
+    } else {
+      std::fill(o, o + OC, T(0));
+    }
+  }
+  // out [N, OC] += inp [N, C] @ weight^T: B(c, o) = weight[o*C + c].
+  Gemm<T>(out, OC, inp, C, 1, weight, 1, C, N, OC, C);
+}
+
+template <typename T>
+void MatmulBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int C,
+                    int OC) {
+  // dinp [N, C] += dout [N, OC] @ weight [OC, C].
+  Gemm<T>(dinp, C, dout, OC, 1, weight, C, 1, N, C, OC);
+  // dweight [OC, C] += dout^T [OC, N] @ inp [N, C]: A(o, n) = dout[n*OC + o].
+  Gemm<T>(dweight, C, dout, 1, OC, inp, C, 1, OC, C, N);
+  if (dbias != nullptr) {
+#pragma omp parallel for schedule(static) if (WorthThreads(N * OC))
+    for (int64_t o0 = 0; o0 < OC; o0 += kColBlock) {
+      const int64_t o1 = std::min<int64_t>(OC, o0 + kColBlock);
+      double acc[kColBlock] = {};
+      for (int64_t n = 0; n < N; ++n) {
+        const T* d = dout + n * OC;
+        for (int64_t o = o0; o < o1; ++o) acc[o - o0] += d[o];
+      }
+      for (int64_t o = o0; o < o1; ++o) dbias[o] += static_cast<T>(acc[o - o0]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- attention
+
+template <typename T>
+void AttentionForward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH) {
+  const int hs = C / NH;
+  const int64_t C3 = 3 * static_cast<int64_t>(C);
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hs)));
+#pragma omp parallel for collapse(3) schedule(static) if (WorthThreads(int64_t{B} * T_ * T_ * C))
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      for (int t = 0; t < T_; ++t) {
+        const T* q = qkv + (static_cast<int64_t>(b) * T_ + t) * C3 + h * hs;
+        T* a = att + ((static_cast<int64_t>(b) * NH + h) * T_ + t) * T_;
+        T maxv = -INFINITY;
+        for (int t2 = 0; t2 <= t; ++t2) {
+          const T* k = qkv + (static_cast<int64_t>(b) * T_ + t2) * C3 + C + h * hs;
+          T s = T(0);
+          for (int i = 0; i < hs; ++i) s += q[i] * k[i];
+          s *= scale;
+          a[t2] = s;
+          maxv = std::max(maxv, s);
+        }
+        double sum = 0.0;
+        for (int t2 = 0; t2 <= t; ++t2) {
+          a[t2] = std::exp(a[t2] - maxv);
+          sum += a[t2];
+        }
+        const T inv = static_cast<T>(1.0 / sum);
+        for (int t2 = 0; t2 <= t; ++t2) a[t2] *= inv;
+        for (int t2 = t + 1; t2 < T_; ++t2) a[t2] = T(0);
+        T* o = out + (static_cast<int64_t>(b) * T_ + t) * C + h * hs;
+        for (int i = 0; i < hs; ++i) o[i] = T(0);
+        for (int t2 = 0; t2 <= t; ++t2) {
+          const T* v = qkv + (static_cast<int64_t>(b) * T_ + t2) * C3 + 2 * C + h * hs;
+          const T w = a[t2];
+          for (int i = 0; i < hs; ++i) o[i] += w * v[i];
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int T_, int C,
+                       int NH) {
+  // Two passes so that each thread owns what it writes. Pass 1, per query
+  // row t: the gradient of the pre-softmax scores (kept in scratch) and dq[t].
+  // Pass 2, per key row t2: dk[t2] and dv[t2], summed over the queries
+  // t >= t2 that attended to it.
+  const int hs = C / NH;
+  const int64_t C3 = 3 * static_cast<int64_t>(C);
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hs)));
+#pragma omp parallel for collapse(3) schedule(static) if (WorthThreads(int64_t{B} * T_ * T_ * C))
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      for (int t = 0; t < T_; ++t) {
+        const int64_t row = ((static_cast<int64_t>(b) * NH + h) * T_ + t) * T_;
+        const T* a = att + row;
+        T* dpre = scratch + row;
+        const T* d = dout + (static_cast<int64_t>(b) * T_ + t) * C + h * hs;
+        // d att[t2] = dout . v[t2]; softmax backward:
+        // d pre[t2] = att[t2] * (d att[t2] - sum_j att[j] d att[j]).
+        double dot = 0.0;
+        for (int t2 = 0; t2 <= t; ++t2) {
+          const T* v = qkv + (static_cast<int64_t>(b) * T_ + t2) * C3 + 2 * C + h * hs;
+          T s = T(0);
+          for (int i = 0; i < hs; ++i) s += d[i] * v[i];
+          dpre[t2] = s;
+          dot += a[t2] * s;
+        }
+        for (int t2 = 0; t2 <= t; ++t2) dpre[t2] = a[t2] * (dpre[t2] - static_cast<T>(dot)) * scale;
+        for (int t2 = t + 1; t2 < T_; ++t2) dpre[t2] = T(0);
+        T* dq = dqkv + (static_cast<int64_t>(b) * T_ + t) * C3 + h * hs;
+        for (int t2 = 0; t2 <= t; ++t2) {
+          const T* k = qkv + (static_cast<int64_t>(b) * T_ + t2) * C3 + C + h * hs;
+          const T w = dpre[t2];
+          for (int i = 0; i < hs; ++i) dq[i] += w * k[i];
+        }
+      }
+    }
+  }
+#pragma omp parallel for collapse(3) schedule(static) if (WorthThreads(int64_t{B} * T_ * T_ * C))
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      for (int t2 = 0; t2 < T_; ++t2) {
+        const int64_t pos2 = (static_cast<int64_t>(b) * T_ + t2) * C3;
+        T* dk = dqkv + pos2 + C + h * hs;
+        T* dv = dqkv + pos2 + 2 * C + h * hs;
+        for (int t = t2; t < T_; ++t) {
+          const int64_t row = ((static_cast<int64_t>(b) * NH + h) * T_ + t) * T_;
+          const T* q = qkv + (static_cast<int64_t>(b) * T_ + t) * C3 + h * hs;
+          const T* d = dout + (static_cast<int64_t>(b) * T_ + t) * C + h * hs;
+          const T wk = scratch[row + t2];
+          const T wv = att[row + t2];
+          for (int i = 0; i < hs; ++i) {
+            dk[i] += wk * q[i];
+            dv[i] += wv * d[i];
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- gelu
+
+namespace {
+// sqrt(2 / pi)
+constexpr double kGeluScale = 0.7978845608028654;
+constexpr double kGeluCubic = 0.044715;
+}  // namespace
+
+template <typename T>
+void GeluForward(T* out, const T* inp, int64_t n) {
+  const T s = static_cast<T>(kGeluScale), k = static_cast<T>(kGeluCubic);
+#pragma omp parallel for schedule(static) if (WorthThreads(n))
+  for (int64_t i = 0; i < n; ++i) {
+    const T x = inp[i];
+    out[i] = T(0.5) * x * (T(1) + std::tanh(s * (x + k * x * x * x)));
+  }
+}
+
+template <typename T>
+void GeluBackward(T* dinp, const T* inp, const T* dout, int64_t n) {
+  const T s = static_cast<T>(kGeluScale), k = static_cast<T>(kGeluCubic);
+#pragma omp parallel for schedule(static) if (WorthThreads(n))
+  for (int64_t i = 0; i < n; ++i) {
+    const T x = inp[i];
+    const T th = std::tanh(s * (x + k * x * x * x));
+    const T sech2 = T(1) - th * th;
+    const T grad = T(0.5) * (T(1) + th) + T(0.5) * x * sech2 * s * (T(1) + T(3) * k * x * x);
+    dinp[i] += grad * dout[i];
+  }
+}
+
+// ---------------------------------------------------------------- residual
+
+template <typename T>
+void ResidualForward(T* out, const T* a, const T* b, int64_t n) {
+#pragma omp parallel for schedule(static) if (WorthThreads(n))
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+template <typename T>
+void Accumulate(T* y, const T* x, int64_t n) {
+#pragma omp parallel for schedule(static) if (WorthThreads(n))
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+// ---------------------------------------------------------------- loss
+
+template <typename T>
+void CrossEntropyForwardBackward(T* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t N, int V,
+                                 int Vp, T dloss) {
+#pragma omp parallel for schedule(static) if (WorthThreads(N * V))
+  for (int64_t n = 0; n < N; ++n) {
+    const T* l = logits + n * Vp;
+    T maxv = l[0];
+    for (int v = 1; v < V; ++v) maxv = std::max(maxv, l[v]);
+    double sum = 0.0;
+    for (int v = 0; v < V; ++v) sum += std::exp(static_cast<double>(l[v] - maxv));
+    const int target = targets[n];
+    losses[n] = static_cast<T>(std::log(sum) - static_cast<double>(l[target] - maxv));
+    if (dlogits != nullptr) {
+      T* d = dlogits + n * Vp;
+      const double inv = 1.0 / sum;
+      for (int v = 0; v < V; ++v) {
+        const double p = std::exp(static_cast<double>(l[v] - maxv)) * inv;
+        d[v] += static_cast<T>((p - (v == target ? 1.0 : 0.0)) * static_cast<double>(dloss));
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- instantiations
+
+#define ZINF_INSTANTIATE_CPU_KERNELS(T)                                                                         \
+  template void CastIn<T>(T*, const void*, DType, int64_t);                                                     \
+  template void EncoderForward<T>(T*, const int32_t*, const T*, const T*, int, int, int);                       \
+  template void EncoderBackward<T>(T*, T*, const T*, const int32_t*, int, int, int);                            \
+  template void LayerNormForward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int);                    \
+  template void LayerNormBackward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int64_t,     \
+                                     int);                                                                      \
+  template void MatmulForward<T>(T*, const T*, const T*, const T*, int64_t, int, int);                          \
+  template void MatmulBackward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int, int);                 \
+  template void AttentionForward<T>(T*, T*, const T*, int, int, int, int);                                      \
+  template void AttentionBackward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int);                 \
+  template void GeluForward<T>(T*, const T*, int64_t);                                                          \
+  template void GeluBackward<T>(T*, const T*, const T*, int64_t);                                               \
+  template void ResidualForward<T>(T*, const T*, const T*, int64_t);                                            \
+  template void Accumulate<T>(T*, const T*, int64_t);                                                           \
+  template void CrossEntropyForwardBackward<T>(T*, T*, const T*, const int32_t*, int64_t, int, int, T);
+
+ZINF_INSTANTIATE_CPU_KERNELS(float)
+ZINF_INSTANTIATE_CPU_KERNELS(double)
+
+#undef ZINF_INSTANTIATE_CPU_KERNELS
+
+}  // namespace cpu
+}  // namespace zinf::kernels

@@ -1,0 +1,103 @@
+// CPU kernels of the reference GPT: forward and backward of each layer type,
+// parallel with OpenMP, for T = float (training on the host device) and
+// T = double (the fp64 reference that gradient checks run against).
+//
+// Layouts are row-major and follow one convention (B batch, T sequence
+// length, C channels, NH heads, hs = C / NH head size, V vocabulary, Vp the
+// vocabulary padded for alignment, N = B * T positions):
+//   activations    [N, C]
+//   qkv            [N, 3C]: q, k, v one after the other per position; head h
+//                  of q is columns [h*hs, (h+1)*hs)
+//   att            [B, NH, T, T]: softmax probabilities, row t holds keys
+//                  0..t (later keys are 0: causal)
+//   linear weight  [OC, C] (out = inp @ weight^T + bias), bias [OC]
+//   logits         [N, Vp]; columns V..Vp-1 are padding and never counted
+//
+// Backward kernels ACCUMULATE into every gradient they write (+=): the caller
+// zeroes gradients once, and a tensor used twice (a tied embedding, the
+// residual stream) gathers both contributions. Forward kernels overwrite.
+//
+// Thread-safety: pure functions of their arguments; outputs must not alias
+// inputs unless stated. The cpu:: kernels run an OpenMP team for large
+// enough inputs (small ones stay on the calling thread) and are
+// deterministic: the same inputs give the same bits whatever the number of
+// threads. The matmuls keep a small packing buffer per calling thread.
+#pragma once
+
+#include <cstdint>
+
+namespace zinf::kernels {
+
+// Element types of tensors handed in from outside (parameters, gradients).
+enum class DType { kF32, kF16, kBf16, kF64 };
+int DTypeSizeBytes(DType type);
+
+inline constexpr double kLayerNormEps = 1e-5;
+
+namespace cpu {
+
+// Threads the CPU kernels use (OpenMP's team size). Several ranks on one
+// machine should split the cores between them rather than each take all.
+void SetThreads(int threads);
+int Threads();
+
+// out[n] = (T) src[n], src of type `src_type`.
+template <typename T>
+void CastIn(T* out, const void* src, DType src_type, int64_t n);
+
+// out[b,t,:] = wte[tokens[b,t], :] + wpe[t, :]. Tokens must be < the rows of wte.
+template <typename T>
+void EncoderForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C);
+// dwte[tokens[b,t], :] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:].
+template <typename T>
+void EncoderBackward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C);
+
+// Per row of inp [N, C]: mean, rstd = 1/sqrt(var + eps) (saved for backward),
+// out = (inp - mean) * rstd * weight + bias.
+template <typename T>
+void LayerNormForward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t N, int C);
+template <typename T>
+void LayerNormBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, const T* mean,
+                       const T* rstd, int64_t N, int C);
+
+// out [N, OC] = inp [N, C] @ weight^T [C, OC] + bias (bias may be null).
+template <typename T>
+void MatmulForward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int C, int OC);
+// dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_n dout (dbias may be null).
+template <typename T>
+void MatmulBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int C,
+                    int OC);
+
+// Causal multi-head self-attention: out [N, C] (heads concatenated), att
+// [B, NH, T, T] the softmax of q.k / sqrt(hs) over keys <= t, saved.
+template <typename T>
+void AttentionForward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH);
+// dqkv += the gradient through the attention. `scratch` holds B*NH*T*T elements.
+template <typename T>
+void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int T_, int C, int NH);
+
+// GELU, tanh approximation (as GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+template <typename T>
+void GeluForward(T* out, const T* inp, int64_t n);
+// dinp += gelu'(inp) * dout.
+template <typename T>
+void GeluBackward(T* dinp, const T* inp, const T* dout, int64_t n);
+
+// out = a + b (out may alias a or b).
+template <typename T>
+void ResidualForward(T* out, const T* a, const T* b, int64_t n);
+// y += x (the residual stream's gradient fan-out).
+template <typename T>
+void Accumulate(T* y, const T* x, int64_t n);
+
+// Softmax cross-entropy over the first V of Vp logits per row:
+// losses[n] = -log softmax(logits[n])[targets[n]]; when dlogits is not null,
+// dlogits[n, v] += (softmax[n, v] - (v == targets[n])) * dloss for v < V (padding
+// columns get nothing). dloss is the gradient of the final loss with respect
+// to each position's loss (1/N for a mean, times the loss scale under fp16).
+template <typename T>
+void CrossEntropyForwardBackward(T* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t N, int V,
+                                 int Vp, T dloss);
+
+}  // namespace cpu
+}  // namespace zinf::kernels

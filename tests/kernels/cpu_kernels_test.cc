@@ -1,0 +1,456 @@
+// CPU kernels: every backward against central finite differences of its
+// forward, in double.
+//
+// The objective is J = sum_i w_i * out_i with random w, so dout = w and the
+// gradient a backward kernel computes must equal dJ/d(input). Central
+// differences with step h = 1e-5 have truncation error ~h^2 * |f'''| and
+// rounding error ~eps * |J| / h, both far below the tolerance used:
+// |analytic - numeric| <= 1e-6 * (|numeric| + 1e-2) (relative 1e-6, with a
+// small absolute floor for gradients that are near zero).
+//
+// Gradients are checked after prefilling them with a constant, which tests
+// the accumulate (+=) contract of every backward kernel at the same time.
+#include "kernels/cpu_kernels.h"
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <tuple>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+namespace zinf::kernels::cpu {
+namespace {
+
+constexpr double kStep = 1e-5;
+constexpr double kRelTol = 1e-6;
+constexpr double kAbsFloor = 1e-2;
+constexpr double kPrefill = 0.25;  // gradients start here; kernels must add to it
+
+std::vector<double> Random(size_t n, std::mt19937_64& rng, double scale = 1.0) {
+  std::uniform_real_distribution<double> u(-scale, scale);
+  std::vector<double> v(n);
+  for (double& x : v) x = u(rng);
+  return v;
+}
+
+double Dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Compares `grad` (prefilled with kPrefill before the backward ran) with
+// central differences of `objective` in every element of `x`.
+void ExpectGradient(const char* what, std::vector<double>& x, const std::vector<double>& grad,
+                    const std::function<double()>& objective) {
+  ASSERT_EQ(x.size(), grad.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double saved = x[i];
+    x[i] = saved + kStep;
+    const double plus = objective();
+    x[i] = saved - kStep;
+    const double minus = objective();
+    x[i] = saved;
+    const double numeric = (plus - minus) / (2 * kStep);
+    const double analytic = grad[i] - kPrefill;
+    if (std::fabs(analytic - numeric) > kRelTol * (std::fabs(numeric) + kAbsFloor) && bad++ < 5) {
+      ADD_FAILURE() << what << "[" << i << "]: analytic " << analytic << " numeric " << numeric;
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << x.size() << " elements disagree";
+}
+
+std::vector<double> Filled(size_t n) { return std::vector<double>(n, kPrefill); }
+
+// Shapes shared by the gradient checks: small, but with more than one batch,
+// head and position so that indexing mistakes show.
+constexpr int kB = 2, kT = 5, kC = 8, kNH = 2;
+constexpr int64_t kN = kB * kT;
+
+TEST(CpuKernelsTest, DTypeSizes) {
+  EXPECT_EQ(DTypeSizeBytes(DType::kF32), 4);
+  EXPECT_EQ(DTypeSizeBytes(DType::kF16), 2);
+  EXPECT_EQ(DTypeSizeBytes(DType::kBf16), 2);
+  EXPECT_EQ(DTypeSizeBytes(DType::kF64), 8);
+}
+
+TEST(CpuKernelsTest, EncoderBackwardMatchesFiniteDifferences) {
+  std::mt19937_64 rng(1);
+  const int V = 7;
+  // Repeated tokens: their rows of dwte must collect every occurrence.
+  std::vector<int32_t> tokens = {3, 1, 3, 0, 6, 3, 3, 2, 1, 5};
+  std::vector<double> wte = Random(V * kC, rng), wpe = Random(kT * kC, rng), w = Random(kN * kC, rng);
+  std::vector<double> out(kN * kC);
+  auto objective = [&] {
+    EncoderForward(out.data(), tokens.data(), wte.data(), wpe.data(), kB, kT, kC);
+    return Dot(out, w);
+  };
+  std::vector<double> dwte = Filled(wte.size()), dwpe = Filled(wpe.size());
+  EncoderBackward(dwte.data(), dwpe.data(), w.data(), tokens.data(), kB, kT, kC);
+  ExpectGradient("dwte", wte, dwte, objective);
+  ExpectGradient("dwpe", wpe, dwpe, objective);
+}
+
+TEST(CpuKernelsTest, LayerNormBackwardMatchesFiniteDifferences) {
+  std::mt19937_64 rng(2);
+  std::vector<double> inp = Random(kN * kC, rng, 2.0), weight = Random(kC, rng), bias = Random(kC, rng);
+  std::vector<double> w = Random(kN * kC, rng), out(kN * kC), mean(kN), rstd(kN);
+  auto objective = [&] {
+    LayerNormForward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), kN, kC);
+    return Dot(out, w);
+  };
+  objective();
+  std::vector<double> dinp = Filled(inp.size()), dweight = Filled(kC), dbias = Filled(kC);
+  LayerNormBackward(dinp.data(), dweight.data(), dbias.data(), w.data(), inp.data(), weight.data(), mean.data(),
+                    rstd.data(), kN, kC);
+  ExpectGradient("dinp", inp, dinp, objective);
+  ExpectGradient("dweight", weight, dweight, objective);
+  ExpectGradient("dbias", bias, dbias, objective);
+}
+
+TEST(CpuKernelsTest, LayerNormForwardNormalises) {
+  std::mt19937_64 rng(3);
+  std::vector<double> inp = Random(kN * kC, rng, 3.0), ones(kC, 1.0), zeros(kC, 0.0);
+  std::vector<double> out(kN * kC), mean(kN), rstd(kN);
+  LayerNormForward(out.data(), mean.data(), rstd.data(), inp.data(), ones.data(), zeros.data(), kN, kC);
+  for (int64_t n = 0; n < kN; ++n) {
+    double m = 0, v = 0;
+    for (int c = 0; c < kC; ++c) m += out[n * kC + c];
+    m /= kC;
+    for (int c = 0; c < kC; ++c) v += (out[n * kC + c] - m) * (out[n * kC + c] - m);
+    v /= kC;
+    EXPECT_NEAR(m, 0.0, 1e-12);
+    EXPECT_NEAR(v, 1.0, 1e-3);  // eps = 1e-5 inside the sqrt
+  }
+}
+
+void CheckMatmulGradients(int64_t N, int C, int OC, bool with_bias, uint64_t seed) {
+  SCOPED_TRACE("N=" + std::to_string(N) + " C=" + std::to_string(C) + " OC=" + std::to_string(OC));
+  std::mt19937_64 rng(seed);
+  std::vector<double> inp = Random(N * C, rng), weight = Random(int64_t{OC} * C, rng), bias = Random(OC, rng);
+  std::vector<double> w = Random(N * OC, rng), out(N * OC);
+  auto objective = [&] {
+    MatmulForward(out.data(), inp.data(), weight.data(), with_bias ? bias.data() : nullptr, N, C, OC);
+    return Dot(out, w);
+  };
+  std::vector<double> dinp = Filled(inp.size()), dweight = Filled(weight.size()), dbias = Filled(OC);
+  MatmulBackward(dinp.data(), dweight.data(), with_bias ? dbias.data() : nullptr, w.data(), inp.data(),
+                 weight.data(), N, C, OC);
+  ExpectGradient("dinp", inp, dinp, objective);
+  ExpectGradient("dweight", weight, dweight, objective);
+  if (with_bias) {
+    ExpectGradient("dbias", bias, dbias, objective);
+  } else {
+    for (double v : dbias) EXPECT_EQ(v, kPrefill);
+  }
+}
+
+TEST(CpuKernelsTest, MatmulBackwardMatchesFiniteDifferences) {
+  CheckMatmulGradients(kN, kC, 3 * kC, true, 4);
+  CheckMatmulGradients(kN, kC, 12, false, 5);
+  CheckMatmulGradients(3, 5, 7, true, 6);  // every tile ragged
+}
+
+// The tiled matmul against a plain triple loop on shapes that cross every
+// blocking boundary (row and column blocks of 64, reduction slabs of 256,
+// register tiles of 4 x 16 / 4 x 8) with ragged remainders. Sums of ~300
+// products of values in [-1, 1] in float: tolerance 1e-4 absolute.
+template <typename T>
+void CheckMatmulAgainstNaive(int64_t N, int C, int OC, double tol) {
+  SCOPED_TRACE("N=" + std::to_string(N) + " C=" + std::to_string(C) + " OC=" + std::to_string(OC));
+  std::mt19937_64 rng(N * 1000003 + C * 1009 + OC);
+  std::vector<double> inp = Random(N * C, rng), weight = Random(int64_t{OC} * C, rng), bias = Random(OC, rng);
+  std::vector<double> dout = Random(N * OC, rng);
+  std::vector<T> tin(inp.begin(), inp.end()), tw(weight.begin(), weight.end()), tb(bias.begin(), bias.end());
+  std::vector<T> tdout(dout.begin(), dout.end()), tout(N * OC);
+  MatmulForward(tout.data(), tin.data(), tw.data(), tb.data(), N, C, OC);
+  std::vector<T> tdinp(N * C, T(1)), tdw(int64_t{OC} * C, T(1)), tdb(OC, T(1));
+  MatmulBackward(tdinp.data(), tdw.data(), tdb.data(), tdout.data(), tin.data(), tw.data(), N, C, OC);
+  int bad = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    for (int o = 0; o < OC; ++o) {
+      double r = bias[o];
+      for (int c = 0; c < C; ++c) r += inp[n * C + c] * weight[int64_t{o} * C + c];
+      if (std::fabs(r - tout[n * OC + o]) > tol && bad++ < 5) ADD_FAILURE() << "out " << n << "," << o;
+    }
+  }
+  for (int64_t n = 0; n < N; ++n) {
+    for (int c = 0; c < C; ++c) {
+      double r = 1;
+      for (int o = 0; o < OC; ++o) r += dout[n * OC + o] * weight[int64_t{o} * C + c];
+      if (std::fabs(r - tdinp[n * C + c]) > tol && bad++ < 5) ADD_FAILURE() << "dinp " << n << "," << c;
+    }
+  }
+  for (int o = 0; o < OC; ++o) {
+    double rb = 1;
+    for (int64_t n = 0; n < N; ++n) rb += dout[n * OC + o];
+    if (std::fabs(rb - tdb[o]) > tol && bad++ < 5) ADD_FAILURE() << "dbias " << o;
+    for (int c = 0; c < C; ++c) {
+      double r = 1;
+      for (int64_t n = 0; n < N; ++n) r += dout[n * OC + o] * inp[n * C + c];
+      if (std::fabs(r - tdw[int64_t{o} * C + c]) > tol && bad++ < 5) ADD_FAILURE() << "dweight " << o << "," << c;
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(CpuKernelsTest, MatmulMatchesNaiveAcrossBlockBoundaries) {
+  for (auto [N, C, OC] : {std::tuple<int64_t, int, int>{1, 1, 1}, {70, 33, 130}, {129, 300, 67}, {257, 64, 16},
+                          {64, 257, 64}, {5, 520, 3}}) {
+    CheckMatmulAgainstNaive<double>(N, C, OC, 1e-10);
+    CheckMatmulAgainstNaive<float>(N, C, OC, 1e-4);
+  }
+}
+
+TEST(CpuKernelsTest, AttentionBackwardMatchesFiniteDifferences) {
+  std::mt19937_64 rng(7);
+  std::vector<double> qkv = Random(kN * 3 * kC, rng, 1.5), w = Random(kN * kC, rng);
+  std::vector<double> out(kN * kC), att(kB * kNH * kT * kT), scratch(att.size());
+  auto objective = [&] {
+    AttentionForward(out.data(), att.data(), qkv.data(), kB, kT, kC, kNH);
+    return Dot(out, w);
+  };
+  objective();
+  std::vector<double> dqkv = Filled(qkv.size());
+  AttentionBackward(dqkv.data(), scratch.data(), w.data(), qkv.data(), att.data(), kB, kT, kC, kNH);
+  ExpectGradient("dqkv", qkv, dqkv, objective);
+}
+
+TEST(CpuKernelsTest, AttentionIsCausal) {
+  std::mt19937_64 rng(8);
+  std::vector<double> qkv = Random(kN * 3 * kC, rng, 1.5);
+  std::vector<double> out(kN * kC), att(kB * kNH * kT * kT);
+  AttentionForward(out.data(), att.data(), qkv.data(), kB, kT, kC, kNH);
+  for (int bh = 0; bh < kB * kNH; ++bh) {
+    for (int t = 0; t < kT; ++t) {
+      double sum = 0;
+      for (int t2 = 0; t2 < kT; ++t2) {
+        const double a = att[(static_cast<int64_t>(bh) * kT + t) * kT + t2];
+        if (t2 > t) {
+          EXPECT_EQ(a, 0.0) << "bh " << bh << " t " << t << " key " << t2;
+        }
+        sum += a;
+      }
+      EXPECT_NEAR(sum, 1.0, 1e-12);
+    }
+  }
+  // Changing q, k and v of the last position of batch 0 leaves every earlier
+  // position's output unchanged (bit for bit) and changes the last one.
+  std::vector<double> qkv2 = qkv, out2(out.size()), att2(att.size());
+  for (int i = 0; i < 3 * kC; ++i) qkv2[(kT - 1) * 3 * kC + i] += 0.5;
+  AttentionForward(out2.data(), att2.data(), qkv2.data(), kB, kT, kC, kNH);
+  for (int t = 0; t < kT - 1; ++t) {
+    for (int c = 0; c < kC; ++c) EXPECT_EQ(out[t * kC + c], out2[t * kC + c]) << "t " << t;
+  }
+  double diff = 0;
+  for (int c = 0; c < kC; ++c) diff += std::fabs(out[(kT - 1) * kC + c] - out2[(kT - 1) * kC + c]);
+  EXPECT_GT(diff, 0.0);
+  // Batch 1 is untouched.
+  for (int64_t i = kT * kC; i < kN * kC; ++i) EXPECT_EQ(out[i], out2[i]);
+}
+
+TEST(CpuKernelsTest, GeluBackwardMatchesFiniteDifferences) {
+  std::mt19937_64 rng(9);
+  std::vector<double> inp = Random(64, rng, 4.0), w = Random(64, rng), out(64);
+  auto objective = [&] {
+    GeluForward(out.data(), inp.data(), 64);
+    return Dot(out, w);
+  };
+  std::vector<double> dinp = Filled(64);
+  GeluBackward(dinp.data(), inp.data(), w.data(), 64);
+  ExpectGradient("dinp", inp, dinp, objective);
+  // Spot values of the tanh approximation.
+  double x[3] = {0.0, 1.0, -3.0}, y[3];
+  GeluForward(y, x, 3);
+  EXPECT_EQ(y[0], 0.0);
+  EXPECT_NEAR(y[1], 0.8411919906, 1e-9);
+  EXPECT_NEAR(y[2], -0.0036373920817, 1e-9);
+}
+
+TEST(CpuKernelsTest, ResidualAndAccumulate) {
+  std::vector<double> a = {1, 2, 3}, b = {10, 20, 30}, out(3);
+  ResidualForward(out.data(), a.data(), b.data(), 3);
+  EXPECT_EQ(out, (std::vector<double>{11, 22, 33}));
+  ResidualForward(a.data(), a.data(), b.data(), 3);  // out may alias an input
+  EXPECT_EQ(a, (std::vector<double>{11, 22, 33}));
+  Accumulate(a.data(), b.data(), 3);
+  EXPECT_EQ(a, (std::vector<double>{21, 42, 63}));
+}
+
+TEST(CpuKernelsTest, CrossEntropyMatchesFiniteDifferencesAndLeavesPadding) {
+  std::mt19937_64 rng(10);
+  const int V = 11, Vp = 16;
+  const double dloss = 0.37;
+  std::vector<double> logits = Random(kN * Vp, rng, 3.0), losses(kN);
+  std::vector<int32_t> targets(kN);
+  for (int64_t n = 0; n < kN; ++n) targets[n] = static_cast<int32_t>((n * 7 + 3) % V);
+  auto objective = [&] {
+    CrossEntropyForwardBackward<double>(losses.data(), nullptr, logits.data(), targets.data(), kN, V, Vp, 0.0);
+    double s = 0;
+    for (double l : losses) s += l;
+    return s * dloss;
+  };
+  // Sentinels in the padding columns must survive.
+  const double kSentinel = -12345.0;
+  std::vector<double> dlogits = Filled(logits.size());
+  for (int64_t n = 0; n < kN; ++n)
+    for (int v = V; v < Vp; ++v) dlogits[n * Vp + v] = kSentinel;
+  std::vector<double> losses_with_grad(kN);
+  CrossEntropyForwardBackward<double>(losses_with_grad.data(), dlogits.data(), logits.data(), targets.data(), kN, V,
+                                      Vp, dloss);
+  objective();
+  EXPECT_EQ(losses, losses_with_grad);
+  for (int64_t n = 0; n < kN; ++n) {
+    for (int v = V; v < Vp; ++v) {
+      EXPECT_EQ(dlogits[n * Vp + v], kSentinel);
+      dlogits[n * Vp + v] = kPrefill;  // the loss does not depend on padding: numeric gradient 0
+    }
+  }
+  ExpectGradient("dlogits", logits, dlogits, objective);
+  // The loss against a direct log-softmax.
+  for (int64_t n = 0; n < kN; ++n) {
+    double z = 0;
+    for (int v = 0; v < V; ++v) z += std::exp(logits[n * Vp + v]);
+    EXPECT_NEAR(losses[n], std::log(z) - logits[n * Vp + targets[n]], 1e-12);
+  }
+}
+
+// The float kernels against the double reference on the same inputs.
+TEST(CpuKernelsTest, FloatForwardAgreesWithDouble) {
+  std::mt19937_64 rng(11);
+  const int V = 13, Vp = 64;
+  std::vector<int32_t> tokens(kN);
+  for (int64_t n = 0; n < kN; ++n) tokens[n] = static_cast<int32_t>((n * 5) % V);
+  std::vector<double> wte = Random(Vp * kC, rng), wpe = Random(kT * kC, rng);
+  std::vector<double> lw = Random(kC, rng), lb = Random(kC, rng), mw = Random(3 * kC * kC, rng);
+  std::vector<double> mb = Random(3 * kC, rng), logits = Random(kN * Vp, rng, 4.0);
+  // Chain encoder -> layernorm -> matmul -> attention -> gelu in both types.
+  auto run = [&](auto zero) {
+    using T = decltype(zero);
+    std::vector<T> twte(wte.begin(), wte.end()), twpe(wpe.begin(), wpe.end()), tlw(lw.begin(), lw.end()),
+        tlb(lb.begin(), lb.end()), tmw(mw.begin(), mw.end()), tmb(mb.begin(), mb.end()),
+        tlogits(logits.begin(), logits.end());
+    std::vector<T> x(kN * kC), ln(kN * kC), mean(kN), rstd(kN), qkv(kN * 3 * kC), att(kB * kNH * kT * kT),
+        y(kN * kC), g(kN * kC), losses(kN);
+    EncoderForward(x.data(), tokens.data(), twte.data(), twpe.data(), kB, kT, kC);
+    LayerNormForward(ln.data(), mean.data(), rstd.data(), x.data(), tlw.data(), tlb.data(), kN, kC);
+    MatmulForward(qkv.data(), ln.data(), tmw.data(), tmb.data(), kN, kC, 3 * kC);
+    AttentionForward(y.data(), att.data(), qkv.data(), kB, kT, kC, kNH);
+    GeluForward(g.data(), y.data(), kN * kC);
+    CrossEntropyForwardBackward<T>(losses.data(), nullptr, tlogits.data(), tokens.data(), kN, V, Vp, T(0));
+    std::vector<double> result(g.begin(), g.end());
+    result.insert(result.end(), losses.begin(), losses.end());
+    return result;
+  };
+  std::vector<double> d = run(0.0), f = run(0.0f);
+  ASSERT_EQ(d.size(), f.size());
+  for (size_t i = 0; i < d.size(); ++i) EXPECT_NEAR(f[i], d[i], 2e-5 * (1 + std::fabs(d[i]))) << i;
+}
+
+TEST(CpuKernelsTest, CastInBf16) {
+  // bf16 is the top half of a float.
+  const uint16_t bits[] = {0x3f80, 0xc000, 0x0000, 0x8000, 0x7f80, 0xff80, 0x3eaa, 0x0001};
+  const float expect[] = {1.0f, -2.0f, 0.0f, -0.0f, INFINITY, -INFINITY, 0.33203125f,
+                          std::bit_cast<float>(uint32_t{0x00010000})};
+  std::vector<float> out(8);
+  CastIn(out.data(), bits, DType::kBf16, 8);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(expect[i])) << i;
+  }
+  const uint16_t nan_bits = 0x7fc0;
+  float nan_out = 0;
+  CastIn(&nan_out, &nan_bits, DType::kBf16, 1);
+  EXPECT_TRUE(std::isnan(nan_out));
+}
+
+TEST(CpuKernelsTest, CastInF16EveryValue) {
+  // Every one of the 65536 half patterns against the definition of
+  // binary16, evaluated independently in double.
+  std::vector<uint16_t> bits(65536);
+  for (int i = 0; i < 65536; ++i) bits[i] = static_cast<uint16_t>(i);
+  std::vector<float> out(65536);
+  std::vector<double> outd(65536);
+  CastIn(out.data(), bits.data(), DType::kF16, 65536);
+  CastIn(outd.data(), bits.data(), DType::kF16, 65536);
+  for (int i = 0; i < 65536; ++i) {
+    const int sign = i >> 15, exp = (i >> 10) & 31, mant = i & 1023;
+    double v;
+    if (exp == 31) {
+      if (mant != 0) {
+        EXPECT_TRUE(std::isnan(out[i])) << i;
+        EXPECT_TRUE(std::isnan(outd[i])) << i;
+        continue;
+      }
+      v = std::numeric_limits<double>::infinity();
+    } else if (exp == 0) {
+      v = std::ldexp(static_cast<double>(mant), -24);
+    } else {
+      v = std::ldexp(1.0 + mant / 1024.0, exp - 15);
+    }
+    if (sign) v = -v;
+    ASSERT_EQ(static_cast<double>(out[i]), v) << "bits " << i;
+    ASSERT_EQ(outd[i], v) << "bits " << i;
+    ASSERT_EQ(std::signbit(out[i]), sign == 1) << "bits " << i;
+  }
+  EXPECT_EQ(out[0x3c00], 1.0f);
+  EXPECT_EQ(out[0x7bff], 65504.0f);
+  EXPECT_EQ(out[0x0001], std::ldexp(1.0f, -24));
+}
+
+TEST(CpuKernelsTest, CastInF32AndF64) {
+  const float f[3] = {1.5f, -0.1f, 3e38f};
+  std::vector<double> d(3);
+  CastIn(d.data(), f, DType::kF32, 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(d[i], static_cast<double>(f[i]));
+  const double src[3] = {0.1, -2.5, 1e-3};
+  std::vector<float> g(3);
+  CastIn(g.data(), src, DType::kF64, 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(g[i], static_cast<float>(src[i]));
+  // Large enough to take the parallel path.
+  std::vector<float> big(300000), back(300000);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i) * 0.5f;
+  CastIn(back.data(), big.data(), DType::kF32, static_cast<int64_t>(big.size()));
+  EXPECT_EQ(big, back);
+}
+
+// Big enough to run threaded; the same bits with one thread and with many.
+TEST(CpuKernelsTest, ResultsDoNotDependOnThreadCount) {
+  std::mt19937_64 rng(12);
+  const int64_t N = 300;
+  const int C = 200, OC = 330;
+  auto random_floats = [&](int64_t n) {
+    const std::vector<double> d = Random(n, rng);
+    return std::vector<float>(d.begin(), d.end());
+  };
+  const std::vector<float> inp = random_floats(N * C), w = random_floats(int64_t{OC} * C);
+  const std::vector<float> dout = random_floats(N * OC);
+  auto run = [&] {
+    std::vector<float> out(N * OC), dinp(N * C), dw(int64_t{OC} * C), db(OC), lout(N * C), mean(N), rstd(N);
+    std::vector<float> ldinp(N * C), ldw(C), ldb(C);
+    MatmulForward<float>(out.data(), inp.data(), w.data(), nullptr, N, C, OC);
+    MatmulBackward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+    LayerNormForward(lout.data(), mean.data(), rstd.data(), inp.data(), w.data(), w.data() + C, N, C);
+    LayerNormBackward(ldinp.data(), ldw.data(), ldb.data(), dout.data(), inp.data(), w.data(), mean.data(),
+                      rstd.data(), N, C);
+    return std::vector<std::vector<float>>{out, dinp, dw, db, lout, ldinp, ldw, ldb};
+  };
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const auto one = run();
+  omp_set_num_threads(std::max(threads, 3));
+  const auto many = run();
+  omp_set_num_threads(threads);
+  EXPECT_TRUE(one == many);
+}
+
+}  // namespace
+}  // namespace zinf::kernels::cpu
