@@ -1,0 +1,120 @@
+// CUDA kernels of the reference GPT (fp32): the GPU twins of cpu_kernels.h.
+//
+// Plain C++: no CUDA type appears here, so code compiled by the host
+// compiler (model/cuda_ops.cc, tests) can call them. A stream is a
+// cudaStream_t passed as `void*` (nullptr is the legacy default stream);
+// every pointer is a device pointer on the current CUDA device unless named
+// `host_`. Compiled only when the CUDA Toolkit is found (ZINF_HAVE_CUDA_KERNELS).
+//
+// Semantics, layouts and accumulation rules are exactly those of the
+// function of the same name in kernels::cpu (see cpu_kernels.h): forward
+// kernels overwrite their outputs, backward kernels ACCUMULATE (+=) into
+// every gradient they write. Results agree with the CPU reference up to
+// float rounding (the order of additions differs); nothing here is atomic,
+// so every kernel is deterministic run to run.
+//
+// Errors: every function only enqueues work and returns the launch's status
+// (cudaGetLastError after each launch, or the cuBLAS status) as kInternal
+// naming the kernel; a fault while the work runs shows up at the next
+// stream synchronisation. Callers keep the first error (CudaOps makes it
+// sticky). Sizes are validated (kInvalidArgument) where cuBLAS needs int.
+//
+// Thread-safety: the free functions are safe from any thread (they use no
+// state of their own); a CudaBlas is driven by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "kernels/cpu_kernels.h"
+#include "zinf/status.h"
+
+namespace zinf::kernels::cuda {
+
+// The CUDA device current on the calling thread, and setting it (the runtime
+// launches kernels on the calling thread's current device).
+StatusOr<int> GetDevice();
+Status SetDevice(int ordinal);
+
+// A cuBLAS handle bound to one stream; every matmul of the functions below
+// that take a CudaBlas runs on that stream. Matmuls compute in fp32
+// (CUBLAS_COMPUTE_32F); with allow_tf32 cuBLAS may use TF32 tensor cores
+// (faster, ~1e-3 relative error, no longer close to the CPU reference).
+// Created on the calling thread's current device; used on that device only.
+class CudaBlas {
+ public:
+  static StatusOr<std::unique_ptr<CudaBlas>> Create(void* stream, bool allow_tf32 = false);
+  ~CudaBlas();
+  CudaBlas(const CudaBlas&) = delete;
+  CudaBlas& operator=(const CudaBlas&) = delete;
+
+  void* stream() const { return stream_; }
+  bool allow_tf32() const { return allow_tf32_; }
+  void* handle() const { return handle_; }  // cublasHandle_t
+
+ private:
+  CudaBlas(void* handle, void* stream, bool allow_tf32) : handle_(handle), stream_(stream), allow_tf32_(allow_tf32) {}
+  void* handle_;
+  void* stream_;
+  bool allow_tf32_;
+};
+
+// p[0..n) = 0.
+Status Zero(float* p, int64_t n, void* stream);
+
+// out[i] = (float) src[i]; src (a device pointer) of type src_type: kF32,
+// kF16, kBf16 or kF64.
+Status CastIn(float* out, const void* src, DType src_type, int64_t n, void* stream);
+
+// Encoder (embedding). Tokens must be < the rows of wte (not checked on the
+// device: a bad token reads or writes out of bounds).
+Status EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T_, int C,
+                      void* stream);
+// dwte[tokens[b,t], :] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]. Deterministic,
+// no atomics: each (vocabulary row group, channel) of dwte is owned by one
+// thread that adds the positions in order n = 0..N-1, as the CPU loop does.
+Status EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T_, int C,
+                       void* stream);
+
+Status LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                        int64_t N, int C, void* stream);
+Status LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                         const float* weight, const float* mean, const float* rstd, int64_t N, int C, void* stream);
+
+// cuBLAS GEMMs on blas.stream(); the bias add and the dbias column sums are
+// kernels of their own. N, C, OC must fit in int.
+Status MatmulForward(CudaBlas& blas, float* out, const float* inp, const float* weight, const float* bias, int64_t N,
+                     int C, int OC);
+Status MatmulBackward(CudaBlas& blas, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                      const float* weight, int64_t N, int C, int OC);
+
+// Attention. Scratch (shared by forward and backward) holds
+// AttentionScratchElems(B, T_, C, NH) floats laid out as
+//   q, k, v, dq, dk, dv, dy   7 x [B, NH, T, hs]   (B*T*C each)
+//   datt                      [B, NH, T, T]        (backward only)
+// Forward: q, k, v = permute(qkv); att = causal softmax(q k^T / sqrt(hs))
+// (batched GEMM straight into att, softmax in place); y = att @ v into the
+// dy slot; out = unpermute(y). Backward: dy = permute(dout); datt = dy v^T;
+// dv = att^T dy; dpreatt = softmax backward (in place in datt); dq =
+// dpreatt k / sqrt(hs); dk = dpreatt^T q / sqrt(hs); dqkv += unpermute.
+// C % NH == 0.
+int64_t AttentionScratchElems(int B, int T_, int C, int NH);
+Status AttentionForward(CudaBlas& blas, float* out, float* att, float* scratch, const float* qkv, int B, int T_, int C,
+                        int NH);
+Status AttentionBackward(CudaBlas& blas, float* dqkv, float* scratch, const float* dout, const float* qkv,
+                         const float* att, int B, int T_, int C, int NH);
+
+Status GeluForward(float* out, const float* inp, int64_t n, void* stream);
+Status GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n, void* stream);
+
+// out = a + b (out may alias a or b).
+Status ResidualForward(float* out, const float* a, const float* b, int64_t n, void* stream);
+// y += x.
+Status Accumulate(float* y, const float* x, int64_t n, void* stream);
+
+// One thread block per row; padding columns V..Vp-1 of dlogits untouched.
+// dlogits may be null (forward only).
+Status CrossEntropyForwardBackward(float* losses, float* dlogits, const float* logits, const int32_t* targets,
+                                   int64_t N, int V, int Vp, float dloss, void* stream);
+
+}  // namespace zinf::kernels::cuda

@@ -1,0 +1,452 @@
+// Each CUDA kernel against its CPU reference (kernels::cpu::*<float>) on
+// random inputs. Backward kernels start from random gradients, so the tests
+// check that they accumulate (+=) rather than overwrite.
+//
+// Tolerances: |gpu - cpu| <= atol + rtol * |cpu| per element. Elementwise
+// kernels with one rounding (casts, encoder forward, residual) must match
+// exactly; kernels whose sums run in a different order (the CPU uses double
+// accumulators, the GPU float) get rtol 1e-5..1e-4 and an atol scaled to the
+// magnitudes involved; the numbers are stated at each check.
+//
+// Skips (with the reason) without a GPU, and compiles to one skipping test
+// in builds without CUDA kernels.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "device/cuda_device.h"
+#include "device/device.h"
+#include "kernels/cpu_kernels.h"
+
+#if defined(ZINF_HAVE_CUDA_KERNELS)
+#include "kernels/cuda_kernels.h"
+
+namespace zinf::kernels {
+namespace {
+
+namespace gpu = kernels::cuda;
+
+std::vector<float> Uniform(size_t n, float lo, float hi, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<int32_t> Tokens(size_t n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, vocab - 1);
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// Element-wise |got - want| <= atol + rtol * |want|; reports the count of
+// failures, the first few and the largest error.
+::testing::AssertionResult Near(const std::vector<float>& got, const std::vector<float>& want, double atol,
+                                double rtol) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
+  }
+  size_t bad = 0;
+  double worst = 0.0;
+  size_t worst_i = 0;
+  std::string first;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
+    const double lim = atol + rtol * std::fabs(static_cast<double>(want[i]));
+    if (!(err <= lim)) {  // NaN fails too
+      if (bad < 5) first += " [" + std::to_string(i) + "] " + std::to_string(got[i]) + " vs " + std::to_string(want[i]);
+      ++bad;
+    }
+    if (err > worst || std::isnan(err)) {
+      worst = err;
+      worst_i = i;
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " of " << got.size() << " elements off (atol " << atol << ", rtol "
+                                       << rtol << "); worst error " << worst << " at " << worst_i << ";" << first;
+}
+
+class CudaKernelsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA GPU: " << CudaUnavailableReason();
+    auto device = CreateCudaDevice(0, 0);
+    ASSERT_TRUE(device.ok()) << device.status().ToString();
+    device_ = std::move(device).value();
+    auto stream = device_->CreateStream();
+    ASSERT_TRUE(stream.ok()) << stream.status().ToString();
+    stream_ = std::move(stream).value();
+    auto blas = gpu::CudaBlas::Create(stream_->native_handle());
+    ASSERT_TRUE(blas.ok()) << blas.status().ToString();
+    blas_ = std::move(blas).value();
+  }
+  void TearDown() override {
+    if (device_ == nullptr) return;
+    blas_.reset();
+    for (void* p : buffers_) device_->Free(p);
+    stream_.reset();
+  }
+
+  void* s() { return stream_->native_handle(); }
+
+  // A device copy of `host` (freed in TearDown).
+  template <typename T>
+  T* Up(const std::vector<T>& host) {
+    return static_cast<T*>(UpBytes(host.data(), host.size() * sizeof(T)));
+  }
+  void* UpBytes(const void* host, size_t bytes) {
+    auto p = device_->Allocate(bytes);
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    if (!p.ok()) return nullptr;
+    buffers_.push_back(*p);
+    EXPECT_TRUE(stream_->CopyAsync(*p, host, bytes, CopyDirection::kHostToDevice).ok());
+    EXPECT_TRUE(stream_->Synchronize().ok());
+    return *p;
+  }
+  template <typename T>
+  T* Alloc(size_t n) {
+    return Up(std::vector<T>(n, T(0)));
+  }
+  // Waits for the stream and copies `n` elements back.
+  template <typename T>
+  std::vector<T> Down(const T* dev, size_t n) {
+    std::vector<T> host(n);
+    EXPECT_TRUE(stream_->Synchronize().ok());
+    EXPECT_TRUE(stream_->CopyAsync(host.data(), dev, n * sizeof(T), CopyDirection::kDeviceToHost).ok());
+    Status st = stream_->Synchronize();
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    return host;
+  }
+
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<Stream> stream_;
+  std::unique_ptr<gpu::CudaBlas> blas_;
+  std::vector<void*> buffers_;
+};
+
+#define ASSERT_OK(expr)                                 \
+  do {                                                  \
+    ::zinf::Status st_ = (expr);                        \
+    ASSERT_TRUE(st_.ok()) << #expr << ": " << st_.ToString(); \
+  } while (0)
+
+TEST_F(CudaKernelsTest, ZeroClearsExactlyN) {
+  const int64_t n = 1000;
+  std::vector<float> h = Uniform(n + 7, 1.0f, 2.0f, 1);
+  float* d = Up(h);
+  ASSERT_OK(gpu::Zero(d, n, s()));
+  std::vector<float> got = Down(d, n + 7);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], 0.0f) << i;
+  for (int64_t i = n; i < n + 7; ++i) ASSERT_EQ(got[i], h[i]) << "past n: " << i;
+}
+
+TEST_F(CudaKernelsTest, CastInMatchesCpuExactly) {
+  const int64_t n = 5003;
+  std::mt19937 rng(2);
+  // f32 and f64 from random values.
+  std::vector<float> f32 = Uniform(n, -100.0f, 100.0f, 3);
+  std::vector<double> f64(n);
+  for (int64_t i = 0; i < n; ++i) f64[i] = static_cast<double>(f32[i]) * 1.000000123;
+  // f16: every finite bit pattern class (exponent 0..30: subnormals included).
+  std::vector<uint16_t> f16(n), bf16(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t r = rng();
+    f16[i] = static_cast<uint16_t>((r & 0x8000u) | (((r >> 16) % 31u) << 10) | (r & 0x3ffu));
+    uint32_t bits;
+    std::memcpy(&bits, &f32[i], 4);
+    bf16[i] = static_cast<uint16_t>(bits >> 16);
+  }
+  struct Case {
+    DType type;
+    const void* host;
+  } cases[] = {{DType::kF32, f32.data()}, {DType::kF16, f16.data()}, {DType::kBf16, bf16.data()},
+               {DType::kF64, f64.data()}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(static_cast<int>(c.type));
+    const void* src = UpBytes(c.host, static_cast<size_t>(n) * DTypeSizeBytes(c.type));
+    float* out = Alloc<float>(n);
+    ASSERT_OK(gpu::CastIn(out, src, c.type, n, s()));
+    std::vector<float> want(n);
+    cpu::CastIn<float>(want.data(), c.host, c.type, n);
+    EXPECT_TRUE(Near(Down(out, n), want, 0.0, 0.0));
+  }
+}
+
+TEST_F(CudaKernelsTest, EncoderForwardAndBackward) {
+  const int B = 3, T = 19, C = 70, V = 11;  // few tokens: many repeats in dwte
+  const int64_t N = static_cast<int64_t>(B) * T;
+  std::vector<int32_t> tokens = Tokens(N, V, 4);
+  std::vector<float> wte = Uniform(static_cast<size_t>(V) * C, -1, 1, 5), wpe = Uniform(static_cast<size_t>(T) * C, -1, 1, 6);
+  std::vector<float> want(N * C);
+  cpu::EncoderForward<float>(want.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+  int32_t* d_tokens = Up(tokens);
+  float* out = Alloc<float>(N * C);
+  ASSERT_OK(gpu::EncoderForward(out, d_tokens, Up(wte), Up(wpe), B, T, C, s()));
+  EXPECT_TRUE(Near(Down(out, N * C), want, 0.0, 0.0)) << "one addition: exact";
+
+  std::vector<float> dout = Uniform(N * C, -1, 1, 7);
+  std::vector<float> dwte = Uniform(wte.size(), -1, 1, 8), dwpe = Uniform(wpe.size(), -1, 1, 9);
+  float* d_dwte = Up(dwte);
+  float* d_dwpe = Up(dwpe);
+  cpu::EncoderBackward<float>(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  ASSERT_OK(gpu::EncoderBackward(d_dwte, d_dwpe, Up(dout), d_tokens, B, T, C, s()));
+  // Sums of <= N terms of magnitude 1 in a possibly different order.
+  EXPECT_TRUE(Near(Down(d_dwte, dwte.size()), dwte, 1e-5, 1e-5));
+  EXPECT_TRUE(Near(Down(d_dwpe, dwpe.size()), dwpe, 1e-5, 1e-5));
+}
+
+TEST_F(CudaKernelsTest, EncoderBackwardLargeVocabulary) {
+  // More vocabulary rows than the kernel's row groups, C past one block.
+  const int B = 4, T = 64, C = 200, V = 1000;
+  const int64_t N = static_cast<int64_t>(B) * T;
+  std::vector<int32_t> tokens = Tokens(N, V, 10);
+  std::vector<float> dout = Uniform(N * C, -1, 1, 11);
+  std::vector<float> dwte = Uniform(static_cast<size_t>(V) * C, -1, 1, 12);
+  std::vector<float> dwpe = Uniform(static_cast<size_t>(T) * C, -1, 1, 13);
+  float* d_dwte = Up(dwte);
+  float* d_dwpe = Up(dwpe);
+  cpu::EncoderBackward<float>(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  ASSERT_OK(gpu::EncoderBackward(d_dwte, d_dwpe, Up(dout), Up(tokens), B, T, C, s()));
+  // dwpe: sums of B terms; dwte: of ~N/V (up to ~10) terms.
+  EXPECT_TRUE(Near(Down(d_dwte, dwte.size()), dwte, 2e-5, 1e-5));
+  EXPECT_TRUE(Near(Down(d_dwpe, dwpe.size()), dwpe, 1e-5, 1e-5));
+}
+
+TEST_F(CudaKernelsTest, LayerNormForwardAndBackward) {
+  for (auto [N, C] : std::vector<std::pair<int64_t, int>>{{37, 70}, {64, 768}, {5, 3}}) {
+    SCOPED_TRACE("N " + std::to_string(N) + " C " + std::to_string(C));
+    std::vector<float> inp = Uniform(N * C, -2, 3, 20), w = Uniform(C, 0.5, 1.5, 21), b = Uniform(C, -1, 1, 22);
+    std::vector<float> out(N * C), mean(N), rstd(N);
+    cpu::LayerNormForward<float>(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+    float* d_inp = Up(inp);
+    float* d_w = Up(w);
+    float* d_out = Alloc<float>(N * C);
+    float* d_mean = Alloc<float>(N);
+    float* d_rstd = Alloc<float>(N);
+    ASSERT_OK(gpu::LayerNormForward(d_out, d_mean, d_rstd, d_inp, d_w, Up(b), N, C, s()));
+    // Normalized values of magnitude ~2: float rounding of mean and variance.
+    EXPECT_TRUE(Near(Down(d_out, N * C), out, 2e-5, 1e-5));
+    EXPECT_TRUE(Near(Down(d_mean, N), mean, 1e-6, 1e-5));
+    EXPECT_TRUE(Near(Down(d_rstd, N), rstd, 0.0, 2e-5));
+
+    // Backward from the CPU's saved statistics (so only the backward is tested).
+    std::vector<float> dout = Uniform(N * C, -1, 1, 23);
+    std::vector<float> dinp = Uniform(N * C, -1, 1, 24), dw = Uniform(C, -1, 1, 25), db = Uniform(C, -1, 1, 26);
+    float* d_dinp = Up(dinp);
+    float* d_dw = Up(dw);
+    float* d_db = Up(db);
+    ASSERT_OK(gpu::LayerNormBackward(d_dinp, d_dw, d_db, Up(dout), d_inp, d_w, Up(mean), Up(rstd), N, C, s()));
+    cpu::LayerNormBackward<float>(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(),
+                                  rstd.data(), N, C);
+    // dinp: rstd (~0.7) times terms of magnitude ~2; dweight/dbias: sums of N terms.
+    EXPECT_TRUE(Near(Down(d_dinp, N * C), dinp, 2e-5, 1e-4));
+    EXPECT_TRUE(Near(Down(d_dw, C), dw, 1e-5 * N, 1e-4));
+    EXPECT_TRUE(Near(Down(d_db, C), db, 1e-5 * N, 1e-4));
+  }
+}
+
+TEST_F(CudaKernelsTest, MatmulForwardAndBackward) {
+  struct Shape {
+    int64_t N;
+    int C, OC;
+    bool bias;
+  };
+  for (const Shape& sh : {Shape{33, 65, 47, true}, Shape{33, 65, 47, false}, Shape{256, 256, 768, true},
+                          Shape{1, 8, 3, true}}) {
+    const int64_t N = sh.N;
+    const int C = sh.C, OC = sh.OC;
+    SCOPED_TRACE("N " + std::to_string(N) + " C " + std::to_string(C) + " OC " + std::to_string(OC) +
+                 (sh.bias ? " bias" : " no bias"));
+    std::vector<float> inp = Uniform(N * C, -1, 1, 30), w = Uniform(static_cast<size_t>(OC) * C, -1, 1, 31),
+                       b = Uniform(OC, -1, 1, 32);
+    std::vector<float> out(N * OC);
+    cpu::MatmulForward<float>(out.data(), inp.data(), w.data(), sh.bias ? b.data() : nullptr, N, C, OC);
+    float* d_inp = Up(inp);
+    float* d_w = Up(w);
+    float* d_out = Up(Uniform(N * OC, 5, 6, 33));  // garbage: forward overwrites
+    ASSERT_OK(gpu::MatmulForward(*blas_, d_out, d_inp, d_w, sh.bias ? Up(b) : nullptr, N, C, OC));
+    // Dot products of C terms in [-1, 1]: fp32 (no TF32) error ~ C * 6e-8.
+    EXPECT_TRUE(Near(Down(d_out, N * OC), out, 1e-6 * C, 1e-5));
+
+    std::vector<float> dout = Uniform(N * OC, -1, 1, 34);
+    std::vector<float> dinp = Uniform(N * C, -1, 1, 35), dw = Uniform(w.size(), -1, 1, 36), db = Uniform(OC, -1, 1, 37);
+    float* d_dinp = Up(dinp);
+    float* d_dw = Up(dw);
+    float* d_db = Up(db);
+    ASSERT_OK(gpu::MatmulBackward(*blas_, d_dinp, d_dw, sh.bias ? d_db : nullptr, Up(dout), d_inp, d_w, N, C, OC));
+    cpu::MatmulBackward<float>(dinp.data(), dw.data(), sh.bias ? db.data() : nullptr, dout.data(), inp.data(),
+                               w.data(), N, C, OC);
+    EXPECT_TRUE(Near(Down(d_dinp, N * C), dinp, 1e-6 * OC + 1e-6, 1e-5));
+    EXPECT_TRUE(Near(Down(d_dw, dw.size()), dw, 1e-6 * N + 1e-6, 1e-5));
+    EXPECT_TRUE(Near(Down(d_db, OC), db, 1e-6 * N + 1e-6, 1e-5)) << "without bias, dbias must stay untouched";
+  }
+}
+
+TEST_F(CudaKernelsTest, MatmulWithTf32StaysClose) {
+  auto tf32 = gpu::CudaBlas::Create(s(), /*allow_tf32=*/true);
+  ASSERT_TRUE(tf32.ok()) << tf32.status().ToString();
+  const int64_t N = 128;
+  const int C = 256, OC = 192;
+  std::vector<float> inp = Uniform(N * C, -1, 1, 40), w = Uniform(static_cast<size_t>(OC) * C, -1, 1, 41);
+  std::vector<float> out(N * OC);
+  cpu::MatmulForward<float>(out.data(), inp.data(), w.data(), nullptr, N, C, OC);
+  float* d_out = Alloc<float>(N * OC);
+  ASSERT_OK(gpu::MatmulForward(**tf32, d_out, Up(inp), Up(w), nullptr, N, C, OC));
+  // TF32 keeps 10 mantissa bits: ~1e-3 relative per product.
+  EXPECT_TRUE(Near(Down(d_out, N * OC), out, 2e-3 * std::sqrt(static_cast<double>(C)) * 2, 0.0));
+}
+
+TEST_F(CudaKernelsTest, AttentionForwardAndBackward) {
+  struct Shape {
+    int B, T, C, NH;
+  };
+  for (const Shape& sh : {Shape{2, 17, 48, 3}, Shape{1, 64, 64, 4}, Shape{2, 1, 8, 2}, Shape{1, 40, 32, 1}}) {
+    const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH;
+    SCOPED_TRACE("B " + std::to_string(B) + " T " + std::to_string(T) + " C " + std::to_string(C) + " NH " +
+                 std::to_string(NH));
+    const int64_t N = static_cast<int64_t>(B) * T;
+    const int64_t att_n = static_cast<int64_t>(B) * NH * T * T;
+    std::vector<float> qkv = Uniform(N * 3 * C, -1, 1, 50);
+    std::vector<float> out(N * C), att(att_n);
+    cpu::AttentionForward<float>(out.data(), att.data(), qkv.data(), B, T, C, NH);
+
+    float* d_qkv = Up(qkv);
+    float* d_out = Up(Uniform(N * C, 7, 8, 51));
+    float* d_att = Up(Uniform(att_n, 7, 8, 52));  // garbage: the causal zeros must be written
+    float* scratch = Up(Uniform(gpu::AttentionScratchElems(B, T, C, NH), 9, 10, 53));
+    ASSERT_OK(gpu::AttentionForward(*blas_, d_out, d_att, scratch, d_qkv, B, T, C, NH));
+    std::vector<float> got_att = Down(d_att, att_n);
+    // Probabilities in [0, 1]: float softmax vs the CPU's.
+    EXPECT_TRUE(Near(got_att, att, 1e-6, 1e-5));
+    for (int64_t r = 0; r < static_cast<int64_t>(B) * NH * T; ++r) {
+      const int t = static_cast<int>(r % T);
+      for (int s2 = t + 1; s2 < T; ++s2) ASSERT_EQ(got_att[r * T + s2], 0.0f) << "row " << r << " key " << s2;
+    }
+    // Outputs of magnitude <= 1: att's relative error (~1e-6) times sum |att v| <= 1, plus T roundings.
+    EXPECT_TRUE(Near(Down(d_out, N * C), out, 3e-5, 1e-5));
+
+    // Backward from the CPU's att (so only the backward is tested).
+    std::vector<float> dout = Uniform(N * C, -1, 1, 54);
+    std::vector<float> dqkv = Uniform(N * 3 * C, -1, 1, 55);
+    float* d_dqkv = Up(dqkv);
+    ASSERT_OK(gpu::AttentionBackward(*blas_, d_dqkv, scratch, Up(dout), d_qkv, Up(att), B, T, C, NH));
+    std::vector<float> cpu_scratch(att_n);
+    cpu::AttentionBackward<float>(dqkv.data(), cpu_scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    // Sums over up to T keys and hs channels of terms of magnitude <= 1.
+    EXPECT_TRUE(Near(Down(d_dqkv, N * 3 * C), dqkv, 1e-6 * (T + C / NH), 1e-4));
+  }
+}
+
+TEST_F(CudaKernelsTest, GeluForwardAndBackward) {
+  const int64_t n = 10007;
+  std::vector<float> inp = Uniform(n, -6, 6, 60);
+  std::vector<float> out(n);
+  cpu::GeluForward<float>(out.data(), inp.data(), n);
+  float* d_inp = Up(inp);
+  float* d_out = Alloc<float>(n);
+  ASSERT_OK(gpu::GeluForward(d_out, d_inp, n, s()));
+  // tanhf on the device (<= 2 ulp) vs std::tanh on the host; for x << 0,
+  // 1 + tanh cancels, so the error is absolute: ~ 0.5 |x| * 2 ulp(1) <= 1e-6.
+  EXPECT_TRUE(Near(Down(d_out, n), out, 2e-6, 1e-5));
+
+  std::vector<float> dout = Uniform(n, -1, 1, 61), dinp = Uniform(n, -1, 1, 62);
+  float* d_dinp = Up(dinp);
+  ASSERT_OK(gpu::GeluBackward(d_dinp, d_inp, Up(dout), n, s()));
+  cpu::GeluBackward<float>(dinp.data(), inp.data(), dout.data(), n);
+  // 1 - tanh^2 cancels at large |x| and is multiplied by 0.5 x du/dx (~14 at
+  // |x| = 6): absolute error up to ~4e-6.
+  EXPECT_TRUE(Near(Down(d_dinp, n), dinp, 1e-5, 1e-5));
+}
+
+TEST_F(CudaKernelsTest, ResidualAndAccumulateExact) {
+  const int64_t n = 4099;
+  std::vector<float> a = Uniform(n, -1, 1, 70), b = Uniform(n, -1, 1, 71);
+  std::vector<float> sum(n);
+  cpu::ResidualForward<float>(sum.data(), a.data(), b.data(), n);
+  float* d_a = Up(a);
+  float* d_b = Up(b);
+  float* d_out = Alloc<float>(n);
+  ASSERT_OK(gpu::ResidualForward(d_out, d_a, d_b, n, s()));
+  EXPECT_TRUE(Near(Down(d_out, n), sum, 0.0, 0.0));
+  // out aliasing a.
+  ASSERT_OK(gpu::ResidualForward(d_a, d_a, d_b, n, s()));
+  EXPECT_TRUE(Near(Down(d_a, n), sum, 0.0, 0.0));
+
+  std::vector<float> y = Uniform(n, -1, 1, 72);
+  float* d_y = Up(y);
+  cpu::Accumulate<float>(y.data(), b.data(), n);
+  ASSERT_OK(gpu::Accumulate(d_y, d_b, n, s()));
+  EXPECT_TRUE(Near(Down(d_y, n), y, 0.0, 0.0));
+}
+
+TEST_F(CudaKernelsTest, CrossEntropyForwardBackward) {
+  struct Shape {
+    int64_t N;
+    int V, Vp;
+  };
+  for (const Shape& sh : {Shape{19, 257, 320}, Shape{4, 50257, 50304}, Shape{3, 5, 5}}) {
+    const int64_t N = sh.N;
+    const int V = sh.V, Vp = sh.Vp;
+    SCOPED_TRACE("N " + std::to_string(N) + " V " + std::to_string(V) + " Vp " + std::to_string(Vp));
+    std::vector<float> logits = Uniform(N * Vp, -4, 4, 80);
+    std::vector<int32_t> targets = Tokens(N, V, 81);
+    const float dloss = 1.0f / static_cast<float>(N);
+    std::vector<float> losses(N);
+    std::vector<float> dlogits = Uniform(N * Vp, -1, 1, 82);  // padding columns included
+    const std::vector<float> dlogits_before = dlogits;
+    float* d_logits = Up(logits);
+    int32_t* d_targets = Up(targets);
+    float* d_losses = Alloc<float>(N);
+    float* d_dlogits = Up(dlogits);
+    ASSERT_OK(gpu::CrossEntropyForwardBackward(d_losses, d_dlogits, d_logits, d_targets, N, V, Vp, dloss, s()));
+    cpu::CrossEntropyForwardBackward<float>(losses.data(), dlogits.data(), logits.data(), targets.data(), N, V, Vp,
+                                            dloss);
+    // Losses ~ log V: float log-sum-exp over V terms.
+    EXPECT_TRUE(Near(Down(d_losses, N), losses, 1e-5, 1e-5));
+    std::vector<float> got = Down(d_dlogits, N * Vp);
+    // Probabilities times dloss added to values of magnitude 1.
+    EXPECT_TRUE(Near(got, dlogits, 1e-6, 1e-5));
+    for (int64_t n = 0; n < N; ++n) {
+      for (int v = V; v < Vp; ++v) ASSERT_EQ(got[n * Vp + v], dlogits_before[n * Vp + v]) << "padding " << n << "," << v;
+    }
+
+    // Forward only: no dlogits.
+    float* d_losses2 = Alloc<float>(N);
+    ASSERT_OK(gpu::CrossEntropyForwardBackward(d_losses2, nullptr, d_logits, d_targets, N, V, Vp, dloss, s()));
+    EXPECT_TRUE(Near(Down(d_losses2, N), losses, 1e-5, 1e-5));
+  }
+}
+
+TEST_F(CudaKernelsTest, BadSizesAreErrorsNotLaunches) {
+  Status st = gpu::MatmulForward(*blas_, nullptr, nullptr, nullptr, nullptr, int64_t{1} << 32, 8, 8);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  st = gpu::CrossEntropyForwardBackward(nullptr, nullptr, nullptr, nullptr, 4, 10, 8, 1.0f, s());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  st = gpu::AttentionForward(*blas_, nullptr, nullptr, nullptr, nullptr, 1, 4, 10, 3);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  // Zero sizes enqueue nothing and succeed.
+  EXPECT_TRUE(gpu::GeluForward(nullptr, nullptr, 0, s()).ok());
+  EXPECT_TRUE(stream_->Synchronize().ok());
+}
+
+}  // namespace
+}  // namespace zinf::kernels
+
+#else  // !ZINF_HAVE_CUDA_KERNELS
+
+TEST(CudaKernelsTest, NeedsCudaKernels) {
+  GTEST_SKIP() << "this build has no CUDA kernels (the CUDA Toolkit was not found at configure time)";
+}
+
+#endif  // ZINF_HAVE_CUDA_KERNELS
