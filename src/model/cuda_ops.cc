@@ -1,0 +1,151 @@
+// CudaOps (see cuda_ops.h): a thin layer over kernels/cuda_kernels.h that
+// binds every call to the Ops' stream and keeps the first error.
+#include "model/cuda_ops.h"
+
+#if defined(ZINF_HAVE_CUDA_KERNELS)
+
+#include <string>
+#include <utility>
+
+#include "device/device.h"
+#include "kernels/cuda_kernels.h"
+
+namespace zinf::model {
+namespace {
+
+namespace k = kernels::cuda;
+
+class CudaOps final : public Ops<float> {
+ public:
+  CudaOps(int ordinal, std::unique_ptr<Stream> stream, std::unique_ptr<k::CudaBlas> blas)
+      : ordinal_(ordinal), stream_(std::move(stream)), blas_(std::move(blas)), s_(stream_->native_handle()) {}
+  ~CudaOps() override {
+    // The stream's destructor waits for queued work; the cuBLAS handle must
+    // go first (it may hold work on the stream), then the stream.
+    k::SetDevice(ordinal_).IgnoreError();
+    stream_->Synchronize().IgnoreError();
+    blas_.reset();
+    stream_.reset();
+  }
+
+  std::string name() const override { return "cuda-f32"; }
+
+  void Zero(float* p, int64_t n) override { Run([&] { return k::Zero(p, n, s_); }); }
+  void CopyToDevice(void* dst, const void* host_src, size_t bytes) override {
+    if (!Note(Enter())) return;
+    if (!Note(stream_->CopyAsync(dst, host_src, bytes, CopyDirection::kHostToDevice).WithContext("CopyToDevice"))) {
+      return;
+    }
+    Note(stream_->Synchronize().WithContext("CopyToDevice"));
+  }
+  void CopyToHost(void* host_dst, const void* src, size_t bytes) override {
+    if (!Note(Enter())) return;
+    if (!Note(stream_->CopyAsync(host_dst, src, bytes, CopyDirection::kDeviceToHost).WithContext("CopyToHost"))) {
+      return;
+    }
+    Note(stream_->Synchronize().WithContext("CopyToHost"));
+  }
+  void CastIn(float* out, const void* src, DType src_type, int64_t n) override {
+    Run([&] { return k::CastIn(out, src, src_type, n, s_); });
+  }
+
+  void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T_,
+                      int C) override {
+    Run([&] { return k::EncoderForward(out, tokens, wte, wpe, B, T_, C, s_); });
+  }
+  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T_,
+                       int C) override {
+    Run([&] { return k::EncoderBackward(dwte, dwpe, dout, tokens, B, T_, C, s_); });
+  }
+  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                        int64_t N, int C) override {
+    Run([&] { return k::LayerNormForward(out, mean, rstd, inp, weight, bias, N, C, s_); });
+  }
+  void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                         const float* weight, const float* mean, const float* rstd, int64_t N, int C) override {
+    Run([&] { return k::LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, s_); });
+  }
+  void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int C,
+                     int OC) override {
+    Run([&] { return k::MatmulForward(*blas_, out, inp, weight, bias, N, C, OC); });
+  }
+  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                      const float* weight, int64_t N, int C, int OC) override {
+    Run([&] { return k::MatmulBackward(*blas_, dinp, dweight, dbias, dout, inp, weight, N, C, OC); });
+  }
+  int64_t AttentionScratchElems(int B, int T_, int C, int NH) const override {
+    return k::AttentionScratchElems(B, T_, C, NH);
+  }
+  void AttentionForward(float* out, float* att, float* scratch, const float* qkv, int B, int T_, int C,
+                        int NH) override {
+    Run([&] { return k::AttentionForward(*blas_, out, att, scratch, qkv, B, T_, C, NH); });
+  }
+  void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att, int B,
+                         int T_, int C, int NH) override {
+    Run([&] { return k::AttentionBackward(*blas_, dqkv, scratch, dout, qkv, att, B, T_, C, NH); });
+  }
+  void GeluForward(float* out, const float* inp, int64_t n) override {
+    Run([&] { return k::GeluForward(out, inp, n, s_); });
+  }
+  void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) override {
+    Run([&] { return k::GeluBackward(dinp, inp, dout, n, s_); });
+  }
+  void ResidualForward(float* out, const float* a, const float* b, int64_t n) override {
+    Run([&] { return k::ResidualForward(out, a, b, n, s_); });
+  }
+  void Accumulate(float* y, const float* x, int64_t n) override { Run([&] { return k::Accumulate(y, x, n, s_); }); }
+  void CrossEntropyForwardBackward(float* losses, float* dlogits, const float* logits, const int32_t* targets,
+                                   int64_t N, int V, int Vp, float dloss) override {
+    Run([&] { return k::CrossEntropyForwardBackward(losses, dlogits, logits, targets, N, V, Vp, dloss, s_); });
+  }
+
+  Status Synchronize() override {
+    if (Note(Enter())) Note(stream_->Synchronize().WithContext("CudaOps::Synchronize"));
+    Status first = std::move(first_error_);
+    first_error_ = Status::Ok();
+    return first;
+  }
+
+ private:
+  // Makes the Ops' device current on the calling thread (the runtime
+  // launches kernels on the current device, and the caller may have
+  // switched it).
+  Status Enter() { return k::SetDevice(ordinal_); }
+
+  // Keeps the first error; true when `st` is OK.
+  bool Note(const Status& st) {
+    if (st.ok()) return true;
+    if (first_error_.ok()) first_error_ = st;
+    return false;
+  }
+  // Runs `call` (a kernel launch returning Status) on the Ops' device and
+  // keeps the first error.
+  template <typename F>
+  void Run(F&& call) {
+    if (Note(Enter())) Note(call());
+  }
+
+  const int ordinal_;
+  std::unique_ptr<Stream> stream_;
+  std::unique_ptr<k::CudaBlas> blas_;
+  void* const s_;  // stream_->native_handle(): a cudaStream_t
+  Status first_error_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Ops<float>>> CreateCudaOps(Device& device) {
+  if (device.kind() != DeviceKind::kCuda) {
+    return Status::InvalidArgument("CreateCudaOps: " + device.name() + " is not a CUDA device");
+  }
+  // CreateStream makes the device's ordinal current on this thread, so the
+  // cuBLAS handle below is created on it too.
+  ZINF_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, device.CreateStream());
+  ZINF_ASSIGN_OR_RETURN(int ordinal, k::GetDevice());
+  ZINF_ASSIGN_OR_RETURN(std::unique_ptr<k::CudaBlas> blas, k::CudaBlas::Create(stream->native_handle()));
+  return std::unique_ptr<Ops<float>>(new CudaOps(ordinal, std::move(stream), std::move(blas)));
+}
+
+}  // namespace zinf::model
+
+#endif  // ZINF_HAVE_CUDA_KERNELS

@@ -1,0 +1,661 @@
+// The reference GPT (see gpt.h): config, block layout, initial weights, and
+// GptCompute, which runs the blocks on Ops with activation checkpointing.
+//
+// Memory plan of GptCompute (elements of T; N = B*T positions):
+//   kept across the step   x_0 .. x_L        (L+1) * N*C   (layer inputs)
+//   one layer, reused      ln1, ln2, atty, mid             4 * N*C
+//                          qkv                             3 * N*C
+//                          fch, fch_gelu                   8 * N*C
+//                          att + attention scratch         2 * B*NH*T*T (CpuOps)
+//                          LayerNorm mean / rstd           4 * N
+//   head                   lnf (+ mean / rstd)             N*C + 2N
+//                          logits, dlogits                 2 * rows * Vp
+//                          losses                          N
+//   gradients              d residual, d [N, C], d [N, 4C] 6 * N*C
+// The head runs over the positions in chunks of `rows` (as many as fit in
+// kHeadChunkBytes), so a 50k vocabulary does not cost N * Vp twice: the
+// logits of a chunk are made, turned into their gradient, and pushed through
+// the lm_head matmul before the next chunk. Layer-internal gradient buffers
+// reuse forward buffers whose contents the backward has finished with (see
+// LayerBackward).
+#include "model/gpt.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/check.h"
+#include "device/device.h"
+
+namespace zinf::model {
+
+using nlohmann::json;
+
+// ---------------------------------------------------------------- config
+
+int64_t GptConfig::NumParameters() const {
+  const int64_t C = n_embd;
+  const int64_t embed = static_cast<int64_t>(padded_vocab_size) * C + static_cast<int64_t>(seq_len) * C;
+  // ln1 2C, qkv 3C*C + 3C, proj C*C + C, ln2 2C, fc 4C*C + 4C, fc_proj 4C*C + C.
+  const int64_t layer = 12 * C * C + 13 * C;
+  const int64_t head = 2 * C + (tied_embeddings ? 0 : static_cast<int64_t>(padded_vocab_size) * C);
+  return embed + n_layer * layer + head;
+}
+
+namespace {
+
+constexpr int kVocabAlign = 64;
+
+int PaddedVocab(int vocab_size) { return (vocab_size + kVocabAlign - 1) / kVocabAlign * kVocabAlign; }
+
+GptConfig MakeConfig(int vocab, int seq_len, int n_layer, int n_head, int n_embd) {
+  GptConfig c;
+  c.vocab_size = vocab;
+  c.padded_vocab_size = PaddedVocab(vocab);
+  c.seq_len = seq_len;
+  c.n_layer = n_layer;
+  c.n_head = n_head;
+  c.n_embd = n_embd;
+  c.tied_embeddings = true;
+  return c;
+}
+
+const std::vector<std::pair<std::string, GptConfig>>& Builtins() {
+  static const std::vector<std::pair<std::string, GptConfig>> kBuiltins = {
+      {"tiny", MakeConfig(257, 32, 2, 2, 32)},
+      {"demo", MakeConfig(257, 64, 6, 4, 256)},
+      {"small", MakeConfig(257, 256, 6, 6, 384)},
+      {"gpt2-124m", MakeConfig(50257, 1024, 12, 12, 768)},
+  };
+  return kBuiltins;
+}
+
+std::string Describe(const json& v) {
+  if (v.is_string()) return "\"" + v.get<std::string>() + "\"";
+  if (v.is_object()) return "an object";
+  if (v.is_array()) return "a list";
+  return v.dump();
+}
+
+// Upper bounds keep every size the kernels compute (Vp*C, 4C*C, B*NH*T*T)
+// far from overflowing and catch typos (an extra digit) early.
+struct IntKey {
+  const char* key;
+  int GptConfig::*field;
+  int64_t max;
+};
+constexpr IntKey kIntKeys[] = {
+    {"vocab_size", &GptConfig::vocab_size, 1 << 24},
+    {"seq_len", &GptConfig::seq_len, 1 << 20},
+    {"n_layer", &GptConfig::n_layer, 1 << 14},
+    {"n_head", &GptConfig::n_head, 1 << 12},
+    {"n_embd", &GptConfig::n_embd, 1 << 16},
+};
+
+}  // namespace
+
+StatusOr<GptConfig> ParseGptConfig(const std::string& json_text, const std::string& source) {
+  json doc;
+  try {
+    doc = json::parse(json_text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+  } catch (const json::parse_error& e) {
+    return Status::InvalidArgument(source + ": not valid JSON: " + e.what());
+  }
+  if (!doc.is_object()) return Status::InvalidArgument(source + ": expected a JSON object at the top level");
+
+  GptConfig config;
+  std::vector<std::string> errors;
+  std::set<std::string> known;
+  for (const IntKey& k : kIntKeys) {
+    known.insert(k.key);
+    auto it = doc.find(k.key);
+    if (it == doc.end()) {
+      errors.push_back(std::string(k.key) + ": missing (an integer is required)");
+      continue;
+    }
+    const std::string range = "expected an integer in [1, " + std::to_string(k.max) + "]";
+    if (!it->is_number_integer()) {
+      errors.push_back(std::string(k.key) + ": " + range + ", got " + Describe(*it));
+      continue;
+    }
+    // is_number_integer covers both signed and unsigned storage.
+    const bool negative = it->is_number_unsigned() ? false : it->get<int64_t>() < 1;
+    const uint64_t v = negative ? 0 : it->get<uint64_t>();
+    if (negative || v < 1 || v > static_cast<uint64_t>(k.max)) {
+      errors.push_back(std::string(k.key) + ": " + range + ", got " + Describe(*it));
+      continue;
+    }
+    config.*(k.field) = static_cast<int>(v);
+  }
+  known.insert("tied_embeddings");
+  if (auto it = doc.find("tied_embeddings"); it != doc.end()) {
+    if (it->is_boolean()) {
+      config.tied_embeddings = it->get<bool>();
+    } else {
+      errors.push_back("tied_embeddings: expected true or false, got " + Describe(*it));
+    }
+  }
+  config.padded_vocab_size = PaddedVocab(config.vocab_size);
+  // Derived, but accepted when it agrees, so GptConfig dumps round-trip.
+  known.insert("padded_vocab_size");
+  if (auto it = doc.find("padded_vocab_size"); it != doc.end()) {
+    if (!it->is_number_integer() || it->get<int64_t>() != config.padded_vocab_size) {
+      errors.push_back("padded_vocab_size: derived from vocab_size (" + std::to_string(config.padded_vocab_size) +
+                       "); got " + Describe(*it));
+    }
+  }
+  if (errors.empty() && config.n_embd % config.n_head != 0) {
+    errors.push_back("n_embd: " + std::to_string(config.n_embd) + " is not a multiple of n_head " +
+                     std::to_string(config.n_head));
+  }
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    if (known.count(it.key()) == 0) {
+      std::string list;
+      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+      errors.push_back(it.key() + ": unknown key (known: " + list + ")");
+    }
+  }
+  if (!errors.empty()) {
+    std::string msg = source + ": " + std::to_string(errors.size()) + " error(s) in model config";
+    for (const std::string& e : errors) msg += "\n  " + e;
+    return Status::InvalidArgument(std::move(msg));
+  }
+  return config;
+}
+
+StatusOr<GptConfig> LoadGptConfig(const std::string& name_or_path) {
+  for (const auto& [name, config] : Builtins()) {
+    if (name == name_or_path) return config;
+  }
+  std::ifstream in(name_or_path, std::ios::binary);
+  if (!in) {
+    if (errno == ENOENT) {
+      std::string names;
+      for (const std::string& n : BuiltinGptConfigNames()) names += (names.empty() ? "" : ", ") + n;
+      return Status::NotFound("model config \"" + name_or_path + "\": neither a built-in (" + names +
+                              ") nor an existing file");
+    }
+    return ErrnoStatus(errno, "open model config", name_or_path);
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return ErrnoStatus(errno, "read model config", name_or_path);
+  return ParseGptConfig(text.str(), name_or_path);
+}
+
+std::vector<std::string> BuiltinGptConfigNames() {
+  std::vector<std::string> names;
+  for (const auto& b : Builtins()) names.push_back(b.first);
+  return names;
+}
+
+std::string GptConfigToJson(const GptConfig& config) {
+  json j = json::object();
+  j["vocab_size"] = config.vocab_size;
+  j["seq_len"] = config.seq_len;
+  j["n_layer"] = config.n_layer;
+  j["n_head"] = config.n_head;
+  j["n_embd"] = config.n_embd;
+  j["tied_embeddings"] = config.tied_embeddings;
+  return j.dump(2);
+}
+
+// ---------------------------------------------------------------- blocks
+
+std::vector<BlockSpec> GptBlockSpecs(const GptConfig& config) {
+  const int64_t C = config.n_embd, Vp = config.padded_vocab_size, T = config.seq_len;
+  std::vector<BlockSpec> specs;
+  specs.push_back({"embed", {{"wte", {Vp, C}}, {"wpe", {T, C}}}});
+  for (int l = 0; l < config.n_layer; ++l) {
+    specs.push_back({"layer." + std::to_string(l),
+                     {{"ln1.weight", {C}},
+                      {"ln1.bias", {C}},
+                      {"qkv.weight", {3 * C, C}},
+                      {"qkv.bias", {3 * C}},
+                      {"attn_proj.weight", {C, C}},
+                      {"attn_proj.bias", {C}},
+                      {"ln2.weight", {C}},
+                      {"ln2.bias", {C}},
+                      {"fc.weight", {4 * C, C}},
+                      {"fc.bias", {4 * C}},
+                      {"fc_proj.weight", {C, 4 * C}},
+                      {"fc_proj.bias", {C}}}});
+  }
+  BlockSpec head{"head", {{"lnf.weight", {C}}, {"lnf.bias", {C}}}};
+  if (!config.tied_embeddings) head.tensors.push_back({"lm_head", {Vp, C}});
+  specs.push_back(std::move(head));
+  return specs;
+}
+
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Standard normals by Box-Muller on mt19937_64 (whose output the C++
+// standard fixes), so weights are the same with every standard library;
+// std::normal_distribution's algorithm is left to the implementation.
+class NormalSource {
+ public:
+  explicit NormalSource(uint64_t seed) : rng_(seed) {}
+  double Next() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    // u1 in (0, 1] so log(u1) is finite; 53 random bits each.
+    const double u1 = (static_cast<double>(rng_() >> 11) + 1.0) * 0x1p-53;
+    const double u2 = static_cast<double>(rng_() >> 11) * 0x1p-53;
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    const double theta = 2.0 * 3.14159265358979323846 * u2;
+    spare_ = r * std::sin(theta);
+    has_spare_ = true;
+    return r * std::cos(theta);
+  }
+
+ private:
+  std::mt19937_64 rng_;
+  bool has_spare_ = false;
+  double spare_ = 0.0;
+};
+
+constexpr double kInitStd = 0.02;
+
+void FillNormal(std::vector<float>& out, int64_t count, double std, NormalSource& normal) {
+  for (int64_t i = 0; i < count; ++i) out[i] = static_cast<float>(normal.Next() * std);
+}
+
+}  // namespace
+
+std::vector<std::vector<float>> InitBlockWeights(const GptConfig& config, BlockId block, uint64_t seed) {
+  ZINF_CHECK_MSG(block >= 0 && block <= HeadBlock(config), "InitBlockWeights: block id out of range");
+  const std::vector<BlockSpec> specs = GptBlockSpecs(config);
+  const BlockSpec& spec = specs[block];
+  std::vector<std::vector<float>> out;
+  for (const TensorSpec& t : spec.tensors) out.emplace_back(static_cast<size_t>(t.numel()), 0.0f);
+  NormalSource normal(SplitMix64(seed ^ SplitMix64(static_cast<uint64_t>(block) + 0x5eed)));
+  const int64_t C = config.n_embd;
+  const int64_t real_vocab_elems = static_cast<int64_t>(config.vocab_size) * C;  // padding rows stay 0
+  if (block == kEmbedBlock) {
+    FillNormal(out[kWte], real_vocab_elems, kInitStd, normal);
+    FillNormal(out[kWpe], static_cast<int64_t>(out[kWpe].size()), kInitStd, normal);
+  } else if (block == HeadBlock(config)) {
+    std::fill(out[kLnfW].begin(), out[kLnfW].end(), 1.0f);
+    if (!config.tied_embeddings) FillNormal(out[kLmHead], real_vocab_elems, kInitStd, normal);
+  } else {
+    // The two projections that add into the residual stream are scaled so
+    // its variance does not grow with depth (GPT-2).
+    const double proj_std = kInitStd / std::sqrt(2.0 * config.n_layer);
+    std::fill(out[kLn1W].begin(), out[kLn1W].end(), 1.0f);
+    std::fill(out[kLn2W].begin(), out[kLn2W].end(), 1.0f);
+    FillNormal(out[kQkvW], static_cast<int64_t>(out[kQkvW].size()), kInitStd, normal);
+    FillNormal(out[kAttProjW], static_cast<int64_t>(out[kAttProjW].size()), proj_std, normal);
+    FillNormal(out[kFcW], static_cast<int64_t>(out[kFcW].size()), kInitStd, normal);
+    FillNormal(out[kFcProjW], static_cast<int64_t>(out[kFcProjW].size()), proj_std, normal);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- GptCompute
+
+namespace {
+// Bytes of logits + dlogits per head chunk (see the file comment).
+constexpr int64_t kHeadChunkBytes = 64ll << 20;
+}  // namespace
+
+template <typename T>
+struct GptCompute<T>::Impl {
+  GptConfig config;
+  int B = 0;
+  Ops<T>* ops = nullptr;
+  Device* device = nullptr;
+  int64_t N = 0;
+  int C = 0;
+  int64_t bytes = 0;
+  std::vector<void*> allocations;
+
+  int32_t* tokens = nullptr;
+  int32_t* targets = nullptr;
+  std::vector<T*> x;  // x_0 .. x_L
+  T* ln1 = nullptr;
+  T* ln1_mean = nullptr;
+  T* ln1_rstd = nullptr;
+  T* qkv = nullptr;
+  T* atty = nullptr;
+  T* att = nullptr;
+  T* attn_scratch = nullptr;
+  T* mid = nullptr;
+  T* ln2 = nullptr;
+  T* ln2_mean = nullptr;
+  T* ln2_rstd = nullptr;
+  T* fch = nullptr;
+  T* fch_gelu = nullptr;
+  T* lnf = nullptr;
+  T* lnf_mean = nullptr;
+  T* lnf_rstd = nullptr;
+  int64_t head_rows = 0;
+  T* logits = nullptr;
+  T* dlogits = nullptr;
+  T* losses = nullptr;
+  T* dres = nullptr;  // gradient of the residual stream x_l
+  T* dbuf_c = nullptr;
+  T* dbuf_4c = nullptr;
+
+  // Where the step is: which x_l hold this batch's values, and which layer
+  // LayerBackward expects next (guards against out-of-order calls, which
+  // would compute silently wrong gradients).
+  bool batch_set = false;
+  int forward_done = -1;  // x_0 .. x_{forward_done} are valid; -1: none
+  bool head_backward_done = false;
+  int backward_next = -1;
+
+  ~Impl() {
+    for (void* p : allocations) device->Free(p);
+  }
+
+  template <typename U>
+  Status Alloc(U** out, int64_t count, const char* what) {
+    const size_t size = sizeof(U) * static_cast<size_t>(std::max<int64_t>(count, 1));
+    StatusOr<void*> p = device->Allocate(size);
+    if (!p.ok()) {
+      return p.status().WithContext("GptCompute: allocating " + std::string(what) + " (" + std::to_string(size) +
+                                    " bytes, " + std::to_string(bytes) + " already held)");
+    }
+    allocations.push_back(*p);
+    bytes += static_cast<int64_t>(size);
+    *out = static_cast<U*>(*p);
+    return Status::Ok();
+  }
+
+  // The layer's forward from x_l into the layer scratch; with `to_output`
+  // also x_{l+1} (the recompute in LayerBackward does not need it).
+  void LayerForwardInto(int layer, const std::vector<const T*>& p, bool to_output) {
+    const int T_ = config.seq_len, NH = config.n_head;
+    const T* xin = x[layer];
+    Ops<T>& o = *ops;
+    o.LayerNormForward(ln1, ln1_mean, ln1_rstd, xin, p[kLn1W], p[kLn1B], N, C);
+    o.MatmulForward(qkv, ln1, p[kQkvW], p[kQkvB], N, C, 3 * C);
+    o.AttentionForward(atty, att, attn_scratch, qkv, B, T_, C, NH);
+    o.MatmulForward(mid, atty, p[kAttProjW], p[kAttProjB], N, C, C);
+    o.ResidualForward(mid, xin, mid, N * C);
+    o.LayerNormForward(ln2, ln2_mean, ln2_rstd, mid, p[kLn2W], p[kLn2B], N, C);
+    o.MatmulForward(fch, ln2, p[kFcW], p[kFcB], N, C, 4 * C);
+    o.GeluForward(fch_gelu, fch, N * 4 * C);
+    if (to_output) {
+      T* xout = x[layer + 1];
+      o.MatmulForward(xout, fch_gelu, p[kFcProjW], p[kFcProjB], N, 4 * C, C);
+      o.ResidualForward(xout, mid, xout, N * C);
+    }
+  }
+};
+
+namespace {
+
+template <typename P>
+Status CheckPointers(const std::vector<P>& v, size_t expected, const std::string& what) {
+  if (v.size() != expected) {
+    return Status::InvalidArgument(what + ": expected " + std::to_string(expected) + " tensors, got " +
+                                   std::to_string(v.size()));
+  }
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] == nullptr) return Status::InvalidArgument(what + ": tensor " + std::to_string(i) + " is null");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+template <typename T>
+GptCompute<T>::GptCompute(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+template <typename T>
+GptCompute<T>::~GptCompute() = default;
+
+template <typename T>
+StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& config, int batch, Ops<T>* ops,
+                                                               Device* device) {
+  if (ops == nullptr || device == nullptr) return Status::InvalidArgument("GptCompute: ops and device are required");
+  if (batch < 1) return Status::InvalidArgument("GptCompute: batch must be >= 1, got " + std::to_string(batch));
+  if (config.vocab_size < 1 || config.seq_len < 1 || config.n_layer < 1 || config.n_head < 1 ||
+      config.n_embd < 1 || config.n_embd % config.n_head != 0 ||
+      config.padded_vocab_size != PaddedVocab(config.vocab_size)) {
+    return Status::InvalidArgument("GptCompute: inconsistent model config " + GptConfigToJson(config));
+  }
+  auto impl = std::make_unique<Impl>();
+  Impl& m = *impl;
+  m.config = config;
+  m.B = batch;
+  m.ops = ops;
+  m.device = device;
+  m.C = config.n_embd;
+  m.N = static_cast<int64_t>(batch) * config.seq_len;
+  const int64_t N = m.N, C = m.C, L = config.n_layer, Vp = config.padded_vocab_size;
+  const int64_t att_elems = static_cast<int64_t>(batch) * config.n_head * config.seq_len * config.seq_len;
+  const int64_t scratch_elems = ops->AttentionScratchElems(batch, config.seq_len, m.C, config.n_head);
+  m.head_rows = std::clamp<int64_t>(kHeadChunkBytes / (2 * Vp * static_cast<int64_t>(sizeof(T))), 1, N);
+
+  ZINF_RETURN_IF_ERROR(m.Alloc(&m.tokens, N, "input tokens"));
+  ZINF_RETURN_IF_ERROR(m.Alloc(&m.targets, N, "target tokens"));
+  m.x.resize(L + 1);
+  for (int64_t l = 0; l <= L; ++l) ZINF_RETURN_IF_ERROR(m.Alloc(&m.x[l], N * C, "layer input x"));
+  ZINF_RETURN_IF_ERROR(m.Alloc(&m.ln1, N * C, "ln1"));
+  ZINF_RETURN_IF_ERROR(m.Alloc(&m.ln1_mean, N, "ln1 mean"));
+  ZINF_RETURN_IF_ERROR(m.Alloc(&m.ln1_rstd, N, "ln1 rstd"));
+  ZINF_RETURN_IF_ERROR(m.Alloc(&m.qkv, N * 3 * C, "qkv"));
+  ZINF_RETURN_IF_ERROR(m.Alloc(&m.atty, N * C, "attention output"));
+  ZINF_RETURN_IF_ERROR(m.Alloc(&m.att, att_elems, "attention probabilities"));
+  ZINF_RETURN_IF_ERROR(m.Alloc(&m.attn_scratch, scratch_elems, "attention scratch"));
+  ZINF_RETURN_IF_ERROR(m.Alloc(&m.mid, N * C, "residual mid"));
+  ZINF_RETURN_IF_ERROR(m.Alloc(&m.ln2, N * C, "ln2"));
+  ZINF_RETURN_IF_ERROR(m.Alloc(&m.ln2_mean, N, "ln2 mean"));
+  ZINF_RETURN_IF_ERROR(m.Alloc(&m.ln2_rstd, N, "ln2 rstd"));
+  ZINF_RETURN_IF_ERROR(m.Alloc(&m.fch, N * 4 * C, "mlp hidden"));
+  ZINF_RETURN_IF_ERROR(m.Alloc(&m.fch_gelu, N * 4 * C, "mlp gelu"));
+  ZINF_RETURN_IF_ERROR(m.Alloc(&m.lnf, N * C, "lnf"));
+  ZINF_RETURN_IF_ERROR(m.Alloc(&m.lnf_mean, N, "lnf mean"));
+  ZINF_RETURN_IF_ERROR(m.Alloc(&m.lnf_rstd, N, "lnf rstd"));
+  ZINF_RETURN_IF_ERROR(m.Alloc(&m.logits, m.head_rows * Vp, "logits"));
+  ZINF_RETURN_IF_ERROR(m.Alloc(&m.dlogits, m.head_rows * Vp, "logit gradients"));
+  ZINF_RETURN_IF_ERROR(m.Alloc(&m.losses, N, "losses"));
+  ZINF_RETURN_IF_ERROR(m.Alloc(&m.dres, N * C, "residual gradient"));
+  ZINF_RETURN_IF_ERROR(m.Alloc(&m.dbuf_c, N * C, "layer gradient"));
+  ZINF_RETURN_IF_ERROR(m.Alloc(&m.dbuf_4c, N * 4 * C, "mlp gradient"));
+  return std::unique_ptr<GptCompute<T>>(new GptCompute<T>(std::move(impl)));
+}
+
+template <typename T>
+const GptConfig& GptCompute<T>::config() const {
+  return impl_->config;
+}
+template <typename T>
+int GptCompute<T>::batch() const {
+  return impl_->B;
+}
+template <typename T>
+int64_t GptCompute<T>::activation_bytes() const {
+  return impl_->bytes;
+}
+template <typename T>
+Ops<T>& GptCompute<T>::ops() {
+  return *impl_->ops;
+}
+
+template <typename T>
+Status GptCompute<T>::SetBatch(const int32_t* inputs, const int32_t* targets) {
+  Impl& m = *impl_;
+  if (inputs == nullptr || targets == nullptr) return Status::InvalidArgument("SetBatch: null token array");
+  const int V = m.config.vocab_size;
+  for (int64_t i = 0; i < m.N; ++i) {
+    if (inputs[i] < 0 || inputs[i] >= V) {
+      return Status::InvalidArgument("SetBatch: input token " + std::to_string(i) + " is " +
+                                     std::to_string(inputs[i]) + ", outside [0, " + std::to_string(V) + ")");
+    }
+    if (targets[i] < 0 || targets[i] >= V) {
+      return Status::InvalidArgument("SetBatch: target token " + std::to_string(i) + " is " +
+                                     std::to_string(targets[i]) + ", outside [0, " + std::to_string(V) + ")");
+    }
+  }
+  m.ops->CopyToDevice(m.tokens, inputs, sizeof(int32_t) * m.N);
+  m.ops->CopyToDevice(m.targets, targets, sizeof(int32_t) * m.N);
+  // The caller's arrays may be gone or rewritten once this returns.
+  ZINF_RETURN_IF_ERROR(m.ops->Synchronize());
+  m.batch_set = true;
+  m.forward_done = -1;
+  m.head_backward_done = false;
+  m.backward_next = -1;
+  return Status::Ok();
+}
+
+template <typename T>
+Status GptCompute<T>::EmbedForward(const std::vector<const T*>& embed) {
+  Impl& m = *impl_;
+  ZINF_RETURN_IF_ERROR(CheckPointers(embed, 2, "EmbedForward"));
+  if (!m.batch_set) return Status::FailedPrecondition("EmbedForward: no batch (call SetBatch first)");
+  m.ops->EncoderForward(m.x[0], m.tokens, embed[kWte], embed[kWpe], m.B, m.config.seq_len, m.C);
+  m.forward_done = 0;
+  m.head_backward_done = false;
+  m.backward_next = -1;
+  return Status::Ok();
+}
+
+template <typename T>
+Status GptCompute<T>::LayerForward(int layer, const std::vector<const T*>& params) {
+  Impl& m = *impl_;
+  ZINF_RETURN_IF_ERROR(CheckPointers(params, kLayerTensors, "LayerForward"));
+  if (layer < 0 || layer >= m.config.n_layer) {
+    return Status::InvalidArgument("LayerForward: layer " + std::to_string(layer) + " out of range");
+  }
+  if (m.forward_done != layer) {
+    return Status::FailedPrecondition("LayerForward(" + std::to_string(layer) + "): the input of layer " +
+                                      std::to_string(layer) + " has not been computed (forward runs embed, " +
+                                      "layers 0..L-1 in order)");
+  }
+  m.LayerForwardInto(layer, params, /*to_output=*/true);
+  m.forward_done = layer + 1;
+  return Status::Ok();
+}
+
+template <typename T>
+StatusOr<double> GptCompute<T>::HeadForward(const std::vector<const T*>& head, const T* lm_head,
+                                            const HeadGrads* grads, double loss_scale) {
+  Impl& m = *impl_;
+  ZINF_RETURN_IF_ERROR(CheckPointers(head, m.config.tied_embeddings ? 2 : 3, "HeadForward"));
+  if (lm_head == nullptr) return Status::InvalidArgument("HeadForward: lm_head is null");
+  if (grads != nullptr) {
+    ZINF_RETURN_IF_ERROR(CheckPointers(grads->head, head.size(), "HeadForward grads"));
+    if (grads->lm_head == nullptr) return Status::InvalidArgument("HeadForward: grads->lm_head is null");
+  }
+  const int L = m.config.n_layer;
+  if (m.forward_done != L) {
+    return Status::FailedPrecondition("HeadForward: the forward pass has not reached the head (layer " +
+                                      std::to_string(m.forward_done) + " of " + std::to_string(L) + " done)");
+  }
+  Ops<T>& o = *m.ops;
+  const int64_t N = m.N, C = m.C;
+  const int V = m.config.vocab_size, Vp = m.config.padded_vocab_size;
+  const T dloss = static_cast<T>(loss_scale / static_cast<double>(N));
+  o.LayerNormForward(m.lnf, m.lnf_mean, m.lnf_rstd, m.x[L], head[kLnfW], head[kLnfB], N, m.C);
+  if (grads != nullptr) o.Zero(m.dbuf_c, N * C);  // d lnf
+  for (int64_t r0 = 0; r0 < N; r0 += m.head_rows) {
+    const int64_t rows = std::min(m.head_rows, N - r0);
+    o.MatmulForward(m.logits, m.lnf + r0 * C, lm_head, nullptr, rows, m.C, Vp);
+    if (grads != nullptr) o.Zero(m.dlogits, rows * Vp);
+    o.CrossEntropyForwardBackward(m.losses + r0, grads != nullptr ? m.dlogits : nullptr, m.logits, m.targets + r0,
+                                  rows, V, Vp, dloss);
+    if (grads != nullptr) {
+      o.MatmulBackward(m.dbuf_c + r0 * C, grads->lm_head, nullptr, m.dlogits, m.lnf + r0 * C, lm_head, rows, m.C,
+                       Vp);
+    }
+  }
+  if (grads != nullptr) {
+    o.Zero(m.dres, N * C);
+    o.LayerNormBackward(m.dres, grads->head[kLnfW], grads->head[kLnfB], m.dbuf_c, m.x[L], head[kLnfW], m.lnf_mean,
+                        m.lnf_rstd, N, m.C);
+  }
+  std::vector<T> losses(static_cast<size_t>(N));
+  o.CopyToHost(losses.data(), m.losses, sizeof(T) * N);
+  ZINF_RETURN_IF_ERROR(o.Synchronize());
+  double sum = 0.0;
+  for (T v : losses) sum += static_cast<double>(v);
+  m.head_backward_done = grads != nullptr;
+  m.backward_next = grads != nullptr ? L - 1 : -1;
+  return sum / static_cast<double>(N);
+}
+
+template <typename T>
+Status GptCompute<T>::LayerBackward(int layer, const std::vector<const T*>& params, const std::vector<T*>& grads) {
+  Impl& m = *impl_;
+  ZINF_RETURN_IF_ERROR(CheckPointers(params, kLayerTensors, "LayerBackward params"));
+  ZINF_RETURN_IF_ERROR(CheckPointers(grads, kLayerTensors, "LayerBackward grads"));
+  if (layer < 0 || layer >= m.config.n_layer) {
+    return Status::InvalidArgument("LayerBackward: layer " + std::to_string(layer) + " out of range");
+  }
+  if (!m.head_backward_done || m.backward_next != layer) {
+    return Status::FailedPrecondition("LayerBackward(" + std::to_string(layer) +
+                                      "): backward runs after HeadForward with grads, layers L-1 down to 0; " +
+                                      "expected layer " + std::to_string(m.backward_next));
+  }
+  // Recompute this layer's activations from its saved input x_l.
+  m.LayerForwardInto(layer, params, /*to_output=*/false);
+
+  Ops<T>& o = *m.ops;
+  const int64_t N = m.N, C = m.C;
+  const int T_ = m.config.seq_len, NH = m.config.n_head;
+  const std::vector<const T*>& p = params;
+  const std::vector<T*>& g = grads;
+  // m.dres holds d x_{l+1}; x_{l+1} = mid + fc_proj(gelu(fc(ln2(mid)))).
+  T* dfch_gelu = m.dbuf_4c;
+  o.Zero(dfch_gelu, N * 4 * C);
+  o.MatmulBackward(dfch_gelu, g[kFcProjW], g[kFcProjB], m.dres, m.fch_gelu, p[kFcProjW], N, 4 * m.C, m.C);
+  T* dfch = m.fch_gelu;  // fch_gelu's last reader was the matmul above
+  o.Zero(dfch, N * 4 * C);
+  o.GeluBackward(dfch, m.fch, dfch_gelu, N * 4 * C);
+  T* dln2 = m.dbuf_c;
+  o.Zero(dln2, N * C);
+  o.MatmulBackward(dln2, g[kFcW], g[kFcB], dfch, m.ln2, p[kFcW], N, m.C, 4 * m.C);
+  // The residual passes d x_{l+1} through unchanged: adding the LayerNorm
+  // path turns dres into d mid.
+  o.LayerNormBackward(m.dres, g[kLn2W], g[kLn2B], dln2, m.mid, p[kLn2W], m.ln2_mean, m.ln2_rstd, N, m.C);
+  // mid = x_l + attn_proj(attention(qkv(ln1(x_l)))).
+  T* datty = m.dbuf_c;
+  o.Zero(datty, N * C);
+  o.MatmulBackward(datty, g[kAttProjW], g[kAttProjB], m.dres, m.atty, p[kAttProjW], N, m.C, m.C);
+  T* dqkv = m.dbuf_4c;
+  o.Zero(dqkv, N * 3 * C);
+  o.AttentionBackward(dqkv, m.attn_scratch, datty, m.qkv, m.att, m.B, T_, m.C, NH);
+  T* dln1 = m.atty;  // atty's last reader was the attn_proj matmul backward
+  o.Zero(dln1, N * C);
+  o.MatmulBackward(dln1, g[kQkvW], g[kQkvB], dqkv, m.ln1, p[kQkvW], N, m.C, 3 * m.C);
+  o.LayerNormBackward(m.dres, g[kLn1W], g[kLn1B], dln1, m.x[layer], p[kLn1W], m.ln1_mean, m.ln1_rstd, N, m.C);
+  m.backward_next = layer - 1;
+  return Status::Ok();
+}
+
+template <typename T>
+Status GptCompute<T>::EmbedBackward(const std::vector<T*>& grads) {
+  Impl& m = *impl_;
+  ZINF_RETURN_IF_ERROR(CheckPointers(grads, 2, "EmbedBackward"));
+  if (!m.head_backward_done || m.backward_next != -1) {
+    return Status::FailedPrecondition("EmbedBackward: layers down to 0 must be backwarded first (next expected: " +
+                                      std::to_string(m.backward_next) + ")");
+  }
+  m.ops->EncoderBackward(grads[kWte], grads[kWpe], m.dres, m.tokens, m.B, m.config.seq_len, m.C);
+  m.head_backward_done = false;  // the gradient of x_0 is consumed
+  return Status::Ok();
+}
+
+template class GptCompute<float>;
+template class GptCompute<double>;
+
+}  // namespace zinf::model

@@ -1,0 +1,146 @@
+// The reference GPT: a decoder-only transformer in the style of GPT-2.
+//
+//   x0      = wte[tokens] + wpe[positions]                       (embed block)
+//   x_{l+1} = x_l + attn(ln1(x_l)); x_{l+1} += mlp(ln2(.))       (layer blocks)
+//   loss    = mean cross-entropy(lnf(x_L) @ lm_head^T, targets)  (head block)
+//
+// with pre-LayerNorm blocks, causal multi-head attention, a GELU MLP of
+// width 4C, and the head either tied to wte or its own weight.
+//
+// The model is cut into the engine's blocks: block 0 "embed" {wte [Vp, C],
+// wpe [T, C]}, blocks 1..L "layer.<i>" (the 12 tensors of LayerTensor, in
+// that order) and block L+1 "head" {lnf.weight, lnf.bias[, lm_head [Vp, C]
+// when untied]}. GptCompute runs one block at a time on parameters it is
+// handed (the engine's gathered block, cast to T) and never holds them, so
+// a training loop acquires a block, computes, and releases it.
+//
+// Activation checkpointing: the forward pass keeps only each layer's input
+// x_l ([B*T, C] per layer); LayerBackward recomputes the layer's forward
+// from x_l into one layer's worth of scratch, then runs its backward. So
+// activation memory is (L + 1) * B*T*C plus one layer and the logits,
+// whatever the depth. The head computes the logits (and their gradient) in
+// chunks of positions, at most 64 MiB for both, so a large vocabulary does
+// not cost B*T*Vp elements twice.
+//
+// Kernels are queued on the Ops (asynchronous on CUDA): only SetBatch and
+// HeadForward synchronise. Call ops().Synchronize() before handing a
+// block's parameters or gradients back to the engine.
+//
+// Thread-safety: one thread drives a GptCompute (and its Ops).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/ops.h"
+#include "zinf/engine.h"
+#include "zinf/status.h"
+
+namespace zinf::model {
+
+struct GptConfig {
+  int vocab_size = 257;         // tokens 0..vocab_size-1 (bytes + end-of-text)
+  int padded_vocab_size = 320;  // rows of wte / lm_head: vocab_size rounded up to 64
+  int seq_len = 64;             // T: positions (rows of wpe)
+  int n_layer = 2;
+  int n_head = 4;
+  int n_embd = 64;              // C; a multiple of n_head
+  bool tied_embeddings = true;  // lm_head is wte
+
+  int64_t NumParameters() const;  // including the vocabulary padding rows
+};
+
+// Parses a model config: a JSON object with keys vocab_size, seq_len,
+// n_layer, n_head, n_embd (integers > 0, n_embd % n_head == 0) and
+// tied_embeddings (bool, default true); padded_vocab_size is derived.
+// Errors (kInvalidArgument) name `source` and the key; unknown keys are errors.
+StatusOr<GptConfig> ParseGptConfig(const std::string& json_text, const std::string& source);
+// `name_or_path`: a built-in name (BuiltinGptConfigNames) or a JSON file.
+StatusOr<GptConfig> LoadGptConfig(const std::string& name_or_path);
+// "tiny" (tests), "demo" (make demo), "small", "gpt2-124m" (GPT-2 small shape, T 1024, vocab 50257).
+std::vector<std::string> BuiltinGptConfigNames();
+std::string GptConfigToJson(const GptConfig& config);
+
+enum EmbedTensor { kWte = 0, kWpe = 1 };
+enum LayerTensor {
+  kLn1W = 0, kLn1B, kQkvW, kQkvB, kAttProjW, kAttProjB, kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB, kLayerTensors
+};
+enum HeadTensor { kLnfW = 0, kLnfB = 1, kLmHead = 2 };
+
+inline constexpr BlockId kEmbedBlock = 0;
+inline BlockId LayerBlock(int layer) { return static_cast<BlockId>(1 + layer); }
+inline BlockId HeadBlock(const GptConfig& c) { return static_cast<BlockId>(1 + c.n_layer); }
+
+// The engine's blocks, in the order above.
+std::vector<BlockSpec> GptBlockSpecs(const GptConfig& config);
+// Initial fp32 weights of `block`, one array per tensor in spec order:
+// GPT-2's scheme (normal(0, 0.02); the two residual projections scaled by
+// 1/sqrt(2L); LayerNorm weights 1, biases 0; padding rows of wte 0).
+// Deterministic in (config, block, seed), independent of the other blocks.
+std::vector<std::vector<float>> InitBlockWeights(const GptConfig& config, BlockId block, uint64_t seed);
+
+template <typename T>
+class GptCompute {
+ public:
+  // Gradients of the head: the head block's tensors (lnf; lm_head when
+  // untied, in head[kLmHead]) and the lm_head weight the loss used (the head
+  // block's, or the embed block's wte gradient when tied).
+  struct HeadGrads {
+    std::vector<T*> head;
+    T* lm_head = nullptr;
+  };
+
+  // Allocates activations for micro-batches of `batch` sequences of
+  // config.seq_len tokens on `device` (kOutOfMemory past its budget). `ops`
+  // and `device` are not owned and must outlive this object.
+  static StatusOr<std::unique_ptr<GptCompute>> Create(const GptConfig& config, int batch, Ops<T>* ops,
+                                                      Device* device);
+  ~GptCompute();
+  GptCompute(const GptCompute&) = delete;
+  GptCompute& operator=(const GptCompute&) = delete;
+
+  const GptConfig& config() const;
+  int batch() const;
+  int64_t activation_bytes() const;  // device bytes this object holds
+
+  // The micro-batch: B*T input tokens and B*T targets (host arrays, each <
+  // vocab_size; kInvalidArgument otherwise), copied to the device (the
+  // arrays may be reused when this returns). Starts a new step: the next
+  // call must be EmbedForward. Calls out of the order forward (embed,
+  // layers 0..L-1, head) then backward (layers L-1..0, embed) fail with
+  // kFailedPrecondition.
+  Status SetBatch(const int32_t* inputs, const int32_t* targets);
+
+  // Forward, block by block. Pointers are the block's tensors (device, T)
+  // in spec order.
+  Status EmbedForward(const std::vector<const T*>& embed);
+  Status LayerForward(int layer, const std::vector<const T*>& params);
+  // Final LayerNorm, logits and the mean loss over B*T positions (returned;
+  // synchronises). `lm_head` is the head's [Vp, C] weight (the head block's
+  // kLmHead, or the embed block's wte when tied). With `grads`: also the
+  // backward of the head with d(loss)/d(loss_i) = loss_scale / (B*T),
+  // accumulating into `grads` and leaving the gradient of x_L for
+  // LayerBackward(L-1).
+  StatusOr<double> HeadForward(const std::vector<const T*>& head, const T* lm_head, const HeadGrads* grads,
+                               double loss_scale);
+
+  // Backward, after HeadForward with grads, layers from L-1 down to 0:
+  // recomputes the layer's forward from its saved input, then accumulates
+  // its parameter gradients into `grads` (spec order) and turns the
+  // gradient of x_{l+1} into that of x_l.
+  Status LayerBackward(int layer, const std::vector<const T*>& params, const std::vector<T*>& grads);
+  // Accumulates d wte and d wpe into `grads` (spec order of the embed block).
+  Status EmbedBackward(const std::vector<T*>& grads);
+
+  Ops<T>& ops();
+
+  struct Impl;
+
+ private:
+  explicit GptCompute(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zinf::model

@@ -1,0 +1,108 @@
+// CpuOps: the Ops interface over kernels/cpu_kernels.h, and CreateOps, which
+// picks CPU or CUDA Ops for a Device.
+//
+// On the host device "device memory" is host memory, so CpuOps dereferences
+// the pointers it is given and every call finishes before it returns;
+// Synchronize has nothing to wait for and nothing can fail.
+#include "model/ops.h"
+
+#include <cstring>
+
+#include "device/device.h"
+
+#if defined(ZINF_HAVE_CUDA_KERNELS)
+#include "model/cuda_ops.h"
+#endif
+
+namespace zinf::model {
+namespace {
+
+namespace k = kernels::cpu;
+
+template <typename T>
+class CpuOps final : public Ops<T> {
+ public:
+  std::string name() const override { return sizeof(T) == 4 ? "cpu-f32" : "cpu-f64"; }
+
+  void Zero(T* p, int64_t n) override {
+    if (n > 0) std::memset(p, 0, sizeof(T) * static_cast<size_t>(n));
+  }
+  void CopyToDevice(void* dst, const void* host_src, size_t bytes) override {
+    if (bytes > 0) std::memcpy(dst, host_src, bytes);
+  }
+  void CopyToHost(void* host_dst, const void* src, size_t bytes) override {
+    if (bytes > 0) std::memcpy(host_dst, src, bytes);
+  }
+  void CastIn(T* out, const void* src, DType src_type, int64_t n) override { k::CastIn(out, src, src_type, n); }
+
+  void EncoderForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C) override {
+    k::EncoderForward(out, tokens, wte, wpe, B, T_, C);
+  }
+  void EncoderBackward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C) override {
+    k::EncoderBackward(dwte, dwpe, dout, tokens, B, T_, C);
+  }
+  void LayerNormForward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
+                        int C) override {
+    k::LayerNormForward(out, mean, rstd, inp, weight, bias, N, C);
+  }
+  void LayerNormBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, const T* mean,
+                         const T* rstd, int64_t N, int C) override {
+    k::LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  }
+  void MatmulForward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int C, int OC) override {
+    k::MatmulForward(out, inp, weight, bias, N, C, OC);
+  }
+  void MatmulBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int C,
+                      int OC) override {
+    k::MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+  // The backward keeps the gradient of the pre-softmax scores, one per entry
+  // of att; the forward needs no scratch.
+  int64_t AttentionScratchElems(int B, int T_, int /*C*/, int NH) const override {
+    return static_cast<int64_t>(B) * NH * T_ * T_;
+  }
+  void AttentionForward(T* out, T* att, T* /*scratch*/, const T* qkv, int B, int T_, int C, int NH) override {
+    k::AttentionForward(out, att, qkv, B, T_, C, NH);
+  }
+  void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int T_, int C,
+                         int NH) override {
+    k::AttentionBackward(dqkv, scratch, dout, qkv, att, B, T_, C, NH);
+  }
+  void GeluForward(T* out, const T* inp, int64_t n) override { k::GeluForward(out, inp, n); }
+  void GeluBackward(T* dinp, const T* inp, const T* dout, int64_t n) override { k::GeluBackward(dinp, inp, dout, n); }
+  void ResidualForward(T* out, const T* a, const T* b, int64_t n) override { k::ResidualForward(out, a, b, n); }
+  void Accumulate(T* y, const T* x, int64_t n) override { k::Accumulate(y, x, n); }
+  void CrossEntropyForwardBackward(T* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t N, int V,
+                                   int Vp, T dloss) override {
+    k::CrossEntropyForwardBackward(losses, dlogits, logits, targets, N, V, Vp, dloss);
+  }
+
+  Status Synchronize() override { return Status::Ok(); }
+};
+
+}  // namespace
+
+template <typename T>
+std::unique_ptr<Ops<T>> CreateCpuOps() {
+  return std::make_unique<CpuOps<T>>();
+}
+
+template std::unique_ptr<Ops<float>> CreateCpuOps<float>();
+template std::unique_ptr<Ops<double>> CreateCpuOps<double>();
+
+StatusOr<std::unique_ptr<Ops<float>>> CreateOps(Device& device) {
+  switch (device.kind()) {
+    case DeviceKind::kHost:
+      return CreateCpuOps<float>();
+    case DeviceKind::kCuda:
+#if defined(ZINF_HAVE_CUDA_KERNELS)
+      return CreateCudaOps(device);
+#else
+      return Status::Unavailable("CreateOps: device " + device.name() +
+                                 " is a CUDA device, but this build has no CUDA kernels");
+#endif
+  }
+  return Status::Internal("CreateOps: unknown device kind");
+}
+
+}  // namespace zinf::model

@@ -1,0 +1,85 @@
+// Ops: the model's kernels on the device it computes on.
+//
+// One model code path (gpt.cc) calls these; two implementations stand
+// behind them:
+//   * CpuOps<T>, T = float or double: kernels/cpu_kernels.h on the calling
+//     thread (OpenMP inside). Used with the host device, whose "device
+//     memory" is host memory, and for the fp64 gradient checks.
+//   * CudaOps (T = float): kernels/cuda_kernels.h launched on the Ops' own
+//     CUDA stream, cuBLAS for the matmuls. Compiled when the CUDA Toolkit
+//     is found; CreateOps picks it when the Device is a CUDA device.
+//
+// Pointers are device pointers of the Device the Ops were made for. Kernel
+// calls are asynchronous on CUDA: they return nothing, and the first error
+// (a launch failure, a cuBLAS error) is sticky and returned by
+// Synchronize(). The caller must Synchronize before handing buffers the
+// kernels write to anyone else (the engine's Release and ReduceGradients).
+// Semantics, layouts and accumulation rules are those of cpu_kernels.h.
+//
+// Thread-safety: one thread drives an Ops object.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/cpu_kernels.h"
+#include "zinf/status.h"
+
+namespace zinf {
+class Device;
+}
+
+namespace zinf::model {
+
+using kernels::DType;
+
+template <typename T>
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual std::string name() const = 0;  // "cpu-f32", "cpu-f64", "cuda-f32"
+
+  // Memory (device pointers; host pointers where named).
+  virtual void Zero(T* p, int64_t n) = 0;
+  virtual void CopyToDevice(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;  // synchronous
+  virtual void CastIn(T* out, const void* src, DType src_type, int64_t n) = 0;
+
+  virtual void EncoderForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C) = 0;
+  virtual void EncoderBackward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C) = 0;
+  virtual void LayerNormForward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
+                                int C) = 0;
+  virtual void LayerNormBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                                 const T* mean, const T* rstd, int64_t N, int C) = 0;
+  virtual void MatmulForward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int C, int OC) = 0;
+  virtual void MatmulBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N,
+                              int C, int OC) = 0;
+  // Elements of device scratch AttentionForward / AttentionBackward need
+  // (one buffer, shared by both: the caller allocates the max once).
+  virtual int64_t AttentionScratchElems(int B, int T_, int C, int NH) const = 0;
+  virtual void AttentionForward(T* out, T* att, T* scratch, const T* qkv, int B, int T_, int C, int NH) = 0;
+  virtual void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int T_, int C,
+                                 int NH) = 0;
+  virtual void GeluForward(T* out, const T* inp, int64_t n) = 0;
+  virtual void GeluBackward(T* dinp, const T* inp, const T* dout, int64_t n) = 0;
+  virtual void ResidualForward(T* out, const T* a, const T* b, int64_t n) = 0;
+  virtual void Accumulate(T* y, const T* x, int64_t n) = 0;
+  virtual void CrossEntropyForwardBackward(T* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t N,
+                                           int V, int Vp, T dloss) = 0;
+
+  // Waits for every kernel queued so far; returns the first error since the
+  // last call (kInternal naming the kernel on CUDA).
+  virtual Status Synchronize() = 0;
+};
+
+// CPU kernels on the calling thread (T = float or double).
+template <typename T>
+std::unique_ptr<Ops<T>> CreateCpuOps();
+
+// fp32 Ops for `device`: CudaOps on a CUDA device (kUnavailable when this
+// build has no CUDA), CpuOps<float> on the host device.
+StatusOr<std::unique_ptr<Ops<float>>> CreateOps(Device& device);
+
+}  // namespace zinf::model

@@ -1,0 +1,205 @@
+// The whole "tiny" GPT on CudaOps against CpuOps<float>: one forward and
+// backward of the same weights and batch on both, then the loss and every
+// block's gradients compared.
+//
+// Tolerances: the two sides differ only in the order of float additions
+// (cuBLAS vs the CPU's tiled matmul, double accumulators on the CPU), so
+// the loss agrees to 1e-5 relative, and each gradient tensor to a relative
+// L2 error of 1e-4 with no element further than 1e-3 of the tensor's
+// largest magnitude.
+//
+// Skips (with the reason) without a GPU, and compiles to one skipping test
+// in builds without CUDA kernels.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "device/cuda_device.h"
+#include "device/device.h"
+#include "model/gpt.h"
+#include "model/ops.h"
+
+#if defined(ZINF_HAVE_CUDA_KERNELS)
+
+namespace zinf::model {
+namespace {
+
+// One side of the comparison: a device, its Ops, the model's parameters and
+// zeroed gradients in that device's memory (block, then tensor, spec order).
+class Side {
+ public:
+  Side(Device* device, std::unique_ptr<Ops<float>> ops) : device_(device), ops_(std::move(ops)) {}
+  ~Side() {
+    for (void* p : buffers_) device_->Free(p);
+  }
+
+  Ops<float>& ops() { return *ops_; }
+
+  // Uploads `weights` (InitBlockWeights per block) and zeroes same-shaped gradients.
+  void Load(const std::vector<std::vector<std::vector<float>>>& weights) {
+    params_.assign(weights.size(), {});
+    grads_.assign(weights.size(), {});
+    for (size_t b = 0; b < weights.size(); ++b) {
+      for (const std::vector<float>& w : weights[b]) {
+        float* p = Alloc(w.size());
+        float* g = Alloc(w.size());
+        ops_->CopyToDevice(p, w.data(), w.size() * sizeof(float));
+        ops_->Zero(g, static_cast<int64_t>(w.size()));
+        params_[b].push_back(p);
+        grads_[b].push_back(g);
+      }
+    }
+  }
+
+  std::vector<const float*> params(size_t block) const {
+    return std::vector<const float*>(params_[block].begin(), params_[block].end());
+  }
+  const std::vector<float*>& grads(size_t block) const { return grads_[block]; }
+
+  std::vector<float> Download(const float* p, size_t n) {
+    std::vector<float> host(n);
+    ops_->CopyToHost(host.data(), p, n * sizeof(float));
+    return host;
+  }
+
+ private:
+  float* Alloc(size_t n) {
+    auto p = device_->Allocate(n * sizeof(float));
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    if (!p.ok()) return nullptr;
+    buffers_.push_back(*p);
+    return static_cast<float*>(*p);
+  }
+
+  Device* device_;
+  std::unique_ptr<Ops<float>> ops_;
+  std::vector<std::vector<float*>> params_, grads_;
+  std::vector<void*> buffers_;
+};
+
+// Forward and backward of one micro-batch; returns the loss (NaN on error,
+// with a test failure recorded).
+double Step(const GptConfig& cfg, int batch, Side& side, Device* device, const std::vector<int32_t>& inputs,
+            const std::vector<int32_t>& targets) {
+  auto created = GptCompute<float>::Create(cfg, batch, &side.ops(), device);
+  EXPECT_TRUE(created.ok()) << created.status().ToString();
+  if (!created.ok()) return NAN;
+  GptCompute<float>& gpt = **created;
+  const BlockId head = HeadBlock(cfg);
+  Status st = gpt.SetBatch(inputs.data(), targets.data());
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  st = gpt.EmbedForward(side.params(kEmbedBlock));
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    st = gpt.LayerForward(l, side.params(LayerBlock(l)));
+    EXPECT_TRUE(st.ok()) << "layer " << l << ": " << st.ToString();
+  }
+  GptCompute<float>::HeadGrads head_grads;
+  head_grads.head = side.grads(head);
+  const float* lm_head;
+  if (cfg.tied_embeddings) {
+    head_grads.lm_head = side.grads(kEmbedBlock)[kWte];
+    lm_head = side.params(kEmbedBlock)[kWte];
+  } else {
+    head_grads.lm_head = side.grads(head)[kLmHead];
+    lm_head = side.params(head)[kLmHead];
+  }
+  auto loss = gpt.HeadForward(side.params(head), lm_head, &head_grads, 1.0);
+  EXPECT_TRUE(loss.ok()) << loss.status().ToString();
+  for (int l = cfg.n_layer - 1; l >= 0; --l) {
+    st = gpt.LayerBackward(l, side.params(LayerBlock(l)), side.grads(LayerBlock(l)));
+    EXPECT_TRUE(st.ok()) << "layer " << l << ": " << st.ToString();
+  }
+  st = gpt.EmbedBackward(side.grads(kEmbedBlock));
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  st = side.ops().Synchronize();
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return loss.ok() ? *loss : NAN;
+}
+
+::testing::AssertionResult GradsAgree(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff2 = 0, norm2 = 0, max_ref = 0, max_diff = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    diff2 += d * d;
+    norm2 += static_cast<double>(want[i]) * want[i];
+    max_ref = std::max(max_ref, std::fabs(static_cast<double>(want[i])));
+    max_diff = std::max(max_diff, std::fabs(d));
+    if (std::isnan(got[i])) return ::testing::AssertionFailure() << "NaN at " << i;
+  }
+  if (norm2 == 0) return ::testing::AssertionFailure() << "the CPU gradient is all zero (nothing compared)";
+  const double rel_l2 = std::sqrt(diff2 / norm2);
+  if (rel_l2 <= 1e-4 && max_diff <= 1e-3 * max_ref) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "relative L2 error " << rel_l2 << " (limit 1e-4), max |diff| " << max_diff
+                                       << " vs max |cpu| " << max_ref << " (limit 1e-3 of it)";
+}
+
+void CompareTinyModel(bool tied) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA GPU: " << CudaUnavailableReason();
+  auto cfg_or = LoadGptConfig("tiny");
+  ASSERT_TRUE(cfg_or.ok()) << cfg_or.status().ToString();
+  GptConfig cfg = *cfg_or;
+  cfg.tied_embeddings = tied;
+  const int batch = 2;
+  const size_t n_tokens = static_cast<size_t>(batch) * cfg.seq_len;
+
+  std::vector<std::vector<std::vector<float>>> weights;
+  for (BlockId b = 0; b <= HeadBlock(cfg); ++b) weights.push_back(InitBlockWeights(cfg, b, /*seed=*/1234));
+  std::mt19937 rng(99);
+  std::uniform_int_distribution<int32_t> tok(0, cfg.vocab_size - 1);
+  std::vector<int32_t> inputs(n_tokens), targets(n_tokens);
+  for (auto& t : inputs) t = tok(rng);
+  for (auto& t : targets) t = tok(rng);
+
+  std::unique_ptr<Device> host = CreateHostDevice(0);
+  Side cpu(host.get(), CreateCpuOps<float>());
+  auto cuda_device = CreateCudaDevice(0, 0);
+  ASSERT_TRUE(cuda_device.ok()) << cuda_device.status().ToString();
+  auto cuda_ops = CreateOps(**cuda_device);
+  ASSERT_TRUE(cuda_ops.ok()) << cuda_ops.status().ToString();
+  ASSERT_EQ((*cuda_ops)->name(), "cuda-f32");
+  {
+    Side gpu(cuda_device->get(), std::move(cuda_ops).value());
+    cpu.Load(weights);
+    gpu.Load(weights);
+
+    const double cpu_loss = Step(cfg, batch, cpu, host.get(), inputs, targets);
+    const double gpu_loss = Step(cfg, batch, gpu, cuda_device->get(), inputs, targets);
+    ASSERT_TRUE(std::isfinite(cpu_loss));
+    // Near log(vocab) for fresh weights; 1e-5 relative.
+    EXPECT_NEAR(gpu_loss, cpu_loss, 1e-5 * std::fabs(cpu_loss));
+
+    const std::vector<BlockSpec> specs = GptBlockSpecs(cfg);
+    ASSERT_EQ(specs.size(), weights.size());
+    for (size_t b = 0; b < specs.size(); ++b) {
+      for (size_t t = 0; t < specs[b].tensors.size(); ++t) {
+        const size_t n = weights[b][t].size();
+        std::vector<float> want = cpu.Download(cpu.grads(b)[t], n);
+        std::vector<float> got = gpu.Download(gpu.grads(b)[t], n);
+        EXPECT_TRUE(GradsAgree(got, want)) << specs[b].name << "." << specs[b].tensors[t].name;
+      }
+    }
+    Status st = gpu.ops().Synchronize();
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  }  // the CUDA side is freed before its device
+}
+
+TEST(GptCudaTest, TinyModelTiedMatchesCpu) { CompareTinyModel(/*tied=*/true); }
+TEST(GptCudaTest, TinyModelUntiedMatchesCpu) { CompareTinyModel(/*tied=*/false); }
+
+}  // namespace
+}  // namespace zinf::model
+
+#else  // !ZINF_HAVE_CUDA_KERNELS
+
+TEST(GptCudaTest, NeedsCudaKernels) {
+  GTEST_SKIP() << "this build has no CUDA kernels (the CUDA Toolkit was not found at configure time)";
+}
+
+#endif  // ZINF_HAVE_CUDA_KERNELS

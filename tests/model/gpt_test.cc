@@ -1,0 +1,556 @@
+// The reference GPT: the whole model in double against central finite
+// differences of its loss, float against double, activation checkpointing,
+// config parsing and initial weights.
+//
+// Parameters live in host vectors: on the host device "device memory" is
+// host memory and CpuOps dereferences what it is given, so the test hands
+// GptCompute its own arrays the way the engine hands it a gathered block.
+#include "model/gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "device/device.h"
+#include "model/ops.h"
+
+namespace zinf::model {
+namespace {
+
+using Tensors = std::vector<std::vector<double>>;  // one block
+
+// All parameters of a model, per block, in double.
+std::vector<Tensors> MakeParams(const GptConfig& config, uint64_t seed) {
+  std::vector<Tensors> blocks;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  const std::vector<BlockSpec> specs = GptBlockSpecs(config);
+  for (BlockId b = 0; b < static_cast<BlockId>(specs.size()); ++b) {
+    std::vector<std::vector<float>> init = InitBlockWeights(config, b, seed);
+    Tensors t;
+    for (size_t i = 0; i < init.size(); ++i) {
+      std::vector<double> v(init[i].begin(), init[i].end());
+      const std::string& name = specs[b].tensors[i].name;
+      const bool is_ln_weight = name.find("ln") != std::string::npos && name.find(".weight") != std::string::npos;
+      const bool is_bias = name.find(".bias") != std::string::npos;
+      // Move away from the initial point (unit LayerNorm weights, zero
+      // biases, near-uniform attention), so every term of the gradient is
+      // exercised; the padding rows of wte / lm_head stay zero.
+      for (double& x : v) {
+        if (is_ln_weight) {
+          x += 0.3 * u(rng);
+        } else if (is_bias) {
+          x = 0.1 * u(rng);
+        } else {
+          x *= 5.0;
+        }
+      }
+      t.push_back(std::move(v));
+    }
+    blocks.push_back(std::move(t));
+  }
+  return blocks;
+}
+
+struct Batch {
+  std::vector<int32_t> inputs, targets;
+};
+
+Batch MakeBatch(const GptConfig& config, int batch, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Batch b;
+  for (int i = 0; i < batch * config.seq_len; ++i) {
+    b.inputs.push_back(static_cast<int32_t>(rng() % config.vocab_size));
+    b.targets.push_back(static_cast<int32_t>(rng() % config.vocab_size));
+  }
+  return b;
+}
+
+// A model of element type T over host-device memory: its parameters (cast
+// from the double master copy), gradients, and a GptCompute.
+template <typename T>
+class Harness {
+ public:
+  Harness(const GptConfig& config, int batch)
+      : config_(config), device_(CreateHostDevice(0)), ops_(CreateCpuOps<T>()) {
+    auto c = GptCompute<T>::Create(config, batch, ops_.get(), device_.get());
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    compute_ = std::move(*c);
+  }
+
+  void SetParams(const std::vector<Tensors>& params) {
+    params_.clear();
+    grads_.clear();
+    for (const Tensors& block : params) {
+      std::vector<std::vector<T>> p, g;
+      for (const auto& t : block) {
+        p.emplace_back(t.begin(), t.end());
+        g.emplace_back(t.size(), T(0));
+      }
+      params_.push_back(std::move(p));
+      grads_.push_back(std::move(g));
+    }
+  }
+
+  // The loss of `batch`; with `backward`, the gradients of every block
+  // (zeroed first) as well.
+  double Run(const Batch& batch, bool backward) {
+    for (auto& block : grads_)
+      for (auto& g : block) std::fill(g.begin(), g.end(), T(0));
+    EXPECT_TRUE(compute_->SetBatch(batch.inputs.data(), batch.targets.data()).ok());
+    EXPECT_TRUE(compute_->EmbedForward(Const(kEmbedBlock)).ok());
+    for (int l = 0; l < config_.n_layer; ++l) EXPECT_TRUE(compute_->LayerForward(l, Const(LayerBlock(l))).ok());
+    const BlockId head = HeadBlock(config_);
+    const T* lm_head = config_.tied_embeddings ? params_[kEmbedBlock][kWte].data() : params_[head][kLmHead].data();
+    typename GptCompute<T>::HeadGrads hg;
+    if (backward) {
+      hg.head = Mutable(head);
+      hg.lm_head = config_.tied_embeddings ? grads_[kEmbedBlock][kWte].data() : grads_[head][kLmHead].data();
+    }
+    StatusOr<double> loss = compute_->HeadForward(Const(head), lm_head, backward ? &hg : nullptr, 1.0);
+    EXPECT_TRUE(loss.ok()) << loss.status().ToString();
+    if (backward) {
+      for (int l = config_.n_layer - 1; l >= 0; --l) {
+        EXPECT_TRUE(compute_->LayerBackward(l, Const(LayerBlock(l)), Mutable(LayerBlock(l))).ok());
+      }
+      EXPECT_TRUE(compute_->EmbedBackward(Mutable(kEmbedBlock)).ok());
+    }
+    return loss.ok() ? *loss : NAN;
+  }
+
+  std::vector<const T*> Const(BlockId b) const {
+    std::vector<const T*> v;
+    for (const auto& t : params_[b]) v.push_back(t.data());
+    return v;
+  }
+  std::vector<T*> Mutable(BlockId b) {
+    std::vector<T*> v;
+    for (auto& t : grads_[b]) v.push_back(t.data());
+    return v;
+  }
+
+  std::vector<std::vector<std::vector<T>>>& params() { return params_; }
+  const std::vector<std::vector<std::vector<T>>>& grads() const { return grads_; }
+  GptCompute<T>& compute() { return *compute_; }
+
+ private:
+  GptConfig config_;
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<Ops<T>> ops_;
+  std::unique_ptr<GptCompute<T>> compute_;
+  std::vector<std::vector<std::vector<T>>> params_, grads_;
+};
+
+GptConfig Tiny(bool tied) {
+  StatusOr<GptConfig> c = LoadGptConfig("tiny");
+  EXPECT_TRUE(c.ok());
+  GptConfig config = *c;
+  config.tied_embeddings = tied;
+  return config;
+}
+
+// Every parameter tensor: ~30 sampled entries of its gradient against
+// central differences of the full loss. h = 1e-5: truncation ~1e-10 times
+// the third derivative, rounding ~1e-16 * loss / h ~ 1e-10. Tolerance:
+// 1e-6 relative plus 1e-9 absolute (entries whose gradient is ~0).
+void CheckModelGradients(bool tied) {
+  const GptConfig config = Tiny(tied);
+  const int B = 2;
+  Harness<double> h(config, B);
+  std::vector<Tensors> params = MakeParams(config, 42);
+  h.SetParams(params);
+  const Batch batch = MakeBatch(config, B, 7);
+  const double loss = h.Run(batch, /*backward=*/true);
+  EXPECT_GT(loss, 0.0);
+  const auto grads = h.grads();  // copy: the finite-difference runs overwrite them
+  const std::vector<BlockSpec> specs = GptBlockSpecs(config);
+  std::mt19937_64 rng(99);
+  constexpr double kStep = 1e-5, kRel = 1e-6, kAbs = 1e-9;
+  int checked = 0;
+  for (size_t b = 0; b < specs.size(); ++b) {
+    for (size_t t = 0; t < specs[b].tensors.size(); ++t) {
+      const std::string name = specs[b].name + "/" + specs[b].tensors[t].name;
+      std::vector<double>& p = h.params()[b][t];
+      std::vector<size_t> idx;
+      for (int s = 0; s < 30; ++s) idx.push_back(rng() % p.size());
+      if (specs[b].tensors[t].name == "wte" || specs[b].tensors[t].name == "lm_head") {
+        // Rows the batch uses, and a padding row (its gradient must be 0).
+        idx.push_back(static_cast<size_t>(batch.inputs[0]) * config.n_embd + 3);
+        idx.push_back(static_cast<size_t>(batch.targets[1]) * config.n_embd + 5);
+        idx.push_back(static_cast<size_t>(config.padded_vocab_size - 1) * config.n_embd + 1);
+      }
+      double max_grad = 0;
+      for (size_t i : idx) {
+        const double saved = p[i];
+        p[i] = saved + kStep;
+        const double plus = h.Run(batch, false);
+        p[i] = saved - kStep;
+        const double minus = h.Run(batch, false);
+        p[i] = saved;
+        const double numeric = (plus - minus) / (2 * kStep);
+        const double analytic = grads[b][t][i];
+        max_grad = std::max(max_grad, std::fabs(analytic));
+        EXPECT_NEAR(analytic, numeric, kRel * std::fabs(numeric) + kAbs) << name << "[" << i << "]";
+        ++checked;
+      }
+      EXPECT_GT(max_grad, 1e-7) << name << ": every sampled gradient is ~0; the check would prove nothing";
+      const int64_t pad_row = static_cast<int64_t>(config.padded_vocab_size - 1) * config.n_embd;
+      if (specs[b].tensors[t].name == "wte" || specs[b].tensors[t].name == "lm_head") {
+        for (int c = 0; c < config.n_embd; ++c) EXPECT_EQ(grads[b][t][pad_row + c], 0.0) << name << " padding";
+      }
+    }
+  }
+  EXPECT_GT(checked, 30 * 25);
+}
+
+TEST(GptTest, GradientsMatchFiniteDifferencesTied) { CheckModelGradients(/*tied=*/true); }
+TEST(GptTest, GradientsMatchFiniteDifferencesUntied) { CheckModelGradients(/*tied=*/false); }
+
+TEST(GptTest, LossAtInitIsNearLogVocab) {
+  const GptConfig config = Tiny(true);
+  Harness<double> h(config, 2);
+  std::vector<Tensors> params;
+  for (BlockId b = 0; b <= HeadBlock(config); ++b) {
+    Tensors t;
+    for (const auto& v : InitBlockWeights(config, b, 1)) t.emplace_back(v.begin(), v.end());
+    params.push_back(std::move(t));
+  }
+  h.SetParams(params);
+  const double loss = h.Run(MakeBatch(config, 2, 3), false);
+  EXPECT_NEAR(loss, std::log(static_cast<double>(config.vocab_size)), 0.1);
+}
+
+TEST(GptTest, FloatAgreesWithDouble) {
+  for (bool tied : {true, false}) {
+    const GptConfig config = Tiny(tied);
+    const int B = 2;
+    std::vector<Tensors> params = MakeParams(config, 5);
+    const Batch batch = MakeBatch(config, B, 6);
+    Harness<double> hd(config, B);
+    Harness<float> hf(config, B);
+    hd.SetParams(params);
+    hf.SetParams(params);
+    const double ld = hd.Run(batch, true);
+    const double lf = hf.Run(batch, true);
+    EXPECT_NEAR(lf, ld, 1e-5 * ld) << "tied " << tied;
+    // Per tensor: float error relative to the tensor's largest gradient.
+    const std::vector<BlockSpec> specs = GptBlockSpecs(config);
+    for (size_t b = 0; b < specs.size(); ++b) {
+      for (size_t t = 0; t < specs[b].tensors.size(); ++t) {
+        const auto& gd = hd.grads()[b][t];
+        const auto& gf = hf.grads()[b][t];
+        double scale = 0, err = 0;
+        for (size_t i = 0; i < gd.size(); ++i) {
+          scale = std::max(scale, std::fabs(gd[i]));
+          err = std::max(err, std::fabs(gd[i] - static_cast<double>(gf[i])));
+        }
+        EXPECT_LE(err, 1e-4 * scale) << specs[b].name << "/" << specs[b].tensors[t].name << " tied " << tied;
+      }
+    }
+  }
+}
+
+TEST(GptTest, CheckpointedBackwardIsRepeatable) {
+  // The backward recomputes each layer from its saved input; running the
+  // whole step twice must give the same gradients bit for bit (nothing is
+  // read from a buffer a previous step or layer left behind).
+  const GptConfig config = Tiny(true);
+  Harness<double> h(config, 2);
+  h.SetParams(MakeParams(config, 8));
+  const Batch batch = MakeBatch(config, 2, 9);
+  const double l1 = h.Run(batch, true);
+  const auto g1 = h.grads();
+  // A different batch in between scribbles over every activation buffer.
+  h.Run(MakeBatch(config, 2, 10), true);
+  const double l2 = h.Run(batch, true);
+  EXPECT_EQ(l1, l2);
+  EXPECT_TRUE(g1 == h.grads());
+}
+
+TEST(GptTest, ActivationMemoryGrowsOneResidualPerLayer) {
+  // Checkpointing keeps one [B*T, C] input per layer; everything else is
+  // one layer's worth, whatever the depth.
+  for (int batch : {1, 3}) {
+    std::vector<int64_t> bytes;
+    for (int layers : {1, 2, 4}) {
+      GptConfig config = Tiny(true);
+      config.n_layer = layers;
+      Harness<float> h(config, batch);
+      bytes.push_back(h.compute().activation_bytes());
+    }
+    const GptConfig config = Tiny(true);
+    const int64_t per_layer = int64_t{batch} * config.seq_len * config.n_embd * static_cast<int64_t>(sizeof(float));
+    EXPECT_EQ(bytes[1] - bytes[0], per_layer);
+    EXPECT_EQ(bytes[2] - bytes[1], 2 * per_layer);
+  }
+}
+
+TEST(GptTest, ActivationsCountAgainstTheDeviceBudget) {
+  const GptConfig config = Tiny(true);
+  auto device = CreateHostDevice(64 << 10);  // far below what tiny needs
+  auto ops = CreateCpuOps<float>();
+  auto c = GptCompute<float>::Create(config, 2, ops.get(), device.get());
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kOutOfMemory) << c.status().ToString();
+  EXPECT_EQ(device->bytes_in_use(), 0u);  // what was allocated before the failure is freed
+
+  auto big = CreateHostDevice(0);
+  auto ok = GptCompute<float>::Create(config, 2, ops.get(), big.get());
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(static_cast<int64_t>(big->bytes_in_use()) >= (*ok)->activation_bytes(), true);
+  ok->reset();
+  EXPECT_EQ(big->bytes_in_use(), 0u);
+}
+
+TEST(GptTest, CallsOutOfOrderAreRefused) {
+  const GptConfig config = Tiny(true);
+  Harness<double> h(config, 1);
+  h.SetParams(MakeParams(config, 1));
+  GptCompute<double>& c = h.compute();
+  // Before any batch.
+  EXPECT_EQ(c.EmbedForward(h.Const(kEmbedBlock)).code(), StatusCode::kFailedPrecondition);
+  const Batch batch = MakeBatch(config, 1, 2);
+  ASSERT_TRUE(c.SetBatch(batch.inputs.data(), batch.targets.data()).ok());
+  ASSERT_TRUE(c.EmbedForward(h.Const(kEmbedBlock)).ok());
+  // Layer 1 before layer 0.
+  EXPECT_EQ(c.LayerForward(1, h.Const(LayerBlock(1))).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(c.LayerForward(5, h.Const(LayerBlock(1))).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.LayerForward(0, {}).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(c.LayerForward(0, h.Const(LayerBlock(0))).ok());
+  ASSERT_TRUE(c.LayerForward(1, h.Const(LayerBlock(1))).ok());
+  // Backward without a head backward.
+  EXPECT_EQ(c.LayerBackward(1, h.Const(LayerBlock(1)), h.Mutable(LayerBlock(1))).code(),
+            StatusCode::kFailedPrecondition);
+  typename GptCompute<double>::HeadGrads hg{h.Mutable(HeadBlock(config)), h.Mutable(kEmbedBlock)[kWte]};
+  ASSERT_TRUE(c.HeadForward(h.Const(HeadBlock(config)), h.Const(kEmbedBlock)[kWte], &hg, 1.0).ok());
+  // Layer 0 before layer 1.
+  EXPECT_EQ(c.LayerBackward(0, h.Const(LayerBlock(0)), h.Mutable(LayerBlock(0))).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(c.EmbedBackward(h.Mutable(kEmbedBlock)).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(GptTest, BadTokensAreRefused) {
+  const GptConfig config = Tiny(true);
+  Harness<float> h(config, 1);
+  Batch batch = MakeBatch(config, 1, 2);
+  batch.targets[5] = config.vocab_size;
+  Status s = h.compute().SetBatch(batch.inputs.data(), batch.targets.data());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("target token 5"), std::string::npos) << s.ToString();
+  batch = MakeBatch(config, 1, 2);
+  batch.inputs[0] = -1;
+  EXPECT_EQ(h.compute().SetBatch(batch.inputs.data(), batch.targets.data()).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(GptTest, LossWithAndWithoutGradientsAgreeAndScaleScalesGradients) {
+  const GptConfig config = Tiny(true);
+  Harness<double> h(config, 2);
+  h.SetParams(MakeParams(config, 3));
+  const Batch batch = MakeBatch(config, 2, 4);
+  const double l_fwd = h.Run(batch, false);
+  const double l_bwd = h.Run(batch, true);
+  EXPECT_EQ(l_fwd, l_bwd);
+  const auto g1 = h.grads();
+  // loss_scale multiplies every gradient.
+  GptCompute<double>& c = h.compute();
+  ASSERT_TRUE(c.SetBatch(batch.inputs.data(), batch.targets.data()).ok());
+  ASSERT_TRUE(c.EmbedForward(h.Const(kEmbedBlock)).ok());
+  for (int l = 0; l < config.n_layer; ++l) ASSERT_TRUE(c.LayerForward(l, h.Const(LayerBlock(l))).ok());
+  std::vector<std::vector<double>> head_grads(2, std::vector<double>(config.n_embd, 0.0));
+  std::vector<double> wte_grad(g1[kEmbedBlock][kWte].size(), 0.0);
+  typename GptCompute<double>::HeadGrads hg{{head_grads[0].data(), head_grads[1].data()}, wte_grad.data()};
+  StatusOr<double> l = c.HeadForward(h.Const(HeadBlock(config)), h.Const(kEmbedBlock)[kWte], &hg, 8.0);
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(*l, l_fwd);  // the loss itself is not scaled
+  for (int i = 0; i < config.n_embd; ++i) {
+    EXPECT_NEAR(head_grads[0][i], 8.0 * g1[HeadBlock(config)][kLnfW][i], 1e-12);
+    EXPECT_NEAR(head_grads[1][i], 8.0 * g1[HeadBlock(config)][kLnfB][i], 1e-12);
+  }
+}
+
+// Plain gradient descent from the GPT-2 initialisation, small steps: the
+// LayerNorms amplify the tiny initial residual stream, so larger learning
+// rates overshoot now and then without anything being wrong.
+TEST(GptTest, SgdOnAFixedBatchLowersTheLoss) {
+  const GptConfig config = Tiny(true);
+  const int B = 2;
+  Harness<float> h(config, B);
+  std::vector<Tensors> params;
+  for (BlockId b = 0; b <= HeadBlock(config); ++b) {
+    Tensors t;
+    for (const auto& v : InitBlockWeights(config, b, 11)) t.emplace_back(v.begin(), v.end());
+    params.push_back(std::move(t));
+  }
+  h.SetParams(params);
+  const Batch batch = MakeBatch(config, B, 12);
+  std::vector<double> losses;
+  for (int step = 0; step < 10; ++step) {
+    losses.push_back(h.Run(batch, true));
+    for (size_t b = 0; b < h.params().size(); ++b)
+      for (size_t t = 0; t < h.params()[b].size(); ++t)
+        for (size_t i = 0; i < h.params()[b][t].size(); ++i) h.params()[b][t][i] -= 0.05f * h.grads()[b][t][i];
+  }
+  for (size_t i = 1; i < losses.size(); ++i) EXPECT_LT(losses[i], losses[i - 1]) << "step " << i;
+  EXPECT_LT(losses.back(), losses.front() - 0.3);
+}
+
+// ---------------------------------------------------------------- config
+
+TEST(GptConfigTest, BuiltinsHaveTheDocumentedShapes) {
+  const std::vector<std::string> names = BuiltinGptConfigNames();
+  EXPECT_EQ(names, (std::vector<std::string>{"tiny", "demo", "small", "gpt2-124m"}));
+  auto tiny = LoadGptConfig("tiny");
+  ASSERT_TRUE(tiny.ok());
+  EXPECT_EQ(tiny->vocab_size, 257);
+  EXPECT_EQ(tiny->padded_vocab_size, 320);
+  EXPECT_EQ(tiny->seq_len, 32);
+  EXPECT_EQ(tiny->n_layer, 2);
+  EXPECT_EQ(tiny->n_head, 2);
+  EXPECT_EQ(tiny->n_embd, 32);
+  EXPECT_TRUE(tiny->tied_embeddings);
+  auto gpt2 = LoadGptConfig("gpt2-124m");
+  ASSERT_TRUE(gpt2.ok());
+  EXPECT_EQ(gpt2->padded_vocab_size, 50304);
+  // GPT-2 small with the vocabulary padded to 50304 (llm.c's count).
+  EXPECT_EQ(gpt2->NumParameters(), 124475904);
+  for (const std::string& n : names) {
+    auto c = LoadGptConfig(n);
+    ASSERT_TRUE(c.ok()) << n;
+    for (bool tied : {true, false}) {
+      c->tied_embeddings = tied;
+      int64_t total = 0;
+      for (const BlockSpec& b : GptBlockSpecs(*c))
+        for (const TensorSpec& t : b.tensors) total += t.numel();
+      EXPECT_EQ(total, c->NumParameters()) << n;
+    }
+  }
+}
+
+TEST(GptConfigTest, JsonRoundTrips) {
+  GptConfig c;
+  c.vocab_size = 1000;
+  c.padded_vocab_size = 1024;
+  c.seq_len = 48;
+  c.n_layer = 3;
+  c.n_head = 6;
+  c.n_embd = 96;
+  c.tied_embeddings = false;
+  auto parsed = ParseGptConfig(GptConfigToJson(c), "roundtrip");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->vocab_size, 1000);
+  EXPECT_EQ(parsed->padded_vocab_size, 1024);
+  EXPECT_EQ(parsed->seq_len, 48);
+  EXPECT_EQ(parsed->n_layer, 3);
+  EXPECT_EQ(parsed->n_head, 6);
+  EXPECT_EQ(parsed->n_embd, 96);
+  EXPECT_FALSE(parsed->tied_embeddings);
+}
+
+void ExpectConfigError(const std::string& json, const std::string& key) {
+  auto c = ParseGptConfig(json, "model.json");
+  ASSERT_FALSE(c.ok()) << json;
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("model.json"), std::string::npos) << c.status().message();
+  EXPECT_NE(c.status().message().find(key), std::string::npos) << c.status().message();
+}
+
+TEST(GptConfigTest, ErrorsNameTheKey) {
+  const std::string base = R"("vocab_size": 257, "seq_len": 16, "n_head": 2, "n_embd": 8)";
+  ExpectConfigError("{" + base + R"(, "n_layer": "two"})", "n_layer");
+  ExpectConfigError("{" + base + R"(, "n_layer": 2.5})", "n_layer");
+  ExpectConfigError("{" + base + R"(, "n_layer": 0})", "n_layer");
+  ExpectConfigError("{" + base + R"(, "n_layer": -3})", "n_layer");
+  ExpectConfigError("{" + base + R"(, "n_layer": 2, "n_layers": 3})", "n_layers");
+  ExpectConfigError("{" + base + R"(, "n_layer": 2, "tied_embeddings": "yes"})", "tied_embeddings");
+  ExpectConfigError("{" + base + R"(, "n_layer": 2, "padded_vocab_size": 300})", "padded_vocab_size");
+  ExpectConfigError("{" + base + "}", "n_layer");  // missing
+  ExpectConfigError(R"({"vocab_size": 257, "seq_len": 16, "n_layer": 2, "n_head": 3, "n_embd": 8})", "n_embd");
+  ExpectConfigError("[1, 2]", "object");
+  ExpectConfigError("{" + base, "JSON");
+  // The same keys are fine.
+  auto ok = ParseGptConfig("{" + base + R"(, "n_layer": 2, "padded_vocab_size": 320})", "model.json");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->padded_vocab_size, 320);
+  EXPECT_TRUE(ok->tied_embeddings);
+}
+
+TEST(GptConfigTest, LoadsFilesAndRefusesUnknownNames) {
+  auto missing = LoadGptConfig("no-such-model");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("tiny"), std::string::npos);
+
+  const std::string path = ::testing::TempDir() + "gpt_test_model.json";
+  {
+    std::ofstream f(path);
+    f << R"({"vocab_size": 300, "seq_len": 8, "n_layer": 1, "n_head": 1, "n_embd": 4, "tied_embeddings": false})";
+  }
+  auto c = LoadGptConfig(path);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->padded_vocab_size, 320);
+  EXPECT_FALSE(c->tied_embeddings);
+  {
+    std::ofstream f(path);
+    f << R"({"vocab_size": 300, "seq_len": 8, "n_layer": 1, "n_head": 1, "n_embd": 4, "dropout": 0.1})";
+  }
+  auto bad = LoadGptConfig(path);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(path), std::string::npos);
+  EXPECT_NE(bad.status().message().find("dropout"), std::string::npos);
+  std::remove(path.c_str());
+}
+
+// ---------------------------------------------------------------- init
+
+double Std(const std::vector<float>& v) {
+  double m = 0, s = 0;
+  for (float x : v) m += x;
+  m /= v.size();
+  for (float x : v) s += (x - m) * (x - m);
+  return std::sqrt(s / v.size());
+}
+
+TEST(GptInitTest, DeterministicAndGpt2Scaled) {
+  GptConfig config = *LoadGptConfig("small");
+  config.tied_embeddings = false;
+  const auto a = InitBlockWeights(config, LayerBlock(2), 1234);
+  const auto b = InitBlockWeights(config, LayerBlock(2), 1234);
+  EXPECT_TRUE(a == b);
+  EXPECT_FALSE(a == InitBlockWeights(config, LayerBlock(2), 1235));
+  EXPECT_FALSE(a == InitBlockWeights(config, LayerBlock(3), 1234));
+  // Independent of the other blocks: the same whatever is asked before.
+  InitBlockWeights(config, kEmbedBlock, 1234);
+  EXPECT_TRUE(a == InitBlockWeights(config, LayerBlock(2), 1234));
+
+  const double proj_std = 0.02 / std::sqrt(2.0 * config.n_layer);
+  EXPECT_NEAR(Std(a[kQkvW]), 0.02, 0.02 * 0.02);  // 442k samples: ~0.1% sampling error
+  EXPECT_NEAR(Std(a[kFcW]), 0.02, 0.02 * 0.02);
+  EXPECT_NEAR(Std(a[kAttProjW]), proj_std, proj_std * 0.03);
+  EXPECT_NEAR(Std(a[kFcProjW]), proj_std, proj_std * 0.02);
+  for (int t : {kLn1W, kLn2W}) {
+    for (float x : a[t]) ASSERT_EQ(x, 1.0f);
+  }
+  for (int t : {kLn1B, kLn2B, kQkvB, kAttProjB, kFcB, kFcProjB}) {
+    for (float x : a[t]) ASSERT_EQ(x, 0.0f);
+  }
+  const auto embed = InitBlockWeights(config, kEmbedBlock, 1234);
+  const auto head = InitBlockWeights(config, HeadBlock(config), 1234);
+  ASSERT_EQ(head.size(), 3u);
+  for (const auto* t : {&embed[kWte], &head[kLmHead]}) {
+    const std::vector<float> real(t->begin(), t->begin() + int64_t{config.vocab_size} * config.n_embd);
+    EXPECT_NEAR(Std(real), 0.02, 0.02 * 0.02);
+    for (size_t i = real.size(); i < t->size(); ++i) ASSERT_EQ((*t)[i], 0.0f) << "padding row";
+  }
+  EXPECT_NEAR(Std(embed[kWpe]), 0.02, 0.02 * 0.02);
+  for (float x : head[kLnfW]) ASSERT_EQ(x, 1.0f);
+  for (float x : head[kLnfB]) ASSERT_EQ(x, 0.0f);
+}
+
+}  // namespace
+}  // namespace zinf::model
