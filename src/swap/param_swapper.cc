@@ -157,6 +157,7 @@ Status ParamSwapper::Store(ShardId id, const void* data) {
   std::memset(s.buffer.data() + bytes, 0, static_cast<size_t>(store_->PaddedBytes(bytes) - bytes));
   ZINF_ASSIGN_OR_RETURN(s.write, store_->SwapOut(s.tensor, s.buffer.data()));
   ++stats_.writes;
+  stats_.write_bytes += bytes;
   s.stored = true;
   if (!s.in_lru) {
     lru_.push_back(id);
@@ -185,6 +186,7 @@ Status ParamSwapper::StartRead(ShardId id, bool demand) {
   s.read = *h;
   s.state = State::kReading;
   ++stats_.reads;
+  stats_.read_bytes += s.elems * options_.element_size_bytes;
   return Status::Ok();
 }
 
@@ -217,6 +219,7 @@ Status ParamSwapper::Release(ShardId id, bool dirty) {
     ZINF_RETURN_IF_ERROR(WaitWrite(s));
     ZINF_ASSIGN_OR_RETURN(s.write, store_->SwapOut(s.tensor, s.buffer.data()));
     ++stats_.writes;
+    stats_.write_bytes += s.elems * options_.element_size_bytes;
   }
   if (--s.pins > 0) return Status::Ok();
   lru_.push_back(id);

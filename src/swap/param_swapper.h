@@ -55,6 +55,8 @@ struct ParamSwapperStats {
   int64_t writes = 0;      // shards written to NVMe
   int64_t hits = 0;        // Prefetch/Acquire served from the cache
   int64_t evictions = 0;
+  int64_t read_bytes = 0;  // shard bytes read (prefetches included)
+  int64_t write_bytes = 0;
 };
 
 class ParamSwapper {

@@ -334,7 +334,11 @@ Status Engine::Impl::Init(const Config& cfg, const std::vector<BlockSpec>& block
   ZINF_ASSIGN_OR_RETURN(staging_pool, OnePinnedBuffer(partitioner->max_shard_numel() * 8, true, "grad staging"));
   staging = staging_pool->Acquire();
   ZINF_ASSIGN_OR_RETURN(grad_flat, device->Allocate(static_cast<size_t>(partitioner->max_padded_numel() * grad_es)));
-  ZINF_ASSIGN_OR_RETURN(grad_shard, device->Allocate(static_cast<size_t>(partitioner->max_shard_numel() * grad_es)));
+  // One rank: the reduce-scatter is the identity, and the shard is the flat buffer.
+  if (partitioner->world_size() > 1) {
+    ZINF_ASSIGN_OR_RETURN(grad_shard,
+                          device->Allocate(static_cast<size_t>(partitioner->max_shard_numel() * grad_es)));
+  }
   init_master.assign(static_cast<size_t>(total), 0.0f);
 
   // Optimizer pieces.
@@ -360,11 +364,8 @@ Status Engine::Impl::WriteHome(const char* params) {
   switch (config.zero.offload_param.device) {
     case OffloadDevice::kNvme:
       for (int b = 0; b < partitioner->num_blocks(); ++b) {
-        const swap::ParamSwapperStats before = param_swapper->stats();
         ZINF_RETURN_IF_ERROR(param_swapper->Store(blocks[static_cast<size_t>(b)].shard_id,
                                                   params + layout(b).rank_offset * param_es));
-        counters.nvme_write_bytes +=
-            (param_swapper->stats().writes - before.writes) * layout(b).shard_numel * param_es;
       }
       return param_swapper->Flush();
     case OffloadDevice::kCpu:
@@ -414,10 +415,8 @@ Status Engine::Impl::Fetch(BlockId b) {
   switch (config.zero.offload_param.device) {
     case OffloadDevice::kNvme: {
       const auto t0 = Clock::now();
-      const int64_t reads_before = param_swapper->stats().reads;
       ZINF_ASSIGN_OR_RETURN(char* src, param_swapper->Acquire(st.shard_id));
       counters.nvme_wait_ns += NanosSince(t0);
-      counters.nvme_read_bytes += (param_swapper->stats().reads - reads_before) * static_cast<int64_t>(shard_bytes);
       Status s = stream->CopyAsync(dst, src, shard_bytes, CopyDirection::kHostToDevice);
       if (s.ok()) s = stream->Synchronize();  // the swapper's buffer is reused after Release
       Status r = param_swapper->Release(st.shard_id, /*dirty=*/false);
@@ -623,12 +622,16 @@ Status Engine::ReduceGradients(BlockId block, const std::vector<const void*>& gr
         m.stream->MemsetAsync(flat + l.numel * es, 0, static_cast<size_t>((l.padded_numel - l.numel) * es)));
   }
   const auto t0 = Clock::now();
-  ZINF_RETURN_IF_ERROR(m.device_comm
-                           ->ReduceScatter(flat, m.grad_shard, l.shard_numel, CommType(m.options.grad_type),
-                                           comm::ReduceOp::kSum, m.stream.get())
-                           .WithContext("reduce-scatter of block '" + name + "'"));
+  const void* shard = flat;
+  if (m.grad_shard != nullptr) {
+    ZINF_RETURN_IF_ERROR(m.device_comm
+                             ->ReduceScatter(flat, m.grad_shard, l.shard_numel, CommType(m.options.grad_type),
+                                             comm::ReduceOp::kSum, m.stream.get())
+                             .WithContext("reduce-scatter of block '" + name + "'"));
+    shard = m.grad_shard;
+  }
   char* host = m.staging.data();
-  ZINF_RETURN_IF_ERROR(m.stream->CopyAsync(host, m.grad_shard, static_cast<size_t>(l.shard_numel * es),
+  ZINF_RETURN_IF_ERROR(m.stream->CopyAsync(host, shard, static_cast<size_t>(l.shard_numel * es),
                                            CopyDirection::kDeviceToHost));
   ZINF_RETURN_IF_ERROR(m.stream->Synchronize());
   m.counters.reduce_scatter_ns += NanosSince(t0);
@@ -941,6 +944,14 @@ int Engine::world_size() const { return impl_->partitioner->world_size(); }
 double Engine::loss_scale() const { return impl_->scaler->scale(); }
 int64_t Engine::optimizer_steps() const { return impl_->applied_steps; }
 Device& Engine::device() { return *impl_->device; }
-EngineCounters Engine::counters() const { return impl_->counters; }
+EngineCounters Engine::counters() const {
+  EngineCounters c = impl_->counters;
+  if (impl_->param_swapper) {
+    // Prefetched reads included: the swapper counts every byte it moves.
+    c.nvme_read_bytes = impl_->param_swapper->stats().read_bytes;
+    c.nvme_write_bytes = impl_->param_swapper->stats().write_bytes;
+  }
+  return c;
+}
 
 }  // namespace zinf
