@@ -1,0 +1,190 @@
+// zinf train: the reference GPT trained through the ZeRO-3 engine on the
+// tiers a DeepSpeed config names. Under `mpirun -np N` every rank runs this
+// command; MPI is initialised when the launcher's environment says there are
+// several ranks, and only rank 0 prints.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "cli/command.h"
+#include "cli/train_loop.h"
+#include "comm/mpi_communicator.h"
+#include "core/units.h"
+#include "kernels/cpu_kernels.h"
+#include "device/device.h"
+#include "model/gpt.h"
+#include "model/trainer.h"
+#include "zinf/config.h"
+
+namespace zinf::cli {
+namespace {
+
+constexpr char kName[] = "train";
+
+// Ranks the launcher started (OpenMPI, PMI-based launchers); 1 otherwise.
+int LauncherWorldSize() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
+    if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
+  }
+  return 1;
+}
+
+// MPI for the duration of a command, when there are several ranks.
+class MpiScope {
+ public:
+  Status Start() {
+    if (LauncherWorldSize() <= 1 || comm::MpiInitialized()) return Status::Ok();
+    ZINF_RETURN_IF_ERROR(comm::MpiInit(nullptr, nullptr));
+    started_ = true;
+    return Status::Ok();
+  }
+  ~MpiScope() {
+    if (started_) comm::MpiFinalize().IgnoreError();
+  }
+
+ private:
+  bool started_ = false;
+};
+
+StatusOr<DeviceOptions::Choice> ParseDeviceChoice(const std::string& s) {
+  if (s == "auto") return DeviceOptions::Choice::kAuto;
+  if (s == "cuda") return DeviceOptions::Choice::kCuda;
+  if (s == "host") return DeviceOptions::Choice::kHost;
+  return Status::InvalidArgument("--device must be auto, cuda or host, got '" + s + "'");
+}
+
+int Run(const std::vector<std::string>& args) {
+  auto flags = Flags::Parse(args,
+                            {"config", "model", "data", "steps", "save-dir", "save-every", "resume", "export",
+                             "export-dtype", "eval-every", "eval-batches", "device", "device-budget", "seed",
+                             "threads", "nvme-path", "corpus-bytes"},
+                            {"quiet"});
+  if (!flags.ok()) return Fail(kName, flags.status(), 2);
+  const auto config_path = flags->Get("config");
+  if (!config_path) return Fail(kName, Status::InvalidArgument("--config is required (see configs/)"), 2);
+
+  MpiScope mpi;
+  if (Status s = mpi.Start(); !s.ok()) return Fail(kName, s);
+  const int rank = comm::MpiWorldRank();
+  const int world = comm::MpiWorldSize();
+  // Ranks sharing a machine share its cores: each kernel team gets its part
+  // (unless OMP_NUM_THREADS says otherwise).
+  if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); local && !std::getenv("OMP_NUM_THREADS")) {
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    kernels::cpu::SetThreads(static_cast<int>(std::max(1L, cores / std::max(1, std::atoi(local)))));
+  }
+
+  auto model = model::LoadGptConfig(flags->GetOr("model", "small"));
+  if (!model.ok()) return Fail(kName, model.status(), 2);
+  auto steps = flags->GetInt("steps", 100);
+  auto save_every = flags->GetInt("save-every", 0);
+  auto eval_every = flags->GetInt("eval-every", 0);
+  auto eval_batches = flags->GetInt("eval-batches", 8);
+  auto budget = flags->GetInt("device-budget", 0);
+  auto seed = flags->GetInt("seed", 1234);
+  auto threads = flags->GetInt("threads", 0);
+  auto corpus = flags->GetInt("corpus-bytes", 2 << 20);
+  for (const auto* v : {&steps, &save_every, &eval_every, &eval_batches, &budget, &seed, &threads, &corpus}) {
+    if (!v->ok()) return Fail(kName, v->status(), 2);
+  }
+  if (*steps < 1) return Fail(kName, Status::InvalidArgument("--steps must be positive"), 2);
+  auto choice = ParseDeviceChoice(flags->GetOr("device", "auto"));
+  if (!choice.ok()) return Fail(kName, choice.status(), 2);
+
+  auto config = LoadConfigFile(*config_path);
+  if (!config.ok()) return Fail(kName, config.status(), 2);
+  if (const auto nvme = flags->Get("nvme-path")) {
+    config->zero.offload_param.nvme_paths = {*nvme};
+    config->zero.offload_optimizer.nvme_paths = {*nvme};
+  }
+  AutoContext ctx;
+  ctx.world_size = world;
+  ctx.hidden_size = model->n_embd;
+  ctx.total_steps = *steps;
+  if (Status s = ResolveAuto(*config, ctx); !s.ok()) return Fail(kName, s, 2);
+  FILE* out = (rank == 0 && !flags->Has("quiet")) ? stderr : nullptr;
+  if (out && !config->ignored_keys.empty()) {
+    std::string keys;
+    for (const std::string& k : config->ignored_keys) keys += (keys.empty() ? "" : ", ") + k;
+    std::fprintf(out, "zinf train: %s: keys zinf does not act on: %s\n", config->source.c_str(), keys.c_str());
+  }
+
+  DeviceOptions dopt;
+  dopt.choice = *choice;
+  dopt.host_budget_bytes = static_cast<size_t>(*budget);
+  dopt.cuda_budget_bytes = static_cast<size_t>(*budget);
+  dopt.cuda_ordinal = CudaDeviceCount() > 0 ? rank % CudaDeviceCount() : 0;
+  auto device = CreateDevice(dopt);
+  if (!device.ok()) return Fail(kName, device.status());
+
+  model::TrainerOptions topt;
+  topt.model = *model;
+  topt.data_path = flags->GetOr("data", "");
+  topt.corpus_bytes = *corpus;
+  topt.seed = static_cast<uint64_t>(*seed);
+  topt.engine.device = device->get();
+  topt.engine.optimizer_threads = static_cast<int>(*threads);
+  if (out) {
+    std::fprintf(out, "zinf train: model %s: %s parameters (%d layers, %d heads, width %d, context %d, vocab %d)\n",
+                 flags->GetOr("model", "small").c_str(), FormatCount(model->NumParameters()).c_str(), model->n_layer,
+                 model->n_head, model->n_embd, model->seq_len, model->vocab_size);
+    std::fprintf(out, "zinf train: device %s, %d rank(s), micro-batch %lld x %d tokens, accumulation %lld\n",
+                 (*device)->name().c_str(), world, static_cast<long long>(config->train_micro_batch_size_per_gpu),
+                 model->seq_len, static_cast<long long>(config->gradient_accumulation_steps));
+  }
+  auto trainer = model::Trainer::Create(*config, topt);
+  if (!trainer.ok()) return Fail(kName, trainer.status());
+  if (const auto resume = flags->Get("resume")) {
+    if (Status s = (*trainer)->Resume(*resume); !s.ok()) return Fail(kName, s);
+    if (out) std::fprintf(out, "zinf train: resumed at step %lld\n", static_cast<long long>((*trainer)->step()));
+  }
+
+  TrainRun run;
+  run.steps = *steps;
+  run.steps_per_print = config->steps_per_print;
+  run.save_dir = flags->GetOr("save-dir", "");
+  run.save_every = *save_every;
+  run.eval_every = *eval_every;
+  run.eval_batches = static_cast<int>(*eval_batches);
+  run.export_path = flags->GetOr("export", "");  // every rank: the export gathers collectively
+  run.export_dtype = flags->GetOr("export-dtype", "BF16");
+  run.progress = out;
+  auto summary = RunTraining(**trainer, run);
+  if (!summary.ok()) return Fail(kName, summary.status());
+  if (rank == 0) {
+    std::printf("zinf train: %lld steps, loss %.4f -> %.4f", static_cast<long long>(summary->steps),
+                summary->first_loss, summary->last_loss);
+    if (summary->evaluated) std::printf(", eval %.4f -> %.4f", summary->eval_before, summary->eval_after);
+    std::printf(", %s tok/s (median)\n", FormatCount(static_cast<int64_t>(summary->tokens_per_second)).c_str());
+    std::printf("zinf train: time %s\n", FormatTimeShares(*summary).c_str());
+  }
+  return 0;
+}
+
+ZINF_COMMAND(Command{
+    kName, "train the reference GPT with ZeRO-3 offload (DeepSpeed config)",
+    "train --config C [--model M] [--data D] [--steps N] [--save-dir S [--save-every K]] [--resume S]\n"
+    "                  [--export FILE.safetensors [--export-dtype BF16|F16|F32]] [--nvme-path P]\n"
+    "                  [--device auto|cuda|host] [--device-budget SIZE] [--eval-every K] [--eval-batches B]\n"
+    "                  [--seed N] [--threads N] [--corpus-bytes SIZE] [--quiet]\n\n"
+    "  --config C        DeepSpeed JSON (zero_optimization, offload_param/optimizer, aio, optimizer, ...)\n"
+    "  --model M         tiny | demo | small | gpt2-124m, or a JSON file with vocab_size, seq_len,\n"
+    "                    n_layer, n_head, n_embd[, tied_embeddings] (default small)\n"
+    "  --data D          token file (256 int32 header: 20240520, 1, count; then uint16 tokens), e.g.\n"
+    "                    from `zinf data encode`; default: the built-in generated corpus\n"
+    "  --steps N         optimizer steps to reach (default 100; counts resumed steps)\n"
+    "  --save-dir S      checkpoints S/rank-<r>/step-<n>, every --save-every K steps and at the end\n"
+    "  --resume S        a save dir (its latest checkpoint) or one step directory\n"
+    "  --export F        the final weights as safetensors\n"
+    "  --nvme-path P     overrides both offload sections' nvme_path\n"
+    "  --device-budget   cap on device memory (the host device's budget, or below the GPU's)\n\n"
+    "A progress line every steps_per_print steps: loss, lr, grad norm, tokens/s, the step's time split\n"
+    "into compute and waits (nvme, pcie/gather, comm, optimizer) and bytes moved per tier.\n"
+    "Several GPUs or nodes: mpirun -np N zinf train ... (one rank per GPU).",
+    Run});
+
+}  // namespace
+}  // namespace zinf::cli

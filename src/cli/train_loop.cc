@@ -1,0 +1,135 @@
+#include "cli/train_loop.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/units.h"
+
+namespace zinf::cli {
+namespace {
+
+void Add(EngineCounters& total, const EngineCounters& d) {
+  total.nvme_read_bytes += d.nvme_read_bytes;
+  total.nvme_write_bytes += d.nvme_write_bytes;
+  total.optimizer_nvme_bytes += d.optimizer_nvme_bytes;
+  total.h2d_bytes += d.h2d_bytes;
+  total.d2h_bytes += d.d2h_bytes;
+  total.allgather_bytes += d.allgather_bytes;
+  total.reduce_scatter_bytes += d.reduce_scatter_bytes;
+  total.nvme_wait_ns += d.nvme_wait_ns;
+  total.fetch_wait_ns += d.fetch_wait_ns;
+  total.allgather_ns += d.allgather_ns;
+  total.reduce_scatter_ns += d.reduce_scatter_ns;
+  total.optimizer_ns += d.optimizer_ns;
+  total.fetches += d.fetches;
+  total.prefetches += d.prefetches;
+  total.prefetch_hits += d.prefetch_hits;
+  total.resident_hits += d.resident_hits;
+  total.evictions += d.evictions;
+  total.peak_live_elems = std::max(total.peak_live_elems, d.peak_live_elems);
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+std::string FormatTimeShares(const TrainSummary& s) {
+  const double t = std::max(s.seconds, 1e-9);
+  auto pct = [&](double x) { return static_cast<int>(100.0 * x / t + 0.5); };
+  char buf[256];
+  std::snprintf(buf, sizeof(buf),
+                "%.1f s: compute %d%%, waiting on nvme %d%%, pcie/gather %d%%, comm %d%%, optimizer %d%% "
+                "(device idle %d%%)",
+                s.seconds, pct(s.compute_seconds), pct(s.nvme_wait_seconds), pct(s.fetch_wait_seconds),
+                pct(s.comm_seconds), pct(s.optimizer_seconds), pct(s.seconds - s.compute_seconds));
+  return buf;
+}
+
+StatusOr<TrainSummary> RunTraining(model::Trainer& trainer, const TrainRun& run) {
+  TrainSummary s;
+  s.first_step = trainer.step();
+  FILE* out = run.progress;
+  auto evaluate = [&](double* into) -> Status {
+    StatusOr<double> e = trainer.Evaluate(run.eval_batches);
+    if (e.status().code() == StatusCode::kFailedPrecondition) return Status::Ok();  // too little held-out data
+    ZINF_RETURN_IF_ERROR(e.status());
+    *into = *e;
+    s.evaluated = true;
+    return Status::Ok();
+  };
+  ZINF_RETURN_IF_ERROR(evaluate(&s.eval_before));
+  if (out && s.evaluated) {
+    std::fprintf(out, "step %6lld  eval loss %.4f\n", static_cast<long long>(trainer.step()), s.eval_before);
+  }
+  std::vector<double> tok_per_s;
+  std::vector<double> window;
+  const int64_t print_every = std::max<int64_t>(1, run.steps_per_print);
+  while (trainer.step() < run.steps) {
+    ZINF_ASSIGN_OR_RETURN(model::StepReport r, trainer.Step());
+    if (trainer.step() == s.first_step + 1) s.first_loss = r.loss;
+    s.seconds += r.seconds;
+    s.compute_seconds += r.compute_seconds;
+    s.nvme_wait_seconds += static_cast<double>(r.engine.nvme_wait_ns) / 1e9;
+    s.fetch_wait_seconds += static_cast<double>(r.engine.fetch_wait_ns) / 1e9;
+    s.comm_seconds += static_cast<double>(r.engine.allgather_ns + r.engine.reduce_scatter_ns) / 1e9;
+    s.optimizer_seconds += static_cast<double>(r.engine.optimizer_ns) / 1e9;
+    Add(s.moved, r.engine);
+    tok_per_s.push_back(static_cast<double>(r.tokens) / std::max(r.seconds, 1e-9));
+    window.push_back(r.loss);
+    const bool last = trainer.step() == run.steps;
+    if (trainer.step() % print_every == 0 || last) {
+      double mean = 0.0;
+      for (double l : window) mean += l;
+      mean /= static_cast<double>(window.size());
+      s.last_loss = mean;
+      window.clear();
+      if (out) {
+        const EngineCounters& c = r.engine;
+        std::fprintf(out,
+                     "step %6lld/%lld  loss %.4f  lr %.2e  |g| %.3f%s  %s tok/s  step %.3f s: compute %.3f, "
+                     "wait nvme %.3f pcie %.3f comm %.3f optim %.3f  moved: nvme r %s w %s, optim %s, h2d %s, d2h %s\n",
+                     static_cast<long long>(trainer.step()), static_cast<long long>(run.steps), mean, r.lr,
+                     r.grad_norm, r.applied ? "" : " (overflow: skipped)",
+                     FormatCount(static_cast<int64_t>(tok_per_s.back())).c_str(), r.seconds, r.compute_seconds,
+                     static_cast<double>(c.nvme_wait_ns) / 1e9, static_cast<double>(c.fetch_wait_ns) / 1e9,
+                     static_cast<double>(c.allgather_ns + c.reduce_scatter_ns) / 1e9,
+                     static_cast<double>(c.optimizer_ns) / 1e9, FormatBytes(c.nvme_read_bytes).c_str(),
+                     FormatBytes(c.nvme_write_bytes).c_str(), FormatBytes(c.optimizer_nvme_bytes).c_str(),
+                     FormatBytes(c.h2d_bytes).c_str(), FormatBytes(c.d2h_bytes).c_str());
+      }
+    }
+    const bool save_now = !run.save_dir.empty() &&
+                          ((run.save_every > 0 && trainer.step() % run.save_every == 0) || last);
+    if (save_now) {
+      ZINF_ASSIGN_OR_RETURN(s.last_checkpoint, trainer.Save(run.save_dir));
+      if (out) std::fprintf(out, "step %6lld  checkpoint %s\n", static_cast<long long>(trainer.step()),
+                            s.last_checkpoint.c_str());
+    }
+    if (run.eval_every > 0 && trainer.step() % run.eval_every == 0 && !last) {
+      double e = 0.0;
+      ZINF_RETURN_IF_ERROR(evaluate(&e));
+      if (out && s.evaluated) {
+        std::fprintf(out, "step %6lld  eval loss %.4f\n", static_cast<long long>(trainer.step()), e);
+      }
+    }
+  }
+  s.steps = trainer.step();
+  if (tok_per_s.size() > 1) tok_per_s.erase(tok_per_s.begin());  // the first step records the acquire order
+  s.tokens_per_second = Median(tok_per_s);
+  ZINF_RETURN_IF_ERROR(evaluate(&s.eval_after));
+  if (out && s.evaluated) {
+    std::fprintf(out, "step %6lld  eval loss %.4f\n", static_cast<long long>(trainer.step()), s.eval_after);
+  }
+  if (!run.export_path.empty()) {
+    ZINF_RETURN_IF_ERROR(trainer.ExportSafetensors(run.export_path, run.export_dtype));
+    if (out) std::fprintf(out, "exported %s weights to %s\n", run.export_dtype.c_str(), run.export_path.c_str());
+  }
+  return s;
+}
+
+}  // namespace zinf::cli

@@ -1,0 +1,533 @@
+// The Trainer (trainer.h): the block walk of one micro-batch, checkpoints,
+// export.
+#include "model/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <span>
+
+#include "aio/io_engine.h"
+#include "aio/pinned_pool.h"
+#include "comm/communicator.h"
+#include "comm/mpi_communicator.h"
+#include "core/crc32c.h"
+#include "core/fs.h"
+#include "device/device.h"
+#include "model/data.h"
+#include "model/safetensors.h"
+#include "optim/dtype.h"
+#include "swap/checkpoint.h"
+
+namespace zinf::model {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+DType KernelType(ElementType t) {
+  switch (t) {
+    case ElementType::kF16:
+      return DType::kF16;
+    case ElementType::kBf16:
+      return DType::kBf16;
+    case ElementType::kF32:
+      break;
+  }
+  return DType::kF32;
+}
+
+int64_t BlockNumel(const BlockSpec& b) {
+  int64_t n = 0;
+  for (const TensorSpec& t : b.tensors) n += t.numel();
+  return n;
+}
+
+EngineCounters Delta(const EngineCounters& a, const EngineCounters& b) {
+  EngineCounters d = b;
+  d.nvme_read_bytes -= a.nvme_read_bytes;
+  d.nvme_write_bytes -= a.nvme_write_bytes;
+  d.optimizer_nvme_bytes -= a.optimizer_nvme_bytes;
+  d.h2d_bytes -= a.h2d_bytes;
+  d.d2h_bytes -= a.d2h_bytes;
+  d.allgather_bytes -= a.allgather_bytes;
+  d.reduce_scatter_bytes -= a.reduce_scatter_bytes;
+  d.nvme_wait_ns -= a.nvme_wait_ns;
+  d.fetch_wait_ns -= a.fetch_wait_ns;
+  d.allgather_ns -= a.allgather_ns;
+  d.reduce_scatter_ns -= a.reduce_scatter_ns;
+  d.optimizer_ns -= a.optimizer_ns;
+  d.fetches -= a.fetches;
+  d.prefetches -= a.prefetches;
+  d.prefetch_hits -= a.prefetch_hits;
+  d.resident_hits -= a.resident_hits;
+  d.evictions -= a.evictions;
+  return d;
+}
+
+}  // namespace
+
+std::vector<std::string> GptTensorExportNames(const GptConfig& config, BlockId block) {
+  if (block == kEmbedBlock) return {"wte", "wpe"};
+  if (block == HeadBlock(config)) {
+    std::vector<std::string> n = {"ln_f.weight", "ln_f.bias"};
+    if (!config.tied_embeddings) n.push_back("lm_head.weight");
+    return n;
+  }
+  const std::string h = "h." + std::to_string(block - 1) + ".";
+  return {h + "ln_1.weight",      h + "ln_1.bias",      h + "attn.c_attn.weight", h + "attn.c_attn.bias",
+          h + "attn.c_proj.weight", h + "attn.c_proj.bias", h + "ln_2.weight",      h + "ln_2.bias",
+          h + "mlp.c_fc.weight",  h + "mlp.c_fc.bias",  h + "mlp.c_proj.weight",  h + "mlp.c_proj.bias"};
+}
+
+struct Trainer::Impl {
+  Config config;
+  TrainerOptions options;
+  GptConfig model;
+  int batch = 0;
+
+  std::unique_ptr<comm::Communicator> owned_comm;
+  comm::Communicator* comm = nullptr;
+  std::unique_ptr<Device> owned_device;
+  Device* device = nullptr;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<Ops<float>> ops;
+  std::unique_ptr<GptCompute<float>> compute;
+
+  std::vector<uint16_t> tokens;
+  std::string data_identity;
+  size_t num_train_tokens = 0;
+  std::optional<DataLoader> train_loader;
+  std::vector<int32_t> inputs, targets;
+
+  // Device scratch: fp32 copies of acquired blocks (two: the head and, when
+  // tied, the embedding at once), one block's gradients, the embedding's
+  // gradients (alive through a whole backward pass).
+  float* param_scratch = nullptr;
+  float* embed_scratch = nullptr;
+  float* grad_scratch = nullptr;
+  float* embed_grads = nullptr;
+  int64_t scratch_bytes = 0;
+
+  int64_t steps_done = 0;
+  double compute_seconds = 0.0;  // accumulates inside a step
+
+  ~Impl() {
+    compute.reset();
+    if (device != nullptr) {
+      for (float* p : {param_scratch, embed_scratch, grad_scratch, embed_grads}) device->Free(p);
+    }
+    engine.reset();
+    ops.reset();
+  }
+
+  const BlockSpec& spec(BlockId b) const { return engine->block(b); }
+
+  StatusOr<float*> AllocateFloats(int64_t n) {
+    if (n == 0) return nullptr;
+    ZINF_ASSIGN_OR_RETURN(void* p, device->Allocate(static_cast<size_t>(n) * sizeof(float)));
+    scratch_bytes += n * static_cast<int64_t>(sizeof(float));
+    return static_cast<float*>(p);
+  }
+
+  // The block's tensors as fp32 device arrays: the engine's own when it
+  // keeps fp32, else cast into `scratch`. The block stays acquired.
+  StatusOr<std::vector<const float*>> AcquireAsFloat(BlockId b, float* scratch) {
+    ZINF_ASSIGN_OR_RETURN(std::vector<void*> ptrs, engine->Acquire(b));
+    std::vector<const float*> out;
+    out.reserve(ptrs.size());
+    const ElementType type = engine->param_type();
+    int64_t offset = 0;
+    const auto t0 = Clock::now();
+    for (size_t t = 0; t < ptrs.size(); ++t) {
+      if (type == ElementType::kF32) {
+        out.push_back(static_cast<const float*>(ptrs[t]));
+        continue;
+      }
+      const int64_t n = spec(b).tensors[t].numel();
+      ops->CastIn(scratch + offset, ptrs[t], KernelType(type), n);
+      out.push_back(scratch + offset);
+      offset += n;
+    }
+    compute_seconds += SecondsSince(t0);
+    return out;
+  }
+
+  // Zeroed gradient arrays of block `b` laid out in `buf`.
+  std::vector<float*> ZeroedGrads(BlockId b, float* buf) {
+    std::vector<float*> out;
+    int64_t offset = 0;
+    for (const TensorSpec& t : spec(b).tensors) {
+      out.push_back(buf + offset);
+      offset += t.numel();
+    }
+    ops->Zero(buf, offset);
+    return out;
+  }
+
+  static std::vector<const void*> AsConst(const std::vector<float*>& v) { return {v.begin(), v.end()}; }
+
+  // Kernel time: waits for the queued kernels.
+  Status SyncCompute() {
+    const auto t0 = Clock::now();
+    Status s = ops->Synchronize();
+    compute_seconds += SecondsSince(t0);
+    return s;
+  }
+
+  template <typename F>
+  Status Timed(F&& f) {
+    const auto t0 = Clock::now();
+    Status s = f();
+    compute_seconds += SecondsSince(t0);
+    return s;
+  }
+
+  // One micro-batch on the host arrays `inputs`/`targets`: forward, and
+  // with `backward` the backward pass and every block's ReduceGradients.
+  // Returns the mean loss.
+  StatusOr<double> MicroBatch(bool backward) {
+    ZINF_RETURN_IF_ERROR(compute->SetBatch(inputs.data(), targets.data()));
+    const BlockId head = HeadBlock(model);
+    {
+      ZINF_ASSIGN_OR_RETURN(auto p, AcquireAsFloat(kEmbedBlock, param_scratch));
+      ZINF_RETURN_IF_ERROR(Timed([&] { return compute->EmbedForward(p); }));
+      ZINF_RETURN_IF_ERROR(SyncCompute());
+      ZINF_RETURN_IF_ERROR(engine->Release(kEmbedBlock));
+    }
+    for (int l = 0; l < model.n_layer; ++l) {
+      ZINF_ASSIGN_OR_RETURN(auto p, AcquireAsFloat(LayerBlock(l), param_scratch));
+      ZINF_RETURN_IF_ERROR(Timed([&] { return compute->LayerForward(l, p); }));
+      ZINF_RETURN_IF_ERROR(SyncCompute());
+      ZINF_RETURN_IF_ERROR(engine->Release(LayerBlock(l)));
+    }
+    double loss = 0.0;
+    {
+      ZINF_ASSIGN_OR_RETURN(auto h, AcquireAsFloat(head, param_scratch));
+      const float* lm_head = nullptr;
+      if (model.tied_embeddings) {
+        ZINF_ASSIGN_OR_RETURN(auto e, AcquireAsFloat(kEmbedBlock, embed_scratch));
+        lm_head = e[kWte];
+      } else {
+        lm_head = h[kLmHead];
+      }
+      GptCompute<float>::HeadGrads grads;
+      if (backward) {
+        grads.head = ZeroedGrads(head, grad_scratch);
+        std::vector<float*> eg = ZeroedGrads(kEmbedBlock, embed_grads);
+        grads.lm_head = model.tied_embeddings ? eg[kWte] : grads.head[kLmHead];
+      }
+      const double scale = config.fp16.enabled ? engine->loss_scale() : 1.0;
+      const auto t0 = Clock::now();
+      StatusOr<double> l = compute->HeadForward(h, lm_head, backward ? &grads : nullptr, scale);
+      compute_seconds += SecondsSince(t0);
+      ZINF_RETURN_IF_ERROR(l.status());
+      loss = *l;
+      ZINF_RETURN_IF_ERROR(SyncCompute());
+      ZINF_RETURN_IF_ERROR(engine->Release(head));
+      if (model.tied_embeddings) ZINF_RETURN_IF_ERROR(engine->Release(kEmbedBlock));
+      if (backward) ZINF_RETURN_IF_ERROR(engine->ReduceGradients(head, AsConst(grads.head)));
+    }
+    if (!backward) return loss;
+    for (int l = model.n_layer - 1; l >= 0; --l) {
+      const BlockId b = LayerBlock(l);
+      ZINF_ASSIGN_OR_RETURN(auto p, AcquireAsFloat(b, param_scratch));
+      std::vector<float*> g = ZeroedGrads(b, grad_scratch);
+      ZINF_RETURN_IF_ERROR(Timed([&] { return compute->LayerBackward(l, p, g); }));
+      ZINF_RETURN_IF_ERROR(SyncCompute());
+      ZINF_RETURN_IF_ERROR(engine->Release(b));
+      ZINF_RETURN_IF_ERROR(engine->ReduceGradients(b, AsConst(g)));
+    }
+    // The embedding's backward needs only the tokens, not its weights.
+    std::vector<float*> eg;
+    int64_t offset = 0;
+    for (const TensorSpec& t : spec(kEmbedBlock).tensors) {
+      eg.push_back(embed_grads + offset);
+      offset += t.numel();
+    }
+    ZINF_RETURN_IF_ERROR(Timed([&] { return compute->EmbedBackward(eg); }));
+    ZINF_RETURN_IF_ERROR(SyncCompute());
+    ZINF_RETURN_IF_ERROR(engine->ReduceGradients(kEmbedBlock, AsConst(eg)));
+    return loss;
+  }
+
+  std::map<std::string, std::string> Metadata() const {
+    const LoaderPosition pos = train_loader->position();
+    return {{"trainer.step", std::to_string(steps_done)},
+            {"trainer.loader_epoch", std::to_string(pos.epoch)},
+            {"trainer.loader_batch", std::to_string(pos.batch)},
+            {"trainer.model", GptConfigToJson(model)},
+            {"trainer.data", data_identity},
+            {"trainer.seed", std::to_string(options.seed)},
+            {"trainer.micro_batch", std::to_string(batch)},
+            {"trainer.gradient_accumulation_steps", std::to_string(config.gradient_accumulation_steps)}};
+  }
+};
+
+Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Trainer::~Trainer() = default;
+
+StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const TrainerOptions& options) {
+  auto m = std::make_unique<Impl>();
+  m->config = config;
+  m->options = options;
+  m->model = options.model;
+  if (config.train_micro_batch_size_per_gpu <= 0 || config.train_micro_batch_size_per_gpu > (1 << 20)) {
+    return Status::InvalidArgument("train_micro_batch_size_per_gpu must be in 1..2^20, got " +
+                                   std::to_string(config.train_micro_batch_size_per_gpu));
+  }
+  m->batch = static_cast<int>(config.train_micro_batch_size_per_gpu);
+
+  // Ranks: MPI when launched with several, else one.
+  m->comm = options.engine.host_communicator;
+  if (m->comm == nullptr) {
+    if (comm::MpiInitialized() && comm::MpiWorldSize() > 1) {
+      ZINF_ASSIGN_OR_RETURN(auto c, comm::MpiCommunicator::CreateWorld());
+      m->owned_comm = std::move(c);
+    } else {
+      m->owned_comm = std::make_unique<comm::LocalCommunicator>();
+    }
+    m->comm = m->owned_comm.get();
+  }
+  m->device = options.engine.device;
+  if (m->device == nullptr) {
+    ZINF_ASSIGN_OR_RETURN(m->owned_device, CreateDevice(DeviceOptions{}));
+    m->device = m->owned_device.get();
+  }
+
+  // Data first: a bad file is reported before anything big is allocated.
+  if (options.data_path.empty()) {
+    if (m->model.vocab_size < ByteTokenizer::kVocabSize) {
+      return Status::InvalidArgument("the built-in corpus needs vocab_size >= " +
+                                     std::to_string(ByteTokenizer::kVocabSize) + " (bytes and end-of-text), the model has " +
+                                     std::to_string(m->model.vocab_size));
+    }
+    m->tokens = BuiltinCorpusTokens(options.corpus_bytes, options.seed);
+    m->data_identity = "builtin-corpus bytes=" + std::to_string(options.corpus_bytes) +
+                       " seed=" + std::to_string(options.seed);
+  } else {
+    ZINF_ASSIGN_OR_RETURN(m->tokens, ReadTokenFile(options.data_path, m->model.vocab_size));
+    char crc[16];
+    std::snprintf(crc, sizeof(crc), "%08x", Crc32c(m->tokens.data(), m->tokens.size() * sizeof(uint16_t)));
+    m->data_identity = "tokens=" + std::to_string(m->tokens.size()) + " crc32c=" + crc;
+  }
+  const double eval_fraction = std::clamp(options.eval_fraction, 0.0, 0.5);
+  m->num_train_tokens = m->tokens.size() - static_cast<size_t>(static_cast<double>(m->tokens.size()) * eval_fraction);
+  const std::span<const uint16_t> train(m->tokens.data(), m->num_train_tokens);
+  ZINF_ASSIGN_OR_RETURN(DataLoader loader, DataLoader::Create(train, m->batch, m->model.seq_len, options.seed,
+                                                              m->comm->rank(), m->comm->world_size()));
+  m->train_loader.emplace(std::move(loader));
+  const size_t bt = static_cast<size_t>(m->batch) * static_cast<size_t>(m->model.seq_len);
+  m->inputs.resize(bt);
+  m->targets.resize(bt);
+
+  // The engine, then the weights.
+  const std::vector<BlockSpec> specs = GptBlockSpecs(m->model);
+  EngineOptions eo = options.engine;
+  eo.device = m->device;
+  eo.host_communicator = m->comm;
+  eo.grad_type = ElementType::kF32;
+  ZINF_ASSIGN_OR_RETURN(m->engine, Engine::Create(config, specs, eo));
+  for (BlockId b = 0; b < static_cast<BlockId>(specs.size()); ++b) {
+    const std::vector<std::vector<float>> w = InitBlockWeights(m->model, b, options.seed);
+    std::vector<const float*> ptrs;
+    for (const auto& t : w) ptrs.push_back(t.data());
+    ZINF_RETURN_IF_ERROR(m->engine->SetParameters(b, ptrs));
+  }
+
+  // Kernels, activations and scratch on the engine's device.
+  ZINF_ASSIGN_OR_RETURN(m->ops, CreateOps(*m->device));
+  ZINF_ASSIGN_OR_RETURN(m->compute, GptCompute<float>::Create(m->model, m->batch, m->ops.get(), m->device));
+  int64_t max_block = 0;
+  for (const BlockSpec& b : specs) max_block = std::max(max_block, BlockNumel(b));
+  const int64_t embed = BlockNumel(specs[kEmbedBlock]);
+  const bool cast = m->engine->param_type() != ElementType::kF32;
+  ZINF_ASSIGN_OR_RETURN(m->param_scratch, m->AllocateFloats(cast ? max_block : 0));
+  ZINF_ASSIGN_OR_RETURN(m->embed_scratch, m->AllocateFloats(cast && m->model.tied_embeddings ? embed : 0));
+  ZINF_ASSIGN_OR_RETURN(m->grad_scratch, m->AllocateFloats(max_block));
+  ZINF_ASSIGN_OR_RETURN(m->embed_grads, m->AllocateFloats(embed));
+  return std::unique_ptr<Trainer>(new Trainer(std::move(m)));
+}
+
+StatusOr<StepReport> Trainer::Step() {
+  Impl& m = *impl_;
+  const auto t0 = Clock::now();
+  const EngineCounters before = m.engine->counters();
+  m.compute_seconds = 0.0;
+  double loss_sum = 0.0;
+  for (int64_t micro = 0; micro < m.config.gradient_accumulation_steps; ++micro) {
+    m.train_loader->Next(m.inputs.data(), m.targets.data());
+    ZINF_ASSIGN_OR_RETURN(double loss, m.MicroBatch(/*backward=*/true));
+    loss_sum += loss;
+    ZINF_ASSIGN_OR_RETURN(StepResult r, m.engine->Step());
+    if (r.boundary) {
+      ++m.steps_done;
+      StepReport report;
+      report.step = m.steps_done;
+      double mean = loss_sum / static_cast<double>(m.config.gradient_accumulation_steps);
+      ZINF_RETURN_IF_ERROR(
+          m.comm->AllReduce(&mean, &mean, 1, comm::DataType::kF64, comm::ReduceOp::kSum, nullptr));
+      report.loss = mean / m.comm->world_size();
+      report.lr = r.lr;
+      report.grad_norm = r.grad_norm;
+      report.loss_scale = r.loss_scale;
+      report.applied = r.applied;
+      report.tokens = tokens_per_step();
+      report.seconds = SecondsSince(t0);
+      report.compute_seconds = m.compute_seconds;
+      report.engine = Delta(before, m.engine->counters());
+      return report;
+    }
+  }
+  return Status::Internal("trainer: gradient_accumulation_steps micro-batches did not end an optimizer step");
+}
+
+StatusOr<double> Trainer::Evaluate(int batches) {
+  Impl& m = *impl_;
+  const std::span<const uint16_t> eval(m.tokens.data() + m.num_train_tokens, m.tokens.size() - m.num_train_tokens);
+  auto loader = DataLoader::Create(eval, m.batch, m.model.seq_len, m.options.seed, m.comm->rank(),
+                                   m.comm->world_size());
+  if (!loader.ok()) {
+    return Status::FailedPrecondition("trainer: the held-out tokens (" + std::to_string(eval.size()) +
+                                      ") are too few for one evaluation batch");
+  }
+  batches = static_cast<int>(std::min<int64_t>(batches, loader->batches_per_epoch()));
+  double sum = 0.0;
+  for (int i = 0; i < batches; ++i) {
+    loader->Next(m.inputs.data(), m.targets.data());
+    ZINF_ASSIGN_OR_RETURN(double loss, m.MicroBatch(/*backward=*/false));
+    sum += loss;
+  }
+  double mean = batches > 0 ? sum / batches : 0.0;
+  ZINF_RETURN_IF_ERROR(m.comm->AllReduce(&mean, &mean, 1, comm::DataType::kF64, comm::ReduceOp::kSum, nullptr));
+  return mean / m.comm->world_size();
+}
+
+StatusOr<std::string> Trainer::Save(const std::string& save_dir) {
+  Impl& m = *impl_;
+  const std::string rank_dir = JoinPath(save_dir, "rank-" + std::to_string(m.comm->rank()));
+  ZINF_RETURN_IF_ERROR(MakeDirectories(rank_dir));
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(m.steps_done));
+  const std::string dir = JoinPath(rank_dir, name);
+  ZINF_RETURN_IF_ERROR(m.engine->SaveCheckpoint(dir, m.Metadata()));
+  return dir;
+}
+
+Status Trainer::Resume(const std::string& path) {
+  Impl& m = *impl_;
+  if (m.steps_done != 0) return Status::FailedPrecondition("trainer: Resume after training started");
+  std::string dir = path;
+  if (!PathExists(JoinPath(path, "manifest"))) {
+    const std::string rank_dir = JoinPath(path, "rank-" + std::to_string(m.comm->rank()));
+    if (!PathExists(rank_dir)) {
+      return Status::NotFound("resume: " + path + " is neither a checkpoint (no manifest) nor a save directory (no " +
+                              rank_dir + ")");
+    }
+    aio::IoEngineOptions io;
+    io.direct_io = aio::DirectIo::kOff;
+    ZINF_ASSIGN_OR_RETURN(auto engine, aio::CreateIoEngine(io));
+    aio::PinnedPoolOptions po;
+    po.buffer_count = 1;
+    po.buffer_bytes = 64 << 10;
+    po.pin = false;
+    po.huge_pages = false;
+    po.name = "resume";
+    ZINF_ASSIGN_OR_RETURN(auto pool, aio::PinnedPool::Create(po));
+    ZINF_ASSIGN_OR_RETURN(dir, swap::ResolveLatest(*engine, *pool, rank_dir));
+  }
+  ZINF_ASSIGN_OR_RETURN(auto md, m.engine->LoadCheckpoint(dir));
+  const std::map<std::string, std::string> mine = m.Metadata();
+  auto value = [&](const std::string& key) -> std::string {
+    auto it = md.find(key);
+    return it == md.end() ? std::string("<missing>") : it->second;
+  };
+  for (const char* key : {"trainer.model", "trainer.data", "trainer.seed", "trainer.micro_batch",
+                          "trainer.gradient_accumulation_steps"}) {
+    if (value(key) != mine.at(key)) {
+      return Status::FailedPrecondition("resume from " + dir + ": " + key + " was " + value(key) + ", this run has " +
+                                        mine.at(key) + "; resume with the saving run's model, data and batch");
+    }
+  }
+  auto number = [&](const std::string& key) -> StatusOr<int64_t> {
+    const std::string v = value(key);
+    char* end = nullptr;
+    const long long x = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || x < 0) {
+      return Status::Corruption("checkpoint " + dir + ": '" + key + "' is not a count: '" + v + "'");
+    }
+    return static_cast<int64_t>(x);
+  };
+  ZINF_ASSIGN_OR_RETURN(int64_t step, number("trainer.step"));
+  ZINF_ASSIGN_OR_RETURN(int64_t epoch, number("trainer.loader_epoch"));
+  ZINF_ASSIGN_OR_RETURN(int64_t batch, number("trainer.loader_batch"));
+  ZINF_RETURN_IF_ERROR(m.train_loader->Seek({epoch, batch}).WithContext("resume from " + dir));
+  m.steps_done = step;
+  return Status::Ok();
+}
+
+Status Trainer::ExportSafetensors(const std::string& path, const std::string& dtype) {
+  Impl& m = *impl_;
+  if (dtype != "F32" && dtype != "BF16" && dtype != "F16") {
+    return Status::InvalidArgument("export: dtype must be F32, BF16 or F16, got '" + dtype + "'");
+  }
+  const int es = dtype == "F32" ? 4 : 2;
+  std::vector<std::vector<std::byte>> storage;
+  std::vector<SafetensorsTensor> tensors;
+  for (BlockId b = 0; b < m.engine->num_blocks(); ++b) {
+    const BlockSpec& spec = m.engine->block(b);
+    std::vector<std::vector<float>> master(spec.tensors.size());
+    std::vector<float*> out;
+    for (size_t t = 0; t < spec.tensors.size(); ++t) {
+      master[t].resize(static_cast<size_t>(spec.tensors[t].numel()));
+      out.push_back(master[t].data());
+    }
+    ZINF_RETURN_IF_ERROR(m.engine->GetMasterParameters(b, out));
+    if (m.comm->rank() != 0) continue;
+    const std::vector<std::string> names = GptTensorExportNames(m.model, b);
+    for (size_t t = 0; t < spec.tensors.size(); ++t) {
+      std::vector<int64_t> shape = spec.tensors[t].shape;
+      int64_t n = spec.tensors[t].numel();
+      // The vocabulary padding rows are not part of the model.
+      const bool vocab_rows = (b == kEmbedBlock && t == kWte) || (b == HeadBlock(m.model) && t == kLmHead);
+      if (vocab_rows) {
+        shape[0] = m.model.vocab_size;
+        n = shape[0] * shape[1];
+      }
+      std::vector<std::byte> bytes(static_cast<size_t>(n * es));
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = master[t][static_cast<size_t>(i)];
+        if (es == 4) {
+          std::memcpy(bytes.data() + i * 4, &v, 4);
+        } else {
+          const uint16_t h = dtype == "BF16" ? optim::FloatToBf16(v) : optim::FloatToHalf(v);
+          std::memcpy(bytes.data() + i * 2, &h, 2);
+        }
+      }
+      storage.push_back(std::move(bytes));
+      tensors.push_back({names[t], dtype, shape, std::span<const std::byte>(storage.back())});
+    }
+  }
+  if (m.comm->rank() != 0) return Status::Ok();
+  std::map<std::string, std::string> metadata = {
+      {"format", "pt"},
+      {"zinf.model", GptConfigToJson(m.model)},
+      {"zinf.step", std::to_string(m.steps_done)},
+      {"zinf.layout", "linear weights are [out_features, in_features]; lm_head is wte when tied"}};
+  return WriteSafetensors(path, tensors, metadata);
+}
+
+int64_t Trainer::step() const { return impl_->steps_done; }
+int64_t Trainer::tokens_per_step() const {
+  const Impl& m = *impl_;
+  return static_cast<int64_t>(m.batch) * m.model.seq_len * m.config.gradient_accumulation_steps *
+         m.comm->world_size();
+}
+const GptConfig& Trainer::model() const { return impl_->model; }
+Engine& Trainer::engine() { return *impl_->engine; }
+int64_t Trainer::activation_bytes() const { return impl_->compute->activation_bytes() + impl_->scratch_bytes; }
+int64_t Trainer::num_train_tokens() const { return static_cast<int64_t>(impl_->num_train_tokens); }
+
+}  // namespace zinf::model

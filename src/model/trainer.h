@@ -1,0 +1,119 @@
+// Trainer: the reference GPT trained through the ZeRO-3 Engine.
+//
+// One optimizer step is gradient_accumulation_steps micro-batches of
+// train_micro_batch_size_per_gpu sequences per rank. Each micro-batch walks
+// the blocks the way the engine expects (engine.h): forward embed, layers,
+// head (which also runs the head's backward at once, so the logits never
+// need to be kept), then backward layers in reverse (each recomputing its
+// forward: activation checkpointing) and the embedding, handing every
+// block's gradients to ReduceGradients. A block's parameters exist on the
+// device only between its Acquire and Release, cast to fp32 for the kernels
+// when the engine keeps them in 16 bits; gradients go back as fp32.
+//
+// With a tied head the head needs the embedding block too: it is acquired
+// twice per micro-batch in the forward direction and its gradient buffer
+// collects the head's and the embedding's contributions before one
+// ReduceGradients.
+//
+// Checkpoints: `<save_dir>/rank-<r>/step-<8 digits>/` per rank (the engine's
+// crash-safe format) with a `latest` pointer beside them; the manifest
+// carries the model config, the data's identity, the loader position and
+// the step, so a resumed run sees exactly the batches it would have seen.
+//
+// Thread-safety: one thread drives a Trainer.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/gpt.h"
+#include "zinf/config.h"
+#include "zinf/engine.h"
+#include "zinf/status.h"
+
+namespace zinf::comm {
+class Communicator;
+}
+
+namespace zinf::model {
+
+struct TrainerOptions {
+  GptConfig model;
+  // A token file (data.h); empty: the built-in corpus of corpus_bytes bytes.
+  std::string data_path;
+  int64_t corpus_bytes = 2 << 20;
+  // The last eval_fraction of the tokens are held out for Evaluate.
+  double eval_fraction = 0.05;
+  uint64_t seed = 1234;  // initial weights and the data order
+  // Engine options (device, communicators, run id, threads); grad_type is
+  // set by the trainer.
+  EngineOptions engine;
+};
+
+// One optimizer step's account.
+struct StepReport {
+  int64_t step = 0;           // optimizer steps taken so far (this one included)
+  double loss = 0.0;          // mean training loss of the step's micro-batches, mean over ranks
+  double lr = 0.0;
+  double grad_norm = 0.0;
+  double loss_scale = 1.0;
+  bool applied = true;        // false: an fp16 overflow skipped the update
+  int64_t tokens = 0;         // tokens processed in the step, all ranks
+  double seconds = 0.0;       // wall time of the step
+  double compute_seconds = 0.0;  // in the model's kernels (including waiting for them)
+  EngineCounters engine;      // the engine's counters moved by this step
+};
+
+class Trainer {
+ public:
+  // Builds the engine over GptBlockSpecs, the initial weights (InitBlockWeights
+  // with options.seed), the Ops for the engine's device, the activations and
+  // the data. Errors: the engine's, the data's, kInvalidArgument for a
+  // token >= vocab_size or a config the model cannot use (fp16 and bf16 both
+  // on, a micro-batch that is not positive).
+  static StatusOr<std::unique_ptr<Trainer>> Create(const Config& config, const TrainerOptions& options);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // One optimizer step (see the file comment).
+  StatusOr<StepReport> Step();
+  // Mean loss over `batches` micro-batches of the held-out tokens (the same
+  // ones every call: the eval loader restarts). Forward only.
+  StatusOr<double> Evaluate(int batches);
+
+  // Saves the state after step() steps to <save_dir>/rank-<r>/step-<step>.
+  // Returns that directory.
+  StatusOr<std::string> Save(const std::string& save_dir);
+  // Loads a checkpoint: `path` is a save_dir (its rank's `latest`) or a
+  // step directory saved by this rank count. The model config and the data
+  // must be those of the saving run (kFailedPrecondition naming what
+  // differs). Must be called before the first Step.
+  Status Resume(const std::string& path);
+
+  // Writes the fp32 master weights, cast to `dtype` ("F32", "BF16" or
+  // "F16"), as a safetensors file named by tensor ("wte", "h.0.ln1.weight",
+  // ...), with the model config in its metadata. Collective (every rank
+  // calls it); rank 0 writes.
+  Status ExportSafetensors(const std::string& path, const std::string& dtype);
+
+  int64_t step() const;
+  int64_t tokens_per_step() const;
+  const GptConfig& model() const;
+  Engine& engine();
+  int64_t activation_bytes() const;  // device bytes of activations and scratch
+  int64_t num_train_tokens() const;
+
+  struct Impl;
+
+ private:
+  explicit Trainer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Safetensors names of the tensors of `block` (spec order), GPT-2 style.
+std::vector<std::string> GptTensorExportNames(const GptConfig& config, BlockId block);
+
+}  // namespace zinf::model

@@ -1,0 +1,265 @@
+// The Trainer end to end: the tiny GPT through the ZeRO-3 engine on the host
+// device and real files. Training lowers the loss, offloaded tiers give the
+// resident run's loss curve exactly, a resumed run continues the same curve,
+// exported weights are the master weights, and a device budget below the
+// training state is enough.
+#include "model/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "core/fs.h"
+#include "device/device.h"
+#include "model/data.h"
+#include "model/safetensors.h"
+#include "optim/dtype.h"
+#include "swap/swap_test_util.h"
+
+namespace zinf::model {
+namespace {
+
+using swap::testing::TempDir;
+
+Config TinyConfig(const TempDir& dir, OffloadDevice param, OffloadDevice optimizer) {
+  Config c;
+  c.train_micro_batch_size_per_gpu = 8;
+  c.gradient_accumulation_steps = 1;
+  c.gradient_clipping = 1.0;
+  c.bf16.enabled = true;
+  c.optimizer.lr = 3e-3;
+  c.optimizer.weight_decay = 0.0;
+  c.zero.stage = 3;
+  c.zero.sub_group_size = 20000;
+  c.zero.stage3_param_persistence_threshold = 0;
+  c.zero.stage3_prefetch_bucket_size = 20000;
+  c.zero.stage3_max_live_parameters = 100000;
+  c.zero.offload_param.device = param;
+  c.zero.offload_param.nvme_paths = {dir.Sub("param")};
+  c.zero.offload_param.buffer_count = 4;
+  c.zero.offload_param.buffer_size = 20000;
+  c.zero.offload_param.max_in_cpu = 0;
+  c.zero.offload_optimizer.device = optimizer;
+  c.zero.offload_optimizer.nvme_paths = {dir.Sub("optim")};
+  c.zero.offload_optimizer.pipeline_read = true;
+  c.zero.offload_optimizer.pipeline_write = true;
+  c.zero.offload_optimizer.buffer_count = 12;
+  return c;
+}
+
+struct TrainerRun {
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Trainer> trainer;
+};
+
+TrainerRun MakeTrainer(const Config& config, size_t budget_bytes = 0, const std::string& model = "tiny") {
+  TrainerRun r;
+  r.device = CreateHostDevice(budget_bytes);
+  TrainerOptions o;
+  auto m = LoadGptConfig(model);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  o.model = *m;
+  o.corpus_bytes = 256 << 10;
+  o.engine.device = r.device.get();
+  o.engine.optimizer_threads = 1;
+  o.engine.run_id = "trainer-test";
+  auto t = Trainer::Create(config, o);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  if (t.ok()) r.trainer = std::move(t).value();
+  return r;
+}
+
+std::vector<double> Losses(Trainer& t, int steps) {
+  std::vector<double> out;
+  for (int i = 0; i < steps; ++i) {
+    auto r = t.Step();
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) break;
+    EXPECT_TRUE(std::isfinite(r->loss));
+    out.push_back(r->loss);
+  }
+  return out;
+}
+
+// 50 steps of the tiny model on the built-in corpus: the held-out loss falls
+// from about ln(257) = 5.55 (uniform) by at least 40%.
+TEST(TrainerTest, FiftyStepsLowerTheLoss) {
+  TempDir dir;
+  TrainerRun r = MakeTrainer(TinyConfig(dir, OffloadDevice::kNvme, OffloadDevice::kNvme));
+  ASSERT_NE(r.trainer, nullptr);
+  auto before = r.trainer->Evaluate(4);
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  EXPECT_NEAR(*before, std::log(257.0), 0.3);
+  const std::vector<double> losses = Losses(*r.trainer, 50);
+  ASSERT_EQ(losses.size(), 50u);
+  auto after = r.trainer->Evaluate(4);
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_LT(*after, 0.6 * *before) << "eval loss " << *before << " -> " << *after;
+  EXPECT_LT(losses.back(), 0.6 * losses.front());
+}
+
+// The engine's tiers are bit-identical, so the whole loss curve is too.
+TEST(TrainerTest, OffloadedAndResidentGiveTheSameLossCurve) {
+  TempDir dir;
+  TrainerRun resident = MakeTrainer(TinyConfig(dir, OffloadDevice::kNone, OffloadDevice::kNone));
+  TrainerRun nvme = MakeTrainer(TinyConfig(dir, OffloadDevice::kNvme, OffloadDevice::kNvme));
+  TrainerRun cpu = MakeTrainer(TinyConfig(dir, OffloadDevice::kCpu, OffloadDevice::kCpu));
+  ASSERT_NE(resident.trainer, nullptr);
+  ASSERT_NE(nvme.trainer, nullptr);
+  ASSERT_NE(cpu.trainer, nullptr);
+  const std::vector<double> want = Losses(*resident.trainer, 8);
+  EXPECT_EQ(Losses(*nvme.trainer, 8), want);
+  EXPECT_EQ(Losses(*cpu.trainer, 8), want);
+  EXPECT_GT(nvme.trainer->engine().counters().nvme_read_bytes, 0);
+  EXPECT_GT(nvme.trainer->engine().counters().optimizer_nvme_bytes, 0);
+}
+
+// Train 6 steps with a checkpoint after 3; a new trainer resumed from the
+// save dir runs steps 4..6 with exactly the same losses.
+TEST(TrainerTest, ResumeContinuesTheIdenticalLossCurve) {
+  TempDir dir;
+  const Config config = TinyConfig(dir, OffloadDevice::kNvme, OffloadDevice::kNvme);
+  std::vector<double> want;
+  {
+    TrainerRun r = MakeTrainer(config);
+    ASSERT_NE(r.trainer, nullptr);
+    want = Losses(*r.trainer, 3);
+    auto saved = r.trainer->Save(dir.Sub("ckpt"));
+    ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+    EXPECT_EQ(*saved, dir.Sub("ckpt") + "/rank-0/step-00000003");
+    for (double l : Losses(*r.trainer, 3)) want.push_back(l);
+  }
+  TrainerRun r = MakeTrainer(config);
+  ASSERT_NE(r.trainer, nullptr);
+  Status s = r.trainer->Resume(dir.Sub("ckpt"));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(r.trainer->step(), 3);
+  const std::vector<double> got = Losses(*r.trainer, 3);
+  EXPECT_EQ(got, std::vector<double>(want.begin() + 3, want.end()));
+}
+
+TEST(TrainerTest, ResumeRefusesAnotherModelOrData) {
+  TempDir dir;
+  const Config config = TinyConfig(dir, OffloadDevice::kCpu, OffloadDevice::kCpu);
+  {
+    TrainerRun r = MakeTrainer(config);
+    ASSERT_NE(r.trainer, nullptr);
+    Losses(*r.trainer, 1);
+    ASSERT_TRUE(r.trainer->Save(dir.Sub("ckpt")).ok());
+  }
+  // Same shapes, other data.
+  auto device = CreateHostDevice(0);
+  TrainerOptions o;
+  o.model = *LoadGptConfig("tiny");
+  o.corpus_bytes = 128 << 10;
+  o.engine.device = device.get();
+  o.engine.optimizer_threads = 1;
+  auto t = Trainer::Create(config, o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  Status s = (*t)->Resume(dir.Sub("ckpt"));
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_NE(s.message().find("trainer.data"), std::string::npos) << s.message();
+
+  // Nothing there.
+  TrainerRun fresh = MakeTrainer(config);
+  ASSERT_NE(fresh.trainer, nullptr);
+  s = fresh.trainer->Resume(dir.Sub("nothing"));
+  EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.ToString();
+}
+
+// The export holds the master weights (rounded to bf16), GPT-2 names, no
+// vocabulary padding rows, and the model config.
+TEST(TrainerTest, ExportWritesTheMasterWeightsAsSafetensors) {
+  TempDir dir;
+  TrainerRun r = MakeTrainer(TinyConfig(dir, OffloadDevice::kCpu, OffloadDevice::kCpu));
+  ASSERT_NE(r.trainer, nullptr);
+  Losses(*r.trainer, 2);
+  const std::string path = dir.Sub("model.safetensors");
+  Status s = r.trainer->ExportSafetensors(path, "BF16");
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  auto file = ReadSafetensors(path);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  const GptConfig& m = r.trainer->model();
+  EXPECT_EQ(file->tensors.size(), 2u + 12u * static_cast<size_t>(m.n_layer) + 2u);  // tied: no lm_head
+  const auto* wte = file->Find("wte");
+  ASSERT_NE(wte, nullptr);
+  EXPECT_EQ(wte->shape, (std::vector<int64_t>{m.vocab_size, m.n_embd}));
+  EXPECT_EQ(wte->dtype, "BF16");
+  ASSERT_NE(file->Find("h.1.mlp.c_proj.weight"), nullptr);
+  EXPECT_EQ(file->Find("h.1.mlp.c_proj.weight")->shape, (std::vector<int64_t>{m.n_embd, 4 * m.n_embd}));
+  EXPECT_EQ(file->metadata.at("zinf.model"), GptConfigToJson(m));
+
+  const BlockSpec& layer0 = r.trainer->engine().block(LayerBlock(0));
+  std::vector<std::vector<float>> master(layer0.tensors.size());
+  std::vector<float*> out;
+  for (size_t t = 0; t < master.size(); ++t) {
+    master[t].resize(static_cast<size_t>(layer0.tensors[t].numel()));
+    out.push_back(master[t].data());
+  }
+  ASSERT_TRUE(r.trainer->engine().GetMasterParameters(LayerBlock(0), out).ok());
+  const auto* qkv = file->Find("h.0.attn.c_attn.weight");
+  ASSERT_NE(qkv, nullptr);
+  ASSERT_EQ(qkv->data.size(), master[kQkvW].size() * 2);
+  for (size_t i = 0; i < master[kQkvW].size(); ++i) {
+    uint16_t h;
+    std::memcpy(&h, qkv->data.data() + 2 * i, 2);
+    ASSERT_EQ(h, optim::FloatToBf16(master[kQkvW][i])) << i;
+  }
+}
+
+// The "demo" model's training state (16-bit params + fp32 master, m, v,
+// grad: 18 bytes per parameter) is more than 3x a host-device budget that
+// still trains it with parameters and optimizer state on NVMe.
+TEST(TrainerTest, TrainsUnderADeviceBudgetBelowATHirdOfTheState) {
+  TempDir dir;
+  auto model = LoadGptConfig("demo");
+  ASSERT_TRUE(model.ok());
+  const int64_t state = model->NumParameters() * 18;
+  Config config = TinyConfig(dir, OffloadDevice::kNvme, OffloadDevice::kNvme);
+  config.train_micro_batch_size_per_gpu = 4;
+  config.zero.sub_group_size = 1 << 20;
+  config.zero.stage3_prefetch_bucket_size = 1 << 20;
+  config.zero.stage3_max_live_parameters = 2 << 20;
+  config.zero.offload_param.buffer_size = 1 << 20;
+  const size_t budget = static_cast<size_t>(state / 3);
+  TrainerRun r = MakeTrainer(config, budget, "demo");
+  ASSERT_NE(r.trainer, nullptr);
+  const std::vector<double> losses = Losses(*r.trainer, 3);
+  ASSERT_EQ(losses.size(), 3u);
+  EXPECT_LE(r.device->bytes_in_use(), budget);
+  EXPECT_GT(r.trainer->engine().counters().nvme_read_bytes, 0);
+}
+
+TEST(TrainerTest, Fp16WithTheLossScalerTrains) {
+  TempDir dir;
+  Config config = TinyConfig(dir, OffloadDevice::kCpu, OffloadDevice::kCpu);
+  config.bf16.enabled = false;
+  config.fp16.enabled = true;
+  config.fp16.initial_scale_power = 16;
+  TrainerRun r = MakeTrainer(config);
+  ASSERT_NE(r.trainer, nullptr);
+  const std::vector<double> losses = Losses(*r.trainer, 30);
+  ASSERT_EQ(losses.size(), 30u);
+  EXPECT_LT(losses.back(), 0.8 * losses.front());
+}
+
+TEST(TrainerTest, BadTokenFileIsRefusedNamingTheFile) {
+  TempDir dir;
+  const std::string path = dir.Sub("tokens.bin");
+  std::vector<uint16_t> tokens(5000, 7);
+  tokens[1234] = 300;  // beyond the byte vocabulary
+  ASSERT_TRUE(WriteTokenFile(path, tokens).ok());
+  auto device = CreateHostDevice(0);
+  TrainerOptions o;
+  o.model = *LoadGptConfig("tiny");
+  o.data_path = path;
+  o.engine.device = device.get();
+  auto t = Trainer::Create(TinyConfig(dir, OffloadDevice::kCpu, OffloadDevice::kCpu), o);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("tokens.bin"), std::string::npos) << t.status().message();
+  EXPECT_NE(t.status().message().find("1234"), std::string::npos) << t.status().message();
+}
+
+}  // namespace
+}  // namespace zinf::model
