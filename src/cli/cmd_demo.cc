@@ -154,7 +154,6 @@ int Run(const std::vector<std::string>& args) {
     run.progress = stdout;
     auto summary = RunTraining(**trainer, run);
     if (!summary.ok()) return Fail(kName, summary.status());
-    const size_t peak_in_use = (*device)->bytes_in_use();
     trainer->reset();
 
     // 5. The checkpoint resumes to the same model.
@@ -185,7 +184,6 @@ int Run(const std::vector<std::string>& args) {
                 summary->eval_before, summary->eval_after, summary->eval_before / summary->eval_after,
                 summary->first_loss, summary->last_loss,
                 FormatCount(static_cast<int64_t>(summary->tokens_per_second)).c_str());
-    (void)peak_in_use;
     // "Clearly": the held-out loss at most 60% of where it started (from
     // about ln 257 = 5.55 for a uniform guess).
     if (!(summary->eval_after < 0.6 * summary->eval_before)) {
