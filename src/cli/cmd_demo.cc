@@ -75,6 +75,9 @@ int Run(const std::vector<std::string>& args) {
   if (!model.ok()) return Fail(kName, model.status(), 2);
 
   std::string dir = flags->GetOr("dir", "");
+  // A directory the user named is theirs: it is kept (only a temporary one
+  // made here is removed).
+  const bool keep = flags->Has("keep") || !dir.empty();
   if (dir.empty()) {
     char tmpl[] = "/tmp/zinf-demo.XXXXXX";
     if (mkdtemp(tmpl) == nullptr) return Fail(kName, ErrnoStatus(errno, "mkdtemp", tmpl));
@@ -82,7 +85,6 @@ int Run(const std::vector<std::string>& args) {
   } else if (Status st = MakeDirectories(dir); !st.ok()) {
     return Fail(kName, st);
   }
-  const bool keep = flags->Has("keep");
 
   auto result = [&]() -> int {
     const std::string nvme_dir = JoinPath(dir, "nvme");
@@ -207,10 +209,10 @@ ZINF_COMMAND(Command{kName, "train a small GPT with parameters and optimizer sta
                      "demo [--steps N] [--model NAME] [--budget-ratio R] [--dir DIR] [--keep] [--threads N]\n\n"
                      "Trains the reference GPT (default 'demo') on the built-in corpus for N steps (default\n"
                      "200) with ZeRO-3, 16-bit parameters and fp32 optimizer state on NVMe under DIR (default\n"
-                     "a temporary directory), on a device whose memory budget is 1/R of the training state\n"
-                     "(default R 3). Checkpoints, resumes from the checkpoint and checks the model is the\n"
-                     "same, exports safetensors, and fails unless the held-out loss falls below 60% of its\n"
-                     "start.",
+                     "a temporary directory, removed at the end unless --keep; a DIR you name is kept), on a\n"
+                     "device whose memory budget is 1/R of the training state (default R 3). Checkpoints,\n"
+                     "resumes from the checkpoint and checks the model is the same, exports safetensors, and\n"
+                     "fails unless the held-out loss falls below 60% of its start.",
                      Run});
 
 }  // namespace

@@ -56,7 +56,23 @@ StatusOr<DeviceOptions::Choice> ParseDeviceChoice(const std::string& s) {
   return Status::InvalidArgument("--device must be auto, cuda or host, got '" + s + "'");
 }
 
+int RunRank(const std::vector<std::string>& args, MpiScope& mpi);
+
+// Several ranks: a rank that fails alone (its checkpoint damaged, its disk
+// full) takes the whole job down, rather than leave the others waiting in a
+// collective forever.
 int Run(const std::vector<std::string>& args) {
+  MpiScope mpi;
+  const int code = RunRank(args, mpi);
+  if (code != 0 && comm::MpiWorldSize() > 1) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    comm::MpiAbort(code);
+  }
+  return code;
+}
+
+int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   auto flags = Flags::Parse(args,
                             {"config", "model", "data", "steps", "save-dir", "save-every", "resume", "export",
                              "export-dtype", "eval-every", "eval-batches", "device", "device-budget", "seed",
@@ -66,7 +82,6 @@ int Run(const std::vector<std::string>& args) {
   const auto config_path = flags->Get("config");
   if (!config_path) return Fail(kName, Status::InvalidArgument("--config is required (see configs/)"), 2);
 
-  MpiScope mpi;
   if (Status s = mpi.Start(); !s.ok()) return Fail(kName, s);
   const int rank = comm::MpiWorldRank();
   const int world = comm::MpiWorldSize();

@@ -109,6 +109,10 @@ Status MpiFinalize() {
   return rc == MPI_SUCCESS ? Status::Ok() : MpiError(rc, "finalize");
 }
 
+void MpiAbort(int code) {
+  if (MpiInitialized()) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
 int MpiWorldRank() {
   if (!MpiInitialized()) return 0;
   int r = 0;
@@ -188,6 +192,7 @@ bool MpiCompiledIn() { return false; }
 bool MpiInitialized() { return false; }
 Status MpiInit(int*, char***) { return Status::Unavailable("mpi: zinf was built without MPI"); }
 Status MpiFinalize() { return Status::Ok(); }
+void MpiAbort(int) {}
 int MpiWorldRank() { return 0; }
 int MpiWorldSize() { return 1; }
 StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::CreateWorld() {

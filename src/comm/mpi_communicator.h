@@ -26,6 +26,10 @@ bool MpiCompiledIn();
 Status MpiInit(int* argc, char*** argv);
 // MPI_Finalize when MPI is initialised and not yet finalised.
 Status MpiFinalize();
+// Ends every rank of the job with exit code `code` (MPI_Abort on
+// MPI_COMM_WORLD): what a rank that failed alone must do, or the others wait
+// forever in their next collective. Returns only when MPI is not initialised.
+void MpiAbort(int code);
 // True when MPI is initialised and not finalised.
 bool MpiInitialized();
 // World rank and size; (0, 1) when MPI is not initialised.
