@@ -70,6 +70,9 @@ class Device;
 namespace comm {
 class Communicator;
 }
+namespace aio {
+class IoEngine;
+}
 
 // Element types of the working parameters and of the gradients handed in.
 enum class ElementType { kF32, kF16, kBf16 };
@@ -107,6 +110,10 @@ struct EngineOptions {
   // Element type of the gradients given to ReduceGradients: kF32, or the
   // working parameters' type.
   ElementType grad_type = ElementType::kF32;
+  // Test hook / custom engine (not owned; must outlive the Engine): used for
+  // swap and checkpoint I/O instead of creating one. Null: the engine
+  // creates its own from the config's aio section.
+  aio::IoEngine* io_engine = nullptr;
 };
 
 struct StepResult {
@@ -187,8 +194,9 @@ class Engine {
   // holds them, and the step count, LR-schedule position and loss-scaler
   // state, with `metadata` (the caller's keys; "engine." is reserved) in
   // the manifest. Only between optimizer steps: kFailedPrecondition while a
-  // block is acquired or gradients of an unfinished accumulation cycle are
-  // pending. Not collective: each rank saves its own directory.
+  // block is acquired, or while gradients handed to ReduceGradients since the
+  // last optimizer step are pending (a checkpoint does not hold them). Not
+  // collective: each rank saves its own directory.
   Status SaveCheckpoint(const std::string& dir, const std::map<std::string, std::string>& metadata);
   // Restores what SaveCheckpoint saved into this engine, which must have
   // the same blocks, world size, rank and sub-group size (otherwise
@@ -198,6 +206,12 @@ class Engine {
   // parameters at their home tier from the restored master weights. Returns
   // the manifest's metadata. Same preconditions as SaveCheckpoint.
   StatusOr<std::map<std::string, std::string>> LoadCheckpoint(const std::string& dir);
+
+  // Tracing on (the default): Acquire calls are the prefetch order's record
+  // and replay. Off, for a pass outside the training steps (an evaluation):
+  // its acquires are neither recorded nor prefetched for, so the training
+  // order stays intact.
+  void SetTracing(bool on);
 
   int num_blocks() const;
   const BlockSpec& block(BlockId id) const;

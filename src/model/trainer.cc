@@ -14,6 +14,7 @@
 #include "comm/mpi_communicator.h"
 #include "core/crc32c.h"
 #include "core/fs.h"
+#include "core/log.h"
 #include "device/device.h"
 #include "model/data.h"
 #include "model/safetensors.h"
@@ -43,6 +44,21 @@ int64_t BlockNumel(const BlockSpec& b) {
   int64_t n = 0;
   for (const TensorSpec& t : b.tensors) n += t.numel();
   return n;
+}
+
+// The checkpoint `<rank_dir>/latest` names (swap::ResolveLatest).
+StatusOr<std::string> LatestIn(const std::string& rank_dir) {
+  aio::IoEngineOptions io;
+  io.direct_io = aio::DirectIo::kOff;
+  ZINF_ASSIGN_OR_RETURN(auto engine, aio::CreateIoEngine(io));
+  aio::PinnedPoolOptions po;
+  po.buffer_count = 1;
+  po.buffer_bytes = 64 << 10;
+  po.pin = false;
+  po.huge_pages = false;
+  po.name = "resume";
+  ZINF_ASSIGN_OR_RETURN(auto pool, aio::PinnedPool::Create(po));
+  return swap::ResolveLatest(*engine, *pool, rank_dir);
 }
 
 EngineCounters Delta(const EngineCounters& a, const EngineCounters& b) {
@@ -253,6 +269,8 @@ struct Trainer::Impl {
     return loss;
   }
 
+  Status AgreeAcrossRanks(Status local);
+
   std::map<std::string, std::string> Metadata() const {
     const LoaderPosition pos = train_loader->position();
     return {{"trainer.step", std::to_string(steps_done)},
@@ -361,6 +379,7 @@ StatusOr<StepReport> Trainer::Step() {
     m.train_loader->Next(m.inputs.data(), m.targets.data());
     ZINF_ASSIGN_OR_RETURN(double loss, m.MicroBatch(/*backward=*/true));
     loss_sum += loss;
+    const double scale_used = m.config.fp16.enabled ? m.engine->loss_scale() : 1.0;
     ZINF_ASSIGN_OR_RETURN(StepResult r, m.engine->Step());
     if (r.boundary) {
       ++m.steps_done;
@@ -371,7 +390,7 @@ StatusOr<StepReport> Trainer::Step() {
           m.comm->AllReduce(&mean, &mean, 1, comm::DataType::kF64, comm::ReduceOp::kSum, nullptr));
       report.loss = mean / m.comm->world_size();
       report.lr = r.lr;
-      report.grad_norm = r.grad_norm;
+      report.grad_norm = r.grad_norm / scale_used;  // the engine's is of the loss-scaled gradient
       report.loss_scale = r.loss_scale;
       report.applied = r.applied;
       report.tokens = tokens_per_step();
@@ -384,6 +403,13 @@ StatusOr<StepReport> Trainer::Step() {
   return Status::Internal("trainer: gradient_accumulation_steps micro-batches did not end an optimizer step");
 }
 
+bool Trainer::can_evaluate() const {
+  const Impl& m = *impl_;
+  const std::span<const uint16_t> eval(m.tokens.data() + m.num_train_tokens, m.tokens.size() - m.num_train_tokens);
+  return DataLoader::Create(eval, m.batch, m.model.seq_len, m.options.seed, m.comm->rank(), m.comm->world_size())
+      .ok();
+}
+
 StatusOr<double> Trainer::Evaluate(int batches) {
   Impl& m = *impl_;
   const std::span<const uint16_t> eval(m.tokens.data() + m.num_train_tokens, m.tokens.size() - m.num_train_tokens);
@@ -394,12 +420,22 @@ StatusOr<double> Trainer::Evaluate(int batches) {
                                       ") are too few for one evaluation batch");
   }
   batches = static_cast<int>(std::min<int64_t>(batches, loader->batches_per_epoch()));
+  // The evaluation's forward-only walk is not the training order: keep it
+  // out of the prefetch record.
+  m.engine->SetTracing(false);
   double sum = 0.0;
-  for (int i = 0; i < batches; ++i) {
+  Status s;
+  for (int i = 0; i < batches && s.ok(); ++i) {
     loader->Next(m.inputs.data(), m.targets.data());
-    ZINF_ASSIGN_OR_RETURN(double loss, m.MicroBatch(/*backward=*/false));
-    sum += loss;
+    StatusOr<double> loss = m.MicroBatch(/*backward=*/false);
+    if (loss.ok()) {
+      sum += *loss;
+    } else {
+      s = loss.status();
+    }
   }
+  m.engine->SetTracing(true);
+  ZINF_RETURN_IF_ERROR(s);
   double mean = batches > 0 ? sum / batches : 0.0;
   ZINF_RETURN_IF_ERROR(m.comm->AllReduce(&mean, &mean, 1, comm::DataType::kF64, comm::ReduceOp::kSum, nullptr));
   return mean / m.comm->world_size();
@@ -412,60 +448,164 @@ StatusOr<std::string> Trainer::Save(const std::string& save_dir) {
   char name[32];
   std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(m.steps_done));
   const std::string dir = JoinPath(rank_dir, name);
+  if (PathExists(dir)) {
+    // A run killed after this checkpoint was renamed into place but before
+    // `latest` named it, then resumed from `latest`, arrives here again: the
+    // directory is an orphan of the abandoned run. Replace it, but never the
+    // checkpoint `latest` names.
+    StatusOr<std::string> latest = LatestIn(rank_dir);
+    if (latest.ok() && *latest == dir) {
+      return Status::FailedPrecondition("save: " + dir + " exists and is the latest checkpoint; it is not overwritten");
+    }
+    if (!latest.ok() && latest.status().code() != StatusCode::kNotFound) return latest.status();
+    Log("train").warn("replacing checkpoint {}: `latest` does not name it (left by a run that stopped before "
+                      "finishing its save)", dir);
+    ZINF_RETURN_IF_ERROR(RemoveTree(dir));
+  }
   ZINF_RETURN_IF_ERROR(m.engine->SaveCheckpoint(dir, m.Metadata()));
   return dir;
+}
+
+namespace {
+
+// "step-00000042" -> 42; -1 when the name is not a step directory.
+int64_t StepOfDirectory(const std::string& dir) {
+  const std::string base = BaseName(dir);
+  if (base.rfind("step-", 0) != 0 || base.size() == 5) return -1;
+  int64_t step = 0;
+  for (size_t i = 5; i < base.size(); ++i) {
+    if (base[i] < '0' || base[i] > '9' || step > (int64_t{1} << 50)) return -1;
+    step = step * 10 + (base[i] - '0');
+  }
+  return step;
+}
+
+std::string StepDirectoryName(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
+  return name;
+}
+
+// The manifest metadata of checkpoint `dir`, read without touching any state.
+StatusOr<std::map<std::string, std::string>> PeekMetadata(const std::string& dir) {
+  aio::IoEngineOptions io;
+  io.direct_io = aio::DirectIo::kOff;
+  ZINF_ASSIGN_OR_RETURN(auto engine, aio::CreateIoEngine(io));
+  aio::PinnedPoolOptions po;
+  po.buffer_count = 1;
+  po.buffer_bytes = 64 << 10;
+  po.pin = false;
+  po.huge_pages = false;
+  po.name = "resume";
+  ZINF_ASSIGN_OR_RETURN(auto pool, aio::PinnedPool::Create(po));
+  ZINF_ASSIGN_OR_RETURN(swap::CheckpointReader reader, swap::CheckpointReader::Open(*engine, *pool, dir));
+  return reader.metadata();
+}
+
+}  // namespace
+
+// Every rank must come out of Resume the same way: one rank's failure is
+// everyone's (or the others would go on into collectives alone).
+Status Trainer::Impl::AgreeAcrossRanks(Status local) {
+  if (comm->world_size() == 1) return local;
+  double failed = local.ok() ? 0.0 : 1.0;
+  ZINF_RETURN_IF_ERROR(comm->AllReduce(&failed, &failed, 1, comm::DataType::kF64, comm::ReduceOp::kSum, nullptr));
+  if (!local.ok()) return local;
+  if (failed > 0) {
+    return Status::Aborted("resume: " + std::to_string(static_cast<int>(failed)) +
+                           " other rank(s) failed to resume (see their errors)");
+  }
+  return Status::Ok();
 }
 
 Status Trainer::Resume(const std::string& path) {
   Impl& m = *impl_;
   if (m.steps_done != 0) return Status::FailedPrecondition("trainer: Resume after training started");
-  std::string dir = path;
-  if (!PathExists(JoinPath(path, "manifest"))) {
-    const std::string rank_dir = JoinPath(path, "rank-" + std::to_string(m.comm->rank()));
+  const std::string rank_name = "rank-" + std::to_string(m.comm->rank());
+
+  // 1. The step to resume, agreed by every rank: each rank's `latest` (a
+  //    crash between ranks' saves can leave them one checkpoint apart), and
+  //    the oldest of them, which every rank has.
+  std::string rank_dir;
+  int64_t step = -1;
+  Status found = [&]() -> Status {
+    if (PathExists(JoinPath(path, "manifest"))) {
+      // One step directory: `.../rank-<k>/step-<n>`; each rank takes its own.
+      step = StepOfDirectory(path);
+      rank_dir = ParentPath(path);
+      if (step < 0 || BaseName(rank_dir).rfind("rank-", 0) != 0) {
+        if (m.comm->world_size() > 1) {
+          return Status::InvalidArgument("resume: " + path + " is not <save-dir>/rank-<r>/step-<n>");
+        }
+        rank_dir.clear();
+        return Status::Ok();
+      }
+      rank_dir = JoinPath(ParentPath(rank_dir), rank_name);
+      return Status::Ok();
+    }
+    rank_dir = JoinPath(path, rank_name);
     if (!PathExists(rank_dir)) {
       return Status::NotFound("resume: " + path + " is neither a checkpoint (no manifest) nor a save directory (no " +
                               rank_dir + ")");
     }
-    aio::IoEngineOptions io;
-    io.direct_io = aio::DirectIo::kOff;
-    ZINF_ASSIGN_OR_RETURN(auto engine, aio::CreateIoEngine(io));
-    aio::PinnedPoolOptions po;
-    po.buffer_count = 1;
-    po.buffer_bytes = 64 << 10;
-    po.pin = false;
-    po.huge_pages = false;
-    po.name = "resume";
-    ZINF_ASSIGN_OR_RETURN(auto pool, aio::PinnedPool::Create(po));
-    ZINF_ASSIGN_OR_RETURN(dir, swap::ResolveLatest(*engine, *pool, rank_dir));
+    ZINF_ASSIGN_OR_RETURN(std::string latest, LatestIn(rank_dir));
+    step = StepOfDirectory(latest);
+    if (step < 0) return Status::Corruption("resume: " + rank_dir + "/latest names " + latest + ", not a step directory");
+    return Status::Ok();
+  }();
+  ZINF_RETURN_IF_ERROR(m.AgreeAcrossRanks(found));
+  std::string dir = path;
+  if (!rank_dir.empty()) {
+    double neg_lo = -static_cast<double>(step), hi = static_cast<double>(step);  // min as max of negations
+    ZINF_RETURN_IF_ERROR(m.comm->AllReduce(&neg_lo, &neg_lo, 1, comm::DataType::kF64, comm::ReduceOp::kMax, nullptr));
+    ZINF_RETURN_IF_ERROR(m.comm->AllReduce(&hi, &hi, 1, comm::DataType::kF64, comm::ReduceOp::kMax, nullptr));
+    const double lo = -neg_lo;
+    if (lo != hi) {
+      Log("train").warn("resume: ranks' latest checkpoints differ (steps {} to {}): every rank resumes step {}",
+                        static_cast<int64_t>(lo), static_cast<int64_t>(hi), static_cast<int64_t>(lo));
+    }
+    dir = JoinPath(rank_dir, StepDirectoryName(static_cast<int64_t>(lo)));
   }
-  ZINF_ASSIGN_OR_RETURN(auto md, m.engine->LoadCheckpoint(dir));
+
+  // 2. The manifest must describe this run before any state is loaded.
   const std::map<std::string, std::string> mine = m.Metadata();
-  auto value = [&](const std::string& key) -> std::string {
-    auto it = md.find(key);
-    return it == md.end() ? std::string("<missing>") : it->second;
-  };
-  for (const char* key : {"trainer.model", "trainer.data", "trainer.seed", "trainer.micro_batch",
-                          "trainer.gradient_accumulation_steps"}) {
-    if (value(key) != mine.at(key)) {
-      return Status::FailedPrecondition("resume from " + dir + ": " + key + " was " + value(key) + ", this run has " +
-                                        mine.at(key) + "; resume with the saving run's model, data and batch");
+  std::map<std::string, std::string> md;
+  Status checked = [&]() -> Status {
+    ZINF_ASSIGN_OR_RETURN(md, PeekMetadata(dir));
+    for (const char* key : {"trainer.model", "trainer.data", "trainer.seed", "trainer.micro_batch",
+                            "trainer.gradient_accumulation_steps"}) {
+      auto it = md.find(key);
+      const std::string theirs = it == md.end() ? std::string("<missing>") : it->second;
+      if (theirs != mine.at(key)) {
+        return Status::FailedPrecondition("resume from " + dir + ": " + key + " was " + theirs + ", this run has " +
+                                          mine.at(key) + "; resume with the saving run's model, data and batch");
+      }
     }
-  }
-  auto number = [&](const std::string& key) -> StatusOr<int64_t> {
-    const std::string v = value(key);
-    char* end = nullptr;
-    const long long x = std::strtoll(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || x < 0) {
-      return Status::Corruption("checkpoint " + dir + ": '" + key + "' is not a count: '" + v + "'");
-    }
-    return static_cast<int64_t>(x);
-  };
-  ZINF_ASSIGN_OR_RETURN(int64_t step, number("trainer.step"));
-  ZINF_ASSIGN_OR_RETURN(int64_t epoch, number("trainer.loader_epoch"));
-  ZINF_ASSIGN_OR_RETURN(int64_t batch, number("trainer.loader_batch"));
-  ZINF_RETURN_IF_ERROR(m.train_loader->Seek({epoch, batch}).WithContext("resume from " + dir));
-  m.steps_done = step;
-  return Status::Ok();
+    return Status::Ok();
+  }();
+  ZINF_RETURN_IF_ERROR(m.AgreeAcrossRanks(checked));
+
+  // 3. Load (verifying every blob first), then the trainer's own position.
+  Status loaded = [&]() -> Status {
+    ZINF_RETURN_IF_ERROR(m.engine->LoadCheckpoint(dir).status());
+    auto number = [&](const std::string& key) -> StatusOr<int64_t> {
+      auto it = md.find(key);
+      const std::string v = it == md.end() ? std::string() : it->second;
+      char* end = nullptr;
+      const long long x = std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || x < 0) {
+        return Status::Corruption("checkpoint " + dir + ": '" + key + "' is not a count: '" + v + "'");
+      }
+      return static_cast<int64_t>(x);
+    };
+    ZINF_ASSIGN_OR_RETURN(int64_t saved_step, number("trainer.step"));
+    ZINF_ASSIGN_OR_RETURN(int64_t epoch, number("trainer.loader_epoch"));
+    ZINF_ASSIGN_OR_RETURN(int64_t batch, number("trainer.loader_batch"));
+    ZINF_RETURN_IF_ERROR(m.train_loader->Seek({epoch, batch}).WithContext("resume from " + dir));
+    m.steps_done = saved_step;
+    return Status::Ok();
+  }();
+  return m.AgreeAcrossRanks(loaded);
 }
 
 Status Trainer::ExportSafetensors(const std::string& path, const std::string& dtype) {

@@ -57,8 +57,8 @@ struct StepReport {
   int64_t step = 0;           // optimizer steps taken so far (this one included)
   double loss = 0.0;          // mean training loss of the step's micro-batches, mean over ranks
   double lr = 0.0;
-  double grad_norm = 0.0;
-  double loss_scale = 1.0;
+  double grad_norm = 0.0;     // global L2 norm of the mean gradient, unscaled (inf/nan on an fp16 overflow)
+  double loss_scale = 1.0;    // for the next step
   bool applied = true;        // false: an fp16 overflow skipped the update
   int64_t tokens = 0;         // tokens processed in the step, all ranks
   double seconds = 0.0;       // wall time of the step
@@ -82,7 +82,10 @@ class Trainer {
   StatusOr<StepReport> Step();
   // Mean loss over `batches` micro-batches of the held-out tokens (the same
   // ones every call: the eval loader restarts). Forward only.
+  // kFailedPrecondition when the held-out tokens are too few for one batch
+  // (can_evaluate() says so beforehand). Collective.
   StatusOr<double> Evaluate(int batches);
+  bool can_evaluate() const;
 
   // Saves the state after step() steps to <save_dir>/rank-<r>/step-<step>.
   // Returns that directory.

@@ -203,6 +203,31 @@ Status OptimizerSwapper::CopyOut(int array, float* dst) {
   return Status::Ok();
 }
 
+Status OptimizerSwapper::ReadMaster(int64_t begin, int64_t count, float* dst) {
+  if (begin < 0 || count < 0 || begin > options_.total_elems - count) {
+    return Status::InvalidArgument("optimizer swapper: ReadMaster range [" + std::to_string(begin) + ", +" +
+                                   std::to_string(count) + ") outside " + std::to_string(options_.total_elems));
+  }
+  if (count == 0) return Status::Ok();
+  const int64_t first = begin / options_.sub_group_elems;
+  const int64_t last = (begin + count - 1) / options_.sub_group_elems;
+  for (int64_t k = first; k <= last; ++k) {
+    const int64_t lo = std::max(begin, sub_group_begin(k));
+    const int64_t hi = std::min(begin + count, sub_group_begin(k) + sub_group_elems(k));
+    const float* src = nullptr;
+    if (!store_) {
+      src = Resident(kMaster, k);
+    } else {
+      char* buf = slots_[0].buffers[0].data();
+      ZINF_ASSIGN_OR_RETURN(SwapHandle h, store_->SwapIn(Tensor(kMaster, k), buf));
+      ZINF_RETURN_IF_ERROR(store_->Wait(h));
+      src = reinterpret_cast<const float*>(buf);
+    }
+    std::memcpy(dst + (lo - begin), src + (lo - sub_group_begin(k)), static_cast<size_t>(hi - lo) * sizeof(float));
+  }
+  return Status::Ok();
+}
+
 Status OptimizerSwapper::Initialize(const float* master) {
   if (master == nullptr) return Status::InvalidArgument("optimizer swapper: Initialize needs master weights");
   ZINF_RETURN_IF_ERROR(CopyIn(kMaster, master));

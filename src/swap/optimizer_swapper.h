@@ -95,6 +95,9 @@ class OptimizerSwapper {
   Status SetGradients(const float* grads);
   // Copies the state out (total_elems each; a null pointer skips that array).
   Status ReadState(float* master, float* exp_avg, float* exp_avg_sq, float* grads);
+  // Copies master weights [begin, begin + count) to `dst`, reading only the
+  // sub-groups that overlap the range.
+  Status ReadMaster(int64_t begin, int64_t count, float* dst);
 
   // What a checkpoint of this state holds: master, m and v of every
   // sub-group (not the gradient, which a step consumes), named

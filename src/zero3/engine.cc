@@ -76,6 +76,14 @@ optim::DType OptimType(ElementType t) {
   return optim::DType::kF32;
 }
 
+// "zero_optimization.<section>.nvme_path [a, b]": names the config key in
+// errors about the swap files (a path that is a file, read-only, full).
+std::string NvmePathContext(const char* section, const std::vector<std::string>& paths) {
+  std::string list;
+  for (const std::string& p : paths) list += (list.empty() ? "" : ", ") + p;
+  return std::string("swap files on zero_optimization.") + section + ".nvme_path [" + list + "]";
+}
+
 StatusOr<std::unique_ptr<aio::PinnedPool>> OnePinnedBuffer(int64_t bytes, bool pin, const std::string& name) {
   aio::PinnedPoolOptions o;
   o.buffer_count = 1;
@@ -119,8 +127,9 @@ struct Engine::Impl {
   std::vector<BlockState> blocks;
   int64_t max_live_elems = 0;
 
-  // Tiers.
-  std::unique_ptr<aio::IoEngine> io;
+  // Tiers. `io` is options.io_engine when given, else owned_io.
+  std::unique_ptr<aio::IoEngine> owned_io;
+  aio::IoEngine* io = nullptr;
   std::unique_ptr<swap::ParamSwapper> param_swapper;     // offload_param nvme
   std::unique_ptr<aio::PinnedPool> param_home_pool;      // offload_param cpu
   aio::PinnedBuffer param_home;
@@ -148,9 +157,13 @@ struct Engine::Impl {
   int64_t applied_steps = 0;
 
   EngineCounters counters;
+  bool tracing = true;         // Acquires feed the prefetch order (SetTracing)
+  bool grads_pending = false;  // ReduceGradients since the last optimizer step
 
-  // Checkpoints: their own I/O engine and two buffers, made at first use.
-  std::unique_ptr<aio::IoEngine> checkpoint_io;
+  // Checkpoints: their own I/O engine (options.io_engine when given) and
+  // two buffers, made at first use.
+  std::unique_ptr<aio::IoEngine> owned_checkpoint_io;
+  aio::IoEngine* checkpoint_io = nullptr;
   std::unique_ptr<aio::PinnedPool> checkpoint_pool;
 
   ~Impl() {
@@ -271,10 +284,13 @@ Status Engine::Impl::Init(const Config& cfg, const std::vector<BlockSpec>& block
 
   const int64_t total = partitioner->total_shard_numel();
   const std::string rank_tag = "-r" + std::to_string(host_comm->rank());
-  if (config.offloads_to_nvme()) {
+  if (opts.io_engine != nullptr) {
+    io = opts.io_engine;
+  } else if (config.offloads_to_nvme()) {
     aio::IoEngineOptions io_options = aio::FromAioConfig(config.aio);
     io_options.direct_io = aio::DirectIo::kPrefer;
-    ZINF_ASSIGN_OR_RETURN(io, aio::CreateIoEngine(io_options));
+    ZINF_ASSIGN_OR_RETURN(owned_io, aio::CreateIoEngine(io_options));
+    io = owned_io.get();
   }
 
   // Working-parameter home.
@@ -288,7 +304,9 @@ Status Engine::Impl::Init(const Config& cfg, const std::vector<BlockSpec>& block
       o.store.run_id = opts.run_id;
       std::vector<swap::ParamShardSpec> shards;
       for (int b = 0; b < nb; ++b) shards.push_back({specs[static_cast<size_t>(b)].name, layout(b).shard_numel});
-      ZINF_ASSIGN_OR_RETURN(param_swapper, swap::ParamSwapper::Create(o, io.get(), shards));
+      auto swapper = swap::ParamSwapper::Create(o, io, shards);
+      if (!swapper.ok()) return swapper.status().WithContext(NvmePathContext("offload_param", o.store.paths));
+      param_swapper = std::move(swapper).value();
       for (int b = 0; b < nb; ++b) blocks[static_cast<size_t>(b)].shard_id = b;
       break;
     }
@@ -323,7 +341,14 @@ Status Engine::Impl::Init(const Config& cfg, const std::vector<BlockSpec>& block
                               .numa_node = -1,
                               .name = "optimizer pipeline"}));
   }
-  ZINF_ASSIGN_OR_RETURN(optimizer, swap::OptimizerSwapper::Create(oo, io.get(), optim_pool.get()));
+  {
+    auto swapper = swap::OptimizerSwapper::Create(oo, io, optim_pool.get());
+    if (!swapper.ok()) {
+      if (oo.device != OffloadDevice::kNvme) return swapper.status();
+      return swapper.status().WithContext(NvmePathContext("offload_optimizer", oo.store.paths));
+    }
+    optimizer = std::move(swapper).value();
+  }
 
   // Host and device gradient buffers.
   ZINF_ASSIGN_OR_RETURN(accum_pool, OnePinnedBuffer(total * 4, true, "grad accumulator"));
@@ -493,7 +518,7 @@ bool Engine::Impl::MakeRoom(int64_t need, bool demand, int64_t candidate_distanc
 }
 
 void Engine::Impl::IssuePrefetch() {
-  if (!coordinator->replaying()) return;
+  if (!tracing || !coordinator->replaying()) return;
   const int64_t bucket = coordinator->options().prefetch_bucket_elems;
   if (bucket <= 0) return;  // stage3_prefetch_bucket_size 0: no prefetching, as in DeepSpeed
   auto gathered = [&](int b) { return blocks[static_cast<size_t>(b)].full != nullptr; };
@@ -553,7 +578,7 @@ StatusOr<std::vector<void*>> Engine::Acquire(BlockId block) {
   Impl& m = *impl_;
   ZINF_RETURN_IF_ERROR(m.CheckBlock(block));
   ZINF_RETURN_IF_ERROR(m.Commit());
-  m.coordinator->OnAcquire(block);
+  if (m.tracing) m.coordinator->OnAcquire(block);
   m.counters.order_changes = m.coordinator->order_changes();
   Impl::BlockState& st = m.blocks[static_cast<size_t>(block)];
   if (st.full != nullptr) {
@@ -604,6 +629,7 @@ Status Engine::ReduceGradients(BlockId block, const std::vector<const void*>& gr
   Impl& m = *impl_;
   ZINF_RETURN_IF_ERROR(m.CheckBlock(block));
   ZINF_RETURN_IF_ERROR(m.Commit());
+  m.grads_pending = true;
   const zero3::BlockLayout& l = m.layout(block);
   const std::string& name = m.specs[static_cast<size_t>(block)].name;
   if (grads.size() != l.tensors.size()) {
@@ -703,6 +729,7 @@ StatusOr<StepResult> Engine::Step() {
     m.DropAllGathers();
   }
   std::memset(acc, 0, static_cast<size_t>(total * 4));
+  m.grads_pending = false;
   m.coordinator->OnStepEnd();
   m.counters.order_changes = m.coordinator->order_changes();
   m.counters.optimizer_ns += NanosSince(t0);
@@ -716,11 +743,11 @@ Status Engine::GetMasterParameters(BlockId block, const std::vector<float*>& out
   ZINF_RETURN_IF_ERROR(m.Commit());
   const zero3::BlockLayout& l = m.layout(block);
   if (out.size() != l.tensors.size()) return Status::InvalidArgument("engine: one output array per tensor");
-  std::vector<float> master(static_cast<size_t>(m.partitioner->total_shard_numel()));
-  ZINF_RETURN_IF_ERROR(m.optimizer->ReadState(master.data(), nullptr, nullptr, nullptr));
+  std::vector<float> shard(static_cast<size_t>(l.shard_numel));
+  ZINF_RETURN_IF_ERROR(m.optimizer->ReadMaster(l.rank_offset, l.shard_numel, shard.data()));
   std::vector<float> flat(static_cast<size_t>(l.padded_numel));
-  ZINF_RETURN_IF_ERROR(m.host_comm->AllGather(master.data() + l.rank_offset, flat.data(), l.shard_numel,
-                                              comm::DataType::kF32, nullptr));
+  ZINF_RETURN_IF_ERROR(
+      m.host_comm->AllGather(shard.data(), flat.data(), l.shard_numel, comm::DataType::kF32, nullptr));
   m.partitioner->Unflatten(block, flat.data(), out);
   return Status::Ok();
 }
@@ -760,7 +787,7 @@ Status Engine::Impl::CheckpointPreconditions(const char* what) const {
                                         "' is acquired");
     }
   }
-  if (micro_steps % config.gradient_accumulation_steps != 0) {
+  if (micro_steps % config.gradient_accumulation_steps != 0 || grads_pending) {
     return Status::FailedPrecondition(std::string("engine: ") + what + " in the middle of a gradient-accumulation cycle (" +
                                       std::to_string(micro_steps % config.gradient_accumulation_steps) + " of " +
                                       std::to_string(config.gradient_accumulation_steps) +
@@ -770,10 +797,22 @@ Status Engine::Impl::CheckpointPreconditions(const char* what) const {
 }
 
 Status Engine::Impl::PrepareCheckpointIo() {
-  if (checkpoint_io) return Status::Ok();
-  aio::IoEngineOptions io_options = aio::FromAioConfig(config.aio);
-  io_options.direct_io = aio::DirectIo::kPrefer;
-  ZINF_ASSIGN_OR_RETURN(checkpoint_io, aio::CreateIoEngine(io_options));
+  if (owned_checkpoint_io && !owned_checkpoint_io->sticky_error().ok()) {
+    // A failed save (a full disk, an I/O error) left the previous checkpoint
+    // and `latest` as they were, so its sticky error must not refuse every
+    // later save of the run: the next one gets a fresh engine.
+    owned_checkpoint_io.reset();
+    checkpoint_io = nullptr;
+  }
+  if (checkpoint_io != nullptr) return Status::Ok();
+  if (options.io_engine != nullptr) {
+    checkpoint_io = options.io_engine;
+  } else {
+    aio::IoEngineOptions io_options = aio::FromAioConfig(config.aio);
+    io_options.direct_io = aio::DirectIo::kPrefer;
+    ZINF_ASSIGN_OR_RETURN(owned_checkpoint_io, aio::CreateIoEngine(io_options));
+    checkpoint_io = owned_checkpoint_io.get();
+  }
   // Pieces of a swap blob are whole stripes: the buffers hold at least one.
   int64_t bytes = 1 << 20, alignment = 4096;
   if (swap::SwapStore* store = optimizer->store()) {
@@ -906,7 +945,8 @@ StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(const std::s
   }
   m.DropAllGathers();
   ZINF_RETURN_IF_ERROR(m.stream->Synchronize());
-  ZINF_RETURN_IF_ERROR(reader.Restore(m.optimizer->CheckpointBlobs()).WithContext("loading checkpoint " + dir));
+  // Restore's errors name the checkpoint directory already.
+  ZINF_RETURN_IF_ERROR(reader.Restore(m.optimizer->CheckpointBlobs()));
 
   // The working parameters at their home tier follow from the master weights.
   const int64_t total = m.partitioner->total_shard_numel();
@@ -934,6 +974,8 @@ StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(const std::s
   }
   return user;
 }
+
+void Engine::SetTracing(bool on) { impl_->tracing = on; }
 
 int Engine::num_blocks() const { return impl_->partitioner->num_blocks(); }
 const BlockSpec& Engine::block(BlockId id) const { return impl_->specs[static_cast<size_t>(id)]; }

@@ -160,6 +160,9 @@ TEST(TrainerTest, ResumeRefusesAnotherModelOrData) {
   Status s = (*t)->Resume(dir.Sub("ckpt"));
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
   EXPECT_NE(s.message().find("trainer.data"), std::string::npos) << s.message();
+  // Refused before anything was loaded: the engine is untouched.
+  EXPECT_EQ((*t)->engine().optimizer_steps(), 0);
+  EXPECT_EQ((*t)->step(), 0);
 
   // Nothing there.
   TrainerRun fresh = MakeTrainer(config);
@@ -242,6 +245,44 @@ TEST(TrainerTest, Fp16WithTheLossScalerTrains) {
   const std::vector<double> losses = Losses(*r.trainer, 30);
   ASSERT_EQ(losses.size(), 30u);
   EXPECT_LT(losses.back(), 0.8 * losses.front());
+}
+
+// The reported gradient norm is of the true gradient whatever the loss
+// scale: fp16 and bf16 runs agree on step 1 up to their rounding.
+TEST(TrainerTest, GradNormIsUnscaled) {
+  TempDir dir;
+  Config bf16 = TinyConfig(dir, OffloadDevice::kCpu, OffloadDevice::kCpu);
+  Config fp16 = bf16;
+  fp16.bf16.enabled = false;
+  fp16.fp16.enabled = true;
+  fp16.fp16.initial_scale_power = 16;
+  TrainerRun a = MakeTrainer(bf16);
+  TrainerRun b = MakeTrainer(fp16);
+  ASSERT_NE(a.trainer, nullptr);
+  ASSERT_NE(b.trainer, nullptr);
+  auto ra = a.trainer->Step();
+  auto rb = b.trainer->Step();
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  EXPECT_NEAR(rb->grad_norm, ra->grad_norm, 0.05 * ra->grad_norm);
+}
+
+// An evaluation between steps neither records its walk as the training
+// order nor costs the next step its prefetching.
+TEST(TrainerTest, EvaluationLeavesThePrefetchOrderAlone) {
+  TempDir dir;
+  TrainerRun r = MakeTrainer(TinyConfig(dir, OffloadDevice::kNvme, OffloadDevice::kNvme));
+  ASSERT_NE(r.trainer, nullptr);
+  Losses(*r.trainer, 3);
+  auto plain = r.trainer->Step();
+  ASSERT_TRUE(plain.ok());
+  const EngineCounters before = r.trainer->engine().counters();
+  ASSERT_TRUE(r.trainer->Evaluate(2).ok());
+  auto step = r.trainer->Step();
+  ASSERT_TRUE(step.ok()) << step.status().ToString();
+  EXPECT_EQ(r.trainer->engine().counters().order_changes, before.order_changes);
+  // Blocks fetched on demand (not prefetched, not still gathered): no more
+  // than in a step without the evaluation.
+  EXPECT_LE(step->engine.fetches - step->engine.prefetches, plain->engine.fetches - plain->engine.prefetches);
 }
 
 TEST(TrainerTest, BadTokenFileIsRefusedNamingTheFile) {

@@ -316,6 +316,28 @@ TEST(EngineTest, CheckpointRefusesAnotherLayoutAndMidAccumulation) {
   EXPECT_EQ(mid.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(mid.message().find("accumulation"), std::string::npos) << mid.message();
 
+  // Gradients handed in but not yet stepped: not in a checkpoint, so refused.
+  ASSERT_TRUE(e.engine->Step().ok());  // completes the accumulation cycle
+  {
+    const std::vector<BlockSpec> blocks = kModel.Blocks();
+    const BlockSpec& spec = blocks[0];
+    int64_t n = 0;
+    for (const auto& t : spec.tensors) n += t.numel();
+    auto g = e.device->Allocate(static_cast<size_t>(n) * 4);  // gradients are device memory
+    ASSERT_TRUE(g.ok());
+    std::memset(*g, 0, static_cast<size_t>(n) * 4);  // the host device's memory is host memory
+    std::vector<const void*> grads;
+    int64_t off = 0;
+    for (const auto& t : spec.tensors) {
+      grads.push_back(static_cast<const float*>(*g) + off);
+      off += t.numel();
+    }
+    Status rg = e.engine->ReduceGradients(0, grads);
+    ASSERT_TRUE(rg.ok()) << rg.ToString();
+    EXPECT_EQ(e.engine->SaveCheckpoint(dir.Sub("ckpt") + "/d", {}).code(), StatusCode::kFailedPrecondition);
+    e.device->Free(*g);
+  }
+
   // Another model: refused, naming what differs; nothing loaded.
   const TinyModel other{{13, 37, 29, 41, 12}};
   EngineUnderTest f = MakeEngine(config, other.Blocks(), &local);
