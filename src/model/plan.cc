@@ -1,0 +1,451 @@
+// Offload planning (plan.h). Each estimate follows the allocation it
+// stands for; the comment on each names where that allocation is made, so
+// a change there shows which line here to change with it.
+#include "model/plan.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+#include <nlohmann/json.hpp>
+
+#include "core/units.h"
+#include "swap/optimizer_swapper.h"
+#include "zero3/partitioner.h"
+
+namespace zinf::model {
+namespace {
+
+using nlohmann::json;
+
+// HostDevice and cudaMalloc round every allocation to 256 bytes.
+constexpr int64_t kDeviceAlign = 256;
+// SwapStore and the pinned pools align transfers to 4 KiB.
+constexpr int64_t kIoAlign = 4096;
+// CUDA context, cuBLAS handle and workspace: an allowance, not measured.
+constexpr int64_t kCudaAllowanceBytes = int64_t{1} << 30;
+// GptCompute's head chunk (gpt.cc kHeadChunkBytes): logits + their gradient.
+constexpr int64_t kHeadChunkBytes = int64_t{64} << 20;
+// Optimizer sub-groups the generated configs aim for, and their size bounds.
+constexpr int64_t kMinSubGroup = int64_t{1} << 16;
+constexpr int64_t kMaxSubGroup = 100'000'000;
+
+int64_t DeviceBytes(int64_t bytes) { return AlignUp(std::max<int64_t>(bytes, 1), kDeviceAlign); }
+
+int ParamBytes(const Config& c) { return c.fp16.enabled || c.bf16.enabled ? 2 : 4; }
+
+int64_t BlockNumel(const BlockSpec& b) {
+  int64_t n = 0;
+  for (const TensorSpec& t : b.tensors) n += t.numel();
+  return n;
+}
+
+// Device bytes of GptCompute<float>::Create's allocations (gpt.cc): every
+// array is 4 bytes an element (fp32 activations, int32 tokens).
+int64_t ActivationBytes(const GptConfig& m, int batch, bool cuda) {
+  const int64_t B = batch, T = m.seq_len, C = m.n_embd, NH = m.n_head, L = m.n_layer, Vp = m.padded_vocab_size;
+  const int64_t N = B * T, NC = N * C;
+  const int64_t att = B * NH * T * T;
+  // ops.cc (CPU) and cuda_kernels.cu AttentionScratchElems.
+  const int64_t attn_scratch = cuda ? 7 * B * T * C + att : att;
+  const int64_t head_rows = std::clamp<int64_t>(kHeadChunkBytes / (2 * Vp * 4), 1, N);
+  int64_t bytes = (L + 1) * DeviceBytes(NC * 4);  // the checkpoints x_0 .. x_L
+  // tokens, targets, ln1/ln2/lnf mean and rstd, losses
+  bytes += 9 * DeviceBytes(N * 4);
+  // ln1, attention out, mid, ln2, lnf, residual grad, layer grad
+  bytes += 7 * DeviceBytes(NC * 4);
+  // qkv; mlp hidden, gelu and gradient
+  bytes += DeviceBytes(3 * NC * 4) + 3 * DeviceBytes(4 * NC * 4);
+  bytes += DeviceBytes(att * 4) + DeviceBytes(attn_scratch * 4);
+  bytes += 2 * DeviceBytes(head_rows * Vp * 4);  // logits and their gradient, one chunk
+  return bytes;
+}
+
+std::string GiB(int64_t bytes) { return FormatBytes(bytes); }
+
+}  // namespace
+
+std::string_view TierName(Tier t) {
+  switch (t) {
+    case Tier::kGpu: return "gpu";
+    case Tier::kPinned: return "pinned";
+    case Tier::kPageable: return "pageable";
+    case Tier::kNvme: return "nvme";
+  }
+  return "?";
+}
+
+StatusOr<int64_t> ParseParameterCount(const std::string& text) {
+  const auto bad = [&] {
+    return Status::InvalidArgument("--model: expected a built-in name, a model JSON file or a parameter count like "
+                                   "100B, 7B, 350M or 1.3e9, got \"" + text + "\"");
+  };
+  if (text.empty()) return bad();
+  std::string num = text;
+  double mult = 1;
+  const char last = static_cast<char>(std::toupper(static_cast<unsigned char>(text.back())));
+  if (last == 'K' || last == 'M' || last == 'B' || last == 'G' || last == 'T') {
+    mult = last == 'K' ? 1e3 : last == 'M' ? 1e6 : (last == 'B' || last == 'G') ? 1e9 : 1e12;
+    num.pop_back();
+  }
+  if (num.empty() || !(std::isdigit(static_cast<unsigned char>(num[0])) || num[0] == '.')) return bad();
+  char* end = nullptr;
+  const double d = std::strtod(num.c_str(), &end);
+  if (end != num.c_str() + num.size() || !std::isfinite(d) || d <= 0) return bad();
+  const double n = std::round(d * mult);
+  if (n < 1 || n > 9e18) return bad();
+  return static_cast<int64_t>(n);
+}
+
+StatusOr<GptConfig> GptConfigForParameterCount(int64_t params, int seq_len, int vocab_size) {
+  if (params < 1'000'000 || params > 10'000'000'000'000) {
+    return Status::InvalidArgument("--model: a parameter count must be between 1M and 10T, got " +
+                                   std::to_string(params));
+  }
+  if (seq_len < 1 || vocab_size < 1) return Status::InvalidArgument("--seq-len and --vocab must be >= 1");
+  const double c = std::cbrt(128.0 * static_cast<double>(params) / 12.0);
+  const int C = std::max(128, static_cast<int>(std::lround(c / 128.0)) * 128);
+  GptConfig g;
+  g.vocab_size = vocab_size;
+  g.padded_vocab_size = (vocab_size + 63) / 64 * 64;
+  g.seq_len = seq_len;
+  g.n_embd = C;
+  g.n_head = C / 128;
+  g.tied_embeddings = true;
+  const double embed = static_cast<double>(g.padded_vocab_size + seq_len) * C + 2.0 * C;
+  const double layer = 12.0 * C * C + 13.0 * C;
+  g.n_layer = std::max(1, static_cast<int>(std::lround((static_cast<double>(params) - embed) / layer)));
+  return g;
+}
+
+Config PlanConfig(const PlanInputs& in, OffloadDevice param, OffloadDevice optimizer) {
+  Config c;
+  c.train_micro_batch_size_per_gpu = in.micro_batch;
+  c.gradient_accumulation_steps = in.grad_accum;
+  c.train_batch_size = int64_t{in.micro_batch} * in.grad_accum * in.world_size;
+  c.batch_given[0] = c.batch_given[1] = c.batch_given[2] = true;
+  c.gradient_clipping = 1.0;
+  c.bf16.enabled = true;
+  c.optimizer.type = OptimizerType::kAdamW;
+  c.optimizer.lr = 3e-4;
+  c.optimizer.weight_decay = 0.01;
+
+  const std::vector<BlockSpec> specs = GptBlockSpecs(in.model);
+  auto part = zero3::Partitioner::Create(specs, std::max(1, in.world_size), 0);
+  int64_t total = 0, max_padded = 0, max_shard = 0;
+  if (part.ok()) {
+    total = part->total_shard_numel();
+    max_padded = part->max_padded_numel();
+    max_shard = part->max_shard_numel();
+  }
+  ZeroConfig& z = c.zero;
+  z.stage = 3;
+  z.overlap_comm = true;
+  const int64_t C = in.model.n_embd;
+  z.reduce_bucket_size = C * C;
+  z.allgather_bucket_size = C * C;
+  // Blocks below 10 C elements (the LayerNorm-only head) stay gathered.
+  z.stage3_param_persistence_threshold = 10 * C;
+  // Prefetch the next block; hold the one in use and the next; keep a
+  // released block only when it is needed again right away (the last layer
+  // between forward and backward).
+  z.stage3_prefetch_bucket_size = max_padded;
+  z.stage3_max_live_parameters = 2 * max_padded;
+  z.stage3_max_reuse_distance = max_padded;
+  // About 8 sub-groups per shard, bounded: the pipeline holds 12 of them.
+  z.sub_group_size = std::clamp<int64_t>(AlignUp((total + 7) / 8, 4096), kMinSubGroup, kMaxSubGroup);
+
+  z.offload_param.device = param;
+  if (param == OffloadDevice::kNvme) z.offload_param.nvme_paths = in.nvme_paths;
+  z.offload_param.pin_memory = true;
+  // The current shard, the prefetched one and NVMe reads two buckets ahead.
+  z.offload_param.buffer_count = 4;
+  z.offload_param.buffer_size = std::max<int64_t>(max_shard, 1);
+  z.offload_param.max_in_cpu = z.offload_param.buffer_count * z.offload_param.buffer_size;
+
+  z.offload_optimizer.device = optimizer;
+  if (optimizer == OffloadDevice::kNvme) z.offload_optimizer.nvme_paths = in.nvme_paths;
+  z.offload_optimizer.pin_memory = true;
+  z.offload_optimizer.pipeline_read = optimizer == OffloadDevice::kNvme;
+  z.offload_optimizer.pipeline_write = optimizer == OffloadDevice::kNvme;
+  swap::OptimizerSwapperOptions so = swap::OptimizerSwapperOptionsFromConfig(z, std::max<int64_t>(total, 1));
+  z.offload_optimizer.buffer_count = std::max<int64_t>(4, swap::OptimizerSwapper::RequiredBuffers(so));
+
+  std::vector<std::string> distinct = in.nvme_paths;
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  c.aio.thread_count = std::max<int64_t>(1, static_cast<int64_t>(distinct.size()));
+  c.aio.queue_depth = 32;
+  return c;
+}
+
+StatusOr<PlanOption> EstimateOption(const PlanInputs& in, const Config& config) {
+  const ZeroConfig& z = config.zero;
+  if (z.stage != 3) return Status::InvalidArgument("plan: only stage 3 is estimated, got stage " + std::to_string(z.stage));
+  const int world = std::max(1, in.world_size);
+  const int64_t B = config.train_micro_batch_size_per_gpu, gas = config.gradient_accumulation_steps;
+  if (B < 1 || gas < 1) return Status::InvalidArgument("plan: micro-batch and accumulation steps must be >= 1");
+  const std::vector<BlockSpec> specs = GptBlockSpecs(in.model);
+  ZINF_ASSIGN_OR_RETURN(zero3::Partitioner part, zero3::Partitioner::Create(specs, world, 0));
+  const int64_t total = part.total_shard_numel();
+  const int64_t max_shard = part.max_shard_numel();
+  const int64_t max_padded = part.max_padded_numel();
+  const int64_t pes = ParamBytes(config);
+  const OffloadDevice popt = z.offload_param.device;
+  const OffloadDevice oopt = z.offload_optimizer.device == OffloadDevice::kNone ? OffloadDevice::kCpu
+                                                                                 : z.offload_optimizer.device;
+
+  PlanOption o;
+  o.param = z.offload_param.device;
+  o.optimizer = z.offload_optimizer.device;
+  o.config = config;
+  auto add = [&](Tier t, std::string what, int64_t bytes, bool transient = false) {
+    if (bytes > 0) o.items.push_back({t, std::move(what), bytes, transient});
+  };
+
+  // --- GPU: engine.cc Init and Fetch.
+  if (popt == OffloadDevice::kNone) add(Tier::kGpu, "16-bit working parameters (home)", DeviceBytes(total * pes));
+  {
+    // Gathered blocks: at most max(max_live, what is held at once) non-
+    // persistent elements (MakeRoom), plus every persistent block.
+    int64_t persistent = 0, demand = 0;
+    std::vector<int64_t> sizes;
+    for (int b = 0; b < part.num_blocks(); ++b) {
+      const int64_t p = part.layout(b).padded_numel;
+      if (p < z.stage3_param_persistence_threshold) {
+        persistent += DeviceBytes(p * pes);
+      } else {
+        sizes.push_back(p);
+        demand = std::max(demand, p);
+      }
+    }
+    // The tied head holds the embedding and the head at once.
+    if (in.model.tied_embeddings) {
+      const int64_t head = part.layout(HeadBlock(in.model)).padded_numel;
+      demand = std::max(demand, part.layout(kEmbedBlock).padded_numel +
+                                    (head >= z.stage3_param_persistence_threshold ? head : 0));
+    }
+    const int64_t bound = std::max(z.stage3_max_live_parameters, demand);
+    std::sort(sizes.rbegin(), sizes.rend());
+    int64_t elems = 0, bytes = 0;
+    for (int64_t s : sizes) {
+      if (elems + s > bound) continue;
+      elems += s;
+      bytes += DeviceBytes(s * pes);
+    }
+    o.gpu_gathered_bytes = bytes + persistent;
+    add(Tier::kGpu, "gathered blocks (<= max(stage3_max_live_parameters, held blocks)) + persistent",
+        o.gpu_gathered_bytes);
+  }
+  add(Tier::kGpu, "gradient flat buffer (largest block, fp32)", DeviceBytes(max_padded * 4));
+  if (world > 1) add(Tier::kGpu, "gradient shard buffer (fp32)", DeviceBytes(max_shard * 4));
+  add(Tier::kGpu, "activations (fp32: checkpoints (L+1)*B*T*C, one layer, attention, logits chunk)",
+      ActivationBytes(in.model, static_cast<int>(B), in.cuda));
+  {
+    // trainer.cc Create: fp32 cast of a block (and of the tied embedding),
+    // one block's gradients, the embedding's gradients.
+    int64_t max_block = 0;
+    for (const BlockSpec& s : specs) max_block = std::max(max_block, BlockNumel(s));
+    const int64_t embed = BlockNumel(specs[kEmbedBlock]);
+    const bool cast = pes != 4;
+    int64_t scratch = DeviceBytes(max_block * 4) + DeviceBytes(embed * 4);
+    if (cast) scratch += DeviceBytes(max_block * 4) + (in.model.tied_embeddings ? DeviceBytes(embed * 4) : 0);
+    add(Tier::kGpu, "trainer scratch (fp32 cast of a block, block and embedding gradients)", scratch);
+  }
+  if (in.cuda) add(Tier::kGpu, "CUDA context and cuBLAS workspace (allowance)", kCudaAllowanceBytes);
+
+  // --- Host: engine.cc Init, param_swapper.cc, optimizer_swapper.cc.
+  const Tier param_pin = z.offload_param.pin_memory ? Tier::kPinned : Tier::kPageable;
+  const Tier optim_pin = z.offload_optimizer.pin_memory ? Tier::kPinned : Tier::kPageable;
+  if (popt == OffloadDevice::kCpu) add(param_pin, "16-bit working parameters (offload_param cpu)", total * pes);
+  if (popt == OffloadDevice::kNvme) {
+    const int64_t elems = std::min(z.offload_param.buffer_size, max_shard);
+    add(param_pin, "offload_param buffers (buffer_count x buffer_size)",
+        z.offload_param.buffer_count * AlignUp(elems * pes, kIoAlign));
+  }
+  swap::OptimizerSwapperOptions so = swap::OptimizerSwapperOptionsFromConfig(z, total);
+  so.device = oopt;
+  so.sub_group_elems = std::min(so.sub_group_elems, total);
+  const int64_t sub_bytes = swap::OptimizerSwapper::RequiredBufferBytes(so, kIoAlign);
+  const int64_t groups = (total + so.sub_group_elems - 1) / so.sub_group_elems;
+  if (oopt == OffloadDevice::kCpu) {
+    add(optim_pin, "fp32 optimizer state: master, m, v, grad (offload_optimizer cpu)", 4 * groups * sub_bytes);
+  } else {
+    add(optim_pin, "optimizer pipeline buffers (4 arrays x sub-groups in flight)",
+        swap::OptimizerSwapper::RequiredBuffers(so) * sub_bytes);
+  }
+  add(Tier::kPinned, "fp32 gradient accumulator (whole shard)", AlignUp(total * 4, kIoAlign));
+  add(Tier::kPinned, "new-parameter buffer (whole shard, fp32-sized)", AlignUp(total * 4, kIoAlign));
+  add(Tier::kPinned, "gradient staging (largest shard)", AlignUp(max_shard * 8, kIoAlign));
+  add(Tier::kPageable, "initial fp32 master weights (until the first step)", total * 4, /*transient=*/true);
+
+  // --- NVMe: swap files (SwapStore extents, 4 KiB aligned) and checkpoints.
+  if (popt == OffloadDevice::kNvme) {
+    int64_t bytes = 0;
+    for (int b = 0; b < part.num_blocks(); ++b) bytes += AlignUp(part.layout(b).shard_numel * pes, kIoAlign);
+    add(Tier::kNvme, "16-bit parameter swap file", bytes);
+  }
+  if (oopt == OffloadDevice::kNvme) add(Tier::kNvme, "optimizer swap file (master, m, v, grad)", 4 * groups * sub_bytes);
+  if (in.checkpoints > 0) {
+    add(Tier::kNvme, std::to_string(in.checkpoints) + " checkpoint(s): master, m, v", in.checkpoints * total * 12);
+  }
+
+  for (const PlanItem& it : o.items) {
+    switch (it.tier) {
+      case Tier::kGpu: o.gpu_bytes += it.bytes; break;
+      case Tier::kPinned: o.pinned_bytes += it.bytes * world; break;
+      case Tier::kPageable: o.pageable_bytes += it.bytes * world; break;
+      case Tier::kNvme: o.nvme_bytes += it.bytes * world; break;
+    }
+  }
+  o.gpu_resident_bytes = o.gpu_bytes - o.gpu_gathered_bytes;
+
+  // Model states, DeepSpeed's view: where the 16-bit parameters and the
+  // 16 B/parameter fp32 optimizer state live, plus one gathered block.
+  o.state_gpu_bytes = (popt == OffloadDevice::kNone ? total * pes : 0) + max_padded * pes;
+  o.state_cpu_bytes = world * ((popt == OffloadDevice::kCpu ? total * pes : 0) + (oopt == OffloadDevice::kCpu ? 16 * total : 0));
+  o.state_nvme_bytes = world * ((popt == OffloadDevice::kNvme ? total * pes : 0) +
+                                (oopt == OffloadDevice::kNvme ? 16 * total : 0) + in.checkpoints * total * 12);
+
+  auto ratio = [](int64_t need, int64_t have) {
+    if (need <= 0) return 0.0;
+    return have <= 0 ? 1e9 : static_cast<double>(need) / static_cast<double>(have);
+  };
+  const int64_t ram = o.pinned_bytes + o.pageable_bytes;
+  o.fits_gpu = o.gpu_bytes <= in.gpu_bytes;
+  o.fits_cpu = ram <= in.cpu_bytes;
+  o.fits_nvme = o.nvme_bytes <= in.nvme_bytes;
+  o.state_fits = o.state_gpu_bytes <= in.gpu_bytes && o.state_cpu_bytes <= in.cpu_bytes &&
+                 o.state_nvme_bytes <= in.nvme_bytes;
+  o.overshoot = std::max({ratio(o.gpu_bytes, in.gpu_bytes), ratio(ram, in.cpu_bytes), ratio(o.nvme_bytes, in.nvme_bytes)});
+  if (!o.fits_gpu) o.shortfalls.push_back("GPU: needs " + GiB(o.gpu_bytes) + " per GPU, has " + GiB(in.gpu_bytes));
+  if (!o.fits_cpu) o.shortfalls.push_back("RAM: needs " + GiB(ram) + ", has " + GiB(in.cpu_bytes));
+  if (!o.fits_nvme) {
+    o.shortfalls.push_back("NVMe: needs " + GiB(o.nvme_bytes) + ", has " +
+                           (in.nvme_bytes > 0 ? GiB(in.nvme_bytes) : std::string("none (give --nvme or --nvme-bytes)")));
+  }
+
+  // --- Step time (plan.h).
+  const PlanSpeeds& s = in.speeds;
+  const double P_rank = static_cast<double>(total);
+  const double tokens_rank = static_cast<double>(B * gas * in.model.seq_len);
+  o.compute_s = 8.0 * P_rank * tokens_rank / s.gpu_flops;
+  // Every block is fetched for the forward and again for the backward.
+  const int64_t fetch_bytes = 2 * gas * total * pes;
+  const int64_t param_read = popt == OffloadDevice::kNvme ? fetch_bytes * world : 0;
+  const int64_t param_write = popt == OffloadDevice::kNvme ? total * pes * world : 0;
+  // Engine::Step: gradients written, master, m, v, grad read, master, m, v written.
+  const int64_t optim_read = oopt == OffloadDevice::kNvme ? 16 * total * world : 0;
+  const int64_t optim_write = oopt == OffloadDevice::kNvme ? (16 + (pes == 4 ? 4 : 0)) * total * world : 0;
+  o.nvme_read_bytes = param_read + optim_read;
+  o.nvme_write_bytes = param_write + optim_write;
+  o.h2d_bytes = (popt == OffloadDevice::kNone ? 0 : fetch_bytes) + (popt == OffloadDevice::kNone ? total * pes : 0);
+  o.d2h_bytes = gas * total * 4;
+  const double rd = s.nvme_read_gbps * 1e9, wr = s.nvme_write_gbps * 1e9, pcie = s.pcie_gbps * 1e9;
+  o.param_nvme_s = static_cast<double>(param_read) / rd;
+  o.pcie_s = static_cast<double>(fetch_bytes * (popt == OffloadDevice::kNone ? 0 : 1) + o.d2h_bytes) / pcie;
+  o.adam_s = P_rank * world / s.adam_params_per_s;
+  o.optimizer_nvme_s = static_cast<double>(optim_read) / rd + static_cast<double>(optim_write) / wr;
+  o.write_home_s = popt == OffloadDevice::kNvme   ? static_cast<double>(param_write) / wr
+                   : popt == OffloadDevice::kNone ? static_cast<double>(total * pes) / pcie
+                                                  : 0.0;
+  const double fb = std::max({o.compute_s, o.param_nvme_s, o.pcie_s});
+  const bool pipelined = z.offload_optimizer.pipeline_read || z.offload_optimizer.pipeline_write;
+  const double opt = pipelined ? std::max(o.adam_s, o.optimizer_nvme_s) : o.adam_s + o.optimizer_nvme_s;
+  o.step_s = fb + opt + o.write_home_s;
+  o.tokens_per_s = tokens_rank * world / o.step_s;
+  const std::vector<std::pair<double, const char*>> parts = {
+      {o.compute_s, "compute"},   {o.param_nvme_s, "param NVMe reads"},   {o.pcie_s, "PCIe"},
+      {o.adam_s, "CPU Adam"},     {o.optimizer_nvme_s, "optimizer NVMe"}, {o.write_home_s, "param write-home"}};
+  o.bound_by = std::max_element(parts.begin(), parts.end())->second;
+  return o;
+}
+
+StatusOr<Plan> MakePlan(const PlanInputs& in) {
+  if (in.world_size < 1 || in.micro_batch < 1 || in.grad_accum < 1) {
+    return Status::InvalidArgument("--gpus, --micro-batch and --grad-accum must be >= 1");
+  }
+  if (in.gpu_bytes <= 0) return Status::InvalidArgument("--gpu-mem: the GPU memory per GPU is required");
+  if (in.cpu_bytes <= 0) return Status::InvalidArgument("--cpu-mem: the node's RAM is required");
+  Plan plan;
+  for (OffloadDevice p : {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+    for (OffloadDevice o : {OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+      ZINF_ASSIGN_OR_RETURN(PlanOption opt, EstimateOption(in, PlanConfig(in, p, o)));
+      plan.options.push_back(std::move(opt));
+    }
+  }
+  for (size_t i = 0; i < plan.options.size(); ++i) {
+    const PlanOption& o = plan.options[i];
+    if (!o.fits()) continue;
+    if (plan.chosen < 0 || o.step_s < plan.options[static_cast<size_t>(plan.chosen)].step_s) {
+      plan.chosen = static_cast<int>(i);
+    }
+  }
+  plan.chosen_fits = plan.chosen >= 0;
+  if (!plan.chosen_fits) {
+    for (size_t i = 0; i < plan.options.size(); ++i) {
+      if (plan.chosen < 0 || plan.options[i].overshoot < plan.options[static_cast<size_t>(plan.chosen)].overshoot) {
+        plan.chosen = static_cast<int>(i);
+      }
+    }
+  }
+  return plan;
+}
+
+std::string PlanConfigJson(const Config& c) {
+  const ZeroConfig& z = c.zero;
+  auto paths = [](const std::vector<std::string>& p) -> json {
+    if (p.size() == 1) return p[0];
+    return p;
+  };
+  json zero = {{"stage", z.stage},
+               {"overlap_comm", z.overlap_comm},
+               {"contiguous_gradients", z.contiguous_gradients},
+               {"reduce_bucket_size", z.reduce_bucket_size},
+               {"allgather_bucket_size", z.allgather_bucket_size},
+               {"sub_group_size", z.sub_group_size},
+               {"stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size},
+               {"stage3_param_persistence_threshold", z.stage3_param_persistence_threshold},
+               {"stage3_max_live_parameters", z.stage3_max_live_parameters},
+               {"stage3_max_reuse_distance", z.stage3_max_reuse_distance}};
+  if (z.offload_param.device != OffloadDevice::kNone) {
+    json p = {{"device", OffloadDeviceName(z.offload_param.device)}, {"pin_memory", z.offload_param.pin_memory}};
+    if (z.offload_param.device == OffloadDevice::kNvme) {
+      p["nvme_path"] = paths(z.offload_param.nvme_paths);
+      p["buffer_count"] = z.offload_param.buffer_count;
+      p["buffer_size"] = z.offload_param.buffer_size;
+      p["max_in_cpu"] = z.offload_param.max_in_cpu;
+    }
+    zero["offload_param"] = p;
+  }
+  if (z.offload_optimizer.device != OffloadDevice::kNone) {
+    json o = {{"device", OffloadDeviceName(z.offload_optimizer.device)},
+              {"pin_memory", z.offload_optimizer.pin_memory}};
+    if (z.offload_optimizer.device == OffloadDevice::kNvme) {
+      o["nvme_path"] = paths(z.offload_optimizer.nvme_paths);
+      o["buffer_count"] = z.offload_optimizer.buffer_count;
+      o["pipeline_read"] = z.offload_optimizer.pipeline_read;
+      o["pipeline_write"] = z.offload_optimizer.pipeline_write;
+    }
+    zero["offload_optimizer"] = o;
+  }
+  json j = {{"train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu},
+            {"gradient_accumulation_steps", c.gradient_accumulation_steps},
+            {"gradient_clipping", c.gradient_clipping},
+            {"bf16", {{"enabled", c.bf16.enabled}}},
+            {"optimizer",
+             {{"type", OptimizerTypeName(c.optimizer.type)},
+              {"params", {{"lr", c.optimizer.lr}, {"weight_decay", c.optimizer.weight_decay}}}}},
+            {"zero_optimization", zero}};
+  if (c.offloads_to_nvme()) {
+    j["aio"] = {{"block_size", c.aio.block_size},
+                {"queue_depth", c.aio.queue_depth},
+                {"thread_count", c.aio.thread_count},
+                {"single_submit", c.aio.single_submit},
+                {"overlap_events", c.aio.overlap_events}};
+  }
+  return j.dump(2) + "\n";
+}
+
+}  // namespace zinf::model

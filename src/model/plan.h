@@ -1,0 +1,144 @@
+// Offload planning (`zinf plan`): for the reference GPT trained by the
+// Trainer through the ZeRO-3 Engine, what each offload choice costs in every
+// memory tier, whether it fits a machine, and how long a step would take.
+//
+// Memory is counted the way the code allocates it, buffer by buffer (the
+// items of PlanOption), not only as model states: EstimateOption mirrors
+// Engine::Impl::Init (working-parameter home, gathered blocks under
+// stage3_max_live_parameters, gradient buffers, fp32 gradient accumulator,
+// new-parameter buffer, staging, OptimizerSwapper and ParamSwapper pools,
+// swap files), GptCompute::Create (activations with per-layer
+// checkpointing) and Trainer::Create (fp32 cast and gradient scratch). The
+// DeepSpeed-style "model states" view (16-bit parameters and fp32 optimizer
+// state only) is reported beside it. Device bytes include the 256-byte
+// rounding of every allocation, so on the host device the resident part is
+// what Device::bytes_in_use reports after a step (see plan_test.cc).
+//
+// Units: bytes, except where a name says otherwise. GPU bytes are per rank
+// (one GPU); RAM and NVMe bytes are per node: world_size ranks share one
+// node's RAM and NVMe drives.
+//
+// Step time (seconds; PlanSpeeds has the rates):
+//   forward+backward = max(compute, parameter NVMe reads, PCIe copies):
+//       the prefetch coordinator overlaps fetches with the model's kernels;
+//       compute = 8 * P/world * tokens_per_rank / gpu_flops (6 P per token
+//       for forward and backward, 2 P more for the recompute of activation
+//       checkpointing; attention's T^2 terms are left out);
+//   optimizer = max(Adam, optimizer NVMe traffic) with pipelined sub-groups
+//       (sum without pipelining), after backward, not overlapped with it;
+//   write-home = the new 16-bit parameters to their home tier (NVMe writes,
+//       a host-to-device copy, or nothing for RAM).
+// Collectives between GPUs, the CPU's gradient accumulation and casts are
+// not counted.
+//
+// Thread-safety: plain functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/gpt.h"
+#include "zinf/config.h"
+#include "zinf/status.h"
+
+namespace zinf::model {
+
+// "100B", "7b", "350M", "1.3e9", "125000000" (K/M/B/T are powers of 1000
+// here: model sizes are counted in decimal). Errors name the text.
+StatusOr<int64_t> ParseParameterCount(const std::string& text);
+
+// A GPT shape of about `params` parameters (kInvalidArgument below 1M or
+// above 10T). Rule: layers of 12 C^2 parameters with an aspect ratio of
+// C / L = 128, so params ~= 12 C^3 / 128: C = cbrt(128 * params / 12)
+// rounded to a multiple of 128, n_head = C / 128 (head size 128), and
+// n_layer = round((params - embeddings) / (12 C^2 + 13 C)), at least 1.
+// Tied embeddings. (100B gives C 10240, 79 layers; 7B gives C 4224, 32.)
+StatusOr<GptConfig> GptConfigForParameterCount(int64_t params, int seq_len, int vocab_size);
+
+struct PlanSpeeds {
+  double gpu_flops = 2e14;          // effective FLOP/s of one GPU (or the host device)
+  double adam_params_per_s = 2e9;   // CPU Adam, the whole node
+  double nvme_read_gbps = 3.0;      // the node's NVMe paths together, 1e9 B/s
+  double nvme_write_gbps = 2.0;
+  double pcie_gbps = 25.0;          // per GPU, each direction
+};
+
+struct PlanInputs {
+  GptConfig model;
+  int world_size = 1;        // ranks (GPUs) on the node
+  int micro_batch = 1;       // sequences per rank per micro-batch
+  int grad_accum = 1;        // micro-batches per optimizer step
+  bool cuda = true;          // CUDA kernels' scratch and a context allowance; false: the host device
+  int64_t gpu_bytes = 0;     // per GPU
+  int64_t cpu_bytes = 0;     // RAM of the node
+  int64_t nvme_bytes = 0;    // free NVMe space of the node; 0 with paths: no NVMe tier
+  std::vector<std::string> nvme_paths;  // written into configs that offload to NVMe
+  int checkpoints = 0;       // checkpoints kept on NVMe (12 B per parameter each)
+  PlanSpeeds speeds;
+};
+
+enum class Tier { kGpu, kPinned, kPageable, kNvme };
+std::string_view TierName(Tier t);
+
+// One allocation (or group of equal ones) of one rank.
+struct PlanItem {
+  Tier tier = Tier::kGpu;
+  std::string what;
+  int64_t bytes = 0;      // per rank
+  bool transient = false; // only while starting (counted: it must fit then)
+};
+
+struct PlanOption {
+  OffloadDevice param = OffloadDevice::kNone;
+  OffloadDevice optimizer = OffloadDevice::kCpu;
+  Config config;                  // the DeepSpeed config this option stands for
+  std::vector<PlanItem> items;    // per rank, what zinf allocates
+  int64_t gpu_bytes = 0;          // per rank: resident + gathered peak
+  int64_t gpu_resident_bytes = 0; // per rank: held through a whole step
+  int64_t gpu_gathered_bytes = 0; // per rank: gathered blocks at most
+  int64_t pinned_bytes = 0;       // node
+  int64_t pageable_bytes = 0;     // node
+  int64_t nvme_bytes = 0;         // node
+  // DeepSpeed-style model states only (16-bit params, fp32 optimizer state).
+  int64_t state_gpu_bytes = 0, state_cpu_bytes = 0, state_nvme_bytes = 0;
+  bool fits_gpu = false, fits_cpu = false, fits_nvme = false;
+  bool state_fits = false;
+  double overshoot = 0.0;         // max over tiers of need / capacity (<= 1: fits)
+  std::vector<std::string> shortfalls;  // one line per tier that does not fit
+
+  // Bytes per optimizer step, node.
+  int64_t nvme_read_bytes = 0, nvme_write_bytes = 0;
+  // Per rank.
+  int64_t h2d_bytes = 0, d2h_bytes = 0;
+  double compute_s = 0, param_nvme_s = 0, pcie_s = 0, adam_s = 0, optimizer_nvme_s = 0, write_home_s = 0;
+  double step_s = 0;
+  double tokens_per_s = 0;        // node
+  std::string bound_by;           // the largest part of the step
+
+  bool fits() const { return fits_gpu && fits_cpu && fits_nvme; }
+};
+
+struct Plan {
+  std::vector<PlanOption> options;
+  int chosen = -1;         // the fastest option that fits; else the one overshooting least
+  bool chosen_fits = false;
+};
+
+// The config `zinf plan` proposes for an offload choice (stage 3, bf16,
+// buffers sized for the model: see plan.cc).
+Config PlanConfig(const PlanInputs& inputs, OffloadDevice param, OffloadDevice optimizer);
+
+// The costs of training inputs.model under `config` (any stage-3 config).
+StatusOr<PlanOption> EstimateOption(const PlanInputs& inputs, const Config& config);
+
+// Every offload choice: offload_param none/cpu/nvme x offload_optimizer
+// cpu/nvme ("none" runs the same CPU Adam on RAM-resident state as "cpu" in
+// zinf, which has no GPU Adam, so it is not listed apart). NVMe choices need
+// nvme_paths or nvme_bytes.
+StatusOr<Plan> MakePlan(const PlanInputs& inputs);
+
+// The DeepSpeed JSON of a PlanConfig: the keys that matter, defaults left out.
+std::string PlanConfigJson(const Config& config);
+
+}  // namespace zinf::model
