@@ -3,7 +3,10 @@
 #   make demo   install what is missing, build, run the main job on its built-in default
 #   make test   install what is missing, build, run the whole test suite (ctest)
 #
-# Everything else here serves those two. Variables:
+# Everything else here serves those two; CI (.ci/run) also runs
+#   make test-asan   the suite under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
+#   make test-tsan   the threaded tests under ThreadSanitizer (build-tsan/)
+# Variables:
 #   BUILD_DIR (build), BUILD_TYPE (RelWithDebInfo), ZINF_CUDA (AUTO|ON|OFF),
 #   JOBS (number of CPUs), CTEST_ARGS (extra ctest arguments, e.g. -L gpu).
 
@@ -14,10 +17,11 @@ JOBS       ?= $(shell nproc)
 CTEST_ARGS ?=
 
 # Debian packages the build and the tests need.
+# clang and lld build the libFuzzer target of the config parsers (tests/fuzz, label fuzz).
 DEBS := cmake ninja-build g++ pkg-config liburing-dev libhwloc-dev nlohmann-json3-dev \
-        libspdlog-dev libgtest-dev libopenmpi-dev openmpi-bin fio
+        libspdlog-dev libgtest-dev libopenmpi-dev openmpi-bin fio clang lld
 
-.PHONY: demo test deps build configure clean device-debs
+.PHONY: demo test test-asan test-tsan deps build configure clean device-debs
 
 demo: build
 	./$(BUILD_DIR)/zinf demo
@@ -32,6 +36,38 @@ configure: deps
 	@if [ ! -f $(BUILD_DIR)/build.ninja ]; then \
 	  cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DZINF_CUDA=$(ZINF_CUDA); \
 	fi
+
+# Sanitizer builds: their own build directories, no CUDA (nvcc code is not
+# instrumented, and CI has no GPU), no fuzz target (it carries its own ASan).
+SAN_CMAKE := -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DZINF_CUDA=OFF -DZINF_BUILD_FUZZ=OFF
+SAN_DIR   := $(CURDIR)/tests/sanitizers
+
+# Every test. UBSan is fatal (built with -fno-sanitize-recover). Leaks are
+# reported except those inside OpenMPI (lsan.supp).
+test-asan: deps
+	@[ -f build-asan/build.ninja ] || cmake -S . -B build-asan $(SAN_CMAKE) -DZINF_SANITIZE=address,undefined
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && \
+	  ASAN_OPTIONS=check_initialization_order=1:strict_init_order=1:detect_leaks=1 \
+	  LSAN_OPTIONS=suppressions=$(SAN_DIR)/lsan.supp:print_suppressions=0 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --output-on-failure --timeout 900 -j $(JOBS) $(CTEST_ARGS)
+
+# The tests of the layers that run threads of ours (aio rings and workers,
+# the Adam thread pool, the swap pipeline, the engine with the host device's
+# stream threads, communicators). Left out: mpi (OpenMPI is not built with
+# TSan, so its shared-memory transport and progress threads read as races
+# and stall ranks); kernels, model and the CLI (OpenMP number crunching on the
+# one thread that drives the engine: nothing of ours runs concurrently there
+# that the zero3 tests do not run, at 10x the time under TSan). OpenMP runs one
+# thread: libgomp is not TSan-built, so its barriers are invisible to TSan.
+test-tsan: deps
+	@[ -f build-tsan/build.ninja ] || cmake -S . -B build-tsan $(SAN_CMAKE) -DZINF_SANITIZE=thread
+	cmake --build build-tsan -j $(JOBS)
+	cd build-tsan && \
+	  TSAN_OPTIONS=second_deadlock_stack=1:suppressions=$(SAN_DIR)/tsan.supp \
+	  OMP_NUM_THREADS=1 \
+	  ctest --output-on-failure --timeout 900 -j $(JOBS) -L 'core|device|aio|optim|comm|swap|zero3' -LE 'mpi|gpu' $(CTEST_ARGS)
 
 # Installs missing Debian packages when run as root; otherwise says what to install.
 deps:
@@ -56,4 +92,4 @@ device-debs:
 	  libspdlog-dev libgtest-dev libfmt-dev | grep '^\w' | sort -u) 2>/dev/null || true
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) build-asan build-tsan

@@ -120,6 +120,25 @@ class Section {
       allow_auto ? MarkAuto(key) : RejectAuto(key);
       return false;
     }
+    // A JSON integer is taken exactly: through a double, 2^53 + 1 would
+    // silently become 2^53 and INT64_MAX would be refused as 2^63.
+    if (v->is_number_integer()) {
+      // nlohmann stores every non-negative literal as unsigned.
+      bool fits;
+      if (v->is_number_unsigned()) {
+        const uint64_t u = v->get<uint64_t>();
+        fits = u <= static_cast<uint64_t>(max) && (min <= 0 || u >= static_cast<uint64_t>(min));
+      } else {
+        const int64_t i = v->get<int64_t>();
+        fits = i >= min && i <= max;
+      }
+      if (!fits) {
+        Error(key, "expected " + IntRange(min, max) + ", got " + Describe(*v));
+        return false;
+      }
+      out = v->get<int64_t>();
+      return true;
+    }
     double d = 0;
     // 2^63 itself does not fit in int64 (and INT64_MAX rounds up to it as a double).
     if (!ToNumber(*v, d) || std::floor(d) != d || d < static_cast<double>(min) ||
@@ -466,7 +485,7 @@ StatusOr<Config> ParseConfig(std::string_view json_text, std::string source) {
   try {
     doc = json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/true,
                       /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
     return Status::InvalidArgument(source + ": not valid JSON: " + e.what());
   }
   if (!doc.is_object()) return Status::InvalidArgument(source + ": expected a JSON object at the top level");
@@ -488,6 +507,10 @@ StatusOr<Config> ParseConfig(std::string_view json_text, std::string source) {
   if (root.Has("bfloat16")) {
     if (root.Has("bf16")) root.Error("bfloat16", "give either bf16 or its alias bfloat16, not both");
     ParseBf16(root.Child("bfloat16"), config.bf16);
+    // Recorded under the canonical name, so ConfigToJson prints one bf16 section.
+    for (std::string& key : config.auto_keys) {
+      if (key == "bfloat16.enabled") key = "bf16.enabled";
+    }
   }
   if (root.Has("optimizer")) ParseOptimizer(root.Child("optimizer"), config.optimizer);
   if (root.Has("scheduler")) ParseScheduler(root.Child("scheduler"), config.scheduler);
@@ -530,37 +553,56 @@ bool Contains(const std::vector<std::string>& v, std::string_view s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
 
+// a * b, or nullopt when it does not fit in an int64.
+std::optional<int64_t> Mul(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
+
 }  // namespace
 
 Status ResolveAuto(Config& c, const AutoContext& ctx) {
   std::vector<std::string> errors;
   const int64_t world = ctx.world_size;
   if (world < 1) return Status::InvalidArgument("world size must be >= 1");
+  if (ctx.hidden_size && (*ctx.hidden_size < 1 || !Mul(*ctx.hidden_size, *ctx.hidden_size) ||
+                          !Mul(*ctx.hidden_size, 10))) {
+    return Status::InvalidArgument("hidden size must be from 1 to 3037000499 (its square is a bucket size), got " +
+                                   std::to_string(*ctx.hidden_size));
+  }
+  if (ctx.total_steps && *ctx.total_steps < 1) {
+    return Status::InvalidArgument("the run's step count must be >= 1, got " + std::to_string(*ctx.total_steps));
+  }
 
   // Batch keys: DeepSpeed's rule train = micro * accum * world.
   bool t = c.batch_given[0], m = c.batch_given[1], a = c.batch_given[2];
   int64_t& train = c.train_batch_size;
   int64_t& micro = c.train_micro_batch_size_per_gpu;
   int64_t& accum = c.gradient_accumulation_steps;
+  // Each key goes up to INT64_MAX, so the products are checked: nullopt is
+  // a product past INT64_MAX, which no train_batch_size equals or divides.
+  const std::optional<int64_t> micro_world = Mul(micro, world), accum_world = Mul(accum, world);
   if (t && m && a) {
-    if (train != micro * accum * world) {
+    const std::optional<int64_t> all = micro_world ? Mul(*micro_world, accum) : std::nullopt;
+    if (!all || train != *all) {
       errors.push_back("train_batch_size: " + std::to_string(train) + " != train_micro_batch_size_per_gpu (" +
                        std::to_string(micro) + ") * gradient_accumulation_steps (" + std::to_string(accum) +
                        ") * world size (" + std::to_string(world) + ")");
     }
   } else if (t && m) {
-    if (train % (micro * world) != 0) {
+    if (!micro_world || train % *micro_world != 0) {
       errors.push_back("train_batch_size: " + std::to_string(train) + " is not divisible by train_micro_batch_size_per_gpu (" +
                        std::to_string(micro) + ") * world size (" + std::to_string(world) + ")");
     } else {
-      accum = train / (micro * world);
+      accum = train / *micro_world;
     }
   } else if (t && a) {
-    if (train % (accum * world) != 0) {
+    if (!accum_world || train % *accum_world != 0) {
       errors.push_back("train_batch_size: " + std::to_string(train) + " is not divisible by gradient_accumulation_steps (" +
                        std::to_string(accum) + ") * world size (" + std::to_string(world) + ")");
     } else {
-      micro = train / (accum * world);
+      micro = train / *accum_world;
     }
   } else if (t) {
     accum = 1;
@@ -573,7 +615,15 @@ Status ResolveAuto(Config& c, const AutoContext& ctx) {
   } else {
     if (!m) micro = 1;
     if (!a) accum = 1;
-    train = micro * accum * world;
+    const std::optional<int64_t> mw = Mul(micro, world);
+    const std::optional<int64_t> all = mw ? Mul(*mw, accum) : std::nullopt;
+    if (all) {
+      train = *all;
+    } else {
+      errors.push_back("train_batch_size: train_micro_batch_size_per_gpu (" + std::to_string(micro) +
+                       ") * gradient_accumulation_steps (" + std::to_string(accum) + ") * world size (" +
+                       std::to_string(world) + ") is over 2^63 - 1");
+    }
   }
 
   for (const std::string& key : c.auto_keys) {
@@ -612,12 +662,13 @@ Status ResolveAuto(Config& c, const AutoContext& ctx) {
       }
     } else if (key == "fp16.enabled") {
       c.fp16.enabled = false;
-    } else if (key == "bf16.enabled" || key == "bfloat16.enabled") {
+    } else if (key == "bf16.enabled") {
       c.bf16.enabled = !c.fp16.enabled;
     } else if (key == "aio.thread_count") {
       std::set<std::string> paths(c.zero.offload_param.nvme_paths.begin(), c.zero.offload_param.nvme_paths.end());
       paths.insert(c.zero.offload_optimizer.nvme_paths.begin(), c.zero.offload_optimizer.nvme_paths.end());
-      c.aio.thread_count = std::max<int64_t>(1, static_cast<int64_t>(paths.size()));
+      // At most 256 rings, the most ParseConfig accepts for the key.
+      c.aio.thread_count = std::clamp<int64_t>(static_cast<int64_t>(paths.size()), 1, 256);
     } else {
       errors.push_back(key + ": \"auto\" is not supported for this key; give a value");
     }

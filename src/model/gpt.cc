@@ -105,7 +105,7 @@ StatusOr<GptConfig> ParseGptConfig(const std::string& json_text, const std::stri
   json doc;
   try {
     doc = json::parse(json_text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
     return Status::InvalidArgument(source + ": not valid JSON: " + e.what());
   }
   if (!doc.is_object()) return Status::InvalidArgument(source + ": expected a JSON object at the top level");

@@ -194,6 +194,18 @@ TEST(ConfigTest, CommentsAndBf16AliasAreAccepted) {
   EXPECT_TRUE(c.bf16.enabled);
 }
 
+// Found by the fuzzer: "auto" under the alias was printed as a second
+// section, "bfloat16", next to "bf16", which does not parse back.
+TEST(ConfigTest, AutoUnderTheBf16AliasPrintsAsBf16) {
+  Config c = MustParse(R"({"bfloat16": {"enabled": "auto"}})");
+  const std::string printed = ConfigToJson(c);
+  EXPECT_EQ(printed.find("bfloat16"), std::string::npos) << printed;
+  Config again = MustParse(printed);
+  EXPECT_EQ(ConfigToJson(again), printed);
+  ASSERT_TRUE(ResolveAuto(again, AutoContext{}).ok());
+  EXPECT_TRUE(again.bf16.enabled);
+}
+
 TEST(ConfigTest, WrongTypeNamesTheKeyAndValue) {
   ExpectError(R"({"zero_optimization": {"stage": 3, "offload_param": {"buffer_count": "five"}}})",
               "zero_optimization.offload_param.buffer_count: expected a positive integer, got \"five\"");
@@ -219,8 +231,28 @@ TEST(ConfigTest, OutOfRangeValues) {
   ExpectError(R"({"aio": {"queue_depth": 0}})", "aio.queue_depth: expected an integer from 1 to 4096, got 0");
   ExpectError(R"({"fp16": {"min_loss_scale": 0}})", "fp16.min_loss_scale: expected a number > 0");
   ExpectError(R"({"zero_optimization": {"sub_group_size": "1e999"}})", "zero_optimization.sub_group_size");
-  // 2^63 does not fit in int64 (INT64_MAX written out rounds up to it as a double).
-  ExpectError(R"({"zero_optimization": {"sub_group_size": 9223372036854775807}})", "zero_optimization.sub_group_size");
+  // 2^63 does not fit in int64, written as an integer or as a double (to
+  // which INT64_MAX written as a double rounds up).
+  ExpectError(R"({"zero_optimization": {"sub_group_size": 9223372036854775808}})", "zero_optimization.sub_group_size");
+  ExpectError(R"({"zero_optimization": {"sub_group_size": 9.223372036854775807e18}})",
+              "zero_optimization.sub_group_size");
+  ExpectError(R"({"zero_optimization": {"offload_param": {"buffer_count": 0}}})",
+              "zero_optimization.offload_param.buffer_count: expected a positive integer, got 0");
+  ExpectError(R"({"zero_optimization": {"stage": -1}})", "zero_optimization.stage: expected an integer from 0 to 3");
+}
+
+// Found by tests/fuzz/config_fuzz.cc: a number past the range of a double is
+// a parse error of nlohmann's own kind (out_of_range), which escaped.
+TEST(ConfigTest, NumberTooLargeForADoubleIsAnError) {
+  EXPECT_NE(ErrorOf(R"({"gradient_clipping": 1e400})").find("not valid JSON"), std::string::npos);
+}
+
+TEST(ConfigTest, IntegersAreReadExactly) {
+  // Through a double, 2^53 + 1 would become 2^53.
+  Config c = MustParse(R"({"zero_optimization": {"sub_group_size": 9007199254740993,
+                           "stage3_max_live_parameters": 9223372036854775807}})");
+  EXPECT_EQ(c.zero.sub_group_size, 9007199254740993);
+  EXPECT_EQ(c.zero.stage3_max_live_parameters, INT64_MAX);
 }
 
 TEST(ConfigTest, UnknownKeysAreErrorsWithAHint) {
@@ -348,6 +380,39 @@ TEST(ConfigBatchTest, OneOrNone) {
   Config c = MustParse("{}");
   ASSERT_TRUE(Resolve(c).ok());
   EXPECT_EQ(c.train_batch_size, 1);
+}
+
+TEST(ConfigBatchTest, ProductsPastInt64AreErrors) {
+  // Each key may be up to INT64_MAX; their product used to overflow (UB).
+  Config a = MustParse(R"({"train_micro_batch_size_per_gpu": 4e18, "gradient_accumulation_steps": 4})");
+  Status s = Resolve(a, Ctx(2));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("is over 2^63 - 1"), std::string::npos) << s.message();
+  Config b = MustParse(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 9223372036854775807})");
+  s = Resolve(b, Ctx(2));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("not divisible"), std::string::npos) << s.message();
+  Config c = MustParse(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4611686018427387904,
+                           "gradient_accumulation_steps": 4})");
+  EXPECT_FALSE(Resolve(c, Ctx(1)).ok());
+}
+
+TEST(ConfigAutoTest, ContextIsChecked) {
+  Config c = MustParse(R"({"zero_optimization": {"reduce_bucket_size": "auto"}})");
+  EXPECT_FALSE(Resolve(c, Ctx(1, int64_t{1} << 32)).ok());  // its square overflows
+  EXPECT_FALSE(Resolve(c, Ctx(1, 0)).ok());
+  EXPECT_FALSE(Resolve(c, Ctx(1, 64, 0)).ok());
+  EXPECT_TRUE(Resolve(c, Ctx(1, 64, 1)).ok());
+}
+
+TEST(ConfigAutoTest, ThreadCountStaysInRange) {
+  std::string paths;
+  for (int i = 0; i < 300; ++i) paths += (i ? ", " : "") + ("\"/nvme" + std::to_string(i) + "\"");
+  Config c = MustParse(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": [)" +
+                       paths + R"(]}}, "aio": {"thread_count": "auto"}})");
+  ASSERT_TRUE(Resolve(c).ok());
+  EXPECT_EQ(c.aio.thread_count, 256);  // the most the key accepts, so the printed config parses
+  EXPECT_TRUE(ParseConfig(ConfigToJson(c)).ok());
 }
 
 TEST(ConfigBatchTest, AutoBatchKeysAreDerived) {
