@@ -35,6 +35,7 @@
 #include "optim/dtype.h"
 #include "optim/isa.h"
 #include "optim/thread_pool.h"
+#include "report.h"
 
 namespace zinf::cli {
 namespace {
@@ -104,7 +105,8 @@ struct Slice {
 };
 
 int Run(const std::vector<std::string>& args) {
-  auto flags = Flags::Parse(args, {"params", "threads", "isa", "grad", "out", "runs", "lr"}, {"no-bind"});
+  auto flags = Flags::Parse(args, {"params", "threads", "isa", "grad", "out", "runs", "lr", "html", "json"},
+                            {"no-bind"});
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   auto n_or = flags->GetInt("params", int64_t{1} << 28);
   auto threads_or = flags->GetInt("threads", ThreadPool::NumCores());
@@ -272,19 +274,44 @@ int Run(const std::vector<std::string>& args) {
   for (const Slice& s : slices) checked += s.len;
   j["check"] = "first step bit-identical to the scalar reference on " + std::to_string(checked) + " params in " +
                std::to_string(slices.size()) + " slices";
-  std::printf("%s\n", j.dump(2).c_str());
+  perf::HtmlReport report("zinf bench adam: " + FormatCount(n) + " params, " +
+                          std::string(optim::IsaName(*isa)) + ", " + std::to_string((*pool)->num_threads()) +
+                          " threads");
+  report.AddParagraph("CPU Adam step against the memory-bandwidth bound of its access pattern (" + counted +
+                      "), runs interleaved; " + j["check"].get<std::string>() + ".");
+  report.AddTable("Key figures (medians)", {"figure", "value"},
+                  {{"step s", perf::FormatFigure(step_med)},
+                   {"Gparam/s", perf::FormatFigure(gparams)},
+                   {"effective GB/s", perf::FormatFigure(j["effective_gbps"].get<double>())},
+                   {"bound s", perf::FormatFigure(bound_med)},
+                   {"bound GB/s", perf::FormatFigure(j["bandwidth_gbps"].get<double>())},
+                   {"ratio_to_bound", perf::FormatFigure(bound_med / step_med)},
+                   {"ratio_to_bound (pairwise median)", perf::FormatFigure(Median(pair_ratios))}});
+  perf::BarChart chart;
+  chart.title = "Adam step and bandwidth pass per run (s)";
+  chart.x_label = "run";
+  chart.y_label = "seconds";
+  chart.lines = true;
+  chart.series = {{"Adam step", step_s}, {"bandwidth bound", bound_s}};
+  for (size_t k = 0; k < step_s.size(); ++k) chart.categories.push_back(std::to_string(k + 1));
+  report.AddBarChart(chart);
+  if (Status st = perf::EmitResult(j.dump(2), flags->GetOr("json", ""), flags->GetOr("html", ""), report); !st.ok()) {
+    return Fail(kName, st);
+  }
   return 0;
 }
 
 ZINF_COMMAND({"bench adam", "time the CPU Adam step against the memory-bandwidth bound of its access pattern",
               "bench adam [--params N] [--threads T] [--isa scalar|avx2|avx512] [--grad fp32|bf16|fp16]\n"
-              "           [--out none|bf16|fp16] [--runs R (9)] [--lr LR] [--no-bind]\n"
+              "           [--out none|bf16|fp16] [--runs R (9)] [--lr LR] [--no-bind] [--html OUT.html]\n"
+              "           [--json OUT.json]\n"
               "  Times R Adam steps over N parameters (default 2^28) and, interleaved, R passes of a\n"
               "  bandwidth kernel with the same loads and stores; prints JSON with the medians:\n"
               "  gparams_per_s, effective_gbps, bandwidth_gbps, ratio_to_bound. The first step is\n"
               "  checked bit for bit against the scalar path before anything is timed.\n"
               "  --threads: worker threads (default: one per core), bound to cores unless --no-bind.\n"
-              "  --isa: default ZINF_ADAM_ISA or the best the CPU has. --out adds the fused 16-bit copy.",
+              "  --isa: default ZINF_ADAM_ISA or the best the CPU has. --out adds the fused 16-bit copy.\n"
+              "  --html writes a page with the figures and the runs charted; --json a copy of the JSON.",
               Run});
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include "aio/pinned_pool.h"
 #include "aio/throughput.h"
 #include "aio_perf.h"
+#include "report.h"
 #include "cli/command.h"
 #include "core/units.h"
 
@@ -45,7 +46,8 @@ std::string DefaultFile() {
 
 int Run(const std::vector<std::string>& args) {
   auto flags = cli::Flags::Parse(
-      args, {"file", "size", "block-size", "queue-depth", "threads", "reps", "engine", "request-size", "buffers"},
+      args, {"file", "size", "block-size", "queue-depth", "threads", "reps", "engine", "request-size", "buffers",
+             "html", "json"},
       {"single-submit", "no-overlap-events", "keep-file", "no-fio"});
   if (!flags.ok()) return cli::Fail("bench aio", flags.status(), 2);
   const std::string file = flags->GetOr("file", DefaultFile());
@@ -256,19 +258,35 @@ int Run(const std::vector<std::string>& args) {
   out["fio_command_read"] = use_fio ? FioCommand(shown) : "";
   out["verified"] = true;
   out["runs"] = runs;
-  std::printf("%s\n", out.dump(2).c_str());
+  HtmlReport report("zinf bench aio: " + FormatBytes(*size) + ", " + FormatBytes(eo.block_size_bytes) +
+                    " blocks, queue depth " + std::to_string(eo.queue_depth));
+  report.AddParagraph(out["compared"].get<std::string>());
+  report.AddTable("Key figures (medians over repetitions, GB/s)", {"", "zinf", "fio", "zinf / fio"},
+                  {{"write", FormatFigure(Median(zw)), use_fio ? FormatFigure(Median(fw)) : "not run",
+                    use_fio ? FormatFigure(Median(wr)) : ""},
+                   {"read", FormatFigure(Median(zr)), use_fio ? FormatFigure(Median(fr)) : "not run",
+                    use_fio ? FormatFigure(Median(rr)) : ""}});
+  BarChart chart;
+  chart.title = "Bandwidth per repetition (GB/s)";
+  chart.x_label = "repetition";
+  chart.y_label = "GB/s";
+  chart.series = {{"zinf write", zw}, {"fio write", fw}, {"zinf read", zr}, {"fio read", fr}};
+  for (int rep = 0; rep < *reps; ++rep) chart.categories.push_back("rep " + std::to_string(rep + 1));
+  report.AddBarChart(chart);
+  Status emitted = EmitResult(out.dump(2), flags->GetOr("json", ""), flags->GetOr("html", ""), report);
   cleanup();
-  return 0;
+  return emitted.ok() ? 0 : cli::Fail("bench aio", emitted);
 }
 
 ZINF_COMMAND({"bench aio", "zinf's NVMe read/write speed against fio on the same file",
               "bench aio [--file PATH] [--size 2G] [--block-size 1M] [--queue-depth 32] [--threads 1]\n"
               "          [--reps 3] [--single-submit] [--no-overlap-events] [--engine auto|uring|posix]\n"
-              "          [--request-size B] [--buffers N] [--keep-file] [--no-fio]\n"
+              "          [--request-size B] [--buffers N] [--keep-file] [--no-fio] [--html OUT.html] [--json OUT.json]\n"
               "  Writes and reads PATH (default $TMPDIR/zinf-bench-aio.dat) through zinf and through\n"
               "  fio (io_uring, O_DIRECT, same bs / iodepth / numjobs), interleaved, --reps times.\n"
               "  Prints JSON: read_gbps, write_gbps, fio_read_gbps, fio_write_gbps, read_ratio,\n"
-              "  write_ratio (medians) and what was compared. Progress goes to stderr.",
+              "  write_ratio (medians) and what was compared. Progress goes to stderr. --html writes\n"
+              "  a page with the figures and a chart per repetition; --json a copy of the JSON.",
               Run});
 
 }  // namespace

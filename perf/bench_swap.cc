@@ -35,6 +35,7 @@
 #include "optim/cpu_adam.h"
 #include "optim/isa.h"
 #include "optim/thread_pool.h"
+#include "report.h"
 #include "core/fs.h"
 #include "swap/optimizer_swapper.h"
 
@@ -56,7 +57,7 @@ std::vector<float> RandomFloats(int64_t n, uint64_t seed, float scale) {
 
 int Run(const std::vector<std::string>& args) {
   auto flags = cli::Flags::Parse(args, {"params", "sub-group", "nvme", "steps", "threads", "fio-size", "queue-depth",
-                                        "block-size"},
+                                        "block-size", "html", "json"},
                                  {"no-fio", "no-pipeline", "keep-files"});
   if (!flags.ok()) return cli::Fail(kName, flags.status(), 2);
   auto params = flags->GetInt("params", int64_t{1} << 24);
@@ -287,21 +288,44 @@ int Run(const std::vector<std::string>& args) {
   j["ratio_to_bound"] = Median(ratios);
   j["step_s_runs"] = step_times;
   j["io_bound_s_runs"] = io_bounds;
-  std::printf("%s\n", j.dump(2).c_str());
+  HtmlReport report("zinf bench swap: " + FormatCount(n) + " params on " + std::to_string(paths.size()) +
+                    " path(s), sub-groups of " + FormatCount(*sub_group));
+  report.AddParagraph(j["compared"].get<std::string>());
+  report.AddTable("Key figures (medians)", {"figure", "value"},
+                  {{"step s", FormatFigure(step_s)},
+                   {"io bound s", use_fio ? FormatFigure(io_bound_s) : "not run"},
+                   {"adam bound s", FormatFigure(adam_bound_s)},
+                   {"ratio_to_bound", FormatFigure(Median(ratios))},
+                   {"fio mixed GB/s", use_fio ? FormatFigure(mixed_gbps) : "not run"},
+                   {"bytes read + written per step", FormatBytes(bytes_moved)}});
+  BarChart chart;
+  chart.title = "Per repetition: optimizer step vs. its bounds (s)";
+  chart.x_label = "repetition";
+  chart.y_label = "seconds";
+  chart.series = {{"step", step_times}, {"io bound (fio)", io_bounds},
+                  {"adam bound", std::vector<double>(step_times.size(), adam_bound_s)}};
+  for (size_t i = 0; i < step_times.size(); ++i) {
+    chart.categories.push_back("rep " + std::to_string(i + 1) + " (ratio " + FormatFigure(ratios[i]) + ")");
+  }
+  report.AddBarChart(chart);
+  if (Status e = EmitResult(j.dump(2), flags->GetOr("json", ""), flags->GetOr("html", ""), report); !e.ok()) {
+    return cli::Fail(kName, e);
+  }
   return 0;
 }
 
 ZINF_COMMAND({kName, "time the NVMe-offloaded optimizer step against fio and the in-RAM Adam step",
               "bench swap [--params N (2^24)] [--sub-group S (min(N/16, 4M))] [--nvme DIR]... [--steps R (5)]\n"
               "           [--threads T] [--queue-depth Q (32)] [--block-size B (1M)] [--fio-size F (state size)]\n"
-              "           [--no-pipeline] [--no-fio] [--keep-files]\n"
+              "           [--no-pipeline] [--no-fio] [--keep-files] [--html OUT.html] [--json OUT.json]\n"
               "  Runs the pipelined optimizer step over N fp32 parameters whose master, m, v and\n"
               "  gradient live in swap files on the --nvme paths, checks the first step against the\n"
               "  same update in RAM, times R steps, then measures in the same run the in-RAM Adam\n"
               "  step (adam_bound_s) and fio's mixed sequential read/write bandwidth on every path, in\n"
               "  the step's read/write mix over a file as large as the state (io_bound_s).\n"
               "  Prints JSON: step_s, io_bound_s, adam_bound_s, ratio_to_bound = step_s /\n"
-              "  max(io_bound_s, adam_bound_s), bytes_read, bytes_written (per step).",
+              "  max(io_bound_s, adam_bound_s), bytes_read, bytes_written (per step). --html writes a\n"
+              "  page with the figures and a chart per repetition; --json a copy of the JSON.",
               Run});
 
 }  // namespace

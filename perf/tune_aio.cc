@@ -14,6 +14,7 @@
 // values are kept), written crash-safely: temp file, fsync, rename.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -31,6 +32,7 @@
 #include "cli/command.h"
 #include "core/fs.h"
 #include "core/units.h"
+#include "report.h"
 #include "zinf/config.h"
 
 namespace zinf::perf {
@@ -104,8 +106,107 @@ Trial RunTrial(const std::vector<std::string>& dirs, int64_t per_path_bytes, con
   return t;
 }
 
+nlohmann::ordered_json TrialJson(const Trial& t) {
+  nlohmann::ordered_json j;
+  j["block_size"] = t.aio.block_size;
+  j["queue_depth"] = t.aio.queue_depth;
+  j["thread_count"] = t.aio.thread_count;
+  j["single_submit"] = t.aio.single_submit;
+  j["overlap_events"] = t.aio.overlap_events;
+  j["write_gbps"] = t.write_gbps;
+  j["read_gbps"] = t.read_gbps;
+  j["score"] = t.score;
+  if (!t.error.empty()) j["error"] = t.error;
+  return j;
+}
+
+// --json: the trials in the order run and the best; --html: that JSON with
+// a block size x queue depth heatmap of the scores and a chart of the trials.
+// The heatmap shows, per cell, the best score among trials with the best
+// trial's other knobs (thread_count, single_submit, overlap_events); cells
+// the descent did not visit are grey (--grid visits them all).
+Status WriteReports(const cli::Flags& flags, const std::vector<std::string>& dirs, int64_t per_path,
+                    const std::vector<Trial>& trials, const AioConfig& best, const std::vector<int64_t>& block_sizes,
+                    const std::vector<int64_t>& depths) {
+  const std::string json_path = flags.GetOr("json", ""), html_path = flags.GetOr("html", "");
+  if (json_path.empty() && html_path.empty()) return Status::Ok();
+  nlohmann::ordered_json j;
+  j["tune"] = "aio";
+  j["paths"] = dirs;
+  j["bytes_per_path_per_trial"] = per_path;
+  j["score"] = "harmonic mean of write and read GB/s (1e9 B/s): total bytes over total time";
+  const Trial* best_trial = nullptr;
+  for (const Trial& t : trials) {
+    if (Key(t.aio) == Key(best)) best_trial = &t;
+  }
+  j["best"] = best_trial ? TrialJson(*best_trial) : nlohmann::ordered_json();
+  j["trials"] = nlohmann::ordered_json::array();
+  for (const Trial& t : trials) j["trials"].push_back(TrialJson(t));
+  const std::string text = j.dump(2);
+  if (!json_path.empty()) ZINF_RETURN_IF_ERROR(WriteFileAtomic(json_path, text + "\n"));
+  if (html_path.empty()) return Status::Ok();
+
+  HtmlReport report("zinf tune aio: " + std::to_string(dirs.size()) + " path(s), " + FormatBytes(per_path) +
+                    " per path per trial");
+  report.AddParagraph("Coordinate descent over the aio knobs; each trial writes then reads the bytes through a "
+                      "StripedSpace over all paths. Score: " + j["score"].get<std::string>() + ".");
+  std::vector<std::vector<std::string>> rows;
+  std::vector<Trial> ranked = trials;
+  std::sort(ranked.begin(), ranked.end(), [](const Trial& a, const Trial& b) { return a.score > b.score; });
+  for (size_t i = 0; i < ranked.size() && i < 10; ++i) {
+    const Trial& t = ranked[i];
+    rows.push_back({std::to_string(i + 1), FormatBytes(t.aio.block_size), std::to_string(t.aio.queue_depth),
+                    std::to_string(t.aio.thread_count), t.aio.single_submit ? "true" : "false",
+                    t.aio.overlap_events ? "true" : "false", FormatFigure(t.write_gbps), FormatFigure(t.read_gbps),
+                    FormatFigure(t.score) + (Key(t.aio) == Key(best) ? " (best)" : "") +
+                        (t.error.empty() ? "" : " failed: " + t.error)});
+  }
+  report.AddTable("Best trials", {"rank", "block", "queue_depth", "thread_count", "single_submit", "overlap_events",
+                                  "write GB/s", "read GB/s", "score"},
+                  rows);
+  Heatmap map;
+  map.title = "Score by block size and queue depth (other knobs as the best trial's)";
+  map.x_label = "block size";
+  map.y_label = "queue depth";
+  map.value_label = "score GB/s";
+  for (int64_t b : block_sizes) map.columns.push_back(FormatBytes(b));
+  for (int64_t d : depths) {
+    map.rows.push_back(std::to_string(d));
+    std::vector<double> row;
+    for (int64_t b : block_sizes) {
+      double v = std::nan("");
+      for (const Trial& t : trials) {
+        if (t.aio.block_size == b && t.aio.queue_depth == d && t.aio.thread_count == best.thread_count &&
+            t.aio.single_submit == best.single_submit && t.aio.overlap_events == best.overlap_events &&
+            t.error.empty()) {
+          v = std::isnan(v) ? t.score : std::max(v, t.score);
+        }
+      }
+      row.push_back(v);
+    }
+    map.values.push_back(row);
+  }
+  report.AddHeatmap(map);
+  BarChart chart;
+  chart.title = "Trials in the order run (GB/s)";
+  chart.x_label = "trial";
+  chart.y_label = "GB/s";
+  chart.lines = true;
+  chart.series = {{"write", {}}, {"read", {}}, {"score", {}}};
+  for (size_t i = 0; i < trials.size(); ++i) {
+    chart.categories.push_back(std::to_string(i + 1));
+    const bool ok = trials[i].error.empty();
+    chart.series[0].values.push_back(ok ? trials[i].write_gbps : std::nan(""));
+    chart.series[1].values.push_back(ok ? trials[i].read_gbps : std::nan(""));
+    chart.series[2].values.push_back(ok ? trials[i].score : std::nan(""));
+  }
+  report.AddBarChart(chart);
+  report.SetJson(text);
+  return report.WriteFile(html_path);
+}
+
 int Run(const std::vector<std::string>& args) {
-  auto flags = cli::Flags::Parse(args, {"config", "out", "size", "budget-s", "nvme"});
+  auto flags = cli::Flags::Parse(args, {"config", "out", "size", "budget-s", "nvme", "html", "json"}, {"grid"});
   if (!flags.ok()) return cli::Fail("tune aio", flags.status(), 2);
   const auto in_path = flags->Get("config");
   const auto out_path = flags->Get("out");
@@ -192,6 +293,22 @@ int Run(const std::vector<std::string>& args) {
   sweep([](AioConfig& a, int64_t v) { a.thread_count = v; }, thread_counts);
   sweep([](AioConfig& a, bool v) { a.single_submit = v; }, std::vector<bool>{false, true});
   sweep([](AioConfig& a, bool v) { a.overlap_events = v; }, std::vector<bool>{true, false});
+  if (flags->Has("grid")) {
+    // The whole block size x queue depth grid at the best other knobs (for
+    // the heatmap); a better cell found here becomes the best.
+    const AioConfig at = best;
+    for (int64_t b : block_sizes) {
+      for (int64_t d : depths) {
+        AioConfig a = at;
+        a.block_size = b;
+        a.queue_depth = d;
+        const Trial* t = measure(a);
+        if (t == nullptr) break;
+        if (t->error.empty() && t->score > done[Key(best)].score) best = a;
+      }
+    }
+  }
+  const std::vector<Trial> measured = order;  // in the order run
   for (const auto& d : dirs) std::filesystem::remove(std::filesystem::path(d) / ".zinf-tune-aio.swap");
   if (out_of_time) std::fprintf(stderr, "tune aio: time budget spent; best of %zu trials\n", order.size());
 
@@ -227,16 +344,23 @@ int Run(const std::vector<std::string>& args) {
   auto check = LoadConfigFile(*out_path);
   if (!check.ok()) return cli::Fail("tune aio", check.status().WithContext("the written config does not parse"));
   std::fprintf(stderr, "tune aio: wrote %s (best: %s)\n", out_path->c_str(), Describe(best).c_str());
+  if (Status r = WriteReports(*flags, dirs, per_path, measured, best, block_sizes, depths); !r.ok()) {
+    return cli::Fail("tune aio", r);
+  }
   return 0;
 }
 
 ZINF_COMMAND({"tune aio", "sweep aio settings on the config's nvme paths; write the best into a config",
-              "tune aio --config IN --out OUT [--size 512M] [--budget-s 120] [--nvme DIR ...]\n"
+              "tune aio --config IN --out OUT [--size 512M] [--budget-s 120] [--nvme DIR ...] [--grid]\n"
+              "         [--html OUT.html] [--json OUT.json]\n"
               "  Sweeps block_size, queue_depth, thread_count, single_submit and overlap_events one\n"
               "  at a time (coordinate descent from IN's aio section) on IN's nvme_paths (or --nvme),\n"
               "  each trial writing then reading --size bytes per path striped over all paths.\n"
               "  Progress on stderr, a ranked table on stdout; OUT is IN with the best aio section\n"
-              "  (written crash-safely). Stops starting trials after --budget-s seconds.",
+              "  (written crash-safely). Stops starting trials after --budget-s seconds.\n"
+              "  --grid then measures the whole block size x queue depth grid at the best other knobs.\n"
+              "  --json writes the trials as JSON; --html a page with them, a block size x queue depth\n"
+              "  heatmap of the scores and a chart of the trials.",
               Run});
 
 }  // namespace

@@ -30,5 +30,5 @@ if "$ZINF" train --config "$CONFIG" --nvme-path "$TMP/nvme" --model demo --steps
   echo "resume with another model succeeded" >&2
   exit 1
 fi
-grep -q "does not fit this run" "$TMP/err3" || { cat "$TMP/err3" >&2; exit 1; }
+grep -q "trainer.model was" "$TMP/err3" || { cat "$TMP/err3" >&2; exit 1; }
 echo "train test: OK"
