@@ -92,6 +92,7 @@
 #include "optim/dtype.h"
 #include "optim/isa.h"
 #include "optim/thread_pool.h"
+#include "cli/demo_config.h"
 #include "report.h"
 #include "zinf/config.h"
 
@@ -100,31 +101,9 @@ namespace {
 
 constexpr char kName[] = "bench step";
 
-// `zinf demo`'s built-in config (src/cli/cmd_demo.cc); "@NVME@" becomes the
-// bench's nvme directory. Keep the two alike.
-constexpr char kDemoConfig[] = R"({
-  "train_micro_batch_size_per_gpu": 4,
-  "gradient_accumulation_steps": 2,
-  "gradient_clipping": 1.0,
-  "steps_per_print": 20,
-  "bf16": {"enabled": true},
-  "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "betas": [0.9, 0.95], "weight_decay": 0.0}},
-  "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 2e-3,
-                                                    "warmup_num_steps": 20, "warmup_type": "linear",
-                                                    "total_num_steps": "auto"}},
-  "zero_optimization": {
-    "stage": 3,
-    "sub_group_size": 1048576,
-    "stage3_prefetch_bucket_size": 1048576,
-    "stage3_max_live_parameters": 1572864,
-    "stage3_param_persistence_threshold": 0,
-    "offload_param": {"device": "nvme", "nvme_path": "@NVME@", "pin_memory": true,
-                      "buffer_count": 6, "buffer_size": 1048576, "max_in_cpu": 0},
-    "offload_optimizer": {"device": "nvme", "nvme_path": "@NVME@", "pin_memory": true,
-                          "buffer_count": 12, "pipeline_read": true, "pipeline_write": true}
-  },
-  "aio": {"block_size": 1048576, "queue_depth": 32, "thread_count": 1, "overlap_events": true}
-})";
+// The default config is `zinf demo`'s (cli/demo_config.h), its "@NVME@"
+// paths replaced by the bench's nvme directory.
+using cli::kDemoConfig;
 
 using Clock = std::chrono::steady_clock;
 double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }

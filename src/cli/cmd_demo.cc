@@ -19,6 +19,7 @@
 
 #include "aio/nvme_check.h"
 #include "cli/command.h"
+#include "cli/demo_config.h"
 #include "cli/train_loop.h"
 #include "core/fs.h"
 #include "core/units.h"
@@ -31,33 +32,6 @@ namespace zinf::cli {
 namespace {
 
 constexpr char kName[] = "demo";
-
-// The built-in default config; "@NVME@" becomes the demo's nvme directory.
-// max_in_cpu 0: released parameter shards are not cached in RAM, so every
-// fetch that prefetching does not hide really reads NVMe.
-constexpr char kDefaultConfig[] = R"({
-  "train_micro_batch_size_per_gpu": 4,
-  "gradient_accumulation_steps": 2,
-  "gradient_clipping": 1.0,
-  "steps_per_print": 20,
-  "bf16": {"enabled": true},
-  "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "betas": [0.9, 0.95], "weight_decay": 0.0}},
-  "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 2e-3,
-                                                    "warmup_num_steps": 20, "warmup_type": "linear",
-                                                    "total_num_steps": "auto"}},
-  "zero_optimization": {
-    "stage": 3,
-    "sub_group_size": 1048576,
-    "stage3_prefetch_bucket_size": 1048576,
-    "stage3_max_live_parameters": 1572864,
-    "stage3_param_persistence_threshold": 0,
-    "offload_param": {"device": "nvme", "nvme_path": "@NVME@", "pin_memory": true,
-                      "buffer_count": 6, "buffer_size": 1048576, "max_in_cpu": 0},
-    "offload_optimizer": {"device": "nvme", "nvme_path": "@NVME@", "pin_memory": true,
-                          "buffer_count": 12, "pipeline_read": true, "pipeline_write": true}
-  },
-  "aio": {"block_size": 1048576, "queue_depth": 32, "thread_count": 1, "overlap_events": true}
-})";
 
 int Run(const std::vector<std::string>& args) {
   auto flags = Flags::Parse(args, {"dir", "steps", "threads", "model", "budget-ratio"}, {"keep"});
@@ -90,9 +64,7 @@ int Run(const std::vector<std::string>& args) {
     const std::string nvme_dir = JoinPath(dir, "nvme");
     if (Status st = MakeDirectories(nvme_dir); !st.ok()) return Fail(kName, st);
     // 1. The built-in config, resolved like any user's.
-    std::string text = kDefaultConfig;
-    for (size_t at; (at = text.find("@NVME@")) != std::string::npos;) text.replace(at, 6, nvme_dir);
-    auto parsed = ParseConfig(text, "built-in demo config");
+    auto parsed = ParseConfig(DemoConfigJson(nvme_dir), "built-in demo config");
     if (!parsed.ok()) return Fail(kName, parsed.status());
     Config config = *parsed;
     AutoContext ctx;

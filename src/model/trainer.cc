@@ -46,19 +46,32 @@ int64_t BlockNumel(const BlockSpec& b) {
   return n;
 }
 
+// A small buffered I/O engine and one buffer, for reading checkpoint
+// pointers and manifests outside the engine.
+struct MetadataIo {
+  std::unique_ptr<aio::IoEngine> engine;
+  std::unique_ptr<aio::PinnedPool> pool;
+
+  static StatusOr<MetadataIo> Create() {
+    MetadataIo m;
+    aio::IoEngineOptions io;
+    io.direct_io = aio::DirectIo::kOff;
+    ZINF_ASSIGN_OR_RETURN(m.engine, aio::CreateIoEngine(io));
+    aio::PinnedPoolOptions po;
+    po.buffer_count = 1;
+    po.buffer_bytes = 64 << 10;
+    po.pin = false;
+    po.huge_pages = false;
+    po.name = "checkpoint metadata";
+    ZINF_ASSIGN_OR_RETURN(m.pool, aio::PinnedPool::Create(po));
+    return m;
+  }
+};
+
 // The checkpoint `<rank_dir>/latest` names (swap::ResolveLatest).
 StatusOr<std::string> LatestIn(const std::string& rank_dir) {
-  aio::IoEngineOptions io;
-  io.direct_io = aio::DirectIo::kOff;
-  ZINF_ASSIGN_OR_RETURN(auto engine, aio::CreateIoEngine(io));
-  aio::PinnedPoolOptions po;
-  po.buffer_count = 1;
-  po.buffer_bytes = 64 << 10;
-  po.pin = false;
-  po.huge_pages = false;
-  po.name = "resume";
-  ZINF_ASSIGN_OR_RETURN(auto pool, aio::PinnedPool::Create(po));
-  return swap::ResolveLatest(*engine, *pool, rank_dir);
+  ZINF_ASSIGN_OR_RETURN(MetadataIo io, MetadataIo::Create());
+  return swap::ResolveLatest(*io.engine, *io.pool, rank_dir);
 }
 
 EngineCounters Delta(const EngineCounters& a, const EngineCounters& b) {
@@ -488,17 +501,8 @@ std::string StepDirectoryName(int64_t step) {
 
 // The manifest metadata of checkpoint `dir`, read without touching any state.
 StatusOr<std::map<std::string, std::string>> PeekMetadata(const std::string& dir) {
-  aio::IoEngineOptions io;
-  io.direct_io = aio::DirectIo::kOff;
-  ZINF_ASSIGN_OR_RETURN(auto engine, aio::CreateIoEngine(io));
-  aio::PinnedPoolOptions po;
-  po.buffer_count = 1;
-  po.buffer_bytes = 64 << 10;
-  po.pin = false;
-  po.huge_pages = false;
-  po.name = "resume";
-  ZINF_ASSIGN_OR_RETURN(auto pool, aio::PinnedPool::Create(po));
-  ZINF_ASSIGN_OR_RETURN(swap::CheckpointReader reader, swap::CheckpointReader::Open(*engine, *pool, dir));
+  ZINF_ASSIGN_OR_RETURN(MetadataIo io, MetadataIo::Create());
+  ZINF_ASSIGN_OR_RETURN(swap::CheckpointReader reader, swap::CheckpointReader::Open(*io.engine, *io.pool, dir));
   return reader.metadata();
 }
 
