@@ -50,6 +50,7 @@
 #include "device/device.h"
 #include "model/trainer.h"
 #include "swap/checkpoint.h"
+#include "model/model_test_util.h"
 #include "swap/swap_test_util.h"
 
 extern char** environ;
@@ -63,29 +64,7 @@ using swap::testing::TempDir;
 constexpr int kSteps = 6;
 
 Config NvmeConfig(const std::string& root) {
-  Config c;
-  c.train_micro_batch_size_per_gpu = 4;
-  c.gradient_accumulation_steps = 1;
-  c.gradient_clipping = 1.0;
-  c.bf16.enabled = true;
-  c.optimizer.lr = 3e-3;
-  c.optimizer.weight_decay = 0.0;
-  c.zero.stage = 3;
-  c.zero.sub_group_size = 20000;
-  c.zero.stage3_param_persistence_threshold = 0;
-  c.zero.stage3_prefetch_bucket_size = 20000;
-  c.zero.stage3_max_live_parameters = 100000;
-  c.zero.offload_param.device = OffloadDevice::kNvme;
-  c.zero.offload_param.nvme_paths = {root + "/param"};
-  c.zero.offload_param.buffer_count = 4;
-  c.zero.offload_param.buffer_size = 20000;
-  c.zero.offload_param.max_in_cpu = 0;
-  c.zero.offload_optimizer.device = OffloadDevice::kNvme;
-  c.zero.offload_optimizer.nvme_paths = {root + "/optim"};
-  c.zero.offload_optimizer.pipeline_read = true;
-  c.zero.offload_optimizer.pipeline_write = true;
-  c.zero.offload_optimizer.buffer_count = 12;
-  return c;
+  return testing::TinyTrainingConfig(root, OffloadDevice::kNvme, OffloadDevice::kNvme, /*micro_batch=*/4);
 }
 
 struct TrainRun {

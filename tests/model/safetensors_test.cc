@@ -16,38 +16,14 @@
 #include <nlohmann/json.hpp>
 
 #include "core/fs.h"
+#include "model/model_test_util.h"
 
 namespace zinf::model {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/zinf-safetensors-test.XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "mkdtemp " << tmpl;
-    path_ = tmpl;
-  }
-  ~TempDir() { RemoveTree(path_).IgnoreError(); }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void WriteBytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  ASSERT_TRUE(out.good()) << path;
-}
+using testing::ReadBytes;
+using testing::TempDir;
+using testing::WriteBytes;
 
 template <typename T>
 std::span<const std::byte> Bytes(const std::vector<T>& v) {

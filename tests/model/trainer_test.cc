@@ -15,7 +15,7 @@
 #include "model/data.h"
 #include "model/safetensors.h"
 #include "optim/dtype.h"
-#include "swap/swap_test_util.h"
+#include "model/model_test_util.h"
 
 namespace zinf::model {
 namespace {
@@ -23,29 +23,7 @@ namespace {
 using swap::testing::TempDir;
 
 Config TinyConfig(const TempDir& dir, OffloadDevice param, OffloadDevice optimizer) {
-  Config c;
-  c.train_micro_batch_size_per_gpu = 8;
-  c.gradient_accumulation_steps = 1;
-  c.gradient_clipping = 1.0;
-  c.bf16.enabled = true;
-  c.optimizer.lr = 3e-3;
-  c.optimizer.weight_decay = 0.0;
-  c.zero.stage = 3;
-  c.zero.sub_group_size = 20000;
-  c.zero.stage3_param_persistence_threshold = 0;
-  c.zero.stage3_prefetch_bucket_size = 20000;
-  c.zero.stage3_max_live_parameters = 100000;
-  c.zero.offload_param.device = param;
-  c.zero.offload_param.nvme_paths = {dir.Sub("param")};
-  c.zero.offload_param.buffer_count = 4;
-  c.zero.offload_param.buffer_size = 20000;
-  c.zero.offload_param.max_in_cpu = 0;
-  c.zero.offload_optimizer.device = optimizer;
-  c.zero.offload_optimizer.nvme_paths = {dir.Sub("optim")};
-  c.zero.offload_optimizer.pipeline_read = true;
-  c.zero.offload_optimizer.pipeline_write = true;
-  c.zero.offload_optimizer.buffer_count = 12;
-  return c;
+  return testing::TinyTrainingConfig(dir.path(), param, optimizer, /*micro_batch=*/8);
 }
 
 struct TrainerRun {

@@ -1,0 +1,59 @@
+// Helpers shared by the model tests: a temporary directory, whole-file
+// reads and writes, and the small ZeRO-3 config the tiny GPT trains with.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "swap/swap_test_util.h"
+#include "zinf/config.h"
+
+namespace zinf::model::testing {
+
+using swap::testing::TempDir;
+
+inline std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+inline void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  ASSERT_TRUE(out.good()) << path;
+}
+
+// ZeRO-3, bf16, AdamW, small sub-groups and prefetch window, both optimizer
+// pipelines on; swap files under `root`/param and `root`/optim.
+inline Config TinyTrainingConfig(const std::string& root, OffloadDevice param, OffloadDevice optimizer,
+                                 int64_t micro_batch) {
+  Config c;
+  c.train_micro_batch_size_per_gpu = micro_batch;
+  c.gradient_accumulation_steps = 1;
+  c.gradient_clipping = 1.0;
+  c.bf16.enabled = true;
+  c.optimizer.lr = 3e-3;
+  c.optimizer.weight_decay = 0.0;
+  c.zero.stage = 3;
+  c.zero.sub_group_size = 20000;
+  c.zero.stage3_param_persistence_threshold = 0;
+  c.zero.stage3_prefetch_bucket_size = 20000;
+  c.zero.stage3_max_live_parameters = 100000;
+  c.zero.offload_param.device = param;
+  c.zero.offload_param.nvme_paths = {root + "/param"};
+  c.zero.offload_param.buffer_count = 4;
+  c.zero.offload_param.buffer_size = 20000;
+  c.zero.offload_param.max_in_cpu = 0;
+  c.zero.offload_optimizer.device = optimizer;
+  c.zero.offload_optimizer.nvme_paths = {root + "/optim"};
+  c.zero.offload_optimizer.pipeline_read = true;
+  c.zero.offload_optimizer.pipeline_write = true;
+  c.zero.offload_optimizer.buffer_count = 12;
+  return c;
+}
+
+}  // namespace zinf::model::testing
