@@ -474,10 +474,8 @@ int Run(const std::vector<std::string>& args) {
     const int world = (*off)->engine().world_size();
 
     // fio's files: laid out once, as large as a step's traffic on each path.
-    const bool fp32_params = (*off)->engine().param_type() == ElementType::kF32;
-    // Of the optimizer's bytes per parameter (gradient 4 w; master, m, v, grad
-    // 16 r; master, m, v 12 w; fp32 working params: master again 4 r).
-    const double opt_read_share = fp32_params ? 20.0 / 36.0 : 16.0 / 32.0;
+    // Of the optimizer's bytes per parameter: master, m, v 12 read and 12 written.
+    const double opt_read_share = 0.5;
     auto nvme_bytes = [](const EngineCounters& c) {
       return c.nvme_read_bytes + c.nvme_write_bytes + c.optimizer_nvme_bytes;
     };

@@ -137,7 +137,7 @@ int Run(const std::vector<std::string>& args) {
   optim::AdamStepArgs step_args;
   step_args.lr = 1e-3;
   step_args.step = 1;
-  st = s.Step(*adam, step_args, out16.data(), optim::DType::kBf16);
+  st = s.Step(*adam, step_args, swap::OutputTo(out16.data()));
   if (!st.ok()) return cli::Fail(kName, st);
   {
     const int64_t k0 = s.sub_group_elems(0);
@@ -203,7 +203,7 @@ int Run(const std::vector<std::string>& args) {
   for (int64_t i = 0; i < *steps; ++i) {
     step_args.step = 2 + i;
     const auto t0 = std::chrono::steady_clock::now();
-    st = s.Step(*adam, step_args, out16.data(), optim::DType::kBf16);
+    st = s.Step(*adam, step_args, swap::OutputTo(out16.data()));
     step_times.push_back(Seconds(t0));
     if (!st.ok()) {
       remove_fio_files();

@@ -41,14 +41,24 @@
 // reduced over ranks), fp16 overflow check and loss-scale update (an
 // overflow skips the step), clipping by gradient_clipping, Adam over the
 // sub-groups with the LR schedule's lr, new working parameters written home.
+// Step returns once the norm is known and the update has started: Adam and
+// the optimizer state's NVMe traffic run on a worker thread, sub-group by
+// sub-group in the shard's block order, under the next forward pass. An
+// Acquire waits only for the sub-groups that cover its block; calls that
+// touch the optimizer state or the gradients (ReduceGradients, Step,
+// checkpoints, GetMasterParameters) and WaitForUpdate wait for all of it.
+// The results are those of a synchronous step, bit for bit.
 //
 // Stages: 3 partitions parameters; 1 and 2 keep every block gathered
 // between steps (parameters replicated, gradients and optimizer state
 // partitioned), which is stage 3 with every block persistent. Stage 0 is
 // refused.
 //
-// Errors are values; an error in Step leaves the optimizer state partly
-// updated (see OptimizerSwapper): resume from a checkpoint.
+// Errors are values; an error in the update leaves the optimizer state
+// partly stepped (see OptimizerSwapper). It is returned by the first call
+// that waits for the update, and by every later Acquire of a block it had
+// not reached, ReduceGradients, Step and SaveCheckpoint, until
+// LoadCheckpoint restores a saved state.
 //
 // Thread-safety: thread-compatible: one thread drives an Engine. Pointers
 // from Acquire may be read on the device (or, with the host stand-in, on
@@ -139,7 +149,7 @@ struct EngineCounters {
   int64_t fetch_wait_ns = 0;         // in Acquire for a block's copies and gather
   int64_t allgather_ns = 0;          // in all-gather calls
   int64_t reduce_scatter_ns = 0;     // in ReduceGradients' collective and copy back
-  int64_t optimizer_ns = 0;          // in the optimizer step
+  int64_t optimizer_ns = 0;          // in the optimizer step and waiting for its update
   // Prefetching.
   int64_t fetches = 0;               // blocks gathered
   int64_t prefetches = 0;            // ... of which ahead of their Acquire
@@ -182,6 +192,10 @@ class Engine {
   // Ends a micro-batch; at a boundary runs the optimizer (see above). No
   // block may be acquired. Collective.
   StatusOr<StepResult> Step();
+  // Waits for the optimizer update Step started, if any, and returns its
+  // error. Call it after the last Step of a run: an update that fails after
+  // the last forward pass is otherwise only noticed by a later call.
+  Status WaitForUpdate();
 
   // The fp32 master weights of a block, one host array per tensor (numel
   // each). Collective (gathers every rank's shard). For checks and saving.

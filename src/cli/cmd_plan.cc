@@ -150,6 +150,7 @@ json OptionJson(const PlanOption& o) {
            {{"seconds", o.step_s}, {"tokens_per_s", o.tokens_per_s}, {"bound_by", o.bound_by},
             {"compute_s", o.compute_s}, {"param_nvme_s", o.param_nvme_s}, {"pcie_s", o.pcie_s},
             {"adam_s", o.adam_s}, {"optimizer_nvme_s", o.optimizer_nvme_s}, {"write_home_s", o.write_home_s},
+            {"update_window_s", o.update_window_s},
             {"nvme_read_bytes", o.nvme_read_bytes}, {"nvme_write_bytes", o.nvme_write_bytes},
             {"h2d_bytes_per_rank", o.h2d_bytes}, {"d2h_bytes_per_rank", o.d2h_bytes}}},
           {"items", items}};
@@ -377,10 +378,10 @@ int Run(const std::vector<std::string>& args) {
                 chosen.bound_by.c_str());
     for (const std::string& s : chosen.shortfalls) std::printf("  short: %s\n", s.c_str());
     std::printf("  step: compute %.2f s, param NVMe %.2f s, PCIe %.2f s -> forward+backward %.2f s; "
-                "Adam %.2f s, optimizer NVMe %.2f s; write-home %.2f s\n",
+                "Adam %.2f s, optimizer NVMe %.2f s, write-home %.2f s -> under the next forward's %.2f s\n",
                 chosen.compute_s, chosen.param_nvme_s, chosen.pcie_s,
                 std::max({chosen.compute_s, chosen.param_nvme_s, chosen.pcie_s}), chosen.adam_s,
-                chosen.optimizer_nvme_s, chosen.write_home_s);
+                chosen.optimizer_nvme_s, chosen.write_home_s, chosen.update_window_s);
     std::printf("  per rank:\n");
     for (const model::PlanItem& it : chosen.items) {
       std::printf("    %-8s %10s  %s%s\n", std::string(model::TierName(it.tier)).c_str(), Gb(it.bytes).c_str(),

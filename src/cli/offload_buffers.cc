@@ -25,7 +25,7 @@ Status ExplainOffloadBuffers(const Config& c, std::optional<int64_t> params, int
     lines.push_back("offload_optimizer (nvme): " + std::to_string(o.buffer_count) + " pinned buffers of " +
                     FormatBytes(bytes) + " (one fp32 sub-group of " + FormatCount(so.sub_group_elems) +
                     " elements) = " + FormatBytes(o.buffer_count * bytes) + "; the pipeline uses " +
-                    std::to_string(need) + ": 4 arrays (master, m, v, grad) x " + std::to_string(in_flight) +
+                    std::to_string(need) + ": 3 arrays (master, m, v; the gradient is in RAM) x " + std::to_string(in_flight) +
                     " sub-group(s) in flight (" +
                     (in_flight == 1 ? "no pipelining" :
                      std::string(o.pipeline_read ? "read ahead" : "") +
@@ -33,14 +33,15 @@ Status ExplainOffloadBuffers(const Config& c, std::optional<int64_t> params, int
                     ")");
     if (o.buffer_count < need) {
       errors.push_back("zero_optimization.offload_optimizer.buffer_count: " + std::to_string(o.buffer_count) +
-                       " is too few for the optimizer pipeline, which holds 4 fp32 arrays of " +
+                       " is too few for the optimizer pipeline, which holds 3 fp32 arrays of " +
                        std::to_string(in_flight) + " sub-group(s) at once; set it to at least " +
                        std::to_string(need) + " (" + FormatBytes(need * bytes) +
                        " pinned), or lower sub_group_size, or turn off pipeline_read/pipeline_write");
     }
   } else if (o.device == OffloadDevice::kCpu) {
-    lines.push_back("offload_optimizer (cpu): fp32 master, m, v and grad resident in " +
-                    std::string(o.pin_memory ? "pinned" : "pageable") + " RAM: 16 B per parameter of the shard" +
+    lines.push_back("offload_optimizer (cpu): fp32 master, m and v resident in " +
+                    std::string(o.pin_memory ? "pinned" : "pageable") +
+                    " RAM, and the fp32 gradient accumulator in pinned RAM: 16 B per parameter of the shard" +
                     (shard ? " = " + FormatBytes(16 * *shard) + " per rank" : " (give --params for a total)"));
   }
 

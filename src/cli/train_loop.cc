@@ -118,6 +118,9 @@ StatusOr<TrainSummary> RunTraining(model::Trainer& trainer, const TrainRun& run)
       }
     }
   }
+  // The last step's optimizer update runs on after it returned: its error
+  // (an I/O error, a full disk) must fail the run.
+  ZINF_RETURN_IF_ERROR(trainer.engine().WaitForUpdate());
   s.steps = trainer.step();
   if (tok_per_s.size() > 1) tok_per_s.erase(tok_per_s.begin());  // the first step records the acquire order
   s.tokens_per_second = Median(tok_per_s);

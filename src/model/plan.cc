@@ -270,9 +270,9 @@ StatusOr<PlanOption> EstimateOption(const PlanInputs& in, const Config& config) 
   const int64_t sub_bytes = swap::OptimizerSwapper::RequiredBufferBytes(so, kIoAlign);
   const int64_t groups = (total + so.sub_group_elems - 1) / so.sub_group_elems;
   if (oopt == OffloadDevice::kCpu) {
-    add(optim_pin, "fp32 optimizer state: master, m, v, grad (offload_optimizer cpu)", 4 * groups * sub_bytes);
+    add(optim_pin, "fp32 optimizer state: master, m, v (offload_optimizer cpu)", 3 * groups * sub_bytes);
   } else {
-    add(optim_pin, "optimizer pipeline buffers (4 arrays x sub-groups in flight)",
+    add(optim_pin, "optimizer pipeline buffers (3 arrays x sub-groups in flight)",
         swap::OptimizerSwapper::RequiredBuffers(so) * sub_bytes);
   }
   add(Tier::kPinned, "fp32 gradient accumulator (whole shard)", AlignUp(total * 4, kIoAlign));
@@ -286,7 +286,7 @@ StatusOr<PlanOption> EstimateOption(const PlanInputs& in, const Config& config) 
     for (int b = 0; b < part.num_blocks(); ++b) bytes += AlignUp(part.layout(b).shard_numel * pes, kIoAlign);
     add(Tier::kNvme, "16-bit parameter swap file", bytes);
   }
-  if (oopt == OffloadDevice::kNvme) add(Tier::kNvme, "optimizer swap file (master, m, v, grad)", 4 * groups * sub_bytes);
+  if (oopt == OffloadDevice::kNvme) add(Tier::kNvme, "optimizer swap file (master, m, v)", 3 * groups * sub_bytes);
   if (in.checkpoints > 0) {
     add(Tier::kNvme, std::to_string(in.checkpoints) + " checkpoint(s): master, m, v", in.checkpoints * total * 12);
   }
@@ -335,9 +335,9 @@ StatusOr<PlanOption> EstimateOption(const PlanInputs& in, const Config& config) 
   const int64_t fetch_bytes = 2 * gas * total * pes;
   const int64_t param_read = popt == OffloadDevice::kNvme ? fetch_bytes * world : 0;
   const int64_t param_write = popt == OffloadDevice::kNvme ? total * pes * world : 0;
-  // Engine::Step: gradients written, master, m, v, grad read, master, m, v written.
-  const int64_t optim_read = oopt == OffloadDevice::kNvme ? 16 * total * world : 0;
-  const int64_t optim_write = oopt == OffloadDevice::kNvme ? (16 + (pes == 4 ? 4 : 0)) * total * world : 0;
+  // The optimizer update: master, m, v read and written (the gradient is in RAM).
+  const int64_t optim_read = oopt == OffloadDevice::kNvme ? 12 * total * world : 0;
+  const int64_t optim_write = oopt == OffloadDevice::kNvme ? 12 * total * world : 0;
   o.nvme_read_bytes = param_read + optim_read;
   o.nvme_write_bytes = param_write + optim_write;
   o.h2d_bytes = (popt == OffloadDevice::kNone ? 0 : fetch_bytes) + (popt == OffloadDevice::kNone ? total * pes : 0);
@@ -353,7 +353,13 @@ StatusOr<PlanOption> EstimateOption(const PlanInputs& in, const Config& config) 
   const double fb = std::max({o.compute_s, o.param_nvme_s, o.pcie_s});
   const bool pipelined = z.offload_optimizer.pipeline_read || z.offload_optimizer.pipeline_write;
   const double opt = pipelined ? std::max(o.adam_s, o.optimizer_nvme_s) : o.adam_s + o.optimizer_nvme_s;
-  o.step_s = fb + opt + o.write_home_s;
+  // The update and the write-home run under the first micro-batch's forward
+  // pass: a quarter of its forward+backward (2 P of 8 P per token).
+  o.update_window_s = fb / (4.0 * static_cast<double>(gas));
+  // One set of drives carries the parameter reads, the optimizer's traffic
+  // and the write-home.
+  const double nvme_s = o.param_nvme_s + o.optimizer_nvme_s + (popt == OffloadDevice::kNvme ? o.write_home_s : 0.0);
+  o.step_s = std::max(fb + std::max(0.0, opt + o.write_home_s - o.update_window_s), nvme_s);
   o.tokens_per_s = tokens_rank * world / o.step_s;
   const std::vector<std::pair<double, const char*>> parts = {
       {o.compute_s, "compute"},   {o.param_nvme_s, "param NVMe reads"},   {o.pcie_s, "PCIe"},

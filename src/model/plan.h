@@ -25,9 +25,13 @@
 //       for forward and backward, 2 P more for the recompute of activation
 //       checkpointing; attention's T^2 terms are left out);
 //   optimizer = max(Adam, optimizer NVMe traffic) with pipelined sub-groups
-//       (sum without pipelining), after backward, not overlapped with it;
+//       (sum without pipelining);
 //   write-home = the new 16-bit parameters to their home tier (NVMe writes,
-//       a host-to-device copy, or nothing for RAM).
+//       a host-to-device copy, or nothing for RAM);
+//   the optimizer and write-home run under the next step's first forward
+//       pass (update window = forward+backward / (4 * grad_accum)), so
+//   step = max(forward+backward + max(0, optimizer + write-home - window),
+//              all NVMe traffic at the drives' speeds).
 // Collectives between GPUs, the CPU's gradient accumulation and casts are
 // not counted.
 //
@@ -112,6 +116,7 @@ struct PlanOption {
   // Per rank.
   int64_t h2d_bytes = 0, d2h_bytes = 0;
   double compute_s = 0, param_nvme_s = 0, pcie_s = 0, adam_s = 0, optimizer_nvme_s = 0, write_home_s = 0;
+  double update_window_s = 0;     // forward time the optimizer update hides under
   double step_s = 0;
   double tokens_per_s = 0;        // node
   std::string bound_by;           // the largest part of the step

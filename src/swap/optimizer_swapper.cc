@@ -23,12 +23,13 @@ OptimizerSwapperOptions OptimizerSwapperOptionsFromConfig(const ZeroConfig& zero
   o.store.paths = zero.offload_optimizer.nvme_paths;
   o.store.file_prefix = "zinf-optim";
   o.pin_memory = zero.offload_optimizer.pin_memory;
+  o.gradients_in_store = false;
   return o;
 }
 
 int64_t OptimizerSwapper::RequiredBuffers(const OptimizerSwapperOptions& options) {
   if (options.device != OffloadDevice::kNvme) return 0;
-  return kArrays * (1 + int64_t{options.pipeline_read} + int64_t{options.pipeline_write});
+  return ArraysOf(options) * (1 + int64_t{options.pipeline_read} + int64_t{options.pipeline_write});
 }
 
 int64_t OptimizerSwapper::RequiredBufferBytes(const OptimizerSwapperOptions& options, int64_t alignment_bytes) {
@@ -61,7 +62,7 @@ StatusOr<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::Create(const Optim
 
   if (options.device == OffloadDevice::kCpu) {
     aio::PinnedPoolOptions po;
-    po.buffer_count = kArrays * groups;
+    po.buffer_count = s->arrays() * groups;
     po.buffer_bytes = RequiredBufferBytes(options, 4096);
     po.alignment_bytes = 4096;
     po.pin = options.pin_memory;
@@ -87,9 +88,11 @@ StatusOr<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::Create(const Optim
   if (pool->buffer_count() < need_count) {
     return Status::InvalidArgument(
         "offload_optimizer.buffer_count: the pinned pool has " + std::to_string(pool->buffer_count()) +
-        " buffers, but the optimizer step with " + pipeline + " keeps " + std::to_string(need_count / kArrays) +
-        " sub-group(s) in flight and needs " + std::to_string(need_count) + " buffers of " +
-        FormatBytes(need_bytes) + " (master, m, v and gradient per sub-group)");
+        " buffers, but the optimizer step with " + pipeline + " keeps " +
+        std::to_string(need_count / s->arrays()) + " sub-group(s) in flight and needs " +
+        std::to_string(need_count) + " buffers of " + FormatBytes(need_bytes) +
+        (options.gradients_in_store ? " (master, m, v and gradient per sub-group)"
+                                    : " (master, m and v per sub-group)"));
   }
   if (pool->buffer_bytes() < need_bytes) {
     return Status::InvalidArgument("zero_optimization.sub_group_size: a sub-group of " +
@@ -104,17 +107,18 @@ StatusOr<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::Create(const Optim
   }
 
   std::vector<TensorSpec> tensors;
-  tensors.reserve(static_cast<size_t>(groups * kArrays));
+  tensors.reserve(static_cast<size_t>(groups * s->arrays()));
   for (int64_t k = 0; k < groups; ++k) {
-    for (int a = 0; a < kArrays; ++a) {
+    for (int a = 0; a < s->arrays(); ++a) {
       tensors.push_back({options.prefix + "." + kArrayNames[a] + "." + std::to_string(k),
                          s->sub_group_elems(k) * int64_t{sizeof(float)}, 4});
     }
   }
   ZINF_ASSIGN_OR_RETURN(s->store_, SwapStore::Create(engine, std::move(tensors), options.store));
-  s->slots_.resize(static_cast<size_t>(need_count / kArrays));
+  s->slots_.resize(static_cast<size_t>(need_count / s->arrays()));
   for (Slot& slot : s->slots_) {
-    for (aio::PinnedBuffer& b : slot.buffers) {
+    for (int a = 0; a < s->arrays(); ++a) {
+      aio::PinnedBuffer& b = slot.buffers[static_cast<size_t>(a)];
       auto lease = pool->TryAcquire(need_bytes);
       if (!lease.ok()) {
         return lease.status().WithContext("leasing the optimizer pipeline's " + std::to_string(need_count) +
@@ -147,7 +151,7 @@ std::vector<BlobRef> OptimizerSwapper::CheckpointBlobs() {
 }
 
 float* OptimizerSwapper::Resident(int array, int64_t k) const {
-  return reinterpret_cast<float*>(resident_[static_cast<size_t>(k * kArrays + array)].data());
+  return reinterpret_cast<float*>(resident_[static_cast<size_t>(k * arrays() + array)].data());
 }
 
 // ---------------------------------------------------------------------------
@@ -165,9 +169,9 @@ Status OptimizerSwapper::CopyIn(int array, const float* src) {
       }
       continue;
     }
-    // Round-robin over slot 0's four buffers: up to four writes in flight.
+    // Round-robin over slot 0's buffers: up to arrays() writes in flight.
     Slot& slot = slots_[0];
-    const size_t b = static_cast<size_t>(k % kArrays);
+    const size_t b = static_cast<size_t>(k % arrays());
     if (slot.writes[b].valid()) {
       Status w = store_->Wait(slot.writes[b]);
       slot.writes[b] = {};
@@ -233,17 +237,23 @@ Status OptimizerSwapper::Initialize(const float* master) {
   ZINF_RETURN_IF_ERROR(CopyIn(kMaster, master));
   ZINF_RETURN_IF_ERROR(CopyIn(kExpAvg, nullptr));
   ZINF_RETURN_IF_ERROR(CopyIn(kExpAvgSq, nullptr));
-  return CopyIn(kGrad, nullptr);
+  return options_.gradients_in_store ? CopyIn(kGrad, nullptr) : Status::Ok();
 }
 
 Status OptimizerSwapper::SetGradients(const float* grads) {
   if (grads == nullptr) return Status::InvalidArgument("optimizer swapper: SetGradients needs gradients");
+  if (!options_.gradients_in_store) {
+    return Status::FailedPrecondition("optimizer swapper: the gradient is not stored here; Step takes it");
+  }
   return CopyIn(kGrad, grads);
 }
 
 Status OptimizerSwapper::ReadState(float* master, float* exp_avg, float* exp_avg_sq, float* grads) {
+  if (grads != nullptr && !options_.gradients_in_store) {
+    return Status::FailedPrecondition("optimizer swapper: the gradient is not stored here");
+  }
   float* dst[kArrays] = {master, exp_avg, exp_avg_sq, grads};
-  for (int a = 0; a < kArrays; ++a) {
+  for (int a = 0; a < arrays(); ++a) {
     if (dst[a] != nullptr) ZINF_RETURN_IF_ERROR(CopyOut(a, dst[a]));
   }
   return Status::Ok();
@@ -255,7 +265,7 @@ Status OptimizerSwapper::ReadState(float* master, float* exp_avg, float* exp_avg
 Status OptimizerSwapper::StartRead(Slot& slot, int64_t k) {
   ZINF_RETURN_IF_ERROR(FinishWrite(slot));  // the slot's last sub-group must be on disk first
   slot.sub_group = k;
-  for (int a = 0; a < kArrays; ++a) {
+  for (int a = 0; a < arrays(); ++a) {
     ZINF_ASSIGN_OR_RETURN(slot.reads[static_cast<size_t>(a)],
                           store_->SwapIn(Tensor(a, k), slot.buffers[static_cast<size_t>(a)].data()));
   }
@@ -302,10 +312,11 @@ Status OptimizerSwapper::Drain(Status first) {
   return first;
 }
 
-Status OptimizerSwapper::Step(const optim::CpuAdam& adam, const optim::AdamStepArgs& args, void* params16,
-                              optim::DType params16_dtype) {
-  if (params16 != nullptr && params16_dtype == optim::DType::kF32) {
-    return Status::InvalidArgument("optimizer step: the new parameters must be bf16 or fp16");
+Status OptimizerSwapper::Step(const optim::CpuAdam& adam, const optim::AdamStepArgs& args, const StepIo& io) {
+  if (options_.gradients_in_store == (io.grads != nullptr)) {
+    return Status::InvalidArgument(options_.gradients_in_store
+                                       ? "optimizer step: the gradient is stored here; StepIo::grads must be null"
+                                       : "optimizer step: StepIo::grads must hold the gradient");
   }
   const bool nvme = store_ != nullptr;
   const int64_t n_slots = static_cast<int64_t>(slots_.size());
@@ -327,24 +338,31 @@ Status OptimizerSwapper::Step(const optim::CpuAdam& adam, const optim::AdamStepA
       span.params = reinterpret_cast<float*>(slot.buffers[kMaster].data());
       span.exp_avg = reinterpret_cast<float*>(slot.buffers[kExpAvg].data());
       span.exp_avg_sq = reinterpret_cast<float*>(slot.buffers[kExpAvgSq].data());
-      span.grads = slot.buffers[kGrad].data();
+      if (options_.gradients_in_store) span.grads = slot.buffers[kGrad].data();
     } else {
       span.params = Resident(kMaster, k);
       span.exp_avg = Resident(kExpAvg, k);
       span.exp_avg_sq = Resident(kExpAvgSq, k);
-      span.grads = Resident(kGrad, k);
+      if (options_.gradients_in_store) span.grads = Resident(kGrad, k);
     }
+    if (!options_.gradients_in_store) span.grads = io.grads + sub_group_begin(k);
     span.grad_dtype = optim::DType::kF32;
-    if (params16 != nullptr) {
-      span.params16 = static_cast<char*>(params16) + sub_group_begin(k) * 2;
-      span.params16_dtype = params16_dtype;
+    const bool copy_master = io.params != nullptr && io.params_dtype == optim::DType::kF32;
+    if (io.params != nullptr && !copy_master) {
+      span.params16 = static_cast<char*>(io.params) + sub_group_begin(k) * 2;
+      span.params16_dtype = io.params_dtype;
     }
     s = adam.Update(span, args);
     if (!s.ok()) break;
+    if (copy_master) {
+      std::memcpy(static_cast<float*>(io.params) + sub_group_begin(k), span.params,
+                  static_cast<size_t>(span.n) * sizeof(float));
+    }
 
     // Writes: k goes back while k+1 runs (pipeline_write), or now.
     if (nvme) s = StartWrite(slot_of(k));
     if (s.ok() && nvme && !options_.pipeline_write) s = FinishWrite(slot_of(k));
+    if (s.ok() && io.on_sub_group) s = io.on_sub_group(k);
   }
   s = Drain(s);
   if (!s.ok()) {

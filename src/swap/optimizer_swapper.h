@@ -6,17 +6,27 @@
 // `sub_group_elems` (the last one shorter when it does not divide). Step()
 // runs Adam on one sub-group at a time while, with pipeline_read, sub-group
 // k+1 is read from NVMe and, with pipeline_write, sub-group k-1 is being
-// written back; Adam writes the new 16-bit parameters into the caller's
-// buffer in the same pass. Each sub-group in flight holds 4 pinned buffers
-// (master, m, v, grad), so the pipeline needs 4 * (1 + pipeline_read +
-// pipeline_write) buffers of PaddedBytes(sub_group_elems * 4) bytes from the
-// caller's pool: a pool too small is a configuration error found in Create,
-// never a deadlock in Step. The buffers are leased once, at Create.
+// written back; Adam writes the new working parameters into the caller's
+// buffer in the same pass, and a callback hears of each finished sub-group
+// (so a caller running Step on another thread can use the new parameters
+// of the first sub-groups while later ones are still being stepped).
+//
+// Gradients. With gradients_in_store (the default) the fp32 gradient is a
+// fourth array of the state, set by SetGradients and read back by Step; a
+// caller that holds the gradient in RAM anyway (the engine's accumulator)
+// turns it off and hands the gradient to Step, which saves writing and
+// reading 8 bytes per element each step. Each sub-group in flight holds one
+// pinned buffer per array read (master, m, v and, in the store, the
+// gradient), so the pipeline needs arrays * (1 + pipeline_read +
+// pipeline_write) buffers of PaddedBytes(sub_group_elems * 4) bytes from
+// the caller's pool: a pool too small is a configuration error found in
+// Create, never a deadlock in Step. The buffers are leased once, at Create.
 //
 // Tiers, one code path. With device kNvme the state lives in a SwapStore
-// (tensors "<prefix>.master.<k>", ".exp_avg.", ".exp_avg_sq.", ".grad.") and
+// (tensors "<prefix>.master.<k>", ".exp_avg.", ".exp_avg_sq.", and ".grad."
+// with gradients_in_store) and
 // a sub-group is swapped into the pipeline's buffers; with kCpu it lives in
-// pinned RAM (a PinnedPool of its own, 4 buffers per sub-group) and the same
+// pinned RAM (a PinnedPool of its own, a buffer per array and sub-group) and the same
 // loop hands Adam the resident buffers, with nothing to read or write. Both
 // give bit-identical results: Adam is elementwise and the same kernels run
 // on the same sub-group boundaries.
@@ -32,6 +42,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,15 +66,41 @@ struct OptimizerSwapperOptions {
   SwapStoreOptions store;         // kNvme: paths, stripe, checksums, run id
   std::string prefix = "optim";   // tensor name prefix in the store
   bool pin_memory = true;         // kCpu: page-lock the resident state
+  // The fp32 gradient is part of the state (SetGradients); off: Step takes
+  // it from the caller (StepIo::grads).
+  bool gradients_in_store = true;
 };
 
-// Options from the DeepSpeed config for a shard of `total_elems` elements.
+// What one Step reads and writes besides the state.
+struct StepIo {
+  // Receives total_elems new working parameters as `params_dtype` (kBf16,
+  // kF16, or kF32: a copy of the master weights); null: none are written.
+  void* params = nullptr;
+  optim::DType params_dtype = optim::DType::kBf16;
+  // total_elems fp32 gradients; required without gradients_in_store, and
+  // must be null with it.
+  const float* grads = nullptr;
+  // Called, on Step's thread, after sub-group k's new parameters are in
+  // `params` and before sub-group k+1 is stepped; an error stops the step.
+  std::function<Status(int64_t k)> on_sub_group;
+};
+// A StepIo that writes bf16 parameters to `params` and takes the gradient
+// from the store.
+inline StepIo OutputTo(void* params) {
+  StepIo io;
+  io.params = params;
+  return io;
+}
+
+// Options from the DeepSpeed config for a shard of `total_elems` elements,
+// with the gradient supplied to Step (gradients_in_store off), as the
+// engine runs it.
 OptimizerSwapperOptions OptimizerSwapperOptionsFromConfig(const ZeroConfig& zero, int64_t total_elems);
 
 class OptimizerSwapper {
  public:
-  // Pinned buffers the pipeline needs: 4 * (1 + pipeline_read + pipeline_write),
-  // 0 with device kCpu.
+  // Pinned buffers the pipeline needs: (3 + gradients_in_store) *
+  // (1 + pipeline_read + pipeline_write), 0 with device kCpu.
   static int64_t RequiredBuffers(const OptimizerSwapperOptions& options);
   // Bytes each pipeline buffer must hold (one fp32 sub-group, padded).
   static int64_t RequiredBufferBytes(const OptimizerSwapperOptions& options, int64_t alignment_bytes);
@@ -91,9 +128,11 @@ class OptimizerSwapper {
   // Sets the master weights from `master` (total_elems fp32) and zeroes m,
   // v and the gradient.
   Status Initialize(const float* master);
-  // Sets the fp32 gradient from `grads` (total_elems fp32).
+  // Sets the fp32 gradient from `grads` (total_elems fp32). Only with
+  // gradients_in_store (else kFailedPrecondition).
   Status SetGradients(const float* grads);
-  // Copies the state out (total_elems each; a null pointer skips that array).
+  // Copies the state out (total_elems each; a null pointer skips that
+  // array; `grads` must be null without gradients_in_store).
   Status ReadState(float* master, float* exp_avg, float* exp_avg_sq, float* grads);
   // Copies master weights [begin, begin + count) to `dst`, reading only the
   // sub-groups that overlap the range.
@@ -108,11 +147,8 @@ class OptimizerSwapper {
   // and LoadCheckpoint while no Step runs.
   std::vector<BlobRef> CheckpointBlobs();
 
-  // One optimizer step over every sub-group (see the file comment). When
-  // `params16` is not null it receives total_elems new parameters as
-  // `params16_dtype` (kBf16 or kF16).
-  Status Step(const optim::CpuAdam& adam, const optim::AdamStepArgs& args, void* params16,
-              optim::DType params16_dtype);
+  // One optimizer step over every sub-group (see the file comment).
+  Status Step(const optim::CpuAdam& adam, const optim::AdamStepArgs& args, const StepIo& io);
 
  private:
   static constexpr int kMaster = 0, kExpAvg = 1, kExpAvgSq = 2, kGrad = 3, kArrays = 4;
@@ -124,7 +160,10 @@ class OptimizerSwapper {
   };
 
   explicit OptimizerSwapper(const OptimizerSwapperOptions& options) : options_(options) {}
-  TensorId Tensor(int array, int64_t k) const { return static_cast<TensorId>(k * kArrays + array); }
+  // Arrays kept per sub-group: master, m, v, and the gradient when stored.
+  int arrays() const { return options_.gradients_in_store ? kArrays : kGrad; }
+  static int ArraysOf(const OptimizerSwapperOptions& o) { return o.gradients_in_store ? kArrays : kGrad; }
+  TensorId Tensor(int array, int64_t k) const { return static_cast<TensorId>(k * arrays() + array); }
   float* Resident(int array, int64_t k) const;
   // Moves `array` of every sub-group between the state and a caller array.
   Status CopyIn(int array, const float* src);   // src null: zeros
@@ -140,7 +179,7 @@ class OptimizerSwapper {
   std::unique_ptr<SwapStore> store_;                 // kNvme
   std::vector<Slot> slots_;                          // kNvme: the pipeline's buffers
   std::unique_ptr<aio::PinnedPool> resident_pool_;   // kCpu
-  std::vector<aio::PinnedBuffer> resident_;          // kCpu: [k * 4 + array]
+  std::vector<aio::PinnedBuffer> resident_;          // kCpu: [k * arrays() + array]
 };
 
 }  // namespace zinf::swap

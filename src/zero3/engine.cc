@@ -7,6 +7,19 @@
 // flat buffer and one gradient shard buffer of the largest block; pinned
 // RAM holds the fp32 gradient accumulator, the new-parameter buffer the
 // optimizer writes into, and a staging buffer for gradient shards.
+//
+// The optimizer step overlaps the next forward pass. Step() computes the
+// global gradient norm, then hands the sub-group walk (Adam, the optimizer
+// state's NVMe reads and writes) to a worker thread and returns. The shard
+// is laid out in block order, which is the forward's order, so the first
+// blocks' new parameters are ready first: a block is "stale" until the
+// worker has stepped the sub-groups covering its shard range, and the
+// driving thread writes its new parameters home (RefreshHome) when a fetch
+// needs it, waiting only if the worker has not got that far. Prefetches
+// stop at the first block not yet stepped. Everything that reads or writes
+// the optimizer state or the gradient accumulator (ReduceGradients, Step,
+// checkpoints, GetMasterParameters) first waits for the whole update
+// (FinishUpdate), which is also where an error from the worker surfaces.
 #include "zinf/engine.h"
 
 #include <algorithm>
@@ -15,7 +28,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "aio/io_engine.h"
@@ -104,7 +120,18 @@ struct Engine::Impl {
     bool prefetched = false;              // gathered ahead, not yet acquired
     int holds = 0;
     bool params_set = false;
+    bool stale = false;                   // home holds the parameters from before the update in flight
     swap::ParamSwapper::ShardId shard_id = -1;
+  };
+
+  // The optimizer update running on a worker thread (see the file comment).
+  struct Update {
+    std::thread worker;
+    std::mutex mu;
+    std::condition_variable cv;
+    int64_t stepped_elems = 0;  // guarded by mu: new_params holds [0, stepped_elems)
+    bool done = false;          // guarded by mu
+    Status status;              // guarded by mu: the worker's result
   };
 
   Config config;
@@ -156,6 +183,10 @@ struct Engine::Impl {
   int64_t micro_steps = 0;
   int64_t applied_steps = 0;
 
+  Update update;
+  bool update_active = false;  // a worker was started and not yet joined
+  Status update_failed;        // sticky until LoadCheckpoint: the state is partly stepped
+
   EngineCounters counters;
   bool tracing = true;         // Acquires feed the prefetch order (SetTracing)
   bool grads_pending = false;  // ReduceGradients since the last optimizer step
@@ -167,6 +198,7 @@ struct Engine::Impl {
   std::unique_ptr<aio::PinnedPool> checkpoint_pool;
 
   ~Impl() {
+    if (update.worker.joinable()) update.worker.join();
     if (stream) stream->Synchronize().IgnoreError();
     for (BlockState& b : blocks) {
       if (b.full != nullptr) device->Free(b.full);
@@ -183,6 +215,9 @@ struct Engine::Impl {
   Status Init(const Config& cfg, const std::vector<BlockSpec>& block_specs, const EngineOptions& opts);
   Status Commit();
   Status WriteHome(const char* params);
+  Status StartUpdate(const optim::AdamStepArgs& args);
+  StatusOr<bool> RefreshHome(BlockId b, bool wait);
+  Status FinishUpdate();
   Status Fetch(BlockId b);
   Status Evict(BlockId b);
   bool MakeRoom(int64_t need, bool demand, int64_t candidate_distance);
@@ -405,6 +440,106 @@ Status Engine::Impl::WriteHome(const char* params) {
   return Status::Ok();
 }
 
+// Starts the optimizer's walk over the sub-groups on the worker thread:
+// Adam on the accumulated gradient, new parameters into new_params, and
+// the consumed gradient zeroed for the next cycle. Every block goes stale.
+Status Engine::Impl::StartUpdate(const optim::AdamStepArgs& args) {
+  for (BlockState& b : blocks) b.stale = true;
+  {
+    std::lock_guard<std::mutex> lock(update.mu);
+    update.stepped_elems = 0;
+    update.done = false;
+    update.status = Status::Ok();
+  }
+  update_active = true;
+  update.worker = std::thread([this, args] {
+    float* acc = reinterpret_cast<float*>(accum.data());
+    swap::StepIo io;
+    io.params = new_params.data();
+    io.params_dtype = OptimType(param_type);
+    io.grads = acc;
+    io.on_sub_group = [&](int64_t k) {
+      const int64_t begin = optimizer->sub_group_begin(k), n = optimizer->sub_group_elems(k);
+      std::memset(acc + begin, 0, static_cast<size_t>(n) * sizeof(float));
+      std::lock_guard<std::mutex> lock(update.mu);
+      update.stepped_elems = begin + n;
+      update.cv.notify_all();
+      return Status::Ok();
+    };
+    Status s = optimizer->Step(*adam, args, io);
+    std::lock_guard<std::mutex> lock(update.mu);
+    update.done = true;
+    update.status = std::move(s);
+    update.cv.notify_all();
+  });
+  return Status::Ok();
+}
+
+// Brings block b's home tier up to date with the update in flight: once the
+// worker has stepped the block's shard range, its new parameters are
+// written home. `wait`: block until then; otherwise returns false when the
+// worker is not there yet. A failed update is returned as its error.
+StatusOr<bool> Engine::Impl::RefreshHome(BlockId b, bool wait) {
+  BlockState& st = blocks[static_cast<size_t>(b)];
+  if (!st.stale) return true;
+  const zero3::BlockLayout& l = layout(b);
+  const int64_t need = l.rank_offset + l.shard_numel;
+  {
+    const auto t0 = Clock::now();
+    std::unique_lock<std::mutex> lock(update.mu);
+    auto ready = [&] { return update.done || update.stepped_elems >= need; };
+    if (!wait && !ready()) return false;
+    update.cv.wait(lock, ready);
+    counters.optimizer_ns += NanosSince(t0);
+    if (update.stepped_elems < need) {
+      return update.status.ok() ? Status::Internal("engine: the optimizer update ended early") : update.status;
+    }
+  }
+  const char* src = new_params.data() + l.rank_offset * param_es;
+  const size_t bytes = static_cast<size_t>(l.shard_numel * param_es);
+  switch (config.zero.offload_param.device) {
+    case OffloadDevice::kNvme:
+      ZINF_RETURN_IF_ERROR(param_swapper->Store(st.shard_id, src));
+      break;
+    case OffloadDevice::kCpu:
+      std::memcpy(param_home.data() + l.rank_offset * param_es, src, bytes);
+      break;
+    case OffloadDevice::kNone:
+      // Stream order puts the copy before any fetch from the home; FinishUpdate
+      // synchronises before new_params is written again.
+      ZINF_RETURN_IF_ERROR(stream->CopyAsync(static_cast<char*>(param_home_device) + l.rank_offset * param_es, src,
+                                             bytes, CopyDirection::kHostToDevice));
+      counters.h2d_bytes += static_cast<int64_t>(bytes);
+      break;
+  }
+  st.stale = false;
+  return true;
+}
+
+// Waits for the update in flight, writes home the blocks no fetch has
+// refreshed, and returns the update's error. A no-op when none runs.
+Status Engine::Impl::FinishUpdate() {
+  if (!update_active) return update_failed;
+  const auto t0 = Clock::now();
+  update.worker.join();
+  update_active = false;
+  counters.optimizer_ns += NanosSince(t0);
+  {
+    std::lock_guard<std::mutex> lock(update.mu);
+    update_failed = update.status;
+  }
+  // A failed update left the state partly stepped and the blocks it did not
+  // reach stale, so every later fetch, step and save fails with its error
+  // until LoadCheckpoint replaces the state: never a silently mixed model.
+  if (!update_failed.ok()) return update_failed;
+  for (BlockId b = 0; b < static_cast<BlockId>(blocks.size()); ++b) {
+    ZINF_ASSIGN_OR_RETURN(bool refreshed, RefreshHome(b, /*wait=*/true));
+    (void)refreshed;
+  }
+  if (param_swapper) ZINF_RETURN_IF_ERROR(param_swapper->Flush());
+  return stream->Synchronize();
+}
+
 Status Engine::Impl::Commit() {
   if (committed) return Status::Ok();
   std::string missing;
@@ -431,6 +566,8 @@ Status Engine::Impl::Commit() {
 Status Engine::Impl::Fetch(BlockId b) {
   BlockState& st = blocks[static_cast<size_t>(b)];
   const zero3::BlockLayout& l = layout(b);
+  ZINF_ASSIGN_OR_RETURN(bool current, RefreshHome(b, /*wait=*/true));
+  (void)current;
   if (st.full == nullptr) {
     ZINF_ASSIGN_OR_RETURN(st.full, device->Allocate(static_cast<size_t>(l.padded_numel * param_es)));
   }
@@ -524,13 +661,21 @@ void Engine::Impl::IssuePrefetch() {
   auto gathered = [&](int b) { return blocks[static_cast<size_t>(b)].full != nullptr; };
   // NVMe reads run ahead over twice the bucket: they are asynchronous and
   // cheap to hold in the swapper's buffers.
+  // A block the optimizer update has not reached yet, and every block after
+  // it, waits for a later Acquire: its home still holds the old parameters.
+  auto current = [&](int b) {
+    StatusOr<bool> r = RefreshHome(b, /*wait=*/false);
+    return r.ok() && *r;  // an error surfaces in the demanded fetch
+  };
   if (param_swapper) {
     for (int b : coordinator->Upcoming(2 * bucket, gathered)) {
+      if (!current(b)) break;
       Status s = param_swapper->Prefetch(blocks[static_cast<size_t>(b)].shard_id);
       if (!s.ok()) break;  // every buffer busy: the next Acquire reads it
     }
   }
   for (int b : coordinator->Upcoming(bucket, gathered)) {
+    if (!current(b)) break;
     BlockState& st = blocks[static_cast<size_t>(b)];
     const int64_t need = st.persistent ? 0 : layout(b).padded_numel;
     if (!MakeRoom(need, /*demand=*/false, coordinator->NextUseDistance(b))) break;
@@ -629,6 +774,7 @@ Status Engine::ReduceGradients(BlockId block, const std::vector<const void*>& gr
   Impl& m = *impl_;
   ZINF_RETURN_IF_ERROR(m.CheckBlock(block));
   ZINF_RETURN_IF_ERROR(m.Commit());
+  ZINF_RETURN_IF_ERROR(m.FinishUpdate());  // the worker reads and zeroes the accumulator
   m.grads_pending = true;
   const zero3::BlockLayout& l = m.layout(block);
   const std::string& name = m.specs[static_cast<size_t>(block)].name;
@@ -685,6 +831,7 @@ StatusOr<StepResult> Engine::Step() {
     }
   }
   ZINF_RETURN_IF_ERROR(m.Commit());
+  ZINF_RETURN_IF_ERROR(m.FinishUpdate());
   StepResult r;
   ++m.micro_steps;
   r.loss_scale = m.scaler->scale();
@@ -708,27 +855,20 @@ StatusOr<StepResult> Engine::Step() {
     args.lr = m.schedule->lr();
     args.grad_scale = optim::GradScaleFactor(r.grad_norm, loss_scale, m.config.gradient_clipping);
     r.lr = args.lr;
-    ZINF_RETURN_IF_ERROR(m.optimizer->SetGradients(acc));
-    const bool fp32 = m.param_type == ElementType::kF32;
-    ZINF_RETURN_IF_ERROR(m.optimizer->Step(*m.adam, args, fp32 ? nullptr : m.new_params.data(),
-                                           OptimType(fp32 ? ElementType::kBf16 : m.param_type)));
-    if (fp32) {
-      ZINF_RETURN_IF_ERROR(
-          m.optimizer->ReadState(reinterpret_cast<float*>(m.new_params.data()), nullptr, nullptr, nullptr));
-    }
     if (m.optimizer->store() != nullptr) {
-      // Gradients written, then master, m, v, grad read and master, m, v written.
-      m.counters.optimizer_nvme_bytes += total * 4 * (1 + 4 + 3 + (fp32 ? 1 : 0));
+      // Master, m and v read and written; the gradient comes from RAM.
+      m.counters.optimizer_nvme_bytes += total * 4 * (3 + 3);
     }
     m.DropAllGathers();  // every gathered copy is stale now
-    ZINF_RETURN_IF_ERROR(m.WriteHome(m.new_params.data()));
+    // The update runs under the next forward pass; it zeroes the gradient.
+    ZINF_RETURN_IF_ERROR(m.StartUpdate(args));
     ++m.applied_steps;
     m.schedule->Step();
     r.applied = true;
   } else {
     m.DropAllGathers();
+    std::memset(acc, 0, static_cast<size_t>(total * 4));
   }
-  std::memset(acc, 0, static_cast<size_t>(total * 4));
   m.grads_pending = false;
   m.coordinator->OnStepEnd();
   m.counters.order_changes = m.coordinator->order_changes();
@@ -737,10 +877,13 @@ StatusOr<StepResult> Engine::Step() {
   return r;
 }
 
+Status Engine::WaitForUpdate() { return impl_->FinishUpdate(); }
+
 Status Engine::GetMasterParameters(BlockId block, const std::vector<float*>& out) {
   Impl& m = *impl_;
   ZINF_RETURN_IF_ERROR(m.CheckBlock(block));
   ZINF_RETURN_IF_ERROR(m.Commit());
+  ZINF_RETURN_IF_ERROR(m.FinishUpdate());
   const zero3::BlockLayout& l = m.layout(block);
   if (out.size() != l.tensors.size()) return Status::InvalidArgument("engine: one output array per tensor");
   std::vector<float> shard(static_cast<size_t>(l.shard_numel));
@@ -869,6 +1012,7 @@ Status Engine::SaveCheckpoint(const std::string& dir, const std::map<std::string
   Impl& m = *impl_;
   ZINF_RETURN_IF_ERROR(m.CheckpointPreconditions("SaveCheckpoint"));
   ZINF_RETURN_IF_ERROR(m.Commit());
+  ZINF_RETURN_IF_ERROR(m.FinishUpdate());
   std::map<std::string, std::string> all = m.EngineMetadata();
   for (const auto& [key, value] : metadata) {
     if (key.rfind(kEngineKeyPrefix, 0) == 0) {
@@ -886,6 +1030,9 @@ Status Engine::SaveCheckpoint(const std::string& dir, const std::map<std::string
 StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(const std::string& dir) {
   Impl& m = *impl_;
   ZINF_RETURN_IF_ERROR(m.CheckpointPreconditions("LoadCheckpoint"));
+  // A failed update's error was reported by the call that met it; the
+  // checkpoint replaces the partly stepped state it left (below).
+  m.FinishUpdate().IgnoreError();
   ZINF_RETURN_IF_ERROR(m.PrepareCheckpointIo());
   ZINF_ASSIGN_OR_RETURN(swap::CheckpointReader reader,
                         swap::CheckpointReader::Open(*m.checkpoint_io, *m.checkpoint_pool, dir));
@@ -960,7 +1107,11 @@ StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(const std::s
   }
   ZINF_RETURN_IF_ERROR(m.WriteHome(m.new_params.data()));
   std::memset(m.accum.data(), 0, static_cast<size_t>(total * 4));
-  for (Impl::BlockState& b : m.blocks) b.params_set = true;
+  for (Impl::BlockState& b : m.blocks) {
+    b.params_set = true;
+    b.stale = false;
+  }
+  m.update_failed = Status::Ok();
   std::vector<float>().swap(m.init_master);
   m.committed = true;
   m.applied_steps = applied;

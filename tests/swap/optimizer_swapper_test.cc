@@ -30,6 +30,7 @@ std::vector<float> RandomFloats(int64_t n, uint64_t seed, float scale) {
 struct Result {
   std::vector<float> master, m, v;
   std::vector<uint16_t> params16;
+  std::vector<int64_t> sub_groups_seen;  // StepIo::on_sub_group's calls
 };
 
 class OptimizerSwapperTest : public ::testing::Test {
@@ -63,18 +64,28 @@ class OptimizerSwapperTest : public ::testing::Test {
   }
 
   // Three steps with fresh gradients; returns the final state.
-  Result Run(OptimizerSwapper& s) {
+  // `caller_grads`: the gradients go to Step (gradients_in_store off).
+  Result Run(OptimizerSwapper& s, bool caller_grads = false) {
     Result r;
     const std::vector<float> master = RandomFloats(kTotal, 1, 1.0f);
     EXPECT_TRUE(s.Initialize(master.data()).ok());
     r.params16.assign(kTotal, 0);
     for (int step = 1; step <= 3; ++step) {
       const std::vector<float> grads = RandomFloats(kTotal, 10 + step, 0.1f);
-      EXPECT_TRUE(s.SetGradients(grads.data()).ok());
+      StepIo io = OutputTo(r.params16.data());
+      if (caller_grads) {
+        io.grads = grads.data();
+        io.on_sub_group = [&](int64_t k) {
+          r.sub_groups_seen.push_back(k);
+          return Status::Ok();
+        };
+      } else {
+        EXPECT_TRUE(s.SetGradients(grads.data()).ok());
+      }
       optim::AdamStepArgs args;
       args.step = step;
       args.lr = 1e-3;
-      Status st = s.Step(*adam_, args, r.params16.data(), optim::DType::kBf16);
+      Status st = s.Step(*adam_, args, io);
       EXPECT_TRUE(st.ok()) << st.ToString();
     }
     r.master.resize(kTotal);
@@ -149,8 +160,79 @@ TEST_P(OptimizerSwapperPipelineTest, NvmeStepIsBitIdenticalToRam) {
   ExpectBitIdentical(nvme, Reference(*adam_));
 }
 
+// The engine's mode: the gradient stays with the caller. The store holds
+// three arrays per sub-group, the pipeline needs three buffers per sub-group
+// in flight, the results are bit-identical, and the callback hears of every
+// sub-group in order.
+TEST_P(OptimizerSwapperPipelineTest, GradientsFromTheCallerAreBitIdenticalAndNotStored) {
+  const auto [pr, pw] = GetParam();
+  OptimizerSwapperOptions o = Options(OffloadDevice::kNvme, pr, pw);
+  o.gradients_in_store = false;
+  EXPECT_EQ(OptimizerSwapper::RequiredBuffers(o), 3 * (1 + int{pr} + int{pw}));
+  auto engine = MakeEngine();
+  auto pool = MakePool(OptimizerSwapper::RequiredBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
+  auto s = OptimizerSwapper::Create(o, engine.get(), pool.get());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ((*s)->store()->tensor_count(), 3 * (*s)->num_sub_groups());
+  const std::vector<float> grads(kTotal, 0.5f);
+  EXPECT_EQ((*s)->SetGradients(grads.data()).code(), StatusCode::kFailedPrecondition);
+  const Result nvme = Run(**s, /*caller_grads=*/true);
+  ExpectBitIdentical(nvme, Reference(*adam_));
+  std::vector<int64_t> order;
+  for (int step = 0; step < 3; ++step) {
+    for (int64_t k = 0; k < (*s)->num_sub_groups(); ++k) order.push_back(k);
+  }
+  EXPECT_EQ(nvme.sub_groups_seen, order);
+
+  o.device = OffloadDevice::kCpu;
+  auto cpu = OptimizerSwapper::Create(o, nullptr, nullptr);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  ExpectBitIdentical(nvme, Run(**cpu, /*caller_grads=*/true));
+}
+
 INSTANTIATE_TEST_SUITE_P(ReadWrite, OptimizerSwapperPipelineTest,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool()));
+
+TEST_F(OptimizerSwapperTest, StepIoMisuseAndCallbackErrorsStopTheStep) {
+  OptimizerSwapperOptions o = Options(OffloadDevice::kNvme, true, true);
+  o.gradients_in_store = false;
+  auto engine = MakeEngine();
+  auto pool = MakePool(OptimizerSwapper::RequiredBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
+  auto s = OptimizerSwapper::Create(o, engine.get(), pool.get());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const std::vector<float> master = RandomFloats(kTotal, 1, 1.0f);
+  ASSERT_TRUE((*s)->Initialize(master.data()).ok());
+  optim::AdamStepArgs args;
+  args.step = 1;
+  args.lr = 1e-3;
+  std::vector<float> out(kTotal);
+  StepIo io;
+  io.params = out.data();
+  io.params_dtype = optim::DType::kF32;
+  EXPECT_EQ((*s)->Step(*adam_, args, io).code(), StatusCode::kInvalidArgument);  // no gradient given
+
+  const std::vector<float> grads = RandomFloats(kTotal, 2, 0.1f);
+  io.grads = grads.data();
+  std::vector<int64_t> seen;
+  io.on_sub_group = [&](int64_t k) {
+    seen.push_back(k);
+    return k == 1 ? Status::Aborted("stop here") : Status::Ok();
+  };
+  Status st = (*s)->Step(*adam_, args, io);
+  EXPECT_EQ(st.code(), StatusCode::kAborted) << st.ToString();
+  EXPECT_NE(st.message().find("sub-group 1"), std::string::npos) << st.message();
+  EXPECT_EQ(seen, (std::vector<int64_t>{0, 1}));
+
+  // fp32 output is the new master weights, copied per sub-group.
+  io.on_sub_group = nullptr;
+  args.step = 2;
+  ASSERT_TRUE((*s)->Step(*adam_, args, io).ok());
+  std::vector<float> stepped(kTotal);
+  ASSERT_TRUE((*s)->ReadState(stepped.data(), nullptr, nullptr, nullptr).ok());
+  EXPECT_EQ(std::memcmp(out.data(), stepped.data(), out.size() * 4), 0);
+  std::vector<float> g(kTotal);
+  EXPECT_EQ((*s)->ReadState(nullptr, nullptr, nullptr, g.data()).code(), StatusCode::kFailedPrecondition);
+}
 
 TEST_F(OptimizerSwapperTest, PoolTooSmallForThePipelineIsAConfigError) {
   const OptimizerSwapperOptions o = Options(OffloadDevice::kNvme, true, true);
@@ -185,7 +267,7 @@ TEST_F(OptimizerSwapperTest, IoErrorDuringStepIsReportedWithTheSubGroup) {
   std::vector<uint16_t> out(kTotal);
   optim::AdamStepArgs args;
   args.lr = 1e-3;
-  Status st = (*s)->Step(*adam_, args, out.data(), optim::DType::kBf16);
+  Status st = (*s)->Step(*adam_, args, OutputTo(out.data()));
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("sub-group"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find(".swp"), std::string::npos) << st.message();
@@ -204,7 +286,7 @@ TEST_F(OptimizerSwapperTest, ResumeFromCheckpointEqualsUninterruptedTraining) {
     optim::AdamStepArgs args;
     args.step = t;
     args.lr = 1e-3;
-    Status st = s.Step(*adam_, args, out16.data(), optim::DType::kBf16);
+    Status st = s.Step(*adam_, args, OutputTo(out16.data()));
     ASSERT_TRUE(st.ok()) << st.ToString();
   };
   auto make = [&](std::unique_ptr<aio::PinnedPool>& pool) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "aio/fault_engine.h"
 #include "comm/communicator.h"
 #include "core/fs.h"
 #include "zero3/engine_test_util.h"
@@ -290,6 +291,86 @@ INSTANTIATE_TEST_SUITE_P(Tiers, EngineCheckpointTest,
                          ::testing::Values(std::make_tuple(OffloadDevice::kNvme, OffloadDevice::kNvme),
                                            std::make_tuple(OffloadDevice::kNvme, OffloadDevice::kCpu),
                                            std::make_tuple(OffloadDevice::kCpu, OffloadDevice::kNvme)));
+
+// The optimizer update runs after Step returned. When it fails, the error
+// reaches WaitForUpdate and stays: fetches of blocks it did not reach,
+// ReduceGradients, Step and SaveCheckpoint all refuse, so no step trains on a
+// mix of old and new parameters, until LoadCheckpoint restores a saved state,
+// after which training continues as if nothing had happened.
+TEST(EngineTest, FailedUpdateIsStickyUntilLoadCheckpoint) {
+  TempDir dir;
+  Config config = BaseConfig();
+  SetTiers(config, OffloadDevice::kNvme, OffloadDevice::kNvme, dir);
+  TrainOptions all;
+  all.steps = 3;
+  const Outcome want = TrainModel(config, all);
+
+  aio::IoEngineOptions inner;
+  inner.direct_io = aio::DirectIo::kPrefer;
+  aio::FaultOptions f;
+  f.seed = 5;
+  f.eio_rate = 1.0;
+  f.path_filter = dir.Sub("optim0") + "/";
+  auto faulty = aio::FaultyEngine::Create(inner, f);
+  ASSERT_TRUE(faulty.ok()) << faulty.status().ToString();
+  (*faulty)->injector().set_enabled(false);
+
+  comm::LocalCommunicator local;
+  auto device = CreateHostDevice(0);
+  EngineOptions o;
+  o.device = device.get();
+  o.host_communicator = &local;
+  o.optimizer_threads = 1;
+  o.run_id = "zero3-sticky";
+  o.io_engine = faulty->get();
+  auto engine = Engine::Create(config, kModel.Blocks(), o);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  Engine& e = **engine;
+  TrainOptions first;
+  first.steps = 1;
+  Train(e, kModel, first, static_cast<int>(config.gradient_accumulation_steps));
+  const std::string ckpt = dir.Sub("ckpt") + "/step-1";
+  ASSERT_TRUE(MakeDirectories(dir.Sub("ckpt")).ok());
+  ASSERT_TRUE(e.SaveCheckpoint(ckpt, {}).ok());
+
+  // Step 2's update reads the optimizer state from the failing file.
+  (*faulty)->injector().set_enabled(true);
+  TrainOptions second = first;
+  second.first_step = 1;
+  second.set_parameters = false;
+  Train(e, kModel, second, static_cast<int>(config.gradient_accumulation_steps));
+  Status failed = e.WaitForUpdate();
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.code(), StatusCode::kIoError) << failed.ToString();
+  EXPECT_NE(failed.message().find("optim0/"), std::string::npos) << failed.ToString();
+  (*faulty)->injector().set_enabled(false);
+  EXPECT_EQ(e.WaitForUpdate().code(), failed.code());
+  auto ptrs = e.Acquire(kModel.num_blocks() - 1);
+  EXPECT_FALSE(ptrs.ok());
+  if (ptrs.ok()) {
+    EXPECT_TRUE(e.Release(kModel.num_blocks() - 1).ok());
+  }
+  EXPECT_FALSE(e.Step().ok());
+  EXPECT_FALSE(e.SaveCheckpoint(dir.Sub("ckpt") + "/step-2", {}).ok());
+
+  // The saved state goes on with steps 2 and 3 as if nothing had happened.
+  // (The store's sticky I/O error is the optimizer swapper's business: the
+  // resumed engine must not meet it, so a fresh engine loads the checkpoint.)
+  TempDir dir2;
+  Config other = config;
+  SetTiers(other, OffloadDevice::kNvme, OffloadDevice::kNvme, dir2);
+  EngineUnderTest resumed = MakeEngine(other, kModel.Blocks(), &local);
+  ASSERT_NE(resumed.engine, nullptr);
+  ASSERT_TRUE(resumed.engine->LoadCheckpoint(ckpt).ok());
+  TrainOptions rest;
+  rest.steps = 2;
+  rest.first_step = 1;
+  rest.set_parameters = false;
+  Outcome got;
+  got.loss = Train(*resumed.engine, kModel, rest, static_cast<int>(config.gradient_accumulation_steps));
+  got.master = MasterWeights(*resumed.engine, kModel);
+  ExpectBitIdentical(got, want);
+}
 
 TEST(EngineTest, CheckpointRefusesAnotherLayoutAndMidAccumulation) {
   TempDir dir;
