@@ -162,6 +162,14 @@ struct EngineCounters {
   int64_t live_limit_overruns = 0;   // demanded fetches past max_live (all held)
 };
 
+// The counters' change from `before` to `after` (both from counters()):
+// every cumulative field is the difference; the levels (live_elems,
+// peak_live_elems, order_changes) are `after`'s.
+EngineCounters CountersSince(const EngineCounters& before, const EngineCounters& after);
+// Adds a CountersSince result to a running total: cumulative fields add up,
+// peak_live_elems is the larger, the other levels take `delta`'s.
+void AddCounters(EngineCounters& total, const EngineCounters& delta);
+
 class Engine {
  public:
   // Lays out `blocks`, creates the tiers, swap files and buffers. Errors:

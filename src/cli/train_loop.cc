@@ -8,26 +8,6 @@
 namespace zinf::cli {
 namespace {
 
-void Add(EngineCounters& total, const EngineCounters& d) {
-  total.nvme_read_bytes += d.nvme_read_bytes;
-  total.nvme_write_bytes += d.nvme_write_bytes;
-  total.optimizer_nvme_bytes += d.optimizer_nvme_bytes;
-  total.h2d_bytes += d.h2d_bytes;
-  total.d2h_bytes += d.d2h_bytes;
-  total.allgather_bytes += d.allgather_bytes;
-  total.reduce_scatter_bytes += d.reduce_scatter_bytes;
-  total.nvme_wait_ns += d.nvme_wait_ns;
-  total.fetch_wait_ns += d.fetch_wait_ns;
-  total.allgather_ns += d.allgather_ns;
-  total.reduce_scatter_ns += d.reduce_scatter_ns;
-  total.optimizer_ns += d.optimizer_ns;
-  total.fetches += d.fetches;
-  total.prefetches += d.prefetches;
-  total.prefetch_hits += d.prefetch_hits;
-  total.resident_hits += d.resident_hits;
-  total.evictions += d.evictions;
-  total.peak_live_elems = std::max(total.peak_live_elems, d.peak_live_elems);
-}
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0.0;
@@ -78,7 +58,7 @@ StatusOr<TrainSummary> RunTraining(model::Trainer& trainer, const TrainRun& run)
     s.fetch_wait_seconds += static_cast<double>(r.engine.fetch_wait_ns) / 1e9;
     s.comm_seconds += static_cast<double>(r.engine.allgather_ns + r.engine.reduce_scatter_ns) / 1e9;
     s.optimizer_seconds += static_cast<double>(r.engine.optimizer_ns) / 1e9;
-    Add(s.moved, r.engine);
+    AddCounters(s.moved, r.engine);
     tok_per_s.push_back(static_cast<double>(r.tokens) / std::max(r.seconds, 1e-9));
     window.push_back(r.loss);
     const bool last = trainer.step() == run.steps;

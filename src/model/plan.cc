@@ -276,7 +276,7 @@ StatusOr<PlanOption> EstimateOption(const PlanInputs& in, const Config& config) 
         swap::OptimizerSwapper::RequiredBuffers(so) * sub_bytes);
   }
   add(Tier::kPinned, "fp32 gradient accumulator (whole shard)", AlignUp(total * 4, kIoAlign));
-  add(Tier::kPinned, "new-parameter buffer (whole shard, fp32-sized)", AlignUp(total * 4, kIoAlign));
+  add(Tier::kPinned, "new-parameter buffer (whole shard, working type)", AlignUp(total * pes, kIoAlign));
   add(Tier::kPinned, "gradient staging (largest shard)", AlignUp(max_shard * 8, kIoAlign));
   add(Tier::kPageable, "initial fp32 master weights (until the first step)", total * 4, /*transient=*/true);
 

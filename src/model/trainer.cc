@@ -74,28 +74,6 @@ StatusOr<std::string> LatestIn(const std::string& rank_dir) {
   return swap::ResolveLatest(*io.engine, *io.pool, rank_dir);
 }
 
-EngineCounters Delta(const EngineCounters& a, const EngineCounters& b) {
-  EngineCounters d = b;
-  d.nvme_read_bytes -= a.nvme_read_bytes;
-  d.nvme_write_bytes -= a.nvme_write_bytes;
-  d.optimizer_nvme_bytes -= a.optimizer_nvme_bytes;
-  d.h2d_bytes -= a.h2d_bytes;
-  d.d2h_bytes -= a.d2h_bytes;
-  d.allgather_bytes -= a.allgather_bytes;
-  d.reduce_scatter_bytes -= a.reduce_scatter_bytes;
-  d.nvme_wait_ns -= a.nvme_wait_ns;
-  d.fetch_wait_ns -= a.fetch_wait_ns;
-  d.allgather_ns -= a.allgather_ns;
-  d.reduce_scatter_ns -= a.reduce_scatter_ns;
-  d.optimizer_ns -= a.optimizer_ns;
-  d.fetches -= a.fetches;
-  d.prefetches -= a.prefetches;
-  d.prefetch_hits -= a.prefetch_hits;
-  d.resident_hits -= a.resident_hits;
-  d.evictions -= a.evictions;
-  return d;
-}
-
 }  // namespace
 
 std::vector<std::string> GptTensorExportNames(const GptConfig& config, BlockId block) {
@@ -409,7 +387,7 @@ StatusOr<StepReport> Trainer::Step() {
       report.tokens = tokens_per_step();
       report.seconds = SecondsSince(t0);
       report.compute_seconds = m.compute_seconds;
-      report.engine = Delta(before, m.engine->counters());
+      report.engine = CountersSince(before, m.engine->counters());
       return report;
     }
   }

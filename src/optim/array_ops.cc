@@ -65,4 +65,16 @@ Status CastToF32(ThreadPool& pool, Isa isa, const void* src, DType src_dtype, fl
   return Status::Ok();
 }
 
+Status AddScaled(ThreadPool& pool, const float* src, float scale, float* acc, int64_t n) {
+  ZINF_RETURN_IF_ERROR(CheckArgs(Isa::kScalar, src, acc, n, "add scaled"));
+  if (n == 0) return Status::Ok();
+  pool.ParallelFor(n, kChunkElems, [&](int64_t, int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float product = src[i] * scale;
+      acc[i] += product;
+    }
+  });
+  return Status::Ok();
+}
+
 }  // namespace zinf::optim

@@ -36,5 +36,9 @@ StatusOr<double> SumSquares(ThreadPool& pool, Isa isa, const void* x, DType dtyp
 Status CastFromF32(ThreadPool& pool, Isa isa, const float* src, DType dst_dtype, void* dst, int64_t n);
 // dst[i] = src[i] as fp32 (exact), src holding `src_dtype` (kBf16 or kF16).
 Status CastToF32(ThreadPool& pool, Isa isa, const void* src, DType src_dtype, float* dst, int64_t n);
+// acc[i] += src[i] * scale, rounded after the product and after the sum
+// (no fused multiply-add), so the result is the plain C++ loop's on every
+// thread count: the engine's gradient accumulation.
+Status AddScaled(ThreadPool& pool, const float* src, float scale, float* acc, int64_t n);
 
 }  // namespace zinf::optim

@@ -389,7 +389,7 @@ Status Engine::Impl::Init(const Config& cfg, const std::vector<BlockSpec>& block
   ZINF_ASSIGN_OR_RETURN(accum_pool, OnePinnedBuffer(total * 4, true, "grad accumulator"));
   accum = accum_pool->Acquire();
   std::memset(accum.data(), 0, static_cast<size_t>(total * 4));
-  ZINF_ASSIGN_OR_RETURN(new_params_pool, OnePinnedBuffer(total * 4, true, "new params"));
+  ZINF_ASSIGN_OR_RETURN(new_params_pool, OnePinnedBuffer(total * param_es, true, "new params"));
   new_params = new_params_pool->Acquire();
   ZINF_ASSIGN_OR_RETURN(staging_pool, OnePinnedBuffer(partitioner->max_shard_numel() * 8, true, "grad staging"));
   staging = staging_pool->Acquire();
@@ -819,8 +819,7 @@ Status Engine::ReduceGradients(BlockId block, const std::vector<const void*>& gr
   const float scale =
       1.0f / static_cast<float>(m.partitioner->world_size() * m.config.gradient_accumulation_steps);
   float* acc = reinterpret_cast<float*>(m.accum.data()) + l.rank_offset;
-  for (int64_t i = 0; i < l.shard_numel; ++i) acc[i] += g[i] * scale;
-  return Status::Ok();
+  return optim::AddScaled(*m.threads, g, scale, acc, l.shard_numel);
 }
 
 StatusOr<StepResult> Engine::Step() {
@@ -878,6 +877,34 @@ StatusOr<StepResult> Engine::Step() {
 }
 
 Status Engine::WaitForUpdate() { return impl_->FinishUpdate(); }
+
+namespace {
+
+// Every EngineCounters field that only grows (the rest are levels).
+constexpr int64_t EngineCounters::*kCumulativeCounters[] = {
+    &EngineCounters::nvme_read_bytes,   &EngineCounters::nvme_write_bytes,  &EngineCounters::optimizer_nvme_bytes,
+    &EngineCounters::h2d_bytes,         &EngineCounters::d2h_bytes,         &EngineCounters::allgather_bytes,
+    &EngineCounters::reduce_scatter_bytes, &EngineCounters::nvme_wait_ns,   &EngineCounters::fetch_wait_ns,
+    &EngineCounters::allgather_ns,      &EngineCounters::reduce_scatter_ns, &EngineCounters::optimizer_ns,
+    &EngineCounters::fetches,           &EngineCounters::prefetches,        &EngineCounters::prefetch_hits,
+    &EngineCounters::resident_hits,     &EngineCounters::evictions,         &EngineCounters::live_limit_overruns,
+};
+
+}  // namespace
+
+EngineCounters CountersSince(const EngineCounters& before, const EngineCounters& after) {
+  EngineCounters d = after;
+  for (auto field : kCumulativeCounters) d.*field -= before.*field;
+  return d;
+}
+
+void AddCounters(EngineCounters& total, const EngineCounters& delta) {
+  const int64_t peak = std::max(total.peak_live_elems, delta.peak_live_elems);
+  EngineCounters sum = delta;
+  for (auto field : kCumulativeCounters) sum.*field += total.*field;
+  sum.peak_live_elems = peak;
+  total = sum;
+}
 
 Status Engine::GetMasterParameters(BlockId block, const std::vector<float*>& out) {
   Impl& m = *impl_;

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "optim/array_ops.h"
+#include "optim/cpu_adam.h"
 #include "optim/thread_pool.h"
 #include "optim_test_util.h"
 
@@ -230,6 +231,29 @@ TEST_P(CastIsaTest, RejectsBadArguments) {
   EXPECT_FALSE(CastFromF32(**pool, GetParam(), nullptr, DType::kBf16, &h, 1).ok());
   EXPECT_FALSE(CastToF32(**pool, GetParam(), &h, DType::kBf16, &f, -1).ok());
   EXPECT_TRUE(CastToF32(**pool, GetParam(), nullptr, DType::kBf16, nullptr, 0).ok());
+}
+
+TEST(AddScaledTest, MatchesTheScalarLoopOnAnyThreadCount) {
+  const int64_t n = 3 * kChunkElems + 17;  // several chunks and a ragged end
+  std::vector<float> src(static_cast<size_t>(n)), base(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    src[static_cast<size_t>(i)] = std::sin(0.37f * static_cast<float>(i)) * 1e-3f;
+    base[static_cast<size_t>(i)] = std::cos(0.11f * static_cast<float>(i));
+  }
+  const float scale = 1.0f / 6.0f;
+  std::vector<float> want = base;
+  for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] += src[static_cast<size_t>(i)] * scale;
+  for (int threads : {1, 3}) {
+    auto pool = ThreadPool::Create({.num_threads = threads});
+    ASSERT_TRUE(pool.ok());
+    std::vector<float> acc = base;
+    ASSERT_TRUE(AddScaled(**pool, src.data(), scale, acc.data(), n).ok());
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(Bits(acc[static_cast<size_t>(i)]), Bits(want[static_cast<size_t>(i)])) << i << " threads " << threads;
+    }
+    EXPECT_FALSE(AddScaled(**pool, nullptr, scale, acc.data(), 1).ok());
+    EXPECT_FALSE(AddScaled(**pool, src.data(), scale, acc.data(), -1).ok());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, CastIsaTest, ::testing::ValuesIn(testing::AllIsas()),
