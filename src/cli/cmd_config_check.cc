@@ -36,6 +36,10 @@ int Run(const std::vector<std::string>& args) {
   for (const auto* s : {&world, &hidden, &steps, &params}) {
     if (!s->ok()) return Fail("config-check", s->status(), 2);
   }
+  if (*world < 1 || *world > (1 << 20)) {
+    return Fail("config-check",
+                Status::InvalidArgument("--world-size: expected 1..1048576 ranks, got " + std::to_string(*world)), 2);
+  }
   ctx.world_size = static_cast<int>(*world);
   if (*hidden > 0) ctx.hidden_size = *hidden;
   if (*steps > 0) ctx.total_steps = *steps;

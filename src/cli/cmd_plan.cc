@@ -311,7 +311,7 @@ int Run(const std::vector<std::string>& args) {
     } else if (chosen.config.offloads_to_nvme() && in.nvme_paths.empty()) {
       config_status = Status::InvalidArgument("--write-config: the chosen config offloads to NVMe; give --nvme PATH");
     } else {
-      config_text = model::PlanConfigJson(chosen.config);
+      config_text = ConfigChangesToJson(chosen.config) + "\n";
       auto parsed = ParseConfig(config_text, *out);
       Status st = parsed.status();
       AutoContext ctx;

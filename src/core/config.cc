@@ -20,6 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/check.h"
+
 namespace zinf {
 
 using nlohmann::json;
@@ -683,7 +685,9 @@ Status ResolveAuto(Config& c, const AutoContext& ctx) {
   return Status::Ok();
 }
 
-std::string ConfigToJson(const Config& c, int indent) {
+namespace {
+
+json ConfigJson(const Config& c) {
   auto paths = [](const std::vector<std::string>& v) -> json {
     if (v.empty()) return nullptr;
     if (v.size() == 1) return v[0];
@@ -771,6 +775,47 @@ std::string ConfigToJson(const Config& c, int indent) {
     }
     (*node)[rest] = "auto";
   }
+  return j;
+}
+
+// Removes from `j` what equals `defaults`, except the keys in `keep` (paths
+// relative to the top; a section's "type" must stay, since a section given
+// without one is an error); objects left empty go too.
+void DropDefaults(json& j, const json& defaults, const std::string& path, const std::vector<std::string>& keep) {
+  for (auto it = j.begin(); it != j.end();) {
+    const std::string key = path.empty() ? it.key() : path + "." + it.key();
+    const bool kept = std::find(keep.begin(), keep.end(), key) != keep.end();
+    const auto d = defaults.find(it.key());
+    if (!kept && d != defaults.end()) {
+      if (it->is_object() && d->is_object()) {
+        DropDefaults(*it, *d, key, keep);
+        if (it->empty()) {
+          it = j.erase(it);
+          continue;
+        }
+      } else if (it->dump() == d->dump()) {  // as printed: -0.0 is not 0.0
+        it = j.erase(it);
+        continue;
+      }
+    }
+    ++it;
+  }
+}
+
+}  // namespace
+
+std::string ConfigToJson(const Config& c, int indent) { return ConfigJson(c).dump(indent); }
+
+std::string ConfigChangesToJson(const Config& c, int indent) {
+  json j = ConfigJson(c);
+  // What a key left out becomes: ParseConfig's defaults, "auto" included.
+  const StatusOr<Config> parsed_defaults = ParseConfig("{}", "defaults");
+  ZINF_CHECK(parsed_defaults.ok());
+  const json defaults = ConfigJson(*parsed_defaults);
+  DropDefaults(j, defaults, "",
+               {"zero_optimization.stage", "zero_optimization.offload_param.device",
+                "zero_optimization.offload_optimizer.device", "optimizer.type", "scheduler.type",
+                "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"});
   return j.dump(indent);
 }
 

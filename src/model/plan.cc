@@ -8,16 +8,12 @@
 #include <cmath>
 #include <cstdlib>
 
-#include <nlohmann/json.hpp>
-
 #include "core/units.h"
 #include "swap/optimizer_swapper.h"
 #include "zero3/partitioner.h"
 
 namespace zinf::model {
 namespace {
-
-using nlohmann::json;
 
 // HostDevice and cudaMalloc round every allocation to 256 bytes.
 constexpr int64_t kDeviceAlign = 256;
@@ -397,61 +393,6 @@ StatusOr<Plan> MakePlan(const PlanInputs& in) {
     }
   }
   return plan;
-}
-
-std::string PlanConfigJson(const Config& c) {
-  const ZeroConfig& z = c.zero;
-  auto paths = [](const std::vector<std::string>& p) -> json {
-    if (p.size() == 1) return p[0];
-    return p;
-  };
-  json zero = {{"stage", z.stage},
-               {"overlap_comm", z.overlap_comm},
-               {"contiguous_gradients", z.contiguous_gradients},
-               {"reduce_bucket_size", z.reduce_bucket_size},
-               {"allgather_bucket_size", z.allgather_bucket_size},
-               {"sub_group_size", z.sub_group_size},
-               {"stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size},
-               {"stage3_param_persistence_threshold", z.stage3_param_persistence_threshold},
-               {"stage3_max_live_parameters", z.stage3_max_live_parameters},
-               {"stage3_max_reuse_distance", z.stage3_max_reuse_distance}};
-  if (z.offload_param.device != OffloadDevice::kNone) {
-    json p = {{"device", OffloadDeviceName(z.offload_param.device)}, {"pin_memory", z.offload_param.pin_memory}};
-    if (z.offload_param.device == OffloadDevice::kNvme) {
-      p["nvme_path"] = paths(z.offload_param.nvme_paths);
-      p["buffer_count"] = z.offload_param.buffer_count;
-      p["buffer_size"] = z.offload_param.buffer_size;
-      p["max_in_cpu"] = z.offload_param.max_in_cpu;
-    }
-    zero["offload_param"] = p;
-  }
-  if (z.offload_optimizer.device != OffloadDevice::kNone) {
-    json o = {{"device", OffloadDeviceName(z.offload_optimizer.device)},
-              {"pin_memory", z.offload_optimizer.pin_memory}};
-    if (z.offload_optimizer.device == OffloadDevice::kNvme) {
-      o["nvme_path"] = paths(z.offload_optimizer.nvme_paths);
-      o["buffer_count"] = z.offload_optimizer.buffer_count;
-      o["pipeline_read"] = z.offload_optimizer.pipeline_read;
-      o["pipeline_write"] = z.offload_optimizer.pipeline_write;
-    }
-    zero["offload_optimizer"] = o;
-  }
-  json j = {{"train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu},
-            {"gradient_accumulation_steps", c.gradient_accumulation_steps},
-            {"gradient_clipping", c.gradient_clipping},
-            {"bf16", {{"enabled", c.bf16.enabled}}},
-            {"optimizer",
-             {{"type", OptimizerTypeName(c.optimizer.type)},
-              {"params", {{"lr", c.optimizer.lr}, {"weight_decay", c.optimizer.weight_decay}}}}},
-            {"zero_optimization", zero}};
-  if (c.offloads_to_nvme()) {
-    j["aio"] = {{"block_size", c.aio.block_size},
-                {"queue_depth", c.aio.queue_depth},
-                {"thread_count", c.aio.thread_count},
-                {"single_submit", c.aio.single_submit},
-                {"overlap_events", c.aio.overlap_events}};
-  }
-  return j.dump(2) + "\n";
 }
 
 }  // namespace zinf::model

@@ -143,7 +143,5 @@ StatusOr<PlanOption> EstimateOption(const PlanInputs& inputs, const Config& conf
 // nvme_paths or nvme_bytes.
 StatusOr<Plan> MakePlan(const PlanInputs& inputs);
 
-// The DeepSpeed JSON of a PlanConfig: the keys that matter, defaults left out.
-std::string PlanConfigJson(const Config& config);
 
 }  // namespace zinf::model

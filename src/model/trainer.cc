@@ -92,8 +92,8 @@ std::vector<std::string> GptTensorExportNames(const GptConfig& config, BlockId b
 struct Trainer::Impl {
   Config config;
   TrainerOptions options;
-  GptConfig model;
-  int batch = 0;
+  const GptConfig& model() const { return options.model; }
+  int batch() const { return static_cast<int>(config.train_micro_batch_size_per_gpu); }
 
   std::unique_ptr<comm::Communicator> owned_comm;
   comm::Communicator* comm = nullptr;
@@ -197,14 +197,14 @@ struct Trainer::Impl {
   // Returns the mean loss.
   StatusOr<double> MicroBatch(bool backward) {
     ZINF_RETURN_IF_ERROR(compute->SetBatch(inputs.data(), targets.data()));
-    const BlockId head = HeadBlock(model);
+    const BlockId head = HeadBlock(model());
     {
       ZINF_ASSIGN_OR_RETURN(auto p, AcquireAsFloat(kEmbedBlock, param_scratch));
       ZINF_RETURN_IF_ERROR(Timed([&] { return compute->EmbedForward(p); }));
       ZINF_RETURN_IF_ERROR(SyncCompute());
       ZINF_RETURN_IF_ERROR(engine->Release(kEmbedBlock));
     }
-    for (int l = 0; l < model.n_layer; ++l) {
+    for (int l = 0; l < model().n_layer; ++l) {
       ZINF_ASSIGN_OR_RETURN(auto p, AcquireAsFloat(LayerBlock(l), param_scratch));
       ZINF_RETURN_IF_ERROR(Timed([&] { return compute->LayerForward(l, p); }));
       ZINF_RETURN_IF_ERROR(SyncCompute());
@@ -214,7 +214,7 @@ struct Trainer::Impl {
     {
       ZINF_ASSIGN_OR_RETURN(auto h, AcquireAsFloat(head, param_scratch));
       const float* lm_head = nullptr;
-      if (model.tied_embeddings) {
+      if (model().tied_embeddings) {
         ZINF_ASSIGN_OR_RETURN(auto e, AcquireAsFloat(kEmbedBlock, embed_scratch));
         lm_head = e[kWte];
       } else {
@@ -224,7 +224,7 @@ struct Trainer::Impl {
       if (backward) {
         grads.head = ZeroedGrads(head, grad_scratch);
         std::vector<float*> eg = ZeroedGrads(kEmbedBlock, embed_grads);
-        grads.lm_head = model.tied_embeddings ? eg[kWte] : grads.head[kLmHead];
+        grads.lm_head = model().tied_embeddings ? eg[kWte] : grads.head[kLmHead];
       }
       const double scale = config.fp16.enabled ? engine->loss_scale() : 1.0;
       const auto t0 = Clock::now();
@@ -234,11 +234,11 @@ struct Trainer::Impl {
       loss = *l;
       ZINF_RETURN_IF_ERROR(SyncCompute());
       ZINF_RETURN_IF_ERROR(engine->Release(head));
-      if (model.tied_embeddings) ZINF_RETURN_IF_ERROR(engine->Release(kEmbedBlock));
+      if (model().tied_embeddings) ZINF_RETURN_IF_ERROR(engine->Release(kEmbedBlock));
       if (backward) ZINF_RETURN_IF_ERROR(engine->ReduceGradients(head, AsConst(grads.head)));
     }
     if (!backward) return loss;
-    for (int l = model.n_layer - 1; l >= 0; --l) {
+    for (int l = model().n_layer - 1; l >= 0; --l) {
       const BlockId b = LayerBlock(l);
       ZINF_ASSIGN_OR_RETURN(auto p, AcquireAsFloat(b, param_scratch));
       std::vector<float*> g = ZeroedGrads(b, grad_scratch);
@@ -267,10 +267,10 @@ struct Trainer::Impl {
     return {{"trainer.step", std::to_string(steps_done)},
             {"trainer.loader_epoch", std::to_string(pos.epoch)},
             {"trainer.loader_batch", std::to_string(pos.batch)},
-            {"trainer.model", GptConfigToJson(model)},
+            {"trainer.model", GptConfigToJson(model())},
             {"trainer.data", data_identity},
             {"trainer.seed", std::to_string(options.seed)},
-            {"trainer.micro_batch", std::to_string(batch)},
+            {"trainer.micro_batch", std::to_string(batch())},
             {"trainer.gradient_accumulation_steps", std::to_string(config.gradient_accumulation_steps)}};
   }
 };
@@ -282,12 +282,10 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   auto m = std::make_unique<Impl>();
   m->config = config;
   m->options = options;
-  m->model = options.model;
   if (config.train_micro_batch_size_per_gpu <= 0 || config.train_micro_batch_size_per_gpu > (1 << 20)) {
     return Status::InvalidArgument("train_micro_batch_size_per_gpu must be in 1..2^20, got " +
                                    std::to_string(config.train_micro_batch_size_per_gpu));
   }
-  m->batch = static_cast<int>(config.train_micro_batch_size_per_gpu);
 
   // Ranks: MPI when launched with several, else one.
   m->comm = options.engine.host_communicator;
@@ -308,16 +306,16 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
 
   // Data first: a bad file is reported before anything big is allocated.
   if (options.data_path.empty()) {
-    if (m->model.vocab_size < ByteTokenizer::kVocabSize) {
+    if (m->model().vocab_size < ByteTokenizer::kVocabSize) {
       return Status::InvalidArgument("the built-in corpus needs vocab_size >= " +
                                      std::to_string(ByteTokenizer::kVocabSize) + " (bytes and end-of-text), the model has " +
-                                     std::to_string(m->model.vocab_size));
+                                     std::to_string(m->model().vocab_size));
     }
     m->tokens = BuiltinCorpusTokens(options.corpus_bytes, options.seed);
     m->data_identity = "builtin-corpus bytes=" + std::to_string(options.corpus_bytes) +
                        " seed=" + std::to_string(options.seed);
   } else {
-    ZINF_ASSIGN_OR_RETURN(m->tokens, ReadTokenFile(options.data_path, m->model.vocab_size));
+    ZINF_ASSIGN_OR_RETURN(m->tokens, ReadTokenFile(options.data_path, m->model().vocab_size));
     char crc[16];
     std::snprintf(crc, sizeof(crc), "%08x", Crc32c(m->tokens.data(), m->tokens.size() * sizeof(uint16_t)));
     m->data_identity = "tokens=" + std::to_string(m->tokens.size()) + " crc32c=" + crc;
@@ -325,22 +323,22 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   const double eval_fraction = std::clamp(options.eval_fraction, 0.0, 0.5);
   m->num_train_tokens = m->tokens.size() - static_cast<size_t>(static_cast<double>(m->tokens.size()) * eval_fraction);
   const std::span<const uint16_t> train(m->tokens.data(), m->num_train_tokens);
-  ZINF_ASSIGN_OR_RETURN(DataLoader loader, DataLoader::Create(train, m->batch, m->model.seq_len, options.seed,
+  ZINF_ASSIGN_OR_RETURN(DataLoader loader, DataLoader::Create(train, m->batch(), m->model().seq_len, options.seed,
                                                               m->comm->rank(), m->comm->world_size()));
   m->train_loader.emplace(std::move(loader));
-  const size_t bt = static_cast<size_t>(m->batch) * static_cast<size_t>(m->model.seq_len);
+  const size_t bt = static_cast<size_t>(m->batch()) * static_cast<size_t>(m->model().seq_len);
   m->inputs.resize(bt);
   m->targets.resize(bt);
 
   // The engine, then the weights.
-  const std::vector<BlockSpec> specs = GptBlockSpecs(m->model);
+  const std::vector<BlockSpec> specs = GptBlockSpecs(m->model());
   EngineOptions eo = options.engine;
   eo.device = m->device;
   eo.host_communicator = m->comm;
   eo.grad_type = ElementType::kF32;
   ZINF_ASSIGN_OR_RETURN(m->engine, Engine::Create(config, specs, eo));
   for (BlockId b = 0; b < static_cast<BlockId>(specs.size()); ++b) {
-    const std::vector<std::vector<float>> w = InitBlockWeights(m->model, b, options.seed);
+    const std::vector<std::vector<float>> w = InitBlockWeights(m->model(), b, options.seed);
     std::vector<const float*> ptrs;
     for (const auto& t : w) ptrs.push_back(t.data());
     ZINF_RETURN_IF_ERROR(m->engine->SetParameters(b, ptrs));
@@ -348,13 +346,13 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
 
   // Kernels, activations and scratch on the engine's device.
   ZINF_ASSIGN_OR_RETURN(m->ops, CreateOps(*m->device));
-  ZINF_ASSIGN_OR_RETURN(m->compute, GptCompute<float>::Create(m->model, m->batch, m->ops.get(), m->device));
+  ZINF_ASSIGN_OR_RETURN(m->compute, GptCompute<float>::Create(m->model(), m->batch(), m->ops.get(), m->device));
   int64_t max_block = 0;
   for (const BlockSpec& b : specs) max_block = std::max(max_block, BlockNumel(b));
   const int64_t embed = BlockNumel(specs[kEmbedBlock]);
   const bool cast = m->engine->param_type() != ElementType::kF32;
   ZINF_ASSIGN_OR_RETURN(m->param_scratch, m->AllocateFloats(cast ? max_block : 0));
-  ZINF_ASSIGN_OR_RETURN(m->embed_scratch, m->AllocateFloats(cast && m->model.tied_embeddings ? embed : 0));
+  ZINF_ASSIGN_OR_RETURN(m->embed_scratch, m->AllocateFloats(cast && m->model().tied_embeddings ? embed : 0));
   ZINF_ASSIGN_OR_RETURN(m->grad_scratch, m->AllocateFloats(max_block));
   ZINF_ASSIGN_OR_RETURN(m->embed_grads, m->AllocateFloats(embed));
   return std::unique_ptr<Trainer>(new Trainer(std::move(m)));
@@ -397,14 +395,14 @@ StatusOr<StepReport> Trainer::Step() {
 bool Trainer::can_evaluate() const {
   const Impl& m = *impl_;
   const std::span<const uint16_t> eval(m.tokens.data() + m.num_train_tokens, m.tokens.size() - m.num_train_tokens);
-  return DataLoader::Create(eval, m.batch, m.model.seq_len, m.options.seed, m.comm->rank(), m.comm->world_size())
+  return DataLoader::Create(eval, m.batch(), m.model().seq_len, m.options.seed, m.comm->rank(), m.comm->world_size())
       .ok();
 }
 
 StatusOr<double> Trainer::Evaluate(int batches) {
   Impl& m = *impl_;
   const std::span<const uint16_t> eval(m.tokens.data() + m.num_train_tokens, m.tokens.size() - m.num_train_tokens);
-  auto loader = DataLoader::Create(eval, m.batch, m.model.seq_len, m.options.seed, m.comm->rank(),
+  auto loader = DataLoader::Create(eval, m.batch(), m.model().seq_len, m.options.seed, m.comm->rank(),
                                    m.comm->world_size());
   if (!loader.ok()) {
     return Status::FailedPrecondition("trainer: the held-out tokens (" + std::to_string(eval.size()) +
@@ -608,14 +606,14 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
     }
     ZINF_RETURN_IF_ERROR(m.engine->GetMasterParameters(b, out));
     if (m.comm->rank() != 0) continue;
-    const std::vector<std::string> names = GptTensorExportNames(m.model, b);
+    const std::vector<std::string> names = GptTensorExportNames(m.model(), b);
     for (size_t t = 0; t < spec.tensors.size(); ++t) {
       std::vector<int64_t> shape = spec.tensors[t].shape;
       int64_t n = spec.tensors[t].numel();
       // The vocabulary padding rows are not part of the model.
-      const bool vocab_rows = (b == kEmbedBlock && t == kWte) || (b == HeadBlock(m.model) && t == kLmHead);
+      const bool vocab_rows = (b == kEmbedBlock && t == kWte) || (b == HeadBlock(m.model()) && t == kLmHead);
       if (vocab_rows) {
-        shape[0] = m.model.vocab_size;
+        shape[0] = m.model().vocab_size;
         n = shape[0] * shape[1];
       }
       std::vector<std::byte> bytes(static_cast<size_t>(n * es));
@@ -635,7 +633,7 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
   if (m.comm->rank() != 0) return Status::Ok();
   std::map<std::string, std::string> metadata = {
       {"format", "pt"},
-      {"zinf.model", GptConfigToJson(m.model)},
+      {"zinf.model", GptConfigToJson(m.model())},
       {"zinf.step", std::to_string(m.steps_done)},
       {"zinf.layout", "linear weights are [out_features, in_features]; lm_head is wte when tied"}};
   return WriteSafetensors(path, tensors, metadata);
@@ -644,10 +642,10 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
 int64_t Trainer::step() const { return impl_->steps_done; }
 int64_t Trainer::tokens_per_step() const {
   const Impl& m = *impl_;
-  return static_cast<int64_t>(m.batch) * m.model.seq_len * m.config.gradient_accumulation_steps *
+  return static_cast<int64_t>(m.batch()) * m.model().seq_len * m.config.gradient_accumulation_steps *
          m.comm->world_size();
 }
-const GptConfig& Trainer::model() const { return impl_->model; }
+const GptConfig& Trainer::model() const { return impl_->model(); }
 Engine& Trainer::engine() { return *impl_->engine; }
 int64_t Trainer::activation_bytes() const { return impl_->compute->activation_bytes() + impl_->scratch_bytes; }
 int64_t Trainer::num_train_tokens() const { return static_cast<int64_t>(impl_->num_train_tokens); }

@@ -10,7 +10,8 @@
 //     source.
 //   * A config that parses is within the documented ranges.
 //   * ConfigToJson of what was parsed (still holding "auto") parses again and
-//     prints the same text.
+//     prints the same text; so does ConfigChangesToJson of a resolved config
+//     (parsed and resolved again, it prints as the resolved config).
 //   * For each fixed AutoContext under which ResolveAuto succeeds: the batch
 //     rule holds, nothing is left "auto", and the resolved config printed by
 //     ConfigToJson parses, resolves under the same context, and prints the
@@ -99,6 +100,15 @@ void CheckResolved(const zinf::Config& parsed, const zinf::AutoContext& ctx, con
   FUZZ_CHECK(st.ok(), text + "\n-- printed as --\n" + printed + "\n-- which fails to resolve --\n" + st.message());
   const std::string reprinted = zinf::ConfigToJson(*again);
   FUZZ_CHECK(reprinted == printed, text + "\n-- printed as --\n" + printed + "\n-- then as --\n" + reprinted);
+
+  // The short form (`zinf plan --write-config`) parses back to the same config.
+  const std::string changes = zinf::ConfigChangesToJson(c);
+  auto from_changes = zinf::ParseConfig(changes, "changes");
+  FUZZ_CHECK(from_changes.ok(), text + "\n-- changes --\n" + changes + "\n-- which fail with --\n" +
+                                    from_changes.status().message());
+  st = zinf::ResolveAuto(*from_changes, ctx);
+  FUZZ_CHECK(st.ok(), text + "\n-- changes --\n" + changes + "\n-- which fail to resolve --\n" + st.message());
+  FUZZ_CHECK(zinf::ConfigToJson(*from_changes) == printed, text + "\n-- changes --\n" + changes);
 }
 
 void FuzzConfig(std::string_view input) {

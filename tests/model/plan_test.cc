@@ -116,7 +116,7 @@ TEST(PlanTest, ProposedConfigsParse) {
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   ASSERT_TRUE(plan->chosen_fits);
   for (const PlanOption& o : plan->options) {
-    const std::string text = PlanConfigJson(o.config);
+    const std::string text = ConfigChangesToJson(o.config);
     auto c = ParseConfig(text, "plan");
     ASSERT_TRUE(c.ok()) << c.status().ToString() << "\n" << text;
     AutoContext ctx;
