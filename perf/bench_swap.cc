@@ -2,10 +2,11 @@
 // pipelined reads and writes) against the limits it chases, all measured in
 // the same run:
 //   * io_bound_s: the step's bytes over what fio moves on the same paths
-//     with the same engine settings: per step every sub-group's master, m, v
-//     and fp32 gradient are read (16 B/param) and master, m, v written back
-//     (12 B/param), reads and writes overlapping. So fio runs a sequential
-//     mixed job (rw=rw) with the step's read share (16/28) over a file as
+//     with the same engine settings: per step every sub-group's master, m
+//     and v are read (12 B/param) and written back (12 B/param), reads and
+//     writes overlapping; the fp32 gradient comes from RAM, as the engine
+//     hands it over. So fio runs a sequential
+//     mixed job (rw=rw) with the step's read share (1/2) over a file as
 //     large as the state on each path, and io_bound_s = (read + written
 //     bytes) / fio's mixed GB/s. With several paths, their bandwidths add.
 //     fio's pure read and write speeds are reported too, for reference.
@@ -113,6 +114,7 @@ int Run(const std::vector<std::string>& args) {
   so.store.paths = paths;
   so.store.file_prefix = "zinf-bench-swap";
   so.store.stripe_bytes = *bs;
+  so.gradients_in_store = false;  // the engine's mode: the gradient stays in RAM
   aio::PinnedPoolOptions po;
   po.buffer_count = swap::OptimizerSwapper::RequiredBuffers(so);
   po.buffer_bytes = swap::OptimizerSwapper::RequiredBufferBytes(so, so.store.alignment_bytes);
@@ -131,13 +133,14 @@ int Run(const std::vector<std::string>& args) {
   std::vector<float> master = RandomFloats(n, 1, 2.0f);
   std::vector<float> grads = RandomFloats(n, 2, 0.02f);
   Status st = s.Initialize(master.data());
-  if (st.ok()) st = s.SetGradients(grads.data());
   if (!st.ok()) return cli::Fail(kName, st);
   std::vector<uint16_t> out16(static_cast<size_t>(n));
   optim::AdamStepArgs step_args;
   step_args.lr = 1e-3;
   step_args.step = 1;
-  st = s.Step(*adam, step_args, swap::OutputTo(out16.data()));
+  swap::StepIo io = swap::OutputTo(out16.data());
+  io.grads = grads.data();
+  st = s.Step(*adam, step_args, io);
   if (!st.ok()) return cli::Fail(kName, st);
   {
     const int64_t k0 = s.sub_group_elems(0);
@@ -155,12 +158,12 @@ int Run(const std::vector<std::string>& args) {
 
   // The I/O bound: fio on every path with the engine's settings, over as
   // many bytes as the state, reading and writing at once in the step's mix
-  // (16 bytes read for every 12 written), since the pipeline overlaps them.
+  // (12 bytes read for every 12 written), since the pipeline overlaps them.
   // fio's files are laid out (and pure write and read speeds taken) once;
   // then each repetition times one step and, right after it, fio's mixed
   // job, so both see the same machine; the ratio is the median of the
   // per-repetition ratios.
-  const int64_t bytes_read = 16 * n, bytes_written = 12 * n;
+  const int64_t bytes_read = 12 * n, bytes_written = 12 * n;
   const int64_t bytes_moved = bytes_read + bytes_written;
   const int read_percent = static_cast<int>(std::lround(100.0 * double(bytes_read) / double(bytes_moved)));
   const bool use_fio = !flags->Has("no-fio");
@@ -178,7 +181,7 @@ int Run(const std::vector<std::string>& args) {
     auto version = FioVersion();
     if (!version.ok()) return cli::Fail(kName, version.status());
     fio_version = *version;
-    const int64_t per_path = AlignUp(*fio_size > 0 ? *fio_size : 16 * n / int64_t(paths.size()), eo.block_size_bytes);
+    const int64_t per_path = AlignUp(*fio_size > 0 ? *fio_size : 12 * n / int64_t(paths.size()), eo.block_size_bytes);
     for (const std::string& path : paths) {
       FioRun run = probe;
       run.huge_pages = fio_pages.active();
@@ -203,7 +206,7 @@ int Run(const std::vector<std::string>& args) {
   for (int64_t i = 0; i < *steps; ++i) {
     step_args.step = 2 + i;
     const auto t0 = std::chrono::steady_clock::now();
-    st = s.Step(*adam, step_args, swap::OutputTo(out16.data()));
+    st = s.Step(*adam, step_args, io);
     step_times.push_back(Seconds(t0));
     if (!st.ok()) {
       remove_fio_files();

@@ -74,7 +74,7 @@ int Run(const std::vector<std::string>& args) {
 
 int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   auto flags = Flags::Parse(args,
-                            {"config", "model", "data", "steps", "save-dir", "save-every", "resume", "export",
+                            {"config", "model", "data", "steps", "save-dir", "save-every", "keep-checkpoints", "resume", "export",
                              "export-dtype", "eval-every", "eval-batches", "device", "device-budget", "seed",
                              "threads", "nvme-path", "corpus-bytes"},
                             {"quiet"});
@@ -96,16 +96,20 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   if (!model.ok()) return Fail(kName, model.status(), 2);
   auto steps = flags->GetInt("steps", 100);
   auto save_every = flags->GetInt("save-every", 0);
+  auto keep = flags->GetInt("keep-checkpoints", 0);
   auto eval_every = flags->GetInt("eval-every", 0);
   auto eval_batches = flags->GetInt("eval-batches", 8);
   auto budget = flags->GetInt("device-budget", 0);
   auto seed = flags->GetInt("seed", 1234);
   auto threads = flags->GetInt("threads", 0);
   auto corpus = flags->GetInt("corpus-bytes", 2 << 20);
-  for (const auto* v : {&steps, &save_every, &eval_every, &eval_batches, &budget, &seed, &threads, &corpus}) {
+  for (const auto* v : {&steps, &save_every, &keep, &eval_every, &eval_batches, &budget, &seed, &threads, &corpus}) {
     if (!v->ok()) return Fail(kName, v->status(), 2);
   }
   if (*steps < 1) return Fail(kName, Status::InvalidArgument("--steps must be positive"), 2);
+  if (*keep < 0 || *keep > (1 << 20)) {
+    return Fail(kName, Status::InvalidArgument("--keep-checkpoints: expected 0 (all) or a count"), 2);
+  }
   auto choice = ParseDeviceChoice(flags->GetOr("device", "auto"));
   if (!choice.ok()) return Fail(kName, choice.status(), 2);
 
@@ -162,6 +166,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   run.steps_per_print = config->steps_per_print;
   run.save_dir = flags->GetOr("save-dir", "");
   run.save_every = *save_every;
+  run.keep_checkpoints = static_cast<int>(*keep);
   run.eval_every = *eval_every;
   run.eval_batches = static_cast<int>(*eval_batches);
   run.export_path = flags->GetOr("export", "");  // every rank: the export gathers collectively
@@ -181,7 +186,8 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
 
 ZINF_COMMAND(Command{
     kName, "train the reference GPT with ZeRO-3 offload (DeepSpeed config)",
-    "train --config C [--model M] [--data D] [--steps N] [--save-dir S [--save-every K]] [--resume S]\n"
+    "train --config C [--model M] [--data D] [--steps N] [--save-dir S [--save-every K] [--keep-checkpoints N]]\n"
+    "                  [--resume S]\n"
     "                  [--export FILE.safetensors [--export-dtype BF16|F16|F32]] [--nvme-path P]\n"
     "                  [--device auto|cuda|host] [--device-budget SIZE] [--eval-every K] [--eval-batches B]\n"
     "                  [--seed N] [--threads N] [--corpus-bytes SIZE] [--quiet]\n\n"
@@ -192,6 +198,8 @@ ZINF_COMMAND(Command{
     "                    from `zinf data encode`; default: the built-in generated corpus\n"
     "  --steps N         optimizer steps to reach (default 100; counts resumed steps)\n"
     "  --save-dir S      checkpoints S/rank-<r>/step-<n>, every --save-every K steps and at the end\n"
+    "  --keep-checkpoints N  after each save, remove all but the newest N (default 0: keep all;\n"
+    "                    at least 2 with several ranks)\n"
     "  --resume S        a save dir (its latest checkpoint) or one step directory\n"
     "  --export F        the final weights as safetensors\n"
     "  --nvme-path P     overrides both offload sections' nvme_path\n"

@@ -86,7 +86,7 @@ StatusOr<TrainSummary> RunTraining(model::Trainer& trainer, const TrainRun& run)
     const bool save_now = !run.save_dir.empty() &&
                           ((run.save_every > 0 && trainer.step() % run.save_every == 0) || last);
     if (save_now) {
-      ZINF_ASSIGN_OR_RETURN(s.last_checkpoint, trainer.Save(run.save_dir));
+      ZINF_ASSIGN_OR_RETURN(s.last_checkpoint, trainer.Save(run.save_dir, run.keep_checkpoints));
       if (out) std::fprintf(out, "step %6lld  checkpoint %s\n", static_cast<long long>(trainer.step()),
                             s.last_checkpoint.c_str());
     }

@@ -17,6 +17,7 @@ struct TrainRun {
   int64_t steps_per_print = 10;  // a progress line every this many steps (and the last)
   std::string save_dir;          // empty: no checkpoints
   int64_t save_every = 0;        // 0: only after the last step (when save_dir is set)
+  int keep_checkpoints = 0;      // > 0: remove all but the newest this many after each save
   int64_t eval_every = 0;        // 0: evaluate before the first and after the last step only
   int eval_batches = 8;
   std::string export_path;       // safetensors of the final weights; empty: none

@@ -74,6 +74,42 @@ StatusOr<std::string> LatestIn(const std::string& rank_dir) {
   return swap::ResolveLatest(*io.engine, *io.pool, rank_dir);
 }
 
+// "step-00000042" -> 42; -1 when the name is not a step directory.
+int64_t StepOfDirectory(const std::string& dir) {
+  const std::string base = BaseName(dir);
+  if (base.rfind("step-", 0) != 0 || base.size() == 5) return -1;
+  int64_t step = 0;
+  for (size_t i = 5; i < base.size(); ++i) {
+    if (base[i] < '0' || base[i] > '9' || step > (int64_t{1} << 50)) return -1;
+    step = step * 10 + (base[i] - '0');
+  }
+  return step;
+}
+
+std::string StepDirectoryName(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
+  return name;
+}
+
+// Removes the step directories of `rank_dir` older than the newest `keep`,
+// never `latest_dir` (the one just saved, which `latest` names).
+Status PruneCheckpoints(const std::string& rank_dir, const std::string& latest_dir, int keep) {
+  ZINF_ASSIGN_OR_RETURN(std::vector<std::string> entries, ListDirectory(rank_dir));
+  std::vector<std::pair<int64_t, std::string>> steps;
+  for (const std::string& e : entries) {
+    const int64_t step = StepOfDirectory(e);
+    if (step >= 0) steps.emplace_back(step, JoinPath(rank_dir, e));
+  }
+  std::sort(steps.begin(), steps.end());
+  for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i) {
+    if (steps[i].second == latest_dir) continue;
+    ZINF_RETURN_IF_ERROR(RemoveTree(steps[i].second));
+    Log("train").info("removed checkpoint {} (keeping the newest {})", steps[i].second, keep);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::vector<std::string> GptTensorExportNames(const GptConfig& config, BlockId block) {
@@ -430,13 +466,15 @@ StatusOr<double> Trainer::Evaluate(int batches) {
   return mean / m.comm->world_size();
 }
 
-StatusOr<std::string> Trainer::Save(const std::string& save_dir) {
+StatusOr<std::string> Trainer::Save(const std::string& save_dir, int keep) {
   Impl& m = *impl_;
+  if (keep < 0 || (keep == 1 && m.comm->world_size() > 1)) {
+    return Status::InvalidArgument("save: keep " + std::to_string(keep) + " checkpoints: expected 0 (all)" +
+                                   (m.comm->world_size() > 1 ? " or at least 2 with several ranks" : " or more"));
+  }
   const std::string rank_dir = JoinPath(save_dir, "rank-" + std::to_string(m.comm->rank()));
   ZINF_RETURN_IF_ERROR(MakeDirectories(rank_dir));
-  char name[32];
-  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(m.steps_done));
-  const std::string dir = JoinPath(rank_dir, name);
+  const std::string dir = JoinPath(rank_dir, StepDirectoryName(m.steps_done));
   if (PathExists(dir)) {
     // A run killed after this checkpoint was renamed into place but before
     // `latest` named it, then resumed from `latest`, arrives here again: the
@@ -452,28 +490,11 @@ StatusOr<std::string> Trainer::Save(const std::string& save_dir) {
     ZINF_RETURN_IF_ERROR(RemoveTree(dir));
   }
   ZINF_RETURN_IF_ERROR(m.engine->SaveCheckpoint(dir, m.Metadata()));
+  if (keep > 0) ZINF_RETURN_IF_ERROR(PruneCheckpoints(rank_dir, dir, keep).WithContext("pruning old checkpoints"));
   return dir;
 }
 
 namespace {
-
-// "step-00000042" -> 42; -1 when the name is not a step directory.
-int64_t StepOfDirectory(const std::string& dir) {
-  const std::string base = BaseName(dir);
-  if (base.rfind("step-", 0) != 0 || base.size() == 5) return -1;
-  int64_t step = 0;
-  for (size_t i = 5; i < base.size(); ++i) {
-    if (base[i] < '0' || base[i] > '9' || step > (int64_t{1} << 50)) return -1;
-    step = step * 10 + (base[i] - '0');
-  }
-  return step;
-}
-
-std::string StepDirectoryName(int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
-  return name;
-}
 
 // The manifest metadata of checkpoint `dir`, read without touching any state.
 StatusOr<std::map<std::string, std::string>> PeekMetadata(const std::string& dir) {

@@ -88,8 +88,12 @@ class Trainer {
   bool can_evaluate() const;
 
   // Saves the state after step() steps to <save_dir>/rank-<r>/step-<step>.
-  // Returns that directory.
-  StatusOr<std::string> Save(const std::string& save_dir);
+  // Returns that directory. With `keep` > 0, once the new checkpoint is in
+  // place and `latest` names it, this rank's older step directories beyond
+  // the newest `keep` are removed (kInvalidArgument for keep 1 with several
+  // ranks: a rank one save ahead would leave the others nothing to agree on
+  // at resume).
+  StatusOr<std::string> Save(const std::string& save_dir, int keep = 0);
   // Loads a checkpoint: `path` is a save_dir (its rank's `latest`) or a
   // step directory saved by this rank count. The model config and the data
   // must be those of the saving run (kFailedPrecondition naming what

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -115,6 +116,35 @@ TEST(TrainerTest, ResumeContinuesTheIdenticalLossCurve) {
   EXPECT_EQ(r.trainer->step(), 3);
   const std::vector<double> got = Losses(*r.trainer, 3);
   EXPECT_EQ(got, std::vector<double>(want.begin() + 3, want.end()));
+}
+
+// Saving after every step with keep 2 leaves the two newest step
+// directories; the latest resumes; a bad keep is refused before saving.
+TEST(TrainerTest, SaveKeepsTheNewestCheckpoints) {
+  TempDir dir;
+  const Config config = TinyConfig(dir, OffloadDevice::kCpu, OffloadDevice::kCpu);
+  const std::string save_dir = dir.Sub("ckpt");
+  std::vector<double> want;
+  {
+    TrainerRun r = MakeTrainer(config);
+    ASSERT_NE(r.trainer, nullptr);
+    EXPECT_EQ(r.trainer->Save(save_dir, -1).status().code(), StatusCode::kInvalidArgument);
+    for (int step = 1; step <= 4; ++step) {
+      Losses(*r.trainer, 1);
+      auto saved = r.trainer->Save(save_dir, 2);
+      ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+    }
+    want = Losses(*r.trainer, 2);
+  }
+  auto entries = ListDirectory(save_dir + "/rank-0");
+  ASSERT_TRUE(entries.ok()) << entries.status().ToString();
+  std::sort(entries->begin(), entries->end());
+  EXPECT_EQ(*entries, (std::vector<std::string>{"latest", "step-00000003", "step-00000004"}));
+  TrainerRun r = MakeTrainer(config);
+  ASSERT_NE(r.trainer, nullptr);
+  ASSERT_TRUE(r.trainer->Resume(save_dir).ok());
+  EXPECT_EQ(r.trainer->step(), 4);
+  EXPECT_EQ(Losses(*r.trainer, 2), want);
 }
 
 TEST(TrainerTest, ResumeRefusesAnotherModelOrData) {
