@@ -218,8 +218,11 @@ class Engine {
   // the manifest. Only between optimizer steps: kFailedPrecondition while a
   // block is acquired, or while gradients handed to ReduceGradients since the
   // last optimizer step are pending (a checkpoint does not hold them). Not
-  // collective: each rank saves its own directory.
-  Status SaveCheckpoint(const std::string& dir, const std::map<std::string, std::string>& metadata);
+  // collective: each rank saves its own directory. An existing `dir` is
+  // refused, unless `replace_orphan` and `latest` does not name it (see
+  // swap::SaveOptions::replace_orphan).
+  Status SaveCheckpoint(const std::string& dir, const std::map<std::string, std::string>& metadata,
+                        bool replace_orphan = false);
   // Restores what SaveCheckpoint saved into this engine, which must have
   // the same blocks, world size, rank and sub-group size (otherwise
   // kFailedPrecondition naming what differs); every blob is verified before

@@ -475,21 +475,10 @@ StatusOr<std::string> Trainer::Save(const std::string& save_dir, int keep) {
   const std::string rank_dir = JoinPath(save_dir, "rank-" + std::to_string(m.comm->rank()));
   ZINF_RETURN_IF_ERROR(MakeDirectories(rank_dir));
   const std::string dir = JoinPath(rank_dir, StepDirectoryName(m.steps_done));
-  if (PathExists(dir)) {
-    // A run killed after this checkpoint was renamed into place but before
-    // `latest` named it, then resumed from `latest`, arrives here again: the
-    // directory is an orphan of the abandoned run. Replace it, but never the
-    // checkpoint `latest` names.
-    StatusOr<std::string> latest = LatestIn(rank_dir);
-    if (latest.ok() && *latest == dir) {
-      return Status::FailedPrecondition("save: " + dir + " exists and is the latest checkpoint; it is not overwritten");
-    }
-    if (!latest.ok() && latest.status().code() != StatusCode::kNotFound) return latest.status();
-    Log("train").warn("replacing checkpoint {}: `latest` does not name it (left by a run that stopped before "
-                      "finishing its save)", dir);
-    ZINF_RETURN_IF_ERROR(RemoveTree(dir));
-  }
-  ZINF_RETURN_IF_ERROR(m.engine->SaveCheckpoint(dir, m.Metadata()));
+  // A run killed after this checkpoint was renamed into place but before
+  // `latest` named it, then resumed from `latest`, arrives here again: the
+  // directory is an orphan of the abandoned run and is replaced.
+  ZINF_RETURN_IF_ERROR(m.engine->SaveCheckpoint(dir, m.Metadata(), /*replace_orphan=*/true));
   if (keep > 0) ZINF_RETURN_IF_ERROR(PruneCheckpoints(rank_dir, dir, keep).WithContext("pruning old checkpoints"));
   return dir;
 }

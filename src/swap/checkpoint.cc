@@ -284,7 +284,18 @@ Status SaveCheckpoint(aio::IoEngine& engine, aio::PinnedPool& pool, const std::s
   const int64_t chunk_bytes =
       options.chunk_bytes > 0 ? options.chunk_bytes : std::max(pool.alignment_bytes(), pool.buffer_bytes());
   if (PathExists(target)) {
-    return Status::FailedPrecondition("checkpoint " + target + " already exists; checkpoints are never overwritten");
+    if (!options.replace_orphan) {
+      return Status::FailedPrecondition("checkpoint " + target + " already exists; checkpoints are never overwritten");
+    }
+    StatusOr<std::string> latest = ResolveLatest(engine, pool, root);
+    if (latest.ok() && *latest == target) {
+      return Status::FailedPrecondition("checkpoint " + target +
+                                        " exists and is the latest checkpoint; it is not overwritten");
+    }
+    if (!latest.ok() && latest.status().code() != StatusCode::kNotFound) return latest.status();
+    Log("swap").warn("replacing checkpoint {}: `latest` does not name it (left by a run that stopped before "
+                     "finishing its save)", target);
+    ZINF_RETURN_IF_ERROR(RemoveTree(target));
   }
   ZINF_RETURN_IF_ERROR(MakeDirectories(root));
 

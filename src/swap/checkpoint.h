@@ -80,6 +80,12 @@ struct BlobRef {
 struct SaveOptions {
   // Rewrite `<parent of dir>/latest` to name this checkpoint once it is in place.
   bool update_latest = true;
+  // An existing `dir` is an error, unless this is set and `latest` does not
+  // name it: then it is the orphan of a run killed between renaming it into
+  // place and updating `latest`, since resumed from `latest`, and is
+  // replaced (with a warning). The checkpoint `latest` names is never
+  // replaced.
+  bool replace_orphan = false;
   // Bytes per checksummed chunk (a multiple of the pool's alignment; a
   // multiple of the stripe for swap tensors). 0: the pool's buffer size.
   int64_t chunk_bytes = 0;

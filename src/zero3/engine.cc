@@ -215,6 +215,7 @@ struct Engine::Impl {
   Status Init(const Config& cfg, const std::vector<BlockSpec>& block_specs, const EngineOptions& opts);
   Status Commit();
   Status WriteHome(const char* params);
+  Status WriteHomeFromMaster(const float* master);
   Status StartUpdate(const optim::AdamStepArgs& args);
   StatusOr<bool> RefreshHome(BlockId b, bool wait);
   Status FinishUpdate();
@@ -540,6 +541,18 @@ Status Engine::Impl::FinishUpdate() {
   return stream->Synchronize();
 }
 
+// The working parameters of the whole shard from fp32 master weights, in
+// new_params and at their home tier.
+Status Engine::Impl::WriteHomeFromMaster(const float* master) {
+  const int64_t total = partitioner->total_shard_numel();
+  if (param_type == ElementType::kF32) {
+    std::memcpy(new_params.data(), master, static_cast<size_t>(total * 4));
+  } else {
+    ZINF_RETURN_IF_ERROR(optim::CastFromF32(*threads, isa, master, OptimType(param_type), new_params.data(), total));
+  }
+  return WriteHome(new_params.data());
+}
+
 Status Engine::Impl::Commit() {
   if (committed) return Status::Ok();
   std::string missing;
@@ -550,14 +563,7 @@ Status Engine::Impl::Commit() {
     return Status::FailedPrecondition("engine: SetParameters was not called for block(s) " + missing);
   }
   ZINF_RETURN_IF_ERROR(optimizer->Initialize(init_master.data()));
-  const int64_t total = partitioner->total_shard_numel();
-  if (param_type == ElementType::kF32) {
-    std::memcpy(new_params.data(), init_master.data(), static_cast<size_t>(total * 4));
-  } else {
-    ZINF_RETURN_IF_ERROR(optim::CastFromF32(*threads, isa, init_master.data(), OptimType(param_type),
-                                            new_params.data(), total));
-  }
-  ZINF_RETURN_IF_ERROR(WriteHome(new_params.data()));
+  ZINF_RETURN_IF_ERROR(WriteHomeFromMaster(init_master.data()));
   std::vector<float>().swap(init_master);
   committed = true;
   return Status::Ok();
@@ -1035,7 +1041,8 @@ std::map<std::string, std::string> Engine::Impl::EngineMetadata() const {
   };
 }
 
-Status Engine::SaveCheckpoint(const std::string& dir, const std::map<std::string, std::string>& metadata) {
+Status Engine::SaveCheckpoint(const std::string& dir, const std::map<std::string, std::string>& metadata,
+                              bool replace_orphan) {
   Impl& m = *impl_;
   ZINF_RETURN_IF_ERROR(m.CheckpointPreconditions("SaveCheckpoint"));
   ZINF_RETURN_IF_ERROR(m.Commit());
@@ -1050,7 +1057,9 @@ Status Engine::SaveCheckpoint(const std::string& dir, const std::map<std::string
   ZINF_RETURN_IF_ERROR(m.PrepareCheckpointIo());
   // Any prefetched parameter reads finish first: the store is quiet.
   ZINF_RETURN_IF_ERROR(m.stream->Synchronize());
-  return swap::SaveCheckpoint(*m.checkpoint_io, *m.checkpoint_pool, dir, all, m.optimizer->CheckpointBlobs())
+  swap::SaveOptions so;
+  so.replace_orphan = replace_orphan;
+  return swap::SaveCheckpoint(*m.checkpoint_io, *m.checkpoint_pool, dir, all, m.optimizer->CheckpointBlobs(), so)
       .WithContext("saving checkpoint " + dir);
 }
 
@@ -1126,13 +1135,7 @@ StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(const std::s
   const int64_t total = m.partitioner->total_shard_numel();
   std::vector<float> master(static_cast<size_t>(total));
   ZINF_RETURN_IF_ERROR(m.optimizer->ReadState(master.data(), nullptr, nullptr, nullptr));
-  if (m.param_type == ElementType::kF32) {
-    std::memcpy(m.new_params.data(), master.data(), static_cast<size_t>(total * 4));
-  } else {
-    ZINF_RETURN_IF_ERROR(optim::CastFromF32(*m.threads, m.isa, master.data(), OptimType(m.param_type),
-                                            m.new_params.data(), total));
-  }
-  ZINF_RETURN_IF_ERROR(m.WriteHome(m.new_params.data()));
+  ZINF_RETURN_IF_ERROR(m.WriteHomeFromMaster(master.data()));
   std::memset(m.accum.data(), 0, static_cast<size_t>(total * 4));
   for (Impl::BlockState& b : m.blocks) {
     b.params_set = true;

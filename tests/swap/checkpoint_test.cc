@@ -91,6 +91,28 @@ TEST_F(CheckpointTest, SaveLoadRoundTripAndLatest) {
   EXPECT_EQ(*entries, (std::vector<std::string>{"latest", "step-1", "step-2"}));
 }
 
+// replace_orphan: a directory `latest` does not name (saved without
+// updating `latest`, as a run killed before that step leaves it) is
+// replaced; the one `latest` names never is.
+TEST_F(CheckpointTest, ReplaceOrphanReplacesOnlyWhatLatestDoesNotName) {
+  SaveOld();
+  SaveOptions no_latest;
+  no_latest.update_latest = false;
+  ASSERT_TRUE(SaveCheckpoint(*engine_, *pool_, Step(2), old_.meta, old_.Refs(), no_latest).ok());
+  ExpectOldIsLatest();
+  SaveOptions replace;
+  replace.replace_orphan = true;
+  ASSERT_TRUE(SaveCheckpoint(*engine_, *pool_, Step(2), new_.meta, new_.Refs(), replace).ok());
+  ExpectLoads(*engine_, *pool_, Step(2), new_);
+  auto latest = ResolveLatest(*engine_, *pool_, root_);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(*latest, Step(2));
+  Status again = SaveCheckpoint(*engine_, *pool_, Step(2), old_.meta, old_.Refs(), replace);
+  EXPECT_EQ(again.code(), StatusCode::kFailedPrecondition) << again.ToString();
+  EXPECT_NE(again.message().find("latest"), std::string::npos) << again.ToString();
+  ExpectLoads(*engine_, *pool_, Step(2), new_);
+}
+
 TEST_F(CheckpointTest, BlobsFromAndIntoSwapStore) {
   SwapStoreOptions o;
   o.paths = {dir_.Sub("nvme0"), dir_.Sub("nvme1"), dir_.Sub("nvme2")};
