@@ -92,23 +92,22 @@ void CheckResolved(const zinf::Config& parsed, const zinf::AutoContext& ctx, con
     FUZZ_CHECK(c.scheduler.total_num_steps >= 1, text);
   }
 
+  // Printed (in full, or as the changes from the defaults that `zinf plan
+  // --write-config` writes), parsed and resolved again: the same config.
   const std::string printed = zinf::ConfigToJson(c);
-  auto again = zinf::ParseConfig(printed, "printed");
-  FUZZ_CHECK(again.ok(), text + "\n-- printed as --\n" + printed + "\n-- which fails with --\n" +
-                             again.status().message());
-  st = zinf::ResolveAuto(*again, ctx);
-  FUZZ_CHECK(st.ok(), text + "\n-- printed as --\n" + printed + "\n-- which fails to resolve --\n" + st.message());
-  const std::string reprinted = zinf::ConfigToJson(*again);
-  FUZZ_CHECK(reprinted == printed, text + "\n-- printed as --\n" + printed + "\n-- then as --\n" + reprinted);
-
-  // The short form (`zinf plan --write-config`) parses back to the same config.
+  auto reprinted = [&](const char* what, const std::string& json_text) {
+    auto again = zinf::ParseConfig(json_text, what);
+    FUZZ_CHECK(again.ok(), text + "\n-- " + what + " --\n" + json_text + "\n-- which fails with --\n" +
+                               again.status().message());
+    zinf::Status resolved = zinf::ResolveAuto(*again, ctx);
+    FUZZ_CHECK(resolved.ok(),
+               text + "\n-- " + what + " --\n" + json_text + "\n-- which fails to resolve --\n" + resolved.message());
+    return zinf::ConfigToJson(*again);
+  };
+  const std::string full = reprinted("printed", printed);
+  FUZZ_CHECK(full == printed, text + "\n-- printed as --\n" + printed + "\n-- then as --\n" + full);
   const std::string changes = zinf::ConfigChangesToJson(c);
-  auto from_changes = zinf::ParseConfig(changes, "changes");
-  FUZZ_CHECK(from_changes.ok(), text + "\n-- changes --\n" + changes + "\n-- which fail with --\n" +
-                                    from_changes.status().message());
-  st = zinf::ResolveAuto(*from_changes, ctx);
-  FUZZ_CHECK(st.ok(), text + "\n-- changes --\n" + changes + "\n-- which fail to resolve --\n" + st.message());
-  FUZZ_CHECK(zinf::ConfigToJson(*from_changes) == printed, text + "\n-- changes --\n" + changes);
+  FUZZ_CHECK(reprinted("changes", changes) == printed, text + "\n-- changes --\n" + changes);
 }
 
 void FuzzConfig(std::string_view input) {

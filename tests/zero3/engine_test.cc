@@ -37,6 +37,19 @@ Outcome TrainModel(const Config& config, const TrainOptions& train = {}) {
   return o;
 }
 
+// `steps` more steps from step `first_step` on an engine whose state came
+// from a checkpoint: what to compare with an uninterrupted run.
+Outcome ContinueTraining(Engine& engine, int first_step, int steps, const Config& config) {
+  TrainOptions rest;
+  rest.steps = steps;
+  rest.first_step = first_step;
+  rest.set_parameters = false;
+  Outcome o;
+  o.loss = Train(engine, kModel, rest, static_cast<int>(config.gradient_accumulation_steps));
+  o.master = MasterWeights(engine, kModel);
+  return o;
+}
+
 void ExpectBitIdentical(const Outcome& a, const Outcome& b) {
   ASSERT_EQ(a.master.size(), b.master.size());
   ASSERT_FALSE(a.master.empty());
@@ -277,14 +290,7 @@ TEST_P(EngineCheckpointTest, ResumeEqualsUninterruptedTraining) {
   EXPECT_EQ(md->at("trainer.step"), "2");
   EXPECT_EQ(md->count("engine.applied_steps"), 0u);  // the engine's own keys stay inside
   EXPECT_EQ(e.engine->optimizer_steps(), 2);
-  TrainOptions rest;
-  rest.steps = 2;
-  rest.first_step = 2;
-  rest.set_parameters = false;
-  Outcome got;
-  got.loss = Train(*e.engine, kModel, rest, static_cast<int>(config.gradient_accumulation_steps));
-  got.master = MasterWeights(*e.engine, kModel);
-  ExpectBitIdentical(got, want);
+  ExpectBitIdentical(ContinueTraining(*e.engine, 2, 2, config), want);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiers, EngineCheckpointTest,
@@ -362,14 +368,7 @@ TEST(EngineTest, FailedUpdateIsStickyUntilLoadCheckpoint) {
   EngineUnderTest resumed = MakeEngine(other, kModel.Blocks(), &local);
   ASSERT_NE(resumed.engine, nullptr);
   ASSERT_TRUE(resumed.engine->LoadCheckpoint(ckpt).ok());
-  TrainOptions rest;
-  rest.steps = 2;
-  rest.first_step = 1;
-  rest.set_parameters = false;
-  Outcome got;
-  got.loss = Train(*resumed.engine, kModel, rest, static_cast<int>(config.gradient_accumulation_steps));
-  got.master = MasterWeights(*resumed.engine, kModel);
-  ExpectBitIdentical(got, want);
+  ExpectBitIdentical(ContinueTraining(*resumed.engine, 1, 2, config), want);
 }
 
 TEST(EngineTest, CheckpointRefusesAnotherLayoutAndMidAccumulation) {
