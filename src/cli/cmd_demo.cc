@@ -101,8 +101,9 @@ int Run(const std::vector<std::string>& args) {
     if (!device.ok()) return Fail(kName, device.status());
     std::printf("  device: %s; training state %s = %.1fx the device budget\n", (*device)->name().c_str(),
                 FormatBytes(state_bytes).c_str(), double(state_bytes) / double(budget));
-    std::printf("  tiers:  16-bit params on NVMe (prefetched to the device), fp32 master + Adam m, v + grads on "
-                "NVMe (sub-groups of %s, read ahead, written behind), AdamW on the CPU\n",
+    std::printf("  tiers:  16-bit params on NVMe (prefetched to the device), fp32 master + Adam m, v on NVMe "
+                "(sub-groups of %s, read ahead, written behind), fp32 grads in pinned RAM, AdamW on the CPU "
+                "under the next forward pass\n",
                 FormatCount(config.zero.sub_group_size).c_str());
 
     // 4. Train.
