@@ -24,10 +24,10 @@
 //
 // Tiers, one code path. With device kNvme the state lives in a SwapStore
 // (tensors "<prefix>.master.<k>", ".exp_avg.", ".exp_avg_sq.", and ".grad."
-// with gradients_in_store) and
-// a sub-group is swapped into the pipeline's buffers; with kCpu it lives in
-// pinned RAM (a PinnedPool of its own, a buffer per array and sub-group) and the same
-// loop hands Adam the resident buffers, with nothing to read or write. Both
+// with gradients_in_store) and a sub-group is swapped into the pipeline's
+// buffers; with kCpu it lives in pinned RAM (a PinnedPool of its own, a
+// buffer per array and sub-group) and the same loop hands Adam the resident
+// buffers, with nothing to read or write. Both
 // give bit-identical results: Adam is elementwise and the same kernels run
 // on the same sub-group boundaries.
 //
@@ -126,7 +126,7 @@ class OptimizerSwapper {
   SwapStore* store() const { return store_.get(); }
 
   // Sets the master weights from `master` (total_elems fp32) and zeroes m,
-  // v and the gradient.
+  // v and (when stored) the gradient.
   Status Initialize(const float* master);
   // Sets the fp32 gradient from `grads` (total_elems fp32). Only with
   // gradients_in_store (else kFailedPrecondition).
@@ -161,7 +161,7 @@ class OptimizerSwapper {
 
   explicit OptimizerSwapper(const OptimizerSwapperOptions& options) : options_(options) {}
   // Arrays kept per sub-group: master, m, v, and the gradient when stored.
-  int arrays() const { return options_.gradients_in_store ? kArrays : kGrad; }
+  int arrays() const { return ArraysOf(options_); }
   static int ArraysOf(const OptimizerSwapperOptions& o) { return o.gradients_in_store ? kArrays : kGrad; }
   TensorId Tensor(int array, int64_t k) const { return static_cast<TensorId>(k * arrays() + array); }
   float* Resident(int array, int64_t k) const;
