@@ -45,14 +45,18 @@
 // The run: both trainers take one warm-up step (it records the prefetch
 // order); their losses must be finite and equal (the engine is
 // bit-identical across tiers), else the bench fails before timing. Then
-// each of --reps repetitions runs --steps offloaded and --steps resident
-// steps, alternating (which goes first alternates too), then three in-RAM
-// Adam updates, the copies and one fio mixed job, back to back so that
-// noise on the shared machine hits all of them alike; a repetition's ratio
-// is its median offloaded step over the bound from its medians. Reported:
-// the median over repetitions of every figure, the per-repetition ratios
-// and their median, the median of per-step ratios (each offloaded step
-// against its neighbouring resident step), and the offloaded step split
+// each of --reps repetitions runs --steps offloaded steps back to back and
+// --steps resident steps back to back (which goes first alternates per
+// repetition; each trainer's optimizer update runs under its own next
+// forward pass, and its last update is waited for and counted in its last
+// step, so neither trainer's work lands in the other's timed steps), then
+// three in-RAM Adam updates, the copies and one fio mixed job, back to back
+// so that noise on the shared machine hits all of them alike; a
+// repetition's ratio is its median offloaded step over the bound from its
+// medians. Reported: the median over repetitions of every figure, the
+// per-repetition ratios and their median, the median of per-step ratios
+// (the i-th offloaded step against the i-th resident step of the same
+// repetition), and the offloaded step split
 // into compute, NVMe wait, PCIe wait, comm, optimizer and the rest;
 // waiting_s = step - compute - optimizer. OMP_WAIT_POLICY is recorded: on
 // a busy host with few cores, spinning OpenMP threads (the default) made
@@ -458,8 +462,10 @@ int Run(const std::vector<std::string>& args) {
     // Warm-up: records the prefetch order; the losses must agree bit for bit.
     auto w_off = (*off)->Step();
     if (!w_off.ok()) return cli::Fail(kName, w_off.status());
+    if (Status w = (*off)->engine().WaitForUpdate(); !w.ok()) return cli::Fail(kName, w);
     auto w_res = (*res)->Step();
     if (!w_res.ok()) return cli::Fail(kName, w_res.status());
+    if (Status w = (*res)->engine().WaitForUpdate(); !w.ok()) return cli::Fail(kName, w);
     if (!std::isfinite(w_off->loss) || !std::isfinite(w_res->loss)) {
       return cli::Fail(kName, Status::Internal("step 1 loss is not finite (offloaded " + std::to_string(w_off->loss) +
                                                ", resident " + std::to_string(w_res->loss) + ")"));
@@ -543,19 +549,35 @@ int Run(const std::vector<std::string>& args) {
     bool same_losses = true;
     for (int64_t r = 0; r < *reps; ++r) {
       Rep rep;
-      // Offloaded and resident steps alternate (which goes first too), so
-      // that other work on the machine slows both alike.
-      for (int64_t i = 0; i < *steps; ++i) {
-        for (int k = 0; k < 2; ++k) {
-          const bool offloaded = (k == 0) == (i % 2 == 0);
-          auto s = (offloaded ? *off : *res)->Step();
+      // Each trainer runs its steps back to back (which goes first
+      // alternates per repetition, so that other work on the machine slows
+      // both alike): a step's optimizer update runs under the next step's
+      // forward pass, so interleaving the trainers would let one's update
+      // run inside the other's timed step. The last step's update is waited
+      // for and counted in that step.
+      for (int k = 0; k < 2; ++k) {
+        const bool offloaded = (k == 0) == (r % 2 == 0);
+        model::Trainer& t = **(offloaded ? off : res);
+        std::vector<Sample>& out_steps = offloaded ? rep.off : rep.res;
+        for (int64_t i = 0; i < *steps; ++i) {
+          auto s = t.Step();
           if (!s.ok()) {
             remove_fio();
             return cli::Fail(kName, s.status());
           }
-          (offloaded ? rep.off : rep.res).push_back(FromReport(*s, world));
+          out_steps.push_back(FromReport(*s, world));
         }
-        const double a = rep.off.back().loss, b = rep.res.back().loss;
+        const auto t0 = std::chrono::steady_clock::now();
+        if (Status w = t.engine().WaitForUpdate(); !w.ok()) {
+          remove_fio();
+          return cli::Fail(kName, w);
+        }
+        const double tail = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        out_steps.back().seconds += tail;
+        out_steps.back().optimizer += tail;
+      }
+      for (int64_t i = 0; i < *steps; ++i) {
+        const double a = rep.off[static_cast<size_t>(i)].loss, b = rep.res[static_cast<size_t>(i)].loss;
         if (!std::isfinite(a) || a != b) same_losses = false;
       }
       std::vector<double> adam_s;
@@ -615,7 +637,7 @@ int Run(const std::vector<std::string>& args) {
         const double b = std::max({k, rep.nvme, rep.pcie, rep.comm});
         rep.ratio_kernels = b > 0 ? rep.step / b : 0.0;
       }
-      // Each offloaded step against its neighbouring resident step's parts.
+      // The i-th offloaded step against the i-th resident step's parts.
       for (size_t i = 0; i < rep.off.size(); ++i) {
         const Sample& o = rep.off[i];
         const double compute_i = rep.res[i].seconds - rep.res[i].optimizer;
@@ -845,8 +867,9 @@ ZINF_COMMAND({kName, "time whole training steps of the reference GPT against the
               "           [--threads T] [--no-fio] [--html OUT.html] [--json OUT.json]\n"
               "  Trains the reference GPT with C's tiers (scratch files in a directory made inside P or\n"
               "  C's nvme paths, removed after), and next to it a run with every tier resident. After a\n"
-              "  warm-up step whose losses must agree, each of R repetitions times N offloaded steps, N\n"
-              "  resident steps (alternating) and the other parts of the bound: compute (the resident\n"
+              "  warm-up step whose losses must agree, each of R repetitions times N offloaded steps and N\n"
+              "  resident steps (each run's back to back, its last update waited for) and the other\n"
+              "  parts of the bound: compute (the resident\n"
               "  step minus its optimizer), Adam over the same parameters in RAM, the step's NVMe bytes\n"
               "  over fio's mixed bandwidth on the same path, the step's h2d/d2h bytes copied, and\n"
               "  all-gather/reduce-scatter time. On the host\n"

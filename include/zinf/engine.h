@@ -58,7 +58,9 @@
 // partly stepped (see OptimizerSwapper). It is returned by the first call
 // that waits for the update, and by every later Acquire of a block it had
 // not reached, ReduceGradients, Step and SaveCheckpoint, until
-// LoadCheckpoint restores a saved state.
+// LoadCheckpoint restores a saved state. An I/O error also leaves the
+// optimizer's swap files failed (their errors are sticky), so after one the
+// checkpoint is loaded into a new Engine.
 //
 // Thread-safety: thread-compatible: one thread drives an Engine. Pointers
 // from Acquire may be read on the device (or, with the host stand-in, on

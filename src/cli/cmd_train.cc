@@ -107,8 +107,11 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
     if (!v->ok()) return Fail(kName, v->status(), 2);
   }
   if (*steps < 1) return Fail(kName, Status::InvalidArgument("--steps must be positive"), 2);
-  if (*keep < 0 || *keep > (1 << 20)) {
-    return Fail(kName, Status::InvalidArgument("--keep-checkpoints: expected 0 (all) or a count"), 2);
+  if (*keep < 0 || *keep > (1 << 20) || (*keep == 1 && world > 1)) {
+    return Fail(kName,
+                Status::InvalidArgument("--keep-checkpoints: expected 0 (all) or a count" +
+                                        std::string(world > 1 ? ", at least 2 with several ranks" : "")),
+                2);
   }
   auto choice = ParseDeviceChoice(flags->GetOr("device", "auto"));
   if (!choice.ok()) return Fail(kName, choice.status(), 2);

@@ -92,18 +92,19 @@ std::string StepDirectoryName(int64_t step) {
   return name;
 }
 
-// Removes the step directories of `rank_dir` older than the newest `keep`,
-// never `latest_dir` (the one just saved, which `latest` names).
-Status PruneCheckpoints(const std::string& rank_dir, const std::string& latest_dir, int keep) {
+// Removes the step directories of `rank_dir` older than the newest `keep`
+// up to `latest_step` (the one just saved, which `latest` names). Later
+// steps are a run's that this one resumed from before; they are left alone
+// (and do not count toward `keep`).
+Status PruneCheckpoints(const std::string& rank_dir, int64_t latest_step, int keep) {
   ZINF_ASSIGN_OR_RETURN(std::vector<std::string> entries, ListDirectory(rank_dir));
   std::vector<std::pair<int64_t, std::string>> steps;
   for (const std::string& e : entries) {
     const int64_t step = StepOfDirectory(e);
-    if (step >= 0) steps.emplace_back(step, JoinPath(rank_dir, e));
+    if (step >= 0 && step <= latest_step) steps.emplace_back(step, JoinPath(rank_dir, e));
   }
   std::sort(steps.begin(), steps.end());
   for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i) {
-    if (steps[i].second == latest_dir) continue;
     ZINF_RETURN_IF_ERROR(RemoveTree(steps[i].second));
     Log("train").info("removed checkpoint {} (keeping the newest {})", steps[i].second, keep);
   }
@@ -479,7 +480,7 @@ StatusOr<std::string> Trainer::Save(const std::string& save_dir, int keep) {
   // `latest` named it, then resumed from `latest`, arrives here again: the
   // directory is an orphan of the abandoned run and is replaced.
   ZINF_RETURN_IF_ERROR(m.engine->SaveCheckpoint(dir, m.Metadata(), /*replace_orphan=*/true));
-  if (keep > 0) ZINF_RETURN_IF_ERROR(PruneCheckpoints(rank_dir, dir, keep).WithContext("pruning old checkpoints"));
+  if (keep > 0) ZINF_RETURN_IF_ERROR(PruneCheckpoints(rank_dir, m.steps_done, keep).WithContext("pruning old checkpoints"));
   return dir;
 }
 

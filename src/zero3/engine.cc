@@ -31,6 +31,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 
@@ -217,7 +218,9 @@ struct Engine::Impl {
   Status WriteHome(const char* params);
   Status WriteHomeFromMaster(const float* master);
   Status StartUpdate(const optim::AdamStepArgs& args);
+  void RunUpdate(optim::AdamStepArgs args);
   StatusOr<bool> RefreshHome(BlockId b, bool wait);
+  void JoinWorker();
   Status FinishUpdate();
   Status Fetch(BlockId b);
   Status Evict(BlockId b);
@@ -441,6 +444,29 @@ Status Engine::Impl::WriteHome(const char* params) {
   return Status::Ok();
 }
 
+// The worker thread's body: the sub-group walk, publishing each sub-group's
+// end in update.stepped_elems and the result in update.status.
+void Engine::Impl::RunUpdate(optim::AdamStepArgs args) {
+  float* acc = reinterpret_cast<float*>(accum.data());
+  swap::StepIo io;
+  io.params = new_params.data();
+  io.params_dtype = OptimType(param_type);
+  io.grads = acc;
+  io.on_sub_group = [&](int64_t k) {
+    const int64_t begin = optimizer->sub_group_begin(k), n = optimizer->sub_group_elems(k);
+    std::memset(acc + begin, 0, static_cast<size_t>(n) * sizeof(float));
+    std::lock_guard<std::mutex> lock(update.mu);
+    update.stepped_elems = begin + n;
+    update.cv.notify_all();
+    return Status::Ok();
+  };
+  Status s = optimizer->Step(*adam, args, io);
+  std::lock_guard<std::mutex> lock(update.mu);
+  update.done = true;
+  update.status = std::move(s);
+  update.cv.notify_all();
+}
+
 // Starts the optimizer's walk over the sub-groups on the worker thread:
 // Adam on the accumulated gradient, new parameters into new_params, and
 // the consumed gradient zeroed for the next cycle. Every block goes stale.
@@ -453,26 +479,14 @@ Status Engine::Impl::StartUpdate(const optim::AdamStepArgs& args) {
     update.status = Status::Ok();
   }
   update_active = true;
-  update.worker = std::thread([this, args] {
-    float* acc = reinterpret_cast<float*>(accum.data());
-    swap::StepIo io;
-    io.params = new_params.data();
-    io.params_dtype = OptimType(param_type);
-    io.grads = acc;
-    io.on_sub_group = [&](int64_t k) {
-      const int64_t begin = optimizer->sub_group_begin(k), n = optimizer->sub_group_elems(k);
-      std::memset(acc + begin, 0, static_cast<size_t>(n) * sizeof(float));
-      std::lock_guard<std::mutex> lock(update.mu);
-      update.stepped_elems = begin + n;
-      update.cv.notify_all();
-      return Status::Ok();
-    };
-    Status s = optimizer->Step(*adam, args, io);
-    std::lock_guard<std::mutex> lock(update.mu);
-    update.done = true;
-    update.status = std::move(s);
-    update.cv.notify_all();
-  });
+  try {
+    update.worker = std::thread(&Impl::RunUpdate, this, args);
+  } catch (const std::system_error& e) {
+    // No thread: nothing was stepped, the homes hold the current parameters.
+    update_active = false;
+    for (BlockState& b : blocks) b.stale = false;
+    return Status::ResourceExhausted(std::string("engine: cannot start the optimizer update's thread: ") + e.what());
+  }
   return Status::Ok();
 }
 
@@ -517,28 +531,39 @@ StatusOr<bool> Engine::Impl::RefreshHome(BlockId b, bool wait) {
   return true;
 }
 
-// Waits for the update in flight, writes home the blocks no fetch has
-// refreshed, and returns the update's error. A no-op when none runs.
-Status Engine::Impl::FinishUpdate() {
-  if (!update_active) return update_failed;
+// Waits for the worker, if one runs, and takes its result into
+// update_failed (the worker's error, or OK).
+void Engine::Impl::JoinWorker() {
+  if (!update.worker.joinable()) return;
   const auto t0 = Clock::now();
   update.worker.join();
-  update_active = false;
   counters.optimizer_ns += NanosSince(t0);
-  {
-    std::lock_guard<std::mutex> lock(update.mu);
-    update_failed = update.status;
+  std::lock_guard<std::mutex> lock(update.mu);
+  if (update_failed.ok()) update_failed = update.status;
+}
+
+// Waits for the update in flight, writes home the blocks no fetch has
+// refreshed, and returns the update's error. A no-op when none runs.
+//
+// Errors are sticky (update_failed): a failed update left the state partly
+// stepped and the blocks it did not reach stale, and a failed write-home
+// left some homes old, so every later fetch of such a block, step and save
+// fails with the error instead of training on a mixed model, until
+// LoadCheckpoint replaces the state.
+Status Engine::Impl::FinishUpdate() {
+  if (!update_active) return update_failed;
+  JoinWorker();
+  Status s = update_failed;
+  for (BlockId b = 0; s.ok() && b < static_cast<BlockId>(blocks.size()); ++b) {
+    s = RefreshHome(b, /*wait=*/true).status();
   }
-  // A failed update left the state partly stepped and the blocks it did not
-  // reach stale, so every later fetch, step and save fails with its error
-  // until LoadCheckpoint replaces the state: never a silently mixed model.
-  if (!update_failed.ok()) return update_failed;
-  for (BlockId b = 0; b < static_cast<BlockId>(blocks.size()); ++b) {
-    ZINF_ASSIGN_OR_RETURN(bool refreshed, RefreshHome(b, /*wait=*/true));
-    (void)refreshed;
-  }
-  if (param_swapper) ZINF_RETURN_IF_ERROR(param_swapper->Flush());
-  return stream->Synchronize();
+  if (s.ok() && param_swapper) s = param_swapper->Flush();
+  // Copies out of new_params must be done before the next update rewrites it.
+  Status sync = stream->Synchronize();
+  if (s.ok()) s = sync;
+  update_active = false;
+  if (update_failed.ok()) update_failed = s;
+  return s;
 }
 
 // The working parameters of the whole shard from fp32 master weights, in
@@ -1066,9 +1091,6 @@ Status Engine::SaveCheckpoint(const std::string& dir, const std::map<std::string
 StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(const std::string& dir) {
   Impl& m = *impl_;
   ZINF_RETURN_IF_ERROR(m.CheckpointPreconditions("LoadCheckpoint"));
-  // A failed update's error was reported by the call that met it; the
-  // checkpoint replaces the partly stepped state it left (below).
-  m.FinishUpdate().IgnoreError();
   ZINF_RETURN_IF_ERROR(m.PrepareCheckpointIo());
   ZINF_ASSIGN_OR_RETURN(swap::CheckpointReader reader,
                         swap::CheckpointReader::Open(*m.checkpoint_io, *m.checkpoint_pool, dir));
@@ -1119,6 +1141,12 @@ StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(const std::s
     ZINF_ASSIGN_OR_RETURN(int64_t hysteresis, get_int("engine.scaler_hysteresis_left"));
     ls.hysteresis_left = static_cast<int>(hysteresis);
   }
+
+  // The update in flight (or a failed one, whose error was reported by the
+  // call that met it) is abandoned: the checkpoint replaces the state and
+  // every home is rewritten below, so nothing is refreshed now.
+  m.JoinWorker();
+  m.update_active = false;
 
   // Verify every blob, then read them into the optimizer state.
   if (!m.committed) {

@@ -140,11 +140,37 @@ TEST(TrainerTest, SaveKeepsTheNewestCheckpoints) {
   ASSERT_TRUE(entries.ok()) << entries.status().ToString();
   std::sort(entries->begin(), entries->end());
   EXPECT_EQ(*entries, (std::vector<std::string>{"latest", "step-00000003", "step-00000004"}));
+  {
+    TrainerRun r = MakeTrainer(config);
+    ASSERT_NE(r.trainer, nullptr);
+    ASSERT_TRUE(r.trainer->Resume(save_dir).ok());
+    EXPECT_EQ(r.trainer->step(), 4);
+    EXPECT_EQ(Losses(*r.trainer, 2), want);
+  }
+  // Four checkpoints kept, then a run resumed from the older step 2 saves
+  // there again (replacing it: latest named step 4) with keep 2: steps 1
+  // and 2 are the newest two up to the save; the abandoned run's steps 3
+  // and 4 are later, neither counted nor removed.
+  const std::string all_dir = dir.Sub("all");
+  {
+    TrainerRun r = MakeTrainer(config);
+    ASSERT_NE(r.trainer, nullptr);
+    for (int step = 1; step <= 4; ++step) {
+      Losses(*r.trainer, 1);
+      ASSERT_TRUE(r.trainer->Save(all_dir).ok());
+    }
+  }
   TrainerRun r = MakeTrainer(config);
   ASSERT_NE(r.trainer, nullptr);
-  ASSERT_TRUE(r.trainer->Resume(save_dir).ok());
-  EXPECT_EQ(r.trainer->step(), 4);
-  EXPECT_EQ(Losses(*r.trainer, 2), want);
+  ASSERT_TRUE(r.trainer->Resume(all_dir + "/rank-0/step-00000002").ok());
+  ASSERT_EQ(r.trainer->step(), 2);
+  auto again = r.trainer->Save(all_dir, 2);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  entries = ListDirectory(all_dir + "/rank-0");
+  ASSERT_TRUE(entries.ok());
+  std::sort(entries->begin(), entries->end());
+  EXPECT_EQ(*entries, (std::vector<std::string>{"latest", "step-00000001", "step-00000002", "step-00000003",
+                                                "step-00000004"}));
 }
 
 TEST(TrainerTest, ResumeRefusesAnotherModelOrData) {
