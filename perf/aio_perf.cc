@@ -54,6 +54,15 @@ std::string FioCommand(const FioRun& run) {
   return c;
 }
 
+StatusOr<double> RunFioSum(const std::vector<FioRun>& runs) {
+  double gbps = 0;
+  for (const FioRun& run : runs) {
+    ZINF_ASSIGN_OR_RETURN(double g, RunFio(run));
+    gbps += g;
+  }
+  return gbps;
+}
+
 StatusOr<double> RunFio(const FioRun& run) {
   const std::string cmd = FioCommand(run) + " 2>&1";
   int code = 0;

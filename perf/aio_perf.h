@@ -64,6 +64,9 @@ int64_t FioBufferBytes(const FioRun& run);
 std::string FioCommand(const FioRun& run);
 // Runs fio; its aggregate bandwidth in GB/s (1e9 bytes per second).
 StatusOr<double> RunFio(const FioRun& run);
+// Runs each job in turn (one per NVMe path) and returns the sum of their
+// GB/s: the paths' bandwidths add. 0 for no jobs.
+StatusOr<double> RunFioSum(const std::vector<FioRun>& runs);
 // Whether `fio` is on PATH (its version, or an error).
 StatusOr<std::string> FioVersion();
 

@@ -597,15 +597,12 @@ int Run(const std::vector<std::string>& args) {
         remove_fio();
         return cli::Fail(kName, down.status());
       }
-      double gbps = 0;
-      for (const FioRun& run : fio_runs) {
-        auto m = RunFio(run);
-        if (!m.ok()) {
-          remove_fio();
-          return cli::Fail(kName, m.status());
-        }
-        gbps += *m;
+      auto fio_gbps = RunFioSum(fio_runs);
+      if (!fio_gbps.ok()) {
+        remove_fio();
+        return cli::Fail(kName, fio_gbps.status());
       }
+      const double gbps = *fio_gbps;
       rep.step = MedianOf(rep.off, [](const Sample& s) { return s.seconds; });
       rep.compute = MedianOf(rep.res, [](const Sample& s) { return s.seconds - s.optimizer; });
       rep.kernels = MedianOf(rep.res, [](const Sample& s) { return s.compute; });

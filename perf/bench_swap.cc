@@ -212,15 +212,12 @@ int Run(const std::vector<std::string>& args) {
       remove_fio_files();
       return cli::Fail(kName, st);
     }
-    double mixed_gbps = 0;
-    for (const FioRun& run : fio_runs) {
-      auto m = RunFio(run);
-      if (!m.ok()) {
-        remove_fio_files();
-        return cli::Fail(kName, m.status());
-      }
-      mixed_gbps += *m;
+    auto mixed = RunFioSum(fio_runs);
+    if (!mixed.ok()) {
+      remove_fio_files();
+      return cli::Fail(kName, mixed.status());
     }
+    const double mixed_gbps = *mixed;
     if (use_fio) {
       mixed_rates.push_back(mixed_gbps);
       io_bounds.push_back(static_cast<double>(bytes_moved) / (mixed_gbps * 1e9));
