@@ -9,6 +9,8 @@
 # Variables:
 #   BUILD_DIR (build), BUILD_TYPE (RelWithDebInfo), ZINF_CUDA (AUTO|ON|OFF),
 #   JOBS (number of CPUs), CTEST_ARGS (extra ctest arguments, e.g. -L gpu).
+# On the GPU machine, which has no network: `make device-debs` here, carry
+# .deps there, then `make gpu-test` (label gpu, build-gpu/).
 
 BUILD_DIR  ?= build
 BUILD_TYPE ?= RelWithDebInfo
@@ -21,7 +23,7 @@ CTEST_ARGS ?=
 DEBS := cmake ninja-build g++ pkg-config liburing-dev libhwloc-dev nlohmann-json3-dev \
         libspdlog-dev libgtest-dev libopenmpi-dev openmpi-bin fio clang lld
 
-.PHONY: demo test test-asan test-tsan deps build configure clean device-debs
+.PHONY: demo test test-asan test-tsan deps build configure clean device-debs gpu-test
 
 demo: build
 	./$(BUILD_DIR)/zinf demo
@@ -103,5 +105,20 @@ device-debs:
 	  --no-conflicts --no-breaks --no-replaces --no-enhances liburing-dev libhwloc-dev nlohmann-json3-dev \
 	  libspdlog-dev libgtest-dev libfmt-dev | grep '^\w' | sort -u) 2>/dev/null || true
 
+# On the GPU machine (no network, CUDA under /usr/local/cuda): unpack the
+# packages device-debs fetched into .deps/root, point pkg-config and CMake at
+# it, build with CUDA into build-gpu and run the tests with label gpu there.
+GPU_ROOT := $(CURDIR)/.deps/root
+GPU_LIBS := $(GPU_ROOT)/usr/lib/x86_64-linux-gnu
+GPU_ENV  := PATH=$(GPU_ROOT)/usr/bin:$$PATH LD_LIBRARY_PATH=$(GPU_LIBS):$$LD_LIBRARY_PATH \
+            PKG_CONFIG_PATH=$(GPU_LIBS)/pkgconfig:$(GPU_ROOT)/usr/share/pkgconfig
+gpu-test:
+	@[ -d $(GPU_ROOT)/usr ] || { for f in .deps/*.deb; do dpkg -x $$f $(GPU_ROOT) || exit 1; done; \
+	  sed -i -E 's#^(prefix|libdir|includedir)=/usr#\1=$(GPU_ROOT)/usr#' $(GPU_LIBS)/pkgconfig/*.pc $(GPU_ROOT)/usr/share/pkgconfig/*.pc; }
+	@[ -f build-gpu/build.ninja ] || $(GPU_ENV) cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	  -DZINF_CUDA=ON -DZINF_BUILD_FUZZ=OFF -DZINF_WERROR=OFF -DCMAKE_PREFIX_PATH=$(GPU_ROOT)/usr
+	$(GPU_ENV) cmake --build build-gpu -j $(JOBS)
+	cd build-gpu && $(GPU_ENV) ctest --output-on-failure --timeout 600 -j $(JOBS) -L gpu $(CTEST_ARGS)
+
 clean:
-	rm -rf $(BUILD_DIR) build-asan build-tsan
+	rm -rf $(BUILD_DIR) build-asan build-tsan build-gpu

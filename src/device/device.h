@@ -44,7 +44,10 @@ class Stream {
  public:
   virtual ~Stream() = default;
   // Enqueues a copy of `bytes` bytes. Both buffers must stay valid until the
-  // copy has finished (Synchronize, or an Event recorded after it).
+  // copy has finished (Synchronize, or an Event recorded after it). On a GPU,
+  // a copy to or from pageable host memory may return only after the stream's
+  // earlier work has run (CUDA's rule): pin host buffers (PinHostMemory) that
+  // must be copied without waiting.
   virtual Status CopyAsync(void* dst, const void* src, size_t bytes, CopyDirection dir) = 0;
   // Enqueues `bytes` bytes of `value` at device pointer `dst`.
   virtual Status MemsetAsync(void* dst, int value, size_t bytes) = 0;

@@ -149,7 +149,12 @@ TEST_F(DeviceTest, StreamRunsInEnqueueOrder) {
 
 TEST_F(DeviceTest, EventsAndCrossStreamWait) {
   const size_t n = 1 * kMiB;
+  // Pinned host buffers: on a GPU a copy to or from pageable memory returns
+  // only once the stream's earlier work has run (CUDA's rule), and that work
+  // is held at the gate below, by this thread.
   std::vector<uint8_t> src = Pattern(n, 11), out(n, 0);
+  ASSERT_TRUE(PinHostMemory(src.data(), n).ok());
+  ASSERT_TRUE(PinHostMemory(out.data(), n).ok());
   void* d = Alloc(n);
   auto producer = NewStream();
   auto consumer = NewStream();
@@ -176,6 +181,8 @@ TEST_F(DeviceTest, EventsAndCrossStreamWait) {
   EXPECT_EQ(out, src);
   ASSERT_TRUE(device_->Synchronize().ok());
   device_->Free(d);
+  EXPECT_TRUE(UnpinHostMemory(src.data(), n).ok());
+  EXPECT_TRUE(UnpinHostMemory(out.data(), n).ok());
 }
 
 TEST_F(DeviceTest, PinnedHostMemoryRoundTrip) {
