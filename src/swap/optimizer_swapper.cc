@@ -158,6 +158,7 @@ float* OptimizerSwapper::Resident(int array, int64_t k) const {
 // Whole-array copies (initialisation, gradients, inspection)
 
 Status OptimizerSwapper::CopyIn(int array, const float* src) {
+  DropPrefetch();  // the state changes, and slot 0's buffers are used below
   for (int64_t k = 0; k < num_sub_groups_; ++k) {
     const int64_t n = sub_group_elems(k);
     const size_t bytes = static_cast<size_t>(n) * sizeof(float);
@@ -193,6 +194,7 @@ Status OptimizerSwapper::CopyIn(int array, const float* src) {
 }
 
 Status OptimizerSwapper::CopyOut(int array, float* dst) {
+  DropPrefetch();  // slot 0's buffers are used below
   for (int64_t k = 0; k < num_sub_groups_; ++k) {
     const size_t bytes = static_cast<size_t>(sub_group_elems(k)) * sizeof(float);
     if (!store_) {
@@ -213,6 +215,7 @@ Status OptimizerSwapper::ReadMaster(int64_t begin, int64_t count, float* dst) {
                                    std::to_string(count) + ") outside " + std::to_string(options_.total_elems));
   }
   if (count == 0) return Status::Ok();
+  DropPrefetch();  // slot 0's buffers are used below
   const int64_t first = begin / options_.sub_group_elems;
   const int64_t last = (begin + count - 1) / options_.sub_group_elems;
   for (int64_t k = first; k <= last; ++k) {
@@ -272,6 +275,22 @@ Status OptimizerSwapper::StartRead(Slot& slot, int64_t k) {
   return Status::Ok();
 }
 
+Status OptimizerSwapper::EnsureRead(Slot& slot, int64_t k) {
+  if (slot.sub_group == k && slot.reads[kMaster].valid()) return Status::Ok();
+  return StartRead(slot, k);
+}
+
+Status OptimizerSwapper::PrefetchStep() {
+  if (!store_) return Status::Ok();
+  const int64_t ahead = options_.pipeline_read ? static_cast<int64_t>(slots_.size()) : 1;
+  for (int64_t k = 0; k < std::min(ahead, num_sub_groups_); ++k) ZINF_RETURN_IF_ERROR(EnsureRead(SlotOf(k), k));
+  return Status::Ok();
+}
+
+void OptimizerSwapper::DropPrefetch() {
+  for (Slot& slot : slots_) FinishRead(slot).IgnoreError();
+}
+
 Status OptimizerSwapper::FinishRead(Slot& slot) {
   Status first;
   for (SwapHandle& h : slot.reads) {
@@ -319,15 +338,15 @@ Status OptimizerSwapper::Step(const optim::CpuAdam& adam, const optim::AdamStepA
                                        : "optimizer step: StepIo::grads must hold the gradient");
   }
   const bool nvme = store_ != nullptr;
-  const int64_t n_slots = static_cast<int64_t>(slots_.size());
-  auto slot_of = [&](int64_t k) -> Slot& { return slots_[static_cast<size_t>(k % n_slots)]; };
+  auto slot_of = [&](int64_t k) -> Slot& { return SlotOf(k); };
   Status s;
   int64_t current = 0;  // for the error message
   for (int64_t k = 0; s.ok() && k < num_sub_groups_; ++k) {
     current = k;
-    // Reads: sub-group k (unless already prefetched), then k+1 ahead of use.
-    if (nvme && (k == 0 || !options_.pipeline_read)) s = StartRead(slot_of(k), k);
-    if (s.ok() && nvme && options_.pipeline_read && k + 1 < num_sub_groups_) s = StartRead(slot_of(k + 1), k + 1);
+    // Reads: sub-group k (unless already under way: read ahead, or
+    // PrefetchStep), then k+1 ahead of use.
+    if (nvme) s = EnsureRead(slot_of(k), k);
+    if (s.ok() && nvme && options_.pipeline_read && k + 1 < num_sub_groups_) s = EnsureRead(slot_of(k + 1), k + 1);
     if (s.ok() && nvme) s = FinishRead(slot_of(k));
     if (!s.ok()) break;
 

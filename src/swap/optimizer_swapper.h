@@ -150,6 +150,19 @@ class OptimizerSwapper {
   // One optimizer step over every sub-group (see the file comment).
   Status Step(const optim::CpuAdam& adam, const optim::AdamStepArgs& args, const StepIo& io);
 
+  // Starts reading master, m and v of the first sub-groups the next Step
+  // walks (as many as the pipeline's buffers hold with pipeline_read, else
+  // one), so that Step begins on state already in memory. Reads only, no
+  // gradient needed: call it while no Step runs, e.g. while the last
+  // micro-batch's gradient is still being accumulated. Does nothing when
+  // the reads are already under way, or with device kCpu. Initialize,
+  // SetGradients, ReadState and ReadMaster drop them first; a caller that
+  // changes the state through CheckpointBlobs calls DropPrefetch before.
+  Status PrefetchStep();
+  // Waits for the prefetched reads and forgets them (their errors too: the
+  // next Step reads again and reports).
+  void DropPrefetch();
+
  private:
   static constexpr int kMaster = 0, kExpAvg = 1, kExpAvgSq = 2, kGrad = 3, kArrays = 4;
   struct Slot {
@@ -169,6 +182,9 @@ class OptimizerSwapper {
   Status CopyIn(int array, const float* src);   // src null: zeros
   Status CopyOut(int array, float* dst);
   Status StartRead(Slot& slot, int64_t k);
+  // StartRead unless the slot's reads of sub-group k are under way (PrefetchStep).
+  Status EnsureRead(Slot& slot, int64_t k);
+  Slot& SlotOf(int64_t k) { return slots_[static_cast<size_t>(k) % slots_.size()]; }
   Status FinishRead(Slot& slot);
   Status StartWrite(Slot& slot);
   Status FinishWrite(Slot& slot);

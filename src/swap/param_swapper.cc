@@ -133,8 +133,18 @@ StatusOr<aio::PinnedBuffer> ParamSwapper::TakeBuffer(ShardId for_shard, bool dem
                                    "(offload_param.buffer_count)");
 }
 
+// Evicts released shards, least recent first, while they hold more than
+// max_in_cpu. A shard whose write-back is still in flight is passed over:
+// its buffer cannot be reused before the write lands anyway, and waiting
+// for it here would make every Store synchronous (max_in_cpu 0). It stays
+// readable (Acquire is a hit) until a later trim or TakeBuffer evicts it.
 Status ParamSwapper::TrimCache() {
-  while (cached_elems_ > options_.max_in_cpu_elems && !lru_.empty()) ZINF_RETURN_IF_ERROR(Evict(lru_.front()));
+  for (auto it = lru_.begin(); cached_elems_ > options_.max_in_cpu_elems && it != lru_.end();) {
+    const ShardId id = *it++;  // Evict erases id's node
+    Shard& s = shards_[static_cast<size_t>(id)];
+    if (s.write.valid() && !store_->IsDone(s.write)) continue;
+    ZINF_RETURN_IF_ERROR(Evict(id));
+  }
   return Status::Ok();
 }
 
@@ -235,7 +245,8 @@ Status ParamSwapper::Flush() {
     Status w = WaitWrite(s);
     if (first.ok()) first = w;
   }
-  return first;
+  if (!first.ok()) return first;
+  return TrimCache();  // every write has landed: back under max_in_cpu
 }
 
 }  // namespace zinf::swap

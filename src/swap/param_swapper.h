@@ -8,9 +8,11 @@
 // Acquire waits for it and pins it, Release unpins it (writing it back first
 // when the caller changed it). A released shard stays cached, so a second
 // Acquire costs no I/O, while the released shards together hold at most
-// `max_in_cpu_elems` elements (offload_param.max_in_cpu); past that, and
-// whenever a buffer is needed and none is free, the least recently released
-// shard is evicted (its write-back, if any, is waited for first).
+// `max_in_cpu_elems` elements (offload_param.max_in_cpu) plus those whose
+// write-back is still in flight; past that, the least recently released
+// shard whose write has landed is evicted, and whenever a buffer is needed
+// and none is free, the least recently released one (its write-back, if
+// any, waited for first).
 //
 // A shard larger than a buffer is refused in Create (naming the shard and
 // offload_param.buffer_size): sizes are known up front, so the problem is
@@ -89,7 +91,8 @@ class ParamSwapper {
   // Unpins; with `dirty`, the buffer's bytes are written back (asynchronously;
   // the shard is not evicted before the write has completed).
   Status Release(ShardId id, bool dirty);
-  // Waits for every write-back; the first error.
+  // Waits for every write-back, then trims the cache to max_in_cpu; the
+  // first error.
   Status Flush();
 
   int64_t cached_elems() const { return cached_elems_; }

@@ -549,17 +549,23 @@ void SwapStore::ReleaseSlot(uint32_t index) {
   free_.push_back(index);
 }
 
-Status SwapStore::Wait(SwapHandle handle) {
+uint32_t SwapStore::SlotOf(SwapHandle handle, const char* caller) const {
   const uint32_t index = static_cast<uint32_t>(handle.id & 0xffffffffu) - 1;
   const uint32_t generation = static_cast<uint32_t>(handle.id >> 32);
+  ZINF_CHECK_MSG(handle.valid() && index < slots_.size() && slots_[index].in_use &&
+                     slots_[index].generation == generation && slots_[index].ticket.valid(),
+                 (std::string("SwapStore::") + caller + " on an unknown or spent handle").c_str());
+  return index;
+}
+
+Status SwapStore::Wait(SwapHandle handle) {
+  uint32_t index = 0;
   aio::IoTicket ticket;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    ZINF_CHECK_MSG(handle.valid() && index < slots_.size() && slots_[index].in_use &&
-                       slots_[index].generation == generation && slots_[index].ticket.valid(),
-                   "SwapStore::Wait on an unknown or spent handle");
+    index = SlotOf(handle, "Wait");
     ticket = slots_[index].ticket;
-    slots_[index].ticket = {};  // a second Wait on this handle is caught above
+    slots_[index].ticket = {};  // a second Wait on this handle is caught in SlotOf
   }
   Slot& slot = slots_[index];
   Tensor& t = tensors_[static_cast<size_t>(slot.tensor)];
@@ -599,6 +605,15 @@ Status SwapStore::Wait(SwapHandle handle) {
   }
   ReleaseSlot(index);
   return status;
+}
+
+bool SwapStore::IsDone(SwapHandle handle) const {
+  aio::IoTicket ticket;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ticket = slots_[SlotOf(handle, "IsDone")].ticket;
+  }
+  return engine_->IsDone(ticket);
 }
 
 Status SwapStore::WaitAll() {

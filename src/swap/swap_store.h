@@ -155,6 +155,8 @@ class SwapStore {
   // Blocks until the transfer is done; verifies checksums of a swap-in.
   // Waiting on an unknown or spent handle is a programmer error (checked).
   Status Wait(SwapHandle handle);
+  // Whether the transfer has finished (it still needs its Wait); does not block.
+  bool IsDone(SwapHandle handle) const;
   // Waits for every outstanding transfer of this store; the first error.
   // Must not race with Wait on the same handles from another thread.
   Status WaitAll();
@@ -199,6 +201,8 @@ class SwapStore {
   StatusOr<SwapHandle> Start(aio::IoOp op, TensorId id, int64_t offset_bytes, int64_t length_bytes, char* buffer);
   std::string DescribeRange(const Tensor& t, int64_t first_extent, int64_t count) const;
   void ReleaseSlot(uint32_t index);  // mu_ held
+  // The slot of a transfer not yet waited for; checked (mu_ held).
+  uint32_t SlotOf(SwapHandle handle, const char* caller) const;
 
   aio::IoEngine* engine_ = nullptr;
   SwapStoreOptions options_;

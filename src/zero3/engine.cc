@@ -694,19 +694,23 @@ void Engine::Impl::IssuePrefetch() {
   // cheap to hold in the swapper's buffers.
   // A block the optimizer update has not reached yet, and every block after
   // it, waits for a later Acquire: its home still holds the old parameters.
-  auto current = [&](int b) {
-    StatusOr<bool> r = RefreshHome(b, /*wait=*/false);
+  // Except for the all-gathers with several ranks: each rank must issue the
+  // same ones in the same order, and the update's progress differs between
+  // ranks, so there the prefetch waits for the update instead.
+  auto current = [&](int b, bool wait) {
+    StatusOr<bool> r = RefreshHome(b, wait);
     return r.ok() && *r;  // an error surfaces in the demanded fetch
   };
+  const bool gather_waits = partitioner->world_size() > 1;
   if (param_swapper) {
     for (int b : coordinator->Upcoming(2 * bucket, gathered)) {
-      if (!current(b)) break;
+      if (!current(b, /*wait=*/false)) break;
       Status s = param_swapper->Prefetch(blocks[static_cast<size_t>(b)].shard_id);
       if (!s.ok()) break;  // every buffer busy: the next Acquire reads it
     }
   }
   for (int b : coordinator->Upcoming(bucket, gathered)) {
-    if (!current(b)) break;
+    if (!current(b, gather_waits)) break;
     BlockState& st = blocks[static_cast<size_t>(b)];
     const int64_t need = st.persistent ? 0 : layout(b).padded_numel;
     if (!MakeRoom(need, /*demand=*/false, coordinator->NextUseDistance(b))) break;
@@ -850,7 +854,13 @@ Status Engine::ReduceGradients(BlockId block, const std::vector<const void*>& gr
   const float scale =
       1.0f / static_cast<float>(m.partitioner->world_size() * m.config.gradient_accumulation_steps);
   float* acc = reinterpret_cast<float*>(m.accum.data()) + l.rank_offset;
-  return optim::AddScaled(*m.threads, g, scale, acc, l.shard_numel);
+  ZINF_RETURN_IF_ERROR(optim::AddScaled(*m.threads, g, scale, acc, l.shard_numel));
+  // The last micro-batch before an optimizer step: its first sub-groups'
+  // state is read now, under the rest of the backward pass, not after it.
+  if ((m.micro_steps + 1) % m.config.gradient_accumulation_steps == 0) {
+    ZINF_RETURN_IF_ERROR(m.optimizer->PrefetchStep());
+  }
+  return Status::Ok();
 }
 
 StatusOr<StepResult> Engine::Step() {
@@ -1156,6 +1166,7 @@ StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(const std::s
   }
   m.DropAllGathers();
   ZINF_RETURN_IF_ERROR(m.stream->Synchronize());
+  m.optimizer->DropPrefetch();  // its reads would be of the state replaced here
   // Restore's errors name the checkpoint directory already.
   ZINF_RETURN_IF_ERROR(reader.Restore(m.optimizer->CheckpointBlobs()));
 

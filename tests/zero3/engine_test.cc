@@ -407,6 +407,49 @@ TEST(EngineTest, LoadCheckpointDuringAnUpdateAbandonsIt) {
   ExpectBitIdentical(ContinueTraining(*e.engine, 1, 2, config), want);
 }
 
+// In the last micro-batch before a step the engine reads the first
+// sub-groups' optimizer state ahead (PrefetchStep). A step skipped for an
+// overflow leaves those reads in flight; a checkpoint loaded then replaces
+// the state they read, so they are dropped, not used by the next step.
+TEST(EngineTest, LoadCheckpointDropsTheOptimizerStateReadAhead) {
+  TempDir dir;
+  Config config = BaseConfig();
+  config.fp16.enabled = true;
+  config.fp16.initial_scale_power = 12;
+  SetTiers(config, OffloadDevice::kNvme, OffloadDevice::kNvme, dir);
+  TrainOptions all;
+  all.steps = 3;
+  const Outcome want = TrainModel(config, all);
+
+  comm::LocalCommunicator local;
+  EngineUnderTest e = MakeEngine(config, kModel.Blocks(), &local);
+  ASSERT_NE(e.engine, nullptr);
+  TrainOptions first;
+  first.steps = 1;
+  Train(*e.engine, kModel, first, static_cast<int>(config.gradient_accumulation_steps));
+  const std::string ckpt = dir.Sub("ckpt") + "/step-1";
+  ASSERT_TRUE(MakeDirectories(dir.Sub("ckpt")).ok());
+  ASSERT_TRUE(e.engine->SaveCheckpoint(ckpt, {}).ok());
+  // Step 1 changes the state; step 2 overflows and is skipped with step 3's
+  // read-ahead (of step 1's result) in flight.
+  TrainOptions more;
+  more.first_step = 1;
+  more.steps = 2;
+  more.inf_step = 2;
+  more.set_parameters = false;
+  std::vector<StepResult> results;
+  more.results = &results;
+  Train(*e.engine, kModel, more, static_cast<int>(config.gradient_accumulation_steps));
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_TRUE(results[0].applied);
+  EXPECT_FALSE(results[1].applied);
+
+  auto md = e.engine->LoadCheckpoint(ckpt);
+  ASSERT_TRUE(md.ok()) << md.status().ToString();
+  EXPECT_EQ(e.engine->optimizer_steps(), 1);
+  ExpectBitIdentical(ContinueTraining(*e.engine, 1, 2, config), want);
+}
+
 TEST(EngineTest, CheckpointRefusesAnotherLayoutAndMidAccumulation) {
   TempDir dir;
   Config config = BaseConfig();
