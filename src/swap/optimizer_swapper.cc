@@ -269,8 +269,13 @@ Status OptimizerSwapper::StartRead(Slot& slot, int64_t k) {
   ZINF_RETURN_IF_ERROR(FinishWrite(slot));  // the slot's last sub-group must be on disk first
   slot.sub_group = k;
   for (int a = 0; a < arrays(); ++a) {
-    ZINF_ASSIGN_OR_RETURN(slot.reads[static_cast<size_t>(a)],
-                          store_->SwapIn(Tensor(a, k), slot.buffers[static_cast<size_t>(a)].data()));
+    auto h = store_->SwapIn(Tensor(a, k), slot.buffers[static_cast<size_t>(a)].data());
+    if (!h.ok()) {
+      // No half-started slot: EnsureRead would take it for one under way.
+      FinishRead(slot).IgnoreError();
+      return h.status();
+    }
+    slot.reads[static_cast<size_t>(a)] = *h;
   }
   return Status::Ok();
 }
