@@ -116,7 +116,7 @@ int Run(const std::vector<std::string>& args) {
   so.store.stripe_bytes = *bs;
   so.gradients_in_store = false;  // the engine's mode: the gradient stays in RAM
   aio::PinnedPoolOptions po;
-  po.buffer_count = swap::OptimizerSwapper::RequiredBuffers(so);
+  po.buffer_count = swap::OptimizerSwapper::PoolBuffers(so);
   po.buffer_bytes = swap::OptimizerSwapper::RequiredBufferBytes(so, so.store.alignment_bytes);
   po.name = "bench swap pipeline";
   auto buffers = aio::PinnedPool::Create(po);

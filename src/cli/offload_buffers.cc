@@ -20,15 +20,18 @@ Status ExplainOffloadBuffers(const Config& c, std::optional<int64_t> params, int
   if (o.device == OffloadDevice::kNvme) {
     swap::OptimizerSwapperOptions so = swap::OptimizerSwapperOptionsFromConfig(z, shard.value_or(z.sub_group_size));
     const int64_t need = swap::OptimizerSwapper::RequiredBuffers(so);
+    const int64_t uses = swap::OptimizerSwapper::PoolBuffers(so);
     const int64_t bytes = swap::OptimizerSwapper::RequiredBufferBytes(so, 4096);
     const int in_flight = 1 + int{o.pipeline_read} + int{o.pipeline_write};
-    lines.push_back("offload_optimizer (nvme): " + std::to_string(o.buffer_count) + " pinned buffers of " +
-                    FormatBytes(bytes) + " (one fp32 sub-group of " + FormatCount(so.sub_group_elems) +
-                    " elements) = " + FormatBytes(o.buffer_count * bytes) + "; the pipeline uses " +
-                    std::to_string(need) + ": 3 arrays (master, m, v; the gradient is in RAM) x " + std::to_string(in_flight) +
-                    " sub-group(s) in flight (" +
+    const int64_t slots = uses / 3;
+    const int64_t ahead = slots - 1 - int64_t{o.pipeline_write};
+    lines.push_back("offload_optimizer (nvme): buffer_count " + std::to_string(o.buffer_count) +
+                    "; the pipeline pins " + std::to_string(uses) + " buffers of " + FormatBytes(bytes) +
+                    " (one fp32 sub-group of " + FormatCount(so.sub_group_elems) + " elements) = " +
+                    FormatBytes(uses * bytes) + ": 3 arrays (master, m, v; the gradient is in RAM) x " +
+                    std::to_string(slots) + " sub-group(s) in flight (" +
                     (in_flight == 1 ? "no pipelining" :
-                     std::string(o.pipeline_read ? "read ahead" : "") +
+                     (o.pipeline_read ? "read " + std::to_string(ahead) + " ahead" : std::string()) +
                          (o.pipeline_read && o.pipeline_write ? ", " : "") + (o.pipeline_write ? "write behind" : "")) +
                     ")");
     if (o.buffer_count < need) {

@@ -269,7 +269,7 @@ StatusOr<PlanOption> EstimateOption(const PlanInputs& in, const Config& config) 
     add(optim_pin, "fp32 optimizer state: master, m, v (offload_optimizer cpu)", 3 * groups * sub_bytes);
   } else {
     add(optim_pin, "optimizer pipeline buffers (3 arrays x sub-groups in flight)",
-        swap::OptimizerSwapper::RequiredBuffers(so) * sub_bytes);
+        swap::OptimizerSwapper::PoolBuffers(so) * sub_bytes);
   }
   add(Tier::kPinned, "fp32 gradient accumulator (whole shard)", AlignUp(total * 4, kIoAlign));
   add(Tier::kPinned, "new-parameter buffer (whole shard, working type)", AlignUp(total * pes, kIoAlign));

@@ -24,12 +24,20 @@ OptimizerSwapperOptions OptimizerSwapperOptionsFromConfig(const ZeroConfig& zero
   o.store.file_prefix = "zinf-optim";
   o.pin_memory = zero.offload_optimizer.pin_memory;
   o.gradients_in_store = false;
+  o.buffer_count = zero.offload_optimizer.buffer_count;
   return o;
 }
 
 int64_t OptimizerSwapper::RequiredBuffers(const OptimizerSwapperOptions& options) {
   if (options.device != OffloadDevice::kNvme) return 0;
   return ArraysOf(options) * (1 + int64_t{options.pipeline_read} + int64_t{options.pipeline_write});
+}
+
+int64_t OptimizerSwapper::PoolBuffers(const OptimizerSwapperOptions& options) {
+  const int64_t need = RequiredBuffers(options);
+  if (!options.pipeline_read) return need;
+  const int64_t arrays = ArraysOf(options);
+  return std::max(need, options.buffer_count / arrays * arrays);
 }
 
 int64_t OptimizerSwapper::RequiredBufferBytes(const OptimizerSwapperOptions& options, int64_t alignment_bytes) {
@@ -115,13 +123,15 @@ StatusOr<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::Create(const Optim
     }
   }
   ZINF_ASSIGN_OR_RETURN(s->store_, SwapStore::Create(engine, std::move(tensors), options.store));
-  s->slots_.resize(static_cast<size_t>(need_count / s->arrays()));
+  // Whole sub-groups of what the pool holds, up to PoolBuffers.
+  const int64_t lease_count = std::min(pool->buffer_count(), PoolBuffers(options)) / s->arrays() * s->arrays();
+  s->slots_.resize(static_cast<size_t>(lease_count / s->arrays()));
   for (Slot& slot : s->slots_) {
     for (int a = 0; a < s->arrays(); ++a) {
       aio::PinnedBuffer& b = slot.buffers[static_cast<size_t>(a)];
       auto lease = pool->TryAcquire(need_bytes);
       if (!lease.ok()) {
-        return lease.status().WithContext("leasing the optimizer pipeline's " + std::to_string(need_count) +
+        return lease.status().WithContext("leasing the optimizer pipeline's " + std::to_string(lease_count) +
                                           " buffers");
       }
       b = std::move(lease).value();
@@ -344,14 +354,19 @@ Status OptimizerSwapper::Step(const optim::CpuAdam& adam, const optim::AdamStepA
   }
   const bool nvme = store_ != nullptr;
   auto slot_of = [&](int64_t k) -> Slot& { return SlotOf(k); };
+  const int64_t read_ahead =
+      options_.pipeline_read ? static_cast<int64_t>(slots_.size()) - 1 - int64_t{options_.pipeline_write} : 0;
   Status s;
   int64_t current = 0;  // for the error message
   for (int64_t k = 0; s.ok() && k < num_sub_groups_; ++k) {
     current = k;
     // Reads: sub-group k (unless already under way: read ahead, or
-    // PrefetchStep), then k+1 ahead of use.
+    // PrefetchStep), then the next ones ahead of use, as far as the slots
+    // not holding k or (pipeline_write) k-1 reach.
     if (nvme) s = EnsureRead(slot_of(k), k);
-    if (s.ok() && nvme && options_.pipeline_read && k + 1 < num_sub_groups_) s = EnsureRead(slot_of(k + 1), k + 1);
+    for (int64_t j = k + 1; s.ok() && nvme && j <= k + read_ahead && j < num_sub_groups_; ++j) {
+      s = EnsureRead(slot_of(j), j);
+    }
     if (s.ok() && nvme) s = FinishRead(slot_of(k));
     if (!s.ok()) break;
 

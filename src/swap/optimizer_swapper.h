@@ -5,8 +5,8 @@
 // Design. The shard's `total_elems` elements are cut into sub-groups of
 // `sub_group_elems` (the last one shorter when it does not divide). Step()
 // runs Adam on one sub-group at a time while, with pipeline_read, sub-group
-// k+1 is read from NVMe and, with pipeline_write, sub-group k-1 is being
-// written back; Adam writes the new working parameters into the caller's
+// k+1 (and further ones when buffer_count gives more buffers) is read from
+// NVMe and, with pipeline_write, sub-group k-1 is being written back; Adam writes the new working parameters into the caller's
 // buffer in the same pass, and a callback hears of each finished sub-group
 // (so a caller running Step on another thread can use the new parameters
 // of the first sub-groups while later ones are still being stepped).
@@ -69,6 +69,10 @@ struct OptimizerSwapperOptions {
   // The fp32 gradient is part of the state (SetGradients); off: Step takes
   // it from the caller (StepIo::grads).
   bool gradients_in_store = true;
+  // offload_optimizer.buffer_count: with pipeline_read, buffers beyond what
+  // the pipeline needs (whole sub-groups of `arrays` buffers) read further
+  // ahead. 0: just what it needs.
+  int64_t buffer_count = 0;
 };
 
 // What one Step reads and writes besides the state.
@@ -102,12 +106,17 @@ class OptimizerSwapper {
   // Pinned buffers the pipeline needs: (3 + gradients_in_store) *
   // (1 + pipeline_read + pipeline_write), 0 with device kCpu.
   static int64_t RequiredBuffers(const OptimizerSwapperOptions& options);
+  // Pinned buffers it uses when the pool has them: RequiredBuffers, or with
+  // pipeline_read options.buffer_count rounded down to whole sub-groups if
+  // that is more. Each sub-group beyond the required ones is read one step
+  // further ahead.
+  static int64_t PoolBuffers(const OptimizerSwapperOptions& options);
   // Bytes each pipeline buffer must hold (one fp32 sub-group, padded).
   static int64_t RequiredBufferBytes(const OptimizerSwapperOptions& options, int64_t alignment_bytes);
 
   // kNvme: lays out and preallocates the swap store over `engine` and leases
-  // the pipeline buffers from `pool` (neither owned; both must outlive the
-  // swapper). kCpu: allocates the resident state; engine and pool may be null.
+  // the pipeline buffers from `pool`, up to PoolBuffers (neither owned; both
+  // must outlive the swapper). kCpu: allocates the resident state; engine and pool may be null.
   // Errors: kInvalidArgument for bad sizes, an unsupported device, or a pool
   // with too few or too small buffers (naming what the pipeline needs), and
   // SwapStore::Create's errors. The state starts unset: call Initialize.

@@ -371,7 +371,7 @@ Status Engine::Impl::Init(const Config& cfg, const std::vector<BlockSpec>& block
   if (oo.device == OffloadDevice::kNvme) {
     ZINF_ASSIGN_OR_RETURN(optim_pool,
                           aio::PinnedPool::Create(aio::PinnedPoolOptions{
-                              .buffer_count = swap::OptimizerSwapper::RequiredBuffers(oo),
+                              .buffer_count = swap::OptimizerSwapper::PoolBuffers(oo),
                               .buffer_bytes = swap::OptimizerSwapper::RequiredBufferBytes(oo, 4096),
                               .alignment_bytes = 4096,
                               .pin = zero.offload_optimizer.pin_memory,

@@ -224,6 +224,26 @@ TEST_P(OptimizerSwapperPipelineTest, PrefetchedStepsAreBitIdentical) {
   }
 }
 
+// buffer_count beyond what the pipeline needs: with pipeline_read the extra
+// whole sub-groups of buffers read further ahead, and slots are reused many
+// times over 15 sub-groups; results stay bit-identical.
+TEST_P(OptimizerSwapperPipelineTest, ExtraBuffersReadFurtherAheadBitIdentically) {
+  const auto [pr, pw] = GetParam();
+  OptimizerSwapperOptions o = Options(OffloadDevice::kNvme, pr, pw);
+  o.gradients_in_store = false;
+  o.sub_group_elems = 7'000;
+  const int64_t need = OptimizerSwapper::RequiredBuffers(o);
+  o.buffer_count = need + 2 * 3 + 1;  // two more sub-groups, and one buffer that makes no whole one
+  EXPECT_EQ(OptimizerSwapper::PoolBuffers(o), pr ? need + 6 : need);
+  auto engine = MakeEngine();
+  auto pool = MakePool(OptimizerSwapper::PoolBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
+  auto s = OptimizerSwapper::Create(o, engine.get(), pool.get());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(pool->free_count(), 0);
+  EXPECT_EQ((*s)->num_sub_groups(), 15);
+  ExpectBitIdentical(Run(**s, /*caller_grads=*/true, /*prefetch=*/true), Reference(*adam_));
+}
+
 INSTANTIATE_TEST_SUITE_P(ReadWrite, OptimizerSwapperPipelineTest,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool()));
 
