@@ -113,8 +113,9 @@ GPU_LIBS := $(GPU_ROOT)/usr/lib/x86_64-linux-gnu
 GPU_ENV  := PATH=$(GPU_ROOT)/usr/bin:$$PATH LD_LIBRARY_PATH=$(GPU_LIBS):$$LD_LIBRARY_PATH \
             PKG_CONFIG_PATH=$(GPU_LIBS)/pkgconfig:$(GPU_ROOT)/usr/share/pkgconfig
 gpu-test:
-	@[ -d $(GPU_ROOT)/usr ] || { for f in .deps/*.deb; do dpkg -x $$f $(GPU_ROOT) || exit 1; done; \
-	  sed -i -E 's#^(prefix|libdir|includedir)=/usr#\1=$(GPU_ROOT)/usr#' $(GPU_LIBS)/pkgconfig/*.pc $(GPU_ROOT)/usr/share/pkgconfig/*.pc; }
+	@[ -f $(GPU_ROOT)/.unpacked ] || { rm -rf $(GPU_ROOT) && for f in .deps/*.deb; do dpkg -x $$f $(GPU_ROOT) || exit 1; done && \
+	  find $(GPU_ROOT)/usr -name '*.pc' -exec sed -i -E 's#^(prefix|libdir|includedir)=/usr#\1=$(GPU_ROOT)/usr#' {} + && \
+	  touch $(GPU_ROOT)/.unpacked; }
 	@[ -f build-gpu/build.ninja ] || $(GPU_ENV) cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
 	  -DZINF_CUDA=ON -DZINF_BUILD_FUZZ=OFF -DZINF_WERROR=OFF -DCMAKE_PREFIX_PATH=$(GPU_ROOT)/usr
 	$(GPU_ENV) cmake --build build-gpu -j $(JOBS)

@@ -297,7 +297,9 @@ Status OptimizerSwapper::EnsureRead(Slot& slot, int64_t k) {
 
 Status OptimizerSwapper::PrefetchStep() {
   if (!store_) return Status::Ok();
-  const int64_t ahead = options_.pipeline_read ? static_cast<int64_t>(slots_.size()) : 1;
+  // One sub-group per slot: before a Step no write holds any of them, and
+  // Step's EnsureRead finds each one under way when it gets there.
+  const int64_t ahead = static_cast<int64_t>(slots_.size());
   for (int64_t k = 0; k < std::min(ahead, num_sub_groups_); ++k) ZINF_RETURN_IF_ERROR(EnsureRead(SlotOf(k), k));
   return Status::Ok();
 }

@@ -160,8 +160,8 @@ class OptimizerSwapper {
   Status Step(const optim::CpuAdam& adam, const optim::AdamStepArgs& args, const StepIo& io);
 
   // Starts reading master, m and v of the first sub-groups the next Step
-  // walks (as many as the pipeline's buffers hold with pipeline_read, else
-  // one), so that Step begins on state already in memory. Reads only, no
+  // walks (one per sub-group of pipeline buffers), so that Step begins on
+  // state already in memory. Reads only, no
   // gradient needed: call it while no Step runs, e.g. while the last
   // micro-batch's gradient is still being accumulated. Does nothing when
   // the reads are already under way, or with device kCpu. Initialize,

@@ -91,6 +91,9 @@ Status ParamSwapper::WaitWrite(Shard& s) {
   if (!s.write.valid()) return Status::Ok();
   Status st = store_->Wait(s.write);
   s.write = {};
+  // Kept: the caller that meets it may drop it (a prefetch's trim), and the
+  // shard's bytes on disk are not what its buffer held. Flush returns it.
+  if (!st.ok() && write_error_.ok()) write_error_ = st;
   return st;
 }
 
@@ -108,7 +111,17 @@ Status ParamSwapper::Evict(ShardId id) {
 StatusOr<aio::PinnedBuffer> ParamSwapper::TakeBuffer(ShardId for_shard, bool demand) {
   if (auto b = pool_->TryAcquire(); b.ok()) return std::move(b).value();
   if (!lru_.empty()) {
-    ZINF_RETURN_IF_ERROR(Evict(lru_.front()));
+    // The least recently released shard with no write in flight, else the
+    // least recently released one (waiting for its write).
+    ShardId victim = lru_.front();
+    for (ShardId id : lru_) {
+      const Shard& s = shards_[static_cast<size_t>(id)];
+      if (!s.write.valid() || store_->IsDone(s.write)) {
+        victim = id;
+        break;
+      }
+    }
+    ZINF_RETURN_IF_ERROR(Evict(victim));
     return pool_->TryAcquire();
   }
   // A demanded shard may take the buffer of a prefetch nobody has acquired
@@ -240,12 +253,8 @@ Status ParamSwapper::Release(ShardId id, bool dirty) {
 }
 
 Status ParamSwapper::Flush() {
-  Status first;
-  for (Shard& s : shards_) {
-    Status w = WaitWrite(s);
-    if (first.ok()) first = w;
-  }
-  if (!first.ok()) return first;
+  for (Shard& s : shards_) WaitWrite(s).IgnoreError();  // recorded in write_error_
+  if (!write_error_.ok()) return write_error_;
   return TrimCache();  // every write has landed: back under max_in_cpu
 }
 

@@ -91,8 +91,9 @@ class ParamSwapper {
   // Unpins; with `dirty`, the buffer's bytes are written back (asynchronously;
   // the shard is not evicted before the write has completed).
   Status Release(ShardId id, bool dirty);
-  // Waits for every write-back, then trims the cache to max_in_cpu; the
-  // first error.
+  // Waits for every write-back, then trims the cache to max_in_cpu. Returns
+  // the first write-back that failed since Create, wherever it was met
+  // (sticky: the shard on disk is not what was stored).
   Status Flush();
 
   int64_t cached_elems() const { return cached_elems_; }
@@ -133,6 +134,7 @@ class ParamSwapper {
   std::list<ShardId> lru_;      // released resident shards, least recent first
   int64_t cached_elems_ = 0;    // elements of the shards in lru_
   ParamSwapperStats stats_;
+  Status write_error_;          // the first failed write-back (WaitWrite)
 };
 
 }  // namespace zinf::swap

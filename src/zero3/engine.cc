@@ -696,7 +696,8 @@ void Engine::Impl::IssuePrefetch() {
   // it, waits for a later Acquire: its home still holds the old parameters.
   // Except for the all-gathers with several ranks: each rank must issue the
   // same ones in the same order, and the update's progress differs between
-  // ranks, so there the prefetch waits for the update instead.
+  // ranks, so there the prefetch waits for the update instead. (On error
+  // paths, a failed fetch or update on one rank, the ranks can still part.)
   auto current = [&](int b, bool wait) {
     StatusOr<bool> r = RefreshHome(b, wait);
     return r.ok() && *r;  // an error surfaces in the demanded fetch
@@ -857,8 +858,10 @@ Status Engine::ReduceGradients(BlockId block, const std::vector<const void*>& gr
   ZINF_RETURN_IF_ERROR(optim::AddScaled(*m.threads, g, scale, acc, l.shard_numel));
   // The last micro-batch before an optimizer step: its first sub-groups'
   // state is read now, under the rest of the backward pass, not after it.
-  if ((m.micro_steps + 1) % m.config.gradient_accumulation_steps == 0) {
-    ZINF_RETURN_IF_ERROR(m.optimizer->PrefetchStep());
+  // Best effort: the gradient is already accumulated, so an error here is
+  // left to the step, which reads again and reports it.
+  if ((m.micro_steps + 1) % m.config.gradient_accumulation_steps == 0 && !m.optimizer->PrefetchStep().ok()) {
+    m.optimizer->DropPrefetch();
   }
   return Status::Ok();
 }

@@ -41,6 +41,11 @@ TEST(Crc32cTest, ExtendEqualsWholeAndHardwareEqualsTable) {
 // The hardware path checksums three 4 KiB lanes at a time and joins them;
 // lengths around those rounds, from any starting value, match the table.
 TEST(Crc32cTest, ThreeLaneRoundsMatchTheTable) {
+#if defined(__x86_64__)
+  if (!__builtin_cpu_supports("sse4.2")) GTEST_SKIP() << "no SSE4.2: the table path serves every length";
+#else
+  GTEST_SKIP() << "not x86-64: the table path serves every length";
+#endif
   std::mt19937_64 rng(7);
   std::vector<uint8_t> buf(5 * 12288 + 100);
   for (auto& b : buf) b = static_cast<uint8_t>(rng());

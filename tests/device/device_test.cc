@@ -155,6 +155,15 @@ TEST_F(DeviceTest, EventsAndCrossStreamWait) {
   std::vector<uint8_t> src = Pattern(n, 11), out(n, 0);
   ASSERT_TRUE(PinHostMemory(src.data(), n).ok());
   ASSERT_TRUE(PinHostMemory(out.data(), n).ok());
+  // Unpinned on every way out, before the vectors are freed.
+  struct Unpin {
+    std::vector<uint8_t>& a;
+    std::vector<uint8_t>& b;
+    ~Unpin() {
+      UnpinHostMemory(a.data(), a.size()).IgnoreError();
+      UnpinHostMemory(b.data(), b.size()).IgnoreError();
+    }
+  } unpin{src, out};
   void* d = Alloc(n);
   auto producer = NewStream();
   auto consumer = NewStream();
@@ -181,8 +190,6 @@ TEST_F(DeviceTest, EventsAndCrossStreamWait) {
   EXPECT_EQ(out, src);
   ASSERT_TRUE(device_->Synchronize().ok());
   device_->Free(d);
-  EXPECT_TRUE(UnpinHostMemory(src.data(), n).ok());
-  EXPECT_TRUE(UnpinHostMemory(out.data(), n).ok());
 }
 
 TEST_F(DeviceTest, PinnedHostMemoryRoundTrip) {

@@ -11,6 +11,7 @@
 namespace zinf::swap {
 namespace {
 
+using testing::HeldWritesEngine;
 using testing::MakeEngine;
 using testing::MakeFaultyEngine;
 using testing::MakePool;
@@ -222,6 +223,33 @@ TEST_P(OptimizerSwapperPipelineTest, PrefetchedStepsAreBitIdentical) {
     EXPECT_EQ(std::memcmp(master.data(), Reference(*adam_).master.data(), master.size() * 4), 0);
     EXPECT_TRUE((*s)->PrefetchStep().ok());  // the destructor waits for these
   }
+}
+
+// The Step after a PrefetchStep reads every sub-group's state once: the
+// prefetched reads are used, not repeated.
+TEST_P(OptimizerSwapperPipelineTest, StepUsesThePrefetchedReads) {
+  const auto [pr, pw] = GetParam();
+  OptimizerSwapperOptions o = Options(OffloadDevice::kNvme, pr, pw);
+  o.gradients_in_store = false;
+  auto inner = MakeEngine();
+  HeldWritesEngine engine(inner.get());
+  auto pool = MakePool(OptimizerSwapper::PoolBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
+  auto s = OptimizerSwapper::Create(o, &engine, pool.get());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const std::vector<float> master = RandomFloats(kTotal, 1, 1.0f), grads = RandomFloats(kTotal, 11, 0.1f);
+  ASSERT_TRUE((*s)->Initialize(master.data()).ok());
+  const int64_t before = engine.reads;
+  ASSERT_TRUE((*s)->PrefetchStep().ok());
+  EXPECT_GT(engine.reads, before);
+  ASSERT_TRUE((*s)->PrefetchStep().ok());
+  std::vector<uint16_t> params16(kTotal);
+  StepIo io = OutputTo(params16.data());
+  io.grads = grads.data();
+  optim::AdamStepArgs args;
+  args.step = 1;
+  args.lr = 1e-3;
+  ASSERT_TRUE((*s)->Step(*adam_, args, io).ok());
+  EXPECT_EQ(engine.reads - before, 3 * (*s)->num_sub_groups());
 }
 
 // buffer_count beyond what the pipeline needs: with pipeline_read the extra

@@ -2,13 +2,12 @@
 
 #include <gtest/gtest.h>
 
-#include <set>
-
 #include "swap/swap_test_util.h"
 
 namespace zinf::swap {
 namespace {
 
+using testing::HeldWritesEngine;
 using testing::MakeEngine;
 using testing::RandomBytes;
 using testing::TempDir;
@@ -24,48 +23,6 @@ ParamSwapperOptions Options(const TempDir& dir, int64_t buffers, int64_t max_in_
 }
 
 const std::vector<ParamShardSpec> kShards = {{"block0", 100'000}, {"block1", 77'777}, {"block2", 5}, {"block3", 99'999}};
-
-// The wrapped engine, except that while `hold` is set a write it was given
-// never reads as done (IsDone); Wait still waits for the real one. Lets a
-// test see what the swapper does with a write-back that has not landed.
-class HeldWritesEngine final : public aio::IoEngine {
- public:
-  explicit HeldWritesEngine(aio::IoEngine* inner) : inner_(inner) {}
-  bool hold = false;
-
-  std::string_view name() const override { return inner_->name(); }
-  const aio::IoEngineOptions& options() const override { return inner_->options(); }
-  StatusOr<aio::FileId> OpenFile(const std::string& path, const aio::OpenOptions& open) override {
-    return inner_->OpenFile(path, open);
-  }
-  Status CloseFile(aio::FileId file) override { return inner_->CloseFile(file); }
-  const aio::FileInfo& file_info(aio::FileId file) const override { return inner_->file_info(file); }
-  Status RegisterMemory(void* base, size_t bytes) override { return inner_->RegisterMemory(base, bytes); }
-  using IoEngine::Submit;
-  StatusOr<aio::IoTicket> Submit(aio::IoOp op, std::span<const aio::IoSegment> segments) override {
-    auto t = inner_->Submit(op, segments);
-    if (t.ok() && op == aio::IoOp::kWrite) writes_.insert(t->id);
-    return t;
-  }
-  Status Wait(aio::IoTicket ticket) override {
-    writes_.erase(ticket.id);
-    return inner_->Wait(ticket);
-  }
-  bool IsDone(aio::IoTicket ticket) override {
-    if (hold && writes_.count(ticket.id) > 0) return false;
-    return inner_->IsDone(ticket);
-  }
-  Status WaitAll() override { return inner_->WaitAll(); }
-  Status Sync(aio::FileId file) override { return inner_->Sync(file); }
-  StatusOr<int64_t> FileSize(aio::FileId file) override { return inner_->FileSize(file); }
-  Status Truncate(aio::FileId file, int64_t size_bytes) override { return inner_->Truncate(file, size_bytes); }
-  Status Allocate(aio::FileId file, int64_t size_bytes) override { return inner_->Allocate(file, size_bytes); }
-  Status sticky_error() const override { return inner_->sticky_error(); }
-
- private:
-  aio::IoEngine* inner_;
-  std::set<uint64_t> writes_;
-};
 
 class ParamSwapperTest : public ::testing::Test {
  protected:
