@@ -3,9 +3,10 @@
 // acquire order is re-recorded.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "aio/fault_engine.h"
 #include "comm/communicator.h"
@@ -377,12 +378,10 @@ TEST(EngineTest, FailedUpdateIsStickyAndOnlySteppedBlocksCanBeFetched) {
   ExpectBitIdentical(ContinueTraining(*resumed.engine, 1, 2, config), want);
 }
 
-// LoadCheckpoint while the last step's update is still running abandons the
-// update: the checkpoint's state is what trains on, bit for bit.
-TEST(EngineTest, LoadCheckpointDuringAnUpdateAbandonsIt) {
-  TempDir dir;
-  Config config = BaseConfig();
-  SetTiers(config, OffloadDevice::kNvme, OffloadDevice::kNvme, dir);
+// Trains one step and saves it, runs `then` on the engine (more training),
+// loads the checkpoint, and expects two more steps from it to equal an
+// uninterrupted three-step run, bit for bit.
+void ExpectResumeFromStep1After(const Config& config, const TempDir& dir, const std::function<void(Engine&)>& then) {
   TrainOptions all;
   all.steps = 3;
   const Outcome want = TrainModel(config, all);
@@ -396,15 +395,27 @@ TEST(EngineTest, LoadCheckpointDuringAnUpdateAbandonsIt) {
   const std::string ckpt = dir.Sub("ckpt") + "/step-1";
   ASSERT_TRUE(MakeDirectories(dir.Sub("ckpt")).ok());
   ASSERT_TRUE(e.engine->SaveCheckpoint(ckpt, {}).ok());
-  TrainOptions second = first;
-  second.first_step = 1;
-  second.set_parameters = false;
-  Train(*e.engine, kModel, second, static_cast<int>(config.gradient_accumulation_steps));
-  // Step 2's update may still run here.
+  then(*e.engine);
   auto md = e.engine->LoadCheckpoint(ckpt);
   ASSERT_TRUE(md.ok()) << md.status().ToString();
   EXPECT_EQ(e.engine->optimizer_steps(), 1);
   ExpectBitIdentical(ContinueTraining(*e.engine, 1, 2, config), want);
+}
+
+// LoadCheckpoint while the last step's update is still running abandons the
+// update: the checkpoint's state is what trains on, bit for bit.
+TEST(EngineTest, LoadCheckpointDuringAnUpdateAbandonsIt) {
+  TempDir dir;
+  Config config = BaseConfig();
+  SetTiers(config, OffloadDevice::kNvme, OffloadDevice::kNvme, dir);
+  ExpectResumeFromStep1After(config, dir, [&](Engine& engine) {
+    TrainOptions second;
+    second.first_step = 1;
+    second.steps = 1;
+    second.set_parameters = false;
+    Train(engine, kModel, second, static_cast<int>(config.gradient_accumulation_steps));
+    // Step 2's update may still run here.
+  });
 }
 
 // In the last micro-batch before a step the engine reads the first
@@ -417,37 +428,21 @@ TEST(EngineTest, LoadCheckpointDropsTheOptimizerStateReadAhead) {
   config.fp16.enabled = true;
   config.fp16.initial_scale_power = 12;
   SetTiers(config, OffloadDevice::kNvme, OffloadDevice::kNvme, dir);
-  TrainOptions all;
-  all.steps = 3;
-  const Outcome want = TrainModel(config, all);
-
-  comm::LocalCommunicator local;
-  EngineUnderTest e = MakeEngine(config, kModel.Blocks(), &local);
-  ASSERT_NE(e.engine, nullptr);
-  TrainOptions first;
-  first.steps = 1;
-  Train(*e.engine, kModel, first, static_cast<int>(config.gradient_accumulation_steps));
-  const std::string ckpt = dir.Sub("ckpt") + "/step-1";
-  ASSERT_TRUE(MakeDirectories(dir.Sub("ckpt")).ok());
-  ASSERT_TRUE(e.engine->SaveCheckpoint(ckpt, {}).ok());
-  // Step 1 changes the state; step 2 overflows and is skipped with step 3's
-  // read-ahead (of step 1's result) in flight.
-  TrainOptions more;
-  more.first_step = 1;
-  more.steps = 2;
-  more.inf_step = 2;
-  more.set_parameters = false;
-  std::vector<StepResult> results;
-  more.results = &results;
-  Train(*e.engine, kModel, more, static_cast<int>(config.gradient_accumulation_steps));
-  ASSERT_EQ(results.size(), 2u);
-  EXPECT_TRUE(results[0].applied);
-  EXPECT_FALSE(results[1].applied);
-
-  auto md = e.engine->LoadCheckpoint(ckpt);
-  ASSERT_TRUE(md.ok()) << md.status().ToString();
-  EXPECT_EQ(e.engine->optimizer_steps(), 1);
-  ExpectBitIdentical(ContinueTraining(*e.engine, 1, 2, config), want);
+  ExpectResumeFromStep1After(config, dir, [&](Engine& engine) {
+    // Step 1 changes the state; step 2 overflows and is skipped with step
+    // 3's read-ahead (of step 1's result) in flight.
+    TrainOptions more;
+    more.first_step = 1;
+    more.steps = 2;
+    more.inf_step = 2;
+    more.set_parameters = false;
+    std::vector<StepResult> results;
+    more.results = &results;
+    Train(engine, kModel, more, static_cast<int>(config.gradient_accumulation_steps));
+    ASSERT_EQ(results.size(), 2u);
+    EXPECT_TRUE(results[0].applied);
+    EXPECT_FALSE(results[1].applied);
+  });
 }
 
 TEST(EngineTest, CheckpointRefusesAnotherLayoutAndMidAccumulation) {
