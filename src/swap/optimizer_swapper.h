@@ -6,8 +6,9 @@
 // `sub_group_elems` (the last one shorter when it does not divide). Step()
 // runs Adam on one sub-group at a time while, with pipeline_read, sub-group
 // k+1 (and further ones when buffer_count gives more buffers) is read from
-// NVMe and, with pipeline_write, sub-group k-1 is being written back; Adam writes the new working parameters into the caller's
-// buffer in the same pass, and a callback hears of each finished sub-group
+// NVMe and, with pipeline_write, sub-group k-1 is being written back; Adam
+// writes the new working parameters into the caller's buffer in the same
+// pass, and a callback hears of each finished sub-group
 // (so a caller running Step on another thread can use the new parameters
 // of the first sub-groups while later ones are still being stepped).
 //
@@ -116,7 +117,8 @@ class OptimizerSwapper {
 
   // kNvme: lays out and preallocates the swap store over `engine` and leases
   // the pipeline buffers from `pool`, up to PoolBuffers (neither owned; both
-  // must outlive the swapper). kCpu: allocates the resident state; engine and pool may be null.
+  // must outlive the swapper). kCpu: allocates the resident state; engine
+  // and pool may be null.
   // Errors: kInvalidArgument for bad sizes, an unsupported device, or a pool
   // with too few or too small buffers (naming what the pipeline needs), and
   // SwapStore::Create's errors. The state starts unset: call Initialize.
@@ -161,12 +163,12 @@ class OptimizerSwapper {
 
   // Starts reading master, m and v of the first sub-groups the next Step
   // walks (one per sub-group of pipeline buffers), so that Step begins on
-  // state already in memory. Reads only, no
-  // gradient needed: call it while no Step runs, e.g. while the last
-  // micro-batch's gradient is still being accumulated. Does nothing when
-  // the reads are already under way, or with device kCpu. Initialize,
-  // SetGradients, ReadState and ReadMaster drop them first; a caller that
-  // changes the state through CheckpointBlobs calls DropPrefetch before.
+  // state already in memory. Reads only, no gradient needed: call it while
+  // no Step runs, e.g. while the last micro-batch's gradient is still being
+  // accumulated. Does nothing when the reads are already under way, or with
+  // device kCpu. Initialize, SetGradients, ReadState and ReadMaster drop
+  // them first; a caller that changes the state through CheckpointBlobs
+  // calls DropPrefetch before.
   Status PrefetchStep();
   // Waits for the prefetched reads and forgets them (their errors too: the
   // next Step reads again and reports).
