@@ -355,7 +355,6 @@ Status OptimizerSwapper::Step(const optim::CpuAdam& adam, const optim::AdamStepA
                                        : "optimizer step: StepIo::grads must hold the gradient");
   }
   const bool nvme = store_ != nullptr;
-  auto slot_of = [&](int64_t k) -> Slot& { return SlotOf(k); };
   const int64_t read_ahead =
       options_.pipeline_read ? static_cast<int64_t>(slots_.size()) - 1 - int64_t{options_.pipeline_write} : 0;
   Status s;
@@ -365,17 +364,17 @@ Status OptimizerSwapper::Step(const optim::CpuAdam& adam, const optim::AdamStepA
     // Reads: sub-group k (unless already under way: read ahead, or
     // PrefetchStep), then the next ones ahead of use, as far as the slots
     // not holding k or (pipeline_write) k-1 reach.
-    if (nvme) s = EnsureRead(slot_of(k), k);
+    if (nvme) s = EnsureRead(SlotOf(k), k);
     for (int64_t j = k + 1; s.ok() && nvme && j <= k + read_ahead && j < num_sub_groups_; ++j) {
-      s = EnsureRead(slot_of(j), j);
+      s = EnsureRead(SlotOf(j), j);
     }
-    if (s.ok() && nvme) s = FinishRead(slot_of(k));
+    if (s.ok() && nvme) s = FinishRead(SlotOf(k));
     if (!s.ok()) break;
 
     optim::AdamSpan span;
     span.n = sub_group_elems(k);
     if (nvme) {
-      Slot& slot = slot_of(k);
+      Slot& slot = SlotOf(k);
       span.params = reinterpret_cast<float*>(slot.buffers[kMaster].data());
       span.exp_avg = reinterpret_cast<float*>(slot.buffers[kExpAvg].data());
       span.exp_avg_sq = reinterpret_cast<float*>(slot.buffers[kExpAvgSq].data());
@@ -401,8 +400,8 @@ Status OptimizerSwapper::Step(const optim::CpuAdam& adam, const optim::AdamStepA
     }
 
     // Writes: k goes back while k+1 runs (pipeline_write), or now.
-    if (nvme) s = StartWrite(slot_of(k));
-    if (s.ok() && nvme && !options_.pipeline_write) s = FinishWrite(slot_of(k));
+    if (nvme) s = StartWrite(SlotOf(k));
+    if (s.ok() && nvme && !options_.pipeline_write) s = FinishWrite(SlotOf(k));
     if (s.ok() && io.on_sub_group) s = io.on_sub_group(k);
   }
   s = Drain(s);

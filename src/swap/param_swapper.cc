@@ -115,8 +115,7 @@ StatusOr<aio::PinnedBuffer> ParamSwapper::TakeBuffer(ShardId for_shard, bool dem
     // least recently released one (waiting for its write).
     ShardId victim = lru_.front();
     for (ShardId id : lru_) {
-      const Shard& s = shards_[static_cast<size_t>(id)];
-      if (!s.write.valid() || store_->IsDone(s.write)) {
+      if (!Writing(shards_[static_cast<size_t>(id)])) {
         victim = id;
         break;
       }
@@ -154,8 +153,7 @@ StatusOr<aio::PinnedBuffer> ParamSwapper::TakeBuffer(ShardId for_shard, bool dem
 Status ParamSwapper::TrimCache() {
   for (auto it = lru_.begin(); cached_elems_ > options_.max_in_cpu_elems && it != lru_.end();) {
     const ShardId id = *it++;  // Evict erases id's node
-    Shard& s = shards_[static_cast<size_t>(id)];
-    if (s.write.valid() && !store_->IsDone(s.write)) continue;
+    if (Writing(shards_[static_cast<size_t>(id)])) continue;
     ZINF_RETURN_IF_ERROR(Evict(id));
   }
   return Status::Ok();

@@ -123,6 +123,8 @@ class ParamSwapper {
   Status StartRead(ShardId id, bool demand);
   Status Evict(ShardId id);
   Status WaitWrite(Shard& s);
+  // Whether the shard's write-back is still in flight (does not block).
+  bool Writing(const Shard& s) const { return s.write.valid() && !store_->IsDone(s.write); }
   Status TrimCache();
   void LruRemove(Shard& s);
 
