@@ -4,8 +4,9 @@
 #   make test   install what is missing, build, run the whole test suite (ctest)
 #
 # Everything else here serves those two; CI (.ci/run) also runs
-#   make test-asan   the suite under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
-#   make test-tsan   the threaded tests under ThreadSanitizer (build-tsan/)
+#   make check-layers  every #include of src/ and perf/ points down the layers' arrows
+#   make test-asan     the suite under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
+#   make test-tsan     the threaded tests under ThreadSanitizer (build-tsan/)
 # Variables:
 #   BUILD_DIR (build), BUILD_TYPE (RelWithDebInfo), ZINF_CUDA (AUTO|ON|OFF),
 #   JOBS (number of CPUs), CTEST_ARGS (extra ctest arguments, e.g. -L gpu).
@@ -23,7 +24,7 @@ CTEST_ARGS ?=
 DEBS := cmake ninja-build g++ pkg-config liburing-dev libhwloc-dev nlohmann-json3-dev \
         libspdlog-dev libgtest-dev libopenmpi-dev openmpi-bin fio clang lld
 
-.PHONY: demo test test-asan test-tsan deps build configure clean device-debs gpu-test
+.PHONY: demo test test-asan test-tsan check-layers deps build configure clean device-debs gpu-test
 
 demo: build
 	./$(BUILD_DIR)/zinf demo
@@ -38,6 +39,12 @@ configure: deps
 	@if [ ! -f $(BUILD_DIR)/build.ninja ]; then \
 	  cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DZINF_CUDA=$(ZINF_CUDA); \
 	fi
+
+# The arrows between the layers (ARCHITECTURE.md), from the sources: an
+# include that points up or sideways is printed with its file:line and the
+# rule it breaks. The build enforces the same (cmake/Layers.cmake).
+check-layers:
+	bash .ci/check_layers.sh
 
 # Sanitizer builds: their own build directories, no CUDA (nvcc code is not
 # instrumented, and CI has no GPU), no fuzz target (it carries its own ASan).
