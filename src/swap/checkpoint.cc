@@ -1,5 +1,6 @@
 #include "swap/checkpoint.h"
 
+#include <charconv>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -574,6 +575,23 @@ StatusOr<std::map<std::string, std::string>> LoadCheckpoint(aio::IoEngine& engin
   ZINF_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(engine, pool, dir));
   ZINF_RETURN_IF_ERROR(reader.Restore(targets));
   return reader.metadata();
+}
+
+StatusOr<int64_t> ManifestInteger(const std::string& dir, const std::map<std::string, std::string>& metadata,
+                                  const std::string& key, int64_t min_value) {
+  auto it = metadata.find(key);
+  if (it == metadata.end()) return Status::Corruption("checkpoint " + dir + ": manifest lacks '" + key + "'");
+  const std::string& v = it->second;
+  int64_t x = 0;
+  const auto [end, err] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (v.empty() || err != std::errc() || end != v.data() + v.size()) {
+    return Status::Corruption("checkpoint " + dir + ": '" + key + "' is not an integer: '" + v + "'");
+  }
+  if (x < min_value) {
+    return Status::Corruption("checkpoint " + dir + ": '" + key + "' is " + v + ", expected at least " +
+                              std::to_string(min_value));
+  }
+  return x;
 }
 
 }  // namespace zinf::swap

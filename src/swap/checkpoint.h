@@ -34,7 +34,9 @@
 // Every byte goes through the aio::IoEngine given, in buffers leased from the
 // given aio::PinnedPool (at least one buffer, two for overlap; buffers of at
 // least the SwapStore's stripe size when swap tensors are involved).
-// Renames, directory fsyncs and unlinks are filesystem metadata (fs_util.h).
+// Renames, directory fsyncs and unlinks are filesystem metadata (core/fs.h).
+// Where a training run puts its checkpoints, and the rules of those folders
+// (`latest`, pruning, orphans, resume): checkpoint_dirs.h.
 //
 // Thread-safety: functions and CheckpointReader are thread-compatible: use
 // one object from one thread at a time. Two concurrent Saves must target
@@ -44,6 +46,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <span>
 #include <string>
@@ -167,5 +170,11 @@ class CheckpointReader {
 StatusOr<std::map<std::string, std::string>> LoadCheckpoint(aio::IoEngine& engine, aio::PinnedPool& pool,
                                                             const std::string& dir,
                                                             const std::vector<BlobRef>& targets);
+
+// The integer value of metadata key `key` of checkpoint `dir` (`dir` names
+// it in errors). kCorruption naming both when the key is missing, is not a
+// decimal integer within int64, or is below `min_value`.
+StatusOr<int64_t> ManifestInteger(const std::string& dir, const std::map<std::string, std::string>& metadata,
+                                  const std::string& key, int64_t min_value = std::numeric_limits<int64_t>::min());
 
 }  // namespace zinf::swap

@@ -4,6 +4,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <limits>
+#include <map>
+
 #include <gtest/gtest.h>
 
 #include "swap/swap_test_util.h"
@@ -312,6 +315,32 @@ TEST_P(CheckpointKillTest, SigkillDuringSaveLeavesOldCheckpointIntact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, CheckpointKillTest, ::testing::Range(0, 6));
+
+// Integers of the manifest metadata: errors name the checkpoint and the key.
+TEST(ManifestIntegerTest, ParsesOrNamesTheKey) {
+  const std::map<std::string, std::string> md = {
+      {"count", "42"},   {"negative", "-3"},  {"max", "9223372036854775807"}, {"too_big", "9223372036854775808"},
+      {"empty", ""},     {"suffix", "4x"},    {"space", " 4"},               {"plus", "+4"},
+      {"hex", "0x10"},   {"real", "1.5"}};
+  auto count = ManifestInteger("ckpt/step-1", md, "count");
+  ASSERT_TRUE(count.ok()) << count.status().ToString();
+  EXPECT_EQ(*count, 42);
+  EXPECT_EQ(*ManifestInteger("d", md, "negative"), -3);
+  EXPECT_EQ(*ManifestInteger("d", md, "max", 0), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(*ManifestInteger("d", md, "count", 42), 42);
+
+  const Status missing = ManifestInteger("ckpt/step-1", md, "absent").status();
+  EXPECT_EQ(missing.code(), StatusCode::kCorruption);
+  EXPECT_EQ(missing.message(), "checkpoint ckpt/step-1: manifest lacks 'absent'");
+  for (const char* key : {"too_big", "empty", "suffix", "space", "plus", "hex", "real"}) {
+    const Status bad = ManifestInteger("ckpt/step-1", md, key).status();
+    EXPECT_EQ(bad.code(), StatusCode::kCorruption) << key;
+    EXPECT_EQ(bad.message(), "checkpoint ckpt/step-1: '" + std::string(key) + "' is not an integer: '" + md.at(key) + "'");
+  }
+  const Status below = ManifestInteger("ckpt/step-1", md, "negative", 0).status();
+  EXPECT_EQ(below.code(), StatusCode::kCorruption);
+  EXPECT_EQ(below.message(), "checkpoint ckpt/step-1: 'negative' is -3, expected at least 0");
+}
 
 }  // namespace
 }  // namespace zinf::swap
