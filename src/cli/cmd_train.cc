@@ -17,6 +17,7 @@
 #include "device/device.h"
 #include "model/gpt.h"
 #include "model/trainer.h"
+#include "swap/checkpoint_dirs.h"
 #include "zinf/config.h"
 
 namespace zinf::cli {
@@ -107,11 +108,11 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
     if (!v->ok()) return Fail(kName, v->status(), 2);
   }
   if (*steps < 1) return Fail(kName, Status::InvalidArgument("--steps must be positive"), 2);
-  if (*keep < 0 || *keep > (1 << 20) || (*keep == 1 && world > 1)) {
-    return Fail(kName,
-                Status::InvalidArgument("--keep-checkpoints: expected 0 (all) or a count" +
-                                        std::string(world > 1 ? ", at least 2 with several ranks" : "")),
-                2);
+  if (*keep > (1 << 20)) {
+    return Fail(kName, Status::InvalidArgument("--keep-checkpoints: expected a count up to 2^20"), 2);
+  }
+  if (Status s = swap::CheckKeepCheckpoints(static_cast<int>(*keep), world); !s.ok()) {
+    return Fail(kName, s.WithContext("--keep-checkpoints"), 2);
   }
   auto choice = ParseDeviceChoice(flags->GetOr("device", "auto"));
   if (!choice.ok()) return Fail(kName, choice.status(), 2);

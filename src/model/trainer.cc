@@ -8,8 +8,6 @@
 #include <cstring>
 #include <span>
 
-#include "aio/io_engine.h"
-#include "aio/pinned_pool.h"
 #include "comm/communicator.h"
 #include "comm/mpi_communicator.h"
 #include "core/crc32c.h"
@@ -20,6 +18,7 @@
 #include "model/safetensors.h"
 #include "optim/dtype.h"
 #include "swap/checkpoint.h"
+#include "swap/checkpoint_dirs.h"
 
 namespace zinf::model {
 namespace {
@@ -44,71 +43,6 @@ int64_t BlockNumel(const BlockSpec& b) {
   int64_t n = 0;
   for (const TensorSpec& t : b.tensors) n += t.numel();
   return n;
-}
-
-// A small buffered I/O engine and one buffer, for reading checkpoint
-// pointers and manifests outside the engine.
-struct MetadataIo {
-  std::unique_ptr<aio::IoEngine> engine;
-  std::unique_ptr<aio::PinnedPool> pool;
-
-  static StatusOr<MetadataIo> Create() {
-    MetadataIo m;
-    aio::IoEngineOptions io;
-    io.direct_io = aio::DirectIo::kOff;
-    ZINF_ASSIGN_OR_RETURN(m.engine, aio::CreateIoEngine(io));
-    aio::PinnedPoolOptions po;
-    po.buffer_count = 1;
-    po.buffer_bytes = 64 << 10;
-    po.pin = false;
-    po.huge_pages = false;
-    po.name = "checkpoint metadata";
-    ZINF_ASSIGN_OR_RETURN(m.pool, aio::PinnedPool::Create(po));
-    return m;
-  }
-};
-
-// The checkpoint `<rank_dir>/latest` names (swap::ResolveLatest).
-StatusOr<std::string> LatestIn(const std::string& rank_dir) {
-  ZINF_ASSIGN_OR_RETURN(MetadataIo io, MetadataIo::Create());
-  return swap::ResolveLatest(*io.engine, *io.pool, rank_dir);
-}
-
-// "step-00000042" -> 42; -1 when the name is not a step directory.
-int64_t StepOfDirectory(const std::string& dir) {
-  const std::string base = BaseName(dir);
-  if (base.rfind("step-", 0) != 0 || base.size() == 5) return -1;
-  int64_t step = 0;
-  for (size_t i = 5; i < base.size(); ++i) {
-    if (base[i] < '0' || base[i] > '9' || step > (int64_t{1} << 50)) return -1;
-    step = step * 10 + (base[i] - '0');
-  }
-  return step;
-}
-
-std::string StepDirectoryName(int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
-  return name;
-}
-
-// Removes the step directories of `rank_dir` older than the newest `keep`
-// up to `latest_step` (the one just saved, which `latest` names). Later
-// steps are a run's that this one resumed from before; they are left alone
-// (and do not count toward `keep`).
-Status PruneCheckpoints(const std::string& rank_dir, int64_t latest_step, int keep) {
-  ZINF_ASSIGN_OR_RETURN(std::vector<std::string> entries, ListDirectory(rank_dir));
-  std::vector<std::pair<int64_t, std::string>> steps;
-  for (const std::string& e : entries) {
-    const int64_t step = StepOfDirectory(e);
-    if (step >= 0 && step <= latest_step) steps.emplace_back(step, JoinPath(rank_dir, e));
-  }
-  std::sort(steps.begin(), steps.end());
-  for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i) {
-    ZINF_RETURN_IF_ERROR(RemoveTree(steps[i].second));
-    Log("train").info("removed checkpoint {} (keeping the newest {})", steps[i].second, keep);
-  }
-  return Status::Ok();
 }
 
 }  // namespace
@@ -469,31 +403,16 @@ StatusOr<double> Trainer::Evaluate(int batches) {
 
 StatusOr<std::string> Trainer::Save(const std::string& save_dir, int keep) {
   Impl& m = *impl_;
-  if (keep < 0 || (keep == 1 && m.comm->world_size() > 1)) {
-    return Status::InvalidArgument("save: keep " + std::to_string(keep) + " checkpoints: expected 0 (all)" +
-                                   (m.comm->world_size() > 1 ? " or at least 2 with several ranks" : " or more"));
-  }
-  const std::string rank_dir = JoinPath(save_dir, "rank-" + std::to_string(m.comm->rank()));
+  ZINF_RETURN_IF_ERROR(swap::CheckKeepCheckpoints(keep, m.comm->world_size()).WithContext("save"));
+  const std::string rank_dir = swap::RankDirectory(save_dir, m.comm->rank());
   ZINF_RETURN_IF_ERROR(MakeDirectories(rank_dir));
-  const std::string dir = JoinPath(rank_dir, StepDirectoryName(m.steps_done));
-  // A run killed after this checkpoint was renamed into place but before
-  // `latest` named it, then resumed from `latest`, arrives here again: the
-  // directory is an orphan of the abandoned run and is replaced.
+  const std::string dir = swap::StepDirectory(rank_dir, m.steps_done);
+  // The folder rules (checkpoint_dirs.h): a step directory here that
+  // `latest` does not name is an orphan, and is replaced.
   ZINF_RETURN_IF_ERROR(m.engine->SaveCheckpoint(dir, m.Metadata(), /*replace_orphan=*/true));
-  if (keep > 0) ZINF_RETURN_IF_ERROR(PruneCheckpoints(rank_dir, m.steps_done, keep).WithContext("pruning old checkpoints"));
+  ZINF_RETURN_IF_ERROR(swap::PruneCheckpoints(rank_dir, m.steps_done, keep).WithContext("pruning old checkpoints"));
   return dir;
 }
-
-namespace {
-
-// The manifest metadata of checkpoint `dir`, read without touching any state.
-StatusOr<std::map<std::string, std::string>> PeekMetadata(const std::string& dir) {
-  ZINF_ASSIGN_OR_RETURN(MetadataIo io, MetadataIo::Create());
-  ZINF_ASSIGN_OR_RETURN(swap::CheckpointReader reader, swap::CheckpointReader::Open(*io.engine, *io.pool, dir));
-  return reader.metadata();
-}
-
-}  // namespace
 
 // Every rank must come out of Resume the same way: one rank's failure is
 // everyone's (or the others would go on into collectives alone).
@@ -512,57 +431,28 @@ Status Trainer::Impl::AgreeAcrossRanks(Status local) {
 Status Trainer::Resume(const std::string& path) {
   Impl& m = *impl_;
   if (m.steps_done != 0) return Status::FailedPrecondition("trainer: Resume after training started");
-  const std::string rank_name = "rank-" + std::to_string(m.comm->rank());
 
-  // 1. The step to resume, agreed by every rank: each rank's `latest` (a
-  //    crash between ranks' saves can leave them one checkpoint apart), and
-  //    the oldest of them, which every rank has.
-  std::string rank_dir;
-  int64_t step = -1;
-  Status found = [&]() -> Status {
-    if (PathExists(JoinPath(path, "manifest"))) {
-      // One step directory: `.../rank-<k>/step-<n>`; each rank takes its own.
-      step = StepOfDirectory(path);
-      rank_dir = ParentPath(path);
-      if (step < 0 || BaseName(rank_dir).rfind("rank-", 0) != 0) {
-        if (m.comm->world_size() > 1) {
-          return Status::InvalidArgument("resume: " + path + " is not <save-dir>/rank-<r>/step-<n>");
-        }
-        rank_dir.clear();
-        return Status::Ok();
-      }
-      rank_dir = JoinPath(ParentPath(rank_dir), rank_name);
-      return Status::Ok();
-    }
-    rank_dir = JoinPath(path, rank_name);
-    if (!PathExists(rank_dir)) {
-      return Status::NotFound("resume: " + path + " is neither a checkpoint (no manifest) nor a save directory (no " +
-                              rank_dir + ")");
-    }
-    ZINF_ASSIGN_OR_RETURN(std::string latest, LatestIn(rank_dir));
-    step = StepOfDirectory(latest);
-    if (step < 0) return Status::Corruption("resume: " + rank_dir + "/latest names " + latest + ", not a step directory");
-    return Status::Ok();
-  }();
-  ZINF_RETURN_IF_ERROR(m.AgreeAcrossRanks(found));
-  std::string dir = path;
-  if (!rank_dir.empty()) {
-    double neg_lo = -static_cast<double>(step), hi = static_cast<double>(step);  // min as max of negations
-    ZINF_RETURN_IF_ERROR(m.comm->AllReduce(&neg_lo, &neg_lo, 1, comm::DataType::kF64, comm::ReduceOp::kMax, nullptr));
-    ZINF_RETURN_IF_ERROR(m.comm->AllReduce(&hi, &hi, 1, comm::DataType::kF64, comm::ReduceOp::kMax, nullptr));
-    const double lo = -neg_lo;
-    if (lo != hi) {
-      Log("train").warn("resume: ranks' latest checkpoints differ (steps {} to {}): every rank resumes step {}",
-                        static_cast<int64_t>(lo), static_cast<int64_t>(hi), static_cast<int64_t>(lo));
-    }
-    dir = JoinPath(rank_dir, StepDirectoryName(static_cast<int64_t>(lo)));
+  // 1. The step to resume, agreed by every rank: each rank's own (its
+  //    `latest`, or the step directory named), and the oldest of them, which
+  //    every rank has (checkpoint_dirs.h).
+  StatusOr<swap::ResumePoint> point = swap::FindResumePoint(path, m.comm->rank(), m.comm->world_size());
+  ZINF_RETURN_IF_ERROR(m.AgreeAcrossRanks(point.status().WithContext("resume")));
+  const int64_t step = point->step;
+  double neg_lo = -static_cast<double>(step), hi = static_cast<double>(step);  // min as max of negations
+  ZINF_RETURN_IF_ERROR(m.comm->AllReduce(&neg_lo, &neg_lo, 1, comm::DataType::kF64, comm::ReduceOp::kMax, nullptr));
+  ZINF_RETURN_IF_ERROR(m.comm->AllReduce(&hi, &hi, 1, comm::DataType::kF64, comm::ReduceOp::kMax, nullptr));
+  const int64_t lo = static_cast<int64_t>(-neg_lo);
+  if (lo != static_cast<int64_t>(hi)) {
+    Log("train").warn("resume: ranks' latest checkpoints differ (steps {} to {}): every rank resumes step {}", lo,
+                      static_cast<int64_t>(hi), lo);
   }
+  const std::string dir = point->Checkpoint(lo);
 
   // 2. The manifest must describe this run before any state is loaded.
   const std::map<std::string, std::string> mine = m.Metadata();
   std::map<std::string, std::string> md;
   Status checked = [&]() -> Status {
-    ZINF_ASSIGN_OR_RETURN(md, PeekMetadata(dir));
+    ZINF_ASSIGN_OR_RETURN(md, swap::ReadCheckpointMetadata(dir));
     for (const char* key : {"trainer.model", "trainer.data", "trainer.seed", "trainer.micro_batch",
                             "trainer.gradient_accumulation_steps"}) {
       auto it = md.find(key);
@@ -579,16 +469,7 @@ Status Trainer::Resume(const std::string& path) {
   // 3. Load (verifying every blob first), then the trainer's own position.
   Status loaded = [&]() -> Status {
     ZINF_RETURN_IF_ERROR(m.engine->LoadCheckpoint(dir).status());
-    auto number = [&](const std::string& key) -> StatusOr<int64_t> {
-      auto it = md.find(key);
-      const std::string v = it == md.end() ? std::string() : it->second;
-      char* end = nullptr;
-      const long long x = std::strtoll(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || x < 0) {
-        return Status::Corruption("checkpoint " + dir + ": '" + key + "' is not a count: '" + v + "'");
-      }
-      return static_cast<int64_t>(x);
-    };
+    auto number = [&](const std::string& key) { return swap::ManifestInteger(dir, md, key, /*min_value=*/0); };
     ZINF_ASSIGN_OR_RETURN(int64_t saved_step, number("trainer.step"));
     ZINF_ASSIGN_OR_RETURN(int64_t epoch, number("trainer.loader_epoch"));
     ZINF_ASSIGN_OR_RETURN(int64_t batch, number("trainer.loader_batch"));

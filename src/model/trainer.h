@@ -16,7 +16,8 @@
 // ReduceGradients.
 //
 // Checkpoints: `<save_dir>/rank-<r>/step-<8 digits>/` per rank (the engine's
-// crash-safe format) with a `latest` pointer beside them; the manifest
+// crash-safe format) with a `latest` pointer beside them, under the folder
+// rules of swap/checkpoint_dirs.h (resume step, orphans, pruning); the manifest
 // carries the model config, the data's identity, the loader position and
 // the step, so a resumed run sees exactly the batches it would have seen.
 //
