@@ -306,13 +306,6 @@ nlohmann::ordered_json PlanPrediction(const model::GptConfig& gpt, const Config&
 #endif
 }
 
-StatusOr<DeviceOptions::Choice> ParseDeviceChoice(const std::string& s) {
-  if (s == "auto") return DeviceOptions::Choice::kAuto;
-  if (s == "cuda") return DeviceOptions::Choice::kCuda;
-  if (s == "host") return DeviceOptions::Choice::kHost;
-  return Status::InvalidArgument("--device must be auto, cuda or host, got '" + s + "'");
-}
-
 // A per-run scratch directory inside `base` (removed at the end).
 StatusOr<std::string> MakeScratchDir(const std::string& base) {
   ZINF_RETURN_IF_ERROR(MakeDirectories(base));
@@ -339,7 +332,7 @@ int Run(const std::vector<std::string>& args) {
   const std::string model_name = flags->GetOr("model", "demo");
   auto model = model::LoadGptConfig(model_name);
   if (!model.ok()) return cli::Fail(kName, model.status(), 2);
-  auto choice = ParseDeviceChoice(flags->GetOr("device", "auto"));
+  auto choice = cli::ParseDeviceChoice(flags->GetOr("device", "auto"));
   if (!choice.ok()) return cli::Fail(kName, choice.status(), 2);
   const bool use_fio = !flags->Has("no-fio");
   const std::string html_path = flags->GetOr("html", "");

@@ -50,13 +50,6 @@ class MpiScope {
   bool started_ = false;
 };
 
-StatusOr<DeviceOptions::Choice> ParseDeviceChoice(const std::string& s) {
-  if (s == "auto") return DeviceOptions::Choice::kAuto;
-  if (s == "cuda") return DeviceOptions::Choice::kCuda;
-  if (s == "host") return DeviceOptions::Choice::kHost;
-  return Status::InvalidArgument("--device must be auto, cuda or host, got '" + s + "'");
-}
-
 int RunRank(const std::vector<std::string>& args, MpiScope& mpi);
 
 // Several ranks: a rank that fails alone (its checkpoint damaged, its disk

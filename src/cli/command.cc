@@ -87,6 +87,13 @@ StatusOr<double> Flags::GetDouble(const std::string& name, double fallback) cons
   return d;
 }
 
+StatusOr<DeviceOptions::Choice> ParseDeviceChoice(const std::string& s) {
+  if (s == "auto") return DeviceOptions::Choice::kAuto;
+  if (s == "cuda") return DeviceOptions::Choice::kCuda;
+  if (s == "host") return DeviceOptions::Choice::kHost;
+  return Status::InvalidArgument("--device must be auto, cuda or host, got '" + s + "'");
+}
+
 StatusOr<int64_t> ParseSize(const std::string& text) {
   if (text.empty()) return Status::InvalidArgument("expected a size, got an empty string");
   std::string num = text;

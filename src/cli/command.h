@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "device/device.h"
 #include "zinf/status.h"
 
 namespace zinf::cli {
@@ -59,6 +60,10 @@ class Flags {
 
 // Parses "4K", "1M", "2G", "1e9", "512" (suffixes are powers of 1024).
 StatusOr<int64_t> ParseSize(const std::string& text);
+
+// The value of --device: "auto", "cuda" or "host" (kInvalidArgument naming
+// the flag otherwise).
+StatusOr<DeviceOptions::Choice> ParseDeviceChoice(const std::string& s);
 
 // Prints "zinf NAME: message" to stderr and returns `code`.
 int Fail(const std::string& command, const Status& status, int code = 1);
