@@ -437,7 +437,7 @@ int Run(const std::vector<std::string>& args) {
     topt.engine.run_id = "zinf-bench-step";
     topt.engine.optimizer_threads = static_cast<int>(*threads);
     model::TrainerOptions ropts = topt;
-    ropts.engine.device = rdevice->get();
+    ropts.hooks.device = rdevice->get();
     ropts.engine.run_id = "zinf-bench-step-resident";
     auto res = model::Trainer::Create(resident, ropts);
     if (!res.ok()) {
@@ -452,7 +452,7 @@ int Run(const std::vector<std::string>& args) {
     dopt.cuda_budget_bytes = static_cast<size_t>(device_budget);
     auto device = CreateDevice(dopt);
     if (!device.ok()) return cli::Fail(kName, device.status());
-    topt.engine.device = device->get();
+    topt.hooks.device = device->get();
     std::fprintf(stderr, "bench step: model %s (%s params), device %s, %lld rep(s) of %lld step(s)\n",
                  model_name.c_str(), FormatCount(n).c_str(), (*device)->name().c_str(),
                  static_cast<long long>(*reps), static_cast<long long>(*steps));

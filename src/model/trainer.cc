@@ -10,6 +10,7 @@
 
 #include "aio/io_engine.h"
 #include "aio/pinned_pool.h"
+#include "comm/bootstrap.h"
 #include "comm/communicator.h"
 #include "comm/mpi_communicator.h"
 #include "core/crc32c.h"
@@ -325,17 +326,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   }
 
   // Ranks: MPI when launched with several, else one.
-  m->comm = options.engine.host_communicator;
-  if (m->comm == nullptr) {
-    if (comm::MpiInitialized() && comm::MpiWorldSize() > 1) {
-      ZINF_ASSIGN_OR_RETURN(auto c, comm::MpiCommunicator::CreateWorld());
-      m->owned_comm = std::move(c);
-    } else {
-      m->owned_comm = std::make_unique<comm::LocalCommunicator>();
-    }
-    m->comm = m->owned_comm.get();
-  }
-  m->device = options.engine.device;
+  ZINF_ASSIGN_OR_RETURN(m->comm, comm::HostCommunicator(options.hooks.host_communicator, m->owned_comm));
+  m->device = options.hooks.device;
   if (m->device == nullptr) {
     ZINF_ASSIGN_OR_RETURN(m->owned_device, CreateDevice(DeviceOptions{}));
     m->device = m->owned_device.get();
@@ -369,9 +361,11 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
 
   // The engine, then the weights.
   const std::vector<BlockSpec> specs = GptBlockSpecs(m->model());
+  EngineHooks hooks = options.hooks;
+  hooks.device = m->device;
+  hooks.host_communicator = m->comm;
   EngineOptions eo = options.engine;
-  eo.device = m->device;
-  eo.host_communicator = m->comm;
+  eo.hooks = &hooks;
   eo.grad_type = ElementType::kF32;
   ZINF_ASSIGN_OR_RETURN(m->engine, Engine::Create(config, specs, eo));
   for (BlockId b = 0; b < static_cast<BlockId>(specs.size()); ++b) {

@@ -40,7 +40,7 @@ TrainerRun MakeTrainer(const Config& config, size_t budget_bytes = 0, const std:
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   o.model = *m;
   o.corpus_bytes = 256 << 10;
-  o.engine.device = r.device.get();
+  o.hooks.device = r.device.get();
   o.engine.optimizer_threads = 1;
   o.engine.run_id = "trainer-test";
   auto t = Trainer::Create(config, o);
@@ -187,7 +187,7 @@ TEST(TrainerTest, ResumeRefusesAnotherModelOrData) {
   TrainerOptions o;
   o.model = *LoadGptConfig("tiny");
   o.corpus_bytes = 128 << 10;
-  o.engine.device = device.get();
+  o.hooks.device = device.get();
   o.engine.optimizer_threads = 1;
   auto t = Trainer::Create(config, o);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
@@ -329,7 +329,7 @@ TEST(TrainerTest, BadTokenFileIsRefusedNamingTheFile) {
   TrainerOptions o;
   o.model = *LoadGptConfig("tiny");
   o.data_path = path;
-  o.engine.device = device.get();
+  o.hooks.device = device.get();
   auto t = Trainer::Create(TinyConfig(dir, OffloadDevice::kCpu, OffloadDevice::kCpu), o);
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("tokens.bin"), std::string::npos) << t.status().message();

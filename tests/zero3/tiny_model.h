@@ -16,6 +16,7 @@
 
 #include "device/device.h"
 #include "optim/dtype.h"
+#include "zero3/engine_hooks.h"
 #include "zinf/engine.h"
 
 namespace zinf::zero3::testing {
@@ -104,7 +105,7 @@ struct TrainOptions {
 // global batch, split in gradient_accumulation_steps micro-batches.
 // Returns the mean loss of the last step on this rank.
 inline float Train(Engine& engine, const TinyModel& model, const TrainOptions& opts, int accumulation_steps) {
-  Device& device = engine.device();
+  Device& device = EngineAccess::device(engine);
   auto stream_or = device.CreateStream();
   EXPECT_TRUE(stream_or.ok());
   Stream& stream = **stream_or;
