@@ -30,9 +30,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "core/half.h"
 #include "core/units.h"
 #include "optim/cpu_adam.h"
-#include "optim/dtype.h"
 #include "optim/isa.h"
 #include "optim/thread_pool.h"
 #include "report.h"
@@ -43,7 +43,6 @@ namespace {
 using optim::AdamSpan;
 using optim::AdamStepArgs;
 using optim::CpuAdam;
-using optim::DType;
 using optim::Isa;
 using optim::ThreadPool;
 
@@ -122,14 +121,17 @@ int Run(const std::vector<std::string>& args) {
   }
   StatusOr<Isa> isa = flags->Has("isa") ? optim::ParseIsa(*flags->Get("isa")) : optim::DefaultIsa();
   if (!isa.ok()) return Fail(kName, isa.status(), 2);
-  auto grad_dtype = optim::ParseDType(flags->GetOr("grad", "fp32"));
+  auto grad_dtype = ParseElementType(flags->GetOr("grad", "fp32"));
   if (!grad_dtype.ok()) return Fail(kName, grad_dtype.status(), 2);
+  if (*grad_dtype != ElementType::kF32 && *grad_dtype != ElementType::kBf16 && *grad_dtype != ElementType::kF16) {
+    return Fail(kName, Status::InvalidArgument("--grad must be fp32, bf16 or fp16"), 2);
+  }
   const std::string out_name = flags->GetOr("out", "none");
-  DType out_dtype = DType::kBf16;
+  ElementType out_dtype = ElementType::kBf16;
   const bool has_out = out_name != "none";
   if (has_out) {
-    auto d = optim::ParseDType(out_name);
-    if (!d.ok() || *d == DType::kF32) {
+    auto d = ParseElementType(out_name);
+    if (!d.ok() || (*d != ElementType::kBf16 && *d != ElementType::kF16)) {
       return Fail(kName, Status::InvalidArgument("--out must be none, bf16 or fp16"), 2);
     }
     out_dtype = *d;
@@ -144,10 +146,10 @@ int Run(const std::vector<std::string>& args) {
   auto adam = CpuAdam::Create(config, pool->get(), *isa);
   if (!adam.ok()) return Fail(kName, adam.status());
 
-  const int64_t gsize = optim::DTypeSizeBytes(*grad_dtype);
+  const int64_t gsize = ElementSizeBytes(*grad_dtype);
   std::fprintf(stderr, "bench adam: %s params, %d threads, %s, grad %s, out %s: allocating %s\n",
                FormatCount(n).c_str(), (*pool)->num_threads(), std::string(optim::IsaName(*isa)).c_str(),
-               std::string(optim::DTypeName(*grad_dtype)).c_str(), out_name.c_str(),
+               std::string(ElementTypeName(*grad_dtype)).c_str(), out_name.c_str(),
                FormatBytes(n * (12 + gsize + (has_out ? 2 : 0))).c_str());
   auto p = Buffer::Allocate(n * 4);
   auto m = Buffer::Allocate(n * 4);
@@ -169,11 +171,11 @@ int Run(const std::vector<std::string>& args) {
       mp[i] = 1e-3f * Hash(i, 2);
       vp[i] = 1e-6f * (1.5f + Hash(i, 3));
       const float gv = 1e-2f * Hash(i, 4);
-      if (*grad_dtype == DType::kF32) {
+      if (*grad_dtype == ElementType::kF32) {
         reinterpret_cast<float*>(gp)[i] = gv;
       } else {
         reinterpret_cast<uint16_t*>(gp)[i] =
-            *grad_dtype == DType::kBf16 ? optim::FloatToBf16(gv) : optim::FloatToHalf(gv);
+            *grad_dtype == ElementType::kBf16 ? FloatToBf16(gv) : FloatToHalf(gv);
       }
       if (has_out) op[i] = 0;
     }
@@ -249,8 +251,8 @@ int Run(const std::vector<std::string>& args) {
   j["threads"] = (*pool)->num_threads();
   j["threads_bound_to_cores"] = (*pool)->bound();
   j["isa"] = optim::IsaName(*isa);
-  j["grad_dtype"] = optim::DTypeName(*grad_dtype);
-  j["out_dtype"] = has_out ? std::string(optim::DTypeName(out_dtype)) : "none";
+  j["grad_dtype"] = ElementTypeName(*grad_dtype);
+  j["out_dtype"] = has_out ? std::string(ElementTypeName(out_dtype)) : "none";
   j["bytes_per_param"] = bytes_per_param;
   j["bytes_counted"] = counted;
   j["gb"] = "1e9 bytes";

@@ -93,7 +93,6 @@
 #include "model/plan.h"
 #endif
 #include "optim/cpu_adam.h"
-#include "optim/dtype.h"
 #include "optim/isa.h"
 #include "optim/thread_pool.h"
 #include "cli/demo_config.h"
@@ -214,7 +213,7 @@ class Copier {
 class AdamAlone {
  public:
   static StatusOr<std::unique_ptr<AdamAlone>> Create(const OptimizerConfig& config, int threads, int64_t n,
-                                                     optim::DType out_dtype) {
+                                                     ElementType out_dtype) {
     auto a = std::unique_ptr<AdamAlone>(new AdamAlone());
     optim::ThreadPool::Options to;
     to.num_threads = threads;
@@ -236,7 +235,7 @@ class AdamAlone {
     return a;
   }
   StatusOr<double> TimeUpdate() {
-    optim::AdamSpan span{p_.data(), m_.data(), v_.data(), g_.data(), optim::DType::kF32, out_.data(), out_dtype_, n_};
+    optim::AdamSpan span{p_.data(), m_.data(), v_.data(), g_.data(), ElementType::kF32, out_.data(), out_dtype_, n_};
     optim::AdamStepArgs args;
     args.step = ++step_;
     args.lr = 1e-4;
@@ -252,7 +251,7 @@ class AdamAlone {
   std::unique_ptr<optim::CpuAdam> adam_;
   int64_t n_ = 0;
   int64_t step_ = 0;
-  optim::DType out_dtype_ = optim::DType::kBf16;
+  ElementType out_dtype_ = ElementType::kBf16;
   std::vector<float> p_, m_, v_, g_;
   std::vector<uint16_t> out_;
 };
@@ -533,7 +532,7 @@ int Run(const std::vector<std::string>& args) {
     auto copier = Copier::Create(rdevice->get(), std::max(h2d_chunk, d2h_chunk));
     if (!copier.ok()) return cli::Fail(kName, copier.status());
     auto adam = AdamAlone::Create(config.optimizer, static_cast<int>(*threads), n,
-                                  config.fp16.enabled ? optim::DType::kF16 : optim::DType::kBf16);
+                                  config.fp16.enabled ? ElementType::kF16 : ElementType::kBf16);
     if (!adam.ok()) return cli::Fail(kName, adam.status());
     if (auto t = (*adam)->TimeUpdate(); !t.ok()) return cli::Fail(kName, t.status());  // pages touched
 

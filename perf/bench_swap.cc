@@ -147,8 +147,8 @@ int Run(const std::vector<std::string>& args) {
     std::vector<float> m(static_cast<size_t>(k0), 0.0f), v(static_cast<size_t>(k0), 0.0f);
     std::vector<uint16_t> ref16(static_cast<size_t>(k0));
     std::vector<float> p(master.begin(), master.begin() + k0);
-    optim::AdamSpan span{p.data(), m.data(), v.data(), grads.data(), optim::DType::kF32, ref16.data(),
-                         optim::DType::kBf16, k0};
+    optim::AdamSpan span{p.data(), m.data(), v.data(), grads.data(), ElementType::kF32, ref16.data(),
+                         ElementType::kBf16, k0};
     st = adam->Update(span, step_args);
     if (!st.ok()) return cli::Fail(kName, st);
     if (std::memcmp(ref16.data(), out16.data(), ref16.size() * 2) != 0) {
@@ -237,8 +237,8 @@ int Run(const std::vector<std::string>& args) {
   {
     std::vector<float> m(static_cast<size_t>(n), 0.0f), v(static_cast<size_t>(n), 0.0f);
     for (int64_t i = 0; i < *steps; ++i) {
-      optim::AdamSpan span{master.data(), m.data(), v.data(), grads.data(), optim::DType::kF32, out16.data(),
-                           optim::DType::kBf16, n};
+      optim::AdamSpan span{master.data(), m.data(), v.data(), grads.data(), ElementType::kF32, out16.data(),
+                           ElementType::kBf16, n};
       step_args.step = 1 + i;
       const auto t0 = std::chrono::steady_clock::now();
       st = adam->Update(span, step_args);

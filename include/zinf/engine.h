@@ -74,6 +74,7 @@
 #include <vector>
 
 #include "zinf/config.h"
+#include "zinf/element_type.h"
 #include "zinf/status.h"
 
 namespace zinf {
@@ -85,10 +86,6 @@ class Communicator;
 namespace aio {
 class IoEngine;
 }
-
-// Element types of the working parameters and of the gradients handed in.
-enum class ElementType { kF32, kF16, kBf16 };
-int ElementSizeBytes(ElementType type);
 
 struct TensorSpec {
   std::string name;

@@ -59,8 +59,6 @@
 
 namespace zinf {
 
-int ElementSizeBytes(ElementType type) { return type == ElementType::kF32 ? 4 : 2; }
-
 int64_t TensorSpec::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -73,24 +71,6 @@ using Clock = std::chrono::steady_clock;
 
 int64_t NanosSince(Clock::time_point t0) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
-}
-
-comm::DataType CommType(ElementType t) {
-  switch (t) {
-    case ElementType::kF32: return comm::DataType::kF32;
-    case ElementType::kF16: return comm::DataType::kF16;
-    case ElementType::kBf16: return comm::DataType::kBf16;
-  }
-  return comm::DataType::kF32;
-}
-
-optim::DType OptimType(ElementType t) {
-  switch (t) {
-    case ElementType::kF32: return optim::DType::kF32;
-    case ElementType::kF16: return optim::DType::kF16;
-    case ElementType::kBf16: return optim::DType::kBf16;
-  }
-  return optim::DType::kF32;
 }
 
 // "zero_optimization.<section>.nvme_path [a, b]": names the config key in
@@ -450,7 +430,7 @@ void Engine::Impl::RunUpdate(optim::AdamStepArgs args) {
   float* acc = reinterpret_cast<float*>(accum.data());
   swap::StepIo io;
   io.params = new_params.data();
-  io.params_dtype = OptimType(param_type);
+  io.params_dtype = param_type;
   io.grads = acc;
   io.on_sub_group = [&](int64_t k) {
     const int64_t begin = optimizer->sub_group_begin(k), n = optimizer->sub_group_elems(k);
@@ -573,7 +553,7 @@ Status Engine::Impl::WriteHomeFromMaster(const float* master) {
   if (param_type == ElementType::kF32) {
     std::memcpy(new_params.data(), master, static_cast<size_t>(total * 4));
   } else {
-    ZINF_RETURN_IF_ERROR(optim::CastFromF32(*threads, isa, master, OptimType(param_type), new_params.data(), total));
+    ZINF_RETURN_IF_ERROR(optim::CastFromF32(*threads, isa, master, param_type, new_params.data(), total));
   }
   return WriteHome(new_params.data());
 }
@@ -629,7 +609,7 @@ Status Engine::Impl::Fetch(BlockId b) {
       break;
   }
   const auto t1 = Clock::now();
-  ZINF_RETURN_IF_ERROR(device_comm->AllGather(dst, st.full, l.shard_numel, CommType(param_type), stream.get())
+  ZINF_RETURN_IF_ERROR(device_comm->AllGather(dst, st.full, l.shard_numel, param_type, stream.get())
                            .WithContext("all-gather of block '" + specs[static_cast<size_t>(b)].name + "'"));
   counters.allgather_ns += NanosSince(t1);
   counters.allgather_bytes += l.padded_numel * param_es;
@@ -833,7 +813,7 @@ Status Engine::ReduceGradients(BlockId block, const std::vector<const void*>& gr
   const void* shard = flat;
   if (m.grad_shard != nullptr) {
     ZINF_RETURN_IF_ERROR(m.device_comm
-                             ->ReduceScatter(flat, m.grad_shard, l.shard_numel, CommType(m.options.grad_type),
+                             ->ReduceScatter(flat, m.grad_shard, l.shard_numel, m.options.grad_type,
                                              comm::ReduceOp::kSum, m.stream.get())
                              .WithContext("reduce-scatter of block '" + name + "'"));
     shard = m.grad_shard;
@@ -849,7 +829,7 @@ Status Engine::ReduceGradients(BlockId block, const std::vector<const void*>& gr
   if (m.options.grad_type != ElementType::kF32) {
     float* g32 = reinterpret_cast<float*>(host + m.partitioner->max_shard_numel() * 4);
     ZINF_RETURN_IF_ERROR(
-        optim::CastToF32(*m.threads, m.isa, host, OptimType(m.options.grad_type), g32, l.shard_numel));
+        optim::CastToF32(*m.threads, m.isa, host, m.options.grad_type, g32, l.shard_numel));
     g = g32;
   }
   const float scale =
@@ -883,9 +863,9 @@ StatusOr<StepResult> Engine::Step() {
   const auto t0 = Clock::now();
   const int64_t total = m.partitioner->total_shard_numel();
   float* acc = reinterpret_cast<float*>(m.accum.data());
-  ZINF_ASSIGN_OR_RETURN(double sum_squares, optim::SumSquares(*m.threads, m.isa, acc, optim::DType::kF32, total));
+  ZINF_ASSIGN_OR_RETURN(double sum_squares, optim::SumSquares(*m.threads, m.isa, acc, ElementType::kF32, total));
   ZINF_RETURN_IF_ERROR(
-      m.host_comm->AllReduce(&sum_squares, &sum_squares, 1, comm::DataType::kF64, comm::ReduceOp::kSum, nullptr));
+      m.host_comm->AllReduce(&sum_squares, &sum_squares, 1, ElementType::kF64, comm::ReduceOp::kSum, nullptr));
   optim::GradNormAccumulator norm;
   norm.Add(sum_squares);
   r.grad_norm = norm.norm();
@@ -961,7 +941,7 @@ Status Engine::GetMasterParameters(BlockId block, const std::vector<float*>& out
   ZINF_RETURN_IF_ERROR(m.optimizer->ReadMaster(l.rank_offset, l.shard_numel, shard.data()));
   std::vector<float> flat(static_cast<size_t>(l.padded_numel));
   ZINF_RETURN_IF_ERROR(
-      m.host_comm->AllGather(shard.data(), flat.data(), l.shard_numel, comm::DataType::kF32, nullptr));
+      m.host_comm->AllGather(shard.data(), flat.data(), l.shard_numel, ElementType::kF32, nullptr));
   m.partitioner->Unflatten(block, flat.data(), out);
   return Status::Ok();
 }
@@ -978,18 +958,6 @@ std::string ExactDouble(double v) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%a", v);
   return buf;
-}
-
-std::string_view ElementTypeName(ElementType t) {
-  switch (t) {
-    case ElementType::kF32:
-      return "f32";
-    case ElementType::kF16:
-      return "f16";
-    case ElementType::kBf16:
-      return "bf16";
-  }
-  return "?";
 }
 
 }  // namespace
