@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "core/half.h"
 #include "core/units.h"
 #include "optim/isa.h"
 
@@ -37,7 +38,7 @@ StatusOr<AdamArrays::Buffer> AdamArrays::Allocate(int64_t bytes) {
 }
 
 int64_t AdamArrays::Bytes(const AdamArraysOptions& o) {
-  return o.n * (12 + optim::DTypeSizeBytes(o.grad_dtype) + (o.with_out ? 2 : 0));
+  return o.n * (12 + ElementSizeBytes(o.grad_dtype) + (o.with_out ? 2 : 0));
 }
 
 StatusOr<AdamArrays> AdamArrays::Create(const AdamArraysOptions& options, optim::ThreadPool& pool) {
@@ -47,7 +48,7 @@ StatusOr<AdamArrays> AdamArrays::Create(const AdamArraysOptions& options, optim:
   ZINF_ASSIGN_OR_RETURN(a.params_, Allocate(n * 4));
   ZINF_ASSIGN_OR_RETURN(a.exp_avg_, Allocate(n * 4));
   ZINF_ASSIGN_OR_RETURN(a.exp_avg_sq_, Allocate(n * 4));
-  ZINF_ASSIGN_OR_RETURN(a.grads_, Allocate(n * optim::DTypeSizeBytes(options.grad_dtype)));
+  ZINF_ASSIGN_OR_RETURN(a.grads_, Allocate(n * ElementSizeBytes(options.grad_dtype)));
   ZINF_ASSIGN_OR_RETURN(a.out_, Allocate(options.with_out ? n * 2 : 1));
   a.Fill(pool);
   return a;
@@ -60,7 +61,7 @@ void AdamArrays::Fill(optim::ThreadPool& pool) {
   float* vp = exp_avg_sq();
   char* gp = grads();
   uint16_t* op = out();
-  const optim::DType grad_dtype = options_.grad_dtype;
+  const ElementType grad_dtype = options_.grad_dtype;
   const bool with_out = options_.with_out;
   pool.ParallelFor(options_.n, optim::kChunkElems, [&](int64_t, int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
@@ -68,11 +69,11 @@ void AdamArrays::Fill(optim::ThreadPool& pool) {
       mp[i] = 1e-3f * Hash(i, 2);
       vp[i] = 1e-6f * (1.5f + Hash(i, 3));
       const float gv = 1e-2f * Hash(i, 4);
-      if (grad_dtype == optim::DType::kF32) {
+      if (grad_dtype == ElementType::kF32) {
         reinterpret_cast<float*>(gp)[i] = gv;
       } else {
         reinterpret_cast<uint16_t*>(gp)[i] =
-            grad_dtype == optim::DType::kBf16 ? optim::FloatToBf16(gv) : optim::FloatToHalf(gv);
+            grad_dtype == ElementType::kBf16 ? FloatToBf16(gv) : FloatToHalf(gv);
       }
       if (with_out) op[i] = 0;
     }
@@ -86,7 +87,7 @@ optim::AdamSpan AdamArrays::span() const {
 }
 
 StatusOr<std::unique_ptr<AdamAlone>> AdamAlone::Create(const OptimizerConfig& config, int threads, int64_t n,
-                                                       optim::DType out_dtype) {
+                                                       ElementType out_dtype) {
   auto a = std::unique_ptr<AdamAlone>(new AdamAlone());
   ZINF_ASSIGN_OR_RETURN(a->pool_, optim::ThreadPool::Create({.num_threads = threads, .bind_threads = false,
                                                              .name = "bench-adam"}));
@@ -94,7 +95,7 @@ StatusOr<std::unique_ptr<AdamAlone>> AdamAlone::Create(const OptimizerConfig& co
   ZINF_ASSIGN_OR_RETURN(optim::CpuAdam adam, optim::CpuAdam::Create(config, a->pool_.get(), isa));
   a->adam_ = std::make_unique<optim::CpuAdam>(std::move(adam));
   ZINF_ASSIGN_OR_RETURN(AdamArrays arrays,
-                        AdamArrays::Create({.n = n, .grad_dtype = optim::DType::kF32, .with_out = true,
+                        AdamArrays::Create({.n = n, .grad_dtype = ElementType::kF32, .with_out = true,
                                             .out_dtype = out_dtype},
                                            *a->pool_));
   a->arrays_ = std::make_unique<AdamArrays>(std::move(arrays));

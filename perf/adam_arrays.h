@@ -19,7 +19,6 @@
 #include <memory>
 
 #include "optim/cpu_adam.h"
-#include "optim/dtype.h"
 #include "optim/thread_pool.h"
 #include "zinf/config.h"
 #include "zinf/status.h"
@@ -28,9 +27,9 @@ namespace zinf::perf {
 
 struct AdamArraysOptions {
   int64_t n = 0;  // parameters, >= 1
-  optim::DType grad_dtype = optim::DType::kF32;
+  ElementType grad_dtype = ElementType::kF32;
   bool with_out = false;  // a 16-bit copy of the new params (the engine's fused output)
-  optim::DType out_dtype = optim::DType::kBf16;
+  ElementType out_dtype = ElementType::kBf16;
 };
 
 class AdamArrays {
@@ -67,7 +66,7 @@ class AdamArrays {
 class AdamAlone {
  public:
   static StatusOr<std::unique_ptr<AdamAlone>> Create(const OptimizerConfig& config, int threads, int64_t n,
-                                                     optim::DType out_dtype);
+                                                     ElementType out_dtype);
   // Runs the next step (lr 1e-4) and returns its wall time in seconds.
   StatusOr<double> TimeUpdate();
   int threads() const { return pool_->num_threads(); }

@@ -29,9 +29,9 @@
 #include "adam_arrays.h"
 #include "aio_perf.h"
 #include "cli/command.h"
+#include "core/half.h"
 #include "core/units.h"
 #include "optim/cpu_adam.h"
-#include "optim/dtype.h"
 #include "optim/isa.h"
 #include "optim/thread_pool.h"
 #include "report.h"
@@ -42,7 +42,6 @@ namespace {
 using optim::AdamSpan;
 using optim::AdamStepArgs;
 using optim::CpuAdam;
-using optim::DType;
 using optim::Isa;
 using optim::ThreadPool;
 
@@ -63,9 +62,9 @@ struct Options {
   bool bind = true;
   double lr = 0;
   Isa isa = Isa::kScalar;
-  DType grad_dtype = DType::kF32;
+  ElementType grad_dtype = ElementType::kF32;
   bool has_out = false;
-  DType out_dtype = DType::kBf16;
+  ElementType out_dtype = ElementType::kBf16;
   std::string out_name;
   std::string html_path, json_path;
 };
@@ -91,12 +90,17 @@ StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
   o.bind = !flags.Has("no-bind");
   o.lr = *lr_or;
   ZINF_ASSIGN_OR_RETURN(o.isa, flags.Has("isa") ? optim::ParseIsa(*flags.Get("isa")) : optim::DefaultIsa());
-  ZINF_ASSIGN_OR_RETURN(o.grad_dtype, optim::ParseDType(flags.GetOr("grad", "fp32")));
+  ZINF_ASSIGN_OR_RETURN(o.grad_dtype, ParseElementType(flags.GetOr("grad", "fp32")));
+  if (o.grad_dtype != ElementType::kF32 && o.grad_dtype != ElementType::kBf16 && o.grad_dtype != ElementType::kF16) {
+    return Status::InvalidArgument("--grad must be fp32, bf16 or fp16");
+  }
   o.out_name = flags.GetOr("out", "none");
   o.has_out = o.out_name != "none";
   if (o.has_out) {
-    auto d = optim::ParseDType(o.out_name);
-    if (!d.ok() || *d == DType::kF32) return Status::InvalidArgument("--out must be none, bf16 or fp16");
+    auto d = ParseElementType(o.out_name);
+    if (!d.ok() || (*d != ElementType::kBf16 && *d != ElementType::kF16)) {
+      return Status::InvalidArgument("--out must be none, bf16 or fp16");
+    }
     o.out_dtype = *d;
   }
   o.html_path = flags.GetOr("html", "");
@@ -124,7 +128,7 @@ StatusOr<Setup> CreateSetup(const Options& o) {
   const AdamArraysOptions ao{.n = o.n, .grad_dtype = o.grad_dtype, .with_out = o.has_out, .out_dtype = o.out_dtype};
   std::fprintf(stderr, "bench adam: %s params, %d threads, %s, grad %s, out %s: allocating %s\n",
                FormatCount(o.n).c_str(), s.pool->num_threads(), std::string(optim::IsaName(o.isa)).c_str(),
-               std::string(optim::DTypeName(o.grad_dtype)).c_str(), o.out_name.c_str(),
+               std::string(ElementTypeName(o.grad_dtype)).c_str(), o.out_name.c_str(),
                FormatBytes(AdamArrays::Bytes(ao)).c_str());
   ZINF_ASSIGN_OR_RETURN(AdamArrays arrays, AdamArrays::Create(ao, *s.pool));
   s.arrays = std::make_unique<AdamArrays>(std::move(arrays));
@@ -148,7 +152,7 @@ StatusOr<Checked> CheckFirstStep(const Options& o, Setup& s) {
   };
   const AdamArrays& a = *s.arrays;
   const int64_t n = o.n;
-  const int64_t gsize = optim::DTypeSizeBytes(o.grad_dtype);
+  const int64_t gsize = ElementSizeBytes(o.grad_dtype);
   const int64_t slice_len = std::min<int64_t>(n, 4096 + 37);
   std::vector<Slice> slices;
   for (int64_t begin : {int64_t{0}, n / 2 + 3, n - slice_len}) {
@@ -226,7 +230,7 @@ struct Summary {
 
 Summary Summarize(const Options& o, const Timings& t) {
   Summary s;
-  const int64_t gsize = optim::DTypeSizeBytes(o.grad_dtype);
+  const int64_t gsize = ElementSizeBytes(o.grad_dtype);
   s.bytes_per_param = 12 + gsize + 12 + (o.has_out ? 2 : 0);
   s.step_med = Median(t.step_s);
   s.bound_med = Median(t.bound_s);
@@ -251,8 +255,8 @@ nlohmann::ordered_json ToJson(const Options& o, const Setup& setup, const Checke
   j["threads"] = setup.pool->num_threads();
   j["threads_bound_to_cores"] = setup.pool->bound();
   j["isa"] = optim::IsaName(o.isa);
-  j["grad_dtype"] = optim::DTypeName(o.grad_dtype);
-  j["out_dtype"] = o.has_out ? std::string(optim::DTypeName(o.out_dtype)) : "none";
+  j["grad_dtype"] = ElementTypeName(o.grad_dtype);
+  j["out_dtype"] = o.has_out ? std::string(ElementTypeName(o.out_dtype)) : "none";
   j["bytes_per_param"] = s.bytes_per_param;
   j["bytes_counted"] = s.counted;
   j["gb"] = "1e9 bytes";

@@ -91,7 +91,6 @@
 #if __has_include("model/plan.h")
 #include "model/plan.h"
 #endif
-#include "optim/dtype.h"
 #include "cli/demo_config.h"
 #include "report.h"
 #include "scratch.h"
@@ -525,7 +524,7 @@ StatusOr<PartTools> PrepareParts(const Options& o, const Trainers& t, const std:
   tools.d2h_chunk = std::max<int64_t>(1, wc.d2h_bytes / std::max<int64_t>(1, reduces));
   // On the resident run's device: no budget to squeeze the copy rings into.
   ZINF_ASSIGN_OR_RETURN(tools.copier, Copier::Create(t.rdevice.get(), std::max(tools.h2d_chunk, tools.d2h_chunk)));
-  const optim::DType out_dtype = o.config.fp16.enabled ? optim::DType::kF16 : optim::DType::kBf16;
+  const ElementType out_dtype = o.config.fp16.enabled ? ElementType::kF16 : ElementType::kBf16;
   ZINF_ASSIGN_OR_RETURN(tools.adam, AdamAlone::Create(o.config.optimizer, static_cast<int>(o.threads),
                                                       o.model.NumParameters(), out_dtype));
   ZINF_RETURN_IF_ERROR(tools.adam->TimeUpdate().status());  // pages touched

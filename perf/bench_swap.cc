@@ -198,8 +198,8 @@ StatusOr<State> FirstStep(const Options& o, Rig& rig) {
   std::vector<float> m(static_cast<size_t>(k0), 0.0f), v(static_cast<size_t>(k0), 0.0f);
   std::vector<uint16_t> ref16(static_cast<size_t>(k0));
   std::vector<float> p(state.master.begin(), state.master.begin() + k0);
-  optim::AdamSpan span{p.data(), m.data(), v.data(), state.grads.data(), optim::DType::kF32, ref16.data(),
-                       optim::DType::kBf16, k0};
+  optim::AdamSpan span{p.data(), m.data(), v.data(), state.grads.data(), ElementType::kF32, ref16.data(),
+                       ElementType::kBf16, k0};
   ZINF_RETURN_IF_ERROR(rig.adam->Update(span, step_args));
   if (std::memcmp(ref16.data(), state.out16.data(), ref16.size() * 2) != 0) {
     return Status::Internal("the swapped step's sub-group 0 differs from the same step in RAM");
@@ -282,8 +282,8 @@ StatusOr<std::vector<double>> MeasureAdamBound(const Options& o, Rig& rig, State
   optim::AdamStepArgs step_args;
   step_args.lr = 1e-3;
   for (int64_t i = 0; i < o.steps; ++i) {
-    optim::AdamSpan span{state.master.data(), m.data(), v.data(), state.grads.data(), optim::DType::kF32,
-                         state.out16.data(), optim::DType::kBf16, o.n};
+    optim::AdamSpan span{state.master.data(), m.data(), v.data(), state.grads.data(), ElementType::kF32,
+                         state.out16.data(), ElementType::kBf16, o.n};
     step_args.step = 1 + i;
     const auto t0 = std::chrono::steady_clock::now();
     Status st = rig.adam->Update(span, step_args);

@@ -74,6 +74,7 @@
 #include <vector>
 
 #include "zinf/config.h"
+#include "zinf/element_type.h"
 #include "zinf/status.h"
 
 namespace zinf {
@@ -83,10 +84,6 @@ namespace zinf {
 // EngineOptions::hooks null and never need either.
 struct EngineHooks;
 struct EngineAccess;
-
-// Element types of the working parameters and of the gradients handed in.
-enum class ElementType { kF32, kF16, kBf16 };
-int ElementSizeBytes(ElementType type);
 
 struct TensorSpec {
   std::string name;

@@ -15,11 +15,11 @@
 #include "comm/mpi_communicator.h"
 #include "core/crc32c.h"
 #include "core/fs.h"
+#include "core/half.h"
 #include "core/log.h"
 #include "device/device.h"
 #include "model/data.h"
 #include "model/safetensors.h"
-#include "optim/dtype.h"
 #include "swap/checkpoint.h"
 
 namespace zinf::model {
@@ -28,18 +28,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-DType KernelType(ElementType t) {
-  switch (t) {
-    case ElementType::kF16:
-      return DType::kF16;
-    case ElementType::kBf16:
-      return DType::kBf16;
-    case ElementType::kF32:
-      break;
-  }
-  return DType::kF32;
-}
 
 int64_t BlockNumel(const BlockSpec& b) {
   int64_t n = 0;
@@ -192,7 +180,7 @@ struct Trainer::Impl {
         continue;
       }
       const int64_t n = spec(b).tensors[t].numel();
-      ops->CastIn(scratch + offset, ptrs[t], KernelType(type), n);
+      ops->CastIn(scratch + offset, ptrs[t], type, n);
       out.push_back(scratch + offset);
       offset += n;
     }
@@ -407,7 +395,7 @@ StatusOr<StepReport> Trainer::Step() {
       report.step = m.steps_done;
       double mean = loss_sum / static_cast<double>(m.config.gradient_accumulation_steps);
       ZINF_RETURN_IF_ERROR(
-          m.comm->AllReduce(&mean, &mean, 1, comm::DataType::kF64, comm::ReduceOp::kSum, nullptr));
+          m.comm->AllReduce(&mean, &mean, 1, ElementType::kF64, comm::ReduceOp::kSum, nullptr));
       report.loss = mean / m.comm->world_size();
       report.lr = r.lr;
       report.grad_norm = r.grad_norm / scale_used;  // the engine's is of the loss-scaled gradient
@@ -457,7 +445,7 @@ StatusOr<double> Trainer::Evaluate(int batches) {
   m.engine->SetTracing(true);
   ZINF_RETURN_IF_ERROR(s);
   double mean = batches > 0 ? sum / batches : 0.0;
-  ZINF_RETURN_IF_ERROR(m.comm->AllReduce(&mean, &mean, 1, comm::DataType::kF64, comm::ReduceOp::kSum, nullptr));
+  ZINF_RETURN_IF_ERROR(m.comm->AllReduce(&mean, &mean, 1, ElementType::kF64, comm::ReduceOp::kSum, nullptr));
   return mean / m.comm->world_size();
 }
 
@@ -494,7 +482,7 @@ StatusOr<std::map<std::string, std::string>> PeekMetadata(const std::string& dir
 Status Trainer::Impl::AgreeAcrossRanks(Status local) {
   if (comm->world_size() == 1) return local;
   double failed = local.ok() ? 0.0 : 1.0;
-  ZINF_RETURN_IF_ERROR(comm->AllReduce(&failed, &failed, 1, comm::DataType::kF64, comm::ReduceOp::kSum, nullptr));
+  ZINF_RETURN_IF_ERROR(comm->AllReduce(&failed, &failed, 1, ElementType::kF64, comm::ReduceOp::kSum, nullptr));
   if (!local.ok()) return local;
   if (failed > 0) {
     return Status::Aborted("resume: " + std::to_string(static_cast<int>(failed)) +
@@ -542,8 +530,8 @@ Status Trainer::Resume(const std::string& path) {
   std::string dir = path;
   if (!rank_dir.empty()) {
     double neg_lo = -static_cast<double>(step), hi = static_cast<double>(step);  // min as max of negations
-    ZINF_RETURN_IF_ERROR(m.comm->AllReduce(&neg_lo, &neg_lo, 1, comm::DataType::kF64, comm::ReduceOp::kMax, nullptr));
-    ZINF_RETURN_IF_ERROR(m.comm->AllReduce(&hi, &hi, 1, comm::DataType::kF64, comm::ReduceOp::kMax, nullptr));
+    ZINF_RETURN_IF_ERROR(m.comm->AllReduce(&neg_lo, &neg_lo, 1, ElementType::kF64, comm::ReduceOp::kMax, nullptr));
+    ZINF_RETURN_IF_ERROR(m.comm->AllReduce(&hi, &hi, 1, ElementType::kF64, comm::ReduceOp::kMax, nullptr));
     const double lo = -neg_lo;
     if (lo != hi) {
       Log("train").warn("resume: ranks' latest checkpoints differ (steps {} to {}): every rank resumes step {}",
@@ -627,7 +615,7 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
         if (es == 4) {
           std::memcpy(bytes.data() + i * 4, &v, 4);
         } else {
-          const uint16_t h = dtype == "BF16" ? optim::FloatToBf16(v) : optim::FloatToHalf(v);
+          const uint16_t h = dtype == "BF16" ? FloatToBf16(v) : FloatToHalf(v);
           std::memcpy(bytes.data() + i * 2, &h, 2);
         }
       }

@@ -21,24 +21,6 @@ int64_t NanosSince(Clock::time_point t0) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
 }
 
-comm::DataType CommType(ElementType t) {
-  switch (t) {
-    case ElementType::kF32: return comm::DataType::kF32;
-    case ElementType::kF16: return comm::DataType::kF16;
-    case ElementType::kBf16: return comm::DataType::kBf16;
-  }
-  return comm::DataType::kF32;
-}
-
-optim::DType OptimType(ElementType t) {
-  switch (t) {
-    case ElementType::kF32: return optim::DType::kF32;
-    case ElementType::kF16: return optim::DType::kF16;
-    case ElementType::kBf16: return optim::DType::kBf16;
-  }
-  return optim::DType::kF32;
-}
-
 // Every EngineCounters field that only grows (the rest are levels).
 constexpr int64_t EngineCounters::*kCumulativeCounters[] = {
     &EngineCounters::nvme_read_bytes,   &EngineCounters::nvme_write_bytes,  &EngineCounters::optimizer_nvme_bytes,
@@ -50,8 +32,6 @@ constexpr int64_t EngineCounters::*kCumulativeCounters[] = {
 };
 
 }  // namespace
-
-int ElementSizeBytes(ElementType type) { return type == ElementType::kF32 ? 4 : 2; }
 
 int64_t TensorSpec::numel() const {
   int64_t n = 1;
@@ -140,7 +120,7 @@ Status Engine::ReduceGradients(BlockId block, const std::vector<const void*>& gr
   if (m.options.grad_type != ElementType::kF32) {
     float* g32 = reinterpret_cast<float*>(m.staging.data() + m.partitioner->max_shard_numel() * 4);
     ZINF_RETURN_IF_ERROR(
-        optim::CastToF32(*m.threads, m.isa, host, OptimType(m.options.grad_type), g32, l.shard_numel));
+        optim::CastToF32(*m.threads, m.isa, host, m.options.grad_type, g32, l.shard_numel));
     g = g32;
   }
   const float scale =
@@ -188,7 +168,7 @@ Status Engine::GetMasterParameters(BlockId block, const std::vector<float*>& out
   ZINF_RETURN_IF_ERROR(m.optimizer->ReadMaster(l.rank_offset, l.shard_numel, shard.data()));
   std::vector<float> flat(static_cast<size_t>(l.padded_numel));
   ZINF_RETURN_IF_ERROR(
-      m.host_comm->AllGather(shard.data(), flat.data(), l.shard_numel, comm::DataType::kF32, nullptr));
+      m.host_comm->AllGather(shard.data(), flat.data(), l.shard_numel, ElementType::kF32, nullptr));
   m.partitioner->Unflatten(block, flat.data(), out);
   return Status::Ok();
 }
@@ -246,7 +226,7 @@ Status Engine::Impl::WriteHomeFromMaster(const float* master) {
   if (param_type == ElementType::kF32) {
     std::memcpy(new_params.data(), master, static_cast<size_t>(total * 4));
   } else {
-    ZINF_RETURN_IF_ERROR(optim::CastFromF32(*threads, isa, master, OptimType(param_type), new_params.data(), total));
+    ZINF_RETURN_IF_ERROR(optim::CastFromF32(*threads, isa, master, param_type, new_params.data(), total));
   }
   return home->WriteAll(new_params.data());
 }
@@ -268,7 +248,7 @@ Status Engine::Impl::CopyGradientToHost(BlockId b, const std::vector<const void*
   const void* shard = flat;
   if (grad_shard != nullptr) {
     ZINF_RETURN_IF_ERROR(device_comm
-                             ->ReduceScatter(flat, grad_shard, l.shard_numel, CommType(options.grad_type),
+                             ->ReduceScatter(flat, grad_shard, l.shard_numel, options.grad_type,
                                              comm::ReduceOp::kSum, stream.get())
                              .WithContext("reduce-scatter of block '" + name(b) + "'"));
     shard = grad_shard;
@@ -287,9 +267,9 @@ Status Engine::Impl::CopyGradientToHost(BlockId b, const std::vector<const void*
 StatusOr<StepResult> Engine::Impl::ApplyStep(StepResult r) {
   const int64_t total = partitioner->total_shard_numel();
   float* acc = reinterpret_cast<float*>(accum.data());
-  ZINF_ASSIGN_OR_RETURN(double sum_squares, optim::SumSquares(*threads, isa, acc, optim::DType::kF32, total));
+  ZINF_ASSIGN_OR_RETURN(double sum_squares, optim::SumSquares(*threads, isa, acc, ElementType::kF32, total));
   ZINF_RETURN_IF_ERROR(
-      host_comm->AllReduce(&sum_squares, &sum_squares, 1, comm::DataType::kF64, comm::ReduceOp::kSum, nullptr));
+      host_comm->AllReduce(&sum_squares, &sum_squares, 1, ElementType::kF64, comm::ReduceOp::kSum, nullptr));
   optim::GradNormAccumulator norm;
   norm.Add(sum_squares);
   r.grad_norm = norm.norm();
@@ -338,7 +318,7 @@ Status Engine::Impl::RunUpdate(const optim::AdamStepArgs& args, zero3::UpdateWor
   float* acc = reinterpret_cast<float*>(accum.data());
   swap::StepIo sio;
   sio.params = new_params.data();
-  sio.params_dtype = OptimType(param_type);
+  sio.params_dtype = param_type;
   sio.grads = acc;
   sio.on_sub_group = [&](int64_t k) {
     const int64_t begin = optimizer->sub_group_begin(k), n = optimizer->sub_group_elems(k);

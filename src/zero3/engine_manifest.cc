@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "zinf/element_type.h"
+
 #include "core/crc32c.h"
 
 namespace zinf::zero3 {
@@ -16,15 +18,6 @@ std::string ExactDouble(double v) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%a", v);
   return buf;
-}
-
-std::string_view ElementTypeName(ElementType t) {
-  switch (t) {
-    case ElementType::kF32: return "f32";
-    case ElementType::kF16: return "f16";
-    case ElementType::kBf16: return "bf16";
-  }
-  return "?";
 }
 
 // A CRC of every block's and tensor's name and shape.

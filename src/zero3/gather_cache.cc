@@ -19,15 +19,6 @@ int64_t NanosSince(Clock::time_point t0) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
 }
 
-comm::DataType CommType(ElementType t) {
-  switch (t) {
-    case ElementType::kF32: return comm::DataType::kF32;
-    case ElementType::kF16: return comm::DataType::kF16;
-    case ElementType::kBf16: return comm::DataType::kBf16;
-  }
-  return comm::DataType::kF32;
-}
-
 }  // namespace
 
 GatherCache::GatherCache(Options options) : o_(std::move(options)), es_(ElementSizeBytes(o_.param_type)) {
@@ -104,7 +95,7 @@ Status GatherCache::Fetch(BlockId b) {
   ZINF_RETURN_IF_ERROR(o_.home->CopyToDevice(b, dst));
   const auto t1 = Clock::now();
   ZINF_RETURN_IF_ERROR(
-      o_.device_comm->AllGather(dst, st.full, l.shard_numel, CommType(o_.param_type), o_.stream)
+      o_.device_comm->AllGather(dst, st.full, l.shard_numel, o_.param_type, o_.stream)
           .WithContext("all-gather of block '" + (*o_.specs)[static_cast<size_t>(b)].name + "'"));
   EngineCounters& c = *o_.counters;
   c.allgather_ns += NanosSince(t1);

@@ -12,10 +12,10 @@
 #include <cstring>
 
 #include "core/fs.h"
+#include "core/half.h"
 #include "device/device.h"
 #include "model/data.h"
 #include "model/safetensors.h"
-#include "optim/dtype.h"
 #include "model/model_test_util.h"
 
 namespace zinf::model {
@@ -241,7 +241,7 @@ TEST(TrainerTest, ExportWritesTheMasterWeightsAsSafetensors) {
   for (size_t i = 0; i < master[kQkvW].size(); ++i) {
     uint16_t h;
     std::memcpy(&h, qkv->data.data() + 2 * i, 2);
-    ASSERT_EQ(h, optim::FloatToBf16(master[kQkvW][i])) << i;
+    ASSERT_EQ(h, FloatToBf16(master[kQkvW][i])) << i;
   }
 }
 

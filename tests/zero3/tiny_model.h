@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "core/half.h"
 #include "device/device.h"
-#include "optim/dtype.h"
 #include "zero3/engine_hooks.h"
 #include "zinf/engine.h"
 
@@ -79,7 +79,7 @@ inline std::vector<std::vector<float>> ReadBlock(Engine& engine, Stream& stream,
         uint16_t h;
         std::memcpy(&h, raw.data() + i * 2, 2);
         v[static_cast<size_t>(i)] =
-            engine.param_type() == ElementType::kBf16 ? optim::Bf16ToFloat(h) : optim::HalfToFloat(h);
+            engine.param_type() == ElementType::kBf16 ? Bf16ToFloat(h) : HalfToFloat(h);
       }
     }
     out.push_back(std::move(v));
