@@ -11,9 +11,9 @@
 // request.
 //
 // Thread-safety: every method may be called from any thread (one lock, which
-// also covers the HandleTable). A slot's fields above "guarded" may be read
-// by workers between Allocate and the last FinishPart without the lock (the
-// submitter writes them before handing the slot over).
+// also covers the HandleTable). A slot's op, segments, total_pieces and
+// rotation may be read by workers between Allocate and the last FinishPart
+// without the lock (the submitter writes them before handing the slot over).
 #pragma once
 
 #include <atomic>
@@ -69,7 +69,7 @@ class RequestTable {
   mutable std::mutex mu_;
   std::condition_variable done_cv_;
   HandleTable<Slot> slots_;  // guarded by mu_ (see HandleTable)
-  int pending_ = 0;             // allocated and not yet done
+  int pending_ = 0;          // allocated and not yet done
   Status sticky_;
 };
 

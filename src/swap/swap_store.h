@@ -220,8 +220,8 @@ class SwapStore {
   std::unordered_map<std::string, TensorId> by_name_;
 
   mutable std::mutex mu_;
-  // Outstanding transfers (max_outstanding); the table is guarded by mu_, a
-  // slot's Slot belongs to the thread in Start or Wait that holds it.
+  // Outstanding transfers (max_outstanding). The table is guarded by mu_; a
+  // slot's payload belongs to the thread in Start or Wait that holds it.
   aio::HandleTable<Slot> slots_;
 };
 
