@@ -257,6 +257,27 @@ Status WriteReports(const cli::Flags& flags, const std::vector<std::string>& dir
   return report.WriteFile(html_path);
 }
 
+// OUT = IN with the aio keys replaced by `best`'s; the rest kept as written.
+// Checks that OUT parses as a config.
+Status WriteTunedConfig(const std::string& in_path, const std::string& out_path, const AioConfig& best) {
+  std::ifstream in(in_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto json = nlohmann::ordered_json::parse(text.str(), nullptr, false);
+  if (json.is_discarded() || !json.is_object()) return Status::InvalidArgument(in_path + ": not a JSON object");
+  auto& aio = json["aio"];
+  if (!aio.is_object()) aio = nlohmann::ordered_json::object();
+  aio["block_size"] = best.block_size;
+  aio["queue_depth"] = best.queue_depth;
+  aio["thread_count"] = best.thread_count;
+  aio["single_submit"] = best.single_submit;
+  aio["overlap_events"] = best.overlap_events;
+  ZINF_RETURN_IF_ERROR(WriteFileAtomic(out_path, json.dump(2) + "\n"));
+  auto check = LoadConfigFile(out_path);
+  if (!check.ok()) return check.status().WithContext("the written config does not parse");
+  return Status::Ok();
+}
+
 int Run(const std::vector<std::string>& args) {
   auto flags = cli::Flags::Parse(args, {"config", "out", "size", "budget-s", "nvme", "html", "json"}, {"grid"});
   if (!flags.ok()) return cli::Fail("tune aio", flags.status(), 2);
@@ -377,25 +398,8 @@ int Run(const std::vector<std::string>& args) {
                 t.error.empty() ? (Key(t.aio) == Key(best) ? "  <- best" : "") : ("  failed: " + t.error).c_str());
   }
 
-  // OUT = IN with the aio keys replaced; the rest kept as written.
-  std::ifstream in(*in_path);
-  std::stringstream text;
-  text << in.rdbuf();
-  auto json = nlohmann::ordered_json::parse(text.str(), nullptr, false);
-  if (json.is_discarded() || !json.is_object()) {
-    return cli::Fail("tune aio", Status::InvalidArgument(*in_path + ": not a JSON object"));
-  }
-  auto& aio = json["aio"];
-  if (!aio.is_object()) aio = nlohmann::ordered_json::object();
-  aio["block_size"] = best.block_size;
-  aio["queue_depth"] = best.queue_depth;
-  aio["thread_count"] = best.thread_count;
-  aio["single_submit"] = best.single_submit;
-  aio["overlap_events"] = best.overlap_events;
-  st = WriteFileAtomic(*out_path, json.dump(2) + "\n");
+  st = WriteTunedConfig(*in_path, *out_path, best);
   if (!st.ok()) return cli::Fail("tune aio", st);
-  auto check = LoadConfigFile(*out_path);
-  if (!check.ok()) return cli::Fail("tune aio", check.status().WithContext("the written config does not parse"));
   std::fprintf(stderr, "tune aio: wrote %s (best: %s)\n", out_path->c_str(), Describe(best).c_str());
   if (Status r = WriteReports(*flags, dirs, per_path, measured, best, block_sizes, depths); !r.ok()) {
     return cli::Fail("tune aio", r);
