@@ -16,12 +16,9 @@
 // Before timing, the first (warm-up) step is checked: slices at the start,
 // the middle and the (unaligned) end must match the scalar reference path bit
 // for bit (the ISAs are designed to be bit-identical; see kernels_impl.h).
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -29,66 +26,26 @@
 
 #include <nlohmann/json.hpp>
 
+#include "adam_arrays.h"
+#include "aio_perf.h"
 #include "cli/command.h"
+#include "core/half.h"
 #include "core/units.h"
 #include "optim/cpu_adam.h"
-#include "optim/dtype.h"
 #include "optim/isa.h"
 #include "optim/thread_pool.h"
 #include "report.h"
 
-namespace zinf::cli {
+namespace zinf::perf {
 namespace {
 
 using optim::AdamSpan;
 using optim::AdamStepArgs;
 using optim::CpuAdam;
-using optim::DType;
 using optim::Isa;
 using optim::ThreadPool;
 
 constexpr const char* kName = "bench adam";
-constexpr int64_t kHugePageBytes = 2 * kMiB;
-
-// A 2 MiB-aligned buffer with transparent huge pages requested (fewer TLB
-// misses while streaming gigabytes). Pages are touched later, by the pool.
-class Buffer {
- public:
-  static StatusOr<Buffer> Allocate(int64_t bytes) {
-    const int64_t size = AlignUp(std::max<int64_t>(bytes, 1), kHugePageBytes);
-    void* p = std::aligned_alloc(kHugePageBytes, static_cast<size_t>(size));
-    if (p == nullptr) return Status::OutOfMemory("bench adam: cannot allocate " + FormatBytes(size));
-    madvise(p, static_cast<size_t>(size), MADV_HUGEPAGE);  // a hint; failure is harmless
-    Buffer b;
-    b.ptr_.reset(p);
-    return b;
-  }
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr_.get());
-  }
-
- private:
-  struct Free {
-    void operator()(void* p) const { std::free(p); }
-  };
-  std::unique_ptr<void, Free> ptr_;
-};
-
-// A cheap deterministic value in [-1, 1) for element i of stream s.
-float Hash(int64_t i, uint32_t s) {
-  uint64_t x = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull + s * 0xD1B54A32D192ED03ull;
-  x ^= x >> 29;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 32;
-  return static_cast<float>(static_cast<int64_t>(x >> 40) - (int64_t{1} << 23)) * 0x1p-23f;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t k = v.size() / 2;
-  return v.size() % 2 ? v[k] : (v[k - 1] + v[k]) / 2;
-}
 
 template <typename Fn>
 double TimeSeconds(Fn&& fn) {
@@ -97,135 +54,161 @@ double TimeSeconds(Fn&& fn) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-struct Slice {
-  int64_t begin;
-  int64_t len;
-  std::vector<float> p, m, v;
-  std::vector<char> g;
+// What the flags ask for (a bad one is a usage error, exit code 2).
+struct Options {
+  int64_t n = 0;
+  int64_t runs = 0;
+  int threads = 0;
+  bool bind = true;
+  double lr = 0;
+  Isa isa = Isa::kScalar;
+  ElementType grad_dtype = ElementType::kF32;
+  bool has_out = false;
+  ElementType out_dtype = ElementType::kBf16;
+  std::string out_name;
+  std::string html_path, json_path;
 };
 
-int Run(const std::vector<std::string>& args) {
-  auto flags = Flags::Parse(args, {"params", "threads", "isa", "grad", "out", "runs", "lr", "html", "json"},
-                            {"no-bind"});
-  if (!flags.ok()) return Fail(kName, flags.status(), 2);
-  auto n_or = flags->GetInt("params", int64_t{1} << 28);
-  auto threads_or = flags->GetInt("threads", ThreadPool::NumCores());
-  auto runs_or = flags->GetInt("runs", 9);
-  auto lr_or = flags->GetDouble("lr", 1e-3);
+StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
+  ZINF_ASSIGN_OR_RETURN(
+      cli::Flags flags,
+      cli::Flags::Parse(args, {"params", "threads", "isa", "grad", "out", "runs", "lr", "html", "json"}, {"no-bind"}));
+  auto n_or = flags.GetInt("params", int64_t{1} << 28);
+  auto threads_or = flags.GetInt("threads", ThreadPool::NumCores());
+  auto runs_or = flags.GetInt("runs", 9);
+  auto lr_or = flags.GetDouble("lr", 1e-3);
   for (const Status* s : {&n_or.status(), &threads_or.status(), &runs_or.status(), &lr_or.status()}) {
-    if (!s->ok()) return Fail(kName, *s, 2);
+    if (!s->ok()) return *s;
   }
-  const int64_t n = *n_or;
-  const int64_t runs = *runs_or;
-  if (n < 1 || *threads_or < 1 || *threads_or > 1024 || runs < 1) {
-    return Fail(kName, Status::InvalidArgument("--params, --threads and --runs must be >= 1"), 2);
+  Options o;
+  o.n = *n_or;
+  o.runs = *runs_or;
+  if (o.n < 1 || *threads_or < 1 || *threads_or > 1024 || o.runs < 1) {
+    return Status::InvalidArgument("--params, --threads and --runs must be >= 1");
   }
-  StatusOr<Isa> isa = flags->Has("isa") ? optim::ParseIsa(*flags->Get("isa")) : optim::DefaultIsa();
-  if (!isa.ok()) return Fail(kName, isa.status(), 2);
-  auto grad_dtype = optim::ParseDType(flags->GetOr("grad", "fp32"));
-  if (!grad_dtype.ok()) return Fail(kName, grad_dtype.status(), 2);
-  const std::string out_name = flags->GetOr("out", "none");
-  DType out_dtype = DType::kBf16;
-  const bool has_out = out_name != "none";
-  if (has_out) {
-    auto d = optim::ParseDType(out_name);
-    if (!d.ok() || *d == DType::kF32) {
-      return Fail(kName, Status::InvalidArgument("--out must be none, bf16 or fp16"), 2);
+  o.threads = static_cast<int>(*threads_or);
+  o.bind = !flags.Has("no-bind");
+  o.lr = *lr_or;
+  ZINF_ASSIGN_OR_RETURN(o.isa, flags.Has("isa") ? optim::ParseIsa(*flags.Get("isa")) : optim::DefaultIsa());
+  ZINF_ASSIGN_OR_RETURN(o.grad_dtype, ParseElementType(flags.GetOr("grad", "fp32")));
+  if (o.grad_dtype != ElementType::kF32 && o.grad_dtype != ElementType::kBf16 && o.grad_dtype != ElementType::kF16) {
+    return Status::InvalidArgument("--grad must be fp32, bf16 or fp16");
+  }
+  o.out_name = flags.GetOr("out", "none");
+  o.has_out = o.out_name != "none";
+  if (o.has_out) {
+    auto d = ParseElementType(o.out_name);
+    if (!d.ok() || (*d != ElementType::kBf16 && *d != ElementType::kF16)) {
+      return Status::InvalidArgument("--out must be none, bf16 or fp16");
     }
-    out_dtype = *d;
+    o.out_dtype = *d;
   }
+  o.html_path = flags.GetOr("html", "");
+  o.json_path = flags.GetOr("json", "");
+  return o;
+}
 
-  auto pool = ThreadPool::Create({.num_threads = static_cast<int>(*threads_or), .bind_threads = !flags->Has("no-bind"),
-                                  .name = "zinf-adam"});
-  if (!pool.ok()) return Fail(kName, pool.status());
-  OptimizerConfig config;  // AdamW, betas (0.9, 0.999), eps 1e-8
-  config.weight_decay = 0.01;
-  config.lr = *lr_or;
-  auto adam = CpuAdam::Create(config, pool->get(), *isa);
-  if (!adam.ok()) return Fail(kName, adam.status());
+// The step's pool, Adam (AdamW, betas (0.9, 0.999), eps 1e-8, weight decay
+// 0.01, the flags' lr) and arrays.
+struct Setup {
+  OptimizerConfig config;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<CpuAdam> adam;
+  std::unique_ptr<AdamArrays> arrays;
+};
 
-  const int64_t gsize = optim::DTypeSizeBytes(*grad_dtype);
+StatusOr<Setup> CreateSetup(const Options& o) {
+  Setup s;
+  ZINF_ASSIGN_OR_RETURN(s.pool,
+                        ThreadPool::Create({.num_threads = o.threads, .bind_threads = o.bind, .name = "zinf-adam"}));
+  s.config.weight_decay = 0.01;
+  s.config.lr = o.lr;
+  ZINF_ASSIGN_OR_RETURN(CpuAdam adam, CpuAdam::Create(s.config, s.pool.get(), o.isa));
+  s.adam = std::make_unique<CpuAdam>(std::move(adam));
+  const AdamArraysOptions ao{.n = o.n, .grad_dtype = o.grad_dtype, .with_out = o.has_out, .out_dtype = o.out_dtype};
   std::fprintf(stderr, "bench adam: %s params, %d threads, %s, grad %s, out %s: allocating %s\n",
-               FormatCount(n).c_str(), (*pool)->num_threads(), std::string(optim::IsaName(*isa)).c_str(),
-               std::string(optim::DTypeName(*grad_dtype)).c_str(), out_name.c_str(),
-               FormatBytes(n * (12 + gsize + (has_out ? 2 : 0))).c_str());
-  auto p = Buffer::Allocate(n * 4);
-  auto m = Buffer::Allocate(n * 4);
-  auto v = Buffer::Allocate(n * 4);
-  auto g = Buffer::Allocate(n * gsize);
-  auto o = Buffer::Allocate(has_out ? n * 2 : 1);
-  for (const auto* b : {&p, &m, &v, &g, &o}) {
-    if (!b->ok()) return Fail(kName, b->status());
-  }
-  // First touch by the pool's threads, chunk by chunk as the step will run.
-  float* pp = p->as<float>();
-  float* mp = m->as<float>();
-  float* vp = v->as<float>();
-  char* gp = g->as<char>();
-  uint16_t* op = o->as<uint16_t>();
-  (*pool)->ParallelFor(n, optim::kChunkElems, [&](int64_t, int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      pp[i] = 0.5f * Hash(i, 1);
-      mp[i] = 1e-3f * Hash(i, 2);
-      vp[i] = 1e-6f * (1.5f + Hash(i, 3));
-      const float gv = 1e-2f * Hash(i, 4);
-      if (*grad_dtype == DType::kF32) {
-        reinterpret_cast<float*>(gp)[i] = gv;
-      } else {
-        reinterpret_cast<uint16_t*>(gp)[i] =
-            *grad_dtype == DType::kBf16 ? optim::FloatToBf16(gv) : optim::FloatToHalf(gv);
-      }
-      if (has_out) op[i] = 0;
-    }
-  });
-  AdamSpan span{.params = pp, .exp_avg = mp, .exp_avg_sq = vp, .grads = gp, .grad_dtype = *grad_dtype,
-                .params16 = has_out ? op : nullptr, .params16_dtype = out_dtype, .n = n};
+               FormatCount(o.n).c_str(), s.pool->num_threads(), std::string(optim::IsaName(o.isa)).c_str(),
+               std::string(ElementTypeName(o.grad_dtype)).c_str(), o.out_name.c_str(),
+               FormatBytes(AdamArrays::Bytes(ao)).c_str());
+  ZINF_ASSIGN_OR_RETURN(AdamArrays arrays, AdamArrays::Create(ao, *s.pool));
+  s.arrays = std::make_unique<AdamArrays>(std::move(arrays));
+  return s;
+}
 
-  // Check the first step against the scalar path on three slices.
+// What the check covered.
+struct Checked {
+  int64_t params = 0;
+  size_t slices = 0;
+};
+
+// Runs step 1 and checks it against the scalar path on three slices (the
+// start, the middle and the unaligned end), bit for bit.
+StatusOr<Checked> CheckFirstStep(const Options& o, Setup& s) {
+  struct Slice {
+    int64_t begin;
+    int64_t len;
+    std::vector<float> p, m, v;
+    std::vector<char> g;
+  };
+  const AdamArrays& a = *s.arrays;
+  const int64_t n = o.n;
+  const int64_t gsize = ElementSizeBytes(o.grad_dtype);
   const int64_t slice_len = std::min<int64_t>(n, 4096 + 37);
   std::vector<Slice> slices;
   for (int64_t begin : {int64_t{0}, n / 2 + 3, n - slice_len}) {
     begin = std::clamp<int64_t>(begin, 0, n - slice_len);
-    if (std::any_of(slices.begin(), slices.end(), [&](const Slice& s) { return s.begin == begin; })) continue;
-    Slice s{begin, slice_len, {pp + begin, pp + begin + slice_len}, {mp + begin, mp + begin + slice_len},
-            {vp + begin, vp + begin + slice_len}, {gp + begin * gsize, gp + (begin + slice_len) * gsize}};
-    slices.push_back(std::move(s));
+    if (std::any_of(slices.begin(), slices.end(), [&](const Slice& x) { return x.begin == begin; })) continue;
+    const int64_t end = begin + slice_len;
+    slices.push_back({begin, slice_len, {a.params() + begin, a.params() + end},
+                      {a.exp_avg() + begin, a.exp_avg() + end}, {a.exp_avg_sq() + begin, a.exp_avg_sq() + end},
+                      {a.grads() + begin * gsize, a.grads() + end * gsize}});
   }
-  int64_t step = 1;
-  const AdamStepArgs first{.step = step, .lr = config.lr, .grad_scale = 1.0};
-  if (Status st = adam->Update(span, first); !st.ok()) return Fail(kName, st);
-  {
-    auto ref_pool = ThreadPool::Create({.num_threads = 1, .bind_threads = false});
-    if (!ref_pool.ok()) return Fail(kName, ref_pool.status());
-    auto ref = CpuAdam::Create(config, ref_pool->get(), Isa::kScalar);
-    if (!ref.ok()) return Fail(kName, ref.status());
-    for (Slice& s : slices) {
-      std::vector<uint16_t> out16(static_cast<size_t>(s.len), 0);
-      AdamSpan rs{.params = s.p.data(), .exp_avg = s.m.data(), .exp_avg_sq = s.v.data(), .grads = s.g.data(),
-                  .grad_dtype = *grad_dtype, .params16 = has_out ? out16.data() : nullptr,
-                  .params16_dtype = out_dtype, .n = s.len};
-      if (Status st = ref->Update(rs, first); !st.ok()) return Fail(kName, st);
-      const size_t bytes = static_cast<size_t>(s.len) * 4;
-      if (std::memcmp(s.p.data(), pp + s.begin, bytes) != 0 || std::memcmp(s.m.data(), mp + s.begin, bytes) != 0 ||
-          std::memcmp(s.v.data(), vp + s.begin, bytes) != 0 ||
-          (has_out && std::memcmp(out16.data(), op + s.begin, bytes / 2) != 0)) {
-        return Fail(kName, Status::Internal("the " + std::string(optim::IsaName(*isa)) +
-                                            " step differs from the scalar reference in elements [" +
-                                            std::to_string(s.begin) + ", " + std::to_string(s.begin + s.len) + ")"));
-      }
+  const AdamStepArgs first{.step = 1, .lr = s.config.lr, .grad_scale = 1.0};
+  ZINF_RETURN_IF_ERROR(s.adam->Update(a.span(), first));
+  ZINF_ASSIGN_OR_RETURN(std::unique_ptr<ThreadPool> ref_pool,
+                        ThreadPool::Create({.num_threads = 1, .bind_threads = false}));
+  ZINF_ASSIGN_OR_RETURN(CpuAdam ref, CpuAdam::Create(s.config, ref_pool.get(), Isa::kScalar));
+  Checked checked;
+  for (Slice& x : slices) {
+    std::vector<uint16_t> out16(static_cast<size_t>(x.len), 0);
+    AdamSpan rs{.params = x.p.data(), .exp_avg = x.m.data(), .exp_avg_sq = x.v.data(), .grads = x.g.data(),
+                .grad_dtype = o.grad_dtype, .params16 = o.has_out ? out16.data() : nullptr,
+                .params16_dtype = o.out_dtype, .n = x.len};
+    ZINF_RETURN_IF_ERROR(ref.Update(rs, first));
+    const size_t bytes = static_cast<size_t>(x.len) * 4;
+    if (std::memcmp(x.p.data(), a.params() + x.begin, bytes) != 0 ||
+        std::memcmp(x.m.data(), a.exp_avg() + x.begin, bytes) != 0 ||
+        std::memcmp(x.v.data(), a.exp_avg_sq() + x.begin, bytes) != 0 ||
+        (o.has_out && std::memcmp(out16.data(), a.out() + x.begin, bytes / 2) != 0)) {
+      return Status::Internal("the " + std::string(optim::IsaName(o.isa)) +
+                              " step differs from the scalar reference in elements [" + std::to_string(x.begin) +
+                              ", " + std::to_string(x.begin + x.len) + ")");
     }
+    checked.params += x.len;
   }
-  // Warm the bound up too (scale 0 leaves the data as it is).
-  if (Status st = adam->BandwidthPass(span, 0.0f); !st.ok()) return Fail(kName, st);
+  checked.slices = slices.size();
+  return checked;
+}
 
+// Seconds per run of the step and of the bound, runs interleaved (which
+// goes first alternates) so that noise from other work hits both alike.
+struct Timings {
   std::vector<double> step_s, bound_s;
-  for (int64_t r = 0; r < runs; ++r) {
+};
+
+StatusOr<Timings> Measure(const Options& o, Setup& s) {
+  const AdamSpan span = s.arrays->span();
+  // Warm the bound up too (scale 0 leaves the data as it is).
+  ZINF_RETURN_IF_ERROR(s.adam->BandwidthPass(span, 0.0f));
+  Timings t;
+  int64_t step = 1;  // step 1 was the checked one
+  for (int64_t r = 0; r < o.runs; ++r) {
     ++step;
     Status st;
     auto time_step = [&] {
-      step_s.push_back(TimeSeconds([&] { st = adam->Update(span, {.step = step, .lr = config.lr}); }));
+      t.step_s.push_back(TimeSeconds([&] { st = s.adam->Update(span, {.step = step, .lr = s.config.lr}); }));
     };
-    auto time_bound = [&] { bound_s.push_back(TimeSeconds([&] { st = adam->BandwidthPass(span, 0.0f); })); };
+    auto time_bound = [&] { t.bound_s.push_back(TimeSeconds([&] { st = s.adam->BandwidthPass(span, 0.0f); })); };
     if (r % 2 == 0) {
       time_step();
       if (st.ok()) time_bound();
@@ -233,70 +216,105 @@ int Run(const std::vector<std::string>& args) {
       time_bound();
       if (st.ok()) time_step();
     }
-    if (!st.ok()) return Fail(kName, st);
+    ZINF_RETURN_IF_ERROR(st);
   }
+  return t;
+}
 
-  const int64_t bytes_per_param = 12 + gsize + 12 + (has_out ? 2 : 0);
-  const double step_med = Median(step_s), bound_med = Median(bound_s);
-  const double gparams = static_cast<double>(n) / step_med / 1e9;
-  const double bound_gparams = static_cast<double>(n) / bound_med / 1e9;
-  std::string counted = "read params, exp_avg, exp_avg_sq (4 B each) and grads (" + std::to_string(gsize) +
-                        " B); write params, exp_avg, exp_avg_sq (4 B each)";
-  if (has_out) counted += " and params16 (2 B)";
-  nlohmann::ordered_json j;
-  j["bench"] = "adam";
-  j["params"] = n;
-  j["threads"] = (*pool)->num_threads();
-  j["threads_bound_to_cores"] = (*pool)->bound();
-  j["isa"] = optim::IsaName(*isa);
-  j["grad_dtype"] = optim::DTypeName(*grad_dtype);
-  j["out_dtype"] = has_out ? std::string(optim::DTypeName(out_dtype)) : "none";
-  j["bytes_per_param"] = bytes_per_param;
-  j["bytes_counted"] = counted;
-  j["gb"] = "1e9 bytes";
-  j["runs"] = runs;
-  j["step_s_median"] = step_med;
-  j["gparams_per_s"] = gparams;
-  j["effective_gbps"] = gparams * static_cast<double>(bytes_per_param);
-  j["bound_kernel"] = "same arrays, loads, stores, pool and chunks as the step; x += 0 * g";
-  j["bound_s_median"] = bound_med;
-  j["bound_gparams_per_s"] = bound_gparams;
-  j["bandwidth_gbps"] = bound_gparams * static_cast<double>(bytes_per_param);
-  j["ratio_to_bound"] = bound_med / step_med;
+// The figures, from the medians.
+struct Summary {
+  int64_t bytes_per_param = 0;
+  std::string counted;  // which bytes bytes_per_param counts
+  double step_med = 0, bound_med = 0, gparams = 0, bound_gparams = 0, pairwise = 0;
+};
+
+Summary Summarize(const Options& o, const Timings& t) {
+  Summary s;
+  const int64_t gsize = ElementSizeBytes(o.grad_dtype);
+  s.bytes_per_param = 12 + gsize + 12 + (o.has_out ? 2 : 0);
+  s.step_med = Median(t.step_s);
+  s.bound_med = Median(t.bound_s);
+  s.gparams = static_cast<double>(o.n) / s.step_med / 1e9;
+  s.bound_gparams = static_cast<double>(o.n) / s.bound_med / 1e9;
+  s.counted = "read params, exp_avg, exp_avg_sq (4 B each) and grads (" + std::to_string(gsize) +
+              " B); write params, exp_avg, exp_avg_sq (4 B each)";
+  if (o.has_out) s.counted += " and params16 (2 B)";
   // Each step and its neighbouring bound pass run back to back, so the median
   // of their ratios is the estimate least moved by other work on the machine.
   std::vector<double> pair_ratios;
-  for (size_t k = 0; k < step_s.size(); ++k) pair_ratios.push_back(bound_s[k] / step_s[k]);
-  j["ratio_to_bound_pairwise_median"] = Median(pair_ratios);
-  j["step_s"] = step_s;
-  j["bound_s"] = bound_s;
-  int64_t checked = 0;
-  for (const Slice& s : slices) checked += s.len;
-  j["check"] = "first step bit-identical to the scalar reference on " + std::to_string(checked) + " params in " +
-               std::to_string(slices.size()) + " slices";
-  perf::HtmlReport report("zinf bench adam: " + FormatCount(n) + " params, " +
-                          std::string(optim::IsaName(*isa)) + ", " + std::to_string((*pool)->num_threads()) +
-                          " threads");
-  report.AddParagraph("CPU Adam step against the memory-bandwidth bound of its access pattern (" + counted +
+  for (size_t k = 0; k < t.step_s.size(); ++k) pair_ratios.push_back(t.bound_s[k] / t.step_s[k]);
+  s.pairwise = Median(pair_ratios);
+  return s;
+}
+
+nlohmann::ordered_json ToJson(const Options& o, const Setup& setup, const Checked& checked, const Timings& t,
+                              const Summary& s) {
+  nlohmann::ordered_json j;
+  j["bench"] = "adam";
+  j["params"] = o.n;
+  j["threads"] = setup.pool->num_threads();
+  j["threads_bound_to_cores"] = setup.pool->bound();
+  j["isa"] = optim::IsaName(o.isa);
+  j["grad_dtype"] = ElementTypeName(o.grad_dtype);
+  j["out_dtype"] = o.has_out ? std::string(ElementTypeName(o.out_dtype)) : "none";
+  j["bytes_per_param"] = s.bytes_per_param;
+  j["bytes_counted"] = s.counted;
+  j["gb"] = "1e9 bytes";
+  j["runs"] = o.runs;
+  j["step_s_median"] = s.step_med;
+  j["gparams_per_s"] = s.gparams;
+  j["effective_gbps"] = s.gparams * static_cast<double>(s.bytes_per_param);
+  j["bound_kernel"] = "same arrays, loads, stores, pool and chunks as the step; x += 0 * g";
+  j["bound_s_median"] = s.bound_med;
+  j["bound_gparams_per_s"] = s.bound_gparams;
+  j["bandwidth_gbps"] = s.bound_gparams * static_cast<double>(s.bytes_per_param);
+  j["ratio_to_bound"] = s.bound_med / s.step_med;
+  j["ratio_to_bound_pairwise_median"] = s.pairwise;
+  j["step_s"] = t.step_s;
+  j["bound_s"] = t.bound_s;
+  j["check"] = "first step bit-identical to the scalar reference on " + std::to_string(checked.params) +
+               " params in " + std::to_string(checked.slices) + " slices";
+  return j;
+}
+
+HtmlReport MakeReport(const Options& o, const nlohmann::ordered_json& j, const Timings& t, const Summary& s) {
+  HtmlReport report("zinf bench adam: " + FormatCount(o.n) + " params, " + std::string(optim::IsaName(o.isa)) +
+                    ", " + std::to_string(j["threads"].get<int>()) + " threads");
+  report.AddParagraph("CPU Adam step against the memory-bandwidth bound of its access pattern (" + s.counted +
                       "), runs interleaved; " + j["check"].get<std::string>() + ".");
   report.AddTable("Key figures (medians)", {"figure", "value"},
-                  {{"step s", perf::FormatFigure(step_med)},
-                   {"Gparam/s", perf::FormatFigure(gparams)},
-                   {"effective GB/s", perf::FormatFigure(j["effective_gbps"].get<double>())},
-                   {"bound s", perf::FormatFigure(bound_med)},
-                   {"bound GB/s", perf::FormatFigure(j["bandwidth_gbps"].get<double>())},
-                   {"ratio_to_bound", perf::FormatFigure(bound_med / step_med)},
-                   {"ratio_to_bound (pairwise median)", perf::FormatFigure(Median(pair_ratios))}});
-  perf::BarChart chart;
+                  {{"step s", FormatFigure(s.step_med)},
+                   {"Gparam/s", FormatFigure(s.gparams)},
+                   {"effective GB/s", FormatFigure(j["effective_gbps"].get<double>())},
+                   {"bound s", FormatFigure(s.bound_med)},
+                   {"bound GB/s", FormatFigure(j["bandwidth_gbps"].get<double>())},
+                   {"ratio_to_bound", FormatFigure(s.bound_med / s.step_med)},
+                   {"ratio_to_bound (pairwise median)", FormatFigure(s.pairwise)}});
+  BarChart chart;
   chart.title = "Adam step and bandwidth pass per run (s)";
   chart.x_label = "run";
   chart.y_label = "seconds";
   chart.lines = true;
-  chart.series = {{"Adam step", step_s}, {"bandwidth bound", bound_s}};
-  for (size_t k = 0; k < step_s.size(); ++k) chart.categories.push_back(std::to_string(k + 1));
+  chart.series = {{"Adam step", t.step_s}, {"bandwidth bound", t.bound_s}};
+  for (size_t k = 0; k < t.step_s.size(); ++k) chart.categories.push_back(std::to_string(k + 1));
   report.AddBarChart(chart);
-  if (Status st = perf::EmitResult(j.dump(2), flags->GetOr("json", ""), flags->GetOr("html", ""), report); !st.ok()) {
-    return Fail(kName, st);
+  return report;
+}
+
+int Run(const std::vector<std::string>& args) {
+  auto options = ParseOptions(args);
+  if (!options.ok()) return cli::Fail(kName, options.status(), 2);
+  auto setup = CreateSetup(*options);
+  if (!setup.ok()) return cli::Fail(kName, setup.status());
+  auto checked = CheckFirstStep(*options, *setup);
+  if (!checked.ok()) return cli::Fail(kName, checked.status());
+  auto timings = Measure(*options, *setup);
+  if (!timings.ok()) return cli::Fail(kName, timings.status());
+  const Summary summary = Summarize(*options, *timings);
+  const nlohmann::ordered_json j = ToJson(*options, *setup, *checked, *timings, summary);
+  HtmlReport report = MakeReport(*options, j, *timings, summary);
+  if (Status st = EmitResult(j.dump(2), options->json_path, options->html_path, report); !st.ok()) {
+    return cli::Fail(kName, st);
   }
   return 0;
 }
@@ -315,4 +333,4 @@ ZINF_COMMAND({"bench adam", "time the CPU Adam step against the memory-bandwidth
               Run});
 
 }  // namespace
-}  // namespace zinf::cli
+}  // namespace zinf::perf

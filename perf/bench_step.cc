@@ -65,8 +65,6 @@
 // The default job is `zinf demo`'s: the "demo" model with its built-in
 // config (parameters and optimizer state on NVMe, a device budget of a
 // third of the training state plus the activations).
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -81,6 +79,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "adam_arrays.h"
 #include "aio/io_engine.h"
 #include "aio_perf.h"
 #include "cli/command.h"
@@ -92,12 +91,9 @@
 #if __has_include("model/plan.h")
 #include "model/plan.h"
 #endif
-#include "optim/cpu_adam.h"
-#include "optim/dtype.h"
-#include "optim/isa.h"
-#include "optim/thread_pool.h"
 #include "cli/demo_config.h"
 #include "report.h"
+#include "scratch.h"
 #include "zinf/config.h"
 
 namespace zinf::perf {
@@ -209,54 +205,6 @@ class Copier {
   bool pinned_ = false;
 };
 
-// CpuAdam over n parameters in RAM, as the engine runs it (fp32 state and
-// gradient, 16-bit output, the engine's thread count, unbound threads).
-class AdamAlone {
- public:
-  static StatusOr<std::unique_ptr<AdamAlone>> Create(const OptimizerConfig& config, int threads, int64_t n,
-                                                     optim::DType out_dtype) {
-    auto a = std::unique_ptr<AdamAlone>(new AdamAlone());
-    optim::ThreadPool::Options to;
-    to.num_threads = threads;
-    to.bind_threads = false;
-    to.name = "bench-adam";
-    ZINF_ASSIGN_OR_RETURN(a->pool_, optim::ThreadPool::Create(to));
-    ZINF_ASSIGN_OR_RETURN(optim::Isa isa, optim::DefaultIsa());
-    ZINF_ASSIGN_OR_RETURN(optim::CpuAdam adam, optim::CpuAdam::Create(config, a->pool_.get(), isa));
-    a->adam_ = std::make_unique<optim::CpuAdam>(std::move(adam));
-    a->n_ = n;
-    a->out_dtype_ = out_dtype;
-    const size_t un = static_cast<size_t>(n);
-    a->p_.assign(un, 0.01f);
-    a->m_.assign(un, 0.0f);
-    a->v_.assign(un, 0.0f);
-    a->g_.resize(un);
-    for (size_t i = 0; i < un; ++i) a->g_[i] = 1e-3f * static_cast<float>(static_cast<int>(i % 17) - 8);
-    a->out_.assign(un, 0);
-    return a;
-  }
-  StatusOr<double> TimeUpdate() {
-    optim::AdamSpan span{p_.data(), m_.data(), v_.data(), g_.data(), optim::DType::kF32, out_.data(), out_dtype_, n_};
-    optim::AdamStepArgs args;
-    args.step = ++step_;
-    args.lr = 1e-4;
-    const auto t0 = Clock::now();
-    ZINF_RETURN_IF_ERROR(adam_->Update(span, args));
-    return SecondsSince(t0);
-  }
-  int threads() const { return pool_->num_threads(); }
-
- private:
-  AdamAlone() = default;
-  std::unique_ptr<optim::ThreadPool> pool_;
-  std::unique_ptr<optim::CpuAdam> adam_;
-  int64_t n_ = 0;
-  int64_t step_ = 0;
-  optim::DType out_dtype_ = optim::DType::kBf16;
-  std::vector<float> p_, m_, v_, g_;
-  std::vector<uint16_t> out_;
-};
-
 // What `zinf plan`'s estimator (model/plan.h) predicts for this model and
 // config when given the rates this run measured: Adam params/s from adam_s,
 // NVMe read and write GB/s both fio's mixed rate, PCIe GB/s the copy rate,
@@ -306,549 +254,657 @@ nlohmann::ordered_json PlanPrediction(const model::GptConfig& gpt, const Config&
 #endif
 }
 
-// A per-run scratch directory inside `base` (removed at the end).
-StatusOr<std::string> MakeScratchDir(const std::string& base) {
-  ZINF_RETURN_IF_ERROR(MakeDirectories(base));
-  std::string tmpl = JoinPath(base, "zinf-bench-step.XXXXXX");
-  if (mkdtemp(tmpl.data()) == nullptr) return ErrnoStatus(errno, "mkdtemp", tmpl);
-  return tmpl;
-}
-
-int Run(const std::vector<std::string>& args) {
-  auto flags = cli::Flags::Parse(args,
-                                 {"config", "model", "steps", "reps", "nvme-path", "device-budget", "html", "json",
-                                  "threads", "device"},
-                                 {"no-fio"});
-  if (!flags.ok()) return cli::Fail(kName, flags.status(), 2);
-  auto steps = flags->GetInt("steps", 5);
-  auto reps = flags->GetInt("reps", 3);
-  auto threads = flags->GetInt("threads", 0);
-  for (const auto* v : {&steps, &reps, &threads}) {
-    if (!v->ok()) return cli::Fail(kName, v->status(), 2);
-  }
-  if (*steps < 1 || *reps < 1 || *threads < 0) {
-    return cli::Fail(kName, Status::InvalidArgument("--steps and --reps must be positive, --threads >= 0"), 2);
-  }
-  const std::string model_name = flags->GetOr("model", "demo");
-  auto model = model::LoadGptConfig(model_name);
-  if (!model.ok()) return cli::Fail(kName, model.status(), 2);
-  auto choice = cli::ParseDeviceChoice(flags->GetOr("device", "auto"));
-  if (!choice.ok()) return cli::Fail(kName, choice.status(), 2);
-  const bool use_fio = !flags->Has("no-fio");
-  const std::string html_path = flags->GetOr("html", "");
-  const std::string json_path = flags->GetOr("json", "");
-
-  // The config, its nvme paths replaced by scratch directories inside them.
-  const auto config_path = flags->Get("config");
-  StatusOr<Config> parsed = config_path ? LoadConfigFile(*config_path) : ParseConfig(kDemoConfig, "zinf demo's config");
-  if (!parsed.ok()) return cli::Fail(kName, parsed.status(), 2);
-  Config config = *parsed;
-  std::vector<std::string> bases;
-  if (const auto given = flags->Get("nvme-path")) {
-    bases = {*given};
-  } else {
-    std::set<std::string> seen;
-    for (const auto* list : {&config.zero.offload_param.nvme_paths, &config.zero.offload_optimizer.nvme_paths}) {
-      for (const std::string& p : *list) {
-        if (p != "@NVME@" && seen.insert(p).second) bases.push_back(p);
-      }
-    }
-    if (bases.empty()) {
-      const char* tmp = std::getenv("TMPDIR");
-      bases.push_back(tmp && *tmp ? tmp : "/tmp");
-    }
-  }
-  std::vector<std::string> scratch;
-  auto cleanup = [&] {
-    for (const std::string& d : scratch) RemoveTree(d).IgnoreError();
-  };
-  for (const std::string& b : bases) {
-    auto d = MakeScratchDir(b);
-    if (!d.ok()) {
-      cleanup();
-      return cli::Fail(kName, d.status());
-    }
-    scratch.push_back(*d);
-  }
-  // With several configured paths each keeps its place; one --nvme-path serves both sections.
-  auto remap = [&](std::vector<std::string>& list) {
-    if (flags->Has("nvme-path") || list.empty() || list.front() == "@NVME@") {
-      list = {scratch.front()};
-      return;
-    }
-    for (std::string& p : list) p = scratch[static_cast<size_t>(std::find(bases.begin(), bases.end(), p) - bases.begin())];
-  };
-  remap(config.zero.offload_param.nvme_paths);
-  remap(config.zero.offload_optimizer.nvme_paths);
-  AutoContext ctx;
-  ctx.hidden_size = model->n_embd;
-  ctx.total_steps = 1 + *steps * *reps;
-  if (Status s = ResolveAuto(config, ctx); !s.ok()) {
-    cleanup();
-    return cli::Fail(kName, s, 2);
-  }
-  const bool nvme_used = config.zero.offload_param.device == OffloadDevice::kNvme ||
-                         config.zero.offload_optimizer.device == OffloadDevice::kNvme;
-  std::vector<std::string> nvme_dirs;
-  {
-    std::set<std::string> seen;
-    if (config.zero.offload_param.device == OffloadDevice::kNvme) {
-      for (const auto& p : config.zero.offload_param.nvme_paths) {
-        if (seen.insert(p).second) nvme_dirs.push_back(p);
-      }
-    }
-    if (config.zero.offload_optimizer.device == OffloadDevice::kNvme) {
-      for (const auto& p : config.zero.offload_optimizer.nvme_paths) {
-        if (seen.insert(p).second) nvme_dirs.push_back(p);
-      }
-    }
-  }
-
-  const int64_t n = model->NumParameters();
-  const int64_t state_bytes = n * (16 + 2);
+// What the flags ask for (a bad one is a usage error, exit code 2) and the
+// config they name.
+struct Options {
+  int64_t steps = 0, reps = 0, threads = 0;
+  std::string model_name;
+  model::GptConfig model;
+  DeviceOptions::Choice choice = DeviceOptions::Choice::kAuto;
+  bool use_fio = true;
+  std::string html_path, json_path;
+  std::optional<std::string> config_path;
+  std::optional<std::string> nvme_path;  // --nvme-path: one scratch directory serves both sections
   // -1: a third of the training state (zinf demo's budget) plus the
   // activations and scratch (known once a trainer exists), so that small
   // models whose activations outweigh their state still run.
-  auto budget = flags->GetInt("device-budget", -1);
+  int64_t device_budget = -1;
+  // As loaded; MakeScratch puts its NVMe paths into scratch directories and
+  // ResolveConfig resolves its "auto" values.
+  Config config;
+};
+
+StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
+  ZINF_ASSIGN_OR_RETURN(cli::Flags flags,
+                        cli::Flags::Parse(args,
+                                          {"config", "model", "steps", "reps", "nvme-path", "device-budget", "html",
+                                           "json", "threads", "device"},
+                                          {"no-fio"}));
+  auto steps = flags.GetInt("steps", 5);
+  auto reps = flags.GetInt("reps", 3);
+  auto threads = flags.GetInt("threads", 0);
+  for (const auto* v : {&steps, &reps, &threads}) {
+    if (!v->ok()) return v->status();
+  }
+  if (*steps < 1 || *reps < 1 || *threads < 0) {
+    return Status::InvalidArgument("--steps and --reps must be positive, --threads >= 0");
+  }
+  Options o;
+  o.steps = *steps;
+  o.reps = *reps;
+  o.threads = *threads;
+  o.model_name = flags.GetOr("model", "demo");
+  ZINF_ASSIGN_OR_RETURN(o.model, model::LoadGptConfig(o.model_name));
+  ZINF_ASSIGN_OR_RETURN(o.choice, cli::ParseDeviceChoice(flags.GetOr("device", "auto")));
+  o.use_fio = !flags.Has("no-fio");
+  o.html_path = flags.GetOr("html", "");
+  o.json_path = flags.GetOr("json", "");
+  o.config_path = flags.Get("config");
+  ZINF_ASSIGN_OR_RETURN(o.config, o.config_path ? LoadConfigFile(*o.config_path)
+                                                : ParseConfig(kDemoConfig, "zinf demo's config"));
+  o.nvme_path = flags.Get("nvme-path");
+  auto budget = flags.GetInt("device-budget", -1);
   if (!budget.ok() || *budget < -1) {
-    cleanup();
-    return cli::Fail(kName, budget.ok() ? Status::InvalidArgument("--device-budget must be >= 0") : budget.status(), 2);
+    return budget.ok() ? Status::InvalidArgument("--device-budget must be >= 0") : budget.status();
+  }
+  o.device_budget = *budget;
+  return o;
+}
+
+// Where the scratch directories go: --nvme-path, else the config's distinct
+// NVMe paths ("@NVME@": zinf demo's placeholder), else $TMPDIR or /tmp.
+std::vector<std::string> ScratchBases(const Options& o) {
+  if (o.nvme_path) return {*o.nvme_path};
+  std::vector<std::string> bases;
+  std::set<std::string> seen;
+  for (const auto* list : {&o.config.zero.offload_param.nvme_paths, &o.config.zero.offload_optimizer.nvme_paths}) {
+    for (const std::string& p : *list) {
+      if (p != "@NVME@" && seen.insert(p).second) bases.push_back(p);
+    }
+  }
+  if (bases.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    bases.push_back(tmp && *tmp ? tmp : "/tmp");
+  }
+  return bases;
+}
+
+// Makes a scratch directory inside each base and points the config's NVMe
+// paths at them: with several configured paths each keeps its place; one
+// --nvme-path (or the placeholder) serves both sections.
+StatusOr<std::vector<ScratchDir>> MakeScratch(Options& o) {
+  const std::vector<std::string> bases = ScratchBases(o);
+  std::vector<ScratchDir> scratch;
+  for (const std::string& b : bases) {
+    ZINF_ASSIGN_OR_RETURN(ScratchDir d, ScratchDir::Create(b, "zinf-bench-step"));
+    scratch.push_back(std::move(d));
+  }
+  auto remap = [&](std::vector<std::string>& list) {
+    if (o.nvme_path || list.empty() || list.front() == "@NVME@") {
+      list = {scratch.front().path()};
+      return;
+    }
+    for (std::string& p : list) {
+      p = scratch[static_cast<size_t>(std::find(bases.begin(), bases.end(), p) - bases.begin())].path();
+    }
+  };
+  remap(o.config.zero.offload_param.nvme_paths);
+  remap(o.config.zero.offload_optimizer.nvme_paths);
+  return scratch;
+}
+
+// Resolves the config's "auto" values for this model and run length (after
+// MakeScratch: the aio thread count follows the number of paths).
+Status ResolveConfig(Options& o) {
+  AutoContext ctx;
+  ctx.hidden_size = o.model.n_embd;
+  ctx.total_steps = 1 + o.steps * o.reps;
+  return ResolveAuto(o.config, ctx);
+}
+
+// The distinct directories the offloaded run's NVMe tiers use.
+std::vector<std::string> NvmeDirs(const Config& config) {
+  std::vector<std::string> dirs;
+  std::set<std::string> seen;
+  auto add = [&](OffloadDevice device, const std::vector<std::string>& paths) {
+    if (device != OffloadDevice::kNvme) return;
+    for (const auto& p : paths) {
+      if (seen.insert(p).second) dirs.push_back(p);
+    }
+  };
+  add(config.zero.offload_param.device, config.zero.offload_param.nvme_paths);
+  add(config.zero.offload_optimizer.device, config.zero.offload_optimizer.nvme_paths);
+  return dirs;
+}
+
+// The two trainers and their devices, after the warm-up step.
+struct Trainers {
+  // Declared in creation order, so that each trainer goes before its device.
+  std::unique_ptr<Device> rdevice;       // the resident run's: no budget
+  std::unique_ptr<model::Trainer> res;   // every tier on the device
+  std::unique_ptr<Device> device;        // the offloaded run's, under the budget
+  std::unique_ptr<model::Trainer> off;   // the config's tiers
+  bool on_gpu = false;
+  int64_t device_budget = 0;
+  int world = 1;
+  model::StepReport warm_up;  // the offloaded run's step 1
+};
+
+StatusOr<Trainers> CreateTrainers(const Options& o) {
+  Trainers t;
+  // The resident run first, on a device without a budget: it must fit.
+  DeviceOptions ropt;
+  ropt.choice = o.choice;
+  ZINF_ASSIGN_OR_RETURN(t.rdevice, CreateDevice(ropt));
+  t.on_gpu = t.rdevice->kind() == DeviceKind::kCuda;
+  Config resident = o.config;
+  resident.zero.offload_param.device = OffloadDevice::kNone;
+  resident.zero.offload_optimizer.device = OffloadDevice::kNone;
+  model::TrainerOptions topt;
+  topt.model = o.model;
+  topt.engine.run_id = "zinf-bench-step";
+  topt.engine.optimizer_threads = static_cast<int>(o.threads);
+  model::TrainerOptions ropts = topt;
+  ropts.hooks.device = t.rdevice.get();
+  ropts.engine.run_id = "zinf-bench-step-resident";
+  auto res = model::Trainer::Create(resident, ropts);
+  if (!res.ok()) {
+    return res.status().WithContext("the resident trainer (every tier on the device: the compute-only reference "
+                                    "needs the model to fit)");
+  }
+  t.res = std::move(*res);
+  // The offloaded run's device, under the budget.
+  const int64_t state_bytes = o.model.NumParameters() * (16 + 2);
+  t.device_budget = o.device_budget >= 0 ? o.device_budget : state_bytes / 3 + t.res->activation_bytes();
+  DeviceOptions dopt;
+  dopt.choice = t.on_gpu ? DeviceOptions::Choice::kCuda : DeviceOptions::Choice::kHost;
+  dopt.host_budget_bytes = static_cast<size_t>(t.device_budget);
+  dopt.cuda_budget_bytes = static_cast<size_t>(t.device_budget);
+  ZINF_ASSIGN_OR_RETURN(t.device, CreateDevice(dopt));
+  topt.hooks.device = t.device.get();
+  std::fprintf(stderr, "bench step: model %s (%s params), device %s, %lld rep(s) of %lld step(s)\n",
+               o.model_name.c_str(), FormatCount(o.model.NumParameters()).c_str(), t.device->name().c_str(),
+               static_cast<long long>(o.reps), static_cast<long long>(o.steps));
+  auto off = model::Trainer::Create(o.config, topt);
+  if (!off.ok()) return off.status().WithContext("the offloaded trainer");
+  t.off = std::move(*off);
+  t.world = t.off->engine().world_size();
+  return t;
+}
+
+// Warm-up: records the prefetch order; the losses must agree bit for bit.
+Status WarmUp(Trainers& t) {
+  ZINF_ASSIGN_OR_RETURN(t.warm_up, t.off->Step());
+  ZINF_RETURN_IF_ERROR(t.off->engine().WaitForUpdate());
+  ZINF_ASSIGN_OR_RETURN(const model::StepReport w_res, t.res->Step());
+  ZINF_RETURN_IF_ERROR(t.res->engine().WaitForUpdate());
+  const double a = t.warm_up.loss, b = w_res.loss;
+  if (!std::isfinite(a) || !std::isfinite(b)) {
+    return Status::Internal("step 1 loss is not finite (offloaded " + std::to_string(a) + ", resident " +
+                            std::to_string(b) + ")");
+  }
+  if (a != b) {
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "step 1 loss differs between the offloaded (%.9g) and resident (%.9g) runs", a,
+                  b);
+    return Status::Internal(buf);
+  }
+  return Status::Ok();
+}
+
+int64_t NvmeBytes(const EngineCounters& c) { return c.nvme_read_bytes + c.nvme_write_bytes + c.optimizer_nvme_bytes; }
+
+// What measures the parts of the bound besides the resident run: fio's
+// mixed jobs on the NVMe paths, the copier, Adam alone.
+struct PartTools {
+  std::unique_ptr<FioHugePages> fio_pages;  // like the pinned pool's buffers; see aio_perf.h
+  ScratchFiles fio_files;
+  std::vector<FioRun> fio_runs;  // one per NVMe directory; none without fio or NVMe
+  std::string fio_version = "not run";
+  int read_percent = 50;
+  int64_t h2d_chunk = 0, d2h_chunk = 0;
+  std::unique_ptr<Copier> copier;
+  std::unique_ptr<AdamAlone> adam;
+};
+
+// fio's files: laid out once, as large as a step's traffic on each path,
+// for a mixed job at the step's read share.
+Status PrepareFio(const Options& o, const EngineCounters& wc, const std::vector<std::string>& nvme_dirs,
+                  PartTools& tools) {
+  // Of the optimizer's bytes per parameter: master, m, v 12 read and 12 written.
+  const double opt_read_share = 0.5;
+  const double step_read_bytes =
+      static_cast<double>(wc.nvme_read_bytes) + opt_read_share * static_cast<double>(wc.optimizer_nvme_bytes);
+  if (NvmeBytes(wc) > 0) {
+    tools.read_percent = static_cast<int>(std::lround(100.0 * step_read_bytes / static_cast<double>(NvmeBytes(wc))));
+  }
+  const bool nvme_used = o.config.zero.offload_param.device == OffloadDevice::kNvme ||
+                         o.config.zero.offload_optimizer.device == OffloadDevice::kNvme;
+  if (!o.use_fio || !nvme_used) return Status::Ok();
+  aio::IoEngineOptions eo = aio::FromAioConfig(o.config.aio);
+  if (nvme_dirs.size() > 1) eo.thread_count = 1;
+  FioRun probe;
+  probe.engine = eo;
+  tools.fio_pages = std::make_unique<FioHugePages>(FioBufferBytes(probe));
+  auto version = FioVersion();
+  if (!version.ok()) return version.status().WithContext("(or pass --no-fio)");
+  tools.fio_version = *version;
+  const int64_t per_path =
+      AlignUp(std::max<int64_t>(64 * kMiB, NvmeBytes(wc) / static_cast<int64_t>(nvme_dirs.size())),
+              eo.block_size_bytes * eo.thread_count);
+  for (const std::string& dir : nvme_dirs) {
+    FioRun run = probe;
+    run.huge_pages = tools.fio_pages->active();
+    run.file = JoinPath(dir, "bench-step.fio");
+    run.size_bytes = per_path;
+    run.op = aio::IoOp::kWrite;
+    tools.fio_files.Add(run.file);
+    tools.fio_runs.push_back(run);
+    ZINF_RETURN_IF_ERROR(RunFio(run).status());
+    tools.fio_runs.back().read_percent = tools.read_percent;
+  }
+  return Status::Ok();
+}
+
+StatusOr<PartTools> PrepareParts(const Options& o, const Trainers& t, const std::vector<std::string>& nvme_dirs) {
+  PartTools tools;
+  const EngineCounters& wc = t.warm_up.engine;
+  ZINF_RETURN_IF_ERROR(PrepareFio(o, wc, nvme_dirs, tools));
+  // Transfer sizes as the engine moves them: a block's shard per fetch,
+  // a block's gradient shard per ReduceGradients.
+  tools.h2d_chunk = wc.fetches > 0 ? std::max<int64_t>(1, wc.h2d_bytes / wc.fetches) : kMiB;
+  const int64_t reduces = static_cast<int64_t>(t.off->engine().num_blocks()) * o.config.gradient_accumulation_steps;
+  tools.d2h_chunk = std::max<int64_t>(1, wc.d2h_bytes / std::max<int64_t>(1, reduces));
+  // On the resident run's device: no budget to squeeze the copy rings into.
+  ZINF_ASSIGN_OR_RETURN(tools.copier, Copier::Create(t.rdevice.get(), std::max(tools.h2d_chunk, tools.d2h_chunk)));
+  const ElementType out_dtype = o.config.fp16.enabled ? ElementType::kF16 : ElementType::kBf16;
+  ZINF_ASSIGN_OR_RETURN(tools.adam, AdamAlone::Create(o.config.optimizer, static_cast<int>(o.threads),
+                                                      o.model.NumParameters(), out_dtype));
+  ZINF_RETURN_IF_ERROR(tools.adam->TimeUpdate().status());  // pages touched
+  return tools;
+}
+
+// One repetition: its steps and the parts of the bound measured beside them.
+struct Rep {
+  std::vector<Sample> off, res;
+  double step = 0, compute = 0, kernels = 0, adam = 0, cpu = 0, nvme = 0, pcie = 0, comm = 0, bound = 0, ratio = 0,
+         ratio_kernels = 0;
+  double fio_gbps = 0, nvme_bytes = 0, pcie_bytes = 0;
+  std::string bound_by;
+};
+
+// `steps` steps of `t` back to back; the last step's update is waited for
+// and counted in that step.
+Status RunSteps(model::Trainer& t, int64_t steps, int world, std::vector<Sample>& out) {
+  for (int64_t i = 0; i < steps; ++i) {
+    ZINF_ASSIGN_OR_RETURN(const model::StepReport s, t.Step());
+    out.push_back(FromReport(s, world));
+  }
+  const auto t0 = Clock::now();
+  ZINF_RETURN_IF_ERROR(t.engine().WaitForUpdate());
+  const double tail = SecondsSince(t0);
+  out.back().seconds += tail;
+  out.back().optimizer += tail;
+  return Status::Ok();
+}
+
+// The bound from the parts: on the host device compute and Adam share the
+// cores and count as one part ("cpu").
+void SetBound(Rep& rep, bool on_gpu) {
+  std::vector<std::pair<std::string, double>> parts;
+  if (on_gpu) {
+    parts = {{"compute", rep.compute}, {"adam", rep.adam}};
+  } else {
+    parts = {{"cpu", rep.cpu}};
+  }
+  parts.insert(parts.end(), {{"nvme", rep.nvme}, {"pcie", rep.pcie}, {"comm", rep.comm}});
+  for (const auto& [name, v] : parts) {
+    if (v > rep.bound) {
+      rep.bound = v;
+      rep.bound_by = name;
+    }
+  }
+  rep.ratio = rep.bound > 0 ? rep.step / rep.bound : 0.0;
+  // The same with the compute part cut to the model's kernel time.
+  const double k = on_gpu ? std::max(rep.kernels, rep.adam) : rep.kernels + rep.adam;
+  const double b = std::max({k, rep.nvme, rep.pcie, rep.comm});
+  rep.ratio_kernels = b > 0 ? rep.step / b : 0.0;
+}
+
+// Repetition r: each trainer runs its steps back to back (which goes first
+// alternates per repetition, so that other work on the machine slows both
+// alike): a step's optimizer update runs under the next step's forward
+// pass, so interleaving the trainers would let one's update run inside the
+// other's timed step. Then three in-RAM Adam updates, the copies and one
+// fio mixed job.
+StatusOr<Rep> MeasureRep(const Options& o, Trainers& t, PartTools& tools, int64_t r) {
+  Rep rep;
+  for (int k = 0; k < 2; ++k) {
+    const bool offloaded = (k == 0) == (r % 2 == 0);
+    ZINF_RETURN_IF_ERROR(RunSteps(offloaded ? *t.off : *t.res, o.steps, t.world, offloaded ? rep.off : rep.res));
+  }
+  std::vector<double> adam_s;
+  for (int k = 0; k < 3; ++k) {
+    ZINF_ASSIGN_OR_RETURN(const double s, tools.adam->TimeUpdate());
+    adam_s.push_back(s);
+  }
+  const double h2d = MedianOf(rep.off, [](const Sample& s) { return double(s.c.h2d_bytes); });
+  const double d2h = MedianOf(rep.off, [](const Sample& s) { return double(s.c.d2h_bytes); });
+  ZINF_ASSIGN_OR_RETURN(const double up, tools.copier->Seconds(static_cast<int64_t>(h2d), tools.h2d_chunk, true));
+  ZINF_ASSIGN_OR_RETURN(const double down,
+                        tools.copier->Seconds(static_cast<int64_t>(d2h), tools.d2h_chunk, false));
+  ZINF_ASSIGN_OR_RETURN(const double gbps, RunFioSum(tools.fio_runs));
+  rep.step = MedianOf(rep.off, [](const Sample& s) { return s.seconds; });
+  rep.compute = MedianOf(rep.res, [](const Sample& s) { return s.seconds - s.optimizer; });
+  rep.kernels = MedianOf(rep.res, [](const Sample& s) { return s.compute; });
+  rep.adam = Median(adam_s);
+  rep.cpu = rep.compute + rep.adam;
+  rep.nvme_bytes = MedianOf(rep.off, [](const Sample& s) { return double(NvmeBytes(s.c)); });
+  rep.fio_gbps = gbps;
+  rep.nvme = gbps > 0 ? rep.nvme_bytes / (gbps * 1e9) : 0.0;
+  rep.pcie_bytes = h2d + d2h;
+  rep.pcie = up + down;
+  rep.comm = MedianOf(rep.off, [](const Sample& s) { return s.comm; });
+  SetBound(rep, t.on_gpu);
+  return rep;
+}
+
+// Every repetition, the per-step ratios (the i-th offloaded step against
+// the i-th resident step's parts) and whether all timed losses agreed.
+struct Measured {
+  std::vector<Rep> reps;
+  std::vector<double> pair_ratios;
+  bool same_losses = true;
+};
+
+StatusOr<Measured> Measure(const Options& o, Trainers& t, PartTools& tools) {
+  Measured m;
+  for (int64_t r = 0; r < o.reps; ++r) {
+    ZINF_ASSIGN_OR_RETURN(Rep rep, MeasureRep(o, t, tools, r));
+    for (size_t i = 0; i < static_cast<size_t>(o.steps); ++i) {
+      const double a = rep.off[i].loss, b = rep.res[i].loss;
+      if (!std::isfinite(a) || a != b) m.same_losses = false;
+    }
+    for (size_t i = 0; i < rep.off.size(); ++i) {
+      const Sample& s = rep.off[i];
+      const double compute_i = rep.res[i].seconds - rep.res[i].optimizer;
+      const double cpu_i = t.on_gpu ? std::max(compute_i, rep.adam) : compute_i + rep.adam;
+      const double nvme_i = rep.fio_gbps > 0 ? static_cast<double>(NvmeBytes(s.c)) / (rep.fio_gbps * 1e9) : 0.0;
+      const double b = std::max({cpu_i, nvme_i, rep.pcie, s.comm});
+      if (b > 0) m.pair_ratios.push_back(s.seconds / b);
+    }
+    std::fprintf(stderr,
+                 "  rep %lld: step %.3f s (compute %.3f, optimizer %.3f) | parts: compute %.3f + adam %.4f, "
+                 "nvme %.4f (%.0f MB at %.2f GB/s), pcie %.4f, comm %.4f -> bound %.3f (%s), ratio %.3f\n",
+                 static_cast<long long>(r + 1), rep.step, MedianOf(rep.off, [](const Sample& s) { return s.compute; }),
+                 MedianOf(rep.off, [](const Sample& s) { return s.optimizer; }), rep.compute, rep.adam, rep.nvme,
+                 rep.nvme_bytes / 1e6, rep.fio_gbps, rep.pcie, rep.comm, rep.bound, rep.bound_by.c_str(), rep.ratio);
+    m.reps.push_back(std::move(rep));
+  }
+  return m;
+}
+
+// The medians over repetitions (of each repetition's figure) and over all
+// timed steps (of each step's).
+struct Summary {
+  std::vector<Sample> all_off, all_res;
+  std::vector<double> ratios;  // per repetition
+  double step_s = 0, bound_s = 0, ratio_kernels = 0, pairwise = 0;
+  std::string bound_by;
+  double compute_s = 0, kernels_s = 0, adam_s = 0, cpu_s = 0, nvme_s = 0, pcie_s = 0, comm_s = 0;
+  double fio_gbps = 0, copy_gbps = 0;
+};
+
+Summary Summarize(const Measured& m) {
+  auto med = [&](auto f) {
+    std::vector<double> v;
+    for (const Rep& r : m.reps) v.push_back(f(r));
+    return Median(v);
+  };
+  Summary s;
+  for (const Rep& r : m.reps) {
+    s.all_off.insert(s.all_off.end(), r.off.begin(), r.off.end());
+    s.all_res.insert(s.all_res.end(), r.res.begin(), r.res.end());
+    s.ratios.push_back(r.ratio);
+  }
+  s.step_s = med([](const Rep& r) { return r.step; });
+  s.bound_s = med([](const Rep& r) { return r.bound; });
+  s.bound_by = m.reps[m.reps.size() / 2].bound_by;
+  s.ratio_kernels = med([](const Rep& r) { return r.ratio_kernels; });
+  s.pairwise = Median(m.pair_ratios);
+  s.compute_s = med([](const Rep& r) { return r.compute; });
+  s.kernels_s = med([](const Rep& r) { return r.kernels; });
+  s.adam_s = med([](const Rep& r) { return r.adam; });
+  s.cpu_s = med([](const Rep& r) { return r.cpu; });
+  s.nvme_s = med([](const Rep& r) { return r.nvme; });
+  s.pcie_s = med([](const Rep& r) { return r.pcie; });
+  s.comm_s = med([](const Rep& r) { return r.comm; });
+  s.fio_gbps = med([](const Rep& r) { return r.fio_gbps; });
+  s.copy_gbps = med([](const Rep& r) { return r.pcie > 0 ? r.pcie_bytes / r.pcie / 1e9 : 0.0; });
+  return s;
+}
+
+const char* OffloadName(OffloadDevice d) {
+  return d == OffloadDevice::kNvme ? "nvme" : d == OffloadDevice::kCpu ? "cpu" : "none";
+}
+
+// The offloaded step split into compute, waits, comm and optimizer (medians
+// over all offloaded steps).
+nlohmann::ordered_json BreakdownJson(const Summary& s) {
+  nlohmann::ordered_json br;
+  br["step_s"] = s.step_s;
+  br["compute_s"] = MedianOf(s.all_off, [](const Sample& x) { return x.compute; });
+  br["nvme_wait_s"] = MedianOf(s.all_off, [](const Sample& x) { return x.nvme_wait; });
+  br["pcie_wait_s"] = MedianOf(s.all_off, [](const Sample& x) { return x.fetch_wait; });
+  br["comm_s"] = MedianOf(s.all_off, [](const Sample& x) { return x.comm; });
+  br["optimizer_s"] = MedianOf(s.all_off, [](const Sample& x) { return x.optimizer; });
+  br["waiting_s"] = MedianOf(s.all_off, [](const Sample& x) { return x.seconds - x.compute - x.optimizer; });
+  return br;
+}
+
+// What an offloaded step moved (medians over all offloaded steps).
+nlohmann::ordered_json PerStepJson(const Summary& s) {
+  auto med = [&](auto f) { return MedianOf(s.all_off, f); };
+  nlohmann::ordered_json moved;
+  moved["nvme_param_read_bytes"] = med([](const Sample& x) { return double(x.c.nvme_read_bytes); });
+  moved["nvme_param_write_bytes"] = med([](const Sample& x) { return double(x.c.nvme_write_bytes); });
+  moved["nvme_optimizer_bytes"] = med([](const Sample& x) { return double(x.c.optimizer_nvme_bytes); });
+  moved["h2d_bytes"] = med([](const Sample& x) { return double(x.c.h2d_bytes); });
+  moved["d2h_bytes"] = med([](const Sample& x) { return double(x.c.d2h_bytes); });
+  moved["fetches"] = med([](const Sample& x) { return double(x.c.fetches); });
+  moved["prefetch_hits"] = med([](const Sample& x) { return double(x.c.prefetch_hits); });
+  return moved;
+}
+
+nlohmann::ordered_json RunsJson(const std::vector<Rep>& reps) {
+  nlohmann::ordered_json runs = nlohmann::ordered_json::array();
+  for (const Rep& r : reps) {
+    nlohmann::ordered_json x;
+    x["step_s"] = r.step;
+    x["compute_s"] = r.compute;
+    x["compute_kernels_s"] = r.kernels;
+    x["adam_s"] = r.adam;
+    x["nvme_s"] = r.nvme;
+    x["pcie_s"] = r.pcie;
+    x["comm_s"] = r.comm;
+    x["bound_s"] = r.bound;
+    x["bound_by"] = r.bound_by;
+    x["ratio"] = r.ratio;
+    x["ratio_kernel_time_only"] = r.ratio_kernels;
+    std::vector<double> each;
+    for (const Sample& s : r.off) each.push_back(s.seconds);
+    x["step_s_each"] = each;
+    runs.push_back(x);
+  }
+  return runs;
+}
+
+nlohmann::ordered_json ToJson(const Options& o, const std::vector<std::string>& nvme_dirs, const Trainers& t,
+                              const PartTools& tools, const Measured& m, const Summary& s) {
+  const Config& config = o.config;
+  nlohmann::ordered_json j;
+  j["bench"] = "step";
+  j["model"] = o.model_name;
+  j["params"] = o.model.NumParameters();
+  j["config"] = o.config_path ? *o.config_path : "zinf demo's built-in config";
+  j["offload_param"] = OffloadName(config.zero.offload_param.device);
+  j["offload_optimizer"] = OffloadName(config.zero.offload_optimizer.device);
+  j["device"] = t.device->name();
+  j["device_budget_bytes"] = t.device_budget;
+  j["nvme_paths"] = nvme_dirs;
+  j["micro_batch"] = config.train_micro_batch_size_per_gpu;
+  j["gradient_accumulation_steps"] = config.gradient_accumulation_steps;
+  j["tokens_per_step"] = t.off->tokens_per_step();
+  j["optimizer_threads"] = tools.adam->threads();
+  // OpenMP's wait policy decides how the model's kernel threads share a
+  // few cores with the engine's threads and other work: spinning (the
+  // default) on a busy 2-core host made steps several times slower.
+  const char* omp_wait = std::getenv("OMP_WAIT_POLICY");
+  j["omp_wait_policy"] = omp_wait ? omp_wait : "unset (OpenMP default: spin, then sleep)";
+  j["steps_per_rep"] = o.steps;
+  j["reps"] = o.reps;
+  j["check"] = "step 1 (warm-up) losses finite and bit-identical between the offloaded and resident runs";
+  j["losses_identical_all_steps"] = m.same_losses;
+  j["step1_loss"] = t.warm_up.loss;
+  j["ratio_to_bound"] = Median(s.ratios);
+  j["ratio_to_bound_runs"] = s.ratios;
+  j["ratio_to_bound_pairwise_median"] = s.pairwise;
+  j["ratio_to_bound_kernel_time_only"] = s.ratio_kernels;
+  j["step_s"] = s.step_s;
+  j["bound_s"] = s.bound_s;
+  j["bound_by"] = s.bound_by;
+  nlohmann::ordered_json parts;
+  parts["compute_s"] = s.compute_s;
+  parts["compute_kernels_s"] = s.kernels_s;
+  parts["adam_s"] = s.adam_s;
+  if (!t.on_gpu) parts["cpu_s"] = s.cpu_s;
+  parts["nvme_s"] = s.nvme_s;
+  parts["pcie_s"] = s.pcie_s;
+  parts["comm_s"] = s.comm_s;
+  j["parts"] = parts;
+  j["breakdown"] = BreakdownJson(s);
+  nlohmann::ordered_json rs;
+  rs["step_s"] = MedianOf(s.all_res, [](const Sample& x) { return x.seconds; });
+  rs["compute_s"] = MedianOf(s.all_res, [](const Sample& x) { return x.compute; });
+  rs["optimizer_s"] = MedianOf(s.all_res, [](const Sample& x) { return x.optimizer; });
+  j["resident"] = rs;
+  j["per_step"] = PerStepJson(s);
+  j["fio"] = tools.fio_version;
+  j["fio_buffers"] = tools.fio_pages ? tools.fio_pages->description() : "";
+  j["fio_mixed_read_percent"] = tools.read_percent;
+  j["fio_mixed_gbps"] = s.fio_gbps;
+  j["copy"] = t.on_gpu ? std::string("cudaMemcpyAsync via Device/Stream, host memory ") +
+                             (tools.copier->pinned() ? "page-locked" : "pageable (could not pin)")
+                       : "memcpy (host device)";
+  j["copy_gbps"] = s.copy_gbps;
+  j["runs"] = RunsJson(m.reps);
+  j["plan"] = PlanPrediction(o.model, config, t.world, t.on_gpu, t.off->tokens_per_step() / t.world,
+                             o.model.NumParameters(), s.compute_s, s.adam_s, s.fio_gbps, s.copy_gbps, s.step_s);
+  j["compared"] = "ratio_to_bound = median over reps of (median offloaded step) / max(parts); parts measured in "
+                  "the same rep: cpu = resident-run step minus its optimizer + in-RAM Adam (host device; separate parts on a "
+                  "GPU), "
+                  "nvme = step NVMe bytes / fio mixed GB/s on the same path, pcie = the step's h2d + d2h bytes "
+                  "copied in the engine's sizes, comm = all-gather + reduce-scatter time";
+  return j;
+}
+
+// The page: key figures, the parts per repetition, the timeline of every
+// offloaded step.
+HtmlReport MakeReport(const nlohmann::ordered_json& j, const Trainers& t, const Measured& m, const Summary& s) {
+  HtmlReport report("zinf bench step: " + j["model"].get<std::string>() + ", " +
+                    j["offload_param"].get<std::string>() + "/" + j["offload_optimizer"].get<std::string>() +
+                    " offload");
+  report.AddParagraph("Whole training steps of the reference GPT through the ZeRO-3 engine, against the time each "
+                      "resource needs for the step's work when measured alone in the same run. " +
+                      j["compared"].get<std::string>() + ".");
+  auto f = [](double v) { return FormatFigure(v); };
+  std::string per_rep;
+  for (double x : s.ratios) per_rep += (per_rep.empty() ? "" : ", ") + f(x);
+  const nlohmann::ordered_json& plan = j["plan"];
+  report.AddTable("Key figures", {"figure", "value"},
+                  {{"ratio_to_bound (median of reps)", f(Median(s.ratios))},
+                   {"ratio_to_bound per rep", per_rep},
+                   {"ratio_to_bound (pairwise median)", f(s.pairwise)},
+                   {"step_s (offloaded, median)", f(s.step_s)},
+                   {"bound_s", f(s.bound_s) + " (" + s.bound_by + ")"},
+                   {"compute_s (resident step - its optimizer)", f(s.compute_s)},
+                   {"compute_kernels_s (resident kernels only)", f(s.kernels_s)},
+                   {"ratio with kernel time only", f(s.ratio_kernels)},
+                   {"adam_s (in RAM)", f(s.adam_s)},
+                   {"nvme_s", f(s.nvme_s)},
+                   {"pcie_s", f(s.pcie_s)},
+                   {"comm_s", f(s.comm_s)},
+                   {"waiting_s (step - compute - optimizer)", f(j["breakdown"]["waiting_s"].get<double>())},
+                   {"fio mixed GB/s", f(s.fio_gbps)},
+                   {"zinf plan's step_s with these rates",
+                    plan.is_object() && plan.contains("step_s") ? f(plan["step_s"].get<double>()) : "not available"},
+                   {"device", t.device->name()},
+                   {"params", FormatCount(j["params"].get<int64_t>())}});
+  BarChart c;
+  c.title = "Per repetition: offloaded step vs. the parts of the bound (s)";
+  c.x_label = "repetition";
+  c.y_label = "seconds";
+  ChartSeries step{"step", {}}, cpu{t.on_gpu ? "compute" : "cpu (compute + adam)", {}}, nv{"nvme", {}},
+      pc{"pcie", {}}, cm{"comm", {}}, ad{"adam", {}};
+  for (size_t i = 0; i < m.reps.size(); ++i) {
+    const Rep& r = m.reps[i];
+    c.categories.push_back("rep " + std::to_string(i + 1) + " (ratio " + FormatFigure(r.ratio) + ")");
+    step.values.push_back(r.step);
+    cpu.values.push_back(t.on_gpu ? r.compute : r.cpu);
+    ad.values.push_back(r.adam);
+    nv.values.push_back(r.nvme);
+    pc.values.push_back(r.pcie);
+    cm.values.push_back(r.comm);
+  }
+  c.series = {step, cpu};
+  if (t.on_gpu) c.series.push_back(ad);
+  c.series.insert(c.series.end(), {nv, pc, cm});
+  report.AddBarChart(c);
+  Timeline tl;
+  tl.title = "Offloaded steps: where the time went";
+  tl.unit = "s";
+  tl.segment_names = {"compute", "nvme wait", "pcie wait", "comm", "optimizer", "other"};
+  for (size_t r = 0; r < m.reps.size(); ++r) {
+    int k = 0;
+    for (const Sample& x : m.reps[r].off) {
+      const double rest = x.seconds - x.compute - x.nvme_wait - x.fetch_wait - x.comm - x.optimizer;
+      tl.rows.push_back({"rep " + std::to_string(r + 1) + " step " + std::to_string(++k),
+                         {x.compute, x.nvme_wait, x.fetch_wait, x.comm, x.optimizer, rest}});
+    }
+  }
+  tl.markers = {{"bound", s.bound_s}};
+  report.AddTimeline(tl);
+  return report;
+}
+
+int Run(const std::vector<std::string>& args) {
+  auto options = ParseOptions(args);
+  if (!options.ok()) return cli::Fail(kName, options.status(), 2);
+  Options& o = *options;
+  // Declared before the trainers: the directories go after the trainers close their files.
+  auto scratch = MakeScratch(o);
+  if (!scratch.ok()) return cli::Fail(kName, scratch.status());
+  if (Status s = ResolveConfig(o); !s.ok()) return cli::Fail(kName, s, 2);
+  const std::vector<std::string> nvme_dirs = NvmeDirs(o.config);
+
+  auto trainers = CreateTrainers(o);
+  if (!trainers.ok()) return cli::Fail(kName, trainers.status());
+  if (Status s = WarmUp(*trainers); !s.ok()) return cli::Fail(kName, s);
+  auto tools = PrepareParts(o, *trainers, nvme_dirs);
+  if (!tools.ok()) return cli::Fail(kName, tools.status());
+  auto measured = Measure(o, *trainers, *tools);
+  if (!measured.ok()) return cli::Fail(kName, measured.status());
+  tools->fio_files.RemoveAll();
+  if (!measured->same_losses) {
+    std::fprintf(stderr, "bench step: warning: a timed step's loss differs between the offloaded and resident "
+                         "runs (step 1 agreed)\n");
   }
 
-  auto result = [&]() -> int {
-    // The resident run first, on a device without a budget: it must fit.
-    DeviceOptions ropt;
-    ropt.choice = *choice;
-    auto rdevice = CreateDevice(ropt);
-    if (!rdevice.ok()) return cli::Fail(kName, rdevice.status());
-    const bool on_gpu = (*rdevice)->kind() == DeviceKind::kCuda;
-    Config resident = config;
-    resident.zero.offload_param.device = OffloadDevice::kNone;
-    resident.zero.offload_optimizer.device = OffloadDevice::kNone;
-    model::TrainerOptions topt;
-    topt.model = *model;
-    topt.engine.run_id = "zinf-bench-step";
-    topt.engine.optimizer_threads = static_cast<int>(*threads);
-    model::TrainerOptions ropts = topt;
-    ropts.engine.device = rdevice->get();
-    ropts.engine.run_id = "zinf-bench-step-resident";
-    auto res = model::Trainer::Create(resident, ropts);
-    if (!res.ok()) {
-      return cli::Fail(kName, res.status().WithContext("the resident trainer (every tier on the device: the "
-                                                       "compute-only reference needs the model to fit)"));
-    }
-    // The offloaded run's device, under the budget.
-    const int64_t device_budget = *budget >= 0 ? *budget : state_bytes / 3 + (*res)->activation_bytes();
-    DeviceOptions dopt;
-    dopt.choice = on_gpu ? DeviceOptions::Choice::kCuda : DeviceOptions::Choice::kHost;
-    dopt.host_budget_bytes = static_cast<size_t>(device_budget);
-    dopt.cuda_budget_bytes = static_cast<size_t>(device_budget);
-    auto device = CreateDevice(dopt);
-    if (!device.ok()) return cli::Fail(kName, device.status());
-    topt.engine.device = device->get();
-    std::fprintf(stderr, "bench step: model %s (%s params), device %s, %lld rep(s) of %lld step(s)\n",
-                 model_name.c_str(), FormatCount(n).c_str(), (*device)->name().c_str(),
-                 static_cast<long long>(*reps), static_cast<long long>(*steps));
-    auto off = model::Trainer::Create(config, topt);
-    if (!off.ok()) return cli::Fail(kName, off.status().WithContext("the offloaded trainer"));
-
-    // Warm-up: records the prefetch order; the losses must agree bit for bit.
-    auto w_off = (*off)->Step();
-    if (!w_off.ok()) return cli::Fail(kName, w_off.status());
-    if (Status w = (*off)->engine().WaitForUpdate(); !w.ok()) return cli::Fail(kName, w);
-    auto w_res = (*res)->Step();
-    if (!w_res.ok()) return cli::Fail(kName, w_res.status());
-    if (Status w = (*res)->engine().WaitForUpdate(); !w.ok()) return cli::Fail(kName, w);
-    if (!std::isfinite(w_off->loss) || !std::isfinite(w_res->loss)) {
-      return cli::Fail(kName, Status::Internal("step 1 loss is not finite (offloaded " + std::to_string(w_off->loss) +
-                                               ", resident " + std::to_string(w_res->loss) + ")"));
-    }
-    if (w_off->loss != w_res->loss) {
-      char buf[160];
-      std::snprintf(buf, sizeof(buf), "step 1 loss differs between the offloaded (%.9g) and resident (%.9g) runs",
-                    w_off->loss, w_res->loss);
-      return cli::Fail(kName, Status::Internal(buf));
-    }
-    const EngineCounters& wc = w_off->engine;
-    const int world = (*off)->engine().world_size();
-
-    // fio's files: laid out once, as large as a step's traffic on each path.
-    // Of the optimizer's bytes per parameter: master, m, v 12 read and 12 written.
-    const double opt_read_share = 0.5;
-    auto nvme_bytes = [](const EngineCounters& c) {
-      return c.nvme_read_bytes + c.nvme_write_bytes + c.optimizer_nvme_bytes;
-    };
-    const double step_read_bytes = static_cast<double>(wc.nvme_read_bytes) +
-                                   opt_read_share * static_cast<double>(wc.optimizer_nvme_bytes);
-    const int read_percent = nvme_bytes(wc) > 0
-                                 ? static_cast<int>(std::lround(100.0 * step_read_bytes / static_cast<double>(nvme_bytes(wc))))
-                                 : 50;
-    std::vector<FioRun> fio_runs;
-    std::string fio_version = "not run";
-    aio::IoEngineOptions eo = aio::FromAioConfig(config.aio);
-    if (nvme_dirs.size() > 1) eo.thread_count = 1;
-    FioRun probe;
-    probe.engine = eo;
-    std::optional<FioHugePages> fio_pages;  // like the pinned pool's buffers; see aio_perf.h
-    if (use_fio && nvme_used) fio_pages.emplace(FioBufferBytes(probe));
-    auto remove_fio = [&] {
-      for (const FioRun& r : fio_runs) RemoveFile(r.file).IgnoreError();
-    };
-    if (use_fio && nvme_used) {
-      auto version = FioVersion();
-      if (!version.ok()) return cli::Fail(kName, version.status().WithContext("(or pass --no-fio)"));
-      fio_version = *version;
-      const int64_t per_path = AlignUp(
-          std::max<int64_t>(64 * kMiB, nvme_bytes(wc) / static_cast<int64_t>(nvme_dirs.size())),
-          eo.block_size_bytes * eo.thread_count);
-      for (const std::string& dir : nvme_dirs) {
-        FioRun run = probe;
-        run.huge_pages = fio_pages->active();
-        run.file = JoinPath(dir, "bench-step.fio");
-        run.size_bytes = per_path;
-        run.op = aio::IoOp::kWrite;
-        fio_runs.push_back(run);
-        auto w = RunFio(run);
-        if (!w.ok()) {
-          remove_fio();
-          return cli::Fail(kName, w.status());
-        }
-        fio_runs.back().read_percent = read_percent;
-      }
-    }
-
-    // Transfer sizes as the engine moves them: a block's shard per fetch,
-    // a block's gradient shard per ReduceGradients.
-    const int64_t h2d_chunk = wc.fetches > 0 ? std::max<int64_t>(1, wc.h2d_bytes / wc.fetches) : kMiB;
-    const int64_t reduces = static_cast<int64_t>((*off)->engine().num_blocks()) * config.gradient_accumulation_steps;
-    const int64_t d2h_chunk = std::max<int64_t>(1, wc.d2h_bytes / std::max<int64_t>(1, reduces));
-    // On the resident run's device: no budget to squeeze the copy rings into.
-    auto copier = Copier::Create(rdevice->get(), std::max(h2d_chunk, d2h_chunk));
-    if (!copier.ok()) return cli::Fail(kName, copier.status());
-    auto adam = AdamAlone::Create(config.optimizer, static_cast<int>(*threads), n,
-                                  config.fp16.enabled ? optim::DType::kF16 : optim::DType::kBf16);
-    if (!adam.ok()) return cli::Fail(kName, adam.status());
-    if (auto t = (*adam)->TimeUpdate(); !t.ok()) return cli::Fail(kName, t.status());  // pages touched
-
-    struct Rep {
-      std::vector<Sample> off, res;
-      double step = 0, compute = 0, kernels = 0, adam = 0, cpu = 0, nvme = 0, pcie = 0, comm = 0, bound = 0,
-             ratio = 0, ratio_kernels = 0;
-      double fio_gbps = 0, nvme_bytes = 0, pcie_bytes = 0;
-      std::string bound_by;
-    };
-    std::vector<Rep> out;
-    std::vector<double> pair_ratios;
-    bool same_losses = true;
-    for (int64_t r = 0; r < *reps; ++r) {
-      Rep rep;
-      // Each trainer runs its steps back to back (which goes first
-      // alternates per repetition, so that other work on the machine slows
-      // both alike): a step's optimizer update runs under the next step's
-      // forward pass, so interleaving the trainers would let one's update
-      // run inside the other's timed step. The last step's update is waited
-      // for and counted in that step.
-      for (int k = 0; k < 2; ++k) {
-        const bool offloaded = (k == 0) == (r % 2 == 0);
-        model::Trainer& t = **(offloaded ? off : res);
-        std::vector<Sample>& out_steps = offloaded ? rep.off : rep.res;
-        for (int64_t i = 0; i < *steps; ++i) {
-          auto s = t.Step();
-          if (!s.ok()) {
-            remove_fio();
-            return cli::Fail(kName, s.status());
-          }
-          out_steps.push_back(FromReport(*s, world));
-        }
-        const auto t0 = std::chrono::steady_clock::now();
-        if (Status w = t.engine().WaitForUpdate(); !w.ok()) {
-          remove_fio();
-          return cli::Fail(kName, w);
-        }
-        const double tail = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        out_steps.back().seconds += tail;
-        out_steps.back().optimizer += tail;
-      }
-      for (int64_t i = 0; i < *steps; ++i) {
-        const double a = rep.off[static_cast<size_t>(i)].loss, b = rep.res[static_cast<size_t>(i)].loss;
-        if (!std::isfinite(a) || a != b) same_losses = false;
-      }
-      std::vector<double> adam_s;
-      for (int k = 0; k < 3; ++k) {
-        auto t = (*adam)->TimeUpdate();
-        if (!t.ok()) {
-          remove_fio();
-          return cli::Fail(kName, t.status());
-        }
-        adam_s.push_back(*t);
-      }
-      const double h2d = MedianOf(rep.off, [](const Sample& s) { return double(s.c.h2d_bytes); });
-      const double d2h = MedianOf(rep.off, [](const Sample& s) { return double(s.c.d2h_bytes); });
-      auto up = (*copier)->Seconds(static_cast<int64_t>(h2d), h2d_chunk, true);
-      auto down = up.ok() ? (*copier)->Seconds(static_cast<int64_t>(d2h), d2h_chunk, false) : up;
-      if (!down.ok()) {
-        remove_fio();
-        return cli::Fail(kName, down.status());
-      }
-      auto fio_gbps = RunFioSum(fio_runs);
-      if (!fio_gbps.ok()) {
-        remove_fio();
-        return cli::Fail(kName, fio_gbps.status());
-      }
-      const double gbps = *fio_gbps;
-      rep.step = MedianOf(rep.off, [](const Sample& s) { return s.seconds; });
-      rep.compute = MedianOf(rep.res, [](const Sample& s) { return s.seconds - s.optimizer; });
-      rep.kernels = MedianOf(rep.res, [](const Sample& s) { return s.compute; });
-      rep.adam = Median(adam_s);
-      rep.cpu = rep.compute + rep.adam;
-      rep.nvme_bytes = MedianOf(rep.off, [&](const Sample& s) { return double(nvme_bytes(s.c)); });
-      rep.fio_gbps = gbps;
-      rep.nvme = gbps > 0 ? rep.nvme_bytes / (gbps * 1e9) : 0.0;
-      rep.pcie_bytes = h2d + d2h;
-      rep.pcie = *up + *down;
-      rep.comm = MedianOf(rep.off, [](const Sample& s) { return s.comm; });
-      std::vector<std::pair<std::string, double>> parts;
-      if (on_gpu) {
-        parts = {{"compute", rep.compute}, {"adam", rep.adam}};
-      } else {
-        parts = {{"cpu", rep.cpu}};
-      }
-      parts.insert(parts.end(), {{"nvme", rep.nvme}, {"pcie", rep.pcie}, {"comm", rep.comm}});
-      for (const auto& [name, v] : parts) {
-        if (v > rep.bound) {
-          rep.bound = v;
-          rep.bound_by = name;
-        }
-      }
-      rep.ratio = rep.bound > 0 ? rep.step / rep.bound : 0.0;
-      {
-        // The same with the compute part cut to the model's kernel time.
-        const double k = on_gpu ? std::max(rep.kernels, rep.adam) : rep.kernels + rep.adam;
-        const double b = std::max({k, rep.nvme, rep.pcie, rep.comm});
-        rep.ratio_kernels = b > 0 ? rep.step / b : 0.0;
-      }
-      // The i-th offloaded step against the i-th resident step's parts.
-      for (size_t i = 0; i < rep.off.size(); ++i) {
-        const Sample& o = rep.off[i];
-        const double compute_i = rep.res[i].seconds - rep.res[i].optimizer;
-        const double cpu_i = on_gpu ? std::max(compute_i, rep.adam) : compute_i + rep.adam;
-        const double nvme_i = gbps > 0 ? static_cast<double>(nvme_bytes(o.c)) / (gbps * 1e9) : 0.0;
-        const double b = std::max({cpu_i, nvme_i, rep.pcie, o.comm});
-        if (b > 0) pair_ratios.push_back(o.seconds / b);
-      }
-      std::fprintf(stderr,
-                   "  rep %lld: step %.3f s (compute %.3f, optimizer %.3f) | parts: compute %.3f + adam %.4f, "
-                   "nvme %.4f (%.0f MB at %.2f GB/s), pcie %.4f, comm %.4f -> bound %.3f (%s), ratio %.3f\n",
-                   static_cast<long long>(r + 1), rep.step,
-                   MedianOf(rep.off, [](const Sample& s) { return s.compute; }),
-                   MedianOf(rep.off, [](const Sample& s) { return s.optimizer; }), rep.compute, rep.adam, rep.nvme,
-                   rep.nvme_bytes / 1e6, gbps, rep.pcie, rep.comm, rep.bound, rep.bound_by.c_str(), rep.ratio);
-      out.push_back(std::move(rep));
-    }
-    remove_fio();
-    if (!same_losses) {
-      std::fprintf(stderr, "bench step: warning: a timed step's loss differs between the offloaded and resident "
-                           "runs (step 1 agreed)\n");
-    }
-
-    // Medians over repetitions.
-    auto med = [&](auto f) {
-      std::vector<double> v;
-      for (const Rep& r : out) v.push_back(f(r));
-      return Median(v);
-    };
-    std::vector<Sample> all_off, all_res;
-    for (const Rep& r : out) {
-      all_off.insert(all_off.end(), r.off.begin(), r.off.end());
-      all_res.insert(all_res.end(), r.res.begin(), r.res.end());
-    }
-    const double step_s = med([](const Rep& r) { return r.step; });
-    const double bound_s = med([](const Rep& r) { return r.bound; });
-    std::vector<double> ratios;
-    for (const Rep& r : out) ratios.push_back(r.ratio);
-    const double off_compute = MedianOf(all_off, [](const Sample& s) { return s.compute; });
-    const double off_optimizer = MedianOf(all_off, [](const Sample& s) { return s.optimizer; });
-
-    nlohmann::ordered_json j;
-    j["bench"] = "step";
-    j["model"] = model_name;
-    j["params"] = n;
-    j["config"] = config_path ? *config_path : "zinf demo's built-in config";
-    j["offload_param"] = config.zero.offload_param.device == OffloadDevice::kNvme  ? "nvme"
-                         : config.zero.offload_param.device == OffloadDevice::kCpu ? "cpu"
-                                                                                   : "none";
-    j["offload_optimizer"] = config.zero.offload_optimizer.device == OffloadDevice::kNvme  ? "nvme"
-                             : config.zero.offload_optimizer.device == OffloadDevice::kCpu ? "cpu"
-                                                                                           : "none";
-    j["device"] = (*device)->name();
-    j["device_budget_bytes"] = device_budget;
-    j["nvme_paths"] = nvme_dirs;
-    j["micro_batch"] = config.train_micro_batch_size_per_gpu;
-    j["gradient_accumulation_steps"] = config.gradient_accumulation_steps;
-    j["tokens_per_step"] = (*off)->tokens_per_step();
-    j["optimizer_threads"] = (*adam)->threads();
-    // OpenMP's wait policy decides how the model's kernel threads share a
-    // few cores with the engine's threads and other work: spinning (the
-    // default) on a busy 2-core host made steps several times slower.
-    const char* omp_wait = std::getenv("OMP_WAIT_POLICY");
-    j["omp_wait_policy"] = omp_wait ? omp_wait : "unset (OpenMP default: spin, then sleep)";
-    j["steps_per_rep"] = *steps;
-    j["reps"] = *reps;
-    j["check"] = "step 1 (warm-up) losses finite and bit-identical between the offloaded and resident runs";
-    j["losses_identical_all_steps"] = same_losses;
-    j["step1_loss"] = w_off->loss;
-    j["ratio_to_bound"] = Median(ratios);
-    j["ratio_to_bound_runs"] = ratios;
-    j["ratio_to_bound_pairwise_median"] = Median(pair_ratios);
-    j["ratio_to_bound_kernel_time_only"] = med([](const Rep& r) { return r.ratio_kernels; });
-    j["step_s"] = step_s;
-    j["bound_s"] = bound_s;
-    j["bound_by"] = out[out.size() / 2].bound_by;
-    nlohmann::ordered_json parts;
-    parts["compute_s"] = med([](const Rep& r) { return r.compute; });
-    parts["compute_kernels_s"] = med([](const Rep& r) { return r.kernels; });
-    parts["adam_s"] = med([](const Rep& r) { return r.adam; });
-    if (!on_gpu) parts["cpu_s"] = med([](const Rep& r) { return r.cpu; });
-    parts["nvme_s"] = med([](const Rep& r) { return r.nvme; });
-    parts["pcie_s"] = med([](const Rep& r) { return r.pcie; });
-    parts["comm_s"] = med([](const Rep& r) { return r.comm; });
-    j["parts"] = parts;
-    nlohmann::ordered_json br;
-    br["step_s"] = step_s;
-    br["compute_s"] = off_compute;
-    br["nvme_wait_s"] = MedianOf(all_off, [](const Sample& s) { return s.nvme_wait; });
-    br["pcie_wait_s"] = MedianOf(all_off, [](const Sample& s) { return s.fetch_wait; });
-    br["comm_s"] = MedianOf(all_off, [](const Sample& s) { return s.comm; });
-    br["optimizer_s"] = off_optimizer;
-    br["waiting_s"] = MedianOf(all_off, [](const Sample& s) { return s.seconds - s.compute - s.optimizer; });
-    j["breakdown"] = br;
-    nlohmann::ordered_json rs;
-    rs["step_s"] = MedianOf(all_res, [](const Sample& s) { return s.seconds; });
-    rs["compute_s"] = MedianOf(all_res, [](const Sample& s) { return s.compute; });
-    rs["optimizer_s"] = MedianOf(all_res, [](const Sample& s) { return s.optimizer; });
-    j["resident"] = rs;
-    nlohmann::ordered_json moved;
-    moved["nvme_param_read_bytes"] = MedianOf(all_off, [](const Sample& s) { return double(s.c.nvme_read_bytes); });
-    moved["nvme_param_write_bytes"] = MedianOf(all_off, [](const Sample& s) { return double(s.c.nvme_write_bytes); });
-    moved["nvme_optimizer_bytes"] = MedianOf(all_off, [](const Sample& s) { return double(s.c.optimizer_nvme_bytes); });
-    moved["h2d_bytes"] = MedianOf(all_off, [](const Sample& s) { return double(s.c.h2d_bytes); });
-    moved["d2h_bytes"] = MedianOf(all_off, [](const Sample& s) { return double(s.c.d2h_bytes); });
-    moved["fetches"] = MedianOf(all_off, [](const Sample& s) { return double(s.c.fetches); });
-    moved["prefetch_hits"] = MedianOf(all_off, [](const Sample& s) { return double(s.c.prefetch_hits); });
-    j["per_step"] = moved;
-    j["fio"] = fio_version;
-    j["fio_buffers"] = fio_pages ? fio_pages->description() : "";
-    j["fio_mixed_read_percent"] = read_percent;
-    j["fio_mixed_gbps"] = med([](const Rep& r) { return r.fio_gbps; });
-    j["copy"] = on_gpu ? std::string("cudaMemcpyAsync via Device/Stream, host memory ") +
-                             ((*copier)->pinned() ? "page-locked" : "pageable (could not pin)")
-                       : "memcpy (host device)";
-    j["copy_gbps"] = med([](const Rep& r) { return r.pcie > 0 ? r.pcie_bytes / r.pcie / 1e9 : 0.0; });
-    nlohmann::ordered_json runs = nlohmann::ordered_json::array();
-    for (const Rep& r : out) {
-      nlohmann::ordered_json x;
-      x["step_s"] = r.step;
-      x["compute_s"] = r.compute;
-      x["compute_kernels_s"] = r.kernels;
-      x["adam_s"] = r.adam;
-      x["nvme_s"] = r.nvme;
-      x["pcie_s"] = r.pcie;
-      x["comm_s"] = r.comm;
-      x["bound_s"] = r.bound;
-      x["bound_by"] = r.bound_by;
-      x["ratio"] = r.ratio;
-      x["ratio_kernel_time_only"] = r.ratio_kernels;
-      x["step_s_each"] = [&] {
-        std::vector<double> v;
-        for (const Sample& s : r.off) v.push_back(s.seconds);
-        return v;
-      }();
-      runs.push_back(x);
-    }
-    j["runs"] = runs;
-    j["plan"] = PlanPrediction(*model, config, world, on_gpu, (*off)->tokens_per_step() / world, n,
-                               parts["compute_s"].get<double>(), parts["adam_s"].get<double>(),
-                               j["fio_mixed_gbps"].get<double>(), j["copy_gbps"].get<double>(), step_s);
-    j["compared"] = "ratio_to_bound = median over reps of (median offloaded step) / max(parts); parts measured in "
-                    "the same rep: cpu = resident-run step minus its optimizer + in-RAM Adam (host device; separate parts on a "
-                    "GPU), "
-                    "nvme = step NVMe bytes / fio mixed GB/s on the same path, pcie = the step's h2d + d2h bytes "
-                    "copied in the engine's sizes, comm = all-gather + reduce-scatter time";
-
-    // The page.
-    HtmlReport report("zinf bench step: " + model_name + ", " + j["offload_param"].get<std::string>() + "/" +
-                      j["offload_optimizer"].get<std::string>() + " offload");
-    report.AddParagraph("Whole training steps of the reference GPT through the ZeRO-3 engine, against the time each "
-                        "resource needs for the step's work when measured alone in the same run. " +
-                        j["compared"].get<std::string>() + ".");
-    auto f = [](double v) { return FormatFigure(v); };
-    report.AddTable("Key figures", {"figure", "value"},
-                    {{"ratio_to_bound (median of reps)", f(Median(ratios))},
-                     {"ratio_to_bound per rep", [&] {
-                        std::string r;
-                        for (double x : ratios) r += (r.empty() ? "" : ", ") + f(x);
-                        return r;
-                      }()},
-                     {"ratio_to_bound (pairwise median)", f(Median(pair_ratios))},
-                     {"step_s (offloaded, median)", f(step_s)},
-                     {"bound_s", f(bound_s) + " (" + j["bound_by"].get<std::string>() + ")"},
-                     {"compute_s (resident step - its optimizer)", f(parts["compute_s"].get<double>())},
-                     {"compute_kernels_s (resident kernels only)", f(parts["compute_kernels_s"].get<double>())},
-                     {"ratio with kernel time only", f(j["ratio_to_bound_kernel_time_only"].get<double>())},
-                     {"adam_s (in RAM)", f(parts["adam_s"].get<double>())},
-                     {"nvme_s", f(parts["nvme_s"].get<double>())},
-                     {"pcie_s", f(parts["pcie_s"].get<double>())},
-                     {"comm_s", f(parts["comm_s"].get<double>())},
-                     {"waiting_s (step - compute - optimizer)", f(br["waiting_s"].get<double>())},
-                     {"fio mixed GB/s", f(j["fio_mixed_gbps"].get<double>())},
-                     {"zinf plan's step_s with these rates",
-                      j["plan"].is_object() && j["plan"].contains("step_s") ? f(j["plan"]["step_s"].get<double>())
-                                                                            : "not available"},
-                     {"device", (*device)->name()},
-                     {"params", FormatCount(n)}});
-    {
-      BarChart c;
-      c.title = "Per repetition: offloaded step vs. the parts of the bound (s)";
-      c.x_label = "repetition";
-      c.y_label = "seconds";
-      ChartSeries step{"step", {}}, cpu{on_gpu ? "compute" : "cpu (compute + adam)", {}}, nv{"nvme", {}},
-          pc{"pcie", {}}, cm{"comm", {}}, ad{"adam", {}};
-      for (size_t i = 0; i < out.size(); ++i) {
-        c.categories.push_back("rep " + std::to_string(i + 1) + " (ratio " + FormatFigure(out[i].ratio) + ")");
-        step.values.push_back(out[i].step);
-        cpu.values.push_back(on_gpu ? out[i].compute : out[i].cpu);
-        ad.values.push_back(out[i].adam);
-        nv.values.push_back(out[i].nvme);
-        pc.values.push_back(out[i].pcie);
-        cm.values.push_back(out[i].comm);
-      }
-      c.series = {step, cpu};
-      if (on_gpu) c.series.push_back(ad);
-      c.series.insert(c.series.end(), {nv, pc, cm});
-      report.AddBarChart(c);
-    }
-    {
-      Timeline t;
-      t.title = "Offloaded steps: where the time went";
-      t.unit = "s";
-      t.segment_names = {"compute", "nvme wait", "pcie wait", "comm", "optimizer", "other"};
-      int k = 0;
-      for (size_t r = 0; r < out.size(); ++r) {
-        for (const Sample& s : out[r].off) {
-          const double rest = s.seconds - s.compute - s.nvme_wait - s.fetch_wait - s.comm - s.optimizer;
-          t.rows.push_back({"rep " + std::to_string(r + 1) + " step " + std::to_string(++k),
-                            {s.compute, s.nvme_wait, s.fetch_wait, s.comm, s.optimizer, rest}});
-        }
-        k = 0;
-      }
-      t.markers = {{"bound", bound_s}};
-      report.AddTimeline(t);
-    }
-    if (Status s = EmitResult(j.dump(2), json_path, html_path, report); !s.ok()) return cli::Fail(kName, s);
-    return 0;
-  }();
-  cleanup();
-  return result;
+  const Summary summary = Summarize(*measured);
+  const nlohmann::ordered_json j = ToJson(o, nvme_dirs, *trainers, *tools, *measured, summary);
+  HtmlReport report = MakeReport(j, *trainers, *measured, summary);
+  if (Status s = EmitResult(j.dump(2), o.json_path, o.html_path, report); !s.ok()) return cli::Fail(kName, s);
+  return 0;
 }
 
 ZINF_COMMAND({kName, "time whole training steps of the reference GPT against the resources they need",

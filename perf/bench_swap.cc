@@ -19,9 +19,11 @@
 // bit for bit against the same update done in RAM.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <filesystem>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -32,18 +34,20 @@
 #include "aio/pinned_pool.h"
 #include "aio_perf.h"
 #include "cli/command.h"
+#include "core/fs.h"
 #include "core/units.h"
 #include "optim/cpu_adam.h"
 #include "optim/isa.h"
 #include "optim/thread_pool.h"
 #include "report.h"
-#include "core/fs.h"
+#include "scratch.h"
 #include "swap/optimizer_swapper.h"
 
 namespace zinf::perf {
 namespace {
 
 constexpr const char* kName = "bench swap";
+constexpr char kFilePrefix[] = "zinf-bench-swap";
 
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
@@ -56,259 +60,357 @@ std::vector<float> RandomFloats(int64_t n, uint64_t seed, float scale) {
   return v;
 }
 
-int Run(const std::vector<std::string>& args) {
-  auto flags = cli::Flags::Parse(args, {"params", "sub-group", "nvme", "steps", "threads", "fio-size", "queue-depth",
-                                        "block-size", "html", "json"},
-                                 {"no-fio", "no-pipeline", "keep-files"});
-  if (!flags.ok()) return cli::Fail(kName, flags.status(), 2);
-  auto params = flags->GetInt("params", int64_t{1} << 24);
-  auto steps = flags->GetInt("steps", 5);
-  auto threads = flags->GetInt("threads", 0);
-  auto fio_size = flags->GetInt("fio-size", 0);  // 0: the state's size per path
-  auto qd = flags->GetInt("queue-depth", 32);
-  auto bs = flags->GetInt("block-size", kMiB);
+// What the flags ask for (a bad one is a usage error, exit code 2).
+struct Options {
+  int64_t n = 0;
+  int64_t sub_group = 0;
+  int64_t steps = 0;
+  int threads = 0;
+  int64_t fio_size = 0;  // 0: the state's size per path
+  std::vector<std::string> paths;
+  bool pipeline = true;
+  bool use_fio = true;
+  bool keep_files = false;
+  aio::IoEngineOptions engine;
+  optim::Isa isa = optim::Isa::kScalar;
+  std::string html_path, json_path;
+};
+
+StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
+  ZINF_ASSIGN_OR_RETURN(cli::Flags flags,
+                        cli::Flags::Parse(args, {"params", "sub-group", "nvme", "steps", "threads", "fio-size",
+                                                 "queue-depth", "block-size", "html", "json"},
+                                          {"no-fio", "no-pipeline", "keep-files"}));
+  auto params = flags.GetInt("params", int64_t{1} << 24);
+  auto steps = flags.GetInt("steps", 5);
+  auto threads = flags.GetInt("threads", 0);
+  auto fio_size = flags.GetInt("fio-size", 0);
+  auto qd = flags.GetInt("queue-depth", 32);
+  auto bs = flags.GetInt("block-size", kMiB);
   for (const auto* v : {&params, &steps, &threads, &fio_size, &qd, &bs}) {
-    if (!v->ok()) return cli::Fail(kName, v->status(), 2);
+    if (!v->ok()) return v->status();
   }
   // Default: 4M elements (at most N/16), so the pipeline's unhidden first
   // read and last write are a small part of the step.
-  auto sub_group = flags->GetInt("sub-group", std::max<int64_t>(1, std::min<int64_t>(*params / 16, int64_t{1} << 22)));
-  if (!sub_group.ok()) return cli::Fail(kName, sub_group.status(), 2);
-  if (*params < 1 || *steps < 1 || *sub_group < 1) {
-    return cli::Fail(kName, Status::InvalidArgument("--params, --steps and --sub-group must be positive"), 2);
+  ZINF_ASSIGN_OR_RETURN(const int64_t sub_group, flags.GetInt("sub-group", std::max<int64_t>(
+                                                                              1, std::min<int64_t>(*params / 16,
+                                                                                                   int64_t{1} << 22))));
+  if (*params < 1 || *steps < 1 || sub_group < 1) {
+    return Status::InvalidArgument("--params, --steps and --sub-group must be positive");
   }
-  std::vector<std::string> paths = flags->GetAll("nvme");
-  if (paths.empty()) {
+  Options o;
+  o.n = *params;
+  o.sub_group = sub_group;
+  o.steps = *steps;
+  o.threads = static_cast<int>(*threads);
+  o.fio_size = *fio_size;
+  o.paths = flags.GetAll("nvme");
+  if (o.paths.empty()) {
     const char* tmp = std::getenv("TMPDIR");
-    paths.push_back(std::string(tmp && *tmp ? tmp : "/tmp") + "/zinf-bench-swap");
+    o.paths.push_back(std::string(tmp && *tmp ? tmp : "/tmp") + "/zinf-bench-swap");
   }
-  const bool pipeline = !flags->Has("no-pipeline");
+  o.pipeline = !flags.Has("no-pipeline");
+  o.use_fio = !flags.Has("no-fio");
+  o.keep_files = flags.Has("keep-files");
+  o.engine.block_size_bytes = *bs;
+  o.engine.queue_depth = static_cast<int>(*qd);
+  o.engine.thread_count = static_cast<int>(o.paths.size());
+  o.engine.direct_io = aio::DirectIo::kPrefer;
+  ZINF_RETURN_IF_ERROR(aio::ValidateOptions(o.engine));
+  ZINF_ASSIGN_OR_RETURN(o.isa, optim::DefaultIsa());
+  o.html_path = flags.GetOr("html", "");
+  o.json_path = flags.GetOr("json", "");
+  return o;
+}
 
-  aio::IoEngineOptions eo;
-  eo.block_size_bytes = *bs;
-  eo.queue_depth = static_cast<int>(*qd);
-  eo.thread_count = static_cast<int>(paths.size());
-  eo.direct_io = aio::DirectIo::kPrefer;
-  if (Status v = aio::ValidateOptions(eo); !v.ok()) return cli::Fail(kName, v, 2);
-  auto engine = aio::CreateIoEngine(eo);
-  if (!engine.ok()) return cli::Fail(kName, engine.status());
+// The offloaded optimizer: an IoEngine, Adam on a pool, the pipeline's
+// pinned buffers and the OptimizerSwapper over swap files on every path
+// (removed when the Rig goes, unless --keep-files).
+struct Rig {
+  ScratchFiles swap_files;  // declared first: removed after the swapper and engine close them
+  std::unique_ptr<aio::IoEngine> engine;
+  std::unique_ptr<optim::ThreadPool> pool;
+  std::unique_ptr<optim::CpuAdam> adam;
+  std::unique_ptr<aio::PinnedPool> buffers;
+  std::unique_ptr<swap::OptimizerSwapper> swapper;
+};
 
+StatusOr<Rig> CreateRig(const Options& o) {
+  Rig rig;
+  ZINF_ASSIGN_OR_RETURN(rig.engine, aio::CreateIoEngine(o.engine));
   optim::ThreadPool::Options tpo;
-  tpo.num_threads = static_cast<int>(*threads);
-  auto pool = optim::ThreadPool::Create(tpo);
-  if (!pool.ok()) return cli::Fail(kName, pool.status());
-  auto isa = optim::DefaultIsa();
-  if (!isa.ok()) return cli::Fail(kName, isa.status(), 2);
+  tpo.num_threads = o.threads;
+  ZINF_ASSIGN_OR_RETURN(rig.pool, optim::ThreadPool::Create(tpo));
   OptimizerConfig oc;
   oc.lr = 1e-3;
   oc.weight_decay = 0.01;
-  auto adam = optim::CpuAdam::Create(oc, pool->get(), *isa);
-  if (!adam.ok()) return cli::Fail(kName, adam.status());
+  ZINF_ASSIGN_OR_RETURN(optim::CpuAdam adam, optim::CpuAdam::Create(oc, rig.pool.get(), o.isa));
+  rig.adam = std::make_unique<optim::CpuAdam>(std::move(adam));
 
   swap::OptimizerSwapperOptions so;
-  so.total_elems = *params;
-  so.sub_group_elems = *sub_group;
+  so.total_elems = o.n;
+  so.sub_group_elems = o.sub_group;
   so.device = OffloadDevice::kNvme;
-  so.pipeline_read = pipeline;
-  so.pipeline_write = pipeline;
-  so.store.paths = paths;
-  so.store.file_prefix = "zinf-bench-swap";
-  so.store.stripe_bytes = *bs;
+  so.pipeline_read = o.pipeline;
+  so.pipeline_write = o.pipeline;
+  so.store.paths = o.paths;
+  so.store.file_prefix = kFilePrefix;
+  so.store.stripe_bytes = o.engine.block_size_bytes;
   so.gradients_in_store = false;  // the engine's mode: the gradient stays in RAM
   aio::PinnedPoolOptions po;
   po.buffer_count = swap::OptimizerSwapper::PoolBuffers(so);
   po.buffer_bytes = swap::OptimizerSwapper::RequiredBufferBytes(so, so.store.alignment_bytes);
   po.name = "bench swap pipeline";
-  auto buffers = aio::PinnedPool::Create(po);
-  if (!buffers.ok()) return cli::Fail(kName, buffers.status());
+  ZINF_ASSIGN_OR_RETURN(rig.buffers, aio::PinnedPool::Create(po));
   std::fprintf(stderr, "bench swap: %s params in sub-groups of %s over %zu path(s), engine %s, isa %s\n",
-               FormatCount(*params).c_str(), FormatCount(*sub_group).c_str(), paths.size(),
-               std::string((*engine)->name()).c_str(), std::string(optim::IsaName(*isa)).c_str());
-  auto swapper = swap::OptimizerSwapper::Create(so, engine->get(), buffers->get());
-  if (!swapper.ok()) return cli::Fail(kName, swapper.status());
-  swap::OptimizerSwapper& s = **swapper;
+               FormatCount(o.n).c_str(), FormatCount(o.sub_group).c_str(), o.paths.size(),
+               std::string(rig.engine->name()).c_str(), std::string(optim::IsaName(o.isa)).c_str());
+  if (!o.keep_files) {
+    for (size_t i = 0; i < o.paths.size(); ++i) {
+      rig.swap_files.Add(JoinPath(o.paths[i], std::string(kFilePrefix) + "." + std::to_string(i) + ".swp"));
+    }
+  }
+  ZINF_ASSIGN_OR_RETURN(rig.swapper, swap::OptimizerSwapper::Create(so, rig.engine.get(), rig.buffers.get()));
+  return rig;
+}
 
-  // State and gradients; then one checked step.
-  const int64_t n = *params;
-  std::vector<float> master = RandomFloats(n, 1, 2.0f);
-  std::vector<float> grads = RandomFloats(n, 2, 0.02f);
-  Status st = s.Initialize(master.data());
-  if (!st.ok()) return cli::Fail(kName, st);
-  std::vector<uint16_t> out16(static_cast<size_t>(n));
+// The state, gradient and 16-bit output in RAM.
+struct State {
+  std::vector<float> master, grads;
+  std::vector<uint16_t> out16;
+  swap::StepIo Io() {
+    swap::StepIo io = swap::OutputTo(out16.data());
+    io.grads = grads.data();
+    return io;
+  }
+};
+
+// Initializes the swapped state and runs step 1, whose sub-group 0 must
+// match the same step in RAM bit for bit.
+StatusOr<State> FirstStep(const Options& o, Rig& rig) {
+  State state{RandomFloats(o.n, 1, 2.0f), RandomFloats(o.n, 2, 0.02f), std::vector<uint16_t>(static_cast<size_t>(o.n))};
+  ZINF_RETURN_IF_ERROR(rig.swapper->Initialize(state.master.data()));
   optim::AdamStepArgs step_args;
   step_args.lr = 1e-3;
   step_args.step = 1;
-  swap::StepIo io = swap::OutputTo(out16.data());
-  io.grads = grads.data();
-  st = s.Step(*adam, step_args, io);
-  if (!st.ok()) return cli::Fail(kName, st);
-  {
-    const int64_t k0 = s.sub_group_elems(0);
-    std::vector<float> m(static_cast<size_t>(k0), 0.0f), v(static_cast<size_t>(k0), 0.0f);
-    std::vector<uint16_t> ref16(static_cast<size_t>(k0));
-    std::vector<float> p(master.begin(), master.begin() + k0);
-    optim::AdamSpan span{p.data(), m.data(), v.data(), grads.data(), optim::DType::kF32, ref16.data(),
-                         optim::DType::kBf16, k0};
-    st = adam->Update(span, step_args);
-    if (!st.ok()) return cli::Fail(kName, st);
-    if (std::memcmp(ref16.data(), out16.data(), ref16.size() * 2) != 0) {
-      return cli::Fail(kName, Status::Internal("the swapped step's sub-group 0 differs from the same step in RAM"));
-    }
+  ZINF_RETURN_IF_ERROR(rig.swapper->Step(*rig.adam, step_args, state.Io()));
+  const int64_t k0 = rig.swapper->sub_group_elems(0);
+  std::vector<float> m(static_cast<size_t>(k0), 0.0f), v(static_cast<size_t>(k0), 0.0f);
+  std::vector<uint16_t> ref16(static_cast<size_t>(k0));
+  std::vector<float> p(state.master.begin(), state.master.begin() + k0);
+  optim::AdamSpan span{p.data(), m.data(), v.data(), state.grads.data(), ElementType::kF32, ref16.data(),
+                       ElementType::kBf16, k0};
+  ZINF_RETURN_IF_ERROR(rig.adam->Update(span, step_args));
+  if (std::memcmp(ref16.data(), state.out16.data(), ref16.size() * 2) != 0) {
+    return Status::Internal("the swapped step's sub-group 0 differs from the same step in RAM");
   }
+  return state;
+}
 
-  // The I/O bound: fio on every path with the engine's settings, over as
-  // many bytes as the state, reading and writing at once in the step's mix
-  // (12 bytes read for every 12 written), since the pipeline overlaps them.
-  // fio's files are laid out (and pure write and read speeds taken) once;
-  // then each repetition times one step and, right after it, fio's mixed
-  // job, so both see the same machine; the ratio is the median of the
-  // per-repetition ratios.
-  const int64_t bytes_read = 12 * n, bytes_written = 12 * n;
-  const int64_t bytes_moved = bytes_read + bytes_written;
-  const int read_percent = static_cast<int>(std::lround(100.0 * double(bytes_read) / double(bytes_moved)));
-  const bool use_fio = !flags->Has("no-fio");
-  std::string fio_version = "not run";
-  std::vector<FioRun> fio_runs;
+// The I/O bound's tool: fio on every path with the engine's settings, over
+// as many bytes as the state, reading and writing at once in the step's mix
+// (12 bytes read for every 12 written), since the pipeline overlaps them.
+// fio's files are laid out (and pure write and read speeds taken) once.
+struct Fio {
+  std::unique_ptr<FioHugePages> pages;  // like the pool's buffers; see aio_perf.h
+  ScratchFiles files;
+  std::vector<FioRun> runs;  // the mixed jobs, one per path; none without fio
+  std::string version = "not run";
   double read_gbps = 0, write_gbps = 0;
-  FioRun probe;
-  probe.engine = eo;
-  probe.engine.thread_count = 1;
-  FioHugePages fio_pages(use_fio ? FioBufferBytes(probe) : 0);  // like the pool's buffers; see aio_perf.h
-  auto remove_fio_files = [&] {
-    for (const FioRun& run : fio_runs) RemoveFile(run.file).IgnoreError();
-  };
-  if (use_fio) {
-    auto version = FioVersion();
-    if (!version.ok()) return cli::Fail(kName, version.status());
-    fio_version = *version;
-    const int64_t per_path = AlignUp(*fio_size > 0 ? *fio_size : 12 * n / int64_t(paths.size()), eo.block_size_bytes);
-    for (const std::string& path : paths) {
-      FioRun run = probe;
-      run.huge_pages = fio_pages.active();
-      run.file = JoinPath(path, "zinf-bench-swap.fio");
-      run.size_bytes = per_path;
-      run.op = aio::IoOp::kWrite;
-      fio_runs.push_back(run);
-      auto w = RunFio(run);  // also lays the file out for the reads
-      run.op = aio::IoOp::kRead;
-      auto r = w.ok() ? RunFio(run) : w;
-      if (!r.ok()) {
-        remove_fio_files();
-        return cli::Fail(kName, r.status());
-      }
-      write_gbps += *w;
-      read_gbps += *r;
-      fio_runs.back().read_percent = read_percent;
-    }
-  }
+};
 
-  std::vector<double> step_times, io_bounds, mixed_rates;
-  for (int64_t i = 0; i < *steps; ++i) {
+StatusOr<Fio> PrepareFio(const Options& o, int read_percent) {
+  Fio fio;
+  FioRun probe;
+  probe.engine = o.engine;
+  probe.engine.thread_count = 1;
+  fio.pages = std::make_unique<FioHugePages>(o.use_fio ? FioBufferBytes(probe) : 0);
+  if (!o.use_fio) return fio;
+  ZINF_ASSIGN_OR_RETURN(fio.version, FioVersion());
+  const int64_t per_path =
+      AlignUp(o.fio_size > 0 ? o.fio_size : 12 * o.n / int64_t(o.paths.size()), o.engine.block_size_bytes);
+  for (const std::string& path : o.paths) {
+    FioRun run = probe;
+    run.huge_pages = fio.pages->active();
+    run.file = JoinPath(path, "zinf-bench-swap.fio");
+    run.size_bytes = per_path;
+    run.op = aio::IoOp::kWrite;
+    fio.files.Add(run.file);
+    fio.runs.push_back(run);
+    ZINF_ASSIGN_OR_RETURN(const double w, RunFio(run));  // also lays the file out for the reads
+    run.op = aio::IoOp::kRead;
+    ZINF_ASSIGN_OR_RETURN(const double r, RunFio(run));
+    fio.write_gbps += w;
+    fio.read_gbps += r;
+    fio.runs.back().read_percent = read_percent;
+  }
+  return fio;
+}
+
+// Per repetition: one timed step and, right after it, fio's mixed job, so
+// both see the same machine.
+struct StepTimes {
+  std::vector<double> step_s, io_bound_s, mixed_gbps;  // the last two empty without fio
+};
+
+StatusOr<StepTimes> MeasureSteps(const Options& o, Rig& rig, State& state, const Fio& fio, int64_t bytes_moved) {
+  StepTimes t;
+  optim::AdamStepArgs step_args;
+  step_args.lr = 1e-3;
+  for (int64_t i = 0; i < o.steps; ++i) {
     step_args.step = 2 + i;
     const auto t0 = std::chrono::steady_clock::now();
-    st = s.Step(*adam, step_args, io);
-    step_times.push_back(Seconds(t0));
-    if (!st.ok()) {
-      remove_fio_files();
-      return cli::Fail(kName, st);
-    }
-    auto mixed = RunFioSum(fio_runs);
-    if (!mixed.ok()) {
-      remove_fio_files();
-      return cli::Fail(kName, mixed.status());
-    }
-    const double mixed_gbps = *mixed;
-    if (use_fio) {
-      mixed_rates.push_back(mixed_gbps);
-      io_bounds.push_back(static_cast<double>(bytes_moved) / (mixed_gbps * 1e9));
+    Status st = rig.swapper->Step(*rig.adam, step_args, state.Io());
+    t.step_s.push_back(Seconds(t0));
+    ZINF_RETURN_IF_ERROR(st);
+    ZINF_ASSIGN_OR_RETURN(const double mixed_gbps, RunFioSum(fio.runs));
+    if (o.use_fio) {
+      t.mixed_gbps.push_back(mixed_gbps);
+      t.io_bound_s.push_back(static_cast<double>(bytes_moved) / (mixed_gbps * 1e9));
     }
     std::fprintf(stderr, "  rep %lld: step %.3f s, fio mixed %.2f GB/s -> %.3f s\n", static_cast<long long>(i + 1),
-                 step_times.back(), mixed_gbps, use_fio ? io_bounds.back() : 0.0);
+                 t.step_s.back(), mixed_gbps, o.use_fio ? t.io_bound_s.back() : 0.0);
   }
-  remove_fio_files();
-  const double step_s = Median(step_times);
-  const double io_bound_s = Median(io_bounds);
-  const double mixed_gbps = Median(mixed_rates);
-  swapper->reset();
-  buffers->reset();
+  return t;
+}
 
-  // The Adam bound: the same update over the same parameters in RAM.
+// The Adam bound: the same update over the same parameters in RAM, --steps
+// times (its seconds per step).
+StatusOr<std::vector<double>> MeasureAdamBound(const Options& o, Rig& rig, State& state) {
   std::vector<double> adam_times;
-  {
-    std::vector<float> m(static_cast<size_t>(n), 0.0f), v(static_cast<size_t>(n), 0.0f);
-    for (int64_t i = 0; i < *steps; ++i) {
-      optim::AdamSpan span{master.data(), m.data(), v.data(), grads.data(), optim::DType::kF32, out16.data(),
-                           optim::DType::kBf16, n};
-      step_args.step = 1 + i;
-      const auto t0 = std::chrono::steady_clock::now();
-      st = adam->Update(span, step_args);
-      adam_times.push_back(Seconds(t0));
-      if (!st.ok()) return cli::Fail(kName, st);
-    }
+  std::vector<float> m(static_cast<size_t>(o.n), 0.0f), v(static_cast<size_t>(o.n), 0.0f);
+  optim::AdamStepArgs step_args;
+  step_args.lr = 1e-3;
+  for (int64_t i = 0; i < o.steps; ++i) {
+    optim::AdamSpan span{state.master.data(), m.data(), v.data(), state.grads.data(), ElementType::kF32,
+                         state.out16.data(), ElementType::kBf16, o.n};
+    step_args.step = 1 + i;
+    const auto t0 = std::chrono::steady_clock::now();
+    Status st = rig.adam->Update(span, step_args);
+    adam_times.push_back(Seconds(t0));
+    ZINF_RETURN_IF_ERROR(st);
   }
-  const double adam_bound_s = Median(adam_times);
-  std::vector<double> ratios;
-  for (size_t i = 0; i < step_times.size(); ++i) {
-    const double bound = std::max(use_fio ? io_bounds[i] : 0.0, adam_bound_s);
-    ratios.push_back(step_times[i] / bound);
-  }
-  if (!flags->Has("keep-files")) {
-    for (size_t i = 0; i < paths.size(); ++i) {
-      RemoveFile(JoinPath(paths[i], "zinf-bench-swap." + std::to_string(i) + ".swp")).IgnoreError();
-    }
-  }
+  return adam_times;
+}
 
+// A step's NVMe traffic: every sub-group's master, m and v are read
+// (12 B/param) and written back (12 B/param).
+struct Traffic {
+  int64_t bytes_read = 0, bytes_written = 0;
+  int read_percent = 0;  // of the bytes moved
+  int64_t bytes_moved() const { return bytes_read + bytes_written; }
+};
+
+Traffic StepTraffic(int64_t n) {
+  Traffic t{12 * n, 12 * n, 0};
+  t.read_percent = static_cast<int>(std::lround(100.0 * double(t.bytes_read) / double(t.bytes_moved())));
+  return t;
+}
+
+// The figures: medians, and per repetition step / max(io bound, adam bound).
+struct Summary {
+  double step_s = 0, io_bound_s = 0, mixed_gbps = 0, adam_bound_s = 0;
+  std::vector<double> ratios;
+};
+
+Summary Summarize(const Options& o, const StepTimes& t, const std::vector<double>& adam_times) {
+  Summary s;
+  s.step_s = Median(t.step_s);
+  s.io_bound_s = Median(t.io_bound_s);
+  s.mixed_gbps = Median(t.mixed_gbps);
+  s.adam_bound_s = Median(adam_times);
+  for (size_t i = 0; i < t.step_s.size(); ++i) {
+    const double bound = std::max(o.use_fio ? t.io_bound_s[i] : 0.0, s.adam_bound_s);
+    s.ratios.push_back(t.step_s[i] / bound);
+  }
+  return s;
+}
+
+nlohmann::json ToJson(const Options& o, const Rig& rig, const Fio& fio, const Traffic& traffic, const StepTimes& t,
+                      const Summary& s) {
   nlohmann::json j;
-  j["params"] = n;
-  j["sub_group"] = *sub_group;
-  j["paths"] = paths;
-  j["engine"] = std::string((*engine)->name());
-  j["isa"] = std::string(optim::IsaName(*isa));
-  j["threads"] = (*pool)->num_threads();
-  j["pipeline_read"] = pipeline;
-  j["pipeline_write"] = pipeline;
-  j["steps"] = *steps;
-  j["step_s"] = step_s;
-  j["adam_bound_s"] = adam_bound_s;
-  j["io_bound_s"] = io_bound_s;
-  j["fio"] = fio_version;
-  j["fio_buffers"] = use_fio ? fio_pages.description() : "";
-  j["fio_mixed_read_percent"] = read_percent;
-  j["fio_mixed_gbps"] = mixed_gbps;
-  j["fio_read_gbps"] = read_gbps;
-  j["fio_write_gbps"] = write_gbps;
+  j["params"] = o.n;
+  j["sub_group"] = o.sub_group;
+  j["paths"] = o.paths;
+  j["engine"] = std::string(rig.engine->name());
+  j["isa"] = std::string(optim::IsaName(o.isa));
+  j["threads"] = rig.pool->num_threads();
+  j["pipeline_read"] = o.pipeline;
+  j["pipeline_write"] = o.pipeline;
+  j["steps"] = o.steps;
+  j["step_s"] = s.step_s;
+  j["adam_bound_s"] = s.adam_bound_s;
+  j["io_bound_s"] = s.io_bound_s;
+  j["fio"] = fio.version;
+  j["fio_buffers"] = o.use_fio ? fio.pages->description() : "";
+  j["fio_mixed_read_percent"] = traffic.read_percent;
+  j["fio_mixed_gbps"] = s.mixed_gbps;
+  j["fio_read_gbps"] = fio.read_gbps;
+  j["fio_write_gbps"] = fio.write_gbps;
   j["compared"] = "Each repetition times one pipelined optimizer step (state read, Adam, state written) and right "
                   "after it fio's mixed job; ratio_to_bound is the median of step / max(io bound, adam bound) "
                   "over repetitions. step_s: median step wall time. "
                   "io_bound_s: bytes_read + bytes_written over fio's sequential mixed read/write bandwidth "
                   "(rw=rw at the step's read share, io_uring, O_DIRECT, same block size and queue depth) on "
                   "a file as large as the state on each path. adam_bound_s: the same Adam update in RAM.";
-  j["bytes_read"] = bytes_read;
-  j["bytes_written"] = bytes_written;
-  j["ratio_to_bound"] = Median(ratios);
-  j["step_s_runs"] = step_times;
-  j["io_bound_s_runs"] = io_bounds;
-  HtmlReport report("zinf bench swap: " + FormatCount(n) + " params on " + std::to_string(paths.size()) +
-                    " path(s), sub-groups of " + FormatCount(*sub_group));
+  j["bytes_read"] = traffic.bytes_read;
+  j["bytes_written"] = traffic.bytes_written;
+  j["ratio_to_bound"] = Median(s.ratios);
+  j["step_s_runs"] = t.step_s;
+  j["io_bound_s_runs"] = t.io_bound_s;
+  return j;
+}
+
+HtmlReport MakeReport(const Options& o, const nlohmann::json& j, const Traffic& traffic, const StepTimes& t,
+                      const Summary& s) {
+  HtmlReport report("zinf bench swap: " + FormatCount(o.n) + " params on " + std::to_string(o.paths.size()) +
+                    " path(s), sub-groups of " + FormatCount(o.sub_group));
   report.AddParagraph(j["compared"].get<std::string>());
   report.AddTable("Key figures (medians)", {"figure", "value"},
-                  {{"step s", FormatFigure(step_s)},
-                   {"io bound s", use_fio ? FormatFigure(io_bound_s) : "not run"},
-                   {"adam bound s", FormatFigure(adam_bound_s)},
-                   {"ratio_to_bound", FormatFigure(Median(ratios))},
-                   {"fio mixed GB/s", use_fio ? FormatFigure(mixed_gbps) : "not run"},
-                   {"bytes read + written per step", FormatBytes(bytes_moved)}});
+                  {{"step s", FormatFigure(s.step_s)},
+                   {"io bound s", o.use_fio ? FormatFigure(s.io_bound_s) : "not run"},
+                   {"adam bound s", FormatFigure(s.adam_bound_s)},
+                   {"ratio_to_bound", FormatFigure(Median(s.ratios))},
+                   {"fio mixed GB/s", o.use_fio ? FormatFigure(s.mixed_gbps) : "not run"},
+                   {"bytes read + written per step", FormatBytes(traffic.bytes_moved())}});
   BarChart chart;
   chart.title = "Per repetition: optimizer step vs. its bounds (s)";
   chart.x_label = "repetition";
   chart.y_label = "seconds";
-  chart.series = {{"step", step_times}, {"io bound (fio)", io_bounds},
-                  {"adam bound", std::vector<double>(step_times.size(), adam_bound_s)}};
-  for (size_t i = 0; i < step_times.size(); ++i) {
-    chart.categories.push_back("rep " + std::to_string(i + 1) + " (ratio " + FormatFigure(ratios[i]) + ")");
+  chart.series = {{"step", t.step_s}, {"io bound (fio)", t.io_bound_s},
+                  {"adam bound", std::vector<double>(t.step_s.size(), s.adam_bound_s)}};
+  for (size_t i = 0; i < t.step_s.size(); ++i) {
+    chart.categories.push_back("rep " + std::to_string(i + 1) + " (ratio " + FormatFigure(s.ratios[i]) + ")");
   }
   report.AddBarChart(chart);
-  if (Status e = EmitResult(j.dump(2), flags->GetOr("json", ""), flags->GetOr("html", ""), report); !e.ok()) {
+  return report;
+}
+
+int Run(const std::vector<std::string>& args) {
+  auto options = ParseOptions(args);
+  if (!options.ok()) return cli::Fail(kName, options.status(), 2);
+  const Options& o = *options;
+  auto rig = CreateRig(o);
+  if (!rig.ok()) return cli::Fail(kName, rig.status());
+  auto state = FirstStep(o, *rig);
+  if (!state.ok()) return cli::Fail(kName, state.status());
+
+  const Traffic traffic = StepTraffic(o.n);
+  auto fio = PrepareFio(o, traffic.read_percent);
+  if (!fio.ok()) return cli::Fail(kName, fio.status());
+  auto times = MeasureSteps(o, *rig, *state, *fio, traffic.bytes_moved());
+  if (!times.ok()) return cli::Fail(kName, times.status());
+  fio->files.RemoveAll();
+  // The swapper's pinned buffers go before the in-RAM bound.
+  rig->swapper.reset();
+  rig->buffers.reset();
+  auto adam_times = MeasureAdamBound(o, *rig, *state);
+  if (!adam_times.ok()) return cli::Fail(kName, adam_times.status());
+  const Summary summary = Summarize(o, *times, *adam_times);
+
+  const nlohmann::json j = ToJson(o, *rig, *fio, traffic, *times, summary);
+  HtmlReport report = MakeReport(o, j, traffic, *times, summary);
+  if (Status e = EmitResult(j.dump(2), o.json_path, o.html_path, report); !e.ok()) {
     return cli::Fail(kName, e);
   }
   return 0;

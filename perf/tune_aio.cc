@@ -5,10 +5,12 @@
 // ~200 trials; coordinate descent finds the same peak on real drives in
 // ~15: start from the config's aio section, sweep one knob at a time with
 // the others at the best found so far, keep the best, and move on. A trial
-// writes then reads `--size` bytes per path through a StripedSpace over all
-// the paths (the layout training uses), and scores the harmonic mean of the
-// write and read rates (total bytes over total time). Trials stop when the
-// time budget is spent; the table shows what was measured.
+// writes then reads `--size` bytes per path through what training uses: one
+// IoEngine with the trial's settings under a swap::SwapStore striped over all
+// the paths (so thread_count means what it means in training: rings in all,
+// not per path). It scores the harmonic mean of the write and read rates
+// (total bytes over total time). Trials stop when the time budget is spent;
+// the table shows what was measured.
 //
 // OUT is IN with only the aio keys replaced (other keys, their order and
 // values are kept), written crash-safely: temp file, fsync, rename.
@@ -27,12 +29,12 @@
 
 #include "aio/file.h"
 #include "aio/pinned_pool.h"
-#include "aio/striped_space.h"
 #include "aio/throughput.h"
 #include "cli/command.h"
 #include "core/fs.h"
 #include "core/units.h"
 #include "report.h"
+#include "swap/swap_store.h"
 #include "zinf/config.h"
 
 namespace zinf::perf {
@@ -58,28 +60,86 @@ std::string Describe(const AioConfig& a) {
   return buf;
 }
 
-Trial RunTrial(const std::vector<std::string>& dirs, int64_t per_path_bytes, const AioConfig& aio) {
+// The trials' swap files. A trial reuses the previous trial's files when its
+// stripe (and so its layout) is the same (a fixed run id), so its writes
+// overwrite written blocks, as training's do after the first step; another
+// stripe removes them first, so SwapStore has no stale file to replace.
+class TrialFiles {
+ public:
+  static constexpr const char* kPrefix = ".zinf-tune-aio";
+  static constexpr const char* kRunId = "zinf-tune-aio";
+
+  void Prepare(int64_t stripe_bytes) {
+    if (stripe_bytes != stripe_bytes_) Remove();
+    stripe_bytes_ = stripe_bytes;
+  }
+  void Keep(const std::vector<std::string>& paths) { paths_ = paths; }
+  void Remove() {
+    std::error_code ec;
+    for (const std::string& p : paths_) std::filesystem::remove(p, ec);
+    paths_.clear();
+  }
+
+ private:
+  int64_t stripe_bytes_ = 0;
+  std::vector<std::string> paths_;
+};
+
+// Writes then reads all of `store`'s one tensor in requests as large as
+// `buffers`; fills `t`'s rates or its error.
+void TimePasses(swap::SwapStore& store, std::span<aio::PinnedBuffer> buffers, Trial& t) {
+  aio::PassTarget target;
+  target.submit = [&store](aio::IoOp op, int64_t off, void* buf, int64_t len) -> StatusOr<aio::IoTicket> {
+    auto h = op == aio::IoOp::kWrite ? store.SwapOutRange(0, off, len, buf) : store.SwapInRange(0, off, len, buf);
+    if (!h.ok()) return h.status();
+    return aio::IoTicket{h->id};
+  };
+  target.wait = [&store](aio::IoTicket ticket) { return store.Wait(swap::SwapHandle{ticket.id}); };
+  const int64_t bytes = store.tensor(0).size_bytes;
+  auto w = aio::TimedPass(target, aio::IoOp::kWrite, bytes, buffers);
+  auto r = w.ok() ? aio::TimedPass(target, aio::IoOp::kRead, bytes, buffers) : StatusOr<aio::PassResult>(w.status());
+  if (!r.ok()) {
+    t.error = r.status().ToString();
+    return;
+  }
+  t.write_gbps = w->gbps();
+  t.read_gbps = r->gbps();
+  t.score = 2.0 * static_cast<double>(bytes) / (w->seconds + r->seconds) / 1e9;
+}
+
+Trial RunTrial(const std::vector<std::string>& dirs, int64_t per_path_bytes, const AioConfig& aio,
+               TrialFiles& files) {
   Trial t;
   t.aio = aio;
-  aio::StripedSpaceOptions so;
-  so.dirs = dirs;
-  so.file_name = ".zinf-tune-aio.swap";
-  so.capacity_bytes = per_path_bytes * static_cast<int64_t>(dirs.size());
-  so.stripe_bytes = std::max<int64_t>(aio.block_size, kMiB);
-  so.engine = aio::FromAioConfig(aio);
-  so.engine.direct_io = aio::DirectIo::kRequire;
-  auto space = aio::StripedSpace::Open(so);
-  if (!space.ok()) {
-    t.error = space.status().ToString();
+  aio::IoEngineOptions eo = aio::FromAioConfig(aio);
+  eo.direct_io = aio::DirectIo::kRequire;
+  auto engine = aio::CreateIoEngine(eo);
+  if (!engine.ok()) {
+    t.error = engine.status().ToString();
     return t;
   }
-  // Enough bytes outstanding for every ring of every path to be full,
-  // capped so large settings do not pin gigabytes.
-  const int64_t in_flight = aio.block_size * aio.queue_depth * aio.thread_count * static_cast<int64_t>(dirs.size());
-  const int64_t request = std::clamp<int64_t>(in_flight, so.stripe_bytes, 128 * kMiB);
+  swap::SwapStoreOptions so;
+  so.paths = dirs;
+  so.file_prefix = TrialFiles::kPrefix;
+  so.run_id = TrialFiles::kRunId;
+  so.stripe_bytes = AlignUp(std::max<int64_t>(aio.block_size, kMiB), so.alignment_bytes);
+  so.checksums = false;  // the drives' rates, not crc32c's
+  const int64_t bytes = per_path_bytes * static_cast<int64_t>(dirs.size());
+  files.Prepare(so.stripe_bytes);
+  auto store = swap::SwapStore::Create(engine->get(), {{"tune aio", bytes, 1}}, so);
+  if (!store.ok()) {
+    t.error = store.status().ToString();
+    return t;
+  }
+  files.Keep((*store)->file_paths());
+  // Enough bytes outstanding for every ring to be full, capped so large
+  // settings do not pin gigabytes; whole stripes, as ranges of the tensor.
+  const int64_t in_flight = aio.block_size * aio.queue_depth * aio.thread_count;
+  const int64_t request = AlignUp(std::clamp<int64_t>(in_flight, so.stripe_bytes, 128 * kMiB), so.stripe_bytes);
   aio::PinnedPoolOptions po;
   po.buffer_count = 3;
   po.buffer_bytes = request;
+  po.alignment_bytes = (*store)->alignment_bytes();
   po.name = "tune aio buffers";
   auto pool = aio::PinnedPool::Create(po);
   if (!pool.ok()) {
@@ -87,22 +147,13 @@ Trial RunTrial(const std::vector<std::string>& dirs, int64_t per_path_bytes, con
     return t;
   }
   auto region = (*pool)->region();
-  Status st = (*space)->RegisterMemory(region.data(), region.size());
-  std::vector<aio::PinnedBuffer> buffers;
-  for (int i = 0; i < 3; ++i) buffers.push_back((*pool)->Acquire());
-  aio::PassTarget target;
-  target.submit = [&](aio::IoOp op, int64_t off, void* buf, int64_t len) { return (*space)->Submit(op, off, buf, len); };
-  target.wait = [&](aio::IoTicket ticket) { return (*space)->Wait(ticket); };
-  const int64_t bytes = (*space)->capacity_bytes();
-  auto w = st.ok() ? aio::TimedPass(target, aio::IoOp::kWrite, bytes, buffers) : StatusOr<aio::PassResult>(st);
-  auto r = w.ok() ? aio::TimedPass(target, aio::IoOp::kRead, bytes, buffers) : StatusOr<aio::PassResult>(w.status());
-  if (!r.ok()) {
-    t.error = r.status().ToString();
+  if (Status st = (*engine)->RegisterMemory(region.data(), region.size()); !st.ok()) {
+    t.error = st.ToString();
     return t;
   }
-  t.write_gbps = w->gbps();
-  t.read_gbps = r->gbps();
-  t.score = 2.0 * static_cast<double>(bytes) / (w->seconds + r->seconds) / 1e9;
+  std::vector<aio::PinnedBuffer> buffers;
+  for (int i = 0; i < 3; ++i) buffers.push_back((*pool)->Acquire());
+  TimePasses(**store, buffers, t);
   return t;
 }
 
@@ -149,7 +200,8 @@ Status WriteReports(const cli::Flags& flags, const std::vector<std::string>& dir
   HtmlReport report("zinf tune aio: " + std::to_string(dirs.size()) + " path(s), " + FormatBytes(per_path) +
                     " per path per trial");
   report.AddParagraph("Coordinate descent over the aio knobs; each trial writes then reads the bytes through a "
-                      "StripedSpace over all paths. Score: " + j["score"].get<std::string>() + ".");
+                      "swap store striped over all paths, as training does. Score: " +
+                      j["score"].get<std::string>() + ".");
   std::vector<std::vector<std::string>> rows;
   std::vector<Trial> ranked = trials;
   std::sort(ranked.begin(), ranked.end(), [](const Trial& a, const Trial& b) { return a.score > b.score; });
@@ -205,6 +257,27 @@ Status WriteReports(const cli::Flags& flags, const std::vector<std::string>& dir
   return report.WriteFile(html_path);
 }
 
+// OUT = IN with the aio keys replaced by `best`'s; the rest kept as written.
+// Checks that OUT parses as a config.
+Status WriteTunedConfig(const std::string& in_path, const std::string& out_path, const AioConfig& best) {
+  std::ifstream in(in_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto json = nlohmann::ordered_json::parse(text.str(), nullptr, false);
+  if (json.is_discarded() || !json.is_object()) return Status::InvalidArgument(in_path + ": not a JSON object");
+  auto& aio = json["aio"];
+  if (!aio.is_object()) aio = nlohmann::ordered_json::object();
+  aio["block_size"] = best.block_size;
+  aio["queue_depth"] = best.queue_depth;
+  aio["thread_count"] = best.thread_count;
+  aio["single_submit"] = best.single_submit;
+  aio["overlap_events"] = best.overlap_events;
+  ZINF_RETURN_IF_ERROR(WriteFileAtomic(out_path, json.dump(2) + "\n"));
+  auto check = LoadConfigFile(out_path);
+  if (!check.ok()) return check.status().WithContext("the written config does not parse");
+  return Status::Ok();
+}
+
 int Run(const std::vector<std::string>& args) {
   auto flags = cli::Flags::Parse(args, {"config", "out", "size", "budget-s", "nvme", "html", "json"}, {"grid"});
   if (!flags.ok()) return cli::Fail("tune aio", flags.status(), 2);
@@ -247,6 +320,7 @@ int Run(const std::vector<std::string>& args) {
 
   std::map<decltype(Key(AioConfig{})), Trial> done;
   std::vector<Trial> order;
+  TrialFiles files;
   const auto start = std::chrono::steady_clock::now();
   auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   bool out_of_time = false;
@@ -262,7 +336,7 @@ int Run(const std::vector<std::string>& args) {
     std::fprintf(stderr, "[%2zu/~%d %5.1fs] %s ... ", order.size() + 1, total_planned, elapsed_s(),
                  Describe(a).c_str());
     std::fflush(stderr);
-    Trial t = RunTrial(dirs, per_path, a);
+    Trial t = RunTrial(dirs, per_path, a, files);
     if (t.error.empty()) {
       std::fprintf(stderr, "write %.2f read %.2f GB/s, score %.2f\n", t.write_gbps, t.read_gbps, t.score);
     } else {
@@ -275,7 +349,7 @@ int Run(const std::vector<std::string>& args) {
                FormatBytes(per_path).c_str(), static_cast<long long>(*budget));
   const Trial* base = measure(best);
   if (base == nullptr || !base->error.empty()) {
-    for (const auto& d : dirs) std::filesystem::remove(std::filesystem::path(d) / ".zinf-tune-aio.swap");
+    files.Remove();
     return cli::Fail("tune aio", Status::IoError("the config's own aio settings cannot run: " +
                                                  (base ? base->error : std::string("no time"))));
   }
@@ -309,7 +383,7 @@ int Run(const std::vector<std::string>& args) {
     }
   }
   const std::vector<Trial> measured = order;  // in the order run
-  for (const auto& d : dirs) std::filesystem::remove(std::filesystem::path(d) / ".zinf-tune-aio.swap");
+  files.Remove();
   if (out_of_time) std::fprintf(stderr, "tune aio: time budget spent; best of %zu trials\n", order.size());
 
   std::sort(order.begin(), order.end(), [](const Trial& a, const Trial& b) { return a.score > b.score; });
@@ -324,25 +398,8 @@ int Run(const std::vector<std::string>& args) {
                 t.error.empty() ? (Key(t.aio) == Key(best) ? "  <- best" : "") : ("  failed: " + t.error).c_str());
   }
 
-  // OUT = IN with the aio keys replaced; the rest kept as written.
-  std::ifstream in(*in_path);
-  std::stringstream text;
-  text << in.rdbuf();
-  auto json = nlohmann::ordered_json::parse(text.str(), nullptr, false);
-  if (json.is_discarded() || !json.is_object()) {
-    return cli::Fail("tune aio", Status::InvalidArgument(*in_path + ": not a JSON object"));
-  }
-  auto& aio = json["aio"];
-  if (!aio.is_object()) aio = nlohmann::ordered_json::object();
-  aio["block_size"] = best.block_size;
-  aio["queue_depth"] = best.queue_depth;
-  aio["thread_count"] = best.thread_count;
-  aio["single_submit"] = best.single_submit;
-  aio["overlap_events"] = best.overlap_events;
-  st = WriteFileAtomic(*out_path, json.dump(2) + "\n");
+  st = WriteTunedConfig(*in_path, *out_path, best);
   if (!st.ok()) return cli::Fail("tune aio", st);
-  auto check = LoadConfigFile(*out_path);
-  if (!check.ok()) return cli::Fail("tune aio", check.status().WithContext("the written config does not parse"));
   std::fprintf(stderr, "tune aio: wrote %s (best: %s)\n", out_path->c_str(), Describe(best).c_str());
   if (Status r = WriteReports(*flags, dirs, per_path, measured, best, block_sizes, depths); !r.ok()) {
     return cli::Fail("tune aio", r);

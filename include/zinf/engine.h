@@ -74,21 +74,16 @@
 #include <vector>
 
 #include "zinf/config.h"
+#include "zinf/element_type.h"
 #include "zinf/status.h"
 
 namespace zinf {
 
-class Device;
-namespace comm {
-class Communicator;
-}
-namespace aio {
-class IoEngine;
-}
-
-// Element types of the working parameters and of the gradients handed in.
-enum class ElementType { kF32, kF16, kBf16 };
-int ElementSizeBytes(ElementType type);
+// Inside zinf only (src/zero3/engine_hooks.h): the device, communicators
+// and I/O engine an Engine is built on, and access to them. Users leave
+// EngineOptions::hooks null and never need either.
+struct EngineHooks;
+struct EngineAccess;
 
 struct TensorSpec {
   std::string name;
@@ -104,17 +99,6 @@ struct BlockSpec {
 using BlockId = int32_t;
 
 struct EngineOptions {
-  // The device to compute on (not owned); null: CreateDevice(auto), owned.
-  Device* device = nullptr;
-  // Collectives on host buffers (norms; the host device's all-gathers)
-  // (not owned); null: MPI_COMM_WORLD when MPI is initialised with more than
-  // one rank, else a single local rank.
-  comm::Communicator* host_communicator = nullptr;
-  // Collectives on device buffers (all-gather, reduce-scatter) (not owned);
-  // null: NCCL bootstrapped over the host communicator on a GPU with more
-  // than one rank, a local one on a GPU alone, the host communicator on the
-  // host device.
-  comm::Communicator* device_communicator = nullptr;
   // Names this run's swap files (SwapStore run id); empty: random.
   std::string run_id;
   // CPU Adam threads; 0: one per physical core.
@@ -122,10 +106,11 @@ struct EngineOptions {
   // Element type of the gradients given to ReduceGradients: kF32, or the
   // working parameters' type.
   ElementType grad_type = ElementType::kF32;
-  // Test hook / custom engine (not owned; must outlive the Engine): used for
-  // swap and checkpoint I/O instead of creating one. Null: the engine
-  // creates its own from the config's aio section.
-  aio::IoEngine* io_engine = nullptr;
+  // zinf's own code and tests only (not owned; read by Create): the
+  // device, communicators and I/O engine to use. Null: the engine makes its
+  // own (a GPU when present, else the host; MPI ranks under mpirun; io_uring
+  // from the config's aio section).
+  const EngineHooks* hooks = nullptr;
 };
 
 struct StepResult {
@@ -248,12 +233,12 @@ class Engine {
   int world_size() const;
   double loss_scale() const;
   int64_t optimizer_steps() const;  // applied steps
-  Device& device();
   EngineCounters counters() const;
 
   struct Impl;
 
  private:
+  friend struct EngineAccess;
   explicit Engine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -22,8 +22,9 @@
 // Alignment: every segment's offset and length must be multiples of the file's
 // `alignment_bytes` (its logical block size under O_DIRECT) and its buffer
 // must be aligned to the same; anything else is rejected with
-// kInvalidArgument naming the offset and length. Byte-granular access lives
-// one layer up (StripedSpace::Read/Write, read-modify-write).
+// kInvalidArgument naming the offset and length. The layers above pad what
+// they move to the alignment (swap::SwapStore::PaddedBytes, the checkpoint
+// files' zero-padded tails); there is no byte-granular path.
 //
 // Thread-safety: Submit, Wait, IsDone and WaitAll may be called from any
 // thread. OpenFile, CloseFile and RegisterMemory may be called from any thread

@@ -1,16 +1,13 @@
 #include "aio/request_table.h"
 
+#include <optional>
 #include <string>
 
 #include "core/check.h"
 
 namespace zinf::aio {
 
-RequestTable::RequestTable(int capacity) : slots_(capacity) {
-  ZINF_CHECK(capacity > 0);
-  free_.reserve(capacity);
-  for (int i = capacity - 1; i >= 0; --i) free_.push_back(static_cast<uint32_t>(i));
-}
+RequestTable::RequestTable(int capacity) : slots_(capacity) {}
 
 StatusOr<IoTicket> RequestTable::Allocate(IoOp op, std::span<const IoSegment> segments, int parts,
                                           int64_t pieces, uint32_t* slot_index) {
@@ -19,24 +16,23 @@ StatusOr<IoTicket> RequestTable::Allocate(IoOp op, std::span<const IoSegment> se
     return Status::Aborted(std::string(IoOpName(op)) + " refused: an earlier I/O error is sticky: " +
                            sticky_.ToString());
   }
-  if (free_.empty()) {
+  const std::optional<uint32_t> taken = slots_.Acquire();
+  if (!taken) {
     return Status::ResourceExhausted(std::string(IoOpName(op)) + " refused: " +
-                                     std::to_string(slots_.size()) +
+                                     std::to_string(slots_.capacity()) +
                                      " requests outstanding (max_requests); wait on some first");
   }
-  const uint32_t index = free_.back();
-  free_.pop_back();
+  const uint32_t index = *taken;
   Slot& s = slots_[index];
   s.op = op;
   s.segments.assign(segments.begin(), segments.end());
   s.total_pieces = pieces;
   s.failed.store(false, std::memory_order_relaxed);
-  s.in_use = true;
   s.parts_left = parts;
   s.status = Status::Ok();
   if (parts > 0) ++pending_;
   *slot_index = index;
-  return IoTicket{(uint64_t{s.generation} << 32) | (index + 1)};
+  return IoTicket{slots_.HandleOf(index)};
 }
 
 void RequestTable::FinishPart(uint32_t index, const Status& status) {
@@ -44,7 +40,7 @@ void RequestTable::FinishPart(uint32_t index, const Status& status) {
   {
     std::lock_guard lock(mu_);
     Slot& s = slots_[index];
-    ZINF_CHECK_MSG(s.in_use && s.parts_left > 0, "FinishPart on a slot with no parts left");
+    ZINF_CHECK_MSG(slots_.in_use(index) && s.parts_left > 0, "FinishPart on a slot with no parts left");
     if (!status.ok()) {
       s.failed.store(true, std::memory_order_relaxed);
       if (s.status.ok()) s.status = status;
@@ -59,21 +55,10 @@ void RequestTable::FinishPart(uint32_t index, const Status& status) {
 }
 
 uint32_t RequestTable::SlotOf(IoTicket ticket) const {
-  const uint64_t low = ticket.id & 0xffffffffu;
-  ZINF_CHECK_MSG(low >= 1 && low <= slots_.size(), "IoTicket does not belong to this engine");
-  const uint32_t index = static_cast<uint32_t>(low - 1);
-  const Slot& s = slots_[index];
-  ZINF_CHECK_MSG(s.in_use && s.generation == static_cast<uint32_t>(ticket.id >> 32),
-                 "IoTicket already waited on (or never issued)");
-  return index;
-}
-
-void RequestTable::Release(uint32_t index) {
-  Slot& s = slots_[index];
-  s.in_use = false;
-  ++s.generation;
-  if (s.generation == 0) s.generation = 1;
-  free_.push_back(index);
+  ZINF_CHECK_MSG(slots_.InRange(ticket.id), "IoTicket does not belong to this engine");
+  const std::optional<uint32_t> index = slots_.Find(ticket.id);
+  ZINF_CHECK_MSG(index.has_value(), "IoTicket already waited on (or never issued)");
+  return *index;
 }
 
 Status RequestTable::Wait(IoTicket ticket) {
@@ -81,7 +66,7 @@ Status RequestTable::Wait(IoTicket ticket) {
   const uint32_t index = SlotOf(ticket);
   done_cv_.wait(lock, [&] { return slots_[index].parts_left == 0; });
   Status st = slots_[index].status;
-  Release(index);
+  slots_.Release(index);
   return st;
 }
 
@@ -94,10 +79,10 @@ Status RequestTable::WaitAll() {
   std::unique_lock lock(mu_);
   done_cv_.wait(lock, [&] { return pending_ == 0; });
   Status first;
-  for (uint32_t i = 0; i < slots_.size(); ++i) {
-    if (!slots_[i].in_use) continue;
+  for (uint32_t i = 0; i < static_cast<uint32_t>(slots_.capacity()); ++i) {
+    if (!slots_.in_use(i)) continue;
     if (first.ok() && !slots_[i].status.ok()) first = slots_[i].status;
-    Release(i);
+    slots_.Release(i);
   }
   return first;
 }
@@ -109,7 +94,7 @@ Status RequestTable::sticky_error() const {
 
 int RequestTable::outstanding() const {
   std::lock_guard lock(mu_);
-  return static_cast<int>(slots_.size() - free_.size());
+  return slots_.in_use_count();
 }
 
 }  // namespace zinf::aio

@@ -4,16 +4,16 @@
 // A slot holds one request from Submit until its ticket is waited on. A
 // request is done when all of its parts (one per worker ring it was spread
 // over) have finished; the first error of any part is the request's status
-// and, the first time any request fails, the table's sticky error. Slots are
-// allocated up front; a slot's segment vector keeps its capacity between
-// uses, so the steady state does not allocate.
+// and, the first time any request fails, the table's sticky error. The slots
+// and tickets are a HandleTable (handle_table.h): bounded, allocated up front,
+// a slot's segment vector keeps its capacity between uses, and a spent or
+// forged ticket is caught by a check instead of waiting on someone else's
+// request.
 //
-// Tickets are (generation << 32 | slot + 1): a spent or forged ticket is
-// caught by a check instead of waiting on someone else's request.
-//
-// Thread-safety: every method may be called from any thread. Segments()
-// may be read by workers between Allocate and the last FinishPart without
-// the lock (the submitter writes them before handing the slot over).
+// Thread-safety: every method may be called from any thread (one lock, which
+// also covers the HandleTable). A slot's op, segments, total_pieces and
+// rotation may be read by workers between Allocate and the last FinishPart
+// without the lock (the submitter writes them before handing the slot over).
 #pragma once
 
 #include <atomic>
@@ -23,6 +23,7 @@
 #include <span>
 #include <vector>
 
+#include "aio/handle_table.h"
 #include "aio/io_engine.h"
 #include "zinf/status.h"
 
@@ -41,8 +42,6 @@ class RequestTable {
     int rotation = 0;                 // which worker takes piece 0
     std::atomic<bool> failed{false};  // set on the first failed part: stop issuing pieces
     // Guarded by the table's lock:
-    uint32_t generation = 1;
-    bool in_use = false;
     int parts_left = 0;
     Status status;
   };
@@ -65,14 +64,12 @@ class RequestTable {
   int outstanding() const;
 
  private:
-  uint32_t SlotOf(IoTicket ticket) const;  // checks the ticket
-  void Release(uint32_t index);            // lock held
+  uint32_t SlotOf(IoTicket ticket) const;  // checks the ticket; lock held
 
   mutable std::mutex mu_;
   std::condition_variable done_cv_;
-  std::vector<Slot> slots_;
-  std::vector<uint32_t> free_;  // stack of free slot indices (capacity fixed)
-  int pending_ = 0;             // allocated and not yet done
+  HandleTable<Slot> slots_;  // guarded by mu_ (see HandleTable)
+  int pending_ = 0;          // allocated and not yet done
   Status sticky_;
 };
 

@@ -21,7 +21,8 @@
 
 namespace zinf::aio {
 
-// Where a pass sends its requests (an engine's file, a StripedSpace, ...).
+// Where a pass sends its requests: an engine's file (EngineTarget), or a
+// caller's adapter (tune aio's over a swap store striped over its paths).
 struct PassTarget {
   std::function<StatusOr<IoTicket>(IoOp op, int64_t offset, void* buffer, int64_t length)> submit;
   std::function<Status(IoTicket ticket)> wait;

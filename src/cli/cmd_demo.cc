@@ -110,7 +110,7 @@ int Run(const std::vector<std::string>& args) {
     model::TrainerOptions topt;
     topt.model = *model;
     topt.corpus_bytes = 2 << 20;
-    topt.engine.device = device->get();
+    topt.hooks.device = device->get();
     topt.engine.run_id = "zinf-demo";
     topt.engine.optimizer_threads = static_cast<int>(*threads);
     auto trainer = model::Trainer::Create(config, topt);

@@ -141,7 +141,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   topt.data_path = flags->GetOr("data", "");
   topt.corpus_bytes = *corpus;
   topt.seed = static_cast<uint64_t>(*seed);
-  topt.engine.device = device->get();
+  topt.hooks.device = device->get();
   topt.engine.optimizer_threads = static_cast<int>(*threads);
   if (out) {
     std::fprintf(out, "zinf train: model %s: %s parameters (%d layers, %d heads, width %d, context %d, vocab %d)\n",

@@ -5,30 +5,6 @@
 
 namespace zinf::comm {
 
-std::string_view DataTypeName(DataType dtype) {
-  switch (dtype) {
-    case DataType::kF32: return "f32";
-    case DataType::kF64: return "f64";
-    case DataType::kF16: return "f16";
-    case DataType::kBf16: return "bf16";
-    case DataType::kU8: return "u8";
-    case DataType::kI64: return "i64";
-  }
-  return "?";
-}
-
-int DataTypeSizeBytes(DataType dtype) {
-  switch (dtype) {
-    case DataType::kF32: return 4;
-    case DataType::kF64: return 8;
-    case DataType::kF16: return 2;
-    case DataType::kBf16: return 2;
-    case DataType::kU8: return 1;
-    case DataType::kI64: return 8;
-  }
-  return 1;
-}
-
 Status CheckCollectiveArgs(std::string_view op, int64_t count, bool needs_stream, const Stream* stream) {
   if (count < 0) {
     return Status::InvalidArgument(std::string(op) + ": count must be >= 0, got " + std::to_string(count));
@@ -49,24 +25,24 @@ Status LocalCommunicator::Copy(void* dst, const void* src, int64_t bytes, Stream
   return Status::Ok();
 }
 
-Status LocalCommunicator::AllGather(const void* send, void* recv, int64_t count, DataType dtype, Stream* stream) {
+Status LocalCommunicator::AllGather(const void* send, void* recv, int64_t count, ElementType dtype, Stream* stream) {
   ZINF_RETURN_IF_ERROR(CheckCollectiveArgs("all-gather", count, device_buffers_, stream));
-  return Copy(recv, send, count * DataTypeSizeBytes(dtype), stream);
+  return Copy(recv, send, count * ElementSizeBytes(dtype), stream);
 }
 
-Status LocalCommunicator::ReduceScatter(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp,
+Status LocalCommunicator::ReduceScatter(const void* send, void* recv, int64_t count, ElementType dtype, ReduceOp,
                                         Stream* stream) {
   ZINF_RETURN_IF_ERROR(CheckCollectiveArgs("reduce-scatter", count, device_buffers_, stream));
-  return Copy(recv, send, count * DataTypeSizeBytes(dtype), stream);
+  return Copy(recv, send, count * ElementSizeBytes(dtype), stream);
 }
 
-Status LocalCommunicator::AllReduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp,
+Status LocalCommunicator::AllReduce(const void* send, void* recv, int64_t count, ElementType dtype, ReduceOp,
                                     Stream* stream) {
   ZINF_RETURN_IF_ERROR(CheckCollectiveArgs("all-reduce", count, device_buffers_, stream));
-  return Copy(recv, send, count * DataTypeSizeBytes(dtype), stream);
+  return Copy(recv, send, count * ElementSizeBytes(dtype), stream);
 }
 
-Status LocalCommunicator::Broadcast(void*, int64_t count, DataType, int root, Stream* stream) {
+Status LocalCommunicator::Broadcast(void*, int64_t count, ElementType, int root, Stream* stream) {
   ZINF_RETURN_IF_ERROR(CheckCollectiveArgs("broadcast", count, device_buffers_, stream));
   if (root != 0) return Status::InvalidArgument("broadcast: root " + std::to_string(root) + " of 1 rank");
   return Status::Ok();

@@ -18,7 +18,8 @@
 //     collective on the calling thread and return when it has finished.
 // `stream` may be null for host communicators (nothing to drain).
 //
-// Semantics (MPI's and NCCL's): `count` is in elements of `dtype`.
+// Semantics (MPI's and NCCL's): `count` is in elements of `dtype` (any
+// ElementType).
 //   AllGather:     recv[r*count .. (r+1)*count) = rank r's send[0..count).
 //                  In place when send == recv + rank()*count.
 //   ReduceScatter: recv[0..count) = op over ranks of send[rank()*count ..).
@@ -44,13 +45,10 @@
 #include <string_view>
 
 #include "device/device.h"
+#include "zinf/element_type.h"
 #include "zinf/status.h"
 
 namespace zinf::comm {
-
-enum class DataType { kF32, kF64, kF16, kBf16, kU8, kI64 };
-std::string_view DataTypeName(DataType dtype);
-int DataTypeSizeBytes(DataType dtype);
 
 enum class ReduceOp { kSum, kMax };
 
@@ -64,12 +62,12 @@ class Communicator {
   // True when buffers are device pointers (NCCL), false for host memory.
   virtual bool buffers_on_device() const = 0;
 
-  virtual Status AllGather(const void* send, void* recv, int64_t count, DataType dtype, Stream* stream) = 0;
-  virtual Status ReduceScatter(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op,
+  virtual Status AllGather(const void* send, void* recv, int64_t count, ElementType dtype, Stream* stream) = 0;
+  virtual Status ReduceScatter(const void* send, void* recv, int64_t count, ElementType dtype, ReduceOp op,
                                Stream* stream) = 0;
-  virtual Status AllReduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op,
+  virtual Status AllReduce(const void* send, void* recv, int64_t count, ElementType dtype, ReduceOp op,
                            Stream* stream) = 0;
-  virtual Status Broadcast(void* buf, int64_t count, DataType dtype, int root, Stream* stream) = 0;
+  virtual Status Broadcast(void* buf, int64_t count, ElementType dtype, int root, Stream* stream) = 0;
   virtual Status Barrier() = 0;
 };
 
@@ -85,12 +83,12 @@ class LocalCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
   bool buffers_on_device() const override { return device_buffers_; }
-  Status AllGather(const void* send, void* recv, int64_t count, DataType dtype, Stream* stream) override;
-  Status ReduceScatter(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op,
+  Status AllGather(const void* send, void* recv, int64_t count, ElementType dtype, Stream* stream) override;
+  Status ReduceScatter(const void* send, void* recv, int64_t count, ElementType dtype, ReduceOp op,
                        Stream* stream) override;
-  Status AllReduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op,
+  Status AllReduce(const void* send, void* recv, int64_t count, ElementType dtype, ReduceOp op,
                    Stream* stream) override;
-  Status Broadcast(void* buf, int64_t count, DataType dtype, int root, Stream* stream) override;
+  Status Broadcast(void* buf, int64_t count, ElementType dtype, int root, Stream* stream) override;
   Status Barrier() override { return Status::Ok(); }
 
  private:

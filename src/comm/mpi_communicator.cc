@@ -6,7 +6,7 @@
 
 #ifdef ZINF_COMM_HAVE_MPI
 #include "comm/mpi_impl.h"
-#include "optim/dtype.h"
+#include "core/half.h"
 #endif
 
 namespace zinf::comm {
@@ -41,33 +41,33 @@ struct HalfOps {
 const HalfOps& GetHalfOps() {
   static HalfOps ops = [] {
     HalfOps o{};
-    MPI_Op_create(&Reduce16<optim::Bf16ToFloat, optim::FloatToBf16, false>, 1, &o.bf16_sum);
-    MPI_Op_create(&Reduce16<optim::Bf16ToFloat, optim::FloatToBf16, true>, 1, &o.bf16_max);
-    MPI_Op_create(&Reduce16<optim::HalfToFloat, optim::FloatToHalf, false>, 1, &o.f16_sum);
-    MPI_Op_create(&Reduce16<optim::HalfToFloat, optim::FloatToHalf, true>, 1, &o.f16_max);
+    MPI_Op_create(&Reduce16<Bf16ToFloat, FloatToBf16, false>, 1, &o.bf16_sum);
+    MPI_Op_create(&Reduce16<Bf16ToFloat, FloatToBf16, true>, 1, &o.bf16_max);
+    MPI_Op_create(&Reduce16<HalfToFloat, FloatToHalf, false>, 1, &o.f16_sum);
+    MPI_Op_create(&Reduce16<HalfToFloat, FloatToHalf, true>, 1, &o.f16_max);
     return o;
   }();
   return ops;
 }
 
-MPI_Datatype MpiType(DataType dtype) {
+MPI_Datatype MpiType(ElementType dtype) {
   switch (dtype) {
-    case DataType::kF32: return MPI_FLOAT;
-    case DataType::kF64: return MPI_DOUBLE;
-    case DataType::kF16:
-    case DataType::kBf16: return MPI_UINT16_T;
-    case DataType::kU8: return MPI_UINT8_T;
-    case DataType::kI64: return MPI_INT64_T;
+    case ElementType::kF32: return MPI_FLOAT;
+    case ElementType::kF64: return MPI_DOUBLE;
+    case ElementType::kF16:
+    case ElementType::kBf16: return MPI_UINT16_T;
+    case ElementType::kU8: return MPI_UINT8_T;
+    case ElementType::kI64: return MPI_INT64_T;
   }
   return MPI_BYTE;
 }
 
-StatusOr<MPI_Op> MpiOp(DataType dtype, ReduceOp op) {
+StatusOr<MPI_Op> MpiOp(ElementType dtype, ReduceOp op) {
   const bool sum = op == ReduceOp::kSum;
   switch (dtype) {
-    case DataType::kBf16: return sum ? GetHalfOps().bf16_sum : GetHalfOps().bf16_max;
-    case DataType::kF16: return sum ? GetHalfOps().f16_sum : GetHalfOps().f16_max;
-    case DataType::kU8:
+    case ElementType::kBf16: return sum ? GetHalfOps().bf16_sum : GetHalfOps().bf16_max;
+    case ElementType::kF16: return sum ? GetHalfOps().f16_sum : GetHalfOps().f16_max;
+    case ElementType::kU8:
       if (sum) return Status::InvalidArgument("mpi: sum of u8 is not supported");
       return MPI_MAX;
     default: return sum ? MPI_SUM : MPI_MAX;
@@ -144,16 +144,16 @@ MpiCommunicator::~MpiCommunicator() {
   if (impl_ && impl_->comm != MPI_COMM_NULL && MpiInitialized()) MPI_Comm_free(&impl_->comm);
 }
 
-Status MpiCommunicator::AllGather(const void* send, void* recv, int64_t count, DataType dtype, Stream* stream) {
+Status MpiCommunicator::AllGather(const void* send, void* recv, int64_t count, ElementType dtype, Stream* stream) {
   ZINF_RETURN_IF_ERROR(Prepare("all-gather", count, stream));
-  const int64_t bytes = count * DataTypeSizeBytes(dtype);
+  const int64_t bytes = count * ElementSizeBytes(dtype);
   const bool in_place = send == static_cast<const char*>(recv) + rank_ * bytes;
   const int rc = MPI_Allgather(in_place ? MPI_IN_PLACE : send, static_cast<int>(count), MpiType(dtype), recv,
                                static_cast<int>(count), MpiType(dtype), impl_->comm);
   return rc == MPI_SUCCESS ? Status::Ok() : MpiError(rc, "all-gather");
 }
 
-Status MpiCommunicator::ReduceScatter(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op,
+Status MpiCommunicator::ReduceScatter(const void* send, void* recv, int64_t count, ElementType dtype, ReduceOp op,
                                       Stream* stream) {
   ZINF_RETURN_IF_ERROR(Prepare("reduce-scatter", count, stream));
   ZINF_ASSIGN_OR_RETURN(MPI_Op mop, MpiOp(dtype, op));
@@ -161,7 +161,7 @@ Status MpiCommunicator::ReduceScatter(const void* send, void* recv, int64_t coun
   return rc == MPI_SUCCESS ? Status::Ok() : MpiError(rc, "reduce-scatter");
 }
 
-Status MpiCommunicator::AllReduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op,
+Status MpiCommunicator::AllReduce(const void* send, void* recv, int64_t count, ElementType dtype, ReduceOp op,
                                   Stream* stream) {
   ZINF_RETURN_IF_ERROR(Prepare("all-reduce", count, stream));
   ZINF_ASSIGN_OR_RETURN(MPI_Op mop, MpiOp(dtype, op));
@@ -170,7 +170,7 @@ Status MpiCommunicator::AllReduce(const void* send, void* recv, int64_t count, D
   return rc == MPI_SUCCESS ? Status::Ok() : MpiError(rc, "all-reduce");
 }
 
-Status MpiCommunicator::Broadcast(void* buf, int64_t count, DataType dtype, int root, Stream* stream) {
+Status MpiCommunicator::Broadcast(void* buf, int64_t count, ElementType dtype, int root, Stream* stream) {
   ZINF_RETURN_IF_ERROR(Prepare("broadcast", count, stream));
   if (root < 0 || root >= size_) {
     return Status::InvalidArgument("broadcast: root " + std::to_string(root) + " of " + std::to_string(size_));
@@ -199,14 +199,16 @@ StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::CreateWorld() {
   return Status::Unavailable("mpi: zinf was built without MPI");
 }
 MpiCommunicator::~MpiCommunicator() = default;
-Status MpiCommunicator::AllGather(const void*, void*, int64_t, DataType, Stream*) { return Status::Unavailable("mpi"); }
-Status MpiCommunicator::ReduceScatter(const void*, void*, int64_t, DataType, ReduceOp, Stream*) {
+Status MpiCommunicator::AllGather(const void*, void*, int64_t, ElementType, Stream*) {
   return Status::Unavailable("mpi");
 }
-Status MpiCommunicator::AllReduce(const void*, void*, int64_t, DataType, ReduceOp, Stream*) {
+Status MpiCommunicator::ReduceScatter(const void*, void*, int64_t, ElementType, ReduceOp, Stream*) {
   return Status::Unavailable("mpi");
 }
-Status MpiCommunicator::Broadcast(void*, int64_t, DataType, int, Stream*) { return Status::Unavailable("mpi"); }
+Status MpiCommunicator::AllReduce(const void*, void*, int64_t, ElementType, ReduceOp, Stream*) {
+  return Status::Unavailable("mpi");
+}
+Status MpiCommunicator::Broadcast(void*, int64_t, ElementType, int, Stream*) { return Status::Unavailable("mpi"); }
 Status MpiCommunicator::Barrier() { return Status::Unavailable("mpi"); }
 
 #endif

@@ -49,12 +49,12 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return size_; }
   bool buffers_on_device() const override { return false; }
-  Status AllGather(const void* send, void* recv, int64_t count, DataType dtype, Stream* stream) override;
-  Status ReduceScatter(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op,
+  Status AllGather(const void* send, void* recv, int64_t count, ElementType dtype, Stream* stream) override;
+  Status ReduceScatter(const void* send, void* recv, int64_t count, ElementType dtype, ReduceOp op,
                        Stream* stream) override;
-  Status AllReduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op,
+  Status AllReduce(const void* send, void* recv, int64_t count, ElementType dtype, ReduceOp op,
                    Stream* stream) override;
-  Status Broadcast(void* buf, int64_t count, DataType dtype, int root, Stream* stream) override;
+  Status Broadcast(void* buf, int64_t count, ElementType dtype, int root, Stream* stream) override;
   Status Barrier() override;
 
   // The MPI_Comm behind this communicator (comm/mpi_impl.h), for comm/

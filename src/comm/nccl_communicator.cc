@@ -22,14 +22,14 @@ Status CudaError(cudaError_t rc, std::string_view what) {
   return Status::Internal("cuda " + std::string(what) + ": " + cudaGetErrorString(rc));
 }
 
-ncclDataType_t NcclType(DataType dtype) {
+ncclDataType_t NcclType(ElementType dtype) {
   switch (dtype) {
-    case DataType::kF32: return ncclFloat32;
-    case DataType::kF64: return ncclFloat64;
-    case DataType::kF16: return ncclFloat16;
-    case DataType::kBf16: return ncclBfloat16;
-    case DataType::kU8: return ncclUint8;
-    case DataType::kI64: return ncclInt64;
+    case ElementType::kF32: return ncclFloat32;
+    case ElementType::kF64: return ncclFloat64;
+    case ElementType::kF16: return ncclFloat16;
+    case ElementType::kBf16: return ncclBfloat16;
+    case ElementType::kU8: return ncclUint8;
+    case ElementType::kI64: return ncclInt64;
   }
   return ncclUint8;
 }
@@ -89,13 +89,13 @@ NcclCommunicator::~NcclCommunicator() {
   if (impl_->barrier_stream != nullptr) cudaStreamDestroy(impl_->barrier_stream);
 }
 
-Status NcclCommunicator::AllGather(const void* send, void* recv, int64_t count, DataType dtype, Stream* stream) {
+Status NcclCommunicator::AllGather(const void* send, void* recv, int64_t count, ElementType dtype, Stream* stream) {
   ZINF_ASSIGN_OR_RETURN(cudaStream_t s, CudaStream("all-gather", count, stream));
   ncclResult_t r = ncclAllGather(send, recv, static_cast<size_t>(count), NcclType(dtype), impl_->comm, s);
   return r == ncclSuccess ? Status::Ok() : NcclError(r, "all-gather");
 }
 
-Status NcclCommunicator::ReduceScatter(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op,
+Status NcclCommunicator::ReduceScatter(const void* send, void* recv, int64_t count, ElementType dtype, ReduceOp op,
                                        Stream* stream) {
   ZINF_ASSIGN_OR_RETURN(cudaStream_t s, CudaStream("reduce-scatter", count, stream));
   ncclResult_t r =
@@ -103,7 +103,7 @@ Status NcclCommunicator::ReduceScatter(const void* send, void* recv, int64_t cou
   return r == ncclSuccess ? Status::Ok() : NcclError(r, "reduce-scatter");
 }
 
-Status NcclCommunicator::AllReduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op,
+Status NcclCommunicator::AllReduce(const void* send, void* recv, int64_t count, ElementType dtype, ReduceOp op,
                                    Stream* stream) {
   ZINF_ASSIGN_OR_RETURN(cudaStream_t s, CudaStream("all-reduce", count, stream));
   ncclResult_t r =
@@ -111,7 +111,7 @@ Status NcclCommunicator::AllReduce(const void* send, void* recv, int64_t count, 
   return r == ncclSuccess ? Status::Ok() : NcclError(r, "all-reduce");
 }
 
-Status NcclCommunicator::Broadcast(void* buf, int64_t count, DataType dtype, int root, Stream* stream) {
+Status NcclCommunicator::Broadcast(void* buf, int64_t count, ElementType dtype, int root, Stream* stream) {
   ZINF_ASSIGN_OR_RETURN(cudaStream_t s, CudaStream("broadcast", count, stream));
   if (root < 0 || root >= size_) {
     return Status::InvalidArgument("broadcast: root " + std::to_string(root) + " of " + std::to_string(size_));
@@ -136,14 +136,16 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(MpiCommunic
   return Status::Unavailable("nccl: zinf was built without NCCL (or without MPI to bootstrap it)");
 }
 NcclCommunicator::~NcclCommunicator() = default;
-Status NcclCommunicator::AllGather(const void*, void*, int64_t, DataType, Stream*) { return Status::Unavailable("nccl"); }
-Status NcclCommunicator::ReduceScatter(const void*, void*, int64_t, DataType, ReduceOp, Stream*) {
+Status NcclCommunicator::AllGather(const void*, void*, int64_t, ElementType, Stream*) {
   return Status::Unavailable("nccl");
 }
-Status NcclCommunicator::AllReduce(const void*, void*, int64_t, DataType, ReduceOp, Stream*) {
+Status NcclCommunicator::ReduceScatter(const void*, void*, int64_t, ElementType, ReduceOp, Stream*) {
   return Status::Unavailable("nccl");
 }
-Status NcclCommunicator::Broadcast(void*, int64_t, DataType, int, Stream*) { return Status::Unavailable("nccl"); }
+Status NcclCommunicator::AllReduce(const void*, void*, int64_t, ElementType, ReduceOp, Stream*) {
+  return Status::Unavailable("nccl");
+}
+Status NcclCommunicator::Broadcast(void*, int64_t, ElementType, int, Stream*) { return Status::Unavailable("nccl"); }
 Status NcclCommunicator::Barrier() { return Status::Unavailable("nccl"); }
 
 #endif

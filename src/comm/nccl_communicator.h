@@ -39,12 +39,12 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return size_; }
   bool buffers_on_device() const override { return true; }
-  Status AllGather(const void* send, void* recv, int64_t count, DataType dtype, Stream* stream) override;
-  Status ReduceScatter(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op,
+  Status AllGather(const void* send, void* recv, int64_t count, ElementType dtype, Stream* stream) override;
+  Status ReduceScatter(const void* send, void* recv, int64_t count, ElementType dtype, ReduceOp op,
                        Stream* stream) override;
-  Status AllReduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op,
+  Status AllReduce(const void* send, void* recv, int64_t count, ElementType dtype, ReduceOp op,
                    Stream* stream) override;
-  Status Broadcast(void* buf, int64_t count, DataType dtype, int root, Stream* stream) override;
+  Status Broadcast(void* buf, int64_t count, ElementType dtype, int root, Stream* stream) override;
   // A one-element all-reduce on an internal stream, synchronised.
   Status Barrier() override;
 

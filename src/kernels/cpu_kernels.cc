@@ -19,50 +19,22 @@
 #include "kernels/cpu_kernels.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include <omp.h>
 
-namespace zinf::kernels {
+#include "core/check.h"
+#include "core/half.h"
 
-int DTypeSizeBytes(DType type) {
-  switch (type) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBf16: return 2;
-    case DType::kF64: return 8;
-  }
-  return 0;
-}
+namespace zinf::kernels {
 
 namespace cpu {
 
 void SetThreads(int threads) { omp_set_num_threads(std::max(1, threads)); }
 int Threads() { return omp_get_max_threads(); }
 namespace {
-
-// ---------------------------------------------------------------- casts
-
-// bf16 is the upper half of an IEEE float: widening is a shift.
-inline float Bf16ToFloat(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
-
-// IEEE binary16 -> binary32, exact for every input (subnormals, inf, NaN).
-inline float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu;
-  const uint32_t mant = h & 0x3ffu;
-  if (exp == 0) {
-    // Zero or subnormal: mant * 2^-24, exactly representable in float.
-    const float mag = std::ldexp(static_cast<float>(mant), -24);
-    return sign ? -mag : mag;
-  }
-  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));  // inf / NaN (payload kept)
-  // Rebias the exponent from 15 to 127.
-  return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
-}
 
 // ---------------------------------------------------------------- matmul core
 
@@ -268,33 +240,37 @@ void Gemm(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const T* b,
 // ---------------------------------------------------------------- casts
 
 template <typename T>
-void CastIn(T* out, const void* src, DType src_type, int64_t n) {
+void CastIn(T* out, const void* src, ElementType src_type, int64_t n) {
   switch (src_type) {
-    case DType::kF32: {
+    case ElementType::kF32: {
       const float* s = static_cast<const float*>(src);
 #pragma omp parallel for schedule(static) if (WorthThreads(n))
       for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(s[i]);
       return;
     }
-    case DType::kF64: {
+    case ElementType::kF64: {
       const double* s = static_cast<const double*>(src);
 #pragma omp parallel for schedule(static) if (WorthThreads(n))
       for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(s[i]);
       return;
     }
-    case DType::kBf16: {
+    case ElementType::kBf16: {
       const uint16_t* s = static_cast<const uint16_t*>(src);
 #pragma omp parallel for schedule(static) if (WorthThreads(n))
       for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(Bf16ToFloat(s[i]));
       return;
     }
-    case DType::kF16: {
+    case ElementType::kF16: {
       const uint16_t* s = static_cast<const uint16_t*>(src);
 #pragma omp parallel for schedule(static) if (WorthThreads(n))
       for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(HalfToFloat(s[i]));
       return;
     }
+    case ElementType::kU8:
+    case ElementType::kI64:
+      break;
   }
+  ZINF_CHECK_MSG(false, "CastIn: the source must be f32, f64, bf16 or f16");
 }
 
 // ---------------------------------------------------------------- encoder
@@ -620,7 +596,7 @@ void CrossEntropyForwardBackward(T* losses, T* dlogits, const T* logits, const i
 // ---------------------------------------------------------------- instantiations
 
 #define ZINF_INSTANTIATE_CPU_KERNELS(T)                                                                         \
-  template void CastIn<T>(T*, const void*, DType, int64_t);                                                     \
+  template void CastIn<T>(T*, const void*, ElementType, int64_t);                                                     \
   template void EncoderForward<T>(T*, const int32_t*, const T*, const T*, int, int, int);                       \
   template void EncoderBackward<T>(T*, T*, const T*, const int32_t*, int, int, int);                            \
   template void LayerNormForward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int);                    \

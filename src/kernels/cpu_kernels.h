@@ -26,11 +26,9 @@
 
 #include <cstdint>
 
-namespace zinf::kernels {
+#include "zinf/element_type.h"
 
-// Element types of tensors handed in from outside (parameters, gradients).
-enum class DType { kF32, kF16, kBf16, kF64 };
-int DTypeSizeBytes(DType type);
+namespace zinf::kernels {
 
 inline constexpr double kLayerNormEps = 1e-5;
 
@@ -41,9 +39,10 @@ namespace cpu {
 void SetThreads(int threads);
 int Threads();
 
-// out[n] = (T) src[n], src of type `src_type`.
+// out[n] = (T) src[n], src of type `src_type`: kF32, kF16, kBf16 or kF64
+// (another type is a programmer error: the process aborts).
 template <typename T>
-void CastIn(T* out, const void* src, DType src_type, int64_t n);
+void CastIn(T* out, const void* src, ElementType src_type, int64_t n);
 
 // out[b,t,:] = wte[tokens[b,t], :] + wpe[t, :]. Tokens must be < the rows of wte.
 template <typename T>

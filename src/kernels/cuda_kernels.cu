@@ -439,24 +439,27 @@ Status Zero(float* p, int64_t n, void* stream) {
   return CudaError(cudaMemsetAsync(p, 0, static_cast<size_t>(n) * sizeof(float), AsStream(stream)), "zero");
 }
 
-Status CastIn(float* out, const void* src, DType src_type, int64_t n, void* stream) {
+Status CastIn(float* out, const void* src, ElementType src_type, int64_t n, void* stream) {
   if (n <= 0) return Status::Ok();
   const cudaStream_t s = AsStream(stream);
   const unsigned grid = GridFor(n, kThreads);
   switch (src_type) {
-    case DType::kF32:
+    case ElementType::kF32:
       if (out == src) return Status::Ok();
       return CudaError(cudaMemcpyAsync(out, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, s),
                        "cast_in f32 copy");
-    case DType::kF16:
+    case ElementType::kF16:
       CastKernel<<<grid, kThreads, 0, s>>>(out, static_cast<const __half*>(src), n);
       return LaunchStatus("cast_in f16");
-    case DType::kBf16:
+    case ElementType::kBf16:
       CastKernel<<<grid, kThreads, 0, s>>>(out, static_cast<const __nv_bfloat16*>(src), n);
       return LaunchStatus("cast_in bf16");
-    case DType::kF64:
+    case ElementType::kF64:
       CastKernel<<<grid, kThreads, 0, s>>>(out, static_cast<const double*>(src), n);
       return LaunchStatus("cast_in f64");
+    case ElementType::kU8:
+    case ElementType::kI64:
+      break;
   }
   return Status::InvalidArgument("cuda cast_in: unknown source type");
 }

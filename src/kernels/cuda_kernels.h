@@ -64,7 +64,7 @@ Status Zero(float* p, int64_t n, void* stream);
 
 // out[i] = (float) src[i]; src (a device pointer) of type src_type: kF32,
 // kF16, kBf16 or kF64.
-Status CastIn(float* out, const void* src, DType src_type, int64_t n, void* stream);
+Status CastIn(float* out, const void* src, ElementType src_type, int64_t n, void* stream);
 
 // Encoder (embedding). Tokens must be < the rows of wte (not checked on the
 // device: a bad token reads or writes out of bounds).

@@ -45,7 +45,7 @@ class CudaOps final : public Ops<float> {
     }
     Note(stream_->Synchronize().WithContext("CopyToHost"));
   }
-  void CastIn(float* out, const void* src, DType src_type, int64_t n) override {
+  void CastIn(float* out, const void* src, ElementType src_type, int64_t n) override {
     Run([&] { return k::CastIn(out, src, src_type, n, s_); });
   }
 

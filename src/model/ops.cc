@@ -33,7 +33,7 @@ class CpuOps final : public Ops<T> {
   void CopyToHost(void* host_dst, const void* src, size_t bytes) override {
     if (bytes > 0) std::memcpy(host_dst, src, bytes);
   }
-  void CastIn(T* out, const void* src, DType src_type, int64_t n) override { k::CastIn(out, src, src_type, n); }
+  void CastIn(T* out, const void* src, ElementType src_type, int64_t n) override { k::CastIn(out, src, src_type, n); }
 
   void EncoderForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C) override {
     k::EncoderForward(out, tokens, wte, wpe, B, T_, C);

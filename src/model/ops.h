@@ -33,8 +33,6 @@ class Device;
 
 namespace zinf::model {
 
-using kernels::DType;
-
 template <typename T>
 class Ops {
  public:
@@ -45,7 +43,7 @@ class Ops {
   virtual void Zero(T* p, int64_t n) = 0;
   virtual void CopyToDevice(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;  // synchronous
-  virtual void CastIn(T* out, const void* src, DType src_type, int64_t n) = 0;
+  virtual void CastIn(T* out, const void* src, ElementType src_type, int64_t n) = 0;
 
   virtual void EncoderForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C) = 0;
   virtual void EncoderBackward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C) = 0;

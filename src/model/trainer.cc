@@ -8,15 +8,16 @@
 #include <cstring>
 #include <span>
 
+#include "comm/bootstrap.h"
 #include "comm/communicator.h"
 #include "comm/mpi_communicator.h"
 #include "core/crc32c.h"
 #include "core/fs.h"
+#include "core/half.h"
 #include "core/log.h"
 #include "device/device.h"
 #include "model/data.h"
 #include "model/safetensors.h"
-#include "optim/dtype.h"
 #include "swap/checkpoint.h"
 #include "swap/checkpoint_dirs.h"
 
@@ -26,18 +27,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-DType KernelType(ElementType t) {
-  switch (t) {
-    case ElementType::kF16:
-      return DType::kF16;
-    case ElementType::kBf16:
-      return DType::kBf16;
-    case ElementType::kF32:
-      break;
-  }
-  return DType::kF32;
-}
 
 int64_t BlockNumel(const BlockSpec& b) {
   int64_t n = 0;
@@ -125,7 +114,7 @@ struct Trainer::Impl {
         continue;
       }
       const int64_t n = spec(b).tensors[t].numel();
-      ops->CastIn(scratch + offset, ptrs[t], KernelType(type), n);
+      ops->CastIn(scratch + offset, ptrs[t], type, n);
       out.push_back(scratch + offset);
       offset += n;
     }
@@ -259,17 +248,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   }
 
   // Ranks: MPI when launched with several, else one.
-  m->comm = options.engine.host_communicator;
-  if (m->comm == nullptr) {
-    if (comm::MpiInitialized() && comm::MpiWorldSize() > 1) {
-      ZINF_ASSIGN_OR_RETURN(auto c, comm::MpiCommunicator::CreateWorld());
-      m->owned_comm = std::move(c);
-    } else {
-      m->owned_comm = std::make_unique<comm::LocalCommunicator>();
-    }
-    m->comm = m->owned_comm.get();
-  }
-  m->device = options.engine.device;
+  ZINF_ASSIGN_OR_RETURN(m->comm, comm::HostCommunicator(options.hooks.host_communicator, m->owned_comm));
+  m->device = options.hooks.device;
   if (m->device == nullptr) {
     ZINF_ASSIGN_OR_RETURN(m->owned_device, CreateDevice(DeviceOptions{}));
     m->device = m->owned_device.get();
@@ -303,9 +283,11 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
 
   // The engine, then the weights.
   const std::vector<BlockSpec> specs = GptBlockSpecs(m->model());
+  EngineHooks hooks = options.hooks;
+  hooks.device = m->device;
+  hooks.host_communicator = m->comm;
   EngineOptions eo = options.engine;
-  eo.device = m->device;
-  eo.host_communicator = m->comm;
+  eo.hooks = &hooks;
   eo.grad_type = ElementType::kF32;
   ZINF_ASSIGN_OR_RETURN(m->engine, Engine::Create(config, specs, eo));
   for (BlockId b = 0; b < static_cast<BlockId>(specs.size()); ++b) {
@@ -347,7 +329,7 @@ StatusOr<StepReport> Trainer::Step() {
       report.step = m.steps_done;
       double mean = loss_sum / static_cast<double>(m.config.gradient_accumulation_steps);
       ZINF_RETURN_IF_ERROR(
-          m.comm->AllReduce(&mean, &mean, 1, comm::DataType::kF64, comm::ReduceOp::kSum, nullptr));
+          m.comm->AllReduce(&mean, &mean, 1, ElementType::kF64, comm::ReduceOp::kSum, nullptr));
       report.loss = mean / m.comm->world_size();
       report.lr = r.lr;
       report.grad_norm = r.grad_norm / scale_used;  // the engine's is of the loss-scaled gradient
@@ -397,7 +379,7 @@ StatusOr<double> Trainer::Evaluate(int batches) {
   m.engine->SetTracing(true);
   ZINF_RETURN_IF_ERROR(s);
   double mean = batches > 0 ? sum / batches : 0.0;
-  ZINF_RETURN_IF_ERROR(m.comm->AllReduce(&mean, &mean, 1, comm::DataType::kF64, comm::ReduceOp::kSum, nullptr));
+  ZINF_RETURN_IF_ERROR(m.comm->AllReduce(&mean, &mean, 1, ElementType::kF64, comm::ReduceOp::kSum, nullptr));
   return mean / m.comm->world_size();
 }
 
@@ -419,7 +401,7 @@ StatusOr<std::string> Trainer::Save(const std::string& save_dir, int keep) {
 Status Trainer::Impl::AgreeAcrossRanks(Status local) {
   if (comm->world_size() == 1) return local;
   double failed = local.ok() ? 0.0 : 1.0;
-  ZINF_RETURN_IF_ERROR(comm->AllReduce(&failed, &failed, 1, comm::DataType::kF64, comm::ReduceOp::kSum, nullptr));
+  ZINF_RETURN_IF_ERROR(comm->AllReduce(&failed, &failed, 1, ElementType::kF64, comm::ReduceOp::kSum, nullptr));
   if (!local.ok()) return local;
   if (failed > 0) {
     return Status::Aborted("resume: " + std::to_string(static_cast<int>(failed)) +
@@ -439,8 +421,8 @@ Status Trainer::Resume(const std::string& path) {
   ZINF_RETURN_IF_ERROR(m.AgreeAcrossRanks(point.status().WithContext("resume")));
   const int64_t step = point->step;
   double neg_lo = -static_cast<double>(step), hi = static_cast<double>(step);  // min as max of negations
-  ZINF_RETURN_IF_ERROR(m.comm->AllReduce(&neg_lo, &neg_lo, 1, comm::DataType::kF64, comm::ReduceOp::kMax, nullptr));
-  ZINF_RETURN_IF_ERROR(m.comm->AllReduce(&hi, &hi, 1, comm::DataType::kF64, comm::ReduceOp::kMax, nullptr));
+  ZINF_RETURN_IF_ERROR(m.comm->AllReduce(&neg_lo, &neg_lo, 1, ElementType::kF64, comm::ReduceOp::kMax, nullptr));
+  ZINF_RETURN_IF_ERROR(m.comm->AllReduce(&hi, &hi, 1, ElementType::kF64, comm::ReduceOp::kMax, nullptr));
   const int64_t lo = static_cast<int64_t>(-neg_lo);
   if (lo != static_cast<int64_t>(hi)) {
     Log("train").warn("resume: ranks' latest checkpoints differ (steps {} to {}): every rank resumes step {}", lo,
@@ -514,7 +496,7 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
         if (es == 4) {
           std::memcpy(bytes.data() + i * 4, &v, 4);
         } else {
-          const uint16_t h = dtype == "BF16" ? optim::FloatToBf16(v) : optim::FloatToHalf(v);
+          const uint16_t h = dtype == "BF16" ? FloatToBf16(v) : FloatToHalf(v);
           std::memcpy(bytes.data() + i * 2, &h, 2);
         }
       }

@@ -31,6 +31,7 @@
 
 #include "model/gpt.h"
 #include "zinf/config.h"
+#include "zero3/engine_hooks.h"
 #include "zinf/engine.h"
 #include "zinf/status.h"
 
@@ -48,9 +49,12 @@ struct TrainerOptions {
   // The last eval_fraction of the tokens are held out for Evaluate.
   double eval_fraction = 0.05;
   uint64_t seed = 1234;  // initial weights and the data order
-  // Engine options (device, communicators, run id, threads); grad_type is
-  // set by the trainer.
+  // Engine options (run id, threads); grad_type and hooks are set by the
+  // trainer.
   EngineOptions engine;
+  // The device, communicators and I/O engine (null ones: the defaults);
+  // the trainer computes on the device too.
+  EngineHooks hooks;
 };
 
 // One optimizer step's account.

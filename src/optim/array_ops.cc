@@ -21,17 +21,22 @@ Status CheckArgs(Isa isa, const void* a, const void* b, int64_t n, const char* w
 
 }  // namespace
 
-StatusOr<double> SumSquares(ThreadPool& pool, Isa isa, const void* x, DType dtype, int64_t n) {
+StatusOr<double> SumSquares(ThreadPool& pool, Isa isa, const void* x, ElementType dtype, int64_t n) {
   ZINF_RETURN_IF_ERROR(CheckArgs(isa, x, x, n, "sum of squares"));
+  const int index = internal::TypeIndex(dtype);
+  if (index < 0) {
+    return Status::InvalidArgument("sum of squares: dtype must be f32, bf16 or f16, got " +
+                                   std::string(ElementTypeName(dtype)));
+  }
   if (n == 0) return 0.0;
-  const internal::SumSquaresFn fn = internal::KernelsFor(isa).sum_squares[static_cast<int>(dtype)];
+  const internal::SumSquaresFn fn = internal::KernelsFor(isa).sum_squares[index];
   // At most kMaxSumChunks chunks, each a multiple of 64 elements: the partial
   // sums fit on the stack and their order is fixed by n alone.
   int64_t grain = (n + kMaxSumChunks - 1) / kMaxSumChunks;
   grain = grain < kChunkElems ? kChunkElems : (grain + 63) / 64 * 64;
   double partial[kMaxSumChunks];
   const int64_t chunks = (n + grain - 1) / grain;
-  const int64_t size = DTypeSizeBytes(dtype);
+  const int64_t size = ElementSizeBytes(dtype);
   const auto* base = static_cast<const char*>(x);
   pool.ParallelFor(n, grain, [&](int64_t c, int64_t begin, int64_t end) {
     partial[c] = fn(base + begin * size, end - begin);
@@ -41,11 +46,15 @@ StatusOr<double> SumSquares(ThreadPool& pool, Isa isa, const void* x, DType dtyp
   return sum;
 }
 
-Status CastFromF32(ThreadPool& pool, Isa isa, const float* src, DType dst_dtype, void* dst, int64_t n) {
+Status CastFromF32(ThreadPool& pool, Isa isa, const float* src, ElementType dst_dtype, void* dst, int64_t n) {
   ZINF_RETURN_IF_ERROR(CheckArgs(isa, src, dst, n, "cast from fp32"));
-  if (dst_dtype == DType::kF32) return Status::InvalidArgument("cast from fp32: destination must be bf16 or fp16");
+  const int index = internal::TypeIndex(dst_dtype);
+  if (index <= 0) {
+    return Status::InvalidArgument("cast from fp32: destination must be bf16 or f16, got " +
+                                   std::string(ElementTypeName(dst_dtype)));
+  }
   if (n == 0) return Status::Ok();
-  const internal::CastFromF32Fn fn = internal::KernelsFor(isa).from_f32[static_cast<int>(dst_dtype)];
+  const internal::CastFromF32Fn fn = internal::KernelsFor(isa).from_f32[index];
   auto* out = static_cast<uint16_t*>(dst);
   pool.ParallelFor(n, kChunkElems, [&](int64_t, int64_t begin, int64_t end) {
     fn(src + begin, out + begin, end - begin);
@@ -53,11 +62,15 @@ Status CastFromF32(ThreadPool& pool, Isa isa, const float* src, DType dst_dtype,
   return Status::Ok();
 }
 
-Status CastToF32(ThreadPool& pool, Isa isa, const void* src, DType src_dtype, float* dst, int64_t n) {
+Status CastToF32(ThreadPool& pool, Isa isa, const void* src, ElementType src_dtype, float* dst, int64_t n) {
   ZINF_RETURN_IF_ERROR(CheckArgs(isa, src, dst, n, "cast to fp32"));
-  if (src_dtype == DType::kF32) return Status::InvalidArgument("cast to fp32: source must be bf16 or fp16");
+  const int index = internal::TypeIndex(src_dtype);
+  if (index <= 0) {
+    return Status::InvalidArgument("cast to fp32: source must be bf16 or f16, got " +
+                                   std::string(ElementTypeName(src_dtype)));
+  }
   if (n == 0) return Status::Ok();
-  const internal::CastToF32Fn fn = internal::KernelsFor(isa).to_f32[static_cast<int>(src_dtype)];
+  const internal::CastToF32Fn fn = internal::KernelsFor(isa).to_f32[index];
   const auto* in = static_cast<const uint16_t*>(src);
   pool.ParallelFor(n, kChunkElems, [&](int64_t, int64_t begin, int64_t end) {
     fn(in + begin, dst + begin, end - begin);

@@ -11,7 +11,7 @@
 // sums are added in chunk order, so the result does not depend on the number
 // of threads (it does depend on the ISA, in the last bits).
 //
-// Casts round to nearest even, as dtype.h describes, bit-identically on
+// Casts round to nearest even, as core/half.h describes, bit-identically on
 // every ISA.
 //
 // Thread-safety: as CpuAdam: calls sharing a pool must not overlap.
@@ -19,23 +19,24 @@
 
 #include <cstdint>
 
-#include "optim/dtype.h"
 #include "optim/isa.h"
 #include "optim/thread_pool.h"
+#include "zinf/element_type.h"
 #include "zinf/status.h"
 
 namespace zinf::optim {
 
 inline constexpr int64_t kMaxSumChunks = 1024;
 
-// Sum over i < n of double(x[i])^2, x holding n elements of `dtype`.
-// Errors: n < 0, x null with n > 0, `isa` unsupported.
-StatusOr<double> SumSquares(ThreadPool& pool, Isa isa, const void* x, DType dtype, int64_t n);
+// Sum over i < n of double(x[i])^2, x holding n elements of `dtype` (kF32,
+// kBf16 or kF16). Errors: n < 0, x null with n > 0, `isa` unsupported,
+// another dtype.
+StatusOr<double> SumSquares(ThreadPool& pool, Isa isa, const void* x, ElementType dtype, int64_t n);
 
 // dst[i] = round_to_nearest_even(src[i]) as `dst_dtype` (kBf16 or kF16).
-Status CastFromF32(ThreadPool& pool, Isa isa, const float* src, DType dst_dtype, void* dst, int64_t n);
+Status CastFromF32(ThreadPool& pool, Isa isa, const float* src, ElementType dst_dtype, void* dst, int64_t n);
 // dst[i] = src[i] as fp32 (exact), src holding `src_dtype` (kBf16 or kF16).
-Status CastToF32(ThreadPool& pool, Isa isa, const void* src, DType src_dtype, float* dst, int64_t n);
+Status CastToF32(ThreadPool& pool, Isa isa, const void* src, ElementType src_dtype, float* dst, int64_t n);
 // acc[i] += src[i] * scale, rounded after the product and after the sum
 // (no fused multiply-add), so the result is the plain C++ loop's on every
 // thread count: the engine's gradient accumulation.

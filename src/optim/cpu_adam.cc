@@ -27,14 +27,19 @@ namespace {
 
 bool FiniteNonNegative(double x) { return std::isfinite(x) && x >= 0.0; }
 
-int OutIndex(const AdamSpan& span) { return span.params16 == nullptr ? 0 : static_cast<int>(span.params16_dtype); }
+int OutIndex(const AdamSpan& span) { return span.params16 == nullptr ? 0 : internal::TypeIndex(span.params16_dtype); }
 
 }  // namespace
 
 Status ValidateSpan(const AdamSpan& span) {
   if (span.n < 0) return Status::InvalidArgument("adam: n must be >= 0, got " + std::to_string(span.n));
-  if (span.params16 != nullptr && span.params16_dtype == DType::kF32) {
-    return Status::InvalidArgument("adam: params16_dtype must be bf16 or fp16");
+  if (internal::TypeIndex(span.grad_dtype) < 0) {
+    return Status::InvalidArgument("adam: grad_dtype must be f32, bf16 or f16, got " +
+                                   std::string(ElementTypeName(span.grad_dtype)));
+  }
+  if (span.params16 != nullptr && internal::TypeIndex(span.params16_dtype) <= 0) {
+    return Status::InvalidArgument("adam: params16_dtype must be bf16 or f16, got " +
+                                   std::string(ElementTypeName(span.params16_dtype)));
   }
   if (span.n > 0 && (span.params == nullptr || span.exp_avg == nullptr || span.exp_avg_sq == nullptr ||
                      span.grads == nullptr)) {
@@ -103,8 +108,8 @@ Status CpuAdam::Update(const AdamSpan& span, const AdamStepArgs& step) const {
     mode = decoupled_ ? internal::DecayMode::kDecoupled : internal::DecayMode::kL2;
   }
   const internal::AdamFn fn =
-      internal::KernelsFor(isa_).adam[static_cast<int>(mode)][static_cast<int>(span.grad_dtype)][OutIndex(span)];
-  const int64_t gsize = DTypeSizeBytes(span.grad_dtype);
+      internal::KernelsFor(isa_).adam[static_cast<int>(mode)][internal::TypeIndex(span.grad_dtype)][OutIndex(span)];
+  const int64_t gsize = ElementSizeBytes(span.grad_dtype);
   const auto* grads = static_cast<const char*>(span.grads);
   auto* out = static_cast<char*>(span.params16);
   pool_->ParallelFor(span.n, kChunkElems, [&](int64_t, int64_t begin, int64_t end) {
@@ -118,8 +123,8 @@ Status CpuAdam::BandwidthPass(const AdamSpan& span, float scale) const {
   ZINF_RETURN_IF_ERROR(ValidateSpan(span));
   if (span.n == 0) return Status::Ok();
   const internal::BoundFn fn =
-      internal::KernelsFor(isa_).bound[static_cast<int>(span.grad_dtype)][OutIndex(span)];
-  const int64_t gsize = DTypeSizeBytes(span.grad_dtype);
+      internal::KernelsFor(isa_).bound[internal::TypeIndex(span.grad_dtype)][OutIndex(span)];
+  const int64_t gsize = ElementSizeBytes(span.grad_dtype);
   const auto* grads = static_cast<const char*>(span.grads);
   auto* out = static_cast<char*>(span.params16);
   pool_->ParallelFor(span.n, kChunkElems, [&](int64_t, int64_t begin, int64_t end) {

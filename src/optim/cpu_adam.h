@@ -32,10 +32,10 @@
 
 #include <cstdint>
 
-#include "optim/dtype.h"
 #include "optim/isa.h"
 #include "optim/thread_pool.h"
 #include "zinf/config.h"
+#include "zinf/element_type.h"
 #include "zinf/status.h"
 
 namespace zinf::optim {
@@ -52,9 +52,9 @@ struct AdamSpan {
   float* exp_avg = nullptr;      // Adam m, updated in place
   float* exp_avg_sq = nullptr;   // Adam v, updated in place
   const void* grads = nullptr;   // n elements of grad_dtype
-  DType grad_dtype = DType::kF32;
+  ElementType grad_dtype = ElementType::kF32;  // kF32, kBf16 or kF16
   void* params16 = nullptr;      // optional: receives the new params as params16_dtype
-  DType params16_dtype = DType::kBf16;  // kBf16 or kF16
+  ElementType params16_dtype = ElementType::kBf16;  // kBf16 or kF16
   int64_t n = 0;
 };
 
@@ -73,7 +73,8 @@ class CpuAdam {
 
   // One Adam step over `span`. Errors (nothing is written): a null array
   // with n > 0, n < 0, step < 1, lr or grad_scale negative or not finite,
-  // params16_dtype kF32.
+  // grad_dtype other than kF32, kBf16 or kF16, params16_dtype other than
+  // kBf16 or kF16 (with params16 set).
   Status Update(const AdamSpan& span, const AdamStepArgs& step) const;
 
   // The memory-bandwidth bound of Update(), for benchmarks: the same loads and

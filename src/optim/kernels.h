@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "optim/isa.h"
+#include "zinf/element_type.h"
 
 namespace zinf::optim::internal {
 
@@ -49,8 +50,23 @@ using SumSquaresFn = double (*)(const void* x, int64_t n);
 using CastFromF32Fn = void (*)(const float* src, void* dst, int64_t n);
 using CastToF32Fn = void (*)(const void* src, float* dst, int64_t n);
 
-// Indices: decay mode, grad dtype (DType), output (0: none, 1: bf16, 2: fp16,
-// i.e. the DType value with kF32 standing for "none").
+// The tables' index of an element type the kernels take: f32 0, bf16 1,
+// f16 2; -1 for any other. As an output index, 0 stands for "none" (the
+// kernels never write an fp32 copy).
+constexpr int TypeIndex(ElementType type) {
+  switch (type) {
+    case ElementType::kF32: return 0;
+    case ElementType::kBf16: return 1;
+    case ElementType::kF16: return 2;
+    case ElementType::kF64:
+    case ElementType::kU8:
+    case ElementType::kI64: break;
+  }
+  return -1;
+}
+
+// Indices: decay mode, grad type (TypeIndex), output (0: none, 1: bf16,
+// 2: fp16, i.e. TypeIndex with f32 standing for "none").
 struct KernelTable {
   AdamFn adam[3][3][3];
   BoundFn bound[3][3];

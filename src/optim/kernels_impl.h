@@ -34,7 +34,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "optim/dtype.h"
 #include "optim/kernels.h"
 
 namespace zinf::optim::internal {
@@ -43,11 +42,11 @@ inline constexpr int kOutNone = 0;
 inline constexpr int kOutBf16 = 1;
 inline constexpr int kOutF16 = 2;
 
-template <class V, DType kGrad>
+template <class V, ElementType kGrad>
 inline typename V::F LoadGrad(const void* g, int64_t i) {
-  if constexpr (kGrad == DType::kF32) {
+  if constexpr (kGrad == ElementType::kF32) {
     return V::Load(static_cast<const float*>(g) + i);
-  } else if constexpr (kGrad == DType::kBf16) {
+  } else if constexpr (kGrad == ElementType::kBf16) {
     return V::LoadBf16(static_cast<const uint16_t*>(g) + i);
   } else {
     return V::LoadF16(static_cast<const uint16_t*>(g) + i);
@@ -63,9 +62,9 @@ inline void StoreOut(void* out, int64_t i, typename V::F x) {
   }
 }
 
-template <class V, DType kGrad>
+template <class V, ElementType kGrad>
 struct GradTail {
-  using Elem = std::conditional_t<kGrad == DType::kF32, float, uint16_t>;
+  using Elem = std::conditional_t<kGrad == ElementType::kF32, float, uint16_t>;
 };
 
 // Copies n < kLanes elements of the tail into a zero-padded block, so the
@@ -109,7 +108,7 @@ inline void AdamVec(const AdamConsts<V, kMode>& c, typename V::F& p, typename V:
   p = V::Fma(u, c.step_size, p);
 }
 
-template <class V, DecayMode kMode, DType kGrad, int kOut>
+template <class V, DecayMode kMode, ElementType kGrad, int kOut>
 void AdamRange(const AdamArgs& args, float* p, float* m, float* v, const void* g, void* out, int64_t n) {
   using F = typename V::F;
   constexpr int kL = V::kLanes;
@@ -154,7 +153,7 @@ void AdamRange(const AdamArgs& args, float* p, float* m, float* v, const void* g
   }
 }
 
-template <class V, DType kGrad, int kOut>
+template <class V, ElementType kGrad, int kOut>
 void BoundRange(float scale, float* p, float* m, float* v, const void* g, void* out, int64_t n) {
   using F = typename V::F;
   constexpr int kL = V::kLanes;
@@ -198,7 +197,7 @@ void BoundRange(float scale, float* p, float* m, float* v, const void* g, void* 
   }
 }
 
-template <class V, DType kGrad>
+template <class V, ElementType kGrad>
 double SumSquaresRange(const void* x, int64_t n) {
   constexpr int kL = V::kLanes;
   typename V::D a0 = V::DZero(), a1 = V::DZero(), a2 = V::DZero(), a3 = V::DZero();
@@ -235,7 +234,7 @@ void FromF32Range(const float* src, void* dst, int64_t n) {
   }
 }
 
-template <class V, DType kGrad>
+template <class V, ElementType kGrad>
 void ToF32Range(const void* src, float* dst, int64_t n) {
   constexpr int kL = V::kLanes;
   int64_t i = 0;
@@ -251,34 +250,34 @@ void ToF32Range(const void* src, float* dst, int64_t n) {
   }
 }
 
-template <class V, DecayMode kMode, DType kGrad>
+template <class V, DecayMode kMode, ElementType kGrad>
 constexpr void FillAdam(KernelTable& t) {
-  t.adam[int(kMode)][int(kGrad)][kOutNone] = &AdamRange<V, kMode, kGrad, kOutNone>;
-  t.adam[int(kMode)][int(kGrad)][kOutBf16] = &AdamRange<V, kMode, kGrad, kOutBf16>;
-  t.adam[int(kMode)][int(kGrad)][kOutF16] = &AdamRange<V, kMode, kGrad, kOutF16>;
+  t.adam[int(kMode)][TypeIndex(kGrad)][kOutNone] = &AdamRange<V, kMode, kGrad, kOutNone>;
+  t.adam[int(kMode)][TypeIndex(kGrad)][kOutBf16] = &AdamRange<V, kMode, kGrad, kOutBf16>;
+  t.adam[int(kMode)][TypeIndex(kGrad)][kOutF16] = &AdamRange<V, kMode, kGrad, kOutF16>;
 }
 
-template <class V, DType kGrad>
+template <class V, ElementType kGrad>
 constexpr void FillPerGrad(KernelTable& t) {
   FillAdam<V, DecayMode::kNone, kGrad>(t);
   FillAdam<V, DecayMode::kL2, kGrad>(t);
   FillAdam<V, DecayMode::kDecoupled, kGrad>(t);
-  t.bound[int(kGrad)][kOutNone] = &BoundRange<V, kGrad, kOutNone>;
-  t.bound[int(kGrad)][kOutBf16] = &BoundRange<V, kGrad, kOutBf16>;
-  t.bound[int(kGrad)][kOutF16] = &BoundRange<V, kGrad, kOutF16>;
-  t.sum_squares[int(kGrad)] = &SumSquaresRange<V, kGrad>;
+  t.bound[TypeIndex(kGrad)][kOutNone] = &BoundRange<V, kGrad, kOutNone>;
+  t.bound[TypeIndex(kGrad)][kOutBf16] = &BoundRange<V, kGrad, kOutBf16>;
+  t.bound[TypeIndex(kGrad)][kOutF16] = &BoundRange<V, kGrad, kOutF16>;
+  t.sum_squares[TypeIndex(kGrad)] = &SumSquaresRange<V, kGrad>;
 }
 
 template <class V>
 constexpr KernelTable MakeKernelTable() {
   KernelTable t{};
-  FillPerGrad<V, DType::kF32>(t);
-  FillPerGrad<V, DType::kBf16>(t);
-  FillPerGrad<V, DType::kF16>(t);
+  FillPerGrad<V, ElementType::kF32>(t);
+  FillPerGrad<V, ElementType::kBf16>(t);
+  FillPerGrad<V, ElementType::kF16>(t);
   t.from_f32[kOutBf16] = &FromF32Range<V, kOutBf16>;
   t.from_f32[kOutF16] = &FromF32Range<V, kOutF16>;
-  t.to_f32[int(DType::kBf16)] = &ToF32Range<V, DType::kBf16>;
-  t.to_f32[int(DType::kF16)] = &ToF32Range<V, DType::kF16>;
+  t.to_f32[TypeIndex(ElementType::kBf16)] = &ToF32Range<V, ElementType::kBf16>;
+  t.to_f32[TypeIndex(ElementType::kF16)] = &ToF32Range<V, ElementType::kF16>;
   return t;
 }
 

@@ -1,7 +1,7 @@
 // Scalar kernels: the reference path, compiled for baseline x86-64 (and any
 // other CPU). fma and sqrt are the correctly rounded library/hardware ones, so
 // results match the vector paths bit for bit (see kernels_impl.h).
-#include "optim/dtype.h"
+#include "core/half.h"
 #include "optim/kernels_impl.h"
 
 namespace zinf::optim::internal {

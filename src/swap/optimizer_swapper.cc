@@ -386,8 +386,8 @@ Status OptimizerSwapper::Step(const optim::CpuAdam& adam, const optim::AdamStepA
       if (options_.gradients_in_store) span.grads = Resident(kGrad, k);
     }
     if (!options_.gradients_in_store) span.grads = io.grads + sub_group_begin(k);
-    span.grad_dtype = optim::DType::kF32;
-    const bool copy_master = io.params != nullptr && io.params_dtype == optim::DType::kF32;
+    span.grad_dtype = ElementType::kF32;
+    const bool copy_master = io.params != nullptr && io.params_dtype == ElementType::kF32;
     if (io.params != nullptr && !copy_master) {
       span.params16 = static_cast<char*>(io.params) + sub_group_begin(k) * 2;
       span.params16_dtype = io.params_dtype;

@@ -54,6 +54,7 @@
 #include "swap/checkpoint.h"
 #include "swap/swap_store.h"
 #include "zinf/config.h"
+#include "zinf/element_type.h"
 #include "zinf/status.h"
 
 namespace zinf::swap {
@@ -81,7 +82,7 @@ struct StepIo {
   // Receives total_elems new working parameters as `params_dtype` (kBf16,
   // kF16, or kF32: a copy of the master weights); null: none are written.
   void* params = nullptr;
-  optim::DType params_dtype = optim::DType::kBf16;
+  ElementType params_dtype = ElementType::kBf16;
   // total_elems fp32 gradients; required without gradients_in_store, and
   // must be null with it.
   const float* grads = nullptr;

@@ -6,6 +6,7 @@
 #include <cinttypes>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "aio/pinned_pool.h"
 #include "core/check.h"
@@ -138,7 +139,7 @@ StatusOr<std::unique_ptr<SwapStore>> SwapStore::Create(aio::IoEngine* engine, st
                                    options.file_prefix + "'");
   }
 
-  std::unique_ptr<SwapStore> store(new SwapStore());
+  std::unique_ptr<SwapStore> store(new SwapStore(options.max_outstanding));
   store->engine_ = engine;
   store->options_ = options;
   store->run_id_ = options.run_id.empty() ? RandomHex(kRunIdBytes) : options.run_id;
@@ -208,14 +209,6 @@ Status SwapStore::Layout(std::vector<TensorSpec> tensors) {
   const int64_t units = logical / stripe_;
   data_bytes_per_file_ = (units + n_files - 1) / n_files * stripe_;
   layout_hash_ = hash.value();
-
-  slots_.resize(static_cast<size_t>(options_.max_outstanding));
-  free_.reserve(slots_.size());
-  // A slot's vectors grow to the largest transfer it has carried and keep
-  // their capacity, so the steady state does not allocate.
-  for (size_t i = slots_.size(); i-- > 0;) {
-    free_.push_back(static_cast<uint32_t>(i));
-  }
   return Status::Ok();
 }
 
@@ -494,18 +487,17 @@ StatusOr<SwapHandle> SwapStore::Start(aio::IoOp op, TensorId id, int64_t offset_
                                           "swap-out failed)");
       }
     }
-    if (free_.empty()) {
+    const std::optional<uint32_t> taken = slots_.Acquire();
+    if (!taken) {
       return Status::ResourceExhausted(std::string(verb) + " of tensor '" + t.spec.name + "': " +
-                                       std::to_string(slots_.size()) +
+                                       std::to_string(slots_.capacity()) +
                                        " transfers already outstanding (max_outstanding)");
     }
-    index = free_.back();
-    free_.pop_back();
+    index = *taken;
     for (int64_t k = first; k < first + count; ++k) {
       t.busy[static_cast<size_t>(k)] = op == aio::IoOp::kWrite ? -1 : t.busy[static_cast<size_t>(k)] + 1;
     }
     Slot& slot = slots_[index];
-    slot.in_use = true;
     slot.op = op;
     slot.tensor = id;
     slot.first_extent = first;
@@ -514,6 +506,8 @@ StatusOr<SwapHandle> SwapStore::Start(aio::IoOp op, TensorId id, int64_t offset_
   }
 
   // The slot is ours alone until it is released: fill it without the lock.
+  // Its vectors keep the capacity of the largest transfer it has carried, so
+  // the steady state does not allocate.
   Slot& slot = slots_[index];
   slot.segments.clear();
   slot.crc.clear();
@@ -538,24 +532,19 @@ StatusOr<SwapHandle> SwapStore::Start(aio::IoOp op, TensorId id, int64_t offset_
     // From here until Wait succeeds the range on disk is in flux.
     for (int64_t k = first; k < first + count; ++k) t.written[static_cast<size_t>(k)] = 0;
   }
-  return SwapHandle{(uint64_t{slot.generation} << 32) | (index + 1)};
+  return SwapHandle{slots_.HandleOf(index)};
 }
 
 void SwapStore::ReleaseSlot(uint32_t index) {
-  Slot& slot = slots_[index];
-  slot.in_use = false;
-  slot.ticket = {};
-  ++slot.generation;
-  free_.push_back(index);
+  slots_[index].ticket = {};
+  slots_.Release(index);
 }
 
 uint32_t SwapStore::SlotOf(SwapHandle handle, const char* caller) const {
-  const uint32_t index = static_cast<uint32_t>(handle.id & 0xffffffffu) - 1;
-  const uint32_t generation = static_cast<uint32_t>(handle.id >> 32);
-  ZINF_CHECK_MSG(handle.valid() && index < slots_.size() && slots_[index].in_use &&
-                     slots_[index].generation == generation && slots_[index].ticket.valid(),
+  const std::optional<uint32_t> index = slots_.Find(handle.id);
+  ZINF_CHECK_MSG(index.has_value() && slots_[*index].ticket.valid(),
                  (std::string("SwapStore::") + caller + " on an unknown or spent handle").c_str());
-  return index;
+  return *index;
 }
 
 Status SwapStore::Wait(SwapHandle handle) {
@@ -620,10 +609,8 @@ Status SwapStore::WaitAll() {
   std::vector<SwapHandle> pending;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (uint32_t i = 0; i < slots_.size(); ++i) {
-      if (slots_[i].in_use && slots_[i].ticket.valid()) {
-        pending.push_back(SwapHandle{(uint64_t{slots_[i].generation} << 32) | (i + 1)});
-      }
+    for (uint32_t i = 0; i < static_cast<uint32_t>(slots_.capacity()); ++i) {
+      if (slots_.in_use(i) && slots_[i].ticket.valid()) pending.push_back(SwapHandle{slots_.HandleOf(i)});
     }
   }
   Status first;

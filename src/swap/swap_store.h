@@ -53,6 +53,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "aio/handle_table.h"
 #include "aio/io_engine.h"
 #include "zinf/status.h"
 
@@ -180,9 +181,8 @@ class SwapStore {
     std::vector<uint8_t> written;    // per extent: last swap-out succeeded
     std::vector<int32_t> busy;       // per extent: >0 readers outstanding, -1 a writer
   };
+  // One transfer between Start and its Wait: the payload of a handle.
   struct Slot {
-    uint32_t generation = 1;
-    bool in_use = false;
     aio::IoOp op = aio::IoOp::kRead;
     TensorId tensor = -1;
     int64_t first_extent = 0;
@@ -193,7 +193,7 @@ class SwapStore {
     std::vector<uint32_t> crc;             // swap-out: the crcs to commit on success
   };
 
-  SwapStore() = default;
+  explicit SwapStore(int max_outstanding) : slots_(max_outstanding) {}
   Status Layout(std::vector<TensorSpec> tensors);
   Status CheckSpace() const;
   Status OpenFiles();
@@ -220,8 +220,9 @@ class SwapStore {
   std::unordered_map<std::string, TensorId> by_name_;
 
   mutable std::mutex mu_;
-  std::vector<Slot> slots_;        // guarded by mu_
-  std::vector<uint32_t> free_;     // guarded by mu_; free slot indices
+  // Outstanding transfers (max_outstanding). The table is guarded by mu_; a
+  // slot's payload belongs to the thread in Start or Wait that holds it.
+  aio::HandleTable<Slot> slots_;
 };
 
 }  // namespace zinf::swap

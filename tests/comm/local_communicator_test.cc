@@ -16,15 +16,15 @@ TEST(LocalCommunicatorTest, CollectivesOnOneRankAreCopies) {
   EXPECT_EQ(c.world_size(), 1);
   std::vector<float> a(7), b(7, -1.0f);
   std::iota(a.begin(), a.end(), 1.0f);
-  ASSERT_TRUE(c.AllGather(a.data(), b.data(), 7, DataType::kF32, nullptr).ok());
+  ASSERT_TRUE(c.AllGather(a.data(), b.data(), 7, ElementType::kF32, nullptr).ok());
   EXPECT_EQ(a, b);
   std::fill(b.begin(), b.end(), 0.0f);
-  ASSERT_TRUE(c.ReduceScatter(a.data(), b.data(), 7, DataType::kF32, ReduceOp::kSum, nullptr).ok());
+  ASSERT_TRUE(c.ReduceScatter(a.data(), b.data(), 7, ElementType::kF32, ReduceOp::kSum, nullptr).ok());
   EXPECT_EQ(a, b);
-  ASSERT_TRUE(c.AllReduce(a.data(), a.data(), 7, DataType::kF32, ReduceOp::kSum, nullptr).ok());
-  EXPECT_TRUE(c.Broadcast(a.data(), 7, DataType::kF32, 0, nullptr).ok());
-  EXPECT_EQ(c.Broadcast(a.data(), 7, DataType::kF32, 1, nullptr).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(c.AllGather(a.data(), b.data(), -1, DataType::kF32, nullptr).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(c.AllReduce(a.data(), a.data(), 7, ElementType::kF32, ReduceOp::kSum, nullptr).ok());
+  EXPECT_TRUE(c.Broadcast(a.data(), 7, ElementType::kF32, 0, nullptr).ok());
+  EXPECT_EQ(c.Broadcast(a.data(), 7, ElementType::kF32, 1, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.AllGather(a.data(), b.data(), -1, ElementType::kF32, nullptr).code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(c.Barrier().ok());
 }
 
@@ -39,8 +39,8 @@ TEST(LocalCommunicatorTest, DeviceBuffersGoThroughTheStream) {
   std::iota(host.begin(), host.end(), 0);
   ASSERT_TRUE((*stream)->CopyAsync(*src, host.data(), 64, CopyDirection::kHostToDevice).ok());
   LocalCommunicator c(/*device_buffers=*/true);
-  EXPECT_EQ(c.AllGather(*src, *dst, 64, DataType::kU8, nullptr).code(), StatusCode::kInvalidArgument);
-  ASSERT_TRUE(c.AllGather(*src, *dst, 64, DataType::kU8, stream->get()).ok());
+  EXPECT_EQ(c.AllGather(*src, *dst, 64, ElementType::kU8, nullptr).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(c.AllGather(*src, *dst, 64, ElementType::kU8, stream->get()).ok());
   std::vector<uint8_t> back(64);
   ASSERT_TRUE((*stream)->CopyAsync(back.data(), *dst, 64, CopyDirection::kDeviceToHost).ok());
   ASSERT_TRUE((*stream)->Synchronize().ok());

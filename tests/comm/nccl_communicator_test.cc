@@ -66,18 +66,18 @@ TEST(NcclCommunicatorTest, CollectivesMatchTheirDefinitions) {
   std::vector<float> mine(kCount);
   for (int i = 0; i < kCount; ++i) mine[static_cast<size_t>(i)] = static_cast<float>(r * kCount + i);
   auto gathered = RoundTrip(gpu, mine, kCount * n, [&](void* s, void* d) {
-    return gpu.nccl->AllGather(s, d, kCount, DataType::kF32, gpu.stream.get());
+    return gpu.nccl->AllGather(s, d, kCount, ElementType::kF32, gpu.stream.get());
   });
   for (int i = 0; i < kCount * n; ++i) EXPECT_EQ(gathered[static_cast<size_t>(i)], static_cast<float>(i));
 
   std::vector<float> all(static_cast<size_t>(kCount * n), 1.0f);
   auto reduced = RoundTrip(gpu, all, kCount, [&](void* s, void* d) {
-    return gpu.nccl->ReduceScatter(s, d, kCount, DataType::kF32, ReduceOp::kSum, gpu.stream.get());
+    return gpu.nccl->ReduceScatter(s, d, kCount, ElementType::kF32, ReduceOp::kSum, gpu.stream.get());
   });
   for (float v : reduced) EXPECT_EQ(v, static_cast<float>(n));
 
   auto summed = RoundTrip(gpu, mine, kCount, [&](void* s, void* d) {
-    return gpu.nccl->AllReduce(s, d, kCount, DataType::kF32, ReduceOp::kMax, gpu.stream.get());
+    return gpu.nccl->AllReduce(s, d, kCount, ElementType::kF32, ReduceOp::kMax, gpu.stream.get());
   });
   EXPECT_EQ(summed[0], static_cast<float>((n - 1) * kCount));
   EXPECT_TRUE(gpu.nccl->Barrier().ok());
@@ -89,9 +89,9 @@ TEST(NcclCommunicatorTest, AHostStreamIsRefused) {
   auto s = host->CreateStream();
   ASSERT_TRUE(s.ok());
   float x = 0;
-  EXPECT_EQ(gpu.nccl->AllReduce(&x, &x, 1, DataType::kF32, ReduceOp::kSum, s->get()).code(),
+  EXPECT_EQ(gpu.nccl->AllReduce(&x, &x, 1, ElementType::kF32, ReduceOp::kSum, s->get()).code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(gpu.nccl->AllReduce(&x, &x, 1, DataType::kF32, ReduceOp::kSum, nullptr).code(),
+  EXPECT_EQ(gpu.nccl->AllReduce(&x, &x, 1, ElementType::kF32, ReduceOp::kSum, nullptr).code(),
             StatusCode::kInvalidArgument);
 }
 

@@ -76,13 +76,6 @@ std::vector<double> Filled(size_t n) { return std::vector<double>(n, kPrefill); 
 constexpr int kB = 2, kT = 5, kC = 8, kNH = 2;
 constexpr int64_t kN = kB * kT;
 
-TEST(CpuKernelsTest, DTypeSizes) {
-  EXPECT_EQ(DTypeSizeBytes(DType::kF32), 4);
-  EXPECT_EQ(DTypeSizeBytes(DType::kF16), 2);
-  EXPECT_EQ(DTypeSizeBytes(DType::kBf16), 2);
-  EXPECT_EQ(DTypeSizeBytes(DType::kF64), 8);
-}
-
 TEST(CpuKernelsTest, EncoderBackwardMatchesFiniteDifferences) {
   std::mt19937_64 rng(1);
   const int V = 7;
@@ -362,13 +355,13 @@ TEST(CpuKernelsTest, CastInBf16) {
   const float expect[] = {1.0f, -2.0f, 0.0f, -0.0f, INFINITY, -INFINITY, 0.33203125f,
                           std::bit_cast<float>(uint32_t{0x00010000})};
   std::vector<float> out(8);
-  CastIn(out.data(), bits, DType::kBf16, 8);
+  CastIn(out.data(), bits, ElementType::kBf16, 8);
   for (int i = 0; i < 8; ++i) {
     EXPECT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(expect[i])) << i;
   }
   const uint16_t nan_bits = 0x7fc0;
   float nan_out = 0;
-  CastIn(&nan_out, &nan_bits, DType::kBf16, 1);
+  CastIn(&nan_out, &nan_bits, ElementType::kBf16, 1);
   EXPECT_TRUE(std::isnan(nan_out));
 }
 
@@ -379,8 +372,8 @@ TEST(CpuKernelsTest, CastInF16EveryValue) {
   for (int i = 0; i < 65536; ++i) bits[i] = static_cast<uint16_t>(i);
   std::vector<float> out(65536);
   std::vector<double> outd(65536);
-  CastIn(out.data(), bits.data(), DType::kF16, 65536);
-  CastIn(outd.data(), bits.data(), DType::kF16, 65536);
+  CastIn(out.data(), bits.data(), ElementType::kF16, 65536);
+  CastIn(outd.data(), bits.data(), ElementType::kF16, 65536);
   for (int i = 0; i < 65536; ++i) {
     const int sign = i >> 15, exp = (i >> 10) & 31, mant = i & 1023;
     double v;
@@ -409,16 +402,16 @@ TEST(CpuKernelsTest, CastInF16EveryValue) {
 TEST(CpuKernelsTest, CastInF32AndF64) {
   const float f[3] = {1.5f, -0.1f, 3e38f};
   std::vector<double> d(3);
-  CastIn(d.data(), f, DType::kF32, 3);
+  CastIn(d.data(), f, ElementType::kF32, 3);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(d[i], static_cast<double>(f[i]));
   const double src[3] = {0.1, -2.5, 1e-3};
   std::vector<float> g(3);
-  CastIn(g.data(), src, DType::kF64, 3);
+  CastIn(g.data(), src, ElementType::kF64, 3);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(g[i], static_cast<float>(src[i]));
   // Large enough to take the parallel path.
   std::vector<float> big(300000), back(300000);
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i) * 0.5f;
-  CastIn(back.data(), big.data(), DType::kF32, static_cast<int64_t>(big.size()));
+  CastIn(back.data(), big.data(), ElementType::kF32, static_cast<int64_t>(big.size()));
   EXPECT_EQ(big, back);
 }
 

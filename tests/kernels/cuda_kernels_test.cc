@@ -168,13 +168,13 @@ TEST_F(CudaKernelsTest, CastInMatchesCpuExactly) {
     bf16[i] = static_cast<uint16_t>(bits >> 16);
   }
   struct Case {
-    DType type;
+    ElementType type;
     const void* host;
-  } cases[] = {{DType::kF32, f32.data()}, {DType::kF16, f16.data()}, {DType::kBf16, bf16.data()},
-               {DType::kF64, f64.data()}};
+  } cases[] = {{ElementType::kF32, f32.data()}, {ElementType::kF16, f16.data()}, {ElementType::kBf16, bf16.data()},
+               {ElementType::kF64, f64.data()}};
   for (const Case& c : cases) {
     SCOPED_TRACE(static_cast<int>(c.type));
-    const void* src = UpBytes(c.host, static_cast<size_t>(n) * DTypeSizeBytes(c.type));
+    const void* src = UpBytes(c.host, static_cast<size_t>(n) * ElementSizeBytes(c.type));
     float* out = Alloc<float>(n);
     ASSERT_OK(gpu::CastIn(out, src, c.type, n, s()));
     std::vector<float> want(n);

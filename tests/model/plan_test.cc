@@ -178,7 +178,7 @@ void CheckAgainstTrainer(const std::string& name, int batch, const std::vector<s
       TrainerOptions to;
       to.model = in.model;
       to.corpus_bytes = 256 << 10;
-      to.engine.device = device.get();
+      to.hooks.device = device.get();
       to.engine.optimizer_threads = 1;
       to.engine.run_id = "plan-test";
       auto trainer = Trainer::Create(config, to);

@@ -79,10 +79,10 @@ TrainRun MakeRun(const Config& config, aio::IoEngine* io = nullptr) {
   TrainerOptions o;
   o.model = *LoadGptConfig("tiny");
   o.corpus_bytes = 64 << 10;
-  o.engine.device = r.device.get();
+  o.hooks.device = r.device.get();
   o.engine.optimizer_threads = 1;
   o.engine.run_id = "reliability";
-  o.engine.io_engine = io;
+  o.hooks.io_engine = io;
   auto t = Trainer::Create(config, o);
   r.status = t.status();
   if (t.ok()) r.trainer = std::move(t).value();

@@ -12,10 +12,10 @@
 #include <cstring>
 
 #include "core/fs.h"
+#include "core/half.h"
 #include "device/device.h"
 #include "model/data.h"
 #include "model/safetensors.h"
-#include "optim/dtype.h"
 #include "model/model_test_util.h"
 
 namespace zinf::model {
@@ -40,7 +40,7 @@ TrainerRun MakeTrainer(const Config& config, size_t budget_bytes = 0, const std:
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   o.model = *m;
   o.corpus_bytes = 256 << 10;
-  o.engine.device = r.device.get();
+  o.hooks.device = r.device.get();
   o.engine.optimizer_threads = 1;
   o.engine.run_id = "trainer-test";
   auto t = Trainer::Create(config, o);
@@ -187,7 +187,7 @@ TEST(TrainerTest, ResumeRefusesAnotherModelOrData) {
   TrainerOptions o;
   o.model = *LoadGptConfig("tiny");
   o.corpus_bytes = 128 << 10;
-  o.engine.device = device.get();
+  o.hooks.device = device.get();
   o.engine.optimizer_threads = 1;
   auto t = Trainer::Create(config, o);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
@@ -241,7 +241,7 @@ TEST(TrainerTest, ExportWritesTheMasterWeightsAsSafetensors) {
   for (size_t i = 0; i < master[kQkvW].size(); ++i) {
     uint16_t h;
     std::memcpy(&h, qkv->data.data() + 2 * i, 2);
-    ASSERT_EQ(h, optim::FloatToBf16(master[kQkvW][i])) << i;
+    ASSERT_EQ(h, FloatToBf16(master[kQkvW][i])) << i;
   }
 }
 
@@ -329,7 +329,7 @@ TEST(TrainerTest, BadTokenFileIsRefusedNamingTheFile) {
   TrainerOptions o;
   o.model = *LoadGptConfig("tiny");
   o.data_path = path;
-  o.engine.device = device.get();
+  o.hooks.device = device.get();
   auto t = Trainer::Create(TinyConfig(dir, OffloadDevice::kCpu, OffloadDevice::kCpu), o);
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("tokens.bin"), std::string::npos) << t.status().message();

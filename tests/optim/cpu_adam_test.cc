@@ -26,9 +26,10 @@
 
 #include <gtest/gtest.h>
 
-#include "optim/dtype.h"
+#include "core/half.h"
 #include "optim/thread_pool.h"
 #include "optim_test_util.h"
+#include "zinf/element_type.h"
 
 namespace zinf::optim {
 namespace {
@@ -80,17 +81,17 @@ struct State {
 
 // Gradients of several magnitudes, zeros and sign changes, as `dtype`; `g64`
 // receives the exact values the kernel will read.
-void MakeGrads(std::mt19937& rng, DType dtype, State& s, std::vector<double>& g64) {
+void MakeGrads(std::mt19937& rng, ElementType dtype, State& s, std::vector<double>& g64) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   g64.resize(static_cast<size_t>(s.n));
   for (int64_t i = 0; i < s.n; ++i) {
     const float scales[] = {1.0f, 1e-3f, 30.0f, 1e-6f, 0.0f};
     float x = normal(rng) * scales[i % 5];
     float exact = x;
-    if (dtype == DType::kBf16) {
+    if (dtype == ElementType::kBf16) {
       s.g16[State::kGuard + i] = FloatToBf16(x);
       exact = Bf16ToFloat(s.g16[State::kGuard + i]);
-    } else if (dtype == DType::kF16) {
+    } else if (dtype == ElementType::kF16) {
       s.g16[State::kGuard + i] = FloatToHalf(x);
       exact = HalfToFloat(s.g16[State::kGuard + i]);
     } else {
@@ -100,17 +101,17 @@ void MakeGrads(std::mt19937& rng, DType dtype, State& s, std::vector<double>& g6
   }
 }
 
-AdamSpan SpanOf(State& s, DType grad_dtype, int out) {
+AdamSpan SpanOf(State& s, ElementType grad_dtype, int out) {
   AdamSpan span;
   span.params = s.P();
   span.exp_avg = s.M();
   span.exp_avg_sq = s.V();
   span.grad_dtype = grad_dtype;
-  span.grads = grad_dtype == DType::kF32 ? static_cast<const void*>(s.g.data() + State::kGuard)
+  span.grads = grad_dtype == ElementType::kF32 ? static_cast<const void*>(s.g.data() + State::kGuard)
                                          : static_cast<const void*>(s.g16.data() + State::kGuard);
   if (out != 0) {
     span.params16 = s.out.data() + State::kGuard;
-    span.params16_dtype = static_cast<DType>(out);
+    span.params16_dtype = out == 1 ? ElementType::kBf16 : ElementType::kF16;
   }
   span.n = s.n;
   return span;
@@ -153,12 +154,12 @@ std::unique_ptr<ThreadPool> MakePool(int threads) {
   return std::move(pool).value();
 }
 
-using Param = std::tuple<Isa, DType, int /*out: 0 none, 1 bf16, 2 fp16*/, Decay>;
+using Param = std::tuple<Isa, ElementType, int /*out: 0 none, 1 bf16, 2 fp16*/, Decay>;
 
 class CpuAdamTest : public ::testing::TestWithParam<Param> {
  protected:
   Isa isa() const { return std::get<0>(GetParam()); }
-  DType grad_dtype() const { return std::get<1>(GetParam()); }
+  ElementType grad_dtype() const { return std::get<1>(GetParam()); }
   int out() const { return std::get<2>(GetParam()); }
   Decay decay() const { return std::get<3>(GetParam()); }
 };
@@ -247,19 +248,19 @@ TEST_P(CpuAdamVsScalarTest, MatchesScalarPathBitForBit) {
 std::string CaseName(const ::testing::TestParamInfo<Param>& p) {
   const char* outs[] = {"none", "bf16", "fp16"};
   const char* decays[] = {"nodecay", "l2", "adamw"};
-  return std::string(IsaName(std::get<0>(p.param))) + "_grad_" + std::string(DTypeName(std::get<1>(p.param))) +
+  return std::string(IsaName(std::get<0>(p.param))) + "_grad_" + std::string(ElementTypeName(std::get<1>(p.param))) +
          "_out_" + outs[std::get<2>(p.param)] + "_" + decays[static_cast<int>(std::get<3>(p.param))];
 }
 
 INSTANTIATE_TEST_SUITE_P(All, CpuAdamTest,
                          ::testing::Combine(::testing::ValuesIn(testing::AllIsas()),
-                                            ::testing::Values(DType::kF32, DType::kBf16, DType::kF16),
+                                            ::testing::Values(ElementType::kF32, ElementType::kBf16, ElementType::kF16),
                                             ::testing::Values(0, 1, 2),
                                             ::testing::Values(Decay::kNone, Decay::kL2, Decay::kAdamW)),
                          CaseName);
 INSTANTIATE_TEST_SUITE_P(Vector, CpuAdamVsScalarTest,
                          ::testing::Combine(::testing::Values(Isa::kAvx2, Isa::kAvx512),
-                                            ::testing::Values(DType::kF32, DType::kBf16, DType::kF16),
+                                            ::testing::Values(ElementType::kF32, ElementType::kBf16, ElementType::kF16),
                                             ::testing::Values(0, 1, 2),
                                             ::testing::Values(Decay::kNone, Decay::kL2, Decay::kAdamW)),
                          CaseName);
@@ -283,10 +284,10 @@ TEST_P(CpuAdamIsaTest, ThreadCountDoesNotChangeResults) {
   std::fill(y.M(), y.M() + n, 0.0f);
   std::fill(x.V(), x.V() + n, 0.0f);
   std::fill(y.V(), y.V() + n, 0.0f);
-  MakeGrads(rng, DType::kF32, x, g64);
+  MakeGrads(rng, ElementType::kF32, x, g64);
   y.g = x.g;
-  ASSERT_TRUE(a1->Update(SpanOf(x, DType::kF32, 1), {.step = 1, .lr = 1e-3}).ok());
-  ASSERT_TRUE(a3->Update(SpanOf(y, DType::kF32, 1), {.step = 1, .lr = 1e-3}).ok());
+  ASSERT_TRUE(a1->Update(SpanOf(x, ElementType::kF32, 1), {.step = 1, .lr = 1e-3}).ok());
+  ASSERT_TRUE(a3->Update(SpanOf(y, ElementType::kF32, 1), {.step = 1, .lr = 1e-3}).ok());
   EXPECT_EQ(x.p, y.p);
   EXPECT_EQ(x.out, y.out);
 }
@@ -308,10 +309,10 @@ TEST_P(CpuAdamIsaTest, GradScaleIsAppliedBeforeTheUpdate) {
   std::fill(b.M(), b.M() + n, 0.0f);
   std::fill(a.V(), a.V() + n, 0.0f);
   std::fill(b.V(), b.V() + n, 0.0f);
-  MakeGrads(rng, DType::kF32, a, g64);
+  MakeGrads(rng, ElementType::kF32, a, g64);
   for (int64_t i = 0; i < n; ++i) b.g[State::kGuard + i] = a.g[State::kGuard + i] * 1024.0f;
-  ASSERT_TRUE(adam->Update(SpanOf(a, DType::kF32, 0), {.step = 3, .lr = 1e-3}).ok());
-  ASSERT_TRUE(adam->Update(SpanOf(b, DType::kF32, 0), {.step = 3, .lr = 1e-3, .grad_scale = 1.0 / 1024}).ok());
+  ASSERT_TRUE(adam->Update(SpanOf(a, ElementType::kF32, 0), {.step = 3, .lr = 1e-3}).ok());
+  ASSERT_TRUE(adam->Update(SpanOf(b, ElementType::kF32, 0), {.step = 3, .lr = 1e-3, .grad_scale = 1.0 / 1024}).ok());
   EXPECT_EQ(a.p, b.p);
   EXPECT_EQ(a.m, b.m);
   EXPECT_EQ(a.v, b.v);
@@ -347,7 +348,7 @@ TEST_P(CpuAdamIsaTest, FirstStepMovesEachParamByLr) {
     s.M()[i] = s.V()[i] = 0.0f;
     s.g[State::kGuard + i] = (i % 2 ? 1.0f : -1.0f) * static_cast<float>(i + 1);
   }
-  ASSERT_TRUE(adam->Update(SpanOf(s, DType::kF32, 2), {.step = 1, .lr = 1e-2}).ok());
+  ASSERT_TRUE(adam->Update(SpanOf(s, ElementType::kF32, 2), {.step = 1, .lr = 1e-2}).ok());
   for (int64_t i = 0; i < n; ++i) {
     EXPECT_NEAR(s.P()[i], i % 2 ? 0.99 : 1.01, 1e-6) << i;
     EXPECT_EQ(s.out[State::kGuard + i], FloatToHalf(s.P()[i]));
@@ -370,7 +371,7 @@ TEST_P(CpuAdamIsaTest, NonFiniteGradientPropagates) {
   std::fill(s.g.begin(), s.g.end(), 0.5f);
   s.g[State::kGuard + 3] = NAN;
   s.g[State::kGuard + 18] = INFINITY;
-  ASSERT_TRUE(adam->Update(SpanOf(s, DType::kF32, 1), {.step = 1, .lr = 1e-3}).ok());
+  ASSERT_TRUE(adam->Update(SpanOf(s, ElementType::kF32, 1), {.step = 1, .lr = 1e-3}).ok());
   EXPECT_TRUE(std::isnan(s.P()[3]));
   EXPECT_TRUE(std::isnan(s.P()[18]));  // inf / inf
   EXPECT_TRUE(std::isnan(Bf16ToFloat(s.out[State::kGuard + 3])));
@@ -391,10 +392,10 @@ TEST_P(CpuAdamIsaTest, BandwidthPassWithZeroScaleKeepsData) {
     s.g[State::kGuard + i] = 3.0f;
   }
   const std::vector<float> p0 = s.p;
-  ASSERT_TRUE(adam->BandwidthPass(SpanOf(s, DType::kF32, 1), 0.0f).ok());
+  ASSERT_TRUE(adam->BandwidthPass(SpanOf(s, ElementType::kF32, 1), 0.0f).ok());
   EXPECT_EQ(s.p, p0);
   EXPECT_EQ(s.out[State::kGuard + 5], static_cast<uint16_t>(std::bit_cast<uint32_t>(5.0f) >> 16));
-  ASSERT_TRUE(adam->BandwidthPass(SpanOf(s, DType::kF32, 0), 1.0f).ok());
+  ASSERT_TRUE(adam->BandwidthPass(SpanOf(s, ElementType::kF32, 0), 1.0f).ok());
   EXPECT_EQ(s.M()[n - 1], 4.0f);
   ExpectGuardsIntact(s);
 }
@@ -453,8 +454,14 @@ TEST(CpuAdamConfigTest, RejectsBadUpdateArguments) {
   EXPECT_FALSE(adam->Update(bad, {.step = 2, .lr = 1e-3}).ok());
   bad = good;
   bad.params16 = &out;
-  bad.params16_dtype = DType::kF32;
+  bad.params16_dtype = ElementType::kF32;
   EXPECT_FALSE(adam->Update(bad, {.step = 2, .lr = 1e-3}).ok());
+  bad.params16_dtype = ElementType::kF64;
+  EXPECT_FALSE(adam->Update(bad, {.step = 2, .lr = 1e-3}).ok());
+  bad = good;
+  bad.grad_dtype = ElementType::kF64;
+  EXPECT_FALSE(adam->Update(bad, {.step = 2, .lr = 1e-3}).ok());
+  EXPECT_FALSE(adam->BandwidthPass(bad, 1.0f).ok());
   EXPECT_EQ(p, p_after) << "a rejected call must not write";
   AdamSpan empty;
   EXPECT_TRUE(adam->Update(empty, {.step = 1, .lr = 1e-3}).ok());

@@ -17,9 +17,9 @@
 
 #include <gtest/gtest.h>
 
+#include "core/half.h"
 #include "optim/array_ops.h"
 #include "optim/cpu_adam.h"
-#include "optim/dtype.h"
 #include "optim/thread_pool.h"
 #include "optim_test_util.h"
 
@@ -34,18 +34,18 @@ std::unique_ptr<ThreadPool> MakePool(int threads) {
 
 // n values of `dtype` (as raw storage) and their exact float values.
 struct Grads {
-  Grads(DType dtype, int64_t n, uint32_t seed) : dtype(dtype) {
+  Grads(ElementType dtype, int64_t n, uint32_t seed) : dtype(dtype) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     values.resize(static_cast<size_t>(n));
-    if (dtype == DType::kF32) f32.resize(static_cast<size_t>(n)); else u16.resize(static_cast<size_t>(n));
+    if (dtype == ElementType::kF32) f32.resize(static_cast<size_t>(n)); else u16.resize(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) Set(i, normal(rng) * ((i % 7 == 0) ? 100.0f : 0.01f));
   }
   void Set(int64_t i, float x) {
-    if (dtype == DType::kF32) {
+    if (dtype == ElementType::kF32) {
       f32[i] = x;
       values[i] = x;
-    } else if (dtype == DType::kBf16) {
+    } else if (dtype == ElementType::kBf16) {
       u16[i] = FloatToBf16(x);
       values[i] = Bf16ToFloat(u16[i]);
     } else {
@@ -53,23 +53,23 @@ struct Grads {
       values[i] = HalfToFloat(u16[i]);
     }
   }
-  const void* data() const { return dtype == DType::kF32 ? static_cast<const void*>(f32.data()) : u16.data(); }
+  const void* data() const { return dtype == ElementType::kF32 ? static_cast<const void*>(f32.data()) : u16.data(); }
   long double SumSquares() const {
     long double s = 0;
     for (float v : values) s += static_cast<long double>(v) * v;
     return s;
   }
-  DType dtype;
+  ElementType dtype;
   std::vector<float> f32;
   std::vector<uint16_t> u16;
   std::vector<float> values;
 };
 
-using Param = std::tuple<Isa, DType>;
+using Param = std::tuple<Isa, ElementType>;
 class SumSquaresTest : public ::testing::TestWithParam<Param> {
  protected:
   Isa isa() const { return std::get<0>(GetParam()); }
-  DType dtype() const { return std::get<1>(GetParam()); }
+  ElementType dtype() const { return std::get<1>(GetParam()); }
 };
 
 TEST_P(SumSquaresTest, MatchesLongDoubleReference) {
@@ -107,8 +107,8 @@ TEST_P(SumSquaresTest, LargestFiniteValuesAreNotAnOverflow) {
   ZINF_SKIP_UNLESS_SUPPORTED(isa());
   auto pool = MakePool(2);
   float big = std::numeric_limits<float>::max();
-  if (dtype() == DType::kF16) big = 65504.0f;
-  if (dtype() == DType::kBf16) big = Bf16ToFloat(0x7F7F);  // the largest finite bf16
+  if (dtype() == ElementType::kF16) big = 65504.0f;
+  if (dtype() == ElementType::kBf16) big = Bf16ToFloat(0x7F7F);  // the largest finite bf16
   const int64_t n = 1000;
   Grads g(dtype(), n, 3);
   for (int64_t i = 0; i < n; ++i) g.Set(i, i % 2 ? big : -big);
@@ -137,22 +137,23 @@ TEST_P(SumSquaresTest, SameBitsForAnyThreadCount) {
 
 INSTANTIATE_TEST_SUITE_P(All, SumSquaresTest,
                          ::testing::Combine(::testing::ValuesIn(testing::AllIsas()),
-                                            ::testing::Values(DType::kF32, DType::kBf16, DType::kF16)),
+                                            ::testing::Values(ElementType::kF32, ElementType::kBf16,
+                                                              ElementType::kF16)),
                          [](const auto& p) {
                            return std::string(IsaName(std::get<0>(p.param))) + "_" +
-                                  std::string(DTypeName(std::get<1>(p.param)));
+                                  std::string(ElementTypeName(std::get<1>(p.param)));
                          });
 
 TEST(GradClipTest, AccumulatesOverSubGroups) {
   auto pool = MakePool(2);
   const int64_t n = 100'003;
-  Grads g(DType::kF32, n, 5);
+  Grads g(ElementType::kF32, n, 5);
   GradNormAccumulator whole, parts;
-  whole.Add(*SumSquares(*pool, Isa::kScalar, g.data(), DType::kF32, n));
+  whole.Add(*SumSquares(*pool, Isa::kScalar, g.data(), ElementType::kF32, n));
   int64_t begin = 0;
   for (int64_t size : {int64_t{1}, int64_t{4096}, int64_t{50'000}, n}) {
     const int64_t len = std::min(size, n - begin);
-    parts.Add(*SumSquares(*pool, BestIsa(), g.f32.data() + begin, DType::kF32, len));
+    parts.Add(*SumSquares(*pool, BestIsa(), g.f32.data() + begin, ElementType::kF32, len));
     begin += len;
   }
   ASSERT_EQ(begin, n);
@@ -185,8 +186,8 @@ TEST(GradClipTest, ClippedUpdateEqualsUpdateOfClippedGradients) {
   auto adam = CpuAdam::Create(c, pool.get(), BestIsa());
   ASSERT_TRUE(adam.ok());
   const int64_t n = 1000;
-  Grads g(DType::kF32, n, 9);
-  const double norm = std::sqrt(*SumSquares(*pool, BestIsa(), g.data(), DType::kF32, n));
+  Grads g(ElementType::kF32, n, 9);
+  const double norm = std::sqrt(*SumSquares(*pool, BestIsa(), g.data(), ElementType::kF32, n));
   const double factor = GradScaleFactor(norm, 1.0, 0.5);
   ASSERT_LT(factor, 1.0);
   std::vector<float> p1(n, 1.0f), m1(n, 0.0f), v1(n, 0.0f), p2 = p1, m2 = m1, v2 = v1;
@@ -206,10 +207,11 @@ TEST(GradClipTest, ClippedUpdateEqualsUpdateOfClippedGradients) {
 
 TEST(GradClipTest, RejectsBadArguments) {
   auto pool = MakePool(1);
-  EXPECT_FALSE(SumSquares(*pool, Isa::kScalar, nullptr, DType::kF32, 4).ok());
+  EXPECT_FALSE(SumSquares(*pool, Isa::kScalar, nullptr, ElementType::kF32, 4).ok());
   float x = 1;
-  EXPECT_FALSE(SumSquares(*pool, Isa::kScalar, &x, DType::kF32, -1).ok());
-  EXPECT_EQ(*SumSquares(*pool, Isa::kScalar, nullptr, DType::kF32, 0), 0.0);
+  EXPECT_FALSE(SumSquares(*pool, Isa::kScalar, &x, ElementType::kF32, -1).ok());
+  EXPECT_EQ(*SumSquares(*pool, Isa::kScalar, nullptr, ElementType::kF32, 0), 0.0);
+  EXPECT_EQ(SumSquares(*pool, Isa::kScalar, &x, ElementType::kF64, 1).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

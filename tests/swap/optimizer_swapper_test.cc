@@ -128,7 +128,7 @@ Result Reference(const optim::CpuAdam& adam) {
     span.exp_avg_sq = r.v.data();
     span.grads = grads.data();
     span.params16 = r.params16.data();
-    span.params16_dtype = optim::DType::kBf16;
+    span.params16_dtype = ElementType::kBf16;
     span.n = kTotal;
     optim::AdamStepArgs args;
     args.step = step;
@@ -290,7 +290,7 @@ TEST_F(OptimizerSwapperTest, StepIoMisuseAndCallbackErrorsStopTheStep) {
   std::vector<float> out(kTotal);
   StepIo io;
   io.params = out.data();
-  io.params_dtype = optim::DType::kF32;
+  io.params_dtype = ElementType::kF32;
   EXPECT_EQ((*s)->Step(*adam_, args, io).code(), StatusCode::kInvalidArgument);  // no gradient given
 
   const std::vector<float> grads = RandomFloats(kTotal, 2, 0.1f);

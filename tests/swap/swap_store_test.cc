@@ -3,6 +3,11 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "swap/swap_test_util.h"
@@ -337,6 +342,136 @@ TEST(SwapStore, InjectedFailuresEndInClearErrorsNeverGarbage) {
     }
   }
   EXPECT_GT(failures, 0) << "the fault rates injected nothing; raise them";
+}
+
+// The striping the swap files' format fixes (these tests came from the aio
+// layer's StripedSpace, which tune aio used before it moved onto SwapStore):
+// logical stripe unit u lives in file u % N at header + (u / N) * stripe.
+TEST(SwapStore, ExtentsLandOnTheirStripesInEveryFile) {
+  TempDir dir;
+  auto engine = MakeEngine();
+  // "head" takes units 0 and 1, so "body" starts at unit 2: not at file 0.
+  auto store = SwapStore::Create(engine.get(), {{"head", kStripe + 100, 1}, {"body", 11 * kStripe + 4096, 1}},
+                                 Options(dir, 3));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  SwapStore& s = **store;
+  auto pool = MakePool(1, s.PaddedBytes(12 * kStripe));
+  aio::PinnedBuffer b = pool->Acquire();
+  FillRandom(b.data(), static_cast<size_t>(b.size()), 9);
+  const TensorId body = *s.Find("body");
+  // A range from the second stripe of the tensor to its end, then its head.
+  auto h = s.SwapOutRange(body, kStripe, 10 * kStripe + 4096, b.data() + kStripe);
+  ASSERT_TRUE(h.ok() && s.Wait(*h).ok());
+  h = s.SwapOutRange(body, 0, kStripe, b.data());
+  ASSERT_TRUE(h.ok() && s.Wait(*h).ok());
+  ASSERT_TRUE(s.IsWritten(body));
+
+  std::vector<std::string> files;
+  for (const std::string& path : s.file_paths()) {
+    std::ifstream in(path, std::ios::binary);
+    files.emplace_back((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_EQ(static_cast<int64_t>(files.back().size()), s.file_bytes()) << path;
+  }
+  const int64_t first_unit = 2;
+  for (int64_t at = 0; at < 11 * kStripe + 4096; at += 4096) {
+    const int64_t unit = first_unit + at / kStripe;
+    const std::string& f = files[static_cast<size_t>(unit % 3)];
+    const int64_t offset = s.alignment_bytes() + (unit / 3) * kStripe + at % kStripe;
+    ASSERT_EQ(std::memcmp(f.data() + offset, b.data() + at, 4096), 0) << "tensor byte " << at;
+  }
+}
+
+TEST(SwapStore, BadRangesAreRejectedNamingOffsetAndLength) {
+  TempDir dir;
+  auto engine = MakeEngine();
+  auto store = SwapStore::Create(engine.get(), {{"t", 4 * kStripe, 4}}, Options(dir, 2));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto pool = MakePool(1, 5 * kStripe);
+  aio::PinnedBuffer a = pool->Acquire();
+  auto h = (*store)->SwapOutRange(0, 100, kStripe, a.data());
+  ASSERT_EQ(h.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(h.status().message().find("offset 100 length " + std::to_string(kStripe)), std::string::npos)
+      << h.status().message();
+  h = (*store)->SwapInRange(0, 3 * kStripe, 2 * kStripe, a.data());  // past the tensor's end
+  ASSERT_EQ(h.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(h.status().message().find("offset " + std::to_string(3 * kStripe) + " length " +
+                                      std::to_string(2 * kStripe)),
+            std::string::npos)
+      << h.status().message();
+  EXPECT_EQ((*store)->SwapOutRange(0, -kStripe, kStripe, a.data()).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*store)->SwapOut(1, a.data()).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(SwapStore, AnEioOnOnePathIsAnErrorNamingThatPathsFile) {
+  TempDir dir;
+  aio::FaultOptions f;
+  f.eio_rate = 1.0;
+  f.path_filter = "nvme1";
+  auto engine = MakeFaultyEngine(f);
+  engine->injector().set_enabled(false);
+  auto store = SwapStore::Create(engine.get(), {{"t", 6 * kStripe, 4}}, Options(dir, 3));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  engine->injector().set_enabled(true);
+  auto pool = MakePool(1, 6 * kStripe);
+  aio::PinnedBuffer a = pool->Acquire();
+  FillRandom(a.data(), 6 * kStripe, 4);
+  auto h = (*store)->SwapOut(0, a.data());
+  Status st = h.ok() ? (*store)->Wait(*h) : h.status();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find((*store)->file_paths()[1]), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("'t'"), std::string::npos) << st.ToString();
+  EXPECT_FALSE((*store)->IsWritten(0));
+}
+
+TEST(SwapStore, RejectsBadOptionsAndCreatesMissingDirectories) {
+  TempDir dir;
+  auto engine = MakeEngine();
+  SwapStoreOptions o = Options(dir, 1);
+  o.paths = {};
+  EXPECT_EQ(SwapStore::Create(engine.get(), SomeTensors(), o).status().code(), StatusCode::kInvalidArgument);
+  o = Options(dir, 1);
+  o.stripe_bytes = 1000;
+  auto bad = SwapStore::Create(engine.get(), SomeTensors(), o);
+  ASSERT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("stripe_bytes"), std::string::npos) << bad.status().message();
+  o = Options(dir, 1);
+  o.alignment_bytes = 1000;
+  bad = SwapStore::Create(engine.get(), SomeTensors(), o);
+  ASSERT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("alignment_bytes"), std::string::npos) << bad.status().message();
+  o = Options(dir, 1);
+  o.max_outstanding = 0;
+  EXPECT_EQ(SwapStore::Create(engine.get(), SomeTensors(), o).status().code(), StatusCode::kInvalidArgument);
+  // A path that does not exist yet is made (nested), as training's are.
+  o = Options(dir, 1);
+  o.paths = {dir.Sub("not/yet")};
+  auto made = SwapStore::Create(engine.get(), SomeTensors(), o);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  EXPECT_TRUE(PathExists(dir.Sub("not/yet") + "/zinf.0.swp"));
+}
+
+TEST(SwapStore, MaxOutstandingIsABoundAndAWaitFreesASlot) {
+  TempDir dir;
+  auto engine = MakeEngine();
+  SwapStoreOptions o = Options(dir, 2);
+  o.max_outstanding = 2;
+  auto store = SwapStore::Create(engine.get(), SomeTensors(), o);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  SwapStore& s = **store;
+  auto pool = MakePool(3, s.PaddedBytes(1'000'003));
+  aio::PinnedBuffer a = pool->Acquire(), b = pool->Acquire(), c = pool->Acquire();
+  auto h0 = s.SwapOut(0, a.data());
+  auto h1 = s.SwapOut(1, b.data());
+  ASSERT_TRUE(h0.ok() && h1.ok());
+  auto refused = s.SwapOut(2, c.data());
+  ASSERT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("max_outstanding"), std::string::npos) << refused.status().message();
+  ASSERT_TRUE(s.Wait(*h0).ok());
+  auto h2 = s.SwapOut(2, c.data());
+  ASSERT_TRUE(h2.ok()) << h2.status().ToString();
+  EXPECT_NE(h2->id, h0->id) << "a reused slot must not hand out the spent handle again";
+  EXPECT_TRUE(s.WaitAll().ok());
+  EXPECT_TRUE(s.IsWritten(0) && s.IsWritten(1) && s.IsWritten(2));
 }
 
 TEST(SwapStore, HeaderEncodesAndDecodes) {

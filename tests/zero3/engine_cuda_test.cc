@@ -37,9 +37,11 @@ TEST(EngineCudaTest, CudaDeviceTrainsBitIdenticallyToTheHostDevice) {
   o.choice = DeviceOptions::Choice::kCuda;
   auto device = CreateDevice(o);
   ASSERT_TRUE(device.ok()) << device.status().ToString();
+  EngineHooks hooks;
+  hooks.device = device->get();
+  hooks.host_communicator = &local;
   EngineOptions eo;
-  eo.device = device->get();
-  eo.host_communicator = &local;
+  eo.hooks = &hooks;
   eo.optimizer_threads = 1;
   eo.run_id = "zero3-cuda-test";
   Config cuda_config = config;

@@ -330,12 +330,14 @@ TEST(EngineTest, FailedUpdateIsStickyAndOnlySteppedBlocksCanBeFetched) {
 
   comm::LocalCommunicator local;
   auto device = CreateHostDevice(0);
+  EngineHooks hooks;
+  hooks.device = device.get();
+  hooks.host_communicator = &local;
+  hooks.io_engine = faulty->get();
   EngineOptions o;
-  o.device = device.get();
-  o.host_communicator = &local;
+  o.hooks = &hooks;
   o.optimizer_threads = 1;
   o.run_id = "zero3-sticky";
-  o.io_engine = faulty->get();
   auto engine = Engine::Create(config, kModel.Blocks(), o);
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
   Engine& e = **engine;

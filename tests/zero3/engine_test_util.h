@@ -6,6 +6,7 @@
 
 #include "device/device.h"
 #include "swap/swap_test_util.h"
+#include "zero3/engine_hooks.h"
 #include "zinf/config.h"
 #include "zinf/engine.h"
 
@@ -46,9 +47,11 @@ inline EngineUnderTest MakeEngine(const Config& config, const std::vector<BlockS
                                   comm::Communicator* host_comm = nullptr) {
   EngineUnderTest e;
   e.device = CreateHostDevice(0);
+  EngineHooks hooks;
+  hooks.device = e.device.get();
+  hooks.host_communicator = host_comm;
   EngineOptions o;
-  o.device = e.device.get();
-  o.host_communicator = host_comm;
+  o.hooks = &hooks;
   o.optimizer_threads = 1;
   o.run_id = "zero3-test";
   auto engine = Engine::Create(config, blocks, o);

@@ -14,8 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "core/half.h"
 #include "device/device.h"
-#include "optim/dtype.h"
+#include "zero3/engine_hooks.h"
 #include "zinf/engine.h"
 
 namespace zinf::zero3::testing {
@@ -78,7 +79,7 @@ inline std::vector<std::vector<float>> ReadBlock(Engine& engine, Stream& stream,
         uint16_t h;
         std::memcpy(&h, raw.data() + i * 2, 2);
         v[static_cast<size_t>(i)] =
-            engine.param_type() == ElementType::kBf16 ? optim::Bf16ToFloat(h) : optim::HalfToFloat(h);
+            engine.param_type() == ElementType::kBf16 ? Bf16ToFloat(h) : HalfToFloat(h);
       }
     }
     out.push_back(std::move(v));
@@ -104,7 +105,7 @@ struct TrainOptions {
 // global batch, split in gradient_accumulation_steps micro-batches.
 // Returns the mean loss of the last step on this rank.
 inline float Train(Engine& engine, const TinyModel& model, const TrainOptions& opts, int accumulation_steps) {
-  Device& device = engine.device();
+  Device& device = EngineAccess::device(engine);
   auto stream_or = device.CreateStream();
   EXPECT_TRUE(stream_or.ok());
   Stream& stream = **stream_or;

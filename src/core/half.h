@@ -1,29 +1,33 @@
-#include "optim/dtype.h"
+// Exact scalar conversions between fp32 and the two 16-bit float formats,
+// bf16 and IEEE binary16 (fp16). 16-bit values travel as raw bits in uint16_t.
+//
+// These are the reference every other conversion in zinf matches bit for bit
+// (optim's vector casts, the MPI reductions of 16-bit data, the kernels'
+// casts; tests/core/half_test.cc checks them against an independent model):
+//   * fp32 -> bf16 / fp16 round to nearest, ties to even; values past the
+//     largest finite 16-bit value (after rounding) become Inf of the same
+//     sign; fp16 keeps subnormals (no flush to zero), and so does bf16.
+//   * NaN stays NaN: fp32 -> 16 bit keeps the sign and the top payload bits
+//     and sets the quiet bit (what x86 F16C does); fp16 -> fp32 likewise sets
+//     the quiet bit; bf16 -> fp32 is a plain 16-bit shift (exact, payload
+//     kept).
+//   * 16 bit -> fp32 is exact.
+//
+// Inline, so that element loops (casts, reductions) compile to straight code.
+// Integer operations only, so the result does not depend on floating-point
+// flags (-ffp-contract, -O3). One caution: a file compiled with ISA flags
+// beyond the baseline (-mavx2, -mavx512f) must not call these, or the linker
+// may keep that file's copy for every caller (optim/kernels_impl.h explains).
+//
+// Thread-safety: pure functions.
+#pragma once
 
 #include <bit>
-#include <string>
+#include <cstdint>
 
-namespace zinf::optim {
+namespace zinf {
 
-std::string_view DTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return "fp32";
-    case DType::kBf16: return "bf16";
-    case DType::kF16: return "fp16";
-  }
-  return "?";
-}
-
-StatusOr<DType> ParseDType(std::string_view name) {
-  if (name == "fp32" || name == "f32" || name == "float32") return DType::kF32;
-  if (name == "bf16" || name == "bfloat16") return DType::kBf16;
-  if (name == "fp16" || name == "f16" || name == "float16" || name == "half") return DType::kF16;
-  return Status::InvalidArgument("unknown dtype '" + std::string(name) + "' (expected fp32, bf16 or fp16)");
-}
-
-int DTypeSizeBytes(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
-
-uint16_t FloatToBf16(float f) {
+inline uint16_t FloatToBf16(float f) {
   const uint32_t x = std::bit_cast<uint32_t>(f);
   if ((x & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((x >> 16) | 0x0040u);  // quiet NaN
   // Adding 0x7FFF plus the lowest kept bit rounds to nearest, ties to even; a
@@ -31,9 +35,9 @@ uint16_t FloatToBf16(float f) {
   return static_cast<uint16_t>((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
 }
 
-float Bf16ToFloat(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+inline float Bf16ToFloat(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
 
-uint16_t FloatToHalf(float f) {
+inline uint16_t FloatToHalf(float f) {
   const uint32_t x = std::bit_cast<uint32_t>(f);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t ax = x & 0x7FFFFFFFu;
@@ -56,7 +60,7 @@ uint16_t FloatToHalf(float f) {
   return static_cast<uint16_t>(sign | r);
 }
 
-float HalfToFloat(uint16_t h) {
+inline float HalfToFloat(uint16_t h) {
   const uint32_t sign = (static_cast<uint32_t>(h) & 0x8000u) << 16;
   const uint32_t e = (h >> 10) & 0x1Fu;
   const uint32_t m = h & 0x03FFu;
@@ -75,4 +79,4 @@ float HalfToFloat(uint16_t h) {
   return std::bit_cast<float>(sign | ((e + 112) << 23) | (m << 13));
 }
 
-}  // namespace zinf::optim
+}  // namespace zinf

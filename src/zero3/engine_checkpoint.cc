@@ -1,0 +1,143 @@
+// Engine::SaveCheckpoint and LoadCheckpoint (include/zinf/engine.h): the
+// optimizer state's blobs through swap/checkpoint.h, with the engine's
+// manifest keys (engine_manifest.h) beside the caller's.
+#include <cstring>
+
+#include "swap/checkpoint.h"
+#include "zero3/engine_impl.h"
+#include "zero3/engine_manifest.h"
+
+namespace zinf {
+
+Status Engine::SaveCheckpoint(const std::string& dir, const std::map<std::string, std::string>& metadata,
+                              bool replace_orphan) {
+  Impl& m = *impl_;
+  ZINF_RETURN_IF_ERROR(m.CheckpointPreconditions("SaveCheckpoint"));
+  ZINF_RETURN_IF_ERROR(m.Commit());
+  ZINF_RETURN_IF_ERROR(m.FinishUpdate());
+  ZINF_RETURN_IF_ERROR(zero3::CheckUserKeys(metadata));
+  std::map<std::string, std::string> all = m.Manifest();
+  all.insert(metadata.begin(), metadata.end());
+  ZINF_RETURN_IF_ERROR(m.PrepareCheckpointIo());
+  // Any prefetched parameter reads finish first: the store is quiet.
+  ZINF_RETURN_IF_ERROR(m.stream->Synchronize());
+  swap::SaveOptions so;
+  so.replace_orphan = replace_orphan;
+  return swap::SaveCheckpoint(*m.checkpoint_io, *m.checkpoint_pool, dir, all, m.optimizer->CheckpointBlobs(), so)
+      .WithContext("saving checkpoint " + dir);
+}
+
+StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(const std::string& dir) {
+  Impl& m = *impl_;
+  ZINF_RETURN_IF_ERROR(m.CheckpointPreconditions("LoadCheckpoint"));
+  ZINF_RETURN_IF_ERROR(m.PrepareCheckpointIo());
+  ZINF_ASSIGN_OR_RETURN(swap::CheckpointReader reader,
+                        swap::CheckpointReader::Open(*m.checkpoint_io, *m.checkpoint_pool, dir));
+  const std::map<std::string, std::string>& md = reader.metadata();
+  // Everything that fixes the layout of the saved state must match.
+  ZINF_RETURN_IF_ERROR(zero3::CheckLayoutFits(md, m.Manifest(), dir));
+  ZINF_ASSIGN_OR_RETURN(zero3::EngineProgress progress, zero3::ReadProgress(md, dir));
+
+  // The update in flight (or a failed one, whose error was reported by the
+  // call that met it) is abandoned: the checkpoint replaces the state and
+  // every home is rewritten below, so nothing is refreshed now.
+  m.JoinWorker();
+  m.update_pending = false;
+
+  // Verify every blob, then read them into the optimizer state.
+  if (!m.committed) {
+    // Nothing to initialise from: the checkpoint is the initial state. The
+    // gradient arrays start at zero; master, m and v are overwritten below.
+    ZINF_RETURN_IF_ERROR(m.optimizer->Initialize(m.init_master.data()));
+  }
+  m.gathered->DropAll();
+  ZINF_RETURN_IF_ERROR(m.stream->Synchronize());
+  m.optimizer->DropPrefetch();  // its reads would be of the state replaced here
+  // Restore's errors name the checkpoint directory already.
+  ZINF_RETURN_IF_ERROR(reader.Restore(m.optimizer->CheckpointBlobs()));
+
+  // The working parameters at their home tier follow from the master weights.
+  const int64_t total = m.partitioner->total_shard_numel();
+  std::vector<float> master(static_cast<size_t>(total));
+  ZINF_RETURN_IF_ERROR(m.optimizer->ReadState(master.data(), nullptr, nullptr, nullptr));
+  ZINF_RETURN_IF_ERROR(m.WriteHomeFromMaster(master.data()));
+  std::memset(m.accum.data(), 0, static_cast<size_t>(total * 4));
+  std::fill(m.params_set.begin(), m.params_set.end(), true);
+  std::fill(m.stale.begin(), m.stale.end(), false);
+  m.update_failed = Status::Ok();
+  std::vector<float>().swap(m.init_master);
+  m.committed = true;
+  m.applied_steps = progress.applied_steps;
+  m.micro_steps = progress.micro_steps;
+  m.schedule->set_last_batch_iteration(progress.lr_iteration);
+  m.scaler->Restore(progress.loss_scaler);
+  return zero3::UserMetadata(md);
+}
+
+Status Engine::Impl::CheckpointPreconditions(const char* what) const {
+  if (std::optional<BlockId> held = gathered->FirstHeld()) {
+    return Status::FailedPrecondition(std::string("engine: ") + what + " while block '" + name(*held) +
+                                      "' is acquired");
+  }
+  const int64_t gas = config.gradient_accumulation_steps;
+  if (micro_steps % gas != 0 || grads_pending) {
+    return Status::FailedPrecondition(std::string("engine: ") + what + " in the middle of a gradient-accumulation cycle (" +
+                                      std::to_string(micro_steps % gas) + " of " + std::to_string(gas) +
+                                      " micro-batches done); checkpoints are taken between optimizer steps");
+  }
+  return Status::Ok();
+}
+
+Status Engine::Impl::PrepareCheckpointIo() {
+  if (owned_checkpoint_io && !owned_checkpoint_io->sticky_error().ok()) {
+    // A failed save (a full disk, an I/O error) left the previous checkpoint
+    // and `latest` as they were, so its sticky error must not refuse every
+    // later save of the run: the next one gets a fresh engine.
+    owned_checkpoint_io.reset();
+    checkpoint_io = nullptr;
+  }
+  if (checkpoint_io != nullptr) return Status::Ok();
+  if (hooks.io_engine != nullptr) {
+    checkpoint_io = hooks.io_engine;
+  } else {
+    aio::IoEngineOptions io_options = aio::FromAioConfig(config.aio);
+    io_options.direct_io = aio::DirectIo::kPrefer;
+    ZINF_ASSIGN_OR_RETURN(owned_checkpoint_io, aio::CreateIoEngine(io_options));
+    checkpoint_io = owned_checkpoint_io.get();
+  }
+  // Pieces of a swap blob are whole stripes: the buffers hold at least one.
+  int64_t bytes = 1 << 20, alignment = 4096;
+  if (swap::SwapStore* store = optimizer->store()) {
+    bytes = std::max(bytes, store->stripe_bytes());
+    alignment = std::max(alignment, store->alignment_bytes());
+  }
+  aio::PinnedPoolOptions po;
+  po.buffer_count = 2;
+  po.buffer_bytes = bytes;
+  po.alignment_bytes = alignment;
+  po.pin = false;
+  po.huge_pages = false;
+  po.name = "checkpoint";
+  ZINF_ASSIGN_OR_RETURN(checkpoint_pool, aio::PinnedPool::Create(po));
+  return Status::Ok();
+}
+
+// What must agree between a checkpoint and the engine loading it, and the
+// counters that continue from it.
+std::map<std::string, std::string> Engine::Impl::Manifest() const {
+  zero3::EngineLayoutKeys layout;
+  layout.world_size = partitioner->world_size();
+  layout.rank = partitioner->rank();
+  layout.specs = &specs;
+  layout.shard_elems = partitioner->total_shard_numel();
+  layout.sub_group_elems = optimizer->sub_group_elems(0);
+  layout.param_type = param_type;
+  zero3::EngineProgress progress;
+  progress.applied_steps = applied_steps;
+  progress.micro_steps = micro_steps;
+  progress.lr_iteration = schedule->last_batch_iteration();
+  progress.loss_scaler = scaler->state();
+  return zero3::EngineMetadata(layout, progress);
+}
+
+}  // namespace zinf

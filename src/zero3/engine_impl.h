@@ -1,0 +1,149 @@
+// Engine::Impl: the state of one Engine and the steps its public methods
+// (engine.cc, engine_checkpoint.cc) are made of; engine_setup.cc builds it.
+// Each job lives in a unit of its own: the parameters' home tier
+// (ParamHome), the gathered blocks (GatherCache), the optimizer update on
+// its thread (UpdateWorker), the checkpoint manifest (engine_manifest.h).
+//
+// The update overlaps the next forward pass. Step() computes the global
+// gradient norm, then hands the sub-group walk (Adam, the optimizer state's
+// NVMe reads and writes) to the UpdateWorker and returns. The shard is laid
+// out in block order, which is the forward's order, so the first blocks'
+// new parameters are ready first: a block is "stale" until the worker has
+// stepped the sub-groups covering its shard range, and the driving thread
+// writes its new parameters home (RefreshHome) when a fetch needs it,
+// waiting only if the worker has not got that far. Everything that reads or
+// writes the optimizer state or the gradient accumulator (ReduceGradients,
+// Step, checkpoints, GetMasterParameters) first waits for the whole update
+// (FinishUpdate), which is also where an error from the worker surfaces.
+//
+// Thread-safety: the driving thread only, except what the worker's body
+// touches (optimizer, accum, new_params) while update_pending.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aio/io_engine.h"
+#include "aio/pinned_pool.h"
+#include "comm/communicator.h"
+#include "device/device.h"
+#include "optim/cpu_adam.h"
+#include "optim/isa.h"
+#include "optim/loss_scaler.h"
+#include "optim/lr_schedule.h"
+#include "optim/thread_pool.h"
+#include "swap/optimizer_swapper.h"
+#include "zero3/engine_hooks.h"
+#include "zero3/gather_cache.h"
+#include "zero3/host_window.h"
+#include "zero3/param_home.h"
+#include "zero3/partitioner.h"
+#include "zero3/prefetch_coordinator.h"
+#include "zero3/update_worker.h"
+#include "zinf/engine.h"
+
+namespace zinf {
+
+// The working parameters' type: fp16 or bf16 when enabled, else fp32.
+ElementType WorkingType(const Config& config);
+
+struct Engine::Impl {
+  ~Impl();
+
+  // Setup (engine_setup.cc).
+  Status Init(const Config& cfg, const std::vector<BlockSpec>& block_specs, const EngineOptions& opts);
+  Status InitDeviceAndComms(const EngineHooks& hooks);
+  Status InitPartition();
+  Status InitParamHome();
+  Status InitOptimizerState();
+  Status InitBuffers();
+  Status InitOptimizer();
+
+  // Steps of the public methods (engine.cc).
+  Status CheckBlock(BlockId b) const;
+  Status Commit();
+  Status WriteHomeFromMaster(const float* master);
+  Status StartUpdate(const optim::AdamStepArgs& args);
+  Status RunUpdate(const optim::AdamStepArgs& args, zero3::UpdateWorker::Progress& progress);
+  StatusOr<bool> RefreshHome(BlockId b, bool wait);
+  void JoinWorker();
+  Status FinishUpdate();
+  Status CopyGradientToHost(BlockId b, const std::vector<const void*>& grads);
+  StatusOr<StepResult> ApplyStep(StepResult r);
+
+  // Checkpoints (engine_checkpoint.cc).
+  Status CheckpointPreconditions(const char* what) const;
+  Status PrepareCheckpointIo();
+  std::map<std::string, std::string> Manifest() const;
+
+  const zero3::BlockLayout& layout(BlockId b) const { return partitioner->layout(b); }
+  const std::string& name(BlockId b) const { return specs[static_cast<size_t>(b)].name; }
+
+  Config config;
+  EngineOptions options;
+  EngineHooks hooks;  // options.hooks' values, or none
+  std::vector<BlockSpec> specs;
+  ElementType param_type = ElementType::kBf16;
+  int64_t param_es = 2;  // bytes per working parameter
+  int64_t grad_es = 4;   // bytes per gradient element
+
+  // Device and communicators (owned ones when the hooks name none).
+  std::unique_ptr<Device> owned_device;
+  Device* device = nullptr;
+  std::unique_ptr<comm::Communicator> owned_host_comm, owned_device_comm;
+  comm::Communicator* host_comm = nullptr;
+  comm::Communicator* device_comm = nullptr;
+  std::unique_ptr<Stream> stream;
+
+  std::unique_ptr<zero3::Partitioner> partitioner;
+  std::unique_ptr<zero3::PrefetchCoordinator> coordinator;
+
+  // Tiers. `io` is the hooks' I/O engine when given, else owned_io.
+  std::unique_ptr<aio::IoEngine> owned_io;
+  aio::IoEngine* io = nullptr;
+  std::unique_ptr<zero3::ParamHome> home;
+  std::unique_ptr<zero3::GatherCache> gathered;
+  std::unique_ptr<aio::PinnedPool> optim_pool;  // optimizer pipeline (nvme)
+  std::unique_ptr<swap::OptimizerSwapper> optimizer;
+
+  // Host windows: the fp32 gradient accumulator, the new working parameters
+  // the update writes, the gradient shard staging.
+  zero3::HostWindow accum, new_params, staging;
+  std::vector<float> init_master;  // until the first Acquire
+  bool committed = false;
+  std::vector<bool> params_set;
+
+  // Device gradient buffers: the largest block's flat gradient, and its
+  // reduce-scattered shard (several ranks only).
+  void* grad_flat = nullptr;
+  void* grad_shard = nullptr;
+
+  // Optimizer.
+  std::unique_ptr<optim::ThreadPool> threads;
+  std::unique_ptr<optim::CpuAdam> adam;
+  optim::Isa isa = optim::Isa::kScalar;
+  std::unique_ptr<optim::LrSchedule> schedule;
+  std::unique_ptr<optim::LossScaler> scaler;
+  int64_t micro_steps = 0;
+  int64_t applied_steps = 0;
+
+  // The update in flight (see the file comment).
+  zero3::UpdateWorker update;
+  bool update_pending = false;  // started, and FinishUpdate has not run since
+  std::vector<bool> stale;      // home holds the parameters from before the update
+  Status update_failed;         // sticky until LoadCheckpoint: the state is partly stepped
+
+  EngineCounters counters;
+  bool tracing = true;         // Acquires feed the prefetch order (SetTracing)
+  bool grads_pending = false;  // ReduceGradients since the last optimizer step
+
+  // Checkpoints: their own I/O engine (the hooks' when given) and two
+  // buffers, made at first use.
+  std::unique_ptr<aio::IoEngine> owned_checkpoint_io;
+  aio::IoEngine* checkpoint_io = nullptr;
+  std::unique_ptr<aio::PinnedPool> checkpoint_pool;
+};
+
+}  // namespace zinf

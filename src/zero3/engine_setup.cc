@@ -1,0 +1,212 @@
+// Building an Engine (engine_impl.h): validate the config, then the device
+// and communicators, the partition, the parameters' home tier, the
+// optimizer state, the host and device buffers, and the optimizer pieces.
+// Buffers are sized once, here, from the partition: the device holds a
+// gathered block per live block (allocated at fetch, freed at eviction:
+// their number is bounded by max_live, not by the model) plus one gradient
+// flat buffer and one gradient shard buffer of the largest block; pinned RAM
+// holds the fp32 gradient accumulator, the new-parameter buffer the
+// optimizer writes into, and a staging buffer for gradient shards.
+#include <algorithm>
+#include <cstring>
+
+#include "comm/bootstrap.h"
+#include "optim/isa.h"
+#include "zero3/engine_impl.h"
+
+namespace zinf {
+namespace {
+
+Status ValidateConfig(const Config& config, ElementType grad_type) {
+  const ZeroConfig& zero = config.zero;
+  if (zero.stage < 1 || zero.stage > 3) {
+    return Status::InvalidArgument("zero_optimization.stage: the engine runs stages 1, 2 and 3, got " +
+                                   std::to_string(zero.stage));
+  }
+  if (config.fp16.enabled && config.bf16.enabled) {
+    return Status::InvalidArgument("fp16.enabled and bf16.enabled: at most one may be on");
+  }
+  if (config.gradient_accumulation_steps < 1) {
+    return Status::InvalidArgument("gradient_accumulation_steps: expected >= 1, got " +
+                                   std::to_string(config.gradient_accumulation_steps));
+  }
+  const ElementType param = WorkingType(config);
+  if (grad_type != ElementType::kF32 && grad_type != param) {
+    return Status::InvalidArgument("engine: gradients must be fp32 or the parameters' type");
+  }
+  return Status::Ok();
+}
+
+// "swap files on zero_optimization.offload_optimizer.nvme_path [a, b]".
+std::string OptimizerPathContext(const std::vector<std::string>& paths) {
+  std::string list;
+  for (const std::string& p : paths) list += (list.empty() ? "" : ", ") + p;
+  return "swap files on zero_optimization.offload_optimizer.nvme_path [" + list + "]";
+}
+
+}  // namespace
+
+ElementType WorkingType(const Config& config) {
+  return config.fp16.enabled ? ElementType::kF16 : config.bf16.enabled ? ElementType::kBf16 : ElementType::kF32;
+}
+
+Engine::Impl::~Impl() {
+  update.Join().IgnoreError();  // the worker reads the optimizer state and the windows below
+  gathered.reset();
+  home.reset();
+  if (stream) stream->Synchronize().IgnoreError();
+  if (device != nullptr) {
+    device->Free(grad_flat);
+    device->Free(grad_shard);
+  }
+}
+
+Status Engine::Impl::Init(const Config& cfg, const std::vector<BlockSpec>& block_specs, const EngineOptions& opts) {
+  config = cfg;
+  options = opts;
+  if (opts.hooks != nullptr) hooks = *opts.hooks;
+  specs = block_specs;
+  ZINF_RETURN_IF_ERROR(ValidateConfig(config, opts.grad_type));
+  param_type = WorkingType(config);
+  param_es = ElementSizeBytes(param_type);
+  grad_es = ElementSizeBytes(opts.grad_type);
+  ZINF_RETURN_IF_ERROR(InitDeviceAndComms(hooks));
+  ZINF_RETURN_IF_ERROR(InitPartition());
+  if (hooks.io_engine != nullptr) {
+    io = hooks.io_engine;
+  } else if (config.offloads_to_nvme()) {
+    aio::IoEngineOptions io_options = aio::FromAioConfig(config.aio);
+    io_options.direct_io = aio::DirectIo::kPrefer;
+    ZINF_ASSIGN_OR_RETURN(owned_io, aio::CreateIoEngine(io_options));
+    io = owned_io.get();
+  }
+  ZINF_RETURN_IF_ERROR(InitParamHome());
+  ZINF_RETURN_IF_ERROR(InitOptimizerState());
+  ZINF_RETURN_IF_ERROR(InitBuffers());
+  return InitOptimizer();
+}
+
+Status Engine::Impl::InitDeviceAndComms(const EngineHooks& h) {
+  device = h.device;
+  if (device == nullptr) {
+    ZINF_ASSIGN_OR_RETURN(owned_device, CreateDevice(DeviceOptions{}));
+    device = owned_device.get();
+  }
+  ZINF_ASSIGN_OR_RETURN(stream, device->CreateStream());
+  ZINF_ASSIGN_OR_RETURN(host_comm, comm::HostCommunicator(h.host_communicator, owned_host_comm));
+  ZINF_ASSIGN_OR_RETURN(device_comm,
+                        comm::DeviceCommunicator(h.device_communicator, *host_comm, device->kind(), owned_device_comm));
+  return Status::Ok();
+}
+
+Status Engine::Impl::InitPartition() {
+  ZINF_ASSIGN_OR_RETURN(zero3::Partitioner p,
+                        zero3::Partitioner::Create(specs, host_comm->world_size(), host_comm->rank()));
+  partitioner = std::make_unique<zero3::Partitioner>(std::move(p));
+  const int nb = partitioner->num_blocks();
+  std::vector<int64_t> elems(static_cast<size_t>(nb));
+  for (int b = 0; b < nb; ++b) elems[static_cast<size_t>(b)] = layout(b).padded_numel;
+  const ZeroConfig& zero = config.zero;
+  zero3::PrefetchOptions po;
+  po.prefetch_bucket_elems = zero.stage3_prefetch_bucket_size;
+  po.max_reuse_distance_elems = zero.stage3_max_reuse_distance;
+  coordinator = std::make_unique<zero3::PrefetchCoordinator>(po, elems);
+  params_set.assign(static_cast<size_t>(nb), false);
+  stale.assign(static_cast<size_t>(nb), false);
+  return Status::Ok();
+}
+
+Status Engine::Impl::InitParamHome() {
+  zero3::ParamHomeOptions ho;
+  ho.config = &config;
+  ho.specs = &specs;
+  ho.partitioner = partitioner.get();
+  ho.element_size_bytes = param_es;
+  ho.device = device;
+  ho.stream = stream.get();
+  ho.io = io;
+  ho.run_id = options.run_id;
+  ho.counters = &counters;
+  ZINF_ASSIGN_OR_RETURN(home, zero3::CreateParamHome(ho));
+
+  zero3::GatherCache::Options go;
+  go.device = device;
+  go.stream = stream.get();
+  go.device_comm = device_comm;
+  go.partitioner = partitioner.get();
+  go.specs = &specs;
+  go.home = home.get();
+  go.coordinator = coordinator.get();
+  go.counters = &counters;
+  go.param_type = param_type;
+  go.stage = config.zero.stage;
+  go.max_live_elems = config.zero.stage3_max_live_parameters;
+  go.persistence_threshold = config.zero.stage3_param_persistence_threshold;
+  go.refresh = [this](BlockId b, bool wait) { return RefreshHome(b, wait); };
+  gathered = std::make_unique<zero3::GatherCache>(std::move(go));
+  return Status::Ok();
+}
+
+Status Engine::Impl::InitOptimizerState() {
+  const ZeroConfig& zero = config.zero;
+  const int64_t total = partitioner->total_shard_numel();
+  swap::OptimizerSwapperOptions oo = swap::OptimizerSwapperOptionsFromConfig(zero, total);
+  if (oo.device == OffloadDevice::kNone) oo.device = OffloadDevice::kCpu;  // CPU Adam on RAM-resident state
+  oo.sub_group_elems = std::min(oo.sub_group_elems, total);
+  oo.store.file_prefix += "-r" + std::to_string(host_comm->rank());
+  oo.store.run_id = options.run_id;
+  oo.prefix = "optim";
+  if (oo.device == OffloadDevice::kNvme) {
+    ZINF_ASSIGN_OR_RETURN(optim_pool,
+                          aio::PinnedPool::Create(aio::PinnedPoolOptions{
+                              .buffer_count = swap::OptimizerSwapper::PoolBuffers(oo),
+                              .buffer_bytes = swap::OptimizerSwapper::RequiredBufferBytes(oo, 4096),
+                              .alignment_bytes = 4096,
+                              .pin = zero.offload_optimizer.pin_memory,
+                              .require_pinned = false,
+                              .huge_pages = false,
+                              .numa_node = -1,
+                              .name = "optimizer pipeline"}));
+  }
+  auto swapper = swap::OptimizerSwapper::Create(oo, io, optim_pool.get());
+  if (!swapper.ok()) {
+    if (oo.device != OffloadDevice::kNvme) return swapper.status();
+    return swapper.status().WithContext(OptimizerPathContext(oo.store.paths));
+  }
+  optimizer = std::move(swapper).value();
+  return Status::Ok();
+}
+
+Status Engine::Impl::InitBuffers() {
+  const int64_t total = partitioner->total_shard_numel();
+  ZINF_ASSIGN_OR_RETURN(accum, zero3::HostWindow::Create(total * 4, true, "grad accumulator"));
+  std::memset(accum.data(), 0, static_cast<size_t>(total * 4));
+  ZINF_ASSIGN_OR_RETURN(new_params, zero3::HostWindow::Create(total * param_es, true, "new params"));
+  ZINF_ASSIGN_OR_RETURN(staging, zero3::HostWindow::Create(partitioner->max_shard_numel() * 8, true, "grad staging"));
+  ZINF_ASSIGN_OR_RETURN(grad_flat, device->Allocate(static_cast<size_t>(partitioner->max_padded_numel() * grad_es)));
+  // One rank: the reduce-scatter is the identity, and the shard is the flat buffer.
+  if (partitioner->world_size() > 1) {
+    ZINF_ASSIGN_OR_RETURN(grad_shard,
+                          device->Allocate(static_cast<size_t>(partitioner->max_shard_numel() * grad_es)));
+  }
+  init_master.assign(static_cast<size_t>(total), 0.0f);
+  return Status::Ok();
+}
+
+Status Engine::Impl::InitOptimizer() {
+  optim::ThreadPool::Options to;
+  to.num_threads = options.optimizer_threads;
+  to.bind_threads = false;
+  to.name = "zinf-adam";
+  ZINF_ASSIGN_OR_RETURN(threads, optim::ThreadPool::Create(to));
+  ZINF_ASSIGN_OR_RETURN(isa, optim::DefaultIsa());
+  ZINF_ASSIGN_OR_RETURN(optim::CpuAdam a, optim::CpuAdam::Create(config.optimizer, threads.get(), isa));
+  adam = std::make_unique<optim::CpuAdam>(std::move(a));
+  ZINF_ASSIGN_OR_RETURN(optim::LrSchedule s, optim::LrSchedule::Create(config.scheduler, config.optimizer.lr));
+  schedule = std::make_unique<optim::LrSchedule>(std::move(s));
+  ZINF_ASSIGN_OR_RETURN(optim::LossScaler ls, optim::LossScaler::Create(config.fp16));
+  scaler = std::make_unique<optim::LossScaler>(std::move(ls));
+  return Status::Ok();
+}
+
+}  // namespace zinf

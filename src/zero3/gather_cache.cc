@@ -1,0 +1,193 @@
+// GatherCache (gather_cache.h).
+#include "zero3/gather_cache.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "comm/communicator.h"
+#include "device/device.h"
+#include "zero3/param_home.h"
+#include "zero3/partitioner.h"
+#include "zero3/prefetch_coordinator.h"
+
+namespace zinf::zero3 {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t NanosSince(Clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+GatherCache::GatherCache(Options options) : o_(std::move(options)), es_(ElementSizeBytes(o_.param_type)) {
+  blocks_.resize(static_cast<size_t>(o_.partitioner->num_blocks()));
+  for (BlockId b = 0; b < o_.partitioner->num_blocks(); ++b) {
+    block(b).persistent = o_.stage < 3 || o_.partitioner->layout(b).padded_numel < o_.persistence_threshold;
+  }
+}
+
+GatherCache::~GatherCache() {
+  o_.stream->Synchronize().IgnoreError();
+  for (Block& b : blocks_) o_.device->Free(b.full);
+}
+
+Status GatherCache::Hold(BlockId b) {
+  Block& st = block(b);
+  if (st.full != nullptr) {
+    ++(st.prefetched ? o_.counters->prefetch_hits : o_.counters->resident_hits);
+  } else {
+    MakeRoom(st.persistent ? 0 : o_.partitioner->layout(b).padded_numel, /*demand=*/true, 0);
+    Status s = Fetch(b);
+    if (!s.ok()) {
+      Evict(b).IgnoreError();
+      return s;
+    }
+  }
+  st.prefetched = false;
+  ++st.holds;
+  return Status::Ok();
+}
+
+StatusOr<std::vector<void*>> GatherCache::WaitReady(BlockId b) {
+  Block& st = block(b);
+  const auto t0 = Clock::now();
+  Status s = st.ready->Synchronize();
+  o_.counters->fetch_wait_ns += NanosSince(t0);
+  if (!s.ok()) {
+    --st.holds;
+    return s.WithContext("gather of block '" + (*o_.specs)[static_cast<size_t>(b)].name + "'");
+  }
+  std::vector<void*> ptrs;
+  for (const TensorLayout& t : o_.partitioner->layout(b).tensors) {
+    ptrs.push_back(static_cast<char*>(st.full) + t.offset * es_);
+  }
+  return ptrs;
+}
+
+Status GatherCache::Release(BlockId b) {
+  Block& st = block(b);
+  if (st.holds == 0) {
+    return Status::FailedPrecondition("engine: Release of block '" + (*o_.specs)[static_cast<size_t>(b)].name +
+                                      "' that is not acquired");
+  }
+  if (--st.holds > 0 || st.persistent) return Status::Ok();
+  if (o_.coordinator->KeepOnRelease(b)) return Status::Ok();
+  return Evict(b);
+}
+
+std::optional<BlockId> GatherCache::FirstHeld() const {
+  for (size_t b = 0; b < blocks_.size(); ++b) {
+    if (blocks_[b].holds > 0) return static_cast<BlockId>(b);
+  }
+  return std::nullopt;
+}
+
+Status GatherCache::Fetch(BlockId b) {
+  Block& st = block(b);
+  const BlockLayout& l = o_.partitioner->layout(b);
+  ZINF_RETURN_IF_ERROR(o_.refresh(b, /*wait=*/true).status());
+  if (st.full == nullptr) {
+    ZINF_ASSIGN_OR_RETURN(st.full, o_.device->Allocate(static_cast<size_t>(l.padded_numel * es_)));
+  }
+  char* dst = static_cast<char*>(st.full) + o_.partitioner->rank() * l.shard_numel * es_;
+  ZINF_RETURN_IF_ERROR(o_.home->CopyToDevice(b, dst));
+  const auto t1 = Clock::now();
+  ZINF_RETURN_IF_ERROR(
+      o_.device_comm->AllGather(dst, st.full, l.shard_numel, o_.param_type, o_.stream)
+          .WithContext("all-gather of block '" + (*o_.specs)[static_cast<size_t>(b)].name + "'"));
+  EngineCounters& c = *o_.counters;
+  c.allgather_ns += NanosSince(t1);
+  c.allgather_bytes += l.padded_numel * es_;
+  ZINF_ASSIGN_OR_RETURN(st.ready, o_.stream->Record());
+  ++c.fetches;
+  if (!st.persistent) {
+    c.live_elems += l.padded_numel;
+    c.peak_live_elems = std::max(c.peak_live_elems, c.live_elems);
+  }
+  return Status::Ok();
+}
+
+Status GatherCache::Evict(BlockId b) {
+  Block& st = block(b);
+  if (st.full == nullptr) return Status::Ok();
+  // Without an event (a fetch that failed after queueing its copies) the
+  // whole stream is drained: nothing may still write into st.full.
+  Status s = st.ready ? st.ready->Synchronize() : o_.stream->Synchronize();
+  st.ready.reset();
+  o_.device->Free(st.full);
+  st.full = nullptr;
+  st.prefetched = false;
+  if (!st.persistent) o_.counters->live_elems -= o_.partitioner->layout(b).padded_numel;
+  ++o_.counters->evictions;
+  return s;
+}
+
+// Frees released, non-persistent gathered blocks, farthest next use first,
+// until `need` more elements fit under max_live. A prefetch (demand false)
+// only evicts blocks used later than the candidate and gives up (false)
+// rather than exceed the limit; a demanded fetch goes ahead past the limit
+// when every gathered block is held (counted as an overrun).
+bool GatherCache::MakeRoom(int64_t need, bool demand, int64_t candidate_distance) {
+  EngineCounters& c = *o_.counters;
+  while (c.live_elems + need > o_.max_live_elems) {
+    BlockId victim = -1;
+    int64_t farthest = -1;
+    for (BlockId b = 0; b < static_cast<BlockId>(blocks_.size()); ++b) {
+      const Block& st = block(b);
+      if (st.full == nullptr || st.persistent || st.holds > 0) continue;
+      const int64_t d = o_.coordinator->NextUseDistance(b);
+      if (!demand && d <= candidate_distance) continue;
+      if (d > farthest) {
+        farthest = d;
+        victim = b;
+      }
+    }
+    if (victim < 0) {
+      if (demand) ++c.live_limit_overruns;
+      return demand;
+    }
+    Evict(victim).IgnoreError();  // a failed gather's error was returned when it was issued
+  }
+  return true;
+}
+
+// A block whose home the optimizer update has not reached yet, and every
+// block after it, waits for a later Acquire: its home still holds the old
+// parameters. NVMe reads run ahead over twice the bucket: they are
+// asynchronous and cheap to hold in the swapper's buffers.
+void GatherCache::Prefetch(bool wait_for_home) {
+  if (!o_.coordinator->replaying()) return;
+  const int64_t bucket = o_.coordinator->options().prefetch_bucket_elems;
+  if (bucket <= 0) return;  // stage3_prefetch_bucket_size 0: no prefetching, as in DeepSpeed
+  auto gathered = [&](int b) { return block(b).full != nullptr; };
+  auto current = [&](int b, bool wait) {
+    StatusOr<bool> r = o_.refresh(b, wait);
+    return r.ok() && *r;  // an error surfaces in the demanded fetch
+  };
+  if (o_.home->reads_ahead()) {
+    for (int b : o_.coordinator->Upcoming(2 * bucket, gathered)) {
+      if (!current(b, /*wait=*/false)) break;
+      if (!o_.home->Prefetch(b).ok()) break;  // every buffer busy: the next Acquire reads it
+    }
+  }
+  for (int b : o_.coordinator->Upcoming(bucket, gathered)) {
+    if (!current(b, wait_for_home)) break;
+    Block& st = block(b);
+    const int64_t need = st.persistent ? 0 : o_.partitioner->layout(b).padded_numel;
+    if (!MakeRoom(need, /*demand=*/false, o_.coordinator->NextUseDistance(b))) break;
+    if (!Fetch(b).ok()) {
+      Evict(b).IgnoreError();  // the demanded fetch will retry and report
+      break;
+    }
+    st.prefetched = true;
+    ++o_.counters->prefetches;
+  }
+}
+
+void GatherCache::DropAll() {
+  for (BlockId b = 0; b < static_cast<BlockId>(blocks_.size()); ++b) Evict(b).IgnoreError();
+}
+
+}  // namespace zinf::zero3

@@ -1,0 +1,112 @@
+// GatherCache: the full (all-gathered) blocks on the device: fetching one
+// when the model acquires it or ahead of that, keeping released ones while
+// they are needed again soon, and evicting the rest.
+//
+// A fetch refreshes the block's home (the optimizer update may still owe it
+// new parameters: the `refresh` callback), copies this rank's shard from
+// the ParamHome into a freshly allocated device buffer of padded_numel
+// elements, all-gathers the other ranks' shards around it on the engine's
+// stream and records an event. Non-persistent gathered elements are bounded
+// by stage3_max_live_parameters (MakeRoom evicts released blocks, farthest
+// next use first); blocks below stage3_param_persistence_threshold (every
+// block below stage 3) stay gathered until DropAll.
+//
+// Prefetch, from the PrefetchCoordinator's record of the acquire order:
+// NVMe reads over twice stage3_prefetch_bucket_size ahead, gathers over one
+// bucket, stopping at the first block whose home is not current yet.
+//
+// Thread-safety: thread-compatible: the engine's driving thread only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "zinf/engine.h"
+#include "zinf/status.h"
+
+namespace zinf {
+class Device;
+class Event;
+class Stream;
+namespace comm {
+class Communicator;
+}
+}  // namespace zinf
+
+namespace zinf::zero3 {
+
+class Partitioner;
+class PrefetchCoordinator;
+class ParamHome;
+
+class GatherCache {
+ public:
+  // Brings block b's home up to date (true), or, with `wait` false, says
+  // it cannot yet (false); an error is the update's.
+  using RefreshFn = std::function<StatusOr<bool>(BlockId b, bool wait)>;
+
+  struct Options {
+    Device* device = nullptr;
+    Stream* stream = nullptr;
+    comm::Communicator* device_comm = nullptr;
+    const Partitioner* partitioner = nullptr;
+    const std::vector<BlockSpec>* specs = nullptr;
+    ParamHome* home = nullptr;
+    PrefetchCoordinator* coordinator = nullptr;
+    EngineCounters* counters = nullptr;
+    ElementType param_type = ElementType::kBf16;
+    int stage = 3;
+    int64_t max_live_elems = 0;          // stage3_max_live_parameters
+    int64_t persistence_threshold = 0;   // stage3_param_persistence_threshold
+    RefreshFn refresh;
+  };
+
+  explicit GatherCache(Options options);
+  ~GatherCache();  // frees every gathered block (after its copies finished)
+  GatherCache(const GatherCache&) = delete;
+  GatherCache& operator=(const GatherCache&) = delete;
+
+  // The model acquires block b: counts a hit, or makes room and fetches it;
+  // then holds it (released blocks only are evicted). A failed fetch is
+  // cleaned up and returned.
+  Status Hold(BlockId b);
+  // Waits for b's gather and returns one device pointer per tensor. On
+  // error the hold is given back.
+  StatusOr<std::vector<void*>> WaitReady(BlockId b);
+  // Gives a hold back; a released, non-persistent block is evicted unless
+  // its next use is within stage3_max_reuse_distance.
+  Status Release(BlockId b);
+  // Starts NVMe reads and gathers ahead of the recorded order. `wait_for_home`
+  // true: a gather waits for the home to be current instead of stopping
+  // there (several ranks must issue the same gathers).
+  void Prefetch(bool wait_for_home);
+  // Frees every gathered block (their copies are stale after a step).
+  void DropAll();
+
+  // The first block held now, if any.
+  std::optional<BlockId> FirstHeld() const;
+  bool persistent(BlockId b) const { return blocks_[static_cast<size_t>(b)].persistent; }
+
+ private:
+  struct Block {
+    void* full = nullptr;          // gathered block on the device (padded_numel elements)
+    std::unique_ptr<Event> ready;  // recorded after its gather
+    bool persistent = false;
+    bool prefetched = false;       // gathered ahead, not yet acquired
+    int holds = 0;
+  };
+
+  Status Fetch(BlockId b);
+  Status Evict(BlockId b);
+  bool MakeRoom(int64_t need, bool demand, int64_t candidate_distance);
+  Block& block(BlockId b) { return blocks_[static_cast<size_t>(b)]; }
+
+  Options o_;
+  int64_t es_ = 2;  // bytes per working parameter
+  std::vector<Block> blocks_;
+};
+
+}  // namespace zinf::zero3

@@ -1,0 +1,75 @@
+// UpdateWorker (update_worker.h).
+#include "zero3/update_worker.h"
+
+#include <chrono>
+#include <string>
+#include <system_error>
+#include <utility>
+
+namespace zinf::zero3 {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void AddSince(Clock::time_point t0, int64_t* ns) {
+  if (ns != nullptr) *ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+void UpdateWorker::Progress::Publish(int64_t n) {
+  std::lock_guard<std::mutex> lock(worker_->mu_);
+  if (n > worker_->done_elems_) worker_->done_elems_ = n;
+  worker_->cv_.notify_all();
+}
+
+UpdateWorker::~UpdateWorker() {
+  if (thread_.joinable()) thread_.join();
+}
+
+Status UpdateWorker::Start(Body body) {
+  if (thread_.joinable()) return Status::FailedPrecondition("update worker: Start while a body runs (Join first)");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_elems_ = 0;
+    ended_ = false;
+    status_ = Status::Ok();
+  }
+  try {
+    thread_ = std::thread(&UpdateWorker::Run, this, std::move(body));
+  } catch (const std::system_error& e) {
+    return Status::ResourceExhausted(std::string("cannot start the optimizer update's thread: ") + e.what());
+  }
+  return Status::Ok();
+}
+
+void UpdateWorker::Run(Body body) {
+  Progress progress(this);
+  Status s = body(progress);
+  std::lock_guard<std::mutex> lock(mu_);
+  ended_ = true;
+  status_ = std::move(s);
+  cv_.notify_all();
+}
+
+StatusOr<bool> UpdateWorker::WaitFor(int64_t n, bool wait, int64_t* waited_ns) {
+  const auto t0 = Clock::now();
+  std::unique_lock<std::mutex> lock(mu_);
+  auto there = [&] { return ended_ || done_elems_ >= n; };
+  if (!wait && !there()) return false;
+  cv_.wait(lock, there);
+  AddSince(t0, waited_ns);
+  if (done_elems_ >= n) return true;
+  return status_.ok() ? Status::Internal("the optimizer update ended before element " + std::to_string(n)) : status_;
+}
+
+Status UpdateWorker::Join(int64_t* waited_ns) {
+  if (!thread_.joinable()) return Status::Ok();  // joined already: its result was returned then
+  const auto t0 = Clock::now();
+  thread_.join();
+  AddSince(t0, waited_ns);
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+}  // namespace zinf::zero3
