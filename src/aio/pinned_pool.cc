@@ -81,6 +81,12 @@ int BindToNumaNode(void* addr, size_t bytes, int requested) {
 
 }  // namespace
 
+int64_t PinnedPool::MappedBytes(const PinnedPoolOptions& options) {
+  const int64_t page = ::sysconf(_SC_PAGESIZE);
+  const int64_t map_align = options.huge_pages ? kHugePageBytes : page;
+  return AlignUp(AlignUp(options.buffer_bytes, options.alignment_bytes) * options.buffer_count, map_align);
+}
+
 StatusOr<std::unique_ptr<PinnedPool>> PinnedPool::Create(const PinnedPoolOptions& options) {
   const int64_t page = ::sysconf(_SC_PAGESIZE);
   if (options.buffer_count < 1 || options.buffer_bytes < 1) {
@@ -100,7 +106,7 @@ StatusOr<std::unique_ptr<PinnedPool>> PinnedPool::Create(const PinnedPoolOptions
   pool->buffer_bytes_ = AlignUp(options.buffer_bytes, options.alignment_bytes);
   pool->stride_ = pool->buffer_bytes_;
   const int64_t map_align = options.huge_pages ? kHugePageBytes : page;
-  pool->mapped_bytes_ = AlignUp(pool->stride_ * pool->count_, map_align);
+  pool->mapped_bytes_ = MappedBytes(options);
   // Over-map by the alignment and trim both ends, leaving an aligned region.
   const int64_t raw_bytes = pool->mapped_bytes_ + map_align - page;
   void* raw = ::mmap(nullptr, static_cast<size_t>(raw_bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,

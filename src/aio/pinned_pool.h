@@ -87,6 +87,9 @@ class PinnedPool {
   // kInvalidArgument for a bad size or alignment, kOutOfMemory when the
   // mapping fails, kUnavailable when require_pinned and pinning fails.
   static StatusOr<std::unique_ptr<PinnedPool>> Create(const PinnedPoolOptions& options);
+  // Bytes the pool Create makes from `options` maps (region().size()): each
+  // buffer rounded up to the alignment, the whole to pages or huge pages.
+  static int64_t MappedBytes(const PinnedPoolOptions& options);
   ~PinnedPool();
   PinnedPool(const PinnedPool&) = delete;
   PinnedPool& operator=(const PinnedPool&) = delete;

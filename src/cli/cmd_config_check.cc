@@ -1,4 +1,7 @@
-// zinf config-check FILE: the resolved config, or every error in it.
+// zinf config-check FILE: the resolved config, or every error in it; with
+// the model known (--model, or --params for a derived GPT shape), what every
+// buffer costs per rank (zero3::BufferPlan, plus the reference GPT's own
+// device buffers at stage 3).
 #include <cstdio>
 
 #include <algorithm>
@@ -8,17 +11,61 @@
 
 #include "cli/command.h"
 #include "cli/offload_buffers.h"
+#include "core/units.h"
+#include "model/plan.h"
 #include "zinf/config.h"
 
 namespace zinf::cli {
 namespace {
 
-int Run(const std::vector<std::string>& args) {
-  auto flags = Flags::Parse(args, {"world-size", "hidden-size", "steps", "params"});
-  if (!flags.ok()) return Fail("config-check", flags.status(), 2);
-  if (flags->positionals().size() != 1) {
-    return Fail("config-check", Status::InvalidArgument("expected one config file"), 2);
+constexpr const char* kName = "config-check";
+
+// What a rank allocates for `config` training `choice.model` on `world`
+// ranks: the engine's windows and, at stage 3, the reference GPT's
+// activations and scratch (model::EstimateOption). Appends its lines.
+StatusOr<zero3::BufferPlan> PlanLines(const Config& config, const ModelChoice& choice, int world, bool cuda,
+                                      std::vector<std::string>& lines) {
+  const std::string title = "per rank for model " + choice.description + " (" +
+                            FormatCount(choice.model.NumParameters()) + " parameters), " + std::to_string(world) +
+                            " rank(s), " + (cuda ? "GPU" : "host device");
+  if (config.zero.stage == 3) {
+    model::PlanInputs in;
+    in.model = choice.model;
+    in.world_size = world;
+    in.micro_batch = static_cast<int>(config.train_micro_batch_size_per_gpu);
+    in.grad_accum = static_cast<int>(config.gradient_accumulation_steps);
+    in.cuda = cuda;
+    ZINF_ASSIGN_OR_RETURN(model::PlanOption o, model::EstimateOption(in, config));
+    AppendBufferItems("buffers " + title + ", micro-batch " + std::to_string(in.micro_batch), o.items, lines);
+    return o.buffers;
   }
+  const std::vector<BlockSpec> specs = model::GptBlockSpecs(choice.model);
+  ZINF_ASSIGN_OR_RETURN(zero3::BufferPlan plan,
+                        zero3::MakeBufferPlan(config, specs, world, cuda ? DeviceKind::kCuda : DeviceKind::kHost,
+                                              ElementType::kF32,
+                                              model::GptMaxHeldElems(choice.model, specs, config, world)));
+  AppendBufferItems("engine buffers " + title, plan.Items(), lines);
+  return plan;
+}
+
+// The model --model or --params names, if any.
+StatusOr<std::optional<ModelChoice>> ModelOf(const Flags& flags, int64_t params) {
+  if (const auto m = flags.Get("model")) {
+    ZINF_ASSIGN_OR_RETURN(ModelChoice c, ModelFromFlag("--model", *m, 0, 50257));
+    return std::optional<ModelChoice>(std::move(c));
+  }
+  if (params <= 0) return std::optional<ModelChoice>();
+  auto g = model::GptConfigForParameterCount(params, 2048, 50257);
+  if (!g.ok()) return std::optional<ModelChoice>();  // too small or large to shape: totals per parameter only
+  return std::optional<ModelChoice>(ModelChoice{*g, FormatCount(params) + " (derived GPT shape: " +
+                                                        std::to_string(g->n_layer) + " layers x " +
+                                                        std::to_string(g->n_embd) + ", seq_len 2048)"});
+}
+
+int Run(const std::vector<std::string>& args) {
+  auto flags = Flags::Parse(args, {"world-size", "hidden-size", "steps", "params", "model", "device"});
+  if (!flags.ok()) return Fail(kName, flags.status(), 2);
+  if (flags->positionals().size() != 1) return Fail(kName, Status::InvalidArgument("expected one config file"), 2);
   const std::string& path = flags->positionals()[0];
   auto config = LoadConfigFile(path);
   if (!config.ok()) {
@@ -34,12 +81,18 @@ int Run(const std::vector<std::string>& args) {
   auto steps = flags->GetInt("steps", 0);
   auto params = flags->GetInt("params", 0);
   for (const auto* s : {&world, &hidden, &steps, &params}) {
-    if (!s->ok()) return Fail("config-check", s->status(), 2);
+    if (!s->ok()) return Fail(kName, s->status(), 2);
   }
   if (*world < 1 || *world > (1 << 20)) {
-    return Fail("config-check",
+    return Fail(kName,
                 Status::InvalidArgument("--world-size: expected 1..1048576 ranks, got " + std::to_string(*world)), 2);
   }
+  const std::string device = flags->GetOr("device", "gpu");
+  if (device != "gpu" && device != "host") {
+    return Fail(kName, Status::InvalidArgument("--device: expected gpu or host, got \"" + device + "\""), 2);
+  }
+  auto model = ModelOf(*flags, *params);
+  if (!model.ok()) return Fail(kName, model.status(), 2);
   ctx.world_size = static_cast<int>(*world);
   if (*hidden > 0) ctx.hidden_size = *hidden;
   if (*steps > 0) ctx.total_steps = *steps;
@@ -49,8 +102,25 @@ int Run(const std::vector<std::string>& args) {
     std::fprintf(stderr, "%s\n", st.message().c_str());
     return 1;
   }
-  std::vector<std::string> lines;
-  st = ExplainOffloadBuffers(resolved, *params > 0 ? std::optional<int64_t>(*params) : std::nullopt, ctx.world_size, lines);
+  std::vector<std::string> lines, plan_lines;
+  std::optional<zero3::BufferPlan> plan;
+  std::optional<int64_t> count = *params > 0 ? std::optional<int64_t>(*params) : std::nullopt;
+  if (*model) {
+    auto p = PlanLines(resolved, **model, ctx.world_size, device == "gpu", plan_lines);
+    if (p.ok()) {
+      plan = std::move(*p);
+    } else if (flags->Has("model")) {
+      std::fprintf(stderr, "%s: %s\n", path.c_str(), p.status().message().c_str());
+      return 1;
+    } else {
+      // A shape guessed from --params is not the user's model: its refusal is a note.
+      plan_lines.push_back("no buffer plan for the derived shape " + (*model)->description + ": " +
+                           p.status().message());
+    }
+    if (!count) count = (*model)->model.NumParameters();
+  }
+  st = ExplainOffloadBuffers(resolved, plan ? &*plan : nullptr, count, ctx.world_size, lines);
+  lines.insert(lines.end(), plan_lines.begin(), plan_lines.end());
   for (const std::string& line : lines) std::fprintf(stderr, "note: %s\n", line.c_str());
   if (!st.ok()) {
     std::fprintf(stderr, "%s\n", st.message().c_str());
@@ -63,11 +133,18 @@ int Run(const std::vector<std::string>& args) {
 
 ZINF_COMMAND({"config-check", "parse a DeepSpeed-style config; print it resolved or list its errors",
               "config-check FILE [--world-size N] [--hidden-size H] [--steps N] [--params N]\n"
+              "             [--model M] [--device gpu|host]\n"
               "  Prints the config with every default filled in, or every error (exit 1), and explains\n"
               "  what the offload buffers cost in pinned RAM; a buffer pool too small for the optimizer\n"
               "  pipeline or the prefetch window is an error.\n"
               "  --world-size, --hidden-size and --steps resolve batch keys and \"auto\" values;\n"
-              "  --params (the model's parameter count) turns per-parameter costs into totals.",
+              "  --params (the model's parameter count) turns per-parameter costs into totals.\n"
+              "  --model (a built-in, a model JSON or a count like 7B; --params alone stands for a GPT of\n"
+              "  that size) lists every buffer a rank allocates, per tier: the engine's windows (parameter\n"
+              "  home, swapper and optimizer pools, gradient buffers, gathered blocks under\n"
+              "  stage3_max_live_parameters, checkpoint buffers, swap files) and, at stage 3, the reference\n"
+              "  GPT's activations and scratch at the config's micro-batch; --device host leaves out the\n"
+              "  CUDA allowance.",
               Run});
 
 }  // namespace

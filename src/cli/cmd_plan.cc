@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -156,6 +157,242 @@ json OptionJson(const PlanOption& o) {
           {"items", items}};
 }
 
+// Everything the flags say, and what was derived from them.
+struct PlanRun {
+  PlanInputs in;
+  std::string model_arg, model_desc, device, nvme_source = "none";
+  std::string gpu_src, adam_src, nvme_src, pcie_src;
+  std::vector<std::string> notes;
+};
+
+// The model, the machine and the batch from the flags. Returns the exit code
+// of a failure (reported), or nothing.
+std::optional<int> ParseInputs(const Flags& flags, PlanRun& run) {
+  const auto model_arg = flags.Get("model");
+  if (!model_arg) {
+    return Fail(kName,
+                Status::InvalidArgument("--model is required (a built-in name, a JSON file or a count like 100B)"), 2);
+  }
+  run.model_arg = *model_arg;
+  auto gpu_mem = flags.GetInt("gpu-mem", 0);
+  auto cpu_mem = flags.GetInt("cpu-mem", 0);
+  auto nvme_bytes = flags.GetInt("nvme-bytes", -1);
+  auto gpus = flags.GetInt("gpus", 1);
+  auto micro = flags.GetInt("micro-batch", 1);
+  auto seq = flags.GetInt("seq-len", 0);
+  auto vocab = flags.GetInt("vocab", 50257);
+  auto accum = flags.GetInt("grad-accum", 1);
+  auto ckpt = flags.GetInt("checkpoints", 0);
+  for (const auto* s : {&gpu_mem, &cpu_mem, &nvme_bytes, &gpus, &micro, &seq, &vocab, &accum, &ckpt}) {
+    if (!s->ok()) return Fail(kName, s->status(), 2);
+  }
+  if (*gpus < 1 || *gpus > 1024 || *micro < 1 || *accum < 1 || *ckpt < 0 || *seq < 0 || *seq > (1 << 20) ||
+      *vocab < 1 || *vocab > (1 << 24)) {
+    return Fail(kName,
+                Status::InvalidArgument("--gpus, --micro-batch and --grad-accum must be >= 1, --checkpoints >= 0, "
+                                        "--seq-len and --vocab in range"),
+                2);
+  }
+  if (*gpu_mem <= 0) return Fail(kName, Status::InvalidArgument("--gpu-mem is required (per GPU, e.g. 24G)"), 2);
+  if (*cpu_mem <= 0)
+    return Fail(kName, Status::InvalidArgument("--cpu-mem is required (the node's RAM, e.g. 256G)"), 2);
+  run.device = flags.GetOr("device", "gpu");
+  if (run.device != "gpu" && run.device != "host") {
+    return Fail(kName, Status::InvalidArgument("--device: expected gpu or host, got \"" + run.device + "\""), 2);
+  }
+  auto model = ModelFromFlag("--model", *model_arg, static_cast<int>(*seq), static_cast<int>(*vocab));
+  if (!model.ok()) return Fail(kName, model.status(), 2);
+  PlanInputs& in = run.in;
+  in.model = model->model;
+  run.model_desc = model->description;
+  in.world_size = static_cast<int>(*gpus);
+  in.micro_batch = static_cast<int>(*micro);
+  in.grad_accum = static_cast<int>(*accum);
+  in.cuda = run.device == "gpu";
+  in.gpu_bytes = *gpu_mem;
+  in.cpu_bytes = *cpu_mem;
+  in.nvme_paths = flags.GetAll("nvme");
+  in.checkpoints = static_cast<int>(*ckpt);
+  if (*nvme_bytes >= 0) {
+    in.nvme_bytes = *nvme_bytes;
+    run.nvme_source = "--nvme-bytes";
+  } else if (!in.nvme_paths.empty()) {
+    auto free = NvmeFreeBytes(in.nvme_paths, run.notes);
+    if (!free.ok()) return Fail(kName, free.status().WithContext("--nvme"));
+    in.nvme_bytes = *free;
+    run.nvme_source = "free space of --nvme";
+  }
+  return std::nullopt;
+}
+
+// Speeds: given, measured (--measure), or assumed; each says which.
+std::optional<int> SetSpeeds(const Flags& flags, PlanRun& run) {
+  auto tflops = flags.GetDouble("gpu-tflops", kDefaultGpuTflops);
+  auto mfu = flags.GetDouble("mfu", kDefaultMfu);
+  auto adam_rate = flags.GetDouble("adam-gparams", 0);
+  auto nvme_gbps = flags.GetDouble("nvme-gbps", 0);
+  auto nvme_read = flags.GetDouble("nvme-read-gbps", 0);
+  auto nvme_write = flags.GetDouble("nvme-write-gbps", 0);
+  auto pcie = flags.GetDouble("pcie-gbps", 25.0);
+  for (const auto* s : {&tflops, &mfu, &adam_rate, &nvme_gbps, &nvme_read, &nvme_write, &pcie}) {
+    if (!s->ok()) return Fail(kName, s->status(), 2);
+  }
+  if (*tflops <= 0 || *mfu <= 0 || *mfu > 1 || *adam_rate < 0 || *nvme_gbps < 0 || *nvme_read < 0 ||
+      *nvme_write < 0 || *pcie <= 0) {
+    return Fail(kName, Status::InvalidArgument("--gpu-tflops, --pcie-gbps must be > 0, --mfu in (0, 1], "
+                                               "rates not negative"), 2);
+  }
+  const bool measure = flags.Has("measure");
+  const PlanInputs& in = run.in;
+  model::PlanSpeeds& sp = run.in.speeds;
+  run.pcie_src = flags.Has("pcie-gbps") ? "given" : "assumed";
+  sp.pcie_gbps = *pcie;
+  if (in.cuda) {
+    sp.gpu_flops = *tflops * 1e12 * *mfu;
+    run.gpu_src = FormatCount(static_cast<int64_t>(*tflops)) + " TFLOP/s x mfu " + std::to_string(*mfu).substr(0, 4) +
+                  (flags.Has("gpu-tflops") ? ", given" : ", assumed");
+  } else if (flags.Has("gpu-tflops")) {
+    sp.gpu_flops = *tflops * 1e12 * *mfu;
+    run.gpu_src = "given";
+  } else if (measure) {
+    auto f = MeasureHostFlops();
+    if (!f.ok()) return Fail(kName, f.status().WithContext("measuring the host matmul"));
+    sp.gpu_flops = *f;
+    run.gpu_src = "host fp32 matmul, measured";
+  } else {
+    sp.gpu_flops = kDefaultHostGflops * 1e9;
+    run.gpu_src = "host, assumed";
+  }
+  if (*adam_rate > 0) {
+    sp.adam_params_per_s = *adam_rate * 1e9;
+    run.adam_src = "given";
+  } else if (measure) {
+    auto r = MeasureAdam();
+    if (!r.ok()) return Fail(kName, r.status().WithContext("measuring CPU Adam"));
+    sp.adam_params_per_s = *r;
+    run.adam_src = "measured, " + std::to_string(optim::ThreadPool::NumCores()) + " cores";
+  } else {
+    run.adam_src = "assumed";
+  }
+  if (*nvme_gbps > 0) sp.nvme_read_gbps = sp.nvme_write_gbps = *nvme_gbps;
+  if (*nvme_read > 0) sp.nvme_read_gbps = *nvme_read;
+  if (*nvme_write > 0) sp.nvme_write_gbps = *nvme_write;
+  run.nvme_src = (*nvme_gbps > 0 || *nvme_read > 0 || *nvme_write > 0) ? "given" : "assumed";
+  if (measure && run.nvme_src == "assumed" && !in.nvme_paths.empty()) {
+    aio::NvmeCheckOptions co;
+    co.test_bytes = int64_t{256} << 20;
+    aio::NvmeCheckReport r = aio::CheckNvmePath(in.nvme_paths[0], co);
+    if (r.read_gbps > 0 && r.write_gbps > 0) {
+      sp.nvme_read_gbps = r.read_gbps;
+      sp.nvme_write_gbps = r.write_gbps;
+      run.nvme_src = "measured on " + in.nvme_paths[0] + " (" + r.engine + ")";
+    } else {
+      std::string why;
+      for (const std::string& p : r.problems) why += (why.empty() ? "" : "; ") + p;
+      run.notes.push_back("could not measure --nvme " + in.nvme_paths[0] + " (" + why + "); NVMe speed assumed");
+    }
+  }
+  return std::nullopt;
+}
+
+// The chosen config as `zinf plan --write-config` writes it, checked as
+// `zinf config-check` would before it goes out. Sets `text` when written.
+Status WriteConfig(const PlanRun& run, const model::Plan& plan, const std::string& out, std::string& text) {
+  const PlanOption& chosen = plan.options[static_cast<size_t>(plan.chosen)];
+  if (!plan.chosen_fits) {
+    return Status::FailedPrecondition("--write-config: no offload choice fits this machine; nothing written");
+  }
+  if (chosen.config.offloads_to_nvme() && run.in.nvme_paths.empty()) {
+    return Status::InvalidArgument("--write-config: the chosen config offloads to NVMe; give --nvme PATH");
+  }
+  text = ConfigChangesToJson(chosen.config) + "\n";
+  auto parsed = ParseConfig(text, out);
+  Status st = parsed.status();
+  AutoContext ctx;
+  ctx.world_size = run.in.world_size;
+  if (st.ok()) st = ResolveAuto(*parsed, ctx);
+  std::vector<std::string> lines;
+  if (st.ok()) {
+    st = ExplainOffloadBuffers(*parsed, &chosen.buffers, run.in.model.NumParameters(), run.in.world_size, lines);
+  }
+  if (st.ok()) st = WriteFileAtomic(out, text);
+  return st.WithContext("--write-config " + out);
+}
+
+void PrintJson(const PlanRun& run, const model::Plan& plan, const std::string& config_text,
+               const Status& config_status) {
+  const PlanInputs& in = run.in;
+  const model::PlanSpeeds& sp = in.speeds;
+  const PlanOption& chosen = plan.options[static_cast<size_t>(plan.chosen)];
+  json options = json::array();
+  for (const PlanOption& o : plan.options) options.push_back(OptionJson(o));
+  json j = {{"model", {{"name", run.model_arg}, {"parameters", in.model.NumParameters()}, {"n_layer", in.model.n_layer},
+                       {"n_embd", in.model.n_embd}, {"n_head", in.model.n_head}, {"seq_len", in.model.seq_len},
+                       {"vocab_size", in.model.vocab_size}}},
+            {"machine", {{"gpus", in.world_size}, {"gpu_bytes", in.gpu_bytes}, {"cpu_bytes", in.cpu_bytes},
+                         {"nvme_bytes", in.nvme_bytes}, {"nvme_paths", in.nvme_paths}, {"device", run.device}}},
+            {"batch", {{"micro_batch", in.micro_batch}, {"grad_accum", in.grad_accum}}},
+            {"speeds", {{"gpu_flops", sp.gpu_flops}, {"gpu_source", run.gpu_src},
+                        {"adam_params_per_s", sp.adam_params_per_s}, {"adam_source", run.adam_src},
+                        {"nvme_read_gbps", sp.nvme_read_gbps}, {"nvme_write_gbps", sp.nvme_write_gbps},
+                        {"nvme_source", run.nvme_src}, {"pcie_gbps", sp.pcie_gbps}}},
+            {"options", options},
+            {"chosen", {{"offload_param", OffloadDeviceName(chosen.param)},
+                        {"offload_optimizer", OffloadDeviceName(chosen.optimizer)}, {"fits", plan.chosen_fits}}},
+            {"notes", run.notes}};
+  if (!config_text.empty() && config_status.ok()) j["config"] = json::parse(config_text);
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
+void PrintTable(const PlanRun& run, const model::Plan& plan) {
+  const PlanInputs& in = run.in;
+  const model::PlanSpeeds& sp = in.speeds;
+  const PlanOption& chosen = plan.options[static_cast<size_t>(plan.chosen)];
+  std::printf("model:   %s: %s parameters (%s)\n", run.model_desc.c_str(),
+              FormatCount(in.model.NumParameters()).c_str(), Shape(in.model).c_str());
+  std::printf("machine: %d x %s GPU (%s), RAM %s, NVMe %s (%s); micro-batch %d x %d tokens, %d per step\n",
+              in.world_size, Gb(in.gpu_bytes).c_str(), in.cuda ? "CUDA" : "host device", Gb(in.cpu_bytes).c_str(),
+              Gb(in.nvme_bytes).c_str(), run.nvme_source.c_str(), in.micro_batch, in.model.seq_len, in.grad_accum);
+  std::printf("speeds:  compute %.3g TFLOP/s (%s); CPU Adam %.2f Gparam/s (%s); NVMe read %.2f / write %.2f GB/s "
+              "(%s); PCIe %.0f GB/s (%s)\n\n",
+              sp.gpu_flops / 1e12, run.gpu_src.c_str(), sp.adam_params_per_s / 1e9, run.adam_src.c_str(),
+              sp.nvme_read_gbps, sp.nvme_write_gbps, run.nvme_src.c_str(), sp.pcie_gbps, run.pcie_src.c_str());
+  std::printf("%-6s %-6s | %10s %10s %10s %10s | %-6s | %-9s | %9s %10s  %s\n", "param", "optim", "GPU/rank",
+              "pinned", "pageable", "NVMe", "states", "fits", "step s", "tokens/s", "bound by");
+  for (size_t i = 0; i < plan.options.size(); ++i) {
+    const PlanOption& o = plan.options[i];
+    std::string fits = o.fits() ? "yes" : "no:";
+    if (!o.fits()) {
+      if (!o.fits_gpu) fits += "G";
+      if (!o.fits_cpu) fits += "R";
+      if (!o.fits_nvme) fits += "N";
+    }
+    std::printf("%-6s %-6s | %10s %10s %10s %10s | %-6s | %-9s | %9.2f %10.0f  %s%s\n",
+                std::string(OffloadDeviceName(o.param)).c_str(), std::string(OffloadDeviceName(o.optimizer)).c_str(),
+                Gb(o.gpu_bytes).c_str(), Gb(o.pinned_bytes).c_str(), Gb(o.pageable_bytes).c_str(),
+                Gb(o.nvme_bytes).c_str(), o.state_fits ? "fit" : "no", fits.c_str(), o.step_s, o.tokens_per_s,
+                o.bound_by.c_str(), static_cast<int>(i) == plan.chosen ? "  <==" : "");
+  }
+  std::printf("\n(GPU per rank; RAM and NVMe per node. states: the 16-bit parameters and fp32 optimizer state "
+              "alone fit their tiers. fits: everything zinf allocates fits; G/R/N: GPU/RAM/NVMe short.)\n\n");
+  std::printf("%s: offload_param %s, offload_optimizer %s: step %.2f s (%.0f tokens/s), bound by %s\n",
+              plan.chosen_fits ? "chosen" : "nothing fits; closest",
+              std::string(OffloadDeviceName(chosen.param)).c_str(),
+              std::string(OffloadDeviceName(chosen.optimizer)).c_str(), chosen.step_s, chosen.tokens_per_s,
+              chosen.bound_by.c_str());
+  for (const std::string& s : chosen.shortfalls) std::printf("  short: %s\n", s.c_str());
+  std::printf("  step: compute %.2f s, param NVMe %.2f s, PCIe %.2f s -> forward+backward %.2f s; "
+              "Adam %.2f s, optimizer NVMe %.2f s, write-home %.2f s -> under the next forward's %.2f s\n",
+              chosen.compute_s, chosen.param_nvme_s, chosen.pcie_s,
+              std::max({chosen.compute_s, chosen.param_nvme_s, chosen.pcie_s}), chosen.adam_s, chosen.optimizer_nvme_s,
+              chosen.write_home_s, chosen.update_window_s);
+  std::printf("  per rank:\n");
+  for (const model::PlanItem& it : chosen.items) {
+    std::printf("    %-8s %10s  %s%s\n", std::string(model::TierName(it.tier)).c_str(), Gb(it.bytes).c_str(),
+                it.what.c_str(), it.transient ? " [start-up]" : "");
+  }
+}
+
 int Run(const std::vector<std::string>& args) {
   auto flags = Flags::Parse(args,
                             {"model", "gpu-mem", "cpu-mem", "nvme", "nvme-bytes", "gpus", "micro-batch", "seq-len",
@@ -166,231 +403,24 @@ int Run(const std::vector<std::string>& args) {
   if (!flags->positionals().empty()) {
     return Fail(kName, Status::InvalidArgument("unexpected argument \"" + flags->positionals()[0] + "\""), 2);
   }
-  const auto model_arg = flags->Get("model");
-  if (!model_arg) return Fail(kName, Status::InvalidArgument("--model is required (a built-in name, a JSON file or a count like 100B)"), 2);
-  auto gpu_mem = flags->GetInt("gpu-mem", 0);
-  auto cpu_mem = flags->GetInt("cpu-mem", 0);
-  auto nvme_bytes = flags->GetInt("nvme-bytes", -1);
-  auto gpus = flags->GetInt("gpus", 1);
-  auto micro = flags->GetInt("micro-batch", 1);
-  auto seq = flags->GetInt("seq-len", 0);
-  auto vocab = flags->GetInt("vocab", 50257);
-  auto accum = flags->GetInt("grad-accum", 1);
-  auto ckpt = flags->GetInt("checkpoints", 0);
-  for (const auto* s : {&gpu_mem, &cpu_mem, &nvme_bytes, &gpus, &micro, &seq, &vocab, &accum, &ckpt}) {
-    if (!s->ok()) return Fail(kName, s->status(), 2);
-  }
-  auto tflops = flags->GetDouble("gpu-tflops", kDefaultGpuTflops);
-  auto mfu = flags->GetDouble("mfu", kDefaultMfu);
-  auto adam_rate = flags->GetDouble("adam-gparams", 0);
-  auto nvme_gbps = flags->GetDouble("nvme-gbps", 0);
-  auto nvme_read = flags->GetDouble("nvme-read-gbps", 0);
-  auto nvme_write = flags->GetDouble("nvme-write-gbps", 0);
-  auto pcie = flags->GetDouble("pcie-gbps", 25.0);
-  for (const auto* s : {&tflops, &mfu, &adam_rate, &nvme_gbps, &nvme_read, &nvme_write, &pcie}) {
-    if (!s->ok()) return Fail(kName, s->status(), 2);
-  }
-  if (*gpus < 1 || *gpus > 1024 || *micro < 1 || *accum < 1 || *ckpt < 0 || *seq < 0 || *seq > (1 << 20) ||
-      *vocab < 1 || *vocab > (1 << 24)) {
-    return Fail(kName, Status::InvalidArgument("--gpus, --micro-batch and --grad-accum must be >= 1, --checkpoints >= 0, "
-                                               "--seq-len and --vocab in range"), 2);
-  }
-  if (*tflops <= 0 || *mfu <= 0 || *mfu > 1 || *adam_rate < 0 || *nvme_gbps < 0 || *nvme_read < 0 ||
-      *nvme_write < 0 || *pcie <= 0) {
-    return Fail(kName, Status::InvalidArgument("--gpu-tflops, --pcie-gbps must be > 0, --mfu in (0, 1], "
-                                               "rates not negative"), 2);
-  }
-  if (*gpu_mem <= 0) return Fail(kName, Status::InvalidArgument("--gpu-mem is required (per GPU, e.g. 24G)"), 2);
-  if (*cpu_mem <= 0) return Fail(kName, Status::InvalidArgument("--cpu-mem is required (the node's RAM, e.g. 256G)"), 2);
-  const std::string device = flags->GetOr("device", "gpu");
-  if (device != "gpu" && device != "host") {
-    return Fail(kName, Status::InvalidArgument("--device: expected gpu or host, got \"" + device + "\""), 2);
-  }
-  const bool measure = flags->Has("measure");
-  std::vector<std::string> notes;
-
-  // The model.
-  PlanInputs in;
-  std::string model_desc;
-  auto builtin = model::LoadGptConfig(*model_arg);
-  if (builtin.ok()) {
-    in.model = *builtin;
-    if (*seq > 0) in.model.seq_len = static_cast<int>(*seq);
-    model_desc = *model_arg;
-  } else if (builtin.status().code() == StatusCode::kNotFound) {
-    auto count = model::ParseParameterCount(*model_arg);
-    if (!count.ok()) return Fail(kName, count.status(), 2);
-    auto g = model::GptConfigForParameterCount(*count, *seq > 0 ? static_cast<int>(*seq) : 2048,
-                                               static_cast<int>(*vocab));
-    if (!g.ok()) return Fail(kName, g.status(), 2);
-    in.model = *g;
-    model_desc = *model_arg + " (derived shape: C = cbrt(128 P / 12) rounded to 128, head size 128)";
-  } else {
-    return Fail(kName, builtin.status().WithContext("--model"), 2);
-  }
-  in.world_size = static_cast<int>(*gpus);
-  in.micro_batch = static_cast<int>(*micro);
-  in.grad_accum = static_cast<int>(*accum);
-  in.cuda = device == "gpu";
-  in.gpu_bytes = *gpu_mem;
-  in.cpu_bytes = *cpu_mem;
-  in.nvme_paths = flags->GetAll("nvme");
-  in.checkpoints = static_cast<int>(*ckpt);
-  std::string nvme_source = "none";
-  if (*nvme_bytes >= 0) {
-    in.nvme_bytes = *nvme_bytes;
-    nvme_source = "--nvme-bytes";
-  } else if (!in.nvme_paths.empty()) {
-    auto free = NvmeFreeBytes(in.nvme_paths, notes);
-    if (!free.ok()) return Fail(kName, free.status().WithContext("--nvme"));
-    in.nvme_bytes = *free;
-    nvme_source = "free space of --nvme";
-  }
-
-  // Speeds: given, measured, or assumed (each says which).
-  model::PlanSpeeds& sp = in.speeds;
-  std::string gpu_src, adam_src, nvme_src, pcie_src = flags->Has("pcie-gbps") ? "given" : "assumed";
-  sp.pcie_gbps = *pcie;
-  if (in.cuda) {
-    sp.gpu_flops = *tflops * 1e12 * *mfu;
-    gpu_src = FormatCount(static_cast<int64_t>(*tflops)) + " TFLOP/s x mfu " + std::to_string(*mfu).substr(0, 4) +
-              (flags->Has("gpu-tflops") ? ", given" : ", assumed");
-  } else if (flags->Has("gpu-tflops")) {
-    sp.gpu_flops = *tflops * 1e12 * *mfu;
-    gpu_src = "given";
-  } else if (measure) {
-    auto f = MeasureHostFlops();
-    if (!f.ok()) return Fail(kName, f.status().WithContext("measuring the host matmul"));
-    sp.gpu_flops = *f;
-    gpu_src = "host fp32 matmul, measured";
-  } else {
-    sp.gpu_flops = kDefaultHostGflops * 1e9;
-    gpu_src = "host, assumed";
-  }
-  if (*adam_rate > 0) {
-    sp.adam_params_per_s = *adam_rate * 1e9;
-    adam_src = "given";
-  } else if (measure) {
-    auto r = MeasureAdam();
-    if (!r.ok()) return Fail(kName, r.status().WithContext("measuring CPU Adam"));
-    sp.adam_params_per_s = *r;
-    adam_src = "measured, " + std::to_string(optim::ThreadPool::NumCores()) + " cores";
-  } else {
-    adam_src = "assumed";
-  }
-  if (*nvme_gbps > 0) sp.nvme_read_gbps = sp.nvme_write_gbps = *nvme_gbps;
-  if (*nvme_read > 0) sp.nvme_read_gbps = *nvme_read;
-  if (*nvme_write > 0) sp.nvme_write_gbps = *nvme_write;
-  nvme_src = (*nvme_gbps > 0 || *nvme_read > 0 || *nvme_write > 0) ? "given" : "assumed";
-  if (measure && nvme_src == "assumed" && !in.nvme_paths.empty()) {
-    aio::NvmeCheckOptions co;
-    co.test_bytes = int64_t{256} << 20;
-    aio::NvmeCheckReport r = aio::CheckNvmePath(in.nvme_paths[0], co);
-    if (r.read_gbps > 0 && r.write_gbps > 0) {
-      sp.nvme_read_gbps = r.read_gbps;
-      sp.nvme_write_gbps = r.write_gbps;
-      nvme_src = "measured on " + in.nvme_paths[0] + " (" + r.engine + ")";
-    } else {
-      std::string why;
-      for (const std::string& p : r.problems) why += (why.empty() ? "" : "; ") + p;
-      notes.push_back("could not measure --nvme " + in.nvme_paths[0] + " (" + why + "); NVMe speed assumed");
-    }
-  }
-
-  auto plan = model::MakePlan(in);
+  PlanRun run;
+  if (auto rc = ParseInputs(*flags, run)) return *rc;
+  if (auto rc = SetSpeeds(*flags, run)) return *rc;
+  auto plan = model::MakePlan(run.in);
   if (!plan.ok()) return Fail(kName, plan.status(), 2);
-  const PlanOption& chosen = plan->options[static_cast<size_t>(plan->chosen)];
-  const int64_t params = in.model.NumParameters();
 
-  // The config to write: checked as `zinf config-check` would before it goes out.
   std::string config_text;
   Status config_status = Status::Ok();
-  if (const auto out = flags->Get("write-config")) {
-    if (!plan->chosen_fits) {
-      config_status = Status::FailedPrecondition("--write-config: no offload choice fits this machine; nothing written");
-    } else if (chosen.config.offloads_to_nvme() && in.nvme_paths.empty()) {
-      config_status = Status::InvalidArgument("--write-config: the chosen config offloads to NVMe; give --nvme PATH");
-    } else {
-      config_text = ConfigChangesToJson(chosen.config) + "\n";
-      auto parsed = ParseConfig(config_text, *out);
-      Status st = parsed.status();
-      AutoContext ctx;
-      ctx.world_size = in.world_size;
-      if (st.ok()) st = ResolveAuto(*parsed, ctx);
-      std::vector<std::string> lines;
-      if (st.ok()) st = ExplainOffloadBuffers(*parsed, params, in.world_size, lines);
-      if (st.ok()) st = WriteFileAtomic(*out, config_text);
-      config_status = st.WithContext("--write-config " + *out);
-    }
-  }
-
+  const auto out = flags->Get("write-config");
+  if (out) config_status = WriteConfig(run, *plan, *out, config_text);
   if (flags->Has("json")) {
-    json options = json::array();
-    for (const PlanOption& o : plan->options) options.push_back(OptionJson(o));
-    json j = {{"model", {{"name", *model_arg}, {"parameters", params}, {"n_layer", in.model.n_layer},
-                         {"n_embd", in.model.n_embd}, {"n_head", in.model.n_head}, {"seq_len", in.model.seq_len},
-                         {"vocab_size", in.model.vocab_size}}},
-              {"machine", {{"gpus", in.world_size}, {"gpu_bytes", in.gpu_bytes}, {"cpu_bytes", in.cpu_bytes},
-                           {"nvme_bytes", in.nvme_bytes}, {"nvme_paths", in.nvme_paths}, {"device", device}}},
-              {"batch", {{"micro_batch", in.micro_batch}, {"grad_accum", in.grad_accum}}},
-              {"speeds", {{"gpu_flops", sp.gpu_flops}, {"gpu_source", gpu_src},
-                          {"adam_params_per_s", sp.adam_params_per_s}, {"adam_source", adam_src},
-                          {"nvme_read_gbps", sp.nvme_read_gbps}, {"nvme_write_gbps", sp.nvme_write_gbps},
-                          {"nvme_source", nvme_src}, {"pcie_gbps", sp.pcie_gbps}}},
-              {"options", options},
-              {"chosen", {{"offload_param", OffloadDeviceName(chosen.param)},
-                          {"offload_optimizer", OffloadDeviceName(chosen.optimizer)}, {"fits", plan->chosen_fits}}},
-              {"notes", notes}};
-    if (!config_text.empty() && config_status.ok()) j["config"] = json::parse(config_text);
-    std::printf("%s\n", j.dump(2).c_str());
+    PrintJson(run, *plan, config_text, config_status);
   } else {
-    std::printf("model:   %s: %s parameters (%s)\n", model_desc.c_str(), FormatCount(params).c_str(),
-                Shape(in.model).c_str());
-    std::printf("machine: %d x %s GPU (%s), RAM %s, NVMe %s (%s); micro-batch %d x %d tokens, %d per step\n",
-                in.world_size, Gb(in.gpu_bytes).c_str(), in.cuda ? "CUDA" : "host device", Gb(in.cpu_bytes).c_str(),
-                Gb(in.nvme_bytes).c_str(), nvme_source.c_str(), in.micro_batch, in.model.seq_len, in.grad_accum);
-    std::printf("speeds:  compute %.3g TFLOP/s (%s); CPU Adam %.2f Gparam/s (%s); NVMe read %.2f / write %.2f GB/s "
-                "(%s); PCIe %.0f GB/s (%s)\n\n",
-                sp.gpu_flops / 1e12, gpu_src.c_str(), sp.adam_params_per_s / 1e9, adam_src.c_str(),
-                sp.nvme_read_gbps, sp.nvme_write_gbps, nvme_src.c_str(), sp.pcie_gbps, pcie_src.c_str());
-    std::printf("%-6s %-6s | %10s %10s %10s %10s | %-6s | %-9s | %9s %10s  %s\n", "param", "optim", "GPU/rank",
-                "pinned", "pageable", "NVMe", "states", "fits", "step s", "tokens/s", "bound by");
-    for (size_t i = 0; i < plan->options.size(); ++i) {
-      const PlanOption& o = plan->options[i];
-      std::string fits = o.fits() ? "yes" : "no:";
-      if (!o.fits()) {
-        if (!o.fits_gpu) fits += "G";
-        if (!o.fits_cpu) fits += "R";
-        if (!o.fits_nvme) fits += "N";
-      }
-      std::printf("%-6s %-6s | %10s %10s %10s %10s | %-6s | %-9s | %9.2f %10.0f  %s%s\n",
-                  std::string(OffloadDeviceName(o.param)).c_str(), std::string(OffloadDeviceName(o.optimizer)).c_str(),
-                  Gb(o.gpu_bytes).c_str(), Gb(o.pinned_bytes).c_str(), Gb(o.pageable_bytes).c_str(),
-                  Gb(o.nvme_bytes).c_str(), o.state_fits ? "fit" : "no", fits.c_str(), o.step_s, o.tokens_per_s,
-                  o.bound_by.c_str(), static_cast<int>(i) == plan->chosen ? "  <==" : "");
-    }
-    std::printf("\n(GPU per rank; RAM and NVMe per node. states: the 16-bit parameters and fp32 optimizer state "
-                "alone fit their tiers. fits: everything zinf allocates fits; G/R/N: GPU/RAM/NVMe short.)\n\n");
-    std::printf("%s: offload_param %s, offload_optimizer %s: step %.2f s (%.0f tokens/s), bound by %s\n",
-                plan->chosen_fits ? "chosen" : "nothing fits; closest",
-                std::string(OffloadDeviceName(chosen.param)).c_str(),
-                std::string(OffloadDeviceName(chosen.optimizer)).c_str(), chosen.step_s, chosen.tokens_per_s,
-                chosen.bound_by.c_str());
-    for (const std::string& s : chosen.shortfalls) std::printf("  short: %s\n", s.c_str());
-    std::printf("  step: compute %.2f s, param NVMe %.2f s, PCIe %.2f s -> forward+backward %.2f s; "
-                "Adam %.2f s, optimizer NVMe %.2f s, write-home %.2f s -> under the next forward's %.2f s\n",
-                chosen.compute_s, chosen.param_nvme_s, chosen.pcie_s,
-                std::max({chosen.compute_s, chosen.param_nvme_s, chosen.pcie_s}), chosen.adam_s,
-                chosen.optimizer_nvme_s, chosen.write_home_s, chosen.update_window_s);
-    std::printf("  per rank:\n");
-    for (const model::PlanItem& it : chosen.items) {
-      std::printf("    %-8s %10s  %s%s\n", std::string(model::TierName(it.tier)).c_str(), Gb(it.bytes).c_str(),
-                  it.what.c_str(), it.transient ? " [start-up]" : "");
-    }
+    PrintTable(run, *plan);
   }
-  for (const std::string& n : notes) std::fprintf(stderr, "note: %s\n", n.c_str());
+  for (const std::string& n : run.notes) std::fprintf(stderr, "note: %s\n", n.c_str());
   if (!config_status.ok()) return Fail(kName, config_status);
-  if (const auto out = flags->Get("write-config")) std::fprintf(stderr, "zinf plan: wrote %s\n", out->c_str());
+  if (out) std::fprintf(stderr, "zinf plan: wrote %s\n", out->c_str());
   if (!plan->chosen_fits) {
     std::fprintf(stderr, "zinf plan: no offload choice fits this machine\n");
     return 1;

@@ -1,6 +1,7 @@
-// Offload planning (plan.h). Each estimate follows the allocation it
-// stands for; the comment on each names where that allocation is made, so
-// a change there shows which line here to change with it.
+// Offload planning (plan.h). The engine's windows are zero3::MakeBufferPlan's;
+// the model's own estimates here follow the allocation they stand for, and
+// the comment on each names where that allocation is made, so a change there
+// shows which line here to change with it.
 #include "model/plan.h"
 
 #include <algorithm>
@@ -15,10 +16,6 @@
 namespace zinf::model {
 namespace {
 
-// HostDevice and cudaMalloc round every allocation to 256 bytes.
-constexpr int64_t kDeviceAlign = 256;
-// SwapStore and the pinned pools align transfers to 4 KiB.
-constexpr int64_t kIoAlign = 4096;
 // CUDA context, cuBLAS handle and workspace: an allowance, not measured.
 constexpr int64_t kCudaAllowanceBytes = int64_t{1} << 30;
 // GptCompute's head chunk (gpt.cc kHeadChunkBytes): logits + their gradient.
@@ -27,9 +24,8 @@ constexpr int64_t kHeadChunkBytes = int64_t{64} << 20;
 constexpr int64_t kMinSubGroup = int64_t{1} << 16;
 constexpr int64_t kMaxSubGroup = 100'000'000;
 
-int64_t DeviceBytes(int64_t bytes) { return AlignUp(std::max<int64_t>(bytes, 1), kDeviceAlign); }
-
-int ParamBytes(const Config& c) { return c.fp16.enabled || c.bf16.enabled ? 2 : 4; }
+// HostDevice and cudaMalloc round every allocation to 256 bytes.
+int64_t DeviceBytes(int64_t bytes) { return zero3::DeviceFootprint(bytes); }
 
 int64_t BlockNumel(const BlockSpec& b) {
   int64_t n = 0;
@@ -64,7 +60,7 @@ std::string GiB(int64_t bytes) { return FormatBytes(bytes); }
 
 std::string_view TierName(Tier t) {
   switch (t) {
-    case Tier::kGpu: return "gpu";
+    case Tier::kDevice: return "gpu";
     case Tier::kPinned: return "pinned";
     case Tier::kPageable: return "pageable";
     case Tier::kNvme: return "nvme";
@@ -176,131 +172,66 @@ Config PlanConfig(const PlanInputs& in, OffloadDevice param, OffloadDevice optim
   return c;
 }
 
-StatusOr<PlanOption> EstimateOption(const PlanInputs& in, const Config& config) {
+int64_t GptMaxHeldElems(const GptConfig& model, const std::vector<BlockSpec>& specs, const Config& config, int world) {
+  auto part = zero3::Partitioner::Create(specs, std::max(1, world), 0);
+  if (!part.ok()) return 0;  // MakeBufferPlan reports the Partitioner's error
   const ZeroConfig& z = config.zero;
-  if (z.stage != 3) return Status::InvalidArgument("plan: only stage 3 is estimated, got stage " + std::to_string(z.stage));
-  const int world = std::max(1, in.world_size);
-  const int64_t B = config.train_micro_batch_size_per_gpu, gas = config.gradient_accumulation_steps;
-  if (B < 1 || gas < 1) return Status::InvalidArgument("plan: micro-batch and accumulation steps must be >= 1");
-  const std::vector<BlockSpec> specs = GptBlockSpecs(in.model);
-  ZINF_ASSIGN_OR_RETURN(zero3::Partitioner part, zero3::Partitioner::Create(specs, world, 0));
-  const int64_t total = part.total_shard_numel();
-  const int64_t max_shard = part.max_shard_numel();
-  const int64_t max_padded = part.max_padded_numel();
-  const int64_t pes = ParamBytes(config);
-  const OffloadDevice popt = z.offload_param.device;
-  const OffloadDevice oopt = z.offload_optimizer.device == OffloadDevice::kNone ? OffloadDevice::kCpu
-                                                                                 : z.offload_optimizer.device;
-
-  PlanOption o;
-  o.param = z.offload_param.device;
-  o.optimizer = z.offload_optimizer.device;
-  o.config = config;
-  auto add = [&](Tier t, std::string what, int64_t bytes, bool transient = false) {
-    if (bytes > 0) o.items.push_back({t, std::move(what), bytes, transient});
+  auto transient = [&](BlockId b) {
+    const int64_t n = part->layout(b).padded_numel;
+    return z.stage == 3 && n >= z.stage3_param_persistence_threshold ? n : 0;
   };
+  int64_t held = 0;
+  for (BlockId b = 0; b < part->num_blocks(); ++b) held = std::max(held, transient(b));
+  // trainer.cc MicroBatch: the tied head holds the embedding and the head at once.
+  if (model.tied_embeddings) held = std::max(held, transient(kEmbedBlock) + transient(HeadBlock(model)));
+  return held;
+}
 
-  // --- GPU: engine.cc Init and Fetch.
-  if (popt == OffloadDevice::kNone) add(Tier::kGpu, "16-bit working parameters (home)", DeviceBytes(total * pes));
-  {
-    // Gathered blocks: at most max(max_live, what is held at once) non-
-    // persistent elements (MakeRoom), plus every persistent block.
-    int64_t persistent = 0, demand = 0;
-    std::vector<int64_t> sizes;
-    for (int b = 0; b < part.num_blocks(); ++b) {
-      const int64_t p = part.layout(b).padded_numel;
-      if (p < z.stage3_param_persistence_threshold) {
-        persistent += DeviceBytes(p * pes);
-      } else {
-        sizes.push_back(p);
-        demand = std::max(demand, p);
-      }
-    }
-    // The tied head holds the embedding and the head at once.
-    if (in.model.tied_embeddings) {
-      const int64_t head = part.layout(HeadBlock(in.model)).padded_numel;
-      demand = std::max(demand, part.layout(kEmbedBlock).padded_numel +
-                                    (head >= z.stage3_param_persistence_threshold ? head : 0));
-    }
-    const int64_t bound = std::max(z.stage3_max_live_parameters, demand);
-    std::sort(sizes.rbegin(), sizes.rend());
-    int64_t elems = 0, bytes = 0;
-    for (int64_t s : sizes) {
-      if (elems + s > bound) continue;
-      elems += s;
-      bytes += DeviceBytes(s * pes);
-    }
-    o.gpu_gathered_bytes = bytes + persistent;
-    add(Tier::kGpu, "gathered blocks (<= max(stage3_max_live_parameters, held blocks)) + persistent",
-        o.gpu_gathered_bytes);
-  }
-  add(Tier::kGpu, "gradient flat buffer (largest block, fp32)", DeviceBytes(max_padded * 4));
-  if (world > 1) add(Tier::kGpu, "gradient shard buffer (fp32)", DeviceBytes(max_shard * 4));
-  add(Tier::kGpu, "activations (fp32: checkpoints (L+1)*B*T*C, one layer, attention, logits chunk)",
-      ActivationBytes(in.model, static_cast<int>(B), in.cuda));
-  {
-    // trainer.cc Create: fp32 cast of a block (and of the tied embedding),
-    // one block's gradients, the embedding's gradients.
-    int64_t max_block = 0;
-    for (const BlockSpec& s : specs) max_block = std::max(max_block, BlockNumel(s));
-    const int64_t embed = BlockNumel(specs[kEmbedBlock]);
-    const bool cast = pes != 4;
-    int64_t scratch = DeviceBytes(max_block * 4) + DeviceBytes(embed * 4);
-    if (cast) scratch += DeviceBytes(max_block * 4) + (in.model.tied_embeddings ? DeviceBytes(embed * 4) : 0);
-    add(Tier::kGpu, "trainer scratch (fp32 cast of a block, block and embedding gradients)", scratch);
-  }
-  if (in.cuda) add(Tier::kGpu, "CUDA context and cuBLAS workspace (allowance)", kCudaAllowanceBytes);
+namespace {
 
-  // --- Host: engine.cc Init, param_swapper.cc, optimizer_swapper.cc.
-  const Tier param_pin = z.offload_param.pin_memory ? Tier::kPinned : Tier::kPageable;
-  const Tier optim_pin = z.offload_optimizer.pin_memory ? Tier::kPinned : Tier::kPageable;
-  if (popt == OffloadDevice::kCpu) add(param_pin, "16-bit working parameters (offload_param cpu)", total * pes);
-  if (popt == OffloadDevice::kNvme) {
-    const int64_t elems = std::min(z.offload_param.buffer_size, max_shard);
-    add(param_pin, "offload_param buffers (buffer_count x buffer_size)",
-        z.offload_param.buffer_count * AlignUp(elems * pes, kIoAlign));
-  }
-  swap::OptimizerSwapperOptions so = swap::OptimizerSwapperOptionsFromConfig(z, total);
-  so.device = oopt;
-  so.sub_group_elems = std::min(so.sub_group_elems, total);
-  const int64_t sub_bytes = swap::OptimizerSwapper::RequiredBufferBytes(so, kIoAlign);
-  const int64_t groups = (total + so.sub_group_elems - 1) / so.sub_group_elems;
-  if (oopt == OffloadDevice::kCpu) {
-    add(optim_pin, "fp32 optimizer state: master, m, v (offload_optimizer cpu)", 3 * groups * sub_bytes);
-  } else {
-    add(optim_pin, "optimizer pipeline buffers (3 arrays x sub-groups in flight)",
-        swap::OptimizerSwapper::PoolBuffers(so) * sub_bytes);
-  }
-  add(Tier::kPinned, "fp32 gradient accumulator (whole shard)", AlignUp(total * 4, kIoAlign));
-  add(Tier::kPinned, "new-parameter buffer (whole shard, working type)", AlignUp(total * pes, kIoAlign));
-  add(Tier::kPinned, "gradient staging (largest shard)", AlignUp(max_shard * 8, kIoAlign));
-  add(Tier::kPageable, "initial fp32 master weights (until the first step)", total * 4, /*transient=*/true);
+// The model's own device allocations besides the engine's: activations
+// (gpt.cc GptCompute::Create), the trainer's scratch (trainer.cc Create)
+// and, on CUDA, an allowance for the context and cuBLAS.
+void AddModelDeviceItems(const PlanInputs& in, const std::vector<BlockSpec>& specs, int64_t param_bytes, int64_t batch,
+                         std::vector<PlanItem>& items) {
+  auto add = [&](std::string what, int64_t bytes) {
+    if (bytes > 0) items.push_back({Tier::kDevice, std::move(what), bytes, false});
+  };
+  add("activations (fp32: checkpoints (L+1)*B*T*C, one layer, attention, logits chunk)",
+      ActivationBytes(in.model, static_cast<int>(batch), in.cuda));
+  // fp32 cast of a block (and of the tied embedding), one block's
+  // gradients, the embedding's gradients.
+  int64_t max_block = 0;
+  for (const BlockSpec& s : specs) max_block = std::max(max_block, BlockNumel(s));
+  const int64_t embed = BlockNumel(specs[kEmbedBlock]);
+  int64_t scratch = DeviceBytes(max_block * 4) + DeviceBytes(embed * 4);
+  if (param_bytes != 4) scratch += DeviceBytes(max_block * 4) + (in.model.tied_embeddings ? DeviceBytes(embed * 4) : 0);
+  add("trainer scratch (fp32 cast of a block, block and embedding gradients)", scratch);
+  if (in.cuda) add("CUDA context and cuBLAS workspace (allowance)", kCudaAllowanceBytes);
+}
 
-  // --- NVMe: swap files (SwapStore extents, 4 KiB aligned) and checkpoints.
-  if (popt == OffloadDevice::kNvme) {
-    int64_t bytes = 0;
-    for (int b = 0; b < part.num_blocks(); ++b) bytes += AlignUp(part.layout(b).shard_numel * pes, kIoAlign);
-    add(Tier::kNvme, "16-bit parameter swap file", bytes);
-  }
-  if (oopt == OffloadDevice::kNvme) add(Tier::kNvme, "optimizer swap file (master, m, v)", 3 * groups * sub_bytes);
-  if (in.checkpoints > 0) {
-    add(Tier::kNvme, std::to_string(in.checkpoints) + " checkpoint(s): master, m, v", in.checkpoints * total * 12);
-  }
-
+// Per-tier totals (GPU per rank; RAM and NVMe per node), the model-states
+// view, and whether each tier fits.
+void Totals(const PlanInputs& in, int world, PlanOption& o) {
+  const zero3::BufferPlan& bp = o.buffers;
+  const int64_t total = bp.total_shard_elems, pes = bp.param_elem_bytes;
+  const OffloadDevice popt = bp.param_home, oopt = bp.optimizer.device;
   for (const PlanItem& it : o.items) {
     switch (it.tier) {
-      case Tier::kGpu: o.gpu_bytes += it.bytes; break;
+      case Tier::kDevice: o.gpu_bytes += it.bytes; break;
       case Tier::kPinned: o.pinned_bytes += it.bytes * world; break;
       case Tier::kPageable: o.pageable_bytes += it.bytes * world; break;
       case Tier::kNvme: o.nvme_bytes += it.bytes * world; break;
     }
   }
+  o.gpu_gathered_bytes = bp.device_gathered_bytes();
   o.gpu_resident_bytes = o.gpu_bytes - o.gpu_gathered_bytes;
 
   // Model states, DeepSpeed's view: where the 16-bit parameters and the
   // 16 B/parameter fp32 optimizer state live, plus one gathered block.
-  o.state_gpu_bytes = (popt == OffloadDevice::kNone ? total * pes : 0) + max_padded * pes;
-  o.state_cpu_bytes = world * ((popt == OffloadDevice::kCpu ? total * pes : 0) + (oopt == OffloadDevice::kCpu ? 16 * total : 0));
+  o.state_gpu_bytes = (popt == OffloadDevice::kNone ? total * pes : 0) + bp.max_padded_elems * pes;
+  o.state_cpu_bytes =
+      world * ((popt == OffloadDevice::kCpu ? total * pes : 0) + (oopt == OffloadDevice::kCpu ? 16 * total : 0));
   o.state_nvme_bytes = world * ((popt == OffloadDevice::kNvme ? total * pes : 0) +
                                 (oopt == OffloadDevice::kNvme ? 16 * total : 0) + in.checkpoints * total * 12);
 
@@ -314,15 +245,24 @@ StatusOr<PlanOption> EstimateOption(const PlanInputs& in, const Config& config) 
   o.fits_nvme = o.nvme_bytes <= in.nvme_bytes;
   o.state_fits = o.state_gpu_bytes <= in.gpu_bytes && o.state_cpu_bytes <= in.cpu_bytes &&
                  o.state_nvme_bytes <= in.nvme_bytes;
-  o.overshoot = std::max({ratio(o.gpu_bytes, in.gpu_bytes), ratio(ram, in.cpu_bytes), ratio(o.nvme_bytes, in.nvme_bytes)});
+  o.overshoot =
+      std::max({ratio(o.gpu_bytes, in.gpu_bytes), ratio(ram, in.cpu_bytes), ratio(o.nvme_bytes, in.nvme_bytes)});
   if (!o.fits_gpu) o.shortfalls.push_back("GPU: needs " + GiB(o.gpu_bytes) + " per GPU, has " + GiB(in.gpu_bytes));
   if (!o.fits_cpu) o.shortfalls.push_back("RAM: needs " + GiB(ram) + ", has " + GiB(in.cpu_bytes));
   if (!o.fits_nvme) {
-    o.shortfalls.push_back("NVMe: needs " + GiB(o.nvme_bytes) + ", has " +
-                           (in.nvme_bytes > 0 ? GiB(in.nvme_bytes) : std::string("none (give --nvme or --nvme-bytes)")));
+    o.shortfalls.push_back(
+        "NVMe: needs " + GiB(o.nvme_bytes) + ", has " +
+        (in.nvme_bytes > 0 ? GiB(in.nvme_bytes) : std::string("none (give --nvme or --nvme-bytes)")));
   }
+}
 
-  // --- Step time (plan.h).
+// The step time (plan.h).
+void StepTime(const PlanInputs& in, const Config& config, int world, PlanOption& o) {
+  const ZeroConfig& z = config.zero;
+  const zero3::BufferPlan& bp = o.buffers;
+  const int64_t total = bp.total_shard_elems, pes = bp.param_elem_bytes;
+  const OffloadDevice popt = bp.param_home, oopt = bp.optimizer.device;
+  const int64_t B = config.train_micro_batch_size_per_gpu, gas = config.gradient_accumulation_steps;
   const PlanSpeeds& s = in.speeds;
   const double P_rank = static_cast<double>(total);
   const double tokens_rank = static_cast<double>(B * gas * in.model.seq_len);
@@ -361,6 +301,42 @@ StatusOr<PlanOption> EstimateOption(const PlanInputs& in, const Config& config) 
       {o.compute_s, "compute"},   {o.param_nvme_s, "param NVMe reads"},   {o.pcie_s, "PCIe"},
       {o.adam_s, "CPU Adam"},     {o.optimizer_nvme_s, "optimizer NVMe"}, {o.write_home_s, "param write-home"}};
   o.bound_by = std::max_element(parts.begin(), parts.end())->second;
+}
+
+}  // namespace
+
+StatusOr<PlanOption> EstimateOption(const PlanInputs& in, const Config& config) {
+  const ZeroConfig& z = config.zero;
+  if (z.stage != 3)
+    return Status::InvalidArgument("plan: only stage 3 is estimated, got stage " + std::to_string(z.stage));
+  const int world = std::max(1, in.world_size);
+  const int64_t B = config.train_micro_batch_size_per_gpu, gas = config.gradient_accumulation_steps;
+  if (B < 1 || gas < 1) return Status::InvalidArgument("plan: micro-batch and accumulation steps must be >= 1");
+  const std::vector<BlockSpec> specs = GptBlockSpecs(in.model);
+
+  PlanOption o;
+  o.param = z.offload_param.device;
+  o.optimizer = z.offload_optimizer.device;
+  o.config = config;
+  // The trainer's gradients are fp32.
+  ZINF_ASSIGN_OR_RETURN(o.buffers,
+                        zero3::MakeBufferPlan(config, specs, world, in.cuda ? DeviceKind::kCuda : DeviceKind::kHost,
+                                              ElementType::kF32, GptMaxHeldElems(in.model, specs, config, world)));
+  // The engine's device windows, the model's, then the host and NVMe tiers.
+  std::vector<PlanItem> engine = o.buffers.Items();
+  for (const PlanItem& it : engine) {
+    if (it.tier == Tier::kDevice) o.items.push_back(it);
+  }
+  AddModelDeviceItems(in, specs, o.buffers.param_elem_bytes, B, o.items);
+  for (const PlanItem& it : engine) {
+    if (it.tier != Tier::kDevice) o.items.push_back(it);
+  }
+  if (in.checkpoints > 0) {
+    o.items.push_back({Tier::kNvme, std::to_string(in.checkpoints) + " checkpoint(s): master, m, v",
+                       in.checkpoints * o.buffers.total_shard_elems * 12, false});
+  }
+  Totals(in, world, o);
+  StepTime(in, config, world, o);
   return o;
 }
 

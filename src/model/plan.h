@@ -3,12 +3,13 @@
 // memory tier, whether it fits a machine, and how long a step would take.
 //
 // Memory is counted the way the code allocates it, buffer by buffer (the
-// items of PlanOption), not only as model states: EstimateOption mirrors
-// Engine::Impl::Init (working-parameter home, gathered blocks under
+// items of PlanOption), not only as model states: the engine's windows are
+// zero3::MakeBufferPlan's (working-parameter home, gathered blocks under
 // stage3_max_live_parameters, gradient buffers, fp32 gradient accumulator,
 // new-parameter buffer, staging, OptimizerSwapper and ParamSwapper pools,
-// swap files), GptCompute::Create (activations with per-layer
-// checkpointing) and Trainer::Create (fp32 cast and gradient scratch). The
+// checkpoint buffers, swap files), and EstimateOption adds the model's own:
+// GptCompute::Create (activations with per-layer checkpointing),
+// Trainer::Create (fp32 cast and gradient scratch), a CUDA allowance. The
 // DeepSpeed-style "model states" view (16-bit parameters and fp32 optimizer
 // state only) is reported beside it. Device bytes include the 256-byte
 // rounding of every allocation, so on the host device the resident part is
@@ -43,6 +44,7 @@
 #include <vector>
 
 #include "model/gpt.h"
+#include "zero3/buffer_plan.h"
 #include "zinf/config.h"
 #include "zinf/status.h"
 
@@ -82,22 +84,18 @@ struct PlanInputs {
   PlanSpeeds speeds;
 };
 
-enum class Tier { kGpu, kPinned, kPageable, kNvme };
-std::string_view TierName(Tier t);
-
-// One allocation (or group of equal ones) of one rank.
-struct PlanItem {
-  Tier tier = Tier::kGpu;
-  std::string what;
-  int64_t bytes = 0;      // per rank
-  bool transient = false; // only while starting (counted: it must fit then)
-};
+// One allocation (or group of equal ones) of one rank: the BufferPlan's
+// items and the model's; the device tier is the GPU.
+using Tier = zero3::BufferTier;
+using PlanItem = zero3::BufferItem;
+std::string_view TierName(Tier t);  // "gpu", "pinned", "pageable", "nvme"
 
 struct PlanOption {
   OffloadDevice param = OffloadDevice::kNone;
   OffloadDevice optimizer = OffloadDevice::kCpu;
   Config config;                  // the DeepSpeed config this option stands for
-  std::vector<PlanItem> items;    // per rank, what zinf allocates
+  zero3::BufferPlan buffers;      // the engine's windows, per rank
+  std::vector<PlanItem> items;    // per rank, what zinf allocates: buffers.Items() and the model's
   int64_t gpu_bytes = 0;          // per rank: resident + gathered peak
   int64_t gpu_resident_bytes = 0; // per rank: held through a whole step
   int64_t gpu_gathered_bytes = 0; // per rank: gathered blocks at most
@@ -134,7 +132,13 @@ struct Plan {
 // buffers sized for the model: see plan.cc).
 Config PlanConfig(const PlanInputs& inputs, OffloadDevice param, OffloadDevice optimizer);
 
+// The most non-persistent elements the Trainer holds acquired at once: the
+// largest block, or with a tied head the embedding and the head together.
+int64_t GptMaxHeldElems(const GptConfig& model, const std::vector<BlockSpec>& specs, const Config& config, int world);
+
 // The costs of training inputs.model under `config` (any stage-3 config).
+// Errors: MakeBufferPlan's, a stage other than 3, a micro-batch or
+// accumulation count below 1.
 StatusOr<PlanOption> EstimateOption(const PlanInputs& inputs, const Config& config);
 
 // Every offload choice: offload_param none/cpu/nvme x offload_optimizer

@@ -45,6 +45,20 @@ int64_t OptimizerSwapper::RequiredBufferBytes(const OptimizerSwapperOptions& opt
   return AlignUp(elems * int64_t{sizeof(float)}, alignment_bytes);
 }
 
+int64_t OptimizerSwapper::NumSubGroups(const OptimizerSwapperOptions& options) {
+  return (options.total_elems + options.sub_group_elems - 1) / options.sub_group_elems;
+}
+
+aio::PinnedPoolOptions OptimizerSwapper::ResidentPoolOptions(const OptimizerSwapperOptions& options) {
+  aio::PinnedPoolOptions po;
+  po.buffer_count = options.device == OffloadDevice::kCpu ? ArraysOf(options) * NumSubGroups(options) : 0;
+  po.buffer_bytes = RequiredBufferBytes(options, 4096);
+  po.alignment_bytes = 4096;
+  po.pin = options.pin_memory;
+  po.name = "optimizer state (cpu)";
+  return po;
+}
+
 int64_t OptimizerSwapper::sub_group_elems(int64_t k) const {
   return std::min(options_.sub_group_elems, options_.total_elems - sub_group_begin(k));
 }
@@ -65,16 +79,11 @@ StatusOr<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::Create(const Optim
         std::string(OffloadDeviceName(options.device)));
   }
   std::unique_ptr<OptimizerSwapper> s(new OptimizerSwapper(options));
-  s->num_sub_groups_ = (options.total_elems + options.sub_group_elems - 1) / options.sub_group_elems;
+  s->num_sub_groups_ = NumSubGroups(options);
   const int64_t groups = s->num_sub_groups_;
 
   if (options.device == OffloadDevice::kCpu) {
-    aio::PinnedPoolOptions po;
-    po.buffer_count = s->arrays() * groups;
-    po.buffer_bytes = RequiredBufferBytes(options, 4096);
-    po.alignment_bytes = 4096;
-    po.pin = options.pin_memory;
-    po.name = "optimizer state (cpu)";
+    const aio::PinnedPoolOptions po = ResidentPoolOptions(options);
     ZINF_ASSIGN_OR_RETURN(s->resident_pool_, aio::PinnedPool::Create(po));
     s->resident_.reserve(static_cast<size_t>(po.buffer_count));
     for (int64_t i = 0; i < po.buffer_count; ++i) {

@@ -115,6 +115,11 @@ class OptimizerSwapper {
   static int64_t PoolBuffers(const OptimizerSwapperOptions& options);
   // Bytes each pipeline buffer must hold (one fp32 sub-group, padded).
   static int64_t RequiredBufferBytes(const OptimizerSwapperOptions& options, int64_t alignment_bytes);
+  // Sub-groups of the shard: total_elems / sub_group_elems, rounded up.
+  static int64_t NumSubGroups(const OptimizerSwapperOptions& options);
+  // kCpu: the pool of the resident state Create makes (a buffer per array and
+  // sub-group); buffer_count 0 with kNvme.
+  static aio::PinnedPoolOptions ResidentPoolOptions(const OptimizerSwapperOptions& options);
 
   // kNvme: lays out and preallocates the swap store over `engine` and leases
   // the pipeline buffers from `pool`, up to PoolBuffers (neither owned; both

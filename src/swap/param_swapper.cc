@@ -17,6 +17,17 @@ ParamSwapperOptions ParamSwapperOptionsFromConfig(const ZeroConfig& zero) {
   return o;
 }
 
+aio::PinnedPoolOptions ParamSwapper::PoolOptions(const ParamSwapperOptions& options) {
+  aio::PinnedPoolOptions po;
+  po.buffer_count = options.buffer_count;
+  // What SwapStore::PaddedBytes gives: the store aligns to its options' alignment.
+  po.buffer_bytes = AlignUp(options.buffer_elems * options.element_size_bytes, options.store.alignment_bytes);
+  po.alignment_bytes = options.store.alignment_bytes;
+  po.pin = options.pin_memory;
+  po.name = "parameter buffers (offload_param)";
+  return po;
+}
+
 StatusOr<std::unique_ptr<ParamSwapper>> ParamSwapper::Create(const ParamSwapperOptions& options,
                                                              aio::IoEngine* engine,
                                                              const std::vector<ParamShardSpec>& shards) {
@@ -49,13 +60,7 @@ StatusOr<std::unique_ptr<ParamSwapper>> ParamSwapper::Create(const ParamSwapperO
   std::unique_ptr<ParamSwapper> p(new ParamSwapper(options));
   p->engine_ = engine;
   ZINF_ASSIGN_OR_RETURN(p->store_, SwapStore::Create(engine, std::move(tensors), options.store));
-  aio::PinnedPoolOptions po;
-  po.buffer_count = options.buffer_count;
-  po.buffer_bytes = p->store_->PaddedBytes(options.buffer_elems * es);
-  po.alignment_bytes = p->store_->alignment_bytes();
-  po.pin = options.pin_memory;
-  po.name = "parameter buffers (offload_param)";
-  ZINF_ASSIGN_OR_RETURN(p->pool_, aio::PinnedPool::Create(po));
+  ZINF_ASSIGN_OR_RETURN(p->pool_, aio::PinnedPool::Create(PoolOptions(options)));
   p->shards_.resize(shards.size());
   for (size_t i = 0; i < shards.size(); ++i) {
     p->shards_[i].name = shards[i].name;

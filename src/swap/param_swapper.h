@@ -70,6 +70,9 @@ class ParamSwapper {
   // SwapStore::Create's and PinnedPool::Create's errors.
   static StatusOr<std::unique_ptr<ParamSwapper>> Create(const ParamSwapperOptions& options, aio::IoEngine* engine,
                                                         const std::vector<ParamShardSpec>& shards);
+  // The pool of buffer_count buffers Create makes from `options`: each holds
+  // buffer_elems elements padded to the store's alignment.
+  static aio::PinnedPoolOptions PoolOptions(const ParamSwapperOptions& options);
   // Waits for outstanding transfers (errors are dropped: call Flush first).
   ~ParamSwapper();
   ParamSwapper(const ParamSwapper&) = delete;

@@ -1,6 +1,8 @@
 // PinnedPool: fixed buffers, leases as move-only RAII, exhaustion reported.
 #include "aio/pinned_pool.h"
 
+#include <unistd.h>
+
 #include <set>
 #include <thread>
 #include <vector>
@@ -45,6 +47,26 @@ TEST(PinnedPool, BuffersAreAlignedDistinctAndSized) {
       const bool disjoint = leases[i].data() + leases[i].size() <= leases[j].data() ||
                             leases[j].data() + leases[j].size() <= leases[i].data();
       EXPECT_TRUE(disjoint);
+    }
+  }
+}
+
+// MappedBytes says what Create maps: buffers aligned, the whole rounded to
+// pages, or to 2 MiB huge pages.
+TEST(PinnedPool, MappedBytesIsTheRegion) {
+  for (bool huge : {false, true}) {
+    for (int64_t bytes : {int64_t{1}, int64_t{10000}, int64_t{3} << 20}) {
+      PinnedPoolOptions o;
+      o.buffer_count = 3;
+      o.buffer_bytes = bytes;
+      o.alignment_bytes = 512;
+      o.huge_pages = huge;
+      o.pin = false;
+      auto pool = PinnedPool::Create(o);
+      ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+      EXPECT_EQ(static_cast<int64_t>((*pool)->region().size()), PinnedPool::MappedBytes(o)) << bytes << " " << huge;
+      EXPECT_GE(PinnedPool::MappedBytes(o), 3 * AlignUp(bytes, 512));
+      EXPECT_EQ(PinnedPool::MappedBytes(o) % (huge ? int64_t{2} << 20 : int64_t{::sysconf(_SC_PAGESIZE)}), 0);
     }
   }
 }

@@ -154,6 +154,19 @@ TEST_F(OptimizerSwapperTest, CpuStateMatchesWholeArrayAdam) {
   ExpectBitIdentical(Run(**s), Reference(*adam_));
 }
 
+// The resident state's pool, as Create makes it: master, m, v per
+// sub-group with the gradient from the caller; none for NVMe.
+TEST_F(OptimizerSwapperTest, ResidentPoolOptionsAreWhatCreateAllocates) {
+  OptimizerSwapperOptions o = Options(OffloadDevice::kCpu, false, false);
+  EXPECT_EQ(OptimizerSwapper::NumSubGroups(o), 4);
+  aio::PinnedPoolOptions po = OptimizerSwapper::ResidentPoolOptions(o);
+  EXPECT_EQ(po.buffer_count, (o.gradients_in_store ? 4 : 3) * 4);
+  EXPECT_EQ(po.buffer_bytes, OptimizerSwapper::RequiredBufferBytes(o, 4096));
+  EXPECT_EQ(po.pin, o.pin_memory);
+  o.device = OffloadDevice::kNvme;
+  EXPECT_EQ(OptimizerSwapper::ResidentPoolOptions(o).buffer_count, 0);
+}
+
 class OptimizerSwapperPipelineTest : public OptimizerSwapperTest,
                                      public ::testing::WithParamInterface<std::tuple<bool, bool>> {};
 

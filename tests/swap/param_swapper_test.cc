@@ -46,6 +46,22 @@ class ParamSwapperTest : public ::testing::Test {
   std::vector<std::vector<std::byte>> data_;
 };
 
+// The pool Create makes: buffer_count buffers of buffer_elems elements,
+// padded to the store's alignment; acquired shards live in them.
+TEST_F(ParamSwapperTest, PoolOptionsHoldABufferOfElements) {
+  ParamSwapperOptions o = Options(dir_, 3, 0);
+  o.buffer_elems = 100'001;
+  const aio::PinnedPoolOptions po = ParamSwapper::PoolOptions(o);
+  EXPECT_EQ(po.buffer_count, 3);
+  EXPECT_EQ(po.buffer_bytes, 200'704);  // 200'002 bytes in 4 KiB units
+  EXPECT_EQ(po.alignment_bytes, o.store.alignment_bytes);
+  EXPECT_EQ(po.pin, o.pin_memory);
+  auto p = ParamSwapper::Create(o, engine_.get(), kShards);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  Fill(**p);
+  ExpectShard(**p, 0);
+}
+
 TEST_F(ParamSwapperTest, MoreShardsThanBuffersRoundTripThroughEviction) {
   auto p = ParamSwapper::Create(Options(dir_, 2, 1'000'000), engine_.get(), kShards);
   ASSERT_TRUE(p.ok()) << p.status().ToString();

@@ -1,0 +1,351 @@
+// The buffer plan (buffer_plan.h). Each field names the allocation it stands
+// for in the Engine; sizes come from the unit that owns the buffer.
+#include "zero3/buffer_plan.h"
+
+#include <algorithm>
+#include <map>
+
+#include "core/units.h"
+#include "zero3/partitioner.h"
+
+namespace zinf::zero3 {
+namespace {
+
+// The Engine's one-buffer host pools (OnePinnedBuffer in engine.cc): at
+// least a page, no huge pages (they are touched once, not streamed).
+aio::PinnedPoolOptions OneBuffer(int64_t bytes, bool pin, const char* name) {
+  aio::PinnedPoolOptions o;
+  o.buffer_count = 1;
+  o.buffer_bytes = std::max<int64_t>(bytes, 4096);
+  o.pin = pin;
+  o.huge_pages = false;
+  o.name = name;
+  return o;
+}
+
+aio::PinnedPoolOptions NoPool(const char* name) {
+  aio::PinnedPoolOptions o;
+  o.buffer_count = 0;
+  o.buffer_bytes = 0;
+  o.name = name;
+  return o;
+}
+
+// Bytes on disk of a SwapStore holding tensors of `tensor_bytes` under
+// `options` (swap_store.h): every tensor starts on a stripe, the striped
+// space is spread over one file per path, each file opens with a header of
+// one alignment block. Paths not given yet count as one.
+int64_t SwapFileBytes(const std::vector<int64_t>& tensor_bytes, const swap::SwapStoreOptions& options) {
+  const int64_t stripe = options.stripe_bytes;
+  const int64_t files = std::max<int64_t>(1, static_cast<int64_t>(options.paths.size()));
+  int64_t units = 0;
+  for (int64_t b : tensor_bytes) units += AlignUp(b, stripe) / stripe;
+  return files * (options.alignment_bytes + (units + files - 1) / files * stripe);
+}
+
+struct Packed {
+  int64_t elems = 0;
+  int64_t bytes = 0;
+};
+
+// The largest total of blocks (sizes in elements) within `bound` elements,
+// and the device footprint of that set. Exact by trying every mix of all
+// size classes but the most numerous one, which fills what is left: a model
+// has few distinct block sizes (a GPT: embedding, layers, head). With too
+// many mixes to try, min(bound, all) with rounding slack per block: an
+// upper bound.
+Packed LargestWithin(const std::vector<int64_t>& sizes, int64_t bound, int64_t elem_bytes) {
+  std::map<int64_t, int64_t> classes;  // size -> count
+  int64_t all = 0;
+  for (int64_t s : sizes) {
+    ++classes[s];
+    all += s;
+  }
+  if (all <= bound) {
+    Packed p;
+    for (int64_t s : sizes) {
+      p.elems += s;
+      p.bytes += DeviceFootprint(s * elem_bytes);
+    }
+    return p;
+  }
+  std::vector<std::pair<int64_t, int64_t>> cls(classes.begin(), classes.end());
+  std::sort(cls.begin(), cls.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  int64_t mixes = 1;
+  for (size_t i = 1; i < cls.size() && mixes <= (int64_t{1} << 20); ++i) mixes *= cls[i].second + 1;
+  if (mixes > (int64_t{1} << 20)) {
+    const int64_t elems = std::min(bound, all);
+    return {elems, DeviceFootprint(elems * elem_bytes) + kDeviceAlignBytes * static_cast<int64_t>(sizes.size())};
+  }
+  Packed best;
+  std::vector<int64_t> take(cls.size(), 0);  // counts of classes 1.. in the current mix
+  for (int64_t mix = 0; mix < mixes; ++mix) {
+    int64_t rest = mix;
+    Packed p;
+    for (size_t i = 1; i < cls.size(); ++i) {
+      take[i] = rest % (cls[i].second + 1);
+      rest /= cls[i].second + 1;
+      p.elems += take[i] * cls[i].first;
+      p.bytes += take[i] * DeviceFootprint(cls[i].first * elem_bytes);
+    }
+    if (p.elems > bound) continue;
+    const int64_t fill = std::min(cls[0].second, (bound - p.elems) / cls[0].first);
+    p.elems += fill * cls[0].first;
+    p.bytes += fill * DeviceFootprint(cls[0].first * elem_bytes);
+    if (p.elems > best.elems || (p.elems == best.elems && p.bytes > best.bytes)) best = p;
+  }
+  return best;
+}
+
+Status CheckConfig(const Config& config, ElementType param_type, ElementType grad_type) {
+  const ZeroConfig& zero = config.zero;
+  if (zero.stage < 1 || zero.stage > 3) {
+    return Status::InvalidArgument("zero_optimization.stage: the engine runs stages 1, 2 and 3, got " +
+                                   std::to_string(zero.stage));
+  }
+  if (config.fp16.enabled && config.bf16.enabled) {
+    return Status::InvalidArgument("fp16.enabled and bf16.enabled: at most one may be on");
+  }
+  if (config.gradient_accumulation_steps < 1) {
+    return Status::InvalidArgument("gradient_accumulation_steps: expected >= 1, got " +
+                                   std::to_string(config.gradient_accumulation_steps));
+  }
+  if (grad_type != ElementType::kF32 && grad_type != param_type) {
+    return Status::InvalidArgument("engine: gradients must be fp32 or the parameters' type");
+  }
+  if (zero.sub_group_size < 1) {
+    return Status::InvalidArgument("zero_optimization.sub_group_size: expected > 0, got " +
+                                   std::to_string(zero.sub_group_size));
+  }
+  return Status::Ok();
+}
+
+// The working parameters' home: device, one host buffer, or the swapper.
+Status PlanParamHome(const Config& config, const Partitioner& part, BufferPlan& p) {
+  const ZeroConfig& zero = config.zero;
+  const int64_t total = part.total_shard_numel();
+  p.param_home = zero.offload_param.device;
+  p.param_home_host = NoPool("param home");
+  p.param_swapper = swap::ParamSwapperOptionsFromConfig(zero);
+  p.param_swapper.element_size_bytes = static_cast<int32_t>(p.param_elem_bytes);
+  // A buffer never needs to be larger than the largest shard.
+  p.param_swapper.buffer_elems = std::min(p.param_swapper.buffer_elems, part.max_shard_numel());
+  p.param_swap_buffers = NoPool("parameter buffers (offload_param)");
+  switch (p.param_home) {
+    case OffloadDevice::kNone:
+      p.param_home_device_bytes = total * p.param_elem_bytes;
+      break;
+    case OffloadDevice::kCpu:
+      p.param_home_host = OneBuffer(total * p.param_elem_bytes, zero.offload_param.pin_memory, "param home");
+      break;
+    case OffloadDevice::kNvme: {
+      const swap::ParamSwapperOptions& o = p.param_swapper;
+      if (o.buffer_count < 1) {
+        return Status::InvalidArgument("offload_param.buffer_count: expected >= 1, got " +
+                                       std::to_string(o.buffer_count));
+      }
+      if (zero.offload_param.buffer_size < part.max_shard_numel()) {
+        return Status::InvalidArgument(
+            "offload_param.buffer_size: the largest parameter shard has " + std::to_string(part.max_shard_numel()) +
+            " elements, more than a buffer holds (" + std::to_string(zero.offload_param.buffer_size) +
+            "); raise buffer_size to at least " + std::to_string(part.max_shard_numel()));
+      }
+      p.param_swap_buffers = swap::ParamSwapper::PoolOptions(o);
+      std::vector<int64_t> shards;
+      for (int b = 0; b < part.num_blocks(); ++b) shards.push_back(part.layout(b).shard_numel * p.param_elem_bytes);
+      p.param_swap_file_bytes = SwapFileBytes(shards, o.store);
+      break;
+    }
+  }
+  return Status::Ok();
+}
+
+// The optimizer state: resident in RAM (cpu) or swapped through the pipeline (nvme).
+void PlanOptimizer(const Config& config, int64_t total, BufferPlan& p) {
+  const ZeroConfig& zero = config.zero;
+  swap::OptimizerSwapperOptions& oo = p.optimizer;
+  oo = swap::OptimizerSwapperOptionsFromConfig(zero, total);
+  if (oo.device == OffloadDevice::kNone) oo.device = OffloadDevice::kCpu;  // CPU Adam on RAM-resident state
+  oo.sub_group_elems = std::min(oo.sub_group_elems, total);
+  oo.prefix = "optim";
+  p.num_sub_groups = swap::OptimizerSwapper::NumSubGroups(oo);
+  p.optimizer_resident = swap::OptimizerSwapper::ResidentPoolOptions(oo);
+  p.optimizer_pipeline = NoPool("optimizer pipeline");
+  if (oo.device == OffloadDevice::kNvme) {
+    aio::PinnedPoolOptions& po = p.optimizer_pipeline;
+    po.buffer_count = swap::OptimizerSwapper::PoolBuffers(oo);
+    po.buffer_bytes = swap::OptimizerSwapper::RequiredBufferBytes(oo, 4096);
+    po.alignment_bytes = 4096;
+    po.pin = zero.offload_optimizer.pin_memory;
+    po.require_pinned = false;
+    po.huge_pages = false;
+    po.numa_node = -1;
+    // A tensor per array and sub-group: master, m, v, and the gradient only
+    // when it is kept in the store (the engine's stays in RAM).
+    const size_t per_group = oo.gradients_in_store ? 4 : 3;
+    std::vector<int64_t> arrays;
+    for (int64_t k = 0; k < p.num_sub_groups; ++k) {
+      const int64_t n = std::min(oo.sub_group_elems, total - k * oo.sub_group_elems);
+      arrays.insert(arrays.end(), per_group, n * int64_t{sizeof(float)});
+    }
+    p.optimizer_swap_file_bytes = SwapFileBytes(arrays, oo.store);
+  }
+}
+
+// The checkpoint buffers (engine.cc PrepareCheckpointIo): pieces of a swap
+// blob are whole stripes of the optimizer's store.
+void PlanCheckpoints(BufferPlan& p) {
+  int64_t bytes = 1 << 20, alignment = 4096;
+  if (p.optimizer.device == OffloadDevice::kNvme) {
+    bytes = std::max(bytes, p.optimizer.store.stripe_bytes);
+    alignment = std::max(alignment, p.optimizer.store.alignment_bytes);
+  }
+  aio::PinnedPoolOptions& cp = p.checkpoint_buffers;
+  cp.buffer_count = 2;
+  cp.buffer_bytes = bytes;
+  cp.alignment_bytes = alignment;
+  cp.pin = false;
+  cp.huge_pages = false;
+  cp.name = "checkpoint";
+}
+
+// Persistent blocks and the window of non-persistent ones (buffer_plan.h).
+void PlanGathered(const Config& config, const Partitioner& part, int64_t max_held_elems, BufferPlan& p) {
+  const ZeroConfig& zero = config.zero;
+  std::vector<int64_t> transient;
+  int64_t largest = 0;
+  for (int b = 0; b < part.num_blocks(); ++b) {
+    const int64_t n = part.layout(b).padded_numel;
+    const bool persistent = zero.stage < 3 || n < zero.stage3_param_persistence_threshold;
+    p.block_padded_elems.push_back(n);
+    p.persistent.push_back(persistent);
+    if (persistent) {
+      ++p.persistent_blocks;
+      p.persistent_elems += n;
+      p.persistent_bytes += DeviceFootprint(n * p.param_elem_bytes);
+    } else {
+      transient.push_back(n);
+      largest = std::max(largest, n);
+    }
+  }
+  p.live_limit_elems = zero.stage3_max_live_parameters;
+  p.max_held_elems = max_held_elems > 0 ? max_held_elems : largest;
+  const Packed w = LargestWithin(transient, std::max(p.live_limit_elems, p.max_held_elems), p.param_elem_bytes);
+  p.gathered_window_elems = w.elems;
+  p.gathered_window_bytes = w.bytes;
+}
+
+std::string Elems(int64_t n) { return FormatCount(n) + " elements"; }
+
+}  // namespace
+
+int64_t DeviceFootprint(int64_t bytes) { return bytes > 0 ? AlignUp(bytes, kDeviceAlignBytes) : 0; }
+
+std::string_view BufferTierName(BufferTier tier) {
+  switch (tier) {
+    case BufferTier::kDevice: return "device";
+    case BufferTier::kPinned: return "pinned";
+    case BufferTier::kPageable: return "pageable";
+    case BufferTier::kNvme: return "nvme";
+  }
+  return "?";
+}
+
+StatusOr<BufferPlan> MakeBufferPlan(const Config& config, const std::vector<BlockSpec>& blocks, int world_size,
+                                    DeviceKind device_kind, ElementType grad_type, int64_t max_held_elems) {
+  BufferPlan p;
+  p.world_size = world_size;
+  p.device_kind = device_kind;
+  p.stage = config.zero.stage;
+  p.param_type = config.fp16.enabled ? ElementType::kF16 : config.bf16.enabled ? ElementType::kBf16 : ElementType::kF32;
+  p.grad_type = grad_type;
+  p.param_elem_bytes = ElementSizeBytes(p.param_type);
+  p.grad_elem_bytes = ElementSizeBytes(grad_type);
+  ZINF_RETURN_IF_ERROR(CheckConfig(config, p.param_type, grad_type));
+  ZINF_ASSIGN_OR_RETURN(Partitioner part, Partitioner::Create(blocks, world_size, 0));
+  const int64_t total = part.total_shard_numel();
+  p.total_shard_elems = total;
+  p.max_shard_elems = part.max_shard_numel();
+  p.max_padded_elems = part.max_padded_numel();
+
+  ZINF_RETURN_IF_ERROR(PlanParamHome(config, part, p));
+  PlanOptimizer(config, total, p);
+  PlanCheckpoints(p);
+  p.grad_accumulator = OneBuffer(total * 4, true, "grad accumulator");
+  p.new_params = OneBuffer(total * p.param_elem_bytes, true, "new params");
+  // The gradient shard as it comes off the device, and its fp32 cast behind it.
+  p.grad_staging = OneBuffer(p.max_shard_elems * 8, true, "grad staging");
+  p.init_master_bytes = total * 4;
+  p.grad_flat_bytes = p.max_padded_elems * p.grad_elem_bytes;
+  // One rank: the reduce-scatter is the identity, and the shard is the flat buffer.
+  p.grad_shard_bytes = world_size > 1 ? p.max_shard_elems * p.grad_elem_bytes : 0;
+  PlanGathered(config, part, max_held_elems, p);
+  return p;
+}
+
+std::vector<BufferItem> BufferPlan::Items() const {
+  std::vector<BufferItem> items;
+  auto add = [&](BufferTier t, std::string what, int64_t bytes, bool transient = false) {
+    if (bytes > 0) items.push_back({t, std::move(what), bytes, transient});
+  };
+  auto pool = [&](const aio::PinnedPoolOptions& o, std::string what, bool transient = false) {
+    if (o.buffer_count > 0) {
+      add(o.pin ? BufferTier::kPinned : BufferTier::kPageable, std::move(what), aio::PinnedPool::MappedBytes(o),
+          transient);
+    }
+  };
+  const std::string working = param_elem_bytes == 4 ? "fp32 working parameters" : "16-bit working parameters";
+
+  // Device.
+  add(BufferTier::kDevice, working + ", the whole rank shard (offload_param none)",
+      DeviceFootprint(param_home_device_bytes));
+  add(BufferTier::kDevice,
+      "persistent gathered blocks (" + std::to_string(persistent_blocks) +
+          (stage < 3 ? ": every block at stage " + std::to_string(stage)
+                     : " below stage3_param_persistence_threshold") + ")",
+      persistent_bytes);
+  add(BufferTier::kDevice,
+      "gathered blocks: at most " + Elems(gathered_window_elems) +
+          " (max(stage3_max_live_parameters, held at once))",
+      gathered_window_bytes);
+  const std::string gt = grad_elem_bytes == 4 ? "fp32" : "16-bit";
+  add(BufferTier::kDevice, "gradient flat buffer (largest block, " + gt + ")", DeviceFootprint(grad_flat_bytes));
+  add(BufferTier::kDevice, "gradient shard buffer (largest shard, " + gt + ")", DeviceFootprint(grad_shard_bytes));
+
+  // Host.
+  pool(param_home_host, working + ", the whole rank shard (offload_param cpu)");
+  pool(param_swap_buffers, "offload_param buffers (buffer_count " + std::to_string(param_swap_buffers.buffer_count) +
+                               " x " + Elems(param_swapper.buffer_elems) + ")");
+  pool(optimizer_resident, "fp32 optimizer state: master, m, v (offload_optimizer cpu, " +
+                               std::to_string(num_sub_groups) + " sub-group(s))");
+  pool(optimizer_pipeline, "optimizer pipeline buffers (" + std::to_string(optimizer_pipeline.buffer_count) +
+                               " x one fp32 sub-group of " + Elems(optimizer.sub_group_elems) +
+                               ": master, m, v of the sub-groups in flight)");
+  pool(grad_accumulator, "fp32 gradient accumulator (whole shard)");
+  pool(new_params, "new-parameter buffer (whole shard, working type)");
+  pool(grad_staging, "gradient staging (largest shard)");
+  pool(checkpoint_buffers, "checkpoint buffers (2, made at the first save or load)");
+  add(BufferTier::kPageable, "initial fp32 master weights (until the first step)", init_master_bytes,
+      /*transient=*/true);
+
+  // NVMe.
+  add(BufferTier::kNvme, (param_elem_bytes == 4 ? "fp32" : "16-bit") + std::string(" parameter swap file(s)"),
+      param_swap_file_bytes);
+  add(BufferTier::kNvme, "optimizer swap file(s) (master, m, v)", optimizer_swap_file_bytes);
+  return items;
+}
+
+int64_t BufferPlan::TierBytes(BufferTier tier, bool with_transient) const {
+  int64_t sum = 0;
+  for (const BufferItem& it : Items()) {
+    if (it.tier == tier && (with_transient || !it.transient)) sum += it.bytes;
+  }
+  return sum;
+}
+
+int64_t BufferPlan::device_fixed_bytes() const {
+  return DeviceFootprint(param_home_device_bytes) + DeviceFootprint(grad_flat_bytes) +
+         DeviceFootprint(grad_shard_bytes);
+}
+
+}  // namespace zinf::zero3
