@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -13,6 +14,9 @@
 #include "device/device.h"
 
 namespace zinf::aio {
+
+// PinnedPool::LiveMappedBytes: pools created and not yet destroyed.
+std::atomic<int64_t> g_live_mapped_bytes{0};
 
 PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
     : pool_(other.pool_), data_(other.data_), size_(other.size_), index_(other.index_) {
@@ -139,8 +143,11 @@ StatusOr<std::unique_ptr<PinnedPool>> PinnedPool::Create(const PinnedPoolOptions
   std::memset(p, 0, static_cast<size_t>(pool->mapped_bytes_));
   pool->free_.reserve(static_cast<size_t>(pool->count_));
   for (int64_t i = pool->count_ - 1; i >= 0; --i) pool->free_.push_back(static_cast<int>(i));
+  g_live_mapped_bytes.fetch_add(pool->mapped_bytes_, std::memory_order_relaxed);
   return pool;
 }
+
+int64_t PinnedPool::LiveMappedBytes() { return g_live_mapped_bytes.load(std::memory_order_relaxed); }
 
 PinnedPool::~PinnedPool() {
   {
@@ -149,6 +156,7 @@ PinnedPool::~PinnedPool() {
   }
   if (pinned_) UnpinHostMemory(base_, static_cast<size_t>(mapped_bytes_)).IgnoreError();
   ::munmap(base_, static_cast<size_t>(mapped_bytes_));
+  g_live_mapped_bytes.fetch_sub(mapped_bytes_, std::memory_order_relaxed);
 }
 
 PinnedBuffer PinnedPool::Lease() {

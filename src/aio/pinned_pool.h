@@ -90,6 +90,9 @@ class PinnedPool {
   // Bytes the pool Create makes from `options` maps (region().size()): each
   // buffer rounded up to the alignment, the whole to pages or huge pages.
   static int64_t MappedBytes(const PinnedPoolOptions& options);
+  // Bytes mapped by every pool of the process alive now: what a test
+  // compares with a plan of the host windows. Thread-safe.
+  static int64_t LiveMappedBytes();
   ~PinnedPool();
   PinnedPool(const PinnedPool&) = delete;
   PinnedPool& operator=(const PinnedPool&) = delete;

@@ -343,6 +343,15 @@ int64_t BufferPlan::TierBytes(BufferTier tier, bool with_transient) const {
   return sum;
 }
 
+int64_t BufferPlan::host_fixed_bytes() const {
+  int64_t sum = 0;
+  for (const aio::PinnedPoolOptions* o : {&param_home_host, &param_swap_buffers, &optimizer_pipeline,
+                                          &optimizer_resident, &grad_accumulator, &new_params, &grad_staging}) {
+    if (o->buffer_count > 0) sum += aio::PinnedPool::MappedBytes(*o);
+  }
+  return sum;
+}
+
 int64_t BufferPlan::device_fixed_bytes() const {
   return DeviceFootprint(param_home_device_bytes) + DeviceFootprint(grad_flat_bytes) +
          DeviceFootprint(grad_shard_bytes);

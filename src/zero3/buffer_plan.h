@@ -140,6 +140,11 @@ struct BufferPlan {
   // Device bytes held through a step (homes, gradient buffers), without the
   // gathered blocks.
   int64_t device_fixed_bytes() const;
+  // Host bytes the Engine's pools map once Create returns: the parameter
+  // home or swap buffers, the optimizer's pipeline or resident state, the
+  // gradient accumulator, the new parameters and the staging (the
+  // checkpoint buffers come at the first save or load).
+  int64_t host_fixed_bytes() const;
   // Persistent blocks and the window: what gathered blocks take at most.
   int64_t device_gathered_bytes() const { return persistent_bytes + gathered_window_bytes; }
 };

@@ -106,19 +106,7 @@ Status Engine::Impl::PrepareCheckpointIo() {
     checkpoint_io = owned_checkpoint_io.get();
   }
   // Pieces of a swap blob are whole stripes: the buffers hold at least one.
-  int64_t bytes = 1 << 20, alignment = 4096;
-  if (swap::SwapStore* store = optimizer->store()) {
-    bytes = std::max(bytes, store->stripe_bytes());
-    alignment = std::max(alignment, store->alignment_bytes());
-  }
-  aio::PinnedPoolOptions po;
-  po.buffer_count = 2;
-  po.buffer_bytes = bytes;
-  po.alignment_bytes = alignment;
-  po.pin = false;
-  po.huge_pages = false;
-  po.name = "checkpoint";
-  ZINF_ASSIGN_OR_RETURN(checkpoint_pool, aio::PinnedPool::Create(po));
+  ZINF_ASSIGN_OR_RETURN(checkpoint_pool, aio::PinnedPool::Create(plan.checkpoint_buffers));
   return Status::Ok();
 }
 

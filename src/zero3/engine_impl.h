@@ -35,6 +35,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/thread_pool.h"
 #include "swap/optimizer_swapper.h"
+#include "zero3/buffer_plan.h"
 #include "zero3/engine_hooks.h"
 #include "zero3/gather_cache.h"
 #include "zero3/host_window.h"
@@ -46,15 +47,12 @@
 
 namespace zinf {
 
-// The working parameters' type: fp16 or bf16 when enabled, else fp32.
-ElementType WorkingType(const Config& config);
-
 struct Engine::Impl {
   ~Impl();
 
   // Setup (engine_setup.cc).
   Status Init(const Config& cfg, const std::vector<BlockSpec>& block_specs, const EngineOptions& opts);
-  Status InitDeviceAndComms(const EngineHooks& hooks);
+  Status InitDeviceAndComms();
   Status InitPartition();
   Status InitParamHome();
   Status InitOptimizerState();
@@ -85,6 +83,7 @@ struct Engine::Impl {
   EngineOptions options;
   EngineHooks hooks;  // options.hooks' values, or none
   std::vector<BlockSpec> specs;
+  zero3::BufferPlan plan;  // every window allocated below, sized once
   ElementType param_type = ElementType::kBf16;
   int64_t param_es = 2;  // bytes per working parameter
   int64_t grad_es = 4;   // bytes per gradient element

@@ -1,7 +1,8 @@
-// Building an Engine (engine_impl.h): validate the config, then the device
-// and communicators, the partition, the parameters' home tier, the
-// optimizer state, the host and device buffers, and the optimizer pieces.
-// Buffers are sized once, here, from the partition: the device holds a
+// Building an Engine (engine_impl.h): the device and communicators, the
+// BufferPlan (which also checks the config), the partition, the parameters'
+// home tier, the optimizer state, the host and device buffers, and the
+// optimizer pieces. Every window is allocated as the plan says, so `zinf
+// plan` and `config-check` print what is allocated here: the device holds a
 // gathered block per live block (allocated at fetch, freed at eviction:
 // their number is bounded by max_live, not by the model) plus one gradient
 // flat buffer and one gradient shard buffer of the largest block; pinned RAM
@@ -17,26 +18,6 @@
 namespace zinf {
 namespace {
 
-Status ValidateConfig(const Config& config, ElementType grad_type) {
-  const ZeroConfig& zero = config.zero;
-  if (zero.stage < 1 || zero.stage > 3) {
-    return Status::InvalidArgument("zero_optimization.stage: the engine runs stages 1, 2 and 3, got " +
-                                   std::to_string(zero.stage));
-  }
-  if (config.fp16.enabled && config.bf16.enabled) {
-    return Status::InvalidArgument("fp16.enabled and bf16.enabled: at most one may be on");
-  }
-  if (config.gradient_accumulation_steps < 1) {
-    return Status::InvalidArgument("gradient_accumulation_steps: expected >= 1, got " +
-                                   std::to_string(config.gradient_accumulation_steps));
-  }
-  const ElementType param = WorkingType(config);
-  if (grad_type != ElementType::kF32 && grad_type != param) {
-    return Status::InvalidArgument("engine: gradients must be fp32 or the parameters' type");
-  }
-  return Status::Ok();
-}
-
 // "swap files on zero_optimization.offload_optimizer.nvme_path [a, b]".
 std::string OptimizerPathContext(const std::vector<std::string>& paths) {
   std::string list;
@@ -45,10 +26,6 @@ std::string OptimizerPathContext(const std::vector<std::string>& paths) {
 }
 
 }  // namespace
-
-ElementType WorkingType(const Config& config) {
-  return config.fp16.enabled ? ElementType::kF16 : config.bf16.enabled ? ElementType::kBf16 : ElementType::kF32;
-}
 
 Engine::Impl::~Impl() {
   update.Join().IgnoreError();  // the worker reads the optimizer state and the windows below
@@ -66,11 +43,12 @@ Status Engine::Impl::Init(const Config& cfg, const std::vector<BlockSpec>& block
   options = opts;
   if (opts.hooks != nullptr) hooks = *opts.hooks;
   specs = block_specs;
-  ZINF_RETURN_IF_ERROR(ValidateConfig(config, opts.grad_type));
-  param_type = WorkingType(config);
-  param_es = ElementSizeBytes(param_type);
-  grad_es = ElementSizeBytes(opts.grad_type);
-  ZINF_RETURN_IF_ERROR(InitDeviceAndComms(hooks));
+  ZINF_RETURN_IF_ERROR(InitDeviceAndComms());
+  ZINF_ASSIGN_OR_RETURN(plan, zero3::MakeBufferPlan(config, specs, host_comm->world_size(), device->kind(),
+                                                    opts.grad_type));
+  param_type = plan.param_type;
+  param_es = plan.param_elem_bytes;
+  grad_es = plan.grad_elem_bytes;
   ZINF_RETURN_IF_ERROR(InitPartition());
   if (hooks.io_engine != nullptr) {
     io = hooks.io_engine;
@@ -86,7 +64,8 @@ Status Engine::Impl::Init(const Config& cfg, const std::vector<BlockSpec>& block
   return InitOptimizer();
 }
 
-Status Engine::Impl::InitDeviceAndComms(const EngineHooks& h) {
+Status Engine::Impl::InitDeviceAndComms() {
+  const EngineHooks& h = hooks;
   device = h.device;
   if (device == nullptr) {
     ZINF_ASSIGN_OR_RETURN(owned_device, CreateDevice(DeviceOptions{}));
@@ -118,10 +97,9 @@ Status Engine::Impl::InitPartition() {
 
 Status Engine::Impl::InitParamHome() {
   zero3::ParamHomeOptions ho;
-  ho.config = &config;
+  ho.plan = &plan;
   ho.specs = &specs;
   ho.partitioner = partitioner.get();
-  ho.element_size_bytes = param_es;
   ho.device = device;
   ho.stream = stream.get();
   ho.io = io;
@@ -139,34 +117,19 @@ Status Engine::Impl::InitParamHome() {
   go.coordinator = coordinator.get();
   go.counters = &counters;
   go.param_type = param_type;
-  go.stage = config.zero.stage;
-  go.max_live_elems = config.zero.stage3_max_live_parameters;
-  go.persistence_threshold = config.zero.stage3_param_persistence_threshold;
+  go.persistent = plan.persistent;
+  go.max_live_elems = plan.live_limit_elems;
   go.refresh = [this](BlockId b, bool wait) { return RefreshHome(b, wait); };
   gathered = std::make_unique<zero3::GatherCache>(std::move(go));
   return Status::Ok();
 }
 
 Status Engine::Impl::InitOptimizerState() {
-  const ZeroConfig& zero = config.zero;
-  const int64_t total = partitioner->total_shard_numel();
-  swap::OptimizerSwapperOptions oo = swap::OptimizerSwapperOptionsFromConfig(zero, total);
-  if (oo.device == OffloadDevice::kNone) oo.device = OffloadDevice::kCpu;  // CPU Adam on RAM-resident state
-  oo.sub_group_elems = std::min(oo.sub_group_elems, total);
+  swap::OptimizerSwapperOptions oo = plan.optimizer;
   oo.store.file_prefix += "-r" + std::to_string(host_comm->rank());
   oo.store.run_id = options.run_id;
-  oo.prefix = "optim";
-  if (oo.device == OffloadDevice::kNvme) {
-    ZINF_ASSIGN_OR_RETURN(optim_pool,
-                          aio::PinnedPool::Create(aio::PinnedPoolOptions{
-                              .buffer_count = swap::OptimizerSwapper::PoolBuffers(oo),
-                              .buffer_bytes = swap::OptimizerSwapper::RequiredBufferBytes(oo, 4096),
-                              .alignment_bytes = 4096,
-                              .pin = zero.offload_optimizer.pin_memory,
-                              .require_pinned = false,
-                              .huge_pages = false,
-                              .numa_node = -1,
-                              .name = "optimizer pipeline"}));
+  if (plan.optimizer_pipeline.buffer_count > 0) {
+    ZINF_ASSIGN_OR_RETURN(optim_pool, aio::PinnedPool::Create(plan.optimizer_pipeline));
   }
   auto swapper = swap::OptimizerSwapper::Create(oo, io, optim_pool.get());
   if (!swapper.ok()) {
@@ -178,18 +141,16 @@ Status Engine::Impl::InitOptimizerState() {
 }
 
 Status Engine::Impl::InitBuffers() {
-  const int64_t total = partitioner->total_shard_numel();
-  ZINF_ASSIGN_OR_RETURN(accum, zero3::HostWindow::Create(total * 4, true, "grad accumulator"));
-  std::memset(accum.data(), 0, static_cast<size_t>(total * 4));
-  ZINF_ASSIGN_OR_RETURN(new_params, zero3::HostWindow::Create(total * param_es, true, "new params"));
-  ZINF_ASSIGN_OR_RETURN(staging, zero3::HostWindow::Create(partitioner->max_shard_numel() * 8, true, "grad staging"));
-  ZINF_ASSIGN_OR_RETURN(grad_flat, device->Allocate(static_cast<size_t>(partitioner->max_padded_numel() * grad_es)));
+  ZINF_ASSIGN_OR_RETURN(accum, zero3::HostWindow::Create(plan.grad_accumulator));
+  std::memset(accum.data(), 0, static_cast<size_t>(plan.total_shard_elems * 4));
+  ZINF_ASSIGN_OR_RETURN(new_params, zero3::HostWindow::Create(plan.new_params));
+  ZINF_ASSIGN_OR_RETURN(staging, zero3::HostWindow::Create(plan.grad_staging));
+  ZINF_ASSIGN_OR_RETURN(grad_flat, device->Allocate(static_cast<size_t>(plan.grad_flat_bytes)));
   // One rank: the reduce-scatter is the identity, and the shard is the flat buffer.
-  if (partitioner->world_size() > 1) {
-    ZINF_ASSIGN_OR_RETURN(grad_shard,
-                          device->Allocate(static_cast<size_t>(partitioner->max_shard_numel() * grad_es)));
+  if (plan.grad_shard_bytes > 0) {
+    ZINF_ASSIGN_OR_RETURN(grad_shard, device->Allocate(static_cast<size_t>(plan.grad_shard_bytes)));
   }
-  init_master.assign(static_cast<size_t>(total), 0.0f);
+  init_master.assign(static_cast<size_t>(plan.init_master_bytes / 4), 0.0f);
   return Status::Ok();
 }
 

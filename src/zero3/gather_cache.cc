@@ -23,9 +23,7 @@ int64_t NanosSince(Clock::time_point t0) {
 
 GatherCache::GatherCache(Options options) : o_(std::move(options)), es_(ElementSizeBytes(o_.param_type)) {
   blocks_.resize(static_cast<size_t>(o_.partitioner->num_blocks()));
-  for (BlockId b = 0; b < o_.partitioner->num_blocks(); ++b) {
-    block(b).persistent = o_.stage < 3 || o_.partitioner->layout(b).padded_numel < o_.persistence_threshold;
-  }
+  for (BlockId b = 0; b < o_.partitioner->num_blocks(); ++b) block(b).persistent = o_.persistent[static_cast<size_t>(b)];
 }
 
 GatherCache::~GatherCache() {

@@ -8,8 +8,9 @@
 // elements, all-gathers the other ranks' shards around it on the engine's
 // stream and records an event. Non-persistent gathered elements are bounded
 // by stage3_max_live_parameters (MakeRoom evicts released blocks, farthest
-// next use first); blocks below stage3_param_persistence_threshold (every
-// block below stage 3) stay gathered until DropAll.
+// next use first); persistent blocks (BufferPlan::persistent: below
+// stage3_param_persistence_threshold, or every block below stage 3) stay
+// gathered until DropAll.
 //
 // Prefetch, from the PrefetchCoordinator's record of the acquire order:
 // NVMe reads over twice stage3_prefetch_bucket_size ahead, gathers over one
@@ -58,9 +59,8 @@ class GatherCache {
     PrefetchCoordinator* coordinator = nullptr;
     EngineCounters* counters = nullptr;
     ElementType param_type = ElementType::kBf16;
-    int stage = 3;
+    std::vector<bool> persistent;        // per block (BufferPlan::persistent)
     int64_t max_live_elems = 0;          // stage3_max_live_parameters
-    int64_t persistence_threshold = 0;   // stage3_param_persistence_threshold
     RefreshFn refresh;
   };
 

@@ -6,11 +6,8 @@
 // owner hands it to; the object itself is thread-compatible.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <memory>
-#include <string>
-#include <utility>
 
 #include "aio/pinned_pool.h"
 #include "zinf/status.h"
@@ -23,15 +20,9 @@ struct HostWindow {
 
   char* data() const { return buffer.data(); }
 
-  // `bytes` (at least one 4 KiB page), 4 KiB aligned, pinned when `pin`
-  // (pinning that fails is logged once and the buffer stays pageable).
-  static StatusOr<HostWindow> Create(int64_t bytes, bool pin, const std::string& name) {
-    aio::PinnedPoolOptions o;
-    o.buffer_count = 1;
-    o.buffer_bytes = std::max<int64_t>(bytes, 4096);
-    o.pin = pin;
-    o.huge_pages = false;
-    o.name = name;
+  // The one buffer of a BufferPlan window (`o.buffer_count` 1), pinned per
+  // `o.pin` (pinning that fails is logged once and the buffer stays pageable).
+  static StatusOr<HostWindow> Create(const aio::PinnedPoolOptions& o) {
     HostWindow w;
     ZINF_ASSIGN_OR_RETURN(w.pool, aio::PinnedPool::Create(o));
     w.buffer = w.pool->Acquire();

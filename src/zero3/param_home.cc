@@ -7,6 +7,7 @@
 #include "aio/io_engine.h"
 #include "device/device.h"
 #include "swap/param_swapper.h"
+#include "zero3/buffer_plan.h"
 #include "zero3/host_window.h"
 #include "zero3/partitioner.h"
 
@@ -19,7 +20,7 @@ using Clock = std::chrono::steady_clock;
 class HomeBase : public ParamHome {
  protected:
   explicit HomeBase(const ParamHomeOptions& o)
-      : part_(*o.partitioner), es_(o.element_size_bytes), stream_(*o.stream), counters_(*o.counters) {}
+      : part_(*o.partitioner), es_(o.plan->param_elem_bytes), stream_(*o.stream), counters_(*o.counters) {}
 
   int64_t Offset(BlockId b) const { return part_.layout(b).rank_offset * es_; }
   size_t ShardBytes(BlockId b) const { return static_cast<size_t>(part_.layout(b).shard_numel * es_); }
@@ -125,10 +126,7 @@ std::string NvmePathContext(const std::vector<std::string>& paths) {
 
 StatusOr<std::unique_ptr<ParamHome>> CreateNvmeHome(const ParamHomeOptions& o) {
   const Partitioner& part = *o.partitioner;
-  swap::ParamSwapperOptions so = swap::ParamSwapperOptionsFromConfig(o.config->zero);
-  so.element_size_bytes = static_cast<int32_t>(o.element_size_bytes);
-  // A buffer never needs to be larger than the largest shard.
-  so.buffer_elems = std::min(so.buffer_elems, part.max_shard_numel());
+  swap::ParamSwapperOptions so = o.plan->param_swapper;
   so.store.file_prefix += "-r" + std::to_string(part.rank());
   so.store.run_id = o.run_id;
   std::vector<swap::ParamShardSpec> shards;
@@ -143,17 +141,16 @@ StatusOr<std::unique_ptr<ParamHome>> CreateNvmeHome(const ParamHomeOptions& o) {
 }  // namespace
 
 StatusOr<std::unique_ptr<ParamHome>> CreateParamHome(const ParamHomeOptions& o) {
-  const int64_t bytes = o.partitioner->total_shard_numel() * o.element_size_bytes;
-  const OffloadParamConfig& p = o.config->zero.offload_param;
-  switch (p.device) {
+  const BufferPlan& plan = *o.plan;
+  switch (plan.param_home) {
     case OffloadDevice::kNvme:
       return CreateNvmeHome(o);
     case OffloadDevice::kCpu: {
-      ZINF_ASSIGN_OR_RETURN(HostWindow home, HostWindow::Create(bytes, p.pin_memory, "param home"));
+      ZINF_ASSIGN_OR_RETURN(HostWindow home, HostWindow::Create(plan.param_home_host));
       return std::unique_ptr<ParamHome>(new PinnedParamHome(o, std::move(home)));
     }
     case OffloadDevice::kNone: {
-      ZINF_ASSIGN_OR_RETURN(void* home, o.device->Allocate(static_cast<size_t>(bytes)));
+      ZINF_ASSIGN_OR_RETURN(void* home, o.device->Allocate(static_cast<size_t>(plan.param_home_device_bytes)));
       return std::unique_ptr<ParamHome>(new DeviceParamHome(o, home));
     }
   }

@@ -35,6 +35,7 @@ class IoEngine;
 namespace zinf::zero3 {
 
 class Partitioner;
+struct BufferPlan;
 
 class ParamHome {
  public:
@@ -65,10 +66,9 @@ class ParamHome {
 };
 
 struct ParamHomeOptions {
-  const Config* config = nullptr;          // zero_optimization.offload_param
+  const BufferPlan* plan = nullptr;        // the home's tier and windows
   const std::vector<BlockSpec>* specs = nullptr;
   const Partitioner* partitioner = nullptr;
-  int64_t element_size_bytes = 2;
   Device* device = nullptr;
   Stream* stream = nullptr;                // the engine's stream
   aio::IoEngine* io = nullptr;             // NVMe only
@@ -76,7 +76,7 @@ struct ParamHomeOptions {
   EngineCounters* counters = nullptr;      // h2d_bytes, nvme_wait_ns
 };
 
-// The home for config->zero.offload_param.device. Errors: the device's
+// The home for plan->param_home, sized as the plan says. Errors: the device's
 // kOutOfMemory, the pinned pool's, and the swapper's (naming
 // zero_optimization.offload_param.nvme_path).
 StatusOr<std::unique_ptr<ParamHome>> CreateParamHome(const ParamHomeOptions& options);

@@ -308,9 +308,11 @@ void CheckEngine(Config c, const testing::TinyModel& model, const std::string& w
   auto p = MakeBufferPlan(c, blocks, 1, DeviceKind::kHost, ElementType::kF32);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   CheckPlan(*p, c, blocks, 1);
+  const int64_t host_before = aio::PinnedPool::LiveMappedBytes();
   testing::EngineUnderTest e = testing::MakeEngine(c, blocks);
   ASSERT_NE(e.engine, nullptr);
   EXPECT_EQ(static_cast<int64_t>(e.device->bytes_in_use()), p->device_fixed_bytes());
+  EXPECT_EQ(aio::PinnedPool::LiveMappedBytes() - host_before, p->host_fixed_bytes());
   EXPECT_EQ(FileBytesUnder(dir.Sub("param0")) + FileBytesUnder(dir.Sub("param1")), p->param_swap_file_bytes);
   EXPECT_EQ(FileBytesUnder(dir.Sub("optim0")), p->optimizer_swap_file_bytes);
   testing::TrainOptions to;
@@ -319,6 +321,10 @@ void CheckEngine(Config c, const testing::TinyModel& model, const std::string& w
   EXPECT_GT(e.engine->counters().peak_live_elems, 0);
   EXPECT_LE(e.engine->counters().peak_live_elems, p->gathered_window_elems);
   EXPECT_EQ(static_cast<int64_t>(e.device->bytes_in_use()), p->device_fixed_bytes());  // after Step: no gathers
+  // A checkpoint adds its two buffers, and nothing else stays behind.
+  ASSERT_TRUE(e.engine->SaveCheckpoint(dir.Sub("ckpt") + "/step-3", {}).ok());
+  EXPECT_EQ(aio::PinnedPool::LiveMappedBytes() - host_before,
+            p->host_fixed_bytes() + aio::PinnedPool::MappedBytes(p->checkpoint_buffers));
 }
 
 TEST(BufferPlanTest, EngineAllocatesThePlannedBuffers) {

@@ -10,6 +10,7 @@
 
 #include "comm/communicator.h"
 #include "device/device.h"
+#include "zero3/buffer_plan.h"
 #include "zero3/param_home.h"
 #include "zero3/partitioner.h"
 #include "zero3/prefetch_coordinator.h"
@@ -35,11 +36,17 @@ class GatherCacheTest : public ::testing::Test {
     ASSERT_TRUE(s.ok());
     stream_ = std::move(s).value();
     config_.zero.offload_param.device = OffloadDevice::kCpu;
+    config_.bf16.enabled = true;  // 16-bit working parameters
+    config_.zero.stage = 3;
+    config_.zero.stage3_param_persistence_threshold = persistence;
+    config_.zero.stage3_max_live_parameters = max_live;
+    auto plan = MakeBufferPlan(config_, kSpecs, 1, DeviceKind::kHost, ElementType::kF32);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    plan_ = std::move(plan).value();
     ParamHomeOptions ho;
-    ho.config = &config_;
+    ho.plan = &plan_;
     ho.specs = &kSpecs;
     ho.partitioner = part_.get();
-    ho.element_size_bytes = 2;
     ho.device = device_.get();
     ho.stream = stream_.get();
     ho.counters = &counters_;
@@ -61,9 +68,9 @@ class GatherCacheTest : public ::testing::Test {
     o.home = home_.get();
     o.coordinator = coordinator_.get();
     o.counters = &counters_;
-    o.param_type = ElementType::kBf16;
-    o.max_live_elems = max_live;
-    o.persistence_threshold = persistence;
+    o.param_type = plan_.param_type;
+    o.max_live_elems = plan_.live_limit_elems;
+    o.persistent = plan_.persistent;
     o.refresh = [this](BlockId b, bool wait) -> StatusOr<bool> {
       refreshed_.push_back(b);
       return b < stale_from_ || wait;  // homes from stale_from_ on are owed an update
@@ -84,6 +91,7 @@ class GatherCacheTest : public ::testing::Test {
   size_t DeviceBytesInUse() const { return device_->bytes_in_use(); }
 
   Config config_;
+  BufferPlan plan_;
   comm::LocalCommunicator local_;
   std::unique_ptr<Partitioner> part_;
   std::unique_ptr<Device> device_;

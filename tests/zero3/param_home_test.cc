@@ -9,6 +9,7 @@
 
 #include "device/device.h"
 #include "swap/swap_test_util.h"
+#include "zero3/buffer_plan.h"
 #include "zero3/partitioner.h"
 
 namespace zinf::zero3 {
@@ -32,14 +33,18 @@ class ParamHomeTest : public ::testing::TestWithParam<OffloadDevice> {
     stream_ = std::move(s).value();
     io_ = swap::testing::MakeEngine();
     config_.zero.offload_param.device = GetParam();
+    config_.bf16.enabled = true;  // 16-bit working parameters
+    config_.zero.stage = 3;
     config_.zero.offload_param.nvme_paths = {dir_.Sub("p0"), dir_.Sub("p1")};
     config_.zero.offload_param.buffer_count = 2;
     config_.zero.offload_param.max_in_cpu = 0;
+    auto plan = MakeBufferPlan(config_, kSpecs, 2, DeviceKind::kHost, ElementType::kF32);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    plan_ = std::move(plan).value();
     ParamHomeOptions o;
-    o.config = &config_;
+    o.plan = &plan_;
     o.specs = &kSpecs;
     o.partitioner = part_.get();
-    o.element_size_bytes = 2;
     o.device = device_.get();
     o.stream = stream_.get();
     o.io = io_.get();
@@ -71,6 +76,7 @@ class ParamHomeTest : public ::testing::TestWithParam<OffloadDevice> {
 
   TempDir dir_;
   Config config_;
+  BufferPlan plan_;
   std::unique_ptr<Partitioner> part_;
   std::unique_ptr<Device> device_;
   std::unique_ptr<Stream> stream_;
@@ -137,6 +143,8 @@ TEST(ParamHomeErrorsTest, AnUnusableNvmePathNamesTheConfigKey) {
   TempDir dir;
   Config config;
   config.zero.offload_param.device = OffloadDevice::kNvme;
+  config.bf16.enabled = true;
+  config.zero.stage = 3;
   config.zero.offload_param.nvme_paths = {"/proc/zinf-no-such-dir"};
   auto part = Partitioner::Create(kSpecs, 1, 0);
   ASSERT_TRUE(part.ok());
@@ -145,8 +153,10 @@ TEST(ParamHomeErrorsTest, AnUnusableNvmePathNamesTheConfigKey) {
   ASSERT_TRUE(stream.ok());
   auto io = swap::testing::MakeEngine();
   EngineCounters counters;
+  auto plan = MakeBufferPlan(config, kSpecs, 1, DeviceKind::kHost, ElementType::kF32);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   ParamHomeOptions o;
-  o.config = &config;
+  o.plan = &*plan;
   o.specs = &kSpecs;
   o.partitioner = &*part;
   o.device = device.get();
@@ -163,14 +173,17 @@ TEST(ParamHomeErrorsTest, AnUnusableNvmePathNamesTheConfigKey) {
 TEST(ParamHomeErrorsTest, ADeviceHomeBeyondTheBudgetIsOutOfMemory) {
   Config config;
   config.zero.offload_param.device = OffloadDevice::kNone;
+  config.zero.stage = 3;
   auto part = Partitioner::Create(kSpecs, 1, 0);
   ASSERT_TRUE(part.ok());
   auto device = CreateHostDevice(1024);  // smaller than the shard
   auto stream = device->CreateStream();
   ASSERT_TRUE(stream.ok());
   EngineCounters counters;
+  auto plan = MakeBufferPlan(config, kSpecs, 1, DeviceKind::kHost, ElementType::kF32);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   ParamHomeOptions o;
-  o.config = &config;
+  o.plan = &*plan;
   o.specs = &kSpecs;
   o.partitioner = &*part;
   o.device = device.get();
