@@ -5,6 +5,7 @@
 #
 # Everything else here serves those two; CI (.ci/run) also runs
 #   make check-layers  every #include of src/ and perf/ points down the layers' arrows
+#   make check-format  every C++ file is laid out as .clang-format says (`make format` rewrites)
 #   make test-asan     the suite under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
 #   make test-tsan     the threaded tests under ThreadSanitizer (build-tsan/)
 # Variables:
@@ -20,11 +21,12 @@ JOBS       ?= $(shell nproc)
 CTEST_ARGS ?=
 
 # Debian packages the build and the tests need.
-# clang and lld build the libFuzzer target of the config parsers (tests/fuzz, label fuzz).
+# clang and lld build the libFuzzer target of the config parsers (tests/fuzz, label fuzz);
+# clang-format checks the layout (check-format).
 DEBS := cmake ninja-build g++ pkg-config liburing-dev libhwloc-dev nlohmann-json3-dev \
-        libspdlog-dev libgtest-dev libopenmpi-dev openmpi-bin fio clang lld
+        libspdlog-dev libgtest-dev libopenmpi-dev openmpi-bin fio clang lld clang-format
 
-.PHONY: demo test test-asan test-tsan check-layers deps build configure clean device-debs gpu-test
+.PHONY: demo test test-asan test-tsan check-layers check-format format deps build configure clean device-debs gpu-test
 
 demo: build
 	./$(BUILD_DIR)/zinf demo
@@ -45,6 +47,16 @@ configure: deps
 # rule it breaks. The build enforces the same (cmake/Layers.cmake).
 check-layers:
 	bash .ci/check_layers.sh
+
+# The layout of every tracked C++ file (.clang-format, clang-format 14 as
+# Debian 12 ships it): check-format lists the files that differ.
+FORMAT_FILES = $$(git ls-files '*.cc' '*.h' '*.cu')
+check-format: deps
+	@clang-format --dry-run --Werror $(FORMAT_FILES) 2>&1 | grep -o '^[^:]*:[0-9]*' | sort -u -t: -k1,1 | \
+	  sed 's/^/  not formatted: /' | grep . && { echo "check-format: run 'make format'"; exit 1; } || \
+	  echo "check-format: $$(git ls-files '*.cc' '*.h' '*.cu' | wc -l) files as .clang-format says"
+format: deps
+	clang-format -i $(FORMAT_FILES)
 
 # Sanitizer builds: their own build directories, no CUDA (nvcc code is not
 # instrumented, and CI has no GPU), no fuzz target (it carries its own ASan).
