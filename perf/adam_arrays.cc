@@ -72,8 +72,7 @@ void AdamArrays::Fill(optim::ThreadPool& pool) {
       if (grad_dtype == ElementType::kF32) {
         reinterpret_cast<float*>(gp)[i] = gv;
       } else {
-        reinterpret_cast<uint16_t*>(gp)[i] =
-            grad_dtype == ElementType::kBf16 ? FloatToBf16(gv) : FloatToHalf(gv);
+        reinterpret_cast<uint16_t*>(gp)[i] = grad_dtype == ElementType::kBf16 ? FloatToBf16(gv) : FloatToHalf(gv);
       }
       if (with_out) op[i] = 0;
     }
@@ -81,23 +80,28 @@ void AdamArrays::Fill(optim::ThreadPool& pool) {
 }
 
 optim::AdamSpan AdamArrays::span() const {
-  return optim::AdamSpan{.params = params(), .exp_avg = exp_avg(), .exp_avg_sq = exp_avg_sq(), .grads = grads(),
-                         .grad_dtype = options_.grad_dtype, .params16 = options_.with_out ? out() : nullptr,
-                         .params16_dtype = options_.out_dtype, .n = options_.n};
+  return optim::AdamSpan{.params = params(),
+                         .exp_avg = exp_avg(),
+                         .exp_avg_sq = exp_avg_sq(),
+                         .grads = grads(),
+                         .grad_dtype = options_.grad_dtype,
+                         .params16 = options_.with_out ? out() : nullptr,
+                         .params16_dtype = options_.out_dtype,
+                         .n = options_.n};
 }
 
 StatusOr<std::unique_ptr<AdamAlone>> AdamAlone::Create(const OptimizerConfig& config, int threads, int64_t n,
                                                        ElementType out_dtype) {
   auto a = std::unique_ptr<AdamAlone>(new AdamAlone());
-  ZINF_ASSIGN_OR_RETURN(a->pool_, optim::ThreadPool::Create({.num_threads = threads, .bind_threads = false,
-                                                             .name = "bench-adam"}));
+  ZINF_ASSIGN_OR_RETURN(
+      a->pool_, optim::ThreadPool::Create({.num_threads = threads, .bind_threads = false, .name = "bench-adam"}));
   ZINF_ASSIGN_OR_RETURN(optim::Isa isa, optim::DefaultIsa());
   ZINF_ASSIGN_OR_RETURN(optim::CpuAdam adam, optim::CpuAdam::Create(config, a->pool_.get(), isa));
   a->adam_ = std::make_unique<optim::CpuAdam>(std::move(adam));
-  ZINF_ASSIGN_OR_RETURN(AdamArrays arrays,
-                        AdamArrays::Create({.n = n, .grad_dtype = ElementType::kF32, .with_out = true,
-                                            .out_dtype = out_dtype},
-                                           *a->pool_));
+  ZINF_ASSIGN_OR_RETURN(
+      AdamArrays arrays,
+      AdamArrays::Create({.n = n, .grad_dtype = ElementType::kF32, .with_out = true, .out_dtype = out_dtype},
+                         *a->pool_));
   a->arrays_ = std::make_unique<AdamArrays>(std::move(arrays));
   return a;
 }

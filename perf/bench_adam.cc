@@ -159,8 +159,11 @@ StatusOr<Checked> CheckFirstStep(const Options& o, Setup& s) {
     begin = std::clamp<int64_t>(begin, 0, n - slice_len);
     if (std::any_of(slices.begin(), slices.end(), [&](const Slice& x) { return x.begin == begin; })) continue;
     const int64_t end = begin + slice_len;
-    slices.push_back({begin, slice_len, {a.params() + begin, a.params() + end},
-                      {a.exp_avg() + begin, a.exp_avg() + end}, {a.exp_avg_sq() + begin, a.exp_avg_sq() + end},
+    slices.push_back({begin,
+                      slice_len,
+                      {a.params() + begin, a.params() + end},
+                      {a.exp_avg() + begin, a.exp_avg() + end},
+                      {a.exp_avg_sq() + begin, a.exp_avg_sq() + end},
                       {a.grads() + begin * gsize, a.grads() + end * gsize}});
   }
   const AdamStepArgs first{.step = 1, .lr = s.config.lr, .grad_scale = 1.0};
@@ -171,9 +174,14 @@ StatusOr<Checked> CheckFirstStep(const Options& o, Setup& s) {
   Checked checked;
   for (Slice& x : slices) {
     std::vector<uint16_t> out16(static_cast<size_t>(x.len), 0);
-    AdamSpan rs{.params = x.p.data(), .exp_avg = x.m.data(), .exp_avg_sq = x.v.data(), .grads = x.g.data(),
-                .grad_dtype = o.grad_dtype, .params16 = o.has_out ? out16.data() : nullptr,
-                .params16_dtype = o.out_dtype, .n = x.len};
+    AdamSpan rs{.params = x.p.data(),
+                .exp_avg = x.m.data(),
+                .exp_avg_sq = x.v.data(),
+                .grads = x.g.data(),
+                .grad_dtype = o.grad_dtype,
+                .params16 = o.has_out ? out16.data() : nullptr,
+                .params16_dtype = o.out_dtype,
+                .n = x.len};
     ZINF_RETURN_IF_ERROR(ref.Update(rs, first));
     const size_t bytes = static_cast<size_t>(x.len) * 4;
     if (std::memcmp(x.p.data(), a.params() + x.begin, bytes) != 0 ||
@@ -181,8 +189,8 @@ StatusOr<Checked> CheckFirstStep(const Options& o, Setup& s) {
         std::memcmp(x.v.data(), a.exp_avg_sq() + x.begin, bytes) != 0 ||
         (o.has_out && std::memcmp(out16.data(), a.out() + x.begin, bytes / 2) != 0)) {
       return Status::Internal("the " + std::string(optim::IsaName(o.isa)) +
-                              " step differs from the scalar reference in elements [" + std::to_string(x.begin) +
-                              ", " + std::to_string(x.begin + x.len) + ")");
+                              " step differs from the scalar reference in elements [" + std::to_string(x.begin) + ", " +
+                              std::to_string(x.begin + x.len) + ")");
     }
     checked.params += x.len;
   }
@@ -272,14 +280,14 @@ nlohmann::ordered_json ToJson(const Options& o, const Setup& setup, const Checke
   j["ratio_to_bound_pairwise_median"] = s.pairwise;
   j["step_s"] = t.step_s;
   j["bound_s"] = t.bound_s;
-  j["check"] = "first step bit-identical to the scalar reference on " + std::to_string(checked.params) +
-               " params in " + std::to_string(checked.slices) + " slices";
+  j["check"] = "first step bit-identical to the scalar reference on " + std::to_string(checked.params) + " params in " +
+               std::to_string(checked.slices) + " slices";
   return j;
 }
 
 HtmlReport MakeReport(const Options& o, const nlohmann::ordered_json& j, const Timings& t, const Summary& s) {
-  HtmlReport report("zinf bench adam: " + FormatCount(o.n) + " params, " + std::string(optim::IsaName(o.isa)) +
-                    ", " + std::to_string(j["threads"].get<int>()) + " threads");
+  HtmlReport report("zinf bench adam: " + FormatCount(o.n) + " params, " + std::string(optim::IsaName(o.isa)) + ", " +
+                    std::to_string(j["threads"].get<int>()) + " threads");
   report.AddParagraph("CPU Adam step against the memory-bandwidth bound of its access pattern (" + s.counted +
                       "), runs interleaved; " + j["check"].get<std::string>() + ".");
   report.AddTable("Key figures (medians)", {"figure", "value"},

@@ -61,8 +61,9 @@ struct Options {
 
 StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
   ZINF_ASSIGN_OR_RETURN(cli::Flags flags,
-                        cli::Flags::Parse(args, {"file", "size", "block-size", "queue-depth", "threads", "reps",
-                                                 "engine", "request-size", "buffers", "html", "json"},
+                        cli::Flags::Parse(args,
+                                          {"file", "size", "block-size", "queue-depth", "threads", "reps", "engine",
+                                           "request-size", "buffers", "html", "json"},
                                           {"single-submit", "no-overlap-events", "keep-file", "no-fio"}));
   Options o;
   o.file = flags.GetOr("file", DefaultFile());
@@ -151,16 +152,15 @@ StatusOr<std::unique_ptr<Rig>> CreateRig(const Options& o) {
 // Fill and check: the bytes must be right before the speed counts.
 Status FillAndCheck(const Options& o, Rig& rig) {
   ZINF_RETURN_IF_ERROR(rig.engine->Allocate(*rig.fid, o.size));
-  ZINF_ASSIGN_OR_RETURN(aio::PassResult fill,
-                        aio::TimedPass(rig.target, aio::IoOp::kWrite, o.size, rig.buffers,
-                                       [](char* d, int64_t off, int64_t len) {
-                                         aio::FillPattern(d, off, len, kPatternSeed);
-                                       }));
-  ZINF_ASSIGN_OR_RETURN(aio::PassResult check,
-                        aio::TimedPass(rig.target, aio::IoOp::kRead, o.size, rig.buffers, {},
-                                       [&](const char* d, int64_t off, int64_t len) {
-                                         return aio::CheckPattern(d, off, len, kPatternSeed, o.file);
-                                       }));
+  ZINF_ASSIGN_OR_RETURN(aio::PassResult fill, aio::TimedPass(rig.target, aio::IoOp::kWrite, o.size, rig.buffers,
+                                                             [](char* d, int64_t off, int64_t len) {
+                                                               aio::FillPattern(d, off, len, kPatternSeed);
+                                                             }));
+  ZINF_ASSIGN_OR_RETURN(aio::PassResult check, aio::TimedPass(rig.target, aio::IoOp::kRead, o.size, rig.buffers, {},
+                                                              [&](const char* d, int64_t off, int64_t len) {
+                                                                return aio::CheckPattern(d, off, len, kPatternSeed,
+                                                                                         o.file);
+                                                              }));
   std::fprintf(stderr, "  fill %.2f GB/s, verified read %.2f GB/s (untimed for the comparison)\n", fill.gbps(),
                check.gbps());
   return Status::Ok();
@@ -226,12 +226,12 @@ StatusOr<Rates> Measure(const Options& o, Rig& rig, const FioHugePages& fio_page
     ZINF_ASSIGN_OR_RETURN(const RepRates x, MeasureRep(o, rig, fio_pages, rep));
     const double* z = x.zinf;
     const double* f = x.fio;
-    std::fprintf(stderr, "  rep %d: zinf write %.3f read %.3f GB/s | fio write %.3f read %.3f GB/s\n", rep + 1,
-                 z[0], z[1], f[0], f[1]);
+    std::fprintf(stderr, "  rep %d: zinf write %.3f read %.3f GB/s | fio write %.3f read %.3f GB/s\n", rep + 1, z[0],
+                 z[1], f[0], f[1]);
     out.zw.push_back(z[0]);
     out.zr.push_back(z[1]);
-    nlohmann::ordered_json r = {{"rep", rep + 1}, {"first", rep % 2 == 1 ? "fio" : "zinf"},
-                                {"write_gbps", z[0]}, {"read_gbps", z[1]}};
+    nlohmann::ordered_json r = {
+        {"rep", rep + 1}, {"first", rep % 2 == 1 ? "fio" : "zinf"}, {"write_gbps", z[0]}, {"read_gbps", z[1]}};
     if (o.use_fio) {
       out.fw.push_back(f[0]);
       out.fr.push_back(f[1]);
@@ -281,8 +281,10 @@ nlohmann::ordered_json ToJson(const Options& o, const Rig& rig, const FioHugePag
   out["compared"] =
       "Sequential write then read of the whole file, same file, interleaved: per repetition each tool "
       "writes twice then (after one untimed settle read) reads twice in ABBA order, A alternating between "
-      "repetitions; a tool's rate is 2 x size over the time of its two passes. zinf: IoEngine requests of request_bytes (default block_size x queue_depth x "
-      "thread_count) from `buffers` pinned, registered buffers kept outstanding; the engine cuts them into block_size pieces spread over "
+      "repetitions; a tool's rate is 2 x size over the time of its two passes. zinf: IoEngine requests of "
+      "request_bytes (default block_size x queue_depth x "
+      "thread_count) from `buffers` pinned, registered buffers kept outstanding; the engine cuts them into block_size "
+      "pieces spread over "
       "thread_count io_uring rings, each with up to queue_depth in flight; timed from first submit to last "
       "completion. fio: ioengine=io_uring direct=1 fixedbufs registerfiles, numjobs=thread_count jobs each "
       "over 1/thread_count of the file, bs=block_size, iodepth=queue_depth, iodepth_batch_submit and "
@@ -349,16 +351,17 @@ int Run(const std::vector<std::string>& args) {
   return 0;
 }
 
-ZINF_COMMAND({"bench aio", "zinf's NVMe read/write speed against fio on the same file",
-              "bench aio [--file PATH] [--size 2G] [--block-size 1M] [--queue-depth 32] [--threads 1]\n"
-              "          [--reps 3] [--single-submit] [--no-overlap-events] [--engine auto|uring|posix]\n"
-              "          [--request-size B] [--buffers N] [--keep-file] [--no-fio] [--html OUT.html] [--json OUT.json]\n"
-              "  Writes and reads PATH (default $TMPDIR/zinf-bench-aio.dat) through zinf and through\n"
-              "  fio (io_uring, O_DIRECT, same bs / iodepth / numjobs), interleaved, --reps times.\n"
-              "  Prints JSON: read_gbps, write_gbps, fio_read_gbps, fio_write_gbps, read_ratio,\n"
-              "  write_ratio (medians) and what was compared. Progress goes to stderr. --html writes\n"
-              "  a page with the figures and a chart per repetition; --json a copy of the JSON.",
-              Run});
+ZINF_COMMAND(
+    {"bench aio", "zinf's NVMe read/write speed against fio on the same file",
+     "bench aio [--file PATH] [--size 2G] [--block-size 1M] [--queue-depth 32] [--threads 1]\n"
+     "          [--reps 3] [--single-submit] [--no-overlap-events] [--engine auto|uring|posix]\n"
+     "          [--request-size B] [--buffers N] [--keep-file] [--no-fio] [--html OUT.html] [--json OUT.json]\n"
+     "  Writes and reads PATH (default $TMPDIR/zinf-bench-aio.dat) through zinf and through\n"
+     "  fio (io_uring, O_DIRECT, same bs / iodepth / numjobs), interleaved, --reps times.\n"
+     "  Prints JSON: read_gbps, write_gbps, fio_read_gbps, fio_write_gbps, read_ratio,\n"
+     "  write_ratio (medians) and what was compared. Progress goes to stderr. --html writes\n"
+     "  a page with the figures and a chart per repetition; --json a copy of the JSON.",
+     Run});
 
 }  // namespace
 }  // namespace zinf::perf

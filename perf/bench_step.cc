@@ -178,8 +178,9 @@ class Copier {
       if (stream_) {
         char* d = static_cast<char*>(device_ring_) + off;
         char* h = host_.get() + off;
-        ZINF_RETURN_IF_ERROR(to_device ? stream_->CopyAsync(d, h, static_cast<size_t>(n), CopyDirection::kHostToDevice)
-                                       : stream_->CopyAsync(h, d, static_cast<size_t>(n), CopyDirection::kDeviceToHost));
+        ZINF_RETURN_IF_ERROR(to_device
+                                 ? stream_->CopyAsync(d, h, static_cast<size_t>(n), CopyDirection::kHostToDevice)
+                                 : stream_->CopyAsync(h, d, static_cast<size_t>(n), CopyDirection::kDeviceToHost));
       } else if (to_device) {
         std::memcpy(other_.get() + off, host_.get() + off, static_cast<size_t>(n));
       } else {
@@ -275,11 +276,10 @@ struct Options {
 };
 
 StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
-  ZINF_ASSIGN_OR_RETURN(cli::Flags flags,
-                        cli::Flags::Parse(args,
-                                          {"config", "model", "steps", "reps", "nvme-path", "device-budget", "html",
-                                           "json", "threads", "device"},
-                                          {"no-fio"}));
+  ZINF_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args,
+                                                            {"config", "model", "steps", "reps", "nvme-path",
+                                                             "device-budget", "html", "json", "threads", "device"},
+                                                            {"no-fio"}));
   auto steps = flags.GetInt("steps", 5);
   auto reps = flags.GetInt("reps", 3);
   auto threads = flags.GetInt("threads", 0);
@@ -300,8 +300,8 @@ StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
   o.html_path = flags.GetOr("html", "");
   o.json_path = flags.GetOr("json", "");
   o.config_path = flags.Get("config");
-  ZINF_ASSIGN_OR_RETURN(o.config, o.config_path ? LoadConfigFile(*o.config_path)
-                                                : ParseConfig(kDemoConfig, "zinf demo's config"));
+  ZINF_ASSIGN_OR_RETURN(
+      o.config, o.config_path ? LoadConfigFile(*o.config_path) : ParseConfig(kDemoConfig, "zinf demo's config"));
   o.nvme_path = flags.Get("nvme-path");
   auto budget = flags.GetInt("device-budget", -1);
   if (!budget.ok() || *budget < -1) {
@@ -380,10 +380,10 @@ std::vector<std::string> NvmeDirs(const Config& config) {
 // The two trainers and their devices, after the warm-up step.
 struct Trainers {
   // Declared in creation order, so that each trainer goes before its device.
-  std::unique_ptr<Device> rdevice;       // the resident run's: no budget
-  std::unique_ptr<model::Trainer> res;   // every tier on the device
-  std::unique_ptr<Device> device;        // the offloaded run's, under the budget
-  std::unique_ptr<model::Trainer> off;   // the config's tiers
+  std::unique_ptr<Device> rdevice;      // the resident run's: no budget
+  std::unique_ptr<model::Trainer> res;  // every tier on the device
+  std::unique_ptr<Device> device;       // the offloaded run's, under the budget
+  std::unique_ptr<model::Trainer> off;  // the config's tiers
   bool on_gpu = false;
   int64_t device_budget = 0;
   int world = 1;
@@ -409,8 +409,9 @@ StatusOr<Trainers> CreateTrainers(const Options& o) {
   ropts.engine.run_id = "zinf-bench-step-resident";
   auto res = model::Trainer::Create(resident, ropts);
   if (!res.ok()) {
-    return res.status().WithContext("the resident trainer (every tier on the device: the compute-only reference "
-                                    "needs the model to fit)");
+    return res.status().WithContext(
+        "the resident trainer (every tier on the device: the compute-only reference "
+        "needs the model to fit)");
   }
   t.res = std::move(*res);
   // The offloaded run's device, under the budget.
@@ -445,8 +446,7 @@ Status WarmUp(Trainers& t) {
   }
   if (a != b) {
     char buf[160];
-    std::snprintf(buf, sizeof(buf), "step 1 loss differs between the offloaded (%.9g) and resident (%.9g) runs", a,
-                  b);
+    std::snprintf(buf, sizeof(buf), "step 1 loss differs between the offloaded (%.9g) and resident (%.9g) runs", a, b);
     return Status::Internal(buf);
   }
   return Status::Ok();
@@ -489,9 +489,8 @@ Status PrepareFio(const Options& o, const EngineCounters& wc, const std::vector<
   auto version = FioVersion();
   if (!version.ok()) return version.status().WithContext("(or pass --no-fio)");
   tools.fio_version = *version;
-  const int64_t per_path =
-      AlignUp(std::max<int64_t>(64 * kMiB, NvmeBytes(wc) / static_cast<int64_t>(nvme_dirs.size())),
-              eo.block_size_bytes * eo.thread_count);
+  const int64_t per_path = AlignUp(std::max<int64_t>(64 * kMiB, NvmeBytes(wc) / static_cast<int64_t>(nvme_dirs.size())),
+                                   eo.block_size_bytes * eo.thread_count);
   for (const std::string& dir : nvme_dirs) {
     FioRun run = probe;
     run.huge_pages = tools.fio_pages->active();
@@ -591,8 +590,7 @@ StatusOr<Rep> MeasureRep(const Options& o, Trainers& t, PartTools& tools, int64_
   const double h2d = MedianOf(rep.off, [](const Sample& s) { return double(s.c.h2d_bytes); });
   const double d2h = MedianOf(rep.off, [](const Sample& s) { return double(s.c.d2h_bytes); });
   ZINF_ASSIGN_OR_RETURN(const double up, tools.copier->Seconds(static_cast<int64_t>(h2d), tools.h2d_chunk, true));
-  ZINF_ASSIGN_OR_RETURN(const double down,
-                        tools.copier->Seconds(static_cast<int64_t>(d2h), tools.d2h_chunk, false));
+  ZINF_ASSIGN_OR_RETURN(const double down, tools.copier->Seconds(static_cast<int64_t>(d2h), tools.d2h_chunk, false));
   ZINF_ASSIGN_OR_RETURN(const double gbps, RunFioSum(tools.fio_runs));
   rep.step = MedianOf(rep.off, [](const Sample& s) { return s.seconds; });
   rep.compute = MedianOf(rep.res, [](const Sample& s) { return s.seconds - s.optimizer; });
@@ -800,23 +798,24 @@ nlohmann::ordered_json ToJson(const Options& o, const std::vector<std::string>& 
   j["runs"] = RunsJson(m.reps);
   j["plan"] = PlanPrediction(o.model, config, t.world, t.on_gpu, t.off->tokens_per_step() / t.world,
                              o.model.NumParameters(), s.compute_s, s.adam_s, s.fio_gbps, s.copy_gbps, s.step_s);
-  j["compared"] = "ratio_to_bound = median over reps of (median offloaded step) / max(parts); parts measured in "
-                  "the same rep: cpu = resident-run step minus its optimizer + in-RAM Adam (host device; separate parts on a "
-                  "GPU), "
-                  "nvme = step NVMe bytes / fio mixed GB/s on the same path, pcie = the step's h2d + d2h bytes "
-                  "copied in the engine's sizes, comm = all-gather + reduce-scatter time";
+  j["compared"] =
+      "ratio_to_bound = median over reps of (median offloaded step) / max(parts); parts measured in "
+      "the same rep: cpu = resident-run step minus its optimizer + in-RAM Adam (host device; separate parts on a "
+      "GPU), "
+      "nvme = step NVMe bytes / fio mixed GB/s on the same path, pcie = the step's h2d + d2h bytes "
+      "copied in the engine's sizes, comm = all-gather + reduce-scatter time";
   return j;
 }
 
 // The page: key figures, the parts per repetition, the timeline of every
 // offloaded step.
 HtmlReport MakeReport(const nlohmann::ordered_json& j, const Trainers& t, const Measured& m, const Summary& s) {
-  HtmlReport report("zinf bench step: " + j["model"].get<std::string>() + ", " +
-                    j["offload_param"].get<std::string>() + "/" + j["offload_optimizer"].get<std::string>() +
-                    " offload");
-  report.AddParagraph("Whole training steps of the reference GPT through the ZeRO-3 engine, against the time each "
-                      "resource needs for the step's work when measured alone in the same run. " +
-                      j["compared"].get<std::string>() + ".");
+  HtmlReport report("zinf bench step: " + j["model"].get<std::string>() + ", " + j["offload_param"].get<std::string>() +
+                    "/" + j["offload_optimizer"].get<std::string>() + " offload");
+  report.AddParagraph(
+      "Whole training steps of the reference GPT through the ZeRO-3 engine, against the time each "
+      "resource needs for the step's work when measured alone in the same run. " +
+      j["compared"].get<std::string>() + ".");
   auto f = [](double v) { return FormatFigure(v); };
   std::string per_rep;
   for (double x : s.ratios) per_rep += (per_rep.empty() ? "" : ", ") + f(x);
@@ -844,8 +843,8 @@ HtmlReport MakeReport(const nlohmann::ordered_json& j, const Trainers& t, const 
   c.title = "Per repetition: offloaded step vs. the parts of the bound (s)";
   c.x_label = "repetition";
   c.y_label = "seconds";
-  ChartSeries step{"step", {}}, cpu{t.on_gpu ? "compute" : "cpu (compute + adam)", {}}, nv{"nvme", {}},
-      pc{"pcie", {}}, cm{"comm", {}}, ad{"adam", {}};
+  ChartSeries step{"step", {}}, cpu{t.on_gpu ? "compute" : "cpu (compute + adam)", {}}, nv{"nvme", {}}, pc{"pcie", {}},
+      cm{"comm", {}}, ad{"adam", {}};
   for (size_t i = 0; i < m.reps.size(); ++i) {
     const Rep& r = m.reps[i];
     c.categories.push_back("rep " + std::to_string(i + 1) + " (ratio " + FormatFigure(r.ratio) + ")");
@@ -896,8 +895,9 @@ int Run(const std::vector<std::string>& args) {
   if (!measured.ok()) return cli::Fail(kName, measured.status());
   tools->fio_files.RemoveAll();
   if (!measured->same_losses) {
-    std::fprintf(stderr, "bench step: warning: a timed step's loss differs between the offloaded and resident "
-                         "runs (step 1 agreed)\n");
+    std::fprintf(stderr,
+                 "bench step: warning: a timed step's loss differs between the offloaded and resident "
+                 "runs (step 1 agreed)\n");
   }
 
   const Summary summary = Summarize(*measured);

@@ -77,10 +77,10 @@ struct Options {
 };
 
 StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
-  ZINF_ASSIGN_OR_RETURN(cli::Flags flags,
-                        cli::Flags::Parse(args, {"params", "sub-group", "nvme", "steps", "threads", "fio-size",
-                                                 "queue-depth", "block-size", "html", "json"},
-                                          {"no-fio", "no-pipeline", "keep-files"}));
+  ZINF_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args,
+                                                            {"params", "sub-group", "nvme", "steps", "threads",
+                                                             "fio-size", "queue-depth", "block-size", "html", "json"},
+                                                            {"no-fio", "no-pipeline", "keep-files"}));
   auto params = flags.GetInt("params", int64_t{1} << 24);
   auto steps = flags.GetInt("steps", 5);
   auto threads = flags.GetInt("threads", 0);
@@ -92,9 +92,9 @@ StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
   }
   // Default: 4M elements (at most N/16), so the pipeline's unhidden first
   // read and last write are a small part of the step.
-  ZINF_ASSIGN_OR_RETURN(const int64_t sub_group, flags.GetInt("sub-group", std::max<int64_t>(
-                                                                              1, std::min<int64_t>(*params / 16,
-                                                                                                   int64_t{1} << 22))));
+  ZINF_ASSIGN_OR_RETURN(
+      const int64_t sub_group,
+      flags.GetInt("sub-group", std::max<int64_t>(1, std::min<int64_t>(*params / 16, int64_t{1} << 22))));
   if (*params < 1 || *steps < 1 || sub_group < 1) {
     return Status::InvalidArgument("--params, --steps and --sub-group must be positive");
   }
@@ -198,8 +198,8 @@ StatusOr<State> FirstStep(const Options& o, Rig& rig) {
   std::vector<float> m(static_cast<size_t>(k0), 0.0f), v(static_cast<size_t>(k0), 0.0f);
   std::vector<uint16_t> ref16(static_cast<size_t>(k0));
   std::vector<float> p(state.master.begin(), state.master.begin() + k0);
-  optim::AdamSpan span{p.data(), m.data(), v.data(), state.grads.data(), ElementType::kF32, ref16.data(),
-                       ElementType::kBf16, k0};
+  optim::AdamSpan span{p.data(),          m.data(),     v.data(),           state.grads.data(),
+                       ElementType::kF32, ref16.data(), ElementType::kBf16, k0};
   ZINF_RETURN_IF_ERROR(rig.adam->Update(span, step_args));
   if (std::memcmp(ref16.data(), state.out16.data(), ref16.size() * 2) != 0) {
     return Status::Internal("the swapped step's sub-group 0 differs from the same step in RAM");
@@ -282,8 +282,8 @@ StatusOr<std::vector<double>> MeasureAdamBound(const Options& o, Rig& rig, State
   optim::AdamStepArgs step_args;
   step_args.lr = 1e-3;
   for (int64_t i = 0; i < o.steps; ++i) {
-    optim::AdamSpan span{state.master.data(), m.data(), v.data(), state.grads.data(), ElementType::kF32,
-                         state.out16.data(), ElementType::kBf16, o.n};
+    optim::AdamSpan span{state.master.data(), m.data(),           v.data(),           state.grads.data(),
+                         ElementType::kF32,   state.out16.data(), ElementType::kBf16, o.n};
     step_args.step = 1 + i;
     const auto t0 = std::chrono::steady_clock::now();
     Status st = rig.adam->Update(span, step_args);
@@ -347,12 +347,13 @@ nlohmann::json ToJson(const Options& o, const Rig& rig, const Fio& fio, const Tr
   j["fio_mixed_gbps"] = s.mixed_gbps;
   j["fio_read_gbps"] = fio.read_gbps;
   j["fio_write_gbps"] = fio.write_gbps;
-  j["compared"] = "Each repetition times one pipelined optimizer step (state read, Adam, state written) and right "
-                  "after it fio's mixed job; ratio_to_bound is the median of step / max(io bound, adam bound) "
-                  "over repetitions. step_s: median step wall time. "
-                  "io_bound_s: bytes_read + bytes_written over fio's sequential mixed read/write bandwidth "
-                  "(rw=rw at the step's read share, io_uring, O_DIRECT, same block size and queue depth) on "
-                  "a file as large as the state on each path. adam_bound_s: the same Adam update in RAM.";
+  j["compared"] =
+      "Each repetition times one pipelined optimizer step (state read, Adam, state written) and right "
+      "after it fio's mixed job; ratio_to_bound is the median of step / max(io bound, adam bound) "
+      "over repetitions. step_s: median step wall time. "
+      "io_bound_s: bytes_read + bytes_written over fio's sequential mixed read/write bandwidth "
+      "(rw=rw at the step's read share, io_uring, O_DIRECT, same block size and queue depth) on "
+      "a file as large as the state on each path. adam_bound_s: the same Adam update in RAM.";
   j["bytes_read"] = traffic.bytes_read;
   j["bytes_written"] = traffic.bytes_written;
   j["ratio_to_bound"] = Median(s.ratios);
@@ -377,7 +378,8 @@ HtmlReport MakeReport(const Options& o, const nlohmann::json& j, const Traffic& 
   chart.title = "Per repetition: optimizer step vs. its bounds (s)";
   chart.x_label = "repetition";
   chart.y_label = "seconds";
-  chart.series = {{"step", t.step_s}, {"io bound (fio)", t.io_bound_s},
+  chart.series = {{"step", t.step_s},
+                  {"io bound (fio)", t.io_bound_s},
                   {"adam bound", std::vector<double>(t.step_s.size(), s.adam_bound_s)}};
   for (size_t i = 0; i < t.step_s.size(); ++i) {
     chart.categories.push_back("rep " + std::to_string(i + 1) + " (ratio " + FormatFigure(s.ratios[i]) + ")");

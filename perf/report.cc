@@ -42,8 +42,8 @@ std::string Text(double x, double y, std::string_view text, std::string_view att
 }
 
 std::string Rect(double x, double y, double w, double h, std::string_view fill, std::string_view tooltip) {
-  std::string s = "<rect x=\"" + Num(x) + "\" y=\"" + Num(y) + "\" width=\"" + Num(std::max(w, 0.0)) +
-                  "\" height=\"" + Num(std::max(h, 0.0)) + "\" fill=\"" + std::string(fill) + "\">";
+  std::string s = "<rect x=\"" + Num(x) + "\" y=\"" + Num(y) + "\" width=\"" + Num(std::max(w, 0.0)) + "\" height=\"" +
+                  Num(std::max(h, 0.0)) + "\" fill=\"" + std::string(fill) + "\">";
   if (!tooltip.empty()) s += "<title>" + HtmlEscape(tooltip) + "</title>";
   return s + "</rect>";
 }
@@ -161,8 +161,8 @@ void HtmlReport::AddBarChart(const BarChart& chart) {
   const bool rotate = chart.categories.size() > 10;
   for (size_t c = 0; c < chart.categories.size(); ++c) {
     const double cx = x0 + band * (static_cast<double>(c) + 0.5);
-    const std::string attrs = rotate ? "class=\"small\" text-anchor=\"end\" transform=\"rotate(-40 " + Num(cx) +
-                                           " " + Num(y_bottom + 14) + ")\""
+    const std::string attrs = rotate ? "class=\"small\" text-anchor=\"end\" transform=\"rotate(-40 " + Num(cx) + " " +
+                                           Num(y_bottom + 14) + ")\""
                                      : "class=\"small\" text-anchor=\"middle\"";
     s += Text(cx, y_bottom + 14, chart.categories[c], attrs);
   }
@@ -192,9 +192,8 @@ void HtmlReport::AddBarChart(const BarChart& chart) {
         const double v = ser.values[c];
         if (!std::isfinite(v)) continue;
         const double cx = x0 + band * (static_cast<double>(c) + 0.5);
-        s += "<circle cx=\"" + Num(cx) + "\" cy=\"" + Num(y_of(v)) + "\" r=\"3\" fill=\"" + Color(k) +
-             "\"><title>" + HtmlEscape(ser.name + " " + chart.categories[c] + ": " + FormatFigure(v)) +
-             "</title></circle>";
+        s += "<circle cx=\"" + Num(cx) + "\" cy=\"" + Num(y_of(v)) + "\" r=\"3\" fill=\"" + Color(k) + "\"><title>" +
+             HtmlEscape(ser.name + " " + chart.categories[c] + ": " + FormatFigure(v)) + "</title></circle>";
       }
     } else {
       const double bw = band * 0.8 / static_cast<double>(nser);
@@ -241,9 +240,8 @@ void HtmlReport::AddHeatmap(const Heatmap& map) {
     const double y = top + ch * static_cast<double>(r);
     s += Text(left - 6, y + ch / 2 + 4, map.rows[r], "class=\"small\" text-anchor=\"end\"");
     for (size_t c = 0; c < map.columns.size(); ++c) {
-      const double v = r < map.values.size() && c < map.values[r].size()
-                           ? map.values[r][c]
-                           : std::numeric_limits<double>::quiet_NaN();
+      const double v = r < map.values.size() && c < map.values[r].size() ? map.values[r][c]
+                                                                         : std::numeric_limits<double>::quiet_NaN();
       const double x = left + cw * static_cast<double>(c);
       const std::string where = map.y_label + " " + map.rows[r] + ", " + map.x_label + " " + map.columns[c] + ": ";
       if (!std::isfinite(v)) {
@@ -265,8 +263,8 @@ void HtmlReport::AddHeatmap(const Heatmap& map) {
             "text-anchor=\"middle\" transform=\"rotate(-90 16 " +
                 Num(top + ch * static_cast<double>(map.rows.size()) / 2) + ")\"");
   s += Text(left, height - 16,
-            map.value_label + ": light = " + FormatFigure(std::isfinite(lo) ? lo : NAN) + ", dark = " +
-                FormatFigure(std::isfinite(hi) ? hi : NAN) + "; grey = not measured",
+            map.value_label + ": light = " + FormatFigure(std::isfinite(lo) ? lo : NAN) +
+                ", dark = " + FormatFigure(std::isfinite(hi) ? hi : NAN) + "; grey = not measured",
             "class=\"small\"");
   sections_.push_back(Figure(s + "</svg>"));
 }

@@ -54,7 +54,8 @@ auto Key(const AioConfig& a) {
 
 std::string Describe(const AioConfig& a) {
   char buf[160];
-  std::snprintf(buf, sizeof(buf), "block_size=%-5s queue_depth=%-3lld thread_count=%-2lld single_submit=%d overlap_events=%d",
+  std::snprintf(buf, sizeof(buf),
+                "block_size=%-5s queue_depth=%-3lld thread_count=%-2lld single_submit=%d overlap_events=%d",
                 FormatBytes(a.block_size).c_str(), static_cast<long long>(a.queue_depth),
                 static_cast<long long>(a.thread_count), a.single_submit ? 1 : 0, a.overlap_events ? 1 : 0);
   return buf;
@@ -107,8 +108,7 @@ void TimePasses(swap::SwapStore& store, std::span<aio::PinnedBuffer> buffers, Tr
   t.score = 2.0 * static_cast<double>(bytes) / (w->seconds + r->seconds) / 1e9;
 }
 
-Trial RunTrial(const std::vector<std::string>& dirs, int64_t per_path_bytes, const AioConfig& aio,
-               TrialFiles& files) {
+Trial RunTrial(const std::vector<std::string>& dirs, int64_t per_path_bytes, const AioConfig& aio, TrialFiles& files) {
   Trial t;
   t.aio = aio;
   aio::IoEngineOptions eo = aio::FromAioConfig(aio);
@@ -199,9 +199,10 @@ Status WriteReports(const cli::Flags& flags, const std::vector<std::string>& dir
 
   HtmlReport report("zinf tune aio: " + std::to_string(dirs.size()) + " path(s), " + FormatBytes(per_path) +
                     " per path per trial");
-  report.AddParagraph("Coordinate descent over the aio knobs; each trial writes then reads the bytes through a "
-                      "swap store striped over all paths, as training does. Score: " +
-                      j["score"].get<std::string>() + ".");
+  report.AddParagraph(
+      "Coordinate descent over the aio knobs; each trial writes then reads the bytes through a "
+      "swap store striped over all paths, as training does. Score: " +
+      j["score"].get<std::string>() + ".");
   std::vector<std::vector<std::string>> rows;
   std::vector<Trial> ranked = trials;
   std::sort(ranked.begin(), ranked.end(), [](const Trial& a, const Trial& b) { return a.score > b.score; });
@@ -213,8 +214,9 @@ Status WriteReports(const cli::Flags& flags, const std::vector<std::string>& dir
                     FormatFigure(t.score) + (Key(t.aio) == Key(best) ? " (best)" : "") +
                         (t.error.empty() ? "" : " failed: " + t.error)});
   }
-  report.AddTable("Best trials", {"rank", "block", "queue_depth", "thread_count", "single_submit", "overlap_events",
-                                  "write GB/s", "read GB/s", "score"},
+  report.AddTable("Best trials",
+                  {"rank", "block", "queue_depth", "thread_count", "single_submit", "overlap_events", "write GB/s",
+                   "read GB/s", "score"},
                   rows);
   Heatmap map;
   map.title = "Score by block size and queue depth (other knobs as the best trial's)";
@@ -316,7 +318,8 @@ int Run(const std::vector<std::string>& args) {
   const std::vector<int64_t> depths = {4, 8, 16, 32, 64};
   std::vector<int64_t> thread_counts = {1, 2, 4};
   const int64_t ndirs = static_cast<int64_t>(dirs.size());
-  if (std::find(thread_counts.begin(), thread_counts.end(), ndirs) == thread_counts.end()) thread_counts.push_back(ndirs);
+  if (std::find(thread_counts.begin(), thread_counts.end(), ndirs) == thread_counts.end())
+    thread_counts.push_back(ndirs);
 
   std::map<decltype(Key(AioConfig{})), Trial> done;
   std::vector<Trial> order;
@@ -387,8 +390,8 @@ int Run(const std::vector<std::string>& args) {
   if (out_of_time) std::fprintf(stderr, "tune aio: time budget spent; best of %zu trials\n", order.size());
 
   std::sort(order.begin(), order.end(), [](const Trial& a, const Trial& b) { return a.score > b.score; });
-  std::printf("%-4s %-9s %-11s %-12s %-13s %-14s %-10s %-10s %-8s\n", "rank", "block", "queue_depth",
-              "thread_count", "single_submit", "overlap_events", "write GB/s", "read GB/s", "score");
+  std::printf("%-4s %-9s %-11s %-12s %-13s %-14s %-10s %-10s %-8s\n", "rank", "block", "queue_depth", "thread_count",
+              "single_submit", "overlap_events", "write GB/s", "read GB/s", "score");
   for (size_t i = 0; i < order.size(); ++i) {
     const Trial& t = order[i];
     std::printf("%-4zu %-9s %-11lld %-12lld %-13s %-14s %-10.2f %-10.2f %-8.2f%s\n", i + 1,

@@ -35,10 +35,10 @@ std::string_view WarmupTypeName(WarmupType t);
 
 struct Fp16Config {
   bool enabled = false;
-  double loss_scale = 0.0;        // 0: dynamic loss scaling
-  int initial_scale_power = 16;   // dynamic scale starts at 2^power
-  int loss_scale_window = 1000;   // overflow-free steps before the scale doubles
-  int hysteresis = 2;             // overflows tolerated before the scale halves
+  double loss_scale = 0.0;              // 0: dynamic loss scaling
+  int initial_scale_power = 16;         // dynamic scale starts at 2^power
+  int loss_scale_window = 1000;         // overflow-free steps before the scale doubles
+  int hysteresis = 2;                   // overflows tolerated before the scale halves
   bool consecutive_hysteresis = false;  // refill hysteresis after a good step
   double min_loss_scale = 1.0;
 };
@@ -54,19 +54,19 @@ struct OptimizerConfig {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;
-  bool adam_w_mode = true;       // decoupled weight decay (AdamW)
+  bool adam_w_mode = true;  // decoupled weight decay (AdamW)
   bool bias_correction = true;
 };
 
 struct SchedulerConfig {
   SchedulerType type = SchedulerType::kNone;
-  double warmup_min_lr = 0.0;        // WarmupLR, WarmupDecayLR
-  double warmup_max_lr = 1e-3;       // WarmupLR, WarmupDecayLR
+  double warmup_min_lr = 0.0;   // WarmupLR, WarmupDecayLR
+  double warmup_max_lr = 1e-3;  // WarmupLR, WarmupDecayLR
   int64_t warmup_num_steps = 1000;
   WarmupType warmup_type = WarmupType::kLog;
-  int64_t total_num_steps = 0;       // WarmupDecayLR, WarmupCosineLR (required there)
-  double warmup_min_ratio = 0.0;     // WarmupCosineLR
-  double cos_min_ratio = 0.0001;     // WarmupCosineLR
+  int64_t total_num_steps = 0;    // WarmupDecayLR, WarmupCosineLR (required there)
+  double warmup_min_ratio = 0.0;  // WarmupCosineLR
+  double cos_min_ratio = 0.0001;  // WarmupCosineLR
 };
 
 struct OffloadParamConfig {
@@ -74,8 +74,8 @@ struct OffloadParamConfig {
   std::vector<std::string> nvme_paths;  // one or several drives (striped)
   bool pin_memory = false;
   int64_t buffer_count = 5;
-  int64_t buffer_size = 100'000'000;    // elements
-  int64_t max_in_cpu = 1'000'000'000;   // elements
+  int64_t buffer_size = 100'000'000;   // elements
+  int64_t max_in_cpu = 1'000'000'000;  // elements
 };
 
 struct OffloadOptimizerConfig {
@@ -93,10 +93,10 @@ struct ZeroConfig {
   int stage = 0;
   bool overlap_comm = false;  // DeepSpeed turns it on for stage 3 unless set
   bool contiguous_gradients = true;
-  int64_t reduce_bucket_size = 500'000'000;           // elements
-  int64_t allgather_bucket_size = 500'000'000;        // elements
-  int64_t sub_group_size = 1'000'000'000;             // elements
-  int64_t stage3_prefetch_bucket_size = 50'000'000;   // elements
+  int64_t reduce_bucket_size = 500'000'000;              // elements
+  int64_t allgather_bucket_size = 500'000'000;           // elements
+  int64_t sub_group_size = 1'000'000'000;                // elements
+  int64_t stage3_prefetch_bucket_size = 50'000'000;      // elements
   int64_t stage3_param_persistence_threshold = 100'000;  // elements
   int64_t stage3_max_live_parameters = 1'000'000'000;    // elements
   int64_t stage3_max_reuse_distance = 1'000'000'000;     // elements
@@ -138,8 +138,7 @@ struct Config {
   std::string source = "<string>";
 
   bool offloads_to_nvme() const {
-    return zero.offload_param.device == OffloadDevice::kNvme ||
-           zero.offload_optimizer.device == OffloadDevice::kNvme;
+    return zero.offload_param.device == OffloadDevice::kNvme || zero.offload_optimizer.device == OffloadDevice::kNvme;
   }
 };
 
@@ -152,8 +151,8 @@ StatusOr<Config> LoadConfigFile(const std::string& path);
 // What "auto" and the batch rule can be worked out from.
 struct AutoContext {
   int world_size = 1;
-  std::optional<int64_t> hidden_size;      // from the model
-  std::optional<int64_t> total_steps;      // from `zinf train --steps`
+  std::optional<int64_t> hidden_size;  // from the model
+  std::optional<int64_t> total_steps;  // from `zinf train --steps`
 };
 
 // Fills the batch keys from train_batch_size = micro * accum * world_size
@@ -178,8 +177,8 @@ Status ResolveAuto(Config& config, const AutoContext& ctx);
 std::string ConfigToJson(const Config& config, int indent = 2);
 // Only what differs from a default Config (ParseConfig of "{}"), plus
 // zero_optimization.stage, the offload devices, the optimizer's and
-// scheduler's types and the per-GPU batch keys, which say what the config is: a short file a user can read, for `zinf plan --write-config`.
-// ParseConfig gives `config` back.
+// scheduler's types and the per-GPU batch keys, which say what the config is: a short file a user can read, for `zinf
+// plan --write-config`. ParseConfig gives `config` back.
 std::string ConfigChangesToJson(const Config& config, int indent = 2);
 
 }  // namespace zinf

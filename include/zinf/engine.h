@@ -114,11 +114,11 @@ struct EngineOptions {
 };
 
 struct StepResult {
-  bool boundary = false;     // this call ended a gradient-accumulation cycle
-  bool applied = false;      // the optimizer ran (false on an fp16 overflow)
-  double grad_norm = 0.0;    // global L2 norm of the loss-scaled mean gradient
-  double lr = 0.0;           // the lr used (applied steps)
-  double loss_scale = 1.0;   // the scale for the next micro-batch
+  bool boundary = false;    // this call ended a gradient-accumulation cycle
+  bool applied = false;     // the optimizer ran (false on an fp16 overflow)
+  double grad_norm = 0.0;   // global L2 norm of the loss-scaled mean gradient
+  double lr = 0.0;          // the lr used (applied steps)
+  double loss_scale = 1.0;  // the scale for the next micro-batch
 };
 
 // What moved where and how long it took (cumulative since Create).
@@ -132,21 +132,21 @@ struct EngineCounters {
   int64_t allgather_bytes = 0;       // full blocks gathered
   int64_t reduce_scatter_bytes = 0;  // full gradients reduced
   // Nanoseconds the driving thread waited.
-  int64_t nvme_wait_ns = 0;          // for parameter reads
-  int64_t fetch_wait_ns = 0;         // in Acquire for a block's copies and gather
-  int64_t allgather_ns = 0;          // in all-gather calls
-  int64_t reduce_scatter_ns = 0;     // in ReduceGradients' collective and copy back
-  int64_t optimizer_ns = 0;          // in the optimizer step and waiting for its update
+  int64_t nvme_wait_ns = 0;       // for parameter reads
+  int64_t fetch_wait_ns = 0;      // in Acquire for a block's copies and gather
+  int64_t allgather_ns = 0;       // in all-gather calls
+  int64_t reduce_scatter_ns = 0;  // in ReduceGradients' collective and copy back
+  int64_t optimizer_ns = 0;       // in the optimizer step and waiting for its update
   // Prefetching.
-  int64_t fetches = 0;               // blocks gathered
-  int64_t prefetches = 0;            // ... of which ahead of their Acquire
-  int64_t prefetch_hits = 0;         // Acquire found a prefetched block ready
-  int64_t resident_hits = 0;         // Acquire found a kept or persistent block
-  int64_t evictions = 0;             // gathered blocks freed
-  int64_t order_changes = 0;         // the acquire order differed from the record
-  int64_t live_elems = 0;            // gathered non-persistent elements now
-  int64_t peak_live_elems = 0;       // ... at most, since Create
-  int64_t live_limit_overruns = 0;   // demanded fetches past max_live (all held)
+  int64_t fetches = 0;              // blocks gathered
+  int64_t prefetches = 0;           // ... of which ahead of their Acquire
+  int64_t prefetch_hits = 0;        // Acquire found a prefetched block ready
+  int64_t resident_hits = 0;        // Acquire found a kept or persistent block
+  int64_t evictions = 0;            // gathered blocks freed
+  int64_t order_changes = 0;        // the acquire order differed from the record
+  int64_t live_elems = 0;           // gathered non-persistent elements now
+  int64_t peak_live_elems = 0;      // ... at most, since Create
+  int64_t live_limit_overruns = 0;  // demanded fetches past max_live (all held)
 };
 
 // The counters' change from `before` to `after` (both from counters()):

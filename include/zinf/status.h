@@ -91,8 +91,7 @@ class [[nodiscard]] Status {
 // Turns errno `err` from operation `op` into a Status; the one place that maps
 // errno to codes. `file`, `offset` and `length` go into the message when given
 // (offset/length < 0 means "not applicable").
-Status ErrnoStatus(int err, std::string_view op, std::string_view file = {},
-                   int64_t offset = -1, int64_t length = -1);
+Status ErrnoStatus(int err, std::string_view op, std::string_view file = {}, int64_t offset = -1, int64_t length = -1);
 
 // StatusOr<T>: a T or the error that prevented it.
 template <typename T>
@@ -102,9 +101,9 @@ class [[nodiscard]] StatusOr {
     if (std::get<0>(v_).ok()) v_ = Status::Internal("StatusOr built from an OK status without a value");
   }
   StatusOr(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
-  template <typename U, typename = std::enable_if_t<std::is_convertible_v<U&&, T> &&
-                                                    !std::is_same_v<std::decay_t<U>, Status> &&
-                                                    !std::is_same_v<std::decay_t<U>, StatusOr>>>
+  template <typename U,
+            typename = std::enable_if_t<std::is_convertible_v<U&&, T> && !std::is_same_v<std::decay_t<U>, Status> &&
+                                        !std::is_same_v<std::decay_t<U>, StatusOr>>>
   StatusOr(U&& value) : v_(T(std::forward<U>(value))) {}  // NOLINT
 
   bool ok() const { return v_.index() == 1; }
@@ -133,10 +132,10 @@ class [[nodiscard]] StatusOr {
 #define ZINF_STATUS_CONCAT(a, b) ZINF_STATUS_CONCAT_INNER(a, b)
 
 // Returns from the enclosing function when `expr` (a Status) is not OK.
-#define ZINF_RETURN_IF_ERROR(expr)                    \
-  do {                                                \
-    ::zinf::Status zinf_status_ = (expr);             \
-    if (!zinf_status_.ok()) return zinf_status_;      \
+#define ZINF_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::zinf::Status zinf_status_ = (expr);        \
+    if (!zinf_status_.ok()) return zinf_status_; \
   } while (0)
 
 // `lhs = value of expr` (a StatusOr), or returns its error.

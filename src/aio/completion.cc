@@ -21,8 +21,8 @@ PieceAction HandleCompletion(Piece& piece, int64_t res, const FileInfo& file, St
     return PieceAction::kFailed;
   }
   const auto where = [&] {
-    return std::string(op) + " " + file.path + " offset " + std::to_string(piece.next_offset()) +
-           " length " + std::to_string(piece.remaining());
+    return std::string(op) + " " + file.path + " offset " + std::to_string(piece.next_offset()) + " length " +
+           std::to_string(piece.remaining());
   };
   if (res > piece.remaining()) {
     *error = Status::Internal(where() + ": kernel reported " + std::to_string(res) + " bytes");
@@ -52,8 +52,8 @@ PieceAction HandleCompletion(Piece& piece, int64_t res, const FileInfo& file, St
   return PieceAction::kResubmit;
 }
 
-Status ValidateSegments(IoOp op, std::span<const IoSegment> segments, const FileTable& files,
-                        int64_t block_size_bytes, int64_t* pieces) {
+Status ValidateSegments(IoOp op, std::span<const IoSegment> segments, const FileTable& files, int64_t block_size_bytes,
+                        int64_t* pieces) {
   int64_t total = 0;
   for (const IoSegment& seg : segments) {
     if (!files.IsOpen(seg.file)) {
@@ -68,11 +68,10 @@ Status ValidateSegments(IoOp op, std::span<const IoSegment> segments, const File
         addr % static_cast<uintptr_t>(a) != 0 || (seg.length > 0 && seg.buffer == nullptr)) {
       char buf[32];
       std::snprintf(buf, sizeof(buf), "%p", seg.buffer);
-      return Status::InvalidArgument(std::string(IoOpName(op)) + " " + info.path + " offset " +
-                                     std::to_string(seg.offset) + " length " + std::to_string(seg.length) +
-                                     " buffer " + buf + ": offset, length and buffer address must be " +
-                                     "non-negative multiples of " + std::to_string(a) +
-                                     " bytes (the file's O_DIRECT alignment)");
+      return Status::InvalidArgument(
+          std::string(IoOpName(op)) + " " + info.path + " offset " + std::to_string(seg.offset) + " length " +
+          std::to_string(seg.length) + " buffer " + buf + ": offset, length and buffer address must be " +
+          "non-negative multiples of " + std::to_string(a) + " bytes (the file's O_DIRECT alignment)");
     }
     total += (seg.length + block_size_bytes - 1) / block_size_bytes;
   }

@@ -25,11 +25,11 @@ inline constexpr int kMaxPieceRetries = 64;
 struct Piece {
   IoOp op = IoOp::kRead;
   FileId file = -1;
-  int64_t offset = 0;   // file offset of the piece's first byte
-  int64_t length = 0;   // bytes in the piece
+  int64_t offset = 0;  // file offset of the piece's first byte
+  int64_t length = 0;  // bytes in the piece
   char* buffer = nullptr;
-  int64_t done = 0;     // bytes moved so far
-  int retries = 0;      // consecutive EAGAIN/EINTR
+  int64_t done = 0;  // bytes moved so far
+  int retries = 0;   // consecutive EAGAIN/EINTR
 
   int64_t next_offset() const { return offset + done; }
   int64_t remaining() const { return length - done; }
@@ -48,16 +48,16 @@ class FileTable;
 // length and buffer aligned to its file's alignment, no negative lengths.
 // Sets `*pieces` to the number of block_size pieces. Errors name the file,
 // offset and length.
-Status ValidateSegments(IoOp op, std::span<const IoSegment> segments, const FileTable& files,
-                        int64_t block_size_bytes, int64_t* pieces);
+Status ValidateSegments(IoOp op, std::span<const IoSegment> segments, const FileTable& files, int64_t block_size_bytes,
+                        int64_t* pieces);
 
 // Test hook between the kernel and HandleCompletion (FaultInjector).
 // Thread-safe: called from every worker thread.
 class CompletionHook {
  public:
   struct Decision {
-    int64_t res = 0;         // the result HandleCompletion will see
-    int delay_rounds = 0;    // uring only: hold the completion for this many reap rounds
+    int64_t res = 0;       // the result HandleCompletion will see
+    int delay_rounds = 0;  // uring only: hold the completion for this many reap rounds
   };
   virtual ~CompletionHook() = default;
   // `res` is what the kernel returned for `piece` (before it is applied).

@@ -24,8 +24,7 @@ double FaultHash(uint64_t seed, std::initializer_list<uint64_t> values) {
 }
 
 bool FaultInjector::Applies(const FileInfo& file) const {
-  return enabled_.load() &&
-         (options_.path_filter.empty() || file.path.find(options_.path_filter) != std::string::npos);
+  return enabled_.load() && (options_.path_filter.empty() || file.path.find(options_.path_filter) != std::string::npos);
 }
 
 CompletionHook::Decision FaultInjector::OnCompletion(const Piece& piece, const FileInfo& file, int64_t res) {
@@ -85,8 +84,7 @@ FaultCounts FaultInjector::counts() const {
   return c;
 }
 
-StatusOr<std::unique_ptr<FaultyEngine>> FaultyEngine::Create(const IoEngineOptions& inner,
-                                                             const FaultOptions& faults) {
+StatusOr<std::unique_ptr<FaultyEngine>> FaultyEngine::Create(const IoEngineOptions& inner, const FaultOptions& faults) {
   const double sum = faults.eio_rate + faults.short_rate + faults.eagain_rate + faults.eintr_rate + faults.delay_rate;
   if (sum > 1.0 || faults.torn_write_rate > 1.0 || faults.crash_keep_rate + faults.crash_tear_rate > 1.0) {
     return Status::InvalidArgument("fault rates must be probabilities whose sums stay at most 1");
@@ -150,8 +148,8 @@ Status FaultyEngine::CaptureBeforeWrite(const IoSegment& seg) {
 StatusOr<IoTicket> FaultyEngine::Submit(IoOp op, std::span<const IoSegment> segments) {
   std::lock_guard lock(mu_);
   if (!sticky_.ok()) {
-    return Status::Aborted(std::string(IoOpName(op)) + " refused: an earlier I/O error is sticky: " +
-                           sticky_.ToString());
+    return Status::Aborted(std::string(IoOpName(op)) +
+                           " refused: an earlier I/O error is sticky: " + sticky_.ToString());
   }
   if (op == IoOp::kRead) return inner_->Submit(op, segments);
   const uint64_t seq = ++write_seq_;
@@ -167,8 +165,8 @@ StatusOr<IoTicket> FaultyEngine::Submit(IoOp op, std::span<const IoSegment> segm
   int64_t prefix_bytes = 0;
   if (torn) {
     const int64_t a = inner_->file_info(segments[0].file).alignment_bytes;
-    prefix_bytes = AlignDown(static_cast<int64_t>(FaultHash(o.seed, {injector_->epoch(), 5, seq}) *
-                                                  static_cast<double>(total)), a);
+    prefix_bytes = AlignDown(
+        static_cast<int64_t>(FaultHash(o.seed, {injector_->epoch(), 5, seq}) * static_cast<double>(total)), a);
     int64_t left = prefix_bytes;
     for (const IoSegment& seg : segments) {
       if (left <= 0) break;
@@ -186,10 +184,10 @@ StatusOr<IoTicket> FaultyEngine::Submit(IoOp op, std::span<const IoSegment> segm
   if (!ticket.ok() || !torn) return ticket;
   injector_->torn_.fetch_add(1);
   const IoSegment& first = segments[0];
-  torn_[ticket->id] = Status::IoError("write " + inner_->file_info(first.file).path + " offset " +
-                                      std::to_string(first.offset) + " length " + std::to_string(total) +
-                                      ": torn write (injected fault): only the first " +
-                                      std::to_string(prefix_bytes) + " bytes reached the file");
+  torn_[ticket->id] =
+      Status::IoError("write " + inner_->file_info(first.file).path + " offset " + std::to_string(first.offset) +
+                      " length " + std::to_string(total) + ": torn write (injected fault): only the first " +
+                      std::to_string(prefix_bytes) + " bytes reached the file");
   return ticket;
 }
 

@@ -91,12 +91,15 @@ StatusOr<File> OpenForIo(const std::string& path, const OpenOptions& open, Direc
       return ErrnoStatus(errno, "open", path);
     } else if (direct_io == DirectIo::kRequire) {
       return Status(StatusCode::kUnavailable,
-                    "open " + path + ": the filesystem refuses O_DIRECT (aio needs direct I/O; "
-                    "put swap files on a local block-device filesystem such as ext4 or xfs)",
+                    "open " + path +
+                        ": the filesystem refuses O_DIRECT (aio needs direct I/O; "
+                        "put swap files on a local block-device filesystem such as ext4 or xfs)",
                     EINVAL);
     } else {
-      Log("aio").warn("{}: the filesystem refuses O_DIRECT; using buffered I/O through the page cache "
-                      "(slower, and throughput figures include caching)", path);
+      Log("aio").warn(
+          "{}: the filesystem refuses O_DIRECT; using buffered I/O through the page cache "
+          "(slower, and throughput figures include caching)",
+          path);
     }
   }
   if (fd < 0) {

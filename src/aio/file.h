@@ -61,7 +61,6 @@ Status TruncateFd(const File& file, int64_t size_bytes);
 // fallocate(0, size), or ftruncate where the filesystem has no fallocate.
 Status AllocateFd(const File& file, int64_t size_bytes);
 
-
 // Files opened by one engine, indexed by FileId. Open/Close take the lock;
 // Get() does not: a FileId handed to Submit stays valid (the caller may not
 // close a file with requests outstanding), and the queue that carries the

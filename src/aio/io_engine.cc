@@ -55,8 +55,8 @@ StatusOr<std::unique_ptr<IoEngine>> CreateIoEngine(const IoEngineOptions& option
   // The kernel refusing io_uring shows as ENOSYS (not built in), EPERM
   // (io_uring_disabled, seccomp) or ENOMEM (locked-memory limit).
   const StatusCode code = uring.status().code();
-  const bool refused = code == StatusCode::kUnavailable || code == StatusCode::kPermissionDenied ||
-                       code == StatusCode::kOutOfMemory;
+  const bool refused =
+      code == StatusCode::kUnavailable || code == StatusCode::kPermissionDenied || code == StatusCode::kOutOfMemory;
   if (options.kind == EngineKind::kUring || !refused) return std::move(uring).status();
   static std::once_flag warned;
   std::call_once(warned, [&] {
@@ -74,8 +74,7 @@ Status IoEngine::Read(FileId file, int64_t offset, void* buffer, int64_t length)
 }
 
 Status IoEngine::Write(FileId file, int64_t offset, const void* buffer, int64_t length) {
-  ZINF_ASSIGN_OR_RETURN(IoTicket t,
-                        Submit(IoOp::kWrite, IoSegment{file, offset, length, const_cast<void*>(buffer)}));
+  ZINF_ASSIGN_OR_RETURN(IoTicket t, Submit(IoOp::kWrite, IoSegment{file, offset, length, const_cast<void*>(buffer)}));
   return Wait(t);
 }
 

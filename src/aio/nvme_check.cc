@@ -96,8 +96,8 @@ NvmeCheckReport CheckNvmePath(const std::string& path, const NvmeCheckOptions& o
 
   // A small aligned write + read back, checked, proves O_DIRECT really works.
   const int64_t test = options.test_bytes > 0 ? AlignUp(options.test_bytes, 4 * kMiB) : 0;
-  const int64_t buffer_bytes = std::max<int64_t>(std::min<int64_t>(eo.block_size_bytes * eo.queue_depth, 64 * kMiB),
-                                                 r.alignment_bytes);
+  const int64_t buffer_bytes =
+      std::max<int64_t>(std::min<int64_t>(eo.block_size_bytes * eo.queue_depth, 64 * kMiB), r.alignment_bytes);
   PinnedPoolOptions po;
   po.buffer_count = 4;
   po.buffer_bytes = buffer_bytes;

@@ -95,12 +95,12 @@ StatusOr<std::unique_ptr<PinnedPool>> PinnedPool::Create(const PinnedPoolOptions
   const int64_t page = ::sysconf(_SC_PAGESIZE);
   if (options.buffer_count < 1 || options.buffer_bytes < 1) {
     return Status::InvalidArgument(options.name + ": buffer_count and buffer_bytes must be positive (got " +
-                                   std::to_string(options.buffer_count) + " x " +
-                                   std::to_string(options.buffer_bytes) + ")");
+                                   std::to_string(options.buffer_count) + " x " + std::to_string(options.buffer_bytes) +
+                                   ")");
   }
-  if (!IsPowerOfTwo(options.alignment_bytes) || options.alignment_bytes < 512 ||
-      options.alignment_bytes > page) {
-    return Status::InvalidArgument(options.name + ": alignment_bytes must be a power of two from 512 to the page size (" +
+  if (!IsPowerOfTwo(options.alignment_bytes) || options.alignment_bytes < 512 || options.alignment_bytes > page) {
+    return Status::InvalidArgument(options.name +
+                                   ": alignment_bytes must be a power of two from 512 to the page size (" +
                                    std::to_string(page) + "), got " + std::to_string(options.alignment_bytes));
   }
   std::unique_ptr<PinnedPool> pool(new PinnedPool());
@@ -113,8 +113,8 @@ StatusOr<std::unique_ptr<PinnedPool>> PinnedPool::Create(const PinnedPoolOptions
   pool->mapped_bytes_ = MappedBytes(options);
   // Over-map by the alignment and trim both ends, leaving an aligned region.
   const int64_t raw_bytes = pool->mapped_bytes_ + map_align - page;
-  void* raw = ::mmap(nullptr, static_cast<size_t>(raw_bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                     -1, 0);
+  void* raw =
+      ::mmap(nullptr, static_cast<size_t>(raw_bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) {
     return ErrnoStatus(errno, options.name + ": mmap of " + FormatBytes(raw_bytes));
   }
@@ -132,11 +132,12 @@ StatusOr<std::unique_ptr<PinnedPool>> PinnedPool::Create(const PinnedPoolOptions
     if (st.ok()) {
       pool->pinned_ = true;
     } else if (options.require_pinned) {
-      return Status(StatusCode::kUnavailable, options.name + ": cannot pin " + FormatBytes(pool->mapped_bytes_) +
-                                                  ": " + st.ToString(), st.sys_errno());
+      return Status(StatusCode::kUnavailable,
+                    options.name + ": cannot pin " + FormatBytes(pool->mapped_bytes_) + ": " + st.ToString(),
+                    st.sys_errno());
     } else {
-      Log("aio").warn("{}: cannot pin {} ({}); using pageable memory (raise RLIMIT_MEMLOCK to pin)",
-                      options.name, FormatBytes(pool->mapped_bytes_), st.ToString());
+      Log("aio").warn("{}: cannot pin {} ({}); using pageable memory (raise RLIMIT_MEMLOCK to pin)", options.name,
+                      FormatBytes(pool->mapped_bytes_), st.ToString());
     }
   }
   // Fault every page in now, on the bound node, so the hot path never does.
@@ -177,8 +178,7 @@ StatusOr<PinnedBuffer> PinnedPool::TryAcquire() {
 StatusOr<PinnedBuffer> PinnedPool::TryAcquire(int64_t bytes) {
   if (bytes > buffer_bytes_ || bytes < 0) {
     return Status::InvalidArgument(name_ + ": a request for " + std::to_string(bytes) +
-                                   " bytes cannot be served by buffers of " + std::to_string(buffer_bytes_) +
-                                   " bytes");
+                                   " bytes cannot be served by buffers of " + std::to_string(buffer_bytes_) + " bytes");
   }
   return TryAcquire();
 }

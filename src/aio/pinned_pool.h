@@ -65,8 +65,8 @@ class PinnedBuffer {
 
 struct PinnedPoolOptions {
   int64_t buffer_count = 4;
-  int64_t buffer_bytes = 1 << 20;   // rounded up to alignment_bytes
-  int64_t alignment_bytes = 4096;   // power of two, at least the O_DIRECT alignment
+  int64_t buffer_bytes = 1 << 20;  // rounded up to alignment_bytes
+  int64_t alignment_bytes = 4096;  // power of two, at least the O_DIRECT alignment
   // Pin the memory. When pinning fails (RLIMIT_MEMLOCK), the pool works
   // unpinned and logs once, unless require_pinned.
   bool pin = true;

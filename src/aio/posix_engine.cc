@@ -11,8 +11,7 @@
 
 namespace zinf::aio {
 
-PosixEngine::PosixEngine(const IoEngineOptions& options)
-    : options_(options), requests_(options.max_requests) {}
+PosixEngine::PosixEngine(const IoEngineOptions& options) : options_(options), requests_(options.max_requests) {}
 
 StatusOr<FileId> PosixEngine::OpenFile(const std::string& path, const OpenOptions& open) {
   ZINF_ASSIGN_OR_RETURN(File file, OpenForIo(path, open, options_.direct_io));

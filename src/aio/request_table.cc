@@ -9,17 +9,16 @@ namespace zinf::aio {
 
 RequestTable::RequestTable(int capacity) : slots_(capacity) {}
 
-StatusOr<IoTicket> RequestTable::Allocate(IoOp op, std::span<const IoSegment> segments, int parts,
-                                          int64_t pieces, uint32_t* slot_index) {
+StatusOr<IoTicket> RequestTable::Allocate(IoOp op, std::span<const IoSegment> segments, int parts, int64_t pieces,
+                                          uint32_t* slot_index) {
   std::lock_guard lock(mu_);
   if (!sticky_.ok()) {
-    return Status::Aborted(std::string(IoOpName(op)) + " refused: an earlier I/O error is sticky: " +
-                           sticky_.ToString());
+    return Status::Aborted(std::string(IoOpName(op)) +
+                           " refused: an earlier I/O error is sticky: " + sticky_.ToString());
   }
   const std::optional<uint32_t> taken = slots_.Acquire();
   if (!taken) {
-    return Status::ResourceExhausted(std::string(IoOpName(op)) + " refused: " +
-                                     std::to_string(slots_.capacity()) +
+    return Status::ResourceExhausted(std::string(IoOpName(op)) + " refused: " + std::to_string(slots_.capacity()) +
                                      " requests outstanding (max_requests); wait on some first");
   }
   const uint32_t index = *taken;

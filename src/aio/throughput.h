@@ -41,9 +41,10 @@ struct PassResult {
 // cheap next to the I/O; pass a null function to write whatever the buffers
 // hold. For reads, `check` (when set) is called on each buffer after its
 // request completed; its error ends the pass.
-StatusOr<PassResult> TimedPass(const PassTarget& target, IoOp op, int64_t bytes, std::span<PinnedBuffer> buffers,
-                               const std::function<void(char* data, int64_t offset, int64_t length)>& fill = {},
-                               const std::function<Status(const char* data, int64_t offset, int64_t length)>& check = {});
+StatusOr<PassResult> TimedPass(
+    const PassTarget& target, IoOp op, int64_t bytes, std::span<PinnedBuffer> buffers,
+    const std::function<void(char* data, int64_t offset, int64_t length)>& fill = {},
+    const std::function<Status(const char* data, int64_t offset, int64_t length)>& check = {});
 
 // Writes a pattern that encodes each 8-byte word's absolute offset and `seed`.
 void FillPattern(char* data, int64_t offset, int64_t length, uint64_t seed);

@@ -147,7 +147,7 @@ class UringEngine::Worker {
   };
   // This worker's share of one request (indexed by request slot).
   struct Part {
-    size_t seg = 0;          // cursor: segment of the next piece
+    size_t seg = 0;  // cursor: segment of the next piece
     int64_t piece_in_seg = 0;
     bool exhausted = false;  // no more pieces to issue
     bool queued = false;     // in issue_
@@ -398,8 +398,7 @@ class UringEngine::Worker {
   int in_kernel_ = 0;  // submitted SQEs whose CQE has not been reaped
 };
 
-UringEngine::UringEngine(const IoEngineOptions& options)
-    : options_(options), requests_(options.max_requests) {}
+UringEngine::UringEngine(const IoEngineOptions& options) : options_(options), requests_(options.max_requests) {}
 
 StatusOr<std::unique_ptr<UringEngine>> UringEngine::Create(const IoEngineOptions& options) {
   ZINF_RETURN_IF_ERROR(ValidateOptions(options));
@@ -482,8 +481,7 @@ Status UringEngine::RegisterMemory(void* base, size_t bytes) {
     const int64_t n = std::min(left, kMaxRegionBytes);
     iovec iov = {p, static_cast<size_t>(n)};
     for (auto& w : workers_) {
-      const int rc = io_uring_register_buffers_update_tag(w->ring(), static_cast<unsigned>(count), &iov,
-                                                          nullptr, 1);
+      const int rc = io_uring_register_buffers_update_tag(w->ring(), static_cast<unsigned>(count), &iov, nullptr, 1);
       if (rc < 0) {
         Log("aio").warn("io_uring: cannot register {} of memory ({}); that memory uses unregistered I/O",
                         FormatBytes(n), std::strerror(-rc));

@@ -40,10 +40,10 @@ StatusOr<zero3::BufferPlan> PlanLines(const Config& config, const ModelChoice& c
     return o.buffers;
   }
   const std::vector<BlockSpec> specs = model::GptBlockSpecs(choice.model);
-  ZINF_ASSIGN_OR_RETURN(zero3::BufferPlan plan,
-                        zero3::MakeBufferPlan(config, specs, world, cuda ? DeviceKind::kCuda : DeviceKind::kHost,
-                                              ElementType::kF32,
-                                              model::GptMaxHeldElems(choice.model, specs, config, world)));
+  ZINF_ASSIGN_OR_RETURN(
+      zero3::BufferPlan plan,
+      zero3::MakeBufferPlan(config, specs, world, cuda ? DeviceKind::kCuda : DeviceKind::kHost, ElementType::kF32,
+                            model::GptMaxHeldElems(choice.model, specs, config, world)));
   AppendBufferItems("engine buffers " + title, plan.Items(), lines);
   return plan;
 }
@@ -57,9 +57,9 @@ StatusOr<std::optional<ModelChoice>> ModelOf(const Flags& flags, int64_t params)
   if (params <= 0) return std::optional<ModelChoice>();
   auto g = model::GptConfigForParameterCount(params, 2048, 50257);
   if (!g.ok()) return std::optional<ModelChoice>();  // too small or large to shape: totals per parameter only
-  return std::optional<ModelChoice>(ModelChoice{*g, FormatCount(params) + " (derived GPT shape: " +
-                                                        std::to_string(g->n_layer) + " layers x " +
-                                                        std::to_string(g->n_embd) + ", seq_len 2048)"});
+  return std::optional<ModelChoice>(ModelChoice{*g, FormatCount(params) +
+                                                        " (derived GPT shape: " + std::to_string(g->n_layer) +
+                                                        " layers x " + std::to_string(g->n_embd) + ", seq_len 2048)"});
 }
 
 int Run(const std::vector<std::string>& args) {

@@ -74,10 +74,10 @@ int Run(const std::vector<std::string>& args) {
 
     const int64_t n = model->NumParameters();
     const int64_t state_bytes = n * (16 + 2);  // fp32 master, m, v, grad + 16-bit params
-    std::printf("zinf demo: GPT '%s' (%s params: %d layers, width %d, %d heads, context %d) learns the built-in "
-                "corpus through the ZeRO-3 engine\n",
-                model_name.c_str(), FormatCount(n).c_str(), model->n_layer, model->n_embd, model->n_head,
-                model->seq_len);
+    std::printf(
+        "zinf demo: GPT '%s' (%s params: %d layers, width %d, %d heads, context %d) learns the built-in "
+        "corpus through the ZeRO-3 engine\n",
+        model_name.c_str(), FormatCount(n).c_str(), model->n_layer, model->n_embd, model->n_head, model->seq_len);
 
     // 2. The NVMe path, checked before use.
     aio::NvmeCheckOptions check;
@@ -101,10 +101,11 @@ int Run(const std::vector<std::string>& args) {
     if (!device.ok()) return Fail(kName, device.status());
     std::printf("  device: %s; training state %s = %.1fx the device budget\n", (*device)->name().c_str(),
                 FormatBytes(state_bytes).c_str(), double(state_bytes) / double(budget));
-    std::printf("  tiers:  16-bit params on NVMe (prefetched to the device), fp32 master + Adam m, v on NVMe "
-                "(sub-groups of %s, read ahead, written behind), fp32 grads in pinned RAM, AdamW on the CPU "
-                "under the next forward pass\n",
-                FormatCount(config.zero.sub_group_size).c_str());
+    std::printf(
+        "  tiers:  16-bit params on NVMe (prefetched to the device), fp32 master + Adam m, v on NVMe "
+        "(sub-groups of %s, read ahead, written behind), fp32 grads in pinned RAM, AdamW on the CPU "
+        "under the next forward pass\n",
+        FormatCount(config.zero.sub_group_size).c_str());
 
     // 4. Train.
     model::TrainerOptions topt;
@@ -115,10 +116,11 @@ int Run(const std::vector<std::string>& args) {
     topt.engine.optimizer_threads = static_cast<int>(*threads);
     auto trainer = model::Trainer::Create(config, topt);
     if (!trainer.ok()) return Fail(kName, trainer.status());
-    std::printf("  memory: activations and scratch %s on the device (%d sequences of %d tokens, one layer's "
-                "activations at a time: checkpointing)\n",
-                FormatBytes((*trainer)->activation_bytes()).c_str(),
-                static_cast<int>(config.train_micro_batch_size_per_gpu), model->seq_len);
+    std::printf(
+        "  memory: activations and scratch %s on the device (%d sequences of %d tokens, one layer's "
+        "activations at a time: checkpointing)\n",
+        FormatBytes((*trainer)->activation_bytes()).c_str(), static_cast<int>(config.train_micro_batch_size_per_gpu),
+        model->seq_len);
     std::fflush(stdout);
     TrainRun run;
     run.steps = *steps;
@@ -149,11 +151,12 @@ int Run(const std::vector<std::string>& args) {
                 static_cast<long long>((*resumed)->step()), *eval, same ? "identical" : "DIFFERENT");
     std::printf("  export:     %s (bf16 safetensors)\n", run.export_path.c_str());
     const EngineCounters& c = summary->moved;
-    std::printf("  moved:      nvme param reads %s, writes %s; optimizer state %s; h2d %s; prefetch hits %lld of "
-                "%lld fetches\n",
-                FormatBytes(c.nvme_read_bytes).c_str(), FormatBytes(c.nvme_write_bytes).c_str(),
-                FormatBytes(c.optimizer_nvme_bytes).c_str(), FormatBytes(c.h2d_bytes).c_str(),
-                static_cast<long long>(c.prefetch_hits), static_cast<long long>(c.fetches));
+    std::printf(
+        "  moved:      nvme param reads %s, writes %s; optimizer state %s; h2d %s; prefetch hits %lld of "
+        "%lld fetches\n",
+        FormatBytes(c.nvme_read_bytes).c_str(), FormatBytes(c.nvme_write_bytes).c_str(),
+        FormatBytes(c.optimizer_nvme_bytes).c_str(), FormatBytes(c.h2d_bytes).c_str(),
+        static_cast<long long>(c.prefetch_hits), static_cast<long long>(c.fetches));
     std::printf("  time:       %s\n", FormatTimeShares(*summary).c_str());
     std::printf("  result:     held-out loss %.4f -> %.4f (%.1fx lower), training loss %.4f -> %.4f, %s tok/s\n",
                 summary->eval_before, summary->eval_after, summary->eval_before / summary->eval_after,

@@ -45,8 +45,8 @@ std::map<std::string, int64_t> RequiredBytes(const Config& config, int64_t param
 }
 
 int Run(const std::vector<std::string>& args) {
-  auto flags = Flags::Parse(args, {"config", "params", "test-size", "block-size", "queue-depth", "threads"},
-                            {"no-speed"});
+  auto flags =
+      Flags::Parse(args, {"config", "params", "test-size", "block-size", "queue-depth", "threads"}, {"no-speed"});
   if (!flags.ok()) return Fail("nvme-check", flags.status(), 2);
   std::vector<std::string> paths = flags->positionals();
   std::map<std::string, int64_t> required;

@@ -55,8 +55,8 @@ double Median(std::vector<double> v) {
 // caches), all cores, median of 3 timed steps after a warm-up.
 StatusOr<double> MeasureAdam() {
   constexpr int64_t n = int64_t{4} << 20;
-  ZINF_ASSIGN_OR_RETURN(auto pool, optim::ThreadPool::Create({.num_threads = 0, .bind_threads = false,
-                                                              .name = "zinf-plan"}));
+  ZINF_ASSIGN_OR_RETURN(auto pool,
+                        optim::ThreadPool::Create({.num_threads = 0, .bind_threads = false, .name = "zinf-plan"}));
   ZINF_ASSIGN_OR_RETURN(optim::Isa isa, optim::DefaultIsa());
   OptimizerConfig config;
   ZINF_ASSIGN_OR_RETURN(optim::CpuAdam adam, optim::CpuAdam::Create(config, pool.get(), isa));
@@ -123,15 +123,17 @@ StatusOr<int64_t> NvmeFreeBytes(const std::vector<std::string>& paths, std::vect
 std::string Gb(int64_t bytes) { return FormatBytes(bytes); }
 
 std::string Shape(const model::GptConfig& m) {
-  return std::to_string(m.n_layer) + " layers, n_embd " + std::to_string(m.n_embd) + ", " +
-         std::to_string(m.n_head) + " heads, seq_len " + std::to_string(m.seq_len) + ", vocab " +
-         std::to_string(m.vocab_size) + (m.tied_embeddings ? ", tied head" : ", untied head");
+  return std::to_string(m.n_layer) + " layers, n_embd " + std::to_string(m.n_embd) + ", " + std::to_string(m.n_head) +
+         " heads, seq_len " + std::to_string(m.seq_len) + ", vocab " + std::to_string(m.vocab_size) +
+         (m.tied_embeddings ? ", tied head" : ", untied head");
 }
 
 json OptionJson(const PlanOption& o) {
   json items = json::array();
   for (const model::PlanItem& it : o.items) {
-    items.push_back({{"tier", model::TierName(it.tier)}, {"what", it.what}, {"bytes_per_rank", it.bytes},
+    items.push_back({{"tier", model::TierName(it.tier)},
+                     {"what", it.what},
+                     {"bytes_per_rank", it.bytes},
                      {"transient", it.transient}});
   }
   return {{"offload_param", OffloadDeviceName(o.param)},
@@ -142,18 +144,29 @@ json OptionJson(const PlanOption& o) {
           {"pinned_ram_bytes", o.pinned_bytes},
           {"pageable_ram_bytes", o.pageable_bytes},
           {"nvme_bytes", o.nvme_bytes},
-          {"model_states", {{"gpu_bytes", o.state_gpu_bytes}, {"cpu_bytes", o.state_cpu_bytes},
-                            {"nvme_bytes", o.state_nvme_bytes}, {"fit", o.state_fits}}},
+          {"model_states",
+           {{"gpu_bytes", o.state_gpu_bytes},
+            {"cpu_bytes", o.state_cpu_bytes},
+            {"nvme_bytes", o.state_nvme_bytes},
+            {"fit", o.state_fits}}},
           {"fits", {{"gpu", o.fits_gpu}, {"ram", o.fits_cpu}, {"nvme", o.fits_nvme}, {"all", o.fits()}}},
           {"overshoot", o.overshoot},
           {"shortfalls", o.shortfalls},
           {"step",
-           {{"seconds", o.step_s}, {"tokens_per_s", o.tokens_per_s}, {"bound_by", o.bound_by},
-            {"compute_s", o.compute_s}, {"param_nvme_s", o.param_nvme_s}, {"pcie_s", o.pcie_s},
-            {"adam_s", o.adam_s}, {"optimizer_nvme_s", o.optimizer_nvme_s}, {"write_home_s", o.write_home_s},
+           {{"seconds", o.step_s},
+            {"tokens_per_s", o.tokens_per_s},
+            {"bound_by", o.bound_by},
+            {"compute_s", o.compute_s},
+            {"param_nvme_s", o.param_nvme_s},
+            {"pcie_s", o.pcie_s},
+            {"adam_s", o.adam_s},
+            {"optimizer_nvme_s", o.optimizer_nvme_s},
+            {"write_home_s", o.write_home_s},
             {"update_window_s", o.update_window_s},
-            {"nvme_read_bytes", o.nvme_read_bytes}, {"nvme_write_bytes", o.nvme_write_bytes},
-            {"h2d_bytes_per_rank", o.h2d_bytes}, {"d2h_bytes_per_rank", o.d2h_bytes}}},
+            {"nvme_read_bytes", o.nvme_read_bytes},
+            {"nvme_write_bytes", o.nvme_write_bytes},
+            {"h2d_bytes_per_rank", o.h2d_bytes},
+            {"d2h_bytes_per_rank", o.d2h_bytes}}},
           {"items", items}};
 }
 
@@ -237,10 +250,12 @@ std::optional<int> SetSpeeds(const Flags& flags, PlanRun& run) {
   for (const auto* s : {&tflops, &mfu, &adam_rate, &nvme_gbps, &nvme_read, &nvme_write, &pcie}) {
     if (!s->ok()) return Fail(kName, s->status(), 2);
   }
-  if (*tflops <= 0 || *mfu <= 0 || *mfu > 1 || *adam_rate < 0 || *nvme_gbps < 0 || *nvme_read < 0 ||
-      *nvme_write < 0 || *pcie <= 0) {
-    return Fail(kName, Status::InvalidArgument("--gpu-tflops, --pcie-gbps must be > 0, --mfu in (0, 1], "
-                                               "rates not negative"), 2);
+  if (*tflops <= 0 || *mfu <= 0 || *mfu > 1 || *adam_rate < 0 || *nvme_gbps < 0 || *nvme_read < 0 || *nvme_write < 0 ||
+      *pcie <= 0) {
+    return Fail(kName,
+                Status::InvalidArgument("--gpu-tflops, --pcie-gbps must be > 0, --mfu in (0, 1], "
+                                        "rates not negative"),
+                2);
   }
   const bool measure = flags.Has("measure");
   const PlanInputs& in = run.in;
@@ -326,19 +341,36 @@ void PrintJson(const PlanRun& run, const model::Plan& plan, const std::string& c
   const PlanOption& chosen = plan.options[static_cast<size_t>(plan.chosen)];
   json options = json::array();
   for (const PlanOption& o : plan.options) options.push_back(OptionJson(o));
-  json j = {{"model", {{"name", run.model_arg}, {"parameters", in.model.NumParameters()}, {"n_layer", in.model.n_layer},
-                       {"n_embd", in.model.n_embd}, {"n_head", in.model.n_head}, {"seq_len", in.model.seq_len},
-                       {"vocab_size", in.model.vocab_size}}},
-            {"machine", {{"gpus", in.world_size}, {"gpu_bytes", in.gpu_bytes}, {"cpu_bytes", in.cpu_bytes},
-                         {"nvme_bytes", in.nvme_bytes}, {"nvme_paths", in.nvme_paths}, {"device", run.device}}},
+  json j = {{"model",
+             {{"name", run.model_arg},
+              {"parameters", in.model.NumParameters()},
+              {"n_layer", in.model.n_layer},
+              {"n_embd", in.model.n_embd},
+              {"n_head", in.model.n_head},
+              {"seq_len", in.model.seq_len},
+              {"vocab_size", in.model.vocab_size}}},
+            {"machine",
+             {{"gpus", in.world_size},
+              {"gpu_bytes", in.gpu_bytes},
+              {"cpu_bytes", in.cpu_bytes},
+              {"nvme_bytes", in.nvme_bytes},
+              {"nvme_paths", in.nvme_paths},
+              {"device", run.device}}},
             {"batch", {{"micro_batch", in.micro_batch}, {"grad_accum", in.grad_accum}}},
-            {"speeds", {{"gpu_flops", sp.gpu_flops}, {"gpu_source", run.gpu_src},
-                        {"adam_params_per_s", sp.adam_params_per_s}, {"adam_source", run.adam_src},
-                        {"nvme_read_gbps", sp.nvme_read_gbps}, {"nvme_write_gbps", sp.nvme_write_gbps},
-                        {"nvme_source", run.nvme_src}, {"pcie_gbps", sp.pcie_gbps}}},
+            {"speeds",
+             {{"gpu_flops", sp.gpu_flops},
+              {"gpu_source", run.gpu_src},
+              {"adam_params_per_s", sp.adam_params_per_s},
+              {"adam_source", run.adam_src},
+              {"nvme_read_gbps", sp.nvme_read_gbps},
+              {"nvme_write_gbps", sp.nvme_write_gbps},
+              {"nvme_source", run.nvme_src},
+              {"pcie_gbps", sp.pcie_gbps}}},
             {"options", options},
-            {"chosen", {{"offload_param", OffloadDeviceName(chosen.param)},
-                        {"offload_optimizer", OffloadDeviceName(chosen.optimizer)}, {"fits", plan.chosen_fits}}},
+            {"chosen",
+             {{"offload_param", OffloadDeviceName(chosen.param)},
+              {"offload_optimizer", OffloadDeviceName(chosen.optimizer)},
+              {"fits", plan.chosen_fits}}},
             {"notes", run.notes}};
   if (!config_text.empty() && config_status.ok()) j["config"] = json::parse(config_text);
   std::printf("%s\n", j.dump(2).c_str());
@@ -353,12 +385,13 @@ void PrintTable(const PlanRun& run, const model::Plan& plan) {
   std::printf("machine: %d x %s GPU (%s), RAM %s, NVMe %s (%s); micro-batch %d x %d tokens, %d per step\n",
               in.world_size, Gb(in.gpu_bytes).c_str(), in.cuda ? "CUDA" : "host device", Gb(in.cpu_bytes).c_str(),
               Gb(in.nvme_bytes).c_str(), run.nvme_source.c_str(), in.micro_batch, in.model.seq_len, in.grad_accum);
-  std::printf("speeds:  compute %.3g TFLOP/s (%s); CPU Adam %.2f Gparam/s (%s); NVMe read %.2f / write %.2f GB/s "
-              "(%s); PCIe %.0f GB/s (%s)\n\n",
-              sp.gpu_flops / 1e12, run.gpu_src.c_str(), sp.adam_params_per_s / 1e9, run.adam_src.c_str(),
-              sp.nvme_read_gbps, sp.nvme_write_gbps, run.nvme_src.c_str(), sp.pcie_gbps, run.pcie_src.c_str());
-  std::printf("%-6s %-6s | %10s %10s %10s %10s | %-6s | %-9s | %9s %10s  %s\n", "param", "optim", "GPU/rank",
-              "pinned", "pageable", "NVMe", "states", "fits", "step s", "tokens/s", "bound by");
+  std::printf(
+      "speeds:  compute %.3g TFLOP/s (%s); CPU Adam %.2f Gparam/s (%s); NVMe read %.2f / write %.2f GB/s "
+      "(%s); PCIe %.0f GB/s (%s)\n\n",
+      sp.gpu_flops / 1e12, run.gpu_src.c_str(), sp.adam_params_per_s / 1e9, run.adam_src.c_str(), sp.nvme_read_gbps,
+      sp.nvme_write_gbps, run.nvme_src.c_str(), sp.pcie_gbps, run.pcie_src.c_str());
+  std::printf("%-6s %-6s | %10s %10s %10s %10s | %-6s | %-9s | %9s %10s  %s\n", "param", "optim", "GPU/rank", "pinned",
+              "pageable", "NVMe", "states", "fits", "step s", "tokens/s", "bound by");
   for (size_t i = 0; i < plan.options.size(); ++i) {
     const PlanOption& o = plan.options[i];
     std::string fits = o.fits() ? "yes" : "no:";
@@ -373,19 +406,21 @@ void PrintTable(const PlanRun& run, const model::Plan& plan) {
                 Gb(o.nvme_bytes).c_str(), o.state_fits ? "fit" : "no", fits.c_str(), o.step_s, o.tokens_per_s,
                 o.bound_by.c_str(), static_cast<int>(i) == plan.chosen ? "  <==" : "");
   }
-  std::printf("\n(GPU per rank; RAM and NVMe per node. states: the 16-bit parameters and fp32 optimizer state "
-              "alone fit their tiers. fits: everything zinf allocates fits; G/R/N: GPU/RAM/NVMe short.)\n\n");
+  std::printf(
+      "\n(GPU per rank; RAM and NVMe per node. states: the 16-bit parameters and fp32 optimizer state "
+      "alone fit their tiers. fits: everything zinf allocates fits; G/R/N: GPU/RAM/NVMe short.)\n\n");
   std::printf("%s: offload_param %s, offload_optimizer %s: step %.2f s (%.0f tokens/s), bound by %s\n",
               plan.chosen_fits ? "chosen" : "nothing fits; closest",
               std::string(OffloadDeviceName(chosen.param)).c_str(),
               std::string(OffloadDeviceName(chosen.optimizer)).c_str(), chosen.step_s, chosen.tokens_per_s,
               chosen.bound_by.c_str());
   for (const std::string& s : chosen.shortfalls) std::printf("  short: %s\n", s.c_str());
-  std::printf("  step: compute %.2f s, param NVMe %.2f s, PCIe %.2f s -> forward+backward %.2f s; "
-              "Adam %.2f s, optimizer NVMe %.2f s, write-home %.2f s -> under the next forward's %.2f s\n",
-              chosen.compute_s, chosen.param_nvme_s, chosen.pcie_s,
-              std::max({chosen.compute_s, chosen.param_nvme_s, chosen.pcie_s}), chosen.adam_s, chosen.optimizer_nvme_s,
-              chosen.write_home_s, chosen.update_window_s);
+  std::printf(
+      "  step: compute %.2f s, param NVMe %.2f s, PCIe %.2f s -> forward+backward %.2f s; "
+      "Adam %.2f s, optimizer NVMe %.2f s, write-home %.2f s -> under the next forward's %.2f s\n",
+      chosen.compute_s, chosen.param_nvme_s, chosen.pcie_s,
+      std::max({chosen.compute_s, chosen.param_nvme_s, chosen.pcie_s}), chosen.adam_s, chosen.optimizer_nvme_s,
+      chosen.write_home_s, chosen.update_window_s);
   std::printf("  per rank:\n");
   for (const model::PlanItem& it : chosen.items) {
     std::printf("    %-8s %10s  %s%s\n", std::string(model::TierName(it.tier)).c_str(), Gb(it.bytes).c_str(),
@@ -394,10 +429,10 @@ void PrintTable(const PlanRun& run, const model::Plan& plan) {
 }
 
 int Run(const std::vector<std::string>& args) {
-  auto flags = Flags::Parse(args,
-                            {"model", "gpu-mem", "cpu-mem", "nvme", "nvme-bytes", "gpus", "micro-batch", "seq-len",
-                             "vocab", "grad-accum", "checkpoints", "device", "gpu-tflops", "mfu", "adam-gparams",
-                             "nvme-gbps", "nvme-read-gbps", "nvme-write-gbps", "pcie-gbps", "write-config"},
+  auto flags = Flags::Parse(args, {"model",       "gpu-mem",        "cpu-mem",         "nvme",      "nvme-bytes",
+                                   "gpus",        "micro-batch",    "seq-len",         "vocab",     "grad-accum",
+                                   "checkpoints", "device",         "gpu-tflops",      "mfu",       "adam-gparams",
+                                   "nvme-gbps",   "nvme-read-gbps", "nvme-write-gbps", "pcie-gbps", "write-config"},
                             {"measure", "json"});
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   if (!flags->positionals().empty()) {

@@ -13,8 +13,8 @@
 #include "cli/train_loop.h"
 #include "comm/mpi_communicator.h"
 #include "core/units.h"
-#include "kernels/cpu_kernels.h"
 #include "device/device.h"
+#include "kernels/cpu_kernels.h"
 #include "model/gpt.h"
 #include "model/trainer.h"
 #include "swap/checkpoint_dirs.h"
@@ -68,8 +68,8 @@ int Run(const std::vector<std::string>& args) {
 
 int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   auto flags = Flags::Parse(args,
-                            {"config", "model", "data", "steps", "save-dir", "save-every", "keep-checkpoints", "resume", "export",
-                             "export-dtype", "eval-every", "eval-batches", "device", "device-budget", "seed",
+                            {"config", "model", "data", "steps", "save-dir", "save-every", "keep-checkpoints", "resume",
+                             "export", "export-dtype", "eval-every", "eval-batches", "device", "device-budget", "seed",
                              "threads", "nvme-path", "corpus-bytes"},
                             {"quiet"});
   if (!flags.ok()) return Fail(kName, flags.status(), 2);

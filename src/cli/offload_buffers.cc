@@ -14,8 +14,8 @@ namespace {
 
 // The optimizer's tier: its pipeline (nvme) or resident state (cpu).
 // `shard`: elements of a rank's shard, 0 when unknown.
-void ExplainOptimizer(const Config& c, const zero3::BufferPlan* plan, int64_t shard,
-                      std::vector<std::string>& lines, std::vector<std::string>& errors) {
+void ExplainOptimizer(const Config& c, const zero3::BufferPlan* plan, int64_t shard, std::vector<std::string>& lines,
+                      std::vector<std::string>& errors) {
   const ZeroConfig& z = c.zero;
   const OffloadOptimizerConfig& o = z.offload_optimizer;
   if (o.device == OffloadDevice::kNvme) {
@@ -28,28 +28,30 @@ void ExplainOptimizer(const Config& c, const zero3::BufferPlan* plan, int64_t sh
     const int in_flight = 1 + int{o.pipeline_read} + int{o.pipeline_write};
     const int64_t slots = uses / 3;
     const int64_t ahead = slots - 1 - int64_t{o.pipeline_write};
-    lines.push_back("offload_optimizer (nvme): buffer_count " + std::to_string(o.buffer_count) +
-                    "; the pipeline pins " + std::to_string(uses) + " buffers of " + FormatBytes(bytes) +
-                    " (one fp32 sub-group of " + FormatCount(so.sub_group_elems) + " elements) = " +
-                    FormatBytes(uses * bytes) + ": 3 arrays (master, m, v; the gradient is in RAM) x " +
-                    std::to_string(slots) + " sub-group(s) in flight (" +
-                    (in_flight == 1 ? "no pipelining" :
-                     (o.pipeline_read ? "read " + std::to_string(ahead) + " ahead" : std::string()) +
-                         (o.pipeline_read && o.pipeline_write ? ", " : "") + (o.pipeline_write ? "write behind" : "")) +
-                    ")");
+    lines.push_back(
+        "offload_optimizer (nvme): buffer_count " + std::to_string(o.buffer_count) + "; the pipeline pins " +
+        std::to_string(uses) + " buffers of " + FormatBytes(bytes) + " (one fp32 sub-group of " +
+        FormatCount(so.sub_group_elems) + " elements) = " + FormatBytes(uses * bytes) +
+        ": 3 arrays (master, m, v; the gradient is in RAM) x " + std::to_string(slots) + " sub-group(s) in flight (" +
+        (in_flight == 1
+             ? "no pipelining"
+             : (o.pipeline_read ? "read " + std::to_string(ahead) + " ahead" : std::string()) +
+                   (o.pipeline_read && o.pipeline_write ? ", " : "") + (o.pipeline_write ? "write behind" : "")) +
+        ")");
     if (o.buffer_count < need) {
       errors.push_back("zero_optimization.offload_optimizer.buffer_count: " + std::to_string(o.buffer_count) +
                        " is too few for the optimizer pipeline, which holds 3 fp32 arrays of " +
-                       std::to_string(in_flight) + " sub-group(s) at once; set it to at least " +
-                       std::to_string(need) + " (" + FormatBytes(need * bytes) +
+                       std::to_string(in_flight) + " sub-group(s) at once; set it to at least " + std::to_string(need) +
+                       " (" + FormatBytes(need * bytes) +
                        " pinned), or lower sub_group_size, or turn off pipeline_read/pipeline_write");
     }
   } else if (o.device == OffloadDevice::kCpu) {
-    const std::string total =
-        plan ? " = " + FormatBytes(aio::PinnedPool::MappedBytes(plan->optimizer_resident) +
-                                   aio::PinnedPool::MappedBytes(plan->grad_accumulator)) + " per rank"
-        : shard > 0 ? " = " + FormatBytes(16 * shard) + " per rank"
-                : std::string(" (give --params or --model for a total)");
+    const std::string total = plan ? " = " +
+                                         FormatBytes(aio::PinnedPool::MappedBytes(plan->optimizer_resident) +
+                                                     aio::PinnedPool::MappedBytes(plan->grad_accumulator)) +
+                                         " per rank"
+                              : shard > 0 ? " = " + FormatBytes(16 * shard) + " per rank"
+                                          : std::string(" (give --params or --model for a total)");
     lines.push_back("offload_optimizer (cpu): fp32 master, m and v resident in " +
                     std::string(o.pin_memory ? "pinned" : "pageable") +
                     " RAM, and the fp32 gradient accumulator in pinned RAM: 16 B per parameter of the shard" + total);
@@ -57,17 +59,16 @@ void ExplainOptimizer(const Config& c, const zero3::BufferPlan* plan, int64_t sh
 }
 
 // The parameters' tier: the swapper's buffers (nvme) or the resident shard (cpu).
-void ExplainParams(const Config& c, const zero3::BufferPlan* plan, int64_t shard,
-                   std::vector<std::string>& lines, std::vector<std::string>& errors) {
+void ExplainParams(const Config& c, const zero3::BufferPlan* plan, int64_t shard, std::vector<std::string>& lines,
+                   std::vector<std::string>& errors) {
   const ZeroConfig& z = c.zero;
   const OffloadParamConfig& p = z.offload_param;
   if (p.device == OffloadDevice::kNvme) {
     if (plan) {
       const aio::PinnedPoolOptions& b = plan->param_swap_buffers;
       lines.push_back("offload_param (nvme): " + std::to_string(b.buffer_count) + " pinned buffers of " +
-                      FormatCount(plan->param_swapper.buffer_elems) + " " +
-                      std::to_string(8 * plan->param_elem_bytes) + "-bit elements (buffer_size " +
-                      FormatCount(p.buffer_size) + ", at most the largest shard) = " +
+                      FormatCount(plan->param_swapper.buffer_elems) + " " + std::to_string(8 * plan->param_elem_bytes) +
+                      "-bit elements (buffer_size " + FormatCount(p.buffer_size) + ", at most the largest shard) = " +
                       FormatBytes(aio::PinnedPool::MappedBytes(b)) + "; released shards stay in them, up to " +
                       "max_in_cpu " + FormatCount(p.max_in_cpu) + " elements");
     } else {

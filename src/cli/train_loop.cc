@@ -8,7 +8,6 @@
 namespace zinf::cli {
 namespace {
 
-
 double Median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
@@ -73,8 +72,8 @@ StatusOr<TrainSummary> RunTraining(model::Trainer& trainer, const TrainRun& run)
         std::fprintf(out,
                      "step %6lld/%lld  loss %.4f  lr %.2e  |g| %.3f%s  %s tok/s  step %.3f s: compute %.3f, "
                      "wait nvme %.3f pcie %.3f comm %.3f optim %.3f  moved: nvme r %s w %s, optim %s, h2d %s, d2h %s\n",
-                     static_cast<long long>(trainer.step()), static_cast<long long>(run.steps), mean, r.lr,
-                     r.grad_norm, r.applied ? "" : " (overflow: skipped)",
+                     static_cast<long long>(trainer.step()), static_cast<long long>(run.steps), mean, r.lr, r.grad_norm,
+                     r.applied ? "" : " (overflow: skipped)",
                      FormatCount(static_cast<int64_t>(tok_per_s.back())).c_str(), r.seconds, r.compute_seconds,
                      static_cast<double>(c.nvme_wait_ns) / 1e9, static_cast<double>(c.fetch_wait_ns) / 1e9,
                      static_cast<double>(c.allgather_ns + c.reduce_scatter_ns) / 1e9,
@@ -83,12 +82,13 @@ StatusOr<TrainSummary> RunTraining(model::Trainer& trainer, const TrainRun& run)
                      FormatBytes(c.h2d_bytes).c_str(), FormatBytes(c.d2h_bytes).c_str());
       }
     }
-    const bool save_now = !run.save_dir.empty() &&
-                          ((run.save_every > 0 && trainer.step() % run.save_every == 0) || last);
+    const bool save_now =
+        !run.save_dir.empty() && ((run.save_every > 0 && trainer.step() % run.save_every == 0) || last);
     if (save_now) {
       ZINF_ASSIGN_OR_RETURN(s.last_checkpoint, trainer.Save(run.save_dir, run.keep_checkpoints));
-      if (out) std::fprintf(out, "step %6lld  checkpoint %s\n", static_cast<long long>(trainer.step()),
-                            s.last_checkpoint.c_str());
+      if (out)
+        std::fprintf(out, "step %6lld  checkpoint %s\n", static_cast<long long>(trainer.step()),
+                     s.last_checkpoint.c_str());
     }
     if (run.eval_every > 0 && trainer.step() % run.eval_every == 0 && !last) {
       double e = 0.0;

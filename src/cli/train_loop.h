@@ -20,24 +20,24 @@ struct TrainRun {
   int keep_checkpoints = 0;      // > 0: remove all but the newest this many after each save
   int64_t eval_every = 0;        // 0: evaluate before the first and after the last step only
   int eval_batches = 8;
-  std::string export_path;       // safetensors of the final weights; empty: none
+  std::string export_path;  // safetensors of the final weights; empty: none
   std::string export_dtype = "BF16";
-  FILE* progress = stderr;       // null: silent (ranks other than 0)
+  FILE* progress = stderr;  // null: silent (ranks other than 0)
 };
 
 struct TrainSummary {
-  int64_t first_step = 0;        // steps already done when the run started (resume)
-  int64_t steps = 0;             // steps after the run
-  double first_loss = 0.0;       // training loss of the first step of this run
-  double last_loss = 0.0;        // mean training loss of the last steps_per_print steps
+  int64_t first_step = 0;                      // steps already done when the run started (resume)
+  int64_t steps = 0;                           // steps after the run
+  double first_loss = 0.0;                     // training loss of the first step of this run
+  double last_loss = 0.0;                      // mean training loss of the last steps_per_print steps
   double eval_before = 0.0, eval_after = 0.0;  // held-out loss (0 when there are too few tokens)
   bool evaluated = false;
-  double seconds = 0.0;          // wall time of the steps
+  double seconds = 0.0;            // wall time of the steps
   double tokens_per_second = 0.0;  // median over steps, the first step excluded when there are several
   // Shares of step time (sum of steps): in kernels, and the engine's waits.
   double compute_seconds = 0.0, nvme_wait_seconds = 0.0, fetch_wait_seconds = 0.0, comm_seconds = 0.0,
          optimizer_seconds = 0.0;
-  EngineCounters moved;          // the engine's counters over the run
+  EngineCounters moved;  // the engine's counters over the run
   std::string last_checkpoint;
 };
 

@@ -165,8 +165,8 @@ Status MpiCommunicator::AllReduce(const void* send, void* recv, int64_t count, E
                                   Stream* stream) {
   ZINF_RETURN_IF_ERROR(Prepare("all-reduce", count, stream));
   ZINF_ASSIGN_OR_RETURN(MPI_Op mop, MpiOp(dtype, op));
-  const int rc = MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count), MpiType(dtype),
-                               mop, impl_->comm);
+  const int rc = MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count), MpiType(dtype), mop,
+                               impl_->comm);
   return rc == MPI_SUCCESS ? Status::Ok() : MpiError(rc, "all-reduce");
 }
 

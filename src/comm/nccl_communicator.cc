@@ -106,8 +106,7 @@ Status NcclCommunicator::ReduceScatter(const void* send, void* recv, int64_t cou
 Status NcclCommunicator::AllReduce(const void* send, void* recv, int64_t count, ElementType dtype, ReduceOp op,
                                    Stream* stream) {
   ZINF_ASSIGN_OR_RETURN(cudaStream_t s, CudaStream("all-reduce", count, stream));
-  ncclResult_t r =
-      ncclAllReduce(send, recv, static_cast<size_t>(count), NcclType(dtype), NcclOp(op), impl_->comm, s);
+  ncclResult_t r = ncclAllReduce(send, recv, static_cast<size_t>(count), NcclType(dtype), NcclOp(op), impl_->comm, s);
   return r == ncclSuccess ? Status::Ok() : NcclError(r, "all-reduce");
 }
 

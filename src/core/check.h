@@ -6,12 +6,14 @@ namespace zinf::internal {
 [[noreturn]] void CheckFailed(const char* cond, const char* file, int line, const char* msg);
 }  // namespace zinf::internal
 
-#define ZINF_CHECK(cond)                                                              \
-  do {                                                                                \
-    if (!(cond)) [[unlikely]] ::zinf::internal::CheckFailed(#cond, __FILE__, __LINE__, ""); \
+#define ZINF_CHECK(cond)                                            \
+  do {                                                              \
+    if (!(cond)) [[unlikely]]                                       \
+      ::zinf::internal::CheckFailed(#cond, __FILE__, __LINE__, ""); \
   } while (0)
 
-#define ZINF_CHECK_MSG(cond, msg)                                                      \
-  do {                                                                                 \
-    if (!(cond)) [[unlikely]] ::zinf::internal::CheckFailed(#cond, __FILE__, __LINE__, msg); \
+#define ZINF_CHECK_MSG(cond, msg)                                    \
+  do {                                                               \
+    if (!(cond)) [[unlikely]]                                        \
+      ::zinf::internal::CheckFailed(#cond, __FILE__, __LINE__, msg); \
   } while (0)

@@ -34,9 +34,7 @@ std::string_view OffloadDeviceName(OffloadDevice d) {
   }
   return "?";
 }
-std::string_view OptimizerTypeName(OptimizerType t) {
-  return t == OptimizerType::kAdam ? "Adam" : "AdamW";
-}
+std::string_view OptimizerTypeName(OptimizerType t) { return t == OptimizerType::kAdam ? "Adam" : "AdamW"; }
 std::string_view SchedulerTypeName(SchedulerType t) {
   switch (t) {
     case SchedulerType::kNone: return "none";
@@ -143,8 +141,8 @@ class Section {
     }
     double d = 0;
     // 2^63 itself does not fit in int64 (and INT64_MAX rounds up to it as a double).
-    if (!ToNumber(*v, d) || std::floor(d) != d || d < static_cast<double>(min) ||
-        d > static_cast<double>(max) || d >= 0x1p63) {
+    if (!ToNumber(*v, d) || std::floor(d) != d || d < static_cast<double>(min) || d > static_cast<double>(max) ||
+        d >= 0x1p63) {
       Error(key, "expected " + IntRange(min, max) + ", got " + Describe(*v));
       return false;
     }
@@ -156,8 +154,7 @@ class Section {
     if (Int(key, v, min, max)) out = static_cast<int>(v);
   }
 
-  void Double(const char* key, double& out, double min, double max, bool min_open = false,
-              bool allow_auto = false) {
+  void Double(const char* key, double& out, double min, double max, bool min_open = false, bool allow_auto = false) {
     const json* v = Take(key);
     if (v == nullptr) return;
     if (IsAuto(*v)) return allow_auto ? MarkAuto(key) : RejectAuto(key);
@@ -217,9 +214,7 @@ class Section {
   // Raw access for keys with a shape of their own (optimizer betas).
   const json* TakeRaw(const char* key) { return Take(key); }
 
-  void Error(const std::string& key, const std::string& what) {
-    p_.errors.push_back(Path(key) + ": " + what);
-  }
+  void Error(const std::string& key, const std::string& what) { p_.errors.push_back(Path(key) + ": " + what); }
 
   // Every key not read: DeepSpeed keys in `ignored` are recorded, the rest are
   // errors. Call once, after reading the section.
@@ -261,8 +256,9 @@ class Section {
 
   void MarkAuto(const char* key) { p_.config->auto_keys.push_back(Path(key)); }
   void RejectAuto(const char* key) {
-    Error(key, "\"auto\" cannot be worked out by zinf for this key (DeepSpeed leaves it to the "
-               "HuggingFace Trainer); give a value");
+    Error(key,
+          "\"auto\" cannot be worked out by zinf for this key (DeepSpeed leaves it to the "
+          "HuggingFace Trainer); give a value");
   }
 
   static bool ToNumber(const json& v, double& out) {
@@ -346,15 +342,17 @@ void ParseOptimizer(Section s, OptimizerConfig& c) {
         c.beta2 = b2;
       }
     }
-    if (!ok) params.Error("betas", "expected two numbers in [0, 1), got " + Describe(*betas) +
-                                       (betas->is_array() ? " " + betas->dump() : ""));
+    if (!ok)
+      params.Error("betas", "expected two numbers in [0, 1), got " + Describe(*betas) +
+                                (betas->is_array() ? " " + betas->dump() : ""));
   }
   params.Double("eps", c.eps, 0.0, 1.0, /*min_open=*/true);
   params.Double("weight_decay", c.weight_decay, 0.0, std::numeric_limits<double>::max());
   c.adam_w_mode = adamw ? true : c.adam_w_mode;
   bool w_mode = c.adam_w_mode;
   params.Bool("adam_w_mode", w_mode);
-  if (adamw && !w_mode) params.Error("adam_w_mode", "AdamW always uses decoupled weight decay; use type Adam for L2 decay");
+  if (adamw && !w_mode)
+    params.Error("adam_w_mode", "AdamW always uses decoupled weight decay; use type Adam for L2 decay");
   c.adam_w_mode = w_mode;
   params.Bool("bias_correction", c.bias_correction);
   if (const json* ams = params.TakeRaw("amsgrad")) {
@@ -397,7 +395,8 @@ void ParseScheduler(Section s, SchedulerConfig& c) {
     params.Double("cos_min_ratio", c.cos_min_ratio, 0.0, 1.0);
   }
   params.Int("warmup_num_steps", c.warmup_num_steps, 0, kMaxInt, /*allow_auto=*/true);
-  c.warmup_type = static_cast<WarmupType>(params.Enum("warmup_type", {"log", "linear"}, static_cast<int>(c.warmup_type)));
+  c.warmup_type =
+      static_cast<WarmupType>(params.Enum("warmup_type", {"log", "linear"}, static_cast<int>(c.warmup_type)));
   bool needs_total = c.type == SchedulerType::kWarmupDecayLR || cosine;
   if (needs_total) {
     bool auto_total = params.Has("total_num_steps");
@@ -411,7 +410,8 @@ void ParseScheduler(Section s, SchedulerConfig& c) {
 
 void ParseAio(Section s, AioConfig& c) {
   s.Int("block_size", c.block_size, 512, int64_t{1} << 30);
-  if (c.block_size % 512 != 0) s.Error("block_size", "must be a multiple of 512 bytes for O_DIRECT, got " + std::to_string(c.block_size));
+  if (c.block_size % 512 != 0)
+    s.Error("block_size", "must be a multiple of 512 bytes for O_DIRECT, got " + std::to_string(c.block_size));
   s.Int("queue_depth", c.queue_depth, 1, 4096);
   s.Int("thread_count", c.thread_count, 1, 256, /*allow_auto=*/true);
   s.Bool("single_submit", c.single_submit);
@@ -465,19 +465,38 @@ void ParseZero(Section s, ZeroConfig& z) {
   if (p.device != OffloadDevice::kNone && z.stage != 3)
     op.Error("device", "parameter offload needs zero_optimization.stage 3, got stage " + std::to_string(z.stage));
   if (o.device == OffloadDevice::kNvme && z.stage != 3)
-    oo.Error("device", "optimizer offload to nvme needs zero_optimization.stage 3, got stage " + std::to_string(z.stage));
+    oo.Error("device",
+             "optimizer offload to nvme needs zero_optimization.stage 3, got stage " + std::to_string(z.stage));
   if (o.device == OffloadDevice::kCpu && z.stage == 0)
     oo.Error("device", "optimizer offload needs zero_optimization.stage 1, 2 or 3, got stage 0");
 
-  s.Finish({"allgather_partitions", "reduce_scatter", "round_robin_gradients", "load_from_fp32_weights",
-            "elastic_checkpoint", "ignore_unused_parameters", "legacy_stage1", "cpu_offload",
-            "cpu_offload_params", "cpu_offload_use_pin_memory", "stage3_gather_fp16_weights_on_model_save",
-            "memory_efficient_linear", "zero_hpz_partition_size", "zero_quantized_weights",
-            "zero_quantized_gradients", "mics_shard_size", "mics_hierarchical_params_gather",
-            "use_multi_rank_bucket_allreduce", "stage3_use_all_reduce_for_fetch_params",
-            "model_persistence_threshold", "log_trace_cache_warnings", "module_granularity_threshold",
-            "use_all_reduce_for_fetch_params", "prefetch_bucket_size", "param_persistence_threshold",
-            "max_live_parameters", "max_reuse_distance"});
+  s.Finish({"allgather_partitions",
+            "reduce_scatter",
+            "round_robin_gradients",
+            "load_from_fp32_weights",
+            "elastic_checkpoint",
+            "ignore_unused_parameters",
+            "legacy_stage1",
+            "cpu_offload",
+            "cpu_offload_params",
+            "cpu_offload_use_pin_memory",
+            "stage3_gather_fp16_weights_on_model_save",
+            "memory_efficient_linear",
+            "zero_hpz_partition_size",
+            "zero_quantized_weights",
+            "zero_quantized_gradients",
+            "mics_shard_size",
+            "mics_hierarchical_params_gather",
+            "use_multi_rank_bucket_allreduce",
+            "stage3_use_all_reduce_for_fetch_params",
+            "model_persistence_threshold",
+            "log_trace_cache_warnings",
+            "module_granularity_threshold",
+            "use_all_reduce_for_fetch_params",
+            "prefetch_bucket_size",
+            "param_persistence_threshold",
+            "max_live_parameters",
+            "max_reuse_distance"});
 }
 
 }  // namespace
@@ -498,7 +517,8 @@ StatusOr<Config> ParseConfig(std::string_view json_text, std::string source) {
   Section root(p, &doc, "");
 
   config.batch_given[0] = root.Int("train_batch_size", config.train_batch_size, 1, kMaxInt, true);
-  config.batch_given[1] = root.Int("train_micro_batch_size_per_gpu", config.train_micro_batch_size_per_gpu, 1, kMaxInt, true);
+  config.batch_given[1] =
+      root.Int("train_micro_batch_size_per_gpu", config.train_micro_batch_size_per_gpu, 1, kMaxInt, true);
   config.batch_given[2] = root.Int("gradient_accumulation_steps", config.gradient_accumulation_steps, 1, kMaxInt, true);
   root.Double("gradient_clipping", config.gradient_clipping, 0.0, std::numeric_limits<double>::max());
   root.Int("steps_per_print", config.steps_per_print, 1);
@@ -519,18 +539,51 @@ StatusOr<Config> ParseConfig(std::string_view json_text, std::string source) {
   ParseZero(root.Child("zero_optimization"), config.zero);
   ParseAio(root.Child("aio"), config.aio);
 
-  if (config.fp16.enabled && config.bf16.enabled)
-    root.Error("fp16.enabled", "fp16 and bf16 cannot both be enabled");
+  if (config.fp16.enabled && config.bf16.enabled) root.Error("fp16.enabled", "fp16 and bf16 cannot both be enabled");
 
-  root.Finish({"prescale_gradients", "gradient_predivide_factor", "sparse_gradients", "zero_allow_untested_optimizer",
-               "zero_force_ds_cpu_optimizer", "communication_data_type", "seq_parallel_communication_data_type",
-               "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet", "activation_checkpointing",
-               "amp", "dump_state", "memory_breakdown", "checkpoint", "data_efficiency", "curriculum_learning",
-               "elasticity", "autotuning", "compression_training", "data_types", "pipeline", "timers",
-               "comms_logger", "load_universal_checkpoint", "disable_allgather", "sparse_attention",
-               "zero_optimization_stage", "eigenvalue", "progressive_layer_drop", "quantize_training",
-               "graph_harvesting", "use_node_local_storage", "aio_use_gds", "weight_quantization",
-               "nebula", "hybrid_engine", "compile", "monitor_config", "train_micro_batch_size", "mixed_precision"});
+  root.Finish({"prescale_gradients",
+               "gradient_predivide_factor",
+               "sparse_gradients",
+               "zero_allow_untested_optimizer",
+               "zero_force_ds_cpu_optimizer",
+               "communication_data_type",
+               "seq_parallel_communication_data_type",
+               "flops_profiler",
+               "tensorboard",
+               "wandb",
+               "csv_monitor",
+               "comet",
+               "activation_checkpointing",
+               "amp",
+               "dump_state",
+               "memory_breakdown",
+               "checkpoint",
+               "data_efficiency",
+               "curriculum_learning",
+               "elasticity",
+               "autotuning",
+               "compression_training",
+               "data_types",
+               "pipeline",
+               "timers",
+               "comms_logger",
+               "load_universal_checkpoint",
+               "disable_allgather",
+               "sparse_attention",
+               "zero_optimization_stage",
+               "eigenvalue",
+               "progressive_layer_drop",
+               "quantize_training",
+               "graph_harvesting",
+               "use_node_local_storage",
+               "aio_use_gds",
+               "weight_quantization",
+               "nebula",
+               "hybrid_engine",
+               "compile",
+               "monitor_config",
+               "train_micro_batch_size",
+               "mixed_precision"});
 
   if (!p.errors.empty()) {
     std::string msg = source + ": " + std::to_string(p.errors.size()) + " error(s) in config";
@@ -568,8 +621,8 @@ Status ResolveAuto(Config& c, const AutoContext& ctx) {
   std::vector<std::string> errors;
   const int64_t world = ctx.world_size;
   if (world < 1) return Status::InvalidArgument("world size must be >= 1");
-  if (ctx.hidden_size && (*ctx.hidden_size < 1 || !Mul(*ctx.hidden_size, *ctx.hidden_size) ||
-                          !Mul(*ctx.hidden_size, 10))) {
+  if (ctx.hidden_size &&
+      (*ctx.hidden_size < 1 || !Mul(*ctx.hidden_size, *ctx.hidden_size) || !Mul(*ctx.hidden_size, 10))) {
     return Status::InvalidArgument("hidden size must be from 1 to 3037000499 (its square is a bucket size), got " +
                                    std::to_string(*ctx.hidden_size));
   }
@@ -594,15 +647,17 @@ Status ResolveAuto(Config& c, const AutoContext& ctx) {
     }
   } else if (t && m) {
     if (!micro_world || train % *micro_world != 0) {
-      errors.push_back("train_batch_size: " + std::to_string(train) + " is not divisible by train_micro_batch_size_per_gpu (" +
-                       std::to_string(micro) + ") * world size (" + std::to_string(world) + ")");
+      errors.push_back("train_batch_size: " + std::to_string(train) +
+                       " is not divisible by train_micro_batch_size_per_gpu (" + std::to_string(micro) +
+                       ") * world size (" + std::to_string(world) + ")");
     } else {
       accum = train / *micro_world;
     }
   } else if (t && a) {
     if (!accum_world || train % *accum_world != 0) {
-      errors.push_back("train_batch_size: " + std::to_string(train) + " is not divisible by gradient_accumulation_steps (" +
-                       std::to_string(accum) + ") * world size (" + std::to_string(world) + ")");
+      errors.push_back("train_batch_size: " + std::to_string(train) +
+                       " is not divisible by gradient_accumulation_steps (" + std::to_string(accum) +
+                       ") * world size (" + std::to_string(world) + ")");
     } else {
       micro = train / *accum_world;
     }
@@ -633,7 +688,8 @@ Status ResolveAuto(Config& c, const AutoContext& ctx) {
       if (ctx.hidden_size) {
         apply(*ctx.hidden_size);
       } else {
-        errors.push_back(key + ": \"auto\" is worked out from the model's hidden size, which is not known here "
+        errors.push_back(key +
+                         ": \"auto\" is worked out from the model's hidden size, which is not known here "
                          "(give a number, or pass the model)");
       }
     };
@@ -644,14 +700,16 @@ Status ResolveAuto(Config& c, const AutoContext& ctx) {
     } else if (key == "zero_optimization.allgather_bucket_size") {
       need_hidden([&](int64_t h) { c.zero.allgather_bucket_size = h * h; });
     } else if (key == "zero_optimization.stage3_prefetch_bucket_size") {
-      need_hidden([&](int64_t h) { c.zero.stage3_prefetch_bucket_size = static_cast<int64_t>(0.9 * double(h) * double(h)); });
+      need_hidden(
+          [&](int64_t h) { c.zero.stage3_prefetch_bucket_size = static_cast<int64_t>(0.9 * double(h) * double(h)); });
     } else if (key == "zero_optimization.stage3_param_persistence_threshold") {
       need_hidden([&](int64_t h) { c.zero.stage3_param_persistence_threshold = 10 * h; });
     } else if (key == "scheduler.params.total_num_steps") {
       if (ctx.total_steps) {
         c.scheduler.total_num_steps = *ctx.total_steps;
       } else {
-        errors.push_back(key + ": \"auto\" takes the run's step count, which is not known here (give a number, or --steps)");
+        errors.push_back(key +
+                         ": \"auto\" takes the run's step count, which is not known here (give a number, or --steps)");
       }
     } else if (key == "scheduler.params.warmup_num_steps") {
       int64_t total = ctx.total_steps.value_or(c.scheduler.total_num_steps);
@@ -731,34 +789,33 @@ json ConfigJson(const Config& c) {
     j["scheduler"] = {{"type", SchedulerTypeName(s.type)}, {"params", params}};
   }
   const ZeroConfig& z = c.zero;
-  j["zero_optimization"] = {
-      {"stage", z.stage},
-      {"overlap_comm", z.overlap_comm},
-      {"contiguous_gradients", z.contiguous_gradients},
-      {"reduce_bucket_size", z.reduce_bucket_size},
-      {"allgather_bucket_size", z.allgather_bucket_size},
-      {"sub_group_size", z.sub_group_size},
-      {"stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size},
-      {"stage3_param_persistence_threshold", z.stage3_param_persistence_threshold},
-      {"stage3_max_live_parameters", z.stage3_max_live_parameters},
-      {"stage3_max_reuse_distance", z.stage3_max_reuse_distance},
-      {"stage3_gather_16bit_weights_on_model_save", z.stage3_gather_16bit_weights_on_model_save},
-      {"offload_param",
-       {{"device", OffloadDeviceName(z.offload_param.device)},
-        {"nvme_path", paths(z.offload_param.nvme_paths)},
-        {"pin_memory", z.offload_param.pin_memory},
-        {"buffer_count", z.offload_param.buffer_count},
-        {"buffer_size", z.offload_param.buffer_size},
-        {"max_in_cpu", z.offload_param.max_in_cpu}}},
-      {"offload_optimizer",
-       {{"device", OffloadDeviceName(z.offload_optimizer.device)},
-        {"nvme_path", paths(z.offload_optimizer.nvme_paths)},
-        {"pin_memory", z.offload_optimizer.pin_memory},
-        {"buffer_count", z.offload_optimizer.buffer_count},
-        {"fast_init", z.offload_optimizer.fast_init},
-        {"pipeline_read", z.offload_optimizer.pipeline_read},
-        {"pipeline_write", z.offload_optimizer.pipeline_write},
-        {"ratio", z.offload_optimizer.ratio}}}};
+  j["zero_optimization"] = {{"stage", z.stage},
+                            {"overlap_comm", z.overlap_comm},
+                            {"contiguous_gradients", z.contiguous_gradients},
+                            {"reduce_bucket_size", z.reduce_bucket_size},
+                            {"allgather_bucket_size", z.allgather_bucket_size},
+                            {"sub_group_size", z.sub_group_size},
+                            {"stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size},
+                            {"stage3_param_persistence_threshold", z.stage3_param_persistence_threshold},
+                            {"stage3_max_live_parameters", z.stage3_max_live_parameters},
+                            {"stage3_max_reuse_distance", z.stage3_max_reuse_distance},
+                            {"stage3_gather_16bit_weights_on_model_save", z.stage3_gather_16bit_weights_on_model_save},
+                            {"offload_param",
+                             {{"device", OffloadDeviceName(z.offload_param.device)},
+                              {"nvme_path", paths(z.offload_param.nvme_paths)},
+                              {"pin_memory", z.offload_param.pin_memory},
+                              {"buffer_count", z.offload_param.buffer_count},
+                              {"buffer_size", z.offload_param.buffer_size},
+                              {"max_in_cpu", z.offload_param.max_in_cpu}}},
+                            {"offload_optimizer",
+                             {{"device", OffloadDeviceName(z.offload_optimizer.device)},
+                              {"nvme_path", paths(z.offload_optimizer.nvme_paths)},
+                              {"pin_memory", z.offload_optimizer.pin_memory},
+                              {"buffer_count", z.offload_optimizer.buffer_count},
+                              {"fast_init", z.offload_optimizer.fast_init},
+                              {"pipeline_read", z.offload_optimizer.pipeline_read},
+                              {"pipeline_write", z.offload_optimizer.pipeline_write},
+                              {"ratio", z.offload_optimizer.ratio}}}};
   j["aio"] = {{"block_size", c.aio.block_size},
               {"queue_depth", c.aio.queue_depth},
               {"thread_count", c.aio.thread_count},

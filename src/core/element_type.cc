@@ -34,12 +34,12 @@ StatusOr<ElementType> ParseElementType(std::string_view name) {
     ElementType type;
   };
   static constexpr Alias kAliases[] = {
-      {"f32", ElementType::kF32},     {"fp32", ElementType::kF32},      {"float32", ElementType::kF32},
-      {"f16", ElementType::kF16},     {"fp16", ElementType::kF16},      {"float16", ElementType::kF16},
-      {"half", ElementType::kF16},    {"bf16", ElementType::kBf16},     {"bfloat16", ElementType::kBf16},
-      {"f64", ElementType::kF64},     {"fp64", ElementType::kF64},      {"float64", ElementType::kF64},
-      {"double", ElementType::kF64},  {"u8", ElementType::kU8},         {"uint8", ElementType::kU8},
-      {"i64", ElementType::kI64},     {"int64", ElementType::kI64},
+      {"f32", ElementType::kF32},    {"fp32", ElementType::kF32},  {"float32", ElementType::kF32},
+      {"f16", ElementType::kF16},    {"fp16", ElementType::kF16},  {"float16", ElementType::kF16},
+      {"half", ElementType::kF16},   {"bf16", ElementType::kBf16}, {"bfloat16", ElementType::kBf16},
+      {"f64", ElementType::kF64},    {"fp64", ElementType::kF64},  {"float64", ElementType::kF64},
+      {"double", ElementType::kF64}, {"u8", ElementType::kU8},     {"uint8", ElementType::kU8},
+      {"i64", ElementType::kI64},    {"int64", ElementType::kI64},
   };
   for (const Alias& a : kAliases) {
     if (a.name == name) return a.type;

@@ -43,7 +43,7 @@ inline uint16_t FloatToHalf(float f) {
   const uint32_t ax = x & 0x7FFFFFFFu;
   if (ax > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u | ((ax >> 13) & 0x03FFu));  // NaN
   if (ax >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // >= 65520 rounds to Inf
-  if (ax >= 0x38800000u) {  // >= 2^-14: a normal half
+  if (ax >= 0x38800000u) {                                              // >= 2^-14: a normal half
     // Rebias the exponent (127 -> 15) and round the 13 dropped bits to even.
     const uint32_t r = ax - (112u << 23) + 0x0FFFu + ((ax >> 13) & 1u);
     return static_cast<uint16_t>(sign | (r >> 13));

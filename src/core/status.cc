@@ -56,18 +56,29 @@ Status Status::WithContext(std::string_view context) const {
   return Status(rep_->code, std::move(msg), rep_->sys_errno);
 }
 
-Status ErrnoStatus(int err, std::string_view op, std::string_view file, int64_t offset,
-                   int64_t length) {
+Status ErrnoStatus(int err, std::string_view op, std::string_view file, int64_t offset, int64_t length) {
   StatusCode code;
   switch (err) {
     case 0: code = StatusCode::kInternal; break;  // caller forgot errno
-    case ENOENT: case ENOTDIR: code = StatusCode::kNotFound; break;
-    case EACCES: case EPERM: case EROFS: code = StatusCode::kPermissionDenied; break;
-    case ENOSPC: case EDQUOT: case EFBIG: code = StatusCode::kNoSpace; break;
+    case ENOENT:
+    case ENOTDIR: code = StatusCode::kNotFound; break;
+    case EACCES:
+    case EPERM:
+    case EROFS: code = StatusCode::kPermissionDenied; break;
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG: code = StatusCode::kNoSpace; break;
     case ENOMEM: code = StatusCode::kOutOfMemory; break;
-    case EINVAL: case EBADF: case EISDIR: case ENAMETOOLONG: code = StatusCode::kInvalidArgument; break;
-    case EOPNOTSUPP: case ENOSYS: code = StatusCode::kUnavailable; break;
-    case EAGAIN: case EBUSY: case EMFILE: case ENFILE: code = StatusCode::kResourceExhausted; break;
+    case EINVAL:
+    case EBADF:
+    case EISDIR:
+    case ENAMETOOLONG: code = StatusCode::kInvalidArgument; break;
+    case EOPNOTSUPP:
+    case ENOSYS: code = StatusCode::kUnavailable; break;
+    case EAGAIN:
+    case EBUSY:
+    case EMFILE:
+    case ENFILE: code = StatusCode::kResourceExhausted; break;
     case ECANCELED: code = StatusCode::kAborted; break;
     default: code = StatusCode::kIoError; break;
   }

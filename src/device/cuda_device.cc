@@ -19,7 +19,8 @@ Status CudaStatus(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return Status::Ok();
   std::string msg = std::string("cuda ") + what + ": " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err);
   if (err == cudaErrorMemoryAllocation) return Status::OutOfMemory(std::move(msg));
-  if (err == cudaErrorInvalidValue || err == cudaErrorInvalidDevicePointer) return Status::InvalidArgument(std::move(msg));
+  if (err == cudaErrorInvalidValue || err == cudaErrorInvalidDevicePointer)
+    return Status::InvalidArgument(std::move(msg));
   return Status::Internal(std::move(msg));
 }
 
@@ -167,7 +168,7 @@ class CudaDevice final : public Device {
   const size_t capacity_;
   const std::string name_;
   mutable std::mutex mu_;
-  size_t in_use_ = 0;                   // guarded by mu_
+  size_t in_use_ = 0;                    // guarded by mu_
   std::map<void*, size_t> allocations_;  // guarded by mu_
 };
 

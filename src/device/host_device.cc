@@ -29,17 +29,17 @@ namespace zinf {
 // error to carry.
 struct StreamState {
   std::mutex mu;
-  std::condition_variable cv;          // signals: work queued, work done, space freed
+  std::condition_variable cv;  // signals: work queued, work done, space freed
   std::deque<std::function<void()>> queue;
-  uint64_t enqueued = 0;               // ops ever enqueued
-  uint64_t completed = 0;              // ops finished
+  uint64_t enqueued = 0;   // ops ever enqueued
+  uint64_t completed = 0;  // ops finished
   bool stop = false;
 };
 
 namespace {
 
-constexpr size_t kAlignment = 256;       // what cudaMalloc guarantees
-constexpr size_t kMaxQueuedOps = 4096;   // per stream; Enqueue blocks past it
+constexpr size_t kAlignment = 256;      // what cudaMalloc guarantees
+constexpr size_t kMaxQueuedOps = 4096;  // per stream; Enqueue blocks past it
 
 class HostEvent final : public Event {
  public:
@@ -165,8 +165,7 @@ HostDevice::~HostDevice() {
 }
 
 std::string HostDevice::name() const {
-  return has_budget_ ? "host (budget " + FormatBytes(static_cast<int64_t>(budget_bytes_)) + ")"
-                     : "host (no budget)";
+  return has_budget_ ? "host (budget " + FormatBytes(static_cast<int64_t>(budget_bytes_)) + ")" : "host (no budget)";
 }
 
 StatusOr<void*> HostDevice::Allocate(size_t bytes) {
@@ -174,8 +173,8 @@ StatusOr<void*> HostDevice::Allocate(size_t bytes) {
   {
     std::lock_guard lock(mu_);
     if (in_use_ + rounded > budget_bytes_) {
-      return Status::OutOfMemory("host device: cannot allocate " + FormatBytes(static_cast<int64_t>(bytes)) +
-                                 ": " + FormatBytes(static_cast<int64_t>(in_use_)) + " of " +
+      return Status::OutOfMemory("host device: cannot allocate " + FormatBytes(static_cast<int64_t>(bytes)) + ": " +
+                                 FormatBytes(static_cast<int64_t>(in_use_)) + " of " +
                                  FormatBytes(static_cast<int64_t>(budget_bytes_)) + " in use");
     }
     in_use_ += rounded;
@@ -244,8 +243,6 @@ Status HostDevice::Synchronize() {
   return Status::Ok();
 }
 
-std::unique_ptr<Device> CreateHostDevice(size_t budget_bytes) {
-  return std::make_unique<HostDevice>(budget_bytes);
-}
+std::unique_ptr<Device> CreateHostDevice(size_t budget_bytes) { return std::make_unique<HostDevice>(budget_bytes); }
 
 }  // namespace zinf

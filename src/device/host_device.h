@@ -34,8 +34,8 @@ class HostDevice final : public Device {
   const size_t budget_bytes_;
   const bool has_budget_;
   mutable std::mutex mu_;
-  size_t in_use_ = 0;                        // guarded by mu_
-  std::map<uintptr_t, size_t> allocations_;  // guarded by mu_: address -> rounded size
+  size_t in_use_ = 0;                                // guarded by mu_
+  std::map<uintptr_t, size_t> allocations_;          // guarded by mu_: address -> rounded size
   std::vector<std::weak_ptr<StreamState>> streams_;  // guarded by mu_
 };
 

@@ -138,8 +138,8 @@ void PackedBlock(T* c, int64_t ldc, const T* apack, const T* bpack, int64_t m, i
 // Blocking: a thread computes a kRowBlock x kColBlock block of C over a slab
 // of kDepthBlock of the reduction; its packed A and B (64 KiB each for
 // float) sit in L2 while the micro-tiles stream them through L1.
-constexpr int64_t kRowBlock = 64;     // a multiple of kMr
-constexpr int64_t kColBlock = 64;     // a multiple of Nr<T>() for float and double
+constexpr int64_t kRowBlock = 64;  // a multiple of kMr
+constexpr int64_t kColBlock = 64;  // a multiple of Nr<T>() for float and double
 constexpr int64_t kDepthBlock = 256;
 
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -166,8 +166,8 @@ T* PackBuffer(int which, size_t elems) {
 // the reduction runs slab after slab, so every element of C is summed in a
 // fixed order whatever the thread count (deterministic).
 template <typename T>
-void Gemm(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const T* b, int64_t b_rs, int64_t b_cs,
-          int64_t M, int64_t Ncols, int64_t K) {
+void Gemm(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const T* b, int64_t b_rs, int64_t b_cs, int64_t M,
+          int64_t Ncols, int64_t K) {
   constexpr int NR = Nr<T>();
   const int64_t row_blocks = CeilDiv(M, kRowBlock);
   const int64_t col_blocks = CeilDiv(Ncols, kColBlock);
@@ -234,7 +234,6 @@ void Gemm(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const T* b,
   }
 }
 
-
 }  // namespace
 
 // ---------------------------------------------------------------- casts
@@ -267,8 +266,7 @@ void CastIn(T* out, const void* src, ElementType src_type, int64_t n) {
       return;
     }
     case ElementType::kU8:
-    case ElementType::kI64:
-      break;
+    case ElementType::kI64: break;
   }
   ZINF_CHECK_MSG(false, "CastIn: the source must be f32, f64, bf16 or f16");
 }
@@ -462,8 +460,7 @@ void AttentionForward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH
 }
 
 template <typename T>
-void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int T_, int C,
-                       int NH) {
+void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int T_, int C, int NH) {
   // Two passes so that each thread owns what it writes. Pass 1, per query
   // row t: the gradient of the pre-softmax scores (kept in scratch) and dq[t].
   // Pass 2, per key row t2: dk[t2] and dv[t2], summed over the queries
@@ -595,21 +592,20 @@ void CrossEntropyForwardBackward(T* losses, T* dlogits, const T* logits, const i
 
 // ---------------------------------------------------------------- instantiations
 
-#define ZINF_INSTANTIATE_CPU_KERNELS(T)                                                                         \
-  template void CastIn<T>(T*, const void*, ElementType, int64_t);                                                     \
-  template void EncoderForward<T>(T*, const int32_t*, const T*, const T*, int, int, int);                       \
-  template void EncoderBackward<T>(T*, T*, const T*, const int32_t*, int, int, int);                            \
-  template void LayerNormForward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int);                    \
-  template void LayerNormBackward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int64_t,     \
-                                     int);                                                                      \
-  template void MatmulForward<T>(T*, const T*, const T*, const T*, int64_t, int, int);                          \
-  template void MatmulBackward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int, int);                 \
-  template void AttentionForward<T>(T*, T*, const T*, int, int, int, int);                                      \
-  template void AttentionBackward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int);                 \
-  template void GeluForward<T>(T*, const T*, int64_t);                                                          \
-  template void GeluBackward<T>(T*, const T*, const T*, int64_t);                                               \
-  template void ResidualForward<T>(T*, const T*, const T*, int64_t);                                            \
-  template void Accumulate<T>(T*, const T*, int64_t);                                                           \
+#define ZINF_INSTANTIATE_CPU_KERNELS(T)                                                                           \
+  template void CastIn<T>(T*, const void*, ElementType, int64_t);                                                 \
+  template void EncoderForward<T>(T*, const int32_t*, const T*, const T*, int, int, int);                         \
+  template void EncoderBackward<T>(T*, T*, const T*, const int32_t*, int, int, int);                              \
+  template void LayerNormForward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int);                      \
+  template void LayerNormBackward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int64_t, int); \
+  template void MatmulForward<T>(T*, const T*, const T*, const T*, int64_t, int, int);                            \
+  template void MatmulBackward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int, int);                   \
+  template void AttentionForward<T>(T*, T*, const T*, int, int, int, int);                                        \
+  template void AttentionBackward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int);                   \
+  template void GeluForward<T>(T*, const T*, int64_t);                                                            \
+  template void GeluBackward<T>(T*, const T*, const T*, int64_t);                                                 \
+  template void ResidualForward<T>(T*, const T*, const T*, int64_t);                                              \
+  template void Accumulate<T>(T*, const T*, int64_t);                                                             \
   template void CrossEntropyForwardBackward<T>(T*, T*, const T*, const int32_t*, int64_t, int, int, T);
 
 ZINF_INSTANTIATE_CPU_KERNELS(float)

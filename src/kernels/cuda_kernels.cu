@@ -22,9 +22,9 @@
 namespace zinf::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 256;              // threads per block of 1-D kernels
+constexpr int kThreads = 256;  // threads per block of 1-D kernels
 constexpr int kWarpsPerBlock = kThreads / 32;
-constexpr int64_t kMaxBlocks = 65536;      // grid-stride loops cover the rest
+constexpr int64_t kMaxBlocks = 65536;  // grid-stride loops cover the rest
 constexpr unsigned kFullMask = 0xffffffffu;
 
 Status CudaError(cudaError_t err, const char* what) {
@@ -76,11 +76,12 @@ __device__ float BlockMax(float v, float* shared) {
   return WarpMax(lane < warps ? shared[lane] : -INFINITY);
 }
 
-#define ZINF_GRID_STRIDE(i, n) \
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+#define ZINF_GRID_STRIDE(i, n)                                                           \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 // Warp `w` of the grid walks rows w, w + warps in grid, ...
-#define ZINF_WARP_ROWS(row, rows)                                                                          \
+#define ZINF_WARP_ROWS(row, rows)                                                                             \
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); row < (rows); \
        row += static_cast<int64_t>(gridDim.x) * (blockDim.x >> 5))
 
@@ -245,8 +246,8 @@ Status RowMajorGemm(CudaBlas& blas, bool trans_a, bool trans_b, int M, int N, in
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasStatus_t st;
   if (batch == 1) {
-    st = cublasGemmEx(handle, op_b, op_a, N, M, K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C,
-                      CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT);
+    st = cublasGemmEx(handle, op_b, op_a, N, M, K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F,
+                      ldc, compute, CUBLAS_GEMM_DEFAULT);
   } else {
     st = cublasGemmStridedBatchedEx(handle, op_b, op_a, N, M, K, &alpha, B, CUDA_R_32F, ldb, stride_b, A, CUDA_R_32F,
                                     lda, stride_a, &beta, C, CUDA_R_32F, ldc, stride_c, batch, compute,
@@ -256,8 +257,9 @@ Status RowMajorGemm(CudaBlas& blas, bool trans_a, bool trans_b, int M, int N, in
 }
 
 Status CheckIntSize(int64_t v, const char* what) {
-  if (v < 0 || v > INT_MAX) return Status::InvalidArgument(std::string("cuda kernels: ") + what + " = " +
-                                                           std::to_string(v) + " does not fit cuBLAS's int");
+  if (v < 0 || v > INT_MAX)
+    return Status::InvalidArgument(std::string("cuda kernels: ") + what + " = " + std::to_string(v) +
+                                   " does not fit cuBLAS's int");
   return Status::Ok();
 }
 
@@ -371,9 +373,7 @@ __global__ void ResidualKernel(float* out, const float* a, const float* b, int64
   ZINF_GRID_STRIDE(i, n) out[i] = a[i] + b[i];
 }
 
-__global__ void AccumulateKernel(float* y, const float* x, int64_t n) {
-  ZINF_GRID_STRIDE(i, n) y[i] += x[i];
-}
+__global__ void AccumulateKernel(float* y, const float* x, int64_t n) { ZINF_GRID_STRIDE(i, n) y[i] += x[i]; }
 
 // ---- cross-entropy -------------------------------------------------------------
 
@@ -458,8 +458,7 @@ Status CastIn(float* out, const void* src, ElementType src_type, int64_t n, void
       CastKernel<<<grid, kThreads, 0, s>>>(out, static_cast<const double*>(src), n);
       return LaunchStatus("cast_in f64");
     case ElementType::kU8:
-    case ElementType::kI64:
-      break;
+    case ElementType::kI64: break;
   }
   return Status::InvalidArgument("cuda cast_in: unknown source type");
 }
@@ -469,7 +468,7 @@ Status EncoderForward(float* out, const int32_t* tokens, const float* wte, const
   const int64_t total = static_cast<int64_t>(B) * T_ * C;
   if (total <= 0) return Status::Ok();
   EncoderForwardKernel<<<GridFor(total, kThreads), kThreads, 0, AsStream(stream)>>>(out, tokens, wte, wpe, T_, C,
-                                                                                   total);
+                                                                                    total);
   return LaunchStatus("encoder_forward");
 }
 
@@ -498,7 +497,7 @@ Status LayerNormBackward(float* dinp, float* dweight, float* dbias, const float*
   if (N <= 0 || C <= 0) return Status::Ok();
   const cudaStream_t s = AsStream(stream);
   LayerNormBackwardInputKernel<<<GridFor(N, kWarpsPerBlock), kThreads, 0, s>>>(dinp, dout, inp, weight, mean, rstd, N,
-                                                                              C);
+                                                                               C);
   ZINF_RETURN_IF_ERROR(LaunchStatus("layernorm_backward dinp"));
   if (dweight == nullptr) {  // dbias only: no need to read inp
     return LaunchColumnSums(nullptr, dbias, dout, nullptr, nullptr, nullptr, N, C, s, "layernorm_backward dbias");
@@ -512,8 +511,8 @@ Status MatmulForward(CudaBlas& blas, float* out, const float* inp, const float* 
   if (N == 0 || OC <= 0) return Status::Ok();
   const int n = static_cast<int>(N);
   // out [N, OC] = inp [N, C] @ weight^T, weight stored [OC, C].
-  ZINF_RETURN_IF_ERROR(RowMajorGemm(blas, false, true, n, OC, C, 1.0f, inp, C, 0, weight, C, 0, 0.0f, out, OC, 0, 1,
-                                    "matmul_forward"));
+  ZINF_RETURN_IF_ERROR(
+      RowMajorGemm(blas, false, true, n, OC, C, 1.0f, inp, C, 0, weight, C, 0, 0.0f, out, OC, 0, 1, "matmul_forward"));
   if (bias == nullptr) return Status::Ok();
   AddBiasKernel<<<GridFor(N * OC, kThreads), kThreads, 0, AsStream(blas.stream())>>>(out, bias, N, OC);
   return LaunchStatus("matmul_forward bias");
@@ -563,8 +562,8 @@ Status AttentionForward(CudaBlas& blas, float* out, float* att, float* scratch, 
   CausalSoftmaxKernel<<<GridFor(rows, kWarpsPerBlock), kThreads, 0, s>>>(att, rows, T_);
   ZINF_RETURN_IF_ERROR(LaunchStatus("attention_forward softmax"));
   // y [T, hs] = att [T, T] @ v [T, hs].
-  ZINF_RETURN_IF_ERROR(RowMajorGemm(blas, false, false, T_, sh.hs, T_, 1.0f, att, T_, tt, v, sh.hs, ths, 0.0f, y,
-                                    sh.hs, ths, batch, "attention_forward att@v"));
+  ZINF_RETURN_IF_ERROR(RowMajorGemm(blas, false, false, T_, sh.hs, T_, 1.0f, att, T_, tt, v, sh.hs, ths, 0.0f, y, sh.hs,
+                                    ths, batch, "attention_forward att@v"));
   UnpermuteKernel<<<GridFor(per, kThreads), kThreads, 0, s>>>(out, y, T_, C, NH, sh.hs, per);
   return LaunchStatus("attention_forward unpermute");
 }
@@ -643,7 +642,7 @@ Status CrossEntropyForwardBackward(float* losses, float* dlogits, const float* l
   if (V <= 0 || V > Vp) return Status::InvalidArgument("cuda cross_entropy: need 0 < V <= Vp");
   constexpr int kCeThreads = 512;
   CrossEntropyKernel<<<GridFor(N, 1), kCeThreads, 0, AsStream(stream)>>>(losses, dlogits, logits, targets, N, V, Vp,
-                                                                        dloss);
+                                                                         dloss);
   return LaunchStatus("cross_entropy");
 }
 

@@ -30,7 +30,9 @@ class CudaOps final : public Ops<float> {
 
   std::string name() const override { return "cuda-f32"; }
 
-  void Zero(float* p, int64_t n) override { Run([&] { return k::Zero(p, n, s_); }); }
+  void Zero(float* p, int64_t n) override {
+    Run([&] { return k::Zero(p, n, s_); });
+  }
   void CopyToDevice(void* dst, const void* host_src, size_t bytes) override {
     if (!Note(Enter())) return;
     if (!Note(stream_->CopyAsync(dst, host_src, bytes, CopyDirection::kHostToDevice).WithContext("CopyToDevice"))) {
@@ -93,7 +95,9 @@ class CudaOps final : public Ops<float> {
   void ResidualForward(float* out, const float* a, const float* b, int64_t n) override {
     Run([&] { return k::ResidualForward(out, a, b, n, s_); });
   }
-  void Accumulate(float* y, const float* x, int64_t n) override { Run([&] { return k::Accumulate(y, x, n, s_); }); }
+  void Accumulate(float* y, const float* x, int64_t n) override {
+    Run([&] { return k::Accumulate(y, x, n, s_); });
+  }
   void CrossEntropyForwardBackward(float* losses, float* dlogits, const float* logits, const int32_t* targets,
                                    int64_t N, int V, int Vp, float dloss) override {
     Run([&] { return k::CrossEntropyForwardBackward(losses, dlogits, logits, targets, N, V, Vp, dloss, s_); });

@@ -105,8 +105,8 @@ StatusOr<std::vector<uint16_t>> ReadTokenFile(const std::string& path, int vocab
   const int64_t file_bytes = st.st_size;
   const std::string where = "token file " + path + ": ";
   if (file_bytes < kHeaderBytes) {
-    return Status::Corruption(where + "truncated header: " + std::to_string(file_bytes) + " bytes, the header alone is " +
-                              std::to_string(kHeaderBytes));
+    return Status::Corruption(where + "truncated header: " + std::to_string(file_bytes) +
+                              " bytes, the header alone is " + std::to_string(kHeaderBytes));
   }
   std::array<unsigned char, 12> head{};
   ZINF_ASSIGN_OR_RETURN(const int64_t got_head, ReadAt(fd, path, head.data(), 12, 0));
@@ -135,7 +135,8 @@ StatusOr<std::vector<uint16_t>> ReadTokenFile(const std::string& path, int vocab
                               " bytes");
   }
   std::vector<unsigned char> raw(2 * static_cast<size_t>(count));
-  ZINF_ASSIGN_OR_RETURN(const int64_t got, ReadAt(fd, path, raw.data(), static_cast<int64_t>(raw.size()), kHeaderBytes));
+  ZINF_ASSIGN_OR_RETURN(const int64_t got,
+                        ReadAt(fd, path, raw.data(), static_cast<int64_t>(raw.size()), kHeaderBytes));
   if (got != static_cast<int64_t>(raw.size())) {
     return Status::Corruption(where + "truncated while reading: got " + std::to_string(got) + " of " +
                               std::to_string(raw.size()) + " token bytes");
@@ -199,10 +200,10 @@ struct Person {
   const char* possessive;  // his / her
 };
 constexpr Person kPeople[] = {
-    {"Anna", "she", "her"},  {"Ben", "he", "his"},    {"Clara", "she", "her"}, {"David", "he", "his"},
-    {"Emma", "she", "her"},  {"Felix", "he", "his"},  {"Grace", "she", "her"}, {"Henry", "he", "his"},
-    {"Iris", "she", "her"},  {"Jack", "he", "his"},   {"Lucy", "she", "her"},  {"Max", "he", "his"},
-    {"Nora", "she", "her"},  {"Oscar", "he", "his"},  {"Rosa", "she", "her"},  {"Sam", "he", "his"},
+    {"Anna", "she", "her"}, {"Ben", "he", "his"},   {"Clara", "she", "her"}, {"David", "he", "his"},
+    {"Emma", "she", "her"}, {"Felix", "he", "his"}, {"Grace", "she", "her"}, {"Henry", "he", "his"},
+    {"Iris", "she", "her"}, {"Jack", "he", "his"},  {"Lucy", "she", "her"},  {"Max", "he", "his"},
+    {"Nora", "she", "her"}, {"Oscar", "he", "his"}, {"Rosa", "she", "her"},  {"Sam", "he", "his"},
 };
 
 struct Animal {
@@ -212,11 +213,11 @@ struct Animal {
   const char* sound;  // likewise
 };
 constexpr Animal kAnimals[] = {
-    {"cat", "cats", "fish", "meows"},          {"dog", "dogs", "bones", "barks"},
-    {"fox", "foxes", "berries", "yelps"},      {"owl", "owls", "mice", "hoots"},
-    {"horse", "horses", "hay", "neighs"},      {"rabbit", "rabbits", "carrots", "sniffs"},
-    {"duck", "ducks", "bread", "quacks"},      {"frog", "frogs", "flies", "croaks"},
-    {"bear", "bears", "honey", "growls"},      {"goat", "goats", "grass", "bleats"},
+    {"cat", "cats", "fish", "meows"},     {"dog", "dogs", "bones", "barks"},
+    {"fox", "foxes", "berries", "yelps"}, {"owl", "owls", "mice", "hoots"},
+    {"horse", "horses", "hay", "neighs"}, {"rabbit", "rabbits", "carrots", "sniffs"},
+    {"duck", "ducks", "bread", "quacks"}, {"frog", "frogs", "flies", "croaks"},
+    {"bear", "bears", "honey", "growls"}, {"goat", "goats", "grass", "bleats"},
 };
 
 struct Thing {
@@ -229,14 +230,15 @@ constexpr Thing kThings[] = {
     {"lamp", "lamps"}, {"map", "maps"},     {"basket", "baskets"}, {"letter", "letters"},
 };
 
-constexpr const char* kPlaces[] = {"garden", "forest", "kitchen", "river", "market",
-                                   "library", "school", "park", "beach", "village"};
-constexpr const char* kAdjectives[] = {"red", "blue", "green", "yellow", "small", "big", "old", "new", "shiny", "heavy"};
-constexpr const char* kVerbsPast[] = {"found", "carried", "painted", "opened", "dropped",
-                                      "cleaned", "bought", "hid", "washed", "showed"};
+constexpr const char* kPlaces[] = {"garden",  "forest", "kitchen", "river", "market",
+                                   "library", "school", "park",    "beach", "village"};
+constexpr const char* kAdjectives[] = {"red", "blue", "green", "yellow", "small",
+                                       "big", "old",  "new",   "shiny",  "heavy"};
+constexpr const char* kVerbsPast[] = {"found",   "carried", "painted", "opened", "dropped",
+                                      "cleaned", "bought",  "hid",     "washed", "showed"};
 constexpr const char* kFeelings[] = {"happy", "sad", "tired", "surprised", "proud", "hungry", "curious", "calm"};
-constexpr const char* kTimes[] = {"In the morning", "At noon", "In the evening", "At night", "After lunch",
-                                  "On Sunday"};
+constexpr const char* kTimes[] = {"In the morning", "At noon",     "In the evening",
+                                  "At night",       "After lunch", "On Sunday"};
 constexpr const char* kWeather[] = {"sunny", "rainy", "windy", "cold", "warm", "quiet"};
 constexpr const char* kNumbers[] = {"one", "two", "three", "four", "five", "six", "seven", "eight", "nine"};
 
@@ -301,8 +303,8 @@ std::string GenerateDocument(SplitMix64& rng) {
                  animal.sound + ".");
         break;
       case 3:
-        sentence(Capitalized(animal.plural) + " like " + animal.food + ", so " + he + " gave the " +
-                 animal.singular + " some " + animal.food + ".");
+        sentence(Capitalized(animal.plural) + " like " + animal.food + ", so " + he + " gave the " + animal.singular +
+                 " some " + animal.food + ".");
         break;
       case 4: {
         const int n = 2 + static_cast<int>(rng.Below(8));  // two .. nine
@@ -311,16 +313,12 @@ std::string GenerateDocument(SplitMix64& rng) {
         sentence(counting + ".");
         break;
       }
-      case 5:
-        sentence("\"Where is my " + obj + "?\" asked " + name + ".");
-        break;
+      case 5: sentence("\"Where is my " + obj + "?\" asked " + name + "."); break;
       case 6:
-        sentence(name + " gave the " + obj + " to " + pal->name + ". " + pal->name + " said, \"Thank you, " +
-                 name + "!\"");
+        sentence(name + " gave the " + obj + " to " + pal->name + ". " + pal->name + " said, \"Thank you, " + name +
+                 "!\"");
         break;
-      case 7:
-        sentence("\"I like the " + place + ",\" said " + name + ".");
-        break;
+      case 7: sentence("\"I like the " + place + ",\" said " + name + "."); break;
       default: {
         const std::string where = Pick(rng, kPlaces);
         sentence(who + " put " + his + " " + obj + " in the " + where + ".");
@@ -398,9 +396,7 @@ StatusOr<DataLoader> DataLoader::Create(std::span<const uint16_t> tokens, int ba
   return loader;
 }
 
-int64_t DataLoader::batches_per_epoch() const {
-  return num_samples_ / (static_cast<int64_t>(batch_) * world_size_);
-}
+int64_t DataLoader::batches_per_epoch() const { return num_samples_ / (static_cast<int64_t>(batch_) * world_size_); }
 
 void DataLoader::Shuffle() {
   order_.resize(static_cast<size_t>(num_samples_));
@@ -434,8 +430,8 @@ void DataLoader::Next(int32_t* inputs, int32_t* targets) {
 
 Status DataLoader::Seek(LoaderPosition position) {
   if (position.epoch < 0 || position.batch < 0 || position.batch >= batches_per_epoch()) {
-    return Status::InvalidArgument("data loader: cannot seek to epoch " + std::to_string(position.epoch) +
-                                   " batch " + std::to_string(position.batch) + ": an epoch has " +
+    return Status::InvalidArgument("data loader: cannot seek to epoch " + std::to_string(position.epoch) + " batch " +
+                                   std::to_string(position.batch) + ": an epoch has " +
                                    std::to_string(batches_per_epoch()) + " batches");
   }
   const bool reshuffle = position.epoch != position_.epoch;

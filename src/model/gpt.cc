@@ -92,10 +92,8 @@ struct IntKey {
   int64_t max;
 };
 constexpr IntKey kIntKeys[] = {
-    {"vocab_size", &GptConfig::vocab_size, 1 << 24},
-    {"seq_len", &GptConfig::seq_len, 1 << 20},
-    {"n_layer", &GptConfig::n_layer, 1 << 14},
-    {"n_head", &GptConfig::n_head, 1 << 12},
+    {"vocab_size", &GptConfig::vocab_size, 1 << 24}, {"seq_len", &GptConfig::seq_len, 1 << 20},
+    {"n_layer", &GptConfig::n_layer, 1 << 14},       {"n_head", &GptConfig::n_head, 1 << 12},
     {"n_embd", &GptConfig::n_embd, 1 << 16},
 };
 
@@ -427,9 +425,8 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
                                                                Device* device) {
   if (ops == nullptr || device == nullptr) return Status::InvalidArgument("GptCompute: ops and device are required");
   if (batch < 1) return Status::InvalidArgument("GptCompute: batch must be >= 1, got " + std::to_string(batch));
-  if (config.vocab_size < 1 || config.seq_len < 1 || config.n_layer < 1 || config.n_head < 1 ||
-      config.n_embd < 1 || config.n_embd % config.n_head != 0 ||
-      config.padded_vocab_size != PaddedVocab(config.vocab_size)) {
+  if (config.vocab_size < 1 || config.seq_len < 1 || config.n_layer < 1 || config.n_head < 1 || config.n_embd < 1 ||
+      config.n_embd % config.n_head != 0 || config.padded_vocab_size != PaddedVocab(config.vocab_size)) {
     return Status::InvalidArgument("GptCompute: inconsistent model config " + GptConfigToJson(config));
   }
   auto impl = std::make_unique<Impl>();
@@ -498,8 +495,8 @@ Status GptCompute<T>::SetBatch(const int32_t* inputs, const int32_t* targets) {
   const int V = m.config.vocab_size;
   for (int64_t i = 0; i < m.N; ++i) {
     if (inputs[i] < 0 || inputs[i] >= V) {
-      return Status::InvalidArgument("SetBatch: input token " + std::to_string(i) + " is " +
-                                     std::to_string(inputs[i]) + ", outside [0, " + std::to_string(V) + ")");
+      return Status::InvalidArgument("SetBatch: input token " + std::to_string(i) + " is " + std::to_string(inputs[i]) +
+                                     ", outside [0, " + std::to_string(V) + ")");
     }
     if (targets[i] < 0 || targets[i] >= V) {
       return Status::InvalidArgument("SetBatch: target token " + std::to_string(i) + " is " +
@@ -547,8 +544,8 @@ Status GptCompute<T>::LayerForward(int layer, const std::vector<const T*>& param
 }
 
 template <typename T>
-StatusOr<double> GptCompute<T>::HeadForward(const std::vector<const T*>& head, const T* lm_head,
-                                            const HeadGrads* grads, double loss_scale) {
+StatusOr<double> GptCompute<T>::HeadForward(const std::vector<const T*>& head, const T* lm_head, const HeadGrads* grads,
+                                            double loss_scale) {
   Impl& m = *impl_;
   ZINF_RETURN_IF_ERROR(CheckPointers(head, m.config.tied_embeddings ? 2 : 3, "HeadForward"));
   if (lm_head == nullptr) return Status::InvalidArgument("HeadForward: lm_head is null");
@@ -571,11 +568,10 @@ StatusOr<double> GptCompute<T>::HeadForward(const std::vector<const T*>& head, c
     const int64_t rows = std::min(m.head_rows, N - r0);
     o.MatmulForward(m.logits, m.lnf + r0 * C, lm_head, nullptr, rows, m.C, Vp);
     if (grads != nullptr) o.Zero(m.dlogits, rows * Vp);
-    o.CrossEntropyForwardBackward(m.losses + r0, grads != nullptr ? m.dlogits : nullptr, m.logits, m.targets + r0,
-                                  rows, V, Vp, dloss);
+    o.CrossEntropyForwardBackward(m.losses + r0, grads != nullptr ? m.dlogits : nullptr, m.logits, m.targets + r0, rows,
+                                  V, Vp, dloss);
     if (grads != nullptr) {
-      o.MatmulBackward(m.dbuf_c + r0 * C, grads->lm_head, nullptr, m.dlogits, m.lnf + r0 * C, lm_head, rows, m.C,
-                       Vp);
+      o.MatmulBackward(m.dbuf_c + r0 * C, grads->lm_head, nullptr, m.dlogits, m.lnf + r0 * C, lm_head, rows, m.C, Vp);
     }
   }
   if (grads != nullptr) {

@@ -65,7 +65,19 @@ std::string GptConfigToJson(const GptConfig& config);
 
 enum EmbedTensor { kWte = 0, kWpe = 1 };
 enum LayerTensor {
-  kLn1W = 0, kLn1B, kQkvW, kQkvB, kAttProjW, kAttProjB, kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB, kLayerTensors
+  kLn1W = 0,
+  kLn1B,
+  kQkvW,
+  kQkvB,
+  kAttProjW,
+  kAttProjB,
+  kLn2W,
+  kLn2B,
+  kFcW,
+  kFcB,
+  kFcProjW,
+  kFcProjB,
+  kLayerTensors
 };
 enum HeadTensor { kLnfW = 0, kLnfB = 1, kLmHead = 2 };
 
@@ -95,8 +107,7 @@ class GptCompute {
   // Allocates activations for micro-batches of `batch` sequences of
   // config.seq_len tokens on `device` (kOutOfMemory past its budget). `ops`
   // and `device` are not owned and must outlive this object.
-  static StatusOr<std::unique_ptr<GptCompute>> Create(const GptConfig& config, int batch, Ops<T>* ops,
-                                                      Device* device);
+  static StatusOr<std::unique_ptr<GptCompute>> Create(const GptConfig& config, int batch, Ops<T>* ops, Device* device);
   ~GptCompute();
   GptCompute(const GptCompute&) = delete;
   GptCompute& operator=(const GptCompute&) = delete;

@@ -92,8 +92,7 @@ template std::unique_ptr<Ops<double>> CreateCpuOps<double>();
 
 StatusOr<std::unique_ptr<Ops<float>>> CreateOps(Device& device) {
   switch (device.kind()) {
-    case DeviceKind::kHost:
-      return CreateCpuOps<float>();
+    case DeviceKind::kHost: return CreateCpuOps<float>();
     case DeviceKind::kCuda:
 #if defined(ZINF_HAVE_CUDA_KERNELS)
       return CreateCudaOps(device);

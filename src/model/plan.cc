@@ -70,8 +70,10 @@ std::string_view TierName(Tier t) {
 
 StatusOr<int64_t> ParseParameterCount(const std::string& text) {
   const auto bad = [&] {
-    return Status::InvalidArgument("--model: expected a built-in name, a model JSON file or a parameter count like "
-                                   "100B, 7B, 350M or 1.3e9, got \"" + text + "\"");
+    return Status::InvalidArgument(
+        "--model: expected a built-in name, a model JSON file or a parameter count like "
+        "100B, 7B, 350M or 1.3e9, got \"" +
+        text + "\"");
   };
   if (text.empty()) return bad();
   std::string num = text;
@@ -243,8 +245,8 @@ void Totals(const PlanInputs& in, int world, PlanOption& o) {
   o.fits_gpu = o.gpu_bytes <= in.gpu_bytes;
   o.fits_cpu = ram <= in.cpu_bytes;
   o.fits_nvme = o.nvme_bytes <= in.nvme_bytes;
-  o.state_fits = o.state_gpu_bytes <= in.gpu_bytes && o.state_cpu_bytes <= in.cpu_bytes &&
-                 o.state_nvme_bytes <= in.nvme_bytes;
+  o.state_fits =
+      o.state_gpu_bytes <= in.gpu_bytes && o.state_cpu_bytes <= in.cpu_bytes && o.state_nvme_bytes <= in.nvme_bytes;
   o.overshoot =
       std::max({ratio(o.gpu_bytes, in.gpu_bytes), ratio(ram, in.cpu_bytes), ratio(o.nvme_bytes, in.nvme_bytes)});
   if (!o.fits_gpu) o.shortfalls.push_back("GPU: needs " + GiB(o.gpu_bytes) + " per GPU, has " + GiB(in.gpu_bytes));
@@ -298,8 +300,8 @@ void StepTime(const PlanInputs& in, const Config& config, int world, PlanOption&
   o.step_s = std::max(fb + std::max(0.0, opt + o.write_home_s - o.update_window_s), nvme_s);
   o.tokens_per_s = tokens_rank * world / o.step_s;
   const std::vector<std::pair<double, const char*>> parts = {
-      {o.compute_s, "compute"},   {o.param_nvme_s, "param NVMe reads"},   {o.pcie_s, "PCIe"},
-      {o.adam_s, "CPU Adam"},     {o.optimizer_nvme_s, "optimizer NVMe"}, {o.write_home_s, "param write-home"}};
+      {o.compute_s, "compute"}, {o.param_nvme_s, "param NVMe reads"},   {o.pcie_s, "PCIe"},
+      {o.adam_s, "CPU Adam"},   {o.optimizer_nvme_s, "optimizer NVMe"}, {o.write_home_s, "param write-home"}};
   o.bound_by = std::max_element(parts.begin(), parts.end())->second;
 }
 

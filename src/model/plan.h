@@ -63,24 +63,24 @@ StatusOr<int64_t> ParseParameterCount(const std::string& text);
 StatusOr<GptConfig> GptConfigForParameterCount(int64_t params, int seq_len, int vocab_size);
 
 struct PlanSpeeds {
-  double gpu_flops = 2e14;          // effective FLOP/s of one GPU (or the host device)
-  double adam_params_per_s = 2e9;   // CPU Adam, the whole node
-  double nvme_read_gbps = 3.0;      // the node's NVMe paths together, 1e9 B/s
+  double gpu_flops = 2e14;         // effective FLOP/s of one GPU (or the host device)
+  double adam_params_per_s = 2e9;  // CPU Adam, the whole node
+  double nvme_read_gbps = 3.0;     // the node's NVMe paths together, 1e9 B/s
   double nvme_write_gbps = 2.0;
-  double pcie_gbps = 25.0;          // per GPU, each direction
+  double pcie_gbps = 25.0;  // per GPU, each direction
 };
 
 struct PlanInputs {
   GptConfig model;
-  int world_size = 1;        // ranks (GPUs) on the node
-  int micro_batch = 1;       // sequences per rank per micro-batch
-  int grad_accum = 1;        // micro-batches per optimizer step
-  bool cuda = true;          // CUDA kernels' scratch and a context allowance; false: the host device
-  int64_t gpu_bytes = 0;     // per GPU
-  int64_t cpu_bytes = 0;     // RAM of the node
-  int64_t nvme_bytes = 0;    // free NVMe space of the node; 0 with paths: no NVMe tier
+  int world_size = 1;                   // ranks (GPUs) on the node
+  int micro_batch = 1;                  // sequences per rank per micro-batch
+  int grad_accum = 1;                   // micro-batches per optimizer step
+  bool cuda = true;                     // CUDA kernels' scratch and a context allowance; false: the host device
+  int64_t gpu_bytes = 0;                // per GPU
+  int64_t cpu_bytes = 0;                // RAM of the node
+  int64_t nvme_bytes = 0;               // free NVMe space of the node; 0 with paths: no NVMe tier
   std::vector<std::string> nvme_paths;  // written into configs that offload to NVMe
-  int checkpoints = 0;       // checkpoints kept on NVMe (12 B per parameter each)
+  int checkpoints = 0;                  // checkpoints kept on NVMe (12 B per parameter each)
   PlanSpeeds speeds;
 };
 
@@ -93,20 +93,20 @@ std::string_view TierName(Tier t);  // "gpu", "pinned", "pageable", "nvme"
 struct PlanOption {
   OffloadDevice param = OffloadDevice::kNone;
   OffloadDevice optimizer = OffloadDevice::kCpu;
-  Config config;                  // the DeepSpeed config this option stands for
-  zero3::BufferPlan buffers;      // the engine's windows, per rank
-  std::vector<PlanItem> items;    // per rank, what zinf allocates: buffers.Items() and the model's
-  int64_t gpu_bytes = 0;          // per rank: resident + gathered peak
-  int64_t gpu_resident_bytes = 0; // per rank: held through a whole step
-  int64_t gpu_gathered_bytes = 0; // per rank: gathered blocks at most
-  int64_t pinned_bytes = 0;       // node
-  int64_t pageable_bytes = 0;     // node
-  int64_t nvme_bytes = 0;         // node
+  Config config;                   // the DeepSpeed config this option stands for
+  zero3::BufferPlan buffers;       // the engine's windows, per rank
+  std::vector<PlanItem> items;     // per rank, what zinf allocates: buffers.Items() and the model's
+  int64_t gpu_bytes = 0;           // per rank: resident + gathered peak
+  int64_t gpu_resident_bytes = 0;  // per rank: held through a whole step
+  int64_t gpu_gathered_bytes = 0;  // per rank: gathered blocks at most
+  int64_t pinned_bytes = 0;        // node
+  int64_t pageable_bytes = 0;      // node
+  int64_t nvme_bytes = 0;          // node
   // DeepSpeed-style model states only (16-bit params, fp32 optimizer state).
   int64_t state_gpu_bytes = 0, state_cpu_bytes = 0, state_nvme_bytes = 0;
   bool fits_gpu = false, fits_cpu = false, fits_nvme = false;
   bool state_fits = false;
-  double overshoot = 0.0;         // max over tiers of need / capacity (<= 1: fits)
+  double overshoot = 0.0;               // max over tiers of need / capacity (<= 1: fits)
   std::vector<std::string> shortfalls;  // one line per tier that does not fit
 
   // Bytes per optimizer step, node.
@@ -114,17 +114,17 @@ struct PlanOption {
   // Per rank.
   int64_t h2d_bytes = 0, d2h_bytes = 0;
   double compute_s = 0, param_nvme_s = 0, pcie_s = 0, adam_s = 0, optimizer_nvme_s = 0, write_home_s = 0;
-  double update_window_s = 0;     // forward time the optimizer update hides under
+  double update_window_s = 0;  // forward time the optimizer update hides under
   double step_s = 0;
-  double tokens_per_s = 0;        // node
-  std::string bound_by;           // the largest part of the step
+  double tokens_per_s = 0;  // node
+  std::string bound_by;     // the largest part of the step
 
   bool fits() const { return fits_gpu && fits_cpu && fits_nvme; }
 };
 
 struct Plan {
   std::vector<PlanOption> options;
-  int chosen = -1;         // the fastest option that fits; else the one overshooting least
+  int chosen = -1;  // the fastest option that fits; else the one overshooting least
   bool chosen_fits = false;
 };
 
@@ -146,6 +146,5 @@ StatusOr<PlanOption> EstimateOption(const PlanInputs& inputs, const Config& conf
 // zinf, which has no GPU Adam, so it is not listed apart). NVMe choices need
 // nvme_paths or nvme_bytes.
 StatusOr<Plan> MakePlan(const PlanInputs& inputs);
-
 
 }  // namespace zinf::model

@@ -27,8 +27,21 @@ struct DtypeInfo {
 // In the order of the Python library's dtype enumeration, which decides the
 // order of tensors in the files it writes (later entries first).
 constexpr std::array<DtypeInfo, 15> kDtypes = {{
-    {"BOOL", 1}, {"U8", 1}, {"I8", 1}, {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},
-    {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4}, {"F64", 8}, {"I64", 8}, {"U64", 8},
+    {"BOOL", 1},
+    {"U8", 1},
+    {"I8", 1},
+    {"F8_E5M2", 1},
+    {"F8_E4M3", 1},
+    {"I16", 2},
+    {"U16", 2},
+    {"F16", 2},
+    {"BF16", 2},
+    {"I32", 4},
+    {"U32", 4},
+    {"F32", 4},
+    {"F64", 8},
+    {"I64", 8},
+    {"U64", 8},
 }};
 
 int DtypeRank(std::string_view dtype) {
@@ -77,8 +90,8 @@ class Fd {
 Status WriteAll(int fd, const std::string& path, const void* data, int64_t n, int64_t offset) {
   int64_t done = 0;
   while (done < n) {
-    const ssize_t put = ::pwrite(fd, static_cast<const char*>(data) + done, static_cast<size_t>(n - done),
-                                 offset + done);
+    const ssize_t put =
+        ::pwrite(fd, static_cast<const char*>(data) + done, static_cast<size_t>(n - done), offset + done);
     if (put < 0 && errno == EINTR) continue;
     if (put <= 0) return ErrnoStatus(put < 0 ? errno : EIO, "write", path, offset + done, n - done);
     done += put;
@@ -94,7 +107,8 @@ Status ReadExact(int fd, const std::string& path, void* data, int64_t n, int64_t
     if (got < 0) return ErrnoStatus(errno, "read", path, offset + done, n - done);
     if (got == 0) {
       return Status::Corruption("safetensors " + path + ": truncated (end of file at offset " +
-                                std::to_string(offset + done) + ", wanted " + std::to_string(n - done) + " more bytes)");
+                                std::to_string(offset + done) + ", wanted " + std::to_string(n - done) +
+                                " more bytes)");
     }
     done += got;
   }
@@ -155,8 +169,8 @@ Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsTe
       return Status::InvalidArgument(where + "tensor " + t.name + ": bad shape " + ShapeString(t.shape));
     }
     if (want != static_cast<int64_t>(t.data.size())) {
-      return Status::InvalidArgument(where + "tensor " + t.name + ": shape " + ShapeString(t.shape) + " of " +
-                                     t.dtype + " needs " + std::to_string(want) + " bytes, given " +
+      return Status::InvalidArgument(where + "tensor " + t.name + ": shape " + ShapeString(t.shape) + " of " + t.dtype +
+                                     " needs " + std::to_string(want) + " bytes, given " +
                                      std::to_string(t.data.size()));
     }
   }
@@ -276,8 +290,8 @@ StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
     const auto offsets = value.find("data_offsets");
     if (dtype == value.end() || !dtype->is_string()) return Status::Corruption(what + "no string \"dtype\"");
     if (shape == value.end() || !shape->is_array()) return Status::Corruption(what + "no array \"shape\"");
-    if (offsets == value.end() || !offsets->is_array() || offsets->size() != 2 ||
-        !(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned()) {
+    if (offsets == value.end() || !offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number_unsigned() ||
+        !(*offsets)[1].is_number_unsigned()) {
       return Status::Corruption(what + "\"data_offsets\" is not [begin, end]");
     }
     SafetensorsFile::Tensor t;
@@ -310,15 +324,15 @@ StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
   }
 
   // The ranges must tile the data buffer: no overlap, no gap, nothing after.
-  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
+  std::sort(ranges.begin(), ranges.end(),
+            [](const Range& a, const Range& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
   uint64_t covered = 0;
   for (const Range& r : ranges) {
     const std::string& name = file.tensors[r.index].name;
     if (r.begin < covered) {
       return Status::Corruption(where + "tensor " + name + " overlaps the tensor before it (begins at " +
-                                std::to_string(r.begin) + ", the previous one ends at " + std::to_string(covered) + ")");
+                                std::to_string(r.begin) + ", the previous one ends at " + std::to_string(covered) +
+                                ")");
     }
     if (r.begin > covered) {
       return Status::Corruption(where + "a gap of " + std::to_string(r.begin - covered) + " bytes before tensor " +

@@ -44,9 +44,9 @@ std::vector<std::string> GptTensorExportNames(const GptConfig& config, BlockId b
     return n;
   }
   const std::string h = "h." + std::to_string(block - 1) + ".";
-  return {h + "ln_1.weight",      h + "ln_1.bias",      h + "attn.c_attn.weight", h + "attn.c_attn.bias",
-          h + "attn.c_proj.weight", h + "attn.c_proj.bias", h + "ln_2.weight",      h + "ln_2.bias",
-          h + "mlp.c_fc.weight",  h + "mlp.c_fc.bias",  h + "mlp.c_proj.weight",  h + "mlp.c_proj.bias"};
+  return {h + "ln_1.weight",        h + "ln_1.bias",        h + "attn.c_attn.weight", h + "attn.c_attn.bias",
+          h + "attn.c_proj.weight", h + "attn.c_proj.bias", h + "ln_2.weight",        h + "ln_2.bias",
+          h + "mlp.c_fc.weight",    h + "mlp.c_fc.bias",    h + "mlp.c_proj.weight",  h + "mlp.c_proj.bias"};
 }
 
 struct Trainer::Impl {
@@ -258,13 +258,13 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   // Data first: a bad file is reported before anything big is allocated.
   if (options.data_path.empty()) {
     if (m->model().vocab_size < ByteTokenizer::kVocabSize) {
-      return Status::InvalidArgument("the built-in corpus needs vocab_size >= " +
-                                     std::to_string(ByteTokenizer::kVocabSize) + " (bytes and end-of-text), the model has " +
-                                     std::to_string(m->model().vocab_size));
+      return Status::InvalidArgument(
+          "the built-in corpus needs vocab_size >= " + std::to_string(ByteTokenizer::kVocabSize) +
+          " (bytes and end-of-text), the model has " + std::to_string(m->model().vocab_size));
     }
     m->tokens = BuiltinCorpusTokens(options.corpus_bytes, options.seed);
-    m->data_identity = "builtin-corpus bytes=" + std::to_string(options.corpus_bytes) +
-                       " seed=" + std::to_string(options.seed);
+    m->data_identity =
+        "builtin-corpus bytes=" + std::to_string(options.corpus_bytes) + " seed=" + std::to_string(options.seed);
   } else {
     ZINF_ASSIGN_OR_RETURN(m->tokens, ReadTokenFile(options.data_path, m->model().vocab_size));
     char crc[16];
@@ -328,8 +328,7 @@ StatusOr<StepReport> Trainer::Step() {
       StepReport report;
       report.step = m.steps_done;
       double mean = loss_sum / static_cast<double>(m.config.gradient_accumulation_steps);
-      ZINF_RETURN_IF_ERROR(
-          m.comm->AllReduce(&mean, &mean, 1, ElementType::kF64, comm::ReduceOp::kSum, nullptr));
+      ZINF_RETURN_IF_ERROR(m.comm->AllReduce(&mean, &mean, 1, ElementType::kF64, comm::ReduceOp::kSum, nullptr));
       report.loss = mean / m.comm->world_size();
       report.lr = r.lr;
       report.grad_norm = r.grad_norm / scale_used;  // the engine's is of the loss-scaled gradient
@@ -355,8 +354,8 @@ bool Trainer::can_evaluate() const {
 StatusOr<double> Trainer::Evaluate(int batches) {
   Impl& m = *impl_;
   const std::span<const uint16_t> eval(m.tokens.data() + m.num_train_tokens, m.tokens.size() - m.num_train_tokens);
-  auto loader = DataLoader::Create(eval, m.batch(), m.model().seq_len, m.options.seed, m.comm->rank(),
-                                   m.comm->world_size());
+  auto loader =
+      DataLoader::Create(eval, m.batch(), m.model().seq_len, m.options.seed, m.comm->rank(), m.comm->world_size());
   if (!loader.ok()) {
     return Status::FailedPrecondition("trainer: the held-out tokens (" + std::to_string(eval.size()) +
                                       ") are too few for one evaluation batch");

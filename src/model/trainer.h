@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "model/gpt.h"
-#include "zinf/config.h"
 #include "zero3/engine_hooks.h"
+#include "zinf/config.h"
 #include "zinf/engine.h"
 #include "zinf/status.h"
 
@@ -59,16 +59,16 @@ struct TrainerOptions {
 
 // One optimizer step's account.
 struct StepReport {
-  int64_t step = 0;           // optimizer steps taken so far (this one included)
-  double loss = 0.0;          // mean training loss of the step's micro-batches, mean over ranks
+  int64_t step = 0;   // optimizer steps taken so far (this one included)
+  double loss = 0.0;  // mean training loss of the step's micro-batches, mean over ranks
   double lr = 0.0;
-  double grad_norm = 0.0;     // global L2 norm of the mean gradient, unscaled (inf/nan on an fp16 overflow)
-  double loss_scale = 1.0;    // for the next step
-  bool applied = true;        // false: an fp16 overflow skipped the update
-  int64_t tokens = 0;         // tokens processed in the step, all ranks
-  double seconds = 0.0;       // wall time of the step
+  double grad_norm = 0.0;        // global L2 norm of the mean gradient, unscaled (inf/nan on an fp16 overflow)
+  double loss_scale = 1.0;       // for the next step
+  bool applied = true;           // false: an fp16 overflow skipped the update
+  int64_t tokens = 0;            // tokens processed in the step, all ranks
+  double seconds = 0.0;          // wall time of the step
   double compute_seconds = 0.0;  // in the model's kernels (including waiting for them)
-  EngineCounters engine;      // the engine's counters moved by this step
+  EngineCounters engine;         // the engine's counters moved by this step
 };
 
 class Trainer {

@@ -38,9 +38,8 @@ StatusOr<double> SumSquares(ThreadPool& pool, Isa isa, const void* x, ElementTyp
   const int64_t chunks = (n + grain - 1) / grain;
   const int64_t size = ElementSizeBytes(dtype);
   const auto* base = static_cast<const char*>(x);
-  pool.ParallelFor(n, grain, [&](int64_t c, int64_t begin, int64_t end) {
-    partial[c] = fn(base + begin * size, end - begin);
-  });
+  pool.ParallelFor(n, grain,
+                   [&](int64_t c, int64_t begin, int64_t end) { partial[c] = fn(base + begin * size, end - begin); });
   double sum = 0.0;
   for (int64_t c = 0; c < chunks; ++c) sum += partial[c];
   return sum;
@@ -56,9 +55,8 @@ Status CastFromF32(ThreadPool& pool, Isa isa, const float* src, ElementType dst_
   if (n == 0) return Status::Ok();
   const internal::CastFromF32Fn fn = internal::KernelsFor(isa).from_f32[index];
   auto* out = static_cast<uint16_t*>(dst);
-  pool.ParallelFor(n, kChunkElems, [&](int64_t, int64_t begin, int64_t end) {
-    fn(src + begin, out + begin, end - begin);
-  });
+  pool.ParallelFor(n, kChunkElems,
+                   [&](int64_t, int64_t begin, int64_t end) { fn(src + begin, out + begin, end - begin); });
   return Status::Ok();
 }
 
@@ -72,9 +70,8 @@ Status CastToF32(ThreadPool& pool, Isa isa, const void* src, ElementType src_dty
   if (n == 0) return Status::Ok();
   const internal::CastToF32Fn fn = internal::KernelsFor(isa).to_f32[index];
   const auto* in = static_cast<const uint16_t*>(src);
-  pool.ParallelFor(n, kChunkElems, [&](int64_t, int64_t begin, int64_t end) {
-    fn(in + begin, dst + begin, end - begin);
-  });
+  pool.ParallelFor(n, kChunkElems,
+                   [&](int64_t, int64_t begin, int64_t end) { fn(in + begin, dst + begin, end - begin); });
   return Status::Ok();
 }
 

@@ -41,8 +41,8 @@ Status ValidateSpan(const AdamSpan& span) {
     return Status::InvalidArgument("adam: params16_dtype must be bf16 or f16, got " +
                                    std::string(ElementTypeName(span.params16_dtype)));
   }
-  if (span.n > 0 && (span.params == nullptr || span.exp_avg == nullptr || span.exp_avg_sq == nullptr ||
-                     span.grads == nullptr)) {
+  if (span.n > 0 &&
+      (span.params == nullptr || span.exp_avg == nullptr || span.exp_avg_sq == nullptr || span.grads == nullptr)) {
     return Status::InvalidArgument("adam: params, exp_avg, exp_avg_sq and grads must be non-null when n > 0");
   }
   return Status::Ok();
@@ -81,8 +81,7 @@ Status CpuAdam::Update(const AdamSpan& span, const AdamStepArgs& step) const {
     return Status::InvalidArgument("adam: lr must be finite and >= 0, got " + std::to_string(step.lr));
   }
   if (!FiniteNonNegative(step.grad_scale)) {
-    return Status::InvalidArgument("adam: grad_scale must be finite and >= 0, got " +
-                                   std::to_string(step.grad_scale));
+    return Status::InvalidArgument("adam: grad_scale must be finite and >= 0, got " + std::to_string(step.grad_scale));
   }
   if (span.n == 0) return Status::Ok();
 
@@ -122,8 +121,7 @@ Status CpuAdam::Update(const AdamSpan& span, const AdamStepArgs& step) const {
 Status CpuAdam::BandwidthPass(const AdamSpan& span, float scale) const {
   ZINF_RETURN_IF_ERROR(ValidateSpan(span));
   if (span.n == 0) return Status::Ok();
-  const internal::BoundFn fn =
-      internal::KernelsFor(isa_).bound[internal::TypeIndex(span.grad_dtype)][OutIndex(span)];
+  const internal::BoundFn fn = internal::KernelsFor(isa_).bound[internal::TypeIndex(span.grad_dtype)][OutIndex(span)];
   const int64_t gsize = ElementSizeBytes(span.grad_dtype);
   const auto* grads = static_cast<const char*>(span.grads);
   auto* out = static_cast<char*>(span.params16);

@@ -48,20 +48,20 @@ inline constexpr int64_t kChunkElems = int64_t{1} << 16;
 // One contiguous sub-group. No alignment is required (64-byte alignment is
 // faster); all arrays hold n elements.
 struct AdamSpan {
-  float* params = nullptr;       // fp32 master weights, updated in place
-  float* exp_avg = nullptr;      // Adam m, updated in place
-  float* exp_avg_sq = nullptr;   // Adam v, updated in place
-  const void* grads = nullptr;   // n elements of grad_dtype
-  ElementType grad_dtype = ElementType::kF32;  // kF32, kBf16 or kF16
-  void* params16 = nullptr;      // optional: receives the new params as params16_dtype
+  float* params = nullptr;                          // fp32 master weights, updated in place
+  float* exp_avg = nullptr;                         // Adam m, updated in place
+  float* exp_avg_sq = nullptr;                      // Adam v, updated in place
+  const void* grads = nullptr;                      // n elements of grad_dtype
+  ElementType grad_dtype = ElementType::kF32;       // kF32, kBf16 or kF16
+  void* params16 = nullptr;                         // optional: receives the new params as params16_dtype
   ElementType params16_dtype = ElementType::kBf16;  // kBf16 or kF16
   int64_t n = 0;
 };
 
 struct AdamStepArgs {
-  int64_t step = 1;          // Adam's t, 1-based, for bias correction
-  double lr = 0.0;           // this step's learning rate (from the schedule)
-  double grad_scale = 1.0;   // gradients are multiplied by this first (unscale * clip)
+  int64_t step = 1;         // Adam's t, 1-based, for bias correction
+  double lr = 0.0;          // this step's learning rate (from the schedule)
+  double grad_scale = 1.0;  // gradients are multiplied by this first (unscale * clip)
 };
 
 class CpuAdam {

@@ -28,8 +28,7 @@ bool CpuSupports(Isa isa) {
   // libgcc's cpu model also checks XCR0, so an OS that does not save the
   // AVX / AVX-512 register state reports the feature as absent.
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   switch (isa) {
     case Isa::kScalar: return true;
     case Isa::kAvx2: return avx2;

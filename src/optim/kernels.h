@@ -37,13 +37,13 @@ struct AdamArgs {
 // Updates n elements in place; `grads` holds n elements of the table's grad
 // dtype, `out16` (when the table's out dtype is not none) receives n 16-bit
 // copies of the new params.
-using AdamFn = void (*)(const AdamArgs& args, float* params, float* exp_avg, float* exp_avg_sq,
-                        const void* grads, void* out16, int64_t n);
+using AdamFn = void (*)(const AdamArgs& args, float* params, float* exp_avg, float* exp_avg_sq, const void* grads,
+                        void* out16, int64_t n);
 // The bandwidth probe: the same loads and stores as AdamFn, next to no
 // arithmetic: params, exp_avg, exp_avg_sq += scale * grad; out16 = high half
 // of params' bits.
-using BoundFn = void (*)(float scale, float* params, float* exp_avg, float* exp_avg_sq, const void* grads,
-                         void* out16, int64_t n);
+using BoundFn = void (*)(float scale, float* params, float* exp_avg, float* exp_avg_sq, const void* grads, void* out16,
+                         int64_t n);
 // Sum of x^2 over n elements, accumulated in double.
 using SumSquaresFn = double (*)(const void* x, int64_t n);
 // fp32 -> 16 bit (round to nearest even) and 16 bit -> fp32.

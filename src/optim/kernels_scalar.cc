@@ -18,9 +18,7 @@ struct Scalar {
   static F LoadF16(const uint16_t* p) { return HalfToFloat(*p); }
   static void StoreBf16(uint16_t* p, F x) { *p = FloatToBf16(x); }
   static void StoreF16(uint16_t* p, F x) { *p = FloatToHalf(x); }
-  static void StoreHigh16(uint16_t* p, F x) {
-    *p = static_cast<uint16_t>(__builtin_bit_cast(uint32_t, x) >> 16);
-  }
+  static void StoreHigh16(uint16_t* p, F x) { *p = static_cast<uint16_t>(__builtin_bit_cast(uint32_t, x) >> 16); }
   static F Add(F a, F b) { return a + b; }
   static F Mul(F a, F b) { return a * b; }
   static F Div(F a, F b) { return a / b; }

@@ -31,8 +31,7 @@ StatusOr<LossScaler> LossScaler::Create(const Fp16Config& config) {
     return Status::InvalidArgument("fp16.hysteresis: must be >= 1, got " + std::to_string(config.hysteresis));
   }
   if (!(config.min_loss_scale > 0.0) || !std::isfinite(config.min_loss_scale)) {
-    return Status::InvalidArgument("fp16.min_loss_scale: must be > 0, got " +
-                                   std::to_string(config.min_loss_scale));
+    return Status::InvalidArgument("fp16.min_loss_scale: must be > 0, got " + std::to_string(config.min_loss_scale));
   }
   s.dynamic_ = true;
   s.scale_window_ = config.loss_scale_window;

@@ -63,8 +63,7 @@ double LrSchedule::LrAt(int64_t iteration) const {
   const SchedulerConfig& c = config_;
   const double delta = c.warmup_max_lr - c.warmup_min_lr;
   switch (c.type) {
-    case SchedulerType::kNone:
-      return base_lr_;
+    case SchedulerType::kNone: return base_lr_;
     case SchedulerType::kWarmupLR:
       if (iteration < 0) return c.warmup_min_lr;
       if (iteration < warmup_steps_) return c.warmup_min_lr + delta * WarmupGamma(iteration);

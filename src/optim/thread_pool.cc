@@ -81,8 +81,8 @@ Status ThreadPool::Start(const Options& options) {
     // the destructor then stops and joins them.
     const int running = static_cast<int>(workers_.size());
     for (int s = started.load(); s < running; s = started.load()) started.wait(s);
-    return Status::ResourceExhausted("thread pool: cannot start thread " + std::to_string(workers_.size()) +
-                                     " of " + std::to_string(n) + ": " + e.what());
+    return Status::ResourceExhausted("thread pool: cannot start thread " + std::to_string(workers_.size()) + " of " +
+                                     std::to_string(n) + ": " + e.what());
   }
   // Wait until every worker has read `options` and tried to bind.
   for (int s = started.load(); s < n; s = started.load()) started.wait(s);

@@ -43,8 +43,7 @@ class FunctionRef<R(Args...)> {
  public:
   template <typename F, typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, FunctionRef>>>
   FunctionRef(F&& f)  // NOLINT: implicit by design
-      : obj_(const_cast<void*>(static_cast<const void*>(&f))),
-        call_([](void* obj, Args... args) -> R {
+      : obj_(const_cast<void*>(static_cast<const void*>(&f))), call_([](void* obj, Args... args) -> R {
           return (*static_cast<std::remove_reference_t<F>*>(obj))(std::forward<Args>(args)...);
         }) {}
   R operator()(Args... args) const { return call_(obj_, std::forward<Args>(args)...); }
@@ -57,8 +56,8 @@ class FunctionRef<R(Args...)> {
 class ThreadPool {
  public:
   struct Options {
-    int num_threads = 0;       // 0: one per physical core
-    bool bind_threads = true;  // bind worker i to core i mod cores (hwloc)
+    int num_threads = 0;              // 0: one per physical core
+    bool bind_threads = true;         // bind worker i to core i mod cores (hwloc)
     std::string name = "zinf-optim";  // thread names: "<name>-<i>", cut to 15 chars
   };
 

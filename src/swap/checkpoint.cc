@@ -11,9 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/crc32c.h"
+#include "core/fs.h"
 #include "core/log.h"
 #include "core/units.h"
-#include "core/fs.h"
 
 namespace zinf::swap {
 namespace {
@@ -244,9 +244,10 @@ Status SaveBlob(aio::IoEngine& engine, aio::PinnedPool& pool, const BlobRef& blo
   return Status::Ok();
 }
 
-Status WriteLatest(aio::IoEngine& engine, aio::PinnedPool& pool, const std::string& root,
-                   const std::string& name, const SaveOptions& options) {
-  const std::string line = std::string(kLatestMagic) + " 1 " + name + " " + Hex32(Crc32c(name.data(), name.size())) + "\n";
+Status WriteLatest(aio::IoEngine& engine, aio::PinnedPool& pool, const std::string& root, const std::string& name,
+                   const SaveOptions& options) {
+  const std::string line =
+      std::string(kLatestMagic) + " 1 " + name + " " + Hex32(Crc32c(name.data(), name.size())) + "\n";
   const std::string final_path = JoinPath(root, kLatestFileName);
   const std::string tmp = final_path + ".tmp-" + RandomHex(8);
   Status s = WriteSmallFile(engine, pool, tmp, line);
@@ -294,8 +295,10 @@ Status SaveCheckpoint(aio::IoEngine& engine, aio::PinnedPool& pool, const std::s
                                         " exists and is the latest checkpoint; it is not overwritten");
     }
     if (!latest.ok() && latest.status().code() != StatusCode::kNotFound) return latest.status();
-    Log("swap").warn("replacing checkpoint {}: `latest` does not name it (left by a run that stopped before "
-                     "finishing its save)", target);
+    Log("swap").warn(
+        "replacing checkpoint {}: `latest` does not name it (left by a run that stopped before "
+        "finishing its save)",
+        target);
     ZINF_RETURN_IF_ERROR(RemoveTree(target));
   }
   ZINF_RETURN_IF_ERROR(MakeDirectories(root));
@@ -349,8 +352,7 @@ Status SaveCheckpoint(aio::IoEngine& engine, aio::PinnedPool& pool, const std::s
   }
   body.push_back('\n');
   const std::string text = std::string(kManifestMagic) + " " + std::to_string(kCheckpointFormatVersion) + " " +
-                           std::to_string(body.size()) + " " + Hex32(Crc32c(body.data(), body.size())) + "\n" +
-                           body;
+                           std::to_string(body.size()) + " " + Hex32(Crc32c(body.data(), body.size())) + "\n" + body;
   const std::string manifest_path = JoinPath(tmp, kManifestName);
   Status s = WriteSmallFile(engine, pool, manifest_path, text);
   if (!s.ok()) return fail(s.WithContext("writing checkpoint manifest " + manifest_path));
@@ -472,8 +474,7 @@ StatusOr<CheckpointReader> CheckpointReader::Open(aio::IoEngine& engine, aio::Pi
     if (*size != want) {
       return Status::Corruption(info.file + " offset " + std::to_string(std::min(*size, want)) + ": file is " +
                                 std::to_string(*size) + " bytes, the manifest says " + std::to_string(want) +
-                                " (blob '" + info.name + "', " +
-                                (*size < want ? "truncated)" : "has extra bytes)"));
+                                " (blob '" + info.name + "', " + (*size < want ? "truncated)" : "has extra bytes)"));
     }
   }
   return r;
@@ -505,8 +506,8 @@ Status CheckpointReader::Stream(const BlobInfo& info, int64_t granule_bytes,
     const uint32_t want = info.chunk_crc32c[static_cast<size_t>(index)];
     if (crc == want) return Status::Ok();
     return Status::Corruption(info.file + " offset " + std::to_string(begin) + " length " + std::to_string(length) +
-                              ": crc32c mismatch in blob '" + info.name + "' (manifest " + Hex32(want) +
-                              ", read " + Hex32(crc) + ")");
+                              ": crc32c mismatch in blob '" + info.name + "' (manifest " + Hex32(want) + ", read " +
+                              Hex32(crc) + ")");
   };
   if (s.ok()) {
     aio::PinnedBuffer buffer = pool_->Acquire();
@@ -519,9 +520,8 @@ Status CheckpointReader::Stream(const BlobInfo& info, int64_t granule_bytes,
   }
   if (s.ok()) s = summer.Finish(check);
   if (s.ok() && summer.whole() != info.crc32c) {
-    s = Status::Corruption(info.file + " offset 0 length " + std::to_string(info.size_bytes) +
-                           ": crc32c of blob '" + info.name + "' is " + Hex32(summer.whole()) + ", manifest says " +
-                           Hex32(info.crc32c));
+    s = Status::Corruption(info.file + " offset 0 length " + std::to_string(info.size_bytes) + ": crc32c of blob '" +
+                           info.name + "' is " + Hex32(summer.whole()) + ", manifest says " + Hex32(info.crc32c));
   }
   Status c = engine_->CloseFile(fid);
   if (s.ok()) s = c;

@@ -65,7 +65,7 @@ inline constexpr char kLatestFileName[] = "latest";
 // Where a blob's bytes are: a RAM buffer, or a SwapStore tensor (all of it).
 struct BlobRef {
   std::string name;
-  std::span<std::byte> ram;      // used when store is null
+  std::span<std::byte> ram;  // used when store is null
   SwapStore* store = nullptr;
   TensorId tensor = -1;
 
@@ -116,7 +116,7 @@ StatusOr<std::string> ResolveLatest(aio::IoEngine& engine, aio::PinnedPool& pool
 
 struct BlobInfo {
   std::string name;
-  std::string file;                    // path of the blob's file
+  std::string file;  // path of the blob's file
   int64_t size_bytes = 0;
   uint32_t crc32c = 0;                 // of the whole blob
   std::vector<uint32_t> chunk_crc32c;  // per chunk of chunk_bytes

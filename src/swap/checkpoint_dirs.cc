@@ -119,8 +119,8 @@ StatusOr<ResumePoint> FindResumePoint(const std::string& path, int rank, int wor
   }
   point.rank_dir = RankDirectory(path, rank);
   if (!PathExists(point.rank_dir)) {
-    return Status::NotFound(path + " is neither a checkpoint (no manifest) nor a save directory (no " +
-                            point.rank_dir + ")");
+    return Status::NotFound(path + " is neither a checkpoint (no manifest) nor a save directory (no " + point.rank_dir +
+                            ")");
   }
   ZINF_ASSIGN_OR_RETURN(point.step, LatestStep(point.rank_dir));
   point.path = StepDirectory(point.rank_dir, point.step);

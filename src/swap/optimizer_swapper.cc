@@ -74,9 +74,8 @@ StatusOr<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::Create(const Optim
                                    std::to_string(options.sub_group_elems));
   }
   if (options.device != OffloadDevice::kCpu && options.device != OffloadDevice::kNvme) {
-    return Status::InvalidArgument(
-        "offload_optimizer.device: the optimizer swapper needs cpu or nvme, got " +
-        std::string(OffloadDeviceName(options.device)));
+    return Status::InvalidArgument("offload_optimizer.device: the optimizer swapper needs cpu or nvme, got " +
+                                   std::string(OffloadDeviceName(options.device)));
   }
   std::unique_ptr<OptimizerSwapper> s(new OptimizerSwapper(options));
   s->num_sub_groups_ = NumSubGroups(options);
@@ -105,9 +104,8 @@ StatusOr<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::Create(const Optim
   if (pool->buffer_count() < need_count) {
     return Status::InvalidArgument(
         "offload_optimizer.buffer_count: the pinned pool has " + std::to_string(pool->buffer_count()) +
-        " buffers, but the optimizer step with " + pipeline + " keeps " +
-        std::to_string(need_count / s->arrays()) + " sub-group(s) in flight and needs " +
-        std::to_string(need_count) + " buffers of " + FormatBytes(need_bytes) +
+        " buffers, but the optimizer step with " + pipeline + " keeps " + std::to_string(need_count / s->arrays()) +
+        " sub-group(s) in flight and needs " + std::to_string(need_count) + " buffers of " + FormatBytes(need_bytes) +
         (options.gradients_in_store ? " (master, m, v and gradient per sub-group)"
                                     : " (master, m and v per sub-group)"));
   }
@@ -161,8 +159,8 @@ std::vector<BlobRef> OptimizerSwapper::CheckpointBlobs() {
         blobs.push_back(BlobRef::Swap(std::move(name), store_.get(), Tensor(a, k)));
       } else {
         auto* bytes = reinterpret_cast<std::byte*>(Resident(a, k));
-        blobs.push_back(BlobRef::Ram(std::move(name),
-                                     std::span<std::byte>(bytes, static_cast<size_t>(sub_group_elems(k) * 4))));
+        blobs.push_back(
+            BlobRef::Ram(std::move(name), std::span<std::byte>(bytes, static_cast<size_t>(sub_group_elems(k) * 4))));
       }
     }
   }
@@ -415,9 +413,8 @@ Status OptimizerSwapper::Step(const optim::CpuAdam& adam, const optim::AdamStepA
   }
   s = Drain(s);
   if (!s.ok()) {
-    return s.WithContext("optimizer step " + std::to_string(args.step) + ", sub-group " +
-                         std::to_string(current) + " of " +
-                         std::to_string(num_sub_groups_));
+    return s.WithContext("optimizer step " + std::to_string(args.step) + ", sub-group " + std::to_string(current) +
+                         " of " + std::to_string(num_sub_groups_));
   }
   return Status::Ok();
 }

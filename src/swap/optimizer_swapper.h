@@ -60,14 +60,14 @@
 namespace zinf::swap {
 
 struct OptimizerSwapperOptions {
-  int64_t total_elems = 0;        // elements in this rank's shard
-  int64_t sub_group_elems = 0;    // zero_optimization.sub_group_size
+  int64_t total_elems = 0;                      // elements in this rank's shard
+  int64_t sub_group_elems = 0;                  // zero_optimization.sub_group_size
   OffloadDevice device = OffloadDevice::kNvme;  // kCpu or kNvme
-  bool pipeline_read = false;     // offload_optimizer.pipeline_read
-  bool pipeline_write = false;    // offload_optimizer.pipeline_write
-  SwapStoreOptions store;         // kNvme: paths, stripe, checksums, run id
-  std::string prefix = "optim";   // tensor name prefix in the store
-  bool pin_memory = true;         // kCpu: page-lock the resident state
+  bool pipeline_read = false;                   // offload_optimizer.pipeline_read
+  bool pipeline_write = false;                  // offload_optimizer.pipeline_write
+  SwapStoreOptions store;                       // kNvme: paths, stripe, checksums, run id
+  std::string prefix = "optim";                 // tensor name prefix in the store
+  bool pin_memory = true;                       // kCpu: page-lock the resident state
   // The fp32 gradient is part of the state (SetGradients); off: Step takes
   // it from the caller (StepIo::grads).
   bool gradients_in_store = true;
@@ -196,7 +196,7 @@ class OptimizerSwapper {
   TensorId Tensor(int array, int64_t k) const { return static_cast<TensorId>(k * arrays() + array); }
   float* Resident(int array, int64_t k) const;
   // Moves `array` of every sub-group between the state and a caller array.
-  Status CopyIn(int array, const float* src);   // src null: zeros
+  Status CopyIn(int array, const float* src);  // src null: zeros
   Status CopyOut(int array, float* dst);
   Status StartRead(Slot& slot, int64_t k);
   // StartRead unless the slot's reads of sub-group k are under way (PrefetchStep).
@@ -209,10 +209,10 @@ class OptimizerSwapper {
 
   OptimizerSwapperOptions options_;
   int64_t num_sub_groups_ = 0;
-  std::unique_ptr<SwapStore> store_;                 // kNvme
-  std::vector<Slot> slots_;                          // kNvme: the pipeline's buffers
-  std::unique_ptr<aio::PinnedPool> resident_pool_;   // kCpu
-  std::vector<aio::PinnedBuffer> resident_;          // kCpu: [k * arrays() + array]
+  std::unique_ptr<SwapStore> store_;                // kNvme
+  std::vector<Slot> slots_;                         // kNvme: the pipeline's buffers
+  std::unique_ptr<aio::PinnedPool> resident_pool_;  // kCpu
+  std::vector<aio::PinnedBuffer> resident_;         // kCpu: [k * arrays() + array]
 };
 
 }  // namespace zinf::swap

@@ -28,8 +28,7 @@ aio::PinnedPoolOptions ParamSwapper::PoolOptions(const ParamSwapperOptions& opti
   return po;
 }
 
-StatusOr<std::unique_ptr<ParamSwapper>> ParamSwapper::Create(const ParamSwapperOptions& options,
-                                                             aio::IoEngine* engine,
+StatusOr<std::unique_ptr<ParamSwapper>> ParamSwapper::Create(const ParamSwapperOptions& options, aio::IoEngine* engine,
                                                              const std::vector<ParamShardSpec>& shards) {
   if (options.buffer_count < 1) {
     return Status::InvalidArgument("offload_param.buffer_count: expected >= 1, got " +

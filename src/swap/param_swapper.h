@@ -53,9 +53,9 @@ struct ParamSwapperOptions {
 ParamSwapperOptions ParamSwapperOptionsFromConfig(const ZeroConfig& zero);
 
 struct ParamSwapperStats {
-  int64_t reads = 0;       // shards read from NVMe
-  int64_t writes = 0;      // shards written to NVMe
-  int64_t hits = 0;        // Prefetch/Acquire served from the cache
+  int64_t reads = 0;   // shards read from NVMe
+  int64_t writes = 0;  // shards written to NVMe
+  int64_t hits = 0;    // Prefetch/Acquire served from the cache
   int64_t evictions = 0;
   int64_t read_bytes = 0;  // shard bytes read (prefetches included)
   int64_t write_bytes = 0;
@@ -136,10 +136,10 @@ class ParamSwapper {
   std::unique_ptr<SwapStore> store_;
   std::unique_ptr<aio::PinnedPool> pool_;
   std::vector<Shard> shards_;
-  std::list<ShardId> lru_;      // released resident shards, least recent first
-  int64_t cached_elems_ = 0;    // elements of the shards in lru_
+  std::list<ShardId> lru_;    // released resident shards, least recent first
+  int64_t cached_elems_ = 0;  // elements of the shards in lru_
   ParamSwapperStats stats_;
-  Status write_error_;          // the first failed write-back (WaitWrite)
+  Status write_error_;  // the first failed write-back (WaitWrite)
 };
 
 }  // namespace zinf::swap

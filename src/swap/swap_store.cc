@@ -11,9 +11,9 @@
 #include "aio/pinned_pool.h"
 #include "core/check.h"
 #include "core/crc32c.h"
+#include "core/fs.h"
 #include "core/log.h"
 #include "core/units.h"
-#include "core/fs.h"
 
 namespace zinf::swap {
 namespace {
@@ -170,8 +170,8 @@ Status SwapStore::Layout(std::vector<TensorSpec> tensors) {
     }
     const int32_t es = spec.element_size_bytes;
     if (es != 1 && es != 2 && es != 4 && es != 8) {
-      return Status::InvalidArgument("swap store: tensor '" + spec.name + "' has element size " +
-                                     std::to_string(es) + "; expected 1, 2, 4 or 8");
+      return Status::InvalidArgument("swap store: tensor '" + spec.name + "' has element size " + std::to_string(es) +
+                                     "; expected 1, 2, 4 or 8");
     }
     if (static_cast<uint32_t>(es) != common_element_size_) common_element_size_ = 0;
     const TensorId id = static_cast<TensorId>(tensors_.size());
@@ -216,8 +216,8 @@ Status SwapStore::OpenFiles() {
   const int n = static_cast<int>(options_.paths.size());
   for (int i = 0; i < n; ++i) {
     ZINF_RETURN_IF_ERROR(MakeDirectories(options_.paths[static_cast<size_t>(i)]));
-    file_paths_.push_back(JoinPath(options_.paths[static_cast<size_t>(i)],
-                                   options_.file_prefix + "." + std::to_string(i) + ".swp"));
+    file_paths_.push_back(
+        JoinPath(options_.paths[static_cast<size_t>(i)], options_.file_prefix + "." + std::to_string(i) + ".swp"));
   }
 
   // One aligned, pinned block for reading and writing headers.
@@ -265,10 +265,10 @@ Status SwapStore::OpenFiles() {
                  header->header_bytes != static_cast<uint32_t>(header_bytes_)) {
         stale = "another layout (layout hash " + Hex(header->layout_hash) + ", " +
                 std::to_string(header->tensor_count) + " tensors, " + FormatBytes(int64_t(header->data_bytes)) +
-                " of data, file " + std::to_string(header->file_index) + " of " +
-                std::to_string(header->file_count) + "; this store: layout hash " + Hex(layout_hash_) + ", " +
-                std::to_string(tensors_.size()) + " tensors, " + FormatBytes(data_bytes_per_file_) + ", file " +
-                std::to_string(i) + " of " + std::to_string(n) + ")";
+                " of data, file " + std::to_string(header->file_index) + " of " + std::to_string(header->file_count) +
+                "; this store: layout hash " + Hex(layout_hash_) + ", " + std::to_string(tensors_.size()) +
+                " tensors, " + FormatBytes(data_bytes_per_file_) + ", file " + std::to_string(i) + " of " +
+                std::to_string(n) + ")";
       } else if (header->run_id != run_id_) {
         stale = "left by another run (run id '" + header->run_id + "', this run '" + run_id_ + "')";
       }
@@ -356,10 +356,9 @@ Status SwapStore::OpenOneFile(int index) {
   };
   if (engine_->file_info(fid).alignment_bytes > alignment_ ||
       alignment_ % engine_->file_info(fid).alignment_bytes != 0) {
-    return fail(Status::InvalidArgument("swap file " + path + " needs " +
-                                        std::to_string(engine_->file_info(fid).alignment_bytes) +
-                                        "-byte alignment for O_DIRECT; alignment_bytes is " +
-                                        std::to_string(alignment_)));
+    return fail(Status::InvalidArgument(
+        "swap file " + path + " needs " + std::to_string(engine_->file_info(fid).alignment_bytes) +
+        "-byte alignment for O_DIRECT; alignment_bytes is " + std::to_string(alignment_)));
   }
   Status s = engine_->Allocate(fid, file_bytes());
   if (!s.ok()) {
@@ -432,8 +431,7 @@ StatusOr<SwapHandle> SwapStore::SwapOut(TensorId id, const void* buffer) {
 
 StatusOr<SwapHandle> SwapStore::SwapIn(TensorId id, void* buffer) {
   if (id < 0 || id >= tensor_count()) return Status::InvalidArgument("swap-in: no tensor id " + std::to_string(id));
-  return Start(aio::IoOp::kRead, id, 0, tensors_[static_cast<size_t>(id)].spec.size_bytes,
-               static_cast<char*>(buffer));
+  return Start(aio::IoOp::kRead, id, 0, tensors_[static_cast<size_t>(id)].spec.size_bytes, static_cast<char*>(buffer));
 }
 
 StatusOr<SwapHandle> SwapStore::SwapOutRange(TensorId id, int64_t offset_bytes, int64_t length_bytes,
@@ -441,8 +439,7 @@ StatusOr<SwapHandle> SwapStore::SwapOutRange(TensorId id, int64_t offset_bytes, 
   return Start(aio::IoOp::kWrite, id, offset_bytes, length_bytes, static_cast<char*>(const_cast<void*>(buffer)));
 }
 
-StatusOr<SwapHandle> SwapStore::SwapInRange(TensorId id, int64_t offset_bytes, int64_t length_bytes,
-                                            void* buffer) {
+StatusOr<SwapHandle> SwapStore::SwapInRange(TensorId id, int64_t offset_bytes, int64_t length_bytes, void* buffer) {
   return Start(aio::IoOp::kRead, id, offset_bytes, length_bytes, static_cast<char*>(buffer));
 }
 
@@ -457,19 +454,18 @@ StatusOr<SwapHandle> SwapStore::Start(aio::IoOp op, TensorId id, int64_t offset_
   const int64_t end = offset_bytes + length_bytes;
   if (offset_bytes < 0 || length_bytes <= 0 || end > size || offset_bytes % stripe_ != 0 ||
       (end != size && length_bytes % stripe_ != 0)) {
-    return Status::InvalidArgument(std::string(verb) + " of tensor '" + t.spec.name + "' (" +
-                                   std::to_string(size) + " bytes): bad range offset " +
-                                   std::to_string(offset_bytes) + " length " + std::to_string(length_bytes) +
-                                   " (offset and length must be multiples of the stripe, " +
-                                   std::to_string(stripe_) + " bytes, unless the range ends the tensor)");
+    return Status::InvalidArgument(std::string(verb) + " of tensor '" + t.spec.name + "' (" + std::to_string(size) +
+                                   " bytes): bad range offset " + std::to_string(offset_bytes) + " length " +
+                                   std::to_string(length_bytes) +
+                                   " (offset and length must be multiples of the stripe, " + std::to_string(stripe_) +
+                                   " bytes, unless the range ends the tensor)");
   }
   if (buffer == nullptr || reinterpret_cast<uintptr_t>(buffer) % static_cast<uintptr_t>(alignment_) != 0) {
     return Status::InvalidArgument(std::string(verb) + " of tensor '" + t.spec.name + "': buffer is not " +
                                    std::to_string(alignment_) + "-byte aligned");
   }
   const int64_t first = offset_bytes / stripe_;
-  const int64_t count =
-      end == size ? static_cast<int64_t>(t.extents.size()) - first : length_bytes / stripe_;
+  const int64_t count = end == size ? static_cast<int64_t>(t.extents.size()) - first : length_bytes / stripe_;
 
   uint32_t index = 0;
   {
@@ -489,8 +485,8 @@ StatusOr<SwapHandle> SwapStore::Start(aio::IoOp op, TensorId id, int64_t offset_
     }
     const std::optional<uint32_t> taken = slots_.Acquire();
     if (!taken) {
-      return Status::ResourceExhausted(std::string(verb) + " of tensor '" + t.spec.name + "': " +
-                                       std::to_string(slots_.capacity()) +
+      return Status::ResourceExhausted(std::string(verb) + " of tensor '" + t.spec.name +
+                                       "': " + std::to_string(slots_.capacity()) +
                                        " transfers already outstanding (max_outstanding)");
     }
     index = *taken;
@@ -573,8 +569,8 @@ Status SwapStore::Wait(SwapHandle handle) {
         status = Status::Corruption("swap-in of tensor '" + t.spec.name + "': crc32c mismatch in " +
                                     file_paths_[static_cast<size_t>(e.file)] + " offset " +
                                     std::to_string(e.file_offset) + " length " + std::to_string(e.length) +
-                                    " (tensor bytes from " + std::to_string(int64_t(e_index) * stripe_) +
-                                    "; written " + Hex(expected) + ", read " + Hex(actual) + ")");
+                                    " (tensor bytes from " + std::to_string(int64_t(e_index) * stripe_) + "; written " +
+                                    Hex(expected) + ", read " + Hex(actual) + ")");
         break;
       }
     }

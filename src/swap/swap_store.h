@@ -62,9 +62,9 @@ namespace zinf::swap {
 using TensorId = int32_t;
 
 struct TensorSpec {
-  std::string name;               // unique, non-empty
-  int64_t size_bytes = 0;         // > 0
-  int32_t element_size_bytes = 1; // 1, 2, 4 or 8; recorded in headers and the layout hash
+  std::string name;                // unique, non-empty
+  int64_t size_bytes = 0;          // > 0
+  int32_t element_size_bytes = 1;  // 1, 2, 4 or 8; recorded in headers and the layout hash
 };
 
 enum class StalePolicy {
@@ -73,16 +73,16 @@ enum class StalePolicy {
 };
 
 struct SwapStoreOptions {
-  std::vector<std::string> paths;     // one swap file per path (directories, created if missing)
-  std::string file_prefix = "zinf";   // files are <path>/<file_prefix>.<i>.swp
-  int64_t stripe_bytes = 1 << 20;     // multiple of alignment_bytes
-  int64_t alignment_bytes = 4096;     // power of two; at least every file's O_DIRECT alignment
-  bool checksums = true;              // crc32c per extent, verified on swap-in
+  std::vector<std::string> paths;    // one swap file per path (directories, created if missing)
+  std::string file_prefix = "zinf";  // files are <path>/<file_prefix>.<i>.swp
+  int64_t stripe_bytes = 1 << 20;    // multiple of alignment_bytes
+  int64_t alignment_bytes = 4096;    // power of two; at least every file's O_DIRECT alignment
+  bool checksums = true;             // crc32c per extent, verified on swap-in
   // Identifies the run that owns the files (at most 32 bytes); empty: random.
   // A file with the same layout and run id is reused; any other is stale.
   std::string run_id;
   StalePolicy stale_policy = StalePolicy::kReplace;
-  int max_outstanding = 64;           // transfers submitted and not yet waited on
+  int max_outstanding = 64;  // transfers submitted and not yet waited on
 };
 
 // An outstanding transfer; spent by Wait. Zero is never valid.
@@ -98,16 +98,16 @@ struct SwapFileHeader {
   static constexpr int kEncodedBytes = 108;
 
   uint32_t format_version = kFormatVersion;
-  uint32_t header_bytes = 0;     // data starts here
+  uint32_t header_bytes = 0;  // data starts here
   uint32_t file_index = 0;
   uint32_t file_count = 0;
-  uint64_t data_bytes = 0;       // bytes after the header
-  uint64_t logical_bytes = 0;    // the whole striped space
+  uint64_t data_bytes = 0;     // bytes after the header
+  uint64_t logical_bytes = 0;  // the whole striped space
   uint64_t stripe_bytes = 0;
   uint64_t tensor_count = 0;
   uint32_t element_size_bytes = 0;  // common element size of the tensors, 0 when mixed
   uint64_t layout_hash = 0;
-  std::string run_id;            // at most 32 bytes
+  std::string run_id;  // at most 32 bytes
 
   // Writes kEncodedBytes bytes (with the trailing crc32c) to `out`.
   void Encode(char* out) const;
@@ -168,18 +168,18 @@ class SwapStore {
 
  private:
   struct Extent {
-    int32_t file = 0;          // index into files_
-    int64_t file_offset = 0;   // bytes from the start of the file
-    int64_t length = 0;        // padded bytes
+    int32_t file = 0;         // index into files_
+    int64_t file_offset = 0;  // bytes from the start of the file
+    int64_t length = 0;       // padded bytes
   };
   struct Tensor {
     TensorSpec spec;
     int64_t logical_offset = 0;
     std::vector<Extent> extents;
     // Guarded by mu_:
-    std::vector<uint32_t> crc;       // per extent, valid when written[k]
-    std::vector<uint8_t> written;    // per extent: last swap-out succeeded
-    std::vector<int32_t> busy;       // per extent: >0 readers outstanding, -1 a writer
+    std::vector<uint32_t> crc;     // per extent, valid when written[k]
+    std::vector<uint8_t> written;  // per extent: last swap-out succeeded
+    std::vector<int32_t> busy;     // per extent: >0 readers outstanding, -1 a writer
   };
   // One transfer between Start and its Wait: the payload of a handle.
   struct Slot {

@@ -132,9 +132,7 @@ Status PlanParamHome(const Config& config, const Partitioner& part, BufferPlan& 
   p.param_swapper.buffer_elems = std::min(p.param_swapper.buffer_elems, part.max_shard_numel());
   p.param_swap_buffers = NoPool("parameter buffers (offload_param)");
   switch (p.param_home) {
-    case OffloadDevice::kNone:
-      p.param_home_device_bytes = total * p.param_elem_bytes;
-      break;
+    case OffloadDevice::kNone: p.param_home_device_bytes = total * p.param_elem_bytes; break;
     case OffloadDevice::kCpu:
       p.param_home_host = OneBuffer(total * p.param_elem_bytes, zero.offload_param.pin_memory, "param home");
       break;
@@ -302,11 +300,11 @@ std::vector<BufferItem> BufferPlan::Items() const {
   add(BufferTier::kDevice,
       "persistent gathered blocks (" + std::to_string(persistent_blocks) +
           (stage < 3 ? ": every block at stage " + std::to_string(stage)
-                     : " below stage3_param_persistence_threshold") + ")",
+                     : " below stage3_param_persistence_threshold") +
+          ")",
       persistent_bytes);
   add(BufferTier::kDevice,
-      "gathered blocks: at most " + Elems(gathered_window_elems) +
-          " (max(stage3_max_live_parameters, held at once))",
+      "gathered blocks: at most " + Elems(gathered_window_elems) + " (max(stage3_max_live_parameters, held at once))",
       gathered_window_bytes);
   const std::string gt = grad_elem_bytes == 4 ? "fp32" : "16-bit";
   add(BufferTier::kDevice, "gradient flat buffer (largest block, " + gt + ")", DeviceFootprint(grad_flat_bytes));

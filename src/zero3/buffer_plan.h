@@ -83,13 +83,13 @@ struct BufferPlan {
   // The Partitioner's figures for rank 0 (every rank's shards are equal).
   int64_t total_shard_elems = 0;  // the rank shard: all blocks' shards end to end
   int64_t max_shard_elems = 0;
-  int64_t max_padded_elems = 0;   // the largest gathered block
+  int64_t max_padded_elems = 0;             // the largest gathered block
   std::vector<int64_t> block_padded_elems;  // per block: what a gather brings in
-  std::vector<bool> persistent;   // per block: stays gathered (stage < 3, or below the persistence threshold)
+  std::vector<bool> persistent;             // per block: stays gathered (stage < 3, or below the persistence threshold)
 
   // The working parameters' home (zero_optimization.offload_param.device).
   OffloadDevice param_home = OffloadDevice::kNone;
-  int64_t param_home_device_bytes = 0;  // kNone: the whole rank shard on the device
+  int64_t param_home_device_bytes = 0;     // kNone: the whole rank shard on the device
   aio::PinnedPoolOptions param_home_host;  // kCpu: one buffer of the rank shard (pinned per pin_memory)
   // kNvme: the ParamSwapper's options (buffer_elems capped at the largest
   // shard) and the pool it makes from them (ParamSwapper::PoolOptions).

@@ -23,12 +23,24 @@ int64_t NanosSince(Clock::time_point t0) {
 
 // Every EngineCounters field that only grows (the rest are levels).
 constexpr int64_t EngineCounters::*kCumulativeCounters[] = {
-    &EngineCounters::nvme_read_bytes,   &EngineCounters::nvme_write_bytes,  &EngineCounters::optimizer_nvme_bytes,
-    &EngineCounters::h2d_bytes,         &EngineCounters::d2h_bytes,         &EngineCounters::allgather_bytes,
-    &EngineCounters::reduce_scatter_bytes, &EngineCounters::nvme_wait_ns,   &EngineCounters::fetch_wait_ns,
-    &EngineCounters::allgather_ns,      &EngineCounters::reduce_scatter_ns, &EngineCounters::optimizer_ns,
-    &EngineCounters::fetches,           &EngineCounters::prefetches,        &EngineCounters::prefetch_hits,
-    &EngineCounters::resident_hits,     &EngineCounters::evictions,         &EngineCounters::live_limit_overruns,
+    &EngineCounters::nvme_read_bytes,
+    &EngineCounters::nvme_write_bytes,
+    &EngineCounters::optimizer_nvme_bytes,
+    &EngineCounters::h2d_bytes,
+    &EngineCounters::d2h_bytes,
+    &EngineCounters::allgather_bytes,
+    &EngineCounters::reduce_scatter_bytes,
+    &EngineCounters::nvme_wait_ns,
+    &EngineCounters::fetch_wait_ns,
+    &EngineCounters::allgather_ns,
+    &EngineCounters::reduce_scatter_ns,
+    &EngineCounters::optimizer_ns,
+    &EngineCounters::fetches,
+    &EngineCounters::prefetches,
+    &EngineCounters::prefetch_hits,
+    &EngineCounters::resident_hits,
+    &EngineCounters::evictions,
+    &EngineCounters::live_limit_overruns,
 };
 
 }  // namespace
@@ -119,12 +131,10 @@ Status Engine::ReduceGradients(BlockId block, const std::vector<const void*>& gr
   const float* g = reinterpret_cast<const float*>(host);
   if (m.options.grad_type != ElementType::kF32) {
     float* g32 = reinterpret_cast<float*>(m.staging.data() + m.partitioner->max_shard_numel() * 4);
-    ZINF_RETURN_IF_ERROR(
-        optim::CastToF32(*m.threads, m.isa, host, m.options.grad_type, g32, l.shard_numel));
+    ZINF_RETURN_IF_ERROR(optim::CastToF32(*m.threads, m.isa, host, m.options.grad_type, g32, l.shard_numel));
     g = g32;
   }
-  const float scale =
-      1.0f / static_cast<float>(m.partitioner->world_size() * m.config.gradient_accumulation_steps);
+  const float scale = 1.0f / static_cast<float>(m.partitioner->world_size() * m.config.gradient_accumulation_steps);
   float* acc = reinterpret_cast<float*>(m.accum.data()) + l.rank_offset;
   ZINF_RETURN_IF_ERROR(optim::AddScaled(*m.threads, g, scale, acc, l.shard_numel));
   // The last micro-batch before an optimizer step: its first sub-groups'
@@ -167,8 +177,7 @@ Status Engine::GetMasterParameters(BlockId block, const std::vector<float*>& out
   std::vector<float> shard(static_cast<size_t>(l.shard_numel));
   ZINF_RETURN_IF_ERROR(m.optimizer->ReadMaster(l.rank_offset, l.shard_numel, shard.data()));
   std::vector<float> flat(static_cast<size_t>(l.padded_numel));
-  ZINF_RETURN_IF_ERROR(
-      m.host_comm->AllGather(shard.data(), flat.data(), l.shard_numel, ElementType::kF32, nullptr));
+  ZINF_RETURN_IF_ERROR(m.host_comm->AllGather(shard.data(), flat.data(), l.shard_numel, ElementType::kF32, nullptr));
   m.partitioner->Unflatten(block, flat.data(), out);
   return Status::Ok();
 }
@@ -247,10 +256,10 @@ Status Engine::Impl::CopyGradientToHost(BlockId b, const std::vector<const void*
   const auto t0 = Clock::now();
   const void* shard = flat;
   if (grad_shard != nullptr) {
-    ZINF_RETURN_IF_ERROR(device_comm
-                             ->ReduceScatter(flat, grad_shard, l.shard_numel, options.grad_type,
-                                             comm::ReduceOp::kSum, stream.get())
-                             .WithContext("reduce-scatter of block '" + name(b) + "'"));
+    ZINF_RETURN_IF_ERROR(
+        device_comm
+            ->ReduceScatter(flat, grad_shard, l.shard_numel, options.grad_type, comm::ReduceOp::kSum, stream.get())
+            .WithContext("reduce-scatter of block '" + name(b) + "'"));
     shard = grad_shard;
   }
   ZINF_RETURN_IF_ERROR(stream->CopyAsync(staging.data(), shard, static_cast<size_t>(l.shard_numel * grad_es),
@@ -280,8 +289,8 @@ StatusOr<StepResult> Engine::Impl::ApplyStep(StepResult r) {
     optim::AdamStepArgs args;
     args.step = applied_steps + 1;
     args.lr = schedule->lr();
-    args.grad_scale = optim::GradScaleFactor(r.grad_norm, config.fp16.enabled ? r.loss_scale : 1.0,
-                                             config.gradient_clipping);
+    args.grad_scale =
+        optim::GradScaleFactor(r.grad_norm, config.fp16.enabled ? r.loss_scale : 1.0, config.gradient_clipping);
     r.lr = args.lr;
     if (optimizer->store() != nullptr) {
       // Master, m and v read and written; the gradient comes from RAM.

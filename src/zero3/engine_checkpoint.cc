@@ -81,7 +81,8 @@ Status Engine::Impl::CheckpointPreconditions(const char* what) const {
   }
   const int64_t gas = config.gradient_accumulation_steps;
   if (micro_steps % gas != 0 || grads_pending) {
-    return Status::FailedPrecondition(std::string("engine: ") + what + " in the middle of a gradient-accumulation cycle (" +
+    return Status::FailedPrecondition(std::string("engine: ") + what +
+                                      " in the middle of a gradient-accumulation cycle (" +
                                       std::to_string(micro_steps % gas) + " of " + std::to_string(gas) +
                                       " micro-batches done); checkpoints are taken between optimizer steps");
   }

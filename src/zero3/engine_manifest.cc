@@ -126,7 +126,8 @@ Metadata UserMetadata(const Metadata& md) {
 Status CheckUserKeys(const Metadata& md) {
   for (const auto& [key, value] : md) {
     if (key.rfind(kEngineKeyPrefix, 0) == 0) {
-      return Status::InvalidArgument("engine: checkpoint metadata key '" + key + "' uses the reserved prefix 'engine.'");
+      return Status::InvalidArgument("engine: checkpoint metadata key '" + key +
+                                     "' uses the reserved prefix 'engine.'");
     }
   }
   return Status::Ok();

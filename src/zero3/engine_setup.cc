@@ -44,8 +44,8 @@ Status Engine::Impl::Init(const Config& cfg, const std::vector<BlockSpec>& block
   if (opts.hooks != nullptr) hooks = *opts.hooks;
   specs = block_specs;
   ZINF_RETURN_IF_ERROR(InitDeviceAndComms());
-  ZINF_ASSIGN_OR_RETURN(plan, zero3::MakeBufferPlan(config, specs, host_comm->world_size(), device->kind(),
-                                                    opts.grad_type));
+  ZINF_ASSIGN_OR_RETURN(plan,
+                        zero3::MakeBufferPlan(config, specs, host_comm->world_size(), device->kind(), opts.grad_type));
   param_type = plan.param_type;
   param_es = plan.param_elem_bytes;
   grad_es = plan.grad_elem_bytes;

@@ -23,7 +23,8 @@ int64_t NanosSince(Clock::time_point t0) {
 
 GatherCache::GatherCache(Options options) : o_(std::move(options)), es_(ElementSizeBytes(o_.param_type)) {
   blocks_.resize(static_cast<size_t>(o_.partitioner->num_blocks()));
-  for (BlockId b = 0; b < o_.partitioner->num_blocks(); ++b) block(b).persistent = o_.persistent[static_cast<size_t>(b)];
+  for (BlockId b = 0; b < o_.partitioner->num_blocks(); ++b)
+    block(b).persistent = o_.persistent[static_cast<size_t>(b)];
 }
 
 GatherCache::~GatherCache() {
@@ -92,9 +93,8 @@ Status GatherCache::Fetch(BlockId b) {
   char* dst = static_cast<char*>(st.full) + o_.partitioner->rank() * l.shard_numel * es_;
   ZINF_RETURN_IF_ERROR(o_.home->CopyToDevice(b, dst));
   const auto t1 = Clock::now();
-  ZINF_RETURN_IF_ERROR(
-      o_.device_comm->AllGather(dst, st.full, l.shard_numel, o_.param_type, o_.stream)
-          .WithContext("all-gather of block '" + (*o_.specs)[static_cast<size_t>(b)].name + "'"));
+  ZINF_RETURN_IF_ERROR(o_.device_comm->AllGather(dst, st.full, l.shard_numel, o_.param_type, o_.stream)
+                           .WithContext("all-gather of block '" + (*o_.specs)[static_cast<size_t>(b)].name + "'"));
   EngineCounters& c = *o_.counters;
   c.allgather_ns += NanosSince(t1);
   c.allgather_bytes += l.padded_numel * es_;

@@ -59,8 +59,8 @@ class GatherCache {
     PrefetchCoordinator* coordinator = nullptr;
     EngineCounters* counters = nullptr;
     ElementType param_type = ElementType::kBf16;
-    std::vector<bool> persistent;        // per block (BufferPlan::persistent)
-    int64_t max_live_elems = 0;          // stage3_max_live_parameters
+    std::vector<bool> persistent;  // per block (BufferPlan::persistent)
+    int64_t max_live_elems = 0;    // stage3_max_live_parameters
     RefreshFn refresh;
   };
 
@@ -95,7 +95,7 @@ class GatherCache {
     void* full = nullptr;          // gathered block on the device (padded_numel elements)
     std::unique_ptr<Event> ready;  // recorded after its gather
     bool persistent = false;
-    bool prefetched = false;       // gathered ahead, not yet acquired
+    bool prefetched = false;  // gathered ahead, not yet acquired
     int holds = 0;
   };
 

@@ -97,8 +97,7 @@ class NvmeParamHome final : public HomeBase {
   Status CopyToDevice(BlockId b, char* dst) override {
     const auto t0 = Clock::now();
     ZINF_ASSIGN_OR_RETURN(char* src, swapper_->Acquire(b));
-    counters_.nvme_wait_ns +=
-        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+    counters_.nvme_wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
     Status s = stream_.CopyAsync(dst, src, ShardBytes(b), CopyDirection::kHostToDevice);
     if (s.ok()) s = stream_.Synchronize();  // the swapper's buffer is reused after Release
     Status r = swapper_->Release(b, /*dirty=*/false);
@@ -143,8 +142,7 @@ StatusOr<std::unique_ptr<ParamHome>> CreateNvmeHome(const ParamHomeOptions& o) {
 StatusOr<std::unique_ptr<ParamHome>> CreateParamHome(const ParamHomeOptions& o) {
   const BufferPlan& plan = *o.plan;
   switch (plan.param_home) {
-    case OffloadDevice::kNvme:
-      return CreateNvmeHome(o);
+    case OffloadDevice::kNvme: return CreateNvmeHome(o);
     case OffloadDevice::kCpu: {
       ZINF_ASSIGN_OR_RETURN(HostWindow home, HostWindow::Create(plan.param_home_host));
       return std::unique_ptr<ParamHome>(new PinnedParamHome(o, std::move(home)));

@@ -66,14 +66,14 @@ class ParamHome {
 };
 
 struct ParamHomeOptions {
-  const BufferPlan* plan = nullptr;        // the home's tier and windows
+  const BufferPlan* plan = nullptr;  // the home's tier and windows
   const std::vector<BlockSpec>* specs = nullptr;
   const Partitioner* partitioner = nullptr;
   Device* device = nullptr;
-  Stream* stream = nullptr;                // the engine's stream
-  aio::IoEngine* io = nullptr;             // NVMe only
-  std::string run_id;                      // swap file names (SwapStore run id)
-  EngineCounters* counters = nullptr;      // h2d_bytes, nvme_wait_ns
+  Stream* stream = nullptr;            // the engine's stream
+  aio::IoEngine* io = nullptr;         // NVMe only
+  std::string run_id;                  // swap file names (SwapStore run id)
+  EngineCounters* counters = nullptr;  // h2d_bytes, nvme_wait_ns
 };
 
 // The home for plan->param_home, sized as the plan says. Errors: the device's

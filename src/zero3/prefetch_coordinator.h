@@ -27,7 +27,7 @@
 namespace zinf::zero3 {
 
 struct PrefetchOptions {
-  int64_t prefetch_bucket_elems = 50'000'000;  // stage3_prefetch_bucket_size
+  int64_t prefetch_bucket_elems = 50'000'000;        // stage3_prefetch_bucket_size
   int64_t max_reuse_distance_elems = 1'000'000'000;  // stage3_max_reuse_distance
 };
 
@@ -57,9 +57,7 @@ class PrefetchCoordinator {
   int64_t NextUseDistance(int block) const;
   // Keep `block` gathered on release: its next use is within the reuse
   // distance.
-  bool KeepOnRelease(int block) const {
-    return NextUseDistance(block) <= options_.max_reuse_distance_elems;
-  }
+  bool KeepOnRelease(int block) const { return NextUseDistance(block) <= options_.max_reuse_distance_elems; }
   const PrefetchOptions& options() const { return options_; }
 
  private:

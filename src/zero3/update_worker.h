@@ -72,7 +72,7 @@ class UpdateWorker {
   std::condition_variable cv_;
   int64_t done_elems_ = INT64_MAX;  // guarded by mu_
   bool ended_ = true;               // guarded by mu_
-  Status status_;           // guarded by mu_: the body's result once ended_
+  Status status_;                   // guarded by mu_: the body's result once ended_
 };
 
 }  // namespace zinf::zero3

@@ -206,7 +206,7 @@ TEST_P(FaultTest, CrashDropsWhatWasNotSynced) {
   ASSERT_TRUE(f.ok());
   ASSERT_TRUE(e->Write(*f, 0, out_[0].data(), kChunk).ok());
   ASSERT_TRUE(e->Sync(*f).ok());
-  ASSERT_TRUE(e->Write(*f, 4096, out_[1].data(), kChunk).ok());      // overlaps and extends
+  ASSERT_TRUE(e->Write(*f, 4096, out_[1].data(), kChunk).ok());        // overlaps and extends
   ASSERT_TRUE(e->Write(*f, 3 * kChunk, out_[2].data(), kChunk).ok());  // past the end
   ASSERT_TRUE(e->Crash().ok());
   EXPECT_EQ(e->injector().counts().crash_dropped, 2);

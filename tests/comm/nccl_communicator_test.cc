@@ -19,28 +19,27 @@ struct Gpu {
 };
 
 // Skips the calling test when there is nothing to run on.
-#define ZINF_REQUIRE_GPU(gpu)                                                           \
-  if (!NcclCompiledIn()) GTEST_SKIP() << "built without NCCL";                         \
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";                \
-  Gpu gpu;                                                                              \
-  {                                                                                     \
-    auto mpi = MpiCommunicator::CreateWorld();                                          \
-    ASSERT_TRUE(mpi.ok()) << mpi.status().ToString();                                   \
-    gpu.mpi = std::move(mpi).value();                                                   \
-    if (gpu.mpi->world_size() > CudaDeviceCount())                                      \
-      GTEST_SKIP() << "more ranks than GPUs";                                           \
-    DeviceOptions o;                                                                    \
-    o.choice = DeviceOptions::Choice::kCuda;                                            \
-    o.cuda_ordinal = gpu.mpi->rank();                                                   \
-    auto d = CreateDevice(o);                                                           \
-    ASSERT_TRUE(d.ok()) << d.status().ToString();                                       \
-    gpu.device = std::move(d).value();                                                  \
-    auto s = gpu.device->CreateStream();                                                \
-    ASSERT_TRUE(s.ok());                                                                \
-    gpu.stream = std::move(s).value();                                                  \
-    auto n = NcclCommunicator::Create(*gpu.mpi, gpu.mpi->rank());                       \
-    ASSERT_TRUE(n.ok()) << n.status().ToString();                                       \
-    gpu.nccl = std::move(n).value();                                                    \
+#define ZINF_REQUIRE_GPU(gpu)                                                              \
+  if (!NcclCompiledIn()) GTEST_SKIP() << "built without NCCL";                             \
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";                    \
+  Gpu gpu;                                                                                 \
+  {                                                                                        \
+    auto mpi = MpiCommunicator::CreateWorld();                                             \
+    ASSERT_TRUE(mpi.ok()) << mpi.status().ToString();                                      \
+    gpu.mpi = std::move(mpi).value();                                                      \
+    if (gpu.mpi->world_size() > CudaDeviceCount()) GTEST_SKIP() << "more ranks than GPUs"; \
+    DeviceOptions o;                                                                       \
+    o.choice = DeviceOptions::Choice::kCuda;                                               \
+    o.cuda_ordinal = gpu.mpi->rank();                                                      \
+    auto d = CreateDevice(o);                                                              \
+    ASSERT_TRUE(d.ok()) << d.status().ToString();                                          \
+    gpu.device = std::move(d).value();                                                     \
+    auto s = gpu.device->CreateStream();                                                   \
+    ASSERT_TRUE(s.ok());                                                                   \
+    gpu.stream = std::move(s).value();                                                     \
+    auto n = NcclCommunicator::Create(*gpu.mpi, gpu.mpi->rank());                          \
+    ASSERT_TRUE(n.ok()) << n.status().ToString();                                          \
+    gpu.nccl = std::move(n).value();                                                       \
   }
 
 std::vector<float> RoundTrip(Gpu& gpu, const std::vector<float>& in, int64_t out_count,

@@ -223,9 +223,11 @@ TEST(ConfigTest, WrongTypeNamesTheKeyAndValue) {
 TEST(ConfigTest, OutOfRangeValues) {
   ExpectError(R"({"zero_optimization": {"stage": 4}})",
               "zero_optimization.stage: expected an integer from 0 to 3, got 4");
-  ExpectError(R"({"train_micro_batch_size_per_gpu": 0})", "train_micro_batch_size_per_gpu: expected a positive integer");
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 0})",
+              "train_micro_batch_size_per_gpu: expected a positive integer");
   ExpectError(R"({"gradient_clipping": -1})", "gradient_clipping: expected a number >= 0");
-  ExpectError(R"({"optimizer": {"type": "Adam", "params": {"eps": 0}}})", "optimizer.params.eps: expected a number > 0");
+  ExpectError(R"({"optimizer": {"type": "Adam", "params": {"eps": 0}}})",
+              "optimizer.params.eps: expected a number > 0");
   ExpectError(R"({"optimizer": {"type": "Adam", "params": {"betas": [0.9, 1.0]}}})", "optimizer.params.betas");
   ExpectError(R"({"aio": {"block_size": 1000}})", "aio.block_size: must be a multiple of 512");
   ExpectError(R"({"aio": {"queue_depth": 0}})", "aio.queue_depth: expected an integer from 1 to 4096, got 0");
@@ -266,9 +268,9 @@ TEST(ConfigTest, DeepSpeedKeysZinfIgnoresAreListed) {
   Config c = MustParse(R"({"prescale_gradients": false, "tensorboard": {"enabled": true},
                            "zero_optimization": {"stage": 2, "round_robin_gradients": true},
                            "optimizer": {"type": "AdamW", "params": {"torch_adam": false}}})");
-  EXPECT_EQ(c.ignored_keys, (std::vector<std::string>{"optimizer.params.torch_adam",
-                                                      "zero_optimization.round_robin_gradients",
-                                                      "prescale_gradients", "tensorboard"}));
+  EXPECT_EQ(c.ignored_keys,
+            (std::vector<std::string>{"optimizer.params.torch_adam", "zero_optimization.round_robin_gradients",
+                                      "prescale_gradients", "tensorboard"}));
 }
 
 TEST(ConfigTest, CrossKeyRules) {
@@ -344,9 +346,11 @@ AutoContext Ctx(int world, std::optional<int64_t> hidden = {}, std::optional<int
 Status Resolve(Config& c, AutoContext ctx = Ctx(1)) { return ResolveAuto(c, ctx); }
 
 TEST(ConfigBatchTest, AllThreeMustAgree) {
-  Config c = MustParse(R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2})");
+  Config c =
+      MustParse(R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2})");
   EXPECT_TRUE(Resolve(c, Ctx(2)).ok());
-  Config d = MustParse(R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2})");
+  Config d =
+      MustParse(R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2})");
   Status s = Resolve(d, Ctx(1));
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("train_batch_size: 16 != train_micro_batch_size_per_gpu (4) * "
@@ -431,8 +435,9 @@ TEST(ConfigAutoTest, ModelRulesNeedTheHiddenSize) {
   Config c = MustParse(text);
   EXPECT_EQ(c.auto_keys.size(), 4u);
   Status s = Resolve(c);
-  EXPECT_NE(s.message().find("zero_optimization.reduce_bucket_size: \"auto\" is worked out from the model's hidden size"),
-            std::string::npos)
+  EXPECT_NE(
+      s.message().find("zero_optimization.reduce_bucket_size: \"auto\" is worked out from the model's hidden size"),
+      std::string::npos)
       << s.message();
   Config d = MustParse(text);
   ASSERT_TRUE(Resolve(d, Ctx(1, 1024)).ok());

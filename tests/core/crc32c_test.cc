@@ -49,8 +49,8 @@ TEST(Crc32cTest, ThreeLaneRoundsMatchTheTable) {
   std::mt19937_64 rng(7);
   std::vector<uint8_t> buf(5 * 12288 + 100);
   for (auto& b : buf) b = static_cast<uint8_t>(rng());
-  for (size_t n : {size_t{12287}, size_t{12288}, size_t{12289}, size_t{24576}, size_t{24576 + 4095},
-                   size_t{5 * 12288 + 100}}) {
+  for (size_t n :
+       {size_t{12287}, size_t{12288}, size_t{12289}, size_t{24576}, size_t{24576 + 4095}, size_t{5 * 12288 + 100}}) {
     for (uint32_t start : {0u, 0xDEADBEEFu}) {
       for (size_t offset : {size_t{0}, size_t{3}}) {
         const size_t len = std::min(n, buf.size() - offset);

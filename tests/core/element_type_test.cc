@@ -42,9 +42,9 @@ TEST(ElementTypeTest, ParsesAliases) {
   const struct {
     const char* name;
     ElementType type;
-  } cases[] = {{"fp32", ElementType::kF32},     {"float32", ElementType::kF32}, {"fp16", ElementType::kF16},
-               {"float16", ElementType::kF16},  {"half", ElementType::kF16},    {"bfloat16", ElementType::kBf16},
-               {"fp64", ElementType::kF64},     {"double", ElementType::kF64},  {"uint8", ElementType::kU8},
+  } cases[] = {{"fp32", ElementType::kF32},    {"float32", ElementType::kF32}, {"fp16", ElementType::kF16},
+               {"float16", ElementType::kF16}, {"half", ElementType::kF16},    {"bfloat16", ElementType::kBf16},
+               {"fp64", ElementType::kF64},    {"double", ElementType::kF64},  {"uint8", ElementType::kU8},
                {"int64", ElementType::kI64}};
   for (const auto& c : cases) {
     auto parsed = ParseElementType(c.name);

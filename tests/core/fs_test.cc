@@ -161,7 +161,7 @@ TEST(FsTest, RemoveTreeRemovesLinksNotTheirTargets) {
   ASSERT_TRUE(RemoveTree(dir.Sub("tree")).ok());
   EXPECT_FALSE(PathExists(dir.Sub("tree")));
   EXPECT_EQ(ReadAll(dir.Sub("kept/precious")), "z");
-  EXPECT_TRUE(RemoveTree(dir.Sub("tree")).ok());  // already gone: fine
+  EXPECT_TRUE(RemoveTree(dir.Sub("tree")).ok());           // already gone: fine
   ASSERT_TRUE(RemoveTree(dir.Sub("kept/precious")).ok());  // a file
   EXPECT_FALSE(PathExists(dir.Sub("kept/precious")));
   WritePlain(dir.Sub("file"), "x");

@@ -33,7 +33,10 @@ uint16_t ReferenceHalf(float f) {
   if (a >= 65536.0) return sign | 0x7C00;
   while (hi - lo > 1) {
     const uint16_t mid = static_cast<uint16_t>((lo + hi) / 2);
-    if (value(mid) <= a) lo = mid; else hi = mid;
+    if (value(mid) <= a)
+      lo = mid;
+    else
+      hi = mid;
   }
   const double dlo = a - value(lo), dhi = value(hi) - a;
   uint16_t r = lo;
@@ -69,7 +72,7 @@ TEST(HalfTest, HalfToFloatIsExactForAllHalves) {
       EXPECT_EQ(std::signbit(f), (h & 0x8000) != 0);
     }
   }
-  EXPECT_EQ(HalfToFloat(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(HalfToFloat(0x0001), std::ldexp(1.0f, -24));     // smallest subnormal
   EXPECT_EQ(HalfToFloat(0x03FF), std::ldexp(1023.0f, -24));  // largest subnormal
   EXPECT_EQ(HalfToFloat(0x7BFF), 65504.0f);
 }
@@ -87,24 +90,24 @@ TEST(HalfTest, FloatToHalfRoundsToNearestEven) {
 }
 
 TEST(HalfTest, FloatToHalfEdges) {
-  EXPECT_EQ(FloatToHalf(65504.0f), 0x7BFF);                  // largest finite
-  EXPECT_EQ(FloatToHalf(65519.996f), 0x7BFF);                // just below the midpoint
-  EXPECT_EQ(FloatToHalf(65520.0f), 0x7C00);                  // midpoint ties to even: Inf
+  EXPECT_EQ(FloatToHalf(65504.0f), 0x7BFF);    // largest finite
+  EXPECT_EQ(FloatToHalf(65519.996f), 0x7BFF);  // just below the midpoint
+  EXPECT_EQ(FloatToHalf(65520.0f), 0x7C00);    // midpoint ties to even: Inf
   EXPECT_EQ(FloatToHalf(-1e10f), 0xFC00);
   EXPECT_EQ(FloatToHalf(INFINITY), 0x7C00);
   EXPECT_EQ(FloatToHalf(-INFINITY), 0xFC00);
-  EXPECT_EQ(FloatToHalf(0x1p-24f), 0x0001);                  // smallest subnormal
-  EXPECT_EQ(FloatToHalf(0x1p-25f), 0x0000);                  // tie to even: zero
-  EXPECT_EQ(FloatToHalf(0x1.000002p-25f), 0x0001);           // just above the tie
-  EXPECT_EQ(FloatToHalf(0x3p-25f), 0x0002);                  // 1.5 units: tie to even (2)
-  EXPECT_EQ(FloatToHalf(0x1p-14f), 0x0400);                  // smallest normal
-  EXPECT_EQ(FloatToHalf(0x1.ff8p-15f), 0x03FF);              // largest subnormal
-  EXPECT_EQ(FloatToHalf(0x1.ffcp-15f), 0x0400);              // tie above it: rounds up into the normals
+  EXPECT_EQ(FloatToHalf(0x1p-24f), 0x0001);         // smallest subnormal
+  EXPECT_EQ(FloatToHalf(0x1p-25f), 0x0000);         // tie to even: zero
+  EXPECT_EQ(FloatToHalf(0x1.000002p-25f), 0x0001);  // just above the tie
+  EXPECT_EQ(FloatToHalf(0x3p-25f), 0x0002);         // 1.5 units: tie to even (2)
+  EXPECT_EQ(FloatToHalf(0x1p-14f), 0x0400);         // smallest normal
+  EXPECT_EQ(FloatToHalf(0x1.ff8p-15f), 0x03FF);     // largest subnormal
+  EXPECT_EQ(FloatToHalf(0x1.ffcp-15f), 0x0400);     // tie above it: rounds up into the normals
   EXPECT_EQ(FloatToHalf(-0.0f), 0x8000);
   EXPECT_EQ(FloatToHalf(1e-30f), 0x0000);
   EXPECT_EQ(FloatToHalf(-1e-30f), 0x8000);
-  EXPECT_EQ(FloatToHalf(1.0f + 0x1p-11f), 0x3C00);           // tie, even stays
-  EXPECT_EQ(FloatToHalf(1.0f + 0x3p-11f), 0x3C02);           // tie, odd rounds up
+  EXPECT_EQ(FloatToHalf(1.0f + 0x1p-11f), 0x3C00);  // tie, even stays
+  EXPECT_EQ(FloatToHalf(1.0f + 0x3p-11f), 0x3C02);  // tie, odd rounds up
 }
 
 TEST(HalfTest, FloatToBf16RoundsToNearestEven) {
@@ -118,11 +121,11 @@ TEST(HalfTest, FloatToBf16RoundsToNearestEven) {
 TEST(HalfTest, FloatToBf16Edges) {
   EXPECT_EQ(FloatToBf16(std::numeric_limits<float>::max()), 0x7F80);  // rounds past the largest bf16
   EXPECT_EQ(FloatToBf16(FromBits(0x7F7F7FFF)), 0x7F7F);
-  EXPECT_EQ(FloatToBf16(FromBits(0x00000001)), 0x0000);               // tiny subnormal: zero
-  EXPECT_EQ(FloatToBf16(FromBits(0x00018000)), 0x0002);               // subnormal tie, odd: up
-  EXPECT_EQ(FloatToBf16(FromBits(0x00008000)), 0x0000);               // subnormal tie, even: stays
-  EXPECT_EQ(FloatToBf16(1.0f + 0x1p-8f), 0x3F80);                     // tie, even stays
-  EXPECT_EQ(FloatToBf16(1.0f + 0x3p-8f), 0x3F82);                     // tie, odd rounds up
+  EXPECT_EQ(FloatToBf16(FromBits(0x00000001)), 0x0000);  // tiny subnormal: zero
+  EXPECT_EQ(FloatToBf16(FromBits(0x00018000)), 0x0002);  // subnormal tie, odd: up
+  EXPECT_EQ(FloatToBf16(FromBits(0x00008000)), 0x0000);  // subnormal tie, even: stays
+  EXPECT_EQ(FloatToBf16(1.0f + 0x1p-8f), 0x3F80);        // tie, even stays
+  EXPECT_EQ(FloatToBf16(1.0f + 0x3p-8f), 0x3F82);        // tie, odd rounds up
   EXPECT_EQ(FloatToBf16(INFINITY), 0x7F80);
   EXPECT_EQ(FloatToBf16(-INFINITY), 0xFF80);
   EXPECT_EQ(FloatToBf16(-0.0f), 0x8000);

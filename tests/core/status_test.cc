@@ -37,12 +37,12 @@ TEST(StatusTest, ErrnoMapping) {
     int err;
     StatusCode code;
   } cases[] = {
-      {ENOENT, StatusCode::kNotFound},         {EACCES, StatusCode::kPermissionDenied},
-      {EROFS, StatusCode::kPermissionDenied},  {ENOSPC, StatusCode::kNoSpace},
-      {EDQUOT, StatusCode::kNoSpace},          {ENOMEM, StatusCode::kOutOfMemory},
-      {EINVAL, StatusCode::kInvalidArgument},  {EIO, StatusCode::kIoError},
-      {EOPNOTSUPP, StatusCode::kUnavailable},  {EAGAIN, StatusCode::kResourceExhausted},
-      {ECANCELED, StatusCode::kAborted},       {0, StatusCode::kInternal},
+      {ENOENT, StatusCode::kNotFound},        {EACCES, StatusCode::kPermissionDenied},
+      {EROFS, StatusCode::kPermissionDenied}, {ENOSPC, StatusCode::kNoSpace},
+      {EDQUOT, StatusCode::kNoSpace},         {ENOMEM, StatusCode::kOutOfMemory},
+      {EINVAL, StatusCode::kInvalidArgument}, {EIO, StatusCode::kIoError},
+      {EOPNOTSUPP, StatusCode::kUnavailable}, {EAGAIN, StatusCode::kResourceExhausted},
+      {ECANCELED, StatusCode::kAborted},      {0, StatusCode::kInternal},
   };
   for (const Case& c : cases) {
     Status s = ErrnoStatus(c.err, "op");

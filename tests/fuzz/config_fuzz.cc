@@ -33,9 +33,9 @@
 
 namespace {
 
-#define FUZZ_CHECK(cond, what)                                                            \
-  do {                                                                                    \
-    if (!(cond)) ::Fail(#cond, __LINE__, (what));                                         \
+#define FUZZ_CHECK(cond, what)                    \
+  do {                                            \
+    if (!(cond)) ::Fail(#cond, __LINE__, (what)); \
   } while (0)
 
 [[noreturn]] void Fail(const char* cond, int line, const std::string& what) {
@@ -68,8 +68,7 @@ void CheckRanges(const zinf::Config& c, const std::string& text) {
     for (const std::string& p : *op) FUZZ_CHECK(!p.empty(), text);
   }
   FUZZ_CHECK(z.offload_param.device != zinf::OffloadDevice::kNvme || !z.offload_param.nvme_paths.empty(), text);
-  FUZZ_CHECK(z.offload_optimizer.device != zinf::OffloadDevice::kNvme || !z.offload_optimizer.nvme_paths.empty(),
-             text);
+  FUZZ_CHECK(z.offload_optimizer.device != zinf::OffloadDevice::kNvme || !z.offload_optimizer.nvme_paths.empty(), text);
   FUZZ_CHECK(z.offload_param.device == zinf::OffloadDevice::kNone || z.stage == 3, text);
   FUZZ_CHECK(c.aio.block_size >= 512 && c.aio.block_size % 512 == 0 && c.aio.block_size <= (int64_t{1} << 30), text);
   FUZZ_CHECK(c.aio.queue_depth >= 1 && c.aio.queue_depth <= 4096, text);
@@ -97,8 +96,8 @@ void CheckResolved(const zinf::Config& parsed, const zinf::AutoContext& ctx, con
   const std::string printed = zinf::ConfigToJson(c);
   auto reprinted = [&](const char* what, const std::string& json_text) {
     auto again = zinf::ParseConfig(json_text, what);
-    FUZZ_CHECK(again.ok(), text + "\n-- " + what + " --\n" + json_text + "\n-- which fails with --\n" +
-                               again.status().message());
+    FUZZ_CHECK(again.ok(),
+               text + "\n-- " + what + " --\n" + json_text + "\n-- which fails with --\n" + again.status().message());
     zinf::Status resolved = zinf::ResolveAuto(*again, ctx);
     FUZZ_CHECK(resolved.ok(),
                text + "\n-- " + what + " --\n" + json_text + "\n-- which fails to resolve --\n" + resolved.message());
@@ -123,8 +122,8 @@ void FuzzConfig(std::string_view input) {
   // What config-check would print before resolving: "auto" stays "auto".
   const std::string printed = zinf::ConfigToJson(*parsed);
   auto again = zinf::ParseConfig(printed, "printed");
-  FUZZ_CHECK(again.ok(), text + "\n-- printed as --\n" + printed + "\n-- which fails with --\n" +
-                             again.status().message());
+  FUZZ_CHECK(again.ok(),
+             text + "\n-- printed as --\n" + printed + "\n-- which fails with --\n" + again.status().message());
   FUZZ_CHECK(zinf::ConfigToJson(*again) == printed, text + "\n-- printed as --\n" + printed);
 
   // Fixed contexts: nothing known (nvme-check, tune), a trainer's (a model
@@ -151,9 +150,9 @@ void FuzzGptConfig(std::string_view input) {
   const zinf::model::GptConfig& c = *parsed;
   FUZZ_CHECK(c.vocab_size >= 1 && c.seq_len >= 1 && c.n_layer >= 1 && c.n_head >= 1 && c.n_embd >= 1, text);
   FUZZ_CHECK(c.n_embd % c.n_head == 0, text);
-  FUZZ_CHECK(c.padded_vocab_size >= c.vocab_size && c.padded_vocab_size % 64 == 0 &&
-                 c.padded_vocab_size - c.vocab_size < 64,
-             text);
+  FUZZ_CHECK(
+      c.padded_vocab_size >= c.vocab_size && c.padded_vocab_size % 64 == 0 && c.padded_vocab_size - c.vocab_size < 64,
+      text);
   FUZZ_CHECK(c.NumParameters() > 0, text);
   const std::string printed = zinf::model::GptConfigToJson(c);
   auto again = zinf::model::ParseGptConfig(printed, "printed");

@@ -17,10 +17,10 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <tuple>
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -136,8 +136,8 @@ void CheckMatmulGradients(int64_t N, int C, int OC, bool with_bias, uint64_t see
     return Dot(out, w);
   };
   std::vector<double> dinp = Filled(inp.size()), dweight = Filled(weight.size()), dbias = Filled(OC);
-  MatmulBackward(dinp.data(), dweight.data(), with_bias ? dbias.data() : nullptr, w.data(), inp.data(),
-                 weight.data(), N, C, OC);
+  MatmulBackward(dinp.data(), dweight.data(), with_bias ? dbias.data() : nullptr, w.data(), inp.data(), weight.data(),
+                 N, C, OC);
   ExpectGradient("dinp", inp, dinp, objective);
   ExpectGradient("dweight", weight, dweight, objective);
   if (with_bias) {
@@ -197,8 +197,12 @@ void CheckMatmulAgainstNaive(int64_t N, int C, int OC, double tol) {
 }
 
 TEST(CpuKernelsTest, MatmulMatchesNaiveAcrossBlockBoundaries) {
-  for (auto [N, C, OC] : {std::tuple<int64_t, int, int>{1, 1, 1}, {70, 33, 130}, {129, 300, 67}, {257, 64, 16},
-                          {64, 257, 64}, {5, 520, 3}}) {
+  for (auto [N, C, OC] : {std::tuple<int64_t, int, int>{1, 1, 1},
+                          {70, 33, 130},
+                          {129, 300, 67},
+                          {257, 64, 16},
+                          {64, 257, 64},
+                          {5, 520, 3}}) {
     CheckMatmulAgainstNaive<double>(N, C, OC, 1e-10);
     CheckMatmulAgainstNaive<float>(N, C, OC, 1e-4);
   }
@@ -298,8 +302,8 @@ TEST(CpuKernelsTest, CrossEntropyMatchesFiniteDifferencesAndLeavesPadding) {
   for (int64_t n = 0; n < kN; ++n)
     for (int v = V; v < Vp; ++v) dlogits[n * Vp + v] = kSentinel;
   std::vector<double> losses_with_grad(kN);
-  CrossEntropyForwardBackward<double>(losses_with_grad.data(), dlogits.data(), logits.data(), targets.data(), kN, V,
-                                      Vp, dloss);
+  CrossEntropyForwardBackward<double>(losses_with_grad.data(), dlogits.data(), logits.data(), targets.data(), kN, V, Vp,
+                                      dloss);
   objective();
   EXPECT_EQ(losses, losses_with_grad);
   for (int64_t n = 0; n < kN; ++n) {
@@ -332,8 +336,8 @@ TEST(CpuKernelsTest, FloatForwardAgreesWithDouble) {
     std::vector<T> twte(wte.begin(), wte.end()), twpe(wpe.begin(), wpe.end()), tlw(lw.begin(), lw.end()),
         tlb(lb.begin(), lb.end()), tmw(mw.begin(), mw.end()), tmb(mb.begin(), mb.end()),
         tlogits(logits.begin(), logits.end());
-    std::vector<T> x(kN * kC), ln(kN * kC), mean(kN), rstd(kN), qkv(kN * 3 * kC), att(kB * kNH * kT * kT),
-        y(kN * kC), g(kN * kC), losses(kN);
+    std::vector<T> x(kN * kC), ln(kN * kC), mean(kN), rstd(kN), qkv(kN * 3 * kC), att(kB * kNH * kT * kT), y(kN * kC),
+        g(kN * kC), losses(kN);
     EncoderForward(x.data(), tokens.data(), twte.data(), twpe.data(), kB, kT, kC);
     LayerNormForward(ln.data(), mean.data(), rstd.data(), x.data(), tlw.data(), tlb.data(), kN, kC);
     MatmulForward(qkv.data(), ln.data(), tmw.data(), tmb.data(), kN, kC, 3 * kC);
@@ -352,8 +356,8 @@ TEST(CpuKernelsTest, FloatForwardAgreesWithDouble) {
 TEST(CpuKernelsTest, CastInBf16) {
   // bf16 is the top half of a float.
   const uint16_t bits[] = {0x3f80, 0xc000, 0x0000, 0x8000, 0x7f80, 0xff80, 0x3eaa, 0x0001};
-  const float expect[] = {1.0f, -2.0f, 0.0f, -0.0f, INFINITY, -INFINITY, 0.33203125f,
-                          std::bit_cast<float>(uint32_t{0x00010000})};
+  const float expect[] = {1.0f,     -2.0f,     0.0f,        -0.0f,
+                          INFINITY, -INFINITY, 0.33203125f, std::bit_cast<float>(uint32_t{0x00010000})};
   std::vector<float> out(8);
   CastIn(out.data(), bits, ElementType::kBf16, 8);
   for (int i = 0; i < 8; ++i) {
@@ -432,8 +436,8 @@ TEST(CpuKernelsTest, ResultsDoNotDependOnThreadCount) {
     MatmulForward<float>(out.data(), inp.data(), w.data(), nullptr, N, C, OC);
     MatmulBackward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC);
     LayerNormForward(lout.data(), mean.data(), rstd.data(), inp.data(), w.data(), w.data() + C, N, C);
-    LayerNormBackward(ldinp.data(), ldw.data(), ldb.data(), dout.data(), inp.data(), w.data(), mean.data(),
-                      rstd.data(), N, C);
+    LayerNormBackward(ldinp.data(), ldw.data(), ldb.data(), dout.data(), inp.data(), w.data(), mean.data(), rstd.data(),
+                      N, C);
     return std::vector<std::vector<float>>{out, dinp, dw, db, lout, ldinp, ldw, ldb};
   };
   const int threads = omp_get_max_threads();

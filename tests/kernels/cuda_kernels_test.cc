@@ -135,9 +135,9 @@ class CudaKernelsTest : public ::testing::Test {
   std::vector<void*> buffers_;
 };
 
-#define ASSERT_OK(expr)                                 \
-  do {                                                  \
-    ::zinf::Status st_ = (expr);                        \
+#define ASSERT_OK(expr)                                       \
+  do {                                                        \
+    ::zinf::Status st_ = (expr);                              \
     ASSERT_TRUE(st_.ok()) << #expr << ": " << st_.ToString(); \
   } while (0)
 
@@ -170,7 +170,9 @@ TEST_F(CudaKernelsTest, CastInMatchesCpuExactly) {
   struct Case {
     ElementType type;
     const void* host;
-  } cases[] = {{ElementType::kF32, f32.data()}, {ElementType::kF16, f16.data()}, {ElementType::kBf16, bf16.data()},
+  } cases[] = {{ElementType::kF32, f32.data()},
+               {ElementType::kF16, f16.data()},
+               {ElementType::kBf16, bf16.data()},
                {ElementType::kF64, f64.data()}};
   for (const Case& c : cases) {
     SCOPED_TRACE(static_cast<int>(c.type));
@@ -187,7 +189,8 @@ TEST_F(CudaKernelsTest, EncoderForwardAndBackward) {
   const int B = 3, T = 19, C = 70, V = 11;  // few tokens: many repeats in dwte
   const int64_t N = static_cast<int64_t>(B) * T;
   std::vector<int32_t> tokens = Tokens(N, V, 4);
-  std::vector<float> wte = Uniform(static_cast<size_t>(V) * C, -1, 1, 5), wpe = Uniform(static_cast<size_t>(T) * C, -1, 1, 6);
+  std::vector<float> wte = Uniform(static_cast<size_t>(V) * C, -1, 1, 5),
+                     wpe = Uniform(static_cast<size_t>(T) * C, -1, 1, 6);
   std::vector<float> want(N * C);
   cpu::EncoderForward<float>(want.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
   int32_t* d_tokens = Up(tokens);
@@ -262,8 +265,8 @@ TEST_F(CudaKernelsTest, MatmulForwardAndBackward) {
     int C, OC;
     bool bias;
   };
-  for (const Shape& sh : {Shape{33, 65, 47, true}, Shape{33, 65, 47, false}, Shape{256, 256, 768, true},
-                          Shape{1, 8, 3, true}}) {
+  for (const Shape& sh :
+       {Shape{33, 65, 47, true}, Shape{33, 65, 47, false}, Shape{256, 256, 768, true}, Shape{1, 8, 3, true}}) {
     const int64_t N = sh.N;
     const int C = sh.C, OC = sh.OC;
     SCOPED_TRACE("N " + std::to_string(N) + " C " + std::to_string(C) + " OC " + std::to_string(OC) +
@@ -285,8 +288,8 @@ TEST_F(CudaKernelsTest, MatmulForwardAndBackward) {
     float* d_dw = Up(dw);
     float* d_db = Up(db);
     ASSERT_OK(gpu::MatmulBackward(*blas_, d_dinp, d_dw, sh.bias ? d_db : nullptr, Up(dout), d_inp, d_w, N, C, OC));
-    cpu::MatmulBackward<float>(dinp.data(), dw.data(), sh.bias ? db.data() : nullptr, dout.data(), inp.data(),
-                               w.data(), N, C, OC);
+    cpu::MatmulBackward<float>(dinp.data(), dw.data(), sh.bias ? db.data() : nullptr, dout.data(), inp.data(), w.data(),
+                               N, C, OC);
     EXPECT_TRUE(Near(Down(d_dinp, N * C), dinp, 1e-6 * OC + 1e-6, 1e-5));
     EXPECT_TRUE(Near(Down(d_dw, dw.size()), dw, 1e-6 * N + 1e-6, 1e-5));
     EXPECT_TRUE(Near(Down(d_db, OC), db, 1e-6 * N + 1e-6, 1e-5)) << "without bias, dbias must stay untouched";
@@ -418,7 +421,8 @@ TEST_F(CudaKernelsTest, CrossEntropyForwardBackward) {
     // Probabilities times dloss added to values of magnitude 1.
     EXPECT_TRUE(Near(got, dlogits, 1e-6, 1e-5));
     for (int64_t n = 0; n < N; ++n) {
-      for (int v = V; v < Vp; ++v) ASSERT_EQ(got[n * Vp + v], dlogits_before[n * Vp + v]) << "padding " << n << "," << v;
+      for (int v = V; v < Vp; ++v)
+        ASSERT_EQ(got[n * Vp + v], dlogits_before[n * Vp + v]) << "padding " << n << "," << v;
     }
 
     // Forward only: no dlogits.

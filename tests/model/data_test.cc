@@ -95,9 +95,9 @@ TEST(TokenFile, HeaderLayoutIsLlmcByteExact) {
   const std::string b = ReadBytes(path);
   ASSERT_EQ(b.size(), 1024u + 6u);
   std::string want(1024, '\0');
-  const unsigned char head[12] = {0x88, 0xD8, 0x34, 0x01,  // 20240520
-                                  0x01, 0x00, 0x00, 0x00,  // version 1
-                                  0x03, 0x00, 0x00, 0x00}; // 3 tokens
+  const unsigned char head[12] = {0x88, 0xD8, 0x34, 0x01,   // 20240520
+                                  0x01, 0x00, 0x00, 0x00,   // version 1
+                                  0x03, 0x00, 0x00, 0x00};  // 3 tokens
   for (int i = 0; i < 12; ++i) want[static_cast<size_t>(i)] = static_cast<char>(head[i]);
   want += std::string("\x02\x01\xEF\xBE\x00\x01", 6);
   EXPECT_EQ(b, want);
@@ -265,7 +265,8 @@ TEST(Corpus, FarBelowUnigramEntropy) {
   const double n = static_cast<double>(tokens.size());
   double h1 = 0, h2 = 0;
   for (int a = 0; a < 257; ++a) {
-    if (uni[static_cast<size_t>(a)] > 0) h1 -= uni[static_cast<size_t>(a)] / n * std::log2(uni[static_cast<size_t>(a)] / n);
+    if (uni[static_cast<size_t>(a)] > 0)
+      h1 -= uni[static_cast<size_t>(a)] / n * std::log2(uni[static_cast<size_t>(a)] / n);
     double row = 0;
     for (double c : bi[static_cast<size_t>(a)]) row += c;
     for (double c : bi[static_cast<size_t>(a)]) {
@@ -449,7 +450,8 @@ TEST(DataLoader, SeekToSavedPositionContinuesIdentically) {
     ASSERT_TRUE(resumed.ok());
     ASSERT_TRUE(resumed->Seek(saved).ok());
     EXPECT_EQ(resumed->position(), saved);
-    for (int i = 0; i < 20; ++i) ASSERT_EQ(NextBatch(*resumed, batch, seq_len), expected[static_cast<size_t>(i)]) << skip;
+    for (int i = 0; i < 20; ++i)
+      ASSERT_EQ(NextBatch(*resumed, batch, seq_len), expected[static_cast<size_t>(i)]) << skip;
   }
 }
 

@@ -77,8 +77,7 @@ Batch MakeBatch(const GptConfig& config, int batch, uint64_t seed) {
 template <typename T>
 class Harness {
  public:
-  Harness(const GptConfig& config, int batch)
-      : config_(config), device_(CreateHostDevice(0)), ops_(CreateCpuOps<T>()) {
+  Harness(const GptConfig& config, int batch) : config_(config), device_(CreateHostDevice(0)), ops_(CreateCpuOps<T>()) {
     auto c = GptCompute<T>::Create(config, batch, ops_.get(), device_.get());
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     compute_ = std::move(*c);

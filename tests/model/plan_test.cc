@@ -156,7 +156,8 @@ TEST(PlanTest, NvmeChoicesNeedNvme) {
 // offload choice: resident bytes equal bytes_in_use after a step (1%), the
 // engine's gathered peak is within the estimate, and a budget of exactly
 // the estimate trains.
-void CheckAgainstTrainer(const std::string& name, int batch, const std::vector<std::pair<OffloadDevice, OffloadDevice>>& choices) {
+void CheckAgainstTrainer(const std::string& name, int batch,
+                         const std::vector<std::pair<OffloadDevice, OffloadDevice>>& choices) {
   for (const auto& [p, o] : choices) {
     SCOPED_TRACE(name + " param " + std::string(OffloadDeviceName(p)) + " optimizer " +
                  std::string(OffloadDeviceName(o)));
@@ -210,9 +211,7 @@ TEST(PlanTest, TinyMatchesTrainer) {
   CheckAgainstTrainer("tiny", 8, all);
 }
 
-TEST(PlanTest, DemoMatchesTrainer) {
-  CheckAgainstTrainer("demo", 2, {{OffloadDevice::kNvme, OffloadDevice::kNvme}});
-}
+TEST(PlanTest, DemoMatchesTrainer) { CheckAgainstTrainer("demo", 2, {{OffloadDevice::kNvme, OffloadDevice::kNvme}}); }
 
 }  // namespace
 }  // namespace zinf::model

@@ -48,9 +48,9 @@
 #include "aio/pinned_pool.h"
 #include "core/fs.h"
 #include "device/device.h"
+#include "model/model_test_util.h"
 #include "model/trainer.h"
 #include "swap/checkpoint.h"
-#include "model/model_test_util.h"
 #include "swap/swap_test_util.h"
 
 extern char** environ;
@@ -574,12 +574,11 @@ TEST_P(ReliabilityKillTest, SigkillDuringACheckpointResumesFromTheLatestComplete
   EXPECT_EQ(ResumeAndTrain(config, save_dir, 4), Tail(4));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Stages, ReliabilityKillTest,
-    ::testing::Values(KillStage{"FirstBlobSynced", "sync", "/blob-00000.bin", false},
-                      KillStage{"ManifestSynced", "sync", "/manifest", false},
-                      KillStage{"RenamedBeforeLatest", "open", "/latest.tmp", true}),
-    [](const ::testing::TestParamInfo<KillStage>& p) { return std::string(p.param.name); });
+INSTANTIATE_TEST_SUITE_P(Stages, ReliabilityKillTest,
+                         ::testing::Values(KillStage{"FirstBlobSynced", "sync", "/blob-00000.bin", false},
+                                           KillStage{"ManifestSynced", "sync", "/manifest", false},
+                                           KillStage{"RenamedBeforeLatest", "open", "/latest.tmp", true}),
+                         [](const ::testing::TestParamInfo<KillStage>& p) { return std::string(p.param.name); });
 
 // ---------------------------------------------------------------------------
 // 5. A flipped byte in a swap file between steps.

@@ -132,8 +132,8 @@ const std::string kPythonHeader =
     R"({"__metadata__":{"format":"pt"},"z":{"dtype":"I64","shape":[1,1],"data_offsets":[0,8]},)"
     R"("a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]},"c":{"dtype":"F32","shape":[0,3],)"
     R"("data_offsets":[16,16]},"b":{"dtype":"F16","shape":[2],"data_offsets":[16,20]}}   )";
-const std::string kPythonData = std::string("\x07\0\0\0\0\0\0\0", 8) + std::string("\0\0\x80\x3F\0\0\0\x40", 8) +
-                                std::string("\0\x3C\0\x40", 4);
+const std::string kPythonData =
+    std::string("\x07\0\0\0\0\0\0\0", 8) + std::string("\0\0\x80\x3F\0\0\0\x40", 8) + std::string("\0\x3C\0\x40", 4);
 
 std::string PythonFile() {
   std::string out = std::string("\x00\x01\0\0\0\0\0\0", 8);  // header length 256
@@ -267,15 +267,16 @@ TEST(Safetensors, BadHeadersRefused) {
     ExpectCorrupt(path, c.words);
   }
   // Padding with anything but spaces.
-  WriteBytes(path, MakeFile(std::string(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})") + "xx", data,
-                            false));
+  WriteBytes(path,
+             MakeFile(std::string(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})") + "xx", data, false));
   ExpectCorrupt(path, "padded with spaces");
 }
 
 TEST(Safetensors, OffsetsMustTileTheData) {
   TempDir dir;
   const std::string path = dir.Sub("t.safetensors");
-  const std::string two = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[A]},"b":{"dtype":"F32","shape":[2],"data_offsets":[B]}})";
+  const std::string two =
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[A]},"b":{"dtype":"F32","shape":[2],"data_offsets":[B]}})";
   auto make = [&](const std::string& a, const std::string& b, size_t data_bytes) {
     std::string h = two;
     h.replace(h.find("[A]"), 3, "[" + a + "]");

@@ -15,8 +15,8 @@
 #include "core/half.h"
 #include "device/device.h"
 #include "model/data.h"
-#include "model/safetensors.h"
 #include "model/model_test_util.h"
+#include "model/safetensors.h"
 
 namespace zinf::model {
 namespace {
@@ -169,8 +169,8 @@ TEST(TrainerTest, SaveKeepsTheNewestCheckpoints) {
   entries = ListDirectory(all_dir + "/rank-0");
   ASSERT_TRUE(entries.ok());
   std::sort(entries->begin(), entries->end());
-  EXPECT_EQ(*entries, (std::vector<std::string>{"latest", "step-00000001", "step-00000002", "step-00000003",
-                                                "step-00000004"}));
+  EXPECT_EQ(*entries,
+            (std::vector<std::string>{"latest", "step-00000001", "step-00000002", "step-00000003", "step-00000004"}));
 }
 
 TEST(TrainerTest, ResumeRefusesAnotherModelOrData) {

@@ -57,8 +57,8 @@ TEST_P(CastIsaTest, ToF32MatchesScalarForAllPatterns) {
   for (ElementType d : {ElementType::kBf16, ElementType::kF16}) {
     // Start one element in, so the vector loads are unaligned.
     std::vector<float> out(src.size(), 0.0f);
-    ASSERT_TRUE(CastToF32(**pool, GetParam(), src.data() + 1, d, out.data() + 1,
-                          static_cast<int64_t>(src.size() - 1)).ok());
+    ASSERT_TRUE(
+        CastToF32(**pool, GetParam(), src.data() + 1, d, out.data() + 1, static_cast<int64_t>(src.size() - 1)).ok());
     for (size_t i = 1; i < src.size(); ++i) {
       const float want = d == ElementType::kBf16 ? Bf16ToFloat(src[i]) : HalfToFloat(src[i]);
       ASSERT_EQ(Bits(out[i]), Bits(want)) << ElementTypeName(d) << " " << std::hex << src[i];

@@ -108,7 +108,7 @@ AdamSpan SpanOf(State& s, ElementType grad_dtype, int out) {
   span.exp_avg_sq = s.V();
   span.grad_dtype = grad_dtype;
   span.grads = grad_dtype == ElementType::kF32 ? static_cast<const void*>(s.g.data() + State::kGuard)
-                                         : static_cast<const void*>(s.g16.data() + State::kGuard);
+                                               : static_cast<const void*>(s.g16.data() + State::kGuard);
   if (out != 0) {
     span.params16 = s.out.data() + State::kGuard;
     span.params16_dtype = out == 1 ? ElementType::kBf16 : ElementType::kF16;

@@ -38,7 +38,10 @@ struct Grads {
     std::mt19937 rng(seed);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     values.resize(static_cast<size_t>(n));
-    if (dtype == ElementType::kF32) f32.resize(static_cast<size_t>(n)); else u16.resize(static_cast<size_t>(n));
+    if (dtype == ElementType::kF32)
+      f32.resize(static_cast<size_t>(n));
+    else
+      u16.resize(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) Set(i, normal(rng) * ((i % 7 == 0) ? 100.0f : 0.01f));
   }
   void Set(int64_t i, float x) {
@@ -75,8 +78,8 @@ class SumSquaresTest : public ::testing::TestWithParam<Param> {
 TEST_P(SumSquaresTest, MatchesLongDoubleReference) {
   ZINF_SKIP_UNLESS_SUPPORTED(isa());
   auto pool = MakePool(2);
-  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{15}, int64_t{17}, int64_t{33}, int64_t{1001},
-                    3 * kChunkElems + 7}) {
+  for (int64_t n :
+       {int64_t{0}, int64_t{1}, int64_t{15}, int64_t{17}, int64_t{33}, int64_t{1001}, 3 * kChunkElems + 7}) {
     Grads g(dtype(), n, 42);
     auto sum = SumSquares(*pool, isa(), g.data(), dtype(), n);
     ASSERT_TRUE(sum.ok());
@@ -193,14 +196,15 @@ TEST(GradClipTest, ClippedUpdateEqualsUpdateOfClippedGradients) {
   std::vector<float> p1(n, 1.0f), m1(n, 0.0f), v1(n, 0.0f), p2 = p1, m2 = m1, v2 = v1;
   std::vector<float> clipped(n);
   for (int64_t i = 0; i < n; ++i) clipped[i] = g.f32[i] * static_cast<float>(factor);
-  ASSERT_TRUE(adam->Update({.params = p1.data(), .exp_avg = m1.data(), .exp_avg_sq = v1.data(),
-                            .grads = g.f32.data(), .n = n},
-                           {.step = 1, .lr = 1e-3, .grad_scale = factor})
-                  .ok());
-  ASSERT_TRUE(adam->Update({.params = p2.data(), .exp_avg = m2.data(), .exp_avg_sq = v2.data(),
-                            .grads = clipped.data(), .n = n},
-                           {.step = 1, .lr = 1e-3})
-                  .ok());
+  ASSERT_TRUE(
+      adam->Update({.params = p1.data(), .exp_avg = m1.data(), .exp_avg_sq = v1.data(), .grads = g.f32.data(), .n = n},
+                   {.step = 1, .lr = 1e-3, .grad_scale = factor})
+          .ok());
+  ASSERT_TRUE(
+      adam->Update(
+              {.params = p2.data(), .exp_avg = m2.data(), .exp_avg_sq = v2.data(), .grads = clipped.data(), .n = n},
+              {.step = 1, .lr = 1e-3})
+          .ok());
   EXPECT_EQ(p1, p2);
   EXPECT_EQ(v1, v2);
 }

@@ -44,7 +44,10 @@ TEST(IsaTest, EnvironmentOverridesTheDefault) {
       EXPECT_EQ(DefaultIsa().status().code(), StatusCode::kUnavailable);
     }
   }
-  if (old) setenv("ZINF_ADAM_ISA", saved.c_str(), 1); else unsetenv("ZINF_ADAM_ISA");
+  if (old)
+    setenv("ZINF_ADAM_ISA", saved.c_str(), 1);
+  else
+    unsetenv("ZINF_ADAM_ISA");
 }
 
 }  // namespace

@@ -74,7 +74,7 @@ TEST(LossScalerTest, HysteresisDelaysTheDecrease) {
 
 TEST(LossScalerTest, HysteresisRefillsAtGrowth) {
   LossScaler s = Make(Dynamic(10, 2, 2));
-  ASSERT_TRUE(s.Update(true).ok());  // iter 0: hysteresis 2 -> 1
+  ASSERT_TRUE(s.Update(true).ok());   // iter 0: hysteresis 2 -> 1
   ASSERT_TRUE(s.Update(false).ok());  // iter 1: (1-0) % 2
   ASSERT_TRUE(s.Update(false).ok());  // iter 2: grow, refill
   EXPECT_EQ(s.scale(), 2048.0);

@@ -18,9 +18,9 @@ inline const std::vector<Isa>& AllIsas() {
 }  // namespace zinf::optim::testing
 
 // Skips the current test when the CPU cannot run `isa`'s kernels.
-#define ZINF_SKIP_UNLESS_SUPPORTED(isa)                                                         \
-  do {                                                                                          \
-    if (!::zinf::optim::CpuSupports(isa)) {                                                     \
+#define ZINF_SKIP_UNLESS_SUPPORTED(isa)                                                           \
+  do {                                                                                            \
+    if (!::zinf::optim::CpuSupports(isa)) {                                                       \
       GTEST_SKIP() << "this CPU lacks " << ::zinf::optim::IsaName(isa) << "; kernels not tested"; \
-    }                                                                                           \
+    }                                                                                             \
   } while (0)

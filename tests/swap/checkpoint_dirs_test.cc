@@ -94,7 +94,8 @@ TEST_F(CheckpointDirsTest, PruneKeepsTheNewestUpToTheSavedStep) {
   EXPECT_EQ(Entries(rank_dir), (std::vector<std::string>{"latest", "notes", "step-00000001.tmp-0a1b", "step-00000003",
                                                          "step-00000004", "step-00000005", "step-00000006"}));
   ASSERT_TRUE(PruneCheckpoints(rank_dir, /*saved_step=*/6, /*keep=*/1).ok());
-  EXPECT_EQ(Entries(rank_dir), (std::vector<std::string>{"latest", "notes", "step-00000001.tmp-0a1b", "step-00000006"}));
+  EXPECT_EQ(Entries(rank_dir),
+            (std::vector<std::string>{"latest", "notes", "step-00000001.tmp-0a1b", "step-00000006"}));
 
   const Status missing = PruneCheckpoints(dir_.Sub("nothing"), 1, 1);
   EXPECT_FALSE(missing.ok());

@@ -33,7 +33,8 @@ struct State {
     meta = {{"step", std::to_string(seed)}, {"config", "{\"zero_optimization\": {\"stage\": 3}}"}};
   }
   std::vector<BlobRef> Refs() {
-    return {BlobRef::Ram("master", std::span<std::byte>(master)), BlobRef::Ram("exp_avg", std::span<std::byte>(exp_avg)),
+    return {BlobRef::Ram("master", std::span<std::byte>(master)),
+            BlobRef::Ram("exp_avg", std::span<std::byte>(exp_avg)),
             BlobRef::Ram("loss_scaler", std::span<std::byte>(scaler))};
   }
 };
@@ -86,8 +87,7 @@ TEST_F(CheckpointTest, SaveLoadRoundTripAndLatest) {
   ExpectLoads(*engine_, *pool_, Step(2), new_);
   ExpectLoads(*engine_, *pool_, Step(1), old_);
   // Never overwritten in place.
-  EXPECT_EQ(SaveCheckpoint(*engine_, *pool_, Step(2), new_.meta, new_.Refs()).code(),
-            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(SaveCheckpoint(*engine_, *pool_, Step(2), new_.meta, new_.Refs()).code(), StatusCode::kFailedPrecondition);
   // Nothing temporary is left behind.
   auto entries = ListDirectory(root_);
   ASSERT_TRUE(entries.ok());
@@ -151,8 +151,7 @@ TEST_F(CheckpointTest, CorruptBlobIsRefusedNamingFileAndOffset) {
   auto meta = LoadCheckpoint(*engine_, *pool_, Step(2), got.Refs());
   ASSERT_FALSE(meta.ok());
   EXPECT_EQ(meta.status().code(), StatusCode::kCorruption);
-  EXPECT_NE(meta.status().message().find("blob-00000.bin offset 196608"), std::string::npos)
-      << meta.status().message();
+  EXPECT_NE(meta.status().message().find("blob-00000.bin offset 196608"), std::string::npos) << meta.status().message();
   EXPECT_NE(meta.status().message().find("'master'"), std::string::npos) << meta.status().message();
   // Nothing was restored from a damaged checkpoint.
   EXPECT_EQ(got.master, before.master);
@@ -318,10 +317,16 @@ INSTANTIATE_TEST_SUITE_P(Stages, CheckpointKillTest, ::testing::Range(0, 6));
 
 // Integers of the manifest metadata: errors name the checkpoint and the key.
 TEST(ManifestIntegerTest, ParsesOrNamesTheKey) {
-  const std::map<std::string, std::string> md = {
-      {"count", "42"},   {"negative", "-3"},  {"max", "9223372036854775807"}, {"too_big", "9223372036854775808"},
-      {"empty", ""},     {"suffix", "4x"},    {"space", " 4"},               {"plus", "+4"},
-      {"hex", "0x10"},   {"real", "1.5"}};
+  const std::map<std::string, std::string> md = {{"count", "42"},
+                                                 {"negative", "-3"},
+                                                 {"max", "9223372036854775807"},
+                                                 {"too_big", "9223372036854775808"},
+                                                 {"empty", ""},
+                                                 {"suffix", "4x"},
+                                                 {"space", " 4"},
+                                                 {"plus", "+4"},
+                                                 {"hex", "0x10"},
+                                                 {"real", "1.5"}};
   auto count = ManifestInteger("ckpt/step-1", md, "count");
   ASSERT_TRUE(count.ok()) << count.status().ToString();
   EXPECT_EQ(*count, 42);
@@ -335,7 +340,8 @@ TEST(ManifestIntegerTest, ParsesOrNamesTheKey) {
   for (const char* key : {"too_big", "empty", "suffix", "space", "plus", "hex", "real"}) {
     const Status bad = ManifestInteger("ckpt/step-1", md, key).status();
     EXPECT_EQ(bad.code(), StatusCode::kCorruption) << key;
-    EXPECT_EQ(bad.message(), "checkpoint ckpt/step-1: '" + std::string(key) + "' is not an integer: '" + md.at(key) + "'");
+    EXPECT_EQ(bad.message(),
+              "checkpoint ckpt/step-1: '" + std::string(key) + "' is not an integer: '" + md.at(key) + "'");
   }
   const Status below = ManifestInteger("ckpt/step-1", md, "negative", 0).status();
   EXPECT_EQ(below.code(), StatusCode::kCorruption);

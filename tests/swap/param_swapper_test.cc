@@ -22,7 +22,8 @@ ParamSwapperOptions Options(const TempDir& dir, int64_t buffers, int64_t max_in_
   return o;
 }
 
-const std::vector<ParamShardSpec> kShards = {{"block0", 100'000}, {"block1", 77'777}, {"block2", 5}, {"block3", 99'999}};
+const std::vector<ParamShardSpec> kShards = {
+    {"block0", 100'000}, {"block1", 77'777}, {"block2", 5}, {"block3", 99'999}};
 
 class ParamSwapperTest : public ::testing::Test {
  protected:

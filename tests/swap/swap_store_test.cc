@@ -145,8 +145,7 @@ TEST(SwapStore, ChecksumMismatchIsCorruptionNamingFileOffsetAndTensor) {
   Status st = s.Wait(*r);
   ASSERT_EQ(st.code(), StatusCode::kCorruption) << st.ToString();
   EXPECT_NE(st.message().find(s.file_paths()[13 % 3]), std::string::npos) << st.message();
-  EXPECT_NE(st.message().find("offset " + std::to_string(s.alignment_bytes() + (13 / 3) * kStripe)),
-            std::string::npos)
+  EXPECT_NE(st.message().find("offset " + std::to_string(s.alignment_bytes() + (13 / 3) * kStripe)), std::string::npos)
       << st.message();
   EXPECT_NE(st.message().find("'big'"), std::string::npos) << st.message();
   // Other tensors are unaffected.
@@ -237,10 +236,11 @@ TEST(SwapStore, FullDiskAtPreallocationIsNoSpaceNamingTheFile) {
   // disk fails with ENOSPC: both are kNoSpace.
   TempDir dir;
   auto engine = MakeEngine();
-  struct sigaction ignore {}, old {};
+  struct sigaction ignore {
+  }, old{};
   ignore.sa_handler = SIG_IGN;
   ASSERT_EQ(::sigaction(SIGXFSZ, &ignore, &old), 0);
-  rlimit saved {};
+  rlimit saved{};
   ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
   rlimit small = saved;
   small.rlim_cur = 1 << 20;
@@ -351,8 +351,8 @@ TEST(SwapStore, ExtentsLandOnTheirStripesInEveryFile) {
   TempDir dir;
   auto engine = MakeEngine();
   // "head" takes units 0 and 1, so "body" starts at unit 2: not at file 0.
-  auto store = SwapStore::Create(engine.get(), {{"head", kStripe + 100, 1}, {"body", 11 * kStripe + 4096, 1}},
-                                 Options(dir, 3));
+  auto store =
+      SwapStore::Create(engine.get(), {{"head", kStripe + 100, 1}, {"body", 11 * kStripe + 4096, 1}}, Options(dir, 3));
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   SwapStore& s = **store;
   auto pool = MakePool(1, s.PaddedBytes(12 * kStripe));
@@ -394,9 +394,9 @@ TEST(SwapStore, BadRangesAreRejectedNamingOffsetAndLength) {
       << h.status().message();
   h = (*store)->SwapInRange(0, 3 * kStripe, 2 * kStripe, a.data());  // past the tensor's end
   ASSERT_EQ(h.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(h.status().message().find("offset " + std::to_string(3 * kStripe) + " length " +
-                                      std::to_string(2 * kStripe)),
-            std::string::npos)
+  EXPECT_NE(
+      h.status().message().find("offset " + std::to_string(3 * kStripe) + " length " + std::to_string(2 * kStripe)),
+      std::string::npos)
       << h.status().message();
   EXPECT_EQ((*store)->SwapOutRange(0, -kStripe, kStripe, a.data()).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ((*store)->SwapOut(1, a.data()).status().code(), StatusCode::kInvalidArgument);

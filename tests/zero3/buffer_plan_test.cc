@@ -337,8 +337,9 @@ TEST(BufferPlanTest, EngineAllocatesThePlannedBuffers) {
       c.zero.stage3_prefetch_bucket_size = 2000;
       c.zero.stage3_max_live_parameters = 2000;  // about two blocks
       c.zero.stage3_max_reuse_distance = 4000;
-      CheckEngine(c, model, "param " + std::string(OffloadDeviceName(param)) + " optimizer " +
-                                std::string(OffloadDeviceName(optimizer)));
+      CheckEngine(
+          c, model,
+          "param " + std::string(OffloadDeviceName(param)) + " optimizer " + std::string(OffloadDeviceName(optimizer)));
     }
   }
   // Two blocks above the shipped configs' persistence threshold (1e5

@@ -460,8 +460,7 @@ TEST(EngineTest, CheckpointRefusesAnotherLayoutAndMidAccumulation) {
   ASSERT_TRUE(MakeDirectories(dir.Sub("ckpt")).ok());
   const std::string ckpt = dir.Sub("ckpt") + "/a";
   ASSERT_TRUE(e.engine->SaveCheckpoint(ckpt, {}).ok());
-  EXPECT_EQ(e.engine->SaveCheckpoint(dir.Sub("ckpt") + "/b", {{"engine.x", "1"}}).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(e.engine->SaveCheckpoint(dir.Sub("ckpt") + "/b", {{"engine.x", "1"}}).code(), StatusCode::kInvalidArgument);
 
   // One micro-batch of two: gradients pending.
   auto p = e.engine->Acquire(0);

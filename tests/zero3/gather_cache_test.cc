@@ -19,10 +19,8 @@ namespace zinf::zero3 {
 namespace {
 
 // Four blocks of 1024, 2048, 1024 and 64 elements (a small last one).
-const std::vector<BlockSpec> kSpecs = {{"b0", {{"w", {1024}}}},
-                                       {"b1", {{"w", {2048}}}},
-                                       {"b2", {{"w", {32, 32}}}},
-                                       {"b3", {{"g", {64}}}}};
+const std::vector<BlockSpec> kSpecs = {
+    {"b0", {{"w", {1024}}}}, {"b1", {{"w", {2048}}}}, {"b2", {{"w", {32, 32}}}}, {"b3", {{"g", {64}}}}};
 
 class GatherCacheTest : public ::testing::Test {
  protected:

@@ -17,9 +17,8 @@ namespace {
 
 using swap::testing::TempDir;
 
-const std::vector<BlockSpec> kSpecs = {{"embed", {{"wte", {37, 8}}}},
-                                       {"h.0", {{"w", {16, 16}}, {"b", {16}}}},
-                                       {"head", {{"g", {8}}}}};
+const std::vector<BlockSpec> kSpecs = {
+    {"embed", {{"wte", {37, 8}}}}, {"h.0", {{"w", {16, 16}}, {"b", {16}}}}, {"head", {{"g", {8}}}}};
 
 class ParamHomeTest : public ::testing::TestWithParam<OffloadDevice> {
  protected:

@@ -78,8 +78,7 @@ inline std::vector<std::vector<float>> ReadBlock(Engine& engine, Stream& stream,
       } else {
         uint16_t h;
         std::memcpy(&h, raw.data() + i * 2, 2);
-        v[static_cast<size_t>(i)] =
-            engine.param_type() == ElementType::kBf16 ? Bf16ToFloat(h) : HalfToFloat(h);
+        v[static_cast<size_t>(i)] = engine.param_type() == ElementType::kBf16 ? Bf16ToFloat(h) : HalfToFloat(h);
       }
     }
     out.push_back(std::move(v));
@@ -91,7 +90,7 @@ struct TrainOptions {
   int steps = 3;
   int first_step = 0;          // data of steps first_step .. first_step + steps - 1
   bool set_parameters = true;  // false: the engine's state came from a checkpoint
-  int global_batch = 6;       // samples per optimizer step, over all ranks
+  int global_batch = 6;        // samples per optimizer step, over all ranks
   // Test hook: before the forward pass of step `peek_step`, acquire and
   // release the last block (an acquire order the trace has not seen).
   int peek_step = -1;
@@ -178,7 +177,8 @@ inline float Train(Engine& engine, const TinyModel& model, const TrainOptions& o
           const std::vector<float>& h_in = acts[static_cast<size_t>(s)][static_cast<size_t>(b)];
           const std::vector<float>& h_out = acts[static_cast<size_t>(s)][static_cast<size_t>(b + 1)];
           if (b + 1 < nb) {
-            for (int64_t o = 0; o < out; ++o) d[static_cast<size_t>(o)] *= 1.0f - h_out[static_cast<size_t>(o)] * h_out[static_cast<size_t>(o)];
+            for (int64_t o = 0; o < out; ++o)
+              d[static_cast<size_t>(o)] *= 1.0f - h_out[static_cast<size_t>(o)] * h_out[static_cast<size_t>(o)];
           }
           std::vector<float> d_prev(static_cast<size_t>(in), 0.0f);
           for (int64_t o = 0; o < out; ++o) {
