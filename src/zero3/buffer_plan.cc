@@ -11,8 +11,8 @@
 namespace zinf::zero3 {
 namespace {
 
-// The Engine's one-buffer host pools (OnePinnedBuffer in engine.cc): at
-// least a page, no huge pages (they are touched once, not streamed).
+// The Engine's one-buffer host windows (zero3::HostWindow): at least a
+// page, no huge pages (they are touched once, not streamed).
 aio::PinnedPoolOptions OneBuffer(int64_t bytes, bool pin, const char* name) {
   aio::PinnedPoolOptions o;
   o.buffer_count = 1;
@@ -190,8 +190,8 @@ void PlanOptimizer(const Config& config, int64_t total, BufferPlan& p) {
   }
 }
 
-// The checkpoint buffers (engine.cc PrepareCheckpointIo): pieces of a swap
-// blob are whole stripes of the optimizer's store.
+// The checkpoint buffers (engine_checkpoint.cc PrepareCheckpointIo): pieces
+// of a swap blob are whole stripes of the optimizer's store.
 void PlanCheckpoints(BufferPlan& p) {
   int64_t bytes = 1 << 20, alignment = 4096;
   if (p.optimizer.device == OffloadDevice::kNvme) {
