@@ -109,15 +109,17 @@ StatusOr<std::unique_ptr<PinnedPool>> PinnedPool::Create(const PinnedPoolOptions
   pool->alignment_ = options.alignment_bytes;
   pool->buffer_bytes_ = AlignUp(options.buffer_bytes, options.alignment_bytes);
   pool->stride_ = pool->buffer_bytes_;
+  // Every buffer free from the start: a pool given up below (mmap or a
+  // required pin failing) is destroyed with none leased.
+  pool->free_.reserve(static_cast<size_t>(pool->count_));
+  for (int64_t i = pool->count_ - 1; i >= 0; --i) pool->free_.push_back(static_cast<int>(i));
   const int64_t map_align = options.huge_pages ? kHugePageBytes : page;
   pool->mapped_bytes_ = MappedBytes(options);
   // Over-map by the alignment and trim both ends, leaving an aligned region.
   const int64_t raw_bytes = pool->mapped_bytes_ + map_align - page;
   void* raw =
       ::mmap(nullptr, static_cast<size_t>(raw_bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) {
-    return ErrnoStatus(errno, options.name + ": mmap of " + FormatBytes(raw_bytes));
-  }
+  if (raw == MAP_FAILED) return ErrnoStatus(errno, options.name + ": mmap of " + FormatBytes(raw_bytes));
   char* raw_begin = static_cast<char*>(raw);
   char* begin = reinterpret_cast<char*>(AlignUp(reinterpret_cast<int64_t>(raw_begin), map_align));
   if (begin > raw_begin) ::munmap(raw_begin, static_cast<size_t>(begin - raw_begin));
@@ -125,6 +127,7 @@ StatusOr<std::unique_ptr<PinnedPool>> PinnedPool::Create(const PinnedPoolOptions
   if (raw_begin + raw_bytes > end) ::munmap(end, static_cast<size_t>(raw_begin + raw_bytes - end));
   void* p = begin;
   pool->base_ = begin;
+  g_live_mapped_bytes.fetch_add(pool->mapped_bytes_, std::memory_order_relaxed);
   if (options.huge_pages) ::madvise(p, static_cast<size_t>(pool->mapped_bytes_), MADV_HUGEPAGE);  // a hint
   pool->numa_node_ = BindToNumaNode(p, static_cast<size_t>(pool->mapped_bytes_), options.numa_node);
   if (options.pin) {
@@ -142,9 +145,6 @@ StatusOr<std::unique_ptr<PinnedPool>> PinnedPool::Create(const PinnedPoolOptions
   }
   // Fault every page in now, on the bound node, so the hot path never does.
   std::memset(p, 0, static_cast<size_t>(pool->mapped_bytes_));
-  pool->free_.reserve(static_cast<size_t>(pool->count_));
-  for (int64_t i = pool->count_ - 1; i >= 0; --i) pool->free_.push_back(static_cast<int>(i));
-  g_live_mapped_bytes.fetch_add(pool->mapped_bytes_, std::memory_order_relaxed);
   return pool;
 }
 
@@ -155,6 +155,7 @@ PinnedPool::~PinnedPool() {
     std::lock_guard lock(mu_);
     ZINF_CHECK_MSG(static_cast<int64_t>(free_.size()) == count_, "PinnedPool destroyed with buffers still leased");
   }
+  if (base_ == nullptr) return;  // given up before its mapping
   if (pinned_) UnpinHostMemory(base_, static_cast<size_t>(mapped_bytes_)).IgnoreError();
   ::munmap(base_, static_cast<size_t>(mapped_bytes_));
   g_live_mapped_bytes.fetch_sub(mapped_bytes_, std::memory_order_relaxed);

@@ -2,6 +2,7 @@
 // a name says elements (`_elems`) or another unit.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -19,5 +20,10 @@ std::string FormatCount(int64_t n);
 constexpr int64_t AlignUp(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 constexpr int64_t AlignDown(int64_t x, int64_t a) { return x / a * a; }
 constexpr bool IsPowerOfTwo(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+
+// Nanoseconds from `t0` to now on the steady clock.
+inline int64_t NanosSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+}
 
 }  // namespace zinf

@@ -624,4 +624,10 @@ bool SwapStore::IsWritten(TensorId id) const {
   return std::all_of(t.written.begin(), t.written.end(), [](uint8_t w) { return w != 0; });
 }
 
+std::string NvmePathContext(std::string_view section, const std::vector<std::string>& paths) {
+  std::string list;
+  for (const std::string& p : paths) list += (list.empty() ? "" : ", ") + p;
+  return "swap files on zero_optimization." + std::string(section) + ".nvme_path [" + list + "]";
+}
+
 }  // namespace zinf::swap

@@ -225,4 +225,9 @@ class SwapStore {
   aio::HandleTable<Slot> slots_;
 };
 
+// "swap files on zero_optimization.<section>.nvme_path [a, b]": the context
+// that names the config key in errors about a section's swap files (a path
+// that is a file, read-only, full).
+std::string NvmePathContext(std::string_view section, const std::vector<std::string>& paths);
+
 }  // namespace zinf::swap

@@ -97,29 +97,6 @@ Packed LargestWithin(const std::vector<int64_t>& sizes, int64_t bound, int64_t e
   return best;
 }
 
-Status CheckConfig(const Config& config, ElementType param_type, ElementType grad_type) {
-  const ZeroConfig& zero = config.zero;
-  if (zero.stage < 1 || zero.stage > 3) {
-    return Status::InvalidArgument("zero_optimization.stage: the engine runs stages 1, 2 and 3, got " +
-                                   std::to_string(zero.stage));
-  }
-  if (config.fp16.enabled && config.bf16.enabled) {
-    return Status::InvalidArgument("fp16.enabled and bf16.enabled: at most one may be on");
-  }
-  if (config.gradient_accumulation_steps < 1) {
-    return Status::InvalidArgument("gradient_accumulation_steps: expected >= 1, got " +
-                                   std::to_string(config.gradient_accumulation_steps));
-  }
-  if (grad_type != ElementType::kF32 && grad_type != param_type) {
-    return Status::InvalidArgument("engine: gradients must be fp32 or the parameters' type");
-  }
-  if (zero.sub_group_size < 1) {
-    return Status::InvalidArgument("zero_optimization.sub_group_size: expected > 0, got " +
-                                   std::to_string(zero.sub_group_size));
-  }
-  return Status::Ok();
-}
-
 // The working parameters' home: device, one host buffer, or the swapper.
 Status PlanParamHome(const Config& config, const Partitioner& part, BufferPlan& p) {
   const ZeroConfig& zero = config.zero;
@@ -172,8 +149,8 @@ void PlanOptimizer(const Config& config, int64_t total, BufferPlan& p) {
   if (oo.device == OffloadDevice::kNvme) {
     aio::PinnedPoolOptions& po = p.optimizer_pipeline;
     po.buffer_count = swap::OptimizerSwapper::PoolBuffers(oo);
-    po.buffer_bytes = swap::OptimizerSwapper::RequiredBufferBytes(oo, 4096);
-    po.alignment_bytes = 4096;
+    po.buffer_bytes = swap::OptimizerSwapper::RequiredBufferBytes(oo, oo.store.alignment_bytes);
+    po.alignment_bytes = oo.store.alignment_bytes;
     po.pin = zero.offload_optimizer.pin_memory;
     po.require_pinned = false;
     po.huge_pages = false;
@@ -237,6 +214,34 @@ std::string Elems(int64_t n) { return FormatCount(n) + " elements"; }
 
 }  // namespace
 
+ElementType WorkingType(const Config& config) {
+  return config.fp16.enabled ? ElementType::kF16 : config.bf16.enabled ? ElementType::kBf16 : ElementType::kF32;
+}
+
+Status CheckEngineConfig(const Config& config, ElementType grad_type) {
+  const ElementType param_type = WorkingType(config);
+  const ZeroConfig& zero = config.zero;
+  if (zero.stage < 1 || zero.stage > 3) {
+    return Status::InvalidArgument("zero_optimization.stage: the engine runs stages 1, 2 and 3, got " +
+                                   std::to_string(zero.stage));
+  }
+  if (config.fp16.enabled && config.bf16.enabled) {
+    return Status::InvalidArgument("fp16.enabled and bf16.enabled: at most one may be on");
+  }
+  if (config.gradient_accumulation_steps < 1) {
+    return Status::InvalidArgument("gradient_accumulation_steps: expected >= 1, got " +
+                                   std::to_string(config.gradient_accumulation_steps));
+  }
+  if (grad_type != ElementType::kF32 && grad_type != param_type) {
+    return Status::InvalidArgument("engine: gradients must be fp32 or the parameters' type");
+  }
+  if (zero.sub_group_size < 1) {
+    return Status::InvalidArgument("zero_optimization.sub_group_size: expected > 0, got " +
+                                   std::to_string(zero.sub_group_size));
+  }
+  return Status::Ok();
+}
+
 int64_t DeviceFootprint(int64_t bytes) { return bytes > 0 ? AlignUp(bytes, kDeviceAlignBytes) : 0; }
 
 std::string_view BufferTierName(BufferTier tier) {
@@ -255,11 +260,11 @@ StatusOr<BufferPlan> MakeBufferPlan(const Config& config, const std::vector<Bloc
   p.world_size = world_size;
   p.device_kind = device_kind;
   p.stage = config.zero.stage;
-  p.param_type = config.fp16.enabled ? ElementType::kF16 : config.bf16.enabled ? ElementType::kBf16 : ElementType::kF32;
+  p.param_type = WorkingType(config);
   p.grad_type = grad_type;
   p.param_elem_bytes = ElementSizeBytes(p.param_type);
   p.grad_elem_bytes = ElementSizeBytes(grad_type);
-  ZINF_RETURN_IF_ERROR(CheckConfig(config, p.param_type, grad_type));
+  ZINF_RETURN_IF_ERROR(CheckEngineConfig(config, grad_type));
   ZINF_ASSIGN_OR_RETURN(Partitioner part, Partitioner::Create(blocks, world_size, 0));
   const int64_t total = part.total_shard_numel();
   p.total_shard_elems = total;

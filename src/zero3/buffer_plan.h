@@ -149,6 +149,15 @@ struct BufferPlan {
   int64_t device_gathered_bytes() const { return persistent_bytes + gathered_window_bytes; }
 };
 
+// The working parameters' type: fp16 or bf16 when enabled, else fp32.
+ElementType WorkingType(const Config& config);
+
+// The config checks of Engine::Create that need no device: a stage outside
+// 1..3, fp16 with bf16, gradient_accumulation_steps < 1, a gradient type
+// that is neither fp32 nor the parameters', sub_group_size < 1; each error
+// names its key. MakeBufferPlan runs them first.
+Status CheckEngineConfig(const Config& config, ElementType grad_type);
+
 // The plan of an Engine created with `config` on `blocks` by each of
 // `world_size` ranks on a device of `device_kind`, with gradients of
 // `grad_type` (EngineOptions::grad_type). `max_held_elems`: the most

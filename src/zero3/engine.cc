@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/units.h"
 #include "optim/array_ops.h"
 #include "optim/grad_clip.h"
 #include "zero3/engine_impl.h"
@@ -16,10 +17,6 @@ namespace zinf {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-int64_t NanosSince(Clock::time_point t0) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
-}
 
 // Every EngineCounters field that only grows (the rest are levels).
 constexpr int64_t EngineCounters::*kCumulativeCounters[] = {
@@ -160,9 +157,9 @@ StatusOr<StepResult> Engine::Step() {
   if (m.micro_steps % m.config.gradient_accumulation_steps != 0) return r;
   r.boundary = true;
   const auto t0 = Clock::now();
-  StatusOr<StepResult> applied = m.ApplyStep(r);
+  ZINF_ASSIGN_OR_RETURN(r, m.ApplyStep(r));
   m.counters.optimizer_ns += NanosSince(t0);
-  return applied;
+  return r;
 }
 
 Status Engine::WaitForUpdate() { return impl_->FinishUpdate(); }

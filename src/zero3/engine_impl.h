@@ -17,7 +17,9 @@
 // (FinishUpdate), which is also where an error from the worker surfaces.
 //
 // Thread-safety: the driving thread only, except what the worker's body
-// touches (optimizer, accum, new_params) while update_pending.
+// touches (optimizer, adam and its threads, accum, new_params, param_type)
+// between UpdateWorker::Start and Join: declared before `update`, so
+// ~Impl joins the worker before any of them goes.
 #pragma once
 
 #include <cstdint>

@@ -16,16 +16,6 @@
 #include "zero3/engine_impl.h"
 
 namespace zinf {
-namespace {
-
-// "swap files on zero_optimization.offload_optimizer.nvme_path [a, b]".
-std::string OptimizerPathContext(const std::vector<std::string>& paths) {
-  std::string list;
-  for (const std::string& p : paths) list += (list.empty() ? "" : ", ") + p;
-  return "swap files on zero_optimization.offload_optimizer.nvme_path [" + list + "]";
-}
-
-}  // namespace
 
 Engine::Impl::~Impl() {
   update.Join().IgnoreError();  // the worker reads the optimizer state and the windows below
@@ -41,8 +31,11 @@ Engine::Impl::~Impl() {
 Status Engine::Impl::Init(const Config& cfg, const std::vector<BlockSpec>& block_specs, const EngineOptions& opts) {
   config = cfg;
   options = opts;
+  options.hooks = nullptr;  // read here only: the pointee need not outlive Create
   if (opts.hooks != nullptr) hooks = *opts.hooks;
   specs = block_specs;
+  // A bad config is reported before a device, MPI or NCCL is brought up.
+  ZINF_RETURN_IF_ERROR(zero3::CheckEngineConfig(config, opts.grad_type));
   ZINF_RETURN_IF_ERROR(InitDeviceAndComms());
   ZINF_ASSIGN_OR_RETURN(plan,
                         zero3::MakeBufferPlan(config, specs, host_comm->world_size(), device->kind(), opts.grad_type));
@@ -134,7 +127,7 @@ Status Engine::Impl::InitOptimizerState() {
   auto swapper = swap::OptimizerSwapper::Create(oo, io, optim_pool.get());
   if (!swapper.ok()) {
     if (oo.device != OffloadDevice::kNvme) return swapper.status();
-    return swapper.status().WithContext(OptimizerPathContext(oo.store.paths));
+    return swapper.status().WithContext(swap::NvmePathContext("offload_optimizer", oo.store.paths));
   }
   optimizer = std::move(swapper).value();
   return Status::Ok();

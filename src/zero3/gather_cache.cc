@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "comm/communicator.h"
+#include "core/units.h"
 #include "device/device.h"
 #include "zero3/param_home.h"
 #include "zero3/partitioner.h"
@@ -14,10 +15,6 @@ namespace zinf::zero3 {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-int64_t NanosSince(Clock::time_point t0) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
-}
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "aio/io_engine.h"
+#include "core/units.h"
 #include "device/device.h"
 #include "swap/param_swapper.h"
 #include "zero3/buffer_plan.h"
@@ -97,7 +98,7 @@ class NvmeParamHome final : public HomeBase {
   Status CopyToDevice(BlockId b, char* dst) override {
     const auto t0 = Clock::now();
     ZINF_ASSIGN_OR_RETURN(char* src, swapper_->Acquire(b));
-    counters_.nvme_wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+    counters_.nvme_wait_ns += NanosSince(t0);
     Status s = stream_.CopyAsync(dst, src, ShardBytes(b), CopyDirection::kHostToDevice);
     if (s.ok()) s = stream_.Synchronize();  // the swapper's buffer is reused after Release
     Status r = swapper_->Release(b, /*dirty=*/false);
@@ -115,14 +116,6 @@ class NvmeParamHome final : public HomeBase {
   std::unique_ptr<swap::ParamSwapper> swapper_;
 };
 
-// "swap files on zero_optimization.offload_param.nvme_path [a, b]": names
-// the config key in errors about the swap files (a file, read-only, full).
-std::string NvmePathContext(const std::vector<std::string>& paths) {
-  std::string list;
-  for (const std::string& p : paths) list += (list.empty() ? "" : ", ") + p;
-  return "swap files on zero_optimization.offload_param.nvme_path [" + list + "]";
-}
-
 StatusOr<std::unique_ptr<ParamHome>> CreateNvmeHome(const ParamHomeOptions& o) {
   const Partitioner& part = *o.partitioner;
   swap::ParamSwapperOptions so = o.plan->param_swapper;
@@ -133,7 +126,7 @@ StatusOr<std::unique_ptr<ParamHome>> CreateNvmeHome(const ParamHomeOptions& o) {
     shards.push_back({(*o.specs)[static_cast<size_t>(b)].name, part.layout(b).shard_numel});
   }
   auto swapper = swap::ParamSwapper::Create(so, o.io, shards);
-  if (!swapper.ok()) return swapper.status().WithContext(NvmePathContext(so.store.paths));
+  if (!swapper.ok()) return swapper.status().WithContext(swap::NvmePathContext("offload_param", so.store.paths));
   return std::unique_ptr<ParamHome>(new NvmeParamHome(o, std::move(swapper).value()));
 }
 

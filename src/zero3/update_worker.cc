@@ -6,13 +6,15 @@
 #include <system_error>
 #include <utility>
 
+#include "core/units.h"
+
 namespace zinf::zero3 {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
 void AddSince(Clock::time_point t0, int64_t* ns) {
-  if (ns != nullptr) *ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+  if (ns != nullptr) *ns += NanosSince(t0);
 }
 
 }  // namespace
@@ -38,6 +40,9 @@ Status UpdateWorker::Start(Body body) {
   try {
     thread_ = std::thread(&UpdateWorker::Run, this, std::move(body));
   } catch (const std::system_error& e) {
+    std::lock_guard<std::mutex> lock(mu_);  // nothing ran: every prefix is done again, as before Start
+    done_elems_ = INT64_MAX;
+    ended_ = true;
     return Status::ResourceExhausted(std::string("cannot start the optimizer update's thread: ") + e.what());
   }
   return Status::Ok();
