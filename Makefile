@@ -52,7 +52,7 @@ check-layers:
 # Debian 12 ships it): check-format lists the files that differ.
 FORMAT_FILES = $$(git ls-files '*.cc' '*.h' '*.cu')
 check-format: deps
-	@clang-format --dry-run --Werror $(FORMAT_FILES) 2>&1 | grep -o '^[^:]*:[0-9]*' | sort -u -t: -k1,1 | \
+	@clang-format --dry-run --Werror $(FORMAT_FILES) 2>&1 | grep -oE '^[^ :]+\.(cc|h|cu):[0-9]+' | sort -u -t: -k1,1 | \
 	  sed 's/^/  not formatted: /' | grep . && { echo "check-format: run 'make format'"; exit 1; } || \
 	  echo "check-format: $$(git ls-files '*.cc' '*.h' '*.cu' | wc -l) files as .clang-format says"
 format: deps

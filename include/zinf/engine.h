@@ -138,15 +138,16 @@ struct EngineCounters {
   int64_t reduce_scatter_ns = 0;  // in ReduceGradients' collective and copy back
   int64_t optimizer_ns = 0;       // in the optimizer step and waiting for its update
   // Prefetching.
-  int64_t fetches = 0;              // blocks gathered
-  int64_t prefetches = 0;           // ... of which ahead of their Acquire
-  int64_t prefetch_hits = 0;        // Acquire found a prefetched block ready
-  int64_t resident_hits = 0;        // Acquire found a kept or persistent block
-  int64_t evictions = 0;            // gathered blocks freed
-  int64_t order_changes = 0;        // the acquire order differed from the record
-  int64_t live_elems = 0;           // gathered non-persistent elements now
-  int64_t peak_live_elems = 0;      // ... at most, since Create
-  int64_t live_limit_overruns = 0;  // demanded fetches past max_live (all held)
+  int64_t fetches = 0;               // blocks gathered
+  int64_t prefetches = 0;            // ... of which ahead of their Acquire
+  int64_t prefetch_hits = 0;         // Acquire found a prefetched block ready
+  int64_t resident_hits = 0;         // Acquire found a kept or persistent block
+  int64_t evictions = 0;             // gathered blocks freed
+  int64_t order_changes = 0;         // the acquire order differed from the record
+  int64_t live_elems = 0;            // gathered non-persistent elements now
+  int64_t peak_live_elems = 0;       // ... at most, since Create
+  int64_t live_limit_overruns = 0;   // demanded fetches past max_live (all held)
+  int64_t evictions_for_memory = 0;  // blocks evicted because a device allocation failed
 };
 
 // The counters' change from `before` to `after` (both from counters()):

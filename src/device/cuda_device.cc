@@ -114,7 +114,7 @@ class CudaDevice final : public Device {
   DeviceKind kind() const override { return DeviceKind::kCuda; }
   std::string name() const override { return name_; }
 
-  StatusOr<void*> Allocate(size_t bytes) override {
+  StatusOr<void*> AllocateBytes(size_t bytes) override {
     {
       std::lock_guard lock(mu_);
       if (in_use_ + bytes > capacity_) {

@@ -9,6 +9,13 @@
 
 namespace zinf {
 
+StatusOr<void*> Device::Allocate(size_t bytes) {
+  while (true) {
+    StatusOr<void*> p = AllocateBytes(bytes);
+    if (p.ok() || p.status().code() != StatusCode::kOutOfMemory || !reclaimer_ || !reclaimer_()) return p;
+  }
+}
+
 std::string_view DeviceKindName(DeviceKind kind) { return kind == DeviceKind::kCuda ? "cuda" : "host"; }
 
 StatusOr<std::unique_ptr<Device>> CreateDevice(const DeviceOptions& options) {

@@ -72,8 +72,15 @@ class Device {
   // "NVIDIA H100 80GB HBM3 (cuda:0)", "host (budget 2.00 GiB)".
   virtual std::string name() const = 0;
 
-  // Allocates device memory, 256-byte aligned. kOutOfMemory past the budget.
-  virtual StatusOr<void*> Allocate(size_t bytes) = 0;
+  // Allocates device memory, 256-byte aligned. kOutOfMemory past the budget,
+  // once the reclaimer (if one is set) has nothing more to give back.
+  StatusOr<void*> Allocate(size_t bytes);
+  // Frees one allocation held only as a cache (the engine's kept and
+  // prefetched blocks) and returns true, or returns false when none is left.
+  // Allocate calls it on the allocating thread each time memory runs out,
+  // then tries again. At most one is set; an empty one unsets it.
+  using Reclaimer = std::function<bool()>;
+  void SetReclaimer(Reclaimer reclaimer) { reclaimer_ = std::move(reclaimer); }
   // Frees what Allocate returned; nullptr is ignored.
   virtual void Free(void* ptr) = 0;
   // Bytes this Device has allocated and not freed.
@@ -84,6 +91,13 @@ class Device {
   virtual StatusOr<std::unique_ptr<Stream>> CreateStream() = 0;
   // Blocks until all streams are idle.
   virtual Status Synchronize() = 0;
+
+ protected:
+  // One allocation attempt (Allocate adds the reclaiming).
+  virtual StatusOr<void*> AllocateBytes(size_t bytes) = 0;
+
+ private:
+  Reclaimer reclaimer_;
 };
 
 struct DeviceOptions {

@@ -168,7 +168,7 @@ std::string HostDevice::name() const {
   return has_budget_ ? "host (budget " + FormatBytes(static_cast<int64_t>(budget_bytes_)) + ")" : "host (no budget)";
 }
 
-StatusOr<void*> HostDevice::Allocate(size_t bytes) {
+StatusOr<void*> HostDevice::AllocateBytes(size_t bytes) {
   size_t rounded = static_cast<size_t>(AlignUp(static_cast<int64_t>(std::max<size_t>(bytes, 1)), kAlignment));
   {
     std::lock_guard lock(mu_);

@@ -20,7 +20,7 @@ class HostDevice final : public Device {
 
   DeviceKind kind() const override { return DeviceKind::kHost; }
   std::string name() const override;
-  StatusOr<void*> Allocate(size_t bytes) override;
+  StatusOr<void*> AllocateBytes(size_t bytes) override;
   void Free(void* ptr) override;
   size_t bytes_in_use() const override;
   size_t capacity_bytes() const override { return budget_bytes_; }

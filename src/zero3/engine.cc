@@ -38,6 +38,7 @@ constexpr int64_t EngineCounters::*kCumulativeCounters[] = {
     &EngineCounters::resident_hits,
     &EngineCounters::evictions,
     &EngineCounters::live_limit_overruns,
+    &EngineCounters::evictions_for_memory,
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "comm/communicator.h"
+#include "core/log.h"
 #include "core/units.h"
 #include "device/device.h"
 #include "zero3/param_home.h"
@@ -20,11 +21,17 @@ using Clock = std::chrono::steady_clock;
 
 GatherCache::GatherCache(Options options) : o_(std::move(options)), es_(ElementSizeBytes(o_.param_type)) {
   blocks_.resize(static_cast<size_t>(o_.partitioner->num_blocks()));
-  for (BlockId b = 0; b < o_.partitioner->num_blocks(); ++b)
+  for (BlockId b = 0; b < o_.partitioner->num_blocks(); ++b) {
     block(b).persistent = o_.persistent[static_cast<size_t>(b)];
+  }
+  // Evicting is a rank's own decision, so only a single rank may make it on
+  // memory pressure: with several, each rank's next acquire of the block
+  // would differ (a gather on one, a hit on the other).
+  if (o_.partitioner->world_size() == 1) o_.device->SetReclaimer([this] { return ReclaimOne(); });
 }
 
 GatherCache::~GatherCache() {
+  if (o_.partitioner->world_size() == 1) o_.device->SetReclaimer({});
   o_.stream->Synchronize().IgnoreError();
   for (Block& b : blocks_) o_.device->Free(b.full);
 }
@@ -34,6 +41,7 @@ Status GatherCache::Hold(BlockId b) {
   if (st.full != nullptr) {
     ++(st.prefetched ? o_.counters->prefetch_hits : o_.counters->resident_hits);
   } else {
+    if (!fitted_) FitToDevice();
     MakeRoom(st.persistent ? 0 : o_.partitioner->layout(b).padded_numel, /*demand=*/true, 0);
     Status s = Fetch(b);
     if (!s.ok()) {
@@ -85,7 +93,7 @@ Status GatherCache::Fetch(BlockId b) {
   const BlockLayout& l = o_.partitioner->layout(b);
   ZINF_RETURN_IF_ERROR(o_.refresh(b, /*wait=*/true).status());
   if (st.full == nullptr) {
-    ZINF_ASSIGN_OR_RETURN(st.full, o_.device->Allocate(static_cast<size_t>(l.padded_numel * es_)));
+    ZINF_ASSIGN_OR_RETURN(st.full, AllocateBlock(b));
   }
   char* dst = static_cast<char*>(st.full) + o_.partitioner->rank() * l.shard_numel * es_;
   ZINF_RETURN_IF_ERROR(o_.home->CopyToDevice(b, dst));
@@ -126,19 +134,8 @@ Status GatherCache::Evict(BlockId b) {
 // when every gathered block is held (counted as an overrun).
 bool GatherCache::MakeRoom(int64_t need, bool demand, int64_t candidate_distance) {
   EngineCounters& c = *o_.counters;
-  while (c.live_elems + need > o_.max_live_elems) {
-    BlockId victim = -1;
-    int64_t farthest = -1;
-    for (BlockId b = 0; b < static_cast<BlockId>(blocks_.size()); ++b) {
-      const Block& st = block(b);
-      if (st.full == nullptr || st.persistent || st.holds > 0) continue;
-      const int64_t d = o_.coordinator->NextUseDistance(b);
-      if (!demand && d <= candidate_distance) continue;
-      if (d > farthest) {
-        farthest = d;
-        victim = b;
-      }
-    }
+  while (c.live_elems + need > live_cap_elems_) {
+    const BlockId victim = FarthestReleased(demand ? -1 : candidate_distance);
     if (victim < 0) {
       if (demand) ++c.live_limit_overruns;
       return demand;
@@ -172,7 +169,10 @@ void GatherCache::Prefetch(bool wait_for_home) {
     Block& st = block(b);
     const int64_t need = st.persistent ? 0 : o_.partitioner->layout(b).padded_numel;
     if (!MakeRoom(need, /*demand=*/false, o_.coordinator->NextUseDistance(b))) break;
-    if (!Fetch(b).ok()) {
+    prefetching_ = true;
+    Status s = Fetch(b);
+    prefetching_ = false;
+    if (!s.ok()) {
       Evict(b).IgnoreError();  // the demanded fetch will retry and report
       break;
     }
@@ -183,6 +183,81 @@ void GatherCache::Prefetch(bool wait_for_home) {
 
 void GatherCache::DropAll() {
   for (BlockId b = 0; b < static_cast<BlockId>(blocks_.size()); ++b) Evict(b).IgnoreError();
+  FitToDevice();
+}
+
+// The released, non-persistent gathered block used farthest ahead, if its
+// next use is beyond `beyond_distance`; -1 when there is none.
+BlockId GatherCache::FarthestReleased(int64_t beyond_distance) const {
+  BlockId victim = -1;
+  int64_t farthest = -1;
+  for (BlockId b = 0; b < static_cast<BlockId>(blocks_.size()); ++b) {
+    const Block& st = blocks_[static_cast<size_t>(b)];
+    if (st.full == nullptr || st.persistent || st.holds > 0) continue;
+    const int64_t d = o_.coordinator->NextUseDistance(b);
+    if (d <= beyond_distance) continue;
+    if (d > farthest) {
+      farthest = d;
+      victim = b;
+    }
+  }
+  return victim;
+}
+
+void GatherCache::FitToDevice() {
+  fitted_ = true;
+  int64_t room = static_cast<int64_t>(o_.device->capacity_bytes()) - static_cast<int64_t>(o_.device->bytes_in_use());
+  int64_t largest = 0;
+  for (BlockId b = 0; b < static_cast<BlockId>(blocks_.size()); ++b) {
+    const Block& st = block(b);
+    const int64_t bytes = o_.partitioner->layout(b).padded_numel * es_;
+    if (st.full != nullptr) room += bytes;  // gathered now: counted in use, and in the room again
+    if (st.persistent) {
+      room -= AlignUp(bytes, 256);
+    } else {
+      room -= 256;  // each block's allocation rounds up to 256 bytes
+      largest = std::max(largest, o_.partitioner->layout(b).padded_numel);
+    }
+  }
+  const int64_t room_elems = std::max<int64_t>(room, 0) / es_;
+  live_cap_elems_ = std::min(o_.max_live_elems, room_elems);
+  if (live_cap_elems_ < o_.max_live_elems && !capped_logged_) {
+    capped_logged_ = true;
+    Log("zero3").info(
+        "gathered blocks capped at {} elements by the device's room ({} free of {}), below "
+        "stage3_max_live_parameters {}{}",
+        FormatCount(live_cap_elems_), FormatBytes(room), FormatBytes(o_.device->capacity_bytes()),
+        FormatCount(o_.max_live_elems),
+        live_cap_elems_ < largest ? "; less than the largest block: each fetch waits for the last" : "");
+  }
+}
+
+bool GatherCache::ReclaimOne() {
+  if (prefetching_) return false;  // a prefetch never pushes out what is needed sooner: it stops instead
+  const BlockId victim = FarthestReleased(-1);
+  if (victim < 0) return false;
+  ++o_.counters->evictions_for_memory;
+  Evict(victim).IgnoreError();
+  return true;
+}
+
+StatusOr<void*> GatherCache::AllocateBlock(BlockId b) {
+  const int64_t bytes = o_.partitioner->layout(b).padded_numel * es_;
+  StatusOr<void*> p = o_.device->Allocate(static_cast<size_t>(bytes));  // reclaims released blocks first
+  if (p.ok() || p.status().code() != StatusCode::kOutOfMemory || prefetching_) return p;
+  int64_t gathered = 0;
+  for (BlockId h = 0; h < static_cast<BlockId>(blocks_.size()); ++h) {
+    if (block(h).full != nullptr) gathered += o_.partitioner->layout(h).padded_numel * es_;
+  }
+  return Status::OutOfMemory(
+      "device out of memory gathering block '" + (*o_.specs)[static_cast<size_t>(b)].name + "': it needs " +
+      FormatBytes(bytes) + "; " + FormatBytes(static_cast<int64_t>(o_.device->bytes_in_use())) + " of " +
+      FormatBytes(static_cast<int64_t>(o_.device->capacity_bytes())) + " is in use, " + FormatBytes(gathered) +
+      " of it by blocks the model holds" + (o_.partitioner->world_size() > 1 ? " or keeps" : "") +
+      "; give the device at least " +
+      FormatBytes(bytes - (static_cast<int64_t>(o_.device->capacity_bytes()) -
+                           static_cast<int64_t>(o_.device->bytes_in_use()))) +
+      " more (--device-budget), or lower stage3_max_live_parameters / stage3_max_reuse_distance");
 }
 
 }  // namespace zinf::zero3

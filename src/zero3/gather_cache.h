@@ -12,6 +12,19 @@
 // stage3_param_persistence_threshold, or every block below stage 3) stay
 // gathered until DropAll.
 //
+// The cache yields to memory. Before the first fetch and after every DropAll
+// (nothing gathered), the room the device has left for gathered blocks
+// (its capacity less what is in use and the persistent blocks) caps the
+// non-persistent elements below stage3_max_live_parameters: prefetched and
+// kept blocks never crowd out a block the model needs. The cap is a
+// function of allocations every rank makes alike, so all ranks keep and
+// evict the same blocks and their gathers stay matched. Should an
+// allocation still fail (the model's own, or memory the engine does not
+// see), a single rank's device reclaims released blocks, farthest next use
+// first, and retries (Device::SetReclaimer); only a block's own working set
+// is then out of memory, an error naming the block, what it needs and what
+// is in use.
+//
 // Prefetch, from the PrefetchCoordinator's record of the acquire order:
 // NVMe reads over twice stage3_prefetch_bucket_size ahead, gathers over one
 // bucket, stopping at the first block whose home is not current yet.
@@ -102,11 +115,24 @@ class GatherCache {
   Status Fetch(BlockId b);
   Status Evict(BlockId b);
   bool MakeRoom(int64_t need, bool demand, int64_t candidate_distance);
+  // The device buffer of a gathered block (the device reclaims released
+  // blocks first, on one rank); out of memory names the block and what it
+  // needs.
+  StatusOr<void*> AllocateBlock(BlockId b);
+  // The device's reclaimer: evicts the released block used farthest ahead.
+  bool ReclaimOne();
+  // Sets live_cap_elems_ from the device's room (see the file comment).
+  void FitToDevice();
+  BlockId FarthestReleased(int64_t beyond_distance) const;
   Block& block(BlockId b) { return blocks_[static_cast<size_t>(b)]; }
 
   Options o_;
   int64_t es_ = 2;  // bytes per working parameter
   std::vector<Block> blocks_;
+  bool fitted_ = false;
+  bool capped_logged_ = false;
+  bool prefetching_ = false;    // a prefetch's fetch is under way: nothing is reclaimed for it
+  int64_t live_cap_elems_ = 0;  // min(stage3_max_live_parameters, the device's room)
 };
 
 }  // namespace zinf::zero3

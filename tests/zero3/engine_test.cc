@@ -11,6 +11,7 @@
 #include "aio/fault_engine.h"
 #include "comm/communicator.h"
 #include "core/fs.h"
+#include "zero3/buffer_plan.h"
 #include "zero3/engine_test_util.h"
 #include "zero3/tiny_model.h"
 
@@ -200,6 +201,80 @@ TEST(EnginePrefetchTest, MaxLiveBelowTwoBlocksStillRuns) {
   ExpectBitIdentical(fetched, plain);
   EXPECT_LE(fetched.counters.peak_live_elems, 1300);
   EXPECT_EQ(fetched.counters.live_limit_overruns, 0);
+}
+
+// DeepSpeed's defaults keep every block gathered (max_live and the reuse
+// distance 1e9): under a device budget far below that window, kept and
+// prefetched blocks give way to what the model needs (its gradient arrays
+// too), and training is bit for bit the same.
+TEST(EngineMemoryTest, KeptAndPrefetchedBlocksYieldToTheDeviceBudget) {
+  for (OffloadDevice tier : {OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+    SCOPED_TRACE(std::string(OffloadDeviceName(tier)));
+    TempDir dir;
+    Config config = BaseConfig();
+    config.bf16.enabled = true;
+    SetTiers(config, tier, tier, dir);
+    config.zero.stage3_prefetch_bucket_size = 50'000'000;
+    config.zero.stage3_max_live_parameters = 1'000'000'000;
+    config.zero.stage3_max_reuse_distance = 1'000'000'000;
+    // Seven blocks (padded 896, 5 x 1152, 640 elements: 14.5 KiB in bf16
+    // all gathered); the budget holds the fixed buffers, the largest block
+    // and the model's fp32 gradient of it, and 1 KiB more.
+    const TinyModel deep{{24, 32, 32, 32, 32, 32, 32, 16}};
+    comm::LocalCommunicator local;
+    EngineUnderTest free = MakeEngine(config, deep.Blocks(), &local);
+    ASSERT_NE(free.engine, nullptr);
+    Outcome plain;
+    plain.loss = Train(*free.engine, deep, {}, static_cast<int>(config.gradient_accumulation_steps));
+    plain.master = MasterWeights(*free.engine, deep);
+    plain.counters = free.engine->counters();
+    auto plan = MakeBufferPlan(config, deep.Blocks(), 1, DeviceKind::kHost, ElementType::kF32);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    const size_t budget =
+        static_cast<size_t>(plan->device_fixed_bytes() + (1152 * 2 + 256) + (1024 * 4 + 256) + (32 * 4 + 256) + 1024);
+    ASSERT_LT(budget, static_cast<size_t>(plan->device_fixed_bytes() + plan->device_gathered_bytes()));
+    EngineUnderTest e = MakeEngine(config, deep.Blocks(), &local, budget);
+    ASSERT_NE(e.engine, nullptr);
+    Outcome capped;
+    capped.loss = Train(*e.engine, deep, {}, static_cast<int>(config.gradient_accumulation_steps));
+    capped.master = MasterWeights(*e.engine, deep);
+    ExpectBitIdentical(capped, plain);
+    const EngineCounters c = e.engine->counters();
+    EXPECT_LT(c.peak_live_elems, plain.counters.peak_live_elems);  // the cache gave way
+    EXPECT_GT(c.evictions, plain.counters.evictions);
+    EXPECT_LE(e.device->bytes_in_use(), budget);
+  }
+}
+
+TEST(EngineMemoryTest, ABlockThatCannotFitNamesWhatItNeeds) {
+  TempDir dir;
+  Config config = BaseConfig();
+  config.bf16.enabled = true;
+  SetTiers(config, OffloadDevice::kCpu, OffloadDevice::kCpu, dir);
+  auto plan = MakeBufferPlan(config, kModel.Blocks(), 1, DeviceKind::kHost, ElementType::kF32);
+  ASSERT_TRUE(plan.ok());
+  // Room for any one block (the largest: 1280 elements), not for blocks 0
+  // and 1 (640 and 1152) at once.
+  const size_t budget = static_cast<size_t>(plan->device_fixed_bytes() + 1280 * 2 + 256 + 256);
+  comm::LocalCommunicator local;
+  EngineUnderTest e = MakeEngine(config, kModel.Blocks(), &local, budget);
+  ASSERT_NE(e.engine, nullptr);
+  for (int b = 0; b < kModel.num_blocks(); ++b) {
+    auto v = kModel.InitialValues(b);
+    ASSERT_TRUE(e.engine->SetParameters(b, {v[0].data(), v[1].data()}).ok());
+  }
+  ASSERT_TRUE(e.engine->Acquire(0).ok());
+  auto second = e.engine->Acquire(1);  // block 0 is held: nothing can give way
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kOutOfMemory);
+  EXPECT_NE(second.status().message().find("gathering block '" + kModel.Blocks()[1].name + "': it needs 2.25 KiB"),
+            std::string::npos)
+      << second.status().ToString();
+  EXPECT_NE(second.status().message().find("--device-budget"), std::string::npos);
+  ASSERT_TRUE(e.engine->Release(0).ok());
+  auto again = e.engine->Acquire(1);  // released, block 0 gives way
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(e.engine->Release(1).ok());
 }
 
 TEST(EnginePrefetchTest, ChangedAcquireOrderIsRecordedAgain) {

@@ -44,9 +44,9 @@ struct EngineUnderTest {
 };
 
 inline EngineUnderTest MakeEngine(const Config& config, const std::vector<BlockSpec>& blocks,
-                                  comm::Communicator* host_comm = nullptr) {
+                                  comm::Communicator* host_comm = nullptr, size_t device_budget_bytes = 0) {
   EngineUnderTest e;
-  e.device = CreateHostDevice(0);
+  e.device = CreateHostDevice(device_budget_bytes);
   EngineHooks hooks;
   hooks.device = e.device.get();
   hooks.host_communicator = host_comm;

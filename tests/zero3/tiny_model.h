@@ -195,7 +195,7 @@ inline float Train(Engine& engine, const TinyModel& model, const TrainOptions& o
         std::vector<void*> dev;
         for (auto* g : {&gw, &gb}) {
           auto ptr = device.Allocate(g->size() * 4);
-          EXPECT_TRUE(ptr.ok());
+          EXPECT_TRUE(ptr.ok()) << ptr.status().ToString();
           EXPECT_TRUE(stream.CopyAsync(*ptr, g->data(), g->size() * 4, CopyDirection::kHostToDevice).ok());
           dev.push_back(*ptr);
         }
