@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "cli/command.h"
 #include "cli/train_loop.h"
 #include "comm/mpi_communicator.h"
+#include "core/file_lock.h"
 #include "core/units.h"
 #include "device/device.h"
 #include "kernels/cpu_kernels.h"
@@ -121,6 +123,14 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   ctx.hidden_size = model->n_embd;
   ctx.total_steps = *steps;
   if (Status s = ResolveAuto(*config, ctx); !s.ok()) return Fail(kName, s, 2);
+  // Held to the end of the run: a second run on this save dir is refused
+  // instead of deleting this one's save in progress as an orphan.
+  FileLock save_dir_lock;
+  if (const auto save_dir = flags->Get("save-dir")) {
+    auto lock = swap::LockRankDirectory(*save_dir, rank);
+    if (!lock.ok()) return Fail(kName, lock.status().WithContext("--save-dir"));
+    save_dir_lock = std::move(*lock);
+  }
   FILE* out = (rank == 0 && !flags->Has("quiet")) ? stderr : nullptr;
   if (out && !config->ignored_keys.empty()) {
     std::string keys;

@@ -215,7 +215,15 @@ Status SwapStore::Layout(std::vector<TensorSpec> tensors) {
 Status SwapStore::OpenFiles() {
   const int n = static_cast<int>(options_.paths.size());
   for (int i = 0; i < n; ++i) {
-    ZINF_RETURN_IF_ERROR(MakeDirectories(options_.paths[static_cast<size_t>(i)]));
+    const std::string& dir = options_.paths[static_cast<size_t>(i)];
+    ZINF_RETURN_IF_ERROR(MakeDirectories(dir));
+    // Before anything in the directory is judged stale: another live run's
+    // files are not stale, and must not be replaced.
+    StatusOr<FileLock> lock = FileLock::Acquire(JoinPath(dir, options_.file_prefix + ".lock"));
+    if (!lock.ok()) {
+      return lock.status().WithContext("swap directory " + dir + " is in use; give each run its own nvme_path");
+    }
+    locks_.push_back(std::move(*lock));
     file_paths_.push_back(
         JoinPath(options_.paths[static_cast<size_t>(i)], options_.file_prefix + "." + std::to_string(i) + ".swp"));
   }

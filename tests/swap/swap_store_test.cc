@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <iterator>
@@ -197,6 +198,31 @@ TEST(SwapStore, StaleFilesFromAnotherLayoutAreRefusedOrReplaced) {
   auto replaced = SwapStore::Create(engine.get(), other, Options(dir, 2));
   ASSERT_TRUE(replaced.ok()) << replaced.status().ToString();
   EXPECT_EQ((*replaced)->SwapIn(0, b.data()).status().code(), StatusCode::kFailedPrecondition);
+}
+
+// Two live stores (two runs) with the same prefix on a path: the second would
+// replace the first's files as stale. It is refused naming the holder's pid,
+// and the path is free again once the first store is gone.
+TEST(SwapStore, SecondStoreOnTheSamePathIsRefusedWhileTheFirstLives) {
+  TempDir dir;
+  auto engine = MakeEngine();
+  auto first = SwapStore::Create(engine.get(), SomeTensors(), Options(dir, 2));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  SwapStoreOptions other_run = Options(dir, 2);
+  other_run.run_id = "another-run";
+  auto second = SwapStore::Create(engine.get(), SomeTensors(), other_run);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  const std::string msg = second.status().message();
+  EXPECT_NE(msg.find("swap directory " + dir.Sub("nvme0") + " is in use"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("process " + std::to_string(::getpid())), std::string::npos) << msg;
+  // Another prefix on the same path is another store's files: allowed.
+  SwapStoreOptions other_prefix = Options(dir, 2);
+  other_prefix.file_prefix = "zinf-other";
+  EXPECT_TRUE(SwapStore::Create(engine.get(), SomeTensors(), other_prefix).ok());
+  first->reset();
+  auto again = SwapStore::Create(engine.get(), SomeTensors(), other_run);
+  EXPECT_TRUE(again.ok()) << again.status().ToString();
 }
 
 TEST(SwapStore, FileThatIsNotASwapFileIsRefused) {
