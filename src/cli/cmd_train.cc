@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -53,6 +54,21 @@ class MpiScope {
 };
 
 int RunRank(const std::vector<std::string>& args, MpiScope& mpi);
+
+// With --nvme-path P, the user gave the swap path by the flag, not by a config
+// key: errors name the flag ("--nvme-path P") where the engine names the key
+// it read the path from ("zero_optimization.offload_param.nvme_path [P]").
+Status NameNvmeFlag(const Status& status, const std::optional<std::string>& nvme_path) {
+  if (status.ok() || !nvme_path) return status;
+  std::string msg = status.message();
+  for (const char* section : {"offload_param", "offload_optimizer"}) {
+    const std::string key = "zero_optimization." + std::string(section) + ".nvme_path [" + *nvme_path + "]";
+    for (size_t at = msg.find(key); at != std::string::npos; at = msg.find(key, at)) {
+      msg.replace(at, key.size(), "--nvme-path " + *nvme_path);
+    }
+  }
+  return Status(status.code(), std::move(msg), status.sys_errno());
+}
 
 // Several ranks: a rank that fails alone (its checkpoint damaged, its disk
 // full) takes the whole job down, rather than leave the others waiting in a
@@ -162,9 +178,9 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
                  model->seq_len, static_cast<long long>(config->gradient_accumulation_steps));
   }
   auto trainer = model::Trainer::Create(*config, topt);
-  if (!trainer.ok()) return Fail(kName, trainer.status());
+  if (!trainer.ok()) return Fail(kName, NameNvmeFlag(trainer.status(), flags->Get("nvme-path")));
   if (const auto resume = flags->Get("resume")) {
-    if (Status s = (*trainer)->Resume(*resume); !s.ok()) return Fail(kName, s);
+    if (Status s = (*trainer)->Resume(*resume); !s.ok()) return Fail(kName, NameNvmeFlag(s, flags->Get("nvme-path")));
     if (out) std::fprintf(out, "zinf train: resumed at step %lld\n", static_cast<long long>((*trainer)->step()));
   }
 
@@ -180,7 +196,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   run.export_dtype = flags->GetOr("export-dtype", "BF16");
   run.progress = out;
   auto summary = RunTraining(**trainer, run);
-  if (!summary.ok()) return Fail(kName, summary.status());
+  if (!summary.ok()) return Fail(kName, NameNvmeFlag(summary.status(), flags->Get("nvme-path")));
   if (rank == 0) {
     std::printf("zinf train: %lld steps, loss %.4f -> %.4f", static_cast<long long>(summary->steps),
                 summary->first_loss, summary->last_loss);

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 
+#include "aio/nvme_check.h"
 #include "aio/pinned_pool.h"
 #include "core/check.h"
 #include "core/crc32c.h"
@@ -337,6 +338,23 @@ Status SwapStore::CheckSpace() const {
   bool short_of_space = false;
   for (const auto& [dev, fs] : by_fs) short_of_space |= fs.need > fs.free;
   if (!short_of_space) return Status::Ok();
+  // A filesystem that is no drive (ramfs reports 0 B free however much RAM
+  // there is) is short for another reason than space: say what nvme-check
+  // finds there (O_DIRECT refused, ...), which is what to fix.
+  std::string unfit;
+  for (const auto& [dev, fs] : by_fs) {
+    if (fs.need <= fs.free) continue;
+    aio::NvmeCheckOptions check;
+    check.test_bytes = 0;  // no speed test: only what the path is
+    const aio::NvmeCheckReport report = aio::CheckNvmePath(fs.paths[0], check);
+    if (report.ok()) continue;
+    std::string problems;
+    for (const std::string& p : report.problems) problems += (problems.empty() ? "" : "; ") + p;
+    unfit += (unfit.empty() ? "" : "; ") + fs.paths[0] + ": " + problems + " (zinf nvme-check " + fs.paths[0] +
+             " says so), and it reports " + FormatBytes(fs.free) + " free where the swap files need " +
+             FormatBytes(fs.need);
+  }
+  if (!unfit.empty()) return Status::FailedPrecondition("cannot hold swap files: " + unfit);
   std::string msg = "not enough space for the swap files (" + FormatBytes(file_bytes()) + " per path):";
   for (const auto& [dev, fs] : by_fs) {
     std::string paths;

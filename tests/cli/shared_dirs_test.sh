@@ -38,7 +38,7 @@ if "$ZINF" train --config "$CONFIG" --nvme-path "$TMP/nvme" --model tiny --steps
   echo "a second run on an nvme path in use was not refused" >&2
   exit 1
 fi
-grep -q -- "swap directory $TMP/nvme is in use.*locked by process 4242" "$TMP/err2" ||
+grep -q -- "swap files on --nvme-path $TMP/nvme: swap directory $TMP/nvme is in use.*locked by process 4242" "$TMP/err2" ||
   { cat "$TMP/err2" >&2; exit 1; }
 kill "$HOLDER"
 wait "$HOLDER" 2>/dev/null || true
