@@ -10,17 +10,20 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cli/command.h"
 #include "cli/train_loop.h"
 #include "comm/mpi_communicator.h"
 #include "core/file_lock.h"
+#include "core/fs.h"
 #include "core/units.h"
 #include "device/device.h"
 #include "kernels/cpu_kernels.h"
 #include "model/gpt.h"
 #include "model/trainer.h"
 #include "swap/checkpoint_dirs.h"
+#include "swap/swap_store.h"
 #include "zinf/config.h"
 
 namespace zinf::cli {
@@ -146,6 +149,28 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
     auto lock = swap::LockRankDirectory(*save_dir, rank);
     if (!lock.ok()) return Fail(kName, lock.status().WithContext("--save-dir"));
     save_dir_lock = std::move(*lock);
+  }
+  // Likewise each swap path: a second run would replace this one's swap
+  // files as stale.
+  std::vector<FileLock> swap_dir_locks;
+  const auto nvme_flag = flags->Get("nvme-path");
+  for (const auto& [section, offload] :
+       {std::pair{"offload_param", std::pair{config->zero.offload_param.device, config->zero.offload_param.nvme_paths}},
+        std::pair{"offload_optimizer",
+                  std::pair{config->zero.offload_optimizer.device, config->zero.offload_optimizer.nvme_paths}}}) {
+    if (offload.first != OffloadDevice::kNvme) continue;
+    for (const std::string& dir : offload.second) {
+      const bool held = std::any_of(swap_dir_locks.begin(), swap_dir_locks.end(),
+                                    [&](const FileLock& l) { return ParentPath(l.path()) == dir; });
+      if (held) continue;
+      auto lock = swap::LockSwapDirectory(dir, rank);
+      if (!lock.ok()) {
+        const std::string origin =
+            nvme_flag ? "--nvme-path" : "zero_optimization." + std::string(section) + ".nvme_path";
+        return Fail(kName, lock.status().WithContext(origin));
+      }
+      swap_dir_locks.push_back(std::move(*lock));
+    }
   }
   FILE* out = (rank == 0 && !flags->Has("quiet")) ? stderr : nullptr;
   if (out && !config->ignored_keys.empty()) {

@@ -216,15 +216,7 @@ Status SwapStore::Layout(std::vector<TensorSpec> tensors) {
 Status SwapStore::OpenFiles() {
   const int n = static_cast<int>(options_.paths.size());
   for (int i = 0; i < n; ++i) {
-    const std::string& dir = options_.paths[static_cast<size_t>(i)];
-    ZINF_RETURN_IF_ERROR(MakeDirectories(dir));
-    // Before anything in the directory is judged stale: another live run's
-    // files are not stale, and must not be replaced.
-    StatusOr<FileLock> lock = FileLock::Acquire(JoinPath(dir, options_.file_prefix + ".lock"));
-    if (!lock.ok()) {
-      return lock.status().WithContext("swap directory " + dir + " is in use; give each run its own nvme_path");
-    }
-    locks_.push_back(std::move(*lock));
+    ZINF_RETURN_IF_ERROR(MakeDirectories(options_.paths[static_cast<size_t>(i)]));
     file_paths_.push_back(
         JoinPath(options_.paths[static_cast<size_t>(i)], options_.file_prefix + "." + std::to_string(i) + ".swp"));
   }
@@ -347,7 +339,10 @@ Status SwapStore::CheckSpace() const {
     aio::NvmeCheckOptions check;
     check.test_bytes = 0;  // no speed test: only what the path is
     const aio::NvmeCheckReport report = aio::CheckNvmePath(fs.paths[0], check);
-    if (report.ok()) continue;
+    // Only a path where no file opens with O_DIRECT (the engine started,
+    // no alignment was found): on a disk that is merely full, the probe's own
+    // write fails for want of space, and the space message below is right.
+    if (report.ok() || report.engine.empty() || report.alignment_bytes != 0) continue;
     std::string problems;
     for (const std::string& p : report.problems) problems += (problems.empty() ? "" : "; ") + p;
     unfit += (unfit.empty() ? "" : "; ") + fs.paths[0] + ": " + problems + " (zinf nvme-check " + fs.paths[0] +
@@ -654,6 +649,13 @@ std::string NvmePathContext(std::string_view section, const std::vector<std::str
   std::string list;
   for (const std::string& p : paths) list += (list.empty() ? "" : ", ") + p;
   return "swap files on zero_optimization." + std::string(section) + ".nvme_path [" + list + "]";
+}
+
+StatusOr<FileLock> LockSwapDirectory(const std::string& dir, int rank) {
+  ZINF_RETURN_IF_ERROR(MakeDirectories(dir));
+  StatusOr<FileLock> lock = FileLock::Acquire(JoinPath(dir, "zinf-r" + std::to_string(rank) + ".lock"));
+  if (!lock.ok()) return lock.status().WithContext("swap directory " + dir + " is in use; give each run its own");
+  return lock;
 }
 
 }  // namespace zinf::swap

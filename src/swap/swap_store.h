@@ -9,11 +9,11 @@
 // swapping a tensor is one IoEngine request whose segments are its extents,
 // so the engine spreads it over every path and ring at once.
 //
-// Files. `<path>/<prefix>.<i>.swp`, and `<path>/<prefix>.lock`, locked
-// (core/file_lock.h) while the store lives, so two runs never share swap
-// files: the second is refused naming the first's pid. Each swap file opens
-// with a header block (magic, format version, data size, stripe size,
-// element size, tensor count, layout hash, run id, header crc32c). All files are created (write new, fallocate,
+// Files. `<path>/<prefix>.<i>.swp`, each opening with a header block (magic,
+// format version, data size, stripe size, element size, tensor count, layout
+// hash, run id, header crc32c). A run (not the store: one process may hold
+// several stores on a path) locks each path with LockSwapDirectory, so a
+// second run never replaces its files as stale. All files are created (write new, fallocate,
 // fsync, rename) and fully preallocated in Create, so a full disk is found at
 // start; before allocating, Create compares what each filesystem needs with
 // what it has free and refuses with one message listing every path. An
@@ -219,10 +219,6 @@ class SwapStore {
   uint64_t layout_hash_ = 0;
   std::vector<std::string> file_paths_;
   std::vector<aio::FileId> files_;
-  // <path>/<file_prefix>.lock of each path, held while the store lives: a
-  // second store (another run) with the same prefix on a path is refused
-  // instead of replacing this one's files as stale.
-  std::vector<FileLock> locks_;
   std::vector<Tensor> tensors_;
   std::unordered_map<std::string, TensorId> by_name_;
 
@@ -236,5 +232,11 @@ class SwapStore {
 // that names the config key in errors about a section's swap files (a path
 // that is a file, read-only, full).
 std::string NvmePathContext(std::string_view section, const std::vector<std::string>& paths);
+
+// Creates swap directory `dir` if missing and locks it for rank `rank` of
+// this run (`<dir>/zinf-r<rank>.lock`, core/file_lock.h); hold the lock while
+// the run's stores use `dir`. kFailedPrecondition naming `dir` and the
+// holder's pid when another run holds it; mkdir's and open's errors.
+StatusOr<FileLock> LockSwapDirectory(const std::string& dir, int rank);
 
 }  // namespace zinf::swap

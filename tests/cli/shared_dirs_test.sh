@@ -32,13 +32,13 @@ grep -q -- "--save-dir: checkpoint directory $TMP/ckpt/rank-0 is in use.*locked 
 kill "$HOLDER"
 wait "$HOLDER" 2>/dev/null || true
 
-hold "$TMP/nvme/zinf-param-r0.lock"
+hold "$TMP/nvme/zinf-r0.lock"
 if "$ZINF" train --config "$CONFIG" --nvme-path "$TMP/nvme" --model tiny --steps 2 --save-dir "$TMP/ckpt" \
      > "$TMP/out2" 2> "$TMP/err2"; then
   echo "a second run on an nvme path in use was not refused" >&2
   exit 1
 fi
-grep -q -- "swap files on --nvme-path $TMP/nvme: swap directory $TMP/nvme is in use.*locked by process 4242" "$TMP/err2" ||
+grep -q -- "--nvme-path: swap directory $TMP/nvme is in use.*locked by process 4242" "$TMP/err2" ||
   { cat "$TMP/err2" >&2; exit 1; }
 kill "$HOLDER"
 wait "$HOLDER" 2>/dev/null || true

@@ -200,29 +200,28 @@ TEST(SwapStore, StaleFilesFromAnotherLayoutAreRefusedOrReplaced) {
   EXPECT_EQ((*replaced)->SwapIn(0, b.data()).status().code(), StatusCode::kFailedPrecondition);
 }
 
-// Two live stores (two runs) with the same prefix on a path: the second would
-// replace the first's files as stale. It is refused naming the holder's pid,
-// and the path is free again once the first store is gone.
-TEST(SwapStore, SecondStoreOnTheSamePathIsRefusedWhileTheFirstLives) {
+// Two runs on one swap path: the second would replace the first's files as
+// stale. It is refused, per rank, naming the holder's pid; the path is free
+// again once the lock is gone.
+TEST(SwapStore, SwapDirectoryIsLockedForOneRun) {
   TempDir dir;
-  auto engine = MakeEngine();
-  auto first = SwapStore::Create(engine.get(), SomeTensors(), Options(dir, 2));
+  const std::string path = dir.Sub("nvme0");  // created by the lock
+  auto first = LockSwapDirectory(path, 0);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
-  SwapStoreOptions other_run = Options(dir, 2);
-  other_run.run_id = "another-run";
-  auto second = SwapStore::Create(engine.get(), SomeTensors(), other_run);
+  auto second = LockSwapDirectory(path, 0);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
   const std::string msg = second.status().message();
-  EXPECT_NE(msg.find("swap directory " + dir.Sub("nvme0") + " is in use"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("swap directory " + path + " is in use"), std::string::npos) << msg;
   EXPECT_NE(msg.find("process " + std::to_string(::getpid())), std::string::npos) << msg;
-  // Another prefix on the same path is another store's files: allowed.
-  SwapStoreOptions other_prefix = Options(dir, 2);
-  other_prefix.file_prefix = "zinf-other";
-  EXPECT_TRUE(SwapStore::Create(engine.get(), SomeTensors(), other_prefix).ok());
-  first->reset();
-  auto again = SwapStore::Create(engine.get(), SomeTensors(), other_run);
-  EXPECT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(LockSwapDirectory(path, 1).ok());  // another rank of the same run
+  // The lock file is no swap file: a store on the path ignores it.
+  auto engine = MakeEngine();
+  SwapStoreOptions o = Options(dir, 1);
+  o.stale_policy = StalePolicy::kRefuse;
+  EXPECT_TRUE(SwapStore::Create(engine.get(), SomeTensors(), o).ok());
+  *first = FileLock();
+  EXPECT_TRUE(LockSwapDirectory(path, 0).ok());
 }
 
 TEST(SwapStore, FileThatIsNotASwapFileIsRefused) {
