@@ -7,17 +7,23 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cli/command.h"
 #include "cli/train_loop.h"
 #include "comm/mpi_communicator.h"
+#include "core/file_lock.h"
+#include "core/fs.h"
 #include "core/units.h"
 #include "device/device.h"
 #include "kernels/cpu_kernels.h"
 #include "model/gpt.h"
 #include "model/trainer.h"
 #include "swap/checkpoint_dirs.h"
+#include "swap/swap_store.h"
 #include "zinf/config.h"
 
 namespace zinf::cli {
@@ -51,6 +57,21 @@ class MpiScope {
 };
 
 int RunRank(const std::vector<std::string>& args, MpiScope& mpi);
+
+// With --nvme-path P, the user gave the swap path by the flag, not by a config
+// key: errors name the flag ("--nvme-path P") where the engine names the key
+// it read the path from ("zero_optimization.offload_param.nvme_path [P]").
+Status NameNvmeFlag(const Status& status, const std::optional<std::string>& nvme_path) {
+  if (status.ok() || !nvme_path) return status;
+  std::string msg = status.message();
+  for (const char* section : {"offload_param", "offload_optimizer"}) {
+    const std::string key = "zero_optimization." + std::string(section) + ".nvme_path [" + *nvme_path + "]";
+    for (size_t at = msg.find(key); at != std::string::npos; at = msg.find(key, at)) {
+      msg.replace(at, key.size(), "--nvme-path " + *nvme_path);
+    }
+  }
+  return Status(status.code(), std::move(msg), status.sys_errno());
+}
 
 // Several ranks: a rank that fails alone (its checkpoint damaged, its disk
 // full) takes the whole job down, rather than leave the others waiting in a
@@ -121,6 +142,36 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   ctx.hidden_size = model->n_embd;
   ctx.total_steps = *steps;
   if (Status s = ResolveAuto(*config, ctx); !s.ok()) return Fail(kName, s, 2);
+  // Held to the end of the run: a second run on this save dir is refused
+  // instead of deleting this one's save in progress as an orphan.
+  FileLock save_dir_lock;
+  if (const auto save_dir = flags->Get("save-dir")) {
+    auto lock = swap::LockRankDirectory(*save_dir, rank);
+    if (!lock.ok()) return Fail(kName, lock.status().WithContext("--save-dir"));
+    save_dir_lock = std::move(*lock);
+  }
+  // Likewise each swap path: a second run would replace this one's swap
+  // files as stale.
+  std::vector<FileLock> swap_dir_locks;
+  const auto nvme_flag = flags->Get("nvme-path");
+  for (const auto& [section, offload] :
+       {std::pair{"offload_param", std::pair{config->zero.offload_param.device, config->zero.offload_param.nvme_paths}},
+        std::pair{"offload_optimizer",
+                  std::pair{config->zero.offload_optimizer.device, config->zero.offload_optimizer.nvme_paths}}}) {
+    if (offload.first != OffloadDevice::kNvme) continue;
+    for (const std::string& dir : offload.second) {
+      const bool held = std::any_of(swap_dir_locks.begin(), swap_dir_locks.end(),
+                                    [&](const FileLock& l) { return ParentPath(l.path()) == dir; });
+      if (held) continue;
+      auto lock = swap::LockSwapDirectory(dir, rank);
+      if (!lock.ok()) {
+        const std::string origin =
+            nvme_flag ? "--nvme-path" : "zero_optimization." + std::string(section) + ".nvme_path";
+        return Fail(kName, lock.status().WithContext(origin));
+      }
+      swap_dir_locks.push_back(std::move(*lock));
+    }
+  }
   FILE* out = (rank == 0 && !flags->Has("quiet")) ? stderr : nullptr;
   if (out && !config->ignored_keys.empty()) {
     std::string keys;
@@ -152,9 +203,9 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
                  model->seq_len, static_cast<long long>(config->gradient_accumulation_steps));
   }
   auto trainer = model::Trainer::Create(*config, topt);
-  if (!trainer.ok()) return Fail(kName, trainer.status());
+  if (!trainer.ok()) return Fail(kName, NameNvmeFlag(trainer.status(), flags->Get("nvme-path")));
   if (const auto resume = flags->Get("resume")) {
-    if (Status s = (*trainer)->Resume(*resume); !s.ok()) return Fail(kName, s);
+    if (Status s = (*trainer)->Resume(*resume); !s.ok()) return Fail(kName, NameNvmeFlag(s, flags->Get("nvme-path")));
     if (out) std::fprintf(out, "zinf train: resumed at step %lld\n", static_cast<long long>((*trainer)->step()));
   }
 
@@ -170,7 +221,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   run.export_dtype = flags->GetOr("export-dtype", "BF16");
   run.progress = out;
   auto summary = RunTraining(**trainer, run);
-  if (!summary.ok()) return Fail(kName, summary.status());
+  if (!summary.ok()) return Fail(kName, NameNvmeFlag(summary.status(), flags->Get("nvme-path")));
   if (rank == 0) {
     std::printf("zinf train: %lld steps, loss %.4f -> %.4f", static_cast<long long>(summary->steps),
                 summary->first_loss, summary->last_loss);

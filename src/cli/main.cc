@@ -18,6 +18,31 @@ int PrintHelp(FILE* out) {
   return out == stdout ? 0 : 2;
 }
 
+// "zinf data --help" (or "zinf data", "zinf data frob"): args[0] names a group
+// of commands ("data encode", "data info", ...) but no command of its own.
+// Lists the group's commands: exit 0 when help was asked for, 2 otherwise.
+// Returns -1 when no registered command starts with the word args[0].
+int PrintGroupHelp(const std::vector<std::string>& args) {
+  const std::string prefix = args[0] + " ";
+  std::vector<const zinf::cli::Command*> group;
+  for (const auto& [name, cmd] : zinf::cli::Commands()) {
+    if (name.rfind(prefix, 0) == 0) group.push_back(&cmd);
+  }
+  if (group.empty()) return -1;
+  bool help = false;
+  for (size_t i = 1; i < args.size(); ++i) help |= args[i] == "--help" || args[i] == "-h";
+  FILE* out = help ? stdout : stderr;
+  if (!help && args.size() > 1) {
+    std::fprintf(out, "zinf: unknown command \"%s %s\"\n\n", args[0].c_str(), args[1].c_str());
+  }
+  std::fprintf(out, "usage: zinf %s SUBCOMMAND [options]    (zinf %s SUBCOMMAND --help for its options)\n\n",
+               args[0].c_str(), args[0].c_str());
+  std::fprintf(out, "%s commands:\n", args[0].c_str());
+  for (const zinf::cli::Command* cmd : group)
+    std::fprintf(out, "  %-16s %s\n", cmd->name.c_str(), cmd->summary.c_str());
+  return help ? 0 : 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -47,6 +72,7 @@ int main(int argc, char** argv) {
     }
   }
   if (best == nullptr) {
+    if (int code = PrintGroupHelp(args); code >= 0) return code;
     std::fprintf(stderr, "zinf: unknown command \"%s\"\n\n", args[0].c_str());
     return PrintHelp(stderr);
   }

@@ -10,11 +10,15 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <initializer_list>
+#include <iterator>
 #include <limits>
+#include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -49,6 +53,194 @@ std::string_view WarmupTypeName(WarmupType t) { return t == WarmupType::kLog ? "
 namespace {
 
 constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
+
+// Reading the JSON text. nlohmann's DOM parser lets a repeated key overwrite
+// the first ("lr": 3e-4, "lr": 3e-1 would train at 0.3), and its errors name
+// neither the key nor, for a number like 1e400, the line. DuplicateKeySax
+// builds the same DOM while recording every key's place, so a repeated key and
+// a parse error can be named by JSON path, line and column.
+
+// 1-based line and column (in bytes) of a byte offset into `text`.
+std::string LineColumn(std::string_view text, size_t offset) {
+  offset = std::min(offset, text.size());
+  const std::string_view before = text.substr(0, offset);
+  const size_t line = 1 + static_cast<size_t>(std::count(before.begin(), before.end(), '\n'));
+  const size_t line_start = before.rfind('\n');
+  const size_t column = offset - (line_start == std::string_view::npos ? 0 : line_start + 1) + 1;
+  return "line " + std::to_string(line) + ", column " + std::to_string(column);
+}
+
+// One byte of the text as an error shows it: 'x', or its code when unprintable.
+std::string DescribeByte(char c) {
+  const auto byte = static_cast<unsigned char>(c);
+  if (byte >= 0x20 && byte < 0x7f) return std::string("'") + c + "'";
+  char code[16];
+  std::snprintf(code, sizeof code, "byte 0x%02X", byte);
+  return code;
+}
+
+// An input iterator over the text that remembers the last character the
+// parser read: nlohmann gives key() no position, but when key() is called the
+// last character read is the key's closing quote.
+class TrackingIterator {
+ public:
+  using iterator_category = std::input_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
+
+  TrackingIterator(const char* p, const char** last_read) : p_(p), last_read_(last_read) {}
+  const char& operator*() const {
+    *last_read_ = p_;
+    return *p_;
+  }
+  TrackingIterator& operator++() {
+    ++p_;
+    return *this;
+  }
+  TrackingIterator operator++(int) {
+    TrackingIterator before = *this;
+    ++p_;
+    return before;
+  }
+  bool operator==(const TrackingIterator& other) const { return p_ == other.p_; }
+  bool operator!=(const TrackingIterator& other) const { return p_ != other.p_; }
+
+ private:
+  const char* p_;
+  const char** last_read_;
+};
+
+class DuplicateKeySax : public nlohmann::detail::json_sax_dom_parser<json> {
+  using Base = nlohmann::detail::json_sax_dom_parser<json>;
+
+ public:
+  DuplicateKeySax(json& root, std::string_view text, const char** last_read)
+      : Base(root, /*allow_exceptions=*/false), text_(text), last_read_(last_read) {}
+
+  // "a repeated key" messages, in the order found.
+  const std::vector<std::string>& duplicates() const { return duplicates_; }
+  // The parse error, when the parser gave one.
+  const std::optional<std::string>& error() const { return error_; }
+
+  bool null() { return Element() && Base::null(); }
+  bool boolean(bool v) { return Element() && Base::boolean(v); }
+  bool number_integer(number_integer_t v) { return Element() && Base::number_integer(v); }
+  bool number_unsigned(number_unsigned_t v) { return Element() && Base::number_unsigned(v); }
+  bool number_float(number_float_t v, const string_t& s) { return Element() && Base::number_float(v, s); }
+  bool string(string_t& v) { return Element() && Base::string(v); }
+  bool start_object(size_t n) {
+    Element();
+    frames_.push_back(Frame{});
+    return Base::start_object(n);
+  }
+  bool end_object() {
+    frames_.pop_back();
+    return Base::end_object();
+  }
+  bool start_array(size_t n) {
+    Element();
+    frames_.emplace_back().is_array = true;
+    return Base::start_array(n);
+  }
+  bool end_array() {
+    frames_.pop_back();
+    return Base::end_array();
+  }
+
+  bool key(string_t& k) {
+    const size_t offset = KeyOffset();
+    Frame& frame = frames_.back();
+    frame.name = k;
+    const auto [first, inserted] = frame.keys.emplace(k, offset);
+    if (!inserted) {
+      duplicates_.push_back(Path() + ": duplicate key at " + LineColumn(text_, offset) + " (first at " +
+                            LineColumn(text_, first->second) + "); give each key once");
+    }
+    return Base::key(k);
+  }
+
+  // `position` is how many characters the parser had read; the error is at
+  // the last of them, or for a number out of range, at the number's start.
+  template <class Exception>
+  bool parse_error(size_t position, const std::string& last_token, const Exception& ex) {
+    std::string what = ex.what();
+    // Drop nlohmann's "[json.exception...] parse error at line 1, column 2: ":
+    // the place is given below, counted the same way for every error.
+    if (const size_t column = what.find(", column "); column != std::string::npos) {
+      what = what.substr(std::min(what.size(), what.find(": ", column) + 2));
+    } else if (const size_t bracket = what.find("] "); bracket != std::string::npos) {
+      what = what.substr(bracket + 2);
+    }
+    size_t offset = position > 0 ? position - 1 : 0;
+    std::string found;
+    if (ex.id == 406) {  // number overflow: the parser has read just past the number
+      offset = position >= last_token.size() ? position - last_token.size() : 0;
+      found = "'" + last_token + "'";
+      what = "the number is out of range for a double";
+    } else if (offset >= text_.size()) {
+      found = "the end of the text";
+    } else if (text_[offset] == '\0') {  // nlohmann reads a NUL as the end of input
+      found = "a NUL byte";
+      what = "a JSON text cannot hold a NUL byte (inside a string, write \\u0000)";
+    } else {
+      found = DescribeByte(text_[offset]);
+    }
+    const std::string path = Path();
+    error_ = "not valid JSON at " + LineColumn(text_, offset) + (path.empty() ? "" : " (in " + path + ")") +
+             ": found " + found + ": " + what;
+    return Base::parse_error(position, last_token, ex);
+  }
+
+ private:
+  struct Frame {
+    bool is_array = false;
+    std::string name;                    // the current key, or "[index]" in an array
+    size_t next_index = 0;               // arrays: the next element's index
+    std::map<std::string, size_t> keys;  // objects: each key and the offset of its opening quote
+  };
+
+  // A value starts: in an array, it is the next element.
+  bool Element() {
+    if (!frames_.empty() && frames_.back().is_array) {
+      frames_.back().name = "[" + std::to_string(frames_.back().next_index++) + "]";
+    }
+    return true;
+  }
+
+  // The JSON path of the current value, as Section names keys ("a.b[2].c").
+  std::string Path() const {
+    std::string path;
+    for (const Frame& f : frames_) {
+      if (f.name.empty()) break;
+      if (!path.empty() && !f.is_array) path += '.';
+      path += f.name;
+    }
+    return path;
+  }
+
+  // The offset of the opening quote of the key just read. The last character
+  // read is its closing quote; inside a string a quote is always escaped, so
+  // the opening quote is the nearest one before it not preceded by an odd
+  // number of backslashes.
+  size_t KeyOffset() const {
+    const size_t close = static_cast<size_t>(*last_read_ - text_.data());
+    for (size_t i = close; i-- > 0;) {
+      if (text_[i] != '"') continue;
+      size_t backslashes = 0;
+      while (backslashes < i && text_[i - 1 - backslashes] == '\\') ++backslashes;
+      if (backslashes % 2 == 0) return i;
+    }
+    return close;
+  }
+
+  std::string_view text_;
+  const char** last_read_;
+  std::vector<Frame> frames_;
+  std::vector<std::string> duplicates_;
+  std::optional<std::string> error_;
+};
 
 std::string Describe(const json& v) {
   if (v.is_string()) return "\"" + v.get<std::string>() + "\"";
@@ -503,17 +695,22 @@ void ParseZero(Section s, ZeroConfig& z) {
 
 StatusOr<Config> ParseConfig(std::string_view json_text, std::string source) {
   json doc;
+  const char* last_read = json_text.data();
+  DuplicateKeySax sax(doc, json_text, &last_read);
   try {
-    doc = json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/true,
-                      /*ignore_comments=*/true);
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
+    const char* begin = json_text.data();
+    json::sax_parse(TrackingIterator(begin, &last_read), TrackingIterator(begin + json_text.size(), &last_read), &sax,
+                    json::input_format_t::json, /*strict=*/true, /*ignore_comments=*/true);
+  } catch (const json::exception& e) {  // none expected: DuplicateKeySax reports errors without throwing
     return Status::InvalidArgument(source + ": not valid JSON: " + e.what());
   }
+  if (sax.error()) return Status::InvalidArgument(source + ": " + *sax.error());
   if (!doc.is_object()) return Status::InvalidArgument(source + ": expected a JSON object at the top level");
 
   Config config;
   config.source = source;
-  Parse p{{}, &config};
+  // A repeated key is an error with the others: the DOM kept the last value.
+  Parse p{sax.duplicates(), &config};
   Section root(p, &doc, "");
 
   config.batch_given[0] = root.Int("train_batch_size", config.train_batch_size, 1, kMaxInt, true);

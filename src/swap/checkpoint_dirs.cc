@@ -67,6 +67,16 @@ int64_t StepOfDirectory(const std::string& path) {
   return step;
 }
 
+StatusOr<FileLock> LockRankDirectory(const std::string& save_dir, int rank) {
+  const std::string rank_dir = RankDirectory(save_dir, rank);
+  ZINF_RETURN_IF_ERROR(MakeDirectories(rank_dir));
+  StatusOr<FileLock> lock = FileLock::Acquire(JoinPath(rank_dir, ".lock"));
+  if (!lock.ok()) {
+    return lock.status().WithContext("checkpoint directory " + rank_dir + " is in use; give each run its own save dir");
+  }
+  return lock;
+}
+
 Status CheckKeepCheckpoints(int keep, int world_size) {
   if (keep >= 0 && (keep != 1 || world_size == 1)) return Status::Ok();
   return Status::InvalidArgument("keep " + std::to_string(keep) + " checkpoints: expected 0 (all)" +

@@ -21,6 +21,10 @@
 //   step of, and are left alone. With several ranks k must be 0 (all) or at
 //   least 2: with 1, a rank one save ahead of the others would already have
 //   removed the step they all resume from.
+// * One run per rank directory: a run holds `<rank_dir>/.lock`
+//   (LockRankDirectory) while it saves there. Without it, a second run on the
+//   same save_dir would take the first's step directory that `latest` does
+//   not name yet (a save in progress) for an orphan and delete it.
 //
 // Reading `latest` and manifests here goes through a small buffered IoEngine
 // and a one-buffer unpinned pool of its own (made per call): these are a few
@@ -34,6 +38,7 @@
 #include <map>
 #include <string>
 
+#include "core/file_lock.h"
 #include "zinf/status.h"
 
 namespace zinf::swap {
@@ -45,6 +50,12 @@ std::string StepDirectory(const std::string& rank_dir, int64_t step);
 // The step of a step directory, from the last component of `path`
 // ("a/rank-0/step-00000042" -> 42); -1 when it is no step directory name.
 int64_t StepOfDirectory(const std::string& path);
+
+// Creates <save_dir>/rank-<rank> if missing and locks it for this run
+// (core/file_lock.h); hold the lock while saving checkpoints there.
+// kFailedPrecondition naming the directory and the holder's pid when another
+// run holds it; mkdir's and open's errors.
+StatusOr<FileLock> LockRankDirectory(const std::string& save_dir, int rank);
 
 // kInvalidArgument unless `keep` (checkpoints kept per rank; 0: all) suits
 // a run of `world_size` ranks (see the file comment).

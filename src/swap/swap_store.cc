@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 
+#include "aio/nvme_check.h"
 #include "aio/pinned_pool.h"
 #include "core/check.h"
 #include "core/crc32c.h"
@@ -329,6 +330,26 @@ Status SwapStore::CheckSpace() const {
   bool short_of_space = false;
   for (const auto& [dev, fs] : by_fs) short_of_space |= fs.need > fs.free;
   if (!short_of_space) return Status::Ok();
+  // A filesystem that is no drive (ramfs reports 0 B free however much RAM
+  // there is) is short for another reason than space: say what nvme-check
+  // finds there (O_DIRECT refused, ...), which is what to fix.
+  std::string unfit;
+  for (const auto& [dev, fs] : by_fs) {
+    if (fs.need <= fs.free) continue;
+    aio::NvmeCheckOptions check;
+    check.test_bytes = 0;  // no speed test: only what the path is
+    const aio::NvmeCheckReport report = aio::CheckNvmePath(fs.paths[0], check);
+    // Only a path where no file opens with O_DIRECT (the engine started,
+    // no alignment was found): on a disk that is merely full, the probe's own
+    // write fails for want of space, and the space message below is right.
+    if (report.ok() || report.engine.empty() || report.alignment_bytes != 0) continue;
+    std::string problems;
+    for (const std::string& p : report.problems) problems += (problems.empty() ? "" : "; ") + p;
+    unfit += (unfit.empty() ? "" : "; ") + fs.paths[0] + ": " + problems + " (zinf nvme-check " + fs.paths[0] +
+             " says so), and it reports " + FormatBytes(fs.free) + " free where the swap files need " +
+             FormatBytes(fs.need);
+  }
+  if (!unfit.empty()) return Status::FailedPrecondition("cannot hold swap files: " + unfit);
   std::string msg = "not enough space for the swap files (" + FormatBytes(file_bytes()) + " per path):";
   for (const auto& [dev, fs] : by_fs) {
     std::string paths;
@@ -628,6 +649,13 @@ std::string NvmePathContext(std::string_view section, const std::vector<std::str
   std::string list;
   for (const std::string& p : paths) list += (list.empty() ? "" : ", ") + p;
   return "swap files on zero_optimization." + std::string(section) + ".nvme_path [" + list + "]";
+}
+
+StatusOr<FileLock> LockSwapDirectory(const std::string& dir, int rank) {
+  ZINF_RETURN_IF_ERROR(MakeDirectories(dir));
+  StatusOr<FileLock> lock = FileLock::Acquire(JoinPath(dir, "zinf-r" + std::to_string(rank) + ".lock"));
+  if (!lock.ok()) return lock.status().WithContext("swap directory " + dir + " is in use; give each run its own");
+  return lock;
 }
 
 }  // namespace zinf::swap

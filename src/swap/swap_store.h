@@ -11,7 +11,9 @@
 //
 // Files. `<path>/<prefix>.<i>.swp`, each opening with a header block (magic,
 // format version, data size, stripe size, element size, tensor count, layout
-// hash, run id, header crc32c). All files are created (write new, fallocate,
+// hash, run id, header crc32c). A run (not the store: one process may hold
+// several stores on a path) locks each path with LockSwapDirectory, so a
+// second run never replaces its files as stale. All files are created (write new, fallocate,
 // fsync, rename) and fully preallocated in Create, so a full disk is found at
 // start; before allocating, Create compares what each filesystem needs with
 // what it has free and refuses with one message listing every path. An
@@ -55,6 +57,7 @@
 
 #include "aio/handle_table.h"
 #include "aio/io_engine.h"
+#include "core/file_lock.h"
 #include "zinf/status.h"
 
 namespace zinf::swap {
@@ -229,5 +232,11 @@ class SwapStore {
 // that names the config key in errors about a section's swap files (a path
 // that is a file, read-only, full).
 std::string NvmePathContext(std::string_view section, const std::vector<std::string>& paths);
+
+// Creates swap directory `dir` if missing and locks it for rank `rank` of
+// this run (`<dir>/zinf-r<rank>.lock`, core/file_lock.h); hold the lock while
+// the run's stores use `dir`. kFailedPrecondition naming `dir` and the
+// holder's pid when another run holds it; mkdir's and open's errors.
+StatusOr<FileLock> LockSwapDirectory(const std::string& dir, int rank);
 
 }  // namespace zinf::swap

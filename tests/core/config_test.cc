@@ -246,7 +246,7 @@ TEST(ConfigTest, OutOfRangeValues) {
 // Found by tests/fuzz/config_fuzz.cc: a number past the range of a double is
 // a parse error of nlohmann's own kind (out_of_range), which escaped.
 TEST(ConfigTest, NumberTooLargeForADoubleIsAnError) {
-  EXPECT_NE(ErrorOf(R"({"gradient_clipping": 1e400})").find("not valid JSON"), std::string::npos);
+  ExpectError(R"({"gradient_clipping": 1e400})", "not valid JSON at line 1, column 23 (in gradient_clipping)");
 }
 
 TEST(ConfigTest, IntegersAreReadExactly) {
@@ -328,6 +328,39 @@ TEST(ConfigTest, EveryErrorIsReportedAtOnce) {
 TEST(ConfigTest, NotJsonOrNotAnObject) {
   EXPECT_NE(ErrorOf("{\"a\": ").find("not valid JSON"), std::string::npos);
   EXPECT_NE(ErrorOf("[1, 2]").find("expected a JSON object"), std::string::npos);
+}
+
+// DeepSpeed refuses a repeated key; nlohmann would keep the last value and
+// train at lr 0.3. Both places are named, and the error joins the others.
+TEST(ConfigTest, DuplicateKeyIsAnErrorNamingPathAndBothPlaces) {
+  const std::string text =
+      "{\"optimizer\": {\"type\": \"AdamW\",\n"
+      "  \"params\": {\"lr\": 3e-4,\n"
+      "             \"lr\": 3e-1}},\n"
+      " \"steps_per_print\": 0}";
+  const std::string msg = ErrorOf(text);
+  EXPECT_NE(msg.find("2 error(s)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("optimizer.params.lr: duplicate key at line 3, column 14 (first at line 2, column 14)"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("steps_per_print"), std::string::npos) << msg;
+  // At the top level, in an array's object, and a key with an escaped quote.
+  ExpectError(R"({"gradient_clipping": 1, "gradient_clipping": 1})",
+              "gradient_clipping: duplicate key at line 1, column 26 (first at line 1, column 2)");
+  ExpectError(R"({"a": [{"x": 1}, {"k\"": 1, "k\"": 2}]})", "a[1].k\": duplicate key at line 1, column 29");
+  // The same key in different objects is no duplicate.
+  MustParse(R"({"fp16": {"enabled": false}, "bf16": {"enabled": false}})");
+}
+
+// Every parse error names line and column and what was found there.
+TEST(ConfigTest, ParseErrorsNameLineColumnAndWhatWasFound) {
+  ExpectError("{\"optimizer\": {\"params\": {\n  \"lr\": 1e400}}}",
+              "not valid JSON at line 2, column 9 (in optimizer.params.lr): found '1e400': the number is out of range");
+  ExpectError(std::string("\0{}", 3), "not valid JSON at line 1, column 1: found a NUL byte");
+  ExpectError("{\"a\": 1,\n \"b\": tru}", "not valid JSON at line 2, column 10 (in b): found '}'");
+  ExpectError("{\"a\": \"x\ty\"}", "not valid JSON at line 1, column 9 (in a): found byte 0x09");
+  ExpectError(std::string("{\"a\": \"x\0\"}", 12), "not valid JSON at line 1, column 9 (in a): found a NUL byte");
+  ExpectError("{\"a\": ", "not valid JSON at line 1, column 7 (in a): found the end of the text");
 }
 
 TEST(ConfigTest, AutoWhereZinfCannotWorkItOutIsRejected) {

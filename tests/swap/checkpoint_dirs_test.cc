@@ -1,5 +1,7 @@
 #include "swap/checkpoint_dirs.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -186,6 +188,28 @@ TEST_F(CheckpointDirsTest, SavingAStepAgainReplacesOnlyAnOrphan) {
                            {BlobRef::Ram("state", std::span<const std::byte>(blob_))}, replace)
                 .code(),
             StatusCode::kFailedPrecondition);
+}
+
+// A second run on the same save dir would delete the first's save in
+// progress as an orphan; it is refused, per rank, naming the holder's pid.
+TEST_F(CheckpointDirsTest, RankDirectoryIsLockedForOneRun) {
+  auto lock = LockRankDirectory(save_dir_, 0);
+  ASSERT_TRUE(lock.ok()) << lock.status().ToString();
+  auto second = LockRankDirectory(save_dir_, 0);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("checkpoint directory " + RankDirectory(save_dir_, 0) + " is in use"),
+            std::string::npos)
+      << second.status().message();
+  EXPECT_NE(second.status().message().find("process " + std::to_string(::getpid())), std::string::npos);
+  EXPECT_TRUE(LockRankDirectory(save_dir_, 1).ok());  // another rank of the same run
+  // The lock file is no step directory: saving, `latest` and pruning ignore it.
+  Save(StepDirectory(RankDirectory(save_dir_, 0), 1), 1);
+  Save(StepDirectory(RankDirectory(save_dir_, 0), 2), 2);
+  ASSERT_TRUE(PruneCheckpoints(RankDirectory(save_dir_, 0), 2, 1).ok());
+  EXPECT_EQ(Entries(RankDirectory(save_dir_, 0)), (std::vector<std::string>{".lock", "latest", "step-00000002"}));
+  *lock = FileLock();
+  EXPECT_TRUE(LockRankDirectory(save_dir_, 0).ok());
 }
 
 TEST_F(CheckpointDirsTest, ReadCheckpointMetadataWithoutLoading) {

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <iterator>
@@ -197,6 +198,30 @@ TEST(SwapStore, StaleFilesFromAnotherLayoutAreRefusedOrReplaced) {
   auto replaced = SwapStore::Create(engine.get(), other, Options(dir, 2));
   ASSERT_TRUE(replaced.ok()) << replaced.status().ToString();
   EXPECT_EQ((*replaced)->SwapIn(0, b.data()).status().code(), StatusCode::kFailedPrecondition);
+}
+
+// Two runs on one swap path: the second would replace the first's files as
+// stale. It is refused, per rank, naming the holder's pid; the path is free
+// again once the lock is gone.
+TEST(SwapStore, SwapDirectoryIsLockedForOneRun) {
+  TempDir dir;
+  const std::string path = dir.Sub("nvme0");  // created by the lock
+  auto first = LockSwapDirectory(path, 0);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto second = LockSwapDirectory(path, 0);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  const std::string msg = second.status().message();
+  EXPECT_NE(msg.find("swap directory " + path + " is in use"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("process " + std::to_string(::getpid())), std::string::npos) << msg;
+  EXPECT_TRUE(LockSwapDirectory(path, 1).ok());  // another rank of the same run
+  // The lock file is no swap file: a store on the path ignores it.
+  auto engine = MakeEngine();
+  SwapStoreOptions o = Options(dir, 1);
+  o.stale_policy = StalePolicy::kRefuse;
+  EXPECT_TRUE(SwapStore::Create(engine.get(), SomeTensors(), o).ok());
+  *first = FileLock();
+  EXPECT_TRUE(LockSwapDirectory(path, 0).ok());
 }
 
 TEST(SwapStore, FileThatIsNotASwapFileIsRefused) {
