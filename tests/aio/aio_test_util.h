@@ -13,30 +13,11 @@
 
 #include <gtest/gtest.h>
 
+#include "temp_dir.h"
+
 namespace zinf::aio::testing {
 
-// A fresh directory under $TMPDIR (or /tmp), removed with its contents.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/zinf-aio-test.XXXXXX";
-    char* p = ::mkdtemp(tmpl.data());
-    if (p == nullptr) ADD_FAILURE() << "mkdtemp " << tmpl;
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using TempDir = zinf::test_support::TempDir;  // tests/temp_dir.h
 
 inline void FillRandom(char* data, size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);

@@ -13,31 +13,12 @@
 
 #include <gtest/gtest.h>
 
+#include "temp_dir.h"
+
 namespace zinf {
 namespace {
 
-// A fresh directory under $TMPDIR (or /tmp), removed with its contents by
-// std::filesystem (not by the RemoveTree under test).
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/zinf-fs-test.XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "mkdtemp " << tmpl;
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using TempDir = zinf::test_support::TempDir;  // tests/temp_dir.h
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

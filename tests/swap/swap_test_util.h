@@ -14,6 +14,8 @@
 
 #include <gtest/gtest.h>
 
+#include "temp_dir.h"
+
 #include "aio/fault_engine.h"
 #include "aio/io_engine.h"
 #include "aio/pinned_pool.h"
@@ -21,24 +23,7 @@
 
 namespace zinf::swap::testing {
 
-// A fresh directory under $TMPDIR (or /tmp), removed with its contents.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/zinf-swap-test.XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "mkdtemp " << tmpl;
-    path_ = tmpl;
-  }
-  ~TempDir() { RemoveTree(path_).IgnoreError(); }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using TempDir = zinf::test_support::TempDir;  // tests/temp_dir.h
 
 inline aio::IoEngineOptions EngineOptions(aio::EngineKind kind = aio::EngineKind::kAuto) {
   aio::IoEngineOptions o;

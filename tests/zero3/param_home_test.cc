@@ -138,22 +138,17 @@ TEST_P(ParamHomeTest, APrefetchedShardIsTheOneCopied) {
 INSTANTIATE_TEST_SUITE_P(Tiers, ParamHomeTest,
                          ::testing::Values(OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme));
 
-TEST(ParamHomeErrorsTest, AnUnusableNvmePathNamesTheConfigKey) {
-  TempDir dir;
-  Config config;
-  config.zero.offload_param.device = OffloadDevice::kNvme;
-  config.bf16.enabled = true;
-  config.zero.stage = 3;
-  config.zero.offload_param.nvme_paths = {"/proc/zinf-no-such-dir"};
+// CreateParamHome's result for `config` on one rank, on a host device of
+// `budget_bytes` (0: none).
+StatusOr<std::unique_ptr<ParamHome>> CreateAlone(const Config& config, size_t budget_bytes) {
   auto part = Partitioner::Create(kSpecs, 1, 0);
-  ASSERT_TRUE(part.ok());
-  auto device = CreateHostDevice(0);
+  auto plan = MakeBufferPlan(config, kSpecs, 1, DeviceKind::kHost, ElementType::kF32);
+  if (!part.ok() || !plan.ok()) return part.ok() ? plan.status() : part.status();
+  auto device = CreateHostDevice(budget_bytes);
   auto stream = device->CreateStream();
-  ASSERT_TRUE(stream.ok());
+  if (!stream.ok()) return stream.status();
   auto io = swap::testing::MakeEngine();
   EngineCounters counters;
-  auto plan = MakeBufferPlan(config, kSpecs, 1, DeviceKind::kHost, ElementType::kF32);
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   ParamHomeOptions o;
   o.plan = &*plan;
   o.specs = &kSpecs;
@@ -163,6 +158,17 @@ TEST(ParamHomeErrorsTest, AnUnusableNvmePathNamesTheConfigKey) {
   o.io = io.get();
   o.counters = &counters;
   auto home = CreateParamHome(o);
+  EXPECT_FALSE(home.ok()) << "the callers expect an error: the home would outlive its device";
+  return home;
+}
+
+TEST(ParamHomeErrorsTest, AnUnusableNvmePathNamesTheConfigKey) {
+  Config config;
+  config.zero.offload_param.device = OffloadDevice::kNvme;
+  config.bf16.enabled = true;
+  config.zero.stage = 3;
+  config.zero.offload_param.nvme_paths = {"/proc/zinf-no-such-dir"};
+  auto home = CreateAlone(config, 0);
   ASSERT_FALSE(home.ok());
   EXPECT_NE(home.status().message().find("zero_optimization.offload_param.nvme_path [/proc/zinf-no-such-dir]"),
             std::string::npos)
@@ -173,22 +179,7 @@ TEST(ParamHomeErrorsTest, ADeviceHomeBeyondTheBudgetIsOutOfMemory) {
   Config config;
   config.zero.offload_param.device = OffloadDevice::kNone;
   config.zero.stage = 3;
-  auto part = Partitioner::Create(kSpecs, 1, 0);
-  ASSERT_TRUE(part.ok());
-  auto device = CreateHostDevice(1024);  // smaller than the shard
-  auto stream = device->CreateStream();
-  ASSERT_TRUE(stream.ok());
-  EngineCounters counters;
-  auto plan = MakeBufferPlan(config, kSpecs, 1, DeviceKind::kHost, ElementType::kF32);
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  ParamHomeOptions o;
-  o.plan = &*plan;
-  o.specs = &kSpecs;
-  o.partitioner = &*part;
-  o.device = device.get();
-  o.stream = stream->get();
-  o.counters = &counters;
-  auto home = CreateParamHome(o);
+  auto home = CreateAlone(config, 1024);  // smaller than the shard
   ASSERT_FALSE(home.ok());
   EXPECT_EQ(home.status().code(), StatusCode::kOutOfMemory);
 }
