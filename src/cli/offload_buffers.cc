@@ -14,20 +14,23 @@ namespace {
 
 // The optimizer's tier: its pipeline (nvme) or resident state (cpu).
 // `shard`: elements of a rank's shard, 0 when unknown.
-void ExplainOptimizer(const Config& c, const zero3::BufferPlan* plan, int64_t shard, std::vector<std::string>& lines,
-                      std::vector<std::string>& errors) {
+void ExplainOptimizer(const Config& c, const zero3::BufferPlan* plan, int64_t shard, std::vector<std::string>& lines) {
   const ZeroConfig& z = c.zero;
   const OffloadOptimizerConfig& o = z.offload_optimizer;
   if (o.device == OffloadDevice::kNvme) {
     swap::OptimizerSwapperOptions so =
         plan ? plan->optimizer : swap::OptimizerSwapperOptionsFromConfig(z, shard > 0 ? shard : z.sub_group_size);
-    const int64_t need = swap::OptimizerSwapper::RequiredBuffers(so);
+    if (!plan) {
+      // The plan fitted its pipeline already (BufferPlan::fitted); without it, fit here.
+      const std::string fit = zero3::FitOptimizerPipeline(so);
+      if (!fit.empty()) lines.push_back("fitted: " + fit);
+    }
     const int64_t uses = plan ? plan->optimizer_pipeline.buffer_count : swap::OptimizerSwapper::PoolBuffers(so);
     const int64_t bytes =
         plan ? plan->optimizer_pipeline.buffer_bytes : swap::OptimizerSwapper::RequiredBufferBytes(so, 4096);
-    const int in_flight = 1 + int{o.pipeline_read} + int{o.pipeline_write};
+    const int in_flight = 1 + int{so.pipeline_read} + int{so.pipeline_write};
     const int64_t slots = uses / 3;
-    const int64_t ahead = slots - 1 - int64_t{o.pipeline_write};
+    const int64_t ahead = slots - 1 - int64_t{so.pipeline_write};
     lines.push_back(
         "offload_optimizer (nvme): buffer_count " + std::to_string(o.buffer_count) + "; the pipeline pins " +
         std::to_string(uses) + " buffers of " + FormatBytes(bytes) + " (one fp32 sub-group of " +
@@ -35,16 +38,9 @@ void ExplainOptimizer(const Config& c, const zero3::BufferPlan* plan, int64_t sh
         ": 3 arrays (master, m, v; the gradient is in RAM) x " + std::to_string(slots) + " sub-group(s) in flight (" +
         (in_flight == 1
              ? "no pipelining"
-             : (o.pipeline_read ? "read " + std::to_string(ahead) + " ahead" : std::string()) +
-                   (o.pipeline_read && o.pipeline_write ? ", " : "") + (o.pipeline_write ? "write behind" : "")) +
+             : (so.pipeline_read ? "read " + std::to_string(ahead) + " ahead" : std::string()) +
+                   (so.pipeline_read && so.pipeline_write ? ", " : "") + (so.pipeline_write ? "write behind" : "")) +
         ")");
-    if (o.buffer_count < need) {
-      errors.push_back("zero_optimization.offload_optimizer.buffer_count: " + std::to_string(o.buffer_count) +
-                       " is too few for the optimizer pipeline, which holds 3 fp32 arrays of " +
-                       std::to_string(in_flight) + " sub-group(s) at once; set it to at least " + std::to_string(need) +
-                       " (" + FormatBytes(need * bytes) +
-                       " pinned), or lower sub_group_size, or turn off pipeline_read/pipeline_write");
-    }
   } else if (o.device == OffloadDevice::kCpu) {
     const std::string total = plan ? " = " +
                                          FormatBytes(aio::PinnedPool::MappedBytes(plan->optimizer_resident) +
@@ -75,8 +71,9 @@ void ExplainParams(const Config& c, const zero3::BufferPlan* plan, int64_t shard
       const int64_t buffers_bytes = p.buffer_count * p.buffer_size * 2;
       lines.push_back("offload_param (nvme): " + std::to_string(p.buffer_count) + " pinned buffers of buffer_size " +
                       FormatCount(p.buffer_size) + " 16-bit elements = " + FormatBytes(buffers_bytes) +
-                      "; released shards cached up to max_in_cpu " + FormatCount(p.max_in_cpu) + " elements = " +
-                      FormatBytes(p.max_in_cpu * 2) + "; a shard larger than buffer_size is refused at start");
+                      "; released shards cached up to max_in_cpu " + FormatCount(p.max_in_cpu) +
+                      " elements = " + FormatBytes(p.max_in_cpu * 2) +
+                      "; with a shard larger than buffer_size the buffers are re-cut to hold a shard each");
     }
     if (p.buffer_count * p.buffer_size < z.stage3_prefetch_bucket_size) {
       errors.push_back("zero_optimization.offload_param.buffer_count: " + std::to_string(p.buffer_count) +
@@ -100,8 +97,11 @@ Status ExplainOffloadBuffers(const Config& c, const zero3::BufferPlan* plan, std
                              std::vector<std::string>& lines) {
   std::vector<std::string> errors;
   const int64_t shard = params ? (*params + world - 1) / world : 0;
-  ExplainOptimizer(c, plan, shard, lines, errors);
+  ExplainOptimizer(c, plan, shard, lines);
   ExplainParams(c, plan, shard, lines, errors);
+  if (plan) {
+    for (const std::string& f : plan->fitted) lines.push_back("fitted: " + f);
+  }
   if (errors.empty()) return Status::Ok();
   std::string msg = c.source + ": " + std::to_string(errors.size()) + " error(s) in the offload buffers";
   for (const std::string& e : errors) msg += "\n  " + e;

@@ -20,8 +20,10 @@
 namespace zinf::cli {
 
 // Appends to `lines` what the offload buffers cost in pinned RAM and why,
-// one line each; returns kInvalidArgument listing the errors of buffer
-// pools too small for the optimizer pipeline or the prefetch window.
+// one line each, and what was fitted to the buffers the config gives
+// ("fitted: ...", zero3::FitOptimizerPipeline / FitParamBuffers); returns
+// kInvalidArgument listing the errors of parameter buffers too small for the
+// prefetch window.
 // `plan`: the model's buffer plan when known (its windows are printed),
 // else null. `params` is the model's parameter count when known; each of
 // `world` ranks holds 1/world of it.

@@ -105,26 +105,24 @@ Status PlanParamHome(const Config& config, const Partitioner& part, BufferPlan& 
   p.param_home_host = NoPool("param home");
   p.param_swapper = swap::ParamSwapperOptionsFromConfig(zero);
   p.param_swapper.element_size_bytes = static_cast<int32_t>(p.param_elem_bytes);
-  // A buffer never needs to be larger than the largest shard.
-  p.param_swapper.buffer_elems = std::min(p.param_swapper.buffer_elems, part.max_shard_numel());
   p.param_swap_buffers = NoPool("parameter buffers (offload_param)");
   switch (p.param_home) {
-    case OffloadDevice::kNone: p.param_home_device_bytes = total * p.param_elem_bytes; break;
+    case OffloadDevice::kNone:
+      p.param_swapper.buffer_elems = std::min(p.param_swapper.buffer_elems, part.max_shard_numel());
+      p.param_home_device_bytes = total * p.param_elem_bytes;
+      break;
     case OffloadDevice::kCpu:
+      p.param_swapper.buffer_elems = std::min(p.param_swapper.buffer_elems, part.max_shard_numel());
       p.param_home_host = OneBuffer(total * p.param_elem_bytes, zero.offload_param.pin_memory, "param home");
       break;
     case OffloadDevice::kNvme: {
-      const swap::ParamSwapperOptions& o = p.param_swapper;
+      swap::ParamSwapperOptions& o = p.param_swapper;
       if (o.buffer_count < 1) {
         return Status::InvalidArgument("offload_param.buffer_count: expected >= 1, got " +
                                        std::to_string(o.buffer_count));
       }
-      if (zero.offload_param.buffer_size < part.max_shard_numel()) {
-        return Status::InvalidArgument(
-            "offload_param.buffer_size: the largest parameter shard has " + std::to_string(part.max_shard_numel()) +
-            " elements, more than a buffer holds (" + std::to_string(zero.offload_param.buffer_size) +
-            "); raise buffer_size to at least " + std::to_string(part.max_shard_numel()));
-      }
+      ZINF_ASSIGN_OR_RETURN(std::string note, FitParamBuffers(o, part.max_shard_numel()));
+      if (!note.empty()) p.fitted.push_back(std::move(note));
       p.param_swap_buffers = swap::ParamSwapper::PoolOptions(o);
       std::vector<int64_t> shards;
       for (int b = 0; b < part.num_blocks(); ++b) shards.push_back(part.layout(b).shard_numel * p.param_elem_bytes);
@@ -136,13 +134,15 @@ Status PlanParamHome(const Config& config, const Partitioner& part, BufferPlan& 
 }
 
 // The optimizer state: resident in RAM (cpu) or swapped through the pipeline (nvme).
-void PlanOptimizer(const Config& config, int64_t total, BufferPlan& p) {
+Status PlanOptimizer(const Config& config, int64_t total, BufferPlan& p) {
   const ZeroConfig& zero = config.zero;
   swap::OptimizerSwapperOptions& oo = p.optimizer;
   oo = swap::OptimizerSwapperOptionsFromConfig(zero, total);
   if (oo.device == OffloadDevice::kNone) oo.device = OffloadDevice::kCpu;  // CPU Adam on RAM-resident state
   oo.sub_group_elems = std::min(oo.sub_group_elems, total);
   oo.prefix = "optim";
+  std::string note = FitOptimizerPipeline(oo);
+  if (!note.empty()) p.fitted.push_back(std::move(note));
   p.num_sub_groups = swap::OptimizerSwapper::NumSubGroups(oo);
   p.optimizer_resident = swap::OptimizerSwapper::ResidentPoolOptions(oo);
   p.optimizer_pipeline = NoPool("optimizer pipeline");
@@ -165,6 +165,7 @@ void PlanOptimizer(const Config& config, int64_t total, BufferPlan& p) {
     }
     p.optimizer_swap_file_bytes = SwapFileBytes(arrays, oo.store);
   }
+  return Status::Ok();
 }
 
 // The checkpoint buffers (engine_checkpoint.cc PrepareCheckpointIo): pieces
@@ -242,6 +243,60 @@ Status CheckEngineConfig(const Config& config, ElementType grad_type) {
   return Status::Ok();
 }
 
+std::string FitOptimizerPipeline(swap::OptimizerSwapperOptions& o) {
+  using swap::OptimizerSwapper;
+  if (o.device != OffloadDevice::kNvme) return std::string();
+  const int64_t need = OptimizerSwapper::RequiredBuffers(o);
+  const int64_t given = o.buffer_count;
+  if (given >= need) return std::string();
+  const int64_t align = o.store.alignment_bytes;
+  const int64_t buffer_bytes = OptimizerSwapper::RequiredBufferBytes(o, align);
+  const int64_t pinned = given * buffer_bytes;
+  // The largest aligned piece of which `need` fit in the given memory; a
+  // buffer holds at least one alignment unit, so a sub-group within one is
+  // not split (its buffers cost need x align, a few KiB).
+  const int64_t piece_bytes = std::max(align, pinned / need / align * align);
+  if (piece_bytes >= buffer_bytes) return std::string();
+  const int64_t arrays = need / (1 + int64_t{o.pipeline_read} + int64_t{o.pipeline_write});
+  const std::string pipeline = o.pipeline_read && o.pipeline_write ? "pipeline_read and pipeline_write"
+                               : o.pipeline_read                   ? "pipeline_read"
+                                                                   : "pipeline_write";
+  const int64_t was = std::min(o.sub_group_elems, o.total_elems);
+  o.sub_group_elems = piece_bytes / int64_t{sizeof(float)};
+  o.buffer_count = need;
+  return "offload_optimizer.buffer_count " + std::to_string(given) + " (" + std::to_string(given) + " x " +
+         FormatBytes(buffer_bytes) + " = " + FormatBytes(pinned) + " pinned) is fewer than the " +
+         std::to_string(need) + " buffers " + pipeline + " keep (" + std::to_string(arrays) + " arrays x " +
+         std::to_string(need / arrays) + " sub-groups in flight): sub-groups split from " + FormatCount(was) + " to " +
+         FormatCount(o.sub_group_elems) + " elements, " + std::to_string(need) + " buffers of " +
+         FormatBytes(piece_bytes) + " = " + FormatBytes(need * piece_bytes) +
+         " (bit-identical results; checkpoints record the split)";
+}
+
+StatusOr<std::string> FitParamBuffers(swap::ParamSwapperOptions& o, int64_t max_shard_elems) {
+  if (o.buffer_elems >= max_shard_elems) {
+    o.buffer_elems = max_shard_elems;  // a buffer never needs to be larger than the largest shard
+    return std::string();
+  }
+  const int64_t count = o.buffer_count * o.buffer_elems / max_shard_elems;
+  const std::string given = std::to_string(o.buffer_count) + " x buffer_size " + FormatCount(o.buffer_elems) + " = " +
+                            FormatCount(o.buffer_count * o.buffer_elems) + " elements";
+  if (count < 1) {
+    return Status::InvalidArgument("zero_optimization.offload_param.buffer_size: the largest parameter shard has " +
+                                   FormatCount(max_shard_elems) +
+                                   " elements, more than all buffers hold (buffer_count " + given +
+                                   "), and a shard is read into one buffer; raise buffer_count to at least " +
+                                   std::to_string((max_shard_elems + o.buffer_elems - 1) / o.buffer_elems) +
+                                   " or buffer_size to at least " + std::to_string(max_shard_elems));
+  }
+  const std::string note = "offload_param: the largest parameter shard (" + FormatCount(max_shard_elems) +
+                           " elements) is larger than buffer_size; the pinned buffers (buffer_count " + given +
+                           ") are re-cut into " + std::to_string(count) + " buffer(s) of one shard";
+  o.buffer_count = count;
+  o.buffer_elems = max_shard_elems;
+  return note;
+}
+
 int64_t DeviceFootprint(int64_t bytes) { return bytes > 0 ? AlignUp(bytes, kDeviceAlignBytes) : 0; }
 
 std::string_view BufferTierName(BufferTier tier) {
@@ -272,7 +327,7 @@ StatusOr<BufferPlan> MakeBufferPlan(const Config& config, const std::vector<Bloc
   p.max_padded_elems = part.max_padded_numel();
 
   ZINF_RETURN_IF_ERROR(PlanParamHome(config, part, p));
-  PlanOptimizer(config, total, p);
+  ZINF_RETURN_IF_ERROR(PlanOptimizer(config, total, p));
   PlanCheckpoints(p);
   p.grad_accumulator = OneBuffer(total * 4, true, "grad accumulator");
   p.new_params = OneBuffer(total * p.param_elem_bytes, true, "new params");

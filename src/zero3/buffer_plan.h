@@ -128,6 +128,11 @@ struct BufferPlan {
   // swap store, at least 1 MiB.
   aio::PinnedPoolOptions checkpoint_buffers;
 
+  // What MakeBufferPlan fitted to the buffers the config gives (FitOptimizerPipeline,
+  // FitParamBuffers): one line each for config-check, plan and the Engine's
+  // log; empty when the config's buffers were used as given.
+  std::vector<std::string> fitted;
+
   // NVMe swap files of this rank, headers and whole stripes included, over
   // all paths of the section (one file per path).
   int64_t param_swap_file_bytes = 0;      // kNvme parameters
@@ -152,6 +157,31 @@ struct BufferPlan {
 // The working parameters' type: fp16 or bf16 when enabled, else fp32.
 ElementType WorkingType(const Config& config);
 
+// DeepSpeed's buffer semantics: offload_optimizer.buffer_count buffers of
+// one fp32 sub-group (sub_group_size, capped at the shard, padded to the
+// store's alignment) are the pinned memory the optimizer's pipeline may
+// take. When the pipeline needs more buffers than that (RequiredBuffers:
+// the arrays of every sub-group in flight with pipeline_read /
+// pipeline_write), the sub-groups are cut into pieces of the largest
+// aligned size of which RequiredBuffers fit in that memory, keeping the
+// pipeline the config asks for. Results are bit-identical (Adam is
+// elementwise, and the kernels run a sub-group's tail through the same
+// vector code as its body); checkpoints record the fitted sub-group size.
+// A buffer holds at least one alignment unit, so sub-groups within one are
+// left whole (their pipeline pins RequiredBuffers such units, a few KiB).
+// Updates sub_group_elems and buffer_count of `options` (kNvme only) and
+// returns what was fitted, in one line; empty: nothing. Never fails: any
+// buffer_count >= 1 runs.
+std::string FitOptimizerPipeline(swap::OptimizerSwapperOptions& options);
+
+// offload_param: a shard larger than buffer_size is not refused: the pinned
+// memory of buffer_count x buffer_size elements is re-cut into buffers of
+// the largest shard (as many as it holds). Returns what was fitted (empty:
+// nothing; buffer_elems is capped at the largest shard either way). Error:
+// buffers that together hold less than the largest shard (a shard is read
+// into one buffer), naming buffer_count / buffer_size and what would do.
+StatusOr<std::string> FitParamBuffers(swap::ParamSwapperOptions& options, int64_t max_shard_elems);
+
 // The config checks of Engine::Create that need no device: a stage outside
 // 1..3, fp16 with bf16, gradient_accumulation_steps < 1, a gradient type
 // that is neither fp32 nor the parameters', sub_group_size < 1; each error
@@ -166,8 +196,8 @@ Status CheckEngineConfig(const Config& config, ElementType grad_type);
 // Errors are those Engine::Create would return for the config and blocks,
 // naming the key: a stage outside 1..3, fp16 with bf16, a gradient type
 // that is neither fp32 nor the parameters', gradient_accumulation_steps < 1,
-// the Partitioner's, a parameter shard larger than offload_param.buffer_size,
-// offload_param.buffer_count < 1, sub_group_size < 1.
+// the Partitioner's, offload_param.buffer_count < 1, sub_group_size < 1, and
+// those of FitParamBuffers and FitOptimizerPipeline.
 StatusOr<BufferPlan> MakeBufferPlan(const Config& config, const std::vector<BlockSpec>& blocks, int world_size,
                                     DeviceKind device_kind, ElementType grad_type, int64_t max_held_elems = 0);
 

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "comm/bootstrap.h"
+#include "core/log.h"
 #include "optim/isa.h"
 #include "zero3/engine_impl.h"
 
@@ -39,6 +40,9 @@ Status Engine::Impl::Init(const Config& cfg, const std::vector<BlockSpec>& block
   ZINF_RETURN_IF_ERROR(InitDeviceAndComms());
   ZINF_ASSIGN_OR_RETURN(plan,
                         zero3::MakeBufferPlan(config, specs, host_comm->world_size(), device->kind(), opts.grad_type));
+  if (host_comm->rank() == 0) {
+    for (const std::string& f : plan.fitted) Log("zero3").info("fitted: {}", f);
+  }
   param_type = plan.param_type;
   param_es = plan.param_elem_bytes;
   grad_es = plan.grad_elem_bytes;

@@ -286,6 +286,72 @@ TEST(BufferPlanTest, ErrorsNameTheKey) {
   EXPECT_FALSE(MakeBufferPlan(c, {}, 1, DeviceKind::kHost, ElementType::kF32).ok());  // the Partitioner's
 }
 
+// offload_optimizer.buffer_count below what the pipeline keeps: the
+// sub-groups are split so that the pipeline fits the pinned memory the given
+// buffers amount to; with enough buffers, or on the cpu tier, nothing changes.
+TEST(BufferPlanTest, OptimizerPipelineFitsTheGivenBuffers) {
+  const std::vector<BlockSpec> blocks = Gpt("small");
+  Config c = StageThree(OffloadDevice::kNvme, OffloadDevice::kNvme, blocks);
+  c.zero.sub_group_size = 1'000'000;
+  for (int64_t count : {1, 2, 4, 8}) {
+    c.zero.offload_optimizer.buffer_count = count;
+    auto p = MakeBufferPlan(c, blocks, 1, DeviceKind::kHost, ElementType::kF32);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    const int64_t given = count * AlignUp(int64_t{4'000'000}, 4096);
+    EXPECT_EQ(p->optimizer_pipeline.buffer_count, 9) << count;
+    EXPECT_LE(aio::PinnedPool::MappedBytes(p->optimizer_pipeline), AlignUp(given, 2 << 20)) << count;
+    EXPECT_GT(9 * (p->optimizer.sub_group_elems * 4 + 4096), given) << count;  // the largest aligned piece
+    EXPECT_EQ(p->optimizer.sub_group_elems % 1024, 0);
+    ASSERT_EQ(p->fitted.size(), 1u);
+    EXPECT_NE(p->fitted[0].find("offload_optimizer.buffer_count " + std::to_string(count)), std::string::npos);
+  }
+  c.zero.offload_optimizer.buffer_count = 9;
+  auto p = MakeBufferPlan(c, blocks, 1, DeviceKind::kHost, ElementType::kF32);
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->fitted.empty());
+  EXPECT_EQ(p->optimizer.sub_group_elems, 1'000'000);
+  // Without pipelining 3 buffers suffice.
+  c.zero.offload_optimizer.buffer_count = 3;
+  c.zero.offload_optimizer.pipeline_read = c.zero.offload_optimizer.pipeline_write = false;
+  p = MakeBufferPlan(c, blocks, 1, DeviceKind::kHost, ElementType::kF32);
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->fitted.empty());
+  EXPECT_EQ(p->optimizer_pipeline.buffer_count, 3);
+  // The cpu tier keeps its sub-groups whatever buffer_count says.
+  c = StageThree(OffloadDevice::kNvme, OffloadDevice::kCpu, blocks);
+  c.zero.offload_optimizer.buffer_count = 1;
+  p = MakeBufferPlan(c, blocks, 1, DeviceKind::kHost, ElementType::kF32);
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->fitted.empty());
+  EXPECT_EQ(p->optimizer.sub_group_elems, std::min(c.zero.sub_group_size, p->total_shard_elems));
+}
+
+// offload_param: a shard larger than buffer_size re-cuts the buffers into
+// whole shards within buffer_count x buffer_size; only buffers that together
+// hold less than one shard are refused, saying what would do.
+TEST(BufferPlanTest, ParamBuffersAreRecutForShardsLargerThanBufferSize) {
+  const std::vector<BlockSpec> blocks = Gpt("small");
+  Config c = StageThree(OffloadDevice::kNvme, OffloadDevice::kNvme, blocks);
+  auto part = Partitioner::Create(blocks, 1, 0);
+  ASSERT_TRUE(part.ok());
+  const int64_t shard = part->max_shard_numel();
+  c.zero.offload_param.buffer_count = 5;
+  c.zero.offload_param.buffer_size = shard / 2 + 1;
+  auto p = MakeBufferPlan(c, blocks, 1, DeviceKind::kHost, ElementType::kF32);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->param_swapper.buffer_elems, shard);
+  EXPECT_EQ(p->param_swap_buffers.buffer_count, 5 * (shard / 2 + 1) / shard);
+  ASSERT_EQ(p->fitted.size(), 1u);
+  EXPECT_NE(p->fitted[0].find("offload_param"), std::string::npos);
+  c.zero.offload_param.buffer_count = 1;
+  p = MakeBufferPlan(c, blocks, 1, DeviceKind::kHost, ElementType::kF32);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(
+      p.status().message().find("raise buffer_count to at least 2 or buffer_size to at least " + std::to_string(shard)),
+      std::string::npos)
+      << p.status().ToString();
+}
+
 int64_t FileBytesUnder(const std::string& dir) {
   int64_t sum = 0;
   std::error_code ec;

@@ -92,6 +92,46 @@ INSTANTIATE_TEST_SUITE_P(Tiers, EngineTierTest,
                                   std::string(OffloadDeviceName(std::get<1>(p.param)));
                          });
 
+// DeepSpeed's buffer semantics: offload_optimizer.buffer_count 4 with both
+// pipelines (9 buffers needed) splits the sub-groups to fit the given pinned
+// memory, and offload_param buffers smaller than a shard are re-cut; the
+// training is bit-identical to the same config with buffers that need no
+// fitting, and to the all-resident run.
+TEST(EngineTest, BuffersFittedToTheConfigTrainBitIdentically) {
+  TempDir dir;
+  Config config = BaseConfig();
+  config.bf16.enabled = true;
+  config.gradient_clipping = 0.5;
+  config.zero.sub_group_size = 4000;  // one sub-group of the whole 3312-element shard
+  Config resident = config;
+  SetTiers(resident, OffloadDevice::kNone, OffloadDevice::kNone, dir);
+  SetTiers(config, OffloadDevice::kNvme, OffloadDevice::kNvme, dir);
+  Config unfitted = config;
+  unfitted.zero.offload_optimizer.buffer_count = 9;
+  unfitted.zero.offload_param.buffer_size = 2000;
+  config.zero.offload_optimizer.buffer_count = 4;
+  config.zero.offload_param.buffer_count = 4;
+  config.zero.offload_param.buffer_size = 700;  // the largest shard has 1230 elements
+
+  auto fitted_plan = MakeBufferPlan(config, kModel.Blocks(), 1, DeviceKind::kHost, ElementType::kF32);
+  auto unfitted_plan = MakeBufferPlan(unfitted, kModel.Blocks(), 1, DeviceKind::kHost, ElementType::kF32);
+  ASSERT_TRUE(fitted_plan.ok()) << fitted_plan.status().ToString();
+  ASSERT_TRUE(unfitted_plan.ok()) << unfitted_plan.status().ToString();
+  EXPECT_EQ(fitted_plan->fitted.size(), 2u);
+  EXPECT_TRUE(unfitted_plan->fitted.empty());
+  EXPECT_EQ(unfitted_plan->num_sub_groups, 1);
+  EXPECT_EQ(fitted_plan->optimizer.sub_group_elems, 1024);  // 9 x 4 KiB within 4 x 16 KiB
+  EXPECT_EQ(fitted_plan->num_sub_groups, 4);
+  EXPECT_EQ(fitted_plan->param_swap_buffers.buffer_count, 2);  // 4 x 700 elements re-cut into shards of 1230
+
+  const Outcome want = TrainModel(resident);
+  const Outcome plain = TrainModel(unfitted);
+  const Outcome got = TrainModel(config);
+  ExpectBitIdentical(plain, want);
+  ExpectBitIdentical(got, want);
+  EXPECT_GT(got.counters.optimizer_nvme_bytes, 0);
+}
+
 TEST(EngineTest, Fp16OnNvmeIsBitIdenticalToResidentAndSkipsOverflows) {
   TempDir dir;
   Config config = BaseConfig();
