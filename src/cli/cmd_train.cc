@@ -92,7 +92,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
                             {"config", "model", "data", "steps", "save-dir", "save-every", "keep-checkpoints", "resume",
                              "export", "export-dtype", "eval-every", "eval-batches", "device", "device-budget", "seed",
                              "threads", "nvme-path", "corpus-bytes"},
-                            {"quiet"});
+                            {"quiet", "exact-losses"});
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   const auto config_path = flags->Get("config");
   if (!config_path) return Fail(kName, Status::InvalidArgument("--config is required (see configs/)"), 2);
@@ -219,6 +219,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   run.eval_batches = static_cast<int>(*eval_batches);
   run.export_path = flags->GetOr("export", "");  // every rank: the export gathers collectively
   run.export_dtype = flags->GetOr("export-dtype", "BF16");
+  run.exact_losses = flags->Has("exact-losses");
   run.progress = out;
   auto summary = RunTraining(**trainer, run);
   if (!summary.ok()) return Fail(kName, NameNvmeFlag(summary.status(), flags->Get("nvme-path")));
@@ -238,7 +239,7 @@ ZINF_COMMAND(Command{
     "                  [--resume S]\n"
     "                  [--export FILE.safetensors [--export-dtype BF16|F16|F32]] [--nvme-path P]\n"
     "                  [--device auto|cuda|host] [--device-budget SIZE] [--eval-every K] [--eval-batches B]\n"
-    "                  [--seed N] [--threads N] [--corpus-bytes SIZE] [--quiet]\n\n"
+    "                  [--seed N] [--threads N] [--corpus-bytes SIZE] [--quiet] [--exact-losses]\n\n"
     "  --config C        DeepSpeed JSON (zero_optimization, offload_param/optimizer, aio, optimizer, ...)\n"
     "  --model M         tiny | demo | small | gpt2-124m, or a JSON file with vocab_size, seq_len,\n"
     "                    n_layer, n_head, n_embd[, tied_embeddings] (default small)\n"
@@ -251,7 +252,8 @@ ZINF_COMMAND(Command{
     "  --resume S        a save dir (its latest checkpoint) or one step directory\n"
     "  --export F        the final weights as safetensors\n"
     "  --nvme-path P     overrides both offload sections' nvme_path\n"
-    "  --device-budget   cap on device memory (the host device's budget, or below the GPU's)\n\n"
+    "  --device-budget   cap on device memory (the host device's budget, or below the GPU's)\n"
+    "  --exact-losses    also a line per step with its loss to 17 digits, for bit-for-bit comparisons\n\n"
     "A progress line every steps_per_print steps: loss, lr, grad norm, tokens/s, the step's time split\n"
     "into compute and waits (nvme, pcie/gather, comm, optimizer) and bytes moved per tier.\n"
     "Several GPUs or nodes: mpirun -np N zinf train ... (one rank per GPU).",

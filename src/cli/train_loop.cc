@@ -60,6 +60,9 @@ StatusOr<TrainSummary> RunTraining(model::Trainer& trainer, const TrainRun& run)
     AddCounters(s.moved, r.engine);
     tok_per_s.push_back(static_cast<double>(r.tokens) / std::max(r.seconds, 1e-9));
     window.push_back(r.loss);
+    if (out && run.exact_losses) {
+      std::fprintf(out, "step %6lld  exact loss %.17g\n", static_cast<long long>(trainer.step()), r.loss);
+    }
     const bool last = trainer.step() == run.steps;
     if (trainer.step() % print_every == 0 || last) {
       double mean = 0.0;

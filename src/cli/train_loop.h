@@ -23,6 +23,9 @@ struct TrainRun {
   std::string export_path;  // safetensors of the final weights; empty: none
   std::string export_dtype = "BF16";
   FILE* progress = stderr;  // null: silent (ranks other than 0)
+  // A line per step with its loss to 17 significant digits ("step N  exact
+  // loss L"), which round-trips the double: for bit-for-bit comparisons of runs.
+  bool exact_losses = false;
 };
 
 struct TrainSummary {

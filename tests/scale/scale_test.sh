@@ -1,0 +1,94 @@
+#!/bin/sh
+# scale_test.sh ZINF MEMCG_RUN RATIO [STEPS]
+#
+# Trains a model whose training state (18 B per parameter: fp32 master, m, v,
+# gradient, 16-bit parameter and its gradient) is RATIO times a memory cgroup's
+# limit, parameters and optimizer state on NVMe (a directory here), under a
+# host device budget that the limit includes, and checks that its step losses
+# (to 17 digits, --exact-losses) are those of the same run uncapped with all
+# state in RAM (both offload devices cpu, no budget), bit for bit. Prints the
+# cgroup's peak and the ratios. Exits 77 (skipped) where MEMCG_RUN finds no
+# writable memory controller.
+#
+# The shape: 16 layers of width 512 (50.6M parameters, 0.91 GB of state) so
+# that the windows the engine needs for one layer (a gathered block, its
+# fp32 gradient, the trainer's scratch) stay far below the limit; a few
+# steps keep the test near a minute on 2 cores. The optimizer's buffers are
+# DeepSpeed's ZeRO-Infinity ones (buffer_count 4 with both pipelines: fitted).
+set -eu
+ZINF="$1"
+MEMCG_RUN="$2"
+RATIO="$3"
+STEPS="${4:-4}"
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/zinf-scale.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+mkdir -p "$TMP/nvme"
+
+cat > "$TMP/model.json" <<'JSON'
+{"vocab_size": 257, "seq_len": 64, "n_layer": 16, "n_head": 8, "n_embd": 512}
+JSON
+cat > "$TMP/nvme.json" <<JSON
+{
+  "train_micro_batch_size_per_gpu": 1,
+  "gradient_accumulation_steps": 1,
+  "gradient_clipping": 1.0,
+  "steps_per_print": 1,
+  "bf16": {"enabled": true},
+  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}},
+  "zero_optimization": {
+    "stage": 3,
+    "sub_group_size": 1e6,
+    "stage3_prefetch_bucket_size": 4e6,
+    "offload_param": {"device": "nvme", "nvme_path": "$TMP/nvme", "buffer_count": 4, "buffer_size": 4e6, "max_in_cpu": 0},
+    "offload_optimizer": {"device": "nvme", "nvme_path": "$TMP/nvme", "buffer_count": 4,
+                          "pipeline_read": true, "pipeline_write": true}
+  }
+}
+JSON
+sed 's/"device": "nvme"/"device": "cpu"/g' "$TMP/nvme.json" > "$TMP/cpu.json"
+BUDGET=64M
+# train [PREFIX...] -- ZINF-TRAIN-ARGS...: zinf train with the shared flags, run under PREFIX.
+train() {
+  prefix=""
+  while [ "$1" != "--" ]; do prefix="$prefix $1"; shift; done
+  shift
+  $prefix "$ZINF" train --model "$TMP/model.json" --steps "$STEPS" --device host --eval-every 0 --eval-batches 1 \
+    --exact-losses "$@"
+}
+
+# The reference: all state in RAM, no cap.
+train -- --config "$TMP/cpu.json" > "$TMP/ref.out" 2> "$TMP/ref.err" || { cat "$TMP/ref.err" >&2; exit 1; }
+grep "exact loss" "$TMP/ref.err" > "$TMP/ref.losses"
+[ "$(wc -l < "$TMP/ref.losses")" -eq "$STEPS" ] || { cat "$TMP/ref.err" >&2; exit 1; }
+
+# Parameters from the run's own count ("50.64M parameters"), rounded down.
+params=$(sed -n 's/^zinf train: model .*: \([0-9.]*\)M parameters.*/\1/p' "$TMP/ref.err" | awk '{ printf "%d", ($1 - 0.005) * 1e6 }')
+[ -n "$params" ] || { cat "$TMP/ref.err" >&2; exit 1; }
+state=$((params * 18))
+limit=$(awk -v s="$state" -v r="$RATIO" 'BEGIN { printf "%d", s / r }')
+echo "scale test: $params parameters, $state B of training state, cgroup limit $limit B (state / limit = $RATIO)"
+
+set +e
+train "$MEMCG_RUN" "$limit" -- --config "$TMP/nvme.json" --device-budget "$BUDGET" > "$TMP/cap.out" 2> "$TMP/cap.err"
+rc=$?
+set -e
+if [ "$rc" -eq 77 ]; then
+  grep "memcg: SKIP" "$TMP/cap.err" >&2
+  exit 77
+fi
+grep "^memcg: peak" "$TMP/cap.err" || true
+if [ "$rc" -ne 0 ]; then
+  cat "$TMP/cap.err" >&2
+  echo "scale test: the capped run failed (exit $rc; 137: killed at the cgroup limit)" >&2
+  exit 1
+fi
+grep "exact loss" "$TMP/cap.err" > "$TMP/cap.losses"
+peak=$(sed -n 's/^memcg: peak \([0-9]*\) bytes.*/\1/p' "$TMP/cap.err")
+awk -v s="$state" -v p="$peak" 'BEGIN { printf "scale test: peak %d B, state / peak = %.2f\n", p, s / p }'
+if ! cmp -s "$TMP/ref.losses" "$TMP/cap.losses"; then
+  echo "scale test: losses differ (uncapped RAM run, then capped NVMe run):" >&2
+  cat "$TMP/ref.losses" "$TMP/cap.losses" >&2
+  exit 1
+fi
+cat "$TMP/cap.losses"
+echo "scale test: OK"
