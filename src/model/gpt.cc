@@ -73,6 +73,11 @@ const std::vector<std::pair<std::string, GptConfig>>& Builtins() {
       {"demo", MakeConfig(257, 64, 6, 4, 256)},
       {"small", MakeConfig(257, 256, 6, 6, 384)},
       {"gpt2-124m", MakeConfig(50257, 1024, 12, 12, 768)},
+      // Planning shapes (`zinf plan`, `config-check --model`), far beyond one
+      // machine's RAM: GPT-3 175B (96 layers x 12288, head size 128), and
+      // the 100B shape GptConfigForParameterCount derives (C = 10240, 79 layers).
+      {"100B", MakeConfig(50257, 2048, 79, 80, 10240)},
+      {"175B", MakeConfig(50257, 2048, 96, 96, 12288)},
   };
   return kBuiltins;
 }

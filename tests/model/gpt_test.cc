@@ -403,7 +403,7 @@ TEST(GptTest, SgdOnAFixedBatchLowersTheLoss) {
 
 TEST(GptConfigTest, BuiltinsHaveTheDocumentedShapes) {
   const std::vector<std::string> names = BuiltinGptConfigNames();
-  EXPECT_EQ(names, (std::vector<std::string>{"tiny", "demo", "small", "gpt2-124m"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"tiny", "demo", "small", "gpt2-124m", "100B", "175B"}));
   auto tiny = LoadGptConfig("tiny");
   ASSERT_TRUE(tiny.ok());
   EXPECT_EQ(tiny->vocab_size, 257);
@@ -418,6 +418,19 @@ TEST(GptConfigTest, BuiltinsHaveTheDocumentedShapes) {
   EXPECT_EQ(gpt2->padded_vocab_size, 50304);
   // GPT-2 small with the vocabulary padded to 50304 (llm.c's count).
   EXPECT_EQ(gpt2->NumParameters(), 124475904);
+  // GPT-3 175B: 96 layers of 12 C^2 + 13 C at C = 12288, tied embeddings of
+  // 50304 x 12288 and 2048 positions: 174.6B (GPT-3's "175B").
+  auto gpt3 = LoadGptConfig("175B");
+  ASSERT_TRUE(gpt3.ok());
+  EXPECT_EQ(gpt3->n_layer, 96);
+  EXPECT_EQ(gpt3->n_embd, 12288);
+  EXPECT_EQ(gpt3->n_embd / gpt3->n_head, 128);
+  EXPECT_EQ(gpt3->seq_len, 2048);
+  EXPECT_EQ(gpt3->NumParameters(),
+            96 * (12 * int64_t{12288} * 12288 + 13 * 12288) + (50304 + 2048) * 12288 + 2 * 12288);
+  auto b100 = LoadGptConfig("100B");
+  ASSERT_TRUE(b100.ok());
+  EXPECT_NEAR(static_cast<double>(b100->NumParameters()), 1e11, 1e9);
   for (const std::string& n : names) {
     auto c = LoadGptConfig(n);
     ASSERT_TRUE(c.ok()) << n;

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/units.h"
 #include "device/device.h"
 #include "model/trainer.h"
 #include "swap/optimizer_swapper.h"
@@ -98,6 +99,57 @@ TEST(PlanTest, HundredBillionOnOneGpuPicksNvmeNvme) {
   const ZeroConfig& z = chosen.config.zero;
   EXPECT_GE(z.offload_param.buffer_size, int64_t{12} * 10240 * 10240);  // a whole layer shard
   EXPECT_GE(z.offload_param.buffer_count * z.offload_param.buffer_size, z.stage3_prefetch_bucket_size);
+}
+
+// The RAM column of every option is the BufferPlan's host items, exactly
+// (per rank, times the ranks of the node). For GPT-3 175B on one 24 GiB GPU
+// with 128 GiB of RAM and 100B with 96 GiB, parameters and optimizer on NVMe:
+// what RAM holds besides the whole-shard host buffers the engine still has
+// today (fp32 gradient accumulator, new-parameter buffer, start-up master;
+// bounded windows replace them) is windows of a shard or a sub-group, which
+// fit. Once those three are gone from the BufferPlan this is the column
+// itself, and fits_cpu holds (cli/plan_175b_json checks that).
+TEST(PlanTest, RamOfNvmeTiersIsTheBufferPlansWindows) {
+  struct Case {
+    const char* model;
+    int64_t ram;
+    int world;
+  };
+  for (const Case& c : {Case{"175B", 128 * kGiB, 1}, Case{"100B", 96 * kGiB, 1}, Case{"175B", 128 * kGiB, 2}}) {
+    SCOPED_TRACE(std::string(c.model) + " world " + std::to_string(c.world));
+    PlanInputs in;
+    in.model = *LoadGptConfig(c.model);
+    in.world_size = c.world;
+    in.gpu_bytes = 24 * kGiB;
+    in.cpu_bytes = c.ram;
+    in.nvme_bytes = 8192 * kGiB;
+    in.nvme_paths = {"/nvme0"};
+    auto plan = MakePlan(in);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    for (const PlanOption& o : plan->options) {
+      const zero3::BufferPlan& bp = o.buffers;
+      EXPECT_EQ(o.pinned_bytes, c.world * bp.TierBytes(Tier::kPinned));
+      EXPECT_EQ(o.pageable_bytes, c.world * bp.TierBytes(Tier::kPageable));
+    }
+    const PlanOption& o = Find(*plan, OffloadDevice::kNvme, OffloadDevice::kNvme);
+    const zero3::BufferPlan& bp = o.buffers;
+    auto mapped = [](const aio::PinnedPoolOptions& p) {
+      return p.buffer_count > 0 ? aio::PinnedPool::MappedBytes(p) : int64_t{0};
+    };
+    const int64_t whole_shard = mapped(bp.grad_accumulator) + mapped(bp.new_params) + bp.init_master_bytes;
+    const int64_t windows = o.pinned_bytes + o.pageable_bytes - c.world * whole_shard;
+    std::printf("%s x%d nvme/nvme: RAM %lld B, of which whole-shard %lld B, windows %lld B (%.2f GiB)\n", c.model,
+                c.world, static_cast<long long>(o.pinned_bytes + o.pageable_bytes),
+                static_cast<long long>(c.world * whole_shard), static_cast<long long>(windows),
+                static_cast<double>(windows) / static_cast<double>(kGiB));
+    EXPECT_LE(windows, c.ram);
+    // Each window is bounded by a shard or a sub-group, not by the model.
+    EXPECT_LE(mapped(bp.param_swap_buffers),
+              AlignUp(bp.param_swapper.buffer_count * AlignUp(bp.max_shard_elems * 2, 4096), 2 << 20));
+    EXPECT_LE(bp.optimizer.sub_group_elems, 100'000'000);
+    EXPECT_TRUE(o.fits_nvme);
+    EXPECT_TRUE(o.state_fits);
+  }
 }
 
 // Every proposed config is valid DeepSpeed JSON for zinf: ParseConfig and
