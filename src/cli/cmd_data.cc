@@ -1,5 +1,6 @@
 // zinf data encode | corpus | info: make and inspect token files for the
 // reference GPT trainer (the llm.c layout: 256 int32 header, uint16 tokens).
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
@@ -36,11 +37,11 @@ int RunEncode(const std::vector<std::string>& args) {
   if (inputs.empty() || !output || !flags->positionals().empty()) {
     return Fail(kName, Status::InvalidArgument("give --input TEXT (one or more) and --output TOKENS.bin"), 2);
   }
-  std::vector<uint16_t> tokens;
+  std::vector<uint32_t> tokens;
   for (const std::string& path : inputs) {
     auto text = ReadText(path);
     if (!text.ok()) return Fail(kName, text.status());
-    const std::vector<uint16_t> doc = ByteTokenizer::Encode(*text);
+    const std::vector<uint32_t> doc = ByteTokenizer::Encode(*text);
     tokens.insert(tokens.end(), doc.begin(), doc.end());
     tokens.push_back(ByteTokenizer::kEndOfText);
   }
@@ -64,10 +65,10 @@ int RunCorpus(const std::vector<std::string>& args) {
   if (!seed.ok()) return Fail(kName, seed.status(), 2);
   if (*bytes <= 0) return Fail(kName, Status::InvalidArgument("--bytes must be positive"), 2);
   if (*seed < 0) return Fail(kName, Status::InvalidArgument("--seed must not be negative"), 2);
-  const std::vector<uint16_t> tokens = model::BuiltinCorpusTokens(*bytes, static_cast<uint64_t>(*seed));
+  const std::vector<uint32_t> tokens = model::BuiltinCorpusTokens(*bytes, static_cast<uint64_t>(*seed));
   if (Status st = model::WriteTokenFile(*output, tokens); !st.ok()) return Fail(kName, st);
   int64_t documents = 0;
-  for (uint16_t t : tokens) documents += t == ByteTokenizer::kEndOfText;
+  for (uint32_t t : tokens) documents += t == ByteTokenizer::kEndOfText;
   std::printf("%s: %zu tokens, %lld documents (built-in corpus, %s of text, seed %lld, vocabulary %d)\n",
               output->c_str(), tokens.size(), static_cast<long long>(documents), FormatBytes(*bytes).c_str(),
               static_cast<long long>(*seed), ByteTokenizer::kVocabSize);
@@ -82,25 +83,21 @@ int RunInfo(const std::vector<std::string>& args) {
   const std::string& path = flags->positionals()[0];
   auto tokens = model::ReadTokenFile(path);
   if (!tokens.ok()) return Fail(kName, tokens.status());
-  std::vector<int64_t> counts(65536, 0);
-  for (uint16_t t : *tokens) ++counts[t];
-  int64_t distinct = 0;
-  int max_token = -1;
-  for (int t = 0; t < 65536; ++t) {
-    if (counts[static_cast<size_t>(t)] > 0) {
-      ++distinct;
-      max_token = t;
-    }
-  }
+  std::vector<uint32_t> sorted = *tokens;
+  std::sort(sorted.begin(), sorted.end());
+  const int64_t distinct = std::unique(sorted.begin(), sorted.end()) - sorted.begin();
+  const int64_t max_token = tokens->empty() ? -1 : static_cast<int64_t>(sorted[static_cast<size_t>(distinct - 1)]);
+  const int64_t end_of_text = std::count(tokens->begin(), tokens->end(), ByteTokenizer::kEndOfText);
   std::printf("%s\n", path.c_str());
   std::printf("  tokens: %zu\n", tokens->size());
   std::printf("  distinct tokens: %lld\n", static_cast<long long>(distinct));
   if (max_token >= 0) {
-    std::printf("  max token: %d (a model needs a vocabulary of at least %d)\n", max_token, max_token + 1);
+    std::printf("  max token: %lld (a model needs a vocabulary of at least %lld)\n", static_cast<long long>(max_token),
+                static_cast<long long>(max_token + 1));
   }
   if (max_token >= 0 && max_token < ByteTokenizer::kVocabSize) {
-    std::printf("  byte tokenizer: fits; %lld end-of-text tokens (%d)\n",
-                static_cast<long long>(counts[ByteTokenizer::kEndOfText]), ByteTokenizer::kEndOfText);
+    std::printf("  byte tokenizer: fits; %lld end-of-text tokens (%u)\n", static_cast<long long>(end_of_text),
+                ByteTokenizer::kEndOfText);
   }
   return 0;
 }
