@@ -22,9 +22,11 @@ CTEST_ARGS ?=
 
 # Debian packages the build and the tests need.
 # clang and lld build the libFuzzer target of the config parsers (tests/fuzz, label fuzz);
-# clang-format checks the layout (check-format).
+# clang-format checks the layout (check-format); pcre2, icu and sentencepiece are the
+# tokenizers of `zinf data encode`.
 DEBS := cmake ninja-build g++ pkg-config liburing-dev libhwloc-dev nlohmann-json3-dev \
-        libspdlog-dev libgtest-dev libopenmpi-dev openmpi-bin fio clang lld clang-format
+        libspdlog-dev libgtest-dev libopenmpi-dev openmpi-bin fio clang lld clang-format \
+        libpcre2-dev libicu-dev libsentencepiece-dev
 
 .PHONY: demo test test-asan test-tsan check-layers check-format format deps build configure clean device-debs gpu-test
 

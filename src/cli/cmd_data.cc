@@ -1,9 +1,13 @@
-// zinf data encode | corpus | info: make and inspect token files for the
-// reference GPT trainer (the llm.c layout: 256 int32 header, uint16 tokens).
+// zinf data encode | corpus | info: make and inspect token files (the llm.c
+// layout: 256 int32 header, uint16 or uint32 tokens) with a model's tokenizer
+// (model/tokenizer.h) or the byte tokenizer.
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -11,6 +15,7 @@
 #include "cli/command.h"
 #include "core/units.h"
 #include "model/data.h"
+#include "model/tokenizer.h"
 
 namespace zinf::cli {
 namespace {
@@ -27,26 +32,81 @@ StatusOr<std::string> ReadText(const std::string& path) {
   return text.str();
 }
 
+// The documents of one input: a .jsonl file's lines' "text" fields (blank
+// lines skipped), any other file whole, as bytes.
+Status ReadDocuments(const std::string& path, std::vector<std::string>& docs) {
+  ZINF_ASSIGN_OR_RETURN(std::string text, ReadText(path));
+  if (path.size() < 6 || path.compare(path.size() - 6, 6, ".jsonl") != 0) {
+    docs.push_back(std::move(text));
+    return Status::Ok();
+  }
+  size_t line_no = 0;
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view line(text.data() + at, end - at);
+    at = end + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const std::string where = path + ":" + std::to_string(line_no) + ": ";
+    if (j.is_discarded()) return Status::InvalidArgument(where + "not a JSON value");
+    if (!j.is_object() || !j.contains("text")) return Status::InvalidArgument(where + "no \"text\" field");
+    if (!j["text"].is_string()) return Status::InvalidArgument(where + "\"text\" is not a string");
+    docs.push_back(j["text"].get<std::string>());
+  }
+  return Status::Ok();
+}
+
 int RunEncode(const std::vector<std::string>& args) {
   constexpr char kName[] = "data encode";
-  auto flags = Flags::Parse(args, {"input", "output"});
+  auto flags = Flags::Parse(args, {"input", "output", "tokenizer", "eos"});
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   const std::vector<std::string> inputs = flags->GetAll("input");
   const auto output = flags->Get("output");
   if (inputs.empty() || !output || !flags->positionals().empty()) {
-    return Fail(kName, Status::InvalidArgument("give --input TEXT (one or more) and --output TOKENS.bin"), 2);
+    return Fail(kName, Status::InvalidArgument("give --input TEXT|FILE.jsonl (one or more) and --output TOKENS.bin"),
+                2);
   }
-  std::vector<uint16_t> tokens;
+  std::unique_ptr<model::Tokenizer> tokenizer;
+  if (const auto dir = flags->Get("tokenizer")) {
+    auto t = model::Tokenizer::Load(*dir, flags->GetOr("eos", ""));
+    if (!t.ok()) return Fail(kName, t.status().WithContext("--tokenizer"), 2);
+    tokenizer = std::move(t).value();
+  } else if (flags->Has("eos")) {
+    return Fail(kName, Status::InvalidArgument("--eos needs --tokenizer (the byte tokenizer's is 256)"), 2);
+  }
+  std::vector<uint32_t> tokens;
+  int64_t documents = 0;
   for (const std::string& path : inputs) {
-    auto text = ReadText(path);
-    if (!text.ok()) return Fail(kName, text.status());
-    const std::vector<uint16_t> doc = ByteTokenizer::Encode(*text);
-    tokens.insert(tokens.end(), doc.begin(), doc.end());
-    tokens.push_back(ByteTokenizer::kEndOfText);
+    std::vector<std::string> docs;
+    if (Status st = ReadDocuments(path, docs); !st.ok()) return Fail(kName, st);
+    for (const std::string& doc : docs) {
+      if (tokenizer) {
+        auto ids = tokenizer->Encode(doc);
+        if (!ids.ok())
+          return Fail(kName, ids.status().WithContext(path + ", document " + std::to_string(documents + 1)));
+        tokens.insert(tokens.end(), ids->begin(), ids->end());
+        tokens.push_back(tokenizer->eos_id());
+      } else {
+        const std::vector<uint32_t> ids = ByteTokenizer::Encode(doc);
+        tokens.insert(tokens.end(), ids.begin(), ids.end());
+        tokens.push_back(ByteTokenizer::kEndOfText);
+      }
+      ++documents;
+    }
   }
   if (Status st = model::WriteTokenFile(*output, tokens); !st.ok()) return Fail(kName, st);
-  std::printf("%s: %zu tokens from %zu documents (byte tokenizer, vocabulary %d)\n", output->c_str(), tokens.size(),
-              inputs.size(), ByteTokenizer::kVocabSize);
+  const bool wide = std::any_of(tokens.begin(), tokens.end(), [](uint32_t t) { return t > 0xFFFF; });
+  if (tokenizer) {
+    std::printf("%s: %zu tokens from %lld documents (%s, vocabulary %lld, end of text %u %s; version %d)\n",
+                output->c_str(), tokens.size(), static_cast<long long>(documents), tokenizer->description().c_str(),
+                static_cast<long long>(tokenizer->vocab_size()), tokenizer->eos_id(), tokenizer->eos_token().c_str(),
+                wide ? 2 : 1);
+  } else {
+    std::printf("%s: %zu tokens from %lld documents (byte tokenizer, vocabulary %d)\n", output->c_str(), tokens.size(),
+                static_cast<long long>(documents), ByteTokenizer::kVocabSize);
+  }
   return 0;
 }
 
@@ -64,10 +124,10 @@ int RunCorpus(const std::vector<std::string>& args) {
   if (!seed.ok()) return Fail(kName, seed.status(), 2);
   if (*bytes <= 0) return Fail(kName, Status::InvalidArgument("--bytes must be positive"), 2);
   if (*seed < 0) return Fail(kName, Status::InvalidArgument("--seed must not be negative"), 2);
-  const std::vector<uint16_t> tokens = model::BuiltinCorpusTokens(*bytes, static_cast<uint64_t>(*seed));
+  const std::vector<uint32_t> tokens = model::BuiltinCorpusTokens(*bytes, static_cast<uint64_t>(*seed));
   if (Status st = model::WriteTokenFile(*output, tokens); !st.ok()) return Fail(kName, st);
   int64_t documents = 0;
-  for (uint16_t t : tokens) documents += t == ByteTokenizer::kEndOfText;
+  for (uint32_t t : tokens) documents += t == ByteTokenizer::kEndOfText;
   std::printf("%s: %zu tokens, %lld documents (built-in corpus, %s of text, seed %lld, vocabulary %d)\n",
               output->c_str(), tokens.size(), static_cast<long long>(documents), FormatBytes(*bytes).c_str(),
               static_cast<long long>(*seed), ByteTokenizer::kVocabSize);
@@ -82,37 +142,42 @@ int RunInfo(const std::vector<std::string>& args) {
   const std::string& path = flags->positionals()[0];
   auto tokens = model::ReadTokenFile(path);
   if (!tokens.ok()) return Fail(kName, tokens.status());
-  std::vector<int64_t> counts(65536, 0);
-  for (uint16_t t : *tokens) ++counts[t];
-  int64_t distinct = 0;
-  int max_token = -1;
-  for (int t = 0; t < 65536; ++t) {
-    if (counts[static_cast<size_t>(t)] > 0) {
-      ++distinct;
-      max_token = t;
-    }
-  }
+  std::vector<uint32_t> sorted = *tokens;
+  std::sort(sorted.begin(), sorted.end());
+  const int64_t distinct = std::unique(sorted.begin(), sorted.end()) - sorted.begin();
+  const int64_t max_token = tokens->empty() ? -1 : static_cast<int64_t>(sorted[static_cast<size_t>(distinct - 1)]);
+  const int64_t end_of_text = std::count(tokens->begin(), tokens->end(), ByteTokenizer::kEndOfText);
   std::printf("%s\n", path.c_str());
   std::printf("  tokens: %zu\n", tokens->size());
   std::printf("  distinct tokens: %lld\n", static_cast<long long>(distinct));
   if (max_token >= 0) {
-    std::printf("  max token: %d (a model needs a vocabulary of at least %d)\n", max_token, max_token + 1);
+    std::printf("  max token: %lld (a model needs a vocabulary of at least %lld)\n", static_cast<long long>(max_token),
+                static_cast<long long>(max_token + 1));
   }
   if (max_token >= 0 && max_token < ByteTokenizer::kVocabSize) {
-    std::printf("  byte tokenizer: fits; %lld end-of-text tokens (%d)\n",
-                static_cast<long long>(counts[ByteTokenizer::kEndOfText]), ByteTokenizer::kEndOfText);
+    std::printf("  byte tokenizer: fits; %lld end-of-text tokens (%u)\n", static_cast<long long>(end_of_text),
+                ByteTokenizer::kEndOfText);
   }
   return 0;
 }
 
-ZINF_COMMAND({"data encode", "turn text files into a token file (byte tokenizer)",
-              "data encode --input TEXT [--input TEXT2 ...] --output TOKENS.bin\n"
-              "  Encodes each input file with the byte tokenizer (bytes are tokens 0..255) as one\n"
-              "  document, followed by the end-of-text token 256; the documents are concatenated in\n"
-              "  the order given. Blank lines inside a file are kept as bytes. The output is a token\n"
-              "  file in llm.c's layout (256 int32 header: magic 20240520, version 1, count; then\n"
-              "  uint16 tokens), written to a new file, fsynced and renamed over TOKENS.bin.\n"
-              "  Train with a vocabulary of 257.",
+ZINF_COMMAND({"data encode", "turn text or JSONL files into a token file (a model's tokenizer, or bytes)",
+              "data encode --input FILE [--input FILE2 ...] --output TOKENS.bin [--tokenizer DIR|tokenizer.json]\n"
+              "            [--eos TOKEN]\n"
+              "  Each input is documents: a FILE.jsonl has one per line (its \"text\" field; blank lines\n"
+              "  skipped), any other file is one document, read as bytes. Each document is encoded and\n"
+              "  followed by the end-of-text token; documents are concatenated in the order given.\n"
+              "  --tokenizer DIR   a Hugging Face model folder: its tokenizer.model (SentencePiece, as\n"
+              "                    Llama 2 and Mistral ship) or else its tokenizer.json (byte-level BPE\n"
+              "                    as GPT-2, Llama 3 and Qwen2 use); or a tokenizer.json file. The\n"
+              "                    end-of-text token is tokenizer_config.json's eos_token, else the one\n"
+              "                    the post-processor appends, else <|endoftext|>; --eos names another.\n"
+              "                    Special tokens written in the text become their ids, as HF encodes.\n"
+              "  without           the byte tokenizer: bytes are tokens 0..255, end of text 256\n"
+              "                    (train with a vocabulary of 257).\n"
+              "  The output is a token file in llm.c's layout (256 int32 header: magic 20240520,\n"
+              "  version, count; then the tokens): version 1 (uint16) when every id fits 16 bits,\n"
+              "  else version 2 (uint32); written to a new file, fsynced and renamed over TOKENS.bin.",
               RunEncode});
 
 ZINF_COMMAND({"data corpus", "write the built-in generated corpus as a token file",
@@ -124,7 +189,8 @@ ZINF_COMMAND({"data corpus", "write the built-in generated corpus as a token fil
 
 ZINF_COMMAND({"data info", "check a token file; print its token count, distinct and largest token",
               "data info TOKENS.bin\n"
-              "  Reads and checks a token file (llm.c layout) and prints the number of tokens, how many\n"
+              "  Reads and checks a token file (llm.c layout: version 1 uint16 or 2 uint32 tokens;\n"
+              "  llm.c's Llama 3 files, magic 20240801, too) and prints the number of tokens, how many\n"
               "  distinct tokens it holds and the largest one (a model's vocabulary must exceed it).",
               RunInfo});
 

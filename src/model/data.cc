@@ -75,24 +75,37 @@ StatusOr<int64_t> ReadAt(int fd, const std::string& path, void* buf, int64_t n, 
 // ---------------------------------------------------------------------------
 // Token files
 
-Status WriteTokenFile(const std::string& path, std::span<const uint16_t> tokens) {
+int TokenFileTokenBytes(int32_t magic, int32_t version) {
+  if (magic == kTokenFileMagic && version == kTokenFileVersion) return 2;
+  if (magic == kTokenFileMagic && version == kTokenFileVersion32) return 4;
+  if (magic == kLlmcLlama3Magic && version == kLlmcLlama3Version) return 4;
+  return 0;
+}
+
+Status WriteTokenFile(const std::string& path, std::span<const uint32_t> tokens, TokenFileFormat format) {
   if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
     return Status::InvalidArgument("token file " + path + ": " + std::to_string(tokens.size()) +
                                    " tokens do not fit the header's int32 count");
   }
-  std::string bytes(static_cast<size_t>(kHeaderBytes) + 2 * tokens.size(), '\0');
+  const auto wide = std::find_if(tokens.begin(), tokens.end(), [](uint32_t t) { return t > 0xFFFF; });
+  if (format == TokenFileFormat::kUint16 && wide != tokens.end()) {
+    return Status::InvalidArgument("token file " + path + ": token " + std::to_string(wide - tokens.begin()) + " is " +
+                                   std::to_string(*wide) + ", which does not fit version 1's uint16");
+  }
+  const bool narrow = format == TokenFileFormat::kUint16 || (format == TokenFileFormat::kAuto && wide == tokens.end());
+  const size_t width = narrow ? 2 : 4;
+  std::string bytes(static_cast<size_t>(kHeaderBytes) + width * tokens.size(), '\0');
   PutLe32(&bytes[0], static_cast<uint32_t>(kTokenFileMagic));
-  PutLe32(&bytes[4], static_cast<uint32_t>(kTokenFileVersion));
+  PutLe32(&bytes[4], static_cast<uint32_t>(narrow ? kTokenFileVersion : kTokenFileVersion32));
   PutLe32(&bytes[8], static_cast<uint32_t>(tokens.size()));
   char* out = bytes.data() + kHeaderBytes;
   for (size_t i = 0; i < tokens.size(); ++i) {
-    out[2 * i] = static_cast<char>(tokens[i] & 0xFF);
-    out[2 * i + 1] = static_cast<char>(tokens[i] >> 8);
+    for (size_t b = 0; b < width; ++b) out[width * i + b] = static_cast<char>((tokens[i] >> (8 * b)) & 0xFF);
   }
   return WriteFileAtomic(path, bytes).WithContext("write token file " + path);
 }
 
-StatusOr<std::vector<uint16_t>> ReadTokenFile(const std::string& path, int vocab_size) {
+StatusOr<std::vector<uint32_t>> ReadTokenFile(const std::string& path, int64_t vocab_size) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(errno, "open token file", path);
   struct FdCloser {
@@ -114,39 +127,39 @@ StatusOr<std::vector<uint16_t>> ReadTokenFile(const std::string& path, int vocab
   const auto magic = static_cast<int32_t>(GetLe32(&head[0]));
   const auto version = static_cast<int32_t>(GetLe32(&head[4]));
   const auto count = static_cast<int32_t>(GetLe32(&head[8]));
-  if (magic != kTokenFileMagic) {
+  if (magic != kTokenFileMagic && magic != kLlmcLlama3Magic) {
     return Status::Corruption(where + "bad magic " + std::to_string(magic) + " (a token file starts with " +
-                              std::to_string(kTokenFileMagic) + ")");
+                              std::to_string(kTokenFileMagic) + ", or " + std::to_string(kLlmcLlama3Magic) +
+                              " for llm.c's uint32 files)");
   }
-  if (version != kTokenFileVersion) {
-    return Status::Corruption(where + "version " + std::to_string(version) + " is not supported (only " +
-                              std::to_string(kTokenFileVersion) + ": uint16 tokens)");
+  const int width = TokenFileTokenBytes(magic, version);
+  if (width == 0) {
+    return Status::Corruption(where + "version " + std::to_string(version) + " of magic " + std::to_string(magic) +
+                              " is not supported (" + std::to_string(kTokenFileMagic) + " has 1: uint16 tokens, 2: " +
+                              "uint32 tokens; " + std::to_string(kLlmcLlama3Magic) + " has 7: uint32 tokens)");
   }
   if (count < 0) return Status::Corruption(where + "negative token count " + std::to_string(count));
-  const int64_t want_bytes = kHeaderBytes + 2 * static_cast<int64_t>(count);
-  if (file_bytes < want_bytes) {
-    return Status::Corruption(where + "truncated: the header says " + std::to_string(count) + " tokens (" +
-                              std::to_string(want_bytes) + " bytes) but the file has " + std::to_string(file_bytes) +
-                              " bytes");
-  }
-  if (file_bytes > want_bytes) {
-    return Status::Corruption(where + "size mismatch: the header says " + std::to_string(count) + " tokens (" +
-                              std::to_string(want_bytes) + " bytes) but the file has " + std::to_string(file_bytes) +
-                              " bytes");
-  }
-  std::vector<unsigned char> raw(2 * static_cast<size_t>(count));
+  const int64_t want_bytes = kHeaderBytes + width * static_cast<int64_t>(count);
+  const std::string sizes = "the header says " + std::to_string(count) + " tokens of " + std::to_string(width) +
+                            " bytes (" + std::to_string(want_bytes) + " bytes in all) but the file has " +
+                            std::to_string(file_bytes) + " bytes";
+  if (file_bytes < want_bytes) return Status::Corruption(where + "truncated: " + sizes);
+  if (file_bytes > want_bytes) return Status::Corruption(where + "size mismatch: " + sizes);
+  std::vector<unsigned char> raw(static_cast<size_t>(width) * static_cast<size_t>(count));
   ZINF_ASSIGN_OR_RETURN(const int64_t got,
                         ReadAt(fd, path, raw.data(), static_cast<int64_t>(raw.size()), kHeaderBytes));
   if (got != static_cast<int64_t>(raw.size())) {
     return Status::Corruption(where + "truncated while reading: got " + std::to_string(got) + " of " +
                               std::to_string(raw.size()) + " token bytes");
   }
-  std::vector<uint16_t> tokens(static_cast<size_t>(count));
+  std::vector<uint32_t> tokens(static_cast<size_t>(count));
   for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<uint16_t>(raw[2 * i] | (raw[2 * i + 1] << 8));
+    tokens[i] = width == 2 ? static_cast<uint32_t>(raw[2 * i] | (raw[2 * i + 1] << 8)) : GetLe32(&raw[4 * i]);
     if (vocab_size > 0 && tokens[i] >= vocab_size) {
-      return Status::InvalidArgument(where + "token " + std::to_string(i) + " is " + std::to_string(tokens[i]) +
-                                     ", outside the vocabulary of " + std::to_string(vocab_size));
+      return Status::InvalidArgument(where + "token " + std::to_string(i) + " (byte offset " +
+                                     std::to_string(kHeaderBytes + width * static_cast<int64_t>(i)) + ") is " +
+                                     std::to_string(tokens[i]) + ", outside the model's vocabulary of " +
+                                     std::to_string(vocab_size));
     }
   }
   return tokens;
@@ -155,16 +168,16 @@ StatusOr<std::vector<uint16_t>> ReadTokenFile(const std::string& path, int vocab
 // ---------------------------------------------------------------------------
 // Byte tokenizer
 
-std::vector<uint16_t> ByteTokenizer::Encode(std::string_view text) {
-  std::vector<uint16_t> out(text.size());
+std::vector<uint32_t> ByteTokenizer::Encode(std::string_view text) {
+  std::vector<uint32_t> out(text.size());
   for (size_t i = 0; i < text.size(); ++i) out[i] = static_cast<unsigned char>(text[i]);
   return out;
 }
 
-std::string ByteTokenizer::Decode(std::span<const uint16_t> tokens) {
+std::string ByteTokenizer::Decode(std::span<const uint32_t> tokens) {
   std::string out;
   out.reserve(tokens.size());
-  for (uint16_t t : tokens) {
+  for (uint32_t t : tokens) {
     if (t < 256) {
       out.push_back(static_cast<char>(t));
     } else if (t == kEndOfText) {
@@ -348,9 +361,9 @@ std::string GenerateCorpus(int64_t bytes, uint64_t seed) {
   return text;
 }
 
-std::vector<uint16_t> BuiltinCorpusTokens(int64_t bytes, uint64_t seed) {
+std::vector<uint32_t> BuiltinCorpusTokens(int64_t bytes, uint64_t seed) {
   const std::string text = GenerateCorpus(bytes, seed);
-  std::vector<uint16_t> tokens;
+  std::vector<uint32_t> tokens;
   tokens.reserve(text.size());
   for (size_t i = 0; i < text.size(); ++i) {
     if (text[i] == '\n' && i + 1 < text.size() && text[i + 1] == '\n') {
@@ -366,8 +379,16 @@ std::vector<uint16_t> BuiltinCorpusTokens(int64_t bytes, uint64_t seed) {
 // ---------------------------------------------------------------------------
 // DataLoader
 
-StatusOr<DataLoader> DataLoader::Create(std::span<const uint16_t> tokens, int batch, int seq_len, uint64_t seed,
-                                        int rank, int world_size) {
+StatusOr<DataOrder> ParseDataOrder(std::string_view name) {
+  if (name == "shuffled") return DataOrder::kShuffled;
+  if (name == "sequential") return DataOrder::kSequential;
+  return Status::InvalidArgument("data order must be shuffled or sequential, got '" + std::string(name) + "'");
+}
+
+const char* DataOrderName(DataOrder order) { return order == DataOrder::kSequential ? "sequential" : "shuffled"; }
+
+StatusOr<DataLoader> DataLoader::Create(std::span<const uint32_t> tokens, int batch, int seq_len, uint64_t seed,
+                                        int rank, int world_size, DataOrder order) {
   if (batch <= 0 || seq_len <= 0) {
     return Status::InvalidArgument("data loader: batch " + std::to_string(batch) + " and seq_len " +
                                    std::to_string(seq_len) + " must be positive");
@@ -391,6 +412,7 @@ StatusOr<DataLoader> DataLoader::Create(std::span<const uint16_t> tokens, int ba
   loader.rank_ = rank;
   loader.world_size_ = world_size;
   loader.seed_ = seed;
+  loader.data_order_ = order;
   loader.num_samples_ = samples;
   loader.Shuffle();
   return loader;
@@ -401,6 +423,7 @@ int64_t DataLoader::batches_per_epoch() const { return num_samples_ / (static_ca
 void DataLoader::Shuffle() {
   order_.resize(static_cast<size_t>(num_samples_));
   for (int64_t i = 0; i < num_samples_; ++i) order_[static_cast<size_t>(i)] = i;
+  if (data_order_ == DataOrder::kSequential) return;
   // Every rank builds the same permutation: it depends on (seed, epoch) only.
   SplitMix64 rng(SplitMix64::Mix(seed_) ^ SplitMix64::Mix(static_cast<uint64_t>(position_.epoch) + 1));
   for (int64_t i = num_samples_ - 1; i > 0; --i) {
@@ -413,12 +436,12 @@ void DataLoader::Next(int32_t* inputs, int32_t* targets) {
   const int64_t first = position_.batch * batch_ * world_size_ + static_cast<int64_t>(rank_) * batch_;
   for (int b = 0; b < batch_; ++b) {
     const int64_t start = order_[static_cast<size_t>(first + b)] * seq_len_;
-    const uint16_t* src = tokens_.data() + start;
+    const uint32_t* src = tokens_.data() + start;
     int32_t* in = inputs + static_cast<int64_t>(b) * seq_len_;
     int32_t* tg = targets + static_cast<int64_t>(b) * seq_len_;
     for (int t = 0; t < seq_len_; ++t) {
-      in[t] = src[t];
-      tg[t] = src[t + 1];
+      in[t] = static_cast<int32_t>(src[t]);
+      tg[t] = static_cast<int32_t>(src[t + 1]);
     }
   }
   if (++position_.batch == batches_per_epoch()) {

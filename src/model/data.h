@@ -2,9 +2,14 @@
 // tokenizer and the built-in corpus.
 //
 // Token file format (the layout llm.c's data scripts write, so their .bin
-// files load as they are): a header of 256 little-endian int32 — [0] magic
-// 20240520, [1] version 1, [2] number of tokens — then that many uint16
-// tokens. Nothing else may follow.
+// files load as they are): a header of 256 little-endian int32 — [0] magic,
+// [1] version, [2] number of tokens — then that many tokens, little-endian.
+// Nothing else may follow. Three kinds are read:
+//   magic 20240520 version 1: uint16 tokens (llm.c's GPT-2 files, zinf's own)
+//   magic 20240520 version 2: uint32 tokens (zinf's, for vocabularies past
+//                             65536 ids: Llama 3, Qwen2)
+//   magic 20240801 version 7: uint32 tokens (llm.c's Llama 3 files)
+// In memory every token is a uint32.
 #pragma once
 
 #include <cstdint>
@@ -18,27 +23,40 @@
 namespace zinf::model {
 
 inline constexpr int32_t kTokenFileMagic = 20240520;
-inline constexpr int32_t kTokenFileVersion = 1;
+inline constexpr int32_t kTokenFileVersion = 1;        // uint16 tokens
+inline constexpr int32_t kTokenFileVersion32 = 2;      // uint32 tokens
+inline constexpr int32_t kLlmcLlama3Magic = 20240801;  // llm.c's uint32 files
+inline constexpr int32_t kLlmcLlama3Version = 7;
 inline constexpr int kTokenFileHeaderInts = 256;
 
+// The version WriteTokenFile writes: kAuto takes version 1 when every token
+// is below 65536 (half the bytes, and llm.c and older zinf read it), else
+// version 2. Readers take both, so the choice never changes what is read.
+enum class TokenFileFormat { kAuto, kUint16, kUint32 };
+
 // Writes `tokens` as a token file: into a new temporary file beside `path`,
-// fsynced, renamed over `path`, directory fsynced.
-Status WriteTokenFile(const std::string& path, std::span<const uint16_t> tokens);
+// fsynced, renamed over `path`, directory fsynced. kInvalidArgument naming
+// the index when kUint16 is asked for and a token does not fit 16 bits.
+Status WriteTokenFile(const std::string& path, std::span<const uint32_t> tokens,
+                      TokenFileFormat format = TokenFileFormat::kAuto);
 // Reads and checks a token file. Errors: kNotFound, kCorruption naming the
 // file (a header cut short, bad magic, another version, a negative count, a
 // size that disagrees with the count: "truncated" when short, "size
 // mismatch" when long), and kInvalidArgument naming the token index when a
 // token is >= vocab_size (vocab_size 0: no check).
-StatusOr<std::vector<uint16_t>> ReadTokenFile(const std::string& path, int vocab_size = 0);
+StatusOr<std::vector<uint32_t>> ReadTokenFile(const std::string& path, int64_t vocab_size = 0);
+// The bytes per token of a file's (magic, version), or 0 when zinf does not
+// read that kind.
+int TokenFileTokenBytes(int32_t magic, int32_t version);
 
 // Bytes are tokens 0..255; kEndOfText separates documents.
 class ByteTokenizer {
  public:
-  static constexpr uint16_t kEndOfText = 256;
+  static constexpr uint32_t kEndOfText = 256;
   static constexpr int kVocabSize = 257;
-  static std::vector<uint16_t> Encode(std::string_view text);
+  static std::vector<uint32_t> Encode(std::string_view text);
   // Bytes back; kEndOfText becomes "\n\n"; tokens >= kVocabSize become '?'.
-  static std::string Decode(std::span<const uint16_t> tokens);
+  static std::string Decode(std::span<const uint32_t> tokens);
 };
 
 // The built-in corpus: exactly `bytes` bytes (none when bytes <= 0) of
@@ -52,7 +70,7 @@ class ByteTokenizer {
 std::string GenerateCorpus(int64_t bytes, uint64_t seed);
 // GenerateCorpus encoded with ByteTokenizer, each "\n\n" (document separator)
 // becoming one kEndOfText, so Decode gives the text back exactly.
-std::vector<uint16_t> BuiltinCorpusTokens(int64_t bytes, uint64_t seed);
+std::vector<uint32_t> BuiltinCorpusTokens(int64_t bytes, uint64_t seed);
 
 // Where a DataLoader is: the epoch and the next global batch within it.
 struct LoaderPosition {
@@ -61,17 +79,30 @@ struct LoaderPosition {
   bool operator==(const LoaderPosition&) const = default;
 };
 
+// The order a DataLoader visits its samples in.
+enum class DataOrder {
+  kShuffled,    // a permutation per epoch, deterministic in (seed, epoch)
+  kSequential,  // file order: global batch k is tokens [k*W*B*T, (k+1)*W*B*T + 1), as llm.c's loader
+};
+// "shuffled" | "sequential"; kInvalidArgument naming the value otherwise.
+StatusOr<DataOrder> ParseDataOrder(std::string_view name);
+const char* DataOrderName(DataOrder order);
+
 // Cuts a token stream into samples of seq_len + 1 tokens (inputs and the
-// next-token targets) starting at multiples of seq_len, visits them in an
-// order shuffled per epoch (deterministic in seed and epoch), and deals
+// next-token targets) starting at multiples of seq_len, visits them in
+// `order` (shuffled: per epoch, deterministic in seed and epoch), and deals
 // each global batch of world_size * batch samples out by rank: rank r gets
 // samples [r*batch, (r+1)*batch). A partial last global batch of an epoch is
-// skipped. The loader only holds a view: `tokens` must outlive it.
+// skipped. In sequential order a batch is thus batch*seq_len + 1
+// consecutive tokens, the next one starting batch*seq_len later (after the
+// other ranks' shares), and the epoch wraps to the file's start when the
+// next global batch would run past its end. The loader only holds a view:
+// `tokens` must outlive it.
 class DataLoader {
  public:
   // kInvalidArgument when the stream holds fewer than one global batch.
-  static StatusOr<DataLoader> Create(std::span<const uint16_t> tokens, int batch, int seq_len, uint64_t seed,
-                                     int rank = 0, int world_size = 1);
+  static StatusOr<DataLoader> Create(std::span<const uint32_t> tokens, int batch, int seq_len, uint64_t seed,
+                                     int rank = 0, int world_size = 1, DataOrder order = DataOrder::kShuffled);
 
   // Fills inputs and targets (batch * seq_len each, row-major [batch, seq_len])
   // and advances by one global batch.
@@ -86,9 +117,10 @@ class DataLoader {
   DataLoader() = default;
   void Shuffle();
 
-  std::span<const uint16_t> tokens_;
+  std::span<const uint32_t> tokens_;
   int batch_ = 0, seq_len_ = 0, rank_ = 0, world_size_ = 1;
   uint64_t seed_ = 0;
+  DataOrder data_order_ = DataOrder::kShuffled;
   int64_t num_samples_ = 0;
   std::vector<int64_t> order_;  // this epoch's sample order
   LoaderPosition position_;

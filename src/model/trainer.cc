@@ -28,6 +28,25 @@ using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// The data's identity in a checkpoint manifest: the count and a CRC of the
+// tokens as little-endian uint16 when they all fit (what checkpoints made
+// before 32-bit token files recorded, so those still resume), else as uint32.
+std::string TokenIdentity(const std::vector<uint32_t>& tokens) {
+  const bool narrow = std::all_of(tokens.begin(), tokens.end(), [](uint32_t t) { return t <= 0xFFFF; });
+  std::vector<unsigned char> bytes(tokens.size() * (narrow ? 2 : 4));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (narrow) {
+      bytes[2 * i] = static_cast<unsigned char>(tokens[i] & 0xFF);
+      bytes[2 * i + 1] = static_cast<unsigned char>(tokens[i] >> 8);
+    } else {
+      for (size_t b = 0; b < 4; ++b) bytes[4 * i + b] = static_cast<unsigned char>((tokens[i] >> (8 * b)) & 0xFF);
+    }
+  }
+  char crc[16];
+  std::snprintf(crc, sizeof(crc), "%08x", Crc32c(bytes.data(), bytes.size()));
+  return "tokens=" + std::to_string(tokens.size()) + " crc32c=" + crc + (narrow ? "" : " width=32");
+}
+
 int64_t BlockNumel(const BlockSpec& b) {
   int64_t n = 0;
   for (const TensorSpec& t : b.tensors) n += t.numel();
@@ -63,7 +82,7 @@ struct Trainer::Impl {
   std::unique_ptr<Ops<float>> ops;
   std::unique_ptr<GptCompute<float>> compute;
 
-  std::vector<uint16_t> tokens;
+  std::vector<uint32_t> tokens;
   std::string data_identity;
   size_t num_train_tokens = 0;
   std::optional<DataLoader> train_loader;
@@ -267,13 +286,11 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
         "builtin-corpus bytes=" + std::to_string(options.corpus_bytes) + " seed=" + std::to_string(options.seed);
   } else {
     ZINF_ASSIGN_OR_RETURN(m->tokens, ReadTokenFile(options.data_path, m->model().vocab_size));
-    char crc[16];
-    std::snprintf(crc, sizeof(crc), "%08x", Crc32c(m->tokens.data(), m->tokens.size() * sizeof(uint16_t)));
-    m->data_identity = "tokens=" + std::to_string(m->tokens.size()) + " crc32c=" + crc;
+    m->data_identity = TokenIdentity(m->tokens);
   }
   const double eval_fraction = std::clamp(options.eval_fraction, 0.0, 0.5);
   m->num_train_tokens = m->tokens.size() - static_cast<size_t>(static_cast<double>(m->tokens.size()) * eval_fraction);
-  const std::span<const uint16_t> train(m->tokens.data(), m->num_train_tokens);
+  const std::span<const uint32_t> train(m->tokens.data(), m->num_train_tokens);
   ZINF_ASSIGN_OR_RETURN(DataLoader loader, DataLoader::Create(train, m->batch(), m->model().seq_len, options.seed,
                                                               m->comm->rank(), m->comm->world_size()));
   m->train_loader.emplace(std::move(loader));
@@ -346,14 +363,14 @@ StatusOr<StepReport> Trainer::Step() {
 
 bool Trainer::can_evaluate() const {
   const Impl& m = *impl_;
-  const std::span<const uint16_t> eval(m.tokens.data() + m.num_train_tokens, m.tokens.size() - m.num_train_tokens);
+  const std::span<const uint32_t> eval(m.tokens.data() + m.num_train_tokens, m.tokens.size() - m.num_train_tokens);
   return DataLoader::Create(eval, m.batch(), m.model().seq_len, m.options.seed, m.comm->rank(), m.comm->world_size())
       .ok();
 }
 
 StatusOr<double> Trainer::Evaluate(int batches) {
   Impl& m = *impl_;
-  const std::span<const uint16_t> eval(m.tokens.data() + m.num_train_tokens, m.tokens.size() - m.num_train_tokens);
+  const std::span<const uint32_t> eval(m.tokens.data() + m.num_train_tokens, m.tokens.size() - m.num_train_tokens);
   auto loader =
       DataLoader::Create(eval, m.batch(), m.model().seq_len, m.options.seed, m.comm->rank(), m.comm->world_size());
   if (!loader.ok()) {

@@ -25,8 +25,10 @@ using testing::ReadBytes;
 using testing::TempDir;
 using testing::WriteBytes;
 
-// A token file's bytes built by hand: header ints, then raw token bytes.
-std::string MakeTokenFile(int32_t magic, int32_t version, int32_t count, const std::vector<uint16_t>& tokens) {
+// A token file's bytes built by hand: header ints, then raw token bytes
+// (uint16 for version 1, else uint32).
+std::string MakeTokenFile(int32_t magic, int32_t version, int32_t count, const std::vector<uint32_t>& tokens) {
+  const int width = version == 1 ? 2 : 4;
   std::string b(1024, '\0');
   auto put = [&b](size_t at, int32_t v) {
     const auto u = static_cast<uint32_t>(v);
@@ -35,14 +37,13 @@ std::string MakeTokenFile(int32_t magic, int32_t version, int32_t count, const s
   put(0, magic);
   put(4, version);
   put(8, count);
-  for (uint16_t t : tokens) {
-    b.push_back(static_cast<char>(t & 0xFF));
-    b.push_back(static_cast<char>(t >> 8));
+  for (uint32_t t : tokens) {
+    for (int i = 0; i < width; ++i) b.push_back(static_cast<char>((t >> (8 * i)) & 0xFF));
   }
   return b;
 }
 
-void ExpectError(const StatusOr<std::vector<uint16_t>>& r, StatusCode code, const std::string& path,
+void ExpectError(const StatusOr<std::vector<uint32_t>>& r, StatusCode code, const std::string& path,
                  const std::string& words) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), code) << r.status().ToString();
@@ -56,7 +57,7 @@ void ExpectError(const StatusOr<std::vector<uint16_t>>& r, StatusCode code, cons
 TEST(TokenFile, RoundTrip) {
   TempDir dir;
   const std::string path = dir.Sub("t.bin");
-  const std::vector<uint16_t> tokens = {0, 1, 255, 256, 257, 50256, 65535, 7};
+  const std::vector<uint32_t> tokens = {0, 1, 255, 256, 257, 50256, 65535, 7};
   ASSERT_TRUE(WriteTokenFile(path, tokens).ok());
   auto back = ReadTokenFile(path);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
@@ -79,11 +80,11 @@ TEST(TokenFile, EmptyRoundTrip) {
 TEST(TokenFile, OverwriteReplacesWholeFile) {
   TempDir dir;
   const std::string path = dir.Sub("t.bin");
-  ASSERT_TRUE(WriteTokenFile(path, std::vector<uint16_t>(1000, 9)).ok());
-  ASSERT_TRUE(WriteTokenFile(path, std::vector<uint16_t>{1, 2}).ok());
+  ASSERT_TRUE(WriteTokenFile(path, std::vector<uint32_t>(1000, 9)).ok());
+  ASSERT_TRUE(WriteTokenFile(path, std::vector<uint32_t>{1, 2}).ok());
   auto back = ReadTokenFile(path);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
-  EXPECT_EQ(*back, (std::vector<uint16_t>{1, 2}));
+  EXPECT_EQ(*back, (std::vector<uint32_t>{1, 2}));
 }
 
 // The layout llm.c's data scripts write: 256 int32 (magic, version, count,
@@ -91,7 +92,7 @@ TEST(TokenFile, OverwriteReplacesWholeFile) {
 TEST(TokenFile, HeaderLayoutIsLlmcByteExact) {
   TempDir dir;
   const std::string path = dir.Sub("t.bin");
-  ASSERT_TRUE(WriteTokenFile(path, std::vector<uint16_t>{0x0102, 0xBEEF, 256}).ok());
+  ASSERT_TRUE(WriteTokenFile(path, std::vector<uint32_t>{0x0102, 0xBEEF, 256}).ok());
   const std::string b = ReadBytes(path);
   ASSERT_EQ(b.size(), 1024u + 6u);
   std::string want(1024, '\0');
@@ -110,7 +111,7 @@ TEST(TokenFile, ReadsAHandBuiltFile) {
   WriteBytes(path, MakeTokenFile(20240520, 1, 4, {50256, 464, 2068, 13}));
   auto back = ReadTokenFile(path, 50257);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
-  EXPECT_EQ(*back, (std::vector<uint16_t>{50256, 464, 2068, 13}));
+  EXPECT_EQ(*back, (std::vector<uint32_t>{50256, 464, 2068, 13}));
 }
 
 TEST(TokenFile, MissingIsNotFound) {
@@ -129,8 +130,76 @@ TEST(TokenFile, BadMagic) {
 TEST(TokenFile, OtherVersion) {
   TempDir dir;
   const std::string path = dir.Sub("t.bin");
-  WriteBytes(path, MakeTokenFile(20240520, 2, 1, {1, 0}));  // llm.c v2: uint32 tokens
-  ExpectError(ReadTokenFile(path), StatusCode::kCorruption, path, "version 2");
+  WriteBytes(path, MakeTokenFile(20240520, 3, 1, {1}));
+  ExpectError(ReadTokenFile(path), StatusCode::kCorruption, path, "version 3");
+  // llm.c's Llama 3 magic with a version other than its 7.
+  WriteBytes(path, MakeTokenFile(20240801, 1, 1, {1}));
+  ExpectError(ReadTokenFile(path), StatusCode::kCorruption, path, "version 1 of magic 20240801");
+}
+
+// Version 2: the same header, uint32 tokens; the writer takes it only when a
+// token needs more than 16 bits.
+TEST(TokenFile, Version2HoldsIdsPast65535) {
+  TempDir dir;
+  const std::string path = dir.Sub("t.bin");
+  const std::vector<uint32_t> tokens = {0, 65535, 65536, 128000, 151643, 0xFFFFFFFFu, 7};
+  ASSERT_TRUE(WriteTokenFile(path, tokens).ok());
+  const std::string b = ReadBytes(path);
+  ASSERT_EQ(b.size(), 1024u + 4 * tokens.size());
+  EXPECT_EQ(b, MakeTokenFile(20240520, 2, static_cast<int32_t>(tokens.size()), tokens));
+  auto back = ReadTokenFile(path);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, tokens);
+}
+
+TEST(TokenFile, WriterPicksVersion1WhenEveryIdFits16Bits) {
+  TempDir dir;
+  const std::string path = dir.Sub("t.bin");
+  const std::vector<uint32_t> tokens = {0, 65535, 3};
+  ASSERT_TRUE(WriteTokenFile(path, tokens).ok());
+  EXPECT_EQ(ReadBytes(path), MakeTokenFile(20240520, 1, 3, tokens));
+  // Asked for explicitly, either width holds them.
+  ASSERT_TRUE(WriteTokenFile(path, tokens, TokenFileFormat::kUint32).ok());
+  EXPECT_EQ(ReadBytes(path), MakeTokenFile(20240520, 2, 3, tokens));
+  EXPECT_EQ(*ReadTokenFile(path), tokens);
+  // uint16 asked for but a token does not fit: refused by index, nothing written.
+  Status st = WriteTokenFile(dir.Sub("u.bin"), std::vector<uint32_t>{1, 70000}, TokenFileFormat::kUint16);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("token 1 is 70000"), std::string::npos) << st.ToString();
+  EXPECT_FALSE(PathExists(dir.Sub("u.bin")));
+}
+
+TEST(TokenFile, ReadsLlmcLlama3Files) {
+  TempDir dir;
+  const std::string path = dir.Sub("llama3.bin");
+  WriteBytes(path, MakeTokenFile(20240801, 7, 3, {128000, 9906, 128001}));
+  auto back = ReadTokenFile(path, 128256);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, (std::vector<uint32_t>{128000, 9906, 128001}));
+}
+
+TEST(TokenFile, Version2TruncatedAndSizeMismatch) {
+  TempDir dir;
+  const std::string path = dir.Sub("t.bin");
+  // Three uint32 tokens with one byte missing: a count right for uint16
+  // would not be enough.
+  std::string b = MakeTokenFile(20240520, 2, 3, {1, 70000, 3});
+  b.pop_back();
+  WriteBytes(path, b);
+  ExpectError(ReadTokenFile(path), StatusCode::kCorruption, path, "truncated: the header says 3 tokens of 4 bytes");
+  // Version 1's byte count under a version 2 header.
+  WriteBytes(path, MakeTokenFile(20240520, 1, 4, {1, 2, 3, 4}).replace(4, 1, "\x02"));
+  ExpectError(ReadTokenFile(path), StatusCode::kCorruption, path, "truncated");
+  WriteBytes(path, MakeTokenFile(20240520, 2, 1, {1, 2}));
+  ExpectError(ReadTokenFile(path), StatusCode::kCorruption, path, "size mismatch");
+}
+
+TEST(TokenFile, Version2TokenOutsideVocabularyNamesItsIndexAndOffset) {
+  TempDir dir;
+  const std::string path = dir.Sub("t.bin");
+  ASSERT_TRUE(WriteTokenFile(path, std::vector<uint32_t>{5, 128255, 128256, 3}).ok());
+  ExpectError(ReadTokenFile(path, 128256), StatusCode::kInvalidArgument, path, "token 2 (byte offset 1032) is 128256");
+  EXPECT_TRUE(ReadTokenFile(path, 128257).ok());
 }
 
 TEST(TokenFile, TruncatedHeader) {
@@ -173,7 +242,7 @@ TEST(TokenFile, NegativeCount) {
 TEST(TokenFile, TokenOutsideVocabularyNamesItsIndex) {
   TempDir dir;
   const std::string path = dir.Sub("t.bin");
-  ASSERT_TRUE(WriteTokenFile(path, std::vector<uint16_t>{5, 256, 257, 3}).ok());
+  ASSERT_TRUE(WriteTokenFile(path, std::vector<uint32_t>{5, 256, 257, 3}).ok());
   ExpectError(ReadTokenFile(path, 257), StatusCode::kInvalidArgument, path, "token 2 ");
   EXPECT_TRUE(ReadTokenFile(path, 258).ok());
   EXPECT_TRUE(ReadTokenFile(path, 0).ok());  // no check
@@ -182,7 +251,7 @@ TEST(TokenFile, TokenOutsideVocabularyNamesItsIndex) {
 TEST(TokenFile, WriteIntoMissingDirectoryFailsCleanly) {
   TempDir dir;
   const std::string path = dir.Sub("no/such/dir/t.bin");
-  Status st = WriteTokenFile(path, std::vector<uint16_t>{1});
+  Status st = WriteTokenFile(path, std::vector<uint32_t>{1});
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find(path), std::string::npos) << st.ToString();
 }
@@ -194,14 +263,14 @@ TEST(ByteTokenizer, RoundTripsEveryByte) {
   std::string text;
   for (int c = 0; c < 256; ++c) text.push_back(static_cast<char>(c));
   text += "h\xC3\xA9llo, world\n";
-  const std::vector<uint16_t> tokens = ByteTokenizer::Encode(text);
+  const std::vector<uint32_t> tokens = ByteTokenizer::Encode(text);
   ASSERT_EQ(tokens.size(), text.size());
   for (size_t i = 0; i < 256; ++i) EXPECT_EQ(tokens[i], i);
   EXPECT_EQ(ByteTokenizer::Decode(tokens), text);
 }
 
 TEST(ByteTokenizer, EndOfTextAndOutOfRange) {
-  const std::vector<uint16_t> tokens = {'a', ByteTokenizer::kEndOfText, 'b', 257, 50000, 'c'};
+  const std::vector<uint32_t> tokens = {'a', ByteTokenizer::kEndOfText, 'b', 257, 50000, 'c'};
   EXPECT_EQ(ByteTokenizer::Decode(tokens), "a\n\nb??c");
   EXPECT_EQ(ByteTokenizer::kVocabSize, 257);
 }
@@ -234,9 +303,9 @@ TEST(Corpus, ExactlyTheRequestedSize) {
 TEST(Corpus, DocumentsSeparatedByEndOfText) {
   const int64_t bytes = 200000;
   const std::string text = GenerateCorpus(bytes, 11);
-  const std::vector<uint16_t> tokens = BuiltinCorpusTokens(bytes, 11);
+  const std::vector<uint32_t> tokens = BuiltinCorpusTokens(bytes, 11);
   int64_t documents = 0;
-  for (uint16_t t : tokens) {
+  for (uint32_t t : tokens) {
     ASSERT_LT(t, ByteTokenizer::kVocabSize);
     documents += t == ByteTokenizer::kEndOfText;
   }
@@ -255,7 +324,7 @@ TEST(Corpus, DocumentsSeparatedByEndOfText) {
 // Learnable: even a bigram model beats the unigram entropy by far; a
 // transformer that also sees context does much better.
 TEST(Corpus, FarBelowUnigramEntropy) {
-  const std::vector<uint16_t> tokens = BuiltinCorpusTokens(1 << 20, 5);
+  const std::vector<uint32_t> tokens = BuiltinCorpusTokens(1 << 20, 5);
   std::vector<double> uni(257, 0);
   std::vector<std::vector<double>> bi(257, std::vector<double>(257, 0));
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -281,9 +350,9 @@ TEST(Corpus, FarBelowUnigramEntropy) {
 // DataLoader
 
 // tokens[i] = i, so a sample's first input is its start offset.
-std::vector<uint16_t> Iota(size_t n) {
-  std::vector<uint16_t> t(n);
-  for (size_t i = 0; i < n; ++i) t[i] = static_cast<uint16_t>(i);
+std::vector<uint32_t> Iota(size_t n) {
+  std::vector<uint32_t> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = static_cast<uint32_t>(i);
   return t;
 }
 
@@ -300,7 +369,7 @@ Batch NextBatch(DataLoader& loader, int batch, int seq_len) {
 }
 
 TEST(DataLoader, RejectsBadArguments) {
-  const std::vector<uint16_t> tokens = Iota(100);
+  const std::vector<uint32_t> tokens = Iota(100);
   EXPECT_EQ(DataLoader::Create(tokens, 0, 8, 1).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(DataLoader::Create(tokens, 2, 0, 1).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(DataLoader::Create(tokens, 2, 8, 1, 2, 2).status().code(), StatusCode::kInvalidArgument);
@@ -318,7 +387,7 @@ TEST(DataLoader, RejectsBadArguments) {
 
 TEST(DataLoader, SamplesAtMultiplesOfSeqLenAndTargetsShiftedByOne) {
   const int batch = 3, seq_len = 16;
-  const std::vector<uint16_t> tokens = Iota(16 * 40 + 1);  // exactly 40 samples
+  const std::vector<uint32_t> tokens = Iota(16 * 40 + 1);  // exactly 40 samples
   auto loader = DataLoader::Create(tokens, batch, seq_len, 42);
   ASSERT_TRUE(loader.ok()) << loader.status().ToString();
   EXPECT_EQ(loader->batches_per_epoch(), 13);  // 40 / 3, the partial 14th is skipped
@@ -337,7 +406,7 @@ TEST(DataLoader, SamplesAtMultiplesOfSeqLenAndTargetsShiftedByOne) {
 
 TEST(DataLoader, LastSampleUsesTheFinalToken) {
   // 2 * 4 + 1 tokens: two samples, the second's last target is token 8.
-  const std::vector<uint16_t> tokens = Iota(9);
+  const std::vector<uint32_t> tokens = Iota(9);
   auto loader = DataLoader::Create(tokens, 2, 4, 1);
   ASSERT_TRUE(loader.ok());
   const Batch b = NextBatch(*loader, 2, 4);
@@ -346,7 +415,7 @@ TEST(DataLoader, LastSampleUsesTheFinalToken) {
 }
 
 TEST(DataLoader, DeterministicInSeed) {
-  const std::vector<uint16_t> tokens = Iota(5000);
+  const std::vector<uint32_t> tokens = Iota(5000);
   auto a = DataLoader::Create(tokens, 4, 10, 9);
   auto b = DataLoader::Create(tokens, 4, 10, 9);
   auto c = DataLoader::Create(tokens, 4, 10, 10);
@@ -374,7 +443,7 @@ std::vector<int32_t> EpochStarts(DataLoader& loader, int batch, int seq_len) {
 
 TEST(DataLoader, EachSampleOncePerEpochAndEpochsReshuffle) {
   const int batch = 5, seq_len = 8;
-  const std::vector<uint16_t> tokens = Iota(8 * 50 + 1);  // 50 samples = 10 batches
+  const std::vector<uint32_t> tokens = Iota(8 * 50 + 1);  // 50 samples = 10 batches
   auto loader = DataLoader::Create(tokens, batch, seq_len, 3);
   ASSERT_TRUE(loader.ok());
   ASSERT_EQ(loader->batches_per_epoch(), 10);
@@ -396,7 +465,7 @@ TEST(DataLoader, EachSampleOncePerEpochAndEpochsReshuffle) {
 
 TEST(DataLoader, PartialGlobalBatchSkippedEachEpoch) {
   const int batch = 4, seq_len = 8;
-  const std::vector<uint16_t> tokens = Iota(8 * 23 + 1);  // 23 samples: 5 batches, 3 left over
+  const std::vector<uint32_t> tokens = Iota(8 * 23 + 1);  // 23 samples: 5 batches, 3 left over
   auto loader = DataLoader::Create(tokens, batch, seq_len, 8);
   ASSERT_TRUE(loader.ok());
   ASSERT_EQ(loader->batches_per_epoch(), 5);
@@ -409,7 +478,7 @@ TEST(DataLoader, PartialGlobalBatchSkippedEachEpoch) {
 
 TEST(DataLoader, RanksAreDisjointAndTogetherTheGlobalBatch) {
   const int batch = 2, seq_len = 6, world = 3;
-  const std::vector<uint16_t> tokens = Iota(6 * 61 + 1);  // 61 samples: 10 global batches of 6
+  const std::vector<uint32_t> tokens = Iota(6 * 61 + 1);  // 61 samples: 10 global batches of 6
   auto single = DataLoader::Create(tokens, batch * world, seq_len, 77);
   ASSERT_TRUE(single.ok());
   std::vector<DataLoader> ranks;
@@ -437,7 +506,7 @@ TEST(DataLoader, RanksAreDisjointAndTogetherTheGlobalBatch) {
 
 TEST(DataLoader, SeekToSavedPositionContinuesIdentically) {
   const int batch = 3, seq_len = 7;
-  const std::vector<uint16_t> tokens = Iota(7 * 40 + 3);  // 40 samples, 13 batches per epoch
+  const std::vector<uint32_t> tokens = Iota(7 * 40 + 3);  // 40 samples, 13 batches per epoch
   for (int skip : {0, 5, 12, 13, 30}) {
     auto first = DataLoader::Create(tokens, batch, seq_len, 5);
     ASSERT_TRUE(first.ok());
@@ -456,7 +525,7 @@ TEST(DataLoader, SeekToSavedPositionContinuesIdentically) {
 }
 
 TEST(DataLoader, SeekBackToAnEarlierEpoch) {
-  const std::vector<uint16_t> tokens = Iota(4 * 30 + 1);
+  const std::vector<uint32_t> tokens = Iota(4 * 30 + 1);
   auto loader = DataLoader::Create(tokens, 2, 4, 1);
   ASSERT_TRUE(loader.ok());
   const Batch first = NextBatch(*loader, 2, 4);
@@ -467,7 +536,7 @@ TEST(DataLoader, SeekBackToAnEarlierEpoch) {
 }
 
 TEST(DataLoader, SeekPastTheEpochEndIsRefused) {
-  const std::vector<uint16_t> tokens = Iota(4 * 30 + 1);
+  const std::vector<uint32_t> tokens = Iota(4 * 30 + 1);
   auto loader = DataLoader::Create(tokens, 2, 4, 1);
   ASSERT_TRUE(loader.ok());
   ASSERT_EQ(loader->batches_per_epoch(), 15);
@@ -479,11 +548,68 @@ TEST(DataLoader, SeekPastTheEpochEndIsRefused) {
 }
 
 TEST(DataLoader, WorksOnTheBuiltinCorpus) {
-  const std::vector<uint16_t> tokens = BuiltinCorpusTokens(100000, 1);
+  const std::vector<uint32_t> tokens = BuiltinCorpusTokens(100000, 1);
   auto loader = DataLoader::Create(tokens, 4, 64, 1);
   ASSERT_TRUE(loader.ok());
   const Batch b = NextBatch(*loader, 4, 64);
   for (int32_t t : b.inputs) EXPECT_LT(t, ByteTokenizer::kVocabSize);
+}
+
+// Sequential order (llm.c's loader): batch k of rank r is the B*T + 1
+// tokens from (k*W + r)*B*T, inputs the first B*T, targets shifted by one;
+// the epoch wraps to the start when the next global batch does not fit.
+TEST(DataLoader, SequentialIsFileOrderAndWraps) {
+  const int batch = 2, seq = 4;
+  const std::vector<uint32_t> tokens = Iota(3 * batch * seq + 5);  // 3 batches and a tail of 4 spare tokens
+  auto loader = DataLoader::Create(tokens, batch, seq, 99, 0, 1, DataOrder::kSequential);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  ASSERT_EQ(loader->batches_per_epoch(), 3);
+  for (int round = 0; round < 2; ++round) {
+    for (int k = 0; k < 3; ++k) {
+      const Batch b = NextBatch(*loader, batch, seq);
+      for (int i = 0; i < batch * seq; ++i) {
+        ASSERT_EQ(b.inputs[static_cast<size_t>(i)], k * batch * seq + i) << "round " << round << " batch " << k;
+        ASSERT_EQ(b.targets[static_cast<size_t>(i)], k * batch * seq + i + 1);
+      }
+    }
+    EXPECT_EQ(loader->position(), (LoaderPosition{round + 1, 0}));
+  }
+}
+
+TEST(DataLoader, SequentialRanksTakeConsecutiveShares) {
+  const int batch = 2, seq = 3, world = 3;
+  const std::vector<uint32_t> tokens = Iota(2 * world * batch * seq + 1);
+  for (int rank = 0; rank < world; ++rank) {
+    auto loader = DataLoader::Create(tokens, batch, seq, 1, rank, world, DataOrder::kSequential);
+    ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+    for (int k = 0; k < 2; ++k) {
+      const Batch b = NextBatch(*loader, batch, seq);
+      EXPECT_EQ(b.inputs[0], (k * world + rank) * batch * seq) << "rank " << rank << " batch " << k;
+      EXPECT_EQ(b.targets.back(), (k * world + rank + 1) * batch * seq);
+    }
+  }
+}
+
+TEST(DataLoader, SequentialIgnoresTheSeedAndSeeks) {
+  const std::vector<uint32_t> tokens = Iota(1000);
+  auto a = DataLoader::Create(tokens, 2, 8, 1, 0, 1, DataOrder::kSequential);
+  auto b = DataLoader::Create(tokens, 2, 8, 2, 0, 1, DataOrder::kSequential);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(NextBatch(*a, 2, 8), NextBatch(*b, 2, 8));
+  const LoaderPosition saved = a->position();
+  const Batch want = NextBatch(*a, 2, 8);
+  auto c = DataLoader::Create(tokens, 2, 8, 3, 0, 1, DataOrder::kSequential);
+  ASSERT_TRUE(c->Seek(saved).ok());
+  EXPECT_EQ(NextBatch(*c, 2, 8), want);
+}
+
+TEST(DataLoader, ParseDataOrder) {
+  EXPECT_EQ(*ParseDataOrder("shuffled"), DataOrder::kShuffled);
+  EXPECT_EQ(*ParseDataOrder("sequential"), DataOrder::kSequential);
+  EXPECT_STREQ(DataOrderName(DataOrder::kSequential), "sequential");
+  auto bad = ParseDataOrder("random");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'random'"), std::string::npos);
 }
 
 }  // namespace

@@ -322,7 +322,7 @@ TEST(TrainerTest, EvaluationLeavesThePrefetchOrderAlone) {
 TEST(TrainerTest, BadTokenFileIsRefusedNamingTheFile) {
   TempDir dir;
   const std::string path = dir.Sub("tokens.bin");
-  std::vector<uint16_t> tokens(5000, 7);
+  std::vector<uint32_t> tokens(5000, 7);
   tokens[1234] = 300;  // beyond the byte vocabulary
   ASSERT_TRUE(WriteTokenFile(path, tokens).ok());
   auto device = CreateHostDevice(0);
