@@ -310,8 +310,9 @@ std::optional<int> SetSpeeds(const Flags& flags, PlanRun& run) {
   return std::nullopt;
 }
 
-// The chosen config as `zinf plan --write-config` writes it, checked as
-// `zinf config-check` would before it goes out. Sets `text` when written.
+// The chosen config as `zinf plan --write-config` writes it, parsed and
+// resolved as `zinf config-check` would before it goes out (its buffer plan,
+// chosen.buffers, was made from it). Sets `text` when written.
 Status WriteConfig(const PlanRun& run, const model::Plan& plan, const std::string& out, std::string& text) {
   const PlanOption& chosen = plan.options[static_cast<size_t>(plan.chosen)];
   if (!plan.chosen_fits) {
@@ -326,10 +327,6 @@ Status WriteConfig(const PlanRun& run, const model::Plan& plan, const std::strin
   AutoContext ctx;
   ctx.world_size = run.in.world_size;
   if (st.ok()) st = ResolveAuto(*parsed, ctx);
-  std::vector<std::string> lines;
-  if (st.ok()) {
-    st = ExplainOffloadBuffers(*parsed, &chosen.buffers, run.in.model.NumParameters(), run.in.world_size, lines);
-  }
   if (st.ok()) st = WriteFileAtomic(out, text);
   return st.WithContext("--write-config " + out);
 }

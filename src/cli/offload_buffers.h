@@ -21,14 +21,14 @@ namespace zinf::cli {
 
 // Appends to `lines` what the offload buffers cost in pinned RAM and why,
 // one line each, and what was fitted to the buffers the config gives
-// ("fitted: ...", zero3::FitOptimizerPipeline / FitParamBuffers); returns
-// kInvalidArgument listing the errors of parameter buffers too small for the
-// prefetch window.
-// `plan`: the model's buffer plan when known (its windows are printed),
-// else null. `params` is the model's parameter count when known; each of
-// `world` ranks holds 1/world of it.
-Status ExplainOffloadBuffers(const Config& c, const zero3::BufferPlan* plan, std::optional<int64_t> params, int world,
-                             std::vector<std::string>& lines);
+// ("fitted: ...", zero3::FitOptimizerPipeline / FitParamBuffers). Nothing
+// here is an error: buffers the engine cannot run with are MakeBufferPlan's
+// errors, and parameter buffers smaller than the prefetch window only limit
+// prefetching (a line says so). `plan`: the model's buffer plan when known
+// (its windows are printed), else null. `params` is the model's parameter
+// count when known; each of `world` ranks holds 1/world of it.
+void ExplainOffloadBuffers(const Config& c, const zero3::BufferPlan* plan, std::optional<int64_t> params, int world,
+                           std::vector<std::string>& lines);
 
 // Appends `title` with the totals per tier, then one line per item
 // ("  pinned    384.20 MiB  what"; transient items marked [start-up]).
