@@ -1,16 +1,21 @@
 // zinf eval: the mean cross-entropy of a model's weights over a token file,
 // every window in file order (llm.c's convention), forward only, through
 // the same engine and kernels as zinf train. One rank.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/command.h"
+#include "core/file_lock.h"
+#include "core/fs.h"
 #include "core/units.h"
 #include "device/device.h"
 #include "model/gpt.h"
 #include "model/trainer.h"
+#include "swap/swap_store.h"
 #include "zinf/config.h"
 
 namespace zinf::cli {
@@ -21,7 +26,7 @@ constexpr char kName[] = "eval";
 int Run(const std::vector<std::string>& args) {
   auto flags = Flags::Parse(args,
                             {"model", "data", "batch", "seq-len", "config", "resume", "init-from", "device",
-                             "device-budget", "threads", "seed"},
+                             "device-budget", "threads", "seed", "nvme-path"},
                             {"quiet"});
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   const auto data = flags->Get("data");
@@ -58,6 +63,10 @@ int Run(const std::vector<std::string>& args) {
     auto loaded = LoadConfigFile(*path);
     if (!loaded.ok()) return Fail(kName, loaded.status(), 2);
     config = *loaded;
+    if (const auto nvme = flags->Get("nvme-path")) {
+      config.zero.offload_param.nvme_paths = {*nvme};
+      config.zero.offload_optimizer.nvme_paths = {*nvme};
+    }
   } else {
     config.zero.stage = 3;
     config.train_micro_batch_size_per_gpu = 4;
@@ -76,6 +85,24 @@ int Run(const std::vector<std::string>& args) {
   ctx.hidden_size = model->n_embd;
   ctx.total_steps = 1;
   if (Status s = ResolveAuto(config, ctx); !s.ok()) return Fail(kName, s, 2);
+
+  // A swap path in use by a zinf train would have its files replaced as
+  // another run's: hold each path's lock, as zinf train does.
+  std::vector<FileLock> swap_dir_locks;
+  for (const auto& [device, paths] :
+       {std::pair{config.zero.offload_param.device, config.zero.offload_param.nvme_paths},
+        std::pair{config.zero.offload_optimizer.device, config.zero.offload_optimizer.nvme_paths}}) {
+    if (device != OffloadDevice::kNvme) continue;
+    for (const std::string& dir : paths) {
+      if (std::any_of(swap_dir_locks.begin(), swap_dir_locks.end(),
+                      [&](const FileLock& l) { return ParentPath(l.path()) == dir; })) {
+        continue;
+      }
+      auto lock = swap::LockSwapDirectory(dir, 0);
+      if (!lock.ok()) return Fail(kName, lock.status());
+      swap_dir_locks.push_back(std::move(*lock));
+    }
+  }
 
   auto choice = ParseDeviceChoice(flags->GetOr("device", "auto"));
   if (!choice.ok()) return Fail(kName, choice.status(), 2);
@@ -125,7 +152,8 @@ int Run(const std::vector<std::string>& args) {
 ZINF_COMMAND(Command{
     kName, "mean cross-entropy and perplexity of a model over a token file, in order",
     "eval --data TOKENS [--model M] [--batch B] [--seq-len T] [--resume CKPT | --init-from FILE.safetensors]\n"
-    "               [--config C] [--device auto|cuda|host] [--device-budget SIZE] [--threads N] [--seed N]\n\n"
+    "               [--config C [--nvme-path P]] [--device auto|cuda|host] [--device-budget SIZE] [--threads N]\n"
+    "               [--seed N] [--quiet]\n\n"
     "  Scores every window of the token file in order, as llm.c evaluates: a batch is B*T+1\n"
     "  consecutive tokens, inputs the first B*T, targets the same shifted by one, the next batch\n"
     "  starting B*T later; tokens after the last whole batch are not scored. Prints `loss X`\n"
@@ -138,7 +166,8 @@ ZINF_COMMAND(Command{
     "                    give the training run's --config: the checkpoint's layout must fit it\n"
     "  --init-from F     the weights of a safetensors file zinf train --export wrote\n"
     "                    (neither: the seeded initial weights, for a baseline)\n"
-    "  --config C        the engine's DeepSpeed JSON (default: all in RAM, fp32)",
+    "  --config C        the engine's DeepSpeed JSON (default: all in RAM, fp32)\n"
+    "  --nvme-path P     overrides both offload sections' nvme_path, as for zinf train",
     Run});
 
 }  // namespace
