@@ -58,6 +58,18 @@ class MpiScope {
 
 int RunRank(const std::vector<std::string>& args, MpiScope& mpi);
 
+// --data-order and --holdout into `topt`.
+Status ParseDataFlags(const Flags& flags, model::TrainerOptions& topt) {
+  auto order = model::ParseDataOrder(flags.GetOr("data-order", "shuffled"));
+  if (!order.ok()) return order.status().WithContext("--data-order");
+  auto holdout = flags.GetDouble("holdout", 0.05);
+  if (!holdout.ok()) return holdout.status();
+  if (!(*holdout >= 0.0 && *holdout <= 0.5)) return Status::InvalidArgument("--holdout: expected a fraction 0..0.5");
+  topt.data_order = *order;
+  topt.eval_fraction = *holdout;
+  return Status::Ok();
+}
+
 // With --nvme-path P, the user gave the swap path by the flag, not by a config
 // key: errors name the flag ("--nvme-path P") where the engine names the key
 // it read the path from ("zero_optimization.offload_param.nvme_path [P]").
@@ -130,13 +142,6 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   }
   auto choice = ParseDeviceChoice(flags->GetOr("device", "auto"));
   if (!choice.ok()) return Fail(kName, choice.status(), 2);
-  auto data_order = model::ParseDataOrder(flags->GetOr("data-order", "shuffled"));
-  if (!data_order.ok()) return Fail(kName, data_order.status().WithContext("--data-order"), 2);
-  auto holdout = flags->GetDouble("holdout", 0.05);
-  if (!holdout.ok()) return Fail(kName, holdout.status(), 2);
-  if (!(*holdout >= 0.0 && *holdout <= 0.5)) {
-    return Fail(kName, Status::InvalidArgument("--holdout: expected a fraction from 0 to 0.5"), 2);
-  }
 
   auto config = LoadConfigFile(*config_path);
   if (!config.ok()) return Fail(kName, config.status(), 2);
@@ -195,11 +200,10 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   if (!device.ok()) return Fail(kName, device.status());
 
   model::TrainerOptions topt;
+  if (Status s = ParseDataFlags(*flags, topt); !s.ok()) return Fail(kName, s, 2);
   topt.model = *model;
   topt.data_path = flags->GetOr("data", "");
   topt.corpus_bytes = *corpus;
-  topt.data_order = *data_order;
-  topt.eval_fraction = *holdout;
   topt.seed = static_cast<uint64_t>(*seed);
   topt.hooks.device = device->get();
   topt.engine.optimizer_threads = static_cast<int>(*threads);
