@@ -58,6 +58,18 @@ class MpiScope {
 
 int RunRank(const std::vector<std::string>& args, MpiScope& mpi);
 
+// --data-order and --holdout into `topt`.
+Status ParseDataFlags(const Flags& flags, model::TrainerOptions& topt) {
+  auto order = model::ParseDataOrder(flags.GetOr("data-order", "shuffled"));
+  if (!order.ok()) return order.status().WithContext("--data-order");
+  auto holdout = flags.GetDouble("holdout", 0.05);
+  if (!holdout.ok()) return holdout.status();
+  if (!(*holdout >= 0.0 && *holdout <= 0.5)) return Status::InvalidArgument("--holdout: expected a fraction 0..0.5");
+  topt.data_order = *order;
+  topt.eval_fraction = *holdout;
+  return Status::Ok();
+}
+
 // With --nvme-path P, the user gave the swap path by the flag, not by a config
 // key: errors name the flag ("--nvme-path P") where the engine names the key
 // it read the path from ("zero_optimization.offload_param.nvme_path [P]").
@@ -88,11 +100,11 @@ int Run(const std::vector<std::string>& args) {
 }
 
 int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
-  auto flags = Flags::Parse(args,
-                            {"config", "model", "data", "steps", "save-dir", "save-every", "keep-checkpoints", "resume",
-                             "export", "export-dtype", "eval-every", "eval-batches", "device", "device-budget", "seed",
-                             "threads", "nvme-path", "corpus-bytes"},
-                            {"quiet", "exact-losses"});
+  auto flags = Flags::Parse(
+      args, {"config", "model",   "data",         "steps",        "save-dir",     "save-every", "keep-checkpoints",
+             "resume", "export",  "export-dtype", "eval-every",   "eval-batches", "device",     "device-budget",
+             "seed",   "threads", "nvme-path",    "corpus-bytes", "data-order",   "holdout"},
+      {"quiet", "exact-losses"});
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   const auto config_path = flags->Get("config");
   if (!config_path) return Fail(kName, Status::InvalidArgument("--config is required (see configs/)"), 2);
@@ -188,6 +200,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   if (!device.ok()) return Fail(kName, device.status());
 
   model::TrainerOptions topt;
+  if (Status s = ParseDataFlags(*flags, topt); !s.ok()) return Fail(kName, s, 2);
   topt.model = *model;
   topt.data_path = flags->GetOr("data", "");
   topt.corpus_bytes = *corpus;
@@ -239,12 +252,18 @@ ZINF_COMMAND(Command{
     "                  [--resume S]\n"
     "                  [--export FILE.safetensors [--export-dtype BF16|F16|F32]] [--nvme-path P]\n"
     "                  [--device auto|cuda|host] [--device-budget SIZE] [--eval-every K] [--eval-batches B]\n"
-    "                  [--seed N] [--threads N] [--corpus-bytes SIZE] [--quiet] [--exact-losses]\n\n"
+    "                  [--seed N] [--threads N] [--corpus-bytes SIZE] [--data-order shuffled|sequential]\n"
+    "                  [--holdout FRACTION] [--quiet] [--exact-losses]\n\n"
     "  --config C        DeepSpeed JSON (zero_optimization, offload_param/optimizer, aio, optimizer, ...)\n"
     "  --model M         tiny | demo | small | gpt2-124m, or a JSON file with vocab_size, seq_len,\n"
     "                    n_layer, n_head, n_embd[, tied_embeddings] (default small)\n"
-    "  --data D          token file (256 int32 header: 20240520, 1, count; then uint16 tokens), e.g.\n"
-    "                    from `zinf data encode`; default: the built-in generated corpus\n"
+    "  --data D          token file (256 int32 header: 20240520, version, count; then uint16 (version 1)\n"
+    "                    or uint32 (2) tokens), e.g. from `zinf data encode`; default: the built-in corpus\n"
+    "  --data-order O    shuffled (default: samples in a seeded order per epoch) or sequential (file\n"
+    "                    order: each micro-batch B*T+1 consecutive tokens, the next B*T later,\n"
+    "                    wrapping at the end); the position is in each checkpoint\n"
+    "  --holdout F       the last fraction F (0..0.5, default 0.05) of the tokens is held out for\n"
+    "                    evaluation; 0: no held-out tokens and no evaluation\n"
     "  --steps N         optimizer steps to reach (default 100; counts resumed steps)\n"
     "  --save-dir S      checkpoints S/rank-<r>/step-<n>, every --save-every K steps and at the end\n"
     "  --keep-checkpoints N  after each save, remove all but the newest N (default 0: keep all;\n"

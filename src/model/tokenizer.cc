@@ -170,6 +170,7 @@ struct PreStep {
 
 class BpeTokenizer final : public Tokenizer {
  public:
+  static constexpr size_t kMaxCachedWords = size_t{1} << 20;
   static StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& json_path, const std::string& config_path,
                                                    const std::string& eos);
   StatusOr<std::vector<uint32_t>> Encode(std::string_view text) override;
@@ -438,6 +439,7 @@ Status BpeTokenizer::EncodeWord(const std::string& word, std::vector<uint32_t>& 
     }
   }
   out.insert(out.end(), ids.begin(), ids.end());
+  if (cache_.size() >= kMaxCachedWords) cache_.clear();  // bounded: a corpus's distinct words may be many
   cache_.emplace(word, std::move(ids));
   return Status::Ok();
 }

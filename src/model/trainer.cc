@@ -250,8 +250,19 @@ struct Trainer::Impl {
             {"trainer.data", data_identity},
             {"trainer.seed", std::to_string(options.seed)},
             {"trainer.micro_batch", std::to_string(batch())},
-            {"trainer.gradient_accumulation_steps", std::to_string(config.gradient_accumulation_steps)}};
+            {"trainer.gradient_accumulation_steps", std::to_string(config.gradient_accumulation_steps)},
+            {"trainer.data_order", DataOrderName(options.data_order)},
+            {"trainer.train_tokens", std::to_string(num_train_tokens)}};
   }
+
+  // What a checkpoint made before a key existed implies for it (absent:
+  // the key is then not checked).
+  static std::optional<std::string> ImpliedWhenMissing(const std::string& key) {
+    if (key == "trainer.data_order") return std::string("shuffled");
+    return std::nullopt;
+  }
+
+  Status ResumeFrom(const std::string& path, bool weights_only);
 };
 
 Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -291,8 +302,9 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   const double eval_fraction = std::clamp(options.eval_fraction, 0.0, 0.5);
   m->num_train_tokens = m->tokens.size() - static_cast<size_t>(static_cast<double>(m->tokens.size()) * eval_fraction);
   const std::span<const uint32_t> train(m->tokens.data(), m->num_train_tokens);
-  ZINF_ASSIGN_OR_RETURN(DataLoader loader, DataLoader::Create(train, m->batch(), m->model().seq_len, options.seed,
-                                                              m->comm->rank(), m->comm->world_size()));
+  ZINF_ASSIGN_OR_RETURN(DataLoader loader,
+                        DataLoader::Create(train, m->batch(), m->model().seq_len, options.seed, m->comm->rank(),
+                                           m->comm->world_size(), options.data_order));
   m->train_loader.emplace(std::move(loader));
   const size_t bt = static_cast<size_t>(m->batch()) * static_cast<size_t>(m->model().seq_len);
   m->inputs.resize(bt);
@@ -399,6 +411,95 @@ StatusOr<double> Trainer::Evaluate(int batches) {
   return mean / m.comm->world_size();
 }
 
+StatusOr<Trainer::InOrderEval> Trainer::EvaluateInOrder() {
+  Impl& m = *impl_;
+  const std::span<const uint32_t> train(m.tokens.data(), m.num_train_tokens);
+  ZINF_ASSIGN_OR_RETURN(DataLoader loader,
+                        DataLoader::Create(train, m.batch(), m.model().seq_len, m.options.seed, m.comm->rank(),
+                                           m.comm->world_size(), DataOrder::kSequential));
+  m.engine->SetTracing(false);  // as Evaluate: not the training order
+  double sum = 0.0;
+  Status s;
+  const int64_t batches = loader.batches_per_epoch();
+  for (int64_t i = 0; i < batches && s.ok(); ++i) {
+    loader.Next(m.inputs.data(), m.targets.data());
+    StatusOr<double> loss = m.MicroBatch(/*backward=*/false);
+    if (loss.ok()) {
+      sum += *loss;
+    } else {
+      s = loss.status();
+    }
+  }
+  m.engine->SetTracing(true);
+  ZINF_RETURN_IF_ERROR(s);
+  ZINF_RETURN_IF_ERROR(m.comm->AllReduce(&sum, &sum, 1, ElementType::kF64, comm::ReduceOp::kSum, nullptr));
+  InOrderEval e;
+  e.windows = batches * m.comm->world_size();
+  e.tokens = e.windows * m.batch() * m.model().seq_len;
+  e.loss = sum / static_cast<double>(e.windows);
+  return e;
+}
+
+Status Trainer::InitFromSafetensors(const std::string& path) {
+  Impl& m = *impl_;
+  if (m.steps_done != 0) return Status::FailedPrecondition("trainer: InitFromSafetensors after training started");
+  ZINF_ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensors(path));
+  const std::string where = "init from " + path + ": ";
+  size_t used = 0;
+  for (BlockId b = 0; b < m.engine->num_blocks(); ++b) {
+    const BlockSpec& spec = m.engine->block(b);
+    const std::vector<std::string> names = GptTensorExportNames(m.model(), b);
+    std::vector<std::vector<float>> values(spec.tensors.size());
+    std::vector<const float*> ptrs;
+    for (size_t t = 0; t < spec.tensors.size(); ++t) {
+      const SafetensorsFile::Tensor* in = file.Find(names[t]);
+      if (in == nullptr) return Status::InvalidArgument(where + "tensor " + names[t] + " is missing");
+      ++used;
+      std::vector<int64_t> shape = spec.tensors[t].shape;
+      // The export leaves the vocabulary padding rows out; they start at 0.
+      const bool vocab_rows = (b == kEmbedBlock && t == kWte) || (b == HeadBlock(m.model()) && t == kLmHead);
+      if (vocab_rows) shape[0] = m.model().vocab_size;
+      if (in->shape != shape) {
+        auto dims = [](const std::vector<int64_t>& v) {
+          std::string out;
+          for (int64_t d : v) out += (out.empty() ? "" : ", ") + std::to_string(d);
+          return "[" + out + "]";
+        };
+        return Status::InvalidArgument(where + "tensor " + names[t] + " has shape " + dims(in->shape) +
+                                       ", this model expects " + dims(shape));
+      }
+      const int es = SafetensorsDtypeBytes(in->dtype);
+      if (in->dtype != "F32" && in->dtype != "BF16" && in->dtype != "F16") {
+        return Status::InvalidArgument(where + "tensor " + names[t] + " is " + in->dtype + " (F32, BF16 or F16)");
+      }
+      values[t].assign(static_cast<size_t>(spec.tensors[t].numel()), 0.0f);
+      const size_t n = in->data.size() / static_cast<size_t>(es);
+      for (size_t i = 0; i < n; ++i) {
+        const std::byte* p = in->data.data() + i * static_cast<size_t>(es);
+        if (es == 4) {
+          std::memcpy(&values[t][i], p, 4);
+        } else {
+          uint16_t h;
+          std::memcpy(&h, p, 2);
+          values[t][i] = in->dtype == "BF16" ? Bf16ToFloat(h) : HalfToFloat(h);
+        }
+      }
+      ptrs.push_back(values[t].data());
+    }
+    ZINF_RETURN_IF_ERROR(m.engine->SetParameters(b, ptrs).WithContext(where + "block " + std::to_string(b)));
+  }
+  if (used != file.tensors.size()) {
+    for (const auto& t : file.tensors) {
+      bool known = false;
+      for (BlockId b = 0; b < m.engine->num_blocks() && !known; ++b) {
+        for (const std::string& n : GptTensorExportNames(m.model(), b)) known = known || n == t.name;
+      }
+      if (!known) return Status::InvalidArgument(where + "tensor " + t.name + " is not part of this model");
+    }
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::string> Trainer::Save(const std::string& save_dir, int keep) {
   Impl& m = *impl_;
   ZINF_RETURN_IF_ERROR(swap::CheckKeepCheckpoints(keep, m.comm->world_size()).WithContext("save"));
@@ -426,8 +527,12 @@ Status Trainer::Impl::AgreeAcrossRanks(Status local) {
   return Status::Ok();
 }
 
-Status Trainer::Resume(const std::string& path) {
-  Impl& m = *impl_;
+Status Trainer::Resume(const std::string& path) { return impl_->ResumeFrom(path, /*weights_only=*/false); }
+
+Status Trainer::LoadWeights(const std::string& path) { return impl_->ResumeFrom(path, /*weights_only=*/true); }
+
+Status Trainer::Impl::ResumeFrom(const std::string& path, bool weights_only) {
+  Impl& m = *this;
   if (m.steps_done != 0) return Status::FailedPrecondition("trainer: Resume after training started");
 
   // 1. The step to resume, agreed by every rank: each rank's own (its
@@ -451,13 +556,21 @@ Status Trainer::Resume(const std::string& path) {
   std::map<std::string, std::string> md;
   Status checked = [&]() -> Status {
     ZINF_ASSIGN_OR_RETURN(md, swap::ReadCheckpointMetadata(dir));
-    for (const char* key : {"trainer.model", "trainer.data", "trainer.seed", "trainer.micro_batch",
-                            "trainer.gradient_accumulation_steps"}) {
+    std::vector<std::string> keys = {"trainer.model"};
+    if (!weights_only) {
+      keys.insert(keys.end(), {"trainer.data", "trainer.seed", "trainer.micro_batch",
+                               "trainer.gradient_accumulation_steps", "trainer.data_order", "trainer.train_tokens"});
+    }
+    for (const std::string& key : keys) {
       auto it = md.find(key);
-      const std::string theirs = it == md.end() ? std::string("<missing>") : it->second;
+      const std::optional<std::string> implied = ImpliedWhenMissing(key);
+      if (it == md.end() && !implied && key == "trainer.train_tokens") continue;  // older checkpoints
+      const std::string theirs = it != md.end() ? it->second : implied ? *implied : std::string("<missing>");
       if (theirs != mine.at(key)) {
         return Status::FailedPrecondition("resume from " + dir + ": " + key + " was " + theirs + ", this run has " +
-                                          mine.at(key) + "; resume with the saving run's model, data and batch");
+                                          mine.at(key) +
+                                          "; resume with the saving run's model, data, batch, --data-order and "
+                                          "--holdout");
       }
     }
     return Status::Ok();
@@ -467,6 +580,7 @@ Status Trainer::Resume(const std::string& path) {
   // 3. Load (verifying every blob first), then the trainer's own position.
   Status loaded = [&]() -> Status {
     ZINF_RETURN_IF_ERROR(m.engine->LoadCheckpoint(dir).status());
+    if (weights_only) return Status::Ok();
     auto number = [&](const std::string& key) { return swap::ManifestInteger(dir, md, key, /*min_value=*/0); };
     ZINF_ASSIGN_OR_RETURN(int64_t saved_step, number("trainer.step"));
     ZINF_ASSIGN_OR_RETURN(int64_t epoch, number("trainer.loader_epoch"));

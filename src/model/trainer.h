@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "model/data.h"
 #include "model/gpt.h"
 #include "zero3/engine_hooks.h"
 #include "zinf/config.h"
@@ -46,8 +47,11 @@ struct TrainerOptions {
   // A token file (data.h); empty: the built-in corpus of corpus_bytes bytes.
   std::string data_path;
   int64_t corpus_bytes = 2 << 20;
-  // The last eval_fraction of the tokens are held out for Evaluate.
+  // The last eval_fraction of the tokens (0 to 0.5) are held out for
+  // Evaluate; 0: none, and can_evaluate() is false.
   double eval_fraction = 0.05;
+  // The order of the training batches (data.h); recorded in checkpoints.
+  DataOrder data_order = DataOrder::kShuffled;
   uint64_t seed = 1234;  // initial weights and the data order
   // Engine options (run id, threads); grad_type and hooks are set by the
   // trainer.
@@ -92,6 +96,20 @@ class Trainer {
   StatusOr<double> Evaluate(int batches);
   bool can_evaluate() const;
 
+  // The mean loss over every window of the training tokens in file order,
+  // forward only (`zinf eval`): llm.c's convention, a micro-batch is B*T + 1
+  // consecutive tokens, inputs the first B*T, targets shifted by one, the
+  // next one starting B*T later; tokens after the last whole window are not
+  // scored. With several ranks each scores its share of each global batch
+  // (a last partial global batch is skipped). Does not move the training
+  // loader. Collective.
+  struct InOrderEval {
+    double loss = 0.0;    // mean over windows (each of B*T positions)
+    int64_t windows = 0;  // micro-batches scored, all ranks
+    int64_t tokens = 0;   // positions scored, all ranks
+  };
+  StatusOr<InOrderEval> EvaluateInOrder();
+
   // Saves the state after step() steps to <save_dir>/rank-<r>/step-<step>.
   // Returns that directory. With `keep` > 0, once the new checkpoint is in
   // place and `latest` names it, this rank's older step directories beyond
@@ -104,6 +122,18 @@ class Trainer {
   // must be those of the saving run (kFailedPrecondition naming what
   // differs). Must be called before the first Step.
   Status Resume(const std::string& path);
+  // Loads only the weights (and optimizer state) of a checkpoint, as Resume
+  // does, but checks only that its model config is this one: the data, seed
+  // and batch may differ, the step and loader position stay at 0 (for
+  // evaluating a checkpoint on other data). The engine's layout must still
+  // fit (the saving run's rank count and ZeRO config).
+  Status LoadWeights(const std::string& path);
+  // Replaces the initial weights by a safetensors file that
+  // ExportSafetensors wrote (the names of GptTensorExportNames; F32, BF16 or
+  // F16). kInvalidArgument naming the tensor when one is missing, has
+  // another shape or dtype, or is not this model's; extra tensors are
+  // errors too. Must be called before the first Step.
+  Status InitFromSafetensors(const std::string& path);
 
   // Writes the fp32 master weights, cast to `dtype` ("F32", "BF16" or
   // "F16"), as a safetensors file named by tensor ("wte", "h.0.ln1.weight",

@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <span>
 
 #include "core/fs.h"
 #include "core/half.h"
@@ -334,6 +336,176 @@ TEST(TrainerTest, BadTokenFileIsRefusedNamingTheFile) {
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("tokens.bin"), std::string::npos) << t.status().message();
   EXPECT_NE(t.status().message().find("1234"), std::string::npos) << t.status().message();
+}
+
+// ---------------------------------------------------------------------------
+// Data order, held-out tokens and in-order evaluation
+
+// A trainer whose options `tweak` adjusts (the tiny model, host device).
+TrainerRun MakeTrainerWith(const Config& config, const std::function<void(TrainerOptions&)>& tweak) {
+  TrainerRun r;
+  r.device = CreateHostDevice(0);
+  TrainerOptions o;
+  o.model = *LoadGptConfig("tiny");
+  o.corpus_bytes = 256 << 10;
+  o.hooks.device = r.device.get();
+  o.engine.optimizer_threads = 1;
+  o.engine.run_id = "trainer-test";
+  tweak(o);
+  auto t = Trainer::Create(config, o);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  if (t.ok()) r.trainer = std::move(t).value();
+  return r;
+}
+
+// Sequential order over a corpus of four micro-batches (no held-out
+// tokens): six steps wrap into the second epoch; a run resumed after step 3
+// gives the uninterrupted run's losses bit for bit.
+TEST(TrainerTest, SequentialOrderResumesBitIdenticallyAcrossTheWrap) {
+  TempDir dir;
+  const Config config = TinyConfig(dir, OffloadDevice::kNvme, OffloadDevice::kNvme);  // micro-batch 8 x T 32
+  auto tweak = [](TrainerOptions& o) {
+    o.data_order = DataOrder::kSequential;
+    o.eval_fraction = 0.0;
+    o.corpus_bytes = 4 * 8 * 32 + 40;  // 4 batches and a little (the "\n\n" pairs shorten it)
+  };
+  std::vector<double> want;
+  {
+    TrainerRun r = MakeTrainerWith(config, tweak);
+    ASSERT_NE(r.trainer, nullptr);
+    want = Losses(*r.trainer, 3);
+    ASSERT_TRUE(r.trainer->Save(dir.Sub("ckpt")).ok());
+    for (double l : Losses(*r.trainer, 3)) want.push_back(l);
+  }
+  // The epoch is four batches: step 5 sees step 1's batch again (with
+  // trained weights, so a lower loss, not the same one).
+  EXPECT_LT(want[4], want[0]);
+  TrainerRun r = MakeTrainerWith(config, tweak);
+  ASSERT_NE(r.trainer, nullptr);
+  Status s = r.trainer->Resume(dir.Sub("ckpt"));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(Losses(*r.trainer, 3), std::vector<double>(want.begin() + 3, want.end()));
+
+  // The checkpoint records the order: a shuffled run may not resume it.
+  TrainerRun other = MakeTrainerWith(config, [&](TrainerOptions& o) {
+    tweak(o);
+    o.data_order = DataOrder::kShuffled;
+  });
+  ASSERT_NE(other.trainer, nullptr);
+  s = other.trainer->Resume(dir.Sub("ckpt"));
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_NE(s.message().find("trainer.data_order was sequential"), std::string::npos) << s.message();
+  // Nor one holding other tokens out.
+  TrainerRun held = MakeTrainerWith(config, [&](TrainerOptions& o) {
+    tweak(o);
+    o.eval_fraction = 0.01;
+  });
+  ASSERT_NE(held.trainer, nullptr);
+  s = held.trainer->Resume(dir.Sub("ckpt"));
+  EXPECT_NE(s.message().find("trainer.train_tokens"), std::string::npos) << s.ToString();
+}
+
+TEST(TrainerTest, HoldoutZeroTrainsOnEveryTokenAndDoesNotEvaluate) {
+  TempDir dir;
+  const Config config = TinyConfig(dir, OffloadDevice::kCpu, OffloadDevice::kCpu);
+  TrainerRun none = MakeTrainerWith(config, [](TrainerOptions& o) { o.eval_fraction = 0.0; });
+  ASSERT_NE(none.trainer, nullptr);
+  EXPECT_EQ(none.trainer->num_train_tokens(), static_cast<int64_t>(BuiltinCorpusTokens(256 << 10, 1234).size()));
+  EXPECT_FALSE(none.trainer->can_evaluate());
+  EXPECT_EQ(none.trainer->Evaluate(1).status().code(), StatusCode::kFailedPrecondition);
+  TrainerRun tenth = MakeTrainerWith(config, [](TrainerOptions& o) { o.eval_fraction = 0.1; });
+  ASSERT_NE(tenth.trainer, nullptr);
+  EXPECT_TRUE(tenth.trainer->can_evaluate());
+  EXPECT_NEAR(static_cast<double>(tenth.trainer->num_train_tokens()),
+              0.9 * static_cast<double>(none.trainer->num_train_tokens()), 1.0);
+}
+
+// llm.c's windows: batch k is tokens [k*B*T, (k+1)*B*T + 1), so two windows
+// share one token, and a tail shorter than a window is not scored. The
+// mean over a file of two windows is the mean of each window's file alone.
+TEST(TrainerTest, EvaluateInOrderScoresOverlappingWindowsInFileOrder) {
+  TempDir dir;
+  const Config config = TinyConfig(dir, OffloadDevice::kCpu, OffloadDevice::kCpu);
+  const size_t bt = 8 * 32;
+  const std::vector<uint32_t> corpus = BuiltinCorpusTokens(8 << 10, 3);
+  auto eval = [&](size_t begin, size_t count) -> Trainer::InOrderEval {
+    const std::string path = dir.Sub("t" + std::to_string(begin) + "_" + std::to_string(count) + ".bin");
+    EXPECT_TRUE(WriteTokenFile(path, std::span<const uint32_t>(corpus.data() + begin, count)).ok());
+    TrainerRun r = MakeTrainerWith(config, [&](TrainerOptions& o) {
+      o.data_path = path;
+      o.eval_fraction = 0.0;
+    });
+    EXPECT_NE(r.trainer, nullptr);
+    if (r.trainer == nullptr) return {};
+    auto e = r.trainer->EvaluateInOrder();
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    return e.ok() ? *e : Trainer::InOrderEval{};
+  };
+  const Trainer::InOrderEval first = eval(0, bt + 1), second = eval(bt, bt + 1), both = eval(0, 2 * bt + 1 + 5);
+  EXPECT_EQ(both.windows, 2);
+  EXPECT_EQ(both.tokens, static_cast<int64_t>(2 * bt));
+  EXPECT_EQ(first.windows, 1);
+  EXPECT_GT(first.loss, 0.0);
+  EXPECT_NE(first.loss, second.loss);
+  EXPECT_EQ(both.loss, (first.loss + second.loss) / 2);
+}
+
+// A checkpoint's weights load into a trainer on other data (LoadWeights),
+// and an F32 export of the same weights gives the identical evaluation;
+// Resume would refuse the other data.
+TEST(TrainerTest, LoadWeightsAndInitFromSafetensorsGiveTheSameWeights) {
+  TempDir dir;
+  const Config config = TinyConfig(dir, OffloadDevice::kCpu, OffloadDevice::kCpu);
+  {
+    TrainerRun r = MakeTrainer(config);
+    ASSERT_NE(r.trainer, nullptr);
+    Losses(*r.trainer, 3);
+    ASSERT_TRUE(r.trainer->Save(dir.Sub("ckpt")).ok());
+    ASSERT_TRUE(r.trainer->ExportSafetensors(dir.Sub("w.safetensors"), "F32").ok());
+  }
+  const std::string data = dir.Sub("other.bin");
+  ASSERT_TRUE(WriteTokenFile(data, BuiltinCorpusTokens(16 << 10, 77)).ok());
+  auto other_data = [&](TrainerOptions& o) {
+    o.data_path = data;
+    o.eval_fraction = 0.0;
+    o.seed = 5;
+  };
+  TrainerRun a = MakeTrainerWith(config, other_data);
+  ASSERT_NE(a.trainer, nullptr);
+  Status s = a.trainer->LoadWeights(dir.Sub("ckpt"));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(a.trainer->step(), 0);
+  TrainerRun b = MakeTrainerWith(config, other_data);
+  ASSERT_NE(b.trainer, nullptr);
+  s = b.trainer->InitFromSafetensors(dir.Sub("w.safetensors"));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  TrainerRun fresh = MakeTrainerWith(config, other_data);
+  ASSERT_NE(fresh.trainer, nullptr);
+  auto ea = a.trainer->EvaluateInOrder(), eb = b.trainer->EvaluateInOrder(), ef = fresh.trainer->EvaluateInOrder();
+  ASSERT_TRUE(ea.ok() && eb.ok() && ef.ok());
+  EXPECT_EQ(ea->loss, eb->loss);
+  EXPECT_NE(ea->loss, ef->loss);  // the seeded initial weights are others
+
+  TrainerRun c = MakeTrainerWith(config, other_data);
+  ASSERT_NE(c.trainer, nullptr);
+  EXPECT_EQ(c.trainer->Resume(dir.Sub("ckpt")).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(TrainerTest, InitFromSafetensorsNamesAMismatchedTensor) {
+  TempDir dir;
+  const Config config = TinyConfig(dir, OffloadDevice::kCpu, OffloadDevice::kCpu);
+  {
+    TrainerRun r = MakeTrainer(config);
+    ASSERT_NE(r.trainer, nullptr);
+    ASSERT_TRUE(r.trainer->ExportSafetensors(dir.Sub("w.safetensors"), "BF16").ok());
+  }
+  TrainerRun r = MakeTrainerWith(config, [](TrainerOptions& o) { o.model.n_embd = 64; });
+  ASSERT_NE(r.trainer, nullptr);
+  Status s = r.trainer->InitFromSafetensors(dir.Sub("w.safetensors"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("tensor wte has shape [257, 32], this model expects [257, 64]"), std::string::npos)
+      << s.ToString();
+  EXPECT_EQ(r.trainer->InitFromSafetensors(dir.Sub("none.safetensors")).code(), StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -1,0 +1,174 @@
+// zinf eval: the mean cross-entropy of a model's weights over a token file,
+// every window in file order (llm.c's convention), forward only, through
+// the same engine and kernels as zinf train. One rank.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cli/command.h"
+#include "core/file_lock.h"
+#include "core/fs.h"
+#include "core/units.h"
+#include "device/device.h"
+#include "model/gpt.h"
+#include "model/trainer.h"
+#include "swap/swap_store.h"
+#include "zinf/config.h"
+
+namespace zinf::cli {
+namespace {
+
+constexpr char kName[] = "eval";
+
+int Run(const std::vector<std::string>& args) {
+  auto flags = Flags::Parse(args,
+                            {"model", "data", "batch", "seq-len", "config", "resume", "init-from", "device",
+                             "device-budget", "threads", "seed", "nvme-path"},
+                            {"quiet"});
+  if (!flags.ok()) return Fail(kName, flags.status(), 2);
+  const auto data = flags->Get("data");
+  if (!data || !flags->positionals().empty()) {
+    return Fail(kName, Status::InvalidArgument("--data TOKENS.bin is required (see `zinf data encode`)"), 2);
+  }
+  if (flags->Has("resume") && flags->Has("init-from")) {
+    return Fail(kName, Status::InvalidArgument("give --resume or --init-from, not both"), 2);
+  }
+  const std::string model_name = flags->GetOr("model", "small");
+  auto model = model::LoadGptConfig(model_name);
+  if (!model.ok()) return Fail(kName, model.status().WithContext("--model"), 2);
+  auto budget = flags->GetInt("device-budget", 0);
+  auto threads = flags->GetInt("threads", 0);
+  auto seed = flags->GetInt("seed", 1234);
+  auto seq_len = flags->GetInt("seq-len", model->seq_len);
+  for (const auto* v : {&budget, &threads, &seed, &seq_len}) {
+    if (!v->ok()) return Fail(kName, v->status(), 2);
+  }
+  // The reference GPT's positions are learned, one row of wpe per position:
+  // it evaluates at the context length it was built with.
+  if (*seq_len != model->seq_len) {
+    return Fail(kName,
+                Status::InvalidArgument("--seq-len " + std::to_string(*seq_len) + ": model " + model_name +
+                                        " has learned positions for exactly " + std::to_string(model->seq_len) +
+                                        " tokens; give a model whose seq_len is " + std::to_string(*seq_len)),
+                2);
+  }
+
+  // The engine's config: the training run's (needed to load its checkpoint:
+  // the layout must fit), else everything resident in fp32.
+  Config config;
+  if (const auto path = flags->Get("config")) {
+    auto loaded = LoadConfigFile(*path);
+    if (!loaded.ok()) return Fail(kName, loaded.status(), 2);
+    config = *loaded;
+    if (const auto nvme = flags->Get("nvme-path")) {
+      config.zero.offload_param.nvme_paths = {*nvme};
+      config.zero.offload_optimizer.nvme_paths = {*nvme};
+    }
+  } else {
+    config.zero.stage = 3;
+    config.train_micro_batch_size_per_gpu = 4;
+  }
+  auto batch = flags->GetInt("batch", config.train_micro_batch_size_per_gpu);
+  if (!batch.ok()) return Fail(kName, batch.status(), 2);
+  if (*batch < 1 || *batch > (1 << 20)) return Fail(kName, Status::InvalidArgument("--batch must be in 1..2^20"), 2);
+  // The batch is --batch sequences, one micro-batch each: the config's own
+  // batch keys give way.
+  config.train_micro_batch_size_per_gpu = *batch;
+  config.gradient_accumulation_steps = 1;
+  config.batch_given[0] = false;
+  config.batch_given[1] = config.batch_given[2] = true;
+  AutoContext ctx;
+  ctx.world_size = 1;
+  ctx.hidden_size = model->n_embd;
+  ctx.total_steps = 1;
+  if (Status s = ResolveAuto(config, ctx); !s.ok()) return Fail(kName, s, 2);
+
+  // A swap path in use by a zinf train would have its files replaced as
+  // another run's: hold each path's lock, as zinf train does.
+  std::vector<FileLock> swap_dir_locks;
+  for (const auto& [device, paths] :
+       {std::pair{config.zero.offload_param.device, config.zero.offload_param.nvme_paths},
+        std::pair{config.zero.offload_optimizer.device, config.zero.offload_optimizer.nvme_paths}}) {
+    if (device != OffloadDevice::kNvme) continue;
+    for (const std::string& dir : paths) {
+      if (std::any_of(swap_dir_locks.begin(), swap_dir_locks.end(),
+                      [&](const FileLock& l) { return ParentPath(l.path()) == dir; })) {
+        continue;
+      }
+      auto lock = swap::LockSwapDirectory(dir, 0);
+      if (!lock.ok()) return Fail(kName, lock.status());
+      swap_dir_locks.push_back(std::move(*lock));
+    }
+  }
+
+  auto choice = ParseDeviceChoice(flags->GetOr("device", "auto"));
+  if (!choice.ok()) return Fail(kName, choice.status(), 2);
+  DeviceOptions dopt;
+  dopt.choice = *choice;
+  dopt.host_budget_bytes = static_cast<size_t>(*budget);
+  dopt.cuda_budget_bytes = static_cast<size_t>(*budget);
+  auto device = CreateDevice(dopt);
+  if (!device.ok()) return Fail(kName, device.status());
+
+  model::TrainerOptions topt;
+  topt.model = *model;
+  topt.data_path = *data;
+  topt.eval_fraction = 0.0;  // every token is scored
+  topt.data_order = model::DataOrder::kSequential;
+  topt.seed = static_cast<uint64_t>(*seed);
+  topt.hooks.device = device->get();
+  topt.engine.optimizer_threads = static_cast<int>(*threads);
+  topt.engine.run_id = "eval";
+  auto trainer = model::Trainer::Create(config, topt);
+  if (!trainer.ok()) return Fail(kName, trainer.status());
+  std::string weights = "initial weights (seed " + std::to_string(*seed) + ")";
+  if (const auto ckpt = flags->Get("resume")) {
+    if (Status s = (*trainer)->LoadWeights(*ckpt); !s.ok()) return Fail(kName, s.WithContext("--resume"));
+    weights = "checkpoint " + *ckpt;
+  } else if (const auto file = flags->Get("init-from")) {
+    if (Status s = (*trainer)->InitFromSafetensors(*file); !s.ok()) return Fail(kName, s.WithContext("--init-from"));
+    weights = *file;
+  }
+  FILE* out = flags->Has("quiet") ? nullptr : stderr;
+  if (out) {
+    std::fprintf(out, "zinf eval: model %s (%s parameters), %s, device %s\n", model_name.c_str(),
+                 FormatCount(model->NumParameters()).c_str(), weights.c_str(), (*device)->name().c_str());
+  }
+  auto result = (*trainer)->EvaluateInOrder();
+  if (!result.ok()) return Fail(kName, result.status());
+  if (out) {
+    std::fprintf(out, "zinf eval: %s: %lld windows of %lld x %d tokens, %lld tokens scored\n", data->c_str(),
+                 static_cast<long long>(result->windows), static_cast<long long>(*batch), model->seq_len,
+                 static_cast<long long>(result->tokens));
+  }
+  std::printf("loss %.9g\n", result->loss);
+  std::printf("perplexity %.9g\n", std::exp(result->loss));
+  return 0;
+}
+
+ZINF_COMMAND(Command{
+    kName, "mean cross-entropy and perplexity of a model over a token file, in order",
+    "eval --data TOKENS [--model M] [--batch B] [--seq-len T] [--resume CKPT | --init-from FILE.safetensors]\n"
+    "               [--config C [--nvme-path P]] [--device auto|cuda|host] [--device-budget SIZE] [--threads N]\n"
+    "               [--seed N] [--quiet]\n\n"
+    "  Scores every window of the token file in order, as llm.c evaluates: a batch is B*T+1\n"
+    "  consecutive tokens, inputs the first B*T, targets the same shifted by one, the next batch\n"
+    "  starting B*T later; tokens after the last whole batch are not scored. Prints `loss X`\n"
+    "  (the mean cross-entropy in nats, 9 significant digits) and `perplexity exp(X)` on stdout.\n\n"
+    "  --model M         as zinf train takes it (default small)\n"
+    "  --data TOKENS     a token file (zinf data encode); every id must be below the vocabulary\n"
+    "  --batch B         sequences per batch (default 4, or the config's micro-batch)\n"
+    "  --seq-len T       must be the model's context length (its positions are learned)\n"
+    "  --resume CKPT     the weights of a zinf train checkpoint (a save dir or a step directory);\n"
+    "                    give the training run's --config: the checkpoint's layout must fit it\n"
+    "  --init-from F     the weights of a safetensors file zinf train --export wrote\n"
+    "                    (neither: the seeded initial weights, for a baseline)\n"
+    "  --config C        the engine's DeepSpeed JSON (default: all in RAM, fp32)\n"
+    "  --nvme-path P     overrides both offload sections' nvme_path, as for zinf train",
+    Run});
+
+}  // namespace
+}  // namespace zinf::cli
