@@ -282,10 +282,11 @@ Status OptimizerSwapper::ReadState(float* master, float* exp_avg, float* exp_avg
 // ---------------------------------------------------------------------------
 // The pipelined step
 
-Status OptimizerSwapper::StartRead(Slot& slot, int64_t k) {
+Status OptimizerSwapper::StartRead(Slot& slot, int64_t k, bool with_grad) {
   ZINF_RETURN_IF_ERROR(FinishWrite(slot));  // the slot's last sub-group must be on disk first
   slot.sub_group = k;
   for (int a = 0; a < arrays(); ++a) {
+    if (a == kGrad && !with_grad) continue;
     auto h = store_->SwapIn(Tensor(a, k), slot.buffers[static_cast<size_t>(a)].data());
     if (!h.ok()) {
       // No half-started slot: EnsureRead would take it for one under way.
@@ -298,7 +299,12 @@ Status OptimizerSwapper::StartRead(Slot& slot, int64_t k) {
 }
 
 Status OptimizerSwapper::EnsureRead(Slot& slot, int64_t k) {
-  if (slot.sub_group == k && slot.reads[kMaster].valid()) return Status::Ok();
+  if (slot.sub_group == k && slot.reads[kMaster].valid()) {
+    if (!options_.gradients_in_store || slot.reads[kGrad].valid()) return Status::Ok();
+    // Prefetched without the gradient, which may have changed since.
+    ZINF_ASSIGN_OR_RETURN(slot.reads[kGrad], store_->SwapIn(Tensor(kGrad, k), slot.buffers[kGrad].data()));
+    return Status::Ok();
+  }
   return StartRead(slot, k);
 }
 
@@ -307,7 +313,11 @@ Status OptimizerSwapper::PrefetchStep() {
   // One sub-group per slot: before a Step no write holds any of them, and
   // Step's EnsureRead finds each one under way when it gets there.
   const int64_t ahead = static_cast<int64_t>(slots_.size());
-  for (int64_t k = 0; k < std::min(ahead, num_sub_groups_); ++k) ZINF_RETURN_IF_ERROR(EnsureRead(SlotOf(k), k));
+  for (int64_t k = 0; k < std::min(ahead, num_sub_groups_); ++k) {
+    Slot& slot = SlotOf(k);
+    if (slot.sub_group == k && slot.reads[kMaster].valid()) continue;  // under way
+    ZINF_RETURN_IF_ERROR(StartRead(slot, k, /*with_grad=*/false));
+  }
   return Status::Ok();
 }
 

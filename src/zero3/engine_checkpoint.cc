@@ -61,7 +61,8 @@ StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(const std::s
   std::vector<float> master(static_cast<size_t>(total));
   ZINF_RETURN_IF_ERROR(m.optimizer->ReadState(master.data(), nullptr, nullptr, nullptr));
   ZINF_RETURN_IF_ERROR(m.WriteHomeFromMaster(master.data()));
-  std::memset(m.accum.data(), 0, static_cast<size_t>(total * 4));
+  if (m.accum.data() != nullptr) std::memset(m.accum.data(), 0, static_cast<size_t>(total * 4));
+  if (m.grad_window) m.grad_window->Reset();
   std::fill(m.params_set.begin(), m.params_set.end(), true);
   std::fill(m.stale.begin(), m.stale.end(), false);
   m.update_failed = Status::Ok();
