@@ -252,9 +252,50 @@ Status OptimizerSwapper::ReadMaster(int64_t begin, int64_t count, float* dst) {
   return Status::Ok();
 }
 
+Status OptimizerSwapper::WriteMaster(int64_t begin, int64_t count, const float* src) {
+  if (begin < 0 || count < 0 || begin > options_.total_elems - count) {
+    return Status::InvalidArgument("optimizer swapper: WriteMaster range [" + std::to_string(begin) + ", +" +
+                                   std::to_string(count) + ") outside " + std::to_string(options_.total_elems));
+  }
+  if (count == 0) return Status::Ok();
+  DropPrefetch();  // the state changes, and slot 0's buffers are used below
+  ZINF_RETURN_IF_ERROR(Drain(Status::Ok()));
+  master_set_.resize(static_cast<size_t>(num_sub_groups_), false);
+  const int64_t first = begin / options_.sub_group_elems;
+  const int64_t last = (begin + count - 1) / options_.sub_group_elems;
+  for (int64_t k = first; k <= last; ++k) {
+    const int64_t k0 = sub_group_begin(k), n = sub_group_elems(k);
+    const int64_t lo = std::max(begin, k0), hi = std::min(begin + count, k0 + n);
+    const bool whole = lo == k0 && hi == k0 + n;
+    const bool set = master_set_[static_cast<size_t>(k)];
+    float* buf = store_ ? reinterpret_cast<float*>(slots_[0].buffers[0].data()) : Resident(kMaster, k);
+    const size_t bytes = static_cast<size_t>(store_ ? store_->PaddedBytes(n * 4) : n * 4);
+    if (!whole && set && store_) {
+      ZINF_ASSIGN_OR_RETURN(SwapHandle h, store_->SwapIn(Tensor(kMaster, k), buf));
+      ZINF_RETURN_IF_ERROR(store_->Wait(h));
+    } else if (!set || store_) {
+      std::memset(buf, 0, bytes);  // unset elements (and a swap buffer's padding) are zero
+    }
+    std::memcpy(buf + (lo - k0), src + (lo - begin), static_cast<size_t>(hi - lo) * sizeof(float));
+    if (store_) {
+      ZINF_ASSIGN_OR_RETURN(SwapHandle h, store_->SwapOut(Tensor(kMaster, k), buf));
+      ZINF_RETURN_IF_ERROR(store_->Wait(h));
+    }
+    master_set_[static_cast<size_t>(k)] = true;
+  }
+  return Status::Ok();
+}
+
+Status OptimizerSwapper::ZeroMoments() {
+  ZINF_RETURN_IF_ERROR(CopyIn(kExpAvg, nullptr));
+  ZINF_RETURN_IF_ERROR(CopyIn(kExpAvgSq, nullptr));
+  return options_.gradients_in_store ? CopyIn(kGrad, nullptr) : Status::Ok();
+}
+
 Status OptimizerSwapper::Initialize(const float* master) {
   if (master == nullptr) return Status::InvalidArgument("optimizer swapper: Initialize needs master weights");
   ZINF_RETURN_IF_ERROR(CopyIn(kMaster, master));
+  master_set_.assign(static_cast<size_t>(num_sub_groups_), true);
   ZINF_RETURN_IF_ERROR(CopyIn(kExpAvg, nullptr));
   ZINF_RETURN_IF_ERROR(CopyIn(kExpAvgSq, nullptr));
   return options_.gradients_in_store ? CopyIn(kGrad, nullptr) : Status::Ok();

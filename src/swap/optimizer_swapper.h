@@ -150,6 +150,13 @@ class OptimizerSwapper {
   // Sets the master weights from `master` (total_elems fp32) and zeroes m,
   // v and (when stored) the gradient.
   Status Initialize(const float* master);
+  // The initial state streamed in instead of a whole-shard array: master
+  // weights [begin, begin + count) from `src` (any order, any ranges; a
+  // sub-group covered in part is read and rewritten, and its elements no
+  // call has set yet are zero), then ZeroMoments once every element is set.
+  Status WriteMaster(int64_t begin, int64_t count, const float* src);
+  // Zeroes m, v and (when stored) the gradient; the master weights stay.
+  Status ZeroMoments();
   // Sets the fp32 gradient from `grads` (total_elems fp32). Only with
   // gradients_in_store (else kFailedPrecondition).
   Status SetGradients(const float* grads);
@@ -222,6 +229,7 @@ class OptimizerSwapper {
   std::vector<Slot> slots_;                         // kNvme: the pipeline's buffers
   std::unique_ptr<aio::PinnedPool> resident_pool_;  // kCpu
   std::vector<aio::PinnedBuffer> resident_;         // kCpu: [k * arrays() + array]
+  std::vector<bool> master_set_;                    // per sub-group: master holds values (WriteMaster, Initialize)
 };
 
 }  // namespace zinf::swap

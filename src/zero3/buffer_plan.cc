@@ -284,7 +284,6 @@ StatusOr<BufferPlan> MakeBufferPlan(const Config& config, const std::vector<Bloc
   p.new_params = OneBuffer(total * p.param_elem_bytes, true, "new params");
   // The gradient shard as it comes off the device, and its fp32 cast behind it.
   p.grad_staging = OneBuffer(p.max_shard_elems * 8, true, "grad staging");
-  p.init_master_bytes = total * 4;
   p.grad_flat_bytes = p.max_padded_elems * p.grad_elem_bytes;
   // One rank: the reduce-scatter is the identity, and the shard is the flat buffer.
   p.grad_shard_bytes = world_size > 1 ? p.max_shard_elems * p.grad_elem_bytes : 0;
@@ -336,8 +335,6 @@ std::vector<BufferItem> BufferPlan::Items() const {
   pool(new_params, "new-parameter buffer (whole shard, working type)");
   pool(grad_staging, "gradient staging (largest shard)");
   pool(checkpoint_buffers, "checkpoint buffers (2, made at the first save or load)");
-  add(BufferTier::kPageable, "initial fp32 master weights (until the first step)", init_master_bytes,
-      /*transient=*/true);
 
   // NVMe.
   add(BufferTier::kNvme, (param_elem_bytes == 4 ? "fp32" : "16-bit") + std::string(" parameter swap file(s)"),

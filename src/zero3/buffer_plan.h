@@ -109,9 +109,10 @@ struct BufferPlan {
   // Optimizer on NVMe: the gradient accumulates in the optimizer's store
   // (optimizer.gradients_in_store) through swap::GradientWindow's buffers.
   aio::PinnedPoolOptions grad_window;
-  aio::PinnedPoolOptions new_params;    // the update's new working parameters (param_type)
-  aio::PinnedPoolOptions grad_staging;  // a gradient shard off the device, and its fp32 cast
-  int64_t init_master_bytes = 0;        // fp32 initial weights (pageable) until the first Acquire
+  aio::PinnedPoolOptions new_params;  // the update's new working parameters (param_type)
+  // A gradient shard off the device and its fp32 cast; at start-up, a
+  // shard's initial fp32 values on their way into the optimizer state.
+  aio::PinnedPoolOptions grad_staging;
 
   // Device gradient buffers.
   int64_t grad_flat_bytes = 0;   // the largest block's gradient, flat (grad_type)

@@ -88,7 +88,12 @@ Status Engine::SetParameters(BlockId block, const std::vector<const float*>& val
     return Status::InvalidArgument("engine: block '" + m.name(block) + "' has " + std::to_string(l.tensors.size()) +
                                    " tensors, got " + std::to_string(values.size()) + " arrays");
   }
-  m.partitioner->ExtractShard(block, values, m.init_master.data() + l.rank_offset);
+  // Straight into the optimizer's master weights (RAM or NVMe), through
+  // the gradient staging window: no whole-shard copy of the initial values.
+  float* shard = reinterpret_cast<float*>(m.staging.data());
+  m.partitioner->ExtractShard(block, values, shard);
+  ZINF_RETURN_IF_ERROR(m.optimizer->WriteMaster(l.rank_offset, l.shard_numel, shard)
+                           .WithContext("engine: initial values of block '" + m.name(block) + "'"));
   m.params_set[static_cast<size_t>(block)] = true;
   return Status::Ok();
 }
@@ -236,21 +241,26 @@ Status Engine::Impl::Commit() {
   if (!missing.empty()) {
     return Status::FailedPrecondition("engine: SetParameters was not called for block(s) " + missing);
   }
-  ZINF_RETURN_IF_ERROR(optimizer->Initialize(init_master.data()));
-  ZINF_RETURN_IF_ERROR(WriteHomeFromMaster(init_master.data()));
-  std::vector<float>().swap(init_master);
+  ZINF_RETURN_IF_ERROR(optimizer->ZeroMoments());  // the master weights came with SetParameters
+  ZINF_RETURN_IF_ERROR(WriteHomeFromMaster());
   committed = true;
   return Status::Ok();
 }
 
-// The working parameters of the whole shard from fp32 master weights, in
-// new_params and at their home tier.
-Status Engine::Impl::WriteHomeFromMaster(const float* master) {
-  const int64_t total = partitioner->total_shard_numel();
-  if (param_type == ElementType::kF32) {
-    std::memcpy(new_params.data(), master, static_cast<size_t>(total * 4));
-  } else {
-    ZINF_RETURN_IF_ERROR(optim::CastFromF32(*threads, isa, master, param_type, new_params.data(), total));
+// The working parameters of the whole shard from the optimizer's fp32
+// master weights, in new_params and at their home tier: block by block
+// through the staging window (no whole-shard fp32 copy).
+Status Engine::Impl::WriteHomeFromMaster() {
+  auto* master = reinterpret_cast<float*>(staging.data());
+  for (BlockId b = 0; b < partitioner->num_blocks(); ++b) {
+    const zero3::BlockLayout& l = layout(b);
+    ZINF_RETURN_IF_ERROR(optimizer->ReadMaster(l.rank_offset, l.shard_numel, master));
+    char* dst = new_params.data() + l.rank_offset * param_es;
+    if (param_type == ElementType::kF32) {
+      std::memcpy(dst, master, static_cast<size_t>(l.shard_numel * 4));
+    } else {
+      ZINF_RETURN_IF_ERROR(optim::CastFromF32(*threads, isa, master, param_type, dst, l.shard_numel));
+    }
   }
   return home->WriteAll(new_params.data());
 }

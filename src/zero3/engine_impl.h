@@ -70,7 +70,7 @@ struct Engine::Impl {
   // Steps of the public methods (engine.cc).
   Status CheckBlock(BlockId b) const;
   Status Commit();
-  Status WriteHomeFromMaster(const float* master);
+  Status WriteHomeFromMaster();
   Status StartUpdate(const optim::AdamStepArgs& args);
   Status RunUpdate(const optim::AdamStepArgs& args, zero3::UpdateWorker::Progress& progress);
   StatusOr<bool> RefreshHome(BlockId b, bool wait);
@@ -122,7 +122,6 @@ struct Engine::Impl {
   // Host windows: the fp32 gradient accumulator (optimizer in RAM), the new
   // working parameters the update writes, the gradient shard staging.
   zero3::HostWindow accum, new_params, staging;
-  std::vector<float> init_master;  // until the first Acquire
   bool committed = false;
   std::vector<bool> params_set;
 

@@ -146,7 +146,6 @@ Status Engine::Impl::InitBuffers() {
   if (plan.grad_shard_bytes > 0) {
     ZINF_ASSIGN_OR_RETURN(grad_shard, device->Allocate(static_cast<size_t>(plan.grad_shard_bytes)));
   }
-  init_master.assign(static_cast<size_t>(plan.init_master_bytes / 4), 0.0f);
   return Status::Ok();
 }
 
