@@ -328,7 +328,8 @@ std::vector<BufferItem> BufferPlan::Items() const {
                                std::to_string(num_sub_groups) + " sub-group(s))");
   pool(optimizer_pipeline, "optimizer pipeline buffers (" + std::to_string(optimizer_pipeline.buffer_count) +
                                " x one fp32 sub-group of " + Elems(optimizer.sub_group_elems) +
-                               ": master, m, v of the sub-groups in flight)");
+                               (optimizer.gradients_in_store ? ": master, m, v and gradient" : ": master, m, v") +
+                               " of the sub-groups in flight)");
   pool(grad_accumulator, "fp32 gradient accumulator (whole shard)");
   pool(grad_window, "gradient window (" + std::to_string(grad_window.buffer_count) + " x one fp32 sub-group of " +
                         Elems(optimizer.sub_group_elems) + ": the gradient accumulated on NVMe)");
