@@ -452,7 +452,9 @@ Status WarmUp(Trainers& t) {
   return Status::Ok();
 }
 
-int64_t NvmeBytes(const EngineCounters& c) { return c.nvme_read_bytes + c.nvme_write_bytes + c.optimizer_nvme_bytes; }
+int64_t NvmeBytes(const EngineCounters& c) {
+  return c.nvme_read_bytes + c.nvme_write_bytes + c.optimizer_nvme_bytes + c.gradient_nvme_bytes;
+}
 
 // What measures the parts of the bound besides the resident run: fio's
 // mixed jobs on the NVMe paths, the copier, Adam alone.
@@ -471,10 +473,11 @@ struct PartTools {
 // for a mixed job at the step's read share.
 Status PrepareFio(const Options& o, const EngineCounters& wc, const std::vector<std::string>& nvme_dirs,
                   PartTools& tools) {
-  // Of the optimizer's bytes per parameter: master, m, v 12 read and 12 written.
+  // Of the optimizer's bytes per parameter: master, m, v 12 read and 12
+  // written; the gradient (one micro-batch) 4 written and 4 read.
   const double opt_read_share = 0.5;
-  const double step_read_bytes =
-      static_cast<double>(wc.nvme_read_bytes) + opt_read_share * static_cast<double>(wc.optimizer_nvme_bytes);
+  const double step_read_bytes = static_cast<double>(wc.nvme_read_bytes) +
+                                 opt_read_share * static_cast<double>(wc.optimizer_nvme_bytes + wc.gradient_nvme_bytes);
   if (NvmeBytes(wc) > 0) {
     tools.read_percent = static_cast<int>(std::lround(100.0 * step_read_bytes / static_cast<double>(NvmeBytes(wc))));
   }
@@ -707,6 +710,7 @@ nlohmann::ordered_json PerStepJson(const Summary& s) {
   moved["nvme_param_read_bytes"] = med([](const Sample& x) { return double(x.c.nvme_read_bytes); });
   moved["nvme_param_write_bytes"] = med([](const Sample& x) { return double(x.c.nvme_write_bytes); });
   moved["nvme_optimizer_bytes"] = med([](const Sample& x) { return double(x.c.optimizer_nvme_bytes); });
+  moved["nvme_gradient_bytes"] = med([](const Sample& x) { return double(x.c.gradient_nvme_bytes); });
   moved["h2d_bytes"] = med([](const Sample& x) { return double(x.c.h2d_bytes); });
   moved["d2h_bytes"] = med([](const Sample& x) { return double(x.c.d2h_bytes); });
   moved["fetches"] = med([](const Sample& x) { return double(x.c.fetches); });

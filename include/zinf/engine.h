@@ -127,6 +127,7 @@ struct EngineCounters {
   int64_t nvme_read_bytes = 0;       // parameter shards read (ParamSwapper)
   int64_t nvme_write_bytes = 0;      // parameter shards written
   int64_t optimizer_nvme_bytes = 0;  // optimizer state read + written
+  int64_t gradient_nvme_bytes = 0;   // fp32 gradient to and from NVMe (optimizer on nvme)
   int64_t h2d_bytes = 0;             // shard copies to the device
   int64_t d2h_bytes = 0;             // gradient shards to pinned memory
   int64_t allgather_bytes = 0;       // full blocks gathered
@@ -190,7 +191,9 @@ class Engine {
   StatusOr<StepResult> Step();
   // Waits for the optimizer update Step started, if any, and returns its
   // error. Call it after the last Step of a run: an update that fails after
-  // the last forward pass is otherwise only noticed by a later call.
+  // the last forward pass is otherwise only noticed by a later call. With
+  // the optimizer on NVMe it also waits for the gradient writes
+  // ReduceGradients left in flight.
   Status WaitForUpdate();
 
   // The fp32 master weights of a block, one host array per tensor (numel

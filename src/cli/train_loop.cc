@@ -72,17 +72,18 @@ StatusOr<TrainSummary> RunTraining(model::Trainer& trainer, const TrainRun& run)
       window.clear();
       if (out) {
         const EngineCounters& c = r.engine;
-        std::fprintf(out,
-                     "step %6lld/%lld  loss %.4f  lr %.2e  |g| %.3f%s  %s tok/s  step %.3f s: compute %.3f, "
-                     "wait nvme %.3f pcie %.3f comm %.3f optim %.3f  moved: nvme r %s w %s, optim %s, h2d %s, d2h %s\n",
-                     static_cast<long long>(trainer.step()), static_cast<long long>(run.steps), mean, r.lr, r.grad_norm,
-                     r.applied ? "" : " (overflow: skipped)",
-                     FormatCount(static_cast<int64_t>(tok_per_s.back())).c_str(), r.seconds, r.compute_seconds,
-                     static_cast<double>(c.nvme_wait_ns) / 1e9, static_cast<double>(c.fetch_wait_ns) / 1e9,
-                     static_cast<double>(c.allgather_ns + c.reduce_scatter_ns) / 1e9,
-                     static_cast<double>(c.optimizer_ns) / 1e9, FormatBytes(c.nvme_read_bytes).c_str(),
-                     FormatBytes(c.nvme_write_bytes).c_str(), FormatBytes(c.optimizer_nvme_bytes).c_str(),
-                     FormatBytes(c.h2d_bytes).c_str(), FormatBytes(c.d2h_bytes).c_str());
+        std::fprintf(
+            out,
+            "step %6lld/%lld  loss %.4f  lr %.2e  |g| %.3f%s  %s tok/s  step %.3f s: compute %.3f, "
+            "wait nvme %.3f pcie %.3f comm %.3f optim %.3f  moved: nvme r %s w %s, optim %s, grad %s, h2d %s, d2h %s\n",
+            static_cast<long long>(trainer.step()), static_cast<long long>(run.steps), mean, r.lr, r.grad_norm,
+            r.applied ? "" : " (overflow: skipped)", FormatCount(static_cast<int64_t>(tok_per_s.back())).c_str(),
+            r.seconds, r.compute_seconds, static_cast<double>(c.nvme_wait_ns) / 1e9,
+            static_cast<double>(c.fetch_wait_ns) / 1e9, static_cast<double>(c.allgather_ns + c.reduce_scatter_ns) / 1e9,
+            static_cast<double>(c.optimizer_ns) / 1e9, FormatBytes(c.nvme_read_bytes).c_str(),
+            FormatBytes(c.nvme_write_bytes).c_str(), FormatBytes(c.optimizer_nvme_bytes).c_str(),
+            FormatBytes(c.gradient_nvme_bytes).c_str(), FormatBytes(c.h2d_bytes).c_str(),
+            FormatBytes(c.d2h_bytes).c_str());
       }
     }
     const bool save_now =

@@ -252,9 +252,50 @@ Status OptimizerSwapper::ReadMaster(int64_t begin, int64_t count, float* dst) {
   return Status::Ok();
 }
 
+Status OptimizerSwapper::WriteMaster(int64_t begin, int64_t count, const float* src) {
+  if (begin < 0 || count < 0 || begin > options_.total_elems - count) {
+    return Status::InvalidArgument("optimizer swapper: WriteMaster range [" + std::to_string(begin) + ", +" +
+                                   std::to_string(count) + ") outside " + std::to_string(options_.total_elems));
+  }
+  if (count == 0) return Status::Ok();
+  DropPrefetch();  // the state changes, and slot 0's buffers are used below
+  ZINF_RETURN_IF_ERROR(Drain(Status::Ok()));
+  master_set_.resize(static_cast<size_t>(num_sub_groups_), false);
+  const int64_t first = begin / options_.sub_group_elems;
+  const int64_t last = (begin + count - 1) / options_.sub_group_elems;
+  for (int64_t k = first; k <= last; ++k) {
+    const int64_t k0 = sub_group_begin(k), n = sub_group_elems(k);
+    const int64_t lo = std::max(begin, k0), hi = std::min(begin + count, k0 + n);
+    const bool whole = lo == k0 && hi == k0 + n;
+    const bool set = master_set_[static_cast<size_t>(k)];
+    float* buf = store_ ? reinterpret_cast<float*>(slots_[0].buffers[0].data()) : Resident(kMaster, k);
+    const size_t bytes = static_cast<size_t>(store_ ? store_->PaddedBytes(n * 4) : n * 4);
+    if (!whole && set && store_) {
+      ZINF_ASSIGN_OR_RETURN(SwapHandle h, store_->SwapIn(Tensor(kMaster, k), buf));
+      ZINF_RETURN_IF_ERROR(store_->Wait(h));
+    } else if (!set || store_) {
+      std::memset(buf, 0, bytes);  // unset elements (and a swap buffer's padding) are zero
+    }
+    std::memcpy(buf + (lo - k0), src + (lo - begin), static_cast<size_t>(hi - lo) * sizeof(float));
+    if (store_) {
+      ZINF_ASSIGN_OR_RETURN(SwapHandle h, store_->SwapOut(Tensor(kMaster, k), buf));
+      ZINF_RETURN_IF_ERROR(store_->Wait(h));
+    }
+    master_set_[static_cast<size_t>(k)] = true;
+  }
+  return Status::Ok();
+}
+
+Status OptimizerSwapper::ZeroMoments() {
+  ZINF_RETURN_IF_ERROR(CopyIn(kExpAvg, nullptr));
+  ZINF_RETURN_IF_ERROR(CopyIn(kExpAvgSq, nullptr));
+  return options_.gradients_in_store ? CopyIn(kGrad, nullptr) : Status::Ok();
+}
+
 Status OptimizerSwapper::Initialize(const float* master) {
   if (master == nullptr) return Status::InvalidArgument("optimizer swapper: Initialize needs master weights");
   ZINF_RETURN_IF_ERROR(CopyIn(kMaster, master));
+  master_set_.assign(static_cast<size_t>(num_sub_groups_), true);
   ZINF_RETURN_IF_ERROR(CopyIn(kExpAvg, nullptr));
   ZINF_RETURN_IF_ERROR(CopyIn(kExpAvgSq, nullptr));
   return options_.gradients_in_store ? CopyIn(kGrad, nullptr) : Status::Ok();
@@ -282,10 +323,11 @@ Status OptimizerSwapper::ReadState(float* master, float* exp_avg, float* exp_avg
 // ---------------------------------------------------------------------------
 // The pipelined step
 
-Status OptimizerSwapper::StartRead(Slot& slot, int64_t k) {
+Status OptimizerSwapper::StartRead(Slot& slot, int64_t k, bool with_grad) {
   ZINF_RETURN_IF_ERROR(FinishWrite(slot));  // the slot's last sub-group must be on disk first
   slot.sub_group = k;
   for (int a = 0; a < arrays(); ++a) {
+    if (a == kGrad && !with_grad) continue;
     auto h = store_->SwapIn(Tensor(a, k), slot.buffers[static_cast<size_t>(a)].data());
     if (!h.ok()) {
       // No half-started slot: EnsureRead would take it for one under way.
@@ -298,7 +340,12 @@ Status OptimizerSwapper::StartRead(Slot& slot, int64_t k) {
 }
 
 Status OptimizerSwapper::EnsureRead(Slot& slot, int64_t k) {
-  if (slot.sub_group == k && slot.reads[kMaster].valid()) return Status::Ok();
+  if (slot.sub_group == k && slot.reads[kMaster].valid()) {
+    if (!options_.gradients_in_store || slot.reads[kGrad].valid()) return Status::Ok();
+    // Prefetched without the gradient, which may have changed since.
+    ZINF_ASSIGN_OR_RETURN(slot.reads[kGrad], store_->SwapIn(Tensor(kGrad, k), slot.buffers[kGrad].data()));
+    return Status::Ok();
+  }
   return StartRead(slot, k);
 }
 
@@ -307,7 +354,11 @@ Status OptimizerSwapper::PrefetchStep() {
   // One sub-group per slot: before a Step no write holds any of them, and
   // Step's EnsureRead finds each one under way when it gets there.
   const int64_t ahead = static_cast<int64_t>(slots_.size());
-  for (int64_t k = 0; k < std::min(ahead, num_sub_groups_); ++k) ZINF_RETURN_IF_ERROR(EnsureRead(SlotOf(k), k));
+  for (int64_t k = 0; k < std::min(ahead, num_sub_groups_); ++k) {
+    Slot& slot = SlotOf(k);
+    if (slot.sub_group == k && slot.reads[kMaster].valid()) continue;  // under way
+    ZINF_RETURN_IF_ERROR(StartRead(slot, k, /*with_grad=*/false));
+  }
   return Status::Ok();
 }
 

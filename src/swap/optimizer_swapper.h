@@ -13,10 +13,10 @@
 // of the first sub-groups while later ones are still being stepped).
 //
 // Gradients. With gradients_in_store (the default) the fp32 gradient is a
-// fourth array of the state, set by SetGradients and read back by Step; a
-// caller that holds the gradient in RAM anyway (the engine's accumulator)
-// turns it off and hands the gradient to Step, which saves writing and
-// reading 8 bytes per element each step. Each sub-group in flight holds one
+// fourth array of the state, set by SetGradients (or range by range through
+// a GradientWindow, as the engine does on NVMe) and read back by Step; a
+// caller that holds the gradient in RAM anyway (the engine's accumulator
+// with the state in RAM) turns it off and hands the gradient to Step. Each sub-group in flight holds one
 // pinned buffer per array read (master, m, v and, in the store, the
 // gradient), so the pipeline needs arrays * (1 + pipeline_read +
 // pipeline_write) buffers of PaddedBytes(sub_group_elems * 4) bytes from
@@ -141,10 +141,22 @@ class OptimizerSwapper {
   int64_t sub_group_elems(int64_t k) const;
   // The store holding the state (kNvme), for checkpoints; null with kCpu.
   SwapStore* store() const { return store_.get(); }
+  bool gradients_in_store() const { return options_.gradients_in_store; }
+  // The store's tensor of sub-group k's gradient, for a caller that fills it
+  // range by range (GradientWindow). Precondition: kNvme with
+  // gradients_in_store; not while Step runs.
+  TensorId GradientTensor(int64_t k) const { return Tensor(kGrad, k); }
 
   // Sets the master weights from `master` (total_elems fp32) and zeroes m,
   // v and (when stored) the gradient.
   Status Initialize(const float* master);
+  // The initial state streamed in instead of a whole-shard array: master
+  // weights [begin, begin + count) from `src` (any order, any ranges; a
+  // sub-group covered in part is read and rewritten, and its elements no
+  // call has set yet are zero), then ZeroMoments once every element is set.
+  Status WriteMaster(int64_t begin, int64_t count, const float* src);
+  // Zeroes m, v and (when stored) the gradient; the master weights stay.
+  Status ZeroMoments();
   // Sets the fp32 gradient from `grads` (total_elems fp32). Only with
   // gradients_in_store (else kFailedPrecondition).
   Status SetGradients(const float* grads);
@@ -169,9 +181,10 @@ class OptimizerSwapper {
 
   // Starts reading master, m and v of the first sub-groups the next Step
   // walks (one per sub-group of pipeline buffers), so that Step begins on
-  // state already in memory. Reads only, no gradient needed: call it while
-  // no Step runs, e.g. while the last micro-batch's gradient is still being
-  // accumulated. Does nothing when the reads are already under way, or with
+  // state already in memory. Reads only, never the gradient (Step reads a
+  // stored one when it gets there): call it while no Step runs, e.g. while
+  // the last micro-batch's gradient is still being accumulated, in RAM or
+  // into the store. Does nothing when the reads are already under way, or with
   // device kCpu. Initialize, SetGradients, ReadState and ReadMaster drop
   // them first; a caller that changes the state through CheckpointBlobs
   // calls DropPrefetch before.
@@ -198,8 +211,11 @@ class OptimizerSwapper {
   // Moves `array` of every sub-group between the state and a caller array.
   Status CopyIn(int array, const float* src);  // src null: zeros
   Status CopyOut(int array, float* dst);
-  Status StartRead(Slot& slot, int64_t k);
-  // StartRead unless the slot's reads of sub-group k are under way (PrefetchStep).
+  // Reads sub-group k's arrays into the slot; `with_grad` false leaves a
+  // stored gradient out (PrefetchStep).
+  Status StartRead(Slot& slot, int64_t k, bool with_grad = true);
+  // StartRead unless the slot's reads of sub-group k are under way
+  // (PrefetchStep: then only a stored gradient's read is started).
   Status EnsureRead(Slot& slot, int64_t k);
   Slot& SlotOf(int64_t k) { return slots_[static_cast<size_t>(k) % slots_.size()]; }
   Status FinishRead(Slot& slot);
@@ -213,6 +229,7 @@ class OptimizerSwapper {
   std::vector<Slot> slots_;                         // kNvme: the pipeline's buffers
   std::unique_ptr<aio::PinnedPool> resident_pool_;  // kCpu
   std::vector<aio::PinnedBuffer> resident_;         // kCpu: [k * arrays() + array]
+  std::vector<bool> master_set_;                    // per sub-group: master holds values (WriteMaster, Initialize)
 };
 
 }  // namespace zinf::swap

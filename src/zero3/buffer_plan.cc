@@ -6,6 +6,7 @@
 #include <map>
 
 #include "core/units.h"
+#include "swap/gradient_window.h"
 #include "zero3/partitioner.h"
 
 namespace zinf::zero3 {
@@ -141,8 +142,13 @@ Status PlanOptimizer(const Config& config, int64_t total, BufferPlan& p) {
   if (oo.device == OffloadDevice::kNone) oo.device = OffloadDevice::kCpu;  // CPU Adam on RAM-resident state
   oo.sub_group_elems = std::min(oo.sub_group_elems, total);
   oo.prefix = "optim";
+  // On NVMe the fp32 gradient lives beside master, m and v (filled through
+  // the gradient window), not in a whole-shard RAM accumulator. The fit
+  // sees its fourth array; the window follows the fitted sub-group.
+  oo.gradients_in_store = oo.device == OffloadDevice::kNvme;
   std::string note = FitOptimizerPipeline(oo);
   if (!note.empty()) p.fitted.push_back(std::move(note));
+  p.grad_window = swap::GradientWindow::PoolOptions(oo, zero.offload_optimizer.pin_memory);
   p.num_sub_groups = swap::OptimizerSwapper::NumSubGroups(oo);
   p.optimizer_resident = swap::OptimizerSwapper::ResidentPoolOptions(oo);
   p.optimizer_pipeline = NoPool("optimizer pipeline");
@@ -155,8 +161,8 @@ Status PlanOptimizer(const Config& config, int64_t total, BufferPlan& p) {
     po.require_pinned = false;
     po.huge_pages = false;
     po.numa_node = -1;
-    // A tensor per array and sub-group: master, m, v, and the gradient only
-    // when it is kept in the store (the engine's stays in RAM).
+    // A tensor per array and sub-group: master, m, v, and the gradient when
+    // it is kept in the store.
     const size_t per_group = oo.gradients_in_store ? 4 : 3;
     std::vector<int64_t> arrays;
     for (int64_t k = 0; k < p.num_sub_groups; ++k) {
@@ -329,11 +335,11 @@ StatusOr<BufferPlan> MakeBufferPlan(const Config& config, const std::vector<Bloc
   ZINF_RETURN_IF_ERROR(PlanParamHome(config, part, p));
   ZINF_RETURN_IF_ERROR(PlanOptimizer(config, total, p));
   PlanCheckpoints(p);
-  p.grad_accumulator = OneBuffer(total * 4, true, "grad accumulator");
+  p.grad_accumulator =
+      p.optimizer.gradients_in_store ? NoPool("grad accumulator") : OneBuffer(total * 4, true, "grad accumulator");
   p.new_params = OneBuffer(total * p.param_elem_bytes, true, "new params");
   // The gradient shard as it comes off the device, and its fp32 cast behind it.
   p.grad_staging = OneBuffer(p.max_shard_elems * 8, true, "grad staging");
-  p.init_master_bytes = total * 4;
   p.grad_flat_bytes = p.max_padded_elems * p.grad_elem_bytes;
   // One rank: the reduce-scatter is the identity, and the shard is the flat buffer.
   p.grad_shard_bytes = world_size > 1 ? p.max_shard_elems * p.grad_elem_bytes : 0;
@@ -378,18 +384,22 @@ std::vector<BufferItem> BufferPlan::Items() const {
                                std::to_string(num_sub_groups) + " sub-group(s))");
   pool(optimizer_pipeline, "optimizer pipeline buffers (" + std::to_string(optimizer_pipeline.buffer_count) +
                                " x one fp32 sub-group of " + Elems(optimizer.sub_group_elems) +
-                               ": master, m, v of the sub-groups in flight)");
+                               (optimizer.gradients_in_store ? ": master, m, v and gradient" : ": master, m, v") +
+                               " of the sub-groups in flight)");
   pool(grad_accumulator, "fp32 gradient accumulator (whole shard)");
+  pool(grad_window, "gradient window (" + std::to_string(grad_window.buffer_count) + " x one fp32 sub-group of " +
+                        Elems(optimizer.sub_group_elems) + ": the gradient accumulated on NVMe)");
   pool(new_params, "new-parameter buffer (whole shard, working type)");
   pool(grad_staging, "gradient staging (largest shard)");
   pool(checkpoint_buffers, "checkpoint buffers (2, made at the first save or load)");
-  add(BufferTier::kPageable, "initial fp32 master weights (until the first step)", init_master_bytes,
-      /*transient=*/true);
 
   // NVMe.
   add(BufferTier::kNvme, (param_elem_bytes == 4 ? "fp32" : "16-bit") + std::string(" parameter swap file(s)"),
       param_swap_file_bytes);
-  add(BufferTier::kNvme, "optimizer swap file(s) (master, m, v)", optimizer_swap_file_bytes);
+  add(BufferTier::kNvme,
+      optimizer.gradients_in_store ? "optimizer swap file(s) (master, m, v, gradient)"
+                                   : "optimizer swap file(s) (master, m, v)",
+      optimizer_swap_file_bytes);
   return items;
 }
 
@@ -403,8 +413,9 @@ int64_t BufferPlan::TierBytes(BufferTier tier, bool with_transient) const {
 
 int64_t BufferPlan::host_fixed_bytes() const {
   int64_t sum = 0;
-  for (const aio::PinnedPoolOptions* o : {&param_home_host, &param_swap_buffers, &optimizer_pipeline,
-                                          &optimizer_resident, &grad_accumulator, &new_params, &grad_staging}) {
+  for (const aio::PinnedPoolOptions* o :
+       {&param_home_host, &param_swap_buffers, &optimizer_pipeline, &optimizer_resident, &grad_accumulator,
+        &grad_window, &new_params, &grad_staging}) {
     if (o->buffer_count > 0) sum += aio::PinnedPool::MappedBytes(*o);
   }
   return sum;

@@ -105,10 +105,14 @@ struct BufferPlan {
   aio::PinnedPoolOptions optimizer_resident;  // kCpu: master, m, v per sub-group, made by the swapper
 
   // Host buffers of the whole shard or of the largest shard (pinned).
-  aio::PinnedPoolOptions grad_accumulator;  // fp32 gradient of the rank shard
-  aio::PinnedPoolOptions new_params;        // the update's new working parameters (param_type)
-  aio::PinnedPoolOptions grad_staging;      // a gradient shard off the device, and its fp32 cast
-  int64_t init_master_bytes = 0;            // fp32 initial weights (pageable) until the first Acquire
+  aio::PinnedPoolOptions grad_accumulator;  // fp32 gradient of the rank shard (not with the optimizer on NVMe)
+  // Optimizer on NVMe: the gradient accumulates in the optimizer's store
+  // (optimizer.gradients_in_store) through swap::GradientWindow's buffers.
+  aio::PinnedPoolOptions grad_window;
+  aio::PinnedPoolOptions new_params;  // the update's new working parameters (param_type)
+  // A gradient shard off the device and its fp32 cast; at start-up, a
+  // shard's initial fp32 values on their way into the optimizer state.
+  aio::PinnedPoolOptions grad_staging;
 
   // Device gradient buffers.
   int64_t grad_flat_bytes = 0;   // the largest block's gradient, flat (grad_type)
@@ -136,7 +140,7 @@ struct BufferPlan {
   // NVMe swap files of this rank, headers and whole stripes included, over
   // all paths of the section (one file per path).
   int64_t param_swap_file_bytes = 0;      // kNvme parameters
-  int64_t optimizer_swap_file_bytes = 0;  // kNvme optimizer: master, m, v
+  int64_t optimizer_swap_file_bytes = 0;  // kNvme optimizer: master, m, v, gradient
 
   // Every item above with its footprint (those not allocated left out).
   std::vector<BufferItem> Items() const;
@@ -147,7 +151,7 @@ struct BufferPlan {
   int64_t device_fixed_bytes() const;
   // Host bytes the Engine's pools map once Create returns: the parameter
   // home or swap buffers, the optimizer's pipeline or resident state, the
-  // gradient accumulator, the new parameters and the staging (the
+  // gradient accumulator or window, the new parameters and the staging (the
   // checkpoint buffers come at the first save or load).
   int64_t host_fixed_bytes() const;
   // Persistent blocks and the window: what gathered blocks take at most.

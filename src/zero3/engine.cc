@@ -23,6 +23,7 @@ constexpr int64_t EngineCounters::*kCumulativeCounters[] = {
     &EngineCounters::nvme_read_bytes,
     &EngineCounters::nvme_write_bytes,
     &EngineCounters::optimizer_nvme_bytes,
+    &EngineCounters::gradient_nvme_bytes,
     &EngineCounters::h2d_bytes,
     &EngineCounters::d2h_bytes,
     &EngineCounters::allgather_bytes,
@@ -87,7 +88,12 @@ Status Engine::SetParameters(BlockId block, const std::vector<const float*>& val
     return Status::InvalidArgument("engine: block '" + m.name(block) + "' has " + std::to_string(l.tensors.size()) +
                                    " tensors, got " + std::to_string(values.size()) + " arrays");
   }
-  m.partitioner->ExtractShard(block, values, m.init_master.data() + l.rank_offset);
+  // Straight into the optimizer's master weights (RAM or NVMe), through
+  // the gradient staging window: no whole-shard copy of the initial values.
+  float* shard = reinterpret_cast<float*>(m.staging.data());
+  m.partitioner->ExtractShard(block, values, shard);
+  ZINF_RETURN_IF_ERROR(m.optimizer->WriteMaster(l.rank_offset, l.shard_numel, shard)
+                           .WithContext("engine: initial values of block '" + m.name(block) + "'"));
   m.params_set[static_cast<size_t>(block)] = true;
   return Status::Ok();
 }
@@ -133,15 +139,23 @@ Status Engine::ReduceGradients(BlockId block, const std::vector<const void*>& gr
     g = g32;
   }
   const float scale = 1.0f / static_cast<float>(m.partitioner->world_size() * m.config.gradient_accumulation_steps);
-  float* acc = reinterpret_cast<float*>(m.accum.data()) + l.rank_offset;
-  ZINF_RETURN_IF_ERROR(optim::AddScaled(*m.threads, g, scale, acc, l.shard_numel));
+  const bool last = (m.micro_steps + 1) % m.config.gradient_accumulation_steps == 0;
+  if (m.grad_window) {
+    // Into the optimizer's store; the writes go on under the next block's
+    // backward, and Step waits for them.
+    const int64_t before = m.grad_window->nvme_bytes();
+    Status s = m.grad_window->Add(l.rank_offset, l.shard_numel, g, scale, last);
+    m.counters.gradient_nvme_bytes += m.grad_window->nvme_bytes() - before;
+    ZINF_RETURN_IF_ERROR(s.WithContext("engine: gradient of block '" + m.name(block) + "'"));
+  } else {
+    float* acc = reinterpret_cast<float*>(m.accum.data()) + l.rank_offset;
+    ZINF_RETURN_IF_ERROR(optim::AddScaled(*m.threads, g, scale, acc, l.shard_numel));
+  }
   // The last micro-batch before an optimizer step: its first sub-groups'
   // state is read now, under the rest of the backward pass, not after it.
   // Best effort: the gradient is already accumulated, so an error here is
   // left to the step, which reads again and reports it.
-  if ((m.micro_steps + 1) % m.config.gradient_accumulation_steps == 0 && !m.optimizer->PrefetchStep().ok()) {
-    m.optimizer->DropPrefetch();
-  }
+  if (last && !m.optimizer->PrefetchStep().ok()) m.optimizer->DropPrefetch();
   return Status::Ok();
 }
 
@@ -163,7 +177,15 @@ StatusOr<StepResult> Engine::Step() {
   return r;
 }
 
-Status Engine::WaitForUpdate() { return impl_->FinishUpdate(); }
+Status Engine::WaitForUpdate() {
+  Impl& m = *impl_;
+  ZINF_RETURN_IF_ERROR(m.FinishUpdate());
+  if (!m.grad_window) return Status::Ok();
+  const int64_t before = m.grad_window->nvme_bytes();
+  Status s = m.grad_window->Flush();
+  m.counters.gradient_nvme_bytes += m.grad_window->nvme_bytes() - before;
+  return s.WithContext("engine: the accumulated gradient");
+}
 
 Status Engine::GetMasterParameters(BlockId block, const std::vector<float*>& out) {
   Impl& m = *impl_;
@@ -219,21 +241,26 @@ Status Engine::Impl::Commit() {
   if (!missing.empty()) {
     return Status::FailedPrecondition("engine: SetParameters was not called for block(s) " + missing);
   }
-  ZINF_RETURN_IF_ERROR(optimizer->Initialize(init_master.data()));
-  ZINF_RETURN_IF_ERROR(WriteHomeFromMaster(init_master.data()));
-  std::vector<float>().swap(init_master);
+  ZINF_RETURN_IF_ERROR(optimizer->ZeroMoments());  // the master weights came with SetParameters
+  ZINF_RETURN_IF_ERROR(WriteHomeFromMaster());
   committed = true;
   return Status::Ok();
 }
 
-// The working parameters of the whole shard from fp32 master weights, in
-// new_params and at their home tier.
-Status Engine::Impl::WriteHomeFromMaster(const float* master) {
-  const int64_t total = partitioner->total_shard_numel();
-  if (param_type == ElementType::kF32) {
-    std::memcpy(new_params.data(), master, static_cast<size_t>(total * 4));
-  } else {
-    ZINF_RETURN_IF_ERROR(optim::CastFromF32(*threads, isa, master, param_type, new_params.data(), total));
+// The working parameters of the whole shard from the optimizer's fp32
+// master weights, in new_params and at their home tier: block by block
+// through the staging window (no whole-shard fp32 copy).
+Status Engine::Impl::WriteHomeFromMaster() {
+  auto* master = reinterpret_cast<float*>(staging.data());
+  for (BlockId b = 0; b < partitioner->num_blocks(); ++b) {
+    const zero3::BlockLayout& l = layout(b);
+    ZINF_RETURN_IF_ERROR(optimizer->ReadMaster(l.rank_offset, l.shard_numel, master));
+    char* dst = new_params.data() + l.rank_offset * param_es;
+    if (param_type == ElementType::kF32) {
+      std::memcpy(dst, master, static_cast<size_t>(l.shard_numel * 4));
+    } else {
+      ZINF_RETURN_IF_ERROR(optim::CastFromF32(*threads, isa, master, param_type, dst, l.shard_numel));
+    }
   }
   return home->WriteAll(new_params.data());
 }
@@ -271,10 +298,25 @@ Status Engine::Impl::CopyGradientToHost(BlockId b, const std::vector<const void*
 
 // At a gradient-accumulation boundary: the global norm, the loss scale, and
 // the update started (or skipped on an fp16 overflow).
+//
+// The sum of squares is taken per optimizer sub-group and added in
+// sub-group order on every tier (swap::SumSquaresBySubGroup; the gradient
+// window takes the same sums as it writes the last micro-batch's values),
+// so the norm, the overflow check and the clip factor agree bit for bit.
 StatusOr<StepResult> Engine::Impl::ApplyStep(StepResult r) {
   const int64_t total = partitioner->total_shard_numel();
   float* acc = reinterpret_cast<float*>(accum.data());
-  ZINF_ASSIGN_OR_RETURN(double sum_squares, optim::SumSquares(*threads, isa, acc, ElementType::kF32, total));
+  double sum_squares = 0.0;
+  if (grad_window) {
+    const int64_t before = grad_window->nvme_bytes();
+    auto sq = grad_window->Finish();  // every gradient write is on NVMe after this
+    counters.gradient_nvme_bytes += grad_window->nvme_bytes() - before;
+    ZINF_RETURN_IF_ERROR(sq.status().WithContext("engine: the accumulated gradient"));
+    sum_squares = *sq;
+  } else {
+    ZINF_ASSIGN_OR_RETURN(sum_squares,
+                          swap::SumSquaresBySubGroup(*threads, isa, acc, total, plan.optimizer.sub_group_elems));
+  }
   ZINF_RETURN_IF_ERROR(
       host_comm->AllReduce(&sum_squares, &sum_squares, 1, ElementType::kF64, comm::ReduceOp::kSum, nullptr));
   optim::GradNormAccumulator norm;
@@ -291,16 +333,18 @@ StatusOr<StepResult> Engine::Impl::ApplyStep(StepResult r) {
         optim::GradScaleFactor(r.grad_norm, config.fp16.enabled ? r.loss_scale : 1.0, config.gradient_clipping);
     r.lr = args.lr;
     if (optimizer->store() != nullptr) {
-      // Master, m and v read and written; the gradient comes from RAM.
+      // Master, m and v read and written; the gradient read (its writes
+      // during the backward are in gradient_nvme_bytes).
       counters.optimizer_nvme_bytes += total * 4 * (3 + 3);
+      counters.gradient_nvme_bytes += total * 4;
     }
     // The update runs under the next forward pass; it zeroes the gradient.
     ZINF_RETURN_IF_ERROR(StartUpdate(args));
     ++applied_steps;
     schedule->Step();
     r.applied = true;
-  } else {
-    std::memset(acc, 0, static_cast<size_t>(total * 4));
+  } else if (acc != nullptr) {
+    std::memset(acc, 0, static_cast<size_t>(total * 4));  // (the window starts the next cycle from zero)
   }
   grads_pending = false;
   coordinator->OnStepEnd();
@@ -322,14 +366,14 @@ Status Engine::Impl::StartUpdate(const optim::AdamStepArgs& args) {
 
 // The worker's body: the sub-group walk, publishing each sub-group's end.
 Status Engine::Impl::RunUpdate(const optim::AdamStepArgs& args, zero3::UpdateWorker::Progress& progress) {
-  float* acc = reinterpret_cast<float*>(accum.data());
+  float* acc = reinterpret_cast<float*>(accum.data());  // null: the gradient is in the optimizer's store
   swap::StepIo sio;
   sio.params = new_params.data();
   sio.params_dtype = param_type;
   sio.grads = acc;
   sio.on_sub_group = [&](int64_t k) {
     const int64_t begin = optimizer->sub_group_begin(k), n = optimizer->sub_group_elems(k);
-    std::memset(acc + begin, 0, static_cast<size_t>(n) * sizeof(float));
+    if (acc != nullptr) std::memset(acc + begin, 0, static_cast<size_t>(n) * sizeof(float));
     progress.Publish(begin + n);
     return Status::Ok();
   };

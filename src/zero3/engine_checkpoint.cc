@@ -48,7 +48,7 @@ StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(const std::s
   if (!m.committed) {
     // Nothing to initialise from: the checkpoint is the initial state. The
     // gradient arrays start at zero; master, m and v are overwritten below.
-    ZINF_RETURN_IF_ERROR(m.optimizer->Initialize(m.init_master.data()));
+    ZINF_RETURN_IF_ERROR(m.optimizer->ZeroMoments());
   }
   m.gathered->DropAll();
   ZINF_RETURN_IF_ERROR(m.stream->Synchronize());
@@ -58,14 +58,12 @@ StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(const std::s
 
   // The working parameters at their home tier follow from the master weights.
   const int64_t total = m.partitioner->total_shard_numel();
-  std::vector<float> master(static_cast<size_t>(total));
-  ZINF_RETURN_IF_ERROR(m.optimizer->ReadState(master.data(), nullptr, nullptr, nullptr));
-  ZINF_RETURN_IF_ERROR(m.WriteHomeFromMaster(master.data()));
-  std::memset(m.accum.data(), 0, static_cast<size_t>(total * 4));
+  ZINF_RETURN_IF_ERROR(m.WriteHomeFromMaster());
+  if (m.accum.data() != nullptr) std::memset(m.accum.data(), 0, static_cast<size_t>(total * 4));
+  if (m.grad_window) m.grad_window->Reset();
   std::fill(m.params_set.begin(), m.params_set.end(), true);
   std::fill(m.stale.begin(), m.stale.end(), false);
   m.update_failed = Status::Ok();
-  std::vector<float>().swap(m.init_master);
   m.committed = true;
   m.applied_steps = progress.applied_steps;
   m.micro_steps = progress.micro_steps;

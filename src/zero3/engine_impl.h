@@ -16,6 +16,11 @@
 // Step, checkpoints, GetMasterParameters) first waits for the whole update
 // (FinishUpdate), which is also where an error from the worker surfaces.
 //
+// With the optimizer state on NVMe there is no accumulator: ReduceGradients
+// adds each block's gradient shard into the optimizer's store through the
+// GradientWindow (writes overlapping the next block's backward), and Step
+// ends the cycle there (GradientWindow::Finish) before the update reads it.
+//
 // Thread-safety: the driving thread only, except what the worker's body
 // touches (optimizer, adam and its threads, accum, new_params, param_type)
 // between UpdateWorker::Start and Join: declared before `update`, so
@@ -36,6 +41,7 @@
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/thread_pool.h"
+#include "swap/gradient_window.h"
 #include "swap/optimizer_swapper.h"
 #include "zero3/buffer_plan.h"
 #include "zero3/engine_hooks.h"
@@ -64,7 +70,7 @@ struct Engine::Impl {
   // Steps of the public methods (engine.cc).
   Status CheckBlock(BlockId b) const;
   Status Commit();
-  Status WriteHomeFromMaster(const float* master);
+  Status WriteHomeFromMaster();
   Status StartUpdate(const optim::AdamStepArgs& args);
   Status RunUpdate(const optim::AdamStepArgs& args, zero3::UpdateWorker::Progress& progress);
   StatusOr<bool> RefreshHome(BlockId b, bool wait);
@@ -108,11 +114,14 @@ struct Engine::Impl {
   std::unique_ptr<zero3::GatherCache> gathered;
   std::unique_ptr<aio::PinnedPool> optim_pool;  // optimizer pipeline (nvme)
   std::unique_ptr<swap::OptimizerSwapper> optimizer;
+  // Optimizer on NVMe: the gradient accumulates in its store through this
+  // window (gradient_window.h) and `accum` is not allocated.
+  std::unique_ptr<aio::PinnedPool> grad_window_pool;
+  std::unique_ptr<swap::GradientWindow> grad_window;
 
-  // Host windows: the fp32 gradient accumulator, the new working parameters
-  // the update writes, the gradient shard staging.
+  // Host windows: the fp32 gradient accumulator (optimizer in RAM), the new
+  // working parameters the update writes, the gradient shard staging.
   zero3::HostWindow accum, new_params, staging;
-  std::vector<float> init_master;  // until the first Acquire
   bool committed = false;
   std::vector<bool> params_set;
 

@@ -6,8 +6,9 @@
 // gathered block per live block (allocated at fetch, freed at eviction:
 // their number is bounded by max_live, not by the model) plus one gradient
 // flat buffer and one gradient shard buffer of the largest block; pinned RAM
-// holds the fp32 gradient accumulator, the new-parameter buffer the
-// optimizer writes into, and a staging buffer for gradient shards.
+// holds the fp32 gradient accumulator (or, with the optimizer on NVMe, the
+// gradient window into its store), the new-parameter buffer the optimizer
+// writes into, and a staging buffer for gradient shards.
 #include <algorithm>
 #include <cstring>
 
@@ -138,8 +139,10 @@ Status Engine::Impl::InitOptimizerState() {
 }
 
 Status Engine::Impl::InitBuffers() {
-  ZINF_ASSIGN_OR_RETURN(accum, zero3::HostWindow::Create(plan.grad_accumulator));
-  std::memset(accum.data(), 0, static_cast<size_t>(plan.total_shard_elems * 4));
+  if (plan.grad_accumulator.buffer_count > 0) {
+    ZINF_ASSIGN_OR_RETURN(accum, zero3::HostWindow::Create(plan.grad_accumulator));
+    std::memset(accum.data(), 0, static_cast<size_t>(plan.total_shard_elems * 4));
+  }
   ZINF_ASSIGN_OR_RETURN(new_params, zero3::HostWindow::Create(plan.new_params));
   ZINF_ASSIGN_OR_RETURN(staging, zero3::HostWindow::Create(plan.grad_staging));
   ZINF_ASSIGN_OR_RETURN(grad_flat, device->Allocate(static_cast<size_t>(plan.grad_flat_bytes)));
@@ -147,7 +150,6 @@ Status Engine::Impl::InitBuffers() {
   if (plan.grad_shard_bytes > 0) {
     ZINF_ASSIGN_OR_RETURN(grad_shard, device->Allocate(static_cast<size_t>(plan.grad_shard_bytes)));
   }
-  init_master.assign(static_cast<size_t>(plan.init_master_bytes / 4), 0.0f);
   return Status::Ok();
 }
 
@@ -164,6 +166,11 @@ Status Engine::Impl::InitOptimizer() {
   schedule = std::make_unique<optim::LrSchedule>(std::move(s));
   ZINF_ASSIGN_OR_RETURN(optim::LossScaler ls, optim::LossScaler::Create(config.fp16));
   scaler = std::make_unique<optim::LossScaler>(std::move(ls));
+  if (plan.grad_window.buffer_count > 0) {
+    ZINF_ASSIGN_OR_RETURN(grad_window_pool, aio::PinnedPool::Create(plan.grad_window));
+    ZINF_ASSIGN_OR_RETURN(grad_window,
+                          swap::GradientWindow::Create(optimizer.get(), grad_window_pool.get(), threads.get(), isa));
+  }
   return Status::Ok();
 }
 

@@ -443,5 +443,32 @@ TEST_F(OptimizerSwapperTest, ResumeFromCheckpointEqualsUninterruptedTraining) {
   ExpectBitIdentical(a, b);
 }
 
+// The initial master weights streamed in by ranges, in any order and cut
+// across sub-groups, equal Initialize's; ZeroMoments zeroes m and v.
+TEST_F(OptimizerSwapperTest, WriteMasterByRangesEqualsInitialize) {
+  for (OffloadDevice device : {OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+    SCOPED_TRACE(OffloadDeviceName(device));
+    OptimizerSwapperOptions o = Options(device, true, true);
+    auto engine = MakeEngine();
+    auto pool = MakePool(OptimizerSwapper::RequiredBuffers(o) + 1, OptimizerSwapper::RequiredBufferBytes(o, 4096));
+    auto s = OptimizerSwapper::Create(o, engine.get(), pool.get());
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    const std::vector<float> master = RandomFloats(kTotal, 7, 1.0f);
+    // Ascending pieces written in a shuffled order; one written twice.
+    const int64_t cuts[] = {0, 12'345, 29'999, 30'001, 61'000, 90'000, 100'003};
+    for (int i : {3, 0, 5, 1, 4, 2, 3}) {
+      const int64_t b = cuts[i], n = cuts[i + 1] - cuts[i];
+      ASSERT_TRUE((*s)->WriteMaster(b, n, master.data() + b).ok());
+    }
+    ASSERT_TRUE((*s)->ZeroMoments().ok());
+    std::vector<float> got(kTotal), m(kTotal, 1.0f), v(kTotal, 1.0f);
+    ASSERT_TRUE((*s)->ReadState(got.data(), m.data(), v.data(), nullptr).ok());
+    EXPECT_EQ(got, master);
+    EXPECT_EQ(m, std::vector<float>(kTotal, 0.0f));
+    EXPECT_EQ(v, std::vector<float>(kTotal, 0.0f));
+    EXPECT_FALSE((*s)->WriteMaster(kTotal - 1, 2, master.data()).ok());
+  }
+}
+
 }  // namespace
 }  // namespace zinf::swap

@@ -18,6 +18,7 @@
 
 #include "core/units.h"
 #include "model/gpt.h"
+#include "swap/gradient_window.h"
 #include "swap/optimizer_swapper.h"
 #include "swap/param_swapper.h"
 #include "zero3/engine_test_util.h"
@@ -97,7 +98,8 @@ void CheckPlan(const BufferPlan& p, const Config& c, const std::vector<BlockSpec
     EXPECT_EQ(sums[static_cast<int>(t)], p.TierBytes(t)) << BufferTierName(t);
   }
   EXPECT_EQ(p.TierBytes(BufferTier::kDevice), p.device_fixed_bytes() + p.device_gathered_bytes());
-  EXPECT_EQ(p.TierBytes(BufferTier::kPageable) - p.TierBytes(BufferTier::kPageable, false), total * 4);  // init master
+  // No start-up copy of the initial weights: they stream into the optimizer state.
+  EXPECT_EQ(p.TierBytes(BufferTier::kPageable) - p.TierBytes(BufferTier::kPageable, false), 0);
   EXPECT_EQ(p.TierBytes(BufferTier::kNvme), p.param_swap_file_bytes + p.optimizer_swap_file_bytes);
 
   // The parameters' home.
@@ -129,14 +131,24 @@ void CheckPlan(const BufferPlan& p, const Config& c, const std::vector<BlockSpec
   if (nvme) {
     EXPECT_EQ(p.optimizer_pipeline.buffer_bytes, sub_bytes);
     EXPECT_GE(p.optimizer_pipeline.buffer_count, swap::OptimizerSwapper::RequiredBuffers(p.optimizer));
-    EXPECT_GE(p.optimizer_swap_file_bytes, 12 * total);
+    EXPECT_GE(p.optimizer_swap_file_bytes, 16 * total);  // master, m, v and the gradient
+    EXPECT_TRUE(p.optimizer.gradients_in_store);
   } else {
     EXPECT_EQ(p.optimizer_resident.buffer_bytes, sub_bytes);
     EXPECT_EQ(p.optimizer_swap_file_bytes, 0);
+    EXPECT_FALSE(p.optimizer.gradients_in_store);
   }
 
-  // Host and device gradient buffers.
-  EXPECT_EQ(p.grad_accumulator.buffer_bytes, std::max<int64_t>(total * 4, 4096));
+  // Host and device gradient buffers: with the optimizer on NVMe, a window
+  // of a few sub-groups instead of a whole-shard accumulator.
+  if (nvme) {
+    EXPECT_EQ(p.grad_accumulator.buffer_count, 0);
+    EXPECT_EQ(p.grad_window.buffer_count, swap::GradientWindow::kBuffers);
+    EXPECT_EQ(p.grad_window.buffer_bytes, sub_bytes);
+  } else {
+    EXPECT_EQ(p.grad_accumulator.buffer_bytes, std::max<int64_t>(total * 4, 4096));
+    EXPECT_EQ(p.grad_window.buffer_count, 0);
+  }
   EXPECT_EQ(p.new_params.buffer_bytes, std::max<int64_t>(total * es, 4096));
   EXPECT_EQ(p.grad_staging.buffer_bytes, std::max<int64_t>(part->max_shard_numel() * 8, 4096));
   EXPECT_EQ(p.grad_flat_bytes, part->max_padded_numel() * p.grad_elem_bytes);

@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "comm/communicator.h"
 #include "comm/mpi_communicator.h"
@@ -99,6 +100,51 @@ TEST_P(EngineMpiTest, WorldMatchesOneRankWithTheSameGlobalBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, EngineMpiTest, ::testing::Values(3, 2));
+
+// Within one world, the tiers agree bit for bit: parameters and optimizer
+// state (and so the accumulated gradient) on NVMe against everything in
+// RAM, with accumulation, clipping and an fp16 overflow skip.
+TEST(EngineMpiTierTest, NvmeTiersMatchRamTiersBitForBit) {
+  auto world = comm::MpiCommunicator::CreateWorld();
+  ASSERT_TRUE(world.ok()) << world.status().ToString();
+  TempDir dir;
+  Config config = FpConfig();
+  config.fp16.enabled = true;
+  config.fp16.initial_scale_power = 12;
+  config.fp16.hysteresis = 1;
+  config.gradient_clipping = 0.05;
+  Config ram = config, nvme = config;
+  SetTiers(ram, OffloadDevice::kCpu, OffloadDevice::kCpu, dir);
+  SetTiers(nvme, OffloadDevice::kNvme, OffloadDevice::kNvme, dir);
+  auto train = [&](const Config& c, std::vector<StepResult>* results, EngineCounters* counters) {
+    EngineUnderTest e = MakeEngine(c, kModel.Blocks(), world->get());
+    if (!e.engine) return std::vector<float>{};
+    TrainOptions t;
+    t.steps = 4;
+    t.global_batch = 12;
+    t.inf_step = 1;
+    t.results = results;
+    Train(*e.engine, kModel, t, static_cast<int>(c.gradient_accumulation_steps));
+    *counters = e.engine->counters();
+    return MasterWeights(*e.engine, kModel);
+  };
+  std::vector<StepResult> want_results, got_results;
+  EngineCounters want_counters, got_counters;
+  const std::vector<float> want = train(ram, &want_results, &want_counters);
+  const std::vector<float> got = train(nvme, &got_results, &got_counters);
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0);
+  ASSERT_EQ(got_results.size(), 4u);
+  ASSERT_EQ(want_results.size(), 4u);
+  EXPECT_FALSE(got_results[1].applied);
+  for (size_t i = 0; i < got_results.size(); ++i) {
+    EXPECT_EQ(got_results[i].applied, want_results[i].applied);
+    EXPECT_EQ(std::memcmp(&got_results[i].grad_norm, &want_results[i].grad_norm, sizeof(double)), 0) << i;
+  }
+  EXPECT_GT(got_counters.gradient_nvme_bytes, 0);
+  EXPECT_EQ(want_counters.gradient_nvme_bytes, 0);
+}
 
 }  // namespace
 }  // namespace zinf::zero3::testing

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -98,6 +99,8 @@ struct TrainOptions {
   int inf_step = -1;
   // When set, receives every boundary's StepResult.
   std::vector<StepResult>* results = nullptr;
+  // Test hook: called before each Step that ends an accumulation cycle.
+  std::function<void()> before_boundary_step;
 };
 
 // Trains `opts.steps` optimizer steps; rank r of n takes its share of the
@@ -205,6 +208,7 @@ inline float Train(Engine& engine, const TinyModel& model, const TrainOptions& o
         for (void* ptr : dev) device.Free(ptr);
         EXPECT_TRUE(engine.Release(b).ok());
       }
+      if (micro + 1 == accumulation_steps && opts.before_boundary_step) opts.before_boundary_step();
       auto r = engine.Step();
       EXPECT_TRUE(r.ok()) << r.status().ToString();
       if (r.ok()) {

@@ -1,0 +1,260 @@
+// GradientWindow (gradient_window.h).
+#include "swap/gradient_window.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "optim/array_ops.h"
+
+namespace zinf::swap {
+
+StatusOr<double> SumSquaresBySubGroup(optim::ThreadPool& pool, optim::Isa isa, const float* x, int64_t n,
+                                      int64_t sub_group_elems) {
+  double sum = 0.0;
+  for (int64_t begin = 0; begin < n; begin += sub_group_elems) {
+    ZINF_ASSIGN_OR_RETURN(
+        double s, optim::SumSquares(pool, isa, x + begin, ElementType::kF32, std::min(sub_group_elems, n - begin)));
+    sum += s;
+  }
+  return sum;
+}
+
+aio::PinnedPoolOptions GradientWindow::PoolOptions(const OptimizerSwapperOptions& options, bool pin) {
+  aio::PinnedPoolOptions po;
+  po.name = "gradient window";
+  po.buffer_count = 0;
+  if (options.device != OffloadDevice::kNvme || !options.gradients_in_store) return po;
+  po.buffer_count = kBuffers;
+  po.buffer_bytes = OptimizerSwapper::RequiredBufferBytes(options, options.store.alignment_bytes);
+  po.alignment_bytes = options.store.alignment_bytes;
+  po.pin = pin;
+  po.require_pinned = false;
+  po.huge_pages = false;
+  po.numa_node = -1;
+  return po;
+}
+
+StatusOr<std::unique_ptr<GradientWindow>> GradientWindow::Create(OptimizerSwapper* swapper, aio::PinnedPool* pool,
+                                                                 optim::ThreadPool* threads, optim::Isa isa) {
+  if (swapper == nullptr || swapper->store() == nullptr || !swapper->gradients_in_store()) {
+    return Status::InvalidArgument("gradient window: needs an optimizer state on NVMe that keeps the gradient");
+  }
+  if (pool == nullptr || threads == nullptr)
+    return Status::InvalidArgument("gradient window: needs a pool and threads");
+  std::unique_ptr<GradientWindow> w(new GradientWindow(swapper, threads, isa));
+  const int64_t groups = swapper->num_sub_groups();
+  const int64_t need = swapper->store()->PaddedBytes(swapper->sub_group_elems(0) * int64_t{sizeof(float)});
+  w->buffers_.resize(kBuffers);
+  for (Buffer& b : w->buffers_) {
+    auto lease = pool->TryAcquire(need);
+    if (!lease.ok()) return lease.status().WithContext("gradient window: " + std::to_string(kBuffers) + " buffers");
+    b.data = std::move(lease).value();
+  }
+  w->touched_.assign(static_cast<size_t>(groups), false);
+  w->squared_.assign(static_cast<size_t>(groups), false);
+  w->squares_.assign(static_cast<size_t>(groups), 0.0);
+  return w;
+}
+
+GradientWindow::~GradientWindow() { Drain().IgnoreError(); }
+
+GradientWindow::Buffer* GradientWindow::Holding(int64_t k) {
+  for (Buffer& b : buffers_) {
+    if (b.sub_group == k) return &b;
+  }
+  return nullptr;
+}
+
+Status GradientWindow::WaitRead(Buffer& b) {
+  if (!b.read.valid()) return Status::Ok();
+  Status s = store_.Wait(b.read);
+  b.read = {};
+  if (!s.ok()) b.sub_group = -1;
+  return s;
+}
+
+Status GradientWindow::WaitWrite(Buffer& b) {
+  if (!b.write.valid()) return Status::Ok();
+  Status s = store_.Wait(b.write);
+  b.write = {};
+  return s;
+}
+
+// The squares are taken here, from the values going to the store, when they
+// are the cycle's final ones (changed in its last micro-batch); a later Add
+// to the sub-group takes them again.
+Status GradientWindow::StartWrite(Buffer& b) {
+  const int64_t k = b.sub_group;
+  const int64_t n = swapper_.sub_group_elems(k);
+  if (b.last) {
+    ZINF_ASSIGN_OR_RETURN(squares_[static_cast<size_t>(k)],
+                          optim::SumSquares(threads_, isa_, Floats(b), ElementType::kF32, n));
+    squared_[static_cast<size_t>(k)] = true;
+  }
+  ZINF_ASSIGN_OR_RETURN(b.write, store_.SwapOut(swapper_.GradientTensor(k), b.data.data()));
+  nvme_bytes_ += n * int64_t{sizeof(float)};
+  b.dirty = false;
+  return Status::Ok();
+}
+
+StatusOr<GradientWindow::Buffer*> GradientWindow::Victim(const Buffer* keep) {
+  Buffer* best = nullptr;
+  for (Buffer& b : buffers_) {
+    if (&b == keep) continue;
+    // Empty first, then clean ones (their write may still be in flight),
+    // then one read ahead, then the least recently used.
+    auto rank = [](const Buffer& x) { return x.sub_group < 0 ? 0 : x.dirty ? 3 : x.read.valid() ? 2 : 1; };
+    if (best == nullptr || rank(b) < rank(*best) || (rank(b) == rank(*best) && b.used < best->used)) best = &b;
+  }
+  if (best->dirty) ZINF_RETURN_IF_ERROR(StartWrite(*best));
+  ZINF_RETURN_IF_ERROR(WaitRead(*best));
+  ZINF_RETURN_IF_ERROR(WaitWrite(*best));
+  best->sub_group = -1;
+  best->last = false;
+  return best;
+}
+
+StatusOr<GradientWindow::Buffer*> GradientWindow::Acquire(int64_t k) {
+  Buffer* b = Holding(k);
+  if (b != nullptr) {
+    ZINF_RETURN_IF_ERROR(WaitRead(*b));
+    ZINF_RETURN_IF_ERROR(WaitWrite(*b));  // the buffer changes below
+    if (b->sub_group == k) return b;
+  }
+  ZINF_ASSIGN_OR_RETURN(b, Victim(nullptr));
+  const size_t bytes = static_cast<size_t>(store_.PaddedBytes(swapper_.sub_group_elems(k) * int64_t{sizeof(float)}));
+  if (touched_[static_cast<size_t>(k)]) {
+    ZINF_ASSIGN_OR_RETURN(b->read, store_.SwapIn(swapper_.GradientTensor(k), b->data.data()));
+    nvme_bytes_ += swapper_.sub_group_elems(k) * int64_t{sizeof(float)};
+    b->sub_group = k;
+    ZINF_RETURN_IF_ERROR(WaitRead(*b));
+  } else {
+    std::memset(b->data.data(), 0, bytes);  // the cycle starts from a zero gradient
+    b->sub_group = k;
+  }
+  return b;
+}
+
+// Sub-group k, touched earlier in the cycle, read into a buffer that holds
+// nothing unwritten and is not being written, while the caller works on
+// `keep`. Best effort: nothing waits here.
+void GradientWindow::ReadAhead(int64_t k, const Buffer* keep) {
+  if (k < 0 || !touched_[static_cast<size_t>(k)] || Holding(k) != nullptr) return;
+  for (Buffer& b : buffers_) {
+    if (&b == keep || b.dirty || b.read.valid() || (b.write.valid() && !store_.IsDone(b.write))) continue;
+    if (!WaitWrite(b).ok()) return;  // the store's error is sticky: the next Add reports it
+    auto h = store_.SwapIn(swapper_.GradientTensor(k), b.data.data());
+    if (!h.ok()) return;
+    b.read = *h;
+    b.sub_group = k;
+    b.last = false;
+    b.used = ++clock_;
+    nvme_bytes_ += swapper_.sub_group_elems(k) * int64_t{sizeof(float)};
+    return;
+  }
+}
+
+Status GradientWindow::Add(int64_t begin, int64_t count, const float* g, float scale, bool last) {
+  const int64_t total = swapper_.total_elems();
+  if (begin < 0 || count < 0 || begin > total - count) {
+    return Status::InvalidArgument("gradient window: range [" + std::to_string(begin) + ", +" + std::to_string(count) +
+                                   ") outside " + std::to_string(total));
+  }
+  if (count == 0) return Status::Ok();
+  const int64_t sg = swapper_.sub_group_elems(0);
+  const int64_t first = begin / sg, end_group = (begin + count - 1) / sg;
+  // Highest sub-group first: the order in which the backward pass goes on.
+  for (int64_t k = end_group; k >= first; --k) {
+    const int64_t lo = std::max(begin, swapper_.sub_group_begin(k));
+    const int64_t hi = std::min(begin + count, swapper_.sub_group_begin(k) + swapper_.sub_group_elems(k));
+    auto b = Acquire(k);
+    if (!b.ok()) return b.status().WithContext("gradient sub-group " + std::to_string(k));
+    Buffer& buf = **b;
+    buf.used = ++clock_;
+    touched_[static_cast<size_t>(k)] = true;
+    if (last) squared_[static_cast<size_t>(k)] = false;
+    ZINF_RETURN_IF_ERROR(
+        optim::AddScaled(threads_, g + (lo - begin), scale, Floats(buf) + (lo - swapper_.sub_group_begin(k)), hi - lo));
+    buf.dirty = true;
+    buf.last = buf.last || last;
+    // Sub-groups wholly above this range are done for now: write them back
+    // while the caller goes on.
+    for (Buffer& other : buffers_) {
+      if (other.dirty && other.sub_group > k) {
+        Status s = StartWrite(other);
+        if (!s.ok()) return s.WithContext("gradient sub-group " + std::to_string(other.sub_group));
+      }
+    }
+    // The range reaches the sub-group's start: the next one down comes next.
+    if (lo == swapper_.sub_group_begin(k)) ReadAhead(k - 1, &buf);
+  }
+  return Status::Ok();
+}
+
+Status GradientWindow::Drain() {
+  Status first;
+  for (Buffer& b : buffers_) {
+    Status r = WaitRead(b);
+    Status w = WaitWrite(b);
+    if (first.ok()) first = r;
+    if (first.ok()) first = w;
+  }
+  return first;
+}
+
+Status GradientWindow::Flush() {
+  Status s;
+  for (Buffer& b : buffers_) {
+    if (s.ok() && b.dirty) s = StartWrite(b);
+  }
+  Status d = Drain();
+  return s.ok() ? d : s;
+}
+
+StatusOr<double> GradientWindow::Finish() {
+  Status s = Flush();
+  Status d;
+  for (Buffer& b : buffers_) b.sub_group = -1;
+  // Untouched sub-groups: zeros for the step. Touched ones never squared
+  // (not added to in the last micro-batch): read back for their squares.
+  for (int64_t k = 0; s.ok() && k < swapper_.num_sub_groups(); ++k) {
+    const size_t i = static_cast<size_t>(k);
+    if (touched_[i] && squared_[i]) continue;
+    auto b = Acquire(k);  // zeros when untouched, else read back
+    if (!b.ok()) {
+      s = b.status().WithContext("gradient sub-group " + std::to_string(k));
+      break;
+    }
+    (*b)->last = true;
+    (*b)->used = ++clock_;
+    if (!touched_[i]) {
+      s = StartWrite(**b);
+    } else {
+      auto sq = optim::SumSquares(threads_, isa_, Floats(**b), ElementType::kF32, swapper_.sub_group_elems(k));
+      s = sq.status();
+      if (s.ok()) squares_[i] = *sq;
+    }
+    (*b)->last = false;
+  }
+  d = Drain();
+  if (s.ok()) s = d;
+  double sum = 0.0;
+  for (double x : squares_) sum += x;
+  Reset();
+  if (!s.ok()) return s;
+  return sum;
+}
+
+void GradientWindow::Reset() {
+  Drain().IgnoreError();
+  for (Buffer& b : buffers_) {
+    b.sub_group = -1;
+    b.dirty = b.last = false;
+  }
+  std::fill(touched_.begin(), touched_.end(), false);
+  std::fill(squared_.begin(), squared_.end(), false);
+  std::fill(squares_.begin(), squares_.end(), 0.0);
+}
+
+}  // namespace zinf::swap

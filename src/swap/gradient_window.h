@@ -1,0 +1,128 @@
+// GradientWindow: the fp32 gradient accumulator of one rank's shard, kept in
+// the OptimizerSwapper's store (gradients_in_store) instead of a whole-shard
+// RAM buffer, and filled through a few pinned buffers of one sub-group each.
+//
+// Design. The caller hands ranges of the shard as its gradients arrive (a
+// block's shard after its backward): Add(begin, count, g, scale) adds
+// scale * g to the gradient over the sub-groups the range covers. A
+// sub-group is brought into a buffer at its first Add of the accumulation
+// cycle as zeros (no read: the cycle starts from a zero gradient), at a
+// later Add by reading it back, and goes back to the store with a write
+// started as soon as an Add lands wholly below it (the backward pass hands
+// blocks in descending shard order), so the write of one sub-group overlaps
+// the filling of the next. In a later micro-batch the next lower sub-group
+// is read ahead into a free buffer. Any order of ranges is correct; the
+// descending one moves each sub-group once per micro-batch.
+//
+// Exactness. The arithmetic is the RAM accumulator's: zero + scale * g,
+// then += scale * g per micro-batch (optim::AddScaled, elementwise), and the
+// sum of squares of each sub-group's final values (optim::SumSquares over
+// the sub-group's elements, whose order is fixed by its length), added in
+// sub-group order: exactly what SumSquaresBySubGroup gives for an array in
+// RAM, so a caller that computes its norm with it on RAM-resident gradients
+// gets the same bits. The squares are taken when a sub-group is written in
+// the cycle's last micro-batch (Add's `last`), so the norm costs no
+// extra read.
+//
+// Finish() ends the cycle: writes what is buffered, zeros the sub-groups
+// no Add touched (so the step reads a zero gradient there, as the RAM
+// accumulator would hold), reads back any touched sub-group whose squares
+// were not taken, waits for every transfer, and returns the sum of squares.
+// Reset() forgets the cycle without I/O (after a checkpoint load).
+//
+// Errors: the store's (sticky in the store), with the sub-group named.
+//
+// Thread-safety: thread-compatible; one thread at a time, and not while the
+// swapper's Step runs (it reads the gradient from the store). The thread
+// pool is used for the adds and the squares, so no one else may use it then.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "aio/pinned_pool.h"
+#include "optim/isa.h"
+#include "optim/thread_pool.h"
+#include "swap/optimizer_swapper.h"
+#include "zinf/status.h"
+
+namespace zinf::swap {
+
+// Sum of squares of `n` fp32 values of a shard cut into sub-groups of
+// `sub_group_elems`: SumSquares of each sub-group, added in order. What
+// GradientWindow::Finish returns for the same gradient.
+StatusOr<double> SumSquaresBySubGroup(optim::ThreadPool& pool, optim::Isa isa, const float* x, int64_t n,
+                                      int64_t sub_group_elems);
+
+class GradientWindow {
+ public:
+  // The buffers the window uses: one to fill, one being written behind it,
+  // one read ahead (micro-batches after the first).
+  static constexpr int64_t kBuffers = 3;
+  // The pinned pool a window needs for `options` (kBuffers buffers of one
+  // padded fp32 sub-group), or buffer_count 0 when the gradient is not in
+  // an NVMe store.
+  static aio::PinnedPoolOptions PoolOptions(const OptimizerSwapperOptions& options, bool pin);
+
+  // `swapper` must keep the gradient in its NVMe store; `pool` gives
+  // kBuffers buffers of at least RequiredBufferBytes. None is owned; all
+  // must outlive the window.
+  static StatusOr<std::unique_ptr<GradientWindow>> Create(OptimizerSwapper* swapper, aio::PinnedPool* pool,
+                                                          optim::ThreadPool* threads, optim::Isa isa);
+  ~GradientWindow();
+  GradientWindow(const GradientWindow&) = delete;
+  GradientWindow& operator=(const GradientWindow&) = delete;
+
+  // gradient[begin, begin + count) += scale * g (from zero at the first
+  // touch of a sub-group in the cycle). `last`: this is the cycle's last
+  // micro-batch. Returns once `g` may be reused; writes may be in flight.
+  Status Add(int64_t begin, int64_t count, const float* g, float scale, bool last);
+  // Writes what is buffered and waits for every transfer; the buffers keep
+  // their values, and the cycle goes on.
+  Status Flush();
+  // Ends the cycle (see the file comment); the gradient's sum of squares.
+  StatusOr<double> Finish();
+  // Forgets the cycle: waits for transfers in flight, drops the buffers.
+  void Reset();
+
+  // Bytes read from and written to the store so far.
+  int64_t nvme_bytes() const { return nvme_bytes_; }
+
+ private:
+  struct Buffer {
+    aio::PinnedBuffer data;
+    int64_t sub_group = -1;  // whose values it holds (-1: none)
+    SwapHandle read, write;  // in flight
+    bool dirty = false;      // changed since read or written
+    bool last = false;       // changed in the cycle's last micro-batch
+    int64_t used = 0;        // for least-recently-used choice
+  };
+
+  GradientWindow(OptimizerSwapper* swapper, optim::ThreadPool* threads, optim::Isa isa)
+      : swapper_(*swapper), store_(*swapper->store()), threads_(*threads), isa_(isa) {}
+  float* Floats(Buffer& b) { return reinterpret_cast<float*>(b.data.data()); }
+  Buffer* Holding(int64_t k);
+  // A buffer holding sub-group k's current values, read or zeroed.
+  StatusOr<Buffer*> Acquire(int64_t k);
+  // A buffer free for another sub-group: its write waited for.
+  StatusOr<Buffer*> Victim(const Buffer* keep);
+  Status StartWrite(Buffer& b);
+  Status WaitRead(Buffer& b);
+  Status WaitWrite(Buffer& b);
+  void ReadAhead(int64_t k, const Buffer* keep);
+  Status Drain();
+
+  OptimizerSwapper& swapper_;
+  SwapStore& store_;
+  optim::ThreadPool& threads_;
+  optim::Isa isa_;
+  std::vector<Buffer> buffers_;
+  std::vector<bool> touched_;    // per sub-group: added to in this cycle
+  std::vector<bool> squared_;    // per sub-group: squares_ holds its final values
+  std::vector<double> squares_;  // per sub-group sum of squares
+  int64_t clock_ = 0;
+  int64_t nvme_bytes_ = 0;
+};
+
+}  // namespace zinf::swap

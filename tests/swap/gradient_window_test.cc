@@ -1,0 +1,178 @@
+// GradientWindow against a RAM accumulator: the same ranges added in any
+// order over several micro-batches leave the same gradient in the store,
+// bit for bit, and Finish's sum of squares is SumSquaresBySubGroup's.
+#include "swap/gradient_window.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "aio/fault_engine.h"
+#include "optim/array_ops.h"
+#include "swap/swap_test_util.h"
+
+namespace zinf::swap {
+namespace {
+
+using testing::MakeEngine;
+using testing::MakeFaultyEngine;
+using testing::MakePool;
+using testing::TempDir;
+
+constexpr int64_t kTotal = 10'007;    // not a multiple of the sub-group
+constexpr int64_t kSubGroup = 1'500;  // 7 sub-groups, the last one 1'007
+
+std::vector<float> RandomFloats(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+struct Range {
+  int64_t begin, count;
+};
+
+class GradientWindowTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    optim::ThreadPool::Options po;
+    po.num_threads = 2;
+    po.bind_threads = false;
+    auto pool = optim::ThreadPool::Create(po);
+    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+    threads_ = std::move(pool).value();
+  }
+
+  OptimizerSwapperOptions Options() {
+    OptimizerSwapperOptions o;
+    o.total_elems = kTotal;
+    o.sub_group_elems = kSubGroup;
+    o.device = OffloadDevice::kNvme;
+    o.pipeline_read = o.pipeline_write = true;
+    o.gradients_in_store = true;
+    o.store.paths = {dir_.Sub("nvme0"), dir_.Sub("nvme1")};
+    o.store.stripe_bytes = 8 << 10;
+    return o;
+  }
+
+  // Adds `micro` micro-batches of gradients over `ranges` (in that order,
+  // each micro-batch; `skip_last` ranges are left out of the last one)
+  // through a window and into a RAM array; expects the same gradient and
+  // the same sum of squares.
+  void Check(aio::IoEngine* io, const std::vector<Range>& ranges, int micro, size_t skip_last = 0) {
+    const OptimizerSwapperOptions o = Options();
+    auto pool = MakePool(OptimizerSwapper::RequiredBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
+    auto swapper = OptimizerSwapper::Create(o, io, pool.get());
+    ASSERT_TRUE(swapper.ok()) << swapper.status().ToString();
+    const std::vector<float> master = RandomFloats(kTotal, 1);
+    ASSERT_TRUE((*swapper)->Initialize(master.data()).ok());
+    aio::PinnedPoolOptions wo = GradientWindow::PoolOptions(o, false);
+    ASSERT_EQ(wo.buffer_count, GradientWindow::kBuffers);
+    auto wpool = aio::PinnedPool::Create(wo);
+    ASSERT_TRUE(wpool.ok()) << wpool.status().ToString();
+    auto window = GradientWindow::Create(swapper->get(), wpool->get(), threads_.get(), optim::Isa::kScalar);
+    ASSERT_TRUE(window.ok()) << window.status().ToString();
+
+    const float scale = 1.0f / static_cast<float>(micro);
+    for (int cycle = 0; cycle < 2; ++cycle) {  // the second starts from zero again
+      std::vector<float> want(static_cast<size_t>(kTotal), 0.0f);
+      for (int m = 0; m < micro; ++m) {
+        const bool last = m + 1 == micro;
+        for (size_t i = 0; i < ranges.size() - (last ? skip_last : 0); ++i) {
+          const Range& r = ranges[i];
+          const std::vector<float> g = RandomFloats(r.count, 100 * cycle + 10 * m + i);
+          ASSERT_TRUE(optim::AddScaled(*threads_, g.data(), scale, want.data() + r.begin, r.count).ok());
+          Status s = (*window)->Add(r.begin, r.count, g.data(), scale, last);
+          ASSERT_TRUE(s.ok()) << s.ToString();
+        }
+      }
+      auto got_sum = (*window)->Finish();
+      ASSERT_TRUE(got_sum.ok()) << got_sum.status().ToString();
+      auto want_sum = SumSquaresBySubGroup(*threads_, optim::Isa::kScalar, want.data(), kTotal, kSubGroup);
+      ASSERT_TRUE(want_sum.ok());
+      EXPECT_EQ(std::memcmp(&*got_sum, &*want_sum, sizeof(double)), 0) << *got_sum << " vs " << *want_sum;
+      std::vector<float> got(static_cast<size_t>(kTotal));
+      ASSERT_TRUE((*swapper)->ReadState(nullptr, nullptr, nullptr, got.data()).ok());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "cycle " << cycle;
+      EXPECT_GT((*window)->nvme_bytes(), 0);
+    }
+  }
+
+  TempDir dir_;
+  std::unique_ptr<optim::ThreadPool> threads_;
+};
+
+// Block shards as a backward pass hands them: descending, not aligned to
+// the sub-groups.
+std::vector<Range> Descending() { return {{8'000, 2'007}, {5'100, 2'900}, {3'000, 2'100}, {700, 2'300}, {0, 700}}; }
+
+TEST_F(GradientWindowTest, DescendingRangesOneMicroBatch) {
+  auto io = MakeEngine();
+  Check(io.get(), Descending(), 1);
+}
+
+TEST_F(GradientWindowTest, DescendingRangesThreeMicroBatches) {
+  auto io = MakeEngine();
+  Check(io.get(), Descending(), 3);
+}
+
+// Any order is right: ascending, jumping back, a range added twice (a tied
+// block), and ranges that leave sub-groups untouched.
+TEST_F(GradientWindowTest, AnyOrderAndGapsThreeMicroBatches) {
+  auto io = MakeEngine();
+  Check(io.get(), {{0, 700}, {9'000, 1'007}, {700, 2'300}, {0, 700}, {5'100, 100}, {4'000, 10}}, 3);
+}
+
+// Ranges added in earlier micro-batches but not in the last: their squares
+// are taken from the store at Finish.
+TEST_F(GradientWindowTest, RangesMissingFromTheLastMicroBatch) {
+  auto io = MakeEngine();
+  Check(io.get(), Descending(), 2, /*skip_last=*/2);
+}
+
+// A failed write is an error naming the sub-group and the swap file, from
+// Add or at the latest from Finish.
+TEST_F(GradientWindowTest, WriteErrorsReachTheCaller) {
+  aio::FaultOptions f;
+  f.torn_write_rate = 1.0;
+  auto io = MakeFaultyEngine(f);
+  io->injector().set_enabled(false);
+  const OptimizerSwapperOptions o = Options();
+  auto pool = MakePool(OptimizerSwapper::RequiredBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
+  auto swapper = OptimizerSwapper::Create(o, io.get(), pool.get());
+  ASSERT_TRUE(swapper.ok()) << swapper.status().ToString();
+  auto wpool = aio::PinnedPool::Create(GradientWindow::PoolOptions(o, false));
+  ASSERT_TRUE(wpool.ok());
+  auto window = GradientWindow::Create(swapper->get(), wpool->get(), threads_.get(), optim::Isa::kScalar);
+  ASSERT_TRUE(window.ok()) << window.status().ToString();
+  io->injector().set_enabled(true);
+  const std::vector<float> g = RandomFloats(kTotal, 3);
+  Status s;
+  for (const Range& r : Descending()) {
+    s = (*window)->Add(r.begin, r.count, g.data() + r.begin, 1.0f, true);
+    if (!s.ok()) break;
+  }
+  if (s.ok()) s = (*window)->Finish().status();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("nvme"), std::string::npos) << s.ToString();
+  EXPECT_FALSE((*window)->Add(-1, 5, g.data(), 1.0f, true).ok());
+}
+
+TEST_F(GradientWindowTest, NeedsAStoredGradient) {
+  OptimizerSwapperOptions o = Options();
+  o.gradients_in_store = false;
+  EXPECT_EQ(GradientWindow::PoolOptions(o, false).buffer_count, 0);
+  auto io = MakeEngine();
+  auto pool = MakePool(OptimizerSwapper::RequiredBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
+  auto swapper = OptimizerSwapper::Create(o, io.get(), pool.get());
+  ASSERT_TRUE(swapper.ok());
+  auto wpool = MakePool(GradientWindow::kBuffers, OptimizerSwapper::RequiredBufferBytes(o, 4096));
+  EXPECT_EQ(GradientWindow::Create(swapper->get(), wpool.get(), threads_.get(), optim::Isa::kScalar).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace zinf::swap
