@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/monitors.h"
 #include "cli/train_loop.h"
 #include "comm/mpi_communicator.h"
 #include "core/file_lock.h"
@@ -91,7 +92,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   auto flags = Flags::Parse(args,
                             {"config", "model", "data", "steps", "save-dir", "save-every", "keep-checkpoints", "resume",
                              "export", "export-dtype", "eval-every", "eval-batches", "device", "device-budget", "seed",
-                             "threads", "nvme-path", "corpus-bytes"},
+                             "threads", "nvme-path", "corpus-bytes", "metrics"},
                             {"quiet"});
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   const auto config_path = flags->Get("config");
@@ -209,7 +210,22 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
     if (out) std::fprintf(out, "zinf train: resumed at step %lld\n", static_cast<long long>((*trainer)->step()));
   }
 
+  // Metrics files (rank 0): --metrics and the config's monitor sections.
+  RunMonitors monitors;
+  if (rank == 0) {
+    MonitorOptions mopt;
+    mopt.metrics_path = flags->GetOr("metrics", "");
+    mopt.config = &*config;
+    auto created = RunMonitors::Create(mopt);
+    if (!created.ok()) return Fail(kName, created.status());
+    monitors = std::move(*created);
+    for (const std::string& d : monitors.destinations()) {
+      if (out) std::fprintf(out, "zinf train: %s\n", d.c_str());
+    }
+  }
+
   TrainRun run;
+  run.monitors = monitors.list();
   run.steps = *steps;
   run.steps_per_print = config->steps_per_print;
   run.save_dir = flags->GetOr("save-dir", "");
@@ -238,7 +254,7 @@ ZINF_COMMAND(Command{
     "                  [--resume S]\n"
     "                  [--export FILE.safetensors [--export-dtype BF16|F16|F32]] [--nvme-path P]\n"
     "                  [--device auto|cuda|host] [--device-budget SIZE] [--eval-every K] [--eval-batches B]\n"
-    "                  [--seed N] [--threads N] [--corpus-bytes SIZE] [--quiet]\n\n"
+    "                  [--seed N] [--threads N] [--corpus-bytes SIZE] [--metrics FILE.jsonl] [--quiet]\n\n"
     "  --config C        DeepSpeed JSON (zero_optimization, offload_param/optimizer, aio, optimizer, ...)\n"
     "  --model M         tiny | demo | small | gpt2-124m, or a JSON file with vocab_size, seq_len,\n"
     "                    n_layer, n_head, n_embd[, tied_embeddings] (default small)\n"
@@ -251,7 +267,9 @@ ZINF_COMMAND(Command{
     "  --resume S        a save dir (its latest checkpoint) or one step directory\n"
     "  --export F        the final weights as safetensors\n"
     "  --nvme-path P     overrides both offload sections' nvme_path\n"
-    "  --device-budget   cap on device memory (the host device's budget, or below the GPU's)\n\n"
+    "  --device-budget   cap on device memory (the host device's budget, or below the GPU's)\n"
+    "  --metrics F       one JSON line per optimizer step (step, loss, lr, grad_norm, tokens, time parts)\n"
+    "                    and per evaluation (step, eval_loss)\n\n"
     "A progress line every steps_per_print steps: loss, lr, grad norm, tokens/s, the step's time split\n"
     "into compute and waits (nvme, pcie/gather, comm, optimizer) and bytes moved per tier.\n"
     "Several GPUs or nodes: mpirun -np N zinf train ... (one rank per GPU).",

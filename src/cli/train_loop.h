@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
+#include "cli/run_monitor.h"
 #include "model/trainer.h"
 #include "zinf/status.h"
 
@@ -23,6 +25,9 @@ struct TrainRun {
   std::string export_path;  // safetensors of the final weights; empty: none
   std::string export_dtype = "BF16";
   FILE* progress = stderr;  // null: silent (ranks other than 0)
+  // Told of every step and evaluation, in order (not owned; empty on ranks
+  // other than 0).
+  std::vector<RunMonitor*> monitors;
 };
 
 struct TrainSummary {
