@@ -176,7 +176,10 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   FILE* out = (rank == 0 && !flags->Has("quiet")) ? stderr : nullptr;
   if (out && !config->ignored_keys.empty()) {
     std::string keys;
-    for (const std::string& k : config->ignored_keys) keys += (keys.empty() ? "" : ", ") + k;
+    for (const std::string& k : config->ignored_keys) {
+      const std::string_view why = IgnoredKeyReason(k);
+      keys += (keys.empty() ? "" : ", ") + k + (why.empty() ? "" : " (" + std::string(why) + ")");
+    }
     std::fprintf(out, "zinf train: %s: keys zinf does not act on: %s\n", config->source.c_str(), keys.c_str());
   }
 

@@ -35,10 +35,11 @@ std::string MetricsJsonl::StepLine(const StepMetrics& m) {
 
 Status MetricsJsonl::OnStep(const StepMetrics& m) { return file_.Append(StepLine(m) + "\n"); }
 
-Status MetricsJsonl::OnEval(int64_t step, double eval_loss) {
+Status MetricsJsonl::OnEval(int64_t step, int64_t samples, double eval_loss) {
   json j;
   j["step"] = step;
   j["eval_loss"] = Number(eval_loss);
+  j["samples"] = samples;
   return file_.Append(j.dump() + "\n");
 }
 

@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace zinf::cli {
 
@@ -27,6 +30,23 @@ StepMetrics MakeStepMetrics(const model::StepReport& r, int64_t samples) {
   m.optimizer_seconds = static_cast<double>(r.engine.optimizer_ns) / 1e9;
   m.engine = r.engine;
   return m;
+}
+
+std::vector<std::pair<std::string, double>> StepScalars(const StepMetrics& m) {
+  auto f = [](double v) { return v; };
+  return {{"Train/Samples/train_loss", f(m.loss)},
+          {"Train/Samples/lr", f(m.lr)},
+          {"Train/Samples/loss_scale", f(m.loss_scale)},
+          {"Train/Samples/grad_norm", f(m.grad_norm)},
+          {"Train/Samples/tokens_per_second", f(m.tokens_per_second)},
+          {"Train/Samples/samples", f(static_cast<double>(m.samples))},
+          {"Train/Samples/step", f(static_cast<double>(m.step))},
+          {"Train/Samples/elapsed_time_ms_total", f(1e3 * m.total_seconds)},
+          {"Train/Samples/elapsed_time_ms_compute", f(1e3 * m.compute_seconds)},
+          {"Train/Samples/elapsed_time_ms_nvme_wait", f(1e3 * m.nvme_seconds)},
+          {"Train/Samples/elapsed_time_ms_pcie_wait", f(1e3 * m.pcie_seconds)},
+          {"Train/Samples/elapsed_time_ms_comm", f(1e3 * m.comm_seconds)},
+          {"Train/Samples/elapsed_time_ms_optimizer", f(1e3 * m.optimizer_seconds)}};
 }
 
 AppendFile::~AppendFile() {

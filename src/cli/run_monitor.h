@@ -19,6 +19,8 @@
 #include <cstdio>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "model/trainer.h"
 #include "zinf/engine.h"
@@ -45,14 +47,27 @@ struct StepMetrics {
 // `report` as the monitors see it; `samples` is the running count after it.
 StepMetrics MakeStepMetrics(const model::StepReport& report, int64_t samples);
 
+// The scalars of one step, tag and value, in the order the csv_monitor and
+// tensorboard monitors write them. Tags follow DeepSpeed's monitor where it
+// has them (Train/Samples/train_loss, Train/Samples/lr,
+// Train/Samples/loss_scale); zinf adds, under the same prefix, grad_norm,
+// tokens_per_second, samples, step (the optimizer step) and the step's time
+// parts in milliseconds: elapsed_time_ms_total, _compute, _nvme_wait,
+// _pcie_wait, _comm, _optimizer (named apart from DeepSpeed's forward /
+// backward / step timers, which measure other things).
+std::vector<std::pair<std::string, double>> StepScalars(const StepMetrics& m);
+// The evaluation's tag.
+inline constexpr char kEvalLossTag[] = "Eval/Samples/eval_loss";
+
 class RunMonitor {
  public:
   virtual ~RunMonitor() = default;
   // After each optimizer step, in step order. An error (a full disk, a file
   // that cannot be written) names the file and fails the run.
   virtual Status OnStep(const StepMetrics& m) = 0;
-  // After each evaluation: the held-out loss after `step` steps.
-  virtual Status OnEval(int64_t step, double eval_loss) = 0;
+  // After each evaluation: the held-out loss after `step` steps, `samples`
+  // sequences.
+  virtual Status OnEval(int64_t step, int64_t samples, double eval_loss) = 0;
   // Once, after the last step and evaluation.
   virtual Status OnEnd() { return Status::Ok(); }
 };

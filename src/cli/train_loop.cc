@@ -33,13 +33,17 @@ StatusOr<TrainSummary> RunTraining(model::Trainer& trainer, const TrainRun& run)
   TrainSummary s;
   s.first_step = trainer.step();
   FILE* out = run.progress;
+  // Sequences (all ranks) trained on after the steps so far: the monitors' x axis.
+  auto samples_after = [&] {
+    return trainer.step() * (trainer.tokens_per_step() / std::max(1, trainer.model().seq_len));
+  };
   auto evaluate = [&](double* into) -> Status {
     if (!trainer.can_evaluate()) return Status::Ok();  // too few held-out tokens: no evaluation
     StatusOr<double> e = trainer.Evaluate(run.eval_batches);
     ZINF_RETURN_IF_ERROR(e.status());
     *into = *e;
     s.evaluated = true;
-    for (RunMonitor* m : run.monitors) ZINF_RETURN_IF_ERROR(m->OnEval(trainer.step(), *e));
+    for (RunMonitor* m : run.monitors) ZINF_RETURN_IF_ERROR(m->OnEval(trainer.step(), samples_after(), *e));
     return Status::Ok();
   };
   ZINF_RETURN_IF_ERROR(evaluate(&s.eval_before));
@@ -60,8 +64,7 @@ StatusOr<TrainSummary> RunTraining(model::Trainer& trainer, const TrainRun& run)
     s.optimizer_seconds += static_cast<double>(r.engine.optimizer_ns) / 1e9;
     AddCounters(s.moved, r.engine);
     if (!run.monitors.empty()) {
-      const int64_t samples = trainer.step() * (r.tokens / std::max(1, trainer.model().seq_len));
-      const StepMetrics metrics = MakeStepMetrics(r, samples);
+      const StepMetrics metrics = MakeStepMetrics(r, samples_after());
       for (RunMonitor* m : run.monitors) ZINF_RETURN_IF_ERROR(m->OnStep(metrics));
     }
     tok_per_s.push_back(static_cast<double>(r.tokens) / std::max(r.seconds, 1e-9));

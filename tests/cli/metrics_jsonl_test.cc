@@ -47,11 +47,11 @@ TEST(MetricsJsonlTest, OneLinePerStepAndPerEvaluation) {
   ASSERT_TRUE(metrics.Open(path).ok());
   // Losses that need all 17 digits to read back.
   const std::vector<double> losses = {5.541927656158805, 1.0 / 3.0, std::nextafter(2.0, 3.0)};
-  ASSERT_TRUE(metrics.OnEval(0, 5.75).ok());
+  ASSERT_TRUE(metrics.OnEval(0, 0, 5.75).ok());
   for (size_t i = 0; i < losses.size(); ++i) {
     ASSERT_TRUE(metrics.OnStep(Step(static_cast<int64_t>(i) + 1, losses[i])).ok());
   }
-  ASSERT_TRUE(metrics.OnEval(3, 4.5).ok());
+  ASSERT_TRUE(metrics.OnEval(3, 24, 4.5).ok());
 
   const auto lines = ReadLines(path);
   ASSERT_EQ(lines.size(), 5u);
@@ -76,6 +76,7 @@ TEST(MetricsJsonlTest, OneLinePerStepAndPerEvaluation) {
     EXPECT_EQ(t["optimizer"].get<double>(), 0.04);
   }
   EXPECT_EQ(lines[4]["eval_loss"].get<double>(), 4.5);
+  EXPECT_EQ(lines[4]["samples"].get<int64_t>(), 24);
   EXPECT_FALSE(lines[4].contains("loss"));
 }
 
