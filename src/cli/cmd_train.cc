@@ -89,11 +89,11 @@ int Run(const std::vector<std::string>& args) {
 }
 
 int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
-  auto flags = Flags::Parse(args,
-                            {"config", "model", "data", "steps", "save-dir", "save-every", "keep-checkpoints", "resume",
-                             "export", "export-dtype", "eval-every", "eval-batches", "device", "device-budget", "seed",
-                             "threads", "nvme-path", "corpus-bytes", "metrics"},
-                            {"quiet"});
+  auto flags = Flags::Parse(
+      args, {"config", "model",   "data",         "steps",        "save-dir",     "save-every", "keep-checkpoints",
+             "resume", "export",  "export-dtype", "eval-every",   "eval-batches", "device",     "device-budget",
+             "seed",   "threads", "nvme-path",    "corpus-bytes", "metrics",      "report"},
+      {"quiet"});
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   const auto config_path = flags->Get("config");
   if (!config_path) return Fail(kName, Status::InvalidArgument("--config is required (see configs/)"), 2);
@@ -219,6 +219,24 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
     MonitorOptions mopt;
     mopt.metrics_path = flags->GetOr("metrics", "");
     mopt.config = &*config;
+    if (const auto report = flags->Get("report")) {
+      const std::string model_name = flags->GetOr("model", "small");
+      mopt.report.path = *report;
+      mopt.report.title = "zinf train: model " + model_name + ", " + *config_path;
+      mopt.report.facts = {
+          {"model", model_name + ": " + FormatCount(model->NumParameters()) + " parameters, " +
+                        std::to_string(model->n_layer) + " layers, width " + std::to_string(model->n_embd) +
+                        ", context " + std::to_string(model->seq_len)},
+          {"device", (*device)->name() + ", " + std::to_string(world) + " rank(s)"},
+          {"batch", "micro-batch " + std::to_string(config->train_micro_batch_size_per_gpu) + " x accumulation " +
+                        std::to_string(config->gradient_accumulation_steps) + " x " + std::to_string(world) +
+                        " rank(s) x " + std::to_string(model->seq_len) + " tokens"},
+          {"steps", std::to_string(*steps) +
+                        ((*trainer)->step() > 0 ? " (resumed at " + std::to_string((*trainer)->step()) + ")" : "")},
+          {"data", flags->GetOr("data", "built-in corpus")},
+          {"config", *config_path}};
+      mopt.report.config_json = ConfigToJson(*config);
+    }
     auto created = RunMonitors::Create(mopt);
     if (!created.ok()) return Fail(kName, created.status());
     monitors = std::move(*created);
@@ -257,7 +275,8 @@ ZINF_COMMAND(Command{
     "                  [--resume S]\n"
     "                  [--export FILE.safetensors [--export-dtype BF16|F16|F32]] [--nvme-path P]\n"
     "                  [--device auto|cuda|host] [--device-budget SIZE] [--eval-every K] [--eval-batches B]\n"
-    "                  [--seed N] [--threads N] [--corpus-bytes SIZE] [--metrics FILE.jsonl] [--quiet]\n\n"
+    "                  [--seed N] [--threads N] [--corpus-bytes SIZE] [--metrics FILE.jsonl]\n"
+    "                  [--report FILE.html] [--quiet]\n\n"
     "  --config C        DeepSpeed JSON (zero_optimization, offload_param/optimizer, aio, optimizer, ...)\n"
     "  --model M         tiny | demo | small | gpt2-124m, or a JSON file with vocab_size, seq_len,\n"
     "                    n_layer, n_head, n_embd[, tied_embeddings] (default small)\n"
@@ -272,7 +291,9 @@ ZINF_COMMAND(Command{
     "  --nvme-path P     overrides both offload sections' nvme_path\n"
     "  --device-budget   cap on device memory (the host device's budget, or below the GPU's)\n"
     "  --metrics F       one JSON line per optimizer step (step, loss, lr, grad_norm, tokens, time parts)\n"
-    "                    and per evaluation (step, eval_loss)\n\n"
+    "                    and per evaluation (step, eval_loss)\n"
+    "  --report F        a self-contained HTML page of the run (loss, lr, time split and bytes per tier\n"
+    "                    per step, config), rewritten at each evaluation and at the end\n\n"
     "A progress line every steps_per_print steps: loss, lr, grad norm, tokens/s, the step's time split\n"
     "into compute and waits (nvme, pcie/gather, comm, optimizer) and bytes moved per tier.\n"
     "Several GPUs or nodes: mpirun -np N zinf train ... (one rank per GPU).",

@@ -15,6 +15,13 @@ StatusOr<RunMonitors> RunMonitors::Create(const MonitorOptions& options) {
     m.destinations_.push_back("metrics (JSON lines): " + options.metrics_path);
     m.owned_.push_back(std::move(jsonl));
   }
+  if (!options.report.path.empty()) {
+    auto report = std::make_unique<RunReport>(options.report);
+    // Written once now: a path that cannot be written fails before training.
+    if (Status s = report->WriteNow(); !s.ok()) return s.WithContext("--report");
+    m.destinations_.push_back("report (HTML, rewritten at each evaluation and at the end): " + options.report.path);
+    m.owned_.push_back(std::move(report));
+  }
   if (options.config == nullptr) return m;
   auto dir_of = [](const MonitorConfig& c) {
     return c.output_path.empty() ? c.job_name : JoinPath(c.output_path, c.job_name);

@@ -1,4 +1,5 @@
-// The monitors one `zinf train` run asked for: --metrics FILE.jsonl, and the
+// The monitors one `zinf train` run asked for: --metrics FILE.jsonl,
+// --report FILE.html, and the
 // DeepSpeed config's csv_monitor and tensorboard sections (written under
 // output_path/job_name). Created on rank 0 only; other ranks get none.
 #pragma once
@@ -8,12 +9,14 @@
 #include <vector>
 
 #include "cli/run_monitor.h"
+#include "cli/run_report.h"
 #include "zinf/config.h"
 
 namespace zinf::cli {
 
 struct MonitorOptions {
   std::string metrics_path;  // --metrics; empty: none
+  RunReportOptions report;   // --report; path empty: none
   const Config* config = nullptr;
 };
 

@@ -2,7 +2,7 @@
 # DeepSpeed's csv_monitor and tensorboard sections as a user writes them:
 # zinf train leaves one CSV row per step in each Train_Samples_*.csv and one
 # per evaluation in Eval_Samples_eval_loss.csv under output_path/job_name,
-# and an events.out.tfevents.* file there. Where Python has the tensorboard
+# and an events.out.tfevents.* file there; --report leaves the finished page. Where Python has the tensorboard
 # package, its EventAccumulator reads the event file back: one train_loss
 # event per step, at DeepSpeed's x axis (samples), equal to the CSV's values.
 set -eu
@@ -21,7 +21,7 @@ cat >> "$TMP/config.json" <<JSON
 }
 JSON
 "$ZINF" train --config "$TMP/config.json" --model tiny --steps 5 --eval-every 2 --device host \
-  > "$TMP/out" 2> "$TMP/err" || { cat "$TMP/err" >&2; fail "zinf train failed"; }
+  --report "$TMP/run.html" > "$TMP/out" 2> "$TMP/err" || { cat "$TMP/err" >&2; fail "zinf train failed"; }
 grep -q "zinf train: 5 steps" "$TMP/out"
 grep -q "wandb (a network service" "$TMP/err" || fail "wandb not reported as ignored with its reason"
 
@@ -58,4 +58,10 @@ PY
 else
   echo "note: python3 has no tensorboard package; the event file's format is checked by cli_tensorboard_monitor_test"
 fi
+# --report: the finished page, four charts, no scripts, nothing left beside it.
+grep -q "Finished" "$TMP/run.html" || fail "report not rewritten at the end"
+[ "$(grep -o '<svg' "$TMP/run.html" | wc -l)" = 4 ] || fail "report: expected 4 charts"
+grep -q '<script' "$TMP/run.html" && fail "report has a script"
+grep -q 'eval (held out) at 4: ' "$TMP/run.html" || fail "report: no evaluation after step 4"
+[ "$(ls "$TMP" | grep -c 'run.html')" = 1 ] || fail "report: a temporary file left"
 echo "train monitors test: OK"
