@@ -113,6 +113,14 @@ struct AioConfig {
   bool overlap_events = true;    // submit new requests while reaping completions
 };
 
+// DeepSpeed's tensorboard and csv_monitor sections: files written under
+// output_path/job_name (output_path "": the working directory).
+struct MonitorConfig {
+  bool enabled = false;
+  std::string output_path;
+  std::string job_name = "DeepSpeedJobName";
+};
+
 struct Config {
   int64_t train_batch_size = 1;
   int64_t train_micro_batch_size_per_gpu = 1;
@@ -126,13 +134,16 @@ struct Config {
   SchedulerConfig scheduler;
   ZeroConfig zero;
   AioConfig aio;
+  MonitorConfig tensorboard;
+  MonitorConfig csv_monitor;
 
   // Which of the three batch keys the file set (with a number); the others
   // are derived by ResolveAuto from train_batch_size = micro * accum * world.
   bool batch_given[3] = {false, false, false};
   // JSON paths whose value was "auto", resolved by ResolveAuto.
   std::vector<std::string> auto_keys;
-  // DeepSpeed keys present in the file that zinf does not act on.
+  // DeepSpeed keys present in the file that zinf does not act on (see
+  // IgnoredKeyReason).
   std::vector<std::string> ignored_keys;
   // Where the config came from ("<string>" or a file path), for messages.
   std::string source = "<string>";
@@ -144,6 +155,11 @@ struct Config {
 
 // Parses DeepSpeed JSON text. The error lists every problem found, one per
 // line, each starting with the JSON path of the key.
+// Why zinf does not act on the ignored key `path` (an entry of
+// Config::ignored_keys), when there is more to say than "not implemented":
+// wandb and comet are network services. Empty otherwise.
+std::string_view IgnoredKeyReason(std::string_view path);
+
 StatusOr<Config> ParseConfig(std::string_view json_text, std::string source = "<string>");
 // Reads and parses a file; errors name the file.
 StatusOr<Config> LoadConfigFile(const std::string& path);

@@ -73,7 +73,9 @@ int Run(const std::vector<std::string>& args) {
     return 1;
   }
   for (const std::string& key : config->ignored_keys) {
-    std::fprintf(stderr, "note: %s is a DeepSpeed key that zinf does not act on; ignored\n", key.c_str());
+    const std::string_view why = IgnoredKeyReason(key);
+    std::fprintf(stderr, "note: %s is a DeepSpeed key that zinf does not act on%s%.*s%s; ignored\n", key.c_str(),
+                 why.empty() ? "" : " (", static_cast<int>(why.size()), why.data(), why.empty() ? "" : ")");
   }
   AutoContext ctx;
   auto world = flags->GetInt("world-size", 1);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/monitors.h"
 #include "cli/train_loop.h"
 #include "comm/mpi_communicator.h"
 #include "core/file_lock.h"
@@ -100,11 +101,12 @@ int Run(const std::vector<std::string>& args) {
 }
 
 int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
-  auto flags = Flags::Parse(
-      args, {"config", "model",   "data",         "steps",        "save-dir",     "save-every", "keep-checkpoints",
-             "resume", "export",  "export-dtype", "eval-every",   "eval-batches", "device",     "device-budget",
-             "seed",   "threads", "nvme-path",    "corpus-bytes", "data-order",   "holdout"},
-      {"quiet", "exact-losses"});
+  auto flags =
+      Flags::Parse(args, {"config",           "model",         "data",    "steps",        "save-dir",   "save-every",
+                          "keep-checkpoints", "resume",        "export",  "export-dtype", "eval-every", "eval-batches",
+                          "device",           "device-budget", "seed",    "threads",      "nvme-path",  "corpus-bytes",
+                          "data-order",       "holdout",       "metrics", "report"},
+                   {"quiet", "exact-losses"});
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   const auto config_path = flags->Get("config");
   if (!config_path) return Fail(kName, Status::InvalidArgument("--config is required (see configs/)"), 2);
@@ -187,7 +189,10 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   FILE* out = (rank == 0 && !flags->Has("quiet")) ? stderr : nullptr;
   if (out && !config->ignored_keys.empty()) {
     std::string keys;
-    for (const std::string& k : config->ignored_keys) keys += (keys.empty() ? "" : ", ") + k;
+    for (const std::string& k : config->ignored_keys) {
+      const std::string_view why = IgnoredKeyReason(k);
+      keys += (keys.empty() ? "" : ", ") + k + (why.empty() ? "" : " (" + std::string(why) + ")");
+    }
     std::fprintf(out, "zinf train: %s: keys zinf does not act on: %s\n", config->source.c_str(), keys.c_str());
   }
 
@@ -222,7 +227,40 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
     if (out) std::fprintf(out, "zinf train: resumed at step %lld\n", static_cast<long long>((*trainer)->step()));
   }
 
+  // Metrics files (rank 0): --metrics and the config's monitor sections.
+  RunMonitors monitors;
+  if (rank == 0) {
+    MonitorOptions mopt;
+    mopt.metrics_path = flags->GetOr("metrics", "");
+    mopt.config = &*config;
+    if (const auto report = flags->Get("report")) {
+      const std::string model_name = flags->GetOr("model", "small");
+      mopt.report.path = *report;
+      mopt.report.title = "zinf train: model " + model_name + ", " + *config_path;
+      mopt.report.facts = {
+          {"model", model_name + ": " + FormatCount(model->NumParameters()) + " parameters, " +
+                        std::to_string(model->n_layer) + " layers, width " + std::to_string(model->n_embd) +
+                        ", context " + std::to_string(model->seq_len)},
+          {"device", (*device)->name() + ", " + std::to_string(world) + " rank(s)"},
+          {"batch", "micro-batch " + std::to_string(config->train_micro_batch_size_per_gpu) + " x accumulation " +
+                        std::to_string(config->gradient_accumulation_steps) + " x " + std::to_string(world) +
+                        " rank(s) x " + std::to_string(model->seq_len) + " tokens"},
+          {"steps", std::to_string(*steps) +
+                        ((*trainer)->step() > 0 ? " (resumed at " + std::to_string((*trainer)->step()) + ")" : "")},
+          {"data", flags->GetOr("data", "built-in corpus")},
+          {"config", *config_path}};
+      mopt.report.config_json = ConfigToJson(*config);
+    }
+    auto created = RunMonitors::Create(mopt);
+    if (!created.ok()) return Fail(kName, created.status());
+    monitors = std::move(*created);
+    for (const std::string& d : monitors.destinations()) {
+      if (out) std::fprintf(out, "zinf train: %s\n", d.c_str());
+    }
+  }
+
   TrainRun run;
+  run.monitors = monitors.list();
   run.steps = *steps;
   run.steps_per_print = config->steps_per_print;
   run.save_dir = flags->GetOr("save-dir", "");
@@ -253,7 +291,7 @@ ZINF_COMMAND(Command{
     "                  [--export FILE.safetensors [--export-dtype BF16|F16|F32]] [--nvme-path P]\n"
     "                  [--device auto|cuda|host] [--device-budget SIZE] [--eval-every K] [--eval-batches B]\n"
     "                  [--seed N] [--threads N] [--corpus-bytes SIZE] [--data-order shuffled|sequential]\n"
-    "                  [--holdout FRACTION] [--quiet] [--exact-losses]\n\n"
+    "                  [--holdout FRACTION] [--metrics FILE.jsonl] [--report FILE.html] [--quiet] [--exact-losses]\n\n"
     "  --config C        DeepSpeed JSON (zero_optimization, offload_param/optimizer, aio, optimizer, ...)\n"
     "  --model M         tiny | demo | small | gpt2-124m, or a JSON file with vocab_size, seq_len,\n"
     "                    n_layer, n_head, n_embd[, tied_embeddings] (default small)\n"
@@ -272,7 +310,11 @@ ZINF_COMMAND(Command{
     "  --export F        the final weights as safetensors\n"
     "  --nvme-path P     overrides both offload sections' nvme_path\n"
     "  --device-budget   cap on device memory (the host device's budget, or below the GPU's)\n"
-    "  --exact-losses    also a line per step with its loss to 17 digits, for bit-for-bit comparisons\n\n"
+    "  --exact-losses    also a line per step with its loss to 17 digits, for bit-for-bit comparisons\n"
+    "  --metrics F       one JSON line per optimizer step (step, loss, lr, grad_norm, tokens, time parts)\n"
+    "                    and per evaluation (step, eval_loss)\n"
+    "  --report F        a self-contained HTML page of the run (loss, lr, time split and bytes per tier\n"
+    "                    per step, config), rewritten at each evaluation and at the end\n\n"
     "A progress line every steps_per_print steps: loss, lr, grad norm, tokens/s, the step's time split\n"
     "into compute and waits (nvme, pcie/gather, comm, optimizer) and bytes moved per tier.\n"
     "Several GPUs or nodes: mpirun -np N zinf train ... (one rank per GPU).",

@@ -33,12 +33,17 @@ StatusOr<TrainSummary> RunTraining(model::Trainer& trainer, const TrainRun& run)
   TrainSummary s;
   s.first_step = trainer.step();
   FILE* out = run.progress;
+  // Sequences (all ranks) trained on after the steps so far: the monitors' x axis.
+  auto samples_after = [&] {
+    return trainer.step() * (trainer.tokens_per_step() / std::max(1, trainer.model().seq_len));
+  };
   auto evaluate = [&](double* into) -> Status {
     if (!trainer.can_evaluate()) return Status::Ok();  // too few held-out tokens: no evaluation
     StatusOr<double> e = trainer.Evaluate(run.eval_batches);
     ZINF_RETURN_IF_ERROR(e.status());
     *into = *e;
     s.evaluated = true;
+    for (RunMonitor* m : run.monitors) ZINF_RETURN_IF_ERROR(m->OnEval(trainer.step(), samples_after(), *e));
     return Status::Ok();
   };
   ZINF_RETURN_IF_ERROR(evaluate(&s.eval_before));
@@ -58,6 +63,10 @@ StatusOr<TrainSummary> RunTraining(model::Trainer& trainer, const TrainRun& run)
     s.comm_seconds += static_cast<double>(r.engine.allgather_ns + r.engine.reduce_scatter_ns) / 1e9;
     s.optimizer_seconds += static_cast<double>(r.engine.optimizer_ns) / 1e9;
     AddCounters(s.moved, r.engine);
+    if (!run.monitors.empty()) {
+      const StepMetrics metrics = MakeStepMetrics(r, samples_after());
+      for (RunMonitor* m : run.monitors) ZINF_RETURN_IF_ERROR(m->OnStep(metrics));
+    }
     tok_per_s.push_back(static_cast<double>(r.tokens) / std::max(r.seconds, 1e-9));
     window.push_back(r.loss);
     if (out && run.exact_losses) {
@@ -112,6 +121,7 @@ StatusOr<TrainSummary> RunTraining(model::Trainer& trainer, const TrainRun& run)
   if (out && s.evaluated) {
     std::fprintf(out, "step %6lld  eval loss %.4f\n", static_cast<long long>(trainer.step()), s.eval_after);
   }
+  for (RunMonitor* m : run.monitors) ZINF_RETURN_IF_ERROR(m->OnEnd());
   if (!run.export_path.empty()) {
     ZINF_RETURN_IF_ERROR(trainer.ExportSafetensors(run.export_path, run.export_dtype));
     if (out) std::fprintf(out, "exported %s weights to %s\n", run.export_dtype.c_str(), run.export_path.c_str());

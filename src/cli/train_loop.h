@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
+#include "cli/run_monitor.h"
 #include "model/trainer.h"
 #include "zinf/status.h"
 
@@ -26,6 +28,9 @@ struct TrainRun {
   // A line per step with its loss to 17 significant digits ("step N  exact
   // loss L"), which round-trips the double: for bit-for-bit comparisons of runs.
   bool exact_losses = false;
+  // Told of every step and evaluation, in order (not owned; empty on ranks
+  // other than 0).
+  std::vector<RunMonitor*> monitors;
 };
 
 struct TrainSummary {

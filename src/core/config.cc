@@ -361,6 +361,16 @@ class Section {
     out = d;
   }
 
+  void String(const char* key, std::string& out) {
+    const json* v = Take(key);
+    if (v == nullptr || v->is_null()) return;
+    if (!v->is_string()) {
+      Error(key, "expected a string, got " + Describe(*v));
+      return;
+    }
+    out = v->get<std::string>();
+  }
+
   // One of `names` (case-insensitive); returns the index or -1.
   int Enum(const char* key, std::initializer_list<const char*> names, int current) {
     const json* v = Take(key);
@@ -611,6 +621,16 @@ void ParseAio(Section s, AioConfig& c) {
   s.Finish({"intra_op_parallelism", "use_gds"});
 }
 
+void ParseMonitor(Section s, MonitorConfig& c) {
+  s.Bool("enabled", c.enabled);
+  s.String("output_path", c.output_path);
+  s.String("job_name", c.job_name);
+  if (c.job_name.empty() || c.job_name.find('/') != std::string::npos) {
+    s.Error("job_name", "expected a folder name (not empty, no '/'), got \"" + c.job_name + "\"");
+  }
+  s.Finish();
+}
+
 void ParseZero(Section s, ZeroConfig& z) {
   s.Int("stage", z.stage, 0, 3);
   bool overlap_given = s.Has("overlap_comm");
@@ -693,6 +713,13 @@ void ParseZero(Section s, ZeroConfig& z) {
 
 }  // namespace
 
+std::string_view IgnoredKeyReason(std::string_view path) {
+  if (path == "wandb" || path == "comet") {
+    return "a network service; zinf writes the tensorboard and csv_monitor files instead";
+  }
+  return {};
+}
+
 StatusOr<Config> ParseConfig(std::string_view json_text, std::string source) {
   json doc;
   const char* last_read = json_text.data();
@@ -735,6 +762,8 @@ StatusOr<Config> ParseConfig(std::string_view json_text, std::string source) {
   if (root.Has("scheduler")) ParseScheduler(root.Child("scheduler"), config.scheduler);
   ParseZero(root.Child("zero_optimization"), config.zero);
   ParseAio(root.Child("aio"), config.aio);
+  ParseMonitor(root.Child("tensorboard"), config.tensorboard);
+  ParseMonitor(root.Child("csv_monitor"), config.csv_monitor);
 
   if (config.fp16.enabled && config.bf16.enabled) root.Error("fp16.enabled", "fp16 and bf16 cannot both be enabled");
 
@@ -746,9 +775,7 @@ StatusOr<Config> ParseConfig(std::string_view json_text, std::string source) {
                "communication_data_type",
                "seq_parallel_communication_data_type",
                "flops_profiler",
-               "tensorboard",
                "wandb",
-               "csv_monitor",
                "comet",
                "activation_checkpointing",
                "amp",
@@ -1018,6 +1045,9 @@ json ConfigJson(const Config& c) {
               {"thread_count", c.aio.thread_count},
               {"single_submit", c.aio.single_submit},
               {"overlap_events", c.aio.overlap_events}};
+  for (const auto& [name, m] : {std::pair{"tensorboard", &c.tensorboard}, std::pair{"csv_monitor", &c.csv_monitor}}) {
+    j[name] = {{"enabled", m->enabled}, {"output_path", m->output_path}, {"job_name", m->job_name}};
+  }
   // Keys still "auto" are shown as such, so a reader sees what is pending.
   for (const std::string& key : c.auto_keys) {
     json* node = &j;

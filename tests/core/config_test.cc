@@ -265,12 +265,38 @@ TEST(ConfigTest, UnknownKeysAreErrorsWithAHint) {
 }
 
 TEST(ConfigTest, DeepSpeedKeysZinfIgnoresAreListed) {
-  Config c = MustParse(R"({"prescale_gradients": false, "tensorboard": {"enabled": true},
+  Config c = MustParse(R"({"prescale_gradients": false, "wandb": {"enabled": true},
                            "zero_optimization": {"stage": 2, "round_robin_gradients": true},
                            "optimizer": {"type": "AdamW", "params": {"torch_adam": false}}})");
   EXPECT_EQ(c.ignored_keys,
             (std::vector<std::string>{"optimizer.params.torch_adam", "zero_optimization.round_robin_gradients",
-                                      "prescale_gradients", "tensorboard"}));
+                                      "prescale_gradients", "wandb"}));
+  EXPECT_NE(IgnoredKeyReason("wandb").find("network service"), std::string_view::npos);
+  EXPECT_NE(IgnoredKeyReason("comet").find("network service"), std::string_view::npos);
+  EXPECT_TRUE(IgnoredKeyReason("prescale_gradients").empty());
+}
+
+TEST(ConfigTest, MonitorSectionsAreRead) {
+  Config c = MustParse(R"({"tensorboard": {"enabled": true, "output_path": "logs/", "job_name": "run1"},
+                           "csv_monitor": {"enabled": "true", "output_path": "csv"}})");
+  EXPECT_TRUE(c.ignored_keys.empty());
+  EXPECT_TRUE(c.tensorboard.enabled);
+  EXPECT_EQ(c.tensorboard.output_path, "logs/");
+  EXPECT_EQ(c.tensorboard.job_name, "run1");
+  EXPECT_TRUE(c.csv_monitor.enabled);
+  EXPECT_EQ(c.csv_monitor.output_path, "csv");
+  EXPECT_EQ(c.csv_monitor.job_name, "DeepSpeedJobName");  // DeepSpeed's default
+  Config none = MustParse("{}");
+  EXPECT_FALSE(none.tensorboard.enabled);
+  EXPECT_FALSE(none.csv_monitor.enabled);
+  // Given back by ConfigToJson.
+  Config again = MustParse(ConfigToJson(c));
+  EXPECT_EQ(again.tensorboard.job_name, "run1");
+  EXPECT_TRUE(again.csv_monitor.enabled);
+  ExpectError(R"({"tensorboard": {"enabled": true, "job_nme": "x"}})",
+              "tensorboard.job_nme: unknown key (did you mean \"job_name\"?)");
+  ExpectError(R"({"csv_monitor": {"output_path": 3}})", "csv_monitor.output_path: expected a string, got 3");
+  ExpectError(R"({"tensorboard": {"job_name": "a/b"}})", "tensorboard.job_name: expected a folder name");
 }
 
 TEST(ConfigTest, CrossKeyRules) {

@@ -138,7 +138,7 @@ TEST(PlanTest, RamOfNvmeTiersIsTheBufferPlansWindows) {
     auto mapped = [](const aio::PinnedPoolOptions& p) {
       return p.buffer_count > 0 ? aio::PinnedPool::MappedBytes(p) : int64_t{0};
     };
-    const int64_t whole_shard = mapped(bp.grad_accumulator) + mapped(bp.new_params) + bp.init_master_bytes;
+    const int64_t whole_shard = mapped(bp.grad_accumulator) + mapped(bp.new_params);
     const int64_t windows = o.pinned_bytes + o.pageable_bytes - c.world * whole_shard;
     std::printf("%s x%d nvme/nvme: RAM %lld B, of which whole-shard %lld B, windows %lld B (%.2f GiB)\n", c.model,
                 c.world, static_cast<long long>(o.pinned_bytes + o.pageable_bytes),

@@ -1,0 +1,82 @@
+#include "cli/run_monitor.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace zinf::cli {
+
+StepMetrics MakeStepMetrics(const model::StepReport& r, int64_t samples) {
+  StepMetrics m;
+  m.step = r.step;
+  m.samples = samples;
+  m.loss = r.loss;
+  m.lr = r.lr;
+  m.grad_norm = r.grad_norm;
+  m.loss_scale = r.loss_scale;
+  m.applied = r.applied;
+  m.tokens = r.tokens;
+  m.tokens_per_second = static_cast<double>(r.tokens) / std::max(r.seconds, 1e-9);
+  m.total_seconds = r.seconds;
+  m.compute_seconds = r.compute_seconds;
+  m.nvme_seconds = static_cast<double>(r.engine.nvme_wait_ns) / 1e9;
+  m.pcie_seconds = static_cast<double>(r.engine.fetch_wait_ns) / 1e9;
+  m.comm_seconds = static_cast<double>(r.engine.allgather_ns + r.engine.reduce_scatter_ns) / 1e9;
+  m.optimizer_seconds = static_cast<double>(r.engine.optimizer_ns) / 1e9;
+  m.engine = r.engine;
+  return m;
+}
+
+std::vector<std::pair<std::string, double>> StepScalars(const StepMetrics& m) {
+  auto f = [](double v) { return v; };
+  return {{"Train/Samples/train_loss", f(m.loss)},
+          {"Train/Samples/lr", f(m.lr)},
+          {"Train/Samples/loss_scale", f(m.loss_scale)},
+          {"Train/Samples/grad_norm", f(m.grad_norm)},
+          {"Train/Samples/tokens_per_second", f(m.tokens_per_second)},
+          {"Train/Samples/samples", f(static_cast<double>(m.samples))},
+          {"Train/Samples/step", f(static_cast<double>(m.step))},
+          {"Train/Samples/elapsed_time_ms_total", f(1e3 * m.total_seconds)},
+          {"Train/Samples/elapsed_time_ms_compute", f(1e3 * m.compute_seconds)},
+          {"Train/Samples/elapsed_time_ms_nvme_wait", f(1e3 * m.nvme_seconds)},
+          {"Train/Samples/elapsed_time_ms_pcie_wait", f(1e3 * m.pcie_seconds)},
+          {"Train/Samples/elapsed_time_ms_comm", f(1e3 * m.comm_seconds)},
+          {"Train/Samples/elapsed_time_ms_optimizer", f(1e3 * m.optimizer_seconds)}};
+}
+
+AppendFile::~AppendFile() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+Status AppendFile::Open(const std::string& path, bool exclusive) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : O_TRUNC), 0644);
+  if (fd < 0) return ErrnoStatus(errno, "create", path);
+  FILE* f = ::fdopen(fd, "w");
+  if (f == nullptr) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoStatus(err, "open", path);
+  }
+  if (file_ != nullptr) std::fclose(file_);
+  file_ = f;
+  path_ = path;
+  offset_ = 0;
+  return Status::Ok();
+}
+
+Status AppendFile::Append(std::string_view bytes) {
+  if (file_ == nullptr) return Status::FailedPrecondition("append to a file that is not open");
+  errno = 0;
+  if (std::fwrite(bytes.data(), 1, bytes.size(), file_) != bytes.size() || std::fflush(file_) != 0) {
+    return ErrnoStatus(errno != 0 ? errno : EIO, "write", path_, offset_, static_cast<int64_t>(bytes.size()));
+  }
+  offset_ += static_cast<int64_t>(bytes.size());
+  return Status::Ok();
+}
+
+}  // namespace zinf::cli
