@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,10 @@ struct TrainerOptions {
   // The last eval_fraction of the tokens are held out for Evaluate.
   double eval_fraction = 0.05;
   uint64_t seed = 1234;  // initial weights and the data order
+  // The initial fp32 weights of a block (GptBlockSpecs order), e.g. from a
+  // HF checkpoint (ReadHfBlock), called once per block, in block order, so
+  // only one block is in RAM at a time. Empty: InitBlockWeights(seed).
+  std::function<StatusOr<std::vector<std::vector<float>>>(BlockId)> initial_weights;
   // Engine options (run id, threads); grad_type and hooks are set by the
   // trainer.
   EngineOptions engine;
