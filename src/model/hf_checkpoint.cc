@@ -153,17 +153,20 @@ class KeyReader {
 
   // Notes the ignored keys; an unknown key is an error.
   void Finish() {
+    std::string neutral, dropout;
     for (auto it = doc_.begin(); it != doc_.end(); ++it) {
       const std::string& k = it.key();
-      if (used_.count(k)) continue;
+      if (used_.count(k) || k == "architectures") continue;
       if (IgnoredKeys().count(k) || k.rfind("summary_", 0) == 0) {
-        notes_->push_back(k + ": ignored (does not change the math)");
+        neutral += (neutral.empty() ? "" : ", ") + k;
       } else if (DropoutKeys().count(k)) {
-        notes_->push_back(k + ": ignored (zinf trains without dropout)");
+        dropout += (dropout.empty() ? "" : ", ") + k;
       } else {
         errors_.push_back(k + ": unknown key (zinf does not know whether it changes the math)");
       }
     }
+    if (!neutral.empty()) notes_->push_back("ignored (no effect on the math): " + neutral);
+    if (!dropout.empty()) notes_->push_back("ignored (zinf trains without dropout): " + dropout);
   }
   const std::vector<std::string>& errors() const { return errors_; }
 
@@ -556,6 +559,26 @@ StatusOr<std::vector<std::vector<float>>> ReadHfBlock(const HfCheckpoint& ckpt, 
     out.push_back(std::move(w));
   }
   return out;
+}
+
+std::function<StatusOr<std::vector<std::vector<float>>>(BlockId)> ModelSource::InitialWeights() const {
+  if (hf == nullptr) return {};
+  return [ckpt = hf, model = model](BlockId b) { return ReadHfBlock(*ckpt, model, b); };
+}
+
+StatusOr<ModelSource> ResolveModel(const std::string& value, int seq_len) {
+  ModelSource s;
+  if (IsHfModelDir(value)) {
+    ZINF_ASSIGN_OR_RETURN(HfCheckpoint c, OpenHfCheckpoint(value));
+    ZINF_ASSIGN_OR_RETURN(s.model, HfModelAtSeqLen(c, seq_len));
+    s.description = value + " (" + c.architecture + ")";
+    s.hf = std::make_shared<const HfCheckpoint>(std::move(c));
+    return s;
+  }
+  ZINF_ASSIGN_OR_RETURN(s.model, LoadGptConfig(value));
+  if (seq_len > 0) s.model.seq_len = seq_len;
+  s.description = value;
+  return s;
 }
 
 }  // namespace zinf::model

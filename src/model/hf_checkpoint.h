@@ -31,7 +31,9 @@
 // functions may be called from any thread.
 #pragma once
 
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -78,5 +80,19 @@ std::vector<std::string> HfTensorNames(const HfCheckpoint& ckpt, BlockId block);
 // Block `block`'s weights in fp32, in the engine's layout for `model`
 // (HfModelAtSeqLen's result).
 StatusOr<std::vector<std::vector<float>>> ReadHfBlock(const HfCheckpoint& ckpt, const GptConfig& model, BlockId block);
+
+// What a --model value names: a built-in (LoadGptConfig), a JSON model
+// config (both initialised at random by the trainer), or a HF model folder
+// (its weights). `seq_len` > 0 overrides the sequence length (for a HF
+// folder through HfModelAtSeqLen; 0 keeps its positions).
+struct ModelSource {
+  GptConfig model;
+  std::shared_ptr<const HfCheckpoint> hf;  // null unless a HF folder
+  std::string description;                 // for logs: the name, or "<dir> (<architecture>)"
+  // TrainerOptions::initial_weights: the checkpoint's blocks; empty
+  // without a checkpoint (random init).
+  std::function<StatusOr<std::vector<std::vector<float>>>(BlockId)> InitialWeights() const;
+};
+StatusOr<ModelSource> ResolveModel(const std::string& value, int seq_len);
 
 }  // namespace zinf::model

@@ -78,6 +78,7 @@ def make(name, config_cls, model_cls, kwargs, dtype, seed):
     out = os.path.join(HERE, name)
     os.makedirs(out, exist_ok=True)
     model.to(dtype).save_pretrained(out, safe_serialization=True)
+    os.remove(os.path.join(out, "generation_config.json"))  # not read by zinf
     model = model.float()
     model.config._attn_implementation = "eager"
     v = config.vocab_size
