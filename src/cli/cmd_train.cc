@@ -22,6 +22,7 @@
 #include "device/device.h"
 #include "kernels/cpu_kernels.h"
 #include "model/gpt.h"
+#include "model/hf_checkpoint.h"
 #include "model/trainer.h"
 #include "swap/checkpoint_dirs.h"
 #include "swap/swap_store.h"
@@ -105,7 +106,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
       Flags::Parse(args, {"config",           "model",         "data",    "steps",        "save-dir",   "save-every",
                           "keep-checkpoints", "resume",        "export",  "export-dtype", "eval-every", "eval-batches",
                           "device",           "device-budget", "seed",    "threads",      "nvme-path",  "corpus-bytes",
-                          "data-order",       "holdout",       "metrics", "report"},
+                          "data-order",       "holdout",       "metrics", "report",       "seq-len"},
                    {"quiet", "exact-losses"});
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   const auto config_path = flags->Get("config");
@@ -121,8 +122,13 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
     kernels::cpu::SetThreads(static_cast<int>(std::max(1L, cores / std::max(1, std::atoi(local)))));
   }
 
-  auto model = model::LoadGptConfig(flags->GetOr("model", "small"));
-  if (!model.ok()) return Fail(kName, model.status(), 2);
+  auto seq_len = flags->GetInt("seq-len", 0);
+  if (!seq_len.ok() || *seq_len < 0 || *seq_len > (1 << 20)) {
+    return Fail(kName, Status::InvalidArgument("--seq-len: expected a length in 1..2^20"), 2);
+  }
+  auto source = model::ResolveModel(flags->GetOr("model", "small"), static_cast<int>(*seq_len));
+  if (!source.ok()) return Fail(kName, source.status().WithContext("--model"), 2);
+  const model::GptConfig* model = &source->model;
   auto steps = flags->GetInt("steps", 100);
   auto save_every = flags->GetInt("save-every", 0);
   auto keep = flags->GetInt("keep-checkpoints", 0);
@@ -207,14 +213,20 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   model::TrainerOptions topt;
   if (Status s = ParseDataFlags(*flags, topt); !s.ok()) return Fail(kName, s, 2);
   topt.model = *model;
+  topt.initial_weights = source->InitialWeights();
   topt.data_path = flags->GetOr("data", "");
   topt.corpus_bytes = *corpus;
   topt.seed = static_cast<uint64_t>(*seed);
   topt.hooks.device = device->get();
   topt.engine.optimizer_threads = static_cast<int>(*threads);
   if (out) {
+    if (source->hf != nullptr) {
+      std::string notes;
+      for (const std::string& n : source->hf->notes) notes += (notes.empty() ? "" : "; ") + n;
+      if (!notes.empty()) std::fprintf(out, "zinf train: %s: %s\n", source->hf->dir.c_str(), notes.c_str());
+    }
     std::fprintf(out, "zinf train: model %s: %s parameters (%d layers, %d heads, width %d, context %d, vocab %d)\n",
-                 flags->GetOr("model", "small").c_str(), FormatCount(model->NumParameters()).c_str(), model->n_layer,
+                 source->description.c_str(), FormatCount(model->NumParameters()).c_str(), model->n_layer,
                  model->n_head, model->n_embd, model->seq_len, model->vocab_size);
     std::fprintf(out, "zinf train: device %s, %d rank(s), micro-batch %lld x %d tokens, accumulation %lld\n",
                  (*device)->name().c_str(), world, static_cast<long long>(config->train_micro_batch_size_per_gpu),
@@ -290,11 +302,14 @@ ZINF_COMMAND(Command{
     "                  [--resume S]\n"
     "                  [--export FILE.safetensors [--export-dtype BF16|F16|F32]] [--nvme-path P]\n"
     "                  [--device auto|cuda|host] [--device-budget SIZE] [--eval-every K] [--eval-batches B]\n"
-    "                  [--seed N] [--threads N] [--corpus-bytes SIZE] [--data-order shuffled|sequential]\n"
+    "                  [--seed N] [--threads N] [--corpus-bytes SIZE] [--seq-len T] [--data-order "
+    "shuffled|sequential]\n"
     "                  [--holdout FRACTION] [--metrics FILE.jsonl] [--report FILE.html] [--quiet] [--exact-losses]\n\n"
     "  --config C        DeepSpeed JSON (zero_optimization, offload_param/optimizer, aio, optimizer, ...)\n"
-    "  --model M         tiny | demo | small | gpt2-124m, or a JSON file with vocab_size, seq_len,\n"
-    "                    n_layer, n_head, n_embd[, tied_embeddings] (default small)\n"
+    "  --model M         tiny | demo | small | gpt2-124m, a JSON file with vocab_size, seq_len,\n"
+    "                    n_layer, n_head, n_embd[, tied_embeddings] (default small), or a Hugging Face\n"
+    "                    model folder (GPT-2, Llama, Qwen2, Mistral; config.json + safetensors)\n"
+    "  --seq-len T       sequence length (default: the model's; a HF model's positions)\n"
     "  --data D          token file (256 int32 header: 20240520, version, count; then uint16 (version 1)\n"
     "                    or uint32 (2) tokens), e.g. from `zinf data encode`; default: the built-in corpus\n"
     "  --data-order O    shuffled (default: samples in a seeded order per epoch) or sequential (file\n"

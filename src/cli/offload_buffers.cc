@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/units.h"
+#include "model/hf_checkpoint.h"
 #include "model/plan.h"
 #include "swap/optimizer_swapper.h"
 
@@ -125,6 +126,12 @@ void AppendBufferItems(const std::string& title, const std::vector<zero3::Buffer
 
 StatusOr<ModelChoice> ModelFromFlag(const std::string& flag, const std::string& value, int seq_len, int vocab) {
   ModelChoice c;
+  if (model::IsHfModelDir(value)) {
+    ZINF_ASSIGN_OR_RETURN(model::ModelSource source, model::ResolveModel(value, seq_len));
+    c.model = source.model;
+    c.description = source.description;
+    return c;
+  }
   auto builtin = model::LoadGptConfig(value);
   if (builtin.ok()) {
     c.model = *builtin;

@@ -98,5 +98,44 @@ template <typename T>
 void CrossEntropyForwardBackward(T* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t N, int V,
                                  int Vp, T dloss);
 
+// ---- Llama-family kernels (cpu_decoder_kernels.cc) ----
+
+// RMSNorm per row of inp [N, C]: rstd[n] = 1 / sqrt(mean(inp[n]^2) + eps)
+// (saved for backward), out = inp * rstd * weight. out may not alias inp.
+template <typename T>
+void RmsNormForward(T* out, T* rstd, const T* inp, const T* weight, int64_t N, int C, double eps);
+template <typename T>
+void RmsNormBackward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd, int64_t N,
+                     int C);
+
+// Rotary position embedding, rotate-half layout, on x [B*T, n_head * hd]
+// (head h is columns [h*hd, (h+1)*hd)); position t of every sequence uses
+// row t of cos and sin [T, hd/2]: for i < hd/2,
+//   out_i        = x_i cos_ti - x_{i+hd/2} sin_ti
+//   out_{i+hd/2} = x_{i+hd/2} cos_ti + x_i sin_ti.
+// out may alias inp (each pair is read before it is written). hd is even.
+template <typename T>
+void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_, int n_head, int hd);
+// dinp += R^T dout (the inverse rotation). dinp may not alias dout.
+template <typename T>
+void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int T_, int n_head, int hd);
+
+// SwiGLU: out = silu(gate) * up, silu(x) = x / (1 + exp(-x)); arrays of n.
+template <typename T>
+void SwigluForward(T* out, const T* gate, const T* up, int64_t n);
+// dgate += dout * up * silu'(gate); dup += dout * silu(gate).
+template <typename T>
+void SwigluBackward(T* dgate, T* dup, const T* gate, const T* up, const T* dout, int64_t n);
+
+// Grouped-query attention around the multi-head AttentionForward/Backward:
+// packs q [N, NH*hd], k and v [N, NKV*hd] into qkv [N, 3*NH*hd], query head
+// h reading key/value head h / (NH / NKV) (NH % NKV == 0). Overwrites qkv.
+template <typename T>
+void GqaExpandForward(T* qkv, const T* q, const T* k, const T* v, int64_t N, int NH, int NKV, int hd);
+// The adjoint: dq += dqkv's q part; dk and dv += the sum over each key/value
+// head's group of query heads (in head order).
+template <typename T>
+void GqaExpandBackward(T* dq, T* dk, T* dv, const T* dqkv, int64_t N, int NH, int NKV, int hd);
+
 }  // namespace cpu
 }  // namespace zinf::kernels

@@ -117,4 +117,23 @@ Status Accumulate(float* y, const float* x, int64_t n, void* stream);
 Status CrossEntropyForwardBackward(float* losses, float* dlogits, const float* logits, const int32_t* targets,
                                    int64_t N, int V, int Vp, float dloss, void* stream);
 
+// Llama family (cuda_decoder_kernels.cu): the twins of the kernels::cpu
+// functions of the same names. RMSNorm gives one warp to a row (dweight: one
+// thread per channel summing the rows in order); the rest are elementwise.
+Status RmsNormForward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int C, double eps,
+                      void* stream);
+Status RmsNormBackward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                       const float* rstd, int64_t N, int C, void* stream);
+Status RopeForward(float* out, const float* inp, const float* cos, const float* sin, int B, int T_, int n_head, int hd,
+                   void* stream);
+Status RopeBackward(float* dinp, const float* dout, const float* cos, const float* sin, int B, int T_, int n_head,
+                    int hd, void* stream);
+Status SwigluForward(float* out, const float* gate, const float* up, int64_t n, void* stream);
+Status SwigluBackward(float* dgate, float* dup, const float* gate, const float* up, const float* dout, int64_t n,
+                      void* stream);
+Status GqaExpandForward(float* qkv, const float* q, const float* k, const float* v, int64_t N, int NH, int NKV, int hd,
+                        void* stream);
+Status GqaExpandBackward(float* dq, float* dk, float* dv, const float* dqkv, int64_t N, int NH, int NKV, int hd,
+                         void* stream);
+
 }  // namespace zinf::kernels::cuda

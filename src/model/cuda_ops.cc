@@ -103,6 +103,38 @@ class CudaOps final : public Ops<float> {
     Run([&] { return k::CrossEntropyForwardBackward(losses, dlogits, logits, targets, N, V, Vp, dloss, s_); });
   }
 
+  void RmsNormForward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int C,
+                      double eps) override {
+    Run([&] { return k::RmsNormForward(out, rstd, inp, weight, N, C, eps, s_); });
+  }
+  void RmsNormBackward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                       const float* rstd, int64_t N, int C) override {
+    Run([&] { return k::RmsNormBackward(dinp, dweight, dout, inp, weight, rstd, N, C, s_); });
+  }
+  void RopeForward(float* out, const float* inp, const float* cos, const float* sin, int B, int T_, int n_head,
+                   int hd) override {
+    Run([&] { return k::RopeForward(out, inp, cos, sin, B, T_, n_head, hd, s_); });
+  }
+  void RopeBackward(float* dinp, const float* dout, const float* cos, const float* sin, int B, int T_, int n_head,
+                    int hd) override {
+    Run([&] { return k::RopeBackward(dinp, dout, cos, sin, B, T_, n_head, hd, s_); });
+  }
+  void SwigluForward(float* out, const float* gate, const float* up, int64_t n) override {
+    Run([&] { return k::SwigluForward(out, gate, up, n, s_); });
+  }
+  void SwigluBackward(float* dgate, float* dup, const float* gate, const float* up, const float* dout,
+                      int64_t n) override {
+    Run([&] { return k::SwigluBackward(dgate, dup, gate, up, dout, n, s_); });
+  }
+  void GqaExpandForward(float* qkv, const float* q, const float* k, const float* v, int64_t N, int NH, int NKV,
+                        int hd) override {
+    Run([&] { return k::GqaExpandForward(qkv, q, k, v, N, NH, NKV, hd, s_); });
+  }
+  void GqaExpandBackward(float* dq, float* dk, float* dv, const float* dqkv, int64_t N, int NH, int NKV,
+                         int hd) override {
+    Run([&] { return k::GqaExpandBackward(dq, dk, dv, dqkv, N, NH, NKV, hd, s_); });
+  }
+
   Status Synchronize() override {
     if (Note(Enter())) Note(stream_->Synchronize().WithContext("CudaOps::Synchronize"));
     Status first = std::move(first_error_);

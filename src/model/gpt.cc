@@ -42,6 +42,12 @@ using nlohmann::json;
 
 int64_t GptConfig::NumParameters() const {
   const int64_t C = n_embd;
+  if (llama()) {
+    const int64_t kv = static_cast<int64_t>(n_kv_head) * head_dim(), I = intermediate_size;
+    const int64_t layer = 2 * C + 2 * C * C + 2 * kv * C + 3 * I * C + (qkv_bias ? C + 2 * kv : 0);
+    const int64_t vocab = static_cast<int64_t>(padded_vocab_size) * C;
+    return vocab + n_layer * layer + C + (tied_embeddings ? 0 : vocab);
+  }
   const int64_t embed = static_cast<int64_t>(padded_vocab_size) * C + static_cast<int64_t>(seq_len) * C;
   // ln1 2C, qkv 3C*C + 3C, proj C*C + C, ln2 2C, fc 4C*C + 4C, fc_proj 4C*C + C.
   const int64_t layer = 12 * C * C + 13 * C;
@@ -207,12 +213,60 @@ std::string GptConfigToJson(const GptConfig& config) {
   j["n_head"] = config.n_head;
   j["n_embd"] = config.n_embd;
   j["tied_embeddings"] = config.tied_embeddings;
+  if (config.llama()) {
+    j["family"] = "llama";
+    j["n_kv_head"] = config.n_kv_head;
+    j["intermediate_size"] = config.intermediate_size;
+    j["qkv_bias"] = config.qkv_bias;
+    j["norm_eps"] = config.norm_eps;
+    j["rope_theta"] = config.rope.theta;
+    if (config.rope.llama3) {
+      j["rope_llama3"] = {{"factor", config.rope.factor},
+                          {"low_freq_factor", config.rope.low_freq_factor},
+                          {"high_freq_factor", config.rope.high_freq_factor},
+                          {"original_max_position_embeddings", config.rope.original_max_position}};
+    }
+  }
   return j.dump(2);
 }
 
 // ---------------------------------------------------------------- blocks
 
+namespace {
+
+std::vector<BlockSpec> LlamaBlockSpecs(const GptConfig& config) {
+  const int64_t C = config.n_embd, Vp = config.padded_vocab_size, I = config.intermediate_size;
+  const int64_t Ckv = static_cast<int64_t>(config.n_kv_head) * config.head_dim();
+  std::vector<BlockSpec> specs;
+  specs.push_back({"embed", {{"embed_tokens", {Vp, C}}}});
+  for (int l = 0; l < config.n_layer; ++l) {
+    BlockSpec b{"layer." + std::to_string(l),
+                {{"input_layernorm.weight", {C}},
+                 {"q_proj.weight", {C, C}},
+                 {"k_proj.weight", {Ckv, C}},
+                 {"v_proj.weight", {Ckv, C}},
+                 {"o_proj.weight", {C, C}},
+                 {"post_attention_layernorm.weight", {C}},
+                 {"gate_proj.weight", {I, C}},
+                 {"up_proj.weight", {I, C}},
+                 {"down_proj.weight", {C, I}}}};
+    if (config.qkv_bias) {
+      b.tensors.push_back({"q_proj.bias", {C}});
+      b.tensors.push_back({"k_proj.bias", {Ckv}});
+      b.tensors.push_back({"v_proj.bias", {Ckv}});
+    }
+    specs.push_back(std::move(b));
+  }
+  BlockSpec head{"head", {{"norm.weight", {C}}}};
+  if (!config.tied_embeddings) head.tensors.push_back({"lm_head", {Vp, C}});
+  specs.push_back(std::move(head));
+  return specs;
+}
+
+}  // namespace
+
 std::vector<BlockSpec> GptBlockSpecs(const GptConfig& config) {
+  if (config.llama()) return LlamaBlockSpecs(config);
   const int64_t C = config.n_embd, Vp = config.padded_vocab_size, T = config.seq_len;
   std::vector<BlockSpec> specs;
   specs.push_back({"embed", {{"wte", {Vp, C}}, {"wpe", {T, C}}}});
@@ -290,6 +344,20 @@ std::vector<std::vector<float>> InitBlockWeights(const GptConfig& config, BlockI
   NormalSource normal(SplitMix64(seed ^ SplitMix64(static_cast<uint64_t>(block) + 0x5eed)));
   const int64_t C = config.n_embd;
   const int64_t real_vocab_elems = static_cast<int64_t>(config.vocab_size) * C;  // padding rows stay 0
+  if (config.llama()) {
+    // Llama's scheme: normal(0, 0.02) matrices, norm weights 1, biases 0.
+    for (size_t t = 0; t < spec.tensors.size(); ++t) {
+      const TensorSpec& ts = spec.tensors[t];
+      const bool vocab = (block == kEmbedBlock && t == 0) ||
+                         (block == HeadBlock(config) && static_cast<int>(t) == LmHeadIndex(config));
+      if (ts.shape.size() == 2) {
+        FillNormal(out[t], vocab ? real_vocab_elems : ts.numel(), kInitStd, normal);
+      } else if (ts.name.find("norm") != std::string::npos) {
+        std::fill(out[t].begin(), out[t].end(), 1.0f);
+      }
+    }
+    return out;
+  }
   if (block == kEmbedBlock) {
     FillNormal(out[kWte], real_vocab_elems, kInitStd, normal);
     FillNormal(out[kWpe], static_cast<int64_t>(out[kWpe].size()), kInitStd, normal);
@@ -355,6 +423,28 @@ struct GptCompute<T>::Impl {
   T* dbuf_c = nullptr;
   T* dbuf_4c = nullptr;
 
+  // kLlama only (see LlamaLayerForwardInto / LlamaLayerBackward).
+  int Ckv = 0, I = 0, hd = 0;
+  T* rope_cos = nullptr;  // [T, hd/2]
+  T* rope_sin = nullptr;
+  T* zero_pos = nullptr;  // [T, C] zeros: the encoder's position rows
+  T* dpos = nullptr;      // [T, C] where the encoder's unused position gradient goes
+  T* q = nullptr;         // [N, C] after RoPE
+  T* k = nullptr;         // [N, Ckv] after RoPE
+  T* v = nullptr;         // [N, Ckv]
+  T* gate = nullptr;      // [N, I]
+  T* up = nullptr;        // [N, I]
+  T* hmid = nullptr;      // [N, I] silu(gate) * up
+  T* dh = nullptr;        // [N, I] x 3
+  T* dgate = nullptr;
+  T* dup = nullptr;
+  T* dqkv = nullptr;    // [N, 3C]
+  T* dq_rot = nullptr;  // [N, C]
+  T* dq = nullptr;      // [N, C]
+  T* dk_rot = nullptr;  // [N, Ckv] x 3
+  T* dk = nullptr;
+  T* dv = nullptr;
+
   // Where the step is: which x_l hold this batch's values, and which layer
   // LayerBackward expects next (guards against out-of-order calls, which
   // would compute silently wrong gradients).
@@ -401,9 +491,118 @@ struct GptCompute<T>::Impl {
       o.ResidualForward(xout, mid, xout, N * C);
     }
   }
+  size_t LayerTensorCount() const {
+    if (!config.llama()) return kLayerTensors;
+    return config.qkv_bias ? kVB + 1 : kDownW + 1;
+  }
+  void LlamaLayerForwardInto(int layer, const std::vector<const T*>& p, bool to_output);
+  void LlamaLayerBackward(int layer, const std::vector<const T*>& p, const std::vector<T*>& g);
+  Status AllocateLlama();
 };
 
+template <typename T>
+void GptCompute<T>::Impl::LlamaLayerForwardInto(int layer, const std::vector<const T*>& p, bool to_output) {
+  const int T_ = config.seq_len, NH = config.n_head, NKV = config.n_kv_head;
+  const T* xin = x[layer];
+  Ops<T>& o = *ops;
+  const bool bias = config.qkv_bias;
+  o.RmsNormForward(ln1, ln1_rstd, xin, p[kAttnNormW], N, C, config.norm_eps);
+  o.MatmulForward(q, ln1, p[kQW], bias ? p[kQB] : nullptr, N, C, C);
+  o.MatmulForward(k, ln1, p[kKW], bias ? p[kKB] : nullptr, N, C, Ckv);
+  o.MatmulForward(v, ln1, p[kVW], bias ? p[kVB] : nullptr, N, C, Ckv);
+  o.RopeForward(q, q, rope_cos, rope_sin, B, T_, NH, hd);
+  o.RopeForward(k, k, rope_cos, rope_sin, B, T_, NKV, hd);
+  o.GqaExpandForward(qkv, q, k, v, N, NH, NKV, hd);
+  o.AttentionForward(atty, att, attn_scratch, qkv, B, T_, C, NH);
+  o.MatmulForward(mid, atty, p[kOW], nullptr, N, C, C);
+  o.ResidualForward(mid, xin, mid, N * C);
+  o.RmsNormForward(ln2, ln2_rstd, mid, p[kMlpNormW], N, C, config.norm_eps);
+  o.MatmulForward(gate, ln2, p[kGateW], nullptr, N, C, I);
+  o.MatmulForward(up, ln2, p[kUpW], nullptr, N, C, I);
+  o.SwigluForward(hmid, gate, up, N * I);
+  if (to_output) {
+    T* xout = x[layer + 1];
+    o.MatmulForward(xout, hmid, p[kDownW], nullptr, N, I, C);
+    o.ResidualForward(xout, mid, xout, N * C);
+  }
+}
+
+// m.dres holds d x_{l+1} on entry and d x_l on return; the layer's forward
+// has been recomputed into the scratch.
+template <typename T>
+void GptCompute<T>::Impl::LlamaLayerBackward(int layer, const std::vector<const T*>& p, const std::vector<T*>& g) {
+  const int T_ = config.seq_len, NH = config.n_head, NKV = config.n_kv_head;
+  Ops<T>& o = *ops;
+  const bool bias = config.qkv_bias;
+  // x_{l+1} = mid + down(silu(gate(ln2)) * up(ln2)), ln2 = rms(mid).
+  o.Zero(dh, N * I);
+  o.MatmulBackward(dh, g[kDownW], nullptr, dres, hmid, p[kDownW], N, I, C);
+  o.Zero(dgate, N * I);
+  o.Zero(dup, N * I);
+  o.SwigluBackward(dgate, dup, gate, up, dh, N * I);
+  T* dln2 = dbuf_c;
+  o.Zero(dln2, N * C);
+  o.MatmulBackward(dln2, g[kGateW], nullptr, dgate, ln2, p[kGateW], N, C, I);
+  o.MatmulBackward(dln2, g[kUpW], nullptr, dup, ln2, p[kUpW], N, C, I);
+  o.RmsNormBackward(dres, g[kMlpNormW], dln2, mid, p[kMlpNormW], ln2_rstd, N, C);
+  // mid = x_l + o(attention(rope(q(ln1)), rope(k(ln1)), v(ln1))), ln1 = rms(x_l).
+  T* datty = dbuf_c;
+  o.Zero(datty, N * C);
+  o.MatmulBackward(datty, g[kOW], nullptr, dres, atty, p[kOW], N, C, C);
+  o.Zero(dqkv, N * 3 * C);
+  o.AttentionBackward(dqkv, attn_scratch, datty, qkv, att, B, T_, C, NH);
+  o.Zero(dq_rot, N * C);
+  o.Zero(dk_rot, N * Ckv);
+  o.Zero(dv, N * Ckv);
+  o.GqaExpandBackward(dq_rot, dk_rot, dv, dqkv, N, NH, NKV, hd);
+  o.Zero(dq, N * C);
+  o.Zero(dk, N * Ckv);
+  o.RopeBackward(dq, dq_rot, rope_cos, rope_sin, B, T_, NH, hd);
+  o.RopeBackward(dk, dk_rot, rope_cos, rope_sin, B, T_, NKV, hd);
+  T* dln1 = dbuf_c;  // datty's last reader was the attention backward
+  o.Zero(dln1, N * C);
+  o.MatmulBackward(dln1, g[kQW], bias ? g[kQB] : nullptr, dq, ln1, p[kQW], N, C, C);
+  o.MatmulBackward(dln1, g[kKW], bias ? g[kKB] : nullptr, dk, ln1, p[kKW], N, C, Ckv);
+  o.MatmulBackward(dln1, g[kVW], bias ? g[kVB] : nullptr, dv, ln1, p[kVW], N, C, Ckv);
+  o.RmsNormBackward(dres, g[kAttnNormW], dln1, x[layer], p[kAttnNormW], ln1_rstd, N, C);
+}
+
 namespace {
+
+// The cos and sin tables [T, hd/2] of the rotary embedding, in double,
+// with HF's "llama3" frequency rescaling when configured.
+void RopeTables(const GptConfig& c, std::vector<double>* cos, std::vector<double>* sin) {
+  const int hd = c.head_dim(), half = hd / 2;
+  std::vector<double> inv_freq(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i) inv_freq[i] = 1.0 / std::pow(c.rope.theta, static_cast<double>(2 * i) / hd);
+  if (c.rope.llama3) {
+    const double pi = 3.14159265358979323846;
+    const double old_ctx = c.rope.original_max_position;
+    const double low_wavelen = old_ctx / c.rope.low_freq_factor;
+    const double high_wavelen = old_ctx / c.rope.high_freq_factor;
+    for (double& f : inv_freq) {
+      const double wavelen = 2 * pi / f;
+      if (wavelen > low_wavelen) {
+        f = f / c.rope.factor;
+      } else if (wavelen >= high_wavelen) {
+        const double smooth =
+            (old_ctx / wavelen - c.rope.low_freq_factor) / (c.rope.high_freq_factor - c.rope.low_freq_factor);
+        f = (1 - smooth) * f / c.rope.factor + smooth * f;
+      }
+    }
+  }
+  cos->resize(static_cast<size_t>(c.seq_len) * half);
+  sin->resize(cos->size());
+  for (int t = 0; t < c.seq_len; ++t) {
+    for (int i = 0; i < half; ++i) {
+      // transformers forms the angle and its cos and sin in fp32 whatever
+      // the model's dtype; so do we, so fp64 runs match its fp64 runs too.
+      const double angle = static_cast<double>(static_cast<float>(t) * static_cast<float>(inv_freq[i]));
+      (*cos)[static_cast<size_t>(t) * half + i] = static_cast<float>(std::cos(angle));
+      (*sin)[static_cast<size_t>(t) * half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+}
 
 template <typename P>
 Status CheckPointers(const std::vector<P>& v, size_t expected, const std::string& what) {
@@ -434,6 +633,10 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
       config.n_embd % config.n_head != 0 || config.padded_vocab_size != PaddedVocab(config.vocab_size)) {
     return Status::InvalidArgument("GptCompute: inconsistent model config " + GptConfigToJson(config));
   }
+  if (config.llama() && (config.n_kv_head < 1 || config.n_head % config.n_kv_head != 0 || config.head_dim() % 2 != 0 ||
+                         config.intermediate_size < 1)) {
+    return Status::InvalidArgument("GptCompute: inconsistent llama-family config " + GptConfigToJson(config));
+  }
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
   m.config = config;
@@ -451,6 +654,10 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
   ZINF_RETURN_IF_ERROR(m.Alloc(&m.targets, N, "target tokens"));
   m.x.resize(L + 1);
   for (int64_t l = 0; l <= L; ++l) ZINF_RETURN_IF_ERROR(m.Alloc(&m.x[l], N * C, "layer input x"));
+  if (config.llama()) {
+    ZINF_RETURN_IF_ERROR(m.AllocateLlama());
+    return std::unique_ptr<GptCompute<T>>(new GptCompute<T>(std::move(impl)));
+  }
   ZINF_RETURN_IF_ERROR(m.Alloc(&m.ln1, N * C, "ln1"));
   ZINF_RETURN_IF_ERROR(m.Alloc(&m.ln1_mean, N, "ln1 mean"));
   ZINF_RETURN_IF_ERROR(m.Alloc(&m.ln1_rstd, N, "ln1 rstd"));
@@ -474,6 +681,62 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
   ZINF_RETURN_IF_ERROR(m.Alloc(&m.dbuf_c, N * C, "layer gradient"));
   ZINF_RETURN_IF_ERROR(m.Alloc(&m.dbuf_4c, N * 4 * C, "mlp gradient"));
   return std::unique_ptr<GptCompute<T>>(new GptCompute<T>(std::move(impl)));
+}
+
+// Everything after the tokens and the layer inputs, for kLlama (the kGpt2
+// buffers it shares keep their names: ln1/ln2 hold the RMSNorm outputs).
+template <typename T>
+Status GptCompute<T>::Impl::AllocateLlama() {
+  const int T_ = config.seq_len;
+  hd = config.head_dim();
+  Ckv = config.n_kv_head * hd;
+  I = config.intermediate_size;
+  const int64_t Vp = config.padded_vocab_size;
+  const int64_t att_elems = static_cast<int64_t>(B) * config.n_head * T_ * T_;
+  const int64_t kv = N * Ckv, wide = N * I;
+  const int64_t half_table = static_cast<int64_t>(T_) * (hd / 2);
+  ZINF_RETURN_IF_ERROR(Alloc(&rope_cos, half_table, "rope cos"));
+  ZINF_RETURN_IF_ERROR(Alloc(&rope_sin, half_table, "rope sin"));
+  ZINF_RETURN_IF_ERROR(Alloc(&zero_pos, static_cast<int64_t>(T_) * C, "zero positions"));
+  ZINF_RETURN_IF_ERROR(Alloc(&dpos, static_cast<int64_t>(T_) * C, "position gradient sink"));
+  ZINF_RETURN_IF_ERROR(Alloc(&ln1, N * C, "attention norm"));
+  ZINF_RETURN_IF_ERROR(Alloc(&ln1_rstd, N, "attention norm rstd"));
+  ZINF_RETURN_IF_ERROR(Alloc(&q, N * C, "q"));
+  ZINF_RETURN_IF_ERROR(Alloc(&k, kv, "k"));
+  ZINF_RETURN_IF_ERROR(Alloc(&v, kv, "v"));
+  ZINF_RETURN_IF_ERROR(Alloc(&qkv, N * 3 * C, "qkv"));
+  ZINF_RETURN_IF_ERROR(Alloc(&atty, N * C, "attention output"));
+  ZINF_RETURN_IF_ERROR(Alloc(&att, att_elems, "attention probabilities"));
+  ZINF_RETURN_IF_ERROR(Alloc(&attn_scratch, ops->AttentionScratchElems(B, T_, C, config.n_head), "attention scratch"));
+  ZINF_RETURN_IF_ERROR(Alloc(&mid, N * C, "residual mid"));
+  ZINF_RETURN_IF_ERROR(Alloc(&ln2, N * C, "mlp norm"));
+  ZINF_RETURN_IF_ERROR(Alloc(&ln2_rstd, N, "mlp norm rstd"));
+  ZINF_RETURN_IF_ERROR(Alloc(&gate, wide, "mlp gate"));
+  ZINF_RETURN_IF_ERROR(Alloc(&up, wide, "mlp up"));
+  ZINF_RETURN_IF_ERROR(Alloc(&hmid, wide, "mlp hidden"));
+  ZINF_RETURN_IF_ERROR(Alloc(&lnf, N * C, "final norm"));
+  ZINF_RETURN_IF_ERROR(Alloc(&lnf_rstd, N, "final norm rstd"));
+  ZINF_RETURN_IF_ERROR(Alloc(&logits, head_rows * Vp, "logits"));
+  ZINF_RETURN_IF_ERROR(Alloc(&dlogits, head_rows * Vp, "logit gradients"));
+  ZINF_RETURN_IF_ERROR(Alloc(&losses, N, "losses"));
+  ZINF_RETURN_IF_ERROR(Alloc(&dres, N * C, "residual gradient"));
+  ZINF_RETURN_IF_ERROR(Alloc(&dbuf_c, N * C, "layer gradient"));
+  ZINF_RETURN_IF_ERROR(Alloc(&dh, wide, "mlp hidden gradient"));
+  ZINF_RETURN_IF_ERROR(Alloc(&dgate, wide, "mlp gate gradient"));
+  ZINF_RETURN_IF_ERROR(Alloc(&dup, wide, "mlp up gradient"));
+  ZINF_RETURN_IF_ERROR(Alloc(&dqkv, N * 3 * C, "qkv gradient"));
+  ZINF_RETURN_IF_ERROR(Alloc(&dq_rot, N * C, "rotated q gradient"));
+  ZINF_RETURN_IF_ERROR(Alloc(&dq, N * C, "q gradient"));
+  ZINF_RETURN_IF_ERROR(Alloc(&dk_rot, kv, "rotated k gradient"));
+  ZINF_RETURN_IF_ERROR(Alloc(&dk, kv, "k gradient"));
+  ZINF_RETURN_IF_ERROR(Alloc(&dv, kv, "v gradient"));
+  std::vector<double> cos64, sin64;
+  RopeTables(config, &cos64, &sin64);
+  std::vector<T> cos_t(cos64.begin(), cos64.end()), sin_t(sin64.begin(), sin64.end());
+  ops->CopyToDevice(rope_cos, cos_t.data(), sizeof(T) * cos_t.size());
+  ops->CopyToDevice(rope_sin, sin_t.data(), sizeof(T) * sin_t.size());
+  ops->Zero(zero_pos, static_cast<int64_t>(T_) * C);
+  return ops->Synchronize();
 }
 
 template <typename T>
@@ -522,9 +785,11 @@ Status GptCompute<T>::SetBatch(const int32_t* inputs, const int32_t* targets) {
 template <typename T>
 Status GptCompute<T>::EmbedForward(const std::vector<const T*>& embed) {
   Impl& m = *impl_;
-  ZINF_RETURN_IF_ERROR(CheckPointers(embed, 2, "EmbedForward"));
+  ZINF_RETURN_IF_ERROR(CheckPointers(embed, m.config.llama() ? 1 : 2, "EmbedForward"));
   if (!m.batch_set) return Status::FailedPrecondition("EmbedForward: no batch (call SetBatch first)");
-  m.ops->EncoderForward(m.x[0], m.tokens, embed[kWte], embed[kWpe], m.B, m.config.seq_len, m.C);
+  // kLlama has no position rows: the encoder adds zeros (x + 0 is x exactly).
+  const T* wpe = m.config.llama() ? m.zero_pos : embed[kWpe];
+  m.ops->EncoderForward(m.x[0], m.tokens, embed[kWte], wpe, m.B, m.config.seq_len, m.C);
   m.forward_done = 0;
   m.head_backward_done = false;
   m.backward_next = -1;
@@ -534,7 +799,7 @@ Status GptCompute<T>::EmbedForward(const std::vector<const T*>& embed) {
 template <typename T>
 Status GptCompute<T>::LayerForward(int layer, const std::vector<const T*>& params) {
   Impl& m = *impl_;
-  ZINF_RETURN_IF_ERROR(CheckPointers(params, kLayerTensors, "LayerForward"));
+  ZINF_RETURN_IF_ERROR(CheckPointers(params, m.LayerTensorCount(), "LayerForward"));
   if (layer < 0 || layer >= m.config.n_layer) {
     return Status::InvalidArgument("LayerForward: layer " + std::to_string(layer) + " out of range");
   }
@@ -543,16 +808,21 @@ Status GptCompute<T>::LayerForward(int layer, const std::vector<const T*>& param
                                       std::to_string(layer) + " has not been computed (forward runs embed, " +
                                       "layers 0..L-1 in order)");
   }
-  m.LayerForwardInto(layer, params, /*to_output=*/true);
+  if (m.config.llama()) {
+    m.LlamaLayerForwardInto(layer, params, /*to_output=*/true);
+  } else {
+    m.LayerForwardInto(layer, params, /*to_output=*/true);
+  }
   m.forward_done = layer + 1;
   return Status::Ok();
 }
 
 template <typename T>
 StatusOr<double> GptCompute<T>::HeadForward(const std::vector<const T*>& head, const T* lm_head, const HeadGrads* grads,
-                                            double loss_scale) {
+                                            double loss_scale, T* host_logits) {
   Impl& m = *impl_;
-  ZINF_RETURN_IF_ERROR(CheckPointers(head, m.config.tied_embeddings ? 2 : 3, "HeadForward"));
+  const size_t head_tensors = (m.config.llama() ? 1 : 2) + (m.config.tied_embeddings ? 0 : 1);
+  ZINF_RETURN_IF_ERROR(CheckPointers(head, head_tensors, "HeadForward"));
   if (lm_head == nullptr) return Status::InvalidArgument("HeadForward: lm_head is null");
   if (grads != nullptr) {
     ZINF_RETURN_IF_ERROR(CheckPointers(grads->head, head.size(), "HeadForward grads"));
@@ -567,11 +837,16 @@ StatusOr<double> GptCompute<T>::HeadForward(const std::vector<const T*>& head, c
   const int64_t N = m.N, C = m.C;
   const int V = m.config.vocab_size, Vp = m.config.padded_vocab_size;
   const T dloss = static_cast<T>(loss_scale / static_cast<double>(N));
-  o.LayerNormForward(m.lnf, m.lnf_mean, m.lnf_rstd, m.x[L], head[kLnfW], head[kLnfB], N, m.C);
+  if (m.config.llama()) {
+    o.RmsNormForward(m.lnf, m.lnf_rstd, m.x[L], head[0], N, m.C, m.config.norm_eps);
+  } else {
+    o.LayerNormForward(m.lnf, m.lnf_mean, m.lnf_rstd, m.x[L], head[kLnfW], head[kLnfB], N, m.C);
+  }
   if (grads != nullptr) o.Zero(m.dbuf_c, N * C);  // d lnf
   for (int64_t r0 = 0; r0 < N; r0 += m.head_rows) {
     const int64_t rows = std::min(m.head_rows, N - r0);
     o.MatmulForward(m.logits, m.lnf + r0 * C, lm_head, nullptr, rows, m.C, Vp);
+    if (host_logits != nullptr) o.CopyToHost(host_logits + r0 * Vp, m.logits, sizeof(T) * rows * Vp);
     if (grads != nullptr) o.Zero(m.dlogits, rows * Vp);
     o.CrossEntropyForwardBackward(m.losses + r0, grads != nullptr ? m.dlogits : nullptr, m.logits, m.targets + r0, rows,
                                   V, Vp, dloss);
@@ -581,8 +856,12 @@ StatusOr<double> GptCompute<T>::HeadForward(const std::vector<const T*>& head, c
   }
   if (grads != nullptr) {
     o.Zero(m.dres, N * C);
-    o.LayerNormBackward(m.dres, grads->head[kLnfW], grads->head[kLnfB], m.dbuf_c, m.x[L], head[kLnfW], m.lnf_mean,
-                        m.lnf_rstd, N, m.C);
+    if (m.config.llama()) {
+      o.RmsNormBackward(m.dres, grads->head[0], m.dbuf_c, m.x[L], head[0], m.lnf_rstd, N, m.C);
+    } else {
+      o.LayerNormBackward(m.dres, grads->head[kLnfW], grads->head[kLnfB], m.dbuf_c, m.x[L], head[kLnfW], m.lnf_mean,
+                          m.lnf_rstd, N, m.C);
+    }
   }
   std::vector<T> losses(static_cast<size_t>(N));
   o.CopyToHost(losses.data(), m.losses, sizeof(T) * N);
@@ -597,8 +876,8 @@ StatusOr<double> GptCompute<T>::HeadForward(const std::vector<const T*>& head, c
 template <typename T>
 Status GptCompute<T>::LayerBackward(int layer, const std::vector<const T*>& params, const std::vector<T*>& grads) {
   Impl& m = *impl_;
-  ZINF_RETURN_IF_ERROR(CheckPointers(params, kLayerTensors, "LayerBackward params"));
-  ZINF_RETURN_IF_ERROR(CheckPointers(grads, kLayerTensors, "LayerBackward grads"));
+  ZINF_RETURN_IF_ERROR(CheckPointers(params, m.LayerTensorCount(), "LayerBackward params"));
+  ZINF_RETURN_IF_ERROR(CheckPointers(grads, m.LayerTensorCount(), "LayerBackward grads"));
   if (layer < 0 || layer >= m.config.n_layer) {
     return Status::InvalidArgument("LayerBackward: layer " + std::to_string(layer) + " out of range");
   }
@@ -608,6 +887,12 @@ Status GptCompute<T>::LayerBackward(int layer, const std::vector<const T*>& para
                                       "expected layer " + std::to_string(m.backward_next));
   }
   // Recompute this layer's activations from its saved input x_l.
+  if (m.config.llama()) {
+    m.LlamaLayerForwardInto(layer, params, /*to_output=*/false);
+    m.LlamaLayerBackward(layer, params, grads);
+    m.backward_next = layer - 1;
+    return Status::Ok();
+  }
   m.LayerForwardInto(layer, params, /*to_output=*/false);
 
   Ops<T>& o = *m.ops;
@@ -646,12 +931,15 @@ Status GptCompute<T>::LayerBackward(int layer, const std::vector<const T*>& para
 template <typename T>
 Status GptCompute<T>::EmbedBackward(const std::vector<T*>& grads) {
   Impl& m = *impl_;
-  ZINF_RETURN_IF_ERROR(CheckPointers(grads, 2, "EmbedBackward"));
+  ZINF_RETURN_IF_ERROR(CheckPointers(grads, m.config.llama() ? 1 : 2, "EmbedBackward"));
   if (!m.head_backward_done || m.backward_next != -1) {
     return Status::FailedPrecondition("EmbedBackward: layers down to 0 must be backwarded first (next expected: " +
                                       std::to_string(m.backward_next) + ")");
   }
-  m.ops->EncoderBackward(grads[kWte], grads[kWpe], m.dres, m.tokens, m.B, m.config.seq_len, m.C);
+  // kLlama: the position gradient the encoder computes goes to a sink.
+  if (m.config.llama()) m.ops->Zero(m.dpos, static_cast<int64_t>(m.config.seq_len) * m.C);
+  T* dwpe = m.config.llama() ? m.dpos : grads[kWpe];
+  m.ops->EncoderBackward(grads[kWte], dwpe, m.dres, m.tokens, m.B, m.config.seq_len, m.C);
   m.head_backward_done = false;  // the gradient of x_0 is consumed
   return Status::Ok();
 }

@@ -40,6 +40,25 @@
 
 namespace zinf::model {
 
+// The decoder families GptCompute runs. kGpt2 is the model described above;
+// kLlama (Llama, Qwen2, Mistral checkpoints) replaces LayerNorm by RMSNorm
+// (no biases), learned positions by rotary embeddings (rotate-half) on q and
+// k, the GELU MLP by SwiGLU (down(silu(gate(x)) * up(x)), no biases), and
+// multi-head by grouped-query attention (n_kv_head key/value heads); q, k, v
+// and o are separate weights, q/k/v with biases when qkv_bias (Qwen2).
+enum class ModelFamily { kGpt2, kLlama };
+
+// Rotary embedding frequencies: inv_freq_i = theta^(-2i/hd), rescaled by the
+// `llama3` rule when llama3 is set (HF's rope_type "llama3").
+struct RopeConfig {
+  double theta = 10000.0;
+  bool llama3 = false;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int original_max_position = 8192;
+};
+
 struct GptConfig {
   int vocab_size = 257;         // tokens 0..vocab_size-1 (bytes + end-of-text)
   int padded_vocab_size = 320;  // rows of wte / lm_head: vocab_size rounded up to 64
@@ -49,6 +68,16 @@ struct GptConfig {
   int n_embd = 64;              // C; a multiple of n_head
   bool tied_embeddings = true;  // lm_head is wte
 
+  // kLlama only (kGpt2 ignores them).
+  ModelFamily family = ModelFamily::kGpt2;
+  int n_kv_head = 0;          // key/value heads; divides n_head
+  int intermediate_size = 0;  // SwiGLU width
+  bool qkv_bias = false;      // q/k/v projections have biases (Qwen2)
+  double norm_eps = 1e-5;     // RMSNorm epsilon
+  RopeConfig rope;
+
+  bool llama() const { return family == ModelFamily::kLlama; }
+  int head_dim() const { return n_embd / n_head; }
   int64_t NumParameters() const;  // including the vocabulary padding rows
 };
 
@@ -80,6 +109,24 @@ enum LayerTensor {
   kLayerTensors
 };
 enum HeadTensor { kLnfW = 0, kLnfB = 1, kLmHead = 2 };
+// kLlama blocks: embed {embed_tokens [Vp, C]}; layer.<i> in this order
+// (the biases only with qkv_bias); head {norm.weight[, lm_head [Vp, C]]}.
+enum LlamaLayerTensor {
+  kAttnNormW = 0,
+  kQW,
+  kKW,
+  kVW,
+  kOW,
+  kMlpNormW,
+  kGateW,
+  kUpW,
+  kDownW,
+  kQB,
+  kKB,
+  kVB,
+};
+// Index of the untied lm_head in the head block (kLmHead for kGpt2).
+inline int LmHeadIndex(const GptConfig& c) { return c.llama() ? 1 : kLmHead; }
 
 inline constexpr BlockId kEmbedBlock = 0;
 inline BlockId LayerBlock(int layer) { return static_cast<BlockId>(1 + layer); }
@@ -134,8 +181,9 @@ class GptCompute {
   // backward of the head with d(loss)/d(loss_i) = loss_scale / (B*T),
   // accumulating into `grads` and leaving the gradient of x_L for
   // LayerBackward(L-1).
+  // With `host_logits` (a host array of B*T*Vp): also the logits, row by row.
   StatusOr<double> HeadForward(const std::vector<const T*>& head, const T* lm_head, const HeadGrads* grads,
-                               double loss_scale);
+                               double loss_scale, T* host_logits = nullptr);
 
   // Backward, after HeadForward with grads, layers from L-1 down to 0:
   // recomputes the layer's forward from its saved input, then accumulates

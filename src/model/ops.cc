@@ -77,6 +77,30 @@ class CpuOps final : public Ops<T> {
     k::CrossEntropyForwardBackward(losses, dlogits, logits, targets, N, V, Vp, dloss);
   }
 
+  void RmsNormForward(T* out, T* rstd, const T* inp, const T* weight, int64_t N, int C, double eps) override {
+    k::RmsNormForward(out, rstd, inp, weight, N, C, eps);
+  }
+  void RmsNormBackward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd, int64_t N,
+                       int C) override {
+    k::RmsNormBackward(dinp, dweight, dout, inp, weight, rstd, N, C);
+  }
+  void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_, int n_head, int hd) override {
+    k::RopeForward(out, inp, cos, sin, B, T_, n_head, hd);
+  }
+  void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int T_, int n_head, int hd) override {
+    k::RopeBackward(dinp, dout, cos, sin, B, T_, n_head, hd);
+  }
+  void SwigluForward(T* out, const T* gate, const T* up, int64_t n) override { k::SwigluForward(out, gate, up, n); }
+  void SwigluBackward(T* dgate, T* dup, const T* gate, const T* up, const T* dout, int64_t n) override {
+    k::SwigluBackward(dgate, dup, gate, up, dout, n);
+  }
+  void GqaExpandForward(T* qkv, const T* q, const T* k, const T* v, int64_t N, int NH, int NKV, int hd) override {
+    k::GqaExpandForward(qkv, q, k, v, N, NH, NKV, hd);
+  }
+  void GqaExpandBackward(T* dq, T* dk, T* dv, const T* dqkv, int64_t N, int NH, int NKV, int hd) override {
+    k::GqaExpandBackward(dq, dk, dv, dqkv, N, NH, NKV, hd);
+  }
+
   Status Synchronize() override { return Status::Ok(); }
 };
 

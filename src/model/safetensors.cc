@@ -215,11 +215,12 @@ Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsTe
   return WritePartsAtomic(path, parts).WithContext("write safetensors " + path);
 }
 
-StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return ErrnoStatus(errno, "open safetensors", path);
+namespace {
+
+// The checked header of an open file, tensors sorted by their data.
+StatusOr<SafetensorsHeader> ParseHeader(int fd, const std::string& path) {
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "stat safetensors", path);
+  if (::fstat(fd, &st) != 0) return ErrnoStatus(errno, "stat safetensors", path);
   const std::string where = "safetensors " + path + ": ";
   if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(where + "not a regular file");
   const auto file_bytes = static_cast<uint64_t>(st.st_size);
@@ -228,7 +229,7 @@ StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
                               " bytes, fewer than the 8-byte header length");
   }
   std::array<unsigned char, 8> length{};
-  ZINF_RETURN_IF_ERROR(ReadExact(fd.get(), path, length.data(), 8, 0));
+  ZINF_RETURN_IF_ERROR(ReadExact(fd, path, length.data(), 8, 0));
   uint64_t header_bytes = 0;
   for (int i = 7; i >= 0; --i) header_bytes = header_bytes << 8 | length[static_cast<size_t>(i)];
   if (header_bytes > kMaxHeaderBytes) {
@@ -240,7 +241,7 @@ StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
                               std::to_string(file_bytes - 8) + " bytes follow");
   }
   std::string text(header_bytes, '\0');
-  ZINF_RETURN_IF_ERROR(ReadExact(fd.get(), path, text.data(), static_cast<int64_t>(header_bytes), 8));
+  ZINF_RETURN_IF_ERROR(ReadExact(fd, path, text.data(), static_cast<int64_t>(header_bytes), 8));
   const size_t last = text.find_last_not_of(' ');
   if (last == std::string::npos || text[0] != '{' || text[last] != '}') {
     return Status::Corruption(where + "the header is not a JSON object padded with spaces");
@@ -268,7 +269,8 @@ StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
 
   const uint64_t data_start = 8 + header_bytes;
   const uint64_t data_bytes = file_bytes - data_start;
-  SafetensorsFile file;
+  SafetensorsHeader file;
+  file.file_bytes = file_bytes;
   struct Range {
     uint64_t begin, end;
     size_t index;
@@ -294,7 +296,7 @@ StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
         !(*offsets)[1].is_number_unsigned()) {
       return Status::Corruption(what + "\"data_offsets\" is not [begin, end]");
     }
-    SafetensorsFile::Tensor t;
+    SafetensorsHeader::Entry t;
     t.name = name;
     t.dtype = dtype->get<std::string>();
     const int element = SafetensorsDtypeBytes(t.dtype);
@@ -344,16 +346,49 @@ StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
     return Status::Corruption(where + std::to_string(data_bytes - covered) + " bytes follow the last tensor");
   }
 
-  std::vector<SafetensorsFile::Tensor> ordered;
+  std::vector<SafetensorsHeader::Entry> ordered;
   ordered.reserve(ranges.size());
   for (const Range& r : ranges) {
-    SafetensorsFile::Tensor& t = file.tensors[r.index];
-    t.data.resize(r.end - r.begin);
-    ZINF_RETURN_IF_ERROR(ReadExact(fd.get(), path, t.data.data(), static_cast<int64_t>(t.data.size()),
-                                   static_cast<int64_t>(data_start + r.begin)));
+    SafetensorsHeader::Entry& t = file.tensors[r.index];
+    t.begin = data_start + r.begin;
+    t.end = data_start + r.end;
     ordered.push_back(std::move(t));
   }
   file.tensors = std::move(ordered);
+  return file;
+}
+
+}  // namespace
+
+const SafetensorsHeader::Entry* SafetensorsHeader::Find(std::string_view name) const {
+  for (const Entry& t : tensors) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+StatusOr<SafetensorsHeader> ReadSafetensorsHeader(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoStatus(errno, "open safetensors", path);
+  return ParseHeader(fd.get(), path);
+}
+
+StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoStatus(errno, "open safetensors", path);
+  ZINF_ASSIGN_OR_RETURN(SafetensorsHeader header, ParseHeader(fd.get(), path));
+  SafetensorsFile file;
+  file.metadata = std::move(header.metadata);
+  for (SafetensorsHeader::Entry& e : header.tensors) {
+    SafetensorsFile::Tensor t;
+    t.name = std::move(e.name);
+    t.dtype = std::move(e.dtype);
+    t.shape = std::move(e.shape);
+    t.data.resize(e.end - e.begin);
+    ZINF_RETURN_IF_ERROR(
+        ReadExact(fd.get(), path, t.data.data(), static_cast<int64_t>(t.data.size()), static_cast<int64_t>(e.begin)));
+    file.tensors.push_back(std::move(t));
+  }
   return file;
 }
 

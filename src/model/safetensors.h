@@ -62,6 +62,25 @@ struct SafetensorsFile {
   const Tensor* Find(std::string_view name) const;
 };
 
+// The header of a safetensors file: names, dtypes, shapes and where each
+// tensor's bytes lie, checked as ReadSafetensors checks it, without reading
+// the data (HF checkpoints are read from a memory map, tensor by tensor).
+struct SafetensorsHeader {
+  struct Entry {
+    std::string name;
+    std::string dtype;
+    std::vector<int64_t> shape;
+    uint64_t begin = 0;  // byte offsets in the file (not the data buffer)
+    uint64_t end = 0;
+  };
+  std::vector<Entry> tensors;  // in the order of their data in the file
+  std::map<std::string, std::string> metadata;
+  uint64_t file_bytes = 0;
+
+  const Entry* Find(std::string_view name) const;
+};
+StatusOr<SafetensorsHeader> ReadSafetensorsHeader(const std::string& path);
+
 // Reads and checks a whole safetensors file. kNotFound when it is missing;
 // kCorruption naming the file when it is truncated, the header is not the
 // JSON described above (or is not padded with spaces), a dtype is unknown, a

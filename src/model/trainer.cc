@@ -56,6 +56,23 @@ int64_t BlockNumel(const BlockSpec& b) {
 }  // namespace
 
 std::vector<std::string> GptTensorExportNames(const GptConfig& config, BlockId block) {
+  if (config.llama()) {  // HF's names (LlamaForCausalLM)
+    if (block == kEmbedBlock) return {"model.embed_tokens.weight"};
+    if (block == HeadBlock(config)) {
+      std::vector<std::string> n = {"model.norm.weight"};
+      if (!config.tied_embeddings) n.push_back("lm_head.weight");
+      return n;
+    }
+    std::vector<std::string> n;
+    const std::string l = "model.layers." + std::to_string(block - 1) + ".";
+    for (const TensorSpec& t : GptBlockSpecs(config)[block].tensors) {
+      const char c = t.name[0];
+      const bool attn = t.name[1] == '_' && (c == 'q' || c == 'k' || c == 'v' || c == 'o');
+      const bool mlp = t.name.rfind("gate", 0) == 0 || t.name.rfind("up", 0) == 0 || t.name.rfind("down", 0) == 0;
+      n.push_back(l + (attn ? "self_attn." : mlp ? "mlp." : "") + t.name);
+    }
+    return n;
+  }
   if (block == kEmbedBlock) return {"wte", "wpe"};
   if (block == HeadBlock(config)) {
     std::vector<std::string> n = {"ln_f.weight", "ln_f.bias"};
@@ -197,13 +214,13 @@ struct Trainer::Impl {
         ZINF_ASSIGN_OR_RETURN(auto e, AcquireAsFloat(kEmbedBlock, embed_scratch));
         lm_head = e[kWte];
       } else {
-        lm_head = h[kLmHead];
+        lm_head = h[LmHeadIndex(model())];
       }
       GptCompute<float>::HeadGrads grads;
       if (backward) {
         grads.head = ZeroedGrads(head, grad_scratch);
         std::vector<float*> eg = ZeroedGrads(kEmbedBlock, embed_grads);
-        grads.lm_head = model().tied_embeddings ? eg[kWte] : grads.head[kLmHead];
+        grads.lm_head = model().tied_embeddings ? eg[kWte] : grads.head[LmHeadIndex(model())];
       }
       const double scale = config.fp16.enabled ? engine->loss_scale() : 1.0;
       const auto t0 = Clock::now();
@@ -320,7 +337,12 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   eo.grad_type = ElementType::kF32;
   ZINF_ASSIGN_OR_RETURN(m->engine, Engine::Create(config, specs, eo));
   for (BlockId b = 0; b < static_cast<BlockId>(specs.size()); ++b) {
-    const std::vector<std::vector<float>> w = InitBlockWeights(m->model(), b, options.seed);
+    std::vector<std::vector<float>> w;
+    if (options.initial_weights) {
+      ZINF_ASSIGN_OR_RETURN(w, options.initial_weights(b));
+    } else {
+      w = InitBlockWeights(m->model(), b, options.seed);
+    }
     std::vector<const float*> ptrs;
     for (const auto& t : w) ptrs.push_back(t.data());
     ZINF_RETURN_IF_ERROR(m->engine->SetParameters(b, ptrs));
@@ -615,7 +637,8 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
       std::vector<int64_t> shape = spec.tensors[t].shape;
       int64_t n = spec.tensors[t].numel();
       // The vocabulary padding rows are not part of the model.
-      const bool vocab_rows = (b == kEmbedBlock && t == kWte) || (b == HeadBlock(m.model()) && t == kLmHead);
+      const bool vocab_rows = (b == kEmbedBlock && t == kWte) ||
+                              (b == HeadBlock(m.model()) && static_cast<int>(t) == LmHeadIndex(m.model()));
       if (vocab_rows) {
         shape[0] = m.model().vocab_size;
         n = shape[0] * shape[1];

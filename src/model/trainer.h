@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,6 +54,10 @@ struct TrainerOptions {
   // The order of the training batches (data.h); recorded in checkpoints.
   DataOrder data_order = DataOrder::kShuffled;
   uint64_t seed = 1234;  // initial weights and the data order
+  // The initial fp32 weights of a block (GptBlockSpecs order), e.g. from a
+  // HF checkpoint (ReadHfBlock), called once per block, in block order, so
+  // only one block is in RAM at a time. Empty: InitBlockWeights(seed).
+  std::function<StatusOr<std::vector<std::vector<float>>>(BlockId)> initial_weights;
   // Engine options (run id, threads); grad_type and hooks are set by the
   // trainer.
   EngineOptions engine;

@@ -444,6 +444,84 @@ TEST_F(CudaKernelsTest, BadSizesAreErrorsNotLaunches) {
   EXPECT_TRUE(stream_->Synchronize().ok());
 }
 
+// ---- Llama family (cuda_decoder_kernels.cu) ----
+
+TEST_F(CudaKernelsTest, RmsNormForwardAndBackward) {
+  const int64_t N = 67;
+  const int C = 96;
+  const auto inp = Uniform(N * C, -2.0f, 2.0f, 41), weight = Uniform(C, 0.5f, 1.5f, 42);
+  const auto dout = Uniform(N * C, -1.0f, 1.0f, 43), dinp0 = Uniform(N * C, -1.0f, 1.0f, 44);
+  const auto dw0 = Uniform(C, -1.0f, 1.0f, 45);
+  std::vector<float> out(N * C), rstd(N), dinp = dinp0, dw = dw0;
+  cpu::RmsNormForward(out.data(), rstd.data(), inp.data(), weight.data(), N, C, 1e-5);
+  cpu::RmsNormBackward(dinp.data(), dw.data(), dout.data(), inp.data(), weight.data(), rstd.data(), N, C);
+  float *d_out = Alloc<float>(N * C), *d_rstd = Alloc<float>(N), *d_inp = Up(inp), *d_w = Up(weight);
+  float *d_dinp = Up(dinp0), *d_dw = Up(dw0), *d_dout = Up(dout);
+  ASSERT_OK(gpu::RmsNormForward(d_out, d_rstd, d_inp, d_w, N, C, 1e-5, s()));
+  EXPECT_TRUE(Near(Down(d_out, N * C), out, 1e-6, 1e-5));
+  EXPECT_TRUE(Near(Down(d_rstd, N), rstd, 1e-7, 1e-5));
+  ASSERT_OK(gpu::RmsNormBackward(d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd, N, C, s()));
+  EXPECT_TRUE(Near(Down(d_dinp, N * C), dinp, 1e-5, 1e-4));
+  EXPECT_TRUE(Near(Down(d_dw, C), dw, 1e-4, 1e-4));  // sums over 67 rows
+}
+
+TEST_F(CudaKernelsTest, RopeForwardAndBackward) {
+  const int B = 3, T = 7, NH = 4, hd = 16, half = hd / 2;
+  const int64_t n = int64_t{B} * T * NH * hd;
+  const auto x = Uniform(n, -1.0f, 1.0f, 51), dout = Uniform(n, -1.0f, 1.0f, 52), dx0 = Uniform(n, -1.f, 1.f, 53);
+  const auto angle = Uniform(T * half, -3.0f, 3.0f, 54);
+  std::vector<float> cos(angle.size()), sin(angle.size());
+  for (size_t i = 0; i < angle.size(); ++i) {
+    cos[i] = std::cos(angle[i]);
+    sin[i] = std::sin(angle[i]);
+  }
+  std::vector<float> out(n), dx = dx0;
+  cpu::RopeForward(out.data(), x.data(), cos.data(), sin.data(), B, T, NH, hd);
+  cpu::RopeBackward(dx.data(), dout.data(), cos.data(), sin.data(), B, T, NH, hd);
+  float *d_x = Up(x), *d_out = Alloc<float>(n), *d_cos = Up(cos), *d_sin = Up(sin), *d_dx = Up(dx0), *d_dout = Up(dout);
+  ASSERT_OK(gpu::RopeForward(d_out, d_x, d_cos, d_sin, B, T, NH, hd, s()));
+  EXPECT_TRUE(Near(Down(d_out, n), out, 1e-6, 1e-6));
+  ASSERT_OK(gpu::RopeForward(d_x, d_x, d_cos, d_sin, B, T, NH, hd, s()));  // in place
+  EXPECT_TRUE(Near(Down(d_x, n), out, 1e-6, 1e-6));
+  ASSERT_OK(gpu::RopeBackward(d_dx, d_dout, d_cos, d_sin, B, T, NH, hd, s()));
+  EXPECT_TRUE(Near(Down(d_dx, n), dx, 1e-6, 1e-6));
+}
+
+TEST_F(CudaKernelsTest, SwigluForwardAndBackward) {
+  const int64_t n = 10007;
+  const auto gate = Uniform(n, -6.0f, 6.0f, 61), up = Uniform(n, -2.0f, 2.0f, 62), dout = Uniform(n, -1.f, 1.f, 63);
+  const auto dg0 = Uniform(n, -1.0f, 1.0f, 64), du0 = Uniform(n, -1.0f, 1.0f, 65);
+  std::vector<float> out(n), dg = dg0, du = du0;
+  cpu::SwigluForward(out.data(), gate.data(), up.data(), n);
+  cpu::SwigluBackward(dg.data(), du.data(), gate.data(), up.data(), dout.data(), n);
+  float *d_g = Up(gate), *d_u = Up(up), *d_out = Alloc<float>(n), *d_dout = Up(dout), *d_dg = Up(dg0), *d_du = Up(du0);
+  ASSERT_OK(gpu::SwigluForward(d_out, d_g, d_u, n, s()));
+  EXPECT_TRUE(Near(Down(d_out, n), out, 1e-6, 1e-5));
+  ASSERT_OK(gpu::SwigluBackward(d_dg, d_du, d_g, d_u, d_dout, n, s()));
+  EXPECT_TRUE(Near(Down(d_dg, n), dg, 1e-6, 1e-5));
+  EXPECT_TRUE(Near(Down(d_du, n), du, 1e-6, 1e-5));
+}
+
+TEST_F(CudaKernelsTest, GqaExpandForwardAndBackward) {
+  const int64_t N = 37;
+  const int NH = 8, NKV = 2, hd = 16, C = NH * hd, Ckv = NKV * hd;
+  const auto q = Uniform(N * C, -1.f, 1.f, 71), k = Uniform(N * Ckv, -1.f, 1.f, 72),
+             v = Uniform(N * Ckv, -1.f, 1.f, 73);
+  const auto dqkv = Uniform(N * 3 * C, -1.f, 1.f, 74), dq0 = Uniform(N * C, -1.f, 1.f, 75);
+  const auto dk0 = Uniform(N * Ckv, -1.f, 1.f, 76), dv0 = Uniform(N * Ckv, -1.f, 1.f, 77);
+  std::vector<float> qkv(N * 3 * C), dq = dq0, dk = dk0, dv = dv0;
+  cpu::GqaExpandForward(qkv.data(), q.data(), k.data(), v.data(), N, NH, NKV, hd);
+  cpu::GqaExpandBackward(dq.data(), dk.data(), dv.data(), dqkv.data(), N, NH, NKV, hd);
+  float *d_qkv = Alloc<float>(N * 3 * C), *d_q = Up(q), *d_k = Up(k), *d_v = Up(v), *d_dqkv = Up(dqkv);
+  float *d_dq = Up(dq0), *d_dk = Up(dk0), *d_dv = Up(dv0);
+  ASSERT_OK(gpu::GqaExpandForward(d_qkv, d_q, d_k, d_v, N, NH, NKV, hd, s()));
+  EXPECT_TRUE(Near(Down(d_qkv, N * 3 * C), qkv, 0.0, 0.0));
+  ASSERT_OK(gpu::GqaExpandBackward(d_dq, d_dk, d_dv, d_dqkv, N, NH, NKV, hd, s()));
+  EXPECT_TRUE(Near(Down(d_dq, N * C), dq, 0.0, 0.0));
+  EXPECT_TRUE(Near(Down(d_dk, N * Ckv), dk, 1e-6, 1e-6));
+  EXPECT_TRUE(Near(Down(d_dv, N * Ckv), dv, 1e-6, 1e-6));
+}
+
 }  // namespace
 }  // namespace zinf::kernels
 

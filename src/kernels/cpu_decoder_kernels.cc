@@ -1,0 +1,176 @@
+// CPU kernels of the Llama family (RMSNorm, RoPE, SwiGLU, the GQA head
+// expansion); contracts in cpu_kernels.h. Same rules as cpu_kernels.cc:
+// OpenMP over independent rows or channels, reductions in double in a fixed
+// order, so results do not depend on the number of threads.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cpu_kernels.h"
+
+namespace zinf::kernels::cpu {
+namespace {
+
+constexpr int64_t kMinParallelWork = int64_t{1} << 17;
+inline bool WorthThreads(int64_t work) { return work >= kMinParallelWork; }
+
+}  // namespace
+
+template <typename T>
+void RmsNormForward(T* out, T* rstd, const T* inp, const T* weight, int64_t N, int C, double eps) {
+#pragma omp parallel for schedule(static) if (WorthThreads(N * C))
+  for (int64_t n = 0; n < N; ++n) {
+    const T* x = inp + n * C;
+    double ss = 0.0;
+    for (int c = 0; c < C; ++c) ss += static_cast<double>(x[c]) * static_cast<double>(x[c]);
+    const T s = static_cast<T>(1.0 / std::sqrt(ss / C + eps));
+    rstd[n] = s;
+    T* o = out + n * C;
+    for (int c = 0; c < C; ++c) o[c] = x[c] * s * weight[c];
+  }
+}
+
+template <typename T>
+void RmsNormBackward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd, int64_t N,
+                     int C) {
+  // With g = dout * weight and xhat = x * rstd: dx = rstd * (g - xhat * mean(g * xhat)).
+#pragma omp parallel for schedule(static) if (WorthThreads(N * C))
+  for (int64_t n = 0; n < N; ++n) {
+    const T* x = inp + n * C;
+    const T* d = dout + n * C;
+    const T s = rstd[n];
+    double gx_mean = 0.0;
+    for (int c = 0; c < C; ++c) gx_mean += static_cast<double>(d[c] * weight[c]) * static_cast<double>(x[c] * s);
+    gx_mean /= C;
+    T* dx = dinp + n * C;
+    for (int c = 0; c < C; ++c) dx[c] += s * (d[c] * weight[c] - x[c] * s * static_cast<T>(gx_mean));
+  }
+  constexpr int kChunk = 16;
+#pragma omp parallel for schedule(static) if (WorthThreads(N * C))
+  for (int c0 = 0; c0 < C; c0 += kChunk) {
+    const int c1 = std::min(C, c0 + kChunk);
+    double dw[kChunk] = {};
+    for (int64_t n = 0; n < N; ++n) {
+      const T* x = inp + n * C;
+      const T* d = dout + n * C;
+      for (int c = c0; c < c1; ++c) dw[c - c0] += static_cast<double>(d[c] * (x[c] * rstd[n]));
+    }
+    for (int c = c0; c < c1; ++c) dweight[c] += static_cast<T>(dw[c - c0]);
+  }
+}
+
+template <typename T>
+void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_, int n_head, int hd) {
+  const int half = hd / 2;
+  const int64_t N = static_cast<int64_t>(B) * T_;
+  const int64_t width = static_cast<int64_t>(n_head) * hd;
+#pragma omp parallel for schedule(static) if (WorthThreads(N * width))
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t t = n % T_;
+    const T* c = cos + t * half;
+    const T* s = sin + t * half;
+    for (int h = 0; h < n_head; ++h) {
+      const T* x = inp + n * width + static_cast<int64_t>(h) * hd;
+      T* o = out + n * width + static_cast<int64_t>(h) * hd;
+      for (int i = 0; i < half; ++i) {
+        const T a = x[i], b = x[i + half];
+        o[i] = a * c[i] - b * s[i];
+        o[i + half] = b * c[i] + a * s[i];
+      }
+    }
+  }
+}
+
+template <typename T>
+void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int T_, int n_head, int hd) {
+  const int half = hd / 2;
+  const int64_t N = static_cast<int64_t>(B) * T_;
+  const int64_t width = static_cast<int64_t>(n_head) * hd;
+#pragma omp parallel for schedule(static) if (WorthThreads(N * width))
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t t = n % T_;
+    const T* c = cos + t * half;
+    const T* s = sin + t * half;
+    for (int h = 0; h < n_head; ++h) {
+      const T* d = dout + n * width + static_cast<int64_t>(h) * hd;
+      T* dx = dinp + n * width + static_cast<int64_t>(h) * hd;
+      for (int i = 0; i < half; ++i) {
+        const T da = d[i], db = d[i + half];
+        dx[i] += da * c[i] + db * s[i];
+        dx[i + half] += db * c[i] - da * s[i];
+      }
+    }
+  }
+}
+
+template <typename T>
+void SwigluForward(T* out, const T* gate, const T* up, int64_t n) {
+#pragma omp parallel for schedule(static) if (WorthThreads(n))
+  for (int64_t i = 0; i < n; ++i) {
+    const T g = gate[i];
+    out[i] = g / (T(1) + std::exp(-g)) * up[i];
+  }
+}
+
+template <typename T>
+void SwigluBackward(T* dgate, T* dup, const T* gate, const T* up, const T* dout, int64_t n) {
+#pragma omp parallel for schedule(static) if (WorthThreads(n))
+  for (int64_t i = 0; i < n; ++i) {
+    const T g = gate[i];
+    const T sig = T(1) / (T(1) + std::exp(-g));
+    const T silu = g * sig;
+    dgate[i] += dout[i] * up[i] * (sig * (T(1) + g * (T(1) - sig)));
+    dup[i] += dout[i] * silu;
+  }
+}
+
+template <typename T>
+void GqaExpandForward(T* qkv, const T* q, const T* k, const T* v, int64_t N, int NH, int NKV, int hd) {
+  const int group = NH / NKV;
+  const int64_t C = static_cast<int64_t>(NH) * hd, Ckv = static_cast<int64_t>(NKV) * hd;
+#pragma omp parallel for schedule(static) if (WorthThreads(N * 3 * C))
+  for (int64_t n = 0; n < N; ++n) {
+    T* row = qkv + n * 3 * C;
+    std::copy(q + n * C, q + (n + 1) * C, row);
+    for (int h = 0; h < NH; ++h) {
+      const int64_t src = n * Ckv + static_cast<int64_t>(h / group) * hd;
+      std::copy(k + src, k + src + hd, row + C + static_cast<int64_t>(h) * hd);
+      std::copy(v + src, v + src + hd, row + 2 * C + static_cast<int64_t>(h) * hd);
+    }
+  }
+}
+
+template <typename T>
+void GqaExpandBackward(T* dq, T* dk, T* dv, const T* dqkv, int64_t N, int NH, int NKV, int hd) {
+  const int group = NH / NKV;
+  const int64_t C = static_cast<int64_t>(NH) * hd, Ckv = static_cast<int64_t>(NKV) * hd;
+#pragma omp parallel for schedule(static) if (WorthThreads(N * 3 * C))
+  for (int64_t n = 0; n < N; ++n) {
+    const T* row = dqkv + n * 3 * C;
+    for (int64_t c = 0; c < C; ++c) dq[n * C + c] += row[c];
+    for (int h = 0; h < NH; ++h) {
+      const int64_t dst = n * Ckv + static_cast<int64_t>(h / group) * hd;
+      const T* rk = row + C + static_cast<int64_t>(h) * hd;
+      const T* rv = row + 2 * C + static_cast<int64_t>(h) * hd;
+      for (int i = 0; i < hd; ++i) {
+        dk[dst + i] += rk[i];
+        dv[dst + i] += rv[i];
+      }
+    }
+  }
+}
+
+#define ZINF_DECODER_KERNELS(T)                                                                   \
+  template void RmsNormForward<T>(T*, T*, const T*, const T*, int64_t, int, double);              \
+  template void RmsNormBackward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int); \
+  template void RopeForward<T>(T*, const T*, const T*, const T*, int, int, int, int);             \
+  template void RopeBackward<T>(T*, const T*, const T*, const T*, int, int, int, int);            \
+  template void SwigluForward<T>(T*, const T*, const T*, int64_t);                                \
+  template void SwigluBackward<T>(T*, T*, const T*, const T*, const T*, int64_t);                 \
+  template void GqaExpandForward<T>(T*, const T*, const T*, const T*, int64_t, int, int, int);    \
+  template void GqaExpandBackward<T>(T*, T*, T*, const T*, int64_t, int, int, int);
+ZINF_DECODER_KERNELS(float)
+ZINF_DECODER_KERNELS(double)
+#undef ZINF_DECODER_KERNELS
+
+}  // namespace zinf::kernels::cpu

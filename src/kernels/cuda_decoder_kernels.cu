@@ -1,0 +1,213 @@
+// CUDA kernels of the Llama family (contract in cuda_kernels.h). As in
+// cuda_kernels.cu: grid-stride elementwise loops, one warp per row for
+// RMSNorm, column sums by one thread per channel in row order; no atomics,
+// so results are the same run to run.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "kernels/cuda_kernels.h"
+
+namespace zinf::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarpsPerBlock = kThreads / 32;
+constexpr int64_t kMaxBlocks = 65536;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+#define ZINF_GRID_STRIDE(i, n)                                                           \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += int64_t{blockDim.x} * gridDim.x)
+
+Status Launched(const char* kernel) {
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return Status::Ok();
+  return Status::Internal(std::string("cuda ") + kernel + ": " + cudaGetErrorName(err) + ": " +
+                          cudaGetErrorString(err));
+}
+
+cudaStream_t AsStream(void* s) { return static_cast<cudaStream_t>(s); }
+
+unsigned GridFor(int64_t n, int64_t per_block) {
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + per_block - 1) / per_block, kMaxBlocks)));
+}
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
+  return v;
+}
+
+__global__ void RmsNormForwardKernel(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int C,
+                                     float eps) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
+  for (int64_t n = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32; n < N; n += warps) {
+    const float* x = inp + n * C;
+    float ss = 0.f;
+    for (int c = lane; c < C; c += 32) ss += x[c] * x[c];
+    ss = WarpSum(ss);
+    const float s = rsqrtf(ss / C + eps);
+    if (lane == 0) rstd[n] = s;
+    for (int c = lane; c < C; c += 32) out[n * C + c] = x[c] * s * weight[c];
+  }
+}
+
+__global__ void RmsNormBackwardInputKernel(float* dinp, const float* dout, const float* inp, const float* weight,
+                                           const float* rstd, int64_t N, int C) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
+  for (int64_t n = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32; n < N; n += warps) {
+    const float* x = inp + n * C;
+    const float* d = dout + n * C;
+    const float s = rstd[n];
+    float gx = 0.f;
+    for (int c = lane; c < C; c += 32) gx += d[c] * weight[c] * (x[c] * s);
+    gx = WarpSum(gx) / C;
+    for (int c = lane; c < C; c += 32) dinp[n * C + c] += s * (d[c] * weight[c] - x[c] * s * gx);
+  }
+}
+
+__global__ void RmsNormBackwardWeightKernel(float* dweight, const float* dout, const float* inp, const float* rstd,
+                                            int64_t N, int C) {
+  ZINF_GRID_STRIDE(c, C) {
+    float acc = 0.f;
+    for (int64_t n = 0; n < N; ++n) acc += dout[n * C + c] * (inp[n * C + c] * rstd[n]);
+    dweight[c] += acc;
+  }
+}
+
+__global__ void RopeKernel(float* out, const float* inp, const float* cos, const float* sin, int T, int n_head, int hd,
+                           int64_t pairs, bool backward) {
+  const int half = hd / 2;
+  ZINF_GRID_STRIDE(p, pairs) {
+    const int i = static_cast<int>(p % half);
+    const int64_t nh = p / half;  // (position, head)
+    const int64_t n = nh / n_head;
+    const int64_t base = nh * hd;
+    const int t = static_cast<int>(n % T);
+    const float c = cos[int64_t{t} * half + i], s = sin[int64_t{t} * half + i];
+    const float a = inp[base + i], b = inp[base + i + half];
+    if (backward) {
+      out[base + i] += a * c + b * s;
+      out[base + i + half] += b * c - a * s;
+    } else {
+      out[base + i] = a * c - b * s;
+      out[base + i + half] = b * c + a * s;
+    }
+  }
+}
+
+__global__ void SwigluForwardKernel(float* out, const float* gate, const float* up, int64_t n) {
+  ZINF_GRID_STRIDE(i, n) {
+    const float g = gate[i];
+    out[i] = g / (1.f + expf(-g)) * up[i];
+  }
+}
+
+__global__ void SwigluBackwardKernel(float* dgate, float* dup, const float* gate, const float* up, const float* dout,
+                                     int64_t n) {
+  ZINF_GRID_STRIDE(i, n) {
+    const float g = gate[i];
+    const float sig = 1.f / (1.f + expf(-g));
+    dgate[i] += dout[i] * up[i] * (sig * (1.f + g * (1.f - sig)));
+    dup[i] += dout[i] * g * sig;
+  }
+}
+
+__global__ void GqaExpandForwardKernel(float* qkv, const float* q, const float* k, const float* v, int64_t N, int NH,
+                                       int NKV, int hd) {
+  const int64_t C = int64_t{NH} * hd, Ckv = int64_t{NKV} * hd;
+  const int group = NH / NKV;
+  ZINF_GRID_STRIDE(i, N * C) {
+    const int64_t n = i / C, c = i % C;
+    const int64_t src = n * Ckv + (c / hd) / group * hd + c % hd;
+    qkv[n * 3 * C + c] = q[i];
+    qkv[n * 3 * C + C + c] = k[src];
+    qkv[n * 3 * C + 2 * C + c] = v[src];
+  }
+}
+
+// One thread per element of dk/dv, summing its group's heads in order.
+__global__ void GqaExpandBackwardKernel(float* dq, float* dk, float* dv, const float* dqkv, int64_t N, int NH, int NKV,
+                                        int hd) {
+  const int64_t C = int64_t{NH} * hd, Ckv = int64_t{NKV} * hd;
+  const int group = NH / NKV;
+  ZINF_GRID_STRIDE(i, N * C) {
+    const int64_t n = i / C, c = i % C;
+    dq[i] += dqkv[n * 3 * C + c];
+    if (c < Ckv) {
+      const int64_t kvh = c / hd, j = c % hd;
+      float sk = 0.f, sv = 0.f;
+      for (int g = 0; g < group; ++g) {
+        const int64_t col = (kvh * group + g) * hd + j;
+        sk += dqkv[n * 3 * C + C + col];
+        sv += dqkv[n * 3 * C + 2 * C + col];
+      }
+      dk[n * Ckv + c] += sk;
+      dv[n * Ckv + c] += sv;
+    }
+  }
+}
+
+}  // namespace
+
+Status RmsNormForward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int C, double eps,
+                      void* stream) {
+  RmsNormForwardKernel<<<GridFor(N, kWarpsPerBlock), kThreads, 0, AsStream(stream)>>>(out, rstd, inp, weight, N, C,
+                                                                                      static_cast<float>(eps));
+  return Launched("rmsnorm_forward");
+}
+
+Status RmsNormBackward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                       const float* rstd, int64_t N, int C, void* stream) {
+  cudaStream_t s = AsStream(stream);
+  RmsNormBackwardInputKernel<<<GridFor(N, kWarpsPerBlock), kThreads, 0, s>>>(dinp, dout, inp, weight, rstd, N, C);
+  ZINF_RETURN_IF_ERROR(Launched("rmsnorm_backward dinp"));
+  RmsNormBackwardWeightKernel<<<GridFor(C, kThreads), kThreads, 0, s>>>(dweight, dout, inp, rstd, N, C);
+  return Launched("rmsnorm_backward dweight");
+}
+
+Status RopeForward(float* out, const float* inp, const float* cos, const float* sin, int B, int T_, int n_head, int hd,
+                   void* stream) {
+  const int64_t pairs = int64_t{B} * T_ * n_head * (hd / 2);
+  RopeKernel<<<GridFor(pairs, kThreads), kThreads, 0, AsStream(stream)>>>(out, inp, cos, sin, T_, n_head, hd, pairs,
+                                                                          false);
+  return Launched("rope_forward");
+}
+
+Status RopeBackward(float* dinp, const float* dout, const float* cos, const float* sin, int B, int T_, int n_head,
+                    int hd, void* stream) {
+  const int64_t pairs = int64_t{B} * T_ * n_head * (hd / 2);
+  RopeKernel<<<GridFor(pairs, kThreads), kThreads, 0, AsStream(stream)>>>(dinp, dout, cos, sin, T_, n_head, hd, pairs,
+                                                                          true);
+  return Launched("rope_backward");
+}
+
+Status SwigluForward(float* out, const float* gate, const float* up, int64_t n, void* stream) {
+  SwigluForwardKernel<<<GridFor(n, kThreads), kThreads, 0, AsStream(stream)>>>(out, gate, up, n);
+  return Launched("swiglu_forward");
+}
+
+Status SwigluBackward(float* dgate, float* dup, const float* gate, const float* up, const float* dout, int64_t n,
+                      void* stream) {
+  SwigluBackwardKernel<<<GridFor(n, kThreads), kThreads, 0, AsStream(stream)>>>(dgate, dup, gate, up, dout, n);
+  return Launched("swiglu_backward");
+}
+
+Status GqaExpandForward(float* qkv, const float* q, const float* k, const float* v, int64_t N, int NH, int NKV, int hd,
+                        void* stream) {
+  GqaExpandForwardKernel<<<GridFor(N * NH * hd, kThreads), kThreads, 0, AsStream(stream)>>>(qkv, q, k, v, N, NH, NKV,
+                                                                                            hd);
+  return Launched("gqa_expand_forward");
+}
+
+Status GqaExpandBackward(float* dq, float* dk, float* dv, const float* dqkv, int64_t N, int NH, int NKV, int hd,
+                         void* stream) {
+  GqaExpandBackwardKernel<<<GridFor(N * NH * hd, kThreads), kThreads, 0, AsStream(stream)>>>(dq, dk, dv, dqkv, N, NH,
+                                                                                             NKV, hd);
+  return Launched("gqa_expand_backward");
+}
+
+}  // namespace zinf::kernels::cuda

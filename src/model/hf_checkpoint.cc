@@ -1,0 +1,584 @@
+// HF model folders (see hf_checkpoint.h): config.json parsing per family,
+// the tensor name map, and the memory-mapped block reader.
+#include "model/hf_checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/half.h"
+
+namespace zinf::model {
+namespace {
+
+using nlohmann::json;
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Keys that never change the forward or backward math.
+const std::set<std::string>& IgnoredKeys() {
+  static const std::set<std::string> kKeys = {"architectures",
+                                              "model_type",
+                                              "torch_dtype",
+                                              "dtype",
+                                              "transformers_version",
+                                              "bos_token_id",
+                                              "eos_token_id",
+                                              "pad_token_id",
+                                              "sep_token_id",
+                                              "decoder_start_token_id",
+                                              "use_cache",
+                                              "_name_or_path",
+                                              "initializer_range",
+                                              "return_dict",
+                                              "output_attentions",
+                                              "output_hidden_states",
+                                              "id2label",
+                                              "label2id",
+                                              "tokenizer_class",
+                                              "task_specific_params",
+                                              "prefix",
+                                              "problem_type",
+                                              "torchscript",
+                                              "use_bfloat16",
+                                              "finetuning_task",
+                                              "n_ctx",
+                                              "pretraining_tp",
+                                              "max_length",
+                                              "min_length",
+                                              "do_sample",
+                                              "early_stopping",
+                                              "num_beams",
+                                              "num_beam_groups",
+                                              "diversity_penalty",
+                                              "temperature",
+                                              "top_k",
+                                              "top_p",
+                                              "typical_p",
+                                              "repetition_penalty",
+                                              "length_penalty",
+                                              "no_repeat_ngram_size",
+                                              "bad_words_ids",
+                                              "num_return_sequences",
+                                              "output_scores",
+                                              "return_dict_in_generate",
+                                              "forced_bos_token_id",
+                                              "forced_eos_token_id",
+                                              "remove_invalid_values",
+                                              "suppress_tokens",
+                                              "begin_suppress_tokens",
+                                              "tf_legacy_loss",
+                                              "chunk_size_feed_forward",
+                                              "pruned_heads",
+                                              "is_decoder",
+                                              "is_encoder_decoder",
+                                              "tie_encoder_decoder",
+                                              "max_window_layers",
+                                              "reorder_and_upcast_attn"};
+  return kKeys;
+}
+const std::set<std::string>& DropoutKeys() {
+  static const std::set<std::string> kKeys = {"attention_dropout", "resid_pdrop",    "embd_pdrop",
+                                              "attn_pdrop",        "hidden_dropout", "summary_first_dropout"};
+  return kKeys;
+}
+
+// Reads config.json keys, remembering which were used, with the errors and
+// notes the file comment of hf_checkpoint.h describes.
+class KeyReader {
+ public:
+  KeyReader(const json& doc, std::vector<std::string>* notes) : doc_(doc), notes_(notes) {}
+
+  const json* Get(const std::string& key) {
+    used_.insert(key);
+    auto it = doc_.find(key);
+    return it == doc_.end() || it->is_null() ? nullptr : &*it;
+  }
+  int Int(const std::string& key, int fallback, bool required) {
+    const json* v = Get(key);
+    if (v == nullptr) {
+      if (required) errors_.push_back(key + ": missing (an integer is required)");
+      return fallback;
+    }
+    if (!v->is_number_integer() || v->get<int64_t>() < 1 || v->get<int64_t>() > (int64_t{1} << 30)) {
+      errors_.push_back(key + ": expected a positive integer, got " + v->dump());
+      return fallback;
+    }
+    return v->get<int>();
+  }
+  double Number(const std::string& key, double fallback) {
+    const json* v = Get(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_number()) {
+      errors_.push_back(key + ": expected a number, got " + v->dump());
+      return fallback;
+    }
+    return v->get<double>();
+  }
+  bool Bool(const std::string& key, bool fallback) {
+    const json* v = Get(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_boolean()) {
+      errors_.push_back(key + ": expected true or false, got " + v->dump());
+      return fallback;
+    }
+    return v->get<bool>();
+  }
+  // A key that changes the math: absent, null or one of `neutral`.
+  void Neutral(const std::string& key, const std::vector<json>& neutral) {
+    const json* v = Get(key);
+    if (v == nullptr) return;
+    for (const json& n : neutral) {
+      if (*v == n) return;
+    }
+    std::string allowed;
+    for (const json& n : neutral) allowed += (allowed.empty() ? "" : " or ") + n.dump();
+    errors_.push_back(key + ": " + v->dump() + " changes the model's math; zinf supports only " + allowed);
+  }
+  void Error(std::string e) { errors_.push_back(std::move(e)); }
+
+  // Notes the ignored keys; an unknown key is an error.
+  void Finish() {
+    std::string neutral, dropout;
+    for (auto it = doc_.begin(); it != doc_.end(); ++it) {
+      const std::string& k = it.key();
+      if (used_.count(k) || k == "architectures") continue;
+      if (IgnoredKeys().count(k) || k.rfind("summary_", 0) == 0) {
+        neutral += (neutral.empty() ? "" : ", ") + k;
+      } else if (DropoutKeys().count(k)) {
+        dropout += (dropout.empty() ? "" : ", ") + k;
+      } else {
+        errors_.push_back(k + ": unknown key (zinf does not know whether it changes the math)");
+      }
+    }
+    if (!neutral.empty()) notes_->push_back("ignored (no effect on the math): " + neutral);
+    if (!dropout.empty()) notes_->push_back("ignored (zinf trains without dropout): " + dropout);
+  }
+  const std::vector<std::string>& errors() const { return errors_; }
+
+ private:
+  const json& doc_;
+  std::vector<std::string>* notes_;
+  std::set<std::string> used_;
+  std::vector<std::string> errors_;
+};
+
+void ParseGpt2(KeyReader& r, HfCheckpoint& c) {
+  GptConfig& m = c.model;
+  m.family = ModelFamily::kGpt2;
+  m.vocab_size = r.Int("vocab_size", 1, true);
+  m.n_embd = r.Int("n_embd", 1, true);
+  m.n_head = r.Int("n_head", 1, true);
+  m.n_layer = r.Int("n_layer", 1, true);
+  c.max_positions = r.Int("n_positions", 1, true);
+  m.seq_len = c.max_positions;
+  m.tied_embeddings = r.Bool("tie_word_embeddings", true);
+  r.Neutral("activation_function", {"gelu_new", "gelu_pytorch_tanh"});
+  r.Neutral("n_inner", {json(4 * m.n_embd)});
+  r.Neutral("layer_norm_epsilon", {json(kernels::kLayerNormEps)});
+  r.Neutral("scale_attn_weights", {true});
+  r.Neutral("scale_attn_by_inverse_layer_idx", {false});
+  r.Neutral("add_cross_attention", {false});
+}
+
+void ParseRope(KeyReader& r, HfCheckpoint& c) {
+  RopeConfig& rope = c.model.rope;
+  rope.theta = r.Number("rope_theta", 10000.0);
+  // transformers >= 5 keeps theta and the scaling under rope_parameters.
+  const json* params = r.Get("rope_parameters");
+  const json* scaling = r.Get("rope_scaling");
+  if (params != nullptr && scaling != nullptr) r.Error("rope_parameters and rope_scaling: give one, not both");
+  const json* s = params != nullptr ? params : scaling;
+  const std::string key = params != nullptr ? "rope_parameters" : "rope_scaling";
+  if (s == nullptr) return;
+  if (!s->is_object()) return r.Error(key + ": expected an object, got " + s->dump());
+  std::string type = s->value("rope_type", s->value("type", std::string("default")));
+  for (auto it = s->begin(); it != s->end(); ++it) {
+    const std::string& k = it.key();
+    const std::string name = key + "." + k;
+    if (k == "rope_type" || k == "type") continue;
+    if (k == "rope_theta" && it->is_number()) {
+      rope.theta = it->get<double>();
+    } else if (type == "llama3" && it->is_number() &&
+               (k == "factor" || k == "low_freq_factor" || k == "high_freq_factor" ||
+                k == "original_max_position_embeddings")) {
+      const double v = it->get<double>();
+      if (k == "factor") rope.factor = v;
+      if (k == "low_freq_factor") rope.low_freq_factor = v;
+      if (k == "high_freq_factor") rope.high_freq_factor = v;
+      if (k == "original_max_position_embeddings") rope.original_max_position = static_cast<int>(v);
+    } else {
+      r.Error(name + ": " + it->dump() + " is not supported (rope_type \"" + type + "\")");
+    }
+  }
+  if (type == "llama3") {
+    rope.llama3 = true;
+    if (!(rope.factor > 0) || !(rope.high_freq_factor > rope.low_freq_factor)) {
+      r.Error(key + ": llama3 needs factor > 0 and high_freq_factor > low_freq_factor");
+    }
+  } else if (type != "default") {
+    r.Error(key + ".rope_type: \"" + type + "\" changes the math; zinf supports \"default\" and \"llama3\"");
+  }
+}
+
+void ParseLlama(KeyReader& r, HfCheckpoint& c) {
+  GptConfig& m = c.model;
+  m.family = ModelFamily::kLlama;
+  m.vocab_size = r.Int("vocab_size", 1, true);
+  m.n_embd = r.Int("hidden_size", 1, true);
+  m.n_head = r.Int("num_attention_heads", 1, true);
+  m.n_layer = r.Int("num_hidden_layers", 1, true);
+  m.n_kv_head = r.Int("num_key_value_heads", m.n_head, false);
+  m.intermediate_size = r.Int("intermediate_size", 1, true);
+  c.max_positions = r.Int("max_position_embeddings", 1, true);
+  m.seq_len = c.max_positions;
+  m.tied_embeddings = r.Bool("tie_word_embeddings", false);
+  m.norm_eps = r.Number("rms_norm_eps", 1e-6);
+  m.qkv_bias = c.architecture == "Qwen2ForCausalLM";
+  r.Neutral("hidden_act", {"silu"});
+  r.Neutral("mlp_bias", {false});
+  r.Neutral("attention_bias", {m.qkv_bias});
+  if (m.n_head > 0 && m.n_embd % m.n_head == 0) r.Neutral("head_dim", {json(m.n_embd / m.n_head)});
+  ParseRope(r, c);
+  const bool mistral = c.architecture == "MistralForCausalLM";
+  const bool use_sliding = r.Bool("use_sliding_window", mistral);
+  if (!mistral) r.Neutral("use_sliding_window", {false});
+  const json* window = r.Get("sliding_window");
+  if (window != nullptr && use_sliding) {
+    if (!window->is_number_integer() || window->get<int64_t>() < 1) {
+      r.Error("sliding_window: expected a positive integer or null, got " + window->dump());
+    } else {
+      c.sliding_window = window->get<int>();
+    }
+  } else if (window != nullptr) {
+    c.notes.push_back("sliding_window: ignored (use_sliding_window is false)");
+  }
+  if (const json* types = r.Get("layer_types"); types != nullptr) {
+    if (!types->is_array()) return r.Error("layer_types: expected a list, got " + types->dump());
+    for (size_t i = 0; i < types->size(); ++i) {
+      if ((*types)[i] != "full_attention") {
+        r.Error("layer_types[" + std::to_string(i) + "]: " + (*types)[i].dump() +
+                " changes the math; zinf supports only \"full_attention\"");
+      }
+    }
+  }
+}
+
+StatusOr<std::string> ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return ErrnoStatus(errno, "open", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return ErrnoStatus(errno, "read", path);
+  return text.str();
+}
+
+StatusOr<json> ReadJson(const std::string& path) {
+  ZINF_ASSIGN_OR_RETURN(std::string text, ReadText(path));
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    return Status::InvalidArgument(path + ": not valid JSON: " + e.what());
+  }
+}
+
+// The safetensors files of the folder: the index's shards, or model.safetensors.
+StatusOr<std::vector<std::string>> ShardFiles(const std::string& dir) {
+  const std::string index = dir + "/model.safetensors.index.json";
+  struct stat st {};
+  if (::stat(index.c_str(), &st) != 0) {
+    const std::string single = dir + "/model.safetensors";
+    if (::stat(single.c_str(), &st) != 0) {
+      return Status::NotFound(dir + ": neither model.safetensors nor model.safetensors.index.json");
+    }
+    return std::vector<std::string>{single};
+  }
+  ZINF_ASSIGN_OR_RETURN(json doc, ReadJson(index));
+  auto map = doc.find("weight_map");
+  if (map == doc.end() || !map->is_object()) return Status::InvalidArgument(index + ": no \"weight_map\" object");
+  std::set<std::string> names;
+  for (auto it = map->begin(); it != map->end(); ++it) {
+    if (!it->is_string()) return Status::InvalidArgument(index + ": weight_map." + it.key() + " is not a file name");
+    const std::string f = it->get<std::string>();
+    if (f.find('/') != std::string::npos) return Status::InvalidArgument(index + ": shard \"" + f + "\" is not a name");
+    names.insert(f);
+  }
+  std::vector<std::string> files;
+  for (const std::string& f : names) files.push_back(dir + "/" + f);
+  return files;
+}
+
+}  // namespace
+
+bool IsHfModelDir(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && ::stat((path + "/config.json").c_str(), &st) == 0;
+}
+
+StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
+  HfCheckpoint c;
+  c.dir = dir;
+  const std::string config_path = dir + "/config.json";
+  ZINF_ASSIGN_OR_RETURN(json doc, ReadJson(config_path));
+  if (!doc.is_object()) return Status::InvalidArgument(config_path + ": expected a JSON object");
+  auto arch = doc.find("architectures");
+  if (arch == doc.end() || !arch->is_array() || arch->size() != 1 || !(*arch)[0].is_string()) {
+    return Status::InvalidArgument(config_path + ": \"architectures\" must list one architecture");
+  }
+  c.architecture = (*arch)[0].get<std::string>();
+  KeyReader r(doc, &c.notes);
+  if (c.architecture == "GPT2LMHeadModel") {
+    ParseGpt2(r, c);
+  } else if (c.architecture == "LlamaForCausalLM" || c.architecture == "Qwen2ForCausalLM" ||
+             c.architecture == "MistralForCausalLM") {
+    ParseLlama(r, c);
+  } else {
+    return Status::InvalidArgument(config_path + ": architecture " + c.architecture +
+                                   " is not supported (GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, "
+                                   "MistralForCausalLM)");
+  }
+  r.Finish();
+  GptConfig& m = c.model;
+  if (r.errors().empty()) {
+    if (m.n_embd % m.n_head != 0) r.Error("hidden size " + std::to_string(m.n_embd) + " is not a multiple of heads");
+    if (m.llama() && (m.n_head % m.n_kv_head != 0 || m.head_dim() % 2 != 0)) {
+      r.Error("num_key_value_heads " + std::to_string(m.n_kv_head) + " must divide num_attention_heads " +
+              std::to_string(m.n_head) + " and the head size must be even");
+    }
+  }
+  if (!r.errors().empty()) {
+    std::string msg = config_path + " (" + c.architecture + "): " + std::to_string(r.errors().size()) + " error(s)";
+    for (const std::string& e : r.errors()) msg += "\n  " + e;
+    return Status::InvalidArgument(std::move(msg));
+  }
+  m.padded_vocab_size = (m.vocab_size + 63) / 64 * 64;
+
+  // Tensors: every file's header; then exactly the names the blocks need.
+  ZINF_ASSIGN_OR_RETURN(c.files, ShardFiles(dir));
+  for (size_t f = 0; f < c.files.size(); ++f) {
+    ZINF_ASSIGN_OR_RETURN(SafetensorsHeader h, ReadSafetensorsHeader(c.files[f]));
+    for (SafetensorsHeader::Entry& e : h.tensors) {
+      if (c.tensors.count(e.name)) {
+        return Status::InvalidArgument(dir + ": tensor " + e.name + " is in two files (" +
+                                       c.files[c.tensors[e.name].file] + ", " + c.files[f] + ")");
+      }
+      std::string name = e.name;
+      c.tensors[name] = {f, std::move(e)};
+    }
+  }
+  // GPT-2 checkpoints come with and without the "transformer." prefix.
+  if (!m.llama() && !c.tensors.count("transformer.wte.weight") && c.tensors.count("wte.weight")) {
+    std::map<std::string, HfCheckpoint::Source> renamed;
+    for (auto& [k, v] : c.tensors) renamed[k == "lm_head.weight" ? k : "transformer." + k] = std::move(v);
+    c.tensors = std::move(renamed);
+  }
+  std::set<std::string> expected;
+  const std::vector<BlockSpec> specs = GptBlockSpecs(m);
+  for (BlockId b = 0; b < static_cast<BlockId>(specs.size()); ++b) {
+    const std::vector<std::string> names = HfTensorNames(c, b);
+    for (size_t t = 0; t < names.size(); ++t) {
+      expected.insert(names[t]);
+      std::vector<int64_t> shape = specs[b].tensors[t].shape;
+      const bool vocab_rows =
+          (b == kEmbedBlock && t == 0) || (b == HeadBlock(m) && static_cast<int>(t) == LmHeadIndex(m));
+      if (vocab_rows) shape[0] = m.vocab_size;
+      if (!m.llama() && shape.size() == 2 && names[t].find("lm_head") == std::string::npos &&
+          names[t].find(".wte.") == std::string::npos && names[t].find(".wpe.") == std::string::npos) {
+        std::swap(shape[0], shape[1]);  // Conv1D: [in, out]
+      }
+      auto it = c.tensors.find(names[t]);
+      if (it == c.tensors.end()) {
+        return Status::InvalidArgument(dir + ": tensor " + names[t] + " is missing (expected shape " +
+                                       ShapeText(shape) + ")");
+      }
+      const SafetensorsHeader::Entry& e = it->second.entry;
+      if (e.shape != shape) {
+        return Status::InvalidArgument(dir + ": tensor " + names[t] + " has shape " + ShapeText(e.shape) +
+                                       ", expected " + ShapeText(shape));
+      }
+      if (e.dtype != "F32" && e.dtype != "BF16" && e.dtype != "F16") {
+        return Status::InvalidArgument(dir + ": tensor " + names[t] + " has dtype " + e.dtype +
+                                       " (F32, BF16 or F16 expected)");
+      }
+    }
+  }
+  for (const auto& [name, source] : c.tensors) {
+    if (expected.count(name)) continue;
+    const bool buffer = name.find("rotary_emb.inv_freq") != std::string::npos ||
+                        (name.find(".attn.bias") != std::string::npos && !m.llama()) ||
+                        name.find(".attn.masked_bias") != std::string::npos;
+    if (buffer || (name == "lm_head.weight" && m.tied_embeddings)) {
+      c.notes.push_back(name + ": ignored (" + (buffer ? "a buffer, not a weight" : "the head is tied") + ")");
+      continue;
+    }
+    return Status::InvalidArgument(dir + ": tensor " + name + " (" + source.entry.dtype + " " +
+                                   ShapeText(source.entry.shape) + ") is not part of a " + c.architecture);
+  }
+  return c;
+}
+
+StatusOr<GptConfig> HfModelAtSeqLen(const HfCheckpoint& ckpt, int seq_len) {
+  GptConfig m = ckpt.model;
+  if (seq_len == 0) seq_len = ckpt.max_positions;
+  if (seq_len < 1 || seq_len > ckpt.max_positions) {
+    return Status::InvalidArgument("sequence length " + std::to_string(seq_len) + " is outside [1, " +
+                                   std::to_string(ckpt.max_positions) + "], the positions of " + ckpt.dir);
+  }
+  if (ckpt.sliding_window > 0 && seq_len > ckpt.sliding_window) {
+    return Status::InvalidArgument(ckpt.architecture + " " + ckpt.dir + ": sliding_window " +
+                                   std::to_string(ckpt.sliding_window) + " is shorter than the sequence length " +
+                                   std::to_string(seq_len) + "; zinf has no sliding-window attention");
+  }
+  if (!m.llama() && seq_len != ckpt.max_positions) {
+    return Status::InvalidArgument("GPT-2 " + ckpt.dir + ": the sequence length must be n_positions (" +
+                                   std::to_string(ckpt.max_positions) + "), got " + std::to_string(seq_len));
+  }
+  m.seq_len = seq_len;
+  return m;
+}
+
+std::vector<std::string> HfTensorNames(const HfCheckpoint& ckpt, BlockId block) {
+  const GptConfig& m = ckpt.model;
+  const BlockId head = HeadBlock(m);
+  if (!m.llama()) {
+    if (block == kEmbedBlock) return {"transformer.wte.weight", "transformer.wpe.weight"};
+    if (block == head) {
+      std::vector<std::string> n = {"transformer.ln_f.weight", "transformer.ln_f.bias"};
+      if (!m.tied_embeddings) n.push_back("lm_head.weight");
+      return n;
+    }
+    const std::string h = "transformer.h." + std::to_string(block - 1) + ".";
+    return {h + "ln_1.weight",        h + "ln_1.bias",        h + "attn.c_attn.weight", h + "attn.c_attn.bias",
+            h + "attn.c_proj.weight", h + "attn.c_proj.bias", h + "ln_2.weight",        h + "ln_2.bias",
+            h + "mlp.c_fc.weight",    h + "mlp.c_fc.bias",    h + "mlp.c_proj.weight",  h + "mlp.c_proj.bias"};
+  }
+  if (block == kEmbedBlock) return {"model.embed_tokens.weight"};
+  if (block == head) {
+    std::vector<std::string> n = {"model.norm.weight"};
+    if (!m.tied_embeddings) n.push_back("lm_head.weight");
+    return n;
+  }
+  const std::string l = "model.layers." + std::to_string(block - 1) + ".";
+  std::vector<std::string> n = {
+      l + "input_layernorm.weight",  l + "self_attn.q_proj.weight", l + "self_attn.k_proj.weight",
+      l + "self_attn.v_proj.weight", l + "self_attn.o_proj.weight", l + "post_attention_layernorm.weight",
+      l + "mlp.gate_proj.weight",    l + "mlp.up_proj.weight",      l + "mlp.down_proj.weight"};
+  if (m.qkv_bias) {
+    for (const char* p : {"q", "k", "v"}) n.push_back(l + "self_attn." + p + "_proj.bias");
+  }
+  return n;
+}
+
+namespace {
+
+// One file mapped read-only; pages are dropped after each tensor.
+class MappedFile {
+ public:
+  static StatusOr<MappedFile> Open(const std::string& path, uint64_t bytes) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ErrnoStatus(errno, "open", path);
+    void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    const int err = errno;
+    ::close(fd);
+    if (p == MAP_FAILED) return ErrnoStatus(err, "mmap", path);
+    return MappedFile(static_cast<const std::byte*>(p), bytes);
+  }
+  MappedFile(MappedFile&& o) noexcept : base_(std::exchange(o.base_, nullptr)), bytes_(o.bytes_) {}
+  MappedFile& operator=(MappedFile&&) = delete;
+  ~MappedFile() {
+    if (base_ != nullptr) ::munmap(const_cast<std::byte*>(base_), bytes_);
+  }
+  const std::byte* data() const { return base_; }
+  // The page cache keeps the file; this mapping lets go of the range.
+  void Drop(uint64_t begin, uint64_t end) const {
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    const uint64_t b = begin / page * page;
+    ::madvise(const_cast<std::byte*>(base_) + b, end - b, MADV_DONTNEED);
+  }
+
+ private:
+  MappedFile(const std::byte* base, uint64_t bytes) : base_(base), bytes_(bytes) {}
+  const std::byte* base_;
+  uint64_t bytes_;
+};
+
+float ElementAt(const std::byte* p, const std::string& dtype, int64_t i) {
+  if (dtype == "F32") {
+    float v;
+    std::memcpy(&v, p + 4 * i, 4);
+    return v;
+  }
+  uint16_t h;
+  std::memcpy(&h, p + 2 * i, 2);
+  return dtype == "BF16" ? Bf16ToFloat(h) : HalfToFloat(h);
+}
+
+}  // namespace
+
+StatusOr<std::vector<std::vector<float>>> ReadHfBlock(const HfCheckpoint& ckpt, const GptConfig& model, BlockId block) {
+  const std::vector<BlockSpec> specs = GptBlockSpecs(model);
+  if (block < 0 || block >= static_cast<BlockId>(specs.size())) {
+    return Status::InvalidArgument("ReadHfBlock: block " + std::to_string(block) + " out of range");
+  }
+  const BlockSpec& spec = specs[block];
+  const std::vector<std::string> names = HfTensorNames(ckpt, block);
+  std::vector<std::vector<float>> out;
+  for (size_t t = 0; t < spec.tensors.size(); ++t) {
+    const HfCheckpoint::Source& src = ckpt.tensors.at(names[t]);
+    const SafetensorsHeader::Entry& e = src.entry;
+    ZINF_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(ckpt.files[src.file], e.end));
+    const std::byte* p = file.data() + e.begin;
+    std::vector<float> w(static_cast<size_t>(spec.tensors[t].numel()), 0.0f);
+    const bool conv1d = !model.llama() && e.shape.size() == 2 && names[t].find(".h.") != std::string::npos;
+    if (conv1d) {  // stored [in, out]; the engine keeps [out, in]
+      const int64_t in = e.shape[0], outf = e.shape[1];
+      for (int64_t i = 0; i < in; ++i) {
+        for (int64_t o = 0; o < outf; ++o) w[static_cast<size_t>(o * in + i)] = ElementAt(p, e.dtype, i * outf + o);
+      }
+    } else {
+      // Same layout; the vocabulary padding rows (beyond the file's) stay 0.
+      int64_t n = 1;
+      for (int64_t d : e.shape) n *= d;
+      for (int64_t i = 0; i < n; ++i) w[static_cast<size_t>(i)] = ElementAt(p, e.dtype, i);
+    }
+    file.Drop(e.begin, e.end);
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+std::function<StatusOr<std::vector<std::vector<float>>>(BlockId)> ModelSource::InitialWeights() const {
+  if (hf == nullptr) return {};
+  return [ckpt = hf, model = model](BlockId b) { return ReadHfBlock(*ckpt, model, b); };
+}
+
+StatusOr<ModelSource> ResolveModel(const std::string& value, int seq_len) {
+  ModelSource s;
+  if (IsHfModelDir(value)) {
+    ZINF_ASSIGN_OR_RETURN(HfCheckpoint c, OpenHfCheckpoint(value));
+    ZINF_ASSIGN_OR_RETURN(s.model, HfModelAtSeqLen(c, seq_len));
+    s.description = value + " (" + c.architecture + ")";
+    s.hf = std::make_shared<const HfCheckpoint>(std::move(c));
+    return s;
+  }
+  ZINF_ASSIGN_OR_RETURN(s.model, LoadGptConfig(value));
+  if (seq_len > 0) s.model.seq_len = seq_len;
+  s.description = value;
+  return s;
+}
+
+}  // namespace zinf::model

@@ -1,0 +1,98 @@
+// Hugging Face model folders in: config.json + model.safetensors (or shards
+// listed by model.safetensors.index.json) described as a GptConfig of the
+// right family, and each engine block's weights read tensor by tensor from
+// memory-mapped files.
+//
+// Families (config.json "architectures"):
+//   GPT2LMHeadModel     -> kGpt2: Conv1D weights stored [in, out] are
+//                          transposed to the engine's [out, in]; c_attn is
+//                          the fused q|k|v; gelu_new; learned positions.
+//   LlamaForCausalLM    -> kLlama
+//   Qwen2ForCausalLM    -> kLlama with q/k/v biases
+//   MistralForCausalLM  -> kLlama, only when the sequence fits the sliding
+//                          window (attention is then plain causal)
+// The vocabulary rows of the embedding and an untied head are padded with
+// zero rows to padded_vocab_size (they receive no gradient and stay 0).
+//
+// Config keys: those that do not change the math (dtype, token ids,
+// generation settings, dropout: zinf trains without dropout, ...) are
+// ignored and listed in `notes`; a key that would change the math is
+// accepted only at its neutral value, otherwise kInvalidArgument naming the
+// key; a key zinf does not know is an error too (it may change the math).
+// Tensors: a missing, extra or mis-shaped tensor is kInvalidArgument naming
+// it (expected vs found shape). F32, BF16 and F16 tensors.
+//
+// Memory: OpenHfCheckpoint reads only headers. ReadHfBlock maps the file
+// holding each tensor, converts that tensor to fp32, and drops its pages
+// (MADV_DONTNEED) before the next: RAM holds one block in fp32 plus one
+// tensor's pages, never the model.
+//
+// Thread-safety: an HfCheckpoint is immutable after OpenHfCheckpoint; its
+// functions may be called from any thread.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/gpt.h"
+#include "model/safetensors.h"
+#include "zinf/status.h"
+
+namespace zinf::model {
+
+struct HfCheckpoint {
+  std::string dir;
+  std::string architecture;  // "LlamaForCausalLM", ...
+  // The model; seq_len is the checkpoint's positions (n_positions /
+  // max_position_embeddings) until WithSeqLen changes it.
+  GptConfig model;
+  int max_positions = 0;
+  int sliding_window = 0;          // Mistral: 0 none
+  std::vector<std::string> notes;  // keys and tensors ignored, and why
+
+  struct Source {
+    size_t file = 0;  // index into files
+    SafetensorsHeader::Entry entry;
+  };
+  std::vector<std::string> files;
+  std::map<std::string, Source> tensors;
+};
+
+// True when `path` is a directory holding config.json.
+bool IsHfModelDir(const std::string& path);
+
+// Parses config.json and the safetensors headers, and checks that the
+// tensors are exactly those the model needs, with their shapes.
+StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir);
+
+// The model at sequence length `seq_len` (0: the checkpoint's positions).
+// kInvalidArgument beyond the positions, beyond Mistral's sliding window
+// (named), or for GPT-2 at another length than n_positions (its position
+// table is a weight of that many rows).
+StatusOr<GptConfig> HfModelAtSeqLen(const HfCheckpoint& ckpt, int seq_len);
+
+// The checkpoint's name of each tensor of `block` (GptBlockSpecs order).
+std::vector<std::string> HfTensorNames(const HfCheckpoint& ckpt, BlockId block);
+
+// Block `block`'s weights in fp32, in the engine's layout for `model`
+// (HfModelAtSeqLen's result).
+StatusOr<std::vector<std::vector<float>>> ReadHfBlock(const HfCheckpoint& ckpt, const GptConfig& model, BlockId block);
+
+// What a --model value names: a built-in (LoadGptConfig), a JSON model
+// config (both initialised at random by the trainer), or a HF model folder
+// (its weights). `seq_len` > 0 overrides the sequence length (for a HF
+// folder through HfModelAtSeqLen; 0 keeps its positions).
+struct ModelSource {
+  GptConfig model;
+  std::shared_ptr<const HfCheckpoint> hf;  // null unless a HF folder
+  std::string description;                 // for logs: the name, or "<dir> (<architecture>)"
+  // TrainerOptions::initial_weights: the checkpoint's blocks; empty
+  // without a checkpoint (random init).
+  std::function<StatusOr<std::vector<std::vector<float>>>(BlockId)> InitialWeights() const;
+};
+StatusOr<ModelSource> ResolveModel(const std::string& value, int seq_len);
+
+}  // namespace zinf::model

@@ -1,0 +1,202 @@
+// The Llama-family CPU kernels (RMSNorm, RoPE, SwiGLU, the GQA expansion):
+// every backward against central finite differences of its forward in
+// double, as cpu_kernels_test.cc does (objective J = sum w_i out_i, step
+// 1e-5, |analytic - numeric| <= 1e-6 (|numeric| + 1e-2); gradients prefilled
+// so the accumulate contract is tested too), plus a few exact properties.
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/cpu_kernels.h"
+
+namespace zinf::kernels::cpu {
+namespace {
+
+constexpr double kStep = 1e-5;
+constexpr double kRelTol = 1e-6;
+constexpr double kAbsFloor = 1e-2;
+constexpr double kPrefill = 0.25;
+
+std::vector<double> Random(size_t n, std::mt19937_64& rng, double scale = 1.0) {
+  std::uniform_real_distribution<double> u(-scale, scale);
+  std::vector<double> v(n);
+  for (double& x : v) x = u(rng);
+  return v;
+}
+
+double Dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+void ExpectGradient(const char* what, std::vector<double>& x, const std::vector<double>& grad,
+                    const std::function<double()>& objective) {
+  ASSERT_EQ(x.size(), grad.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double saved = x[i];
+    x[i] = saved + kStep;
+    const double plus = objective();
+    x[i] = saved - kStep;
+    const double minus = objective();
+    x[i] = saved;
+    const double numeric = (plus - minus) / (2 * kStep);
+    const double analytic = grad[i] - kPrefill;
+    if (std::fabs(analytic - numeric) > kRelTol * (std::fabs(numeric) + kAbsFloor) && bad++ < 5) {
+      ADD_FAILURE() << what << "[" << i << "]: analytic " << analytic << " numeric " << numeric;
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << x.size() << " elements disagree";
+}
+
+std::vector<double> Filled(size_t n) { return std::vector<double>(n, kPrefill); }
+
+constexpr int kB = 2, kT = 5, kNH = 4, kNKV = 2, kHd = 6;
+constexpr int64_t kN = kB * kT;
+
+TEST(CpuDecoderKernelsTest, RmsNormBackwardMatchesFiniteDifferences) {
+  std::mt19937_64 rng(11);
+  const int C = 12;
+  std::vector<double> inp = Random(kN * C, rng, 2.0), weight = Random(C, rng), w = Random(kN * C, rng);
+  std::vector<double> out(kN * C), rstd(kN);
+  auto objective = [&] {
+    RmsNormForward(out.data(), rstd.data(), inp.data(), weight.data(), kN, C, 1e-5);
+    return Dot(out, w);
+  };
+  objective();
+  std::vector<double> dinp = Filled(inp.size()), dweight = Filled(C);
+  RmsNormBackward(dinp.data(), dweight.data(), w.data(), inp.data(), weight.data(), rstd.data(), kN, C);
+  ExpectGradient("dinp", inp, dinp, objective);
+  ExpectGradient("dweight", weight, dweight, objective);
+}
+
+TEST(CpuDecoderKernelsTest, RmsNormForwardHasUnitRootMeanSquare) {
+  std::mt19937_64 rng(12);
+  const int C = 64;
+  std::vector<double> inp = Random(kN * C, rng, 3.0), ones(C, 1.0), out(kN * C), rstd(kN);
+  RmsNormForward(out.data(), rstd.data(), inp.data(), ones.data(), kN, C, 0.0);
+  for (int64_t n = 0; n < kN; ++n) {
+    double ss = 0;
+    for (int c = 0; c < C; ++c) ss += out[n * C + c] * out[n * C + c];
+    EXPECT_NEAR(ss / C, 1.0, 1e-12);
+  }
+}
+
+// cos/sin tables of arbitrary angles [T, hd/2].
+void Tables(std::mt19937_64& rng, std::vector<double>& cos, std::vector<double>& sin) {
+  const std::vector<double> angle = Random(static_cast<size_t>(kT) * kHd / 2, rng, 3.0);
+  cos.resize(angle.size());
+  sin.resize(angle.size());
+  for (size_t i = 0; i < angle.size(); ++i) {
+    cos[i] = std::cos(angle[i]);
+    sin[i] = std::sin(angle[i]);
+  }
+}
+
+TEST(CpuDecoderKernelsTest, RopeBackwardMatchesFiniteDifferences) {
+  std::mt19937_64 rng(13);
+  std::vector<double> cos, sin;
+  Tables(rng, cos, sin);
+  const int64_t width = kNH * kHd;
+  std::vector<double> inp = Random(kN * width, rng), w = Random(kN * width, rng), out(kN * width);
+  auto objective = [&] {
+    RopeForward(out.data(), inp.data(), cos.data(), sin.data(), kB, kT, kNH, kHd);
+    return Dot(out, w);
+  };
+  std::vector<double> dinp = Filled(inp.size());
+  RopeBackward(dinp.data(), w.data(), cos.data(), sin.data(), kB, kT, kNH, kHd);
+  ExpectGradient("dinp", inp, dinp, objective);
+}
+
+TEST(CpuDecoderKernelsTest, RopeRotatesHalvesInPlace) {
+  std::mt19937_64 rng(14);
+  std::vector<double> cos, sin;
+  Tables(rng, cos, sin);
+  const int64_t width = kNH * kHd;
+  std::vector<double> x = Random(kN * width, rng), out(kN * width), inplace = x;
+  RopeForward(out.data(), x.data(), cos.data(), sin.data(), kB, kT, kNH, kHd);
+  RopeForward(inplace.data(), inplace.data(), cos.data(), sin.data(), kB, kT, kNH, kHd);
+  EXPECT_EQ(out, inplace);
+  // Position t = 3 of batch 1, head 2, pair i = 1 by hand.
+  const int t = 3, h = 2, i = 1, half = kHd / 2;
+  const int64_t base = (1 * kT + t) * width + h * kHd;
+  const double c = cos[t * half + i], s = sin[t * half + i];
+  EXPECT_DOUBLE_EQ(out[base + i], x[base + i] * c - x[base + i + half] * s);
+  EXPECT_DOUBLE_EQ(out[base + i + half], x[base + i + half] * c + x[base + i] * s);
+}
+
+TEST(CpuDecoderKernelsTest, SwigluBackwardMatchesFiniteDifferences) {
+  std::mt19937_64 rng(15);
+  const int64_t n = 40;
+  std::vector<double> gate = Random(n, rng, 4.0), up = Random(n, rng, 2.0), w = Random(n, rng), out(n);
+  auto objective = [&] {
+    SwigluForward(out.data(), gate.data(), up.data(), n);
+    return Dot(out, w);
+  };
+  std::vector<double> dgate = Filled(n), dup = Filled(n);
+  SwigluBackward(dgate.data(), dup.data(), gate.data(), up.data(), w.data(), n);
+  ExpectGradient("dgate", gate, dgate, objective);
+  ExpectGradient("dup", up, dup, objective);
+}
+
+TEST(CpuDecoderKernelsTest, GqaAttentionBackwardMatchesFiniteDifferences) {
+  // The expansion followed by causal multi-head attention: grouped-query
+  // attention end to end.
+  std::mt19937_64 rng(16);
+  const int C = kNH * kHd, Ckv = kNKV * kHd;
+  std::vector<double> q = Random(kN * C, rng), k = Random(kN * Ckv, rng), v = Random(kN * Ckv, rng);
+  std::vector<double> w = Random(kN * C, rng), qkv(kN * 3 * C), out(kN * C), att(kB * kNH * kT * kT);
+  auto objective = [&] {
+    GqaExpandForward(qkv.data(), q.data(), k.data(), v.data(), kN, kNH, kNKV, kHd);
+    AttentionForward(out.data(), att.data(), qkv.data(), kB, kT, C, kNH);
+    return Dot(out, w);
+  };
+  objective();
+  std::vector<double> dqkv(kN * 3 * C, 0.0), scratch(kB * kNH * kT * kT);
+  AttentionBackward(dqkv.data(), scratch.data(), w.data(), qkv.data(), att.data(), kB, kT, C, kNH);
+  std::vector<double> dq = Filled(q.size()), dk = Filled(k.size()), dv = Filled(v.size());
+  GqaExpandBackward(dq.data(), dk.data(), dv.data(), dqkv.data(), kN, kNH, kNKV, kHd);
+  ExpectGradient("dq", q, dq, objective);
+  ExpectGradient("dk", k, dk, objective);
+  ExpectGradient("dv", v, dv, objective);
+}
+
+TEST(CpuDecoderKernelsTest, GqaExpandSharesKeyValueHeadsByGroup) {
+  std::mt19937_64 rng(17);
+  const int C = kNH * kHd, Ckv = kNKV * kHd, group = kNH / kNKV;
+  std::vector<double> q = Random(kN * C, rng), k = Random(kN * Ckv, rng), v = Random(kN * Ckv, rng);
+  std::vector<double> qkv(kN * 3 * C);
+  GqaExpandForward(qkv.data(), q.data(), k.data(), v.data(), kN, kNH, kNKV, kHd);
+  for (int64_t n = 0; n < kN; ++n) {
+    for (int h = 0; h < kNH; ++h) {
+      for (int i = 0; i < kHd; ++i) {
+        EXPECT_EQ(qkv[n * 3 * C + h * kHd + i], q[n * C + h * kHd + i]);
+        EXPECT_EQ(qkv[n * 3 * C + C + h * kHd + i], k[n * Ckv + (h / group) * kHd + i]);
+        EXPECT_EQ(qkv[n * 3 * C + 2 * C + h * kHd + i], v[n * Ckv + (h / group) * kHd + i]);
+      }
+    }
+  }
+}
+
+TEST(CpuDecoderKernelsTest, FloatAgreesWithDouble) {
+  std::mt19937_64 rng(18);
+  const int C = 24;
+  const std::vector<double> x = Random(kN * C, rng, 2.0), wt = Random(C, rng);
+  std::vector<double> out(kN * C), rstd(kN);
+  RmsNormForward(out.data(), rstd.data(), x.data(), wt.data(), kN, C, 1e-6);
+  std::vector<float> xf(x.begin(), x.end()), wf(wt.begin(), wt.end()), outf(kN * C), rstdf(kN);
+  RmsNormForward(outf.data(), rstdf.data(), xf.data(), wf.data(), kN, C, 1e-6);
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(outf[i], out[i], 1e-5 * (1 + std::fabs(out[i])));
+  std::vector<double> s(kN * C);
+  SwigluForward(s.data(), x.data(), out.data(), kN * C);
+  std::vector<float> sf(kN * C);
+  SwigluForward(sf.data(), xf.data(), outf.data(), kN * C);
+  for (size_t i = 0; i < s.size(); ++i) EXPECT_NEAR(sf[i], s[i], 1e-5 * (1 + std::fabs(s[i])));
+}
+
+}  // namespace
+}  // namespace zinf::kernels::cpu

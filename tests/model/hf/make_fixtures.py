@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Makes the HF parity fixtures of tests/model/hf_parity_test.cc.
+
+Run by hand (needs pip-installed torch and transformers; CI only reads the
+committed output):  python3 tests/model/hf/make_fixtures.py
+
+For each architecture a tiny random-init checkpoint folder <name>/ (config.json
++ model.safetensors, as save_pretrained writes them) and <name>/reference.safetensors:
+  tokens   I32 [B*T+1]   the fixed batch: inputs tokens[:-1], targets tokens[1:], as B rows of T
+  logits   F64 [B*T, V]  transformers' logits on the inputs (float64, eager attention)
+  loss     F64 [1]       mean cross-entropy over the B*T positions (float64)
+  curve    F64 [30]      the loss before each of 30 torch.optim.AdamW steps on that batch (fp32)
+Norm weights and biases are perturbed away from 1 and 0 so that a swapped or
+dropped tensor changes the numbers. The bf16 checkpoint's references are
+computed from its bf16 weights (upcast to fp32).
+"""
+import json
+import os
+
+import torch
+import torch.nn.functional as F
+import transformers
+from safetensors.torch import save_file
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+B, T = 2, 16
+ADAM = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+STEPS = 30
+
+COMMON_LLAMA = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, max_position_embeddings=T, rms_norm_eps=1e-5, attention_dropout=0.0)
+
+MODELS = {
+    # tied head, fp32, GELU, learned positions, fused c_attn (Conv1D)
+    "gpt2": (transformers.GPT2Config, transformers.GPT2LMHeadModel,
+             dict(vocab_size=100, bos_token_id=0, eos_token_id=0, n_positions=T, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0,
+                  embd_pdrop=0.0, attn_pdrop=0.0), torch.float32),
+    # untied head, GQA, llama3 rope scaling, theta 500000
+    "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM,
+              dict(COMMON_LLAMA, vocab_size=200, tie_word_embeddings=False, rope_theta=500000.0,
+                   rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                     original_max_position_embeddings=8)), torch.float32),
+    # q/k/v biases, tied head, bf16 checkpoint
+    "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
+              dict(COMMON_LLAMA, vocab_size=150, tie_word_embeddings=True, use_sliding_window=False),
+              torch.bfloat16),
+    # a sliding window longer than the sequence, f16 checkpoint
+    "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM,
+                dict(COMMON_LLAMA, vocab_size=120, tie_word_embeddings=False, sliding_window=32), torch.float16),
+}
+
+
+def perturb(model, gen):
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1 and ("norm" in name or "ln_" in name) and name.endswith("weight"):
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
+            elif name.endswith("bias"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(0.08 * torch.randn(p.shape, generator=gen))
+
+
+def loss_of(model, inputs, targets):
+    logits = model(input_ids=inputs).logits
+    return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def make(name, config_cls, model_cls, kwargs, dtype, seed):
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    config = config_cls(**kwargs)
+    config._attn_implementation = "eager"
+    model = model_cls(config).float()
+    perturb(model, gen)
+    if dtype != torch.float32:  # the reference uses the stored (rounded) weights
+        model = model.to(dtype).float()
+    out = os.path.join(HERE, name)
+    os.makedirs(out, exist_ok=True)
+    model.to(dtype).save_pretrained(out, safe_serialization=True)
+    os.remove(os.path.join(out, "generation_config.json"))  # not read by zinf
+    model = model.float()
+    model.config._attn_implementation = "eager"
+    v = config.vocab_size
+    tokens = torch.randint(0, v, (B * T + 1,), generator=gen)
+    inputs, targets = tokens[:-1].view(B, T), tokens[1:].view(B, T)
+    # The logits and loss in float64: transformers' own fp32 run is off the
+    # exact values by up to ~1e-4 here, more than the 1e-5 zinf must meet.
+    exact = model_cls.from_pretrained(out, attn_implementation="eager", dtype=torch.float64)
+    exact.eval()
+    with torch.no_grad():
+        logits, loss = loss_of(exact, inputs, targets)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), **ADAM)
+    curve = []
+    for _ in range(STEPS):
+        opt.zero_grad()
+        _, l = loss_of(model, inputs, targets)
+        curve.append(l.item())
+        l.backward()
+        opt.step()
+    save_file({"tokens": tokens.to(torch.int32), "logits": logits.reshape(B * T, v).contiguous(),
+               "loss": torch.tensor([loss.item()], dtype=torch.float64),
+               "curve": torch.tensor(curve, dtype=torch.float64)},
+              os.path.join(out, "reference.safetensors"),
+              metadata={"adamw": json.dumps(ADAM), "batch": str(B), "seq_len": str(T),
+                        "transformers": transformers.__version__, "torch": torch.__version__})
+    print(name, "loss", loss.item(), "curve", curve[0], "->", curve[-1])
+
+
+def main():
+    for i, (name, (config_cls, model_cls, kwargs, dtype)) in enumerate(MODELS.items()):
+        make(name, config_cls, model_cls, kwargs, dtype, seed=1000 + i)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,264 @@
+// Parity with transformers: the fixtures of tests/model/hf (made by
+// make_fixtures.py with torch + transformers) are tiny random-init
+// checkpoints of each supported architecture with transformers' logits and
+// loss on a fixed batch and the loss curve of 30 torch.optim.AdamW steps.
+//   * zinf's logits and loss (fp32, CPU) match within 1e-5;
+//   * 30 AdamW steps through the Trainer, parameters and optimizer state on
+//     NVMe, fp32, follow the torch curve within 1e-4 at every step. torch's
+//     AdamW decays every tensor, as the engine does: same weight_decay.
+// And the checkpoint checks: a missing, extra or mis-shaped tensor and a
+// math-changing config value are errors naming them.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "device/device.h"
+#include "model/data.h"
+#include "model/gpt.h"
+#include "model/hf_checkpoint.h"
+#include "model/model_test_util.h"
+#include "model/ops.h"
+#include "model/safetensors.h"
+#include "model/trainer.h"
+
+namespace zinf::model {
+namespace {
+
+using testing::TempDir;
+
+std::string FixtureDir(const std::string& name) {
+  const char* root = std::getenv("ZINF_SOURCE_DIR");
+  return std::string(root != nullptr ? root : ".") + "/tests/model/hf/" + name;
+}
+
+struct Reference {
+  std::vector<int32_t> tokens;
+  std::vector<double> logits;  // [B*T, V]
+  double loss = 0;
+  std::vector<double> curve;
+  int batch = 0, seq_len = 0;
+};
+
+template <typename E>
+std::vector<E> Values(const SafetensorsFile& f, const std::string& name) {
+  const SafetensorsFile::Tensor* t = f.Find(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (t == nullptr) return {};
+  std::vector<E> v(t->data.size() / sizeof(E));
+  std::memcpy(v.data(), t->data.data(), t->data.size());
+  return v;
+}
+
+Reference LoadReference(const std::string& dir) {
+  auto f = ReadSafetensors(dir + "/reference.safetensors");
+  EXPECT_TRUE(f.ok()) << f.status().ToString();
+  Reference r;
+  if (!f.ok()) return r;
+  r.tokens = Values<int32_t>(*f, "tokens");
+  r.logits = Values<double>(*f, "logits");
+  r.loss = Values<double>(*f, "loss").at(0);
+  r.curve = Values<double>(*f, "curve");
+  r.batch = std::stoi(f->metadata.at("batch"));
+  r.seq_len = std::stoi(f->metadata.at("seq_len"));
+  return r;
+}
+
+class HfParityTest : public ::testing::TestWithParam<const char*> {};
+
+// zinf's forward in T on the checkpoint's weights against transformers'
+// float64 logits and loss: within `tolerance` (absolute).
+template <typename T>
+void ExpectForwardMatches(const std::string& dir, double tolerance) {
+  auto ckpt = OpenHfCheckpoint(dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  const Reference ref = LoadReference(dir);
+  ASSERT_EQ(ref.tokens.size(), static_cast<size_t>(ref.batch * ref.seq_len + 1));
+  auto model = HfModelAtSeqLen(*ckpt, ref.seq_len);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const GptConfig& m = *model;
+
+  std::unique_ptr<Device> device = CreateHostDevice(0);
+  std::unique_ptr<Ops<T>> ops = CreateCpuOps<T>();
+  auto compute = GptCompute<T>::Create(m, ref.batch, ops.get(), device.get());
+  ASSERT_TRUE(compute.ok()) << compute.status().ToString();
+  std::vector<std::vector<std::vector<T>>> blocks;
+  for (BlockId b = 0; b <= HeadBlock(m); ++b) {
+    auto w = ReadHfBlock(*ckpt, m, b);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    blocks.emplace_back();
+    for (const std::vector<float>& t : *w) blocks.back().emplace_back(t.begin(), t.end());
+  }
+  auto ptrs = [&](BlockId b) {
+    std::vector<const T*> p;
+    for (const auto& t : blocks[b]) p.push_back(t.data());
+    return p;
+  };
+  const std::vector<int32_t> inputs(ref.tokens.begin(), ref.tokens.end() - 1);
+  const std::vector<int32_t> targets(ref.tokens.begin() + 1, ref.tokens.end());
+  GptCompute<T>& c = **compute;
+  ASSERT_TRUE(c.SetBatch(inputs.data(), targets.data()).ok());
+  ASSERT_TRUE(c.EmbedForward(ptrs(kEmbedBlock)).ok());
+  for (int l = 0; l < m.n_layer; ++l) ASSERT_TRUE(c.LayerForward(l, ptrs(LayerBlock(l))).ok());
+  const std::vector<const T*> head = ptrs(HeadBlock(m));
+  const T* lm_head = m.tied_embeddings ? blocks[kEmbedBlock][kWte].data() : head[LmHeadIndex(m)];
+  const int64_t N = static_cast<int64_t>(ref.batch) * ref.seq_len;
+  std::vector<T> logits(static_cast<size_t>(N * m.padded_vocab_size));
+  auto loss = c.HeadForward(head, lm_head, nullptr, 1.0, logits.data());
+  ASSERT_TRUE(loss.ok()) << loss.status().ToString();
+  EXPECT_NEAR(*loss, ref.loss, tolerance);
+  ASSERT_EQ(ref.logits.size(), static_cast<size_t>(N * m.vocab_size));
+  double worst = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    for (int v = 0; v < m.vocab_size; ++v) {
+      const double d = std::fabs(logits[n * m.padded_vocab_size + v] - ref.logits[n * m.vocab_size + v]);
+      worst = std::max(worst, d);
+    }
+  }
+  EXPECT_LE(worst, tolerance) << "largest logit difference";
+}
+
+TEST_P(HfParityTest, LogitsAndLossMatchTransformers) { ExpectForwardMatches<float>(FixtureDir(GetParam()), 1e-5); }
+
+// In double: closer still. Not 1e-9: even in a float64 model transformers
+// computes RMSNorm and the rotary tables in fp32 (GPT-2 meets 1e-9).
+TEST_P(HfParityTest, LogitsAndLossMatchTransformersInDouble) {
+  ExpectForwardMatches<double>(FixtureDir(GetParam()), 1e-6);
+}
+
+TEST_P(HfParityTest, AdamWOnNvmeFollowsTorchCurve) {
+  const std::string dir = FixtureDir(GetParam());
+  auto ckpt = OpenHfCheckpoint(dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  const Reference ref = LoadReference(dir);
+  auto model = HfModelAtSeqLen(*ckpt, ref.seq_len);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  TempDir tmp;
+  // One batch of B*T+1 tokens: every step sees the fixture's batch.
+  const std::string tokens = tmp.path() + "/tokens.bin";
+  const std::vector<uint16_t> t16(ref.tokens.begin(), ref.tokens.end());
+  ASSERT_TRUE(WriteTokenFile(tokens, t16).ok());
+
+  Config config = testing::TinyTrainingConfig(tmp.path(), OffloadDevice::kNvme, OffloadDevice::kNvme, ref.batch);
+  config.bf16.enabled = false;  // fp32 throughout, as the torch run
+  config.gradient_clipping = 0.0;
+  config.optimizer.lr = 1e-3;
+  config.optimizer.weight_decay = 0.01;  // torch.optim.AdamW decays every tensor
+  std::unique_ptr<Device> device = CreateHostDevice(0);
+  TrainerOptions o;
+  o.model = *model;
+  o.data_path = tokens;
+  o.eval_fraction = 0.0;
+  o.hooks.device = device.get();
+  o.engine.optimizer_threads = 1;
+  o.engine.run_id = std::string("hf-") + GetParam();
+  const HfCheckpoint& c = *ckpt;
+  const GptConfig m = *model;
+  o.initial_weights = [&c, m](BlockId b) { return ReadHfBlock(c, m, b); };
+  auto trainer = Trainer::Create(config, o);
+  ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+  for (size_t i = 0; i < ref.curve.size(); ++i) {
+    auto r = (*trainer)->Step();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_NEAR(r->loss, ref.curve[i], 1e-4) << "step " << i;
+  }
+  EXPECT_GT((*trainer)->engine().counters().optimizer_nvme_bytes, 0);
+  EXPECT_GT((*trainer)->engine().counters().nvme_read_bytes, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, HfParityTest, ::testing::Values("gpt2", "llama", "qwen2", "mistral"));
+
+// A copy of a fixture folder whose config.json or tensors a test changes.
+std::string CopyFixture(const TempDir& tmp, const std::string& name) {
+  const std::string out = tmp.path() + "/" + name;
+  std::filesystem::copy(FixtureDir(name), out, std::filesystem::copy_options::recursive);
+  std::filesystem::remove(out + "/reference.safetensors");
+  return out;
+}
+
+void EditConfig(const std::string& dir, const std::string& from, const std::string& to) {
+  std::string text = testing::ReadBytes(dir + "/config.json");
+  const size_t at = text.find(from);
+  ASSERT_NE(at, std::string::npos) << from;
+  text.replace(at, from.size(), to);
+  testing::WriteBytes(dir + "/config.json", text);
+}
+
+TEST(HfCheckpointTest, MathChangingKeyIsNamed) {
+  TempDir tmp;
+  const std::string dir = CopyFixture(tmp, "llama");
+  EditConfig(dir, "\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"");
+  auto c = OpenHfCheckpoint(dir);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("hidden_act"), std::string::npos) << c.status().ToString();
+}
+
+TEST(HfCheckpointTest, UnknownKeyIsAnErrorAndNeutralKeysAreNoted) {
+  TempDir tmp;
+  const std::string dir = CopyFixture(tmp, "qwen2");
+  auto ok = OpenHfCheckpoint(dir);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  bool noted = false;
+  for (const std::string& n : ok->notes) noted |= n.find("dtype") != std::string::npos;
+  EXPECT_TRUE(noted);
+  EditConfig(dir, "{", "{\"query_pre_attn_scalar\": 3,");
+  auto c = OpenHfCheckpoint(dir);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("query_pre_attn_scalar"), std::string::npos) << c.status().ToString();
+}
+
+TEST(HfCheckpointTest, MistralBeyondItsSlidingWindowIsRefused) {
+  auto c = OpenHfCheckpoint(FixtureDir("mistral"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_GT(c->sliding_window, 0);
+  HfCheckpoint wide = *c;
+  wide.max_positions = c->sliding_window * 2;
+  auto m = HfModelAtSeqLen(wide, c->sliding_window + 1);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("sliding_window"), std::string::npos) << m.status().ToString();
+}
+
+// Rewrites model.safetensors with one tensor dropped, reshaped, or copied
+// under another name (`rename`).
+void RewriteTensors(const std::string& dir, const std::string& name, const std::string& rename, bool drop,
+                    bool reshape) {
+  auto f = ReadSafetensors(dir + "/model.safetensors");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  std::vector<SafetensorsTensor> out;
+  for (const auto& t : f->tensors) {
+    if (t.name == name && drop) continue;
+    SafetensorsTensor w{t.name, t.dtype, t.shape, t.data};
+    if (t.name == name && reshape) w.shape = {t.shape[1], t.shape[0]};
+    out.push_back(w);
+    if (t.name == name && !rename.empty()) out.push_back({rename, t.dtype, t.shape, t.data});
+  }
+  ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors", out, f->metadata).ok());
+}
+
+TEST(HfCheckpointTest, MissingExtraAndMisShapedTensorsAreNamed) {
+  const std::string name = "model.layers.1.self_attn.k_proj.weight";
+  struct Case {
+    const char* what;
+    std::string rename;
+    bool drop, reshape;
+    std::string expect;
+  };
+  for (const Case& k : {Case{"missing", "", true, false, name + " is missing (expected shape [16, 32])"},
+                        Case{"extra", "model.layers.1.self_attn.k_proj.weight_x", false, false, "weight_x"},
+                        Case{"mis-shaped", "", false, true, name + " has shape [32, 16], expected [16, 32]"}}) {
+    TempDir tmp;
+    const std::string dir = CopyFixture(tmp, "llama");
+    RewriteTensors(dir, name, k.rename, k.drop, k.reshape);
+    auto c = OpenHfCheckpoint(dir);
+    ASSERT_FALSE(c.ok()) << k.what;
+    EXPECT_NE(c.status().message().find(k.expect), std::string::npos) << k.what << ": " << c.status().ToString();
+  }
+}
+
+}  // namespace
+}  // namespace zinf::model
