@@ -14,6 +14,7 @@
 
 #include "cli/command.h"
 #include "cli/train_loop.h"
+#include "cli/trainer_args.h"
 #include "comm/mpi_communicator.h"
 #include "core/file_lock.h"
 #include "core/fs.h"
@@ -88,11 +89,12 @@ int Run(const std::vector<std::string>& args) {
 }
 
 int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
-  auto flags = Flags::Parse(args,
-                            {"config", "model", "data", "steps", "save-dir", "save-every", "keep-checkpoints", "resume",
-                             "export", "export-dtype", "eval-every", "eval-batches", "device", "device-budget", "seed",
-                             "threads", "nvme-path", "corpus-bytes"},
-                            {"quiet"});
+  auto flags = Flags::Parse(
+      args,
+      WithTrainerArgFlags({"config", "model", "data", "steps", "save-dir", "save-every", "keep-checkpoints", "resume",
+                           "export", "export-dtype", "eval-every", "eval-batches", "device", "device-budget", "seed",
+                           "threads", "nvme-path", "corpus-bytes"}),
+      {"quiet"});
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   const auto config_path = flags->Get("config");
   if (!config_path) return Fail(kName, Status::InvalidArgument("--config is required (see configs/)"), 2);
@@ -141,7 +143,12 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   ctx.world_size = world;
   ctx.hidden_size = model->n_embd;
   ctx.total_steps = *steps;
-  if (Status s = ResolveAuto(*config, ctx); !s.ok()) return Fail(kName, s, 2);
+  // HF Trainer arguments (--lr, --micro-batch, ...) fill the "auto" keys.
+  auto trainer_args = TrainerArgsFromFlags(*flags);
+  if (!trainer_args.ok()) return Fail(kName, trainer_args.status(), 2);
+  ctx.trainer = *trainer_args;
+  std::vector<AutoResolution> resolutions;
+  if (Status s = ResolveAuto(*config, ctx, &resolutions); !s.ok()) return Fail(kName, s, 2);
   // Held to the end of the run: a second run on this save dir is refused
   // instead of deleting this one's save in progress as an orphan.
   FileLock save_dir_lock;
@@ -177,6 +184,9 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
     std::string keys;
     for (const std::string& k : config->ignored_keys) keys += (keys.empty() ? "" : ", ") + k;
     std::fprintf(out, "zinf train: %s: keys zinf does not act on: %s\n", config->source.c_str(), keys.c_str());
+  }
+  if (out) {
+    for (const AutoResolution& r : resolutions) std::fprintf(out, "zinf train: %s\n", FormatResolution(r).c_str());
   }
 
   DeviceOptions dopt;
@@ -238,7 +248,9 @@ ZINF_COMMAND(Command{
     "                  [--resume S]\n"
     "                  [--export FILE.safetensors [--export-dtype BF16|F16|F32]] [--nvme-path P]\n"
     "                  [--device auto|cuda|host] [--device-budget SIZE] [--eval-every K] [--eval-batches B]\n"
-    "                  [--seed N] [--threads N] [--corpus-bytes SIZE] [--quiet]\n\n"
+    "                  [--seed N] [--threads N] [--corpus-bytes SIZE] [--quiet]\n"
+    "                  [--lr X] [--weight-decay X] [--warmup-steps N] [--max-grad-norm X] [--adam-beta1 X]\n"
+    "                  [--adam-beta2 X] [--adam-epsilon X] [--micro-batch N] [--grad-accum N]\n\n"
     "  --config C        DeepSpeed JSON (zero_optimization, offload_param/optimizer, aio, optimizer, ...)\n"
     "  --model M         tiny | demo | small | gpt2-124m, or a JSON file with vocab_size, seq_len,\n"
     "                    n_layer, n_head, n_embd[, tied_embeddings] (default small)\n"
@@ -251,10 +263,11 @@ ZINF_COMMAND(Command{
     "  --resume S        a save dir (its latest checkpoint) or one step directory\n"
     "  --export F        the final weights as safetensors\n"
     "  --nvme-path P     overrides both offload sections' nvme_path\n"
-    "  --device-budget   cap on device memory (the host device's budget, or below the GPU's)\n\n"
-    "A progress line every steps_per_print steps: loss, lr, grad norm, tokens/s, the step's time split\n"
-    "into compute and waits (nvme, pcie/gather, comm, optimizer) and bytes moved per tier.\n"
-    "Several GPUs or nodes: mpirun -np N zinf train ... (one rank per GPU).",
+    "  --device-budget   cap on device memory (the host device's budget, or below the GPU's)\n" +
+        std::string(kTrainerArgsUsage) +
+        "\nA progress line every steps_per_print steps: loss, lr, grad norm, tokens/s, the step's time split\n"
+        "into compute and waits (nvme, pcie/gather, comm, optimizer) and bytes moved per tier.\n"
+        "Several GPUs or nodes: mpirun -np N zinf train ... (one rank per GPU).",
     Run});
 
 }  // namespace
