@@ -18,6 +18,7 @@
 #include "comm/mpi_communicator.h"
 #include "core/file_lock.h"
 #include "core/fs.h"
+#include "core/progress.h"
 #include "core/units.h"
 #include "device/device.h"
 #include "kernels/cpu_kernels.h"
@@ -204,6 +205,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   topt.seed = static_cast<uint64_t>(*seed);
   topt.hooks.device = device->get();
   topt.engine.optimizer_threads = static_cast<int>(*threads);
+  topt.engine.progress = MeterFactory(out);  // checkpoint save, resume and export: bar or lines on rank 0
   if (out) {
     std::fprintf(out, "zinf train: model %s: %s parameters (%d layers, %d heads, width %d, context %d, vocab %d)\n",
                  flags->GetOr("model", "small").c_str(), FormatCount(model->NumParameters()).c_str(), model->n_layer,

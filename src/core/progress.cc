@@ -99,6 +99,7 @@ void ProgressMeter::Update(int64_t done, int64_t total) {
     Finish();
     return;
   }
+  if (elapsed < o_.quiet_below_s) return;
   if (tty_) {
     if (last_print_s_ >= 0 && now - last_print_s_ < o_.redraw_interval_s) return;
     std::fprintf(o_.out, "\r%s\033[K", Line(done, total, elapsed, true).c_str());
@@ -124,8 +125,9 @@ void ProgressMeter::Update(int64_t done, int64_t total) {
 void ProgressMeter::Finish() {
   if (finished_) return;
   finished_ = true;
-  if (o_.out == nullptr) return;
-  const std::string line = Line(done_, total_, Now() - start_s_, tty_);
+  const double elapsed = Now() - start_s_;
+  if (o_.out == nullptr || (elapsed < o_.quiet_below_s && last_print_s_ < 0)) return;
+  const std::string line = Line(done_, total_, elapsed, tty_);
   if (tty_) {
     std::fprintf(o_.out, "\r%s\033[K\n", line.c_str());
   } else {

@@ -37,6 +37,10 @@ class ProgressMeter {
     double line_fraction = 0.1;      // ...or at each such fraction of the total
     double redraw_interval_s = 0.1;  // terminal style: at most this often
     int bar_width = 28;
+    // Work done sooner than this prints nothing (a small checkpoint saved
+    // every few steps does not fill the log); longer work is reported from
+    // then on, and its final line always.
+    double quiet_below_s = 1.0;
     std::function<double()> clock;  // seconds, monotonic; empty: the steady clock
   };
 

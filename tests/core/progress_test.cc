@@ -35,6 +35,7 @@ ProgressMeter::Options Opts(FILE* out, double* now, int tty) {
   o.label = "saving checkpoint /s/step-8";
   o.tty = tty;
   o.clock = [now] { return *now; };
+  o.quiet_below_s = 0.0;
   return o;
 }
 
@@ -113,6 +114,35 @@ TEST(ProgressTest, CountsAndUnknownTotals) {
   m.Update(12, 0);  // no total: lines by interval only, no percent or ETA
   m.Finish();
   EXPECT_EQ(cap.text(), "measuring: 12 blocks, 2 blocks/s\nmeasuring: 12 blocks, 2 blocks/s\n");
+}
+
+// Work finished within quiet_below_s prints nothing; longer work prints from
+// then on, and its final line.
+TEST(ProgressTest, QuickWorkIsQuiet) {
+  Captured cap;
+  double now = 0.0;
+  ProgressMeter::Options o = Opts(cap.file(), &now, 0);
+  o.quiet_below_s = 1.0;
+  o.label = "quick";
+  {
+    ProgressMeter m(o);
+    now = 0.5;
+    m.Update(50, 100);  // a new tenth, but too early
+    now = 0.9;
+    m.Update(100, 100);
+  }
+  EXPECT_EQ(cap.text(), "");
+  now = 10.0;
+  o.label = "slow";
+  ProgressMeter m(o);
+  now = 10.5;
+  m.Update(20, 100);
+  now = 11.5;
+  m.Update(30, 100);
+  now = 12.0;
+  m.Update(100, 100);
+  EXPECT_EQ(cap.text(),
+            "slow:  30% (30 B of 100 B), 20 B/s, ETA 4 s\nslow: 100% (100 B of 100 B), 50 B/s, done in 2 s\n");
 }
 
 TEST(ProgressTest, FactoryWithoutOutputIsSilent) {
