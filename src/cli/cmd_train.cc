@@ -90,12 +90,11 @@ int Run(const std::vector<std::string>& args) {
 }
 
 int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
-  auto flags = Flags::Parse(
-      args,
-      WithTrainerArgFlags({"config", "model", "data", "steps", "save-dir", "save-every", "keep-checkpoints", "resume",
-                           "export", "export-dtype", "eval-every", "eval-batches", "device", "device-budget", "seed",
-                           "threads", "nvme-path", "corpus-bytes"}),
-      {"quiet"});
+  auto flags = TrainerFlags(args,
+                            {"config", "model", "data", "steps", "save-dir", "save-every", "keep-checkpoints", "resume",
+                             "export", "export-dtype", "eval-every", "eval-batches", "device", "device-budget", "seed",
+                             "threads", "nvme-path", "corpus-bytes"},
+                            {"quiet"});
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   const auto config_path = flags->Get("config");
   if (!config_path) return Fail(kName, Status::InvalidArgument("--config is required (see configs/)"), 2);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <utility>
 
 namespace zinf::cli {
 namespace {
@@ -38,6 +39,11 @@ std::set<std::string> WithTrainerArgFlags(std::set<std::string> flags) {
     flags.insert(f);
   }
   return flags;
+}
+
+StatusOr<Flags> TrainerFlags(const std::vector<std::string>& args, std::set<std::string> value_flags,
+                             std::set<std::string> switches) {
+  return Flags::Parse(args, WithTrainerArgFlags(std::move(value_flags)), std::move(switches));
 }
 
 StatusOr<TrainerArgs> TrainerArgsFromFlags(const Flags& flags) {

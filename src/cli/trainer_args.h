@@ -19,6 +19,10 @@ namespace zinf::cli {
 // `flags` plus the trainer-argument flag names, for Flags::Parse.
 std::set<std::string> WithTrainerArgFlags(std::set<std::string> flags);
 
+// Flags::Parse with the trainer-argument flags added to `value_flags`.
+StatusOr<Flags> TrainerFlags(const std::vector<std::string>& args, std::set<std::string> value_flags,
+                             std::set<std::string> switches = {});
+
 // The values given; each checked against its key's range (kInvalidArgument
 // naming the flag).
 StatusOr<TrainerArgs> TrainerArgsFromFlags(const Flags& flags);
