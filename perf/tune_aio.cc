@@ -32,6 +32,7 @@
 #include "aio/throughput.h"
 #include "cli/command.h"
 #include "core/fs.h"
+#include "core/progress.h"
 #include "core/units.h"
 #include "report.h"
 #include "swap/swap_store.h"
@@ -336,8 +337,11 @@ int Run(const std::vector<std::string>& args) {
       out_of_time = true;
       return nullptr;
     }
-    std::fprintf(stderr, "[%2zu/~%d %5.1fs] %s ... ", order.size() + 1, total_planned, elapsed_s(),
-                 Describe(a).c_str());
+    // ETA at the rate so far, within what is left of the budget.
+    double eta = ProgressMeter::Eta(static_cast<int64_t>(order.size()), total_planned, elapsed_s());
+    if (eta >= 0) eta = std::min(eta, std::max(0.0, static_cast<double>(*budget) - elapsed_s()));
+    std::fprintf(stderr, "[%2zu/~%d %5.1fs%s] %s ... ", order.size() + 1, total_planned, elapsed_s(),
+                 eta >= 0 ? (", ETA " + ProgressMeter::FormatDuration(eta)).c_str() : "", Describe(a).c_str());
     std::fflush(stderr);
     Trial t = RunTrial(dirs, per_path, a, files);
     if (t.error.empty()) {

@@ -142,6 +142,9 @@ struct Config {
   bool batch_given[3] = {false, false, false};
   // JSON paths whose value was "auto", resolved by ResolveAuto.
   std::vector<std::string> auto_keys;
+  // JSON paths the file gave a value for ("auto" included): a TrainerArgs
+  // value may fill a key the file left out but must agree with one it set.
+  std::vector<std::string> given_keys;
   // DeepSpeed keys present in the file that zinf does not act on (see
   // IgnoredKeyReason).
   std::vector<std::string> ignored_keys;
@@ -164,11 +167,36 @@ StatusOr<Config> ParseConfig(std::string_view json_text, std::string source = "<
 // Reads and parses a file; errors name the file.
 StatusOr<Config> LoadConfigFile(const std::string& path);
 
+// The HuggingFace TrainingArguments that fill DeepSpeed's "auto" keys, as
+// `zinf train` and `config-check` take them (--lr, --weight-decay, ...);
+// unset: the TrainingArguments default. Each value's range is its key's.
+struct TrainerArgs {
+  std::optional<double> lr;             // --lr: optimizer.params.lr, scheduler warmup_max_lr
+  std::optional<double> weight_decay;   // --weight-decay: optimizer.params.weight_decay
+  std::optional<double> adam_beta1;     // --adam-beta1: optimizer.params.betas[0]
+  std::optional<double> adam_beta2;     // --adam-beta2: optimizer.params.betas[1]
+  std::optional<double> adam_epsilon;   // --adam-epsilon: optimizer.params.eps
+  std::optional<double> max_grad_norm;  // --max-grad-norm: gradient_clipping
+  std::optional<int64_t> warmup_steps;  // --warmup-steps: scheduler.params.warmup_num_steps
+  std::optional<int64_t> micro_batch;   // --micro-batch: train_micro_batch_size_per_gpu
+  std::optional<int64_t> grad_accum;    // --grad-accum: gradient_accumulation_steps
+};
+
 // What "auto" and the batch rule can be worked out from.
 struct AutoContext {
   int world_size = 1;
   std::optional<int64_t> hidden_size;  // from the model
   std::optional<int64_t> total_steps;  // from `zinf train --steps`
+  TrainerArgs trainer;
+};
+
+// One value ResolveAuto chose: `key: from -> value (rule)`, where `from` is
+// "auto", or "default X" for a key the file left out that a flag filled.
+struct AutoResolution {
+  std::string key;    // JSON path
+  std::string from;   // "auto" or "default <value>"
+  std::string value;  // as JSON
+  std::string rule;   // where the value came from ("--lr", "HF default learning_rate", ...)
 };
 
 // Fills the batch keys from train_batch_size = micro * accum * world_size
@@ -176,18 +204,32 @@ struct AutoContext {
 // as 1 where it can) and resolves each "auto". Errors when the batch keys
 // disagree, or when an "auto" needs something `ctx` does not have.
 //
-// Rules for "auto":
-//   train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps:
-//       derived from the other two as above; micro and accum default to 1.
+// Rules for "auto" (the HF Trainer's, DeepSpeed's integration in
+// transformers, where it fills the key; "flag or D": the TrainerArgs value,
+// else the TrainingArguments default D):
+//   train_micro_batch_size_per_gpu:       --micro-batch or 8
+//   gradient_accumulation_steps:          --grad-accum or 1
+//   train_batch_size:                     micro * accum * world_size
+//   optimizer.params.lr:                  --lr or 5e-5
+//   optimizer.params.betas:               [--adam-beta1 or 0.9, --adam-beta2 or 0.999]
+//   optimizer.params.eps:                 --adam-epsilon or 1e-8
+//   optimizer.params.weight_decay:        --weight-decay or 0
+//   gradient_clipping:                    --max-grad-norm or 1.0
+//   scheduler.params.warmup_min_lr:       0
+//   scheduler.params.warmup_max_lr:       optimizer.params.lr (as resolved)
+//   scheduler.params.warmup_num_steps:    --warmup-steps or 0
 //   zero_optimization.reduce_bucket_size:                 hidden_size^2
 //   zero_optimization.stage3_prefetch_bucket_size:        0.9 * hidden_size^2
 //   zero_optimization.stage3_param_persistence_threshold: 10 * hidden_size
 //   zero_optimization.allgather_bucket_size:              hidden_size^2
 //   scheduler.params.total_num_steps:                     the run's step count
-//   scheduler.params.warmup_num_steps:                    min(1000, total/10)
 //   fp16.enabled: false;  bf16.enabled: true unless fp16 is enabled
 //   aio.thread_count: number of distinct nvme paths (at least 1)
-Status ResolveAuto(Config& config, const AutoContext& ctx);
+// A TrainerArgs value given for a key the file set to a number must equal it
+// (the HF Trainer refuses such a mismatch too: which one was meant?); for a
+// key the file left out, it is the value. `resolutions`, when given, gets one
+// entry per value chosen, in key order of the rules above.
+Status ResolveAuto(Config& config, const AutoContext& ctx, std::vector<AutoResolution>* resolutions = nullptr);
 
 // Every field as JSON text (the resolved config), for `zinf config-check`.
 std::string ConfigToJson(const Config& config, int indent = 2);

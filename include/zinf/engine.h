@@ -68,6 +68,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -111,6 +112,11 @@ struct EngineOptions {
   // own (a GPU when present, else the host; MPI ranks under mpirun; io_uring
   // from the config's aio section).
   const EngineHooks* hooks = nullptr;
+  // Progress of SaveCheckpoint and LoadCheckpoint: called at the start of
+  // each with what it does ("saving checkpoint DIR"), it returns the
+  // function that hears (bytes done, total bytes) on the calling thread, the
+  // last call with done == total. Null (or returning null): no report.
+  std::function<std::function<void(int64_t done, int64_t total)>(const std::string& what)> progress;
 };
 
 struct StepResult {

@@ -11,6 +11,7 @@
 
 #include "cli/command.h"
 #include "cli/offload_buffers.h"
+#include "cli/trainer_args.h"
 #include "core/units.h"
 #include "model/plan.h"
 #include "zinf/config.h"
@@ -63,7 +64,8 @@ StatusOr<std::optional<ModelChoice>> ModelOf(const Flags& flags, int64_t params)
 }
 
 int Run(const std::vector<std::string>& args) {
-  auto flags = Flags::Parse(args, {"world-size", "hidden-size", "steps", "params", "model", "device"});
+  auto flags =
+      Flags::Parse(args, WithTrainerArgFlags({"world-size", "hidden-size", "steps", "params", "model", "device"}));
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   if (flags->positionals().size() != 1) return Fail(kName, Status::InvalidArgument("expected one config file"), 2);
   const std::string& path = flags->positionals()[0];
@@ -95,15 +97,24 @@ int Run(const std::vector<std::string>& args) {
   }
   auto model = ModelOf(*flags, *params);
   if (!model.ok()) return Fail(kName, model.status(), 2);
+  auto trainer_args = TrainerArgsFromFlags(*flags);
+  if (!trainer_args.ok()) return Fail(kName, trainer_args.status(), 2);
+  ctx.trainer = *trainer_args;
   ctx.world_size = static_cast<int>(*world);
-  if (*hidden > 0) ctx.hidden_size = *hidden;
+  if (*hidden > 0) {
+    ctx.hidden_size = *hidden;
+  } else if (*model && flags->Has("model")) {
+    ctx.hidden_size = (*model)->model.n_embd;  // as the HF Trainer reads it from the model's config
+  }
   if (*steps > 0) ctx.total_steps = *steps;
   Config resolved = *config;
-  Status st = ResolveAuto(resolved, ctx);
+  std::vector<AutoResolution> resolutions;
+  Status st = ResolveAuto(resolved, ctx, &resolutions);
   if (!st.ok()) {
     std::fprintf(stderr, "%s\n", st.message().c_str());
     return 1;
   }
+  for (const AutoResolution& r : resolutions) std::fprintf(stderr, "%s\n", FormatResolution(r).c_str());
   std::vector<std::string> lines, plan_lines;
   std::optional<zero3::BufferPlan> plan;
   std::optional<int64_t> count = *params > 0 ? std::optional<int64_t>(*params) : std::nullopt;
@@ -131,19 +142,22 @@ int Run(const std::vector<std::string>& args) {
 
 ZINF_COMMAND({"config-check", "parse a DeepSpeed-style config; print it resolved or list its errors",
               "config-check FILE [--world-size N] [--hidden-size H] [--steps N] [--params N]\n"
-              "             [--model M] [--device gpu|host]\n"
+              "             [--model M] [--device gpu|host] [HF Trainer arguments: --lr X, ...]\n"
               "  Prints the config with every default filled in, or every error (exit 1), and explains\n"
               "  what the offload buffers cost in pinned RAM. Buffers fewer or smaller than the optimizer\n"
               "  pipeline or a parameter shard need are fitted as DeepSpeed sizes them (a \"fitted:\" note);\n"
               "  parameter buffers smaller than the prefetch window limit prefetching (a note).\n"
-              "  --world-size, --hidden-size and --steps resolve batch keys and \"auto\" values;\n"
+              "  --world-size, --hidden-size (else --model's width) and --steps resolve batch keys and \"auto\"\n"
+              "  values;\n"
               "  --params (the model's parameter count) turns per-parameter costs into totals.\n"
               "  --model (a built-in, a model JSON or a count like 7B; --params alone stands for a GPT of\n"
               "  that size) lists every buffer a rank allocates, per tier: the engine's windows (parameter\n"
               "  home, swapper and optimizer pools, gradient buffers, gathered blocks under\n"
               "  stage3_max_live_parameters, checkpoint buffers, swap files) and, at stage 3, the reference\n"
               "  GPT's activations and scratch at the config's micro-batch; --device host leaves out the\n"
-              "  CUDA allowance.",
+              "  CUDA allowance.\n"
+              "  Each value worked out is printed as `key: auto -> value (rule)`.\n" +
+                  std::string(kTrainerArgsUsage),
               Run});
 
 }  // namespace

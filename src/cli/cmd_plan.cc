@@ -20,6 +20,7 @@
 #include "cli/command.h"
 #include "cli/offload_buffers.h"
 #include "core/fs.h"
+#include "core/progress.h"
 #include "core/units.h"
 #include "device/device.h"
 #include "model/gpt.h"
@@ -260,6 +261,19 @@ std::optional<int> SetSpeeds(const Flags& flags, PlanRun& run) {
   const bool measure = flags.Has("measure");
   const PlanInputs& in = run.in;
   model::PlanSpeeds& sp = run.in.speeds;
+  // --measure takes seconds per item: a bar (or lines) with ETA on stderr.
+  const int to_measure =
+      !measure ? 0
+               : int{!in.cuda && !flags.Has("gpu-tflops")} + int{*adam_rate <= 0} +
+                     int{*nvme_gbps <= 0 && *nvme_read <= 0 && *nvme_write <= 0 && !in.nvme_paths.empty()};
+  ProgressMeter::Options po;
+  po.out = to_measure > 0 ? stderr : nullptr;
+  po.label = "plan: measuring";
+  po.unit = ProgressMeter::Unit::kCount;
+  po.count_name = "speeds";
+  ProgressMeter meter(po);
+  int measured = 0;
+  auto measured_one = [&] { meter.Update(++measured, to_measure); };
   run.pcie_src = flags.Has("pcie-gbps") ? "given" : "assumed";
   sp.pcie_gbps = *pcie;
   if (in.cuda) {
@@ -274,6 +288,7 @@ std::optional<int> SetSpeeds(const Flags& flags, PlanRun& run) {
     if (!f.ok()) return Fail(kName, f.status().WithContext("measuring the host matmul"));
     sp.gpu_flops = *f;
     run.gpu_src = "host fp32 matmul, measured";
+    measured_one();
   } else {
     sp.gpu_flops = kDefaultHostGflops * 1e9;
     run.gpu_src = "host, assumed";
@@ -286,6 +301,7 @@ std::optional<int> SetSpeeds(const Flags& flags, PlanRun& run) {
     if (!r.ok()) return Fail(kName, r.status().WithContext("measuring CPU Adam"));
     sp.adam_params_per_s = *r;
     run.adam_src = "measured, " + std::to_string(optim::ThreadPool::NumCores()) + " cores";
+    measured_one();
   } else {
     run.adam_src = "assumed";
   }
@@ -297,6 +313,7 @@ std::optional<int> SetSpeeds(const Flags& flags, PlanRun& run) {
     aio::NvmeCheckOptions co;
     co.test_bytes = int64_t{256} << 20;
     aio::NvmeCheckReport r = aio::CheckNvmePath(in.nvme_paths[0], co);
+    measured_one();
     if (r.read_gbps > 0 && r.write_gbps > 0) {
       sp.nvme_read_gbps = r.read_gbps;
       sp.nvme_write_gbps = r.write_gbps;

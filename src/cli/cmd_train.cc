@@ -15,9 +15,11 @@
 #include "cli/command.h"
 #include "cli/monitors.h"
 #include "cli/train_loop.h"
+#include "cli/trainer_args.h"
 #include "comm/mpi_communicator.h"
 #include "core/file_lock.h"
 #include "core/fs.h"
+#include "core/progress.h"
 #include "core/units.h"
 #include "device/device.h"
 #include "kernels/cpu_kernels.h"
@@ -103,7 +105,7 @@ int Run(const std::vector<std::string>& args) {
 
 int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   auto flags =
-      Flags::Parse(args, {"config",           "model",         "data",    "steps",        "save-dir",   "save-every",
+      TrainerFlags(args, {"config",           "model",         "data",    "steps",        "save-dir",   "save-every",
                           "keep-checkpoints", "resume",        "export",  "export-dtype", "eval-every", "eval-batches",
                           "device",           "device-budget", "seed",    "threads",      "nvme-path",  "corpus-bytes",
                           "data-order",       "holdout",       "metrics", "report",       "seq-len"},
@@ -161,7 +163,12 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   ctx.world_size = world;
   ctx.hidden_size = model->n_embd;
   ctx.total_steps = *steps;
-  if (Status s = ResolveAuto(*config, ctx); !s.ok()) return Fail(kName, s, 2);
+  // HF Trainer arguments (--lr, --micro-batch, ...) fill the "auto" keys.
+  auto trainer_args = TrainerArgsFromFlags(*flags);
+  if (!trainer_args.ok()) return Fail(kName, trainer_args.status(), 2);
+  ctx.trainer = *trainer_args;
+  std::vector<AutoResolution> resolutions;
+  if (Status s = ResolveAuto(*config, ctx, &resolutions); !s.ok()) return Fail(kName, s, 2);
   // Held to the end of the run: a second run on this save dir is refused
   // instead of deleting this one's save in progress as an orphan.
   FileLock save_dir_lock;
@@ -201,6 +208,9 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
     }
     std::fprintf(out, "zinf train: %s: keys zinf does not act on: %s\n", config->source.c_str(), keys.c_str());
   }
+  if (out) {
+    for (const AutoResolution& r : resolutions) std::fprintf(out, "zinf train: %s\n", FormatResolution(r).c_str());
+  }
 
   DeviceOptions dopt;
   dopt.choice = *choice;
@@ -219,6 +229,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   topt.seed = static_cast<uint64_t>(*seed);
   topt.hooks.device = device->get();
   topt.engine.optimizer_threads = static_cast<int>(*threads);
+  topt.engine.progress = MeterFactory(out);  // checkpoint save, resume and export: bar or lines on rank 0
   if (out) {
     if (source->hf != nullptr) {
       std::string notes;
@@ -302,9 +313,11 @@ ZINF_COMMAND(Command{
     "                  [--resume S]\n"
     "                  [--export FILE.safetensors [--export-dtype BF16|F16|F32]] [--nvme-path P]\n"
     "                  [--device auto|cuda|host] [--device-budget SIZE] [--eval-every K] [--eval-batches B]\n"
-    "                  [--seed N] [--threads N] [--corpus-bytes SIZE] [--seq-len T] [--data-order "
-    "shuffled|sequential]\n"
-    "                  [--holdout FRACTION] [--metrics FILE.jsonl] [--report FILE.html] [--quiet] [--exact-losses]\n\n"
+    "                  [--seed N] [--threads N] [--corpus-bytes SIZE] [--seq-len T]\n"
+    "                  [--data-order shuffled|sequential] [--holdout FRACTION] [--metrics FILE.jsonl]\n"
+    "                  [--report FILE.html] [--quiet] [--exact-losses]\n"
+    "                  [--lr X] [--weight-decay X] [--warmup-steps N] [--max-grad-norm X] [--adam-beta1 X]\n"
+    "                  [--adam-beta2 X] [--adam-epsilon X] [--micro-batch N] [--grad-accum N]\n\n"
     "  --config C        DeepSpeed JSON (zero_optimization, offload_param/optimizer, aio, optimizer, ...)\n"
     "  --model M         tiny | demo | small | gpt2-124m, a JSON file with vocab_size, seq_len,\n"
     "                    n_layer, n_head, n_embd[, tied_embeddings] (default small), or a Hugging Face\n"
@@ -329,10 +342,11 @@ ZINF_COMMAND(Command{
     "  --metrics F       one JSON line per optimizer step (step, loss, lr, grad_norm, tokens, time parts)\n"
     "                    and per evaluation (step, eval_loss)\n"
     "  --report F        a self-contained HTML page of the run (loss, lr, time split and bytes per tier\n"
-    "                    per step, config), rewritten at each evaluation and at the end\n\n"
-    "A progress line every steps_per_print steps: loss, lr, grad norm, tokens/s, the step's time split\n"
-    "into compute and waits (nvme, pcie/gather, comm, optimizer) and bytes moved per tier.\n"
-    "Several GPUs or nodes: mpirun -np N zinf train ... (one rank per GPU).",
+    "                    per step, config), rewritten at each evaluation and at the end\n" +
+        std::string(kTrainerArgsUsage) +
+        "\nA progress line every steps_per_print steps: loss, lr, grad norm, tokens/s, the step's time split\n"
+        "into compute and waits (nvme, pcie/gather, comm, optimizer) and bytes moved per tier.\n"
+        "Several GPUs or nodes: mpirun -np N zinf train ... (one rank per GPU).",
     Run});
 
 }  // namespace

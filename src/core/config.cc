@@ -415,6 +415,8 @@ class Section {
 
   // Raw access for keys with a shape of their own (optimizer betas).
   const json* TakeRaw(const char* key) { return Take(key); }
+  // Records `key` (read by TakeRaw) as "auto", for ResolveAuto.
+  void MarkAuto(const char* key) { p_.config->auto_keys.push_back(Path(key)); }
 
   void Error(const std::string& key, const std::string& what) { p_.errors.push_back(Path(key) + ": " + what); }
 
@@ -453,10 +455,10 @@ class Section {
     auto it = obj_->find(key);
     if (it == obj_->end()) return nullptr;
     seen_.insert(key);
+    p_.config->given_keys.push_back(Path(key));
     return &*it;
   }
 
-  void MarkAuto(const char* key) { p_.config->auto_keys.push_back(Path(key)); }
   void RejectAuto(const char* key) {
     Error(key,
           "\"auto\" cannot be worked out by zinf for this key (DeepSpeed leaves it to the "
@@ -533,8 +535,11 @@ void ParseOptimizer(Section s, OptimizerConfig& c) {
     }
   }
   Section params = s.Child("params");
-  params.Double("lr", c.lr, 0.0, std::numeric_limits<double>::max());
-  if (const json* betas = params.TakeRaw("betas")) {
+  // The HF Trainer fills these four from its TrainingArguments (ResolveAuto).
+  params.Double("lr", c.lr, 0.0, std::numeric_limits<double>::max(), false, /*allow_auto=*/true);
+  if (const json* betas = params.TakeRaw("betas"); betas != nullptr && IsAuto(*betas)) {
+    params.MarkAuto("betas");
+  } else if (betas != nullptr) {
     bool ok = betas->is_array() && betas->size() == 2 && (*betas)[0].is_number() && (*betas)[1].is_number();
     if (ok) {
       double b1 = (*betas)[0].get<double>(), b2 = (*betas)[1].get<double>();
@@ -548,8 +553,8 @@ void ParseOptimizer(Section s, OptimizerConfig& c) {
       params.Error("betas", "expected two numbers in [0, 1), got " + Describe(*betas) +
                                 (betas->is_array() ? " " + betas->dump() : ""));
   }
-  params.Double("eps", c.eps, 0.0, 1.0, /*min_open=*/true);
-  params.Double("weight_decay", c.weight_decay, 0.0, std::numeric_limits<double>::max());
+  params.Double("eps", c.eps, 0.0, 1.0, /*min_open=*/true, /*allow_auto=*/true);
+  params.Double("weight_decay", c.weight_decay, 0.0, std::numeric_limits<double>::max(), false, /*allow_auto=*/true);
   c.adam_w_mode = adamw ? true : c.adam_w_mode;
   bool w_mode = c.adam_w_mode;
   params.Bool("adam_w_mode", w_mode);
@@ -590,8 +595,8 @@ void ParseScheduler(Section s, SchedulerConfig& c) {
   Section params = s.Child("params");
   bool cosine = c.type == SchedulerType::kWarmupCosineLR;
   if (!cosine) {
-    params.Double("warmup_min_lr", c.warmup_min_lr, 0.0, std::numeric_limits<double>::max());
-    params.Double("warmup_max_lr", c.warmup_max_lr, 0.0, std::numeric_limits<double>::max());
+    params.Double("warmup_min_lr", c.warmup_min_lr, 0.0, std::numeric_limits<double>::max(), false, true);
+    params.Double("warmup_max_lr", c.warmup_max_lr, 0.0, std::numeric_limits<double>::max(), false, true);
   } else {
     params.Double("warmup_min_ratio", c.warmup_min_ratio, 0.0, 1.0);
     params.Double("cos_min_ratio", c.cos_min_ratio, 0.0, 1.0);
@@ -744,7 +749,7 @@ StatusOr<Config> ParseConfig(std::string_view json_text, std::string source) {
   config.batch_given[1] =
       root.Int("train_micro_batch_size_per_gpu", config.train_micro_batch_size_per_gpu, 1, kMaxInt, true);
   config.batch_given[2] = root.Int("gradient_accumulation_steps", config.gradient_accumulation_steps, 1, kMaxInt, true);
-  root.Double("gradient_clipping", config.gradient_clipping, 0.0, std::numeric_limits<double>::max());
+  root.Double("gradient_clipping", config.gradient_clipping, 0.0, std::numeric_limits<double>::max(), false, true);
   root.Int("steps_per_print", config.steps_per_print, 1);
   root.Bool("wall_clock_breakdown", config.wall_clock_breakdown);
   ParseFp16(root.Child("fp16"), config.fp16);
@@ -841,20 +846,188 @@ std::optional<int64_t> Mul(int64_t a, int64_t b) {
 
 }  // namespace
 
-Status ResolveAuto(Config& c, const AutoContext& ctx) {
-  std::vector<std::string> errors;
-  const int64_t world = ctx.world_size;
-  if (world < 1) return Status::InvalidArgument("world size must be >= 1");
-  if (ctx.hidden_size &&
-      (*ctx.hidden_size < 1 || !Mul(*ctx.hidden_size, *ctx.hidden_size) || !Mul(*ctx.hidden_size, 10))) {
-    return Status::InvalidArgument("hidden size must be from 1 to 3037000499 (its square is a bucket size), got " +
-                                   std::to_string(*ctx.hidden_size));
-  }
-  if (ctx.total_steps && *ctx.total_steps < 1) {
-    return Status::InvalidArgument("the run's step count must be >= 1, got " + std::to_string(*ctx.total_steps));
+namespace {
+
+// Formats a number as ConfigToJson prints it.
+std::string JsonNumber(double v) { return json(v).dump(); }
+std::string JsonNumber(int64_t v) { return std::to_string(v); }
+
+// One run of ResolveAuto: the config, what it knows, what it found.
+struct Resolver {
+  Config& c;
+  const AutoContext& ctx;
+  std::vector<std::string>& errors;
+  std::vector<AutoResolution>* out;
+
+  bool IsAutoKey(std::string_view key) const { return Contains(c.auto_keys, key); }
+  bool Given(std::string_view key) const { return Contains(c.given_keys, key); }
+  void Record(const std::string& key, std::string from, std::string value, std::string rule) {
+    if (out != nullptr) out->push_back({key, std::move(from), std::move(value), std::move(rule)});
   }
 
-  // Batch keys: DeepSpeed's rule train = micro * accum * world.
+  // A key the HF Trainer fills from one TrainingArgument: "auto" takes the
+  // flag's value or HF's default; a flag fills a key the file left out and
+  // must agree with one it set (`file_key`, when the file sets `key` as a
+  // part of it). Returns whether `field` was set here.
+  template <typename T>
+  bool Fill(const std::string& key, T& field, const std::optional<T>& flag, const char* flag_name, T hf_default,
+            const char* hf_name, const std::string& file_key = "") {
+    if (IsAutoKey(key)) {
+      field = flag.value_or(hf_default);
+      Record(key, "auto", JsonNumber(field),
+             flag ? std::string(flag_name) : "HF TrainingArguments default " + std::string(hf_name));
+      return true;
+    }
+    if (!flag) return false;
+    if (Given(file_key.empty() ? key : file_key)) {
+      if (field != *flag) {
+        errors.push_back(key + ": the config sets " + JsonNumber(field) + " but " + flag_name + " is " +
+                         JsonNumber(*flag) + " (the HF Trainer refuses such a mismatch too); set the key to \"auto\" " +
+                         "to take the flag, or drop the flag");
+      }
+      return false;
+    }
+    Record(key, "default " + JsonNumber(field), JsonNumber(*flag), flag_name);
+    field = *flag;
+    return true;
+  }
+
+  // Micro-batch and accumulation first: the batch rule derives from them.
+  void BatchArgs() {
+    const TrainerArgs& a = ctx.trainer;
+    if (Fill("train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu, a.micro_batch, "--micro-batch",
+             int64_t{8}, "per_device_train_batch_size")) {
+      c.batch_given[1] = true;
+    }
+    if (Fill("gradient_accumulation_steps", c.gradient_accumulation_steps, a.grad_accum, "--grad-accum", int64_t{1},
+             "gradient_accumulation_steps")) {
+      c.batch_given[2] = true;
+    }
+  }
+
+  void OptimizerArgs() {
+    const TrainerArgs& a = ctx.trainer;
+    OptimizerConfig& o = c.optimizer;
+    Fill("optimizer.params.lr", o.lr, a.lr, "--lr", 5e-5, "learning_rate");
+    const std::string betas = "optimizer.params.betas";
+    if (IsAutoKey(betas)) {
+      o.beta1 = a.adam_beta1.value_or(0.9);
+      o.beta2 = a.adam_beta2.value_or(0.999);
+      std::string rule;
+      if (a.adam_beta1 || a.adam_beta2) {
+        rule = std::string(a.adam_beta1 ? "--adam-beta1" : "HF default adam_beta1") + ", " +
+               (a.adam_beta2 ? "--adam-beta2" : "HF default adam_beta2");
+      } else {
+        rule = "HF TrainingArguments defaults adam_beta1, adam_beta2";
+      }
+      Record(betas, "auto", json({o.beta1, o.beta2}).dump(), rule);
+    } else {
+      // Each beta alone against its half of the pair.
+      Fill(betas + "[0]", o.beta1, a.adam_beta1, "--adam-beta1", 0.9, "adam_beta1", betas);
+      Fill(betas + "[1]", o.beta2, a.adam_beta2, "--adam-beta2", 0.999, "adam_beta2", betas);
+    }
+    Fill("optimizer.params.eps", o.eps, a.adam_epsilon, "--adam-epsilon", 1e-8, "adam_epsilon");
+    Fill("optimizer.params.weight_decay", o.weight_decay, a.weight_decay, "--weight-decay", 0.0, "weight_decay");
+    Fill("gradient_clipping", c.gradient_clipping, a.max_grad_norm, "--max-grad-norm", 1.0, "max_grad_norm");
+  }
+
+  void SchedulerArgs() {
+    SchedulerConfig& s = c.scheduler;
+    const TrainerArgs& a = ctx.trainer;
+    if (s.type == SchedulerType::kNone) {
+      if (a.warmup_steps) {
+        errors.push_back(
+            "scheduler: --warmup-steps needs a scheduler to warm up; add one (WarmupLR, WarmupDecayLR "
+            "or WarmupCosineLR)");
+      }
+      return;
+    }
+    if (IsAutoKey("scheduler.params.warmup_min_lr")) {
+      s.warmup_min_lr = 0.0;
+      Record("scheduler.params.warmup_min_lr", "auto", JsonNumber(s.warmup_min_lr), "the HF Trainer's 0");
+    }
+    if (s.type != SchedulerType::kWarmupCosineLR) {
+      const std::string key = "scheduler.params.warmup_max_lr";
+      if (IsAutoKey(key)) {
+        s.warmup_max_lr = c.optimizer.lr;
+        Record(key, "auto", JsonNumber(s.warmup_max_lr), "optimizer.params.lr");
+      } else {
+        Fill(key, s.warmup_max_lr, a.lr, "--lr", 0.0, "learning_rate");
+      }
+    }
+    Fill("scheduler.params.warmup_num_steps", s.warmup_num_steps, a.warmup_steps, "--warmup-steps", int64_t{0},
+         "warmup_steps");
+  }
+
+  // The keys whose rules are zinf's own (DeepSpeed's "auto" that the HF
+  // Trainer fills from the model or the run): buckets, steps, precision, aio.
+  void OtherKeys() {
+    static const std::set<std::string> kTrainerKeys = {"train_batch_size",
+                                                       "train_micro_batch_size_per_gpu",
+                                                       "gradient_accumulation_steps",
+                                                       "optimizer.params.lr",
+                                                       "optimizer.params.betas",
+                                                       "optimizer.params.eps",
+                                                       "optimizer.params.weight_decay",
+                                                       "gradient_clipping",
+                                                       "scheduler.params.warmup_min_lr",
+                                                       "scheduler.params.warmup_max_lr",
+                                                       "scheduler.params.warmup_num_steps"};
+    for (const std::string& key : c.auto_keys) {
+      if (kTrainerKeys.count(key)) continue;  // done above
+      auto need_hidden = [&](int64_t& field, auto&& rule, const char* text) {
+        if (!ctx.hidden_size) {
+          errors.push_back(key +
+                           ": \"auto\" is worked out from the model's hidden size, which is not known here "
+                           "(give a number, or pass the model)");
+          return;
+        }
+        field = rule(*ctx.hidden_size);
+        Record(key, "auto", JsonNumber(field), std::string(text) + ", hidden size " + std::to_string(*ctx.hidden_size));
+      };
+      if (key == "zero_optimization.reduce_bucket_size") {
+        need_hidden(
+            c.zero.reduce_bucket_size, [](int64_t h) { return h * h; }, "hidden_size^2");
+      } else if (key == "zero_optimization.allgather_bucket_size") {
+        need_hidden(
+            c.zero.allgather_bucket_size, [](int64_t h) { return h * h; }, "hidden_size^2");
+      } else if (key == "zero_optimization.stage3_prefetch_bucket_size") {
+        need_hidden(
+            c.zero.stage3_prefetch_bucket_size,
+            [](int64_t h) { return static_cast<int64_t>(0.9 * double(h) * double(h)); }, "0.9 * hidden_size^2");
+      } else if (key == "zero_optimization.stage3_param_persistence_threshold") {
+        need_hidden(
+            c.zero.stage3_param_persistence_threshold, [](int64_t h) { return 10 * h; }, "10 * hidden_size");
+      } else if (key == "scheduler.params.total_num_steps") {
+        if (ctx.total_steps) {
+          c.scheduler.total_num_steps = *ctx.total_steps;
+          Record(key, "auto", JsonNumber(c.scheduler.total_num_steps), "the run's step count, --steps");
+        } else {
+          errors.push_back(key +
+                           ": \"auto\" takes the run's step count, which is not known here (give a number, or "
+                           "--steps)");
+        }
+      } else if (key == "fp16.enabled") {
+        c.fp16.enabled = false;
+        Record(key, "auto", "false", "fp16 is off unless the config turns it on");
+      } else if (key == "bf16.enabled") {
+        c.bf16.enabled = !c.fp16.enabled;
+        Record(key, "auto", c.bf16.enabled ? "true" : "false", "bf16 is on unless fp16 is enabled");
+      } else if (key == "aio.thread_count") {
+        std::set<std::string> paths(c.zero.offload_param.nvme_paths.begin(), c.zero.offload_param.nvme_paths.end());
+        paths.insert(c.zero.offload_optimizer.nvme_paths.begin(), c.zero.offload_optimizer.nvme_paths.end());
+        // At most 256 rings, the most ParseConfig accepts for the key.
+        c.aio.thread_count = std::clamp<int64_t>(static_cast<int64_t>(paths.size()), 1, 256);
+        Record(key, "auto", JsonNumber(c.aio.thread_count), "one ring per distinct nvme path");
+      } else {
+        errors.push_back(key + ": \"auto\" is not supported for this key; give a value");
+      }
+    }
+  }
+};
+
+// DeepSpeed's batch rule train = micro * accum * world over the keys given.
+void ResolveBatch(Config& c, int64_t world, std::vector<std::string>& errors) {
   bool t = c.batch_given[0], m = c.batch_given[1], a = c.batch_given[2];
   int64_t& train = c.train_batch_size;
   int64_t& micro = c.train_micro_batch_size_per_gpu;
@@ -906,57 +1079,35 @@ Status ResolveAuto(Config& c, const AutoContext& ctx) {
                        std::to_string(world) + ") is over 2^63 - 1");
     }
   }
+}
 
-  for (const std::string& key : c.auto_keys) {
-    auto need_hidden = [&](auto&& apply) {
-      if (ctx.hidden_size) {
-        apply(*ctx.hidden_size);
-      } else {
-        errors.push_back(key +
-                         ": \"auto\" is worked out from the model's hidden size, which is not known here "
-                         "(give a number, or pass the model)");
-      }
-    };
-    if (key == "train_batch_size" || key == "train_micro_batch_size_per_gpu" || key == "gradient_accumulation_steps") {
-      continue;  // done above
-    } else if (key == "zero_optimization.reduce_bucket_size") {
-      need_hidden([&](int64_t h) { c.zero.reduce_bucket_size = h * h; });
-    } else if (key == "zero_optimization.allgather_bucket_size") {
-      need_hidden([&](int64_t h) { c.zero.allgather_bucket_size = h * h; });
-    } else if (key == "zero_optimization.stage3_prefetch_bucket_size") {
-      need_hidden(
-          [&](int64_t h) { c.zero.stage3_prefetch_bucket_size = static_cast<int64_t>(0.9 * double(h) * double(h)); });
-    } else if (key == "zero_optimization.stage3_param_persistence_threshold") {
-      need_hidden([&](int64_t h) { c.zero.stage3_param_persistence_threshold = 10 * h; });
-    } else if (key == "scheduler.params.total_num_steps") {
-      if (ctx.total_steps) {
-        c.scheduler.total_num_steps = *ctx.total_steps;
-      } else {
-        errors.push_back(key +
-                         ": \"auto\" takes the run's step count, which is not known here (give a number, or --steps)");
-      }
-    } else if (key == "scheduler.params.warmup_num_steps") {
-      int64_t total = ctx.total_steps.value_or(c.scheduler.total_num_steps);
-      if (total > 0 && !Contains(c.auto_keys, "scheduler.params.total_num_steps")) {
-        c.scheduler.warmup_num_steps = std::min<int64_t>(1000, total / 10);
-      } else if (ctx.total_steps) {
-        c.scheduler.warmup_num_steps = std::min<int64_t>(1000, *ctx.total_steps / 10);
-      } else {
-        errors.push_back(key + ": \"auto\" is a tenth of the run's steps, which are not known here (give a number)");
-      }
-    } else if (key == "fp16.enabled") {
-      c.fp16.enabled = false;
-    } else if (key == "bf16.enabled") {
-      c.bf16.enabled = !c.fp16.enabled;
-    } else if (key == "aio.thread_count") {
-      std::set<std::string> paths(c.zero.offload_param.nvme_paths.begin(), c.zero.offload_param.nvme_paths.end());
-      paths.insert(c.zero.offload_optimizer.nvme_paths.begin(), c.zero.offload_optimizer.nvme_paths.end());
-      // At most 256 rings, the most ParseConfig accepts for the key.
-      c.aio.thread_count = std::clamp<int64_t>(static_cast<int64_t>(paths.size()), 1, 256);
-    } else {
-      errors.push_back(key + ": \"auto\" is not supported for this key; give a value");
-    }
+}  // namespace
+
+Status ResolveAuto(Config& c, const AutoContext& ctx, std::vector<AutoResolution>* resolutions) {
+  std::vector<std::string> errors;
+  const int64_t world = ctx.world_size;
+  if (world < 1) return Status::InvalidArgument("world size must be >= 1");
+  if (ctx.hidden_size &&
+      (*ctx.hidden_size < 1 || !Mul(*ctx.hidden_size, *ctx.hidden_size) || !Mul(*ctx.hidden_size, 10))) {
+    return Status::InvalidArgument("hidden size must be from 1 to 3037000499 (its square is a bucket size), got " +
+                                   std::to_string(*ctx.hidden_size));
   }
+  if (ctx.total_steps && *ctx.total_steps < 1) {
+    return Status::InvalidArgument("the run's step count must be >= 1, got " + std::to_string(*ctx.total_steps));
+  }
+
+  Resolver r{c, ctx, errors, resolutions};
+  r.BatchArgs();
+  const bool train_auto = r.IsAutoKey("train_batch_size");
+  ResolveBatch(c, world, errors);
+  if (train_auto && errors.empty()) {
+    r.Record("train_batch_size", "auto", JsonNumber(c.train_batch_size),
+             "micro " + std::to_string(c.train_micro_batch_size_per_gpu) + " x accumulation " +
+                 std::to_string(c.gradient_accumulation_steps) + " x world " + std::to_string(world));
+  }
+  r.OptimizerArgs();
+  r.SchedulerArgs();
+  r.OtherKeys();
   if (!errors.empty()) {
     std::string msg = c.source + ": " + std::to_string(errors.size()) + " error(s) resolving config";
     for (const std::string& e : errors) msg += "\n  " + e;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <span>
 
 #include "comm/bootstrap.h"
@@ -622,8 +623,22 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
   const int es = dtype == "F32" ? 4 : 2;
   std::vector<std::vector<std::byte>> storage;
   std::vector<SafetensorsTensor> tensors;
+  // Progress in bytes of the blocks as exported (vocabulary padding
+  // included), on rank 0, which writes; done once the file is written.
+  std::function<void(int64_t, int64_t)> progress;
+  int64_t total_bytes = 0, done_bytes = 0;
+  if (m.options.engine.progress && m.comm->rank() == 0) {
+    progress = m.options.engine.progress("exporting " + path);
+    for (BlockId b = 0; b < m.engine->num_blocks(); ++b) {
+      for (const auto& t : m.engine->block(b).tensors) total_bytes += t.numel() * es;
+    }
+    if (progress) progress(0, total_bytes);
+  }
   for (BlockId b = 0; b < m.engine->num_blocks(); ++b) {
     const BlockSpec& spec = m.engine->block(b);
+    if (progress) {
+      for (const auto& t : spec.tensors) done_bytes += t.numel() * es;
+    }
     std::vector<std::vector<float>> master(spec.tensors.size());
     std::vector<float*> out;
     for (size_t t = 0; t < spec.tensors.size(); ++t) {
@@ -656,6 +671,7 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
       storage.push_back(std::move(bytes));
       tensors.push_back({names[t], dtype, shape, std::span<const std::byte>(storage.back())});
     }
+    if (progress) progress(std::min(done_bytes, total_bytes - 1), total_bytes);
   }
   if (m.comm->rank() != 0) return Status::Ok();
   std::map<std::string, std::string> metadata = {
@@ -663,7 +679,9 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
       {"zinf.model", GptConfigToJson(m.model())},
       {"zinf.step", std::to_string(m.steps_done)},
       {"zinf.layout", "linear weights are [out_features, in_features]; lm_head is wte when tied"}};
-  return WriteSafetensors(path, tensors, metadata);
+  ZINF_RETURN_IF_ERROR(WriteSafetensors(path, tensors, metadata));
+  if (progress) progress(total_bytes, total_bytes);
+  return Status::Ok();
 }
 
 int64_t Trainer::step() const { return impl_->steps_done; }

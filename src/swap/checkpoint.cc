@@ -162,7 +162,7 @@ struct Saved {
 // Writes one blob to `path`, double-buffered when the pool has a second
 // buffer free: the next piece is filled while the last one is written.
 Status SaveBlob(aio::IoEngine& engine, aio::PinnedPool& pool, const BlobRef& blob, const std::string& path,
-                int64_t chunk_bytes, Saved* saved) {
+                int64_t chunk_bytes, Saved* saved, const std::function<void(int64_t bytes)>& written) {
   const int64_t size = blob.size_bytes();
   int64_t granule = pool.alignment_bytes();
   if (blob.store != nullptr) {
@@ -228,6 +228,7 @@ Status SaveBlob(aio::IoEngine& engine, aio::PinnedPool& pool, const BlobRef& blo
       break;
     }
     tickets[which] = *t;
+    if (written) written(n);
   }
   for (aio::IoTicket& t : tickets) {
     if (!t.valid()) continue;
@@ -325,13 +326,25 @@ Status SaveCheckpoint(aio::IoEngine& engine, aio::PinnedPool& pool, const std::s
   manifest["chunk_bytes"] = chunk_bytes;
   manifest["metadata"] = nlohmann::json::object();
   for (const auto& [k, v] : metadata) manifest["metadata"][k] = v;
+  // Progress in blob bytes; the total is reported once the checkpoint is in
+  // place, so a reader of the bar never sees 100% for a save not yet done.
+  int64_t total_bytes = 0, done_bytes = 0;
+  for (const BlobRef& b : blobs) total_bytes += b.size_bytes();
+  std::function<void(int64_t)> written;
+  if (options.progress) {
+    options.progress(0, total_bytes);
+    written = [&](int64_t n) {
+      done_bytes += n;
+      options.progress(std::min(done_bytes, total_bytes - 1), total_bytes);
+    };
+  }
   manifest["blobs"] = nlohmann::json::array();
   for (size_t i = 0; i < blobs.size(); ++i) {
     char file[32];
     std::snprintf(file, sizeof(file), "blob-%05zu.bin", i);
     const std::string path = JoinPath(tmp, file);
     Saved saved;
-    Status s = SaveBlob(engine, pool, blobs[i], path, chunk_bytes, &saved);
+    Status s = SaveBlob(engine, pool, blobs[i], path, chunk_bytes, &saved, written);
     if (!s.ok()) return fail(s);
     if (options.after_step) options.after_step(path);
     nlohmann::json b;
@@ -363,6 +376,7 @@ Status SaveCheckpoint(aio::IoEngine& engine, aio::PinnedPool& pool, const std::s
   ZINF_RETURN_IF_ERROR(SyncDirectory(root));
   if (options.after_step) options.after_step(target);
   if (options.update_latest) ZINF_RETURN_IF_ERROR(WriteLatest(engine, pool, root, base, options));
+  if (options.progress) options.progress(total_bytes, total_bytes);
   Log("swap").info("saved checkpoint {} ({} blobs)", target, blobs.size());
   return Status::Ok();
 }
@@ -516,6 +530,7 @@ Status CheckpointReader::Stream(const BlobInfo& info, int64_t granule_bytes,
       s = engine_->Read(fid, pos, buffer.data(), AlignUp(n, align));
       if (s.ok()) s = summer.Feed(buffer.data(), n, check);
       if (s.ok() && sink) s = sink(pos, buffer.data(), n);
+      if (s.ok() && progress_ != nullptr) (*progress_)(progress_done_ += n, progress_total_);
     }
   }
   if (s.ok()) s = summer.Finish(check);
@@ -555,7 +570,7 @@ Status CheckpointReader::ReadBlob(const BlobRef& target) const {
   });
 }
 
-Status CheckpointReader::Restore(const std::vector<BlobRef>& targets) const {
+Status CheckpointReader::Restore(const std::vector<BlobRef>& targets, const ProgressFn& progress) const {
   for (const BlobRef& t : targets) {
     ZINF_ASSIGN_OR_RETURN(const BlobInfo* info, Find(t.name));
     if (t.size_bytes() != info->size_bytes) {
@@ -564,9 +579,17 @@ Status CheckpointReader::Restore(const std::vector<BlobRef>& targets) const {
                                      std::to_string(t.size_bytes()));
     }
   }
-  ZINF_RETURN_IF_ERROR(VerifyAll());
-  for (const BlobRef& t : targets) ZINF_RETURN_IF_ERROR(ReadBlob(t));
-  return Status::Ok();
+  progress_done_ = progress_total_ = 0;
+  if (progress) {
+    for (const BlobInfo& b : blobs_) progress_total_ += b.size_bytes;
+    for (const BlobRef& t : targets) progress_total_ += t.size_bytes();
+    progress(0, progress_total_);
+    progress_ = &progress;
+  }
+  Status s = VerifyAll();
+  for (size_t i = 0; s.ok() && i < targets.size(); ++i) s = ReadBlob(targets[i]);
+  progress_ = nullptr;
+  return s;
 }
 
 StatusOr<std::map<std::string, std::string>> LoadCheckpoint(aio::IoEngine& engine, aio::PinnedPool& pool,

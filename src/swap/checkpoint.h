@@ -54,6 +54,7 @@
 
 #include "aio/io_engine.h"
 #include "aio/pinned_pool.h"
+#include "core/progress.h"
 #include "swap/swap_store.h"
 #include "zinf/status.h"
 
@@ -96,6 +97,10 @@ struct SaveOptions {
   // then the manifest), after the rename into place, and after `latest` is
   // renamed, with the path concerned. Used by crash tests; null otherwise.
   std::function<void(const std::string& path)> after_step;
+  // Called on the saving thread as blob bytes are written: (bytes done, all
+  // blob bytes), first with 0 and last with the total once `dir` is in place.
+  // Null: no report.
+  ProgressFn progress;
 };
 
 // Saves `metadata` and `blobs` as checkpoint `dir` (see the file comment).
@@ -145,7 +150,9 @@ class CheckpointReader {
   Status ReadBlob(const BlobRef& target) const;
   // VerifyAll, then ReadBlob for each target: a damaged checkpoint is found
   // before any destination is touched.
-  Status Restore(const std::vector<BlobRef>& targets) const;
+  // `progress`, when set, hears (bytes done, total) as the blobs are verified
+  // and then read (the total counts each blob twice), on this thread.
+  Status Restore(const std::vector<BlobRef>& targets, const ProgressFn& progress = {}) const;
 
  private:
   CheckpointReader(aio::IoEngine& engine, aio::PinnedPool& pool) : engine_(&engine), pool_(&pool) {}
@@ -153,6 +160,9 @@ class CheckpointReader {
   // of `granule_bytes`, checking every chunk crc; `sink` (may be null)
   // receives each piece (offset in the blob, bytes, length; the buffer holds
   // the length rounded up to the alignment, zero-padded).
+  // Restore's progress, while it runs: bytes streamed so far.
+  mutable const ProgressFn* progress_ = nullptr;
+  mutable int64_t progress_done_ = 0, progress_total_ = 0;
   Status Stream(const BlobInfo& info, int64_t granule_bytes,
                 const std::function<Status(int64_t, const char*, int64_t)>& sink) const;
 

@@ -23,6 +23,7 @@ Status Engine::SaveCheckpoint(const std::string& dir, const std::map<std::string
   ZINF_RETURN_IF_ERROR(m.stream->Synchronize());
   swap::SaveOptions so;
   so.replace_orphan = replace_orphan;
+  if (m.options.progress) so.progress = m.options.progress("saving checkpoint " + dir);
   return swap::SaveCheckpoint(*m.checkpoint_io, *m.checkpoint_pool, dir, all, m.optimizer->CheckpointBlobs(), so)
       .WithContext("saving checkpoint " + dir);
 }
@@ -54,7 +55,9 @@ StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(const std::s
   ZINF_RETURN_IF_ERROR(m.stream->Synchronize());
   m.optimizer->DropPrefetch();  // its reads would be of the state replaced here
   // Restore's errors name the checkpoint directory already.
-  ZINF_RETURN_IF_ERROR(reader.Restore(m.optimizer->CheckpointBlobs()));
+  ProgressFn progress_fn;
+  if (m.options.progress) progress_fn = m.options.progress("loading checkpoint " + dir);
+  ZINF_RETURN_IF_ERROR(reader.Restore(m.optimizer->CheckpointBlobs(), progress_fn));
 
   // The working parameters at their home tier follow from the master weights.
   const int64_t total = m.partitioner->total_shard_numel();

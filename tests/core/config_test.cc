@@ -389,10 +389,16 @@ TEST(ConfigTest, ParseErrorsNameLineColumnAndWhatWasFound) {
   ExpectError("{\"a\": ", "not valid JSON at line 1, column 7 (in a): found the end of the text");
 }
 
+// "auto" on a key the HF Trainer does not fill stays an error naming the key
+// (lr and gradient_clipping, once here, are filled now: ConfigTrainerTest).
 TEST(ConfigTest, AutoWhereZinfCannotWorkItOutIsRejected) {
-  ExpectError(R"({"optimizer": {"type": "AdamW", "params": {"lr": "auto"}}})",
-              "optimizer.params.lr: \"auto\" cannot be worked out by zinf");
-  ExpectError(R"({"gradient_clipping": "auto"})", "gradient_clipping: \"auto\" cannot be worked out");
+  ExpectError(R"({"zero_optimization": {"sub_group_size": "auto"}})",
+              "zero_optimization.sub_group_size: \"auto\" cannot be worked out by zinf");
+  ExpectError(R"({"fp16": {"loss_scale": "auto"}})", "fp16.loss_scale: \"auto\" cannot be worked out");
+  ExpectError(R"({"optimizer": {"type": "AdamW", "params": {"adam_w_mode": "auto"}}})",
+              "optimizer.params.adam_w_mode: \"auto\" cannot be worked out");
+  ExpectError(R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 9, "cos_min_ratio": "auto"}}})",
+              "scheduler.params.cos_min_ratio: \"auto\" cannot be worked out");
 }
 
 AutoContext Ctx(int world, std::optional<int64_t> hidden = {}, std::optional<int64_t> steps = {}) {
@@ -518,7 +524,7 @@ TEST(ConfigAutoTest, StepsPrecisionAndThreads) {
       "aio": {"thread_count": "auto"}})");
   ASSERT_TRUE(Resolve(d, Ctx(1, {}, 500)).ok());
   EXPECT_EQ(d.scheduler.total_num_steps, 500);
-  EXPECT_EQ(d.scheduler.warmup_num_steps, 50);
+  EXPECT_EQ(d.scheduler.warmup_num_steps, 0);  // HF's warmup_steps default (ConfigTrainerTest)
   EXPECT_FALSE(d.fp16.enabled);
   EXPECT_TRUE(d.bf16.enabled);
   EXPECT_EQ(d.aio.thread_count, 2);  // two distinct drives

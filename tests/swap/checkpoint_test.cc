@@ -6,9 +6,12 @@
 
 #include <limits>
 #include <map>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
+#include "core/fs.h"
 #include "swap/swap_test_util.h"
 
 namespace zinf::swap {
@@ -97,6 +100,42 @@ TEST_F(CheckpointTest, SaveLoadRoundTripAndLatest) {
 // replace_orphan: a directory `latest` does not name (saved without
 // updating `latest`, as a run killed before that step leaves it) is
 // replaced; the one `latest` names never is.
+// Save and restore report their bytes piece by piece: from 0, never
+// backwards, and the total only once the work is done (the save: in place).
+TEST_F(CheckpointTest, SaveAndRestoreReportProgress) {
+  const int64_t blob_bytes = 700'001 + 300'000 + 24;
+  std::vector<std::pair<int64_t, int64_t>> calls;
+  bool in_place_at_total = false;
+  SaveOptions so;
+  so.progress = [&](int64_t done, int64_t total) {
+    calls.emplace_back(done, total);
+    if (done == total) in_place_at_total = PathExists(Step(1));
+  };
+  ASSERT_TRUE(SaveCheckpoint(*engine_, *pool_, Step(1), old_.meta, old_.Refs(), so).ok());
+  ASSERT_GE(calls.size(), 4u);  // the first, one per 256 KiB piece, the last
+  EXPECT_EQ(calls.front(), std::make_pair(int64_t{0}, blob_bytes));
+  EXPECT_EQ(calls.back(), std::make_pair(blob_bytes, blob_bytes));
+  EXPECT_TRUE(in_place_at_total);
+  for (size_t i = 1; i < calls.size(); ++i) {
+    EXPECT_GE(calls[i].first, calls[i - 1].first);
+    EXPECT_EQ(calls[i].second, blob_bytes);
+    if (i + 1 < calls.size()) {
+      EXPECT_LT(calls[i].first, blob_bytes);
+    }
+  }
+
+  calls.clear();
+  auto reader = CheckpointReader::Open(*engine_, *pool_, Step(1));
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  State got(7);
+  ProgressFn fn = [&](int64_t done, int64_t total) { calls.emplace_back(done, total); };
+  ASSERT_TRUE(reader->Restore(got.Refs(), fn).ok());
+  EXPECT_EQ(got.master, old_.master);
+  ASSERT_GE(calls.size(), 3u);
+  EXPECT_EQ(calls.front(), std::make_pair(int64_t{0}, 2 * blob_bytes));  // verified, then read
+  EXPECT_EQ(calls.back(), std::make_pair(2 * blob_bytes, 2 * blob_bytes));
+}
+
 TEST_F(CheckpointTest, ReplaceOrphanReplacesOnlyWhatLatestDoesNotName) {
   SaveOld();
   SaveOptions no_latest;

@@ -1,0 +1,36 @@
+// The HuggingFace TrainingArguments that `zinf train` and `zinf config-check`
+// take as flags (--lr, --weight-decay, --warmup-steps, --max-grad-norm,
+// --adam-beta1, --adam-beta2, --adam-epsilon, --micro-batch, --grad-accum):
+// they fill a DeepSpeed config's "auto" keys as the HF Trainer would
+// (ResolveAuto's rules), and a key the file left out.
+//
+// Thread-safety: plain functions.
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+#include "zinf/config.h"
+
+namespace zinf::cli {
+
+// `flags` plus the trainer-argument flag names, for Flags::Parse.
+std::set<std::string> WithTrainerArgFlags(std::set<std::string> flags);
+
+// Flags::Parse with the trainer-argument flags added to `value_flags`.
+StatusOr<Flags> TrainerFlags(const std::vector<std::string>& args, std::set<std::string> value_flags,
+                             std::set<std::string> switches = {});
+
+// The values given; each checked against its key's range (kInvalidArgument
+// naming the flag).
+StatusOr<TrainerArgs> TrainerArgsFromFlags(const Flags& flags);
+
+// `key: from -> value (rule)`, one line per value ResolveAuto chose.
+std::string FormatResolution(const AutoResolution& r);
+
+// The usage lines for the flags, indented for a command's help.
+extern const char kTrainerArgsUsage[];
+
+}  // namespace zinf::cli
