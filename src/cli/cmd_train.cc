@@ -91,7 +91,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   auto flags = Flags::Parse(args,
                             {"config", "model", "data", "steps", "save-dir", "save-every", "keep-checkpoints", "resume",
                              "export", "export-dtype", "eval-every", "eval-batches", "device", "device-budget", "seed",
-                             "threads", "nvme-path", "corpus-bytes"},
+                             "threads", "nvme-path", "corpus-bytes", "weight-decay-on"},
                             {"quiet", "exact-losses"});
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   const auto config_path = flags->Get("config");
@@ -130,6 +130,8 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   }
   auto choice = ParseDeviceChoice(flags->GetOr("device", "auto"));
   if (!choice.ok()) return Fail(kName, choice.status(), 2);
+  auto decay_on = model::ParseWeightDecayOn(flags->GetOr("weight-decay-on", "matrices"));
+  if (!decay_on.ok()) return Fail(kName, decay_on.status().WithContext("--weight-decay-on"), 2);
 
   auto config = LoadConfigFile(*config_path);
   if (!config.ok()) return Fail(kName, config.status(), 2);
@@ -192,6 +194,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   topt.data_path = flags->GetOr("data", "");
   topt.corpus_bytes = *corpus;
   topt.seed = static_cast<uint64_t>(*seed);
+  topt.weight_decay_on = *decay_on;
   topt.hooks.device = device->get();
   topt.engine.optimizer_threads = static_cast<int>(*threads);
   if (out) {
@@ -239,7 +242,8 @@ ZINF_COMMAND(Command{
     "                  [--resume S]\n"
     "                  [--export FILE.safetensors [--export-dtype BF16|F16|F32]] [--nvme-path P]\n"
     "                  [--device auto|cuda|host] [--device-budget SIZE] [--eval-every K] [--eval-batches B]\n"
-    "                  [--seed N] [--threads N] [--corpus-bytes SIZE] [--quiet] [--exact-losses]\n\n"
+    "                  [--seed N] [--threads N] [--corpus-bytes SIZE] [--weight-decay-on matrices|all]\n"
+    "                  [--quiet] [--exact-losses]\n\n"
     "  --config C        DeepSpeed JSON (zero_optimization, offload_param/optimizer, aio, optimizer, ...)\n"
     "  --model M         tiny | demo | small | gpt2-124m, or a JSON file with vocab_size, seq_len,\n"
     "                    n_layer, n_head, n_embd[, tied_embeddings] (default small)\n"
@@ -253,6 +257,8 @@ ZINF_COMMAND(Command{
     "  --export F        the final weights as safetensors\n"
     "  --nvme-path P     overrides both offload sections' nvme_path\n"
     "  --device-budget   cap on device memory (the host device's budget, or below the GPU's)\n"
+    "  --weight-decay-on matrices (default: no weight decay on biases and LayerNorm weights, as the\n"
+    "                    HF Trainer) or all (every tensor, as plain torch AdamW)\n"
     "  --exact-losses    also a line per step with its loss to 17 digits, for bit-for-bit comparisons\n\n"
     "A progress line every steps_per_print steps: loss, lr, grad norm, tokens/s, the step's time split\n"
     "into compute and waits (nvme, pcie/gather, comm, optimizer) and bytes moved per tier.\n"

@@ -249,10 +249,19 @@ struct Trainer::Impl {
             {"trainer.model", GptConfigToJson(model())},
             {"trainer.data", data_identity},
             {"trainer.seed", std::to_string(options.seed)},
+            {"trainer.weight_decay_on", WeightDecayOnName(options.weight_decay_on)},
             {"trainer.micro_batch", std::to_string(batch())},
             {"trainer.gradient_accumulation_steps", std::to_string(config.gradient_accumulation_steps)}};
   }
 };
+
+StatusOr<WeightDecayOn> ParseWeightDecayOn(const std::string& name) {
+  if (name == "matrices") return WeightDecayOn::kMatrices;
+  if (name == "all") return WeightDecayOn::kAll;
+  return Status::InvalidArgument("weight decay on '" + name + "': expected matrices or all");
+}
+
+const char* WeightDecayOnName(WeightDecayOn on) { return on == WeightDecayOn::kAll ? "all" : "matrices"; }
 
 Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Trainer::~Trainer() = default;
@@ -299,7 +308,12 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   m->targets.resize(bt);
 
   // The engine, then the weights.
-  const std::vector<BlockSpec> specs = GptBlockSpecs(m->model());
+  std::vector<BlockSpec> specs = GptBlockSpecs(m->model());
+  if (options.weight_decay_on == WeightDecayOn::kAll) {
+    for (BlockSpec& b : specs) {
+      for (TensorSpec& t : b.tensors) t.decay = true;
+    }
+  }
   EngineHooks hooks = options.hooks;
   hooks.device = m->device;
   hooks.host_communicator = m->comm;
@@ -459,6 +473,14 @@ Status Trainer::Resume(const std::string& path) {
         return Status::FailedPrecondition("resume from " + dir + ": " + key + " was " + theirs + ", this run has " +
                                           mine.at(key) + "; resume with the saving run's model, data and batch");
       }
+    }
+    // Checkpoints from before the key decayed every tensor.
+    auto it = md.find("trainer.weight_decay_on");
+    const std::string theirs = it == md.end() ? std::string("all") : it->second;
+    if (theirs != mine.at("trainer.weight_decay_on")) {
+      return Status::FailedPrecondition("resume from " + dir + ": trainer.weight_decay_on was " + theirs +
+                                        ", this run has " + mine.at("trainer.weight_decay_on") +
+                                        "; resume with --weight-decay-on " + theirs);
     }
     return Status::Ok();
   }();

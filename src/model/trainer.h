@@ -41,6 +41,15 @@ class Communicator;
 
 namespace zinf::model {
 
+// Which tensors the optimizer's weight decay applies to.
+enum class WeightDecayOn {
+  kMatrices,  // all but biases and norm weights (GptBlockSpecs' flags; the HF Trainer)
+  kAll,       // every tensor (plain torch AdamW)
+};
+// "matrices" / "all"; anything else is kInvalidArgument naming the value.
+StatusOr<WeightDecayOn> ParseWeightDecayOn(const std::string& name);
+const char* WeightDecayOnName(WeightDecayOn on);
+
 struct TrainerOptions {
   GptConfig model;
   // A token file (data.h); empty: the built-in corpus of corpus_bytes bytes.
@@ -49,6 +58,7 @@ struct TrainerOptions {
   // The last eval_fraction of the tokens are held out for Evaluate.
   double eval_fraction = 0.05;
   uint64_t seed = 1234;  // initial weights and the data order
+  WeightDecayOn weight_decay_on = WeightDecayOn::kMatrices;
   // Engine options (run id, threads); grad_type and hooks are set by the
   // trainer.
   EngineOptions engine;
