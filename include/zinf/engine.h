@@ -89,6 +89,9 @@ struct EngineAccess;
 struct TensorSpec {
   std::string name;
   std::vector<int64_t> shape;  // elements per dimension; empty: a scalar
+  // The optimizer's weight decay applies to this tensor (false: biases and
+  // norm weights, as the HF Trainer leaves them undecayed).
+  bool decay = true;
   int64_t numel() const;
 };
 

@@ -104,12 +104,12 @@ int Run(const std::vector<std::string>& args) {
 }
 
 int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
-  auto flags =
-      TrainerFlags(args, {"config",           "model",         "data",    "steps",        "save-dir",   "save-every",
-                          "keep-checkpoints", "resume",        "export",  "export-dtype", "eval-every", "eval-batches",
-                          "device",           "device-budget", "seed",    "threads",      "nvme-path",  "corpus-bytes",
-                          "data-order",       "holdout",       "metrics", "report",       "seq-len"},
-                   {"quiet", "exact-losses"});
+  auto flags = TrainerFlags(
+      args, {"config",           "model",         "data",    "steps",        "save-dir",   "save-every",
+             "keep-checkpoints", "resume",        "export",  "export-dtype", "eval-every", "eval-batches",
+             "device",           "device-budget", "seed",    "threads",      "nvme-path",  "corpus-bytes",
+             "data-order",       "holdout",       "metrics", "report",       "seq-len",    "weight-decay-on"},
+      {"quiet", "exact-losses"});
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   const auto config_path = flags->Get("config");
   if (!config_path) return Fail(kName, Status::InvalidArgument("--config is required (see configs/)"), 2);
@@ -152,6 +152,8 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   }
   auto choice = ParseDeviceChoice(flags->GetOr("device", "auto"));
   if (!choice.ok()) return Fail(kName, choice.status(), 2);
+  auto decay_on = model::ParseWeightDecayOn(flags->GetOr("weight-decay-on", "matrices"));
+  if (!decay_on.ok()) return Fail(kName, decay_on.status().WithContext("--weight-decay-on"), 2);
 
   auto config = LoadConfigFile(*config_path);
   if (!config.ok()) return Fail(kName, config.status(), 2);
@@ -227,6 +229,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   topt.data_path = flags->GetOr("data", "");
   topt.corpus_bytes = *corpus;
   topt.seed = static_cast<uint64_t>(*seed);
+  topt.weight_decay_on = *decay_on;
   topt.hooks.device = device->get();
   topt.engine.optimizer_threads = static_cast<int>(*threads);
   topt.engine.progress = MeterFactory(out);  // checkpoint save, resume and export: bar or lines on rank 0
@@ -315,7 +318,7 @@ ZINF_COMMAND(Command{
     "                  [--device auto|cuda|host] [--device-budget SIZE] [--eval-every K] [--eval-batches B]\n"
     "                  [--seed N] [--threads N] [--corpus-bytes SIZE] [--seq-len T]\n"
     "                  [--data-order shuffled|sequential] [--holdout FRACTION] [--metrics FILE.jsonl]\n"
-    "                  [--report FILE.html] [--quiet] [--exact-losses]\n"
+    "                  [--report FILE.html] [--weight-decay-on matrices|all] [--quiet] [--exact-losses]\n"
     "                  [--lr X] [--weight-decay X] [--warmup-steps N] [--max-grad-norm X] [--adam-beta1 X]\n"
     "                  [--adam-beta2 X] [--adam-epsilon X] [--micro-batch N] [--grad-accum N]\n\n"
     "  --config C        DeepSpeed JSON (zero_optimization, offload_param/optimizer, aio, optimizer, ...)\n"
@@ -338,6 +341,8 @@ ZINF_COMMAND(Command{
     "  --export F        the final weights as safetensors\n"
     "  --nvme-path P     overrides both offload sections' nvme_path\n"
     "  --device-budget   cap on device memory (the host device's budget, or below the GPU's)\n"
+    "  --weight-decay-on matrices (default: no weight decay on biases and LayerNorm weights, as the\n"
+    "                    HF Trainer) or all (every tensor, as plain torch AdamW)\n"
     "  --exact-losses    also a line per step with its loss to 17 digits, for bit-for-bit comparisons\n"
     "  --metrics F       one JSON line per optimizer step (step, loss, lr, grad_norm, tokens, time parts)\n"
     "                    and per evaluation (step, eval_loss)\n"

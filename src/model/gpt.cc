@@ -288,6 +288,10 @@ std::vector<BlockSpec> GptBlockSpecs(const GptConfig& config) {
   BlockSpec head{"head", {{"lnf.weight", {C}}, {"lnf.bias", {C}}}};
   if (!config.tied_embeddings) head.tensors.push_back({"lm_head", {Vp, C}});
   specs.push_back(std::move(head));
+  // As the HF Trainer groups them: biases and LayerNorm weights undecayed.
+  for (BlockSpec& b : specs) {
+    for (TensorSpec& t : b.tensors) t.decay = !(t.name.starts_with("ln") || t.name.ends_with(".bias"));
+  }
   return specs;
 }
 

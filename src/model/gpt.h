@@ -132,7 +132,8 @@ inline constexpr BlockId kEmbedBlock = 0;
 inline BlockId LayerBlock(int layer) { return static_cast<BlockId>(1 + layer); }
 inline BlockId HeadBlock(const GptConfig& c) { return static_cast<BlockId>(1 + c.n_layer); }
 
-// The engine's blocks, in the order above.
+// The engine's blocks, in the order above. Biases and LayerNorm weights
+// have TensorSpec::decay off (the HF Trainer's grouping).
 std::vector<BlockSpec> GptBlockSpecs(const GptConfig& config);
 // Initial fp32 weights of `block`, one array per tensor in spec order:
 // GPT-2's scheme (normal(0, 0.02); the two residual projections scaled by

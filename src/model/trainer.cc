@@ -267,6 +267,7 @@ struct Trainer::Impl {
             {"trainer.model", GptConfigToJson(model())},
             {"trainer.data", data_identity},
             {"trainer.seed", std::to_string(options.seed)},
+            {"trainer.weight_decay_on", WeightDecayOnName(options.weight_decay_on)},
             {"trainer.micro_batch", std::to_string(batch())},
             {"trainer.gradient_accumulation_steps", std::to_string(config.gradient_accumulation_steps)},
             {"trainer.data_order", DataOrderName(options.data_order)},
@@ -282,6 +283,14 @@ struct Trainer::Impl {
 
   Status ResumeFrom(const std::string& path, bool weights_only);
 };
+
+StatusOr<WeightDecayOn> ParseWeightDecayOn(const std::string& name) {
+  if (name == "matrices") return WeightDecayOn::kMatrices;
+  if (name == "all") return WeightDecayOn::kAll;
+  return Status::InvalidArgument("weight decay on '" + name + "': expected matrices or all");
+}
+
+const char* WeightDecayOnName(WeightDecayOn on) { return on == WeightDecayOn::kAll ? "all" : "matrices"; }
 
 Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Trainer::~Trainer() = default;
@@ -329,7 +338,12 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   m->targets.resize(bt);
 
   // The engine, then the weights.
-  const std::vector<BlockSpec> specs = GptBlockSpecs(m->model());
+  std::vector<BlockSpec> specs = GptBlockSpecs(m->model());
+  if (options.weight_decay_on == WeightDecayOn::kAll) {
+    for (BlockSpec& b : specs) {
+      for (TensorSpec& t : b.tensors) t.decay = true;
+    }
+  }
   EngineHooks hooks = options.hooks;
   hooks.device = m->device;
   hooks.host_communicator = m->comm;
@@ -595,6 +609,14 @@ Status Trainer::Impl::ResumeFrom(const std::string& path, bool weights_only) {
                                           "; resume with the saving run's model, data, batch, --data-order and "
                                           "--holdout");
       }
+    }
+    // Checkpoints from before the key decayed every tensor.
+    auto it = md.find("trainer.weight_decay_on");
+    const std::string theirs = it == md.end() ? std::string("all") : it->second;
+    if (theirs != mine.at("trainer.weight_decay_on")) {
+      return Status::FailedPrecondition("resume from " + dir + ": trainer.weight_decay_on was " + theirs +
+                                        ", this run has " + mine.at("trainer.weight_decay_on") +
+                                        "; resume with --weight-decay-on " + theirs);
     }
     return Status::Ok();
   }();

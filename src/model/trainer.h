@@ -43,6 +43,15 @@ class Communicator;
 
 namespace zinf::model {
 
+// Which tensors the optimizer's weight decay applies to.
+enum class WeightDecayOn {
+  kMatrices,  // all but biases and norm weights (GptBlockSpecs' flags; the HF Trainer)
+  kAll,       // every tensor (plain torch AdamW)
+};
+// "matrices" / "all"; anything else is kInvalidArgument naming the value.
+StatusOr<WeightDecayOn> ParseWeightDecayOn(const std::string& name);
+const char* WeightDecayOnName(WeightDecayOn on);
+
 struct TrainerOptions {
   GptConfig model;
   // A token file (data.h); empty: the built-in corpus of corpus_bytes bytes.
@@ -58,6 +67,7 @@ struct TrainerOptions {
   // HF checkpoint (ReadHfBlock), called once per block, in block order, so
   // only one block is in RAM at a time. Empty: InitBlockWeights(seed).
   std::function<StatusOr<std::vector<std::vector<float>>>(BlockId)> initial_weights;
+  WeightDecayOn weight_decay_on = WeightDecayOn::kMatrices;
   // Engine options (run id, threads); grad_type and hooks are set by the
   // trainer.
   EngineOptions engine;

@@ -1,5 +1,6 @@
 #include "optim/cpu_adam.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -103,7 +104,7 @@ Status CpuAdam::Update(const AdamSpan& span, const AdamStepArgs& step) const {
   args.grad_scale = static_cast<float>(step.grad_scale);
 
   internal::DecayMode mode = internal::DecayMode::kNone;
-  if (config_.weight_decay > 0.0) {
+  if (config_.weight_decay > 0.0 && span.decay) {
     mode = decoupled_ ? internal::DecayMode::kDecoupled : internal::DecayMode::kL2;
   }
   const internal::AdamFn fn =
@@ -116,6 +117,37 @@ Status CpuAdam::Update(const AdamSpan& span, const AdamStepArgs& step) const {
        out == nullptr ? nullptr : out + begin * 2, end - begin);
   });
   return Status::Ok();
+}
+
+Status CpuAdam::UpdateMasked(const AdamSpan& span, const AdamStepArgs& step, int64_t base,
+                             const std::vector<ElemRange>& no_decay) const {
+  ZINF_RETURN_IF_ERROR(ValidateSpan(span));
+  const int64_t end = base + span.n;
+  // The first range that ends past base.
+  auto it =
+      std::upper_bound(no_decay.begin(), no_decay.end(), base, [](int64_t x, const ElemRange& r) { return x < r.end; });
+  int64_t pos = base;
+  // One piece [pos, to) of the span, with or without decay.
+  auto piece = [&](int64_t to, bool decay) -> Status {
+    if (to <= pos) return Status::Ok();
+    AdamSpan p = span;
+    const int64_t off = pos - base;
+    const int64_t gsize = ElementSizeBytes(span.grad_dtype);
+    p.params += off;
+    p.exp_avg += off;
+    p.exp_avg_sq += off;
+    p.grads = static_cast<const char*>(span.grads) + off * gsize;
+    if (span.params16 != nullptr) p.params16 = static_cast<char*>(span.params16) + off * 2;
+    p.n = to - pos;
+    p.decay = decay;
+    pos = to;
+    return Update(p, step);
+  };
+  for (; it != no_decay.end() && it->begin < end; ++it) {
+    ZINF_RETURN_IF_ERROR(piece(std::max(pos, it->begin), true));
+    ZINF_RETURN_IF_ERROR(piece(std::min(end, it->end), false));
+  }
+  return piece(end, true);
 }
 
 Status CpuAdam::BandwidthPass(const AdamSpan& span, float scale) const {

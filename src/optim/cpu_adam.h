@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "optim/isa.h"
 #include "optim/thread_pool.h"
@@ -56,6 +57,14 @@ struct AdamSpan {
   void* params16 = nullptr;                         // optional: receives the new params as params16_dtype
   ElementType params16_dtype = ElementType::kBf16;  // kBf16 or kF16
   int64_t n = 0;
+  bool decay = true;  // false: no weight decay on these elements (the rest of the step as usual)
+};
+
+// Elements [begin, end) of an array.
+struct ElemRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  bool operator==(const ElemRange&) const = default;
 };
 
 struct AdamStepArgs {
@@ -82,6 +91,15 @@ class CpuAdam {
   // place), the same pool and chunking, and next to no arithmetic
   // (x += scale * g; params16 = high half of params). With scale 0 the data
   // is left as it was. Same errors as Update.
+  // Update() over `span`, which holds elements [base, base + span.n) of a
+  // larger array, with weight decay off inside `no_decay` (ranges of that
+  // array, sorted and disjoint; span.decay is ignored). Adam is
+  // elementwise, so each element gets exactly what a whole-span Update with
+  // or without decay would give it. Errors: Update's, nothing written for
+  // the piece that failed.
+  Status UpdateMasked(const AdamSpan& span, const AdamStepArgs& step, int64_t base,
+                      const std::vector<ElemRange>& no_decay) const;
+
   Status BandwidthPass(const AdamSpan& span, float scale) const;
 
   Isa isa() const { return isa_; }

@@ -450,7 +450,8 @@ Status OptimizerSwapper::Step(const optim::CpuAdam& adam, const optim::AdamStepA
       span.params16 = static_cast<char*>(io.params) + sub_group_begin(k) * 2;
       span.params16_dtype = io.params_dtype;
     }
-    s = adam.Update(span, args);
+    s = io.no_decay != nullptr ? adam.UpdateMasked(span, args, sub_group_begin(k), *io.no_decay)
+                               : adam.Update(span, args);
     if (!s.ok()) break;
     if (copy_master) {
       std::memcpy(static_cast<float*>(io.params) + sub_group_begin(k), span.params,

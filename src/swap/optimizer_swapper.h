@@ -86,6 +86,9 @@ struct StepIo {
   // total_elems fp32 gradients; required without gradients_in_store, and
   // must be null with it.
   const float* grads = nullptr;
+  // Ranges of the shard (sorted, disjoint) stepped without weight decay;
+  // null: decay everywhere. Not owned; read during Step.
+  const std::vector<optim::ElemRange>* no_decay = nullptr;
   // Called, on Step's thread, after sub-group k's new parameters are in
   // `params` and before sub-group k+1 is stepped; an error stops the step.
   std::function<Status(int64_t k)> on_sub_group;

@@ -371,6 +371,7 @@ Status Engine::Impl::RunUpdate(const optim::AdamStepArgs& args, zero3::UpdateWor
   sio.params = new_params.data();
   sio.params_dtype = param_type;
   sio.grads = acc;
+  if (!no_decay.empty()) sio.no_decay = &no_decay;
   sio.on_sub_group = [&](int64_t k) {
     const int64_t begin = optimizer->sub_group_begin(k), n = optimizer->sub_group_elems(k);
     if (acc != nullptr) std::memset(acc + begin, 0, static_cast<size_t>(n) * sizeof(float));

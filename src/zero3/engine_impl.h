@@ -91,7 +91,8 @@ struct Engine::Impl {
   EngineOptions options;
   EngineHooks hooks;  // options.hooks' values, or none
   std::vector<BlockSpec> specs;
-  zero3::BufferPlan plan;  // every window allocated below, sized once
+  std::vector<optim::ElemRange> no_decay;  // the shard's tensors with decay off (Partitioner::NoDecayRanges)
+  zero3::BufferPlan plan;                  // every window allocated below, sized once
   ElementType param_type = ElementType::kBf16;
   int64_t param_es = 2;  // bytes per working parameter
   int64_t grad_es = 4;   // bytes per gradient element

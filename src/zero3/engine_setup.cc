@@ -80,6 +80,7 @@ Status Engine::Impl::InitPartition() {
   ZINF_ASSIGN_OR_RETURN(zero3::Partitioner p,
                         zero3::Partitioner::Create(specs, host_comm->world_size(), host_comm->rank()));
   partitioner = std::make_unique<zero3::Partitioner>(std::move(p));
+  no_decay = partitioner->NoDecayRanges();
   const int nb = partitioner->num_blocks();
   std::vector<int64_t> elems(static_cast<size_t>(nb));
   for (int b = 0; b < nb; ++b) elems[static_cast<size_t>(b)] = layout(b).padded_numel;

@@ -35,7 +35,7 @@ StatusOr<Partitioner> Partitioner::Create(const std::vector<BlockSpec>& blocks, 
                                          std::to_string(d));
         }
       }
-      l.tensors.push_back({l.numel, t.numel()});
+      l.tensors.push_back({l.numel, t.numel(), t.decay});
       l.numel += t.numel();
     }
     l.shard_numel = AlignUp((l.numel + world_size - 1) / world_size, kShardAlignElems);
@@ -47,6 +47,26 @@ StatusOr<Partitioner> Partitioner::Create(const std::vector<BlockSpec>& blocks, 
     p.layouts_.push_back(std::move(l));
   }
   return p;
+}
+
+std::vector<optim::ElemRange> Partitioner::NoDecayRanges() const {
+  std::vector<optim::ElemRange> ranges;
+  for (const BlockLayout& l : layouts_) {
+    const int64_t begin = rank_ * l.shard_numel;
+    const int64_t end = begin + l.shard_numel;
+    for (const TensorLayout& t : l.tensors) {
+      const int64_t lo = std::max(begin, t.offset);
+      const int64_t hi = std::min(end, t.offset + t.numel);
+      if (t.decay || lo >= hi) continue;
+      const optim::ElemRange r{l.rank_offset + lo - begin, l.rank_offset + hi - begin};
+      if (!ranges.empty() && ranges.back().end == r.begin) {
+        ranges.back().end = r.end;
+      } else {
+        ranges.push_back(r);
+      }
+    }
+  }
+  return ranges;
 }
 
 void Partitioner::ExtractShard(BlockId b, const std::vector<const float*>& values, float* shard) const {

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "optim/cpu_adam.h"
 #include "zinf/engine.h"
 #include "zinf/status.h"
 
@@ -29,6 +30,7 @@ inline constexpr int64_t kShardAlignElems = 128;
 struct TensorLayout {
   int64_t offset = 0;  // in the block's flat buffer, elements
   int64_t numel = 0;
+  bool decay = true;  // TensorSpec::decay
 };
 
 struct BlockLayout {
@@ -52,6 +54,10 @@ class Partitioner {
   int64_t total_shard_numel() const { return total_shard_numel_; }
   int64_t max_padded_numel() const { return max_padded_numel_; }
   int64_t max_shard_numel() const { return max_shard_numel_; }
+  // The parts of this rank's shard that hold tensors with decay off: sorted,
+  // disjoint, adjacent ones merged (padding is left out: it stays zero
+  // either way). Empty when every tensor decays.
+  std::vector<optim::ElemRange> NoDecayRanges() const;
 
   // Copies this rank's shard of a block out of full per-tensor values (fp32)
   // into `shard` (shard_numel elements; padding zeroed).

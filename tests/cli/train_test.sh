@@ -2,7 +2,8 @@
 # zinf train as a user runs it: a shipped config with NVMe offload pointed
 # at a temporary directory, checkpoints every 3 steps, an export; then a
 # resumed run continues from the latest checkpoint to step 9, and a resume
-# with another model is refused naming what differs.
+# with another model or weight-decay mode is refused naming what differs; a
+# bad --weight-decay-on value is refused naming it.
 set -eu
 ZINF="$1"
 CONFIG="$2"
@@ -31,4 +32,20 @@ if "$ZINF" train --config "$CONFIG" --nvme-path "$TMP/nvme" --model demo --steps
   exit 1
 fi
 grep -q "trainer.model was" "$TMP/err3" || { cat "$TMP/err3" >&2; exit 1; }
+
+# Nor another weight-decay mode (the checkpoint's is the default, matrices).
+if "$ZINF" train --config "$CONFIG" --nvme-path "$TMP/nvme" --model tiny --steps 9 --weight-decay-on all \
+     --resume "$TMP/ckpt" > "$TMP/out4" 2> "$TMP/err4"; then
+  echo "resume with another weight-decay mode succeeded" >&2
+  exit 1
+fi
+grep -q "trainer.weight_decay_on was matrices, this run has all" "$TMP/err4" || { cat "$TMP/err4" >&2; exit 1; }
+
+set +e
+"$ZINF" train --config "$CONFIG" --nvme-path "$TMP/nvme" --model tiny --steps 1 --weight-decay-on biases \
+  > "$TMP/out5" 2> "$TMP/err5"
+rc=$?
+set -e
+test "$rc" -eq 2 || { echo "bad --weight-decay-on: exit $rc, expected 2" >&2; exit 1; }
+grep -q "weight-decay-on.*'biases'" "$TMP/err5" || { cat "$TMP/err5" >&2; exit 1; }
 echo "train test: OK"

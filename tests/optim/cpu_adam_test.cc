@@ -292,6 +292,62 @@ TEST_P(CpuAdamIsaTest, ThreadCountDoesNotChangeResults) {
   EXPECT_EQ(x.out, y.out);
 }
 
+// UpdateMasked over elements [base, base + n): inside the no-decay ranges
+// (one before the span, ones crossing chunk edges and the span's end) each
+// element gets exactly a weight_decay 0 step, elsewhere exactly the plain
+// step, with L2 and decoupled decay, over two steps.
+TEST_P(CpuAdamIsaTest, MaskedUpdateSkipsDecayExactlyInsideTheRanges) {
+  ZINF_SKIP_UNLESS_SUPPORTED(GetParam());
+  auto pool = MakePool(3);
+  for (Decay decay : {Decay::kL2, Decay::kAdamW}) {
+    OptimizerConfig none = MakeConfig(decay);
+    none.weight_decay = 0.0;
+    auto adam = CpuAdam::Create(MakeConfig(decay), pool.get(), GetParam());
+    auto plain = CpuAdam::Create(none, pool.get(), GetParam());
+    ASSERT_TRUE(adam.ok() && plain.ok());
+    const int64_t n = 3 * kChunkElems + 37, base = 1000;
+    const std::vector<ElemRange> no_decay = {{10, 900},
+                                             {base + 5, base + 100},
+                                             {base + kChunkElems - 3, base + 2 * kChunkElems + 1},
+                                             {base + n - 2, base + n + 50}};
+    auto inside = [&](int64_t i) {
+      return std::any_of(no_decay.begin(), no_decay.end(),
+                         [&](const ElemRange& r) { return base + i >= r.begin && base + i < r.end; });
+    };
+    State x(n), y(n), z(n);  // masked, decayed everywhere, decayed nowhere
+    std::mt19937 rng(11);
+    std::vector<double> g64;
+    for (int64_t i = 0; i < n; ++i) x.P()[i] = static_cast<float>(i % 997) * 1e-2f - 3.0f;
+    for (State* s : {&x, &y, &z}) {
+      std::copy(x.P(), x.P() + n, s->P());
+      std::fill(s->M(), s->M() + n, 0.0f);
+      std::fill(s->V(), s->V() + n, 0.0f);
+    }
+    for (int64_t t = 1; t <= 2; ++t) {
+      MakeGrads(rng, ElementType::kF32, x, g64);
+      y.g = z.g = x.g;
+      const AdamStepArgs args{.step = t, .lr = 1e-2};
+      ASSERT_TRUE(adam->UpdateMasked(SpanOf(x, ElementType::kF32, 1), args, base, no_decay).ok());
+      ASSERT_TRUE(adam->Update(SpanOf(y, ElementType::kF32, 1), args).ok());
+      ASSERT_TRUE(plain->Update(SpanOf(z, ElementType::kF32, 1), args).ok());
+    }
+    int64_t undecayed = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const State& want = inside(i) ? z : y;
+      undecayed += inside(i);
+      const size_t k = static_cast<size_t>(State::kGuard + i);
+      ASSERT_EQ(std::bit_cast<uint32_t>(x.p[k]), std::bit_cast<uint32_t>(want.p[k])) << "params[" << i << "]";
+      ASSERT_EQ(std::bit_cast<uint32_t>(x.m[k]), std::bit_cast<uint32_t>(want.m[k])) << "exp_avg[" << i << "]";
+      ASSERT_EQ(std::bit_cast<uint32_t>(x.v[k]), std::bit_cast<uint32_t>(want.v[k])) << "exp_avg_sq[" << i << "]";
+      ASSERT_EQ(x.out[k], want.out[k]) << "params16[" << i << "]";
+    }
+    EXPECT_EQ(undecayed, 95 + kChunkElems + 4 + 2);
+    EXPECT_NE(y.p, z.p);      // the decay is large enough to show
+    EXPECT_EQ(x.p[0], 7.0f);  // guards untouched
+    EXPECT_EQ(x.p[static_cast<size_t>(State::kGuard + n)], 7.0f);
+  }
+}
+
 TEST_P(CpuAdamIsaTest, GradScaleIsAppliedBeforeTheUpdate) {
   // Gradients times 1024 with grad_scale 1/1024 must give the very same bits
   // as the plain gradients: both scalings are exact.

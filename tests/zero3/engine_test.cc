@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -130,6 +131,43 @@ TEST(EngineTest, BuffersFittedToTheConfigTrainBitIdentically) {
   ExpectBitIdentical(plain, want);
   ExpectBitIdentical(got, want);
   EXPECT_GT(got.counters.optimizer_nvme_bytes, 0);
+}
+
+// One step from the same weights (so the same gradient): the decayed
+// tensors move exactly as with decay everywhere, the undecayed biases
+// exactly as with weight_decay 0, on NVMe tiers with sub-groups.
+TEST(EngineTest, UndecayedTensorsStepWithoutWeightDecay) {
+  TempDir dir;
+  Config config = BaseConfig();
+  config.optimizer.weight_decay = 0.5;
+  config.zero.sub_group_size = 1000;
+  SetTiers(config, OffloadDevice::kNvme, OffloadDevice::kNvme, dir);
+  Config no_decay = config;
+  no_decay.optimizer.weight_decay = 0.0;
+  TinyModel all_decay = kModel;
+  all_decay.decay_biases = true;
+  auto run = [&](const Config& c, const TinyModel& model) {
+    comm::LocalCommunicator local;
+    EngineUnderTest e = MakeEngine(c, model.Blocks(), &local);
+    if (!e.engine) return std::vector<float>{};
+    Train(*e.engine, model, {.steps = 1}, static_cast<int>(c.gradient_accumulation_steps));
+    return MasterWeights(*e.engine, model);
+  };
+  const std::vector<float> masked = run(config, kModel), all = run(config, all_decay), none = run(no_decay, kModel);
+  ASSERT_FALSE(masked.empty());
+  ASSERT_EQ(masked.size(), all.size());
+  ASSERT_EQ(masked.size(), none.size());
+  size_t at = 0, biases_moved_apart = 0;
+  for (const BlockSpec& b : kModel.Blocks()) {
+    for (const TensorSpec& t : b.tensors) {
+      const std::vector<float>& want = t.decay ? all : none;
+      for (int64_t i = 0; i < t.numel(); ++i, ++at) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(masked[at]), std::bit_cast<uint32_t>(want[at])) << b.name << "." << t.name;
+        biases_moved_apart += !t.decay && masked[at] != all[at];
+      }
+    }
+  }
+  EXPECT_GT(biases_moved_apart, 0u);
 }
 
 TEST(EngineTest, Fp16OnNvmeIsBitIdenticalToResidentAndSkipsOverflows) {

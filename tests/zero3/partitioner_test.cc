@@ -11,6 +11,49 @@ std::vector<BlockSpec> Blocks() {
   return {{"a", {{"w", {7, 5}}, {"b", {7}}}}, {"b", {{"w", {300}}}}, {"c", {{"s", {}}}}};
 }
 
+// The no-decay ranges of every rank's shard, mapped back to flat block
+// offsets, are exactly the undecayed tensors' elements.
+TEST(PartitionerTest, NoDecayRangesCoverTheUndecayedTensorsOfEachShard) {
+  std::vector<BlockSpec> blocks = {
+      {"a", {{"w", {7, 5}}, {"b", {7}}, {"n", {130}}}}, {"b", {{"w", {300}}}}, {"c", {{"s", {}}, {"b", {3}}}}};
+  blocks[0].tensors[1].decay = false;
+  blocks[0].tensors[2].decay = false;
+  blocks[2].tensors[1].decay = false;
+  for (int world : {1, 2, 3}) {
+    std::vector<std::vector<bool>> undecayed(blocks.size());
+    for (int r = 0; r < world; ++r) {
+      auto p = Partitioner::Create(blocks, world, r);
+      ASSERT_TRUE(p.ok());
+      const std::vector<optim::ElemRange> ranges = p->NoDecayRanges();
+      for (size_t k = 0; k < ranges.size(); ++k) {
+        ASSERT_LT(ranges[k].begin, ranges[k].end);
+        if (k > 0) {
+          ASSERT_LT(ranges[k - 1].end, ranges[k].begin);  // sorted, merged
+        }
+      }
+      for (size_t b = 0; b < blocks.size(); ++b) {
+        const BlockLayout& l = p->layout(static_cast<BlockId>(b));
+        undecayed[b].resize(static_cast<size_t>(l.padded_numel));
+        for (const optim::ElemRange& range : ranges) {
+          for (int64_t i = range.begin; i < range.end; ++i) {
+            if (i < l.rank_offset || i >= l.rank_offset + l.shard_numel) continue;
+            undecayed[b][static_cast<size_t>(r * l.shard_numel + i - l.rank_offset)] = true;
+          }
+        }
+      }
+    }
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      std::vector<bool> want;
+      for (const TensorSpec& t : blocks[b].tensors) want.insert(want.end(), static_cast<size_t>(t.numel()), !t.decay);
+      want.resize(undecayed[b].size(), false);
+      EXPECT_EQ(undecayed[b], want) << "block " << b << ", world " << world;
+    }
+  }
+  auto all = Partitioner::Create(Blocks(), 2, 1);
+  ASSERT_TRUE(all.ok());
+  EXPECT_TRUE(all->NoDecayRanges().empty());
+}
+
 TEST(PartitionerTest, ShardsAreEqualAlignedAndPadded) {
   for (int world : {1, 2, 3}) {
     auto p = Partitioner::Create(Blocks(), world, world - 1);

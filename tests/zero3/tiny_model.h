@@ -24,6 +24,9 @@ namespace zinf::zero3::testing {
 
 struct TinyModel {
   std::vector<int64_t> dims;  // dims[0] input, dims[i+1] output of block i
+  // Biases undecayed (TensorSpec::decay), as GPT's are: the tier and rank
+  // equivalence tests run the optimizer's masked path.
+  bool decay_biases = false;
 
   int num_blocks() const { return static_cast<int>(dims.size()) - 1; }
 
@@ -32,7 +35,7 @@ struct TinyModel {
     for (int i = 0; i < num_blocks(); ++i) {
       blocks.push_back({"layer" + std::to_string(i),
                         {{"weight", {dims[static_cast<size_t>(i + 1)], dims[static_cast<size_t>(i)]}},
-                         {"bias", {dims[static_cast<size_t>(i + 1)]}}}});
+                         {"bias", {dims[static_cast<size_t>(i + 1)]}, decay_biases}}});
     }
     return blocks;
   }
