@@ -263,10 +263,22 @@ std::vector<BlockSpec> LlamaBlockSpecs(const GptConfig& config) {
   return specs;
 }
 
+// As the HF Trainer groups them: biases and norm weights (LayerNorm and
+// RMSNorm) undecayed, every other weight decayed.
+std::vector<BlockSpec> WithDecayFlags(std::vector<BlockSpec> specs) {
+  for (BlockSpec& b : specs) {
+    for (TensorSpec& t : b.tensors) {
+      const bool norm = t.name.starts_with("ln") || t.name.find("norm.") != std::string::npos;
+      t.decay = !(norm || t.name.ends_with(".bias"));
+    }
+  }
+  return specs;
+}
+
 }  // namespace
 
 std::vector<BlockSpec> GptBlockSpecs(const GptConfig& config) {
-  if (config.llama()) return LlamaBlockSpecs(config);
+  if (config.llama()) return WithDecayFlags(LlamaBlockSpecs(config));
   const int64_t C = config.n_embd, Vp = config.padded_vocab_size, T = config.seq_len;
   std::vector<BlockSpec> specs;
   specs.push_back({"embed", {{"wte", {Vp, C}}, {"wpe", {T, C}}}});
@@ -288,11 +300,7 @@ std::vector<BlockSpec> GptBlockSpecs(const GptConfig& config) {
   BlockSpec head{"head", {{"lnf.weight", {C}}, {"lnf.bias", {C}}}};
   if (!config.tied_embeddings) head.tensors.push_back({"lm_head", {Vp, C}});
   specs.push_back(std::move(head));
-  // As the HF Trainer groups them: biases and LayerNorm weights undecayed.
-  for (BlockSpec& b : specs) {
-    for (TensorSpec& t : b.tensors) t.decay = !(t.name.starts_with("ln") || t.name.ends_with(".bias"));
-  }
-  return specs;
+  return WithDecayFlags(std::move(specs));
 }
 
 namespace {

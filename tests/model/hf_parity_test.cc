@@ -141,8 +141,8 @@ TEST_P(HfParityTest, AdamWOnNvmeFollowsTorchCurve) {
   TempDir tmp;
   // One batch of B*T+1 tokens: every step sees the fixture's batch.
   const std::string tokens = tmp.path() + "/tokens.bin";
-  const std::vector<uint16_t> t16(ref.tokens.begin(), ref.tokens.end());
-  ASSERT_TRUE(WriteTokenFile(tokens, t16).ok());
+  const std::vector<uint32_t> ids(ref.tokens.begin(), ref.tokens.end());
+  ASSERT_TRUE(WriteTokenFile(tokens, ids).ok());
 
   Config config = testing::TinyTrainingConfig(tmp.path(), OffloadDevice::kNvme, OffloadDevice::kNvme, ref.batch);
   config.bf16.enabled = false;  // fp32 throughout, as the torch run
@@ -154,6 +154,7 @@ TEST_P(HfParityTest, AdamWOnNvmeFollowsTorchCurve) {
   o.model = *model;
   o.data_path = tokens;
   o.eval_fraction = 0.0;
+  o.weight_decay_on = WeightDecayOn::kAll;  // as plain torch.optim.AdamW
   o.hooks.device = device.get();
   o.engine.optimizer_threads = 1;
   o.engine.run_id = std::string("hf-") + GetParam();

@@ -150,7 +150,9 @@ TEST(EngineTest, UndecayedTensorsStepWithoutWeightDecay) {
     comm::LocalCommunicator local;
     EngineUnderTest e = MakeEngine(c, model.Blocks(), &local);
     if (!e.engine) return std::vector<float>{};
-    Train(*e.engine, model, {.steps = 1}, static_cast<int>(c.gradient_accumulation_steps));
+    TrainOptions one_step;
+    one_step.steps = 1;
+    Train(*e.engine, model, one_step, static_cast<int>(c.gradient_accumulation_steps));
     return MasterWeights(*e.engine, model);
   };
   const std::vector<float> masked = run(config, kModel), all = run(config, all_decay), none = run(no_decay, kModel);
