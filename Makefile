@@ -6,6 +6,7 @@
 # Everything else here serves those two; CI (.ci/run) also runs
 #   make check-layers  every #include of src/ and perf/ points down the layers' arrows
 #   make check-format  every C++ file is laid out as .clang-format says (`make format` rewrites)
+#   make example       install into a temporary prefix, build and run examples/ against it
 #   make test-asan     the suite under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
 #   make test-tsan     the threaded tests under ThreadSanitizer (build-tsan/)
 # Variables:
@@ -26,7 +27,7 @@ CTEST_ARGS ?=
 DEBS := cmake ninja-build g++ pkg-config liburing-dev libhwloc-dev nlohmann-json3-dev \
         libspdlog-dev libgtest-dev libopenmpi-dev openmpi-bin fio clang lld clang-format
 
-.PHONY: demo test test-asan test-tsan check-layers check-format format deps build configure clean device-debs gpu-test
+.PHONY: demo example test test-asan test-tsan check-layers check-format format deps build configure clean device-debs gpu-test
 
 demo: build
 	./$(BUILD_DIR)/zinf demo
@@ -41,6 +42,12 @@ configure: deps
 	@if [ ! -f $(BUILD_DIR)/build.ninja ]; then \
 	  cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DZINF_CUDA=$(ZINF_CUDA); \
 	fi
+
+# zinf as an embedder sees it (.ci/check_install.sh): cmake --install into a
+# temporary prefix, examples/ built there with find_package(zinf) and with
+# pkg-config, and run; each installed header compiled alone.
+example: build
+	bash .ci/check_install.sh $(BUILD_DIR)
 
 # The arrows between the layers (ARCHITECTURE.md), from the sources: an
 # include that points up or sideways is printed with its file:line and the
