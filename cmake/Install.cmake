@@ -27,8 +27,9 @@ add_library(zinf_lib INTERFACE)
 add_library(zinf::zinf ALIAS zinf_lib)
 set_target_properties(zinf_lib PROPERTIES EXPORT_NAME zinf)
 target_link_libraries(zinf_lib INTERFACE ${ZINF_ENGINE_LAYERS})
-target_include_directories(zinf_lib INTERFACE $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
-                                               $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+# Installed, every exported target carries the include directory (INCLUDES
+# DESTINATION below).
+target_include_directories(zinf_lib INTERFACE $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>)
 # The public headers are C++17 (zinf_header_check compiles them so).
 target_compile_features(zinf_lib INTERFACE cxx_std_17)
 
