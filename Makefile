@@ -1,11 +1,12 @@
 # zinf: the two commands a newcomer types.
 #
-#   make demo   install what is missing, build, run the main job on its built-in default
+#   make demo   install what is missing, build the zinf command, run the main job on its built-in default
 #   make test   install what is missing, build, run the whole test suite (ctest)
 #
 # Everything else here serves those two; CI (.ci/run) also runs
 #   make check-layers  every #include of src/ and perf/ points down the layers' arrows
 #   make check-format  every C++ file is laid out as .clang-format says (`make format` rewrites)
+#   make example       install into a temporary prefix, build and run examples/ against it
 #   make test-asan     the suite under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)
 #   make test-tsan     the threaded tests under ThreadSanitizer (build-tsan/)
 # Variables:
@@ -20,29 +21,67 @@ ZINF_CUDA  ?= AUTO
 JOBS       ?= $(shell nproc)
 CTEST_ARGS ?=
 
-# Debian packages the build and the tests need.
-# clang and lld build the libFuzzer target of the config parsers (tests/fuzz, label fuzz);
-# clang-format checks the layout (check-format); pcre2, icu and sentencepiece are the
-# tokenizers of `zinf data encode`.
-DEBS := cmake ninja-build g++ pkg-config liburing-dev libhwloc-dev nlohmann-json3-dev \
-        libspdlog-dev libgtest-dev libopenmpi-dev openmpi-bin fio clang lld clang-format \
-        libpcre2-dev libicu-dev libsentencepiece-dev
+# Debian packages. BUILD_DEBS: what configuring and building zinf needs, all
+# that `make demo` installs (a package the build needs goes here); libgtest-dev
+# because the build directory is configured with its tests (they are built by
+# `make test` only). TEST_DEBS: what the tests and checks need on top, installed
+# by every other target: OpenMPI for the multi-rank tests (the build links MPI
+# once it is installed: the build directory is configured again), fio, clang and
+# lld for the libFuzzer target (tests/fuzz), clang-format (check-format).
+# pcre2, icu and sentencepiece are the tokenizers of `zinf data encode`.
+BUILD_DEBS := cmake ninja-build g++ pkg-config liburing-dev libhwloc-dev nlohmann-json3-dev libspdlog-dev \
+              libgtest-dev libpcre2-dev libicu-dev libsentencepiece-dev
+TEST_DEBS  := libopenmpi-dev openmpi-bin fio clang lld clang-format
+DEBS       := $(BUILD_DEBS) $(TEST_DEBS)
+# What `deps` installs: DEBS, or BUILD_DEBS under `make demo`.
+PACKAGES    = $(DEBS)
+demo: PACKAGES = $(BUILD_DEBS)
 
-.PHONY: demo test test-asan test-tsan check-layers check-format format deps build configure clean device-debs gpu-test
+# Each phase of demo, test and the steps they share says what it is doing and
+# how long it took: $(call phase_start,NAME) ... ; $(call phase_end,NAME) on
+# one recipe line.
+phase_start = t0=$$(date +%s%N); echo "== $(1)"
+phase_end   = t=$$(( ($$(date +%s%N) - t0) / 100000000 )); echo "== $(1): $$((t / 10)).$$((t % 10)) s"
+START_NS   := $(shell date +%s%N)
 
-demo: build
-	./$(BUILD_DIR)/zinf demo
+.PHONY: demo example test test-asan test-tsan check-layers check-format format deps zinf build configure clean \
+        device-debs gpu-test
+
+# The zinf command and nothing else (not the tests), then the demo.
+demo: zinf
+	@$(call phase_start,run: zinf demo); ./$(BUILD_DIR)/zinf demo || exit $$?; $(call phase_end,run: zinf demo); \
+	  t=$$(( ($$(date +%s%N) - $(START_NS)) / 100000000 )); echo "== make demo: $$((t / 10)).$$((t % 10)) s in all"
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 600 -j $(JOBS) $(CTEST_ARGS)
 
-build: configure
-	cmake --build $(BUILD_DIR) -j $(JOBS)
+zinf: configure
+	@$(call phase_start,build: the zinf command ($(JOBS) jobs)); \
+	  cmake --build $(BUILD_DIR) -j $(JOBS) --target zinf || exit $$?; $(call phase_end,build: the zinf command)
 
+build: configure
+	@$(call phase_start,build: everything with the tests ($(JOBS) jobs)); \
+	  cmake --build $(BUILD_DIR) -j $(JOBS) || exit $$?; $(call phase_end,build: everything)
+
+# Configures once; again after `deps` installed packages into a configured
+# tree (they may be what an optional part looks for: MPI), forgetting what
+# the last configure found of MPI.
 configure: deps
 	@if [ ! -f $(BUILD_DIR)/build.ninja ]; then \
-	  cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DZINF_CUDA=$(ZINF_CUDA); \
-	fi
+	  $(call phase_start,configure $(BUILD_DIR)); \
+	  cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DZINF_CUDA=$(ZINF_CUDA) || exit $$?; \
+	  $(call phase_end,configure); \
+	elif [ -f $(BUILD_DIR)/.packages-installed ]; then \
+	  $(call phase_start,configure $(BUILD_DIR) again: packages were installed); \
+	  cmake -U 'MPI_*' -S . -B $(BUILD_DIR) || exit $$?; $(call phase_end,configure); \
+	fi; rm -f $(BUILD_DIR)/.packages-installed
+
+# zinf as an embedder sees it (.ci/check_install.sh): cmake --install into a
+# temporary prefix, examples/ built there with find_package(zinf) and with
+# pkg-config, and run; each installed header compiled alone.
+example: zinf
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target zinf_header_check
+	bash .ci/check_install.sh $(BUILD_DIR)
 
 # The arrows between the layers (ARCHITECTURE.md), from the sources: an
 # include that points up or sideways is printed with its file:line and the
@@ -105,20 +144,23 @@ test-tsan: deps
 	  OMP_NUM_THREADS=1 \
 	  ctest --output-on-failure --timeout 900 -j $(JOBS) -L 'core|device|aio|optim|comm|swap|zero3' -LE 'mpi|gpu' $(CTEST_ARGS)
 
-# Installs missing Debian packages when run as root; otherwise says what to install.
+# Installs the missing ones of PACKAGES when run as root; otherwise says what
+# to install.
 deps:
-	@missing=""; for p in $(DEBS); do \
+	@$(call phase_start,packages); missing=""; for p in $(PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "== installing:$$missing"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	    echo "   installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing \
+	      || exit $$?; \
+	    [ ! -f $(BUILD_DIR)/CMakeCache.txt ] || touch $(BUILD_DIR)/.packages-installed; \
 	  else \
 	    echo "zinf needs these Debian packages; install them with:"; \
 	    echo "  sudo apt-get install$$missing"; exit 1; \
 	  fi; \
-	fi
+	else echo "   all $(words $(PACKAGES)) present"; fi; $(call phase_end,packages)
 
 # Debian packages for a machine without network (the GPU machine): fetched
 # here into .deps/, carried there and unpacked with `dpkg -x`.

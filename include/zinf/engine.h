@@ -110,6 +110,13 @@ struct EngineOptions {
   // Element type of the gradients given to ReduceGradients: kF32, or the
   // working parameters' type.
   ElementType grad_type = ElementType::kF32;
+  // Where the model computes. false: on the device, a GPU when one is
+  // present (else the host stands in for it), so Acquire's pointers and
+  // ReduceGradients' gradients are device memory. true: on the CPU even when
+  // a GPU is present: Acquire's pointers are host memory, and
+  // ReduceGradients takes gradients in any host memory (examples/). Ignored
+  // when hooks name a device.
+  bool host_device = false;
   // zinf's own code and tests only (not owned; read by Create): the
   // device, communicators and I/O engine to use. Null: the engine makes its
   // own (a GPU when present, else the host; MPI ranks under mpirun; io_uring
@@ -192,8 +199,9 @@ class Engine {
   // finished (on CUDA: the model's stream synchronised, or the engine is
   // free to reuse the memory at once). kFailedPrecondition when not acquired.
   Status Release(BlockId block);
-  // One device pointer per tensor of grad_type elements (the gradient of
-  // this micro-batch). Collective.
+  // One device pointer (host pointer with EngineOptions::host_device) per
+  // tensor of grad_type elements (the gradient of this micro-batch).
+  // Collective.
   Status ReduceGradients(BlockId block, const std::vector<const void*>& grads);
   // Ends a micro-batch; at a boundary runs the optimizer (see above). No
   // block may be acquired. Collective.

@@ -270,9 +270,9 @@ Status Engine::Impl::CopyGradientToHost(BlockId b, const std::vector<const void*
   const zero3::BlockLayout& l = layout(b);
   auto* flat = static_cast<char*>(grad_flat);
   for (size_t t = 0; t < grads.size(); ++t) {
-    ZINF_RETURN_IF_ERROR(stream->CopyAsync(flat + l.tensors[t].offset * grad_es, grads[t],
-                                           static_cast<size_t>(l.tensors[t].numel * grad_es),
-                                           CopyDirection::kDeviceToDevice));
+    ZINF_RETURN_IF_ERROR(stream->CopyAsync(
+        flat + l.tensors[t].offset * grad_es, grads[t], static_cast<size_t>(l.tensors[t].numel * grad_es),
+        options.host_device ? CopyDirection::kHostToDevice : CopyDirection::kDeviceToDevice));
   }
   if (l.padded_numel > l.numel) {
     ZINF_RETURN_IF_ERROR(

@@ -35,6 +35,7 @@ Status Engine::Impl::Init(const Config& cfg, const std::vector<BlockSpec>& block
   options = opts;
   options.hooks = nullptr;  // read here only: the pointee need not outlive Create
   if (opts.hooks != nullptr) hooks = *opts.hooks;
+  if (hooks.device != nullptr) options.host_device = false;  // the hooks' device decides
   specs = block_specs;
   // A bad config is reported before a device, MPI or NCCL is brought up.
   ZINF_RETURN_IF_ERROR(zero3::CheckEngineConfig(config, opts.grad_type));
@@ -66,7 +67,9 @@ Status Engine::Impl::InitDeviceAndComms() {
   const EngineHooks& h = hooks;
   device = h.device;
   if (device == nullptr) {
-    ZINF_ASSIGN_OR_RETURN(owned_device, CreateDevice(DeviceOptions{}));
+    DeviceOptions device_options;
+    if (options.host_device) device_options.choice = DeviceOptions::Choice::kHost;
+    ZINF_ASSIGN_OR_RETURN(owned_device, CreateDevice(device_options));
     device = owned_device.get();
   }
   ZINF_ASSIGN_OR_RETURN(stream, device->CreateStream());

@@ -57,5 +57,23 @@ TEST(EngineCudaTest, CudaDeviceTrainsBitIdenticallyToTheHostDevice) {
   EXPECT_LE((*engine)->counters().peak_live_elems, 2600);
 }
 
+// EngineOptions::host_device keeps the engine off a GPU that is there: its
+// Acquire pointers are host memory a CPU model can read (examples/).
+TEST(EngineCudaTest, HostDeviceOptionKeepsTheEngineOnTheHost) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+  comm::LocalCommunicator local;
+  EngineHooks hooks;
+  hooks.host_communicator = &local;
+  for (bool host_device : {false, true}) {
+    EngineOptions eo;
+    eo.hooks = &hooks;
+    eo.optimizer_threads = 1;
+    eo.host_device = host_device;
+    auto engine = Engine::Create(BaseConfig(), kModel.Blocks(), eo);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    EXPECT_EQ(EngineAccess::device(**engine).kind(), host_device ? DeviceKind::kHost : DeviceKind::kCuda);
+  }
+}
+
 }  // namespace
 }  // namespace zinf::zero3::testing
