@@ -45,6 +45,22 @@ StatusOr<double> SumSquares(ThreadPool& pool, Isa isa, const void* x, ElementTyp
   return sum;
 }
 
+Status SumSquaresPieces(ThreadPool& pool, Isa isa, const float* x, const int64_t* bounds, int64_t pieces, double* out) {
+  if (pieces < 0 || (pieces > 0 && (bounds == nullptr || out == nullptr || bounds[0] != 0))) {
+    return Status::InvalidArgument("sum of squares by piece: bounds must start at 0");
+  }
+  for (int64_t i = 0; i < pieces; ++i) {
+    if (bounds[i + 1] < bounds[i]) return Status::InvalidArgument("sum of squares by piece: bounds not ascending");
+  }
+  if (pieces == 0) return Status::Ok();
+  ZINF_RETURN_IF_ERROR(CheckArgs(isa, x, x, bounds[pieces], "sum of squares by piece"));
+  const internal::SumSquaresFn fn = internal::KernelsFor(isa).sum_squares[internal::TypeIndex(ElementType::kF32)];
+  pool.ParallelFor(pieces, 64, [&](int64_t, int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) out[i] = fn(x + bounds[i], bounds[i + 1] - bounds[i]);
+  });
+  return Status::Ok();
+}
+
 Status CastFromF32(ThreadPool& pool, Isa isa, const float* src, ElementType dst_dtype, void* dst, int64_t n) {
   ZINF_RETURN_IF_ERROR(CheckArgs(isa, src, dst, n, "cast from fp32"));
   const int index = internal::TypeIndex(dst_dtype);

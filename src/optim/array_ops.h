@@ -32,6 +32,11 @@ inline constexpr int64_t kMaxSumChunks = 1024;
 // kBf16 or kF16). Errors: n < 0, x null with n > 0, `isa` unsupported,
 // another dtype.
 StatusOr<double> SumSquares(ThreadPool& pool, Isa isa, const void* x, ElementType dtype, int64_t n);
+// The sums of squares of consecutive pieces of fp32 `x`: out[i] over
+// x[bounds[i], bounds[i + 1]) for i < bounds.size() - 1, each piece in one
+// kernel pass, so a piece's sum depends on its elements alone, not on the
+// array around it or the thread count. Errors: bounds not ascending from 0.
+Status SumSquaresPieces(ThreadPool& pool, Isa isa, const float* x, const int64_t* bounds, int64_t pieces, double* out);
 
 // dst[i] = round_to_nearest_even(src[i]) as `dst_dtype` (kBf16 or kF16).
 Status CastFromF32(ThreadPool& pool, Isa isa, const float* src, ElementType dst_dtype, void* dst, int64_t n);

@@ -3,21 +3,57 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <string>
 
 #include "optim/array_ops.h"
 
 namespace zinf::swap {
 
-StatusOr<double> SumSquaresBySubGroup(optim::ThreadPool& pool, optim::Isa isa, const float* x, int64_t n,
-                                      int64_t sub_group_elems) {
-  double sum = 0.0;
-  for (int64_t begin = 0; begin < n; begin += sub_group_elems) {
-    ZINF_ASSIGN_OR_RETURN(
-        double s, optim::SumSquares(pool, isa, x + begin, ElementType::kF32, std::min(sub_group_elems, n - begin)));
-    sum += s;
+ShardSquares::ShardSquares(int64_t total, int64_t cut)
+    : total_(total), cut_(std::clamp<int64_t>(cut, 1, std::max<int64_t>(total, 1))) {
+  lcm_ = std::lcm(kAtom, cut_);
+  sums_.assign(static_cast<size_t>(PieceIndex(total_)), 0.0);
+}
+
+// Boundaries below p: multiples of kAtom and of cut_ in [0, p), each
+// common multiple counted once.
+int64_t ShardSquares::PieceIndex(int64_t p) const {
+  auto up = [p](int64_t d) { return (p + d - 1) / d; };
+  return up(kAtom) + up(cut_) - up(lcm_);
+}
+
+int64_t ShardSquares::NextBoundary(int64_t p) const {
+  const int64_t a = (p / kAtom + 1) * kAtom, c = (p / cut_ + 1) * cut_;
+  return std::min({a, c, total_});
+}
+
+Status ShardSquares::Add(optim::ThreadPool& pool, optim::Isa isa, int64_t begin, const float* x, int64_t n) {
+  const int64_t end = begin + n;
+  auto boundary = [this](int64_t p) { return p == total_ || p % kAtom == 0 || p % cut_ == 0; };
+  if (begin < 0 || n < 0 || end > total_ || !boundary(begin) || !boundary(end)) {
+    return Status::InvalidArgument("sum of squares: [" + std::to_string(begin) + ", " + std::to_string(end) +
+                                   ") is not a range of whole pieces of the shard");
   }
+  bounds_.clear();
+  for (int64_t p = begin; p < end; p = NextBoundary(p)) bounds_.push_back(p - begin);
+  const int64_t pieces = static_cast<int64_t>(bounds_.size());
+  bounds_.push_back(n);
+  return optim::SumSquaresPieces(pool, isa, x, bounds_.data(), pieces, sums_.data() + PieceIndex(begin));
+}
+
+double ShardSquares::Total() const {
+  double sum = 0.0;
+  for (double x : sums_) sum += x;
   return sum;
+}
+
+void ShardSquares::Reset() { std::fill(sums_.begin(), sums_.end(), 0.0); }
+
+StatusOr<double> ShardSumSquares(optim::ThreadPool& pool, optim::Isa isa, const float* x, int64_t n, int64_t cut) {
+  ShardSquares squares(n, cut);
+  ZINF_RETURN_IF_ERROR(squares.Add(pool, isa, 0, x, n));
+  return squares.Total();
 }
 
 aio::PinnedPoolOptions GradientWindow::PoolOptions(const OptimizerSwapperOptions& options, bool pin) {
@@ -36,13 +72,14 @@ aio::PinnedPoolOptions GradientWindow::PoolOptions(const OptimizerSwapperOptions
 }
 
 StatusOr<std::unique_ptr<GradientWindow>> GradientWindow::Create(OptimizerSwapper* swapper, aio::PinnedPool* pool,
-                                                                 optim::ThreadPool* threads, optim::Isa isa) {
+                                                                 optim::ThreadPool* threads, optim::Isa isa,
+                                                                 int64_t norm_cut) {
   if (swapper == nullptr || swapper->store() == nullptr || !swapper->gradients_in_store()) {
     return Status::InvalidArgument("gradient window: needs an optimizer state on NVMe that keeps the gradient");
   }
   if (pool == nullptr || threads == nullptr)
     return Status::InvalidArgument("gradient window: needs a pool and threads");
-  std::unique_ptr<GradientWindow> w(new GradientWindow(swapper, threads, isa));
+  std::unique_ptr<GradientWindow> w(new GradientWindow(swapper, threads, isa, norm_cut));
   const int64_t groups = swapper->num_sub_groups();
   const int64_t need = swapper->store()->PaddedBytes(swapper->sub_group_elems(0) * int64_t{sizeof(float)});
   w->buffers_.resize(kBuffers);
@@ -53,7 +90,6 @@ StatusOr<std::unique_ptr<GradientWindow>> GradientWindow::Create(OptimizerSwappe
   }
   w->touched_.assign(static_cast<size_t>(groups), false);
   w->squared_.assign(static_cast<size_t>(groups), false);
-  w->squares_.assign(static_cast<size_t>(groups), 0.0);
   return w;
 }
 
@@ -88,8 +124,7 @@ Status GradientWindow::StartWrite(Buffer& b) {
   const int64_t k = b.sub_group;
   const int64_t n = swapper_.sub_group_elems(k);
   if (b.last) {
-    ZINF_ASSIGN_OR_RETURN(squares_[static_cast<size_t>(k)],
-                          optim::SumSquares(threads_, isa_, Floats(b), ElementType::kF32, n));
+    ZINF_RETURN_IF_ERROR(squares_.Add(threads_, isa_, swapper_.sub_group_begin(k), Floats(b), n));
     squared_[static_cast<size_t>(k)] = true;
   }
   ZINF_ASSIGN_OR_RETURN(b.write, store_.SwapOut(swapper_.GradientTensor(k), b.data.data()));
@@ -231,16 +266,13 @@ StatusOr<double> GradientWindow::Finish() {
     if (!touched_[i]) {
       s = StartWrite(**b);
     } else {
-      auto sq = optim::SumSquares(threads_, isa_, Floats(**b), ElementType::kF32, swapper_.sub_group_elems(k));
-      s = sq.status();
-      if (s.ok()) squares_[i] = *sq;
+      s = squares_.Add(threads_, isa_, swapper_.sub_group_begin(k), Floats(**b), swapper_.sub_group_elems(k));
     }
     (*b)->last = false;
   }
   d = Drain();
   if (s.ok()) s = d;
-  double sum = 0.0;
-  for (double x : squares_) sum += x;
+  const double sum = squares_.Total();
   Reset();
   if (!s.ok()) return s;
   return sum;
@@ -254,7 +286,7 @@ void GradientWindow::Reset() {
   }
   std::fill(touched_.begin(), touched_.end(), false);
   std::fill(squared_.begin(), squared_.end(), false);
-  std::fill(squares_.begin(), squares_.end(), 0.0);
+  squares_.Reset();
 }
 
 }  // namespace zinf::swap

@@ -16,11 +16,10 @@
 //
 // Exactness. The arithmetic is the RAM accumulator's: zero + scale * g,
 // then += scale * g per micro-batch (optim::AddScaled, elementwise), and the
-// sum of squares of each sub-group's final values (optim::SumSquares over
-// the sub-group's elements, whose order is fixed by its length), added in
-// sub-group order: exactly what SumSquaresBySubGroup gives for an array in
-// RAM, so a caller that computes its norm with it on RAM-resident gradients
-// gets the same bits. The squares are taken when a sub-group is written in
+// sum of squares of the final values is ShardSquares' (per piece, added in
+// piece order): exactly what ShardSumSquares gives for an array in RAM
+// whatever the sub-groups, so a caller that computes its norm with it on
+// RAM-resident gradients gets the same bits. The squares are taken when a sub-group is written in
 // the cycle's last micro-batch (Add's `last`), so the norm costs no
 // extra read.
 //
@@ -49,11 +48,38 @@
 
 namespace zinf::swap {
 
-// Sum of squares of `n` fp32 values of a shard cut into sub-groups of
-// `sub_group_elems`: SumSquares of each sub-group, added in order. What
-// GradientWindow::Finish returns for the same gradient.
-StatusOr<double> SumSquaresBySubGroup(optim::ThreadPool& pool, optim::Isa isa, const float* x, int64_t n,
-                                      int64_t sub_group_elems);
+// The gradient's sum of squares in an order that does not depend on how the
+// shard is cut into sub-groups, so that a fitted pipeline (sub-groups split
+// to fit offload_optimizer.buffer_count, multiples of kAtom elements), the
+// config's sub-groups and an array in RAM give the same bits. The shard is
+// cut into pieces at every multiple of kAtom and of `cut` (the config's
+// sub_group_size): every sub-group boundary of either kind is a piece
+// boundary. Each piece's squares are summed in one kernel pass
+// (optim::SumSquaresPieces) and the pieces' sums are added in index order.
+// Holds one double per piece (8 bytes per kAtom elements).
+class ShardSquares {
+ public:
+  static constexpr int64_t kAtom = 1024;  // one 4 KiB alignment unit of fp32
+  ShardSquares(int64_t total, int64_t cut);
+  // Takes the squares of shard elements [begin, begin + n), x[0] being
+  // element `begin`; begin and begin + n must be piece boundaries (or the
+  // shard's end). Replaces what an earlier Add gave for those pieces.
+  Status Add(optim::ThreadPool& pool, optim::Isa isa, int64_t begin, const float* x, int64_t n);
+  double Total() const;  // pieces never added count 0
+  void Reset();
+
+ private:
+  int64_t PieceIndex(int64_t p) const;  // pieces starting before boundary p
+  int64_t NextBoundary(int64_t p) const;
+
+  int64_t total_, cut_, lcm_;
+  std::vector<double> sums_;
+  std::vector<int64_t> bounds_;  // Add's scratch
+};
+
+// ShardSquares(n, cut) over an array in RAM: what GradientWindow::Finish
+// returns for the same gradient.
+StatusOr<double> ShardSumSquares(optim::ThreadPool& pool, optim::Isa isa, const float* x, int64_t n, int64_t cut);
 
 class GradientWindow {
  public:
@@ -68,8 +94,9 @@ class GradientWindow {
   // `swapper` must keep the gradient in its NVMe store; `pool` gives
   // kBuffers buffers of at least RequiredBufferBytes. None is owned; all
   // must outlive the window.
+  // `norm_cut`: the config's sub_group_size (ShardSquares' `cut`).
   static StatusOr<std::unique_ptr<GradientWindow>> Create(OptimizerSwapper* swapper, aio::PinnedPool* pool,
-                                                          optim::ThreadPool* threads, optim::Isa isa);
+                                                          optim::ThreadPool* threads, optim::Isa isa, int64_t norm_cut);
   ~GradientWindow();
   GradientWindow(const GradientWindow&) = delete;
   GradientWindow& operator=(const GradientWindow&) = delete;
@@ -99,8 +126,12 @@ class GradientWindow {
     int64_t used = 0;        // for least-recently-used choice
   };
 
-  GradientWindow(OptimizerSwapper* swapper, optim::ThreadPool* threads, optim::Isa isa)
-      : swapper_(*swapper), store_(*swapper->store()), threads_(*threads), isa_(isa) {}
+  GradientWindow(OptimizerSwapper* swapper, optim::ThreadPool* threads, optim::Isa isa, int64_t norm_cut)
+      : swapper_(*swapper),
+        store_(*swapper->store()),
+        threads_(*threads),
+        isa_(isa),
+        squares_(swapper->total_elems(), norm_cut) {}
   float* Floats(Buffer& b) { return reinterpret_cast<float*>(b.data.data()); }
   Buffer* Holding(int64_t k);
   // A buffer holding sub-group k's current values, read or zeroed.
@@ -118,9 +149,9 @@ class GradientWindow {
   optim::ThreadPool& threads_;
   optim::Isa isa_;
   std::vector<Buffer> buffers_;
-  std::vector<bool> touched_;    // per sub-group: added to in this cycle
-  std::vector<bool> squared_;    // per sub-group: squares_ holds its final values
-  std::vector<double> squares_;  // per sub-group sum of squares
+  std::vector<bool> touched_;  // per sub-group: added to in this cycle
+  std::vector<bool> squared_;  // per sub-group: squares_ holds its final values
+  ShardSquares squares_;
   int64_t clock_ = 0;
   int64_t nvme_bytes_ = 0;
 };

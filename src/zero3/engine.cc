@@ -299,10 +299,11 @@ Status Engine::Impl::CopyGradientToHost(BlockId b, const std::vector<const void*
 // At a gradient-accumulation boundary: the global norm, the loss scale, and
 // the update started (or skipped on an fp16 overflow).
 //
-// The sum of squares is taken per optimizer sub-group and added in
-// sub-group order on every tier (swap::SumSquaresBySubGroup; the gradient
-// window takes the same sums as it writes the last micro-batch's values),
-// so the norm, the overflow check and the clip factor agree bit for bit.
+// The sum of squares is taken in pieces cut at the config's sub-groups and
+// 4 KiB units, added in piece order, on every tier (swap::ShardSumSquares;
+// the gradient window takes the same sums as it writes the last
+// micro-batch's values, whatever sub-groups the pipeline was fitted to), so
+// the norm, the overflow check and the clip factor agree bit for bit.
 StatusOr<StepResult> Engine::Impl::ApplyStep(StepResult r) {
   const int64_t total = partitioner->total_shard_numel();
   float* acc = reinterpret_cast<float*>(accum.data());
@@ -314,8 +315,7 @@ StatusOr<StepResult> Engine::Impl::ApplyStep(StepResult r) {
     ZINF_RETURN_IF_ERROR(sq.status().WithContext("engine: the accumulated gradient"));
     sum_squares = *sq;
   } else {
-    ZINF_ASSIGN_OR_RETURN(sum_squares,
-                          swap::SumSquaresBySubGroup(*threads, isa, acc, total, plan.optimizer.sub_group_elems));
+    ZINF_ASSIGN_OR_RETURN(sum_squares, swap::ShardSumSquares(*threads, isa, acc, total, NormCut()));
   }
   ZINF_RETURN_IF_ERROR(
       host_comm->AllReduce(&sum_squares, &sum_squares, 1, ElementType::kF64, comm::ReduceOp::kSum, nullptr));

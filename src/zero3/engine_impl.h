@@ -27,6 +27,7 @@
 // ~Impl joins the worker before any of them goes.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -84,6 +85,9 @@ struct Engine::Impl {
   Status PrepareCheckpointIo();
   std::map<std::string, std::string> Manifest() const;
 
+  // Where the gradient's sum of squares is cut besides 4 KiB units: the
+  // config's sub_group_size, not the pipeline's fitted one (ShardSquares).
+  int64_t NormCut() const { return std::min<int64_t>(config.zero.sub_group_size, partitioner->total_shard_numel()); }
   const zero3::BlockLayout& layout(BlockId b) const { return partitioner->layout(b); }
   const std::string& name(BlockId b) const { return specs[static_cast<size_t>(b)].name; }
 

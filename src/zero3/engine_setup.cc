@@ -172,8 +172,8 @@ Status Engine::Impl::InitOptimizer() {
   scaler = std::make_unique<optim::LossScaler>(std::move(ls));
   if (plan.grad_window.buffer_count > 0) {
     ZINF_ASSIGN_OR_RETURN(grad_window_pool, aio::PinnedPool::Create(plan.grad_window));
-    ZINF_ASSIGN_OR_RETURN(grad_window,
-                          swap::GradientWindow::Create(optimizer.get(), grad_window_pool.get(), threads.get(), isa));
+    ZINF_ASSIGN_OR_RETURN(grad_window, swap::GradientWindow::Create(optimizer.get(), grad_window_pool.get(),
+                                                                    threads.get(), isa, NormCut()));
   }
   return Status::Ok();
 }

@@ -1,10 +1,12 @@
 // GradientWindow against a RAM accumulator: the same ranges added in any
 // order over several micro-batches leave the same gradient in the store,
-// bit for bit, and Finish's sum of squares is SumSquaresBySubGroup's.
+// bit for bit, and Finish's sum of squares is ShardSumSquares'; ShardSquares
+// gives the same bits whatever sub-groups cut the shard.
 #include "swap/gradient_window.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -73,7 +75,7 @@ class GradientWindowTest : public ::testing::Test {
     ASSERT_EQ(wo.buffer_count, GradientWindow::kBuffers);
     auto wpool = aio::PinnedPool::Create(wo);
     ASSERT_TRUE(wpool.ok()) << wpool.status().ToString();
-    auto window = GradientWindow::Create(swapper->get(), wpool->get(), threads_.get(), optim::Isa::kScalar);
+    auto window = GradientWindow::Create(swapper->get(), wpool->get(), threads_.get(), optim::Isa::kScalar, kSubGroup);
     ASSERT_TRUE(window.ok()) << window.status().ToString();
 
     const float scale = 1.0f / static_cast<float>(micro);
@@ -91,7 +93,7 @@ class GradientWindowTest : public ::testing::Test {
       }
       auto got_sum = (*window)->Finish();
       ASSERT_TRUE(got_sum.ok()) << got_sum.status().ToString();
-      auto want_sum = SumSquaresBySubGroup(*threads_, optim::Isa::kScalar, want.data(), kTotal, kSubGroup);
+      auto want_sum = ShardSumSquares(*threads_, optim::Isa::kScalar, want.data(), kTotal, kSubGroup);
       ASSERT_TRUE(want_sum.ok());
       EXPECT_EQ(std::memcmp(&*got_sum, &*want_sum, sizeof(double)), 0) << *got_sum << " vs " << *want_sum;
       std::vector<float> got(static_cast<size_t>(kTotal));
@@ -146,7 +148,7 @@ TEST_F(GradientWindowTest, WriteErrorsReachTheCaller) {
   ASSERT_TRUE(swapper.ok()) << swapper.status().ToString();
   auto wpool = aio::PinnedPool::Create(GradientWindow::PoolOptions(o, false));
   ASSERT_TRUE(wpool.ok());
-  auto window = GradientWindow::Create(swapper->get(), wpool->get(), threads_.get(), optim::Isa::kScalar);
+  auto window = GradientWindow::Create(swapper->get(), wpool->get(), threads_.get(), optim::Isa::kScalar, kSubGroup);
   ASSERT_TRUE(window.ok()) << window.status().ToString();
   io->injector().set_enabled(true);
   const std::vector<float> g = RandomFloats(kTotal, 3);
@@ -170,7 +172,38 @@ TEST_F(GradientWindowTest, NeedsAStoredGradient) {
   auto swapper = OptimizerSwapper::Create(o, io.get(), pool.get());
   ASSERT_TRUE(swapper.ok());
   auto wpool = MakePool(GradientWindow::kBuffers, OptimizerSwapper::RequiredBufferBytes(o, 4096));
-  EXPECT_EQ(GradientWindow::Create(swapper->get(), wpool.get(), threads_.get(), optim::Isa::kScalar).status().code(),
+  EXPECT_EQ(GradientWindow::Create(swapper->get(), wpool.get(), threads_.get(), optim::Isa::kScalar, kSubGroup)
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
+// The norm's order does not follow the sub-groups: pieces added through any
+// split whose boundaries are multiples of the atom or of the config's cut
+// (a fitted pipeline's sub-groups, the config's own), in any order, give the
+// bits of the whole array in RAM; a range that cuts a piece is refused.
+TEST_F(GradientWindowTest, ShardSquaresDoNotDependOnTheSubGroups) {
+  constexpr int64_t kN = 70'001, kCut = 10'000;  // the config's sub_group_size, not a multiple of 1024
+  std::vector<float> x = RandomFloats(kN, 7);
+  for (float& v : x) v *= 1e3f;  // magnitudes where the order of a double sum shows
+  auto want = ShardSumSquares(*threads_, optim::Isa::kScalar, x.data(), kN, kCut);
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  double plain = 0.0;  // the squares added in one pass: not the same bits in general
+  for (float v : x) plain += double(v) * double(v);
+  EXPECT_NEAR(*want, plain, 1e-9 * plain);
+  for (int64_t piece : {kCut, int64_t{3 * 1024}, int64_t{1024}, int64_t{40 * 1024}}) {
+    ShardSquares squares(kN, kCut);
+    std::vector<int64_t> starts;
+    for (int64_t b = 0; b < kN; b += piece) starts.push_back(b);
+    std::shuffle(starts.begin(), starts.end(), std::mt19937_64(static_cast<uint64_t>(piece)));
+    for (int64_t b : starts) {
+      const int64_t n = std::min(piece, kN - b);
+      ASSERT_TRUE(squares.Add(*threads_, optim::Isa::kScalar, b, x.data() + b, n).ok()) << piece;
+    }
+    EXPECT_EQ(squares.Total(), *want) << "sub-groups of " << piece;
+  }
+  ShardSquares squares(kN, kCut);
+  EXPECT_EQ(squares.Add(*threads_, optim::Isa::kScalar, 100, x.data() + 100, 1000).code(),
             StatusCode::kInvalidArgument);
 }
 

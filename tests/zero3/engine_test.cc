@@ -94,7 +94,7 @@ INSTANTIATE_TEST_SUITE_P(Tiers, EngineTierTest,
                          });
 
 // DeepSpeed's buffer semantics: offload_optimizer.buffer_count 4 with both
-// pipelines (9 buffers needed) splits the sub-groups to fit the given pinned
+// pipelines (12 buffers needed: master, m, v, gradient) splits the sub-groups to fit the given pinned
 // memory, and offload_param buffers smaller than a shard are re-cut; the
 // training is bit-identical to the same config with buffers that need no
 // fitting, and to the all-resident run.
@@ -108,7 +108,7 @@ TEST(EngineTest, BuffersFittedToTheConfigTrainBitIdentically) {
   SetTiers(resident, OffloadDevice::kNone, OffloadDevice::kNone, dir);
   SetTiers(config, OffloadDevice::kNvme, OffloadDevice::kNvme, dir);
   Config unfitted = config;
-  unfitted.zero.offload_optimizer.buffer_count = 9;
+  unfitted.zero.offload_optimizer.buffer_count = 12;
   unfitted.zero.offload_param.buffer_size = 2000;
   config.zero.offload_optimizer.buffer_count = 4;
   config.zero.offload_param.buffer_count = 4;
@@ -121,7 +121,7 @@ TEST(EngineTest, BuffersFittedToTheConfigTrainBitIdentically) {
   EXPECT_EQ(fitted_plan->fitted.size(), 2u);
   EXPECT_TRUE(unfitted_plan->fitted.empty());
   EXPECT_EQ(unfitted_plan->num_sub_groups, 1);
-  EXPECT_EQ(fitted_plan->optimizer.sub_group_elems, 1024);  // 9 x 4 KiB within 4 x 16 KiB
+  EXPECT_EQ(fitted_plan->optimizer.sub_group_elems, 1024);  // 12 x 4 KiB within 4 x 16 KiB
   EXPECT_EQ(fitted_plan->num_sub_groups, 4);
   EXPECT_EQ(fitted_plan->param_swap_buffers.buffer_count, 2);  // 4 x 700 elements re-cut into shards of 1230
 
