@@ -336,7 +336,7 @@ void PlanNewParams(BufferPlan& p) {
     return;
   }
   p.new_params_ring_elems = want;
-  p.new_params = OneBuffer((want + p.max_shard_elems) * p.param_elem_bytes, true, "new params");
+  p.new_params = OneBuffer(want * p.param_elem_bytes, true, "new params");
 }
 
 }  // namespace
@@ -415,10 +415,10 @@ std::vector<BufferItem> BufferPlan::Items() const {
   pool(grad_accumulator, "fp32 gradient accumulator (whole shard)");
   pool(grad_window, "gradient window (" + std::to_string(grad_window.buffer_count) + " x one fp32 sub-group of " +
                         Elems(optimizer.sub_group_elems) + ": the gradient accumulated on NVMe)");
-  pool(new_params, new_params_ring_elems == 0 || new_params_ring_elems >= total_shard_elems
-                       ? "new-parameter buffer (whole shard, working type)"
-                       : "new-parameter ring (" + Elems(new_params_ring_elems) +
-                             ": sub-groups written home block by block, and one largest shard)");
+  pool(new_params,
+       new_params_ring_elems == 0 || new_params_ring_elems >= total_shard_elems
+           ? "new-parameter buffer (whole shard, working type)"
+           : "new-parameter ring (" + Elems(new_params_ring_elems) + ": sub-groups written home block by block)");
   pool(grad_staging, "gradient staging (largest shard)");
   pool(checkpoint_buffers, "checkpoint buffers (2, made at the first save or load)");
 

@@ -113,8 +113,8 @@ struct BufferPlan {
   // host RAM or on NVMe (whose writes copy at once), a ring of
   // new_params_ring_elems (a multiple of the sub-group, at least two
   // sub-groups and the largest shard, or the whole shard when that is
-  // smaller) drained block by block into the home, plus one largest shard
-  // to put a block that wraps around the ring's end back together; with
+  // smaller) drained block by block into the home (a block that wraps
+  // around the ring's end is joined in grad_staging, idle then); with
   // the home on the device (whose writes are asynchronous), the whole shard
   // (new_params_ring_elems 0).
   aio::PinnedPoolOptions new_params;

@@ -423,9 +423,10 @@ StatusOr<bool> Engine::Impl::RefreshOne(BlockId b, bool wait) {
   const int64_t ring = plan.new_params_ring_elems;
   const char* src = new_params.data() + (ring > 0 ? l.rank_offset % ring : l.rank_offset) * param_es;
   if (ring > 0 && l.rank_offset % ring + l.shard_numel > ring) {
-    // The shard wraps around the ring's end: joined behind the ring (the
-    // home copies it at once, so the space is free again on return).
-    char* joined = new_params.data() + ring * param_es;
+    // The shard wraps around the ring's end: joined in the gradient
+    // staging window, idle while an update is pending (ReduceGradients
+    // finishes the update first); the home copies it at once.
+    char* joined = staging.data();
     const int64_t head = ring - l.rank_offset % ring;
     std::memcpy(joined, src, static_cast<size_t>(head * param_es));
     std::memcpy(joined + head * param_es, new_params.data(), static_cast<size_t>((l.shard_numel - head) * param_es));
