@@ -21,6 +21,7 @@ void ExplainOptimizer(const Config& c, const zero3::BufferPlan* plan, int64_t sh
   if (o.device == OffloadDevice::kNvme) {
     swap::OptimizerSwapperOptions so =
         plan ? plan->optimizer : swap::OptimizerSwapperOptionsFromConfig(z, shard > 0 ? shard : z.sub_group_size);
+    so.gradients_in_store = true;  // as the engine does on NVMe (BufferPlan): 4 arrays per sub-group
     if (!plan) {
       // The plan fitted its pipeline already (BufferPlan::fitted); without it, fit here.
       const std::string fit = zero3::FitOptimizerPipeline(so);
@@ -30,18 +31,18 @@ void ExplainOptimizer(const Config& c, const zero3::BufferPlan* plan, int64_t sh
     const int64_t bytes =
         plan ? plan->optimizer_pipeline.buffer_bytes : swap::OptimizerSwapper::RequiredBufferBytes(so, 4096);
     const int in_flight = 1 + int{so.pipeline_read} + int{so.pipeline_write};
-    const int64_t slots = uses / 3;
+    const int64_t slots = uses / 4;
     const int64_t ahead = slots - 1 - int64_t{so.pipeline_write};
-    lines.push_back(
-        "offload_optimizer (nvme): buffer_count " + std::to_string(o.buffer_count) + "; the pipeline pins " +
-        std::to_string(uses) + " buffers of " + FormatBytes(bytes) + " (one fp32 sub-group of " +
-        FormatCount(so.sub_group_elems) + " elements) = " + FormatBytes(uses * bytes) +
-        ": 3 arrays (master, m, v; the gradient is in RAM) x " + std::to_string(slots) + " sub-group(s) in flight (" +
-        (in_flight == 1
-             ? "no pipelining"
-             : (so.pipeline_read ? "read " + std::to_string(ahead) + " ahead" : std::string()) +
-                   (so.pipeline_read && so.pipeline_write ? ", " : "") + (so.pipeline_write ? "write behind" : "")) +
-        ")");
+    lines.push_back("offload_optimizer (nvme): buffer_count " + std::to_string(o.buffer_count) +
+                    "; the pipeline pins " + std::to_string(uses) + " buffers of " + FormatBytes(bytes) +
+                    " (one fp32 sub-group of " + FormatCount(so.sub_group_elems) +
+                    " elements) = " + FormatBytes(uses * bytes) + ": 4 arrays (master, m, v, gradient) x " +
+                    std::to_string(slots) + " sub-group(s) in flight (" +
+                    (in_flight == 1 ? "no pipelining"
+                                    : (so.pipeline_read ? "read " + std::to_string(ahead) + " ahead" : std::string()) +
+                                          (so.pipeline_read && so.pipeline_write ? ", " : "") +
+                                          (so.pipeline_write ? "write behind" : "")) +
+                    ")");
   } else if (o.device == OffloadDevice::kCpu) {
     const std::string total = plan ? " = " +
                                          FormatBytes(aio::PinnedPool::MappedBytes(plan->optimizer_resident) +

@@ -273,9 +273,11 @@ void StepTime(const PlanInputs& in, const Config& config, int world, PlanOption&
   const int64_t fetch_bytes = 2 * gas * total * pes;
   const int64_t param_read = popt == OffloadDevice::kNvme ? fetch_bytes * world : 0;
   const int64_t param_write = popt == OffloadDevice::kNvme ? total * pes * world : 0;
-  // The optimizer update: master, m, v read and written (the gradient is in RAM).
-  const int64_t optim_read = oopt == OffloadDevice::kNvme ? 12 * total * world : 0;
-  const int64_t optim_write = oopt == OffloadDevice::kNvme ? 12 * total * world : 0;
+  // The optimizer update: master, m, v read and written; on NVMe the fp32
+  // gradient lives there too: written every micro-batch, read back to
+  // accumulate after the first, and read by the update.
+  const int64_t optim_read = oopt == OffloadDevice::kNvme ? (12 + 4 * gas) * total * world : 0;
+  const int64_t optim_write = oopt == OffloadDevice::kNvme ? (12 + 4 * gas) * total * world : 0;
   o.nvme_read_bytes = param_read + optim_read;
   o.nvme_write_bytes = param_write + optim_write;
   o.h2d_bytes = (popt == OffloadDevice::kNone ? 0 : fetch_bytes) + (popt == OffloadDevice::kNone ? total * pes : 0);

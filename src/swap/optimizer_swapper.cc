@@ -412,6 +412,12 @@ Status OptimizerSwapper::Step(const optim::CpuAdam& adam, const optim::AdamStepA
                                        ? "optimizer step: the gradient is stored here; StepIo::grads must be null"
                                        : "optimizer step: StepIo::grads must hold the gradient");
   }
+  if (io.params_ring_elems > 0 && io.params_ring_elems < options_.total_elems &&
+      io.params_ring_elems % options_.sub_group_elems != 0) {
+    return Status::InvalidArgument("optimizer step: a parameter ring of " + std::to_string(io.params_ring_elems) +
+                                   " elements is not a multiple of the sub-group size " +
+                                   std::to_string(options_.sub_group_elems));
+  }
   const bool nvme = store_ != nullptr;
   const int64_t read_ahead =
       options_.pipeline_read ? static_cast<int64_t>(slots_.size()) - 1 - int64_t{options_.pipeline_write} : 0;
@@ -446,16 +452,16 @@ Status OptimizerSwapper::Step(const optim::CpuAdam& adam, const optim::AdamStepA
     if (!options_.gradients_in_store) span.grads = io.grads + sub_group_begin(k);
     span.grad_dtype = ElementType::kF32;
     const bool copy_master = io.params != nullptr && io.params_dtype == ElementType::kF32;
+    const int64_t out = io.params_ring_elems > 0 ? sub_group_begin(k) % io.params_ring_elems : sub_group_begin(k);
     if (io.params != nullptr && !copy_master) {
-      span.params16 = static_cast<char*>(io.params) + sub_group_begin(k) * 2;
+      span.params16 = static_cast<char*>(io.params) + out * 2;
       span.params16_dtype = io.params_dtype;
     }
     s = io.no_decay != nullptr ? adam.UpdateMasked(span, args, sub_group_begin(k), *io.no_decay)
                                : adam.Update(span, args);
     if (!s.ok()) break;
     if (copy_master) {
-      std::memcpy(static_cast<float*>(io.params) + sub_group_begin(k), span.params,
-                  static_cast<size_t>(span.n) * sizeof(float));
+      std::memcpy(static_cast<float*>(io.params) + out, span.params, static_cast<size_t>(span.n) * sizeof(float));
     }
 
     // Writes: k goes back while k+1 runs (pipeline_write), or now.

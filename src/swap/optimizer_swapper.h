@@ -83,6 +83,10 @@ struct StepIo {
   // kF16, or kF32: a copy of the master weights); null: none are written.
   void* params = nullptr;
   ElementType params_dtype = ElementType::kBf16;
+  // > 0: `params` is a ring of that many elements, a multiple of
+  // sub_group_elems (or >= total_elems): element i goes to i % ring, so a
+  // sub-group never wraps. The caller drains it in on_sub_group.
+  int64_t params_ring_elems = 0;
   // total_elems fp32 gradients; required without gradients_in_store, and
   // must be null with it.
   const float* grads = nullptr;

@@ -315,6 +315,32 @@ std::string_view BufferTierName(BufferTier tier) {
   return "?";
 }
 
+namespace {
+
+// The new-parameter window (BufferPlan::new_params).
+void PlanNewParams(BufferPlan& p) {
+  const int64_t total = p.total_shard_elems;
+  if (p.param_home == OffloadDevice::kNone) {
+    p.new_params = OneBuffer(total * p.param_elem_bytes, true, "new params");
+    return;
+  }
+  // Two sub-groups (the one the worker writes, the one before it) and a
+  // block: the driver drains blocks in order, so the worker, waiting for
+  // space for sub-group k, only waits for blocks ending inside sub-group
+  // k-1 or earlier, which it has published.
+  const int64_t g = p.optimizer.sub_group_elems > 0 ? p.optimizer.sub_group_elems : total;
+  const int64_t want = (2 * g + p.max_shard_elems + g - 1) / g * g;
+  if (want >= total) {
+    p.new_params = OneBuffer(total * p.param_elem_bytes, true, "new params");
+    p.new_params_ring_elems = total;
+    return;
+  }
+  p.new_params_ring_elems = want;
+  p.new_params = OneBuffer(want * p.param_elem_bytes, true, "new params");
+}
+
+}  // namespace
+
 StatusOr<BufferPlan> MakeBufferPlan(const Config& config, const std::vector<BlockSpec>& blocks, int world_size,
                                     DeviceKind device_kind, ElementType grad_type, int64_t max_held_elems) {
   BufferPlan p;
@@ -337,7 +363,7 @@ StatusOr<BufferPlan> MakeBufferPlan(const Config& config, const std::vector<Bloc
   PlanCheckpoints(p);
   p.grad_accumulator =
       p.optimizer.gradients_in_store ? NoPool("grad accumulator") : OneBuffer(total * 4, true, "grad accumulator");
-  p.new_params = OneBuffer(total * p.param_elem_bytes, true, "new params");
+  PlanNewParams(p);
   // The gradient shard as it comes off the device, and its fp32 cast behind it.
   p.grad_staging = OneBuffer(p.max_shard_elems * 8, true, "grad staging");
   p.grad_flat_bytes = p.max_padded_elems * p.grad_elem_bytes;
@@ -389,7 +415,10 @@ std::vector<BufferItem> BufferPlan::Items() const {
   pool(grad_accumulator, "fp32 gradient accumulator (whole shard)");
   pool(grad_window, "gradient window (" + std::to_string(grad_window.buffer_count) + " x one fp32 sub-group of " +
                         Elems(optimizer.sub_group_elems) + ": the gradient accumulated on NVMe)");
-  pool(new_params, "new-parameter buffer (whole shard, working type)");
+  pool(new_params,
+       new_params_ring_elems == 0 || new_params_ring_elems >= total_shard_elems
+           ? "new-parameter buffer (whole shard, working type)"
+           : "new-parameter ring (" + Elems(new_params_ring_elems) + ": sub-groups written home block by block)");
   pool(grad_staging, "gradient staging (largest shard)");
   pool(checkpoint_buffers, "checkpoint buffers (2, made at the first save or load)");
 

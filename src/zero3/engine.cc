@@ -248,21 +248,25 @@ Status Engine::Impl::Commit() {
 }
 
 // The working parameters of the whole shard from the optimizer's fp32
-// master weights, in new_params and at their home tier: block by block
-// through the staging window (no whole-shard fp32 copy).
+// master weights, at their home tier: block by block through the staging
+// window (no whole-shard fp32 copy). A home whose writes copy at once
+// (new_params is a ring) takes each block as it is cast; the device home
+// takes the whole shard from new_params.
 Status Engine::Impl::WriteHomeFromMaster() {
   auto* master = reinterpret_cast<float*>(staging.data());
+  const bool ring = plan.new_params_ring_elems > 0;
   for (BlockId b = 0; b < partitioner->num_blocks(); ++b) {
     const zero3::BlockLayout& l = layout(b);
     ZINF_RETURN_IF_ERROR(optimizer->ReadMaster(l.rank_offset, l.shard_numel, master));
-    char* dst = new_params.data() + l.rank_offset * param_es;
+    char* dst = new_params.data() + (ring ? 0 : l.rank_offset * param_es);
     if (param_type == ElementType::kF32) {
       std::memcpy(dst, master, static_cast<size_t>(l.shard_numel * 4));
     } else {
       ZINF_RETURN_IF_ERROR(optim::CastFromF32(*threads, isa, master, param_type, dst, l.shard_numel));
     }
+    if (ring) ZINF_RETURN_IF_ERROR(home->WriteBlock(b, dst));
   }
-  return home->WriteAll(new_params.data());
+  return ring ? home->Flush() : home->WriteAll(new_params.data());
 }
 
 // The block's gradient, reduce-scattered over the ranks, in `staging`.
@@ -354,12 +358,14 @@ StatusOr<StepResult> Engine::Impl::ApplyStep(StepResult r) {
 }
 
 // Starts the optimizer's walk over the sub-groups on the worker: Adam on
-// the accumulated gradient, new parameters into new_params, and the
+// the accumulated gradient, new parameters into new_params (its whole
+// shard, or its ring drained by RefreshHome), and the
 // consumed gradient zeroed for the next cycle. Every block goes stale.
 Status Engine::Impl::StartUpdate(const optim::AdamStepArgs& args) {
   Status s = update.Start([this, args](zero3::UpdateWorker::Progress& progress) { return RunUpdate(args, progress); });
   if (!s.ok()) return s.WithContext("engine");  // nothing was stepped: the homes hold the current parameters
   std::fill(stale.begin(), stale.end(), true);
+  refresh_next = 0;
   update_pending = true;
   return Status::Ok();
 }
@@ -368,14 +374,21 @@ Status Engine::Impl::StartUpdate(const optim::AdamStepArgs& args) {
 Status Engine::Impl::RunUpdate(const optim::AdamStepArgs& args, zero3::UpdateWorker::Progress& progress) {
   float* acc = reinterpret_cast<float*>(accum.data());  // null: the gradient is in the optimizer's store
   swap::StepIo sio;
+  const int64_t ring = plan.new_params_ring_elems;
   sio.params = new_params.data();
   sio.params_dtype = param_type;
+  sio.params_ring_elems = ring;
   sio.grads = acc;
   if (!no_decay.empty()) sio.no_decay = &no_decay;
   sio.on_sub_group = [&](int64_t k) {
     const int64_t begin = optimizer->sub_group_begin(k), n = optimizer->sub_group_elems(k);
     if (acc != nullptr) std::memset(acc + begin, 0, static_cast<size_t>(n) * sizeof(float));
     progress.Publish(begin + n);
+    // Sub-group k+1 overwrites the ring's elements `ring` before it: they
+    // must be home first.
+    if (ring > 0 && k + 1 < optimizer->num_sub_groups()) {
+      progress.WaitConsumed(optimizer->sub_group_begin(k + 1) + optimizer->sub_group_elems(k + 1) - ring);
+    }
     return Status::Ok();
   };
   return optimizer->Step(*adam, args, sio);
@@ -385,12 +398,42 @@ Status Engine::Impl::RunUpdate(const optim::AdamStepArgs& args, zero3::UpdateWor
 // worker has stepped the block's shard range, its new parameters are
 // written home. `wait`: block until then; otherwise returns false when the
 // worker is not there yet. A failed update is returned as its error.
+//
+// With new_params a ring, the blocks before b go home first, in block
+// (= shard) order, and each one's ring space is handed back to the worker
+// (UpdateWorker::Consume): the worker waits only for blocks ending in
+// sub-groups it has already published, so neither side waits forever.
 StatusOr<bool> Engine::Impl::RefreshHome(BlockId b, bool wait) {
+  if (!stale[static_cast<size_t>(b)]) return true;
+  if (plan.new_params_ring_elems == 0) return RefreshOne(b, wait);
+  for (BlockId c = refresh_next; c <= b; ++c) {
+    ZINF_ASSIGN_OR_RETURN(bool there, RefreshOne(c, wait));
+    if (!there) return false;
+    refresh_next = c + 1;
+    update.Consume(layout(c).rank_offset + layout(c).shard_numel);
+  }
+  return true;
+}
+
+// RefreshHome for block b alone.
+StatusOr<bool> Engine::Impl::RefreshOne(BlockId b, bool wait) {
   if (!stale[static_cast<size_t>(b)]) return true;
   const zero3::BlockLayout& l = layout(b);
   ZINF_ASSIGN_OR_RETURN(bool there, update.WaitFor(l.rank_offset + l.shard_numel, wait, &counters.optimizer_ns));
   if (!there) return false;
-  ZINF_RETURN_IF_ERROR(home->WriteBlock(b, new_params.data() + l.rank_offset * param_es));
+  const int64_t ring = plan.new_params_ring_elems;
+  const char* src = new_params.data() + (ring > 0 ? l.rank_offset % ring : l.rank_offset) * param_es;
+  if (ring > 0 && l.rank_offset % ring + l.shard_numel > ring) {
+    // The shard wraps around the ring's end: joined in the gradient
+    // staging window, idle while an update is pending (ReduceGradients
+    // finishes the update first); the home copies it at once.
+    char* joined = staging.data();
+    const int64_t head = ring - l.rank_offset % ring;
+    std::memcpy(joined, src, static_cast<size_t>(head * param_es));
+    std::memcpy(joined + head * param_es, new_params.data(), static_cast<size_t>((l.shard_numel - head) * param_es));
+    src = joined;
+  }
+  ZINF_RETURN_IF_ERROR(home->WriteBlock(b, src));
   stale[static_cast<size_t>(b)] = false;
   return true;
 }
@@ -412,9 +455,13 @@ void Engine::Impl::JoinWorker() {
 // LoadCheckpoint replaces the state.
 Status Engine::Impl::FinishUpdate() {
   if (!update_pending) return update_failed;
-  JoinWorker();
+  // The blocks home as the worker steps them (a ring must be drained for
+  // the worker to finish), then the worker joined: an error of its own
+  // after its last sub-group surfaces there.
   Status s = update_failed;
   for (BlockId b = 0; s.ok() && b < static_cast<BlockId>(stale.size()); ++b) s = RefreshHome(b, /*wait=*/true).status();
+  JoinWorker();
+  if (s.ok()) s = update_failed;
   if (s.ok()) s = home->Flush();
   // Copies out of new_params must be done before the next update rewrites it.
   Status sync = stream->Synchronize();

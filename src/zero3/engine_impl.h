@@ -11,7 +11,9 @@
 // new parameters are ready first: a block is "stale" until the worker has
 // stepped the sub-groups covering its shard range, and the driving thread
 // writes its new parameters home (RefreshHome) when a fetch needs it,
-// waiting only if the worker has not got that far. Everything that reads or
+// waiting only if the worker has not got that far. With the home in RAM or
+// on NVMe the new parameters pass through a bounded ring (BufferPlan::
+// new_params), drained in block order, that the worker waits on. Everything that reads or
 // writes the optimizer state or the gradient accumulator (ReduceGradients,
 // Step, checkpoints, GetMasterParameters) first waits for the whole update
 // (FinishUpdate), which is also where an error from the worker surfaces.
@@ -75,6 +77,7 @@ struct Engine::Impl {
   Status StartUpdate(const optim::AdamStepArgs& args);
   Status RunUpdate(const optim::AdamStepArgs& args, zero3::UpdateWorker::Progress& progress);
   StatusOr<bool> RefreshHome(BlockId b, bool wait);
+  StatusOr<bool> RefreshOne(BlockId b, bool wait);
   void JoinWorker();
   Status FinishUpdate();
   Status CopyGradientToHost(BlockId b, const std::vector<const void*>& grads);
@@ -148,6 +151,7 @@ struct Engine::Impl {
   zero3::UpdateWorker update;
   bool update_pending = false;  // started, and FinishUpdate has not run since
   std::vector<bool> stale;      // home holds the parameters from before the update
+  BlockId refresh_next = 0;     // new_params a ring: the first block not yet home
   Status update_failed;         // sticky until LoadCheckpoint: the state is partly stepped
 
   EngineCounters counters;

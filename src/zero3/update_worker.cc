@@ -25,8 +25,17 @@ void UpdateWorker::Progress::Publish(int64_t n) {
   worker_->cv_.notify_all();
 }
 
-UpdateWorker::~UpdateWorker() {
-  if (thread_.joinable()) thread_.join();
+void UpdateWorker::Progress::WaitConsumed(int64_t n) {
+  std::unique_lock<std::mutex> lock(worker_->mu_);
+  worker_->cv_.wait(lock, [&] { return worker_->consumed_ >= n; });
+}
+
+UpdateWorker::~UpdateWorker() { Join().IgnoreError(); }
+
+void UpdateWorker::Consume(int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (n > consumed_) consumed_ = n;
+  cv_.notify_all();
 }
 
 Status UpdateWorker::Start(Body body) {
@@ -34,6 +43,7 @@ Status UpdateWorker::Start(Body body) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     done_elems_ = 0;
+    consumed_ = 0;
     ended_ = false;
     status_ = Status::Ok();
   }
@@ -71,6 +81,11 @@ StatusOr<bool> UpdateWorker::WaitFor(int64_t n, bool wait, int64_t* waited_ns) {
 Status UpdateWorker::Join(int64_t* waited_ns) {
   if (!thread_.joinable()) return Status::Ok();  // joined already: its result was returned then
   const auto t0 = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);  // the driver takes no more: let the body run to its end
+    consumed_ = INT64_MAX;
+    cv_.notify_all();
+  }
   thread_.join();
   AddSince(t0, waited_ns);
   std::lock_guard<std::mutex> lock(mu_);

@@ -9,6 +9,13 @@
 // and returns its Status; WaitFor(n) blocks until the prefix is there or
 // the body has ended, Join collects the result.
 //
+// Back-pressure (bounded output windows): the body may write its output
+// into a ring that the driver drains; the driver says how far it has taken
+// the output with Consume(n), and the body waits for that with
+// WaitConsumed(n) before overwriting ring space. Join gives the rest up
+// (consumption is treated as complete), so a body never waits on a driver
+// that has stopped draining.
+//
 // Thread-safety: Start, WaitFor, Join, active and the destructor are called
 // by one driving thread; the body runs on the worker thread and calls only
 // the Progress it is given. Every shared field is guarded by mu_.
@@ -32,6 +39,9 @@ class UpdateWorker {
     // Elements [0, n) are done. n must not be smaller than a value
     // published before.
     void Publish(int64_t n);
+    // Blocks until the driver has consumed elements [0, n) (Consume) or
+    // Join has given the rest up.
+    void WaitConsumed(int64_t n);
 
    private:
     friend class UpdateWorker;
@@ -60,8 +70,13 @@ class UpdateWorker {
   // `waited_ns` (optional) gets the time spent blocked added to it.
   StatusOr<bool> WaitFor(int64_t n, bool wait, int64_t* waited_ns = nullptr);
 
+  // Elements [0, n) of the body's output have been taken by the driver
+  // (their ring space may be reused). Reset to 0 by Start.
+  void Consume(int64_t n);
+
   // Waits for the body to end and returns its Status (OK when none was
-  // started since the last Join). `waited_ns` as in WaitFor.
+  // started since the last Join); the body's waits for consumption end at
+  // once. `waited_ns` as in WaitFor.
   Status Join(int64_t* waited_ns = nullptr);
 
  private:
@@ -72,6 +87,7 @@ class UpdateWorker {
   std::condition_variable cv_;
   int64_t done_elems_ = INT64_MAX;  // guarded by mu_
   bool ended_ = true;               // guarded by mu_
+  int64_t consumed_ = INT64_MAX;    // guarded by mu_
   Status status_;                   // guarded by mu_: the body's result once ended_
 };
 

@@ -57,7 +57,7 @@ PlanInputs HundredB() {
   PlanInputs in;
   in.model = *GptConfigForParameterCount(100'000'000'000, 2048, 50257);
   in.gpu_bytes = 24 * kGiB;
-  in.cpu_bytes = 256 * kGiB;
+  in.cpu_bytes = 128 * kGiB;  // less than the 16-bit parameters (186 GiB): they go to NVMe
   in.nvme_bytes = 2048 * kGiB;
   in.nvme_paths = {"/nvme0"};
   return in;
@@ -85,8 +85,8 @@ TEST(PlanTest, HundredBillionOnOneGpuPicksNvmeNvme) {
   EXPECT_EQ(chosen.optimizer, OffloadDevice::kNvme);
   EXPECT_TRUE(chosen.state_fits);
   EXPECT_FALSE(plan->chosen_fits);  // the GPU: the trainer's fp32 scratch and activations
-  // RAM: the gradient accumulates on NVMe; the whole-shard new-parameter
-  // buffer (2 B/param, 186 GiB) and the windows fit 256 GiB.
+  // RAM: only windows (the gradient accumulates on NVMe, the new
+  // parameters go home through a ring): they fit 128 GiB.
   EXPECT_TRUE(chosen.fits_cpu);
   EXPECT_TRUE(chosen.fits_nvme);
   for (OffloadDevice o : {OffloadDevice::kCpu, OffloadDevice::kNvme}) {
@@ -106,11 +106,10 @@ TEST(PlanTest, HundredBillionOnOneGpuPicksNvmeNvme) {
 // The RAM column of every option is the BufferPlan's host items, exactly
 // (per rank, times the ranks of the node). For GPT-3 175B on one 24 GiB GPU
 // with 128 GiB of RAM and 100B with 96 GiB, parameters and optimizer on NVMe:
-// what RAM holds besides the whole-shard host buffers the engine still has
-// today (fp32 gradient accumulator, new-parameter buffer, start-up master;
-// bounded windows replace them) is windows of a shard or a sub-group, which
-// fit. Once those three are gone from the BufferPlan this is the column
-// itself, and fits_cpu holds (cli/plan_175b_json checks that).
+// RAM holds no whole-shard buffer (no fp32 gradient accumulator, the new
+// parameters through a ring smaller than the shard, no start-up master),
+// only windows of a shard or a sub-group, and they fit (fits_cpu; also
+// cli/plan_175b_json).
 TEST(PlanTest, RamOfNvmeTiersIsTheBufferPlansWindows) {
   struct Case {
     const char* model;
@@ -138,13 +137,15 @@ TEST(PlanTest, RamOfNvmeTiersIsTheBufferPlansWindows) {
     auto mapped = [](const aio::PinnedPoolOptions& p) {
       return p.buffer_count > 0 ? aio::PinnedPool::MappedBytes(p) : int64_t{0};
     };
-    const int64_t whole_shard = mapped(bp.grad_accumulator) + mapped(bp.new_params);
-    const int64_t windows = o.pinned_bytes + o.pageable_bytes - c.world * whole_shard;
-    std::printf("%s x%d nvme/nvme: RAM %lld B, of which whole-shard %lld B, windows %lld B (%.2f GiB)\n", c.model,
-                c.world, static_cast<long long>(o.pinned_bytes + o.pageable_bytes),
-                static_cast<long long>(c.world * whole_shard), static_cast<long long>(windows),
-                static_cast<double>(windows) / static_cast<double>(kGiB));
-    EXPECT_LE(windows, c.ram);
+    EXPECT_EQ(mapped(bp.grad_accumulator), 0);
+    EXPECT_GT(bp.new_params_ring_elems, 0);
+    EXPECT_LT(bp.new_params_ring_elems, bp.total_shard_elems);
+    EXPECT_LE(mapped(bp.new_params), AlignUp(bp.new_params_ring_elems * bp.param_elem_bytes, 2 << 20));
+    const int64_t ram = o.pinned_bytes + o.pageable_bytes;
+    std::printf("%s x%d nvme/nvme: RAM %lld B (%.2f GiB)\n", c.model, c.world, static_cast<long long>(ram),
+                static_cast<double>(ram) / static_cast<double>(kGiB));
+    EXPECT_LE(ram, c.ram);
+    EXPECT_TRUE(o.fits_cpu);
     // Each window is bounded by a shard or a sub-group, not by the model.
     EXPECT_LE(mapped(bp.param_swap_buffers),
               AlignUp(bp.param_swapper.buffer_count * AlignUp(bp.max_shard_elems * 2, 4096), 2 << 20));

@@ -149,7 +149,23 @@ void CheckPlan(const BufferPlan& p, const Config& c, const std::vector<BlockSpec
     EXPECT_EQ(p.grad_accumulator.buffer_bytes, std::max<int64_t>(total * 4, 4096));
     EXPECT_EQ(p.grad_window.buffer_count, 0);
   }
-  EXPECT_EQ(p.new_params.buffer_bytes, std::max<int64_t>(total * es, 4096));
+  // New parameters: the whole shard for a device home; otherwise a ring of
+  // whole sub-groups, at least two and the largest shard (or the whole
+  // shard when that is smaller).
+  if (p.param_home == OffloadDevice::kNone) {
+    EXPECT_EQ(p.new_params_ring_elems, 0);
+    EXPECT_EQ(p.new_params.buffer_bytes, std::max<int64_t>(total * es, 4096));
+  } else if (p.new_params_ring_elems == total) {
+    EXPECT_GE(2 * p.optimizer.sub_group_elems + p.max_shard_elems, total);
+    EXPECT_EQ(p.new_params.buffer_bytes, std::max<int64_t>(total * es, 4096));
+  } else {
+    const int64_t g = p.optimizer.sub_group_elems, ring = p.new_params_ring_elems;
+    EXPECT_EQ(ring % g, 0);
+    EXPECT_GE(ring, 2 * g + p.max_shard_elems);
+    EXPECT_LT(ring, 3 * g + p.max_shard_elems);
+    EXPECT_LT(ring, total);
+    EXPECT_EQ(p.new_params.buffer_bytes, std::max<int64_t>(ring * es, 4096));
+  }
   EXPECT_EQ(p.grad_staging.buffer_bytes, std::max<int64_t>(part->max_shard_numel() * 8, 4096));
   EXPECT_EQ(p.grad_flat_bytes, part->max_padded_numel() * p.grad_elem_bytes);
   EXPECT_EQ(p.grad_shard_bytes, world > 1 ? part->max_shard_numel() * p.grad_elem_bytes : 0);
@@ -310,7 +326,7 @@ TEST(BufferPlanTest, OptimizerPipelineFitsTheGivenBuffers) {
     auto p = MakeBufferPlan(c, blocks, 1, DeviceKind::kHost, ElementType::kF32);
     ASSERT_TRUE(p.ok()) << p.status().ToString();
     const int64_t given = count * AlignUp(int64_t{4'000'000}, 4096);
-    EXPECT_EQ(p->optimizer_pipeline.buffer_count, 12) << count;  // 4 arrays x 3 in flight
+    EXPECT_EQ(p->optimizer_pipeline.buffer_count, 12) << count;  // 4 arrays (with the gradient) x 3 sub-groups
     EXPECT_LE(aio::PinnedPool::MappedBytes(p->optimizer_pipeline), AlignUp(given, 2 << 20)) << count;
     EXPECT_GT(12 * (p->optimizer.sub_group_elems * 4 + 4096), given) << count;  // the largest aligned piece
     EXPECT_EQ(p->optimizer.sub_group_elems % 1024, 0);
@@ -322,7 +338,7 @@ TEST(BufferPlanTest, OptimizerPipelineFitsTheGivenBuffers) {
   ASSERT_TRUE(p.ok());
   EXPECT_TRUE(p->fitted.empty());
   EXPECT_EQ(p->optimizer.sub_group_elems, 1'000'000);
-  // Without pipelining 4 buffers suffice.
+  // Without pipelining 4 buffers (one sub-group's arrays) suffice.
   c.zero.offload_optimizer.buffer_count = 4;
   c.zero.offload_optimizer.pipeline_read = c.zero.offload_optimizer.pipeline_write = false;
   p = MakeBufferPlan(c, blocks, 1, DeviceKind::kHost, ElementType::kF32);

@@ -14,6 +14,7 @@
 #include "core/fs.h"
 #include "zero3/buffer_plan.h"
 #include "zero3/engine_test_util.h"
+#include "zero3/partitioner.h"
 #include "zero3/tiny_model.h"
 
 namespace zinf::zero3::testing {
@@ -71,6 +72,22 @@ TEST_P(EngineTierTest, OffloadedTrainingIsBitIdenticalToResident) {
   Config resident = config;
   SetTiers(resident, OffloadDevice::kNone, OffloadDevice::kNone, dir);
   SetTiers(config, param, optimizer, dir);
+  // The new parameters pass through a ring smaller than the shard, and a
+  // block wraps around its end.
+  auto plan = MakeBufferPlan(config, kModel.Blocks(), 1, DeviceKind::kHost, ElementType::kF32);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const int64_t ring = plan->new_params_ring_elems;
+  EXPECT_GT(ring, 0);
+  EXPECT_LT(ring, plan->total_shard_elems);
+  auto part = Partitioner::Create(kModel.Blocks(), 1, 0);
+  ASSERT_TRUE(part.ok());
+  bool wraps = false;
+  for (BlockId b = 0; b < part->num_blocks(); ++b) {
+    const BlockLayout& l = part->layout(b);
+    wraps = wraps || (ring > 0 && l.rank_offset % ring + l.shard_numel > ring);
+  }
+  EXPECT_TRUE(wraps);
+
   const Outcome want = TrainModel(resident);
   const Outcome got = TrainModel(config);
   ExpectBitIdentical(got, want);
@@ -108,7 +125,7 @@ TEST(EngineTest, BuffersFittedToTheConfigTrainBitIdentically) {
   SetTiers(resident, OffloadDevice::kNone, OffloadDevice::kNone, dir);
   SetTiers(config, OffloadDevice::kNvme, OffloadDevice::kNvme, dir);
   Config unfitted = config;
-  unfitted.zero.offload_optimizer.buffer_count = 12;
+  unfitted.zero.offload_optimizer.buffer_count = 12;  // 4 arrays (the gradient too) x 3 sub-groups in flight
   unfitted.zero.offload_param.buffer_size = 2000;
   config.zero.offload_optimizer.buffer_count = 4;
   config.zero.offload_param.buffer_count = 4;

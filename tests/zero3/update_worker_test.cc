@@ -160,5 +160,53 @@ TEST(UpdateWorkerTest, TheDestructorJoinsARunningBody) {
   EXPECT_TRUE(ran.load());
 }
 
+// A body writing a ring of 2 elements waits for the driver's Consume
+// before it overwrites what the driver has not taken yet.
+TEST(UpdateWorkerTest, TheBodyWaitsForTheDriverToConsumeTheRing) {
+  UpdateWorker w;
+  std::atomic<int> written{0};
+  ASSERT_TRUE(w.Start([&](UpdateWorker::Progress& p) {
+                 for (int i = 0; i < 4; ++i) {
+                   p.WaitConsumed(i + 1 - 2);  // element i overwrites element i - 2
+                   written = i + 1;
+                   p.Publish(i + 1);
+                 }
+                 return Status::Ok();
+               }).ok());
+  StatusOr<bool> r = w.WaitFor(2, /*wait=*/true);
+  ASSERT_TRUE(r.ok() && *r);
+  r = w.WaitFor(3, /*wait=*/false);  // the ring is full until the driver takes element 0
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(*r);
+  EXPECT_EQ(written.load(), 2);
+  w.Consume(1);
+  r = w.WaitFor(3, /*wait=*/true);
+  ASSERT_TRUE(r.ok() && *r);
+  w.Consume(2);
+  r = w.WaitFor(4, /*wait=*/true);
+  ASSERT_TRUE(r.ok() && *r);
+  EXPECT_TRUE(w.Join().ok());
+  EXPECT_EQ(written.load(), 4);
+}
+
+// A driver that stops draining (an error on its side) can still Join: the
+// body's waits end.
+TEST(UpdateWorkerTest, JoinReleasesABodyWaitingForConsumption) {
+  UpdateWorker w;
+  std::atomic<int> written{0};
+  ASSERT_TRUE(w.Start([&](UpdateWorker::Progress& p) {
+                 for (int i = 0; i < 5; ++i) {
+                   p.WaitConsumed(i + 1 - 2);
+                   written = i + 1;
+                   p.Publish(i + 1);
+                 }
+                 return Status::Ok();
+               }).ok());
+  StatusOr<bool> r = w.WaitFor(2, /*wait=*/true);
+  ASSERT_TRUE(r.ok() && *r);
+  EXPECT_TRUE(w.Join().ok());
+  EXPECT_EQ(written.load(), 5);
+}
+
 }  // namespace
 }  // namespace zinf::zero3
