@@ -227,7 +227,9 @@ std::string Gpt2ConfigJson(const GptConfig& model) {
   c["embd_pdrop"] = 0.0;
   c["attn_pdrop"] = 0.0;
   c["tie_word_embeddings"] = model.tied_embeddings;
-  c["torch_dtype"] = "float32";
+  // zinf's byte tokenizer ends documents with its last id.
+  c["bos_token_id"] = model.vocab_size - 1;
+  c["eos_token_id"] = model.vocab_size - 1;
   return c.dump(2) + "\n";
 }
 
