@@ -177,6 +177,10 @@ Status WriteWeights(const std::string& dir, const std::vector<OutTensor>& plan, 
     }
   }
   ZINF_RETURN_IF_ERROR(file.Close());
+  // A folder exported before in the other form: its leftover would be read
+  // instead of (or beside) these weights.
+  const std::string stale = JoinPath(dir, shards == 1 ? "model.safetensors.index.json" : "model.safetensors");
+  ZINF_RETURN_IF_ERROR(RemoveFile(stale));
   if (shards == 1) return Status::Ok();
   nlohmann::ordered_json index;
   int64_t total = 0;

@@ -77,6 +77,12 @@ TEST(HfExportShardsTest, ShardedFolderReadsBackAsTheSameModel) {
   ASSERT_TRUE(ExportHfFolder(out, *model, &*ckpt, "BF16", ReaderOf(*ckpt, *model), /*max_shard_bytes=*/4096).ok());
   EXPECT_FALSE(std::filesystem::exists(out + "/model.safetensors"));
   EXPECT_EQ(testing::ReadBytes(out + "/tokenizer.json"), "{\"version\": \"1.0\"}");
+  // Exported again unsharded into the same folder: the old index goes.
+  const std::string again = tmp.path() + "/again";
+  std::filesystem::copy(out, again, std::filesystem::copy_options::recursive);
+  ASSERT_TRUE(ExportHfFolder(again, *model, &*ckpt, "BF16", ReaderOf(*ckpt, *model)).ok());
+  EXPECT_TRUE(std::filesystem::exists(again + "/model.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(again + "/model.safetensors.index.json"));
   const auto index = nlohmann::json::parse(testing::ReadBytes(out + "/model.safetensors.index.json"));
   EXPECT_EQ(index["weight_map"].size(), ckpt->tensors.size());
   std::set<std::string> shards;
