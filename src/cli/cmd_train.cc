@@ -143,7 +143,11 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   for (const auto* v : {&steps, &save_every, &keep, &eval_every, &eval_batches, &budget, &seed, &threads, &corpus}) {
     if (!v->ok()) return Fail(kName, v->status(), 2);
   }
-  if (*steps < 1) return Fail(kName, Status::InvalidArgument("--steps must be positive"), 2);
+  // 0: no training (with --export, the loaded weights written out unchanged).
+  if (*steps < 0) return Fail(kName, Status::InvalidArgument("--steps must be 0 or more"), 2);
+  if (const std::string d = flags->GetOr("export-dtype", "BF16"); d != "F32" && d != "BF16" && d != "F16") {
+    return Fail(kName, Status::InvalidArgument("--export-dtype: expected F32, BF16 or F16, got '" + d + "'"), 2);
+  }
   if (*keep > (1 << 20)) {
     return Fail(kName, Status::InvalidArgument("--keep-checkpoints: expected a count up to 2^20"), 2);
   }
@@ -164,7 +168,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   AutoContext ctx;
   ctx.world_size = world;
   ctx.hidden_size = model->n_embd;
-  ctx.total_steps = *steps;
+  ctx.total_steps = std::max<int64_t>(*steps, 1);  // --steps 0 runs no schedule: any length resolves
   // HF Trainer arguments (--lr, --micro-batch, ...) fill the "auto" keys.
   auto trainer_args = TrainerArgsFromFlags(*flags);
   if (!trainer_args.ok()) return Fail(kName, trainer_args.status(), 2);
@@ -296,6 +300,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   run.eval_batches = static_cast<int>(*eval_batches);
   run.export_path = flags->GetOr("export", "");  // every rank: the export gathers collectively
   run.export_dtype = flags->GetOr("export-dtype", "BF16");
+  run.export_source = source->hf;
   run.exact_losses = flags->Has("exact-losses");
   run.progress = out;
   auto summary = RunTraining(**trainer, run);
@@ -314,7 +319,7 @@ ZINF_COMMAND(Command{
     kName, "train the reference GPT with ZeRO-3 offload (DeepSpeed config)",
     "train --config C [--model M] [--data D] [--steps N] [--save-dir S [--save-every K] [--keep-checkpoints N]]\n"
     "                  [--resume S]\n"
-    "                  [--export FILE.safetensors [--export-dtype BF16|F16|F32]] [--nvme-path P]\n"
+    "                  [--export FILE.safetensors|DIR [--export-dtype BF16|F16|F32]] [--nvme-path P]\n"
     "                  [--device auto|cuda|host] [--device-budget SIZE] [--eval-every K] [--eval-batches B]\n"
     "                  [--seed N] [--threads N] [--corpus-bytes SIZE] [--seq-len T]\n"
     "                  [--data-order shuffled|sequential] [--holdout FRACTION] [--metrics FILE.jsonl]\n"
@@ -333,12 +338,14 @@ ZINF_COMMAND(Command{
     "                    wrapping at the end); the position is in each checkpoint\n"
     "  --holdout F       the last fraction F (0..0.5, default 0.05) of the tokens is held out for\n"
     "                    evaluation; 0: no held-out tokens and no evaluation\n"
-    "  --steps N         optimizer steps to reach (default 100; counts resumed steps)\n"
+    "  --steps N         optimizer steps to reach (default 100; counts resumed steps; 0: no training)\n"
     "  --save-dir S      checkpoints S/rank-<r>/step-<n>, every --save-every K steps and at the end\n"
     "  --keep-checkpoints N  after each save, remove all but the newest N (default 0: keep all;\n"
     "                    at least 2 with several ranks)\n"
     "  --resume S        a save dir (its latest checkpoint) or one step directory\n"
-    "  --export F        the final weights as safetensors\n"
+    "  --export F        the final weights: F.safetensors one file under zinf's names; any other F a\n"
+    "                    Hugging Face model folder (config.json, model.safetensors or 5 GB shards,\n"
+    "                    the source's tensor names and tokenizer files) for from_pretrained\n"
     "  --nvme-path P     overrides both offload sections' nvme_path\n"
     "  --device-budget   cap on device memory (the host device's budget, or below the GPU's)\n"
     "  --weight-decay-on matrices (default: no weight decay on biases and LayerNorm weights, as the\n"

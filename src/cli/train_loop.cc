@@ -123,8 +123,17 @@ StatusOr<TrainSummary> RunTraining(model::Trainer& trainer, const TrainRun& run)
   }
   for (RunMonitor* m : run.monitors) ZINF_RETURN_IF_ERROR(m->OnEnd());
   if (!run.export_path.empty()) {
-    ZINF_RETURN_IF_ERROR(trainer.ExportSafetensors(run.export_path, run.export_dtype));
-    if (out) std::fprintf(out, "exported %s weights to %s\n", run.export_dtype.c_str(), run.export_path.c_str());
+    const std::string& p = run.export_path;
+    const bool one_file = p.size() >= 12 && p.compare(p.size() - 12, 12, ".safetensors") == 0;
+    if (one_file) {
+      ZINF_RETURN_IF_ERROR(trainer.ExportSafetensors(p, run.export_dtype));
+    } else {
+      ZINF_RETURN_IF_ERROR(trainer.ExportHfFolder(p, run.export_dtype, run.export_source.get()));
+    }
+    if (out) {
+      std::fprintf(out, "exported %s weights to %s%s\n", run.export_dtype.c_str(), p.c_str(),
+                   one_file ? "" : " (Hugging Face model folder)");
+    }
   }
   return s;
 }

@@ -5,10 +5,12 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "cli/run_monitor.h"
+#include "model/hf_checkpoint.h"
 #include "model/trainer.h"
 #include "zinf/status.h"
 
@@ -22,8 +24,13 @@ struct TrainRun {
   int keep_checkpoints = 0;      // > 0: remove all but the newest this many after each save
   int64_t eval_every = 0;        // 0: evaluate before the first and after the last step only
   int eval_batches = 8;
-  std::string export_path;  // safetensors of the final weights; empty: none
+  // The final weights: a path ending in .safetensors is one file under
+  // zinf's names; any other path a Hugging Face model folder (hf_export.h)
+  // under export_source's names, or a GPT2LMHeadModel without a source.
+  // Empty: none.
+  std::string export_path;
   std::string export_dtype = "BF16";
+  std::shared_ptr<const model::HfCheckpoint> export_source;
   FILE* progress = stderr;  // null: silent (ranks other than 0)
   // A line per step with its loss to 17 significant digits ("step N  exact
   // loss L"), which round-trips the double: for bit-for-bit comparisons of runs.

@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "device/device.h"
 #include "model/data.h"
+#include "model/hf_export.h"
 #include "model/safetensors.h"
 #include "swap/checkpoint.h"
 #include "swap/checkpoint_dirs.h"
@@ -704,6 +705,26 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
   ZINF_RETURN_IF_ERROR(WriteSafetensors(path, tensors, metadata));
   if (progress) progress(total_bytes, total_bytes);
   return Status::Ok();
+}
+
+Status Trainer::ExportHfFolder(const std::string& dir, const std::string& dtype, const HfCheckpoint* source) {
+  Impl& m = *impl_;
+  auto read_block = [&](BlockId b) -> StatusOr<std::vector<std::vector<float>>> {
+    const BlockSpec& spec = m.engine->block(b);
+    std::vector<std::vector<float>> master(spec.tensors.size());
+    std::vector<float*> out;
+    for (size_t t = 0; t < spec.tensors.size(); ++t) {
+      master[t].resize(static_cast<size_t>(spec.tensors[t].numel()));
+      out.push_back(master[t].data());
+    }
+    ZINF_RETURN_IF_ERROR(m.engine->GetMasterParameters(b, out));
+    return master;
+  };
+  if (m.comm->rank() != 0) {  // the gathers are collective: follow rank 0's block order
+    for (BlockId b = 0; b < m.engine->num_blocks(); ++b) ZINF_RETURN_IF_ERROR(read_block(b).status());
+    return Status::Ok();
+  }
+  return model::ExportHfFolder(dir, m.model(), source, dtype, read_block);
 }
 
 int64_t Trainer::step() const { return impl_->steps_done; }

@@ -43,6 +43,8 @@ class Communicator;
 
 namespace zinf::model {
 
+struct HfCheckpoint;
+
 // Which tensors the optimizer's weight decay applies to.
 enum class WeightDecayOn {
   kMatrices,  // all but biases and norm weights (GptBlockSpecs' flags; the HF Trainer)
@@ -155,6 +157,11 @@ class Trainer {
   // ...), with the model config in its metadata. Collective (every rank
   // calls it); rank 0 writes.
   Status ExportSafetensors(const std::string& path, const std::string& dtype);
+  // Writes the fp32 master weights as a Hugging Face model folder `dir`
+  // (hf_export.h): under `source`'s names, layouts, config and tokenizer
+  // files, or as a GPT2LMHeadModel when `source` is null. Streams block by
+  // block. Collective (every rank calls it); rank 0 writes.
+  Status ExportHfFolder(const std::string& dir, const std::string& dtype, const HfCheckpoint* source);
 
   int64_t step() const;
   int64_t tokens_per_step() const;

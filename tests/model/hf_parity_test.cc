@@ -9,6 +9,7 @@
 // And the checkpoint checks: a missing, extra or mis-shaped tensor and a
 // math-changing config value are errors naming them.
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -121,6 +122,9 @@ void ExpectForwardMatches(const std::string& dir, double tolerance) {
     }
   }
   EXPECT_LE(worst, tolerance) << "largest logit difference";
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.3g", worst);
+  ::testing::Test::RecordProperty("max_abs_logit_diff", text);  // in --gtest_output=xml
 }
 
 TEST_P(HfParityTest, LogitsAndLossMatchTransformers) { ExpectForwardMatches<float>(FixtureDir(GetParam()), 1e-5); }

@@ -1,0 +1,154 @@
+// Hugging Face folders out (hf_export.h): exporting the weights read from
+// each fixture (tests/model/hf) gives the source's tensors back: byte for
+// byte in F32 from an F32 checkpoint, under the same names, shapes and
+// layouts (GPT-2 Conv1D transposed back, vocabulary padding dropped);
+// shards with their index read back as the same model; zinf's own GPT
+// becomes a GPT2LMHeadModel that OpenHfCheckpoint reads as the same model.
+#include "model/hf_export.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "model/gpt.h"
+#include "model/hf_checkpoint.h"
+#include "model/model_test_util.h"
+#include "model/safetensors.h"
+
+namespace zinf::model {
+namespace {
+
+using testing::TempDir;
+
+std::string FixtureDir(const std::string& name) {
+  const char* root = std::getenv("ZINF_SOURCE_DIR");
+  return std::string(root != nullptr ? root : ".") + "/tests/model/hf/" + name;
+}
+
+BlockReader ReaderOf(const HfCheckpoint& ckpt, const GptConfig& model) {
+  return [&ckpt, model](BlockId b) { return ReadHfBlock(ckpt, model, b); };
+}
+
+class HfExportTest : public ::testing::TestWithParam<const char*> {};
+
+// F32 fixtures: every tensor byte-identical; the config copied.
+TEST_P(HfExportTest, F32ExportOfF32CheckpointIsByteIdentical) {
+  TempDir tmp;
+  const std::string src = FixtureDir(GetParam()), out = tmp.path() + "/out";
+  auto ckpt = OpenHfCheckpoint(src);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  auto model = HfModelAtSeqLen(*ckpt, 0);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  ASSERT_TRUE(ExportHfFolder(out, *model, &*ckpt, "F32", ReaderOf(*ckpt, *model)).ok());
+  auto a = ReadSafetensors(src + "/model.safetensors");
+  auto b = ReadSafetensors(out + "/model.safetensors");
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+  ASSERT_EQ(a->tensors.size(), b->tensors.size());
+  for (const SafetensorsFile::Tensor& t : a->tensors) {
+    const SafetensorsFile::Tensor* e = b->Find(t.name);
+    ASSERT_NE(e, nullptr) << t.name;
+    EXPECT_EQ(e->dtype, "F32") << t.name;
+    EXPECT_EQ(e->shape, t.shape) << t.name;
+    EXPECT_TRUE(e->data == t.data) << t.name << " differs";
+  }
+  EXPECT_EQ(testing::ReadBytes(out + "/config.json"), testing::ReadBytes(src + "/config.json"));
+  EXPECT_FALSE(std::filesystem::exists(out + "/model.safetensors.index.json"));
+}
+
+INSTANTIATE_TEST_SUITE_P(F32Fixtures, HfExportTest, ::testing::Values("gpt2", "llama"));
+
+// Small shards: several files and an index naming every tensor once; the
+// folder opens as the same model with the same fp32 weights (BF16 fixture,
+// exported BF16: the stored values round-trip exactly). Tokenizer files
+// present in the source are copied.
+TEST(HfExportShardsTest, ShardedFolderReadsBackAsTheSameModel) {
+  TempDir tmp;
+  const std::string src = tmp.path() + "/src", out = tmp.path() + "/out";
+  std::filesystem::copy(FixtureDir("qwen2"), src, std::filesystem::copy_options::recursive);
+  testing::WriteBytes(src + "/tokenizer.json", "{\"version\": \"1.0\"}");
+  auto ckpt = OpenHfCheckpoint(src);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  auto model = HfModelAtSeqLen(*ckpt, 0);
+  ASSERT_TRUE(model.ok());
+  ASSERT_TRUE(ExportHfFolder(out, *model, &*ckpt, "BF16", ReaderOf(*ckpt, *model), /*max_shard_bytes=*/4096).ok());
+  EXPECT_FALSE(std::filesystem::exists(out + "/model.safetensors"));
+  EXPECT_EQ(testing::ReadBytes(out + "/tokenizer.json"), "{\"version\": \"1.0\"}");
+  // Exported again unsharded into the same folder: the old index goes.
+  const std::string again = tmp.path() + "/again";
+  std::filesystem::copy(out, again, std::filesystem::copy_options::recursive);
+  ASSERT_TRUE(ExportHfFolder(again, *model, &*ckpt, "BF16", ReaderOf(*ckpt, *model)).ok());
+  EXPECT_TRUE(std::filesystem::exists(again + "/model.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(again + "/model.safetensors.index.json"));
+  const auto index = nlohmann::json::parse(testing::ReadBytes(out + "/model.safetensors.index.json"));
+  EXPECT_EQ(index["weight_map"].size(), ckpt->tensors.size());
+  std::set<std::string> shards;
+  for (const auto& [name, file] : index["weight_map"].items()) shards.insert(file.get<std::string>());
+  EXPECT_GT(shards.size(), 2u);
+  for (const std::string& s : shards) {
+    auto f = ReadSafetensors(out + "/" + s);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    int64_t bytes = 0;
+    for (const auto& t : f->tensors) bytes += static_cast<int64_t>(t.data.size());
+    EXPECT_TRUE(bytes <= 4096 || f->tensors.size() == 1) << s << " holds " << bytes << " bytes";
+  }
+  auto back = OpenHfCheckpoint(out);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  for (BlockId b = 0; b <= HeadBlock(*model); ++b) {
+    auto x = ReadHfBlock(*ckpt, *model, b);
+    auto y = ReadHfBlock(*back, *model, b);
+    ASSERT_TRUE(x.ok() && y.ok());
+    EXPECT_TRUE(*x == *y) << "block " << b;
+  }
+}
+
+// zinf's own GPT: a GPT2LMHeadModel folder that reads back as the same
+// model (untied, so the head is exported too), weights equal.
+TEST(HfExportOwnGptTest, OwnGptBecomesGpt2Folder) {
+  TempDir tmp;
+  const std::string out = tmp.path() + "/out";
+  auto m = LoadGptConfig("tiny");
+  ASSERT_TRUE(m.ok());
+  GptConfig model = *m;
+  model.tied_embeddings = false;
+  const std::vector<BlockSpec> specs = GptBlockSpecs(model);
+  auto weights = [&](BlockId b) -> StatusOr<std::vector<std::vector<float>>> {
+    std::vector<std::vector<float>> w;
+    for (size_t t = 0; t < specs[b].tensors.size(); ++t) {
+      std::vector<float> v(static_cast<size_t>(specs[b].tensors[t].numel()));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((b * 31 + t * 7 + i) % 97) / 97.0f;
+      // The padding rows are not exported; they read back as 0.
+      const bool vocab = (b == kEmbedBlock && t == kWte) || (b == HeadBlock(model) && t == kLmHead);
+      if (vocab) std::fill(v.begin() + static_cast<int64_t>(model.vocab_size) * model.n_embd, v.end(), 0.0f);
+      w.push_back(std::move(v));
+    }
+    return w;
+  };
+  ASSERT_TRUE(ExportHfFolder(out, model, nullptr, "F32", weights).ok());
+  auto back = OpenHfCheckpoint(out);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->architecture, "GPT2LMHeadModel");
+  auto again = HfModelAtSeqLen(*back, 0);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(GptConfigToJson(*again), GptConfigToJson(model));
+  for (BlockId b = 0; b <= HeadBlock(model); ++b) {
+    auto y = ReadHfBlock(*back, model, b);
+    ASSERT_TRUE(y.ok());
+    EXPECT_TRUE(*y == *weights(b)) << "block " << b;
+  }
+}
+
+TEST(HfExportErrorsTest, UnknownDtypeIsNamed) {
+  TempDir tmp;
+  auto m = LoadGptConfig("tiny");
+  ASSERT_TRUE(m.ok());
+  const Status s = ExportHfFolder(tmp.path() + "/out", *m, nullptr, "F64", nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.ToString().find("F64"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace zinf::model
