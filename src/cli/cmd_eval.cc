@@ -14,6 +14,7 @@
 #include "core/units.h"
 #include "device/device.h"
 #include "model/gpt.h"
+#include "model/hf_checkpoint.h"
 #include "model/trainer.h"
 #include "swap/swap_store.h"
 #include "zinf/config.h"
@@ -37,24 +38,21 @@ int Run(const std::vector<std::string>& args) {
     return Fail(kName, Status::InvalidArgument("give --resume or --init-from, not both"), 2);
   }
   const std::string model_name = flags->GetOr("model", "small");
-  auto model = model::LoadGptConfig(model_name);
-  if (!model.ok()) return Fail(kName, model.status().WithContext("--model"), 2);
   auto budget = flags->GetInt("device-budget", 0);
   auto threads = flags->GetInt("threads", 0);
   auto seed = flags->GetInt("seed", 1234);
-  auto seq_len = flags->GetInt("seq-len", model->seq_len);
+  auto seq_len = flags->GetInt("seq-len", 0);
   for (const auto* v : {&budget, &threads, &seed, &seq_len}) {
     if (!v->ok()) return Fail(kName, v->status(), 2);
   }
-  // The reference GPT's positions are learned, one row of wpe per position:
-  // it evaluates at the context length it was built with.
-  if (*seq_len != model->seq_len) {
-    return Fail(kName,
-                Status::InvalidArgument("--seq-len " + std::to_string(*seq_len) + ": model " + model_name +
-                                        " has learned positions for exactly " + std::to_string(model->seq_len) +
-                                        " tokens; give a model whose seq_len is " + std::to_string(*seq_len)),
-                2);
+  if (*seq_len < 0 || *seq_len > (1 << 20)) {
+    return Fail(kName, Status::InvalidArgument("--seq-len: expected a length in 1..2^20"), 2);
   }
+  // As zinf train resolves it: a built-in, a JSON model config or a HF
+  // folder (with its weights), at the model's length unless --seq-len says.
+  auto source = model::ResolveModel(model_name, static_cast<int>(*seq_len));
+  if (!source.ok()) return Fail(kName, source.status().WithContext("--model"), 2);
+  const model::GptConfig* model = &source->model;
 
   // The engine's config: the training run's (needed to load its checkpoint:
   // the layout must fit), else everything resident in fp32.
@@ -115,6 +113,7 @@ int Run(const std::vector<std::string>& args) {
 
   model::TrainerOptions topt;
   topt.model = *model;
+  topt.initial_weights = source->InitialWeights();
   topt.data_path = *data;
   topt.eval_fraction = 0.0;  // every token is scored
   topt.data_order = model::DataOrder::kSequential;
@@ -124,7 +123,7 @@ int Run(const std::vector<std::string>& args) {
   topt.engine.run_id = "eval";
   auto trainer = model::Trainer::Create(config, topt);
   if (!trainer.ok()) return Fail(kName, trainer.status());
-  std::string weights = "initial weights (seed " + std::to_string(*seed) + ")";
+  std::string weights = source->hf != nullptr ? "its weights" : "initial weights (seed " + std::to_string(*seed) + ")";
   if (const auto ckpt = flags->Get("resume")) {
     if (Status s = (*trainer)->LoadWeights(*ckpt); !s.ok()) return Fail(kName, s.WithContext("--resume"));
     weights = "checkpoint " + *ckpt;
@@ -158,10 +157,11 @@ ZINF_COMMAND(Command{
     "  consecutive tokens, inputs the first B*T, targets the same shifted by one, the next batch\n"
     "  starting B*T later; tokens after the last whole batch are not scored. Prints `loss X`\n"
     "  (the mean cross-entropy in nats, 9 significant digits) and `perplexity exp(X)` on stdout.\n\n"
-    "  --model M         as zinf train takes it (default small)\n"
+    "  --model M         as zinf train takes it: a built-in, a JSON model config or a Hugging Face\n"
+    "                    model folder (its weights) (default small)\n"
     "  --data TOKENS     a token file (zinf data encode); every id must be below the vocabulary\n"
     "  --batch B         sequences per batch (default 4, or the config's micro-batch)\n"
-    "  --seq-len T       must be the model's context length (its positions are learned)\n"
+    "  --seq-len T       sequence length (default: the model's context length)\n"
     "  --resume CKPT     the weights of a zinf train checkpoint (a save dir or a step directory);\n"
     "                    give the training run's --config: the checkpoint's layout must fit it\n"
     "  --init-from F     the weights of a safetensors file zinf train --export wrote\n"

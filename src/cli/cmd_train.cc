@@ -103,6 +103,69 @@ int Run(const std::vector<std::string>& args) {
   return code;
 }
 
+// The directories a run writes, locked for its duration: a second run on
+// the save dir would delete this one's save in progress as an orphan, and
+// one on a swap path would replace this one's swap files as stale.
+struct RunLocks {
+  FileLock save_dir;
+  std::vector<FileLock> swap_dirs;
+};
+
+Status LockRunDirectories(const Flags& flags, const Config& config, int rank, RunLocks& locks) {
+  if (const auto save_dir = flags.Get("save-dir")) {
+    auto lock = swap::LockRankDirectory(*save_dir, rank);
+    if (!lock.ok()) return lock.status().WithContext("--save-dir");
+    locks.save_dir = std::move(*lock);
+  }
+  const auto nvme_flag = flags.Get("nvme-path");
+  for (const auto& [section, offload] :
+       {std::pair{"offload_param", std::pair{config.zero.offload_param.device, config.zero.offload_param.nvme_paths}},
+        std::pair{"offload_optimizer",
+                  std::pair{config.zero.offload_optimizer.device, config.zero.offload_optimizer.nvme_paths}}}) {
+    if (offload.first != OffloadDevice::kNvme) continue;
+    for (const std::string& dir : offload.second) {
+      const bool held = std::any_of(locks.swap_dirs.begin(), locks.swap_dirs.end(),
+                                    [&](const FileLock& l) { return ParentPath(l.path()) == dir; });
+      if (held) continue;
+      auto lock = swap::LockSwapDirectory(dir, rank);
+      if (!lock.ok()) {
+        const std::string origin =
+            nvme_flag ? "--nvme-path" : "zero_optimization." + std::string(section) + ".nvme_path";
+        return lock.status().WithContext(origin);
+      }
+      locks.swap_dirs.push_back(std::move(*lock));
+    }
+  }
+  return Status::Ok();
+}
+
+// --metrics, --report and the config's monitor sections (rank 0).
+MonitorOptions MakeMonitorOptions(const Flags& flags, const Config& config, const model::GptConfig& model,
+                                  const std::string& device_name, int world, int64_t steps, int64_t resumed_at) {
+  MonitorOptions mopt;
+  mopt.metrics_path = flags.GetOr("metrics", "");
+  mopt.config = &config;
+  const auto report = flags.Get("report");
+  if (!report) return mopt;
+  const std::string model_name = flags.GetOr("model", "small");
+  const std::string config_path = flags.GetOr("config", "");
+  mopt.report.path = *report;
+  mopt.report.title = "zinf train: model " + model_name + ", " + config_path;
+  mopt.report.facts = {
+      {"model", model_name + ": " + FormatCount(model.NumParameters()) + " parameters, " +
+                    std::to_string(model.n_layer) + " layers, width " + std::to_string(model.n_embd) + ", context " +
+                    std::to_string(model.seq_len)},
+      {"device", device_name + ", " + std::to_string(world) + " rank(s)"},
+      {"batch", "micro-batch " + std::to_string(config.train_micro_batch_size_per_gpu) + " x accumulation " +
+                    std::to_string(config.gradient_accumulation_steps) + " x " + std::to_string(world) + " rank(s) x " +
+                    std::to_string(model.seq_len) + " tokens"},
+      {"steps", std::to_string(steps) + (resumed_at > 0 ? " (resumed at " + std::to_string(resumed_at) + ")" : "")},
+      {"data", flags.GetOr("data", "built-in corpus")},
+      {"config", config_path}};
+  mopt.report.config_json = ConfigToJson(config);
+  return mopt;
+}
+
 int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   auto flags = TrainerFlags(
       args, {"config",           "model",         "data",    "steps",        "save-dir",   "save-every",
@@ -175,36 +238,9 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   ctx.trainer = *trainer_args;
   std::vector<AutoResolution> resolutions;
   if (Status s = ResolveAuto(*config, ctx, &resolutions); !s.ok()) return Fail(kName, s, 2);
-  // Held to the end of the run: a second run on this save dir is refused
-  // instead of deleting this one's save in progress as an orphan.
-  FileLock save_dir_lock;
-  if (const auto save_dir = flags->Get("save-dir")) {
-    auto lock = swap::LockRankDirectory(*save_dir, rank);
-    if (!lock.ok()) return Fail(kName, lock.status().WithContext("--save-dir"));
-    save_dir_lock = std::move(*lock);
-  }
-  // Likewise each swap path: a second run would replace this one's swap
-  // files as stale.
-  std::vector<FileLock> swap_dir_locks;
-  const auto nvme_flag = flags->Get("nvme-path");
-  for (const auto& [section, offload] :
-       {std::pair{"offload_param", std::pair{config->zero.offload_param.device, config->zero.offload_param.nvme_paths}},
-        std::pair{"offload_optimizer",
-                  std::pair{config->zero.offload_optimizer.device, config->zero.offload_optimizer.nvme_paths}}}) {
-    if (offload.first != OffloadDevice::kNvme) continue;
-    for (const std::string& dir : offload.second) {
-      const bool held = std::any_of(swap_dir_locks.begin(), swap_dir_locks.end(),
-                                    [&](const FileLock& l) { return ParentPath(l.path()) == dir; });
-      if (held) continue;
-      auto lock = swap::LockSwapDirectory(dir, rank);
-      if (!lock.ok()) {
-        const std::string origin =
-            nvme_flag ? "--nvme-path" : "zero_optimization." + std::string(section) + ".nvme_path";
-        return Fail(kName, lock.status().WithContext(origin));
-      }
-      swap_dir_locks.push_back(std::move(*lock));
-    }
-  }
+  // Held to the end of the run (see LockRunDirectories).
+  RunLocks locks;
+  if (Status st = LockRunDirectories(*flags, *config, rank, locks); !st.ok()) return Fail(kName, st);
   FILE* out = (rank == 0 && !flags->Has("quiet")) ? stderr : nullptr;
   if (out && !config->ignored_keys.empty()) {
     std::string keys;
@@ -260,28 +296,8 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   // Metrics files (rank 0): --metrics and the config's monitor sections.
   RunMonitors monitors;
   if (rank == 0) {
-    MonitorOptions mopt;
-    mopt.metrics_path = flags->GetOr("metrics", "");
-    mopt.config = &*config;
-    if (const auto report = flags->Get("report")) {
-      const std::string model_name = flags->GetOr("model", "small");
-      mopt.report.path = *report;
-      mopt.report.title = "zinf train: model " + model_name + ", " + *config_path;
-      mopt.report.facts = {
-          {"model", model_name + ": " + FormatCount(model->NumParameters()) + " parameters, " +
-                        std::to_string(model->n_layer) + " layers, width " + std::to_string(model->n_embd) +
-                        ", context " + std::to_string(model->seq_len)},
-          {"device", (*device)->name() + ", " + std::to_string(world) + " rank(s)"},
-          {"batch", "micro-batch " + std::to_string(config->train_micro_batch_size_per_gpu) + " x accumulation " +
-                        std::to_string(config->gradient_accumulation_steps) + " x " + std::to_string(world) +
-                        " rank(s) x " + std::to_string(model->seq_len) + " tokens"},
-          {"steps", std::to_string(*steps) +
-                        ((*trainer)->step() > 0 ? " (resumed at " + std::to_string((*trainer)->step()) + ")" : "")},
-          {"data", flags->GetOr("data", "built-in corpus")},
-          {"config", *config_path}};
-      mopt.report.config_json = ConfigToJson(*config);
-    }
-    auto created = RunMonitors::Create(mopt);
+    auto created = RunMonitors::Create(
+        MakeMonitorOptions(*flags, *config, *model, (*device)->name(), world, *steps, (*trainer)->step()));
     if (!created.ok()) return Fail(kName, created.status());
     monitors = std::move(*created);
     for (const std::string& d : monitors.destinations()) {

@@ -16,8 +16,15 @@ ProgressMeter::ProgressMeter(Options options) : o_(std::move(options)) {
   start_s_ = Now();
 }
 
+// Work that stopped short (an error) leaves the bar where it was: end its
+// line, so that the error message starts on a line of its own.
 ProgressMeter::~ProgressMeter() {
-  if (!finished_ && total_ > 0 && done_ >= total_) Finish();
+  if (!finished_ && total_ > 0 && done_ >= total_) {
+    Finish();
+  } else if (!finished_ && tty_ && drew_ && o_.out != nullptr) {
+    std::fputc('\n', o_.out);
+    std::fflush(o_.out);
+  }
 }
 
 double ProgressMeter::Now() const {
