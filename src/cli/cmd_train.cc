@@ -166,6 +166,33 @@ MonitorOptions MakeMonitorOptions(const Flags& flags, const Config& config, cons
   return mopt;
 }
 
+// What the run is about to do (rank 0): ignored keys, resolved "auto"
+// values, the model's notes, the model and the device.
+void PrintRunHeader(FILE* out, const Config& config, const std::vector<AutoResolution>& resolutions,
+                    const model::ModelSource& source, const std::string& device_name, int world) {
+  if (!config.ignored_keys.empty()) {
+    std::string keys;
+    for (const std::string& k : config.ignored_keys) {
+      const std::string_view why = IgnoredKeyReason(k);
+      keys += (keys.empty() ? "" : ", ") + k + (why.empty() ? "" : " (" + std::string(why) + ")");
+    }
+    std::fprintf(out, "zinf train: %s: keys zinf does not act on: %s\n", config.source.c_str(), keys.c_str());
+  }
+  for (const AutoResolution& r : resolutions) std::fprintf(out, "zinf train: %s\n", FormatResolution(r).c_str());
+  if (source.hf != nullptr) {
+    std::string notes;
+    for (const std::string& n : source.hf->notes) notes += (notes.empty() ? "" : "; ") + n;
+    if (!notes.empty()) std::fprintf(out, "zinf train: %s: %s\n", source.hf->dir.c_str(), notes.c_str());
+  }
+  const model::GptConfig& m = source.model;
+  std::fprintf(out, "zinf train: model %s: %s parameters (%d layers, %d heads, width %d, context %d, vocab %d)\n",
+               source.description.c_str(), FormatCount(m.NumParameters()).c_str(), m.n_layer, m.n_head, m.n_embd,
+               m.seq_len, m.vocab_size);
+  std::fprintf(out, "zinf train: device %s, %d rank(s), micro-batch %lld x %d tokens, accumulation %lld\n",
+               device_name.c_str(), world, static_cast<long long>(config.train_micro_batch_size_per_gpu), m.seq_len,
+               static_cast<long long>(config.gradient_accumulation_steps));
+}
+
 int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   auto flags = TrainerFlags(
       args, {"config",           "model",         "data",    "steps",        "save-dir",   "save-every",
@@ -242,17 +269,6 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   RunLocks locks;
   if (Status st = LockRunDirectories(*flags, *config, rank, locks); !st.ok()) return Fail(kName, st);
   FILE* out = (rank == 0 && !flags->Has("quiet")) ? stderr : nullptr;
-  if (out && !config->ignored_keys.empty()) {
-    std::string keys;
-    for (const std::string& k : config->ignored_keys) {
-      const std::string_view why = IgnoredKeyReason(k);
-      keys += (keys.empty() ? "" : ", ") + k + (why.empty() ? "" : " (" + std::string(why) + ")");
-    }
-    std::fprintf(out, "zinf train: %s: keys zinf does not act on: %s\n", config->source.c_str(), keys.c_str());
-  }
-  if (out) {
-    for (const AutoResolution& r : resolutions) std::fprintf(out, "zinf train: %s\n", FormatResolution(r).c_str());
-  }
 
   DeviceOptions dopt;
   dopt.choice = *choice;
@@ -273,19 +289,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   topt.hooks.device = device->get();
   topt.engine.optimizer_threads = static_cast<int>(*threads);
   topt.engine.progress = MeterFactory(out);  // checkpoint save, resume and export: bar or lines on rank 0
-  if (out) {
-    if (source->hf != nullptr) {
-      std::string notes;
-      for (const std::string& n : source->hf->notes) notes += (notes.empty() ? "" : "; ") + n;
-      if (!notes.empty()) std::fprintf(out, "zinf train: %s: %s\n", source->hf->dir.c_str(), notes.c_str());
-    }
-    std::fprintf(out, "zinf train: model %s: %s parameters (%d layers, %d heads, width %d, context %d, vocab %d)\n",
-                 source->description.c_str(), FormatCount(model->NumParameters()).c_str(), model->n_layer,
-                 model->n_head, model->n_embd, model->seq_len, model->vocab_size);
-    std::fprintf(out, "zinf train: device %s, %d rank(s), micro-batch %lld x %d tokens, accumulation %lld\n",
-                 (*device)->name().c_str(), world, static_cast<long long>(config->train_micro_batch_size_per_gpu),
-                 model->seq_len, static_cast<long long>(config->gradient_accumulation_steps));
-  }
+  if (out) PrintRunHeader(out, *config, resolutions, *source, (*device)->name(), world);
   auto trainer = model::Trainer::Create(*config, topt);
   if (!trainer.ok()) return Fail(kName, NameNvmeFlag(trainer.status(), flags->Get("nvme-path")));
   if (const auto resume = flags->Get("resume")) {
