@@ -146,8 +146,9 @@ Status PlanOptimizer(const Config& config, int64_t total, BufferPlan& p) {
   // the gradient window), not in a whole-shard RAM accumulator. The fit
   // sees its fourth array; the window follows the fitted sub-group.
   oo.gradients_in_store = oo.device == OffloadDevice::kNvme;
-  std::string note = FitOptimizerPipeline(oo);
-  if (!note.empty()) p.fitted.push_back(std::move(note));
+  for (std::string note : {SplitForPipeline(oo), FitOptimizerPipeline(oo)}) {
+    if (!note.empty()) p.fitted.push_back(std::move(note));
+  }
   p.grad_window = swap::GradientWindow::PoolOptions(oo, zero.offload_optimizer.pin_memory);
   p.num_sub_groups = swap::OptimizerSwapper::NumSubGroups(oo);
   p.optimizer_resident = swap::OptimizerSwapper::ResidentPoolOptions(oo);
@@ -247,6 +248,21 @@ Status CheckEngineConfig(const Config& config, ElementType grad_type) {
                                    std::to_string(zero.sub_group_size));
   }
   return Status::Ok();
+}
+
+std::string SplitForPipeline(swap::OptimizerSwapperOptions& o) {
+  if (o.device != OffloadDevice::kNvme) return std::string();
+  const int64_t was = std::min(o.sub_group_elems, o.total_elems);
+  if (was <= 0 || (o.total_elems + was - 1) / was >= kPipelineSubGroups) return std::string();
+  const int64_t piece =
+      std::max(kMinPipelineSubGroupElems, (o.total_elems + kPipelineSubGroups - 1) / kPipelineSubGroups);
+  if (piece >= was) return std::string();
+  o.sub_group_elems = piece;
+  const int64_t n = (o.total_elems + piece - 1) / piece, had = (o.total_elems + was - 1) / was;
+  return "sub_group_size leaves the optimizer shard (" + FormatCount(o.total_elems) + " elements) in " +
+         std::to_string(had) + " sub-group(s): split into " + std::to_string(n) + " of " + FormatCount(piece) +
+         " elements, so that NVMe reads, Adam and writes pipeline and the next forward waits only for its first "
+         "blocks (bit-identical results)";
 }
 
 std::string FitOptimizerPipeline(swap::OptimizerSwapperOptions& o) {
@@ -366,8 +382,10 @@ StatusOr<BufferPlan> MakeBufferPlan(const Config& config, const std::vector<Bloc
   PlanNewParams(p);
   // The gradient shard as it comes off the device, and its fp32 cast behind it.
   p.grad_staging = OneBuffer(p.max_shard_elems * 8, true, "grad staging");
-  p.grad_flat_bytes = p.max_padded_elems * p.grad_elem_bytes;
-  // One rank: the reduce-scatter is the identity, and the shard is the flat buffer.
+  // Several ranks: the block's gradient flattened for the reduce-scatter,
+  // and the rank's shard of it. One rank: the reduce-scatter is the
+  // identity, and each tensor's gradient goes straight to grad staging.
+  p.grad_flat_bytes = world_size > 1 ? p.max_padded_elems * p.grad_elem_bytes : 0;
   p.grad_shard_bytes = world_size > 1 ? p.max_shard_elems * p.grad_elem_bytes : 0;
   PlanGathered(config, part, max_held_elems, p);
   return p;

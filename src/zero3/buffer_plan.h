@@ -187,6 +187,19 @@ ElementType WorkingType(const Config& config);
 // buffer_count >= 1 runs.
 std::string FitOptimizerPipeline(swap::OptimizerSwapperOptions& options);
 
+// offload_optimizer nvme: a sub_group_size that leaves the shard in fewer
+// than kPipelineSubGroups sub-groups would leave nothing to pipeline (the
+// whole state read, stepped, then written, and the next forward waiting for
+// all of it), with pinned buffers the size of the shard. Such a shard is cut
+// into kPipelineSubGroups sub-groups, each at least kMinPipelineSubGroupElems
+// (4 MiB reads and writes per array), never larger than the config's size.
+// Results are bit-identical (as FitOptimizerPipeline's). Updates
+// sub_group_elems (kNvme only) and returns what was split, in one line;
+// empty: nothing.
+inline constexpr int64_t kPipelineSubGroups = 8;
+inline constexpr int64_t kMinPipelineSubGroupElems = int64_t{1} << 20;
+std::string SplitForPipeline(swap::OptimizerSwapperOptions& options);
+
 // offload_param: a shard larger than buffer_size is not refused: the pinned
 // memory of buffer_count x buffer_size elements is re-cut into buffers of
 // the largest shard (as many as it holds). Returns what was fitted (empty:

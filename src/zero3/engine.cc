@@ -272,6 +272,7 @@ Status Engine::Impl::WriteHomeFromMaster() {
 // The block's gradient, reduce-scattered over the ranks, in `staging`.
 Status Engine::Impl::CopyGradientToHost(BlockId b, const std::vector<const void*>& grads) {
   const zero3::BlockLayout& l = layout(b);
+  if (grad_flat == nullptr) return CopyGradientOneRank(b, grads);
   auto* flat = static_cast<char*>(grad_flat);
   for (size_t t = 0; t < grads.size(); ++t) {
     ZINF_RETURN_IF_ERROR(stream->CopyAsync(
@@ -293,6 +294,29 @@ Status Engine::Impl::CopyGradientToHost(BlockId b, const std::vector<const void*
   }
   ZINF_RETURN_IF_ERROR(stream->CopyAsync(staging.data(), shard, static_cast<size_t>(l.shard_numel * grad_es),
                                          CopyDirection::kDeviceToHost));
+  ZINF_RETURN_IF_ERROR(stream->Synchronize());
+  counters.reduce_scatter_ns += NanosSince(t0);
+  counters.reduce_scatter_bytes += l.padded_numel * grad_es;
+  counters.d2h_bytes += l.shard_numel * grad_es;
+  return Status::Ok();
+}
+
+// One rank: the shard is the whole padded block, each tensor copied to its
+// place in `staging` (one copy instead of device flat buffer, then host).
+Status Engine::Impl::CopyGradientOneRank(BlockId b, const std::vector<const void*>& grads) {
+  const zero3::BlockLayout& l = layout(b);
+  char* host = staging.data();
+  const auto t0 = Clock::now();
+  for (size_t t = 0; t < grads.size(); ++t) {
+    char* dst = host + l.tensors[t].offset * grad_es;
+    const auto bytes = static_cast<size_t>(l.tensors[t].numel * grad_es);
+    if (options.host_device) {
+      std::memcpy(dst, grads[t], bytes);
+    } else {
+      ZINF_RETURN_IF_ERROR(stream->CopyAsync(dst, grads[t], bytes, CopyDirection::kDeviceToHost));
+    }
+  }
+  std::memset(host + l.numel * grad_es, 0, static_cast<size_t>((l.shard_numel - l.numel) * grad_es));
   ZINF_RETURN_IF_ERROR(stream->Synchronize());
   counters.reduce_scatter_ns += NanosSince(t0);
   counters.reduce_scatter_bytes += l.padded_numel * grad_es;

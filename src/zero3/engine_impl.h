@@ -81,6 +81,7 @@ struct Engine::Impl {
   void JoinWorker();
   Status FinishUpdate();
   Status CopyGradientToHost(BlockId b, const std::vector<const void*>& grads);
+  Status CopyGradientOneRank(BlockId b, const std::vector<const void*>& grads);
   StatusOr<StepResult> ApplyStep(StepResult r);
 
   // Checkpoints (engine_checkpoint.cc).

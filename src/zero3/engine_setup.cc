@@ -149,9 +149,9 @@ Status Engine::Impl::InitBuffers() {
   }
   ZINF_ASSIGN_OR_RETURN(new_params, zero3::HostWindow::Create(plan.new_params));
   ZINF_ASSIGN_OR_RETURN(staging, zero3::HostWindow::Create(plan.grad_staging));
-  ZINF_ASSIGN_OR_RETURN(grad_flat, device->Allocate(static_cast<size_t>(plan.grad_flat_bytes)));
-  // One rank: the reduce-scatter is the identity, and the shard is the flat buffer.
-  if (plan.grad_shard_bytes > 0) {
+  // One rank: none (the gradient goes straight to staging).
+  if (plan.grad_flat_bytes > 0) {
+    ZINF_ASSIGN_OR_RETURN(grad_flat, device->Allocate(static_cast<size_t>(plan.grad_flat_bytes)));
     ZINF_ASSIGN_OR_RETURN(grad_shard, device->Allocate(static_cast<size_t>(plan.grad_shard_bytes)));
   }
   return Status::Ok();

@@ -123,7 +123,14 @@ void CheckPlan(const BufferPlan& p, const Config& c, const std::vector<BlockSpec
   // The optimizer state.
   const bool nvme = c.zero.offload_optimizer.device == OffloadDevice::kNvme;
   EXPECT_EQ(p.optimizer.device, nvme ? OffloadDevice::kNvme : OffloadDevice::kCpu);
-  EXPECT_EQ(p.optimizer.sub_group_elems, std::min(c.zero.sub_group_size, total));
+  // The config's sub-group, cut for pipelining when it leaves the NVMe
+  // shard in fewer than kPipelineSubGroups (SplitForPipeline).
+  int64_t sub_group = std::min(c.zero.sub_group_size, total);
+  if (nvme && (total + sub_group - 1) / sub_group < kPipelineSubGroups) {
+    sub_group =
+        std::min(sub_group, std::max(kMinPipelineSubGroupElems, (total + kPipelineSubGroups - 1) / kPipelineSubGroups));
+  }
+  EXPECT_EQ(p.optimizer.sub_group_elems, sub_group);
   EXPECT_EQ(p.num_sub_groups, (total + p.optimizer.sub_group_elems - 1) / p.optimizer.sub_group_elems);
   const int64_t sub_bytes = AlignUp(p.optimizer.sub_group_elems * 4, 4096);
   EXPECT_EQ(p.optimizer_resident.buffer_count, nvme ? 0 : 3 * p.num_sub_groups);
@@ -167,7 +174,7 @@ void CheckPlan(const BufferPlan& p, const Config& c, const std::vector<BlockSpec
     EXPECT_EQ(p.new_params.buffer_bytes, std::max<int64_t>(ring * es, 4096));
   }
   EXPECT_EQ(p.grad_staging.buffer_bytes, std::max<int64_t>(part->max_shard_numel() * 8, 4096));
-  EXPECT_EQ(p.grad_flat_bytes, part->max_padded_numel() * p.grad_elem_bytes);
+  EXPECT_EQ(p.grad_flat_bytes, world > 1 ? part->max_padded_numel() * p.grad_elem_bytes : 0);
   EXPECT_EQ(p.grad_shard_bytes, world > 1 ? part->max_shard_numel() * p.grad_elem_bytes : 0);
   EXPECT_EQ(p.checkpoint_buffers.buffer_count, 2);
 
@@ -357,12 +364,50 @@ TEST(BufferPlanTest, OptimizerPipelineFitsTheGivenBuffers) {
 // offload_param: a shard larger than buffer_size re-cuts the buffers into
 // whole shards within buffer_count x buffer_size; only buffers that together
 // hold less than one shard are refused, saying what would do.
+// A sub_group_size that leaves the NVMe optimizer shard in fewer than
+// kPipelineSubGroups sub-groups (the shipped configs' 5e7 on the demo model:
+// one) is cut so that the update pipelines; enough sub-groups already, or
+// the cpu tier, and nothing changes.
+TEST(BufferPlanTest, FewSubGroupsAreSplitForPipelining) {
+  const std::vector<BlockSpec> blocks = Gpt("demo");
+  Config c = StageThree(OffloadDevice::kNvme, OffloadDevice::kNvme, blocks);
+  c.zero.sub_group_size = 50'000'000;
+  c.zero.offload_optimizer.buffer_count = 12;
+  auto p = MakeBufferPlan(c, blocks, 1, DeviceKind::kHost, ElementType::kF32);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const int64_t total = p->total_shard_elems;
+  ASSERT_LT(total, 8 * 50'000'000);
+  EXPECT_LT(p->optimizer.sub_group_elems, total);
+  EXPECT_GE(p->optimizer.sub_group_elems, kMinPipelineSubGroupElems);
+  EXPECT_GE(p->num_sub_groups, 2);
+  EXPECT_LE(p->num_sub_groups, kPipelineSubGroups);
+  ASSERT_EQ(p->fitted.size(), 1u);
+  EXPECT_NE(p->fitted[0].find("split into " + std::to_string(p->num_sub_groups)), std::string::npos) << p->fitted[0];
+  // The pinned pipeline shrinks with the sub-group, and the new parameters
+  // go home through a ring, not a whole-shard buffer.
+  EXPECT_EQ(p->optimizer_pipeline.buffer_bytes, AlignUp(p->optimizer.sub_group_elems * 4, 4096));
+  EXPECT_GT(p->new_params_ring_elems, 0);
+  // Many sub-groups already: left as configured.
+  c.zero.sub_group_size = total / 10;
+  p = MakeBufferPlan(c, blocks, 1, DeviceKind::kHost, ElementType::kF32);
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->fitted.empty());
+  EXPECT_EQ(p->optimizer.sub_group_elems, total / 10);
+  // The cpu tier keeps one sub-group.
+  c = StageThree(OffloadDevice::kNvme, OffloadDevice::kCpu, blocks);
+  c.zero.sub_group_size = 50'000'000;
+  p = MakeBufferPlan(c, blocks, 1, DeviceKind::kHost, ElementType::kF32);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->optimizer.sub_group_elems, total);
+}
+
 TEST(BufferPlanTest, ParamBuffersAreRecutForShardsLargerThanBufferSize) {
   const std::vector<BlockSpec> blocks = Gpt("small");
   Config c = StageThree(OffloadDevice::kNvme, OffloadDevice::kNvme, blocks);
   auto part = Partitioner::Create(blocks, 1, 0);
   ASSERT_TRUE(part.ok());
   const int64_t shard = part->max_shard_numel();
+  c.zero.sub_group_size = 1'000'000;  // enough sub-groups: nothing else is fitted
   c.zero.offload_param.buffer_count = 5;
   c.zero.offload_param.buffer_size = shard / 2 + 1;
   auto p = MakeBufferPlan(c, blocks, 1, DeviceKind::kHost, ElementType::kF32);
