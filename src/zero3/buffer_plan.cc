@@ -146,7 +146,7 @@ Status PlanOptimizer(const Config& config, int64_t total, BufferPlan& p) {
   // the gradient window), not in a whole-shard RAM accumulator. The fit
   // sees its fourth array; the window follows the fitted sub-group.
   oo.gradients_in_store = oo.device == OffloadDevice::kNvme;
-  for (std::string note : {SplitForPipeline(oo), FitOptimizerPipeline(oo)}) {
+  for (std::string note : {PipelineAlways(oo), SplitForPipeline(oo), FitOptimizerPipeline(oo)}) {
     if (!note.empty()) p.fitted.push_back(std::move(note));
   }
   p.grad_window = swap::GradientWindow::PoolOptions(oo, zero.offload_optimizer.pin_memory);
@@ -248,6 +248,17 @@ Status CheckEngineConfig(const Config& config, ElementType grad_type) {
                                    std::to_string(zero.sub_group_size));
   }
   return Status::Ok();
+}
+
+std::string PipelineAlways(swap::OptimizerSwapperOptions& o) {
+  if (o.device != OffloadDevice::kNvme || (o.pipeline_read && o.pipeline_write)) return std::string();
+  const std::string off = !o.pipeline_read && !o.pipeline_write ? "pipeline_read and pipeline_write are"
+                          : !o.pipeline_read                    ? "pipeline_read is"
+                                                                : "pipeline_write is";
+  o.pipeline_read = o.pipeline_write = true;
+  return "offload_optimizer." + off +
+         " off: the optimizer step still reads ahead and writes behind, within the pinned memory buffer_count "
+         "gives (bit-identical results)";
 }
 
 std::string SplitForPipeline(swap::OptimizerSwapperOptions& o) {

@@ -187,6 +187,15 @@ ElementType WorkingType(const Config& config);
 // buffer_count >= 1 runs.
 std::string FitOptimizerPipeline(swap::OptimizerSwapperOptions& options);
 
+// offload_optimizer nvme: pipeline_read and pipeline_write off (DeepSpeed's
+// defaults) would leave the step serial: read a sub-group, step it, write
+// it, then read the next, at a fraction of the drive's speed, while the
+// next forward waits. The pipelined step is bit-identical, and
+// FitOptimizerPipeline fits it into the pinned memory buffer_count x
+// sub-group amounts to, so it costs no memory: both are turned on. Returns
+// what was changed, in one line; empty: nothing (kCpu, or both on).
+std::string PipelineAlways(swap::OptimizerSwapperOptions& options);
+
 // offload_optimizer nvme: a sub_group_size that leaves the shard in fewer
 // than kPipelineSubGroups sub-groups would leave nothing to pipeline (the
 // whole state read, stepped, then written, and the next forward waiting for

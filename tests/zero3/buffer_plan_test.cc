@@ -345,13 +345,20 @@ TEST(BufferPlanTest, OptimizerPipelineFitsTheGivenBuffers) {
   ASSERT_TRUE(p.ok());
   EXPECT_TRUE(p->fitted.empty());
   EXPECT_EQ(p->optimizer.sub_group_elems, 1'000'000);
-  // Without pipelining 4 buffers (one sub-group's arrays) suffice.
+  // pipeline_read and pipeline_write off (DeepSpeed's defaults) with 4
+  // buffers (one sub-group's arrays): the step pipelines anyway, its
+  // sub-groups split to fit the same pinned memory (PipelineAlways).
   c.zero.offload_optimizer.buffer_count = 4;
   c.zero.offload_optimizer.pipeline_read = c.zero.offload_optimizer.pipeline_write = false;
   p = MakeBufferPlan(c, blocks, 1, DeviceKind::kHost, ElementType::kF32);
   ASSERT_TRUE(p.ok());
-  EXPECT_TRUE(p->fitted.empty());
-  EXPECT_EQ(p->optimizer_pipeline.buffer_count, 4);
+  ASSERT_EQ(p->fitted.size(), 2u);
+  EXPECT_NE(p->fitted[0].find("pipeline_read and pipeline_write are off"), std::string::npos) << p->fitted[0];
+  EXPECT_NE(p->fitted[1].find("offload_optimizer.buffer_count 4"), std::string::npos) << p->fitted[1];
+  EXPECT_TRUE(p->optimizer.pipeline_read && p->optimizer.pipeline_write);
+  EXPECT_EQ(p->optimizer_pipeline.buffer_count, 12);
+  EXPECT_LE(aio::PinnedPool::MappedBytes(p->optimizer_pipeline),
+            AlignUp(4 * AlignUp(int64_t{4'000'000}, 4096), 2 << 20));
   // The cpu tier keeps its sub-groups whatever buffer_count says.
   c = StageThree(OffloadDevice::kNvme, OffloadDevice::kCpu, blocks);
   c.zero.offload_optimizer.buffer_count = 1;
