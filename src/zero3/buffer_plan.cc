@@ -344,10 +344,13 @@ std::string_view BufferTierName(BufferTier tier) {
 
 namespace {
 
-// The new-parameter window (BufferPlan::new_params).
-void PlanNewParams(BufferPlan& p) {
+// The new-parameter window (BufferPlan::new_params). `optimizer_device`:
+// the config's offload_optimizer.device (none runs as cpu, but there the
+// whole-shard buffer stays: nothing is offloaded, and that run is the
+// reference the ring's results are compared with).
+void PlanNewParams(OffloadDevice optimizer_device, BufferPlan& p) {
   const int64_t total = p.total_shard_elems;
-  if (p.param_home == OffloadDevice::kNone) {
+  if (p.param_home == OffloadDevice::kNone && optimizer_device == OffloadDevice::kNone) {
     p.new_params = OneBuffer(total * p.param_elem_bytes, true, "new params");
     return;
   }
@@ -390,7 +393,7 @@ StatusOr<BufferPlan> MakeBufferPlan(const Config& config, const std::vector<Bloc
   PlanCheckpoints(p);
   p.grad_accumulator =
       p.optimizer.gradients_in_store ? NoPool("grad accumulator") : OneBuffer(total * 4, true, "grad accumulator");
-  PlanNewParams(p);
+  PlanNewParams(config.zero.offload_optimizer.device, p);
   // The gradient shard as it comes off the device, and its fp32 cast behind it.
   p.grad_staging = OneBuffer(p.max_shard_elems * 8, true, "grad staging");
   // Several ranks: the block's gradient flattened for the reduce-scatter,

@@ -109,14 +109,13 @@ struct BufferPlan {
   // Optimizer on NVMe: the gradient accumulates in the optimizer's store
   // (optimizer.gradients_in_store) through swap::GradientWindow's buffers.
   aio::PinnedPoolOptions grad_window;
-  // The update's new working parameters (param_type): with the home in
-  // host RAM or on NVMe (whose writes copy at once), a ring of
+  // The update's new working parameters (param_type): a ring of
   // new_params_ring_elems (a multiple of the sub-group, at least two
   // sub-groups and the largest shard, or the whole shard when that is
   // smaller) drained block by block into the home (a block that wraps
-  // around the ring's end is joined in grad_staging, idle then); with
-  // the home on the device (whose writes are asynchronous), the whole shard
-  // (new_params_ring_elems 0).
+  // around the ring's end is joined in grad_staging, idle then), on every
+  // tier but offload_param and offload_optimizer both none: there (the
+  // all-in-RAM reference run) the whole shard (new_params_ring_elems 0).
   aio::PinnedPoolOptions new_params;
   int64_t new_params_ring_elems = 0;
   // A gradient shard off the device and its fp32 cast; at start-up, a

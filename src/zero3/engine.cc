@@ -249,9 +249,10 @@ Status Engine::Impl::Commit() {
 
 // The working parameters of the whole shard from the optimizer's fp32
 // master weights, at their home tier: block by block through the staging
-// window (no whole-shard fp32 copy). A home whose writes copy at once
-// (new_params is a ring) takes each block as it is cast; the device home
-// takes the whole shard from new_params.
+// window (no whole-shard fp32 copy). With new_params a ring each block is
+// cast to its start and written home (a home that copies on the stream is
+// waited for before the next block reuses the space); with the whole shard
+// the home takes it at once.
 Status Engine::Impl::WriteHomeFromMaster() {
   auto* master = reinterpret_cast<float*>(staging.data());
   const bool ring = plan.new_params_ring_elems > 0;
@@ -264,7 +265,9 @@ Status Engine::Impl::WriteHomeFromMaster() {
     } else {
       ZINF_RETURN_IF_ERROR(optim::CastFromF32(*threads, isa, master, param_type, dst, l.shard_numel));
     }
-    if (ring) ZINF_RETURN_IF_ERROR(home->WriteBlock(b, dst));
+    if (!ring) continue;
+    ZINF_RETURN_IF_ERROR(home->WriteBlock(b, dst));
+    if (home->writes_on_stream()) ZINF_RETURN_IF_ERROR(stream->Synchronize());
   }
   return ring ? home->Flush() : home->WriteAll(new_params.data());
 }
@@ -382,8 +385,8 @@ StatusOr<StepResult> Engine::Impl::ApplyStep(StepResult r) {
 }
 
 // Starts the optimizer's walk over the sub-groups on the worker: Adam on
-// the accumulated gradient, new parameters into new_params (its whole
-// shard, or its ring drained by RefreshHome), and the
+// the accumulated gradient, new parameters into new_params (its ring
+// drained by RefreshHome, or its whole shard), and the
 // consumed gradient zeroed for the next cycle. Every block goes stale.
 Status Engine::Impl::StartUpdate(const optim::AdamStepArgs& args) {
   Status s = update.Start([this, args](zero3::UpdateWorker::Progress& progress) { return RunUpdate(args, progress); });
@@ -426,7 +429,11 @@ Status Engine::Impl::RunUpdate(const optim::AdamStepArgs& args, zero3::UpdateWor
 // With new_params a ring, the blocks before b go home first, in block
 // (= shard) order, and each one's ring space is handed back to the worker
 // (UpdateWorker::Consume): the worker waits only for blocks ending in
-// sub-groups it has already published, so neither side waits forever.
+// sub-groups it has already published, so neither side waits forever. A
+// home that copies on the stream (the device's H2D from the pinned ring)
+// hands the space back from the stream once its copy is done
+// (LaunchHostFunc), so the driving thread never waits for the copy and the
+// worker never for a driver busy elsewhere.
 StatusOr<bool> Engine::Impl::RefreshHome(BlockId b, bool wait) {
   if (!stale[static_cast<size_t>(b)]) return true;
   if (plan.new_params_ring_elems == 0) return RefreshOne(b, wait);
@@ -434,7 +441,12 @@ StatusOr<bool> Engine::Impl::RefreshHome(BlockId b, bool wait) {
     ZINF_ASSIGN_OR_RETURN(bool there, RefreshOne(c, wait));
     if (!there) return false;
     refresh_next = c + 1;
-    update.Consume(layout(c).rank_offset + layout(c).shard_numel);
+    const int64_t end = layout(c).rank_offset + layout(c).shard_numel;
+    if (home->writes_on_stream()) {
+      ZINF_RETURN_IF_ERROR(stream->LaunchHostFunc([this, end] { update.Consume(end); }));
+    } else {
+      update.Consume(end);
+    }
   }
   return true;
 }
@@ -443,9 +455,17 @@ StatusOr<bool> Engine::Impl::RefreshHome(BlockId b, bool wait) {
 StatusOr<bool> Engine::Impl::RefreshOne(BlockId b, bool wait) {
   if (!stale[static_cast<size_t>(b)]) return true;
   const zero3::BlockLayout& l = layout(b);
-  ZINF_ASSIGN_OR_RETURN(bool there, update.WaitFor(l.rank_offset + l.shard_numel, wait, &counters.optimizer_ns));
-  if (!there) return false;
   const int64_t ring = plan.new_params_ring_elems;
+  const bool on_stream = ring > 0 && home->writes_on_stream();
+  ZINF_ASSIGN_OR_RETURN(bool there, update.WaitFor(l.rank_offset + l.shard_numel, /*wait=*/false));
+  if (!there && wait) {
+    // The worker may be waiting for ring space that the stream hands back:
+    // everything enqueued runs first (and a failed copy is an error here,
+    // not a wait for a hand-back that never comes).
+    if (on_stream) ZINF_RETURN_IF_ERROR(stream->Synchronize());
+    ZINF_ASSIGN_OR_RETURN(there, update.WaitFor(l.rank_offset + l.shard_numel, wait, &counters.optimizer_ns));
+  }
+  if (!there) return false;
   const char* src = new_params.data() + (ring > 0 ? l.rank_offset % ring : l.rank_offset) * param_es;
   if (ring > 0 && l.rank_offset % ring + l.shard_numel > ring) {
     // The shard wraps around the ring's end: joined in the gradient
@@ -458,6 +478,8 @@ StatusOr<bool> Engine::Impl::RefreshOne(BlockId b, bool wait) {
     src = joined;
   }
   ZINF_RETURN_IF_ERROR(home->WriteBlock(b, src));
+  // The next wrapped block is joined in the same window.
+  if (on_stream && src == staging.data()) ZINF_RETURN_IF_ERROR(stream->Synchronize());
   stale[static_cast<size_t>(b)] = false;
   return true;
 }

@@ -11,10 +11,12 @@
 // new parameters are ready first: a block is "stale" until the worker has
 // stepped the sub-groups covering its shard range, and the driving thread
 // writes its new parameters home (RefreshHome) when a fetch needs it,
-// waiting only if the worker has not got that far. With the home in RAM or
-// on NVMe the new parameters pass through a bounded ring (BufferPlan::
-// new_params), drained in block order, that the worker waits on. Everything that reads or
-// writes the optimizer state or the gradient accumulator (ReduceGradients,
+// waiting only if the worker has not got that far. The new parameters pass
+// through a bounded ring (BufferPlan::new_params), drained in block order,
+// that the worker waits on (a whole-shard buffer only when neither the
+// parameters nor the optimizer are offloaded); the device home's H2D
+// copies out of it hand their space back from the stream. Everything that
+// reads or writes the optimizer state or the gradient accumulator (ReduceGradients,
 // Step, checkpoints, GetMasterParameters) first waits for the whole update
 // (FinishUpdate), which is also where an error from the worker surfaces.
 //

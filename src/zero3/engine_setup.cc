@@ -21,9 +21,11 @@ namespace zinf {
 
 Engine::Impl::~Impl() {
   update.Join().IgnoreError();  // the worker reads the optimizer state and the windows below
+  // Copies into the device home and the gathered buffers, and the ring's
+  // hand-backs (RefreshHome), finish before those buffers go.
+  if (stream) stream->Synchronize().IgnoreError();
   gathered.reset();
   home.reset();
-  if (stream) stream->Synchronize().IgnoreError();
   if (device != nullptr) {
     device->Free(grad_flat);
     device->Free(grad_shard);

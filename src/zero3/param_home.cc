@@ -53,6 +53,7 @@ class DeviceParamHome final : public HomeBase {
   Status CopyToDevice(BlockId b, char* dst) override {
     return stream_.CopyAsync(dst, home() + Offset(b), ShardBytes(b), CopyDirection::kDeviceToDevice);
   }
+  bool writes_on_stream() const override { return true; }
 
  private:
   char* home() const { return static_cast<char*>(home_); }

@@ -50,6 +50,10 @@ class ParamHome {
   virtual Status WriteBlock(BlockId b, const char* src) = 0;
   // Waits for writes started by WriteBlock (NVMe write-backs).
   virtual Status Flush() { return Status::Ok(); }
+  // Whether WriteBlock reads `src` later, on the engine's stream (the
+  // device home's H2D copy), rather than before it returns: its source is
+  // free for reuse only once the stream has passed the copy.
+  virtual bool writes_on_stream() const { return false; }
   // Enqueues on the engine's stream the copy of block b's shard to `dst`
   // (device memory, shard_numel elements). When it returns, the home's own
   // buffers may be reused; `dst` is written once the stream gets there.

@@ -17,8 +17,10 @@
 // that has stopped draining.
 //
 // Thread-safety: Start, WaitFor, Join, active and the destructor are called
-// by one driving thread; the body runs on the worker thread and calls only
-// the Progress it is given. Every shared field is guarded by mu_.
+// by one driving thread; Consume by any thread (the driver's device stream
+// hands ring space back once its copy out of it is done), between a Start
+// and the next one; the body runs on the worker thread and calls only the
+// Progress it is given. Every shared field is guarded by mu_.
 #pragma once
 
 #include <condition_variable>

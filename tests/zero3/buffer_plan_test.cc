@@ -156,10 +156,11 @@ void CheckPlan(const BufferPlan& p, const Config& c, const std::vector<BlockSpec
     EXPECT_EQ(p.grad_accumulator.buffer_bytes, std::max<int64_t>(total * 4, 4096));
     EXPECT_EQ(p.grad_window.buffer_count, 0);
   }
-  // New parameters: the whole shard for a device home; otherwise a ring of
-  // whole sub-groups, at least two and the largest shard (or the whole
-  // shard when that is smaller).
-  if (p.param_home == OffloadDevice::kNone) {
+  // New parameters: the whole shard when nothing is offloaded; otherwise
+  // (a device home with the optimizer offloaded too) a ring of whole
+  // sub-groups, at least two and the largest shard (or the whole shard when
+  // that is smaller).
+  if (p.param_home == OffloadDevice::kNone && c.zero.offload_optimizer.device == OffloadDevice::kNone) {
     EXPECT_EQ(p.new_params_ring_elems, 0);
     EXPECT_EQ(p.new_params.buffer_bytes, std::max<int64_t>(total * es, 4096));
   } else if (p.new_params_ring_elems == total) {
@@ -471,6 +472,55 @@ void CheckEngine(Config c, const testing::TinyModel& model, const std::string& w
   ASSERT_TRUE(e.engine->SaveCheckpoint(dir.Sub("ckpt") + "/step-3", {}).ok());
   EXPECT_EQ(aio::PinnedPool::LiveMappedBytes() - host_before,
             p->host_fixed_bytes() + aio::PinnedPool::MappedBytes(p->checkpoint_buffers));
+}
+
+// The new-parameter window is set by the sub-group and the largest shard,
+// not by the model: with the optimizer offloaded, a model of 4x the layers
+// (same layer shape) plans the same bytes for it on every parameter home,
+// the device's included, and the plan lists it as a ring; with nothing
+// offloaded it is the whole shard and grows.
+TEST(BufferPlanTest, NewParamsRingDoesNotGrowWithTheModel) {
+  const auto model = [](int layers) {
+    std::vector<int64_t> dims(static_cast<size_t>(layers) + 1, 64);
+    return testing::TinyModel{dims}.Blocks();
+  };
+  const auto plan = [](const std::vector<BlockSpec>& blocks, OffloadDevice param, OffloadDevice optimizer) {
+    Config c = testing::BaseConfig();
+    c.bf16.enabled = true;
+    c.zero.sub_group_size = 1000;  // about a quarter of a block's 4160 elements
+    c.zero.offload_param.device = param;
+    c.zero.offload_optimizer.device = optimizer;
+    c.zero.offload_param.nvme_paths = c.zero.offload_optimizer.nvme_paths = {"/nvme0"};
+    auto p = MakeBufferPlan(c, blocks, 1, DeviceKind::kHost, ElementType::kF32);
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    return p.ok() ? *p : BufferPlan{};
+  };
+  const auto small = model(8), large = model(32);
+  for (OffloadDevice param : kParamChoices) {
+    for (OffloadDevice optimizer : {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+      SCOPED_TRACE("param " + std::string(OffloadDeviceName(param)) + " optimizer " +
+                   std::string(OffloadDeviceName(optimizer)));
+      const BufferPlan a = plan(small, param, optimizer), b = plan(large, param, optimizer);
+      ASSERT_EQ(b.total_shard_elems, 4 * a.total_shard_elems);
+      const auto ring_items = [](const BufferPlan& p) {
+        int64_t n = 0;
+        for (const BufferItem& it : p.Items()) n += it.what.find("new-parameter ring") != std::string::npos;
+        return n;
+      };
+      if (param == OffloadDevice::kNone && optimizer == OffloadDevice::kNone) {
+        EXPECT_EQ(b.new_params_ring_elems, 0);
+        EXPECT_EQ(b.new_params.buffer_bytes, 4 * a.new_params.buffer_bytes);
+        EXPECT_EQ(ring_items(b), 0);
+        continue;
+      }
+      EXPECT_EQ(a.new_params_ring_elems, b.new_params_ring_elems);
+      EXPECT_EQ(a.new_params.buffer_bytes, b.new_params.buffer_bytes);
+      EXPECT_LT(b.new_params_ring_elems, a.total_shard_elems);
+      EXPECT_EQ(b.new_params.buffer_bytes, std::max<int64_t>(b.new_params_ring_elems * b.param_elem_bytes, 4096));
+      EXPECT_EQ(ring_items(a), 1);
+      EXPECT_EQ(ring_items(b), 1);
+    }
+  }
 }
 
 TEST(BufferPlanTest, EngineAllocatesThePlannedBuffers) {

@@ -104,11 +104,77 @@ INSTANTIATE_TEST_SUITE_P(Tiers, EngineTierTest,
                          ::testing::Values(std::make_tuple(OffloadDevice::kNvme, OffloadDevice::kNvme),
                                            std::make_tuple(OffloadDevice::kCpu, OffloadDevice::kNvme),
                                            std::make_tuple(OffloadDevice::kNvme, OffloadDevice::kCpu),
-                                           std::make_tuple(OffloadDevice::kCpu, OffloadDevice::kCpu)),
+                                           std::make_tuple(OffloadDevice::kCpu, OffloadDevice::kCpu),
+                                           std::make_tuple(OffloadDevice::kNone, OffloadDevice::kNvme),
+                                           std::make_tuple(OffloadDevice::kNone, OffloadDevice::kCpu)),
                          [](const auto& p) {
                            return "param_" + std::string(OffloadDeviceName(std::get<0>(p.param))) + "_optim_" +
                                   std::string(OffloadDeviceName(std::get<1>(p.param)));
                          });
+
+// offload_param none with the optimizer offloaded: the new parameters pass
+// through the ring into the device home (H2D from the pinned ring, whose
+// space the stream hands back), on a model whose blocks span several
+// sub-groups or share one, with 3 micro-batches per step, with and without
+// prefetching (fetches that refresh ahead without waiting): bit for bit the
+// all-in-RAM run, which writes the whole shard at once.
+TEST(EngineTest, DeviceHomeThroughTheRingIsBitIdentical) {
+  const TinyModel model{{13, 37, 29, 41, 11, 5, 7, 3, 9, 6, 4}};  // 518, 1102, 1230, 462, 60, 40, 24, 30, 60, 28
+  for (int64_t sub_group : {300, 700}) {
+    for (int64_t prefetch : {0, 3000}) {
+      TempDir dir;
+      Config config = BaseConfig();
+      config.bf16.enabled = true;
+      config.gradient_accumulation_steps = 3;
+      config.gradient_clipping = 0.5;
+      config.zero.sub_group_size = sub_group;
+      config.zero.stage3_prefetch_bucket_size = prefetch;
+      Config resident = config;
+      SetTiers(resident, OffloadDevice::kNone, OffloadDevice::kNone, dir);
+      auto whole = MakeBufferPlan(resident, model.Blocks(), 1, DeviceKind::kHost, ElementType::kF32);
+      ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+      EXPECT_EQ(whole->new_params_ring_elems, 0);
+      comm::LocalCommunicator local;
+      EngineUnderTest r = MakeEngine(resident, model.Blocks(), &local);
+      ASSERT_NE(r.engine, nullptr);
+      TrainOptions t;
+      t.steps = 4;
+      const float want_loss = Train(*r.engine, model, t, 3);
+      const std::vector<float> want = MasterWeights(*r.engine, model);
+      for (OffloadDevice optimizer : {OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+        SCOPED_TRACE("sub-group " + std::to_string(sub_group) + " prefetch " + std::to_string(prefetch) +
+                     " optimizer " + std::string(OffloadDeviceName(optimizer)));
+        Config c = config;
+        TempDir d;
+        SetTiers(c, OffloadDevice::kNone, optimizer, d);
+        auto plan = MakeBufferPlan(c, model.Blocks(), 1, DeviceKind::kHost, ElementType::kF32);
+        ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+        const int64_t ring = plan->new_params_ring_elems;
+        ASSERT_GT(ring, 0);
+        EXPECT_LT(ring, plan->total_shard_elems);
+        auto part = Partitioner::Create(model.Blocks(), 1, 0);
+        ASSERT_TRUE(part.ok());
+        bool wraps = false, spans = false, shares = false;
+        for (BlockId b = 0; b < part->num_blocks(); ++b) {
+          const BlockLayout& l = part->layout(b);
+          wraps = wraps || l.rank_offset % ring + l.shard_numel > ring;
+          spans = spans || l.shard_numel > sub_group;
+          shares = shares || l.shard_numel < sub_group;
+        }
+        EXPECT_TRUE(wraps);
+        EXPECT_TRUE(spans);
+        EXPECT_TRUE(shares);
+        EngineUnderTest e = MakeEngine(c, model.Blocks(), &local);
+        ASSERT_NE(e.engine, nullptr);
+        const float loss = Train(*e.engine, model, t, 3);
+        const std::vector<float> got = MasterWeights(*e.engine, model);
+        ASSERT_EQ(got.size(), want.size());
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0);
+        EXPECT_EQ(loss, want_loss);
+      }
+    }
+  }
+}
 
 // DeepSpeed's buffer semantics: offload_optimizer.buffer_count 4 with both
 // pipelines (12 buffers needed: master, m, v, gradient) splits the sub-groups to fit the given pinned
@@ -242,7 +308,9 @@ TEST(EngineTest, AccumulationOverflowAndClippingAreBitIdenticalOnEveryTier) {
   for (int i : {0, 1, 3}) EXPECT_GT(want_results[static_cast<size_t>(i)].grad_norm, 0.05);
   for (auto [param, optimizer] : {std::make_tuple(OffloadDevice::kNvme, OffloadDevice::kNvme),
                                   std::make_tuple(OffloadDevice::kCpu, OffloadDevice::kNvme),
-                                  std::make_tuple(OffloadDevice::kNvme, OffloadDevice::kCpu)}) {
+                                  std::make_tuple(OffloadDevice::kNvme, OffloadDevice::kCpu),
+                                  std::make_tuple(OffloadDevice::kNone, OffloadDevice::kNvme),
+                                  std::make_tuple(OffloadDevice::kNone, OffloadDevice::kCpu)}) {
     SCOPED_TRACE(std::string(OffloadDeviceName(param)) + "/" + std::string(OffloadDeviceName(optimizer)));
     Config c = config;
     TempDir d;
@@ -476,11 +544,14 @@ TEST(EngineTest, MisuseIsAnError) {
 
 // Train 2 steps and checkpoint; a new engine (other swap files, other tiers
 // for the optimizer state) loads it and trains 2 more: bit for bit what 4
-// uninterrupted steps give, fp16 loss-scaler and LR schedule included.
-class EngineCheckpointTest : public ::testing::TestWithParam<std::tuple<OffloadDevice, OffloadDevice>> {};
+// uninterrupted steps give, fp16 loss-scaler and LR schedule included. The
+// parameters' home (the first tier) is rewritten from the loaded master
+// weights, through the new-parameter ring.
+class EngineCheckpointTest : public ::testing::TestWithParam<std::tuple<OffloadDevice, OffloadDevice, OffloadDevice>> {
+};
 
 TEST_P(EngineCheckpointTest, ResumeEqualsUninterruptedTraining) {
-  const auto [save_tier, load_tier] = GetParam();
+  const auto [param_tier, save_tier, load_tier] = GetParam();
   TempDir dir;
   Config config = BaseConfig();
   config.fp16.enabled = true;
@@ -488,7 +559,7 @@ TEST_P(EngineCheckpointTest, ResumeEqualsUninterruptedTraining) {
   config.scheduler.type = SchedulerType::kWarmupLR;
   config.scheduler.warmup_num_steps = 3;
   config.scheduler.warmup_max_lr = 1e-2;
-  SetTiers(config, OffloadDevice::kNvme, save_tier, dir);
+  SetTiers(config, param_tier, save_tier, dir);
   TrainOptions all;
   all.steps = 4;
   const Outcome want = TrainModel(config, all);
@@ -507,7 +578,7 @@ TEST_P(EngineCheckpointTest, ResumeEqualsUninterruptedTraining) {
   }
   Config other = config;
   TempDir dir2;
-  SetTiers(other, OffloadDevice::kNvme, load_tier, dir2);
+  SetTiers(other, param_tier, load_tier, dir2);
   EngineUnderTest e = MakeEngine(other, kModel.Blocks(), &local);
   ASSERT_NE(e.engine, nullptr);
   auto md = e.engine->LoadCheckpoint(ckpt);
@@ -518,10 +589,18 @@ TEST_P(EngineCheckpointTest, ResumeEqualsUninterruptedTraining) {
   ExpectBitIdentical(ContinueTraining(*e.engine, 2, 2, config), want);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiers, EngineCheckpointTest,
-                         ::testing::Values(std::make_tuple(OffloadDevice::kNvme, OffloadDevice::kNvme),
-                                           std::make_tuple(OffloadDevice::kNvme, OffloadDevice::kCpu),
-                                           std::make_tuple(OffloadDevice::kCpu, OffloadDevice::kNvme)));
+INSTANTIATE_TEST_SUITE_P(
+    Tiers, EngineCheckpointTest,
+    ::testing::Values(std::make_tuple(OffloadDevice::kNvme, OffloadDevice::kNvme, OffloadDevice::kNvme),
+                      std::make_tuple(OffloadDevice::kNvme, OffloadDevice::kNvme, OffloadDevice::kCpu),
+                      std::make_tuple(OffloadDevice::kNvme, OffloadDevice::kCpu, OffloadDevice::kNvme),
+                      std::make_tuple(OffloadDevice::kNone, OffloadDevice::kNvme, OffloadDevice::kCpu),
+                      std::make_tuple(OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme)),
+    [](const auto& p) {
+      return "param_" + std::string(OffloadDeviceName(std::get<0>(p.param))) + "_saved_" +
+             std::string(OffloadDeviceName(std::get<1>(p.param))) + "_loaded_" +
+             std::string(OffloadDeviceName(std::get<2>(p.param)));
+    });
 
 // The optimizer update runs after Step returned. When it fails part-way,
 // the blocks whose sub-groups it stepped can still be fetched, the others
