@@ -33,8 +33,10 @@ int64_t BlockNumel(const BlockSpec& b) {
   return n;
 }
 
-// Device bytes of GptCompute<float>::Create's allocations (gpt.cc): every
-// array is 4 bytes an element (fp32 activations, int32 tokens).
+std::string GiB(int64_t bytes) { return FormatBytes(bytes); }
+
+}  // namespace
+
 int64_t ActivationBytes(const GptConfig& m, int batch, bool cuda) {
   const int64_t B = batch, T = m.seq_len, C = m.n_embd, NH = m.n_head, L = m.n_layer, Vp = m.padded_vocab_size;
   const int64_t N = B * T, NC = N * C;
@@ -53,10 +55,6 @@ int64_t ActivationBytes(const GptConfig& m, int batch, bool cuda) {
   bytes += 2 * DeviceBytes(head_rows * Vp * 4);  // logits and their gradient, one chunk
   return bytes;
 }
-
-std::string GiB(int64_t bytes) { return FormatBytes(bytes); }
-
-}  // namespace
 
 std::string_view TierName(Tier t) {
   switch (t) {

@@ -54,6 +54,11 @@ namespace zinf::model {
 // here: model sizes are counted in decimal). Errors name the text.
 StatusOr<int64_t> ParseParameterCount(const std::string& text);
 
+// Device bytes of GptCompute<float>::Create's allocations (gpt.cc) for a
+// micro-batch of `batch` sequences: every array is 4 bytes an element (fp32
+// activations, int32 tokens); `cuda` adds the CUDA attention's scratch.
+int64_t ActivationBytes(const GptConfig& model, int batch, bool cuda);
+
 // A GPT shape of about `params` parameters (kInvalidArgument below 1M or
 // above 10T). Rule: layers of 12 C^2 parameters with an aspect ratio of
 // C / L = 128, so params ~= 12 C^3 / 128: C = cbrt(128 * params / 12)

@@ -16,9 +16,11 @@
 #include "core/fs.h"
 #include "core/half.h"
 #include "core/log.h"
+#include "core/units.h"
 #include "device/device.h"
 #include "model/data.h"
 #include "model/hf_export.h"
+#include "model/plan.h"
 #include "model/safetensors.h"
 #include "swap/checkpoint.h"
 #include "swap/checkpoint_dirs.h"
@@ -296,6 +298,30 @@ const char* WeightDecayOnName(WeightDecayOn on) { return on == WeightDecayOn::kA
 Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Trainer::~Trainer() = default;
 
+// The model's own device memory (activations for a micro-batch, fp32
+// scratch for the largest block's parameters and gradients, the embedding's
+// gradient) did not fit beside the engine's: an out-of-memory error that
+// says what the working set is, with the engine's least (what it holds now
+// and one gathered block of the largest size), and what budget would hold
+// it; other errors pass through.
+Status WorkingSetError(const Trainer::Impl& m, const Status& s, int64_t engine_bytes, int64_t scratch_elems,
+                       int64_t max_block) {
+  if (s.code() != StatusCode::kOutOfMemory) return s;
+  const int64_t capacity = static_cast<int64_t>(m.device->capacity_bytes());
+  const int64_t scratch = scratch_elems * static_cast<int64_t>(sizeof(float));
+  const int64_t activations = ActivationBytes(m.model(), m.batch(), m.device->kind() == DeviceKind::kCuda);
+  const int64_t gathered = max_block * ElementSizeBytes(m.engine->param_type());
+  const int64_t need = engine_bytes + gathered + activations + scratch;
+  return Status::OutOfMemory(
+      "device out of memory for the model's working set: activations " + FormatBytes(activations) + " (micro-batch " +
+      std::to_string(m.batch()) + " x " + std::to_string(m.model().seq_len) + " tokens) and fp32 scratch " +
+      FormatBytes(scratch) + " (the largest block, " + FormatCount(max_block) +
+      " parameters, and the embedding's gradient), beside the engine's " + FormatBytes(engine_bytes) +
+      " and one gathered block of " + FormatBytes(gathered) + ", need at least " + FormatBytes(need) +
+      "; the device has " + FormatBytes(capacity) + ": raise --device-budget to more than " + FormatBytes(need) +
+      " (`zinf plan` itemizes it), or lower train_micro_batch_size_per_gpu / --seq-len (" + s.message() + ")");
+}
+
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const TrainerOptions& options) {
   auto m = std::make_unique<Impl>();
   m->config = config;
@@ -365,16 +391,24 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   }
 
   // Kernels, activations and scratch on the engine's device.
+  const auto engine_bytes = static_cast<int64_t>(m->device->bytes_in_use());
   ZINF_ASSIGN_OR_RETURN(m->ops, CreateOps(*m->device));
-  ZINF_ASSIGN_OR_RETURN(m->compute, GptCompute<float>::Create(m->model(), m->batch(), m->ops.get(), m->device));
   int64_t max_block = 0;
   for (const BlockSpec& b : specs) max_block = std::max(max_block, BlockNumel(b));
   const int64_t embed = BlockNumel(specs[kEmbedBlock]);
   const bool cast = m->engine->param_type() != ElementType::kF32;
-  ZINF_ASSIGN_OR_RETURN(m->param_scratch, m->AllocateFloats(cast ? max_block : 0));
-  ZINF_ASSIGN_OR_RETURN(m->embed_scratch, m->AllocateFloats(cast && m->model().tied_embeddings ? embed : 0));
-  ZINF_ASSIGN_OR_RETURN(m->grad_scratch, m->AllocateFloats(max_block));
-  ZINF_ASSIGN_OR_RETURN(m->embed_grads, m->AllocateFloats(embed));
+  const int64_t scratch_elems =
+      (cast ? max_block : 0) + (cast && m->model().tied_embeddings ? embed : 0) + max_block + embed;
+  auto compute = GptCompute<float>::Create(m->model(), m->batch(), m->ops.get(), m->device);
+  if (!compute.ok()) return WorkingSetError(*m, compute.status(), engine_bytes, scratch_elems, max_block);
+  m->compute = std::move(*compute);
+  for (auto [dst, n] : {std::pair{&m->param_scratch, cast ? max_block : 0},
+                        std::pair{&m->embed_scratch, cast && m->model().tied_embeddings ? embed : 0},
+                        std::pair{&m->grad_scratch, max_block}, std::pair{&m->embed_grads, embed}}) {
+    auto p = m->AllocateFloats(n);
+    if (!p.ok()) return WorkingSetError(*m, p.status(), engine_bytes, scratch_elems, max_block);
+    *dst = *p;
+  }
   return std::unique_ptr<Trainer>(new Trainer(std::move(m)));
 }
 

@@ -270,6 +270,44 @@ TEST(TrainerTest, TrainsUnderADeviceBudgetBelowATHirdOfTheState) {
   EXPECT_GT(r.trainer->engine().counters().nvme_read_bytes, 0);
 }
 
+// A budget below the model's own working set (activations and the fp32
+// scratch of its largest block) is an out-of-memory error that itemizes it
+// and names a budget that holds it; that budget trains.
+TEST(TrainerTest, ABudgetBelowTheWorkingSetSaysWhatWouldFit) {
+  TempDir dir;
+  Config config = TinyConfig(dir, OffloadDevice::kNvme, OffloadDevice::kNvme);
+  config.zero.offload_param.buffer_size = 1 << 20;
+  TrainerOptions o;
+  auto model = LoadGptConfig("demo");
+  ASSERT_TRUE(model.ok());
+  o.model = *model;
+  o.corpus_bytes = 256 << 10;
+  o.engine.optimizer_threads = 1;
+  o.engine.run_id = "trainer-test";
+  auto small = CreateHostDevice(2 << 20);
+  o.hooks.device = small.get();
+  auto t = Trainer::Create(config, o);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kOutOfMemory);
+  const std::string msg(t.status().message());
+  EXPECT_NE(msg.find("model's working set"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("micro-batch " + std::to_string(config.train_micro_batch_size_per_gpu)), std::string::npos) << msg;
+  const std::string key = "raise --device-budget to more than ";
+  const size_t at = msg.find(key);
+  ASSERT_NE(at, std::string::npos) << msg;
+  // "286.10 MiB": FormatBytes' form.
+  std::istringstream in(msg.substr(at + key.size()));
+  double number = 0;
+  std::string unit;
+  in >> number >> unit;
+  ASSERT_EQ(unit.substr(0, 3), "MiB") << msg;
+  auto enough = CreateHostDevice(static_cast<size_t>(number * (1 << 20)) + (4 << 20));
+  o.hooks.device = enough.get();
+  auto u = Trainer::Create(config, o);
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  EXPECT_EQ(Losses(**u, 1).size(), 1u);
+}
+
 TEST(TrainerTest, Fp16WithTheLossScalerTrains) {
   TempDir dir;
   Config config = TinyConfig(dir, OffloadDevice::kCpu, OffloadDevice::kCpu);
