@@ -89,9 +89,18 @@ struct ModelSource {
   GptConfig model;
   std::shared_ptr<const HfCheckpoint> hf;  // null unless a HF folder
   std::string description;                 // for logs: the name, or "<dir> (<architecture>)"
+  // True when the sequence length is a HF folder's positions, taken
+  // because no length was asked for.
+  bool default_seq_len = false;
   // TrainerOptions::initial_weights: the checkpoint's blocks; empty
   // without a checkpoint (random init).
   std::function<StatusOr<std::vector<std::vector<float>>>(BlockId)> InitialWeights() const;
+  // `s` with a hint when the run is at a Llama-family folder's default
+  // sequence length (max_position_embeddings: 131072 for Llama 3.1, whose
+  // activations no budget holds) and `s` says that memory ran out or that
+  // the data holds too few tokens for one batch: the length, where it came
+  // from, and --seq-len. `s` unchanged otherwise.
+  Status HintSeqLen(const Status& s) const;
 };
 StatusOr<ModelSource> ResolveModel(const std::string& value, int seq_len);
 
