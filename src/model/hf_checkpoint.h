@@ -25,7 +25,9 @@
 // Memory: OpenHfCheckpoint reads only headers. ReadHfBlock maps the file
 // holding each tensor, converts that tensor to fp32, and drops its pages
 // (MADV_DONTNEED) before the next: RAM holds one block in fp32 plus one
-// tensor's pages, never the model.
+// tensor's pages, never the model (the page cache keeps what was read, clean
+// and reclaimable: scale/hf_load_beyond_ram loads, trains and exports a
+// checkpoint inside a memory cgroup of about half its size).
 //
 // Thread-safety: an HfCheckpoint is immutable after OpenHfCheckpoint; its
 // functions may be called from any thread.
