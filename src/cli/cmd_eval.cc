@@ -122,7 +122,7 @@ int Run(const std::vector<std::string>& args) {
   topt.engine.optimizer_threads = static_cast<int>(*threads);
   topt.engine.run_id = "eval";
   auto trainer = model::Trainer::Create(config, topt);
-  if (!trainer.ok()) return Fail(kName, trainer.status());
+  if (!trainer.ok()) return Fail(kName, source->HintSeqLen(trainer.status()));
   std::string weights = source->hf != nullptr ? "its weights" : "initial weights (seed " + std::to_string(*seed) + ")";
   if (const auto ckpt = flags->Get("resume")) {
     if (Status s = (*trainer)->LoadWeights(*ckpt); !s.ok()) return Fail(kName, s.WithContext("--resume"));
@@ -137,7 +137,7 @@ int Run(const std::vector<std::string>& args) {
                  FormatCount(model->NumParameters()).c_str(), weights.c_str(), (*device)->name().c_str());
   }
   auto result = (*trainer)->EvaluateInOrder();
-  if (!result.ok()) return Fail(kName, result.status());
+  if (!result.ok()) return Fail(kName, source->HintSeqLen(result.status()));
   if (out) {
     std::fprintf(out, "zinf eval: %s: %lld windows of %lld x %d tokens, %lld tokens scored\n", data->c_str(),
                  static_cast<long long>(result->windows), static_cast<long long>(*batch), model->seq_len,

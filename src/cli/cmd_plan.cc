@@ -24,6 +24,7 @@
 #include "core/units.h"
 #include "device/device.h"
 #include "model/gpt.h"
+#include "model/hf_checkpoint.h"
 #include "model/ops.h"
 #include "model/plan.h"
 #include "optim/cpu_adam.h"
@@ -175,6 +176,7 @@ json OptionJson(const PlanOption& o) {
 struct PlanRun {
   PlanInputs in;
   std::string model_arg, model_desc, device, nvme_source = "none";
+  bool hf_default_seq_len = false;  // a Llama-family HF folder at its max_position_embeddings
   std::string gpu_src, adam_src, nvme_src, pcie_src;
   std::vector<std::string> notes;
 };
@@ -219,6 +221,7 @@ std::optional<int> ParseInputs(const Flags& flags, PlanRun& run) {
   PlanInputs& in = run.in;
   in.model = model->model;
   run.model_desc = model->description;
+  run.hf_default_seq_len = *seq == 0 && model->model.llama() && model::IsHfModelDir(*model_arg);
   in.world_size = static_cast<int>(*gpus);
   in.micro_batch = static_cast<int>(*micro);
   in.grad_accum = static_cast<int>(*accum);
@@ -472,6 +475,12 @@ int Run(const std::vector<std::string>& args) {
   if (out) std::fprintf(stderr, "zinf plan: wrote %s\n", out->c_str());
   if (!plan->chosen_fits) {
     std::fprintf(stderr, "zinf plan: no offload choice fits this machine\n");
+    if (run.hf_default_seq_len) {
+      std::fprintf(stderr,
+                   "zinf plan: the sequence length %d is %s's max_position_embeddings, the default for a HF model "
+                   "(activations grow with it): --seq-len plans a shorter one\n",
+                   run.in.model.seq_len, run.model_arg.c_str());
+    }
     return 1;
   }
   return 0;

@@ -291,7 +291,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   topt.engine.progress = MeterFactory(out);  // checkpoint save, resume and export: bar or lines on rank 0
   if (out) PrintRunHeader(out, *config, resolutions, *source, (*device)->name(), world);
   auto trainer = model::Trainer::Create(*config, topt);
-  if (!trainer.ok()) return Fail(kName, NameNvmeFlag(trainer.status(), flags->Get("nvme-path")));
+  if (!trainer.ok()) return Fail(kName, source->HintSeqLen(NameNvmeFlag(trainer.status(), flags->Get("nvme-path"))));
   if (const auto resume = flags->Get("resume")) {
     if (Status s = (*trainer)->Resume(*resume); !s.ok()) return Fail(kName, NameNvmeFlag(s, flags->Get("nvme-path")));
     if (out) std::fprintf(out, "zinf train: resumed at step %lld\n", static_cast<long long>((*trainer)->step()));
@@ -324,7 +324,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   run.exact_losses = flags->Has("exact-losses");
   run.progress = out;
   auto summary = RunTraining(**trainer, run);
-  if (!summary.ok()) return Fail(kName, NameNvmeFlag(summary.status(), flags->Get("nvme-path")));
+  if (!summary.ok()) return Fail(kName, source->HintSeqLen(NameNvmeFlag(summary.status(), flags->Get("nvme-path"))));
   if (rank == 0) {
     std::printf("zinf train: %lld steps, loss %.4f -> %.4f", static_cast<long long>(summary->steps),
                 summary->first_loss, summary->last_loss);

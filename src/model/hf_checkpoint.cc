@@ -441,7 +441,8 @@ StatusOr<GptConfig> HfModelAtSeqLen(const HfCheckpoint& ckpt, int seq_len) {
   if (ckpt.sliding_window > 0 && seq_len > ckpt.sliding_window) {
     return Status::InvalidArgument(ckpt.architecture + " " + ckpt.dir + ": sliding_window " +
                                    std::to_string(ckpt.sliding_window) + " is shorter than the sequence length " +
-                                   std::to_string(seq_len) + "; zinf has no sliding-window attention");
+                                   std::to_string(seq_len) + "; zinf has no sliding-window attention: give --seq-len " +
+                                   std::to_string(ckpt.sliding_window) + " or less");
   }
   if (!m.llama() && seq_len != ckpt.max_positions) {
     return Status::InvalidArgument("GPT-2 " + ckpt.dir + ": the sequence length must be n_positions (" +
@@ -566,12 +567,25 @@ std::function<StatusOr<std::vector<std::vector<float>>>(BlockId)> ModelSource::I
   return [ckpt = hf, model = model](BlockId b) { return ReadHfBlock(*ckpt, model, b); };
 }
 
+Status ModelSource::HintSeqLen(const Status& s) const {
+  // GPT-2 trains at n_positions only (its position table): no hint to give.
+  if (s.ok() || hf == nullptr || !default_seq_len || !model.llama()) return s;
+  const bool memory = s.code() == StatusCode::kOutOfMemory;
+  const bool data = s.code() == StatusCode::kInvalidArgument && s.message().rfind("data loader:", 0) == 0;
+  if (!memory && !data) return s;
+  return Status(s.code(), s.message() + "; the sequence length " + std::to_string(model.seq_len) + " is " + hf->dir +
+                              "'s max_position_embeddings, the default for a HF model" +
+                              (memory ? " (activations grow with it)" : "") +
+                              ": give a shorter one with --seq-len (e.g. --seq-len 2048)");
+}
+
 StatusOr<ModelSource> ResolveModel(const std::string& value, int seq_len) {
   ModelSource s;
   if (IsHfModelDir(value)) {
     ZINF_ASSIGN_OR_RETURN(HfCheckpoint c, OpenHfCheckpoint(value));
     ZINF_ASSIGN_OR_RETURN(s.model, HfModelAtSeqLen(c, seq_len));
     s.description = value + " (" + c.architecture + ")";
+    s.default_seq_len = seq_len == 0;
     s.hf = std::make_shared<const HfCheckpoint>(std::move(c));
     return s;
   }

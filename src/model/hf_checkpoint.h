@@ -25,7 +25,9 @@
 // Memory: OpenHfCheckpoint reads only headers. ReadHfBlock maps the file
 // holding each tensor, converts that tensor to fp32, and drops its pages
 // (MADV_DONTNEED) before the next: RAM holds one block in fp32 plus one
-// tensor's pages, never the model.
+// tensor's pages, never the model (the page cache keeps what was read, clean
+// and reclaimable: scale/hf_load_beyond_ram loads, trains and exports a
+// checkpoint inside a memory cgroup of about half its size).
 //
 // Thread-safety: an HfCheckpoint is immutable after OpenHfCheckpoint; its
 // functions may be called from any thread.
@@ -89,9 +91,18 @@ struct ModelSource {
   GptConfig model;
   std::shared_ptr<const HfCheckpoint> hf;  // null unless a HF folder
   std::string description;                 // for logs: the name, or "<dir> (<architecture>)"
+  // True when the sequence length is a HF folder's positions, taken
+  // because no length was asked for.
+  bool default_seq_len = false;
   // TrainerOptions::initial_weights: the checkpoint's blocks; empty
   // without a checkpoint (random init).
   std::function<StatusOr<std::vector<std::vector<float>>>(BlockId)> InitialWeights() const;
+  // `s` with a hint when the run is at a Llama-family folder's default
+  // sequence length (max_position_embeddings: 131072 for Llama 3.1, whose
+  // activations no budget holds) and `s` says that memory ran out or that
+  // the data holds too few tokens for one batch: the length, where it came
+  // from, and --seq-len. `s` unchanged otherwise.
+  Status HintSeqLen(const Status& s) const;
 };
 StatusOr<ModelSource> ResolveModel(const std::string& value, int seq_len);
 

@@ -2,10 +2,12 @@
 // ICU, SentencePiece through its library.
 //
 // The BPE follows the reference implementation's observable behaviour, not
-// its code: a word's symbols are its characters; the pair with the lowest
-// merge rank (the leftmost among equals) is merged until no pair has a
-// rank; with ignore_merges a word that is itself in the vocabulary is one
-// token. Words repeat a lot in text, so their ids are cached.
+// its code: a word's symbols are its characters (one outside the
+// vocabulary becomes its <0xNN> byte tokens with byte_fallback, else
+// unk_token); the pair with the lowest merge rank (the leftmost among
+// equals) is merged until no pair has a rank; with ignore_merges a word
+// that is itself in the vocabulary is one token. Words repeat a lot in
+// text, so the ids of short ones are cached.
 #include "model/tokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -20,6 +22,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <queue>
 #include <unordered_map>
 
 #include "core/fs.h"
@@ -162,15 +165,47 @@ struct AddedToken {
   bool lstrip = false, rstrip = false, special = false;
 };
 
+// One normalizer step, applied to each stretch of text between added
+// tokens.
+struct NormStep {
+  enum class Kind { kNfc, kPrepend, kReplace } kind = Kind::kNfc;
+  std::string from, to;  // Prepend: `to` before a non-empty text; Replace: every `from` by `to`
+};
+
 // One pre-tokenizer step.
 struct PreStep {
-  std::unique_ptr<Regex> split;  // Split (Isolated) by this regex; null: a ByteLevel step
+  std::unique_ptr<Regex> split;  // Split (Isolated) by this regex; null: a ByteLevel or Metaspace step
   bool add_prefix_space = false;
+  // Metaspace (SentencePiece's convention): spaces become `metaspace`,
+  // which is put in front of a piece that does not start with it (always,
+  // or only for the piece at the text's start), and with metaspace_split
+  // every occurrence starts a new piece.
+  std::string metaspace;  // empty: not a Metaspace step
+  enum class Prepend { kNever, kFirst, kAlways } prepend = Prepend::kAlways;
+  bool metaspace_split = true;
 };
+
+std::string ReplaceAll(std::string_view text, const std::string& from, const std::string& to) {
+  std::string out;
+  size_t at = 0;
+  for (size_t hit; (hit = text.find(from, at)) != std::string_view::npos; at = hit + from.size()) {
+    out.append(text.substr(at, hit - at));
+    out += to;
+  }
+  out.append(text.substr(at));
+  return out;
+}
+
+// HF's name of a byte token: <0x41>, upper-case digits.
+std::string ByteTokenName(unsigned char b) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  return std::string("<0x") + kHex[b >> 4] + kHex[b & 0xF] + ">";
+}
 
 class BpeTokenizer final : public Tokenizer {
  public:
   static constexpr size_t kMaxCachedWords = size_t{1} << 20;
+  static constexpr size_t kMaxCachedWordBytes = 256;
   static StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& json_path, const std::string& config_path,
                                                    const std::string& eos);
   StatusOr<std::vector<uint32_t>> Encode(std::string_view text) override;
@@ -178,22 +213,32 @@ class BpeTokenizer final : public Tokenizer {
 
  private:
   Status ParseModel(const Json& model, const std::string& where);
+  Status ParseNormalizer(const Json& norm, const std::string& where);
   Status ParsePreTokenizer(const Json& pre, const std::string& where);
+  Status ParseMetaspace(const Json& pre, const std::string& where);
   Status ParseAddedTokens(const Json& added, const std::string& where);
   Status FindEos(const Json& tok, const std::string& config_path, const std::string& eos, const std::string& where);
   std::optional<uint32_t> IdOf(const std::string& token) const;
-  // The ids of one text stretch free of added tokens.
-  Status EncodePlain(std::string_view text, std::vector<uint32_t>& out);
+  // The ids of one text stretch free of added tokens; `at_start`: it
+  // begins the text (Metaspace's prepend_scheme "first").
+  Status EncodePlain(std::string_view text, bool at_start, std::vector<uint32_t>& out);
+  Status Normalize(std::string& text) const;
   // The ids of one pre-tokenized word (already byte-mapped when byte-level).
   Status EncodeWord(const std::string& word, std::vector<uint32_t>& out);
+  // The symbols the merges start from (see EncodeWord).
+  Status InitialSymbols(const std::string& word, std::vector<std::string>& symbols) const;
+  void MergeAll(std::vector<std::string>& symbols) const;
 
   std::unordered_map<std::string, uint32_t> vocab_;
   std::unordered_map<std::string, int> merge_rank_;  // "a\xFFb" -> rank (\xFF never occurs in UTF-8)
   std::vector<AddedToken> added_;
   std::vector<PreStep> steps_;
+  std::vector<NormStep> norms_;
   bool byte_level_ = false;
-  bool nfc_ = false;
   bool ignore_merges_ = false;
+  bool byte_fallback_ = false;
+  bool fuse_unk_ = false;
+  std::optional<std::string> unk_token_;
   std::optional<uint32_t> unk_;
   int64_t vocab_size_ = 0;
   std::unordered_map<std::string, std::vector<uint32_t>> cache_;
@@ -212,9 +257,8 @@ Status BpeTokenizer::ParseModel(const Json& model, const std::string& where) {
   if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"].get<double>() != 0.0) {
     return Status::InvalidArgument(where + ": model.dropout is not supported (encoding must be deterministic)");
   }
-  if (model.value("byte_fallback", false)) {
-    return Status::InvalidArgument(where + ": model.byte_fallback is not supported (use the folder's tokenizer.model)");
-  }
+  byte_fallback_ = model.value("byte_fallback", false);
+  fuse_unk_ = model.value("fuse_unk", false);
   ignore_merges_ = model.value("ignore_merges", false);
   const Json& vocab = model.value("vocab", Json());
   if (!vocab.is_object()) return Status::InvalidArgument(where + ": model.vocab must be an object");
@@ -246,8 +290,65 @@ Status BpeTokenizer::ParseModel(const Json& model, const std::string& where) {
     merge_rank_.emplace(a + '\xFF' + b, rank++);
   }
   if (model.contains("unk_token") && model["unk_token"].is_string()) {
-    unk_ = IdOf(model["unk_token"].get<std::string>());
+    unk_token_ = model["unk_token"].get<std::string>();
+    unk_ = IdOf(*unk_token_);  // none: an error when needed, as in HF
   }
+  return Status::Ok();
+}
+
+Status BpeTokenizer::ParseNormalizer(const Json& norm, const std::string& where) {
+  if (norm.is_null()) return Status::Ok();
+  const std::string type = norm.is_object() ? norm.value("type", "") : "";
+  if (type == "Sequence") {
+    for (const Json& n : norm.value("normalizers", Json::array())) ZINF_RETURN_IF_ERROR(ParseNormalizer(n, where));
+    return Status::Ok();
+  }
+  NormStep step;
+  if (type == "NFC") {
+    step.kind = NormStep::Kind::kNfc;
+  } else if (type == "Prepend" && norm.contains("prepend") && norm["prepend"].is_string()) {
+    step.kind = NormStep::Kind::kPrepend;
+    step.to = norm["prepend"].get<std::string>();
+  } else if (type == "Replace" && norm.contains("content") && norm["content"].is_string()) {
+    const Json& pattern = norm.value("pattern", Json());
+    if (!pattern.is_object() || !pattern.contains("String") || !pattern["String"].is_string() ||
+        pattern["String"].get<std::string>().empty()) {
+      return Status::InvalidArgument(where + ": normalizer Replace with pattern " + pattern.dump() +
+                                     " is not supported (only a non-empty pattern.String)");
+    }
+    step.kind = NormStep::Kind::kReplace;
+    step.from = pattern["String"].get<std::string>();
+    step.to = norm["content"].get<std::string>();
+  } else {
+    return Status::InvalidArgument(where + ": normalizer " + norm.dump() +
+                                   " is not supported (null, NFC, Prepend, Replace with a String, Sequence)");
+  }
+  norms_.push_back(std::move(step));
+  return Status::Ok();
+}
+
+Status BpeTokenizer::ParseMetaspace(const Json& pre, const std::string& where) {
+  PreStep step;
+  step.metaspace = pre.value("replacement", "\u2581");
+  if (step.metaspace.empty() || Utf8Length(static_cast<unsigned char>(step.metaspace[0])) != step.metaspace.size()) {
+    return Status::InvalidArgument(where + ": pre_tokenizer Metaspace replacement must be one character");
+  }
+  // Older files say add_prefix_space instead of prepend_scheme.
+  const std::string scheme = pre.contains("prepend_scheme")
+                                 ? pre.value("prepend_scheme", "")
+                                 : (pre.value("add_prefix_space", true) ? "always" : "never");
+  if (scheme == "always") {
+    step.prepend = PreStep::Prepend::kAlways;
+  } else if (scheme == "first") {
+    step.prepend = PreStep::Prepend::kFirst;
+  } else if (scheme == "never") {
+    step.prepend = PreStep::Prepend::kNever;
+  } else {
+    return Status::InvalidArgument(where + ": pre_tokenizer Metaspace prepend_scheme \"" + scheme +
+                                   "\" is not supported (always, first, never)");
+  }
+  step.metaspace_split = pre.value("split", true);
+  steps_.push_back(std::move(step));
   return Status::Ok();
 }
 
@@ -268,6 +369,7 @@ Status BpeTokenizer::ParsePreTokenizer(const Json& pre, const std::string& where
     steps_.push_back(std::move(step));
     return Status::Ok();
   }
+  if (type == "Metaspace") return ParseMetaspace(pre, where);
   if (type == "Split") {
     if (pre.value("behavior", "") != "Isolated" || pre.value("invert", false)) {
       return Status::InvalidArgument(where + ": pre_tokenizer Split with behavior " + pre.value("behavior", "?") +
@@ -289,7 +391,7 @@ Status BpeTokenizer::ParsePreTokenizer(const Json& pre, const std::string& where
     return Status::Ok();
   }
   return Status::InvalidArgument(where + ": pre_tokenizer type \"" + type +
-                                 "\" is not supported (ByteLevel, Split, Sequence)");
+                                 "\" is not supported (ByteLevel, Split, Metaspace, Sequence)");
 }
 
 Status BpeTokenizer::ParseAddedTokens(const Json& added, const std::string& where) {
@@ -382,19 +484,111 @@ StatusOr<std::unique_ptr<Tokenizer>> BpeTokenizer::Load(const std::string& json_
   ZINF_ASSIGN_OR_RETURN(Json tok, ReadJsonFile(json_path));
   if (!tok.is_object()) return Status::InvalidArgument(json_path + ": not a JSON object");
   auto t = std::unique_ptr<BpeTokenizer>(new BpeTokenizer);
-  const Json& norm = tok.value("normalizer", Json());
-  if (!norm.is_null()) {
-    if (norm.value("type", "") != "NFC") {
-      return Status::InvalidArgument(json_path + ": normalizer " + norm.dump() + " is not supported (null or NFC)");
-    }
-    t->nfc_ = true;
-  }
+  ZINF_RETURN_IF_ERROR(t->ParseNormalizer(tok.value("normalizer", Json()), json_path));
   ZINF_RETURN_IF_ERROR(t->ParseAddedTokens(tok.value("added_tokens", Json()), json_path));
   ZINF_RETURN_IF_ERROR(t->ParseModel(tok.value("model", Json()), json_path));
   ZINF_RETURN_IF_ERROR(t->ParsePreTokenizer(tok.value("pre_tokenizer", Json()), json_path));
   ZINF_RETURN_IF_ERROR(t->FindEos(tok, config_path, eos, json_path));
-  t->description_ = std::string(t->byte_level_ ? "byte-level " : "") + "BPE (" + json_path + ")";
+  t->description_ = std::string(t->byte_level_ ? "byte-level " : "") + "BPE" +
+                    (t->byte_fallback_ ? " with byte fallback" : "") + " (" + json_path + ")";
   return std::unique_ptr<Tokenizer>(std::move(t));
+}
+
+// HF's BPE, before merging: a character in the vocabulary is a symbol;
+// one outside it is its bytes' <0xNN> tokens with byte_fallback (when the
+// vocabulary has all of them), else unk_token, consecutive ones fused into
+// one with fuse_unk. HF places a pending unk_token only when the next
+// character in the vocabulary (or the word's end) comes, after any byte
+// tokens in between: mirrored, so that the ids come in its order.
+Status BpeTokenizer::InitialSymbols(const std::string& word, std::vector<std::string>& symbols) const {
+  bool pending = false;  // an unk_token not yet placed
+  for (size_t i = 0; i < word.size();) {
+    const size_t n = std::min(Utf8Length(static_cast<unsigned char>(word[i])), word.size() - i);
+    std::string c = word.substr(i, n);
+    i += n;
+    if (vocab_.count(c) != 0) {
+      if (pending) symbols.push_back(*unk_token_);
+      pending = false;
+      symbols.push_back(std::move(c));
+      continue;
+    }
+    if (byte_fallback_) {
+      std::vector<std::string> bytes;
+      for (const char b : c) {
+        std::string name = ByteTokenName(static_cast<unsigned char>(b));
+        if (vocab_.count(name) == 0) break;
+        bytes.push_back(std::move(name));
+      }
+      if (bytes.size() == c.size()) {
+        symbols.insert(symbols.end(), bytes.begin(), bytes.end());
+        continue;
+      }
+    }
+    if (!unk_) {
+      return Status::InvalidArgument("tokenizer: \"" + c + "\" is not in the vocabulary and there is no unk_token" +
+                                     (unk_token_ ? " in it (\"" + *unk_token_ + "\")" : std::string()));
+    }
+    if (pending && !fuse_unk_) symbols.push_back(*unk_token_);
+    pending = true;
+  }
+  if (pending) symbols.push_back(*unk_token_);
+  return Status::Ok();
+}
+
+// Merges the pair of the lowest rank, the leftmost among equals, until none
+// is left, as HF does it: a queue of candidate pairs; a candidate is still
+// good when its pair now merges into the same token.
+void BpeTokenizer::MergeAll(std::vector<std::string>& symbols) const {
+  struct Candidate {
+    int rank;
+    size_t pos;
+    std::string merged;
+  };
+  auto after = [](const Candidate& x, const Candidate& y) {
+    return x.rank != y.rank ? x.rank > y.rank : x.pos > y.pos;
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, decltype(after)> queue(after);
+  const size_t n = symbols.size();
+  constexpr size_t kNone = std::numeric_limits<size_t>::max();
+  std::vector<size_t> prev(n), next(n);
+  std::vector<bool> gone(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    prev[i] = i == 0 ? kNone : i - 1;
+    next[i] = i + 1 == n ? kNone : i + 1;
+  }
+  auto rank_of = [&](size_t a, size_t b) {
+    auto it = merge_rank_.find(symbols[a] + '\xFF' + symbols[b]);
+    return it == merge_rank_.end() ? -1 : it->second;
+  };
+  auto offer = [&](size_t a) {
+    if (a == kNone || next[a] == kNone) return;
+    const int rank = rank_of(a, next[a]);
+    if (rank >= 0) queue.push({rank, a, symbols[a] + symbols[next[a]]});
+  };
+  for (size_t i = 0; i + 1 < n; ++i) offer(i);
+  while (!queue.empty()) {
+    const Candidate top = queue.top();
+    queue.pop();
+    const size_t right = next[top.pos];
+    if (gone[top.pos] || right == kNone) continue;
+    if (rank_of(top.pos, right) < 0 || symbols[top.pos].size() + symbols[right].size() != top.merged.size() ||
+        symbols[top.pos] + symbols[right] != top.merged) {
+      continue;  // stale: the pair changed since
+    }
+    symbols[top.pos] = top.merged;
+    gone[right] = true;
+    next[top.pos] = next[right];
+    if (next[top.pos] != kNone) prev[next[top.pos]] = top.pos;
+    offer(prev[top.pos]);
+    offer(top.pos);
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (gone[i]) continue;
+    if (kept != i) symbols[kept] = std::move(symbols[i]);
+    ++kept;
+  }
+  symbols.resize(kept);
 }
 
 Status BpeTokenizer::EncodeWord(const std::string& word, std::vector<uint32_t>& out) {
@@ -408,57 +602,83 @@ Status BpeTokenizer::EncodeWord(const std::string& word, std::vector<uint32_t>& 
     ids.push_back(whole->second);
   } else {
     std::vector<std::string> symbols;
-    for (size_t i = 0; i < word.size();) {
-      const size_t n = std::min(Utf8Length(static_cast<unsigned char>(word[i])), word.size() - i);
-      symbols.push_back(word.substr(i, n));
-      i += n;
-    }
-    while (symbols.size() > 1) {
-      int best = std::numeric_limits<int>::max();
-      size_t at = 0;
-      for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-        auto it = merge_rank_.find(symbols[i] + '\xFF' + symbols[i + 1]);
-        if (it != merge_rank_.end() && it->second < best) {
-          best = it->second;
-          at = i;
-        }
-      }
-      if (best == std::numeric_limits<int>::max()) break;
-      symbols[at] += symbols[at + 1];
-      symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(at) + 1);
-    }
+    ZINF_RETURN_IF_ERROR(InitialSymbols(word, symbols));
+    MergeAll(symbols);
     for (const std::string& s : symbols) {
       auto it = vocab_.find(s);
       if (it != vocab_.end()) {
         ids.push_back(it->second);
-      } else if (unk_) {
-        ids.push_back(*unk_);
+      } else if (unk_token_ && s == *unk_token_) {
+        ids.push_back(*unk_);  // an added token only
       } else {
-        return Status::InvalidArgument("tokenizer: \"" + s + "\" is not in the vocabulary and there is no unk_token");
+        return Status::InvalidArgument("tokenizer: the merges make \"" + s + "\", which is not in the vocabulary");
       }
     }
   }
   out.insert(out.end(), ids.begin(), ids.end());
-  if (cache_.size() >= kMaxCachedWords) cache_.clear();  // bounded: a corpus's distinct words may be many
+  // Bounded: a corpus's distinct words may be many, and without a
+  // pre-tokenizer a word is a whole stretch of text (not worth keeping).
+  if (word.size() > kMaxCachedWordBytes) return Status::Ok();
+  if (cache_.size() >= kMaxCachedWords) cache_.clear();
   cache_.emplace(word, std::move(ids));
   return Status::Ok();
 }
 
-Status BpeTokenizer::EncodePlain(std::string_view text, std::vector<uint32_t>& out) {
-  if (text.empty()) return Status::Ok();
-  std::string normalized;
-  if (nfc_) {
-    UErrorCode err = U_ZERO_ERROR;
-    const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(err);
-    if (U_FAILURE(err)) return Status::Internal(std::string("ICU NFC normalizer: ") + u_errorName(err));
-    const icu::UnicodeString n = nfc->normalize(
-        icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size()))), err);
-    if (U_FAILURE(err)) return Status::Internal(std::string("ICU NFC normalizer: ") + u_errorName(err));
-    n.toUTF8String(normalized);
-    text = normalized;
+Status BpeTokenizer::Normalize(std::string& text) const {
+  for (const NormStep& n : norms_) {
+    if (n.kind == NormStep::Kind::kPrepend) {
+      if (!text.empty()) text.insert(0, n.to);
+    } else if (n.kind == NormStep::Kind::kReplace) {
+      text = ReplaceAll(text, n.from, n.to);
+    } else {
+      UErrorCode err = U_ZERO_ERROR;
+      const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(err);
+      if (U_FAILURE(err)) return Status::Internal(std::string("ICU NFC normalizer: ") + u_errorName(err));
+      const icu::UnicodeString u = nfc->normalize(
+          icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size()))), err);
+      if (U_FAILURE(err)) return Status::Internal(std::string("ICU NFC normalizer: ") + u_errorName(err));
+      text.clear();
+      u.toUTF8String(text);
+    }
   }
-  std::vector<std::string> pieces = {std::string(text)};
+  return Status::Ok();
+}
+
+// A Metaspace step on `pieces` (see PreStep); pieces[0] begins the text
+// when `at_start`.
+std::vector<std::string> Metaspace(const PreStep& step, const std::vector<std::string>& pieces, bool at_start) {
+  std::vector<std::string> out;
+  const std::string& rep = step.metaspace;
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    std::string p = ReplaceAll(pieces[k], " ", rep);
+    const bool prepend =
+        step.prepend == PreStep::Prepend::kAlways || (step.prepend == PreStep::Prepend::kFirst && at_start && k == 0);
+    if (prepend && p.compare(0, rep.size(), rep) != 0) p.insert(0, rep);
+    if (!step.metaspace_split) {
+      out.push_back(std::move(p));
+      continue;
+    }
+    // Each replacement starts a piece (HF's MergedWithNext).
+    size_t begin = 0;
+    for (size_t hit = p.find(rep, 1); hit != std::string::npos; hit = p.find(rep, hit + rep.size())) {
+      out.push_back(p.substr(begin, hit - begin));
+      begin = hit;
+    }
+    out.push_back(p.substr(begin));
+  }
+  return out;
+}
+
+Status BpeTokenizer::EncodePlain(std::string_view text, bool at_start, std::vector<uint32_t>& out) {
+  if (text.empty()) return Status::Ok();
+  std::string normalized(text);
+  ZINF_RETURN_IF_ERROR(Normalize(normalized));
+  std::vector<std::string> pieces = {std::move(normalized)};
   for (const PreStep& step : steps_) {
+    if (!step.metaspace.empty()) {
+      pieces = Metaspace(step, pieces, at_start);
+      continue;
+    }
     if (step.add_prefix_space) {
       for (std::string& p : pieces) {
         if (p.empty() || p[0] != ' ') p.insert(p.begin(), ' ');
@@ -504,7 +724,7 @@ StatusOr<std::vector<uint32_t>> BpeTokenizer::Encode(std::string_view text) {
       }
     }
     if (hit == nullptr) {
-      ZINF_RETURN_IF_ERROR(EncodePlain(text.substr(done), out));
+      ZINF_RETURN_IF_ERROR(EncodePlain(text.substr(done), done == 0, out));
       break;
     }
     size_t begin = best, end = best + hit->content.size();
@@ -514,7 +734,7 @@ StatusOr<std::vector<uint32_t>> BpeTokenizer::Encode(std::string_view text) {
     if (hit->rstrip) {
       while (end < text.size() && IsSpace(text[end])) ++end;
     }
-    ZINF_RETURN_IF_ERROR(EncodePlain(text.substr(done, begin - done), out));
+    ZINF_RETURN_IF_ERROR(EncodePlain(text.substr(done, begin - done), done == 0, out));
     out.push_back(hit->id);
     done = end;
   }

@@ -4,15 +4,23 @@
 //  * tokenizer.model: SentencePiece (Llama 2, Mistral), through the
 //    sentencepiece library itself.
 //  * tokenizer.json (model.type "BPE"): byte-level BPE as GPT-2, Llama 3 and
-//    Qwen2 use. Supported parts, everything else refused by name:
-//      normalizer      null or NFC (through ICU)
+//    Qwen2 use, and BPE with byte fallback as transformers converts
+//    SentencePiece models (Llama 2, Mistral, TinyLlama). Supported parts,
+//    everything else refused by name:
+//      normalizer      null, NFC (through ICU), Prepend, Replace with a
+//                      String pattern, or a Sequence of them (applied to
+//                      each stretch of text between added tokens)
 //      pre_tokenizer   ByteLevel (with GPT-2's regex when use_regex, and
 //                      add_prefix_space), Split with a Regex or String
-//                      pattern and behavior Isolated, or a Sequence of them;
-//                      regexes run on PCRE2 with UTF and UCP, so \p{L},
-//                      \p{N} and \s are Unicode classes
+//                      pattern and behavior Isolated, Metaspace
+//                      (replacement, prepend_scheme always / first / never
+//                      or the older add_prefix_space, split), or a
+//                      Sequence of them; regexes run on PCRE2 with UTF and
+//                      UCP, so \p{L}, \p{N} and \s are Unicode classes
 //      model           BPE with vocab and merges (strings "a b" or pairs),
-//                      ignore_merges, unk_token; no dropout, no
+//                      ignore_merges, unk_token, fuse_unk, byte_fallback (a
+//                      character outside the vocabulary becomes its UTF-8
+//                      bytes' <0xNN> tokens); no dropout, no
 //                      continuing_subword_prefix / end_of_word_suffix
 //      added_tokens    matched in the text before anything else
 //                      (leftmost, longest first; lstrip / rstrip honoured)
@@ -56,7 +64,8 @@ class Tokenizer {
   virtual int64_t vocab_size() const = 0;
   uint32_t eos_id() const { return eos_id_; }
   const std::string& eos_token() const { return eos_token_; }
-  // "byte-level BPE (<file>)" or "SentencePiece (<file>)".
+  // "byte-level BPE (<file>)", "BPE with byte fallback (<file>)" or
+  // "SentencePiece (<file>)".
   const std::string& description() const { return description_; }
 
  protected:

@@ -226,6 +226,40 @@ TEST(HfCheckpointTest, MistralBeyondItsSlidingWindowIsRefused) {
   auto m = HfModelAtSeqLen(wide, c->sliding_window + 1);
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("sliding_window"), std::string::npos) << m.status().ToString();
+  EXPECT_NE(m.status().message().find("--seq-len " + std::to_string(c->sliding_window)), std::string::npos)
+      << m.status().ToString();
+}
+
+// A long default length (Llama 3.1: 131072 positions) whose activations do
+// not fit: the error says where the length came from and names --seq-len.
+TEST(HfCheckpointTest, OutOfMemoryAtTheDefaultSequenceLengthSuggestsSeqLen) {
+  TempDir tmp;
+  const std::string dir = CopyFixture(tmp, "llama");
+  EditConfig(dir, "\"max_position_embeddings\": 16", "\"max_position_embeddings\": 131072");
+  auto source = ResolveModel(dir, 0);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  EXPECT_EQ(source->model.seq_len, 131072);
+  EXPECT_TRUE(source->default_seq_len);
+  const Status oom = Status::OutOfMemory("host device: cannot allocate 256.00 GiB");
+  const Status hinted = source->HintSeqLen(oom);
+  EXPECT_EQ(hinted.code(), StatusCode::kOutOfMemory);
+  for (const char* words :
+       {"cannot allocate 256.00 GiB", "sequence length 131072", "max_position_embeddings", "--seq-len"}) {
+    EXPECT_NE(hinted.message().find(words), std::string::npos) << words << ": " << hinted.ToString();
+  }
+  const Status short_data = Status::InvalidArgument("data loader: 300000 tokens make 2 samples of 131073 tokens");
+  EXPECT_NE(source->HintSeqLen(short_data).message().find("--seq-len"), std::string::npos);
+  // Other errors, and a length the user chose, are left as they are.
+  const Status other = Status::IoError("read x failed");
+  EXPECT_EQ(source->HintSeqLen(other), other);
+  auto chosen = ResolveModel(dir, 64);
+  ASSERT_TRUE(chosen.ok()) << chosen.status().ToString();
+  EXPECT_FALSE(chosen->default_seq_len);
+  EXPECT_EQ(chosen->HintSeqLen(oom), oom);
+  // GPT-2 trains at n_positions only: nothing to suggest.
+  auto gpt2 = ResolveModel(FixtureDir("gpt2"), 0);
+  ASSERT_TRUE(gpt2.ok()) << gpt2.status().ToString();
+  EXPECT_EQ(gpt2->HintSeqLen(oom), oom);
 }
 
 // Rewrites model.safetensors with one tensor dropped, reshaped, or copied

@@ -21,9 +21,19 @@ ids the Python libraries give for a multilingual text:
            digits), special tokens from 151643, eos <|endoftext|>
   sp/      a SentencePiece BPE model (tokenizer.model) with byte fallback,
            as Llama 2 and Mistral ship
+  llama2/  tokenizer.json as transformers converts Llama 2's SentencePiece
+           model (legacy form): normalizer Prepend "▁" + Replace " " ->
+           "▁", no pre-tokenizer (the whole text is one word), BPE with
+           unk_token <unk>, fuse_unk and byte_fallback over <0x00>..<0xFF>
+           at ids 3..258, eos </s>
+  metaspace/  the newer form (Mistral, TinyLlama): no normalizer, a
+           Metaspace pre-tokenizer (prepend_scheme "first", split), byte
+           tokens without <0xF0>, so 4-byte characters fall to <unk> (fused)
 
 The reference ids are encode(text, add_special_tokens=False) of `tokenizers`
-and SentencePieceProcessor.encode for sp/.
+and SentencePieceProcessor.encode for sp/; llama2/ and metaspace/ are
+compared on their own "text" (the common one plus special tokens of theirs
+and characters the training text lacks, which fall back to bytes).
 """
 import io
 import json
@@ -106,6 +116,45 @@ def save(tok, folder, config=None):
     return Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
 
 
+SP_SPECIALS = ["<unk>", "<s>", "</s>"]
+BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]
+# Characters absent from the training text (so byte fallback), special
+# tokens of the SentencePiece-style vocabularies mid-text, a literal byte
+# token's spelling (plain text: it is not an added token), leading and
+# repeated spaces.
+BYTE_FALLBACK_TEXT = (" " + REFERENCE_TEXT + " </s>x<s> ÆØÅ ɐɔ ☃ 𝔘𝔫𝔦 <0x41>  double  spaces ∂ end")
+
+
+def train_byte_fallback(normalizer, pre_tokenizer, vocab_size, byte_tokens):
+    """A BPE as transformers converts a SentencePiece model with byte
+    fallback: <unk>, <s>, </s> at ids 0..2 (added tokens), the byte tokens
+    next as plain vocabulary entries, the trained pieces after them."""
+    tok = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+    tok.normalizer = normalizer
+    tok.pre_tokenizer = pre_tokenizer
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SP_SPECIALS, limit_alphabet=200,
+                                  show_progress=False)
+    tok.train_from_iterator(TRAINING_TEXT, trainer=trainer)
+    data = json.loads(tok.to_str())
+    trained = sorted(data["model"]["vocab"].items(), key=lambda kv: kv[1])
+    vocab = {name: k for k, name in enumerate(SP_SPECIALS + byte_tokens)}
+    for name, _ in trained:
+        if name not in vocab:
+            vocab[name] = len(vocab)
+    data["model"]["vocab"] = vocab
+    data["post_processor"] = {"type": "TemplateProcessing",
+                              "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                                         {"Sequence": {"id": "A", "type_id": 0}}],
+                              "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                                       {"Sequence": {"id": "A", "type_id": 0}},
+                                       {"SpecialToken": {"id": "<s>", "type_id": 1}},
+                                       {"Sequence": {"id": "B", "type_id": 1}}],
+                              "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}
+    return Tokenizer.from_str(json.dumps(data))
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "tokenizer_fixtures")
     os.makedirs(out, exist_ok=True)
@@ -149,10 +198,26 @@ def main():
     sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
     ref["sp"] = {"ids": sp.encode(REFERENCE_TEXT), "eos": sp.eos_id()}
 
+    legacy = train_byte_fallback(
+        normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")]), None, 700,
+        BYTE_TOKENS)
+    sp_config = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "legacy": True}
+    legacy = save(legacy, os.path.join(out, "llama2"), sp_config)
+    ref["llama2"] = {"text": BYTE_FALLBACK_TEXT,
+                     "ids": legacy.encode(BYTE_FALLBACK_TEXT, add_special_tokens=False).ids,
+                     "eos": legacy.token_to_id("</s>")}
+
+    meta = train_byte_fallback(None, pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=True),
+                               650, [t for t in BYTE_TOKENS if t != "<0xF0>"])
+    meta = save(meta, os.path.join(out, "metaspace"), dict(sp_config, legacy=False))
+    ref["metaspace"] = {"text": BYTE_FALLBACK_TEXT,
+                        "ids": meta.encode(BYTE_FALLBACK_TEXT, add_special_tokens=False).ids,
+                        "eos": meta.token_to_id("</s>")}
+
     with open(os.path.join(out, "reference.json"), "w") as f:
         json.dump(ref, f, ensure_ascii=False)
         f.write("\n")
-    for name in ("gpt2", "llama3", "qwen2", "sp"):
+    for name in ("gpt2", "llama3", "qwen2", "sp", "llama2", "metaspace"):
         print(f"{name}: {len(ref[name]['ids'])} ids, eos {ref[name]['eos']}")
 
 

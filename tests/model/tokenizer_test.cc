@@ -1,10 +1,14 @@
 // Tokenizers against the Python libraries, id for id: the fixtures and the
 // reference ids come from tests/model/make_tokenizer_fixtures.py (HF
 // `tokenizers` for the byte-level BPEs in GPT-2's, Llama 3's and Qwen2's
-// styles, `sentencepiece` for tokenizer.model) on a multilingual text.
+// styles and the byte-fallback BPEs converted from SentencePiece (Llama 2's
+// legacy form, the Metaspace form), `sentencepiece` for tokenizer.model) on
+// a multilingual text.
 #include "model/tokenizer.h"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include <nlohmann/json.hpp>
 #include <string>
@@ -31,7 +35,9 @@ TEST_P(TokenizerParity, IdsEqualThePythonLibrarysIdForId) {
   const nlohmann::json ref = Reference();
   auto tok = Tokenizer::Load(Fixtures() + "/" + name);
   ASSERT_TRUE(tok.ok()) << tok.status().ToString();
-  auto ids = (*tok)->Encode(ref["text"].get<std::string>());
+  // A fixture may have a text of its own.
+  const std::string text = ref[name].value("text", ref["text"].get<std::string>());
+  auto ids = (*tok)->Encode(text);
   ASSERT_TRUE(ids.ok()) << ids.status().ToString();
   const std::vector<uint32_t> want = ref[name]["ids"].get<std::vector<uint32_t>>();
   ASSERT_EQ(ids->size(), want.size());
@@ -39,10 +45,35 @@ TEST_P(TokenizerParity, IdsEqualThePythonLibrarysIdForId) {
   EXPECT_EQ((*tok)->eos_id(), ref[name]["eos"].get<uint32_t>());
   EXPECT_GT((*tok)->vocab_size(), static_cast<int64_t>((*tok)->eos_id()));
   // Encoding again (now from the word cache) gives the same.
-  EXPECT_EQ(*(*tok)->Encode(ref["text"].get<std::string>()), *ids);
+  EXPECT_EQ(*(*tok)->Encode(text), *ids);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, TokenizerParity, ::testing::Values("gpt2", "llama3", "qwen2", "sp"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, TokenizerParity,
+                         ::testing::Values("gpt2", "llama3", "qwen2", "sp", "llama2", "metaspace"));
+
+// The byte-fallback fixtures exercise what they are for: characters outside
+// the vocabulary as <0xNN> tokens, and (metaspace/, which lacks <0xF0>)
+// fused <unk>s.
+TEST(Tokenizer, ByteFallbackGivesByteTokensAndFusedUnk) {
+  auto tok = Tokenizer::Load(Fixtures() + "/llama2");
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  EXPECT_NE((*tok)->description().find("byte fallback"), std::string::npos) << (*tok)->description();
+  EXPECT_EQ((*tok)->eos_token(), "</s>");
+  // "☃" (E2 98 83) is not in the training text: three byte tokens, ids
+  // 3 + byte (the vocabulary's order: <unk>, <s>, </s>, <0x00>...).
+  auto snow = (*tok)->Encode("\u2603");
+  ASSERT_TRUE(snow.ok()) << snow.status().ToString();
+  const std::vector<uint32_t> bytes = {3 + 0xE2, 3 + 0x98, 3 + 0x83};
+  ASSERT_GE(snow->size(), 3u);
+  EXPECT_EQ(std::vector<uint32_t>(snow->end() - 3, snow->end()), bytes);
+
+  auto meta = Tokenizer::Load(Fixtures() + "/metaspace");
+  ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+  // Two 4-byte characters in a row: one <unk> (id 0).
+  auto unk = (*meta)->Encode("\U0001D518\U0001D52B");
+  ASSERT_TRUE(unk.ok()) << unk.status().ToString();
+  EXPECT_EQ(std::count(unk->begin(), unk->end(), 0u), 1) << unk->size();
+}
 
 TEST(Tokenizer, LoadsATokenizerJsonFileDirectly) {
   auto tok = Tokenizer::Load(Fixtures() + "/llama3/tokenizer.json");
@@ -101,7 +132,9 @@ TEST(Tokenizer, UnsupportedPartsAreNamed) {
       {"/normalizer", {{"type", "Lowercase"}}, "normalizer"},
       {"/pre_tokenizer", {{"type", "Whitespace"}}, "pre_tokenizer type \"Whitespace\""},
       {"/model/type", "WordPiece", "model.type must be \"BPE\""},
-      {"/model/byte_fallback", true, "byte_fallback"},
+      {"/model/continuing_subword_prefix", "##", "continuing_subword_prefix"},
+      {"/normalizer", {{"type", "Replace"}, {"pattern", {{"Regex", " +"}}}, {"content", "_"}}, "normalizer Replace"},
+      {"/pre_tokenizer", {{"type", "Metaspace"}, {"prepend_scheme", "sometimes"}}, "prepend_scheme"},
       {"/pre_tokenizer",
        {{"type", "Split"}, {"pattern", {{"Regex", "("}}}, {"behavior", "Isolated"}},
        "regex does not compile"},

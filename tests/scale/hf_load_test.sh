@@ -1,0 +1,135 @@
+#!/bin/sh
+# hf_load_test.sh ZINF MEMCG_RUN [LAYERS] [LIMIT_BYTES]
+#
+# Loads a Hugging Face checkpoint inside a memory cgroup smaller than the
+# checkpoint's file (memcg_run.sh; exits 77, skipped, where no memory
+# controller is writable), trains one step with parameters and optimizer
+# state on NVMe (a directory here) and exports a HF folder, and checks the
+# step's loss (17 digits) and the exported file against the same run
+# uncapped, bit for bit.
+#
+# The checkpoint is made by zinf itself (CI has no torch): a random-init
+# GPT-2 of LAYERS layers of width 768 exported as an F32 HF folder
+# (LAYERS 24: 170M parameters, a 0.68 GB model.safetensors). The cap
+# (default 380 MB) is about half the file. What it must hold, measured on
+# this shape: the process's fixed part, about 190 MB at load (the 128 MiB
+# host device budget, the pinned windows; the same with random init, so the
+# loader adds nothing that grows with the model), 250 MB while training,
+# 320 MB while exporting (the engine gathers one 28 MB block three times
+# over). A load that held the model in RAM would need the fixed part plus
+# the file, 0.87 GB, more than twice the cap: the test proves the cap is
+# that tight by reading the file into one buffer (dd bs=FILE) under the
+# same cap, which must fail (and a loader changed by hand to read the file
+# into one buffer first was killed by it). Page cache counts too: the file is evicted
+# before the capped run, so its reads are charged to the cgroup (clean
+# pages there are reclaimable; anonymous memory is not).
+#
+# Disk: about 5 GB in ${TMPDIR:-/tmp} at the peak (three 0.68 GB files and
+# one run's NVMe state).
+set -eu
+ZINF="$1"
+MEMCG_RUN="$2"
+LAYERS="${3:-24}"
+LIMIT="${4:-380000000}"
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/zinf-hfload.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+mkdir -p "$TMP/nvme-ref" "$TMP/nvme-cap"
+
+cat > "$TMP/model.json" <<JSON
+{"vocab_size": 257, "seq_len": 64, "n_layer": $LAYERS, "n_head": 12, "n_embd": 768}
+JSON
+# config NVME_DIR: the scale test's tiers (both on NVMe, DeepSpeed's buffers).
+config() {
+  cat <<JSON
+{
+  "train_micro_batch_size_per_gpu": 1,
+  "gradient_accumulation_steps": 1,
+  "gradient_clipping": 1.0,
+  "steps_per_print": 1,
+  "bf16": {"enabled": true},
+  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}},
+  "zero_optimization": {
+    "stage": 3,
+    "sub_group_size": 1e6,
+    "stage3_prefetch_bucket_size": 4e6,
+    "offload_param": {"device": "nvme", "nvme_path": "$1", "buffer_count": 4, "buffer_size": 4e6, "max_in_cpu": 0},
+    "offload_optimizer": {"device": "nvme", "nvme_path": "$1", "buffer_count": 4,
+                          "pipeline_read": true, "pipeline_write": true}
+  }
+}
+JSON
+}
+config "$TMP/nvme-ref" > "$TMP/ref.json"
+config "$TMP/nvme-cap" > "$TMP/cap.json"
+# train [PREFIX...] -- ZINF-TRAIN-ARGS...: zinf train with the shared flags, run under PREFIX.
+train() {
+  prefix=""
+  while [ "$1" != "--" ]; do prefix="$prefix $1"; shift; done
+  shift
+  $prefix "$ZINF" train --device host --device-budget 128M --eval-every 0 --holdout 0 --exact-losses \
+    --export-dtype F32 "$@"
+}
+
+# The checkpoint: the random-init model's weights, no training.
+train -- --model "$TMP/model.json" --config "$TMP/ref.json" --steps 0 --export "$TMP/ckpt" \
+  > "$TMP/make.out" 2> "$TMP/make.err" || { cat "$TMP/make.err" >&2; exit 1; }
+file="$TMP/ckpt/model.safetensors"
+bytes=$(wc -c < "$file")
+echo "hf load test: checkpoint $bytes B (F32, $LAYERS layers), cgroup limit $LIMIT B"
+if [ "$bytes" -le "$LIMIT" ]; then
+  echo "hf load test: the checkpoint is not larger than the cap" >&2
+  exit 1
+fi
+
+# The reference: uncapped.
+train -- --model "$TMP/ckpt" --config "$TMP/ref.json" --steps 1 --export "$TMP/ref" \
+  > "$TMP/ref.out" 2> "$TMP/ref.err" || { cat "$TMP/ref.err" >&2; exit 1; }
+grep "exact loss" "$TMP/ref.err" > "$TMP/ref.losses"
+[ "$(wc -l < "$TMP/ref.losses")" -eq 1 ] || { cat "$TMP/ref.err" >&2; exit 1; }
+rm -rf "$TMP/nvme-ref"  # its 2.4 GB of state: disk is often short
+
+# Out of the page cache (dd's nocache with count=0 drops the whole file),
+# so that the capped run's reads are its own.
+evict() { dd if="$1" iflag=nocache count=0 2> /dev/null || true; }
+
+# The control: the whole file in one buffer does not fit under the cap.
+evict "$file"
+set +e
+"$MEMCG_RUN" "$LIMIT" dd if="$file" of=/dev/null bs="$bytes" count=1 iflag=fullblock > /dev/null 2> "$TMP/dd.err"
+rc=$?
+set -e
+if [ "$rc" -eq 77 ]; then
+  grep "memcg: SKIP" "$TMP/dd.err" >&2
+  exit 77
+fi
+if [ "$rc" -eq 0 ]; then
+  cat "$TMP/dd.err" >&2
+  echo "hf load test: the whole file fit in one buffer under the cap: the cap proves nothing" >&2
+  exit 1
+fi
+echo "hf load test: the whole file in one buffer under the cap: exit $rc (as it must)"
+
+evict "$file"
+set +e
+train "$MEMCG_RUN" "$LIMIT" -- --model "$TMP/ckpt" --config "$TMP/cap.json" --steps 1 --export "$TMP/cap" \
+  > "$TMP/cap.out" 2> "$TMP/cap.err"
+rc=$?
+set -e
+grep "^memcg: peak" "$TMP/cap.err" || true
+if [ "$rc" -ne 0 ]; then
+  cat "$TMP/cap.err" >&2
+  echo "hf load test: the capped run failed (exit $rc; 137: killed at the cgroup limit)" >&2
+  exit 1
+fi
+grep "exact loss" "$TMP/cap.err" > "$TMP/cap.losses"
+if ! cmp -s "$TMP/ref.losses" "$TMP/cap.losses"; then
+  echo "hf load test: losses differ (uncapped, then capped):" >&2
+  cat "$TMP/ref.losses" "$TMP/cap.losses" >&2
+  exit 1
+fi
+if ! cmp "$TMP/ref/model.safetensors" "$TMP/cap/model.safetensors" >&2; then
+  echo "hf load test: the exported weights differ (uncapped, then capped)" >&2
+  exit 1
+fi
+cat "$TMP/cap.losses"
+echo "hf load test: OK"
