@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -66,6 +67,38 @@ Status AppendFile::Open(const std::string& path, bool exclusive) {
   file_ = f;
   path_ = path;
   offset_ = 0;
+  return Status::Ok();
+}
+
+Status AppendFile::Continue(const std::string& path, const std::function<bool(std::string_view line)>& keep) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(errno, "open", path);
+  FILE* f = ::fdopen(fd, "r+");
+  if (f == nullptr) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoStatus(err, "open", path);
+  }
+  // The kept prefix: whole lines, each kept, up to the first one that is not.
+  int64_t cut = 0;
+  char* line = nullptr;
+  size_t capacity = 0;
+  errno = 0;
+  for (ssize_t n; (n = ::getline(&line, &capacity, f)) > 0;) {
+    if (line[n - 1] != '\n' || !keep(std::string_view(line, static_cast<size_t>(n - 1)))) break;
+    cut += n;
+  }
+  std::free(line);
+  const int read_error = std::ferror(f) ? (errno != 0 ? errno : EIO) : 0;
+  if (read_error != 0 || ::ftruncate(fd, cut) != 0 || std::fseek(f, cut, SEEK_SET) != 0) {
+    const int err = read_error != 0 ? read_error : errno;
+    std::fclose(f);
+    return ErrnoStatus(err, read_error != 0 ? "read" : "truncate", path, cut);
+  }
+  if (file_ != nullptr) std::fclose(file_);
+  file_ = f;
+  path_ = path;
+  offset_ = cut;
   return Status::Ok();
 }
 
