@@ -150,6 +150,48 @@ TEST(EngineTest, BuffersFittedToTheConfigTrainBitIdentically) {
   EXPECT_GT(got.counters.optimizer_nvme_bytes, 0);
 }
 
+// A checkpoint holds the optimizer state per sub-group, so a resume whose
+// buffer_count fits the sub-groups differently is refused, naming
+// buffer_count and both values (not sub_group_size, which did not change).
+TEST(EngineTest, AResumeWithOtherFittedSubGroupsNamesBufferCount) {
+  TempDir dir;
+  Config config = BaseConfig();
+  config.zero.sub_group_size = 4000;
+  SetTiers(config, OffloadDevice::kNvme, OffloadDevice::kNvme, dir);
+  config.zero.offload_optimizer.buffer_count = 4;  // fewer than the pipeline keeps: sub-groups split
+  Config unfitted = config;
+  unfitted.zero.offload_optimizer.buffer_count = 12;
+  comm::LocalCommunicator local;
+  const std::string ckpt = dir.Sub("ckpt") + "/step-1";
+  ASSERT_TRUE(MakeDirectories(dir.Sub("ckpt")).ok());
+  {
+    EngineUnderTest e = MakeEngine(config, kModel.Blocks(), &local);
+    ASSERT_NE(e.engine, nullptr);
+    TrainOptions one;
+    one.steps = 1;
+    Train(*e.engine, kModel, one, static_cast<int>(config.gradient_accumulation_steps));
+    ASSERT_TRUE(e.engine->SaveCheckpoint(ckpt, {}).ok());
+  }
+  TempDir dir2;
+  SetTiers(unfitted, OffloadDevice::kNvme, OffloadDevice::kNvme, dir2);
+  EngineUnderTest e = MakeEngine(unfitted, kModel.Blocks(), &local);
+  ASSERT_NE(e.engine, nullptr);
+  auto md = e.engine->LoadCheckpoint(ckpt);
+  ASSERT_FALSE(md.ok());
+  EXPECT_EQ(md.status().code(), StatusCode::kFailedPrecondition);
+  auto fitted = MakeBufferPlan(config, kModel.Blocks(), 1, DeviceKind::kHost, ElementType::kF32);
+  auto plain = MakeBufferPlan(unfitted, kModel.Blocks(), 1, DeviceKind::kHost, ElementType::kF32);
+  ASSERT_TRUE(fitted.ok() && plain.ok());
+  ASSERT_LT(fitted->optimizer.sub_group_elems, plain->optimizer.sub_group_elems);
+  EXPECT_NE(
+      md.status().message().find("engine.sub_group_elems is " + std::to_string(fitted->optimizer.sub_group_elems) +
+                                 " there and " + std::to_string(plain->optimizer.sub_group_elems) +
+                                 " here (offload_optimizer.buffer_count 4 there and 12 here"),
+      std::string::npos)
+      << md.status().ToString();
+  EXPECT_EQ(md.status().message().find("zero_optimization.sub_group_size 4000"), std::string::npos);
+}
+
 // One step from the same weights (so the same gradient): the decayed
 // tensors move exactly as with decay everywhere, the undecayed biases
 // exactly as with weight_decay 0, on NVMe tiers with sub-groups.
