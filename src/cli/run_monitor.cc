@@ -54,15 +54,25 @@ AppendFile::~AppendFile() {
   if (file_ != nullptr) std::fclose(file_);
 }
 
-Status AppendFile::Open(const std::string& path, bool exclusive) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : O_TRUNC), 0644);
-  if (fd < 0) return ErrnoStatus(errno, "create", path);
-  FILE* f = ::fdopen(fd, "w");
+namespace {
+
+// `path` opened with `flags` as a stream in `mode`.
+StatusOr<FILE*> OpenStream(const std::string& path, int flags, const char* mode) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(errno, (flags & O_CREAT) != 0 ? "create" : "open", path);
+  FILE* f = ::fdopen(fd, mode);
   if (f == nullptr) {
     const int err = errno;
     ::close(fd);
     return ErrnoStatus(err, "open", path);
   }
+  return f;
+}
+
+}  // namespace
+
+Status AppendFile::Open(const std::string& path, bool exclusive) {
+  ZINF_ASSIGN_OR_RETURN(FILE * f, OpenStream(path, O_WRONLY | O_CREAT | (exclusive ? O_EXCL : O_TRUNC), "w"));
   if (file_ != nullptr) std::fclose(file_);
   file_ = f;
   path_ = path;
@@ -71,14 +81,8 @@ Status AppendFile::Open(const std::string& path, bool exclusive) {
 }
 
 Status AppendFile::Continue(const std::string& path, const std::function<bool(std::string_view line)>& keep) {
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(errno, "open", path);
-  FILE* f = ::fdopen(fd, "r+");
-  if (f == nullptr) {
-    const int err = errno;
-    ::close(fd);
-    return ErrnoStatus(err, "open", path);
-  }
+  ZINF_ASSIGN_OR_RETURN(FILE * f, OpenStream(path, O_RDWR | O_CREAT, "r+"));
+  const int fd = ::fileno(f);
   // The kept prefix: whole lines, each kept, up to the first one that is not.
   int64_t cut = 0;
   char* line = nullptr;

@@ -6,8 +6,6 @@
 
 #include <cctype>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -15,22 +13,13 @@
 
 #include "cli/html_report.h"
 #include "temp_dir.h"
+#include "testing/text.h"
 
 namespace zinf::cli {
 namespace {
 
-size_t Count(const std::string& haystack, const std::string& needle) {
-  size_t n = 0;
-  for (size_t at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + 1)) ++n;
-  return n;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test_support::Count;
+using test_support::ReadAll;
 
 // Every element opened is closed, in order (void elements and "/>" aside);
 // returns the first problem, empty when the page is well-formed. A plain

@@ -12,12 +12,8 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/zinf-resume-monitors-test.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 fail() { echo "$1" >&2; exit 1; }
 
-sed '$ s/}[[:space:]]*$//' "$CONFIG" > "$TMP/config.json"
-cat >> "$TMP/config.json" <<JSON
-  , "tensorboard": {"enabled": true, "output_path": "$TMP/tb", "job_name": "run"}
-  , "csv_monitor": {"enabled": true, "output_path": "$TMP/csv", "job_name": "run"}
-}
-JSON
+. "$(dirname "$0")/monitors_config.sh"
+write_monitors_config "$CONFIG" "$TMP/config.json" "$TMP"
 train() {
   "$ZINF" train --config "$TMP/config.json" --model tiny --steps 6 --eval-every 3 --device host \
     --metrics "$TMP/m.jsonl" "$@" > "$TMP/out" 2> "$TMP/err" || { cat "$TMP/err" >&2; fail "zinf train $* failed"; }

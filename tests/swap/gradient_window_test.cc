@@ -20,18 +20,12 @@ namespace {
 using testing::MakeEngine;
 using testing::MakeFaultyEngine;
 using testing::MakePool;
+using testing::MakeThreads;
+using testing::RandomFloats;
 using testing::TempDir;
 
 constexpr int64_t kTotal = 10'007;    // not a multiple of the sub-group
 constexpr int64_t kSubGroup = 1'500;  // 7 sub-groups, the last one 1'007
-
-std::vector<float> RandomFloats(int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 struct Range {
   int64_t begin, count;
@@ -40,12 +34,8 @@ struct Range {
 class GradientWindowTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    optim::ThreadPool::Options po;
-    po.num_threads = 2;
-    po.bind_threads = false;
-    auto pool = optim::ThreadPool::Create(po);
-    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
-    threads_ = std::move(pool).value();
+    threads_ = MakeThreads();
+    ASSERT_NE(threads_, nullptr);
   }
 
   OptimizerSwapperOptions Options() {

@@ -7,7 +7,10 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <functional>
+#include <map>
+#include <string>
 
 #include "aio/fault_engine.h"
 #include "comm/communicator.h"
@@ -59,6 +62,21 @@ void ExpectBitIdentical(const Outcome& a, const Outcome& b) {
   ASSERT_FALSE(a.master.empty());
   EXPECT_EQ(std::memcmp(a.master.data(), b.master.data(), a.master.size() * 4), 0);
   EXPECT_EQ(a.loss, b.loss);
+}
+
+// Trains `steps` steps of kModel with `config` on an engine of its own and
+// saves them as checkpoint `ckpt` (its parent folder made) with `metadata`.
+void TrainAndSave(const Config& config, int steps, const std::string& ckpt,
+                  const std::map<std::string, std::string>& metadata = {}) {
+  comm::LocalCommunicator local;
+  EngineUnderTest e = MakeEngine(config, kModel.Blocks(), &local);
+  ASSERT_NE(e.engine, nullptr);
+  TrainOptions first;
+  first.steps = steps;
+  Train(*e.engine, kModel, first, static_cast<int>(config.gradient_accumulation_steps));
+  ASSERT_TRUE(MakeDirectories(std::filesystem::path(ckpt).parent_path().string()).ok());
+  const Status s = e.engine->SaveCheckpoint(ckpt, metadata);
+  ASSERT_TRUE(s.ok()) << s.ToString();
 }
 
 class EngineTierTest : public ::testing::TestWithParam<std::tuple<OffloadDevice, OffloadDevice>> {};
@@ -161,19 +179,11 @@ TEST(EngineTest, AResumeWithOtherFittedSubGroupsNamesBufferCount) {
   config.zero.offload_optimizer.buffer_count = 4;  // fewer than the pipeline keeps: sub-groups split
   Config unfitted = config;
   unfitted.zero.offload_optimizer.buffer_count = 12;
-  comm::LocalCommunicator local;
   const std::string ckpt = dir.Sub("ckpt") + "/step-1";
-  ASSERT_TRUE(MakeDirectories(dir.Sub("ckpt")).ok());
-  {
-    EngineUnderTest e = MakeEngine(config, kModel.Blocks(), &local);
-    ASSERT_NE(e.engine, nullptr);
-    TrainOptions one;
-    one.steps = 1;
-    Train(*e.engine, kModel, one, static_cast<int>(config.gradient_accumulation_steps));
-    ASSERT_TRUE(e.engine->SaveCheckpoint(ckpt, {}).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(TrainAndSave(config, 1, ckpt));
   TempDir dir2;
   SetTiers(unfitted, OffloadDevice::kNvme, OffloadDevice::kNvme, dir2);
+  comm::LocalCommunicator local;
   EngineUnderTest e = MakeEngine(unfitted, kModel.Blocks(), &local);
   ASSERT_NE(e.engine, nullptr);
   auto md = e.engine->LoadCheckpoint(ckpt);
@@ -535,18 +545,9 @@ TEST_P(EngineCheckpointTest, ResumeEqualsUninterruptedTraining) {
   all.steps = 4;
   const Outcome want = TrainModel(config, all);
 
-  comm::LocalCommunicator local;
   const std::string ckpt = dir.Sub("ckpt") + "/step-2";
-  ASSERT_TRUE(MakeDirectories(dir.Sub("ckpt")).ok());
-  {
-    EngineUnderTest e = MakeEngine(config, kModel.Blocks(), &local);
-    ASSERT_NE(e.engine, nullptr);
-    TrainOptions first;
-    first.steps = 2;
-    Train(*e.engine, kModel, first, static_cast<int>(config.gradient_accumulation_steps));
-    Status s = e.engine->SaveCheckpoint(ckpt, {{"trainer.step", "2"}});
-    ASSERT_TRUE(s.ok()) << s.ToString();
-  }
+  ASSERT_NO_FATAL_FAILURE(TrainAndSave(config, 2, ckpt, {{"trainer.step", "2"}}));
+  comm::LocalCommunicator local;
   Config other = config;
   TempDir dir2;
   SetTiers(other, OffloadDevice::kNvme, load_tier, dir2);
