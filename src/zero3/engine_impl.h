@@ -126,6 +126,9 @@ struct Engine::Impl {
   // window (gradient_window.h) and `accum` is not allocated.
   std::unique_ptr<aio::PinnedPool> grad_window_pool;
   std::unique_ptr<swap::GradientWindow> grad_window;
+  // Otherwise the gradient norm's per-piece sums over `accum`, made once
+  // (plan.norm_squares_bytes), so a step allocates nothing for its norm.
+  std::unique_ptr<swap::ShardSquares> norm_squares;
 
   // Host windows: the fp32 gradient accumulator (optimizer in RAM), the new
   // working parameters the update writes, the gradient shard staging.

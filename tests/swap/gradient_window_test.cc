@@ -197,5 +197,27 @@ TEST_F(GradientWindowTest, ShardSquaresDoNotDependOnTheSubGroups) {
             StatusCode::kInvalidArgument);
 }
 
+// The engine keeps one ShardSquares for every step: Add over the whole shard
+// replaces every piece, so a reused object gives a fresh one's bits; its
+// footprint counts a double per piece and Add's scratch (a boundary per
+// piece and the end).
+TEST_F(GradientWindowTest, AReusedShardSquaresGivesAFreshOnesBits) {
+  constexpr int64_t kN = 70'001, kCut = 10'000;
+  ShardSquares kept(kN, kCut);
+  for (uint64_t seed : {11u, 12u, 13u}) {
+    std::vector<float> x = RandomFloats(kN, seed);
+    for (float& v : x) v *= 1e3f;
+    auto want = ShardSumSquares(*threads_, optim::Isa::kScalar, x.data(), kN, kCut);
+    ASSERT_TRUE(want.ok());
+    ASSERT_TRUE(kept.Add(*threads_, optim::Isa::kScalar, 0, x.data(), kN).ok());
+    const double got = kept.Total();
+    EXPECT_EQ(std::memcmp(&*want, &got, sizeof(double)), 0) << got << " vs " << *want;
+  }
+  int64_t pieces = 0;
+  for (int64_t p = 0; p < kN; ++p) pieces += p % ShardSquares::kAtom == 0 || p % kCut == 0;
+  EXPECT_EQ(ShardSquares::FootprintBytes(kN, kCut), pieces * 8 + (pieces + 1) * 8);
+  EXPECT_EQ(ShardSquares::FootprintBytes(kN, 4 * kN), ShardSquares::FootprintBytes(kN, kN));  // cut at most the shard
+}
+
 }  // namespace
 }  // namespace zinf::swap
