@@ -24,9 +24,10 @@
 // ends the cycle there (GradientWindow::Finish) before the update reads it.
 //
 // Thread-safety: the driving thread only, except what the worker's body
-// touches (optimizer, adam and its threads, accum, new_params, param_type)
-// between UpdateWorker::Start and Join: declared before `update`, so
-// ~Impl joins the worker before any of them goes.
+// touches between UpdateWorker::Start and Join: optimizer, adam and its
+// threads, accum and new_params (written), and param_type, no_decay and
+// plan (read; set in Init and left alone after). All are declared before
+// `update`, so ~Impl joins the worker before any of them goes.
 #pragma once
 
 #include <algorithm>
