@@ -156,16 +156,25 @@ struct Config {
   }
 };
 
-// Parses DeepSpeed JSON text. The error lists every problem found, one per
-// line, each starting with the JSON path of the key.
+// Parses DeepSpeed JSON text (comments allowed) into a Config with every
+// default filled; "auto" values stay to be resolved (ResolveAuto). `source`
+// names the text in errors and becomes Config::source. Errors are
+// kInvalidArgument starting with `source`: text that is not JSON (with its
+// line and column) or a top level that is not an object, alone; else every
+// problem with a key at once (a repeated key among them), "<source>: N
+// error(s) in config" and one per line, each starting with the key's JSON
+// path. Keys zinf does not act on are not errors: they are listed in
+// Config::ignored_keys.
+StatusOr<Config> ParseConfig(std::string_view json_text, std::string source = "<string>");
+// Reads and parses a file (ParseConfig with the path as `source`); a file
+// that cannot be read is an error naming it.
+StatusOr<Config> LoadConfigFile(const std::string& path);
+
 // Why zinf does not act on the ignored key `path` (an entry of
 // Config::ignored_keys), when there is more to say than "not implemented":
-// wandb and comet are network services. Empty otherwise.
+// for wandb and comet, network services, the monitors zinf writes instead.
+// Empty for every other key.
 std::string_view IgnoredKeyReason(std::string_view path);
-
-StatusOr<Config> ParseConfig(std::string_view json_text, std::string source = "<string>");
-// Reads and parses a file; errors name the file.
-StatusOr<Config> LoadConfigFile(const std::string& path);
 
 // The HuggingFace TrainingArguments that fill DeepSpeed's "auto" keys, as
 // `zinf train` and `config-check` take them (--lr, --weight-decay, ...);

@@ -300,8 +300,13 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   // Metrics files (rank 0): --metrics and the config's monitor sections.
   RunMonitors monitors;
   if (rank == 0) {
-    auto created = RunMonitors::Create(
-        MakeMonitorOptions(*flags, *config, *model, (*device)->name(), world, *steps, (*trainer)->step()));
+    MonitorOptions mopt =
+        MakeMonitorOptions(*flags, *config, *model, (*device)->name(), world, *steps, (*trainer)->step());
+    if (flags->Get("resume")) {  // the files go on after the checkpoint's step
+      mopt.resumed_step = (*trainer)->step();
+      mopt.resumed_samples = SamplesAfter(**trainer);
+    }
+    auto created = RunMonitors::Create(mopt);
     if (!created.ok()) return Fail(kName, created.status());
     monitors = std::move(*created);
     for (const std::string& d : monitors.destinations()) {

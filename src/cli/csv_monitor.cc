@@ -1,7 +1,9 @@
 #include "cli/csv_monitor.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
+#include <utility>
 
 #include "core/fs.h"
 
@@ -10,6 +12,12 @@ namespace zinf::cli {
 Status CsvMonitor::Open(const std::string& dir) {
   dir_ = dir;
   return MakeDirectories(dir);
+}
+
+Status CsvMonitor::Continue(const std::string& dir, int64_t samples) {
+  ZINF_RETURN_IF_ERROR(Open(dir));
+  resumed_samples_ = samples;
+  return Status::Ok();
 }
 
 std::string CsvMonitor::FileName(const std::string& tag) {
@@ -22,8 +30,24 @@ Status CsvMonitor::Write(const std::string& tag, int64_t samples, double value) 
   auto it = std::find_if(files_.begin(), files_.end(), [&](const auto& f) { return f.first == tag; });
   if (it == files_.end()) {
     auto file = std::make_unique<AppendFile>();
-    ZINF_RETURN_IF_ERROR(file->Open(JoinPath(dir_, FileName(tag))));
-    ZINF_RETURN_IF_ERROR(file->Append("step," + tag.substr(tag.rfind('/') + 1) + "\n"));
+    const std::string path = JoinPath(dir_, FileName(tag));
+    const std::string header = "step," + tag.substr(tag.rfind('/') + 1);
+    if (resumed_samples_ < 0) {
+      ZINF_RETURN_IF_ERROR(file->Open(path));
+    } else {
+      const bool eval = tag == kEvalLossTag;
+      const int64_t last = resumed_samples_;
+      bool first = true;
+      ZINF_RETURN_IF_ERROR(file->Continue(path, [&](std::string_view line) {
+        if (std::exchange(first, false)) return line == header;
+        // A row: "samples,value".
+        int64_t row_samples = 0;
+        const auto [end, ec] = std::from_chars(line.data(), line.data() + line.size(), row_samples);
+        if (ec != std::errc() || end == line.data() + line.size() || *end != ',') return false;
+        return eval ? row_samples < last : row_samples <= last;
+      }));
+    }
+    if (file->size() == 0) ZINF_RETURN_IF_ERROR(file->Append(header + "\n"));
     files_.emplace_back(tag, std::move(file));
     it = files_.end() - 1;
   }

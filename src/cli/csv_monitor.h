@@ -20,6 +20,11 @@ class CsvMonitor : public RunMonitor {
   // Creates `dir` (and its parents). Files are created (truncated) with their
   // header at the first value.
   Status Open(const std::string& dir);
+  // Open for a run resumed when `samples` sequences had been trained on:
+  // an existing file keeps its header and its rows up to `samples` (an
+  // evaluation's rows before it: the resumed run evaluates again there), and
+  // the run's rows follow them; rows after the first one dropped go too.
+  Status Continue(const std::string& dir, int64_t samples);
   Status OnStep(const StepMetrics& m) override;
   Status OnEval(int64_t step, int64_t samples, double eval_loss) override;
 
@@ -30,6 +35,7 @@ class CsvMonitor : public RunMonitor {
   Status Write(const std::string& tag, int64_t samples, double value);
 
   std::string dir_;
+  int64_t resumed_samples_ = -1;                                            // < 0: a fresh run (files truncated)
   std::vector<std::pair<std::string, std::unique_ptr<AppendFile>>> files_;  // by tag, in first-use order
 };
 

@@ -16,6 +16,15 @@ json Number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
 Status MetricsJsonl::Open(const std::string& path) { return file_.Open(path); }
 
+Status MetricsJsonl::Continue(const std::string& path, int64_t step) {
+  return file_.Continue(path, [step](std::string_view line) {
+    const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) return false;
+    const int64_t s = j["step"].get<int64_t>();
+    return j.contains("eval_loss") ? s < step : s <= step;
+  });
+}
+
 std::string MetricsJsonl::StepLine(const StepMetrics& m) {
   json j;
   j["step"] = m.step;

@@ -22,6 +22,13 @@ class MetricsJsonl : public RunMonitor {
  public:
   // Creates (truncates) `path`.
   Status Open(const std::string& path);
+  // Opens `path` for a run resumed after `step` steps: the lines of steps up
+  // to `step` stay and the run's lines follow them, so the file has each step
+  // once, in order. Dropped: step lines after `step`, evaluation lines at or
+  // after it (the resumed run evaluates again at `step`), and everything
+  // after the first of those or after a line that does not parse (a write
+  // cut short). A missing file is created.
+  Status Continue(const std::string& path, int64_t step);
   Status OnStep(const StepMetrics& m) override;
   Status OnEval(int64_t step, int64_t samples, double eval_loss) override;
 

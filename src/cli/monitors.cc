@@ -1,5 +1,7 @@
 #include "cli/monitors.h"
 
+#include <string>
+
 #include "cli/csv_monitor.h"
 #include "cli/metrics_jsonl.h"
 #include "cli/tensorboard_monitor.h"
@@ -9,10 +11,14 @@ namespace zinf::cli {
 
 StatusOr<RunMonitors> RunMonitors::Create(const MonitorOptions& options) {
   RunMonitors m;
+  const bool resumed = options.resumed_step >= 0;
   if (!options.metrics_path.empty()) {
     auto jsonl = std::make_unique<MetricsJsonl>();
-    if (Status s = jsonl->Open(options.metrics_path); !s.ok()) return s.WithContext("--metrics");
-    m.destinations_.push_back("metrics (JSON lines): " + options.metrics_path);
+    const Status s =
+        resumed ? jsonl->Continue(options.metrics_path, options.resumed_step) : jsonl->Open(options.metrics_path);
+    if (!s.ok()) return s.WithContext("--metrics");
+    m.destinations_.push_back("metrics (JSON lines): " + options.metrics_path +
+                              (resumed ? " (continued after step " + std::to_string(options.resumed_step) + ")" : ""));
     m.owned_.push_back(std::move(jsonl));
   }
   if (!options.report.path.empty()) {
@@ -29,14 +35,18 @@ StatusOr<RunMonitors> RunMonitors::Create(const MonitorOptions& options) {
   if (options.config->csv_monitor.enabled) {
     const std::string dir = dir_of(options.config->csv_monitor);
     auto csv = std::make_unique<CsvMonitor>();
-    if (Status s = csv->Open(dir); !s.ok()) return s.WithContext("csv_monitor (output_path/job_name)");
-    m.destinations_.push_back("csv_monitor: " + dir + "/*.csv");
+    const Status s = resumed ? csv->Continue(dir, options.resumed_samples) : csv->Open(dir);
+    if (!s.ok()) return s.WithContext("csv_monitor (output_path/job_name)");
+    m.destinations_.push_back(
+        "csv_monitor: " + dir + "/*.csv" +
+        (resumed ? " (continued after " + std::to_string(options.resumed_samples) + " samples)" : ""));
     m.owned_.push_back(std::move(csv));
   }
   if (options.config->tensorboard.enabled) {
     const std::string dir = dir_of(options.config->tensorboard);
     auto tb = std::make_unique<TensorBoardMonitor>();
-    if (Status s = tb->Open(dir); !s.ok()) return s.WithContext("tensorboard (output_path/job_name)");
+    const Status s = resumed ? tb->Continue(dir, options.resumed_samples) : tb->Open(dir);
+    if (!s.ok()) return s.WithContext("tensorboard (output_path/job_name)");
     m.destinations_.push_back("tensorboard: " + tb->path());
     m.owned_.push_back(std::move(tb));
   }

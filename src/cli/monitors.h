@@ -4,6 +4,7 @@
 // output_path/job_name). Created on rank 0 only; other ranks get none.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,12 +19,18 @@ struct MonitorOptions {
   std::string metrics_path;  // --metrics; empty: none
   RunReportOptions report;   // --report; path empty: none
   const Config* config = nullptr;
+  // A resumed run (--resume) goes on in the files an earlier run wrote: the
+  // step and the samples (SamplesAfter) of the checkpoint. A fresh run
+  // (resumed_step < 0) truncates them.
+  int64_t resumed_step = -1;
+  int64_t resumed_samples = 0;
 };
 
 class RunMonitors {
  public:
-  // Opens every file the options and the config ask for. Errors name the
-  // file (or the flag / config key it came from).
+  // Opens every file the options and the config ask for (to go on after the
+  // checkpoint's step, for a resumed run). Errors name the file (or the flag
+  // / config key it came from).
   static StatusOr<RunMonitors> Create(const MonitorOptions& options);
 
   // For TrainRun::monitors; valid while this object lives.

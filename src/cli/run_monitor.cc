@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,19 +54,55 @@ AppendFile::~AppendFile() {
   if (file_ != nullptr) std::fclose(file_);
 }
 
-Status AppendFile::Open(const std::string& path, bool exclusive) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : O_TRUNC), 0644);
-  if (fd < 0) return ErrnoStatus(errno, "create", path);
-  FILE* f = ::fdopen(fd, "w");
+namespace {
+
+// `path` opened with `flags` as a stream in `mode`.
+StatusOr<FILE*> OpenStream(const std::string& path, int flags, const char* mode) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(errno, (flags & O_CREAT) != 0 ? "create" : "open", path);
+  FILE* f = ::fdopen(fd, mode);
   if (f == nullptr) {
     const int err = errno;
     ::close(fd);
     return ErrnoStatus(err, "open", path);
   }
+  return f;
+}
+
+}  // namespace
+
+Status AppendFile::Open(const std::string& path, bool exclusive) {
+  ZINF_ASSIGN_OR_RETURN(FILE * f, OpenStream(path, O_WRONLY | O_CREAT | (exclusive ? O_EXCL : O_TRUNC), "w"));
   if (file_ != nullptr) std::fclose(file_);
   file_ = f;
   path_ = path;
   offset_ = 0;
+  return Status::Ok();
+}
+
+Status AppendFile::Continue(const std::string& path, const std::function<bool(std::string_view line)>& keep) {
+  ZINF_ASSIGN_OR_RETURN(FILE * f, OpenStream(path, O_RDWR | O_CREAT, "r+"));
+  const int fd = ::fileno(f);
+  // The kept prefix: whole lines, each kept, up to the first one that is not.
+  int64_t cut = 0;
+  char* line = nullptr;
+  size_t capacity = 0;
+  errno = 0;
+  for (ssize_t n; (n = ::getline(&line, &capacity, f)) > 0;) {
+    if (line[n - 1] != '\n' || !keep(std::string_view(line, static_cast<size_t>(n - 1)))) break;
+    cut += n;
+  }
+  std::free(line);
+  const int read_error = std::ferror(f) ? (errno != 0 ? errno : EIO) : 0;
+  if (read_error != 0 || ::ftruncate(fd, cut) != 0 || std::fseek(f, cut, SEEK_SET) != 0) {
+    const int err = read_error != 0 ? read_error : errno;
+    std::fclose(f);
+    return ErrnoStatus(err, read_error != 0 ? "read" : "truncate", path, cut);
+  }
+  if (file_ != nullptr) std::fclose(file_);
+  file_ = f;
+  path_ = path;
+  offset_ = cut;
   return Status::Ok();
 }
 

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -63,7 +64,8 @@ class RunMonitor {
  public:
   virtual ~RunMonitor() = default;
   // After each optimizer step, in step order. An error (a full disk, a file
-  // that cannot be written) names the file and fails the run.
+  // that cannot be written) names the file; RunTraining warns of it once and
+  // calls that monitor no more (a metrics file is not worth a training run).
   virtual Status OnStep(const StepMetrics& m) = 0;
   // After each evaluation: the held-out loss after `step` steps, `samples`
   // sequences.
@@ -74,7 +76,8 @@ class RunMonitor {
 
 // A file a monitor appends to: each Append reaches the kernel at once
 // (written and flushed), so the file can be watched while the run goes on.
-// Errors name the file and the offset of the write.
+// Errors name the file and the offset of the write. A write that fails may
+// leave part of its bytes in the file (a last line cut short).
 class AppendFile {
  public:
   AppendFile() = default;
@@ -85,9 +88,18 @@ class AppendFile {
   // Creates `path`, truncating an existing file; with `exclusive`, an
   // existing file is an error (EEXIST) instead.
   Status Open(const std::string& path, bool exclusive = false);
+  // Opens `path` (created if missing) to go on after the lines a resumed run
+  // keeps: the file is cut before its first line for which `keep` is false or
+  // that lacks its newline (a write cut short), and appends follow the lines
+  // before it. Lines are in the order the earlier runs wrote them, so what
+  // comes after the first line dropped belongs to steps the resumed run
+  // writes again. `keep` gets a line without its newline.
+  Status Continue(const std::string& path, const std::function<bool(std::string_view line)>& keep);
   Status Append(std::string_view bytes);
   const std::string& path() const { return path_; }
   bool is_open() const { return file_ != nullptr; }
+  // Bytes in the file (after Open or Continue and the appends since).
+  int64_t size() const { return offset_; }
 
  private:
   std::string path_;

@@ -68,6 +68,7 @@ Status RunReport::OnStep(const StepMetrics& m) {
   nvme_read_.push_back(static_cast<double>(c.nvme_read_bytes));
   nvme_write_.push_back(static_cast<double>(c.nvme_write_bytes));
   optimizer_nvme_.push_back(static_cast<double>(c.optimizer_nvme_bytes));
+  gradient_nvme_.push_back(static_cast<double>(c.gradient_nvme_bytes));
   h2d_.push_back(static_cast<double>(c.h2d_bytes));
   d2h_.push_back(static_cast<double>(c.d2h_bytes));
   gathered_.push_back(static_cast<double>(c.allgather_bytes));
@@ -123,8 +124,9 @@ std::string RunReport::Render(bool finished) const {
   LineChart bytes{"Bytes moved per step, by tier", "step", "MiB", {}, true};
   for (const auto& [name, v] :
        {std::pair{"nvme read (params)", &nvme_read_}, std::pair{"nvme write (params)", &nvme_write_},
-        std::pair{"nvme (optimizer)", &optimizer_nvme_}, std::pair{"h2d", &h2d_}, std::pair{"d2h", &d2h_},
-        std::pair{"all-gather", &gathered_}, std::pair{"reduce-scatter", &reduced_}}) {
+        std::pair{"nvme (optimizer)", &optimizer_nvme_}, std::pair{"nvme (gradient)", &gradient_nvme_},
+        std::pair{"h2d", &h2d_}, std::pair{"d2h", &d2h_}, std::pair{"all-gather", &gathered_},
+        std::pair{"reduce-scatter", &reduced_}}) {
     bytes.series.push_back({name, Bin(step_, kMaxPoints), Scaled(Bin(*v, kMaxPoints), 1.0 / (1 << 20)), false});
   }
   page.AddLineChart(bytes);

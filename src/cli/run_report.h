@@ -44,8 +44,9 @@ class RunReport : public RunMonitor {
   RunReportOptions options_;
   // Per step, compact: a long run keeps a few dozen bytes a step.
   std::vector<double> step_, loss_, lr_;
-  std::vector<double> compute_, nvme_, pcie_, comm_, optimizer_, other_;                          // seconds
-  std::vector<double> nvme_read_, nvme_write_, optimizer_nvme_, h2d_, d2h_, gathered_, reduced_;  // bytes
+  std::vector<double> compute_, nvme_, pcie_, comm_, optimizer_, other_;  // seconds
+  std::vector<double> nvme_read_, nvme_write_, optimizer_nvme_, gradient_nvme_, h2d_, d2h_, gathered_,
+      reduced_;  // bytes
   std::vector<double> tokens_per_second_;
   std::vector<double> eval_step_, eval_loss_;
 };

@@ -77,6 +77,15 @@ std::string EncodeFileVersionEvent(double wall_time) {
   return e;
 }
 
+std::string EncodeSessionStartEvent(double wall_time, int64_t step) {
+  std::string session_log;
+  PutKey(session_log, 1, kVarint);  // status
+  PutVarint(session_log, 1);        // START
+  std::string e = EventHeader(wall_time, step);
+  PutBytes(e, 7, session_log);
+  return e;
+}
+
 std::string EncodeScalarsEvent(double wall_time, int64_t step,
                                const std::vector<std::pair<std::string, float>>& scalars) {
   std::string summary;
@@ -103,6 +112,11 @@ Status TensorBoardMonitor::Open(const std::string& dir) {
   if (!s.ok() && s.sys_errno() == EEXIST) s = file_.Open(name + "." + std::to_string(getpid()), true);
   ZINF_RETURN_IF_ERROR(s);
   return file_.Append(FrameTfRecord(EncodeFileVersionEvent(now)));
+}
+
+Status TensorBoardMonitor::Continue(const std::string& dir, int64_t samples) {
+  ZINF_RETURN_IF_ERROR(Open(dir));
+  return file_.Append(FrameTfRecord(EncodeSessionStartEvent(WallTime(), samples + 1)));
 }
 
 Status TensorBoardMonitor::OnStep(const StepMetrics& m) {

@@ -1,6 +1,7 @@
 #include "cli/train_loop.h"
 
 #include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "core/units.h"
@@ -16,6 +17,10 @@ double Median(std::vector<double> v) {
 }
 
 }  // namespace
+
+int64_t SamplesAfter(const model::Trainer& trainer) {
+  return trainer.step() * (trainer.tokens_per_step() / std::max(1, trainer.model().seq_len));
+}
 
 std::string FormatTimeShares(const TrainSummary& s) {
   const double t = std::max(s.seconds, 1e-9);
@@ -33,9 +38,17 @@ StatusOr<TrainSummary> RunTraining(model::Trainer& trainer, const TrainRun& run)
   TrainSummary s;
   s.first_step = trainer.step();
   FILE* out = run.progress;
-  // Sequences (all ranks) trained on after the steps so far: the monitors' x axis.
-  auto samples_after = [&] {
-    return trainer.step() * (trainer.tokens_per_step() / std::max(1, trainer.model().seq_len));
+  // The monitors still written to: metrics files are for watching a run, so
+  // one that fails is warned of once and left out, and training goes on.
+  std::vector<RunMonitor*> monitors = run.monitors;
+  auto tell = [&](const std::function<Status(RunMonitor&)>& call) {
+    std::erase_if(monitors, [&](RunMonitor* m) {
+      const Status st = call(*m);
+      if (st.ok()) return false;
+      std::fprintf(out != nullptr ? out : stderr, "zinf train: warning: %s; training goes on without that file\n",
+                   st.ToString().c_str());
+      return true;
+    });
   };
   auto evaluate = [&](double* into) -> Status {
     if (!trainer.can_evaluate()) return Status::Ok();  // too few held-out tokens: no evaluation
@@ -43,7 +56,7 @@ StatusOr<TrainSummary> RunTraining(model::Trainer& trainer, const TrainRun& run)
     ZINF_RETURN_IF_ERROR(e.status());
     *into = *e;
     s.evaluated = true;
-    for (RunMonitor* m : run.monitors) ZINF_RETURN_IF_ERROR(m->OnEval(trainer.step(), samples_after(), *e));
+    tell([&](RunMonitor& m) { return m.OnEval(trainer.step(), SamplesAfter(trainer), *e); });
     return Status::Ok();
   };
   ZINF_RETURN_IF_ERROR(evaluate(&s.eval_before));
@@ -63,9 +76,9 @@ StatusOr<TrainSummary> RunTraining(model::Trainer& trainer, const TrainRun& run)
     s.comm_seconds += static_cast<double>(r.engine.allgather_ns + r.engine.reduce_scatter_ns) / 1e9;
     s.optimizer_seconds += static_cast<double>(r.engine.optimizer_ns) / 1e9;
     AddCounters(s.moved, r.engine);
-    if (!run.monitors.empty()) {
-      const StepMetrics metrics = MakeStepMetrics(r, samples_after());
-      for (RunMonitor* m : run.monitors) ZINF_RETURN_IF_ERROR(m->OnStep(metrics));
+    if (!monitors.empty()) {
+      const StepMetrics metrics = MakeStepMetrics(r, SamplesAfter(trainer));
+      tell([&](RunMonitor& m) { return m.OnStep(metrics); });
     }
     tok_per_s.push_back(static_cast<double>(r.tokens) / std::max(r.seconds, 1e-9));
     window.push_back(r.loss);
@@ -121,7 +134,7 @@ StatusOr<TrainSummary> RunTraining(model::Trainer& trainer, const TrainRun& run)
   if (out && s.evaluated) {
     std::fprintf(out, "step %6lld  eval loss %.4f\n", static_cast<long long>(trainer.step()), s.eval_after);
   }
-  for (RunMonitor* m : run.monitors) ZINF_RETURN_IF_ERROR(m->OnEnd());
+  tell([](RunMonitor& m) { return m.OnEnd(); });
   if (!run.export_path.empty()) {
     const std::string& p = run.export_path;
     const bool one_file = p.size() >= 12 && p.compare(p.size() - 12, 12, ".safetensors") == 0;

@@ -56,6 +56,13 @@ struct TrainSummary {
   std::string last_checkpoint;
 };
 
+// Sequences (all ranks) trained on after the trainer's steps so far: the
+// monitors' x axis.
+int64_t SamplesAfter(const model::Trainer& trainer);
+
+// A monitor whose call fails (a full disk, an I/O error) is named in one
+// warning on run.progress (stderr when that is null) and called no more; the
+// run goes on.
 StatusOr<TrainSummary> RunTraining(model::Trainer& trainer, const TrainRun& run);
 
 // One line: "12.3 s: compute 61% nvme 12% pcie 3% comm 0% optimizer 20% (device idle 39%)".

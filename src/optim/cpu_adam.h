@@ -86,11 +86,6 @@ class CpuAdam {
   // kBf16 or kF16 (with params16 set).
   Status Update(const AdamSpan& span, const AdamStepArgs& step) const;
 
-  // The memory-bandwidth bound of Update(), for benchmarks: the same loads and
-  // stores (params, m, v, grads read; params, m, v and params16 written in
-  // place), the same pool and chunking, and next to no arithmetic
-  // (x += scale * g; params16 = high half of params). With scale 0 the data
-  // is left as it was. Same errors as Update.
   // Update() over `span`, which holds elements [base, base + span.n) of a
   // larger array, with weight decay off inside `no_decay` (ranges of that
   // array, sorted and disjoint; span.decay is ignored). Adam is
@@ -100,6 +95,11 @@ class CpuAdam {
   Status UpdateMasked(const AdamSpan& span, const AdamStepArgs& step, int64_t base,
                       const std::vector<ElemRange>& no_decay) const;
 
+  // The memory-bandwidth bound of Update(), for benchmarks: the same loads and
+  // stores (params, m, v, grads read; params, m, v and params16 written in
+  // place), the same pool and chunking, and next to no arithmetic
+  // (x += scale * g; params16 = high half of params). With scale 0 the data
+  // is left as it was. Same errors as Update.
   Status BandwidthPass(const AdamSpan& span, float scale) const;
 
   Isa isa() const { return isa_; }

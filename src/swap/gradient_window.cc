@@ -10,18 +10,33 @@
 
 namespace zinf::swap {
 
-ShardSquares::ShardSquares(int64_t total, int64_t cut)
-    : total_(total), cut_(std::clamp<int64_t>(cut, 1, std::max<int64_t>(total, 1))) {
-  lcm_ = std::lcm(kAtom, cut_);
-  sums_.assign(static_cast<size_t>(PieceIndex(total_)), 0.0);
+namespace {
+
+// `cut` as ShardSquares uses it: at least 1, at most the shard.
+int64_t ClampCut(int64_t cut, int64_t total) { return std::clamp<int64_t>(cut, 1, std::max<int64_t>(total, 1)); }
+
+// Piece boundaries below p: multiples of kAtom and of `cut` in [0, p), each
+// common multiple (of `lcm`) counted once.
+int64_t BoundariesBelow(int64_t p, int64_t cut, int64_t lcm) {
+  auto up = [p](int64_t d) { return (p + d - 1) / d; };
+  return up(ShardSquares::kAtom) + up(cut) - up(lcm);
 }
 
-// Boundaries below p: multiples of kAtom and of cut_ in [0, p), each
-// common multiple counted once.
-int64_t ShardSquares::PieceIndex(int64_t p) const {
-  auto up = [p](int64_t d) { return (p + d - 1) / d; };
-  return up(kAtom) + up(cut_) - up(lcm_);
+}  // namespace
+
+ShardSquares::ShardSquares(int64_t total, int64_t cut) : total_(total), cut_(ClampCut(cut, total)) {
+  lcm_ = std::lcm(kAtom, cut_);
+  sums_.assign(static_cast<size_t>(PieceIndex(total_)), 0.0);
+  bounds_.reserve(sums_.size() + 1);  // Add's most: every piece and the end
 }
+
+int64_t ShardSquares::FootprintBytes(int64_t total, int64_t cut) {
+  const int64_t c = ClampCut(cut, total);
+  const int64_t pieces = BoundariesBelow(total, c, std::lcm(kAtom, c));
+  return pieces * int64_t{sizeof(double)} + (pieces + 1) * int64_t{sizeof(int64_t)};
+}
+
+int64_t ShardSquares::PieceIndex(int64_t p) const { return BoundariesBelow(p, cut_, lcm_); }
 
 int64_t ShardSquares::NextBoundary(int64_t p) const {
   const int64_t a = (p / kAtom + 1) * kAtom, c = (p / cut_ + 1) * cut_;

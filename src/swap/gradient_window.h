@@ -56,11 +56,15 @@ namespace zinf::swap {
 // sub_group_size): every sub-group boundary of either kind is a piece
 // boundary. Each piece's squares are summed in one kernel pass
 // (optim::SumSquaresPieces) and the pieces' sums are added in index order.
-// Holds one double per piece (8 bytes per kAtom elements).
+// Holds one double per piece (8 bytes per kAtom elements) and Add's scratch
+// of one offset per piece, both allocated in the constructor: Add and Total
+// allocate nothing, so one object serves every step.
 class ShardSquares {
  public:
   static constexpr int64_t kAtom = 1024;  // one 4 KiB alignment unit of fp32
   ShardSquares(int64_t total, int64_t cut);
+  // The heap bytes a ShardSquares(total, cut) holds.
+  static int64_t FootprintBytes(int64_t total, int64_t cut);
   // Takes the squares of shard elements [begin, begin + n), x[0] being
   // element `begin`; begin and begin + n must be piece boundaries (or the
   // shard's end). Replaces what an earlier Add gave for those pieces.
@@ -78,7 +82,8 @@ class ShardSquares {
 };
 
 // ShardSquares(n, cut) over an array in RAM: what GradientWindow::Finish
-// returns for the same gradient.
+// returns for the same gradient. Allocates a ShardSquares per call; a caller
+// that sums every step keeps one and calls Add(0, ...) and Total().
 StatusOr<double> ShardSumSquares(optim::ThreadPool& pool, optim::Isa isa, const float* x, int64_t n, int64_t cut);
 
 class GradientWindow {

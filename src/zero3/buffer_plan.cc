@@ -150,6 +150,7 @@ Status PlanOptimizer(const Config& config, int64_t total, BufferPlan& p) {
     if (!note.empty()) p.fitted.push_back(std::move(note));
   }
   p.grad_window = swap::GradientWindow::PoolOptions(oo, zero.offload_optimizer.pin_memory);
+  p.norm_squares_bytes = swap::ShardSquares::FootprintBytes(total, zero.sub_group_size);
   p.num_sub_groups = swap::OptimizerSwapper::NumSubGroups(oo);
   p.optimizer_resident = swap::OptimizerSwapper::ResidentPoolOptions(oo);
   p.optimizer_pipeline = NoPool("optimizer pipeline");
@@ -452,6 +453,8 @@ std::vector<BufferItem> BufferPlan::Items() const {
            ? "new-parameter buffer (whole shard, working type)"
            : "new-parameter ring (" + Elems(new_params_ring_elems) + ": sub-groups written home block by block)");
   pool(grad_staging, "gradient staging (largest shard)");
+  add(BufferTier::kPageable, "gradient norm's sums (one per 4 KiB of the shard and per sub_group_size)",
+      norm_squares_bytes);
   pool(checkpoint_buffers, "checkpoint buffers (2, made at the first save or load)");
 
   // NVMe.

@@ -109,6 +109,10 @@ struct BufferPlan {
   // Optimizer on NVMe: the gradient accumulates in the optimizer's store
   // (optimizer.gradients_in_store) through swap::GradientWindow's buffers.
   aio::PinnedPoolOptions grad_window;
+  // The gradient norm's per-piece sums and scratch (swap::ShardSquares over
+  // the rank shard; heap, made at Create): the gradient window's, or the
+  // Engine's over the RAM accumulator.
+  int64_t norm_squares_bytes = 0;
   // The update's new working parameters (param_type): a ring of
   // new_params_ring_elems (a multiple of the sub-group, at least two
   // sub-groups and the largest shard, or the whole shard when that is

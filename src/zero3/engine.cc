@@ -331,7 +331,7 @@ Status Engine::Impl::CopyGradientOneRank(BlockId b, const std::vector<const void
 // the update started (or skipped on an fp16 overflow).
 //
 // The sum of squares is taken in pieces cut at the config's sub-groups and
-// 4 KiB units, added in piece order, on every tier (swap::ShardSumSquares;
+// 4 KiB units, added in piece order, on every tier (swap::ShardSquares;
 // the gradient window takes the same sums as it writes the last
 // micro-batch's values, whatever sub-groups the pipeline was fitted to), so
 // the norm, the overflow check and the clip factor agree bit for bit.
@@ -346,7 +346,8 @@ StatusOr<StepResult> Engine::Impl::ApplyStep(StepResult r) {
     ZINF_RETURN_IF_ERROR(sq.status().WithContext("engine: the accumulated gradient"));
     sum_squares = *sq;
   } else {
-    ZINF_ASSIGN_OR_RETURN(sum_squares, swap::ShardSumSquares(*threads, isa, acc, total, NormCut()));
+    ZINF_RETURN_IF_ERROR(norm_squares->Add(*threads, isa, 0, acc, total));  // every piece: none left from before
+    sum_squares = norm_squares->Total();
   }
   ZINF_RETURN_IF_ERROR(
       host_comm->AllReduce(&sum_squares, &sum_squares, 1, ElementType::kF64, comm::ReduceOp::kSum, nullptr));

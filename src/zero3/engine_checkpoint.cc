@@ -121,6 +121,9 @@ std::map<std::string, std::string> Engine::Impl::Manifest() const {
   layout.specs = &specs;
   layout.shard_elems = partitioner->total_shard_numel();
   layout.sub_group_elems = optimizer->sub_group_elems(0);
+  layout.config_sub_group_size = config.zero.sub_group_size;
+  layout.optimizer_device = config.zero.offload_optimizer.device;
+  layout.optimizer_buffer_count = config.zero.offload_optimizer.buffer_count;
   layout.param_type = param_type;
   zero3::EngineProgress progress;
   progress.applied_steps = applied_steps;

@@ -26,9 +26,10 @@
 // ends the cycle there (GradientWindow::Finish) before the update reads it.
 //
 // Thread-safety: the driving thread only, except what the worker's body
-// touches (optimizer, adam and its threads, accum, new_params, param_type)
-// between UpdateWorker::Start and Join: declared before `update`, so
-// ~Impl joins the worker before any of them goes.
+// touches between UpdateWorker::Start and Join: optimizer, adam and its
+// threads, accum and new_params (written), and param_type, no_decay and
+// plan (read; set in Init and left alone after). All are declared before
+// `update`, so ~Impl joins the worker before any of them goes.
 #pragma once
 
 #include <algorithm>
@@ -129,6 +130,9 @@ struct Engine::Impl {
   // window (gradient_window.h) and `accum` is not allocated.
   std::unique_ptr<aio::PinnedPool> grad_window_pool;
   std::unique_ptr<swap::GradientWindow> grad_window;
+  // Otherwise the gradient norm's per-piece sums over `accum`, made once
+  // (plan.norm_squares_bytes), so a step allocates nothing for its norm.
+  std::unique_ptr<swap::ShardSquares> norm_squares;
 
   // Host windows: the fp32 gradient accumulator (optimizer in RAM), the new
   // working parameters the update writes, the gradient shard staging.

@@ -54,9 +54,34 @@ StatusOr<int64_t> GetInt(const Metadata& md, const std::string& key, const std::
   return static_cast<int64_t>(x);
 }
 
+// The settings the sub-group size comes from, as recorded (the keys are
+// absent from checkpoints written before they were).
+constexpr const char* kSubGroupSources[][2] = {
+    {"engine.sub_group_size", "zero_optimization.sub_group_size"},
+    {"engine.offload_optimizer.device", "offload_optimizer.device"},
+    {"engine.offload_optimizer.buffer_count", "offload_optimizer.buffer_count"},
+};
+
+// Why the sub-group sizes differ: the settings that do, or, for a checkpoint
+// that did not record them, every one the size comes from.
+std::string SubGroupHint(const Metadata& theirs, const Metadata& mine) {
+  std::string changed;
+  for (const auto& [key, setting] : kSubGroupSources) {
+    const auto t = theirs.find(key), m = mine.find(key);
+    if (t == theirs.end() || m == mine.end() || t->second == m->second) continue;
+    changed += (changed.empty() ? "" : ", ") + std::string(setting) + " " + t->second + " there and " + m->second;
+  }
+  const std::string why =
+      "the checkpoint holds the optimizer state per sub-group, and the sub-group size is "
+      "zero_optimization.sub_group_size, split to fit offload_optimizer.buffer_count when the state is on NVMe and "
+      "the buffers are fewer than the pipeline keeps";
+  if (changed.empty()) return " (" + why + "; resume with the saving run's settings)";
+  return " (" + changed + " here: " + why + "; resume with the saving run's settings)";
+}
+
 // What to change when a layout key differs.
-std::string Hint(std::string_view key) {
-  if (key == "engine.sub_group_elems") return " (zero_optimization.sub_group_size must match the saving run)";
+std::string Hint(std::string_view key, const Metadata& theirs, const Metadata& mine) {
+  if (key == "engine.sub_group_elems") return SubGroupHint(theirs, mine);
   if (key == "engine.world_size") return " (resume with as many ranks as saved it)";
   return "";
 }
@@ -73,6 +98,9 @@ Metadata EngineMetadata(const EngineLayoutKeys& l, const EngineProgress& p) {
       {"engine.layout_crc32c", LayoutCrc(*l.specs)},
       {"engine.shard_elems", std::to_string(l.shard_elems)},
       {"engine.sub_group_elems", std::to_string(l.sub_group_elems)},
+      {"engine.sub_group_size", std::to_string(l.config_sub_group_size)},
+      {"engine.offload_optimizer.device", std::string(OffloadDeviceName(l.optimizer_device))},
+      {"engine.offload_optimizer.buffer_count", std::to_string(l.optimizer_buffer_count)},
       {"engine.param_type", std::string(ElementTypeName(l.param_type))},
       {"engine.applied_steps", std::to_string(p.applied_steps)},
       {"engine.micro_steps", std::to_string(p.micro_steps)},
@@ -90,7 +118,7 @@ Status CheckLayoutFits(const Metadata& theirs, const Metadata& mine, const std::
     ZINF_ASSIGN_OR_RETURN(std::string value, Get(theirs, key, dir));
     if (value != mine.at(key)) {
       return Status::FailedPrecondition("checkpoint " + dir + " does not fit this run: " + key + " is " + value +
-                                        " there and " + mine.at(key) + " here" + Hint(key));
+                                        " there and " + mine.at(key) + " here" + Hint(key, theirs, mine));
     }
   }
   return Status::Ok();

@@ -2,9 +2,12 @@
 // SaveCheckpoint writes beside the caller's metadata and LoadCheckpoint
 // checks and reads back.
 //
-// Two kinds of key: the layout (format, world size, rank, blocks, a CRC of
+// Three kinds of key: the layout (format, world size, rank, blocks, a CRC of
 // the block and tensor names and shapes, shard and sub-group sizes), which
-// must equal the loading engine's own, compared as text; and the progress
+// must equal the loading engine's own, compared as text; the settings the
+// sub-group size came from (sub_group_size, the optimizer's tier and
+// buffer_count), which are not compared but say in a refusal which one
+// changed; and the progress
 // (optimizer and micro steps, LR-schedule position, loss-scaler state),
 // which continues from the checkpoint. Doubles are written as hexadecimal
 // floats, so they come back exactly.
@@ -18,6 +21,7 @@
 #include <vector>
 
 #include "optim/loss_scaler.h"
+#include "zinf/config.h"
 #include "zinf/engine.h"
 #include "zinf/status.h"
 
@@ -32,8 +36,17 @@ struct EngineLayoutKeys {
   int world_size = 1;
   int rank = 0;
   const std::vector<BlockSpec>* specs = nullptr;
-  int64_t shard_elems = 0;      // this rank's shard, elements
-  int64_t sub_group_elems = 0;  // the optimizer's sub-group size
+  int64_t shard_elems = 0;  // this rank's shard, elements
+  // The optimizer's sub-group size as the engine runs it: the config's
+  // sub_group_size, split by FitOptimizerPipeline when the state is on NVMe
+  // and buffer_count holds fewer buffers than the pipeline keeps. The
+  // checkpoint stores the state per sub-group (master.<k>, ...), so this is
+  // what a checkpoint's layout depends on.
+  int64_t sub_group_elems = 0;
+  // Where sub_group_elems came from (recorded, not compared).
+  int64_t config_sub_group_size = 0;
+  OffloadDevice optimizer_device = OffloadDevice::kNone;
+  int64_t optimizer_buffer_count = 0;
   ElementType param_type = ElementType::kBf16;
 };
 
@@ -49,8 +62,9 @@ Metadata EngineMetadata(const EngineLayoutKeys& layout, const EngineProgress& pr
 
 // OK when the layout keys of checkpoint `dir`'s manifest `theirs` equal
 // `mine` (an EngineMetadata of the loading engine); else
-// kFailedPrecondition naming the key, both values and what to change, or
-// kCorruption when a key is missing.
+// kFailedPrecondition naming the key, both values and what to change (for
+// the sub-group size: which of the settings it came from differs, when the
+// checkpoint recorded them), or kCorruption when a layout key is missing.
 Status CheckLayoutFits(const Metadata& theirs, const Metadata& mine, const std::string& dir);
 
 // The progress saved in checkpoint `dir`'s manifest; kCorruption naming

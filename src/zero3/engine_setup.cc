@@ -176,6 +176,8 @@ Status Engine::Impl::InitOptimizer() {
     ZINF_ASSIGN_OR_RETURN(grad_window_pool, aio::PinnedPool::Create(plan.grad_window));
     ZINF_ASSIGN_OR_RETURN(grad_window, swap::GradientWindow::Create(optimizer.get(), grad_window_pool.get(),
                                                                     threads.get(), isa, NormCut()));
+  } else {
+    norm_squares = std::make_unique<swap::ShardSquares>(partitioner->total_shard_numel(), NormCut());
   }
   return Status::Ok();
 }

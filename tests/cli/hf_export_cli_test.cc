@@ -5,7 +5,6 @@
 // loads in zinf (--model DIR) to the same held-out loss, to the last bit,
 // as the trained weights evaluated at the end of that run.
 #include <cstdlib>
-#include <fstream>
 #include <random>
 #include <sstream>
 #include <string>
@@ -16,9 +15,12 @@
 #include "model/data.h"
 #include "model/safetensors.h"
 #include "temp_dir.h"
+#include "testing/text.h"
 
 namespace zinf {
 namespace {
+
+using test_support::ReadAll;
 
 std::string SourceDir() {
   const char* root = std::getenv("ZINF_SOURCE_DIR");
@@ -31,16 +33,9 @@ int Zinf(const std::string& args, const std::string& log) {
   return std::system(cmd.c_str());
 }
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // The last "eval_loss" value of a metrics file, as printed (full precision).
 std::string LastEvalLoss(const std::string& path) {
-  std::istringstream in(Slurp(path));
+  std::istringstream in(ReadAll(path));
   std::string line, last;
   const std::string key = "\"eval_loss\":";
   while (std::getline(in, line)) {
@@ -69,7 +64,8 @@ class HfExportCliTest : public ::testing::TestWithParam<const char*> {
 TEST_P(HfExportCliTest, StepsZeroExportIsByteIdentical) {
   const std::string src = SourceDir() + "/tests/model/hf/" + GetParam(), out = tmp_.path() + "/out";
   const std::string log = tmp_.path() + "/log";
-  ASSERT_EQ(Zinf(Train(src, "--steps 0 --holdout 0 --export '" + out + "' --export-dtype F32"), log), 0) << Slurp(log);
+  ASSERT_EQ(Zinf(Train(src, "--steps 0 --holdout 0 --export '" + out + "' --export-dtype F32"), log), 0)
+      << ReadAll(log);
   auto a = model::ReadSafetensors(src + "/model.safetensors");
   auto b = model::ReadSafetensors(out + "/model.safetensors");
   ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
@@ -80,7 +76,7 @@ TEST_P(HfExportCliTest, StepsZeroExportIsByteIdentical) {
     EXPECT_EQ(e->shape, t.shape) << t.name;
     EXPECT_TRUE(e->dtype == t.dtype && e->data == t.data) << t.name << " differs";
   }
-  EXPECT_EQ(Slurp(out + "/config.json"), Slurp(src + "/config.json"));
+  EXPECT_EQ(ReadAll(out + "/config.json"), ReadAll(src + "/config.json"));
 }
 
 TEST_P(HfExportCliTest, TrainedExportReloadsToTheSameLoss) {
@@ -89,13 +85,13 @@ TEST_P(HfExportCliTest, TrainedExportReloadsToTheSameLoss) {
   ASSERT_EQ(
       Zinf(Train(src, "--steps 1 --holdout 0.1 --metrics '" + m1 + "' --export '" + out + "' --export-dtype F32"), log),
       0)
-      << Slurp(log);
-  ASSERT_EQ(Zinf(Train(out, "--steps 0 --holdout 0.1 --metrics '" + m2 + "'"), log), 0) << Slurp(log);
+      << ReadAll(log);
+  ASSERT_EQ(Zinf(Train(out, "--steps 0 --holdout 0.1 --metrics '" + m2 + "'"), log), 0) << ReadAll(log);
   const std::string trained = LastEvalLoss(m1), reloaded = LastEvalLoss(m2);
-  ASSERT_FALSE(trained.empty()) << Slurp(m1);
+  ASSERT_FALSE(trained.empty()) << ReadAll(m1);
   EXPECT_EQ(reloaded, trained);
   // The step changed the weights: the loss before it differs.
-  std::istringstream first(Slurp(m1));
+  std::istringstream first(ReadAll(m1));
   std::string line;
   std::getline(first, line);
   EXPECT_EQ(line.find("\"eval_loss\":" + trained + ","), std::string::npos) << "the step changed nothing: " << line;

@@ -90,6 +90,54 @@ TEST(MetricsJsonlTest, NonFiniteValuesAreNullAndSkippedStepsMarked) {
   EXPECT_FALSE(nlohmann::json::parse(MetricsJsonl::StepLine(Step(1, 2.0))).contains("skipped"));
 }
 
+// A run resumed after step 2 of a file a run wrote to step 4 (and cut short
+// in its last line): steps 1 and 2 and the evaluation before step 1 stay; the
+// evaluation at step 2 goes (the resumed run evaluates there again), and so
+// does all that came after it.
+TEST(MetricsJsonlTest, ContinueKeepsTheStepsUpToTheResumedOne) {
+  test_support::TempDir dir("metrics-jsonl");
+  const std::string path = dir.path() + "/m.jsonl";
+  {
+    MetricsJsonl first;
+    ASSERT_TRUE(first.Open(path).ok());
+    ASSERT_TRUE(first.OnEval(0, 0, 5.75).ok());
+    for (int64_t s = 1; s <= 4; ++s) {
+      ASSERT_TRUE(first.OnStep(Step(s, 5.0 - static_cast<double>(s))).ok());
+      if (s == 2) {
+        ASSERT_TRUE(first.OnEval(2, 16, 4.5).ok());
+      }
+    }
+  }
+  { std::ofstream(path, std::ios::app) << "{\"step\":5,\"lo"; }
+  MetricsJsonl resumed;
+  ASSERT_TRUE(resumed.Continue(path, 2).ok());
+  ASSERT_TRUE(resumed.OnEval(2, 16, 4.25).ok());
+  ASSERT_TRUE(resumed.OnStep(Step(3, 1.5)).ok());
+
+  const auto lines = ReadLines(path);
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_EQ(lines[0]["eval_loss"].get<double>(), 5.75);
+  EXPECT_EQ(lines[1]["step"], 1);
+  EXPECT_EQ(lines[1]["loss"].get<double>(), 4.0);
+  EXPECT_EQ(lines[2]["step"], 2);
+  EXPECT_EQ(lines[2]["loss"].get<double>(), 3.0);
+  EXPECT_EQ(lines[3]["step"], 2);
+  EXPECT_EQ(lines[3]["eval_loss"].get<double>(), 4.25) << "the earlier run's evaluation at step 2 is replaced";
+  EXPECT_EQ(lines[4]["step"], 3);
+  EXPECT_EQ(lines[4]["loss"].get<double>(), 1.5);
+}
+
+TEST(MetricsJsonlTest, ContinueCreatesAMissingFile) {
+  test_support::TempDir dir("metrics-jsonl");
+  const std::string path = dir.path() + "/m.jsonl";
+  MetricsJsonl resumed;
+  ASSERT_TRUE(resumed.Continue(path, 7).ok());
+  ASSERT_TRUE(resumed.OnStep(Step(8, 1.0)).ok());
+  const auto lines = ReadLines(path);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["step"], 8);
+}
+
 TEST(MetricsJsonlTest, AFileThatCannotBeCreatedIsNamed) {
   MetricsJsonl metrics;
   const Status s = metrics.Open("/nonexistent-dir/m.jsonl");

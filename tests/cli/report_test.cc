@@ -6,29 +6,18 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
 
 #include "core/fs.h"
+#include "testing/text.h"
 
 namespace zinf::perf {
 namespace {
 
-size_t Count(const std::string& haystack, const std::string& needle) {
-  size_t n = 0;
-  for (size_t at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + 1)) ++n;
-  return n;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test_support::Count;
+using test_support::ReadAll;
 
 TEST(HtmlEscape, EscapesEveryMarkupCharacter) {
   EXPECT_EQ(HtmlEscape("<a href=\"x\" title='y'>&amp;</a>"),

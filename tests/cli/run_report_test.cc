@@ -6,8 +6,6 @@
 
 #include <cctype>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -15,22 +13,13 @@
 
 #include "cli/html_report.h"
 #include "temp_dir.h"
+#include "testing/text.h"
 
 namespace zinf::cli {
 namespace {
 
-size_t Count(const std::string& haystack, const std::string& needle) {
-  size_t n = 0;
-  for (size_t at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + 1)) ++n;
-  return n;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test_support::Count;
+using test_support::ReadAll;
 
 // Every element opened is closed, in order (void elements and "/>" aside);
 // returns the first problem, empty when the page is well-formed. A plain
@@ -84,6 +73,7 @@ StepMetrics Step(int64_t i) {
   m.optimizer_seconds = 0.0625;
   m.engine.nvme_read_bytes = int64_t{3} << 20;
   m.engine.h2d_bytes = int64_t{5} << 20;
+  m.engine.gradient_nvme_bytes = int64_t{7} << 20;
   m.tokens_per_second = 1000;
   return m;
 }
@@ -139,7 +129,10 @@ TEST(RunReportTest, PageIsWellFormedAndCarriesTheCurves) {
   EXPECT_NE(page.find("<title>step 7: other 62.50</title>"), std::string::npos);
   EXPECT_EQ(page.find("step 7: comm"), std::string::npos) << "a zero part draws nothing";
   // Bytes per tier, the facts (escaped) and the config.
-  EXPECT_NE(page.find("nvme read (params)"), std::string::npos);
+  for (const char* series : {"nvme read (params)", "nvme write (params)", "nvme (optimizer)", "nvme (gradient)", "h2d",
+                             "d2h", "all-gather", "reduce-scatter"}) {
+    EXPECT_NE(page.find(std::string(">") + series + "<"), std::string::npos) << series << " not in the legend";
+  }
   EXPECT_NE(page.find("tiny &lt;2 layers&gt;"), std::string::npos);
   EXPECT_NE(page.find("{&quot;train_batch_size&quot;: 8}"), std::string::npos);
 }

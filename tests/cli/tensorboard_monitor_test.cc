@@ -9,9 +9,7 @@
 
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -19,9 +17,12 @@
 
 #include "core/crc32c.h"
 #include "temp_dir.h"
+#include "testing/text.h"
 
 namespace zinf::cli {
 namespace {
+
+using test_support::ReadAll;
 
 // The spec's mask, written out here independently of the writer.
 uint32_t Mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
@@ -145,13 +146,6 @@ std::vector<std::string> EventFiles(const std::string& dir) {
   }
   closedir(d);
   return out;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 TEST(TensorBoardMonitorTest, FramingCrcsAndScalarsFollowTheFormat) {

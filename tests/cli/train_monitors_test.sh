@@ -13,13 +13,8 @@ trap 'rm -rf "$TMP"' EXIT
 fail() { echo "$1" >&2; exit 1; }
 
 # The shipped config plus the two monitor sections (and wandb, ignored).
-sed '$ s/}[[:space:]]*$//' "$CONFIG" > "$TMP/config.json"
-cat >> "$TMP/config.json" <<JSON
-  , "tensorboard": {"enabled": true, "output_path": "$TMP/tb", "job_name": "run"}
-  , "csv_monitor": {"enabled": true, "output_path": "$TMP/csv", "job_name": "run"}
-  , "wandb": {"enabled": true, "project": "p"}
-}
-JSON
+. "$(dirname "$0")/monitors_config.sh"
+write_monitors_config "$CONFIG" "$TMP/config.json" "$TMP" ', "wandb": {"enabled": true, "project": "p"}'
 "$ZINF" train --config "$TMP/config.json" --model tiny --steps 5 --eval-every 2 --device host \
   --report "$TMP/run.html" > "$TMP/out" 2> "$TMP/err" || { cat "$TMP/err" >&2; fail "zinf train failed"; }
 grep -q "zinf train: 5 steps" "$TMP/out"

@@ -7,14 +7,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/config_test_util.h"
+
 namespace zinf {
 namespace {
 
-Config MustParse(const std::string& text) {
-  auto c = ParseConfig(text);
-  EXPECT_TRUE(c.ok()) << c.status().ToString();
-  return c.ok() ? *c : Config{};
-}
+using test_support::MustParse;
 
 // The error message of a config that must be refused.
 std::string ErrorOf(const std::string& text) {

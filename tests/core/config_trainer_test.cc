@@ -9,16 +9,13 @@
 
 #include <gtest/gtest.h>
 
+#include "core/config_test_util.h"
 #include "zinf/config.h"
 
 namespace zinf {
 namespace {
 
-Config MustParse(const std::string& text) {
-  auto c = ParseConfig(text);
-  EXPECT_TRUE(c.ok()) << c.status().ToString();
-  return c.ok() ? *c : Config{};
-}
+using test_support::MustParse;
 
 // The HF docs' ZeRO-3 config: every value the Trainer fills is "auto".
 std::string HfZero3Text() {

@@ -7,25 +7,20 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "temp_dir.h"
+#include "testing/text.h"
 
 namespace zinf {
 namespace {
 
-using TempDir = zinf::test_support::TempDir;  // tests/temp_dir.h
+using test_support::ReadAll;
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using TempDir = zinf::test_support::TempDir;  // tests/temp_dir.h
 
 void WritePlain(const std::string& path, const std::string& contents) {
   std::ofstream(path, std::ios::binary) << contents;

@@ -1,8 +1,9 @@
 // The Llama-family CPU kernels (RMSNorm, RoPE, SwiGLU, the GQA expansion):
 // every backward against central finite differences of its forward in
-// double, as cpu_kernels_test.cc does (objective J = sum w_i out_i, step
-// 1e-5, |analytic - numeric| <= 1e-6 (|numeric| + 1e-2); gradients prefilled
-// so the accumulate contract is tested too), plus a few exact properties.
+// double (tests/testing/finite_differences.h: objective J = sum w_i out_i,
+// step 1e-5, |analytic - numeric| <= 1e-6 (|numeric| + 1e-2); gradients
+// prefilled so the accumulate contract is tested too), plus a few exact
+// properties.
 #include <cmath>
 #include <functional>
 #include <random>
@@ -11,49 +12,15 @@
 #include <gtest/gtest.h>
 
 #include "kernels/cpu_kernels.h"
+#include "testing/finite_differences.h"
 
 namespace zinf::kernels::cpu {
 namespace {
 
-constexpr double kStep = 1e-5;
-constexpr double kRelTol = 1e-6;
-constexpr double kAbsFloor = 1e-2;
-constexpr double kPrefill = 0.25;
-
-std::vector<double> Random(size_t n, std::mt19937_64& rng, double scale = 1.0) {
-  std::uniform_real_distribution<double> u(-scale, scale);
-  std::vector<double> v(n);
-  for (double& x : v) x = u(rng);
-  return v;
-}
-
-double Dot(const std::vector<double>& a, const std::vector<double>& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-void ExpectGradient(const char* what, std::vector<double>& x, const std::vector<double>& grad,
-                    const std::function<double()>& objective) {
-  ASSERT_EQ(x.size(), grad.size()) << what;
-  int bad = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double saved = x[i];
-    x[i] = saved + kStep;
-    const double plus = objective();
-    x[i] = saved - kStep;
-    const double minus = objective();
-    x[i] = saved;
-    const double numeric = (plus - minus) / (2 * kStep);
-    const double analytic = grad[i] - kPrefill;
-    if (std::fabs(analytic - numeric) > kRelTol * (std::fabs(numeric) + kAbsFloor) && bad++ < 5) {
-      ADD_FAILURE() << what << "[" << i << "]: analytic " << analytic << " numeric " << numeric;
-    }
-  }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << x.size() << " elements disagree";
-}
-
-std::vector<double> Filled(size_t n) { return std::vector<double>(n, kPrefill); }
+using test_support::Dot;
+using test_support::ExpectGradient;
+using test_support::Filled;
+using test_support::Random;
 
 constexpr int kB = 2, kT = 5, kNH = 4, kNKV = 2, kHd = 6;
 constexpr int64_t kN = kB * kT;

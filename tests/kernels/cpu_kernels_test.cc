@@ -1,15 +1,7 @@
 // CPU kernels: every backward against central finite differences of its
-// forward, in double.
-//
-// The objective is J = sum_i w_i * out_i with random w, so dout = w and the
-// gradient a backward kernel computes must equal dJ/d(input). Central
-// differences with step h = 1e-5 have truncation error ~h^2 * |f'''| and
-// rounding error ~eps * |J| / h, both far below the tolerance used:
-// |analytic - numeric| <= 1e-6 * (|numeric| + 1e-2) (relative 1e-6, with a
-// small absolute floor for gradients that are near zero).
-//
-// Gradients are checked after prefilling them with a constant, which tests
-// the accumulate (+=) contract of every backward kernel at the same time.
+// forward, in double (the objective, the step, the tolerance and the
+// prefilled gradients: tests/testing/finite_differences.h), plus exact
+// properties and the float kernels against the double ones.
 #include "kernels/cpu_kernels.h"
 
 #include <bit>
@@ -26,50 +18,16 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include "testing/finite_differences.h"
+
 namespace zinf::kernels::cpu {
 namespace {
 
-constexpr double kStep = 1e-5;
-constexpr double kRelTol = 1e-6;
-constexpr double kAbsFloor = 1e-2;
-constexpr double kPrefill = 0.25;  // gradients start here; kernels must add to it
-
-std::vector<double> Random(size_t n, std::mt19937_64& rng, double scale = 1.0) {
-  std::uniform_real_distribution<double> u(-scale, scale);
-  std::vector<double> v(n);
-  for (double& x : v) x = u(rng);
-  return v;
-}
-
-double Dot(const std::vector<double>& a, const std::vector<double>& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-// Compares `grad` (prefilled with kPrefill before the backward ran) with
-// central differences of `objective` in every element of `x`.
-void ExpectGradient(const char* what, std::vector<double>& x, const std::vector<double>& grad,
-                    const std::function<double()>& objective) {
-  ASSERT_EQ(x.size(), grad.size()) << what;
-  int bad = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double saved = x[i];
-    x[i] = saved + kStep;
-    const double plus = objective();
-    x[i] = saved - kStep;
-    const double minus = objective();
-    x[i] = saved;
-    const double numeric = (plus - minus) / (2 * kStep);
-    const double analytic = grad[i] - kPrefill;
-    if (std::fabs(analytic - numeric) > kRelTol * (std::fabs(numeric) + kAbsFloor) && bad++ < 5) {
-      ADD_FAILURE() << what << "[" << i << "]: analytic " << analytic << " numeric " << numeric;
-    }
-  }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << x.size() << " elements disagree";
-}
-
-std::vector<double> Filled(size_t n) { return std::vector<double>(n, kPrefill); }
+using test_support::Dot;
+using test_support::ExpectGradient;
+using test_support::Filled;
+using test_support::kPrefill;
+using test_support::Random;
 
 // Shapes shared by the gradient checks: small, but with more than one batch,
 // head and position so that indexing mistakes show.

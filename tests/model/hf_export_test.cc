@@ -22,12 +22,8 @@
 namespace zinf::model {
 namespace {
 
+using testing::FixtureDir;
 using testing::TempDir;
-
-std::string FixtureDir(const std::string& name) {
-  const char* root = std::getenv("ZINF_SOURCE_DIR");
-  return std::string(root != nullptr ? root : ".") + "/tests/model/hf/" + name;
-}
 
 BlockReader ReaderOf(const HfCheckpoint& ckpt, const GptConfig& model) {
   return [&ckpt, model](BlockId b) { return ReadHfBlock(ckpt, model, b); };

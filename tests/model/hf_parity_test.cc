@@ -31,12 +31,8 @@
 namespace zinf::model {
 namespace {
 
+using testing::FixtureDir;
 using testing::TempDir;
-
-std::string FixtureDir(const std::string& name) {
-  const char* root = std::getenv("ZINF_SOURCE_DIR");
-  return std::string(root != nullptr ? root : ".") + "/tests/model/hf/" + name;
-}
 
 struct Reference {
   std::vector<int32_t> tokens;

@@ -1,8 +1,9 @@
-// Helpers shared by the model tests: a temporary directory, whole-file
-// reads and writes, and the small ZeRO-3 config the tiny GPT trains with.
+// Helpers shared by the model tests: a temporary directory, the HF fixture
+// folders, whole-file reads and writes, and the small ZeRO-3 config the tiny GPT trains with.
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -15,6 +16,13 @@
 namespace zinf::model::testing {
 
 using swap::testing::TempDir;
+
+// The Hugging Face fixture folder tests/model/hf/`name` (from the source
+// tree ZINF_SOURCE_DIR names, else relative to the working directory).
+inline std::string FixtureDir(const std::string& name) {
+  const char* root = std::getenv("ZINF_SOURCE_DIR");
+  return std::string(root != nullptr ? root : ".") + "/tests/model/hf/" + name;
+}
 
 inline std::string ReadBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -20,18 +20,12 @@ namespace {
 using testing::MakeEngine;
 using testing::MakeFaultyEngine;
 using testing::MakePool;
+using testing::MakeThreads;
+using testing::RandomFloats;
 using testing::TempDir;
 
 constexpr int64_t kTotal = 10'007;    // not a multiple of the sub-group
 constexpr int64_t kSubGroup = 1'500;  // 7 sub-groups, the last one 1'007
-
-std::vector<float> RandomFloats(int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 struct Range {
   int64_t begin, count;
@@ -40,12 +34,8 @@ struct Range {
 class GradientWindowTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    optim::ThreadPool::Options po;
-    po.num_threads = 2;
-    po.bind_threads = false;
-    auto pool = optim::ThreadPool::Create(po);
-    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
-    threads_ = std::move(pool).value();
+    threads_ = MakeThreads();
+    ASSERT_NE(threads_, nullptr);
   }
 
   OptimizerSwapperOptions Options() {
@@ -205,6 +195,28 @@ TEST_F(GradientWindowTest, ShardSquaresDoNotDependOnTheSubGroups) {
   ShardSquares squares(kN, kCut);
   EXPECT_EQ(squares.Add(*threads_, optim::Isa::kScalar, 100, x.data() + 100, 1000).code(),
             StatusCode::kInvalidArgument);
+}
+
+// The engine keeps one ShardSquares for every step: Add over the whole shard
+// replaces every piece, so a reused object gives a fresh one's bits; its
+// footprint counts a double per piece and Add's scratch (a boundary per
+// piece and the end).
+TEST_F(GradientWindowTest, AReusedShardSquaresGivesAFreshOnesBits) {
+  constexpr int64_t kN = 70'001, kCut = 10'000;
+  ShardSquares kept(kN, kCut);
+  for (uint64_t seed : {11u, 12u, 13u}) {
+    std::vector<float> x = RandomFloats(kN, seed);
+    for (float& v : x) v *= 1e3f;
+    auto want = ShardSumSquares(*threads_, optim::Isa::kScalar, x.data(), kN, kCut);
+    ASSERT_TRUE(want.ok());
+    ASSERT_TRUE(kept.Add(*threads_, optim::Isa::kScalar, 0, x.data(), kN).ok());
+    const double got = kept.Total();
+    EXPECT_EQ(std::memcmp(&*want, &got, sizeof(double)), 0) << got << " vs " << *want;
+  }
+  int64_t pieces = 0;
+  for (int64_t p = 0; p < kN; ++p) pieces += p % ShardSquares::kAtom == 0 || p % kCut == 0;
+  EXPECT_EQ(ShardSquares::FootprintBytes(kN, kCut), pieces * 8 + (pieces + 1) * 8);
+  EXPECT_EQ(ShardSquares::FootprintBytes(kN, 4 * kN), ShardSquares::FootprintBytes(kN, kN));  // cut at most the shard
 }
 
 }  // namespace

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 
 #include "swap/checkpoint.h"
 #include "swap/swap_test_util.h"
@@ -15,18 +14,12 @@ using testing::HeldWritesEngine;
 using testing::MakeEngine;
 using testing::MakeFaultyEngine;
 using testing::MakePool;
+using testing::MakeThreads;
+using testing::RandomFloats;
 using testing::TempDir;
 
 constexpr int64_t kTotal = 100'003;    // not a multiple of the sub-group
 constexpr int64_t kSubGroup = 30'000;  // 4 sub-groups, the last one 10'003
-
-std::vector<float> RandomFloats(int64_t n, uint64_t seed, float scale) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 struct Result {
   std::vector<float> master, m, v;
@@ -37,12 +30,8 @@ struct Result {
 class OptimizerSwapperTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    optim::ThreadPool::Options po;
-    po.num_threads = 2;
-    po.bind_threads = false;
-    auto pool = optim::ThreadPool::Create(po);
-    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
-    threads_ = std::move(pool).value();
+    threads_ = MakeThreads();
+    ASSERT_NE(threads_, nullptr);
     OptimizerConfig config;
     config.lr = 1e-3;
     config.weight_decay = 0.01;

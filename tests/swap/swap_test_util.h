@@ -20,6 +20,7 @@
 #include "aio/io_engine.h"
 #include "aio/pinned_pool.h"
 #include "core/fs.h"
+#include "optim/thread_pool.h"
 
 namespace zinf::swap::testing {
 
@@ -46,6 +47,26 @@ inline std::unique_ptr<aio::FaultyEngine> MakeFaultyEngine(const aio::FaultOptio
   auto e = aio::FaultyEngine::Create(EngineOptions(kind), faults);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   return e.ok() ? std::move(e).value() : nullptr;
+}
+
+// The optimizer's thread pool as the swap tests run it: two threads, not
+// bound to cores (ctest runs tests side by side).
+inline std::unique_ptr<optim::ThreadPool> MakeThreads() {
+  optim::ThreadPool::Options o;
+  o.num_threads = 2;
+  o.bind_threads = false;
+  auto pool = optim::ThreadPool::Create(o);
+  EXPECT_TRUE(pool.ok()) << pool.status().ToString();
+  return pool.ok() ? std::move(pool).value() : nullptr;
+}
+
+// `n` floats from a normal distribution of mean 0 and `stddev`, seeded.
+inline std::vector<float> RandomFloats(int64_t n, uint64_t seed, float stddev = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, stddev);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(rng);
+  return v;
 }
 
 inline std::unique_ptr<aio::PinnedPool> MakePool(int64_t count, int64_t bytes) {

@@ -81,6 +81,42 @@ TEST(EngineManifestTest, ADifferentLayoutIsNamedWithWhatToChange) {
   EXPECT_NE(s.message().find("engine.layout_crc32c"), std::string::npos) << s.ToString();
 }
 
+// The sub-group size a checkpoint was laid out in follows from the config's
+// sub_group_size and, on NVMe, buffer_count: a refusal names the setting
+// that differs, or all of them for a checkpoint that did not record them.
+TEST(EngineManifestTest, ADifferentSubGroupSizeNamesTheSettingThatChanged) {
+  EngineLayoutKeys here = Layout();
+  here.config_sub_group_size = 1000;
+  here.optimizer_device = OffloadDevice::kNvme;
+  here.optimizer_buffer_count = 12;
+  EngineLayoutKeys there = here;
+  there.sub_group_elems = 128;  // fitted to 4 buffers
+  there.optimizer_buffer_count = 4;
+  const Metadata mine = EngineMetadata(here, Progress());
+  Status s = CheckLayoutFits(EngineMetadata(there, Progress()), mine, "d");
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("engine.sub_group_elems is 128 there and 256 here (offload_optimizer.buffer_count 4 "
+                             "there and 12 here: "),
+            std::string::npos)
+      << s.ToString();
+  EXPECT_EQ(s.message().find("offload_optimizer.device nvme"), std::string::npos) << s.ToString();
+
+  // The settings differ but the size they give does not: the layout fits.
+  there.sub_group_elems = here.sub_group_elems;
+  EXPECT_TRUE(CheckLayoutFits(EngineMetadata(there, Progress()), mine, "d").ok());
+
+  Metadata old = EngineMetadata(there, Progress());
+  old["engine.sub_group_elems"] = "128";
+  for (const char* key :
+       {"engine.sub_group_size", "engine.offload_optimizer.device", "engine.offload_optimizer.buffer_count"}) {
+    old.erase(key);
+  }
+  s = CheckLayoutFits(old, mine, "d");
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("offload_optimizer.buffer_count when the state is on NVMe"), std::string::npos)
+      << s.ToString();
+}
+
 TEST(EngineManifestTest, MissingAndMalformedKeysAreCorruptionNamingTheKey) {
   Metadata md = EngineMetadata(Layout(), Progress());
   md.erase("engine.rank");

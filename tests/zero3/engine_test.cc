@@ -7,7 +7,10 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <functional>
+#include <map>
+#include <string>
 
 #include "aio/fault_engine.h"
 #include "comm/communicator.h"
@@ -59,6 +62,21 @@ void ExpectBitIdentical(const Outcome& a, const Outcome& b) {
   ASSERT_FALSE(a.master.empty());
   EXPECT_EQ(std::memcmp(a.master.data(), b.master.data(), a.master.size() * 4), 0);
   EXPECT_EQ(a.loss, b.loss);
+}
+
+// Trains `steps` steps of kModel with `config` on an engine of its own and
+// saves them as checkpoint `ckpt` (its parent folder made) with `metadata`.
+void TrainAndSave(const Config& config, int steps, const std::string& ckpt,
+                  const std::map<std::string, std::string>& metadata = {}) {
+  comm::LocalCommunicator local;
+  EngineUnderTest e = MakeEngine(config, kModel.Blocks(), &local);
+  ASSERT_NE(e.engine, nullptr);
+  TrainOptions first;
+  first.steps = steps;
+  Train(*e.engine, kModel, first, static_cast<int>(config.gradient_accumulation_steps));
+  ASSERT_TRUE(MakeDirectories(std::filesystem::path(ckpt).parent_path().string()).ok());
+  const Status s = e.engine->SaveCheckpoint(ckpt, metadata);
+  ASSERT_TRUE(s.ok()) << s.ToString();
 }
 
 class EngineTierTest : public ::testing::TestWithParam<std::tuple<OffloadDevice, OffloadDevice>> {};
@@ -214,6 +232,40 @@ TEST(EngineTest, BuffersFittedToTheConfigTrainBitIdentically) {
   ExpectBitIdentical(plain, want);
   ExpectBitIdentical(got, want);
   EXPECT_GT(got.counters.optimizer_nvme_bytes, 0);
+}
+
+// A checkpoint holds the optimizer state per sub-group, so a resume whose
+// buffer_count fits the sub-groups differently is refused, naming
+// buffer_count and both values (not sub_group_size, which did not change).
+TEST(EngineTest, AResumeWithOtherFittedSubGroupsNamesBufferCount) {
+  TempDir dir;
+  Config config = BaseConfig();
+  config.zero.sub_group_size = 4000;
+  SetTiers(config, OffloadDevice::kNvme, OffloadDevice::kNvme, dir);
+  config.zero.offload_optimizer.buffer_count = 4;  // fewer than the pipeline keeps: sub-groups split
+  Config unfitted = config;
+  unfitted.zero.offload_optimizer.buffer_count = 12;
+  const std::string ckpt = dir.Sub("ckpt") + "/step-1";
+  ASSERT_NO_FATAL_FAILURE(TrainAndSave(config, 1, ckpt));
+  TempDir dir2;
+  SetTiers(unfitted, OffloadDevice::kNvme, OffloadDevice::kNvme, dir2);
+  comm::LocalCommunicator local;
+  EngineUnderTest e = MakeEngine(unfitted, kModel.Blocks(), &local);
+  ASSERT_NE(e.engine, nullptr);
+  auto md = e.engine->LoadCheckpoint(ckpt);
+  ASSERT_FALSE(md.ok());
+  EXPECT_EQ(md.status().code(), StatusCode::kFailedPrecondition);
+  auto fitted = MakeBufferPlan(config, kModel.Blocks(), 1, DeviceKind::kHost, ElementType::kF32);
+  auto plain = MakeBufferPlan(unfitted, kModel.Blocks(), 1, DeviceKind::kHost, ElementType::kF32);
+  ASSERT_TRUE(fitted.ok() && plain.ok());
+  ASSERT_LT(fitted->optimizer.sub_group_elems, plain->optimizer.sub_group_elems);
+  EXPECT_NE(
+      md.status().message().find("engine.sub_group_elems is " + std::to_string(fitted->optimizer.sub_group_elems) +
+                                 " there and " + std::to_string(plain->optimizer.sub_group_elems) +
+                                 " here (offload_optimizer.buffer_count 4 there and 12 here"),
+      std::string::npos)
+      << md.status().ToString();
+  EXPECT_EQ(md.status().message().find("zero_optimization.sub_group_size 4000"), std::string::npos);
 }
 
 // One step from the same weights (so the same gradient): the decayed
@@ -564,18 +616,9 @@ TEST_P(EngineCheckpointTest, ResumeEqualsUninterruptedTraining) {
   all.steps = 4;
   const Outcome want = TrainModel(config, all);
 
-  comm::LocalCommunicator local;
   const std::string ckpt = dir.Sub("ckpt") + "/step-2";
-  ASSERT_TRUE(MakeDirectories(dir.Sub("ckpt")).ok());
-  {
-    EngineUnderTest e = MakeEngine(config, kModel.Blocks(), &local);
-    ASSERT_NE(e.engine, nullptr);
-    TrainOptions first;
-    first.steps = 2;
-    Train(*e.engine, kModel, first, static_cast<int>(config.gradient_accumulation_steps));
-    Status s = e.engine->SaveCheckpoint(ckpt, {{"trainer.step", "2"}});
-    ASSERT_TRUE(s.ok()) << s.ToString();
-  }
+  ASSERT_NO_FATAL_FAILURE(TrainAndSave(config, 2, ckpt, {{"trainer.step", "2"}}));
+  comm::LocalCommunicator local;
   Config other = config;
   TempDir dir2;
   SetTiers(other, param_tier, load_tier, dir2);
