@@ -304,7 +304,7 @@ std::string FitOptimizerPipeline(swap::OptimizerSwapperOptions& o) {
          std::to_string(need / arrays) + " sub-groups in flight): sub-groups split from " + FormatCount(was) + " to " +
          FormatCount(o.sub_group_elems) + " elements, " + std::to_string(need) + " buffers of " +
          FormatBytes(piece_bytes) + " = " + FormatBytes(need * piece_bytes) +
-         " (bit-identical results; checkpoints record the split)";
+         " (bit-identical results; checkpoints record the split: resume with the same buffer_count)";
 }
 
 StatusOr<std::string> FitParamBuffers(swap::ParamSwapperOptions& o, int64_t max_shard_elems) {
