@@ -34,9 +34,11 @@ BUILD_DEBS := cmake ninja-build g++ pkg-config liburing-dev libhwloc-dev nlohman
 TEST_DEBS  := libgtest-dev libopenmpi-dev openmpi-bin fio clang lld clang-format
 DEBS       := $(BUILD_DEBS) $(TEST_DEBS)
 # What `deps` installs: DEBS, or BUILD_DEBS under `make demo`, which also
-# configures a new build directory without the tests (ZINF_BUILD_TESTS=OFF);
-# every other target configures them in (`make test` after `make demo`
-# configures again and builds only the tests: the zinf command is up to date).
+# configures a new build directory without the tests and without the
+# benchmarks of the zinf command (zinf bench, zinf tune: ZINF_BUILD_TESTS and
+# ZINF_BENCHMARKS OFF, BUILD_TESTS here); every other target configures both
+# in (`make test` after `make demo` configures again, compiles the benchmarks
+# into zinf and builds the tests; nothing else is compiled again).
 PACKAGES    = $(DEBS)
 BUILD_TESTS = ON
 demo: PACKAGES = $(BUILD_DEBS)
@@ -49,6 +51,7 @@ demo: BUILD_TESTS = OFF
 # with -DCMAKE_BUILD_TYPE=Debug.
 REL_FLAGS  := -O2 -g1 -DNDEBUG
 CMAKE_ARGS  = -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DZINF_CUDA=$(ZINF_CUDA) -DZINF_BUILD_TESTS=$(BUILD_TESTS) \
+              -DZINF_BENCHMARKS=$(BUILD_TESTS) \
               -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(REL_FLAGS)" -DCMAKE_C_FLAGS_RELWITHDEBINFO="$(REL_FLAGS)"
 
 # Each phase of demo, test and the steps they share says what it is doing and
@@ -79,17 +82,18 @@ build: configure
 
 # Configures once; again after `deps` installed packages into a configured
 # tree (they may be what an optional part looks for: MPI), forgetting what
-# the last configure found of MPI; again with the tests when a target that
-# wants them finds a tree that `make demo` configured without.
+# the last configure found of MPI; again with the tests and benchmarks when a
+# target that wants them finds a tree that `make demo` configured without.
 configure: deps
 	@if [ ! -f $(BUILD_DIR)/build.ninja ]; then \
 	  $(call phase_start,configure $(BUILD_DIR)); \
 	  cmake -S . -B $(BUILD_DIR) $(CMAKE_ARGS) || exit $$?; \
 	  $(call phase_end,configure); \
 	elif [ -f $(BUILD_DIR)/.packages-installed ] || \
-	     { [ $(BUILD_TESTS) = ON ] && grep -q '^ZINF_BUILD_TESTS:BOOL=OFF' $(BUILD_DIR)/CMakeCache.txt; }; then \
+	     { [ $(BUILD_TESTS) = ON ] && grep -Eq '^ZINF_(BUILD_TESTS|BENCHMARKS):BOOL=OFF' $(BUILD_DIR)/CMakeCache.txt; }; then \
 	  $(call phase_start,configure $(BUILD_DIR) again: packages were installed or the tests are wanted); \
-	  cmake -U 'MPI_*' $$([ $(BUILD_TESTS) = OFF ] || echo -DZINF_BUILD_TESTS=ON) -S . -B $(BUILD_DIR) || exit $$?; \
+	  cmake -U 'MPI_*' $$([ $(BUILD_TESTS) = OFF ] || echo -DZINF_BUILD_TESTS=ON -DZINF_BENCHMARKS=ON) -S . -B $(BUILD_DIR) \
+	    || exit $$?; \
 	  $(call phase_end,configure); \
 	fi; rm -f $(BUILD_DIR)/.packages-installed
 
