@@ -34,11 +34,10 @@ BUILD_DEBS := cmake ninja-build g++ pkg-config liburing-dev libhwloc-dev nlohman
 TEST_DEBS  := libgtest-dev libopenmpi-dev openmpi-bin fio clang lld clang-format
 DEBS       := $(BUILD_DEBS) $(TEST_DEBS)
 # What `deps` installs: DEBS, or BUILD_DEBS under `make demo`, which also
-# configures a new build directory without the tests and without the
-# benchmarks of the zinf command (zinf bench, zinf tune: ZINF_BUILD_TESTS and
-# ZINF_BENCHMARKS OFF, BUILD_TESTS here); every other target configures both
-# in (`make test` after `make demo` configures again, compiles the benchmarks
-# into zinf and builds the tests; nothing else is compiled again).
+# configures a new build directory without the tests (ZINF_BUILD_TESTS OFF,
+# BUILD_TESTS here); every other target configures them in (`make test` after
+# `make demo` configures again and builds the tests; nothing else is compiled
+# again). The zinf command is whole either way, its benchmarks included.
 PACKAGES    = $(DEBS)
 BUILD_TESTS = ON
 demo: PACKAGES = $(BUILD_DEBS)
@@ -51,7 +50,6 @@ demo: BUILD_TESTS = OFF
 # with -DCMAKE_BUILD_TYPE=Debug.
 REL_FLAGS  := -O2 -g1 -DNDEBUG
 CMAKE_ARGS  = -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DZINF_CUDA=$(ZINF_CUDA) -DZINF_BUILD_TESTS=$(BUILD_TESTS) \
-              -DZINF_BENCHMARKS=$(BUILD_TESTS) \
               -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(REL_FLAGS)" -DCMAKE_C_FLAGS_RELWITHDEBINFO="$(REL_FLAGS)"
 
 # Each phase of demo, test and the steps they share says what it is doing and
@@ -90,9 +88,9 @@ configure: deps
 	  cmake -S . -B $(BUILD_DIR) $(CMAKE_ARGS) || exit $$?; \
 	  $(call phase_end,configure); \
 	elif [ -f $(BUILD_DIR)/.packages-installed ] || \
-	     { [ $(BUILD_TESTS) = ON ] && grep -Eq '^ZINF_(BUILD_TESTS|BENCHMARKS):BOOL=OFF' $(BUILD_DIR)/CMakeCache.txt; }; then \
+	     { [ $(BUILD_TESTS) = ON ] && grep -Eq '^ZINF_BUILD_TESTS:BOOL=OFF' $(BUILD_DIR)/CMakeCache.txt; }; then \
 	  $(call phase_start,configure $(BUILD_DIR) again: packages were installed or the tests are wanted); \
-	  cmake -U 'MPI_*' $$([ $(BUILD_TESTS) = OFF ] || echo -DZINF_BUILD_TESTS=ON -DZINF_BENCHMARKS=ON) -S . -B $(BUILD_DIR) \
+	  cmake -U 'MPI_*' $$([ $(BUILD_TESTS) = OFF ] || echo -DZINF_BUILD_TESTS=ON) -S . -B $(BUILD_DIR) \
 	    || exit $$?; \
 	  $(call phase_end,configure); \
 	fi; rm -f $(BUILD_DIR)/.packages-installed

@@ -36,7 +36,7 @@ constexpr char kName[] = "demo";
 int Run(const std::vector<std::string>& args) {
   auto flags = Flags::Parse(args, {"dir", "steps", "threads", "model", "budget-ratio"}, {"keep"});
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
-  auto steps = flags->GetInt("steps", 200);
+  auto steps = flags->GetInt("steps", 100);
   auto threads = flags->GetInt("threads", 0);
   auto ratio = flags->GetDouble("budget-ratio", 3.0);
   if (!steps.ok()) return Fail(kName, steps.status(), 2);
@@ -184,7 +184,7 @@ int Run(const std::vector<std::string>& args) {
 ZINF_COMMAND(Command{kName, "train a small GPT with parameters and optimizer state on NVMe (the default job)",
                      "demo [--steps N] [--model NAME] [--budget-ratio R] [--dir DIR] [--keep] [--threads N]\n\n"
                      "Trains the reference GPT (default 'demo') on the built-in corpus for N steps (default\n"
-                     "200) with ZeRO-3, 16-bit parameters and fp32 optimizer state on NVMe under DIR (default\n"
+                     "100) with ZeRO-3, 16-bit parameters and fp32 optimizer state on NVMe under DIR (default\n"
                      "a temporary directory, removed at the end unless --keep; a DIR you name is kept), on a\n"
                      "device whose memory budget is 1/R of the training state (default R 3). Checkpoints,\n"
                      "resumes from the checkpoint and checks the model is the same, exports safetensors, and\n"
