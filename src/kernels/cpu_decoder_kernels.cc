@@ -59,8 +59,12 @@ void RmsNormBackward(T* dinp, T* dweight, const T* dout, const T* inp, const T* 
   }
 }
 
-template <typename T>
-void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_, int n_head, int hd) {
+// Rotates each head's halves (a, b) at position t by `sign` x the angle
+// whose cos and sin are the tables' row t: o = (a c - sign b s, b c + sign a s).
+// The forward rotates by +angle into `out`; the backward, the transpose,
+// rotates the gradient by -angle and adds it to `out`.
+template <typename T, bool kAccumulate>
+void RopeRotate(T* out, const T* inp, const T* cos, const T* sin, T sign, int B, int T_, int n_head, int hd) {
   const int half = hd / 2;
   const int64_t N = static_cast<int64_t>(B) * T_;
   const int64_t width = static_cast<int64_t>(n_head) * hd;
@@ -73,34 +77,28 @@ void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_
       const T* x = inp + n * width + static_cast<int64_t>(h) * hd;
       T* o = out + n * width + static_cast<int64_t>(h) * hd;
       for (int i = 0; i < half; ++i) {
-        const T a = x[i], b = x[i + half];
-        o[i] = a * c[i] - b * s[i];
-        o[i + half] = b * c[i] + a * s[i];
+        const T a = x[i], b = x[i + half], ss = sign * s[i];
+        const T lo = a * c[i] - b * ss, hi = b * c[i] + a * ss;
+        if constexpr (kAccumulate) {
+          o[i] += lo;
+          o[i + half] += hi;
+        } else {
+          o[i] = lo;
+          o[i + half] = hi;
+        }
       }
     }
   }
 }
 
 template <typename T>
+void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_, int n_head, int hd) {
+  RopeRotate<T, false>(out, inp, cos, sin, T(1), B, T_, n_head, hd);
+}
+
+template <typename T>
 void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int T_, int n_head, int hd) {
-  const int half = hd / 2;
-  const int64_t N = static_cast<int64_t>(B) * T_;
-  const int64_t width = static_cast<int64_t>(n_head) * hd;
-#pragma omp parallel for schedule(static) if (WorthThreads(N * width))
-  for (int64_t n = 0; n < N; ++n) {
-    const int64_t t = n % T_;
-    const T* c = cos + t * half;
-    const T* s = sin + t * half;
-    for (int h = 0; h < n_head; ++h) {
-      const T* d = dout + n * width + static_cast<int64_t>(h) * hd;
-      T* dx = dinp + n * width + static_cast<int64_t>(h) * hd;
-      for (int i = 0; i < half; ++i) {
-        const T da = d[i], db = d[i + half];
-        dx[i] += da * c[i] + db * s[i];
-        dx[i + half] += db * c[i] - da * s[i];
-      }
-    }
-  }
+  RopeRotate<T, true>(dinp, dout, cos, sin, T(-1), B, T_, n_head, hd);
 }
 
 template <typename T>

@@ -132,6 +132,27 @@ struct Trainer::Impl {
 
   const BlockSpec& spec(BlockId b) const { return engine->block(b); }
 
+  // The summed losses of the next `batches` batches of `loader`, forward
+  // only. The walk is not the training order: it is kept out of the
+  // prefetch record.
+  StatusOr<double> ForwardLossSum(DataLoader& loader, int64_t batches) {
+    engine->SetTracing(false);
+    double sum = 0.0;
+    Status s;
+    for (int64_t i = 0; i < batches && s.ok(); ++i) {
+      loader.Next(inputs.data(), targets.data());
+      StatusOr<double> loss = MicroBatch(/*backward=*/false);
+      if (loss.ok()) {
+        sum += *loss;
+      } else {
+        s = loss.status();
+      }
+    }
+    engine->SetTracing(true);
+    ZINF_RETURN_IF_ERROR(s);
+    return sum;
+  }
+
   StatusOr<float*> AllocateFloats(int64_t n) {
     if (n == 0) return nullptr;
     ZINF_ASSIGN_OR_RETURN(void* p, device->Allocate(static_cast<size_t>(n) * sizeof(float)));
@@ -397,14 +418,16 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   for (const BlockSpec& b : specs) max_block = std::max(max_block, BlockNumel(b));
   const int64_t embed = BlockNumel(specs[kEmbedBlock]);
   const bool cast = m->engine->param_type() != ElementType::kF32;
-  const int64_t scratch_elems =
-      (cast ? max_block : 0) + (cast && m->model().tied_embeddings ? embed : 0) + max_block + embed;
+  const std::pair<float**, int64_t> scratch[] = {{&m->param_scratch, cast ? max_block : 0},
+                                                 {&m->embed_scratch, cast && m->model().tied_embeddings ? embed : 0},
+                                                 {&m->grad_scratch, max_block},
+                                                 {&m->embed_grads, embed}};
+  int64_t scratch_elems = 0;
+  for (const auto& [dst, n] : scratch) scratch_elems += n;
   auto compute = GptCompute<float>::Create(m->model(), m->batch(), m->ops.get(), m->device);
   if (!compute.ok()) return WorkingSetError(*m, compute.status(), engine_bytes, scratch_elems, max_block);
   m->compute = std::move(*compute);
-  for (auto [dst, n] : {std::pair{&m->param_scratch, cast ? max_block : 0},
-                        std::pair{&m->embed_scratch, cast && m->model().tied_embeddings ? embed : 0},
-                        std::pair{&m->grad_scratch, max_block}, std::pair{&m->embed_grads, embed}}) {
+  for (const auto& [dst, n] : scratch) {
     auto p = m->AllocateFloats(n);
     if (!p.ok()) return WorkingSetError(*m, p.status(), engine_bytes, scratch_elems, max_block);
     *dst = *p;
@@ -462,22 +485,7 @@ StatusOr<double> Trainer::Evaluate(int batches) {
                                       ") are too few for one evaluation batch");
   }
   batches = static_cast<int>(std::min<int64_t>(batches, loader->batches_per_epoch()));
-  // The evaluation's forward-only walk is not the training order: keep it
-  // out of the prefetch record.
-  m.engine->SetTracing(false);
-  double sum = 0.0;
-  Status s;
-  for (int i = 0; i < batches && s.ok(); ++i) {
-    loader->Next(m.inputs.data(), m.targets.data());
-    StatusOr<double> loss = m.MicroBatch(/*backward=*/false);
-    if (loss.ok()) {
-      sum += *loss;
-    } else {
-      s = loss.status();
-    }
-  }
-  m.engine->SetTracing(true);
-  ZINF_RETURN_IF_ERROR(s);
+  ZINF_ASSIGN_OR_RETURN(const double sum, m.ForwardLossSum(*loader, batches));
   double mean = batches > 0 ? sum / batches : 0.0;
   ZINF_RETURN_IF_ERROR(m.comm->AllReduce(&mean, &mean, 1, ElementType::kF64, comm::ReduceOp::kSum, nullptr));
   return mean / m.comm->world_size();
@@ -489,21 +497,8 @@ StatusOr<Trainer::InOrderEval> Trainer::EvaluateInOrder() {
   ZINF_ASSIGN_OR_RETURN(DataLoader loader,
                         DataLoader::Create(train, m.batch(), m.model().seq_len, m.options.seed, m.comm->rank(),
                                            m.comm->world_size(), DataOrder::kSequential));
-  m.engine->SetTracing(false);  // as Evaluate: not the training order
-  double sum = 0.0;
-  Status s;
   const int64_t batches = loader.batches_per_epoch();
-  for (int64_t i = 0; i < batches && s.ok(); ++i) {
-    loader.Next(m.inputs.data(), m.targets.data());
-    StatusOr<double> loss = m.MicroBatch(/*backward=*/false);
-    if (loss.ok()) {
-      sum += *loss;
-    } else {
-      s = loss.status();
-    }
-  }
-  m.engine->SetTracing(true);
-  ZINF_RETURN_IF_ERROR(s);
+  ZINF_ASSIGN_OR_RETURN(double sum, m.ForwardLossSum(loader, batches));
   ZINF_RETURN_IF_ERROR(m.comm->AllReduce(&sum, &sum, 1, ElementType::kF64, comm::ReduceOp::kSum, nullptr));
   InOrderEval e;
   e.windows = batches * m.comm->world_size();

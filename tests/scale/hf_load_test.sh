@@ -38,29 +38,10 @@ mkdir -p "$TMP/nvme-ref" "$TMP/nvme-cap"
 cat > "$TMP/model.json" <<JSON
 {"vocab_size": 257, "seq_len": 64, "n_layer": $LAYERS, "n_head": 12, "n_embd": 768}
 JSON
-# config NVME_DIR: the scale test's tiers (both on NVMe, DeepSpeed's buffers).
-config() {
-  cat <<JSON
-{
-  "train_micro_batch_size_per_gpu": 1,
-  "gradient_accumulation_steps": 1,
-  "gradient_clipping": 1.0,
-  "steps_per_print": 1,
-  "bf16": {"enabled": true},
-  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}},
-  "zero_optimization": {
-    "stage": 3,
-    "sub_group_size": 1e6,
-    "stage3_prefetch_bucket_size": 4e6,
-    "offload_param": {"device": "nvme", "nvme_path": "$1", "buffer_count": 4, "buffer_size": 4e6, "max_in_cpu": 0},
-    "offload_optimizer": {"device": "nvme", "nvme_path": "$1", "buffer_count": 4,
-                          "pipeline_read": true, "pipeline_write": true}
-  }
-}
-JSON
-}
-config "$TMP/nvme-ref" > "$TMP/ref.json"
-config "$TMP/nvme-cap" > "$TMP/cap.json"
+# The scale test's tiers (both on NVMe, DeepSpeed's buffers).
+. "$(dirname "$0")/nvme_config.sh"
+scale_nvme_config "$TMP/nvme-ref" > "$TMP/ref.json"
+scale_nvme_config "$TMP/nvme-cap" > "$TMP/cap.json"
 # train [PREFIX...] -- ZINF-TRAIN-ARGS...: zinf train with the shared flags, run under PREFIX.
 train() {
   prefix=""

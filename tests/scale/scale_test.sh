@@ -28,24 +28,8 @@ mkdir -p "$TMP/nvme"
 cat > "$TMP/model.json" <<'JSON'
 {"vocab_size": 257, "seq_len": 64, "n_layer": 14, "n_head": 12, "n_embd": 768}
 JSON
-cat > "$TMP/nvme.json" <<JSON
-{
-  "train_micro_batch_size_per_gpu": 1,
-  "gradient_accumulation_steps": 1,
-  "gradient_clipping": 1.0,
-  "steps_per_print": 1,
-  "bf16": {"enabled": true},
-  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}},
-  "zero_optimization": {
-    "stage": 3,
-    "sub_group_size": 1e6,
-    "stage3_prefetch_bucket_size": 4e6,
-    "offload_param": {"device": "nvme", "nvme_path": "$TMP/nvme", "buffer_count": 4, "buffer_size": 4e6, "max_in_cpu": 0},
-    "offload_optimizer": {"device": "nvme", "nvme_path": "$TMP/nvme", "buffer_count": 4,
-                          "pipeline_read": true, "pipeline_write": true}
-  }
-}
-JSON
+. "$(dirname "$0")/nvme_config.sh"
+scale_nvme_config "$TMP/nvme" > "$TMP/nvme.json"
 sed 's/"device": "nvme"/"device": "cpu"/g' "$TMP/nvme.json" > "$TMP/cpu.json"
 BUDGET=128M
 # train [PREFIX...] -- ZINF-TRAIN-ARGS...: zinf train with the shared flags, run under PREFIX.
