@@ -114,6 +114,20 @@ class CudaDevice final : public Device {
   DeviceKind kind() const override { return DeviceKind::kCuda; }
   std::string name() const override { return name_; }
 
+  size_t capacity_bytes() const override { return capacity_; }
+
+  StatusOr<std::unique_ptr<Stream>> CreateStream() override {
+    cudaSetDevice(ordinal_);
+    cudaStream_t s;
+    ZINF_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream create"));
+    return std::unique_ptr<Stream>(new CudaStream(ordinal_, s));
+  }
+  Status Synchronize() override {
+    cudaSetDevice(ordinal_);
+    return CudaStatus(cudaDeviceSynchronize(), "device synchronize");
+  }
+
+ protected:
   StatusOr<void*> AllocateBytes(size_t bytes) override {
     {
       std::lock_guard lock(mu_);
@@ -136,31 +150,21 @@ class CudaDevice final : public Device {
     allocations_.emplace(p, bytes);
     return p;
   }
-  void Free(void* ptr) override {
-    if (ptr == nullptr) return;
+  void FreeBytes(void* ptr) override {
     std::lock_guard lock(mu_);
     auto it = allocations_.find(ptr);
-    ZINF_CHECK_MSG(it != allocations_.end(), "CudaDevice::Free of a pointer it did not allocate");
+    ZINF_CHECK_MSG(it != allocations_.end(), "CudaDevice::FreeBytes of a pointer it did not allocate");
     in_use_ -= it->second;
     allocations_.erase(it);
     cudaSetDevice(ordinal_);
     cudaFree(ptr);
   }
-  size_t bytes_in_use() const override {
-    std::lock_guard lock(mu_);
-    return in_use_;
-  }
-  size_t capacity_bytes() const override { return capacity_; }
-
-  StatusOr<std::unique_ptr<Stream>> CreateStream() override {
+  // cudaFree waited for the whole GPU before the memory could be reused; a
+  // kept allocation handed out again waits the same way, so that no kernel
+  // or copy queued before its Free still touches it.
+  void OnReused(void* /*ptr*/, size_t /*bytes*/) override {
     cudaSetDevice(ordinal_);
-    cudaStream_t s;
-    ZINF_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream create"));
-    return std::unique_ptr<Stream>(new CudaStream(ordinal_, s));
-  }
-  Status Synchronize() override {
-    cudaSetDevice(ordinal_);
-    return CudaStatus(cudaDeviceSynchronize(), "device synchronize");
+    cudaDeviceSynchronize();
   }
 
  private:

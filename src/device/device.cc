@@ -1,19 +1,116 @@
 // CreateDevice and host pinning: the run-time choice between CUDA and host.
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <iterator>
 
+#include "core/check.h"
 #include "core/log.h"
 #include "device/cuda_device.h"
 #include "device/device.h"
 
 namespace zinf {
 
+namespace {
+
+constexpr size_t kAllocationAlignment = 256;  // what cudaMalloc guarantees
+
+size_t RoundedSize(size_t bytes) {
+  return (std::max<size_t>(bytes, 1) + kAllocationAlignment - 1) / kAllocationAlignment * kAllocationAlignment;
+}
+
+}  // namespace
+
 StatusOr<void*> Device::Allocate(size_t bytes) {
+  const size_t rounded = RoundedSize(bytes);
   while (true) {
-    StatusOr<void*> p = AllocateBytes(bytes);
-    if (p.ok() || p.status().code() != StatusCode::kOutOfMemory || !reclaimer_ || !reclaimer_()) return p;
+    if (void* kept = TakeCached(rounded)) return kept;
+    StatusOr<void*> p = AllocateBytes(rounded);
+    if (p.ok()) {
+      std::lock_guard lock(mu_);
+      live_.emplace(reinterpret_cast<uintptr_t>(*p), rounded);
+      live_bytes_ += rounded;
+      return p;
+    }
+    if (p.status().code() != StatusCode::kOutOfMemory) return p;
+    // Kept allocations of other sizes give way first, then the caller's
+    // cache (whose frees may bring back one of this size).
+    if (ReleaseLargestCached()) continue;
+    if (!reclaimer_ || !reclaimer_()) return p;
   }
+}
+
+void Device::Free(void* ptr) {
+  if (ptr == nullptr) return;
+  size_t bytes = 0;
+  {
+    std::lock_guard lock(mu_);
+    auto it = live_.find(reinterpret_cast<uintptr_t>(ptr));
+    ZINF_CHECK_MSG(it != live_.end(), "Device::Free of a pointer Allocate did not return (or freed twice)");
+    bytes = it->second;
+    live_.erase(it);
+    live_bytes_ -= bytes;
+    cached_.emplace(bytes, ptr);
+    cached_bytes_ += bytes;
+  }
+  OnKept(ptr, bytes);
+}
+
+void* Device::TakeCached(size_t bytes) {
+  void* ptr = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    auto it = cached_.find(bytes);
+    if (it == cached_.end()) return nullptr;
+    ptr = it->second;
+    cached_.erase(it);
+    cached_bytes_ -= bytes;
+    live_.emplace(reinterpret_cast<uintptr_t>(ptr), bytes);
+    live_bytes_ += bytes;
+  }
+  OnReused(ptr, bytes);
+  return ptr;
+}
+
+bool Device::ReleaseLargestCached() {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (cached_.empty()) return false;
+    auto it = std::prev(cached_.end());
+    bytes = it->first;
+    ptr = it->second;
+    cached_.erase(it);
+    cached_bytes_ -= bytes;
+  }
+  OnReused(ptr, bytes);  // (unpoisoned before the heap takes it back)
+  FreeBytes(ptr);
+  return true;
+}
+
+void Device::ReleaseCached() {
+  while (ReleaseLargestCached()) {
+  }
+}
+
+size_t Device::bytes_in_use() const {
+  std::lock_guard lock(mu_);
+  return live_bytes_;
+}
+
+size_t Device::bytes_cached() const {
+  std::lock_guard lock(mu_);
+  return cached_bytes_;
+}
+
+bool Device::IsLiveRange(uintptr_t addr, size_t bytes) const {
+  std::lock_guard lock(mu_);
+  auto it = live_.upper_bound(addr);
+  if (it == live_.begin()) return false;
+  --it;
+  return addr >= it->first && addr + bytes <= it->first + it->second;
 }
 
 std::string_view DeviceKindName(DeviceKind kind) { return kind == DeviceKind::kCuda ? "cuda" : "host"; }

@@ -19,7 +19,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "zinf/status.h"
@@ -73,7 +75,16 @@ class Device {
   virtual std::string name() const = 0;
 
   // Allocates device memory, 256-byte aligned. kOutOfMemory past the budget,
-  // once the reclaimer (if one is set) has nothing more to give back.
+  // once the cache of freed allocations and the reclaimer (if one is set)
+  // have nothing more to give back.
+  //
+  // Freed allocations are kept and handed out again to a request of the same
+  // rounded size, as CUDA caching allocators do: the engine gathers blocks of
+  // a few sizes over and over, and a fresh allocation costs a cudaMalloc and
+  // a cudaFree (which waits for the whole GPU) there, and page faults on
+  // every byte on the host. A request that does not fit frees cached
+  // allocations first, largest first. Kept memory counts against the budget
+  // but not in bytes_in_use.
   StatusOr<void*> Allocate(size_t bytes);
   // Frees one allocation held only as a cache (the engine's kept and
   // prefetched blocks) and returns true, or returns false when none is left.
@@ -81,10 +92,15 @@ class Device {
   // then tries again. At most one is set; an empty one unsets it.
   using Reclaimer = std::function<bool()>;
   void SetReclaimer(Reclaimer reclaimer) { reclaimer_ = std::move(reclaimer); }
-  // Frees what Allocate returned; nullptr is ignored.
-  virtual void Free(void* ptr) = 0;
-  // Bytes this Device has allocated and not freed.
-  virtual size_t bytes_in_use() const = 0;
+  // Gives back what Allocate returned (into the cache); nullptr is ignored.
+  // No work queued on a stream may still use it.
+  void Free(void* ptr);
+  // Bytes Allocate has handed out and Free has not taken back.
+  size_t bytes_in_use() const;
+  // Bytes freed and kept for reuse.
+  size_t bytes_cached() const;
+  // Returns every kept allocation to the driver (or the host's heap).
+  void ReleaseCached();
   // Bytes this Device may allocate in all (the budget, or the GPU's memory).
   virtual size_t capacity_bytes() const = 0;
 
@@ -93,11 +109,28 @@ class Device {
   virtual Status Synchronize() = 0;
 
  protected:
-  // One allocation attempt (Allocate adds the reclaiming).
+  // One allocation attempt of exactly `bytes` (a multiple of 256), counted
+  // against the budget until FreeBytes.
   virtual StatusOr<void*> AllocateBytes(size_t bytes) = 0;
+  virtual void FreeBytes(void* ptr) = 0;
+  // A freed allocation goes into the cache (kept) or comes out of it
+  // (reused): the host poisons kept memory for AddressSanitizer; CUDA waits
+  // for the work in flight before a reuse, as the cudaFree it replaces did.
+  virtual void OnKept(void* /*ptr*/, size_t /*bytes*/) {}
+  virtual void OnReused(void* /*ptr*/, size_t /*bytes*/) {}
+  // True when [addr, addr+bytes) lies inside one allocation Allocate handed
+  // out and Free has not taken back.
+  bool IsLiveRange(uintptr_t addr, size_t bytes) const;
 
  private:
+  void* TakeCached(size_t bytes);
+  bool ReleaseLargestCached();
+
   Reclaimer reclaimer_;
+  mutable std::mutex mu_;
+  std::map<uintptr_t, size_t> live_;          // guarded by mu_: address -> rounded size
+  std::multimap<size_t, void*> cached_;       // guarded by mu_: rounded size -> address
+  size_t live_bytes_ = 0, cached_bytes_ = 0;  // guarded by mu_
 };
 
 struct DeviceOptions {

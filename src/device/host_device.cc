@@ -17,6 +17,13 @@
 #include <mutex>
 #include <thread>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#else
+#define ASAN_POISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
+#define ASAN_UNPOISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
+#endif
+
 #include "core/check.h"
 #include "core/units.h"
 #include "device/device.h"
@@ -38,7 +45,7 @@ struct StreamState {
 
 namespace {
 
-constexpr size_t kAlignment = 256;      // what cudaMalloc guarantees
+constexpr size_t kAlignment = 256;      // what cudaMalloc guarantees (Device::Allocate rounds to it)
 constexpr size_t kMaxQueuedOps = 4096;  // per stream; Enqueue blocks past it
 
 class HostEvent final : public Event {
@@ -169,50 +176,42 @@ std::string HostDevice::name() const {
 }
 
 StatusOr<void*> HostDevice::AllocateBytes(size_t bytes) {
-  size_t rounded = static_cast<size_t>(AlignUp(static_cast<int64_t>(std::max<size_t>(bytes, 1)), kAlignment));
   {
     std::lock_guard lock(mu_);
-    if (in_use_ + rounded > budget_bytes_) {
+    if (held_ + bytes > budget_bytes_) {
       return Status::OutOfMemory("host device: cannot allocate " + FormatBytes(static_cast<int64_t>(bytes)) + ": " +
-                                 FormatBytes(static_cast<int64_t>(in_use_)) + " of " +
+                                 FormatBytes(static_cast<int64_t>(held_)) + " of " +
                                  FormatBytes(static_cast<int64_t>(budget_bytes_)) + " in use");
     }
-    in_use_ += rounded;
+    held_ += bytes;
   }
-  void* p = std::aligned_alloc(kAlignment, rounded);
+  void* p = std::aligned_alloc(kAlignment, bytes);
   std::lock_guard lock(mu_);
   if (p == nullptr) {
-    in_use_ -= rounded;
-    return Status::OutOfMemory("host device: aligned_alloc of " + FormatBytes(static_cast<int64_t>(rounded)) +
-                               " failed");
+    held_ -= bytes;
+    return Status::OutOfMemory("host device: aligned_alloc of " + FormatBytes(static_cast<int64_t>(bytes)) + " failed");
   }
-  allocations_.emplace(reinterpret_cast<uintptr_t>(p), rounded);
+  allocations_.emplace(reinterpret_cast<uintptr_t>(p), bytes);
   return p;
 }
 
-void HostDevice::Free(void* ptr) {
-  if (ptr == nullptr) return;
+void HostDevice::FreeBytes(void* ptr) {
   std::lock_guard lock(mu_);
   auto it = allocations_.find(reinterpret_cast<uintptr_t>(ptr));
-  ZINF_CHECK_MSG(it != allocations_.end(), "HostDevice::Free of a pointer it did not allocate");
-  in_use_ -= it->second;
+  ZINF_CHECK_MSG(it != allocations_.end(), "HostDevice::FreeBytes of a pointer it did not allocate");
+  held_ -= it->second;
   allocations_.erase(it);
   std::free(ptr);
 }
 
-size_t HostDevice::bytes_in_use() const {
-  std::lock_guard lock(mu_);
-  return in_use_;
-}
+// Kept memory is off limits until reused: AddressSanitizer reports a touch,
+// as it would for freed heap memory.
+void HostDevice::OnKept(void* ptr, size_t bytes) { ASAN_POISON_MEMORY_REGION(ptr, bytes); }
+void HostDevice::OnReused(void* ptr, size_t bytes) { ASAN_UNPOISON_MEMORY_REGION(ptr, bytes); }
 
 Status HostDevice::CheckRange(const void* ptr, size_t bytes, const char* what) const {
   auto addr = reinterpret_cast<uintptr_t>(ptr);
-  std::lock_guard lock(mu_);
-  auto it = allocations_.upper_bound(addr);
-  if (it != allocations_.begin()) {
-    --it;
-    if (addr >= it->first && addr + bytes <= it->first + it->second) return Status::Ok();
-  }
+  if (IsLiveRange(addr, bytes)) return Status::Ok();
   return Status::InvalidArgument(std::string("host device: ") + what + " [" + std::to_string(addr) + ", +" +
                                  std::to_string(bytes) + ") is not inside a live device allocation");
 }

@@ -20,21 +20,25 @@ class HostDevice final : public Device {
 
   DeviceKind kind() const override { return DeviceKind::kHost; }
   std::string name() const override;
-  StatusOr<void*> AllocateBytes(size_t bytes) override;
-  void Free(void* ptr) override;
-  size_t bytes_in_use() const override;
   size_t capacity_bytes() const override { return budget_bytes_; }
   StatusOr<std::unique_ptr<Stream>> CreateStream() override;
   Status Synchronize() override;
 
-  // OK when [ptr, ptr+bytes) lies inside one live allocation.
+  // OK when [ptr, ptr+bytes) lies inside one live allocation (not a freed
+  // one kept for reuse).
   Status CheckRange(const void* ptr, size_t bytes, const char* what) const;
+
+ protected:
+  StatusOr<void*> AllocateBytes(size_t bytes) override;
+  void FreeBytes(void* ptr) override;
+  void OnKept(void* ptr, size_t bytes) override;
+  void OnReused(void* ptr, size_t bytes) override;
 
  private:
   const size_t budget_bytes_;
   const bool has_budget_;
   mutable std::mutex mu_;
-  size_t in_use_ = 0;                                // guarded by mu_
+  size_t held_ = 0;                                  // guarded by mu_: live and kept bytes
   std::map<uintptr_t, size_t> allocations_;          // guarded by mu_: address -> rounded size
   std::vector<std::weak_ptr<StreamState>> streams_;  // guarded by mu_
 };

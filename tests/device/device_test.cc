@@ -95,6 +95,34 @@ TEST_F(DeviceTest, BudgetIsEnforcedLikeCudaMalloc) {
   dev->Free(*c);
 }
 
+// A freed allocation is kept and handed out again for the same rounded size
+// (no new cudaMalloc, no fresh pages); another size takes its room.
+TEST_F(DeviceTest, FreedMemoryIsKeptForTheNextRequestOfItsSize) {
+  auto dev = Make(4 * kMiB);
+  ASSERT_NE(dev, nullptr);
+  auto a = dev->Allocate(kMiB + 100);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  dev->Free(*a);
+  EXPECT_EQ(dev->bytes_in_use(), 0u);
+  EXPECT_EQ(dev->bytes_cached(), static_cast<size_t>(kMiB + 256));
+  auto b = dev->Allocate(kMiB + 200);  // rounds to the same 256 bytes
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(*b, *a);
+  EXPECT_EQ(dev->bytes_cached(), 0u);
+  EXPECT_EQ(dev->bytes_in_use(), static_cast<size_t>(kMiB + 256));
+  dev->Free(*b);
+  auto c = dev->Allocate(3 * kMiB);  // the kept MiB gives way
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(dev->bytes_cached(), 0u);
+  auto d = dev->Allocate(kMiB);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  dev->Free(*c);
+  dev->Free(*d);
+  dev->ReleaseCached();
+  EXPECT_EQ(dev->bytes_cached(), 0u);
+  EXPECT_EQ(dev->bytes_in_use(), 0u);
+}
+
 TEST_F(DeviceTest, RoundTripThroughDevice) {
   const size_t n = 3 * kMiB + 17;
   std::vector<uint8_t> src = Pattern(n, 7), dst(n, 0);
