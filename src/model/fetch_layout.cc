@@ -75,6 +75,7 @@ FetchLayout FetchLayout::Create(const GptConfig& model, std::vector<BlockSpec> s
     }
     for (const std::vector<int>& cut : l.cut_) {
       FetchPiece p{b, static_cast<int>(b) - 1, cut.front(), cut.back() + 1, {}};
+      const bool refetched = p.begin_group < kMlpOutGroup && p.end_group != kLayerGroups;
       BlockSpec ps;
       ps.name = spec.name + "." + kGroupNames[cut.front()];
       if (cut.size() > 1) ps.name += std::string("-") + kGroupNames[cut.back()];
@@ -82,6 +83,7 @@ FetchLayout FetchLayout::Create(const GptConfig& model, std::vector<BlockSpec> s
         for (int t : groups[static_cast<size_t>(g)]) {
           p.tensors.push_back(t);
           ps.tensors.push_back(spec.tensors[static_cast<size_t>(t)]);
+          if (refetched) l.backward_refetch_elems_ += spec.tensors[static_cast<size_t>(t)].numel();
         }
       }
       add(std::move(ps), std::move(p));

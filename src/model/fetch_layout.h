@@ -72,6 +72,10 @@ class FetchLayout {
   int pieces_per_layer() const { return pieces_per_layer_; }
   int64_t max_piece_elems() const { return max_piece_elems_; }  // over all engine blocks
   int64_t layer_elems() const { return layer_elems_; }
+  // Elements fetched twice in a backward pass, all layers: the pieces the
+  // recompute acquires and releases before their own backward (all but
+  // the last piece, and one holding only kMlpOutGroup).
+  int64_t backward_refetch_elems() const { return backward_refetch_elems_; }
   // The cut of a layer, e.g. "whole layers" or "3 pieces per layer:
   // norm1-attn_out | norm2-mlp_in | mlp_out". Recorded in checkpoints: a
   // checkpoint resumes only under the same cut.
@@ -91,6 +95,7 @@ class FetchLayout {
   int pieces_per_layer_ = 1;
   int64_t max_piece_elems_ = 0;
   int64_t layer_elems_ = 0;
+  int64_t backward_refetch_elems_ = 0;
 };
 
 // Parses --fetch-unit: "auto", "layer" (whole layers: 0) or a positive
