@@ -60,6 +60,7 @@ FetchLayout FetchLayout::Create(const GptConfig& model, std::vector<BlockSpec> s
     int64_t n = 0;
     for (const TensorSpec& t : spec.tensors) n += t.numel();
     l.max_piece_elems_ = std::max(l.max_piece_elems_, n);
+    if (piece.model_block != kEmbedBlock) l.max_non_embed_elems_ = std::max(l.max_non_embed_elems_, n);
     l.of_model_[static_cast<size_t>(piece.model_block)].push_back(static_cast<BlockId>(l.specs_.size()));
     l.specs_.push_back(std::move(spec));
     l.pieces_.push_back(std::move(piece));
@@ -148,15 +149,19 @@ int64_t ResolveAutoFetchUnit(const GptConfig& model, int batch, bool cuda, int64
   const std::vector<BlockSpec> specs = GptBlockSpecs(model);
   int64_t embed = 0;
   for (const TensorSpec& t : specs[kEmbedBlock].tensors) embed += t.numel();
-  const int64_t fixed = ActivationBytes(model, batch, cuda) + 4 * embed;
-  const int64_t per_elem = param_elem_bytes + (param_elem_bytes == 4 ? 0 : 4) + 4;
-  auto fits = [&](int64_t piece) { return fixed + per_elem * piece <= device_bytes; };
+  const bool cast = param_elem_bytes != 4;
+  // The embedding's own: its fp32 gradient, its fp32 cast with a tied head,
+  // and its gathered copy (beside the head's).
+  const int64_t fixed = ActivationBytes(model, batch, cuda) + 4 * embed +
+                        (cast && model.tied_embeddings ? 4 * embed : 0) + param_elem_bytes * embed;
+  const int64_t per_elem = param_elem_bytes + (cast ? 4 : 0) + 4;
+  auto fits = [&](const FetchLayout& l) { return fixed + per_elem * l.max_non_embed_elems() <= device_bytes; };
   const FetchLayout whole = FetchLayout::Create(model, specs, 0);
-  if (fits(whole.max_piece_elems())) return 0;
+  if (fits(whole)) return 0;
   const std::vector<int64_t> elems = GroupElems(model, specs[static_cast<size_t>(LayerBlock(0))]);
   const int64_t floor = *std::max_element(elems.begin(), elems.end());
   for (int64_t unit = whole.layer_elems() / 2; unit > floor; unit /= 2) {
-    if (fits(FetchLayout::Create(model, specs, unit).max_piece_elems())) return unit;
+    if (fits(FetchLayout::Create(model, specs, unit))) return unit;
   }
   return floor;  // one group per piece where groups are large: the finest cut
 }

@@ -71,6 +71,9 @@ class FetchLayout {
   bool split() const { return pieces_per_layer_ > 1; }
   int pieces_per_layer() const { return pieces_per_layer_; }
   int64_t max_piece_elems() const { return max_piece_elems_; }  // over all engine blocks
+  // Over all engine blocks but the embedding (which the trainer gives
+  // scratch of its own).
+  int64_t max_non_embed_elems() const { return max_non_embed_elems_; }
   int64_t layer_elems() const { return layer_elems_; }
   // Elements fetched twice in a backward pass, all layers: the pieces the
   // recompute acquires and releases before their own backward (all but
@@ -94,6 +97,7 @@ class FetchLayout {
   std::vector<std::vector<int>> cut_;  // groups of each piece of a layer
   int pieces_per_layer_ = 1;
   int64_t max_piece_elems_ = 0;
+  int64_t max_non_embed_elems_ = 0;
   int64_t layer_elems_ = 0;
   int64_t backward_refetch_elems_ = 0;
 };

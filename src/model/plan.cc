@@ -203,20 +203,21 @@ namespace {
 // The model's own device allocations besides the engine's: activations
 // (gpt.cc GptCompute::Create), the trainer's scratch (trainer.cc Create)
 // and, on CUDA, an allowance for the context and cuBLAS.
-void AddModelDeviceItems(const PlanInputs& in, const std::vector<BlockSpec>& specs, int64_t param_bytes, int64_t batch,
+void AddModelDeviceItems(const PlanInputs& in, const FetchLayout& layout, int64_t param_bytes, int64_t batch,
                          std::vector<PlanItem>& items) {
   auto add = [&](std::string what, int64_t bytes) {
     if (bytes > 0) items.push_back({Tier::kDevice, std::move(what), bytes, false});
   };
   add("activations (fp32: checkpoints (L+1)*B*T*C, one layer, attention, logits chunk)",
       ActivationBytes(in.model, static_cast<int>(batch), in.cuda));
-  // fp32 cast of a block (and of the tied embedding), one block's
-  // gradients, the embedding's gradients.
-  int64_t max_block = 0;
-  for (const BlockSpec& s : specs) max_block = std::max(max_block, BlockNumel(s));
-  const int64_t embed = BlockNumel(specs[kEmbedBlock]);
-  int64_t scratch = DeviceBytes(max_block * 4) + DeviceBytes(embed * 4);
-  if (param_bytes != 4) scratch += DeviceBytes(max_block * 4) + (in.model.tied_embeddings ? DeviceBytes(embed * 4) : 0);
+  // fp32 cast of a block (the tied embedding has its own), one block's
+  // gradients (the embedding's are apart), the embedding's gradients.
+  const int64_t max_block = layout.max_piece_elems(), max_other = layout.max_non_embed_elems();
+  const int64_t embed = BlockNumel(layout.specs()[kEmbedBlock]);
+  const bool tied = in.model.tied_embeddings;
+  int64_t scratch = DeviceBytes(max_other * 4) + DeviceBytes(embed * 4);
+  if (param_bytes != 4)
+    scratch += DeviceBytes((tied ? max_other : max_block) * 4) + (tied ? DeviceBytes(embed * 4) : 0);
   add("trainer scratch (fp32 cast of a block or piece, its gradients, the embedding's gradients)", scratch);
   if (in.cuda) add("CUDA context and cuBLAS workspace (allowance)", kCudaAllowanceBytes);
 }
@@ -347,7 +348,7 @@ StatusOr<PlanOption> EstimateOption(const PlanInputs& in, const Config& config) 
   for (const PlanItem& it : engine) {
     if (it.tier == Tier::kDevice) o.items.push_back(it);
   }
-  AddModelDeviceItems(in, specs, o.buffers.param_elem_bytes, B, o.items);
+  AddModelDeviceItems(in, layout, o.buffers.param_elem_bytes, B, o.items);
   for (const PlanItem& it : engine) {
     if (it.tier != Tier::kDevice) o.items.push_back(it);
   }

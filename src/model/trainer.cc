@@ -291,7 +291,7 @@ struct Trainer::Impl {
     ZINF_RETURN_IF_ERROR(compute->SetBatch(inputs.data(), targets.data()));
     const BlockId head = layout.head(), embed = layout.embed();
     {
-      ZINF_ASSIGN_OR_RETURN(auto p, AcquireAsFloat(embed, param_scratch));
+      ZINF_ASSIGN_OR_RETURN(auto p, AcquireAsFloat(embed, model().tied_embeddings ? embed_scratch : param_scratch));
       ZINF_RETURN_IF_ERROR(Timed([&] { return compute->EmbedForward(p); }));
       ZINF_RETURN_IF_ERROR(SyncCompute());
       ZINF_RETURN_IF_ERROR(engine->Release(embed));
@@ -507,12 +507,15 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   // Kernels, activations and scratch on the engine's device.
   const auto engine_bytes = static_cast<int64_t>(m->device->bytes_in_use());
   ZINF_ASSIGN_OR_RETURN(m->ops, CreateOps(*m->device));
-  const int64_t max_block = m->layout.max_piece_elems();
+  // The embedding has scratch of its own (its gradients; with a tied head
+  // its fp32 cast, which its forward uses too), so the blocks' scratch is
+  // sized by the others: the largest layer piece, or the head.
+  const int64_t max_block = m->layout.max_piece_elems(), max_other = m->layout.max_non_embed_elems();
   const int64_t embed = BlockNumel(specs[kEmbedBlock]);
-  const bool cast = m->engine->param_type() != ElementType::kF32;
-  const std::pair<float**, int64_t> scratch[] = {{&m->param_scratch, cast ? max_block : 0},
-                                                 {&m->embed_scratch, cast && m->model().tied_embeddings ? embed : 0},
-                                                 {&m->grad_scratch, max_block},
+  const bool cast = m->engine->param_type() != ElementType::kF32, tied = m->model().tied_embeddings;
+  const std::pair<float**, int64_t> scratch[] = {{&m->param_scratch, cast ? (tied ? max_other : max_block) : 0},
+                                                 {&m->embed_scratch, cast && tied ? embed : 0},
+                                                 {&m->grad_scratch, max_other},
                                                  {&m->embed_grads, embed}};
   int64_t scratch_elems = 0;
   for (const auto& [dst, n] : scratch) scratch_elems += n;
