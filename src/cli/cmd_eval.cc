@@ -49,9 +49,6 @@ int Run(const std::vector<std::string>& args) {
   if (*seq_len < 0 || *seq_len > (1 << 20)) {
     return Fail(kName, Status::InvalidArgument("--seq-len: expected a length in 1..2^20"), 2);
   }
-  bool fetch_auto = false;
-  auto fetch_unit = model::ParseFetchUnit(flags->GetOr("fetch-unit", "auto"), &fetch_auto);
-  if (!fetch_unit.ok()) return Fail(kName, fetch_unit.status(), 2);
   // As zinf train resolves it: a built-in, a JSON model config or a HF
   // folder (with its weights), at the model's length unless --seq-len says.
   auto source = model::ResolveModel(model_name, static_cast<int>(*seq_len));
@@ -125,12 +122,10 @@ int Run(const std::vector<std::string>& args) {
   topt.hooks.device = device->get();
   topt.engine.optimizer_threads = static_cast<int>(*threads);
   topt.engine.run_id = "eval";
+  // As zinf train's auto on the same device and batch.
+  auto fetch_unit = model::FetchUnitForDevice(flags->GetOr("fetch-unit", "auto"), *model, config, **device);
+  if (!fetch_unit.ok()) return Fail(kName, fetch_unit.status(), 2);
   topt.fetch_unit = *fetch_unit;
-  if (fetch_auto) {  // as zinf train's auto on the same device and batch
-    topt.fetch_unit = model::ResolveAutoFetchUnit(
-        *model, static_cast<int>(config.train_micro_batch_size_per_gpu), (*device)->kind() == DeviceKind::kCuda,
-        static_cast<int64_t>((*device)->capacity_bytes()), config.bf16.enabled || config.fp16.enabled ? 2 : 4);
-  }
   auto trainer = model::Trainer::Create(config, topt);
   if (!trainer.ok()) return Fail(kName, source->HintSeqLen(trainer.status()));
   std::string weights = source->hf != nullptr ? "its weights" : "initial weights (seed " + std::to_string(*seed) + ")";

@@ -194,6 +194,19 @@ void PrintRunHeader(FILE* out, const Config& config, const std::vector<AutoResol
                static_cast<long long>(config.gradient_accumulation_steps));
 }
 
+// --fetch-unit into `topt` (topt.model set): auto for this device.
+Status SetFetchUnit(const Flags& flags, const Config& config, const Device& device, model::TrainerOptions& topt) {
+  ZINF_ASSIGN_OR_RETURN(topt.fetch_unit,
+                        model::FetchUnitForDevice(flags.GetOr("fetch-unit", "auto"), topt.model, config, device));
+  return Status::Ok();
+}
+
+// How the layers are cut into engine blocks (rank 0).
+void PrintFetchLine(FILE* out, const std::string& flag, const model::FetchLayout& layout) {
+  std::fprintf(out, "zinf train: fetch unit %s: %s (largest engine block %s parameters)\n", flag.c_str(),
+               layout.Describe().c_str(), FormatCount(layout.max_piece_elems()).c_str());
+}
+
 int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   auto flags = TrainerFlags(
       args, {"config",           "model",         "data",    "steps",        "save-dir",   "save-every",
@@ -250,9 +263,6 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   if (!choice.ok()) return Fail(kName, choice.status(), 2);
   auto decay_on = model::ParseWeightDecayOn(flags->GetOr("weight-decay-on", "matrices"));
   if (!decay_on.ok()) return Fail(kName, decay_on.status().WithContext("--weight-decay-on"), 2);
-  bool fetch_auto = false;
-  auto fetch_unit = model::ParseFetchUnit(flags->GetOr("fetch-unit", "auto"), &fetch_auto);
-  if (!fetch_unit.ok()) return Fail(kName, fetch_unit.status(), 2);
 
   auto config = LoadConfigFile(*config_path);
   if (!config.ok()) return Fail(kName, config.status(), 2);
@@ -291,25 +301,14 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   topt.corpus_bytes = *corpus;
   topt.seed = static_cast<uint64_t>(*seed);
   topt.weight_decay_on = *decay_on;
-  topt.fetch_unit = *fetch_unit;
-  if (fetch_auto) {
-    const int64_t elem_bytes = config->bf16.enabled || config->fp16.enabled ? 2 : 4;
-    topt.fetch_unit = model::ResolveAutoFetchUnit(*model, static_cast<int>(config->train_micro_batch_size_per_gpu),
-                                                  (*device)->kind() == DeviceKind::kCuda,
-                                                  static_cast<int64_t>((*device)->capacity_bytes()), elem_bytes);
-  }
+  if (Status s = SetFetchUnit(*flags, *config, **device, topt); !s.ok()) return Fail(kName, s, 2);
   topt.hooks.device = device->get();
   topt.engine.optimizer_threads = static_cast<int>(*threads);
   topt.engine.progress = MeterFactory(out);  // checkpoint save, resume and export: bar or lines on rank 0
   if (out) PrintRunHeader(out, *config, resolutions, *source, (*device)->name(), world);
   auto trainer = model::Trainer::Create(*config, topt);
   if (!trainer.ok()) return Fail(kName, source->HintSeqLen(NameNvmeFlag(trainer.status(), flags->Get("nvme-path"))));
-  if (out) {
-    const model::FetchLayout& layout = (*trainer)->layout();
-    std::fprintf(out, "zinf train: fetch unit %s: %s (largest engine block %s parameters)\n",
-                 flags->GetOr("fetch-unit", "auto").c_str(), layout.Describe().c_str(),
-                 FormatCount(layout.max_piece_elems()).c_str());
-  }
+  if (out) PrintFetchLine(out, flags->GetOr("fetch-unit", "auto"), (*trainer)->layout());
   if (const auto resume = flags->Get("resume")) {
     if (Status s = (*trainer)->Resume(*resume); !s.ok()) return Fail(kName, NameNvmeFlag(s, flags->Get("nvme-path")));
     if (out) std::fprintf(out, "zinf train: resumed at step %lld\n", static_cast<long long>((*trainer)->step()));

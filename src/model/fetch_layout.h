@@ -32,7 +32,9 @@
 #include <string>
 #include <vector>
 
+#include "device/device.h"
 #include "model/gpt.h"
+#include "zinf/config.h"
 #include "zinf/engine.h"
 #include "zinf/status.h"
 
@@ -120,5 +122,12 @@ StatusOr<int64_t> ParseFetchUnit(const std::string& text, bool* automatic);
 // elements, 0 (whole layers) when device_bytes is 0 or whole layers fit.
 int64_t ResolveAutoFetchUnit(const GptConfig& model, int batch, bool cuda, int64_t device_bytes,
                              int64_t param_elem_bytes);
+
+// The unit a --fetch-unit `text` asks for when training `model` under
+// `config` on `device`: ParseFetchUnit's, and for "auto"
+// ResolveAutoFetchUnit's for the device's capacity and kind, the config's
+// micro-batch and parameter width (bf16/fp16: 2 bytes).
+StatusOr<int64_t> FetchUnitForDevice(const std::string& text, const GptConfig& model, const Config& config,
+                                     const Device& device);
 
 }  // namespace zinf::model
