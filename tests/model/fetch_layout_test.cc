@@ -233,12 +233,18 @@ TEST(FetchLayoutTrainerTest, PiecesGiveTheWholeLayerLossesAndWeightsOnEveryTier)
   const std::vector<double> want = Losses(*whole.trainer, 6);
   ASSERT_EQ(want.size(), 6u);
   const std::vector<std::vector<float>> want_w = MasterOf(*whole.trainer);
-  for (int64_t unit : {int64_t{6000}, int64_t{1}}) {
+  // 6000: norm1-norm2 | mlp_in | mlp_out (the last piece is not needed by
+  // the recompute); 8400: norm1-norm2 | mlp_in-mlp_out (the last piece stays
+  // acquired from the recompute into the backward); 1: one group a piece.
+  for (int64_t unit : {int64_t{6000}, int64_t{8400}, int64_t{1}}) {
     for (OffloadDevice tier : {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme}) {
       TempDir d;
       TrainerRun cut = MakeRun(TinyConfig(d, tier, tier), unit);
       ASSERT_NE(cut.trainer, nullptr);
       EXPECT_TRUE(cut.trainer->layout().split());
+      if (unit == 8400) {
+        EXPECT_EQ(cut.trainer->layout().Describe(), "2 pieces per layer: norm1-norm2 | mlp_in-mlp_out");
+      }
       EXPECT_EQ(Losses(*cut.trainer, 6), want) << "unit " << unit << " tier " << static_cast<int>(tier);
       EXPECT_TRUE(MasterOf(*cut.trainer) == want_w) << "unit " << unit << " tier " << static_cast<int>(tier);
     }
