@@ -25,7 +25,7 @@ constexpr const char* kName = "config-check";
 // ranks: the engine's windows and, at stage 3, the reference GPT's
 // activations and scratch (model::EstimateOption). Appends its lines.
 StatusOr<zero3::BufferPlan> PlanLines(const Config& config, const ModelChoice& choice, int world, bool cuda,
-                                      std::vector<std::string>& lines) {
+                                      int64_t fetch_unit, std::vector<std::string>& lines) {
   const std::string title = "per rank for model " + choice.description + " (" +
                             FormatCount(choice.model.NumParameters()) + " parameters), " + std::to_string(world) +
                             " rank(s), " + (cuda ? "GPU" : "host device");
@@ -36,11 +36,16 @@ StatusOr<zero3::BufferPlan> PlanLines(const Config& config, const ModelChoice& c
     in.micro_batch = static_cast<int>(config.train_micro_batch_size_per_gpu);
     in.grad_accum = static_cast<int>(config.gradient_accumulation_steps);
     in.cuda = cuda;
+    in.fetch_unit = fetch_unit;
     ZINF_ASSIGN_OR_RETURN(model::PlanOption o, model::EstimateOption(in, config));
+    lines.push_back("fetch: " + o.fetch_layout + " (largest engine block " + FormatCount(o.max_piece_elems) +
+                    " parameters)");
     AppendBufferItems("buffers " + title + ", micro-batch " + std::to_string(in.micro_batch), o.items, lines);
     return o.buffers;
   }
-  const std::vector<BlockSpec> specs = model::GptBlockSpecs(choice.model);
+  const model::FetchLayout layout = model::FetchLayout::Create(choice.model, fetch_unit);
+  const std::vector<BlockSpec>& specs = layout.specs();
+  lines.push_back("fetch: " + layout.Describe());
   ZINF_ASSIGN_OR_RETURN(
       zero3::BufferPlan plan,
       zero3::MakeBufferPlan(config, specs, world, cuda ? DeviceKind::kCuda : DeviceKind::kHost, ElementType::kF32,
@@ -64,8 +69,8 @@ StatusOr<std::optional<ModelChoice>> ModelOf(const Flags& flags, int64_t params)
 }
 
 int Run(const std::vector<std::string>& args) {
-  auto flags =
-      Flags::Parse(args, WithTrainerArgFlags({"world-size", "hidden-size", "steps", "params", "model", "device"}));
+  auto flags = Flags::Parse(
+      args, WithTrainerArgFlags({"world-size", "hidden-size", "steps", "params", "model", "device", "fetch-unit"}));
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   if (flags->positionals().size() != 1) return Fail(kName, Status::InvalidArgument("expected one config file"), 2);
   const std::string& path = flags->positionals()[0];
@@ -95,6 +100,11 @@ int Run(const std::vector<std::string>& args) {
   if (device != "gpu" && device != "host") {
     return Fail(kName, Status::InvalidArgument("--device: expected gpu or host, got \"" + device + "\""), 2);
   }
+  // No device size here: auto is whole layers (train's auto cuts only what
+  // its device cannot hold).
+  bool fetch_auto = false;
+  auto fetch_unit = model::ParseFetchUnit(flags->GetOr("fetch-unit", "auto"), &fetch_auto);
+  if (!fetch_unit.ok()) return Fail(kName, fetch_unit.status(), 2);
   auto model = ModelOf(*flags, *params);
   if (!model.ok()) return Fail(kName, model.status(), 2);
   auto trainer_args = TrainerArgsFromFlags(*flags);
@@ -119,7 +129,7 @@ int Run(const std::vector<std::string>& args) {
   std::optional<zero3::BufferPlan> plan;
   std::optional<int64_t> count = *params > 0 ? std::optional<int64_t>(*params) : std::nullopt;
   if (*model) {
-    auto p = PlanLines(resolved, **model, ctx.world_size, device == "gpu", plan_lines);
+    auto p = PlanLines(resolved, **model, ctx.world_size, device == "gpu", *fetch_unit, plan_lines);
     if (p.ok()) {
       plan = std::move(*p);
     } else if (flags->Has("model")) {
@@ -142,7 +152,8 @@ int Run(const std::vector<std::string>& args) {
 
 ZINF_COMMAND({"config-check", "parse a DeepSpeed-style config; print it resolved or list its errors",
               "config-check FILE [--world-size N] [--hidden-size H] [--steps N] [--params N]\n"
-              "             [--model M] [--device gpu|host] [HF Trainer arguments: --lr X, ...]\n"
+              "             [--model M] [--device gpu|host] [--fetch-unit auto|layer|ELEMS]\n"
+              "             [HF Trainer arguments: --lr X, ...]\n"
               "  Prints the config with every default filled in, or every error (exit 1), and explains\n"
               "  what the offload buffers cost in pinned RAM. Buffers fewer or smaller than the optimizer\n"
               "  pipeline or a parameter shard need are fitted as DeepSpeed sizes them (a \"fitted:\" note);\n"
@@ -155,7 +166,8 @@ ZINF_COMMAND({"config-check", "parse a DeepSpeed-style config; print it resolved
               "  home, swapper and optimizer pools, gradient buffers, gathered blocks under\n"
               "  stage3_max_live_parameters, checkpoint buffers, swap files) and, at stage 3, the reference\n"
               "  GPT's activations and scratch at the config's micro-batch; --device host leaves out the\n"
-              "  CUDA allowance.\n"
+              "  CUDA allowance. --fetch-unit: layers above this many parameters are engine blocks in pieces\n"
+              "  (zinf train's flag; auto is whole layers here, with no device size to go by).\n"
               "  Each value worked out is printed as `key: auto -> value (rule)`.\n" +
                   std::string(kTrainerArgsUsage),
               Run});

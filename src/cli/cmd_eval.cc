@@ -13,6 +13,7 @@
 #include "core/fs.h"
 #include "core/units.h"
 #include "device/device.h"
+#include "model/fetch_layout.h"
 #include "model/gpt.h"
 #include "model/hf_checkpoint.h"
 #include "model/trainer.h"
@@ -27,7 +28,7 @@ constexpr char kName[] = "eval";
 int Run(const std::vector<std::string>& args) {
   auto flags = Flags::Parse(args,
                             {"model", "data", "batch", "seq-len", "config", "resume", "init-from", "device",
-                             "device-budget", "threads", "seed", "nvme-path"},
+                             "device-budget", "threads", "seed", "nvme-path", "fetch-unit"},
                             {"quiet"});
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   const auto data = flags->Get("data");
@@ -121,6 +122,10 @@ int Run(const std::vector<std::string>& args) {
   topt.hooks.device = device->get();
   topt.engine.optimizer_threads = static_cast<int>(*threads);
   topt.engine.run_id = "eval";
+  // As zinf train's auto on the same device and batch.
+  auto fetch_unit = model::FetchUnitForDevice(flags->GetOr("fetch-unit", "auto"), *model, config, **device);
+  if (!fetch_unit.ok()) return Fail(kName, fetch_unit.status(), 2);
+  topt.fetch_unit = *fetch_unit;
   auto trainer = model::Trainer::Create(config, topt);
   if (!trainer.ok()) return Fail(kName, source->HintSeqLen(trainer.status()));
   std::string weights = source->hf != nullptr ? "its weights" : "initial weights (seed " + std::to_string(*seed) + ")";
@@ -152,7 +157,7 @@ ZINF_COMMAND(Command{
     kName, "mean cross-entropy and perplexity of a model over a token file, in order",
     "eval --data TOKENS [--model M] [--batch B] [--seq-len T] [--resume CKPT | --init-from FILE.safetensors]\n"
     "               [--config C [--nvme-path P]] [--device auto|cuda|host] [--device-budget SIZE] [--threads N]\n"
-    "               [--seed N] [--quiet]\n\n"
+    "               [--seed N] [--fetch-unit auto|layer|ELEMS] [--quiet]\n\n"
     "  Scores every window of the token file in order, as llm.c evaluates: a batch is B*T+1\n"
     "  consecutive tokens, inputs the first B*T, targets the same shifted by one, the next batch\n"
     "  starting B*T later; tokens after the last whole batch are not scored. Prints `loss X`\n"
@@ -167,7 +172,9 @@ ZINF_COMMAND(Command{
     "  --init-from F     the weights of a safetensors file zinf train --export wrote\n"
     "                    (neither: the seeded initial weights, for a baseline)\n"
     "  --config C        the engine's DeepSpeed JSON (default: all in RAM, fp32)\n"
-    "  --nvme-path P     overrides both offload sections' nvme_path, as for zinf train",
+    "  --nvme-path P     overrides both offload sections' nvme_path, as for zinf train\n"
+    "  --fetch-unit U    as zinf train's (layers fetched in pieces); a checkpoint loads only under its\n"
+    "                    training run's cut",
     Run});
 
 }  // namespace

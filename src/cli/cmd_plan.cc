@@ -143,6 +143,9 @@ json OptionJson(const PlanOption& o) {
           {"gpu_bytes_per_rank", o.gpu_bytes},
           {"gpu_resident_bytes_per_rank", o.gpu_resident_bytes},
           {"gpu_gathered_bytes_per_rank", o.gpu_gathered_bytes},
+          {"fetch_unit", o.fetch_unit},
+          {"fetch_layout", o.fetch_layout},
+          {"max_engine_block_params", o.max_piece_elems},
           {"pinned_ram_bytes", o.pinned_bytes},
           {"pageable_ram_bytes", o.pageable_bytes},
           {"nvme_bytes", o.nvme_bytes},
@@ -175,7 +178,7 @@ json OptionJson(const PlanOption& o) {
 // Everything the flags say, and what was derived from them.
 struct PlanRun {
   PlanInputs in;
-  std::string model_arg, model_desc, device, nvme_source = "none";
+  std::string model_arg, model_desc, device, nvme_source = "none", fetch_unit_arg = "auto";
   bool hf_default_seq_len = false;  // a Llama-family HF folder at its max_position_embeddings
   std::string gpu_src, adam_src, nvme_src, pcie_src;
   std::vector<std::string> notes;
@@ -230,6 +233,10 @@ std::optional<int> ParseInputs(const Flags& flags, PlanRun& run) {
   in.cpu_bytes = *cpu_mem;
   in.nvme_paths = flags.GetAll("nvme");
   in.checkpoints = static_cast<int>(*ckpt);
+  run.fetch_unit_arg = flags.GetOr("fetch-unit", "auto");
+  auto unit = model::ParseFetchUnit(run.fetch_unit_arg, &in.fetch_unit_auto);
+  if (!unit.ok()) return Fail(kName, unit.status(), 2);
+  in.fetch_unit = *unit;
   if (*nvme_bytes >= 0) {
     in.nvme_bytes = *nvme_bytes;
     run.nvme_source = "--nvme-bytes";
@@ -374,6 +381,7 @@ void PrintJson(const PlanRun& run, const model::Plan& plan, const std::string& c
               {"nvme_paths", in.nvme_paths},
               {"device", run.device}}},
             {"batch", {{"micro_batch", in.micro_batch}, {"grad_accum", in.grad_accum}}},
+            {"fetch", {{"fetch_unit_flag", run.fetch_unit_arg}, {"fetch_layout", chosen.fetch_layout}}},
             {"speeds",
              {{"gpu_flops", sp.gpu_flops},
               {"gpu_source", run.gpu_src},
@@ -404,9 +412,13 @@ void PrintTable(const PlanRun& run, const model::Plan& plan) {
               Gb(in.nvme_bytes).c_str(), run.nvme_source.c_str(), in.micro_batch, in.model.seq_len, in.grad_accum);
   std::printf(
       "speeds:  compute %.3g TFLOP/s (%s); CPU Adam %.2f Gparam/s (%s); NVMe read %.2f / write %.2f GB/s "
-      "(%s); PCIe %.0f GB/s (%s)\n\n",
+      "(%s); PCIe %.0f GB/s (%s)\n",
       sp.gpu_flops / 1e12, run.gpu_src.c_str(), sp.adam_params_per_s / 1e9, run.adam_src.c_str(), sp.nvme_read_gbps,
       sp.nvme_write_gbps, run.nvme_src.c_str(), sp.pcie_gbps, run.pcie_src.c_str());
+  // Every option has the same parameter width (bf16), so the same cut.
+  std::printf("fetch:   --fetch-unit %s: %s (largest engine block %s parameters, a layer %s)\n\n",
+              run.fetch_unit_arg.c_str(), chosen.fetch_layout.c_str(), FormatCount(chosen.max_piece_elems).c_str(),
+              FormatCount(model::FetchLayout::Create(in.model, 0).layer_elems()).c_str());
   std::printf("%-6s %-6s | %10s %10s %10s %10s | %-6s | %-9s | %9s %10s  %s\n", "param", "optim", "GPU/rank", "pinned",
               "pageable", "NVMe", "states", "fits", "step s", "tokens/s", "bound by");
   for (size_t i = 0; i < plan.options.size(); ++i) {
@@ -446,11 +458,12 @@ void PrintTable(const PlanRun& run, const model::Plan& plan) {
 }
 
 int Run(const std::vector<std::string>& args) {
-  auto flags = Flags::Parse(args, {"model",       "gpu-mem",        "cpu-mem",         "nvme",      "nvme-bytes",
-                                   "gpus",        "micro-batch",    "seq-len",         "vocab",     "grad-accum",
-                                   "checkpoints", "device",         "gpu-tflops",      "mfu",       "adam-gparams",
-                                   "nvme-gbps",   "nvme-read-gbps", "nvme-write-gbps", "pcie-gbps", "write-config"},
-                            {"measure", "json"});
+  auto flags = Flags::Parse(
+      args, {"model",       "gpu-mem",      "cpu-mem",      "nvme",       "nvme-bytes",     "gpus",
+             "micro-batch", "seq-len",      "vocab",        "grad-accum", "checkpoints",    "device",
+             "gpu-tflops",  "mfu",          "adam-gparams", "nvme-gbps",  "nvme-read-gbps", "nvme-write-gbps",
+             "pcie-gbps",   "write-config", "fetch-unit"},
+      {"measure", "json"});
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   if (!flags->positionals().empty()) {
     return Fail(kName, Status::InvalidArgument("unexpected argument \"" + flags->positionals()[0] + "\""), 2);
@@ -491,7 +504,7 @@ ZINF_COMMAND({"plan", "pick an offload config for a model and a machine: memory 
               "     [--micro-batch B] [--seq-len T] [--grad-accum K] [--vocab V] [--checkpoints K]\n"
               "     [--device gpu|host] [--gpu-tflops F] [--mfu U] [--adam-gparams A] [--nvme-gbps S]\n"
               "     [--nvme-read-gbps S] [--nvme-write-gbps S] [--pcie-gbps S] [--measure] [--json]\n"
-              "     [--write-config OUT.json]\n"
+              "     [--write-config OUT.json] [--fetch-unit auto|layer|ELEMS]\n"
               "  For every offload choice (offload_param none/cpu/nvme x offload_optimizer cpu/nvme, stage 3)\n"
               "  prints what zinf allocates per tier (GPU per rank; RAM and NVMe per node of --gpus ranks),\n"
               "  whether it fits, and the predicted step time; picks the fastest that fits and writes it\n"
@@ -502,6 +515,8 @@ ZINF_COMMAND({"plan", "pick an offload config for a model and a machine: memory 
               "  --gpu-mem, --cpu-mem, --nvme-bytes: sizes (24G = 24 GiB); NVMe defaults to the free space of\n"
               "    the --nvme paths (distinct filesystems).\n"
               "  --device host: plan for the host device (no CUDA scratch or context allowance).\n"
+              "  --fetch-unit: layers above this many parameters are fetched in pieces (as zinf train's flag;\n"
+              "    default auto: whole layers unless their working set exceeds --gpu-mem; layer: whole).\n"
               "  Speeds: compute --gpu-tflops (400) x --mfu (0.5); --adam-gparams (2); --nvme-gbps (read 3,\n"
               "    write 2); --pcie-gbps (25). --measure times CPU Adam, the first --nvme path (256 MiB\n"
               "    through the aio engine) and, with --device host, the host matmul, unless given.",

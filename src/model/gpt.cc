@@ -303,6 +303,14 @@ std::vector<BlockSpec> GptBlockSpecs(const GptConfig& config) {
   return WithDecayFlags(std::move(specs));
 }
 
+std::vector<std::vector<int>> LayerTensorGroups(const GptConfig& config) {
+  if (!config.llama())
+    return {{kLn1W, kLn1B}, {kQkvW, kQkvB}, {kAttProjW, kAttProjB}, {kLn2W, kLn2B}, {kFcW, kFcB}, {kFcProjW, kFcProjB}};
+  std::vector<int> qkv = {kQW, kKW, kVW};
+  if (config.qkv_bias) qkv.insert(qkv.end(), {kQB, kKB, kVB});
+  return {{kAttnNormW}, qkv, {kOW}, {kMlpNormW}, {kGateW, kUpW}, {kDownW}};
+}
+
 namespace {
 
 uint64_t SplitMix64(uint64_t x) {
@@ -464,6 +472,12 @@ struct GptCompute<T>::Impl {
   int forward_done = -1;  // x_0 .. x_{forward_done} are valid; -1: none
   bool head_backward_done = false;
   int backward_next = -1;
+  // Within a layer walked in groups: the next forward group of layer
+  // forward_done, the next recompute group and the group after the next
+  // backward one of layer backward_next.
+  int forward_group = 0;
+  int recompute_group = 0;
+  int backward_end = kLayerGroups;
 
   ~Impl() {
     for (void* p : allocations) device->Free(p);
@@ -483,100 +497,183 @@ struct GptCompute<T>::Impl {
     return Status::Ok();
   }
 
-  // The layer's forward from x_l into the layer scratch; with `to_output`
-  // also x_{l+1} (the recompute in LayerBackward does not need it).
-  void LayerForwardInto(int layer, const std::vector<const T*>& p, bool to_output) {
-    const int T_ = config.seq_len, NH = config.n_head;
-    const T* xin = x[layer];
-    Ops<T>& o = *ops;
-    o.LayerNormForward(ln1, ln1_mean, ln1_rstd, xin, p[kLn1W], p[kLn1B], N, C);
-    o.MatmulForward(qkv, ln1, p[kQkvW], p[kQkvB], N, C, 3 * C);
-    o.AttentionForward(atty, att, attn_scratch, qkv, B, T_, C, NH);
-    o.MatmulForward(mid, atty, p[kAttProjW], p[kAttProjB], N, C, C);
-    o.ResidualForward(mid, xin, mid, N * C);
-    o.LayerNormForward(ln2, ln2_mean, ln2_rstd, mid, p[kLn2W], p[kLn2B], N, C);
-    o.MatmulForward(fch, ln2, p[kFcW], p[kFcB], N, C, 4 * C);
-    o.GeluForward(fch_gelu, fch, N * 4 * C);
-    if (to_output) {
+  size_t LayerTensorCount() const {
+    if (!config.llama()) return kLayerTensors;
+    return config.qkv_bias ? kVB + 1 : kDownW + 1;
+  }
+  // One group's step of the layer's forward (LayerTensorGroups): group
+  // kMlpOutGroup writes x_{l+1}, so the recompute in LayerBackward stops
+  // before it. The steps run the kernels of a whole-layer forward in its
+  // order, whatever the grouping of the calls.
+  void ForwardGroup(int layer, int group, const std::vector<const T*>& p);
+  void LlamaForwardGroup(int layer, int group, const std::vector<const T*>& p);
+  // One group's step of the backward, after the recompute (groups from
+  // kMlpOutGroup down to kNorm1Group): m.dres holds d x_{l+1} before the
+  // first and d x_l after the last.
+  void BackwardGroup(int layer, int group, const std::vector<const T*>& p, const std::vector<T*>& g);
+  void LlamaBackwardGroup(int layer, int group, const std::vector<const T*>& p, const std::vector<T*>& g);
+  Status CheckBackwardLayer(int layer, const char* what) const;
+  Status AllocateLlama();
+};
+
+template <typename T>
+void GptCompute<T>::Impl::ForwardGroup(int layer, int group, const std::vector<const T*>& p) {
+  if (config.llama()) return LlamaForwardGroup(layer, group, p);
+  const int T_ = config.seq_len, NH = config.n_head;
+  const T* xin = x[layer];
+  Ops<T>& o = *ops;
+  switch (group) {
+    case kNorm1Group: o.LayerNormForward(ln1, ln1_mean, ln1_rstd, xin, p[kLn1W], p[kLn1B], N, C); break;
+    case kQkvGroup:
+      o.MatmulForward(qkv, ln1, p[kQkvW], p[kQkvB], N, C, 3 * C);
+      o.AttentionForward(atty, att, attn_scratch, qkv, B, T_, C, NH);
+      break;
+    case kAttnOutGroup:
+      o.MatmulForward(mid, atty, p[kAttProjW], p[kAttProjB], N, C, C);
+      o.ResidualForward(mid, xin, mid, N * C);
+      break;
+    case kNorm2Group: o.LayerNormForward(ln2, ln2_mean, ln2_rstd, mid, p[kLn2W], p[kLn2B], N, C); break;
+    case kMlpInGroup:
+      o.MatmulForward(fch, ln2, p[kFcW], p[kFcB], N, C, 4 * C);
+      o.GeluForward(fch_gelu, fch, N * 4 * C);
+      break;
+    default: {
       T* xout = x[layer + 1];
       o.MatmulForward(xout, fch_gelu, p[kFcProjW], p[kFcProjB], N, 4 * C, C);
       o.ResidualForward(xout, mid, xout, N * C);
     }
   }
-  size_t LayerTensorCount() const {
-    if (!config.llama()) return kLayerTensors;
-    return config.qkv_bias ? kVB + 1 : kDownW + 1;
-  }
-  void LlamaLayerForwardInto(int layer, const std::vector<const T*>& p, bool to_output);
-  void LlamaLayerBackward(int layer, const std::vector<const T*>& p, const std::vector<T*>& g);
-  Status AllocateLlama();
-};
+}
 
 template <typename T>
-void GptCompute<T>::Impl::LlamaLayerForwardInto(int layer, const std::vector<const T*>& p, bool to_output) {
+void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const std::vector<const T*>& p) {
   const int T_ = config.seq_len, NH = config.n_head, NKV = config.n_kv_head;
   const T* xin = x[layer];
   Ops<T>& o = *ops;
   const bool bias = config.qkv_bias;
-  o.RmsNormForward(ln1, ln1_rstd, xin, p[kAttnNormW], N, C, config.norm_eps);
-  o.MatmulForward(q, ln1, p[kQW], bias ? p[kQB] : nullptr, N, C, C);
-  o.MatmulForward(k, ln1, p[kKW], bias ? p[kKB] : nullptr, N, C, Ckv);
-  o.MatmulForward(v, ln1, p[kVW], bias ? p[kVB] : nullptr, N, C, Ckv);
-  o.RopeForward(q, q, rope_cos, rope_sin, B, T_, NH, hd);
-  o.RopeForward(k, k, rope_cos, rope_sin, B, T_, NKV, hd);
-  o.GqaExpandForward(qkv, q, k, v, N, NH, NKV, hd);
-  o.AttentionForward(atty, att, attn_scratch, qkv, B, T_, C, NH);
-  o.MatmulForward(mid, atty, p[kOW], nullptr, N, C, C);
-  o.ResidualForward(mid, xin, mid, N * C);
-  o.RmsNormForward(ln2, ln2_rstd, mid, p[kMlpNormW], N, C, config.norm_eps);
-  o.MatmulForward(gate, ln2, p[kGateW], nullptr, N, C, I);
-  o.MatmulForward(up, ln2, p[kUpW], nullptr, N, C, I);
-  o.SwigluForward(hmid, gate, up, N * I);
-  if (to_output) {
-    T* xout = x[layer + 1];
-    o.MatmulForward(xout, hmid, p[kDownW], nullptr, N, I, C);
-    o.ResidualForward(xout, mid, xout, N * C);
+  switch (group) {
+    case kNorm1Group: o.RmsNormForward(ln1, ln1_rstd, xin, p[kAttnNormW], N, C, config.norm_eps); break;
+    case kQkvGroup:
+      o.MatmulForward(q, ln1, p[kQW], bias ? p[kQB] : nullptr, N, C, C);
+      o.MatmulForward(k, ln1, p[kKW], bias ? p[kKB] : nullptr, N, C, Ckv);
+      o.MatmulForward(v, ln1, p[kVW], bias ? p[kVB] : nullptr, N, C, Ckv);
+      o.RopeForward(q, q, rope_cos, rope_sin, B, T_, NH, hd);
+      o.RopeForward(k, k, rope_cos, rope_sin, B, T_, NKV, hd);
+      o.GqaExpandForward(qkv, q, k, v, N, NH, NKV, hd);
+      o.AttentionForward(atty, att, attn_scratch, qkv, B, T_, C, NH);
+      break;
+    case kAttnOutGroup:
+      o.MatmulForward(mid, atty, p[kOW], nullptr, N, C, C);
+      o.ResidualForward(mid, xin, mid, N * C);
+      break;
+    case kNorm2Group: o.RmsNormForward(ln2, ln2_rstd, mid, p[kMlpNormW], N, C, config.norm_eps); break;
+    case kMlpInGroup:
+      o.MatmulForward(gate, ln2, p[kGateW], nullptr, N, C, I);
+      o.MatmulForward(up, ln2, p[kUpW], nullptr, N, C, I);
+      o.SwigluForward(hmid, gate, up, N * I);
+      break;
+    default: {
+      T* xout = x[layer + 1];
+      o.MatmulForward(xout, hmid, p[kDownW], nullptr, N, I, C);
+      o.ResidualForward(xout, mid, xout, N * C);
+    }
   }
 }
 
-// m.dres holds d x_{l+1} on entry and d x_l on return; the layer's forward
-// has been recomputed into the scratch.
+// Buffers passed between groups: d(fc_proj input) in dbuf_4c (kMlpOut ->
+// kMlpIn), d ln2 in dbuf_c (kMlpIn -> kNorm2), d(attention output) in
+// dbuf_c (kAttnOut -> kQkv), d ln1 in atty (kQkv -> kNorm1). Each reuses a
+// forward buffer whose last reader has run.
 template <typename T>
-void GptCompute<T>::Impl::LlamaLayerBackward(int layer, const std::vector<const T*>& p, const std::vector<T*>& g) {
+void GptCompute<T>::Impl::BackwardGroup(int layer, int group, const std::vector<const T*>& p,
+                                        const std::vector<T*>& g) {
+  if (config.llama()) return LlamaBackwardGroup(layer, group, p, g);
+  const int T_ = config.seq_len, NH = config.n_head;
+  Ops<T>& o = *ops;
+  // x_{l+1} = mid + fc_proj(gelu(fc(ln2(mid)))); mid = x_l + attn_proj(attention(qkv(ln1(x_l)))).
+  switch (group) {
+    case kMlpOutGroup:
+      o.Zero(dbuf_4c, N * 4 * C);  // d fch_gelu
+      o.MatmulBackward(dbuf_4c, g[kFcProjW], g[kFcProjB], dres, fch_gelu, p[kFcProjW], N, 4 * C, C);
+      break;
+    case kMlpInGroup: {
+      T* dfch = fch_gelu;  // fch_gelu's last reader was the fc_proj matmul backward
+      o.Zero(dfch, N * 4 * C);
+      o.GeluBackward(dfch, fch, dbuf_4c, N * 4 * C);
+      o.Zero(dbuf_c, N * C);  // d ln2
+      o.MatmulBackward(dbuf_c, g[kFcW], g[kFcB], dfch, ln2, p[kFcW], N, C, 4 * C);
+      break;
+    }
+    case kNorm2Group:
+      // The residual passes d x_{l+1} through unchanged: adding the
+      // LayerNorm path turns dres into d mid.
+      o.LayerNormBackward(dres, g[kLn2W], g[kLn2B], dbuf_c, mid, p[kLn2W], ln2_mean, ln2_rstd, N, C);
+      break;
+    case kAttnOutGroup:
+      o.Zero(dbuf_c, N * C);  // d atty
+      o.MatmulBackward(dbuf_c, g[kAttProjW], g[kAttProjB], dres, atty, p[kAttProjW], N, C, C);
+      break;
+    case kQkvGroup: {
+      T* dqkv_ = dbuf_4c;
+      o.Zero(dqkv_, N * 3 * C);
+      o.AttentionBackward(dqkv_, attn_scratch, dbuf_c, qkv, att, B, T_, C, NH);
+      T* dln1 = atty;  // atty's last reader was the attn_proj matmul backward
+      o.Zero(dln1, N * C);
+      o.MatmulBackward(dln1, g[kQkvW], g[kQkvB], dqkv_, ln1, p[kQkvW], N, C, 3 * C);
+      break;
+    }
+    default: o.LayerNormBackward(dres, g[kLn1W], g[kLn1B], atty, x[layer], p[kLn1W], ln1_mean, ln1_rstd, N, C);
+  }
+}
+
+// As BackwardGroup: d hmid in dh (kMlpOut -> kMlpIn), d ln2 and d atty in
+// dbuf_c, d ln1 in dbuf_c (kQkv -> kNorm1).
+template <typename T>
+void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const std::vector<const T*>& p,
+                                             const std::vector<T*>& g) {
   const int T_ = config.seq_len, NH = config.n_head, NKV = config.n_kv_head;
   Ops<T>& o = *ops;
   const bool bias = config.qkv_bias;
-  // x_{l+1} = mid + down(silu(gate(ln2)) * up(ln2)), ln2 = rms(mid).
-  o.Zero(dh, N * I);
-  o.MatmulBackward(dh, g[kDownW], nullptr, dres, hmid, p[kDownW], N, I, C);
-  o.Zero(dgate, N * I);
-  o.Zero(dup, N * I);
-  o.SwigluBackward(dgate, dup, gate, up, dh, N * I);
-  T* dln2 = dbuf_c;
-  o.Zero(dln2, N * C);
-  o.MatmulBackward(dln2, g[kGateW], nullptr, dgate, ln2, p[kGateW], N, C, I);
-  o.MatmulBackward(dln2, g[kUpW], nullptr, dup, ln2, p[kUpW], N, C, I);
-  o.RmsNormBackward(dres, g[kMlpNormW], dln2, mid, p[kMlpNormW], ln2_rstd, N, C);
+  // x_{l+1} = mid + down(silu(gate(ln2)) * up(ln2)), ln2 = rms(mid);
   // mid = x_l + o(attention(rope(q(ln1)), rope(k(ln1)), v(ln1))), ln1 = rms(x_l).
-  T* datty = dbuf_c;
-  o.Zero(datty, N * C);
-  o.MatmulBackward(datty, g[kOW], nullptr, dres, atty, p[kOW], N, C, C);
-  o.Zero(dqkv, N * 3 * C);
-  o.AttentionBackward(dqkv, attn_scratch, datty, qkv, att, B, T_, C, NH);
-  o.Zero(dq_rot, N * C);
-  o.Zero(dk_rot, N * Ckv);
-  o.Zero(dv, N * Ckv);
-  o.GqaExpandBackward(dq_rot, dk_rot, dv, dqkv, N, NH, NKV, hd);
-  o.Zero(dq, N * C);
-  o.Zero(dk, N * Ckv);
-  o.RopeBackward(dq, dq_rot, rope_cos, rope_sin, B, T_, NH, hd);
-  o.RopeBackward(dk, dk_rot, rope_cos, rope_sin, B, T_, NKV, hd);
-  T* dln1 = dbuf_c;  // datty's last reader was the attention backward
-  o.Zero(dln1, N * C);
-  o.MatmulBackward(dln1, g[kQW], bias ? g[kQB] : nullptr, dq, ln1, p[kQW], N, C, C);
-  o.MatmulBackward(dln1, g[kKW], bias ? g[kKB] : nullptr, dk, ln1, p[kKW], N, C, Ckv);
-  o.MatmulBackward(dln1, g[kVW], bias ? g[kVB] : nullptr, dv, ln1, p[kVW], N, C, Ckv);
-  o.RmsNormBackward(dres, g[kAttnNormW], dln1, x[layer], p[kAttnNormW], ln1_rstd, N, C);
+  switch (group) {
+    case kMlpOutGroup:
+      o.Zero(dh, N * I);
+      o.MatmulBackward(dh, g[kDownW], nullptr, dres, hmid, p[kDownW], N, I, C);
+      break;
+    case kMlpInGroup:
+      o.Zero(dgate, N * I);
+      o.Zero(dup, N * I);
+      o.SwigluBackward(dgate, dup, gate, up, dh, N * I);
+      o.Zero(dbuf_c, N * C);  // d ln2
+      o.MatmulBackward(dbuf_c, g[kGateW], nullptr, dgate, ln2, p[kGateW], N, C, I);
+      o.MatmulBackward(dbuf_c, g[kUpW], nullptr, dup, ln2, p[kUpW], N, C, I);
+      break;
+    case kNorm2Group: o.RmsNormBackward(dres, g[kMlpNormW], dbuf_c, mid, p[kMlpNormW], ln2_rstd, N, C); break;
+    case kAttnOutGroup:
+      o.Zero(dbuf_c, N * C);  // d atty
+      o.MatmulBackward(dbuf_c, g[kOW], nullptr, dres, atty, p[kOW], N, C, C);
+      break;
+    case kQkvGroup: {
+      o.Zero(dqkv, N * 3 * C);
+      o.AttentionBackward(dqkv, attn_scratch, dbuf_c, qkv, att, B, T_, C, NH);
+      o.Zero(dq_rot, N * C);
+      o.Zero(dk_rot, N * Ckv);
+      o.Zero(dv, N * Ckv);
+      o.GqaExpandBackward(dq_rot, dk_rot, dv, dqkv, N, NH, NKV, hd);
+      o.Zero(dq, N * C);
+      o.Zero(dk, N * Ckv);
+      o.RopeBackward(dq, dq_rot, rope_cos, rope_sin, B, T_, NH, hd);
+      o.RopeBackward(dk, dk_rot, rope_cos, rope_sin, B, T_, NKV, hd);
+      T* dln1 = dbuf_c;  // d atty's last reader was the attention backward
+      o.Zero(dln1, N * C);
+      o.MatmulBackward(dln1, g[kQW], bias ? g[kQB] : nullptr, dq, ln1, p[kQW], N, C, C);
+      o.MatmulBackward(dln1, g[kKW], bias ? g[kKB] : nullptr, dk, ln1, p[kKW], N, C, Ckv);
+      o.MatmulBackward(dln1, g[kVW], bias ? g[kVB] : nullptr, dv, ln1, p[kVW], N, C, Ckv);
+      break;
+    }
+    default: o.RmsNormBackward(dres, g[kAttnNormW], dbuf_c, x[layer], p[kAttnNormW], ln1_rstd, N, C);
+  }
 }
 
 namespace {
@@ -624,6 +721,31 @@ Status CheckPointers(const std::vector<P>& v, size_t expected, const std::string
   }
   for (size_t i = 0; i < v.size(); ++i) {
     if (v[i] == nullptr) return Status::InvalidArgument(what + ": tensor " + std::to_string(i) + " is null");
+  }
+  return Status::Ok();
+}
+
+// As CheckPointers, for the tensors of groups [begin, end) only (the
+// others may be null: a sub-block walk has only its piece's tensors).
+template <typename P>
+Status CheckGroupPointers(const GptConfig& config, const std::vector<P>& v, size_t expected, int begin, int end,
+                          const std::string& what) {
+  if (v.size() != expected) {
+    return Status::InvalidArgument(what + ": expected " + std::to_string(expected) + " tensors, got " +
+                                   std::to_string(v.size()));
+  }
+  if (begin < 0 || end > kLayerGroups || begin >= end) {
+    return Status::InvalidArgument(what + ": groups [" + std::to_string(begin) + ", " + std::to_string(end) +
+                                   ") are not a range of [0, " + std::to_string(kLayerGroups) + ")");
+  }
+  const std::vector<std::vector<int>> groups = LayerTensorGroups(config);
+  for (int g = begin; g < end; ++g) {
+    for (int t : groups[static_cast<size_t>(g)]) {
+      if (v[static_cast<size_t>(t)] == nullptr) {
+        return Status::InvalidArgument(what + ": tensor " + std::to_string(t) + " (group " + std::to_string(g) +
+                                       ") is null");
+      }
+    }
   }
   return Status::Ok();
 }
@@ -789,6 +911,9 @@ Status GptCompute<T>::SetBatch(const int32_t* inputs, const int32_t* targets) {
   ZINF_RETURN_IF_ERROR(m.ops->Synchronize());
   m.batch_set = true;
   m.forward_done = -1;
+  m.forward_group = 0;
+  m.recompute_group = 0;
+  m.backward_end = kLayerGroups;
   m.head_backward_done = false;
   m.backward_next = -1;
   return Status::Ok();
@@ -803,6 +928,9 @@ Status GptCompute<T>::EmbedForward(const std::vector<const T*>& embed) {
   const T* wpe = m.config.llama() ? m.zero_pos : embed[kWpe];
   m.ops->EncoderForward(m.x[0], m.tokens, embed[kWte], wpe, m.B, m.config.seq_len, m.C);
   m.forward_done = 0;
+  m.forward_group = 0;
+  m.recompute_group = 0;
+  m.backward_end = kLayerGroups;
   m.head_backward_done = false;
   m.backward_next = -1;
   return Status::Ok();
@@ -810,8 +938,14 @@ Status GptCompute<T>::EmbedForward(const std::vector<const T*>& embed) {
 
 template <typename T>
 Status GptCompute<T>::LayerForward(int layer, const std::vector<const T*>& params) {
+  ZINF_RETURN_IF_ERROR(CheckPointers(params, impl_->LayerTensorCount(), "LayerForward"));
+  return LayerForwardGroups(layer, 0, kLayerGroups, params);
+}
+
+template <typename T>
+Status GptCompute<T>::LayerForwardGroups(int layer, int begin, int end, const std::vector<const T*>& params) {
   Impl& m = *impl_;
-  ZINF_RETURN_IF_ERROR(CheckPointers(params, m.LayerTensorCount(), "LayerForward"));
+  ZINF_RETURN_IF_ERROR(CheckGroupPointers(m.config, params, m.LayerTensorCount(), begin, end, "LayerForward"));
   if (layer < 0 || layer >= m.config.n_layer) {
     return Status::InvalidArgument("LayerForward: layer " + std::to_string(layer) + " out of range");
   }
@@ -820,12 +954,17 @@ Status GptCompute<T>::LayerForward(int layer, const std::vector<const T*>& param
                                       std::to_string(layer) + " has not been computed (forward runs embed, " +
                                       "layers 0..L-1 in order)");
   }
-  if (m.config.llama()) {
-    m.LlamaLayerForwardInto(layer, params, /*to_output=*/true);
-  } else {
-    m.LayerForwardInto(layer, params, /*to_output=*/true);
+  if (m.forward_group != begin) {
+    return Status::FailedPrecondition("LayerForward(" + std::to_string(layer) + "): groups from " +
+                                      std::to_string(begin) + " asked, group " + std::to_string(m.forward_group) +
+                                      " is next (a layer's groups run in order)");
   }
-  m.forward_done = layer + 1;
+  for (int g = begin; g < end; ++g) m.ForwardGroup(layer, g, params);
+  m.forward_group = end;
+  if (end == kLayerGroups) {
+    m.forward_done = layer + 1;
+    m.forward_group = 0;
+  }
   return Status::Ok();
 }
 
@@ -882,61 +1021,72 @@ StatusOr<double> GptCompute<T>::HeadForward(const std::vector<const T*>& head, c
   for (T v : losses) sum += static_cast<double>(v);
   m.head_backward_done = grads != nullptr;
   m.backward_next = grads != nullptr ? L - 1 : -1;
+  m.forward_group = 0;
+  m.recompute_group = 0;
+  m.backward_end = kLayerGroups;
   return sum / static_cast<double>(N);
 }
 
 template <typename T>
 Status GptCompute<T>::LayerBackward(int layer, const std::vector<const T*>& params, const std::vector<T*>& grads) {
-  Impl& m = *impl_;
-  ZINF_RETURN_IF_ERROR(CheckPointers(params, m.LayerTensorCount(), "LayerBackward params"));
-  ZINF_RETURN_IF_ERROR(CheckPointers(grads, m.LayerTensorCount(), "LayerBackward grads"));
-  if (layer < 0 || layer >= m.config.n_layer) {
-    return Status::InvalidArgument("LayerBackward: layer " + std::to_string(layer) + " out of range");
+  const size_t n = impl_->LayerTensorCount();
+  ZINF_RETURN_IF_ERROR(CheckPointers(params, n, "LayerBackward params"));
+  ZINF_RETURN_IF_ERROR(CheckPointers(grads, n, "LayerBackward grads"));
+  ZINF_RETURN_IF_ERROR(LayerRecomputeGroups(layer, 0, kMlpOutGroup, params));
+  return LayerBackwardGroups(layer, 0, kLayerGroups, params, grads);
+}
+
+template <typename T>
+Status GptCompute<T>::Impl::CheckBackwardLayer(int layer, const char* what) const {
+  if (layer < 0 || layer >= config.n_layer) {
+    return Status::InvalidArgument(std::string(what) + ": layer " + std::to_string(layer) + " out of range");
   }
-  if (!m.head_backward_done || m.backward_next != layer) {
-    return Status::FailedPrecondition("LayerBackward(" + std::to_string(layer) +
+  if (!head_backward_done || backward_next != layer) {
+    return Status::FailedPrecondition(std::string(what) + "(" + std::to_string(layer) +
                                       "): backward runs after HeadForward with grads, layers L-1 down to 0; " +
-                                      "expected layer " + std::to_string(m.backward_next));
+                                      "expected layer " + std::to_string(backward_next));
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+Status GptCompute<T>::LayerRecomputeGroups(int layer, int begin, int end, const std::vector<const T*>& params) {
+  Impl& m = *impl_;
+  if (end > kMlpOutGroup) return Status::InvalidArgument("LayerRecompute: groups end at kMlpOutGroup");
+  ZINF_RETURN_IF_ERROR(CheckGroupPointers(m.config, params, m.LayerTensorCount(), begin, end, "LayerRecompute params"));
+  ZINF_RETURN_IF_ERROR(m.CheckBackwardLayer(layer, "LayerRecompute"));
+  if (m.recompute_group != begin) {
+    return Status::FailedPrecondition("LayerRecompute(" + std::to_string(layer) + "): groups from " +
+                                      std::to_string(begin) + " asked, group " + std::to_string(m.recompute_group) +
+                                      " is next");
   }
   // Recompute this layer's activations from its saved input x_l.
-  if (m.config.llama()) {
-    m.LlamaLayerForwardInto(layer, params, /*to_output=*/false);
-    m.LlamaLayerBackward(layer, params, grads);
-    m.backward_next = layer - 1;
-    return Status::Ok();
-  }
-  m.LayerForwardInto(layer, params, /*to_output=*/false);
+  for (int g = begin; g < end; ++g) m.ForwardGroup(layer, g, params);
+  m.recompute_group = end;
+  return Status::Ok();
+}
 
-  Ops<T>& o = *m.ops;
-  const int64_t N = m.N, C = m.C;
-  const int T_ = m.config.seq_len, NH = m.config.n_head;
-  const std::vector<const T*>& p = params;
-  const std::vector<T*>& g = grads;
-  // m.dres holds d x_{l+1}; x_{l+1} = mid + fc_proj(gelu(fc(ln2(mid)))).
-  T* dfch_gelu = m.dbuf_4c;
-  o.Zero(dfch_gelu, N * 4 * C);
-  o.MatmulBackward(dfch_gelu, g[kFcProjW], g[kFcProjB], m.dres, m.fch_gelu, p[kFcProjW], N, 4 * m.C, m.C);
-  T* dfch = m.fch_gelu;  // fch_gelu's last reader was the matmul above
-  o.Zero(dfch, N * 4 * C);
-  o.GeluBackward(dfch, m.fch, dfch_gelu, N * 4 * C);
-  T* dln2 = m.dbuf_c;
-  o.Zero(dln2, N * C);
-  o.MatmulBackward(dln2, g[kFcW], g[kFcB], dfch, m.ln2, p[kFcW], N, m.C, 4 * m.C);
-  // The residual passes d x_{l+1} through unchanged: adding the LayerNorm
-  // path turns dres into d mid.
-  o.LayerNormBackward(m.dres, g[kLn2W], g[kLn2B], dln2, m.mid, p[kLn2W], m.ln2_mean, m.ln2_rstd, N, m.C);
-  // mid = x_l + attn_proj(attention(qkv(ln1(x_l)))).
-  T* datty = m.dbuf_c;
-  o.Zero(datty, N * C);
-  o.MatmulBackward(datty, g[kAttProjW], g[kAttProjB], m.dres, m.atty, p[kAttProjW], N, m.C, m.C);
-  T* dqkv = m.dbuf_4c;
-  o.Zero(dqkv, N * 3 * C);
-  o.AttentionBackward(dqkv, m.attn_scratch, datty, m.qkv, m.att, m.B, T_, m.C, NH);
-  T* dln1 = m.atty;  // atty's last reader was the attn_proj matmul backward
-  o.Zero(dln1, N * C);
-  o.MatmulBackward(dln1, g[kQkvW], g[kQkvB], dqkv, m.ln1, p[kQkvW], N, m.C, 3 * m.C);
-  o.LayerNormBackward(m.dres, g[kLn1W], g[kLn1B], dln1, m.x[layer], p[kLn1W], m.ln1_mean, m.ln1_rstd, N, m.C);
-  m.backward_next = layer - 1;
+template <typename T>
+Status GptCompute<T>::LayerBackwardGroups(int layer, int begin, int end, const std::vector<const T*>& params,
+                                          const std::vector<T*>& grads) {
+  Impl& m = *impl_;
+  const size_t n = m.LayerTensorCount();
+  ZINF_RETURN_IF_ERROR(CheckGroupPointers(m.config, params, n, begin, end, "LayerBackward params"));
+  ZINF_RETURN_IF_ERROR(CheckGroupPointers(m.config, grads, n, begin, end, "LayerBackward grads"));
+  ZINF_RETURN_IF_ERROR(m.CheckBackwardLayer(layer, "LayerBackward"));
+  if (m.recompute_group != kMlpOutGroup || m.backward_end != end) {
+    return Status::FailedPrecondition("LayerBackward(" + std::to_string(layer) + "): groups [" + std::to_string(begin) +
+                                      ", " + std::to_string(end) + ") asked; the recompute must reach group " +
+                                      std::to_string(kMlpOutGroup) + " first (at " + std::to_string(m.recompute_group) +
+                                      ") and the backward runs groups down from " + std::to_string(m.backward_end));
+  }
+  for (int g = end - 1; g >= begin; --g) m.BackwardGroup(layer, g, params, grads);
+  m.backward_end = begin;
+  if (begin == 0) {
+    m.backward_next = layer - 1;
+    m.recompute_group = 0;
+    m.backward_end = kLayerGroups;
+  }
   return Status::Ok();
 }
 

@@ -128,6 +128,16 @@ enum LlamaLayerTensor {
 // Index of the untied lm_head in the head block (kLmHead for kGpt2).
 inline int LmHeadIndex(const GptConfig& c) { return c.llama() ? 1 : kLmHead; }
 
+// A layer's tensors in groups, in the order its forward pass uses them:
+// the first norm, the q/k/v projections (with the attention after them),
+// the attention's output projection, the second norm, the MLP's input
+// projection(s) (fc; gate and up), its output projection (fc_proj; down).
+// The backward uses them in reverse. A layer fetched in pieces
+// (fetch_layout.h) has whole, consecutive groups in each piece.
+enum LayerGroup { kNorm1Group = 0, kQkvGroup, kAttnOutGroup, kNorm2Group, kMlpInGroup, kMlpOutGroup, kLayerGroups };
+// The tensor indices (LayerTensor or LlamaLayerTensor) of each group.
+std::vector<std::vector<int>> LayerTensorGroups(const GptConfig& config);
+
 inline constexpr BlockId kEmbedBlock = 0;
 inline BlockId LayerBlock(int layer) { return static_cast<BlockId>(1 + layer); }
 inline BlockId HeadBlock(const GptConfig& c) { return static_cast<BlockId>(1 + c.n_layer); }
@@ -191,6 +201,22 @@ class GptCompute {
   // its parameter gradients into `grads` (spec order) and turns the
   // gradient of x_{l+1} into that of x_l.
   Status LayerBackward(int layer, const std::vector<const T*>& params, const std::vector<T*>& grads);
+  // The layer walked in groups (LayerTensorGroups), for a layer fetched in
+  // pieces: the same kernels in the same order as LayerForward and
+  // LayerBackward, which are these calls over all groups, so the results
+  // are bit for bit the same however the groups are cut. `params` and
+  // `grads` have the layer's tensor count; only the tensors of groups
+  // [begin, end) are read (the others may be null).
+  //   forward:   LayerForwardGroups over [0, kLayerGroups) in order;
+  //   backward:  LayerRecomputeGroups over [0, kMlpOutGroup) in order (the
+  //              recompute does not need the last group), then
+  //              LayerBackwardGroups from kLayerGroups down to 0, each call
+  //              accumulating the gradients of its groups' tensors.
+  // Calls out of that order fail with kFailedPrecondition.
+  Status LayerForwardGroups(int layer, int begin, int end, const std::vector<const T*>& params);
+  Status LayerRecomputeGroups(int layer, int begin, int end, const std::vector<const T*>& params);
+  Status LayerBackwardGroups(int layer, int begin, int end, const std::vector<const T*>& params,
+                             const std::vector<T*>& grads);
   // Accumulates d wte and d wpe into `grads` (spec order of the embed block).
   Status EmbedBackward(const std::vector<T*>& grads);
 

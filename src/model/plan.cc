@@ -123,8 +123,8 @@ Config PlanConfig(const PlanInputs& in, OffloadDevice param, OffloadDevice optim
   c.optimizer.lr = 3e-4;
   c.optimizer.weight_decay = 0.01;
 
-  const std::vector<BlockSpec> specs = GptBlockSpecs(in.model);
-  auto part = zero3::Partitioner::Create(specs, std::max(1, in.world_size), 0);
+  const FetchLayout layout = FetchLayout::Create(in.model, PlanFetchUnit(in, /*param_elem_bytes=*/2));
+  auto part = zero3::Partitioner::Create(layout.specs(), std::max(1, in.world_size), 0);
   int64_t total = 0, max_padded = 0, max_shard = 0;
   if (part.ok()) {
     total = part->total_shard_numel();
@@ -172,6 +172,16 @@ Config PlanConfig(const PlanInputs& in, OffloadDevice param, OffloadDevice optim
   return c;
 }
 
+int64_t PlanFetchUnit(const PlanInputs& in, int64_t param_elem_bytes) {
+  if (!in.fetch_unit_auto) return in.fetch_unit;
+  return ResolveAutoFetchUnit(in.model, in.micro_batch, in.cuda, in.gpu_bytes, param_elem_bytes);
+}
+
+FetchLayout PlanLayout(const PlanInputs& in, const Config& config) {
+  const int64_t elem_bytes = config.bf16.enabled || config.fp16.enabled ? 2 : 4;
+  return FetchLayout::Create(in.model, PlanFetchUnit(in, elem_bytes));
+}
+
 int64_t GptMaxHeldElems(const GptConfig& model, const std::vector<BlockSpec>& specs, const Config& config, int world) {
   auto part = zero3::Partitioner::Create(specs, std::max(1, world), 0);
   if (!part.ok()) return 0;  // MakeBufferPlan reports the Partitioner's error
@@ -183,7 +193,8 @@ int64_t GptMaxHeldElems(const GptConfig& model, const std::vector<BlockSpec>& sp
   int64_t held = 0;
   for (BlockId b = 0; b < part->num_blocks(); ++b) held = std::max(held, transient(b));
   // trainer.cc MicroBatch: the tied head holds the embedding and the head at once.
-  if (model.tied_embeddings) held = std::max(held, transient(kEmbedBlock) + transient(HeadBlock(model)));
+  const BlockId head = part->num_blocks() - 1;
+  if (model.tied_embeddings) held = std::max(held, transient(kEmbedBlock) + transient(head));
   return held;
 }
 
@@ -192,21 +203,22 @@ namespace {
 // The model's own device allocations besides the engine's: activations
 // (gpt.cc GptCompute::Create), the trainer's scratch (trainer.cc Create)
 // and, on CUDA, an allowance for the context and cuBLAS.
-void AddModelDeviceItems(const PlanInputs& in, const std::vector<BlockSpec>& specs, int64_t param_bytes, int64_t batch,
+void AddModelDeviceItems(const PlanInputs& in, const FetchLayout& layout, int64_t param_bytes, int64_t batch,
                          std::vector<PlanItem>& items) {
   auto add = [&](std::string what, int64_t bytes) {
     if (bytes > 0) items.push_back({Tier::kDevice, std::move(what), bytes, false});
   };
   add("activations (fp32: checkpoints (L+1)*B*T*C, one layer, attention, logits chunk)",
       ActivationBytes(in.model, static_cast<int>(batch), in.cuda));
-  // fp32 cast of a block (and of the tied embedding), one block's
-  // gradients, the embedding's gradients.
-  int64_t max_block = 0;
-  for (const BlockSpec& s : specs) max_block = std::max(max_block, BlockNumel(s));
-  const int64_t embed = BlockNumel(specs[kEmbedBlock]);
-  int64_t scratch = DeviceBytes(max_block * 4) + DeviceBytes(embed * 4);
-  if (param_bytes != 4) scratch += DeviceBytes(max_block * 4) + (in.model.tied_embeddings ? DeviceBytes(embed * 4) : 0);
-  add("trainer scratch (fp32 cast of a block, block and embedding gradients)", scratch);
+  // fp32 cast of a block (the tied embedding has its own), one block's
+  // gradients (the embedding's are apart), the embedding's gradients.
+  const int64_t max_block = layout.max_piece_elems(), max_other = layout.max_non_embed_elems();
+  const int64_t embed = BlockNumel(layout.specs()[kEmbedBlock]);
+  const bool tied = in.model.tied_embeddings;
+  int64_t scratch = DeviceBytes(max_other * 4) + DeviceBytes(embed * 4);
+  if (param_bytes != 4)
+    scratch += DeviceBytes((tied ? max_other : max_block) * 4) + (tied ? DeviceBytes(embed * 4) : 0);
+  add("trainer scratch (fp32 cast of a block or piece, its gradients, the embedding's gradients)", scratch);
   if (in.cuda) add("CUDA context and cuBLAS workspace (allowance)", kCudaAllowanceBytes);
 }
 
@@ -257,7 +269,7 @@ void Totals(const PlanInputs& in, int world, PlanOption& o) {
 }
 
 // The step time (plan.h).
-void StepTime(const PlanInputs& in, const Config& config, int world, PlanOption& o) {
+void StepTime(const PlanInputs& in, const Config& config, int world, const FetchLayout& layout, PlanOption& o) {
   const ZeroConfig& z = config.zero;
   const zero3::BufferPlan& bp = o.buffers;
   const int64_t total = bp.total_shard_elems, pes = bp.param_elem_bytes;
@@ -267,8 +279,11 @@ void StepTime(const PlanInputs& in, const Config& config, int world, PlanOption&
   const double P_rank = static_cast<double>(total);
   const double tokens_rank = static_cast<double>(B * gas * in.model.seq_len);
   o.compute_s = 8.0 * P_rank * tokens_rank / s.gpu_flops;
-  // Every block is fetched for the forward and again for the backward.
-  const int64_t fetch_bytes = 2 * gas * total * pes;
+  // Every block is fetched for the forward and again for the backward; a
+  // layer in pieces fetches its pieces before the last once more (the
+  // recompute releases them before their backward).
+  const int64_t refetch = layout.backward_refetch_elems() / world;
+  const int64_t fetch_bytes = gas * (2 * total + refetch) * pes;
   const int64_t param_read = popt == OffloadDevice::kNvme ? fetch_bytes * world : 0;
   const int64_t param_write = popt == OffloadDevice::kNvme ? total * pes * world : 0;
   // The optimizer update: master, m, v read and written; on NVMe the fp32
@@ -314,9 +329,13 @@ StatusOr<PlanOption> EstimateOption(const PlanInputs& in, const Config& config) 
   const int world = std::max(1, in.world_size);
   const int64_t B = config.train_micro_batch_size_per_gpu, gas = config.gradient_accumulation_steps;
   if (B < 1 || gas < 1) return Status::InvalidArgument("plan: micro-batch and accumulation steps must be >= 1");
-  const std::vector<BlockSpec> specs = GptBlockSpecs(in.model);
+  const FetchLayout layout = PlanLayout(in, config);
+  const std::vector<BlockSpec>& specs = layout.specs();
 
   PlanOption o;
+  o.fetch_unit = layout.fetch_unit();
+  o.fetch_layout = layout.Describe();
+  o.max_piece_elems = layout.max_piece_elems();
   o.param = z.offload_param.device;
   o.optimizer = z.offload_optimizer.device;
   o.config = config;
@@ -329,7 +348,7 @@ StatusOr<PlanOption> EstimateOption(const PlanInputs& in, const Config& config) 
   for (const PlanItem& it : engine) {
     if (it.tier == Tier::kDevice) o.items.push_back(it);
   }
-  AddModelDeviceItems(in, specs, o.buffers.param_elem_bytes, B, o.items);
+  AddModelDeviceItems(in, layout, o.buffers.param_elem_bytes, B, o.items);
   for (const PlanItem& it : engine) {
     if (it.tier != Tier::kDevice) o.items.push_back(it);
   }
@@ -338,7 +357,7 @@ StatusOr<PlanOption> EstimateOption(const PlanInputs& in, const Config& config) 
                        in.checkpoints * o.buffers.total_shard_elems * 12, false});
   }
   Totals(in, world, o);
-  StepTime(in, config, world, o);
+  StepTime(in, config, world, layout, o);
   return o;
 }
 

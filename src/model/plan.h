@@ -43,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "model/fetch_layout.h"
 #include "model/gpt.h"
 #include "zero3/buffer_plan.h"
 #include "zinf/config.h"
@@ -86,6 +87,11 @@ struct PlanInputs {
   int64_t nvme_bytes = 0;               // free NVMe space of the node; 0 with paths: no NVMe tier
   std::vector<std::string> nvme_paths;  // written into configs that offload to NVMe
   int checkpoints = 0;                  // checkpoints kept on NVMe (12 B per parameter each)
+  // Sub-block fetch (fetch_layout.h): layers above fetch_unit elements are
+  // cut into pieces (0: whole layers); with fetch_unit_auto the unit is
+  // ResolveAutoFetchUnit's for gpu_bytes (as `zinf train --fetch-unit auto`).
+  int64_t fetch_unit = 0;
+  bool fetch_unit_auto = false;
   PlanSpeeds speeds;
 };
 
@@ -124,6 +130,12 @@ struct PlanOption {
   double tokens_per_s = 0;  // node
   std::string bound_by;     // the largest part of the step
 
+  // The cut the estimate assumes: the unit (elements, 0 whole layers), its
+  // description (FetchLayout::Describe) and the largest engine block.
+  int64_t fetch_unit = 0;
+  std::string fetch_layout;
+  int64_t max_piece_elems = 0;
+
   bool fits() const { return fits_gpu && fits_cpu && fits_nvme; }
 };
 
@@ -137,8 +149,16 @@ struct Plan {
 // buffers sized for the model: see plan.cc).
 Config PlanConfig(const PlanInputs& inputs, OffloadDevice param, OffloadDevice optimizer);
 
+// The fetch unit `inputs` asks for with 16-bit (`param_elem_bytes` 2) or
+// fp32 parameters: fetch_unit, or ResolveAutoFetchUnit's with fetch_unit_auto.
+int64_t PlanFetchUnit(const PlanInputs& inputs, int64_t param_elem_bytes);
+// The engine's blocks the Trainer would create for `inputs` under `config`
+// (GptBlockSpecs cut by PlanFetchUnit).
+FetchLayout PlanLayout(const PlanInputs& inputs, const Config& config);
+
 // The most non-persistent elements the Trainer holds acquired at once: the
-// largest block, or with a tied head the embedding and the head together.
+// largest engine block (`specs`: the embed block first, the head last), or
+// with a tied head the embedding and the head together.
 int64_t GptMaxHeldElems(const GptConfig& model, const std::vector<BlockSpec>& specs, const Config& config, int world);
 
 // The costs of training inputs.model under `config` (any stage-3 config).

@@ -99,6 +99,7 @@ struct Trainer::Impl {
   comm::Communicator* comm = nullptr;
   std::unique_ptr<Device> owned_device;
   Device* device = nullptr;
+  FetchLayout layout;  // the engine's blocks: the model's, layers cut by options.fetch_unit
   std::unique_ptr<Engine> engine;
   std::unique_ptr<Ops<float>> ops;
   std::unique_ptr<GptCompute<float>> compute;
@@ -213,30 +214,95 @@ struct Trainer::Impl {
     return s;
   }
 
+  // A layer piece's tensors (piece order) at their places among the layer's
+  // tensors (GptCompute's order); the other places null.
+  template <typename P>
+  std::vector<P> AtLayerPlaces(BlockId piece, const std::vector<P>& v) const {
+    std::vector<P> out(spec_tensor_count(layout.piece(piece).model_block), nullptr);
+    const std::vector<int>& places = layout.piece(piece).tensors;
+    for (size_t i = 0; i < v.size(); ++i) out[static_cast<size_t>(places[i])] = v[i];
+    return out;
+  }
+  size_t spec_tensor_count(BlockId model_block) const {
+    size_t n = 0;
+    for (BlockId e : layout.pieces_of(model_block)) n += spec(e).tensors.size();
+    return n;
+  }
+
+  // Layer l's forward, piece by piece: each piece is acquired right before
+  // its groups run and released right after.
+  Status LayerForward(int l) {
+    for (BlockId e : layout.pieces_of(LayerBlock(l))) {
+      const FetchPiece& piece = layout.piece(e);
+      ZINF_ASSIGN_OR_RETURN(auto p, AcquireAsFloat(e, param_scratch));
+      ZINF_RETURN_IF_ERROR(Timed(
+          [&] { return compute->LayerForwardGroups(l, piece.begin_group, piece.end_group, AtLayerPlaces(e, p)); }));
+      ZINF_RETURN_IF_ERROR(SyncCompute());
+      ZINF_RETURN_IF_ERROR(engine->Release(e));
+    }
+    return Status::Ok();
+  }
+
+  // Layer l's backward: the recompute walks the pieces forward (the last
+  // piece stays acquired when the recompute needs it), then the backward walks
+  // them in reverse, each piece's gradients reduced as soon as its groups
+  // are done. Whole layers: one acquire, as before pieces existed.
+  Status LayerBackward(int l) {
+    const std::vector<BlockId>& pieces = layout.pieces_of(LayerBlock(l));
+    BlockId held = -1;
+    std::vector<const float*> held_params;
+    for (BlockId e : pieces) {
+      const FetchPiece& piece = layout.piece(e);
+      if (piece.begin_group >= kMlpOutGroup) break;  // the recompute stops before the last group
+      ZINF_ASSIGN_OR_RETURN(auto p, AcquireAsFloat(e, param_scratch));
+      held_params = AtLayerPlaces(e, p);
+      const int end = std::min(piece.end_group, static_cast<int>(kMlpOutGroup));
+      ZINF_RETURN_IF_ERROR(
+          Timed([&] { return compute->LayerRecomputeGroups(l, piece.begin_group, end, held_params); }));
+      if (piece.end_group == kLayerGroups) {
+        held = e;  // the last piece: its backward comes next
+        break;
+      }
+      ZINF_RETURN_IF_ERROR(SyncCompute());
+      ZINF_RETURN_IF_ERROR(engine->Release(e));
+    }
+    for (auto it = pieces.rbegin(); it != pieces.rend(); ++it) {
+      const BlockId e = *it;
+      const FetchPiece& piece = layout.piece(e);
+      if (e != held) {  // only one piece is acquired at a time: they share param_scratch
+        ZINF_ASSIGN_OR_RETURN(auto p, AcquireAsFloat(e, param_scratch));
+        held_params = AtLayerPlaces(e, p);
+      }
+      std::vector<float*> g = ZeroedGrads(e, grad_scratch);
+      ZINF_RETURN_IF_ERROR(Timed([&] {
+        return compute->LayerBackwardGroups(l, piece.begin_group, piece.end_group, held_params, AtLayerPlaces(e, g));
+      }));
+      ZINF_RETURN_IF_ERROR(SyncCompute());
+      ZINF_RETURN_IF_ERROR(engine->Release(e));
+      ZINF_RETURN_IF_ERROR(engine->ReduceGradients(e, AsConst(g)));
+    }
+    return Status::Ok();
+  }
+
   // One micro-batch on the host arrays `inputs`/`targets`: forward, and
   // with `backward` the backward pass and every block's ReduceGradients.
   // Returns the mean loss.
   StatusOr<double> MicroBatch(bool backward) {
     ZINF_RETURN_IF_ERROR(compute->SetBatch(inputs.data(), targets.data()));
-    const BlockId head = HeadBlock(model());
+    const BlockId head = layout.head(), embed = layout.embed();
     {
-      ZINF_ASSIGN_OR_RETURN(auto p, AcquireAsFloat(kEmbedBlock, param_scratch));
+      ZINF_ASSIGN_OR_RETURN(auto p, AcquireAsFloat(embed, model().tied_embeddings ? embed_scratch : param_scratch));
       ZINF_RETURN_IF_ERROR(Timed([&] { return compute->EmbedForward(p); }));
       ZINF_RETURN_IF_ERROR(SyncCompute());
-      ZINF_RETURN_IF_ERROR(engine->Release(kEmbedBlock));
+      ZINF_RETURN_IF_ERROR(engine->Release(embed));
     }
-    for (int l = 0; l < model().n_layer; ++l) {
-      ZINF_ASSIGN_OR_RETURN(auto p, AcquireAsFloat(LayerBlock(l), param_scratch));
-      ZINF_RETURN_IF_ERROR(Timed([&] { return compute->LayerForward(l, p); }));
-      ZINF_RETURN_IF_ERROR(SyncCompute());
-      ZINF_RETURN_IF_ERROR(engine->Release(LayerBlock(l)));
-    }
+    for (int l = 0; l < model().n_layer; ++l) ZINF_RETURN_IF_ERROR(LayerForward(l));
     double loss = 0.0;
     {
       ZINF_ASSIGN_OR_RETURN(auto h, AcquireAsFloat(head, param_scratch));
       const float* lm_head = nullptr;
       if (model().tied_embeddings) {
-        ZINF_ASSIGN_OR_RETURN(auto e, AcquireAsFloat(kEmbedBlock, embed_scratch));
+        ZINF_ASSIGN_OR_RETURN(auto e, AcquireAsFloat(embed, embed_scratch));
         lm_head = e[kWte];
       } else {
         lm_head = h[LmHeadIndex(model())];
@@ -244,7 +310,7 @@ struct Trainer::Impl {
       GptCompute<float>::HeadGrads grads;
       if (backward) {
         grads.head = ZeroedGrads(head, grad_scratch);
-        std::vector<float*> eg = ZeroedGrads(kEmbedBlock, embed_grads);
+        std::vector<float*> eg = ZeroedGrads(embed, embed_grads);
         grads.lm_head = model().tied_embeddings ? eg[kWte] : grads.head[LmHeadIndex(model())];
       }
       const double scale = config.fp16.enabled ? engine->loss_scale() : 1.0;
@@ -255,30 +321,51 @@ struct Trainer::Impl {
       loss = *l;
       ZINF_RETURN_IF_ERROR(SyncCompute());
       ZINF_RETURN_IF_ERROR(engine->Release(head));
-      if (model().tied_embeddings) ZINF_RETURN_IF_ERROR(engine->Release(kEmbedBlock));
+      if (model().tied_embeddings) ZINF_RETURN_IF_ERROR(engine->Release(embed));
       if (backward) ZINF_RETURN_IF_ERROR(engine->ReduceGradients(head, AsConst(grads.head)));
     }
     if (!backward) return loss;
-    for (int l = model().n_layer - 1; l >= 0; --l) {
-      const BlockId b = LayerBlock(l);
-      ZINF_ASSIGN_OR_RETURN(auto p, AcquireAsFloat(b, param_scratch));
-      std::vector<float*> g = ZeroedGrads(b, grad_scratch);
-      ZINF_RETURN_IF_ERROR(Timed([&] { return compute->LayerBackward(l, p, g); }));
-      ZINF_RETURN_IF_ERROR(SyncCompute());
-      ZINF_RETURN_IF_ERROR(engine->Release(b));
-      ZINF_RETURN_IF_ERROR(engine->ReduceGradients(b, AsConst(g)));
-    }
+    for (int l = model().n_layer - 1; l >= 0; --l) ZINF_RETURN_IF_ERROR(LayerBackward(l));
     // The embedding's backward needs only the tokens, not its weights.
     std::vector<float*> eg;
     int64_t offset = 0;
-    for (const TensorSpec& t : spec(kEmbedBlock).tensors) {
+    for (const TensorSpec& t : spec(embed).tensors) {
       eg.push_back(embed_grads + offset);
       offset += t.numel();
     }
     ZINF_RETURN_IF_ERROR(Timed([&] { return compute->EmbedBackward(eg); }));
     ZINF_RETURN_IF_ERROR(SyncCompute());
-    ZINF_RETURN_IF_ERROR(engine->ReduceGradients(kEmbedBlock, AsConst(eg)));
+    ZINF_RETURN_IF_ERROR(engine->ReduceGradients(embed, AsConst(eg)));
     return loss;
+  }
+
+  // The fp32 master weights of a model block (GptBlockSpecs order), from
+  // its pieces. Collective (GetMasterParameters gathers).
+  StatusOr<std::vector<std::vector<float>>> ReadModelBlock(BlockId model_block) {
+    std::vector<std::vector<float>> master(spec_tensor_count(model_block));
+    for (BlockId e : layout.pieces_of(model_block)) {
+      const BlockSpec& s = spec(e);
+      std::vector<float*> out;
+      for (size_t i = 0; i < s.tensors.size(); ++i) {
+        std::vector<float>& t = master[static_cast<size_t>(layout.piece(e).tensors[i])];
+        t.resize(static_cast<size_t>(s.tensors[i].numel()));
+        out.push_back(t.data());
+      }
+      ZINF_RETURN_IF_ERROR(engine->GetMasterParameters(e, out));
+    }
+    return master;
+  }
+
+  // Sets a model block's weights (GptBlockSpecs order) into its pieces.
+  Status SetModelBlock(BlockId model_block, std::vector<std::vector<float>> weights) {
+    std::vector<std::vector<std::vector<float>>> split = layout.Split(model_block, std::move(weights));
+    const std::vector<BlockId>& pieces = layout.pieces_of(model_block);
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      std::vector<const float*> ptrs;
+      for (const auto& t : split[i]) ptrs.push_back(t.data());
+      ZINF_RETURN_IF_ERROR(engine->SetParameters(pieces[i], ptrs));
+    }
+    return Status::Ok();
   }
 
   Status AgreeAcrossRanks(Status local);
@@ -292,6 +379,7 @@ struct Trainer::Impl {
             {"trainer.data", data_identity},
             {"trainer.seed", std::to_string(options.seed)},
             {"trainer.weight_decay_on", WeightDecayOnName(options.weight_decay_on)},
+            {"trainer.fetch_layout", layout.Describe()},
             {"trainer.micro_batch", std::to_string(batch())},
             {"trainer.gradient_accumulation_steps", std::to_string(config.gradient_accumulation_steps)},
             {"trainer.data_order", DataOrderName(options.data_order)},
@@ -336,11 +424,12 @@ Status WorkingSetError(const Trainer::Impl& m, const Status& s, int64_t engine_b
   return Status::OutOfMemory(
       "device out of memory for the model's working set: activations " + FormatBytes(activations) + " (micro-batch " +
       std::to_string(m.batch()) + " x " + std::to_string(m.model().seq_len) + " tokens) and fp32 scratch " +
-      FormatBytes(scratch) + " (the largest block, " + FormatCount(max_block) +
+      FormatBytes(scratch) + " (the largest block or piece, " + FormatCount(max_block) +
       " parameters, and the embedding's gradient), beside the engine's " + FormatBytes(engine_bytes) +
       " and one gathered block of " + FormatBytes(gathered) + ", need at least " + FormatBytes(need) +
       "; the device has " + FormatBytes(capacity) + ": raise --device-budget to more than " + FormatBytes(need) +
-      " (`zinf plan` itemizes it), or lower train_micro_batch_size_per_gpu / --seq-len (" + s.message() + ")");
+      " (`zinf plan` itemizes it), fetch layers in smaller pieces with --fetch-unit (now " + m.layout.Describe() +
+      "), or lower train_micro_batch_size_per_gpu / --seq-len (" + s.message() + ")");
 }
 
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const TrainerOptions& options) {
@@ -398,7 +487,13 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   EngineOptions eo = options.engine;
   eo.hooks = &hooks;
   eo.grad_type = ElementType::kF32;
-  ZINF_ASSIGN_OR_RETURN(m->engine, Engine::Create(config, specs, eo));
+  if (options.fetch_unit < 0) {
+    return Status::InvalidArgument("fetch unit must be >= 0 elements (0: whole layers), got " +
+                                   std::to_string(options.fetch_unit));
+  }
+  m->layout = FetchLayout::Create(m->model(), specs, options.fetch_unit);
+  ZINF_ASSIGN_OR_RETURN(m->engine, Engine::Create(config, m->layout.specs(), eo));
+  // Initial weights by model block (the same values however layers are cut).
   for (BlockId b = 0; b < static_cast<BlockId>(specs.size()); ++b) {
     std::vector<std::vector<float>> w;
     if (options.initial_weights) {
@@ -406,21 +501,21 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
     } else {
       w = InitBlockWeights(m->model(), b, options.seed);
     }
-    std::vector<const float*> ptrs;
-    for (const auto& t : w) ptrs.push_back(t.data());
-    ZINF_RETURN_IF_ERROR(m->engine->SetParameters(b, ptrs));
+    ZINF_RETURN_IF_ERROR(m->SetModelBlock(b, std::move(w)));
   }
 
   // Kernels, activations and scratch on the engine's device.
   const auto engine_bytes = static_cast<int64_t>(m->device->bytes_in_use());
   ZINF_ASSIGN_OR_RETURN(m->ops, CreateOps(*m->device));
-  int64_t max_block = 0;
-  for (const BlockSpec& b : specs) max_block = std::max(max_block, BlockNumel(b));
+  // The embedding has scratch of its own (its gradients; with a tied head
+  // its fp32 cast, which its forward uses too), so the blocks' scratch is
+  // sized by the others: the largest layer piece, or the head.
+  const int64_t max_block = m->layout.max_piece_elems(), max_other = m->layout.max_non_embed_elems();
   const int64_t embed = BlockNumel(specs[kEmbedBlock]);
-  const bool cast = m->engine->param_type() != ElementType::kF32;
-  const std::pair<float**, int64_t> scratch[] = {{&m->param_scratch, cast ? max_block : 0},
-                                                 {&m->embed_scratch, cast && m->model().tied_embeddings ? embed : 0},
-                                                 {&m->grad_scratch, max_block},
+  const bool cast = m->engine->param_type() != ElementType::kF32, tied = m->model().tied_embeddings;
+  const std::pair<float**, int64_t> scratch[] = {{&m->param_scratch, cast ? (tied ? max_other : max_block) : 0},
+                                                 {&m->embed_scratch, cast && tied ? embed : 0},
+                                                 {&m->grad_scratch, max_other},
                                                  {&m->embed_grads, embed}};
   int64_t scratch_elems = 0;
   for (const auto& [dst, n] : scratch) scratch_elems += n;
@@ -513,11 +608,11 @@ Status Trainer::InitFromSafetensors(const std::string& path) {
   ZINF_ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensors(path));
   const std::string where = "init from " + path + ": ";
   size_t used = 0;
-  for (BlockId b = 0; b < m.engine->num_blocks(); ++b) {
-    const BlockSpec& spec = m.engine->block(b);
+  const std::vector<BlockSpec> model_specs = GptBlockSpecs(m.model());
+  for (BlockId b = 0; b < static_cast<BlockId>(model_specs.size()); ++b) {
+    const BlockSpec& spec = model_specs[static_cast<size_t>(b)];
     const std::vector<std::string> names = GptTensorExportNames(m.model(), b);
     std::vector<std::vector<float>> values(spec.tensors.size());
-    std::vector<const float*> ptrs;
     for (size_t t = 0; t < spec.tensors.size(); ++t) {
       const SafetensorsFile::Tensor* in = file.Find(names[t]);
       if (in == nullptr) return Status::InvalidArgument(where + "tensor " + names[t] + " is missing");
@@ -551,14 +646,13 @@ Status Trainer::InitFromSafetensors(const std::string& path) {
           values[t][i] = in->dtype == "BF16" ? Bf16ToFloat(h) : HalfToFloat(h);
         }
       }
-      ptrs.push_back(values[t].data());
     }
-    ZINF_RETURN_IF_ERROR(m.engine->SetParameters(b, ptrs).WithContext(where + "block " + std::to_string(b)));
+    ZINF_RETURN_IF_ERROR(m.SetModelBlock(b, std::move(values)).WithContext(where + "block " + std::to_string(b)));
   }
   if (used != file.tensors.size()) {
     for (const auto& t : file.tensors) {
       bool known = false;
-      for (BlockId b = 0; b < m.engine->num_blocks() && !known; ++b) {
+      for (BlockId b = 0; b < static_cast<BlockId>(model_specs.size()) && !known; ++b) {
         for (const std::string& n : GptTensorExportNames(m.model(), b)) known = known || n == t.name;
       }
       if (!known) return Status::InvalidArgument(where + "tensor " + t.name + " is not part of this model");
@@ -640,6 +734,16 @@ Status Trainer::Impl::ResumeFrom(const std::string& path, bool weights_only) {
                                           "--holdout");
       }
     }
+    // The engine's blocks are the layers' pieces: another cut is another
+    // set of blocks (checkpoints from before the key have whole layers).
+    auto cut = md.find("trainer.fetch_layout");
+    const std::string their_cut = cut == md.end() ? std::string("whole layers") : cut->second;
+    if (their_cut != mine.at("trainer.fetch_layout")) {
+      return Status::FailedPrecondition("resume from " + dir + ": trainer.fetch_layout was " + their_cut +
+                                        ", this run has " + mine.at("trainer.fetch_layout") +
+                                        "; resume with a --fetch-unit that cuts layers the same way (the saving "
+                                        "run's --fetch-unit)");
+    }
     // Checkpoints from before the key decayed every tensor.
     auto it = md.find("trainer.weight_decay_on");
     const std::string theirs = it == md.end() ? std::string("all") : it->second;
@@ -686,18 +790,13 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
     }
     if (progress) progress(0, total_bytes);
   }
-  for (BlockId b = 0; b < m.engine->num_blocks(); ++b) {
-    const BlockSpec& spec = m.engine->block(b);
+  const std::vector<BlockSpec> model_specs = GptBlockSpecs(m.model());
+  for (BlockId b = 0; b < static_cast<BlockId>(model_specs.size()); ++b) {
+    const BlockSpec& spec = model_specs[static_cast<size_t>(b)];
     if (progress) {
       for (const auto& t : spec.tensors) done_bytes += t.numel() * es;
     }
-    std::vector<std::vector<float>> master(spec.tensors.size());
-    std::vector<float*> out;
-    for (size_t t = 0; t < spec.tensors.size(); ++t) {
-      master[t].resize(static_cast<size_t>(spec.tensors[t].numel()));
-      out.push_back(master[t].data());
-    }
-    ZINF_RETURN_IF_ERROR(m.engine->GetMasterParameters(b, out));
+    ZINF_ASSIGN_OR_RETURN(std::vector<std::vector<float>> master, m.ReadModelBlock(b));
     if (m.comm->rank() != 0) continue;
     const std::vector<std::string> names = GptTensorExportNames(m.model(), b);
     for (size_t t = 0; t < spec.tensors.size(); ++t) {
@@ -738,25 +837,16 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
 
 Status Trainer::ExportHfFolder(const std::string& dir, const std::string& dtype, const HfCheckpoint* source) {
   Impl& m = *impl_;
-  auto read_block = [&](BlockId b) -> StatusOr<std::vector<std::vector<float>>> {
-    const BlockSpec& spec = m.engine->block(b);
-    std::vector<std::vector<float>> master(spec.tensors.size());
-    std::vector<float*> out;
-    for (size_t t = 0; t < spec.tensors.size(); ++t) {
-      master[t].resize(static_cast<size_t>(spec.tensors[t].numel()));
-      out.push_back(master[t].data());
-    }
-    ZINF_RETURN_IF_ERROR(m.engine->GetMasterParameters(b, out));
-    return master;
-  };
+  auto read_block = [&](BlockId b) { return m.ReadModelBlock(b); };
   if (m.comm->rank() != 0) {  // the gathers are collective: follow rank 0's block order
-    for (BlockId b = 0; b < m.engine->num_blocks(); ++b) ZINF_RETURN_IF_ERROR(read_block(b).status());
+    for (BlockId b = 0; b <= HeadBlock(m.model()); ++b) ZINF_RETURN_IF_ERROR(read_block(b).status());
     return Status::Ok();
   }
   return model::ExportHfFolder(dir, m.model(), source, dtype, read_block);
 }
 
 int64_t Trainer::step() const { return impl_->steps_done; }
+const FetchLayout& Trainer::layout() const { return impl_->layout; }
 int64_t Trainer::tokens_per_step() const {
   const Impl& m = *impl_;
   return static_cast<int64_t>(m.batch()) * m.model().seq_len * m.config.gradient_accumulation_steps *

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "model/data.h"
+#include "model/fetch_layout.h"
 #include "model/gpt.h"
 #include "zero3/engine_hooks.h"
 #include "zinf/config.h"
@@ -70,6 +71,10 @@ struct TrainerOptions {
   // only one block is in RAM at a time. Empty: InitBlockWeights(seed).
   std::function<StatusOr<std::vector<std::vector<float>>>(BlockId)> initial_weights;
   WeightDecayOn weight_decay_on = WeightDecayOn::kMatrices;
+  // Layers with more elements than this are fetched in pieces
+  // (fetch_layout.h); 0: whole layers. The engine's blocks are the pieces;
+  // initial_weights, exports and HF files still speak of model blocks.
+  int64_t fetch_unit = 0;
   // Engine options (run id, threads); grad_type and hooks are set by the
   // trainer.
   EngineOptions engine;
@@ -94,7 +99,7 @@ struct StepReport {
 
 class Trainer {
  public:
-  // Builds the engine over GptBlockSpecs, the initial weights (InitBlockWeights
+  // Builds the engine over GptBlockSpecs cut by options.fetch_unit, the initial weights (InitBlockWeights
   // with options.seed), the Ops for the engine's device, the activations and
   // the data. Errors: the engine's, the data's, kInvalidArgument for a
   // token >= vocab_size or a config the model cannot use (fp16 and bf16 both
@@ -164,6 +169,9 @@ class Trainer {
   Status ExportHfFolder(const std::string& dir, const std::string& dtype, const HfCheckpoint* source);
 
   int64_t step() const;
+  // How the model's blocks are the engine's (engine().block(b) is
+  // layout().specs()[b]).
+  const FetchLayout& layout() const;
   int64_t tokens_per_step() const;
   const GptConfig& model() const;
   Engine& engine();

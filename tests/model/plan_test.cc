@@ -212,7 +212,7 @@ TEST(PlanTest, NvmeChoicesNeedNvme) {
 // engine's gathered peak is within the estimate, and a budget of exactly
 // the estimate trains.
 void CheckAgainstTrainer(const std::string& name, int batch,
-                         const std::vector<std::pair<OffloadDevice, OffloadDevice>>& choices) {
+                         const std::vector<std::pair<OffloadDevice, OffloadDevice>>& choices, int64_t fetch_unit = 0) {
   for (const auto& [p, o] : choices) {
     SCOPED_TRACE(name + " param " + std::string(OffloadDeviceName(p)) + " optimizer " +
                  std::string(OffloadDeviceName(o)));
@@ -225,6 +225,7 @@ void CheckAgainstTrainer(const std::string& name, int batch,
     in.cpu_bytes = 64 * kGiB;
     in.nvme_bytes = 64 * kGiB;
     in.nvme_paths = {dir.Sub("nvme")};
+    in.fetch_unit = fetch_unit;
     const Config config = PlanConfig(in, p, o);
     auto est = EstimateOption(in, config);
     ASSERT_TRUE(est.ok()) << est.status().ToString();
@@ -237,8 +238,10 @@ void CheckAgainstTrainer(const std::string& name, int batch,
       to.hooks.device = device.get();
       to.engine.optimizer_threads = 1;
       to.engine.run_id = "plan-test";
+      to.fetch_unit = fetch_unit;
       auto trainer = Trainer::Create(config, to);
       ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+      EXPECT_EQ((*trainer)->layout().Describe(), est->fetch_layout);
       for (int s = 0; s < 2; ++s) {
         auto r = (*trainer)->Step();
         ASSERT_TRUE(r.ok()) << "budget " << (budgeted ? est->gpu_bytes : 0) << ": " << r.status().ToString();
@@ -267,6 +270,57 @@ TEST(PlanTest, TinyMatchesTrainer) {
 }
 
 TEST(PlanTest, DemoMatchesTrainer) { CheckAgainstTrainer("demo", 2, {{OffloadDevice::kNvme, OffloadDevice::kNvme}}); }
+
+// Layers in pieces (fetch_layout.h): the plan's device bytes are still the
+// Trainer's (tiny: 3 pieces a layer; demo: 3, the largest 263168 elements).
+TEST(PlanTest, PiecesMatchTrainer) {
+  CheckAgainstTrainer(
+      "tiny", 8, {{OffloadDevice::kNone, OffloadDevice::kCpu}, {OffloadDevice::kNvme, OffloadDevice::kNvme}}, 6000);
+  CheckAgainstTrainer("demo", 2, {{OffloadDevice::kNvme, OffloadDevice::kNvme}}, 300000);
+}
+
+// GPT-3 175B on a 24 GiB GPU: --fetch-unit auto cuts its 1.8G-parameter
+// layers, and every row sized by the largest engine block follows: the
+// trainer's fp32 scratch, the gathered window, the offload_param buffers
+// and the gradient staging; the GPU column falls by their difference.
+TEST(PlanTest, PiecesShrinkTheRowsSizedByTheLargestBlock) {
+  PlanInputs in;
+  in.model = *LoadGptConfig("175B");
+  in.gpu_bytes = 24 * kGiB;
+  in.cpu_bytes = 128 * kGiB;
+  in.nvme_bytes = 8192 * kGiB;
+  in.nvme_paths = {"/nvme0"};
+  auto whole = MakePlan(in);
+  in.fetch_unit_auto = true;
+  auto cut = MakePlan(in);
+  ASSERT_TRUE(whole.ok() && cut.ok());
+  const PlanOption& w = Find(*whole, OffloadDevice::kNvme, OffloadDevice::kNvme);
+  const PlanOption& c = Find(*cut, OffloadDevice::kNvme, OffloadDevice::kNvme);
+  EXPECT_EQ(w.fetch_layout, "whole layers");
+  EXPECT_EQ(w.max_piece_elems, 12LL * 12288 * 12288 + 13 * 12288);
+  EXPECT_NE(c.fetch_layout, "whole layers");
+  EXPECT_GT(c.fetch_unit, 0);
+  EXPECT_LT(c.max_piece_elems, w.max_piece_elems / 2);
+  auto item = [](const PlanOption& o, const std::string& prefix) {
+    for (const PlanItem& it : o.items) {
+      if (it.what.rfind(prefix, 0) == 0) return it.bytes;
+    }
+    ADD_FAILURE() << "no item " << prefix;
+    return int64_t{0};
+  };
+  for (const char* row : {"trainer scratch", "offload_param buffers", "gradient staging"}) {
+    EXPECT_LT(item(c, row), item(w, row)) << row;
+  }
+  EXPECT_LT(c.gpu_gathered_bytes, w.gpu_gathered_bytes);
+  EXPECT_LT(c.gpu_bytes, w.gpu_bytes);
+  EXPECT_LE(c.pinned_bytes, w.pinned_bytes);
+  // The activations are the same model's (fp32: the 16-bit GPU path's to shrink).
+  EXPECT_EQ(item(c, "activations"), item(w, "activations"));
+  // Pieces fetched again in the backward make the parameter traffic larger.
+  EXPECT_GT(c.param_nvme_s, w.param_nvme_s);
+  std::printf("175B nvme/nvme GPU per rank: whole layers %.2f GiB, %s %.2f GiB\n",
+              static_cast<double>(w.gpu_bytes) / kGiB, c.fetch_layout.c_str(), static_cast<double>(c.gpu_bytes) / kGiB);
+}
 
 }  // namespace
 }  // namespace zinf::model

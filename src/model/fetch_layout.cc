@@ -1,0 +1,180 @@
+// FetchLayout (fetch_layout.h): the greedy cut of a layer into pieces and
+// the fetch unit's parsing and "auto" rule.
+#include "model/fetch_layout.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+#include "core/check.h"
+#include "model/plan.h"
+
+namespace zinf::model {
+namespace {
+
+constexpr const char* kGroupNames[kLayerGroups] = {"norm1", "qkv", "attn_out", "norm2", "mlp_in", "mlp_out"};
+
+// Pieces of a layer as group lists: greedy in order (fetch_layout.h).
+std::vector<std::vector<int>> CutLayer(const std::vector<int64_t>& group_elems, int64_t unit) {
+  std::vector<std::vector<int>> cut(1);
+  int64_t in_piece = 0;
+  for (int g = 0; g < kLayerGroups; ++g) {
+    const int64_t n = group_elems[static_cast<size_t>(g)];
+    if (unit > 0 && !cut.back().empty() && in_piece + n > unit) {
+      cut.emplace_back();
+      in_piece = 0;
+    }
+    cut.back().push_back(g);
+    in_piece += n;
+  }
+  return cut;
+}
+
+std::vector<int64_t> GroupElems(const GptConfig& model, const BlockSpec& layer) {
+  std::vector<int64_t> out;
+  for (const std::vector<int>& g : LayerTensorGroups(model)) {
+    int64_t n = 0;
+    for (int t : g) n += layer.tensors[static_cast<size_t>(t)].numel();
+    out.push_back(n);
+  }
+  return out;
+}
+
+}  // namespace
+
+FetchLayout FetchLayout::Create(const GptConfig& model, std::vector<BlockSpec> specs, int64_t fetch_unit_elems) {
+  FetchLayout l;
+  l.fetch_unit_ = std::max<int64_t>(fetch_unit_elems, 0);
+  const std::vector<std::vector<int>> groups = LayerTensorGroups(model);
+  if (model.n_layer > 0) {
+    const std::vector<int64_t> elems = GroupElems(model, specs[static_cast<size_t>(LayerBlock(0))]);
+    for (int64_t n : elems) l.layer_elems_ += n;
+    l.cut_ = CutLayer(elems, l.layer_elems_ <= l.fetch_unit_ ? 0 : l.fetch_unit_);
+  } else {
+    l.cut_ = CutLayer(std::vector<int64_t>(kLayerGroups, 0), 0);
+  }
+  l.pieces_per_layer_ = static_cast<int>(l.cut_.size());
+  l.of_model_.resize(specs.size());
+  auto add = [&](BlockSpec spec, FetchPiece piece) {
+    int64_t n = 0;
+    for (const TensorSpec& t : spec.tensors) n += t.numel();
+    l.max_piece_elems_ = std::max(l.max_piece_elems_, n);
+    if (piece.model_block != kEmbedBlock) l.max_non_embed_elems_ = std::max(l.max_non_embed_elems_, n);
+    l.of_model_[static_cast<size_t>(piece.model_block)].push_back(static_cast<BlockId>(l.specs_.size()));
+    l.specs_.push_back(std::move(spec));
+    l.pieces_.push_back(std::move(piece));
+  };
+  for (BlockId b = 0; b < static_cast<BlockId>(specs.size()); ++b) {
+    const BlockSpec& spec = specs[static_cast<size_t>(b)];
+    const bool layer = b != kEmbedBlock && b != HeadBlock(model);
+    if (!layer || l.pieces_per_layer_ == 1) {
+      FetchPiece p{b, layer ? static_cast<int>(b) - 1 : -1, 0, kLayerGroups, {}};
+      for (int t = 0; t < static_cast<int>(spec.tensors.size()); ++t) p.tensors.push_back(t);
+      add(spec, std::move(p));
+      continue;
+    }
+    for (const std::vector<int>& cut : l.cut_) {
+      FetchPiece p{b, static_cast<int>(b) - 1, cut.front(), cut.back() + 1, {}};
+      const bool refetched = p.begin_group < kMlpOutGroup && p.end_group != kLayerGroups;
+      BlockSpec ps;
+      ps.name = spec.name + "." + kGroupNames[cut.front()];
+      if (cut.size() > 1) ps.name += std::string("-") + kGroupNames[cut.back()];
+      for (int g : cut) {
+        for (int t : groups[static_cast<size_t>(g)]) {
+          p.tensors.push_back(t);
+          ps.tensors.push_back(spec.tensors[static_cast<size_t>(t)]);
+          if (refetched) l.backward_refetch_elems_ += spec.tensors[static_cast<size_t>(t)].numel();
+        }
+      }
+      add(std::move(ps), std::move(p));
+    }
+  }
+  return l;
+}
+
+std::string FetchLayout::Describe() const {
+  if (pieces_per_layer_ == 1) return "whole layers";
+  std::string out = std::to_string(pieces_per_layer_) + " pieces per layer:";
+  for (size_t i = 0; i < cut_.size(); ++i) {
+    out += std::string(i == 0 ? " " : " | ") + kGroupNames[cut_[i].front()];
+    if (cut_[i].size() > 1) out += std::string("-") + kGroupNames[cut_[i].back()];
+  }
+  return out;
+}
+
+std::vector<std::vector<std::vector<float>>> FetchLayout::Split(BlockId model_block,
+                                                                std::vector<std::vector<float>> weights) const {
+  std::vector<std::vector<std::vector<float>>> out;
+  for (BlockId e : pieces_of(model_block)) {
+    std::vector<std::vector<float>> w;
+    for (int t : piece(e).tensors) {
+      ZINF_CHECK_MSG(static_cast<size_t>(t) < weights.size(), "FetchLayout::Split: weights of another block");
+      w.push_back(std::move(weights[static_cast<size_t>(t)]));
+    }
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+StatusOr<int64_t> ParseFetchUnit(const std::string& text, bool* automatic) {
+  *automatic = text == "auto";
+  if (text == "auto" || text == "layer") return 0;
+  const auto bad = [&] {
+    return Status::InvalidArgument(
+        "--fetch-unit: expected auto, layer or a positive element count like 300M, "
+        "1.5e8 or 50000, got \"" +
+        text + "\"");
+  };
+  if (text.empty()) return bad();
+  std::string num = text;
+  double mult = 1;
+  const char last = static_cast<char>(std::toupper(static_cast<unsigned char>(text.back())));
+  if (last == 'K' || last == 'M' || last == 'B' || last == 'G') {
+    mult = last == 'K' ? 1e3 : last == 'M' ? 1e6 : 1e9;
+    num.pop_back();
+  }
+  if (num.empty() || !(std::isdigit(static_cast<unsigned char>(num[0])) || num[0] == '.')) return bad();
+  char* end = nullptr;
+  const double d = std::strtod(num.c_str(), &end);
+  if (end != num.c_str() + num.size() || !std::isfinite(d)) return bad();
+  const double n = std::round(d * mult);
+  if (n < 1 || n > 9e18) return bad();
+  return static_cast<int64_t>(n);
+}
+
+int64_t ResolveAutoFetchUnit(const GptConfig& model, int batch, bool cuda, int64_t device_bytes,
+                             int64_t param_elem_bytes) {
+  if (device_bytes <= 0 || model.n_layer < 1) return 0;
+  const std::vector<BlockSpec> specs = GptBlockSpecs(model);
+  int64_t embed = 0;
+  for (const TensorSpec& t : specs[kEmbedBlock].tensors) embed += t.numel();
+  const bool cast = param_elem_bytes != 4;
+  // The embedding's own: its fp32 gradient, its fp32 cast with a tied head,
+  // and its gathered copy (beside the head's).
+  const int64_t fixed = ActivationBytes(model, batch, cuda) + 4 * embed +
+                        (cast && model.tied_embeddings ? 4 * embed : 0) + param_elem_bytes * embed;
+  const int64_t per_elem = param_elem_bytes + (cast ? 4 : 0) + 4;
+  auto fits = [&](const FetchLayout& l) { return fixed + per_elem * l.max_non_embed_elems() <= device_bytes; };
+  const FetchLayout whole = FetchLayout::Create(model, specs, 0);
+  if (fits(whole)) return 0;
+  const std::vector<int64_t> elems = GroupElems(model, specs[static_cast<size_t>(LayerBlock(0))]);
+  const int64_t floor = *std::max_element(elems.begin(), elems.end());
+  for (int64_t unit = whole.layer_elems() / 2; unit > floor; unit /= 2) {
+    if (fits(FetchLayout::Create(model, specs, unit))) return unit;
+  }
+  return floor;  // one group per piece where groups are large: the finest cut
+}
+
+StatusOr<int64_t> FetchUnitForDevice(const std::string& text, const GptConfig& model, const Config& config,
+                                     const Device& device) {
+  bool automatic = false;
+  ZINF_ASSIGN_OR_RETURN(const int64_t unit, ParseFetchUnit(text, &automatic));
+  if (!automatic) return unit;
+  const int64_t elem_bytes = config.bf16.enabled || config.fp16.enabled ? 2 : 4;
+  return ResolveAutoFetchUnit(model, static_cast<int>(config.train_micro_batch_size_per_gpu),
+                              device.kind() == DeviceKind::kCuda, static_cast<int64_t>(device.capacity_bytes()),
+                              elem_bytes);
+}
+
+}  // namespace zinf::model

@@ -1,0 +1,133 @@
+// Sub-block fetching: how the model's blocks (GptBlockSpecs: embed, one per
+// layer, head) become the engine's blocks.
+//
+// The engine fetches, gathers and releases whole blocks; a block's gathered
+// parameters (and the trainer's fp32 scratch for them) must fit on the
+// device at once. One layer of a GPT-3-shape 175B model is 1.8 B
+// parameters, too much for a 24 GB GPU, so a layer with more elements than
+// the fetch unit is given to the engine as several blocks ("pieces"), each
+// a run of whole consecutive groups of the layer (LayerTensorGroups: a norm,
+// q/k/v, the attention output, a norm, the MLP input, the MLP output). The
+// trainer acquires a piece right before the kernels that use it and
+// releases it right after, and reduces a piece's gradients as soon as its
+// backward is done. The finest cut is one group per piece: a tensor is
+// never split, so the largest group (fc or fc_proj, 4 C^2) bounds a piece.
+//
+// Greedy cut: a piece takes groups in order while its elements stay within
+// the unit (a group larger than the unit is a piece of its own). Every
+// layer of a model has the same shape, so every layer is cut the same way.
+// The embed and head blocks are never cut (the embedding is one tensor).
+//
+// The kernels run in the same order whatever the cut (GptCompute's group
+// calls), and parameters, their initial values and the optimizer are
+// elementwise, so a cut model computes the same losses as the whole-layer
+// model; only the gradient norm's summation order can differ (its partial
+// sums follow the engine's shard layout), which moves the clip factor by
+// rounding when clipping is active.
+//
+// Thread-safety: immutable after Create.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "device/device.h"
+#include "model/gpt.h"
+#include "zinf/config.h"
+#include "zinf/engine.h"
+#include "zinf/status.h"
+
+namespace zinf::model {
+
+// One engine block: a model block, or groups [begin_group, end_group) of a
+// layer.
+struct FetchPiece {
+  BlockId model_block = 0;  // GptBlockSpecs index
+  int layer = -1;           // the layer, or -1 for embed and head
+  int begin_group = 0;      // layers only
+  int end_group = kLayerGroups;
+  std::vector<int> tensors;  // indices into the model block's tensors, in the piece's order
+};
+
+class FetchLayout {
+ public:
+  // `fetch_unit_elems` 0: every model block whole (the engine's blocks are
+  // GptBlockSpecs'). `specs` are the model's blocks (GptBlockSpecs, with
+  // whatever decay flags the caller set).
+  static FetchLayout Create(const GptConfig& model, std::vector<BlockSpec> specs, int64_t fetch_unit_elems);
+  static FetchLayout Create(const GptConfig& model, int64_t fetch_unit_elems) {
+    return Create(model, GptBlockSpecs(model), fetch_unit_elems);
+  }
+
+  int64_t fetch_unit() const { return fetch_unit_; }
+  // The engine's blocks, in the order the forward pass first uses them.
+  const std::vector<BlockSpec>& specs() const { return specs_; }
+  const FetchPiece& piece(BlockId engine_block) const { return pieces_[static_cast<size_t>(engine_block)]; }
+  // The engine blocks of a model block, in forward order.
+  const std::vector<BlockId>& pieces_of(BlockId model_block) const {
+    return of_model_[static_cast<size_t>(model_block)];
+  }
+  BlockId embed() const { return pieces_of(kEmbedBlock).front(); }
+  BlockId head() const { return static_cast<BlockId>(specs_.size()) - 1; }
+  bool split() const { return pieces_per_layer_ > 1; }
+  int pieces_per_layer() const { return pieces_per_layer_; }
+  int64_t max_piece_elems() const { return max_piece_elems_; }  // over all engine blocks
+  // Over all engine blocks but the embedding (which the trainer gives
+  // scratch of its own).
+  int64_t max_non_embed_elems() const { return max_non_embed_elems_; }
+  int64_t layer_elems() const { return layer_elems_; }
+  // Elements fetched twice in a backward pass, all layers: the pieces the
+  // recompute acquires and releases before their own backward (all but
+  // the last piece, and one holding only kMlpOutGroup).
+  int64_t backward_refetch_elems() const { return backward_refetch_elems_; }
+  // The cut of a layer, e.g. "whole layers" or "3 pieces per layer:
+  // norm1-attn_out | norm2-mlp_in | mlp_out". Recorded in checkpoints: a
+  // checkpoint resumes only under the same cut.
+  std::string Describe() const;
+
+  // A model block's weights (its tensors in GptBlockSpecs order) as the
+  // weights of each of its pieces (pieces_of order), and back.
+  std::vector<std::vector<std::vector<float>>> Split(BlockId model_block,
+                                                     std::vector<std::vector<float>> weights) const;
+
+ private:
+  int64_t fetch_unit_ = 0;
+  std::vector<BlockSpec> specs_;
+  std::vector<FetchPiece> pieces_;
+  std::vector<std::vector<BlockId>> of_model_;
+  std::vector<std::vector<int>> cut_;  // groups of each piece of a layer
+  int pieces_per_layer_ = 1;
+  int64_t max_piece_elems_ = 0;
+  int64_t max_non_embed_elems_ = 0;
+  int64_t layer_elems_ = 0;
+  int64_t backward_refetch_elems_ = 0;
+};
+
+// Parses --fetch-unit: "auto", "layer" (whole layers: 0) or a positive
+// element count ("300M", "1.5e8", "50000"; K/M/B as powers of 1000).
+// kInvalidArgument naming the flag and the text otherwise. `automatic`
+// is set for "auto" (the count is then ResolveAutoFetchUnit's).
+StatusOr<int64_t> ParseFetchUnit(const std::string& text, bool* automatic);
+
+// "auto": whole layers unless the model's working set with whole layers
+// does not fit the device at all, else the largest cut whose working set
+// does. The working set of pieces of at most E elements (the trainer's
+// WorkingSetError): one gathered piece at `param_elem_bytes`, the trainer's
+// fp32 cast of it (when the parameters are not fp32) and its fp32
+// gradient, the embedding's fp32 gradient and a micro-batch's activations,
+// at most `device_bytes` (the engine's resident parameters and cache are
+// not counted: a run that fitted before is never cut). Candidate units halve
+// from the layer's size down to its largest group. Returns the unit in
+// elements, 0 (whole layers) when device_bytes is 0 or whole layers fit.
+int64_t ResolveAutoFetchUnit(const GptConfig& model, int batch, bool cuda, int64_t device_bytes,
+                             int64_t param_elem_bytes);
+
+// The unit a --fetch-unit `text` asks for when training `model` under
+// `config` on `device`: ParseFetchUnit's, and for "auto"
+// ResolveAutoFetchUnit's for the device's capacity and kind, the config's
+// micro-batch and parameter width (bf16/fp16: 2 bytes).
+StatusOr<int64_t> FetchUnitForDevice(const std::string& text, const GptConfig& model, const Config& config,
+                                     const Device& device);
+
+}  // namespace zinf::model

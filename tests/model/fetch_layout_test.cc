@@ -1,0 +1,372 @@
+// Sub-block fetching (fetch_layout.h): the greedy cut of a layer into
+// pieces, the --fetch-unit values, the "auto" rule; and the Trainer over a
+// cut model: the whole-layer model's losses and weights bit for bit on
+// every tier, training under a device budget that one whole layer
+// exceeds, a resume under another cut refused naming --fetch-unit, and
+// Hugging Face weights in and out through pieces.
+#include "model/fetch_layout.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "device/device.h"
+#include "model/data.h"
+#include "model/hf_checkpoint.h"
+#include "model/model_test_util.h"
+#include "model/plan.h"
+#include "model/safetensors.h"
+#include "model/trainer.h"
+
+namespace zinf::model {
+namespace {
+
+using swap::testing::TempDir;
+
+GptConfig Tiny() { return *LoadGptConfig("tiny"); }
+
+// Every tensor of every model block is in exactly one piece, under its
+// own spec, in group order.
+void ExpectCovers(const GptConfig& model, const FetchLayout& layout) {
+  const std::vector<BlockSpec> specs = GptBlockSpecs(model);
+  for (BlockId b = 0; b < static_cast<BlockId>(specs.size()); ++b) {
+    std::multiset<int> seen;
+    for (BlockId e : layout.pieces_of(b)) {
+      const FetchPiece& p = layout.piece(e);
+      EXPECT_EQ(p.model_block, b);
+      ASSERT_EQ(p.tensors.size(), layout.specs()[static_cast<size_t>(e)].tensors.size());
+      for (size_t i = 0; i < p.tensors.size(); ++i) {
+        seen.insert(p.tensors[i]);
+        EXPECT_EQ(layout.specs()[static_cast<size_t>(e)].tensors[i].name,
+                  specs[static_cast<size_t>(b)].tensors[static_cast<size_t>(p.tensors[i])].name);
+      }
+    }
+    ASSERT_EQ(seen.size(), specs[static_cast<size_t>(b)].tensors.size()) << "block " << b;
+    for (int t = 0; t < static_cast<int>(seen.size()); ++t) EXPECT_EQ(seen.count(t), 1u) << "block " << b;
+  }
+}
+
+TEST(FetchLayoutTest, UnitZeroOrAboveALayerKeepsTheModelsBlocks) {
+  const GptConfig m = Tiny();
+  for (int64_t unit : {int64_t{0}, int64_t{12704}, int64_t{1} << 40}) {
+    const FetchLayout l = FetchLayout::Create(m, unit);
+    const std::vector<BlockSpec> specs = GptBlockSpecs(m);
+    ASSERT_EQ(l.specs().size(), specs.size()) << unit;
+    for (size_t b = 0; b < specs.size(); ++b) EXPECT_EQ(l.specs()[b].name, specs[b].name);
+    EXPECT_FALSE(l.split());
+    EXPECT_EQ(l.Describe(), "whole layers");
+    EXPECT_EQ(l.layer_elems(), 12 * 32 * 32 + 13 * 32);
+  }
+}
+
+// tiny: C 32; groups norm1 64, qkv 3168, attn_out 1056, norm2 64, mlp_in
+// 4224, mlp_out 4128 elements.
+TEST(FetchLayoutTest, GreedyCutKeepsWholeGroupsWithinTheUnit) {
+  const GptConfig m = Tiny();
+  const FetchLayout l = FetchLayout::Create(m, 6000);
+  EXPECT_TRUE(l.split());
+  EXPECT_EQ(l.pieces_per_layer(), 3);
+  EXPECT_EQ(l.Describe(), "3 pieces per layer: norm1-norm2 | mlp_in | mlp_out");
+  ASSERT_EQ(l.specs().size(), 2u + 3u * static_cast<size_t>(m.n_layer));
+  EXPECT_EQ(l.specs()[1].name, "layer.0.norm1-norm2");
+  EXPECT_EQ(l.specs()[2].name, "layer.0.mlp_in");
+  EXPECT_EQ(l.specs()[6].name, "layer.1.mlp_out");
+  EXPECT_EQ(l.embed(), 0);
+  EXPECT_EQ(l.head(), 7);
+  EXPECT_EQ(l.piece(2).begin_group, kMlpInGroup);
+  EXPECT_EQ(l.piece(2).end_group, kMlpOutGroup);
+  EXPECT_EQ(l.piece(4).layer, 1);
+  ExpectCovers(m, l);
+  // The finest cut: one group a piece (norms stay with their neighbour
+  // only while within the unit).
+  const FetchLayout fine = FetchLayout::Create(m, 1);
+  EXPECT_EQ(fine.pieces_per_layer(), kLayerGroups);
+  EXPECT_EQ(fine.max_piece_elems(), 320 * 32 + 32 * 32);  // the embedding is never cut
+  ExpectCovers(m, fine);
+}
+
+TEST(FetchLayoutTest, LlamaGroupsKeepQkvAndTheirBiasesTogether) {
+  GptConfig m = Tiny();
+  m.family = ModelFamily::kLlama;
+  m.n_kv_head = 1;
+  m.intermediate_size = 80;
+  m.qkv_bias = true;
+  const FetchLayout l = FetchLayout::Create(m, 1);
+  ExpectCovers(m, l);
+  const BlockSpec& qkv = l.specs()[2];
+  EXPECT_EQ(qkv.name, "layer.0.qkv");
+  std::vector<std::string> names;
+  for (const TensorSpec& t : qkv.tensors) names.push_back(t.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"q_proj.weight", "k_proj.weight", "v_proj.weight", "q_proj.bias",
+                                             "k_proj.bias", "v_proj.bias"}));
+  EXPECT_EQ(l.specs()[5].name, "layer.0.mlp_in");
+  EXPECT_EQ(l.specs()[5].tensors.size(), 2u);  // gate and up
+}
+
+TEST(FetchLayoutTest, SplitHandsEachPieceItsTensors) {
+  const GptConfig m = Tiny();
+  const FetchLayout l = FetchLayout::Create(m, 6000);
+  const std::vector<std::vector<float>> w = InitBlockWeights(m, LayerBlock(1), 7);
+  const auto pieces = l.Split(LayerBlock(1), w);
+  ASSERT_EQ(pieces.size(), 3u);
+  const std::vector<BlockId>& ids = l.pieces_of(LayerBlock(1));
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const FetchPiece& p = l.piece(ids[i]);
+    ASSERT_EQ(pieces[i].size(), p.tensors.size());
+    for (size_t t = 0; t < p.tensors.size(); ++t) EXPECT_EQ(pieces[i][t], w[static_cast<size_t>(p.tensors[t])]);
+  }
+}
+
+TEST(FetchLayoutTest, ParseFetchUnitTakesAutoLayerOrACount) {
+  bool automatic = false;
+  EXPECT_EQ(*ParseFetchUnit("auto", &automatic), 0);
+  EXPECT_TRUE(automatic);
+  EXPECT_EQ(*ParseFetchUnit("layer", &automatic), 0);
+  EXPECT_FALSE(automatic);
+  EXPECT_EQ(*ParseFetchUnit("300M", &automatic), 300'000'000);
+  EXPECT_EQ(*ParseFetchUnit("1.5e8", &automatic), 150'000'000);
+  EXPECT_EQ(*ParseFetchUnit("50000", &automatic), 50'000);
+  for (const char* bad : {"0", "-5", "abc", "", "12x", "1e400", "whole"}) {
+    auto r = ParseFetchUnit(bad, &automatic);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("--fetch-unit"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("\"" + std::string(bad) + "\""), std::string::npos);
+  }
+}
+
+// Whole layers when they fit (or without a budget); a budget too small for
+// a whole layer's working set gets the largest cut that fits it; below
+// even the finest cut, the finest cut (the run then fails naming what it
+// needs).
+TEST(FetchLayoutTest, AutoCutsOnlyWhatTheDeviceCannotHold) {
+  auto m = LoadGptConfig("175B");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(ResolveAutoFetchUnit(*m, 1, true, 0, 2), 0);
+  EXPECT_EQ(ResolveAutoFetchUnit(*m, 1, true, int64_t{1} << 40, 2), 0);
+  const int64_t unit = ResolveAutoFetchUnit(*m, 1, true, int64_t{24} << 30, 2);
+  ASSERT_GT(unit, 0);
+  const FetchLayout cut = FetchLayout::Create(*m, unit);
+  EXPECT_TRUE(cut.split());
+  const int64_t fixed = ActivationBytes(*m, 1, true) + 4 * GptBlockSpecs(*m)[kEmbedBlock].tensors[0].numel() +
+                        4 * GptBlockSpecs(*m)[kEmbedBlock].tensors[1].numel();
+  EXPECT_LE(fixed + 10 * cut.max_piece_elems(), int64_t{24} << 30);
+  // The next coarser candidate does not fit.
+  const FetchLayout coarser = FetchLayout::Create(*m, unit * 2);
+  EXPECT_GT(fixed + 10 * coarser.max_piece_elems(), int64_t{24} << 30);
+  const int64_t floor = ResolveAutoFetchUnit(*m, 1, true, int64_t{1} << 30, 2);
+  EXPECT_EQ(FetchLayout::Create(*m, floor).max_piece_elems(), FetchLayout::Create(*m, 1).max_piece_elems());
+}
+
+// ------------------------------------------------------------ the Trainer
+
+struct TrainerRun {
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Trainer> trainer;
+};
+
+TrainerRun MakeRun(const Config& config, int64_t fetch_unit, size_t budget = 0, const GptConfig& model = Tiny(),
+                   std::function<StatusOr<std::vector<std::vector<float>>>(BlockId)> weights = {},
+                   const std::string& data_path = "") {
+  TrainerRun r;
+  r.device = CreateHostDevice(budget);
+  TrainerOptions o;
+  o.model = model;
+  o.corpus_bytes = 256 << 10;
+  o.hooks.device = r.device.get();
+  o.engine.optimizer_threads = 1;
+  o.engine.run_id = "fetch-layout-test";
+  o.fetch_unit = fetch_unit;
+  o.initial_weights = std::move(weights);
+  o.data_path = data_path;
+  auto t = Trainer::Create(config, o);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  if (t.ok()) r.trainer = std::move(t).value();
+  return r;
+}
+
+std::vector<double> Losses(Trainer& t, int steps) {
+  std::vector<double> out;
+  for (int i = 0; i < steps; ++i) {
+    auto r = t.Step();
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) break;
+    out.push_back(r->loss);
+  }
+  return out;
+}
+
+// Every model block's fp32 master weights, read through the export path.
+std::vector<std::vector<float>> MasterOf(Trainer& t) {
+  TempDir dir;
+  const std::string path = dir.Sub("m.safetensors");
+  EXPECT_TRUE(t.ExportSafetensors(path, "F32").ok());
+  auto f = ReadSafetensors(path);
+  EXPECT_TRUE(f.ok());
+  std::vector<std::vector<float>> out;
+  for (const auto& tensor : f->tensors) {
+    std::vector<float> v(tensor.data.size() / 4);
+    std::memcpy(v.data(), tensor.data.data(), tensor.data.size());
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+Config TinyConfig(const TempDir& dir, OffloadDevice param, OffloadDevice optimizer) {
+  Config c = testing::TinyTrainingConfig(dir.path(), param, optimizer, /*micro_batch=*/8);
+  c.gradient_accumulation_steps = 2;
+  return c;
+}
+
+// The kernels run in the same order however a layer is cut, so the cut
+// model's losses and weights are the whole-layer model's, bit for bit, on
+// every tier (gradient accumulation 2, clipping on, bf16).
+TEST(FetchLayoutTrainerTest, PiecesGiveTheWholeLayerLossesAndWeightsOnEveryTier) {
+  TempDir dir;
+  TrainerRun whole = MakeRun(TinyConfig(dir, OffloadDevice::kNone, OffloadDevice::kNone), 0);
+  ASSERT_NE(whole.trainer, nullptr);
+  const std::vector<double> want = Losses(*whole.trainer, 6);
+  ASSERT_EQ(want.size(), 6u);
+  const std::vector<std::vector<float>> want_w = MasterOf(*whole.trainer);
+  // 6000: norm1-norm2 | mlp_in | mlp_out (the last piece is not needed by
+  // the recompute); 8400: norm1-norm2 | mlp_in-mlp_out (the last piece stays
+  // acquired from the recompute into the backward); 1: one group a piece.
+  for (int64_t unit : {int64_t{6000}, int64_t{8400}, int64_t{1}}) {
+    for (OffloadDevice tier : {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+      TempDir d;
+      TrainerRun cut = MakeRun(TinyConfig(d, tier, tier), unit);
+      ASSERT_NE(cut.trainer, nullptr);
+      EXPECT_TRUE(cut.trainer->layout().split());
+      if (unit == 8400) {
+        EXPECT_EQ(cut.trainer->layout().Describe(), "2 pieces per layer: norm1-norm2 | mlp_in-mlp_out");
+      }
+      EXPECT_EQ(Losses(*cut.trainer, 6), want) << "unit " << unit << " tier " << static_cast<int>(tier);
+      EXPECT_TRUE(MasterOf(*cut.trainer) == want_w) << "unit " << unit << " tier " << static_cast<int>(tier);
+    }
+  }
+}
+
+// Llama with q/k/v biases (Qwen2's layer) from a fixture: the cut model
+// trains to the whole-layer model's losses; its weights go out as the HF
+// folder they came in as, byte for byte (F32 fixture, F32 export).
+TEST(FetchLayoutTrainerTest, HfWeightsInAndOutThroughPieces) {
+  for (const char* name : {"qwen2", "llama", "gpt2"}) {
+    auto ckpt = OpenHfCheckpoint(testing::FixtureDir(name));
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    auto model = HfModelAtSeqLen(*ckpt, 0);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    const HfCheckpoint& c = *ckpt;
+    const GptConfig m = *model;
+    auto reader = [&c, m](BlockId b) { return ReadHfBlock(c, m, b); };
+    TempDir dir;
+    Config config = TinyConfig(dir, OffloadDevice::kCpu, OffloadDevice::kCpu);
+    config.train_micro_batch_size_per_gpu = 2;
+    const std::string tokens = dir.Sub("tokens.bin");
+    std::vector<uint32_t> ids(4096);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<uint32_t>((i * 7 + i / 5) % m.vocab_size);
+    ASSERT_TRUE(WriteTokenFile(tokens, ids).ok());
+    {
+      TrainerRun cut = MakeRun(config, 1, 0, m, reader, tokens);
+      ASSERT_NE(cut.trainer, nullptr);
+      ASSERT_TRUE(cut.trainer->layout().split()) << name;
+      const std::string out = dir.Sub("out");
+      ASSERT_TRUE(cut.trainer->ExportHfFolder(out, "F32", &c).ok()) << name;
+      auto back = OpenHfCheckpoint(out);
+      ASSERT_TRUE(back.ok()) << back.status().ToString();
+      for (BlockId b = 0; b <= HeadBlock(m); ++b) {
+        auto x = ReadHfBlock(c, m, b);
+        auto y = ReadHfBlock(*back, m, b);
+        ASSERT_TRUE(x.ok() && y.ok());
+        EXPECT_TRUE(*x == *y) << name << " block " << b;
+      }
+    }
+    TrainerRun whole = MakeRun(config, 0, 0, m, reader, tokens);
+    TrainerRun cut = MakeRun(config, 1, 0, m, reader, tokens);
+    ASSERT_NE(whole.trainer, nullptr);
+    ASSERT_NE(cut.trainer, nullptr);
+    EXPECT_EQ(Losses(*cut.trainer, 3), Losses(*whole.trainer, 3)) << name;
+  }
+}
+
+// A model one of whose layers, gathered with its fp32 scratch, is more
+// than the device budget: whole layers fail with the working-set message
+// (naming --fetch-unit); the pieces --fetch-unit auto picks for that budget
+// train within it, to the same losses as an unbudgeted whole-layer run.
+TEST(FetchLayoutTrainerTest, PiecesTrainWhereAWholeLayerExceedsTheBudget) {
+  GptConfig m = Tiny();
+  m.n_embd = 256;
+  m.n_head = 4;
+  m.n_layer = 2;
+  const int64_t layer = FetchLayout::Create(m, 0).layer_elems();  // 12 C^2 + 13 C = 789760
+  TempDir dir;
+  Config config = TinyConfig(dir, OffloadDevice::kNvme, OffloadDevice::kNvme);
+  config.train_micro_batch_size_per_gpu = 2;
+  config.zero.offload_param.buffer_size = 1 << 20;
+  // Whole layers need 10 bytes per layer element (bf16 gathered, fp32
+  // cast and gradient), pieces of one group at most 4 C^2 + 4 C elements.
+  const size_t budget = static_cast<size_t>(layer * 10 * 3 / 4);
+  {
+    auto device = CreateHostDevice(budget);
+    TrainerOptions o;
+    o.model = m;
+    o.corpus_bytes = 256 << 10;
+    o.hooks.device = device.get();
+    o.engine.optimizer_threads = 1;
+    auto t = Trainer::Create(config, o);
+    ASSERT_FALSE(t.ok());
+    EXPECT_EQ(t.status().code(), StatusCode::kOutOfMemory) << t.status().ToString();
+    const std::string msg(t.status().message());
+    EXPECT_NE(msg.find("model's working set"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("--fetch-unit (now whole layers)"), std::string::npos) << msg;
+  }
+  // What --fetch-unit auto picks for this device: pieces.
+  const int64_t unit = ResolveAutoFetchUnit(m, 2, /*cuda=*/false, static_cast<int64_t>(budget), 2);
+  EXPECT_GT(unit, 0);
+  TrainerRun cut = MakeRun(config, unit, budget, m);
+  ASSERT_NE(cut.trainer, nullptr);
+  EXPECT_TRUE(cut.trainer->layout().split());
+  const std::vector<double> got = Losses(*cut.trainer, 3);
+  EXPECT_LE(cut.device->bytes_in_use(), budget);
+  TempDir d2;
+  Config resident = TinyConfig(d2, OffloadDevice::kNone, OffloadDevice::kNone);
+  resident.train_micro_batch_size_per_gpu = config.train_micro_batch_size_per_gpu;
+  TrainerRun free_run = MakeRun(resident, 0, 0, m);
+  ASSERT_NE(free_run.trainer, nullptr);
+  EXPECT_EQ(got, Losses(*free_run.trainer, 3));
+}
+
+// A checkpoint records the cut: a resume under another cut is refused
+// naming --fetch-unit; under the same cut (another unit that cuts the
+// same way) it continues the curve.
+TEST(FetchLayoutTrainerTest, ResumeUnderAnotherCutIsRefusedNamingTheFlag) {
+  TempDir dir;
+  const Config config = TinyConfig(dir, OffloadDevice::kCpu, OffloadDevice::kCpu);
+  std::vector<double> want;
+  {
+    TrainerRun r = MakeRun(config, 6000);
+    ASSERT_NE(r.trainer, nullptr);
+    Losses(*r.trainer, 2);
+    ASSERT_TRUE(r.trainer->Save(dir.Sub("ckpt")).ok());
+    want = Losses(*r.trainer, 2);
+  }
+  for (int64_t other : {int64_t{0}, int64_t{1}}) {
+    TrainerRun r = MakeRun(config, other);
+    ASSERT_NE(r.trainer, nullptr);
+    Status s = r.trainer->Resume(dir.Sub("ckpt"));
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+    EXPECT_NE(s.message().find("trainer.fetch_layout was 3 pieces per layer"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("--fetch-unit"), std::string::npos) << s.message();
+  }
+  TrainerRun same = MakeRun(config, 6100);  // the same cut
+  ASSERT_NE(same.trainer, nullptr);
+  ASSERT_TRUE(same.trainer->Resume(dir.Sub("ckpt")).ok());
+  EXPECT_EQ(Losses(*same.trainer, 2), want);
+}
+
+}  // namespace
+}  // namespace zinf::model
