@@ -29,7 +29,7 @@ CTEST_ARGS ?=
 # installed: the build directory is configured again), fio, clang and lld for
 # the libFuzzer target (tests/fuzz), clang-format (check-format).
 # pcre2, icu and sentencepiece are the tokenizers of `zinf data encode`.
-BUILD_DEBS := cmake ninja-build g++ pkg-config liburing-dev libhwloc-dev nlohmann-json3-dev libspdlog-dev \
+BUILD_DEBS := cmake ninja-build g++ pkg-config liburing-dev libhwloc-dev libisal-dev nlohmann-json3-dev libspdlog-dev \
               libpcre2-dev libicu-dev libsentencepiece-dev
 TEST_DEBS  := libgtest-dev libopenmpi-dev openmpi-bin fio clang lld clang-format
 DEBS       := $(BUILD_DEBS) $(TEST_DEBS)

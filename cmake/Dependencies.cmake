@@ -1,5 +1,5 @@
 # Finds what zinf builds against. Required: Threads, nlohmann_json, spdlog,
-# liburing, hwloc (the last two through pkg-config). Optional: CUDA Toolkit
+# liburing, hwloc, ISA-L (the last three through pkg-config). Optional: CUDA Toolkit
 # (+ NCCL), MPI, GoogleTest (tests only).
 
 find_package(Threads REQUIRED)
@@ -8,6 +8,7 @@ find_package(spdlog REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)
+pkg_check_modules(ISAL REQUIRED IMPORTED_TARGET libisal)
 
 # --- CUDA -------------------------------------------------------------------
 set(ZINF_HAVE_CUDA OFF)

@@ -67,7 +67,7 @@ install(FILES ${PROJECT_BINARY_DIR}/zinfConfig.cmake ${PROJECT_BINARY_DIR}/zinfC
 # is right for whatever --prefix the install is given.
 file(RELATIVE_PATH ZINF_PC_TO_PREFIX /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)
 string(REGEX REPLACE "/$" "" ZINF_PC_TO_PREFIX "${ZINF_PC_TO_PREFIX}")
-set(ZINF_PC_REQUIRES "liburing hwloc spdlog")
+set(ZINF_PC_REQUIRES "liburing hwloc libisal spdlog")
 if(ZINF_HAVE_MPI)
   string(APPEND ZINF_PC_REQUIRES " mpi-cxx")
 endif()

@@ -269,12 +269,28 @@ std::string SplitForPipeline(swap::OptimizerSwapperOptions& o) {
   const int64_t piece =
       std::max(kMinPipelineSubGroupElems, (o.total_elems + kPipelineSubGroups - 1) / kPipelineSubGroups);
   if (piece >= was) return std::string();
+  const int64_t align = o.store.alignment_bytes;
+  const int64_t given_bytes = o.buffer_count * swap::OptimizerSwapper::RequiredBufferBytes(o, align);
   o.sub_group_elems = piece;
   const int64_t n = (o.total_elems + piece - 1) / piece, had = (o.total_elems + was - 1) / was;
+  // The pinned memory the config gives, in buffers of the smaller
+  // sub-group: more of them in flight (up to every sub-group's), so that
+  // the state is read under the backward pass (PrefetchStep), not after it.
+  const int64_t arrays = o.gradients_in_store ? 4 : 3;
+  const int64_t count =
+      std::min(given_bytes / swap::OptimizerSwapper::RequiredBufferBytes(o, align), arrays * n) / arrays * arrays;
+  std::string more;
+  if (count > o.buffer_count) {
+    more = "; the pinned memory of buffer_count " + std::to_string(o.buffer_count) + " holds " +
+           std::to_string(count / arrays) + " of them in flight (" + std::to_string(count) + " buffers of " +
+           FormatBytes(swap::OptimizerSwapper::RequiredBufferBytes(o, align)) + ")";
+    o.buffer_count = count;
+  }
   return "sub_group_size leaves the optimizer shard (" + FormatCount(o.total_elems) + " elements) in " +
          std::to_string(had) + " sub-group(s): split into " + std::to_string(n) + " of " + FormatCount(piece) +
          " elements, so that NVMe reads, Adam and writes pipeline and the next forward waits only for its first "
-         "blocks (bit-identical results)";
+         "blocks" +
+         more + " (bit-identical results)";
 }
 
 std::string FitOptimizerPipeline(swap::OptimizerSwapperOptions& o) {

@@ -395,6 +395,18 @@ TEST(BufferPlanTest, FewSubGroupsAreSplitForPipelining) {
   // go home through a ring, not a whole-shard buffer.
   EXPECT_EQ(p->optimizer_pipeline.buffer_bytes, AlignUp(p->optimizer.sub_group_elems * 4, 4096));
   EXPECT_GT(p->new_params_ring_elems, 0);
+  // The memory 12 whole-shard buffers would have pinned holds every
+  // sub-group's four arrays at once: all of them are in flight (read under
+  // the backward), still within those bytes.
+  EXPECT_EQ(p->optimizer_pipeline.buffer_count, 4 * p->num_sub_groups);
+  EXPECT_LE(p->optimizer_pipeline.buffer_count * p->optimizer_pipeline.buffer_bytes, 12 * AlignUp(total * 4, 4096));
+  EXPECT_NE(p->fitted[0].find("holds " + std::to_string(p->num_sub_groups) + " of them in flight"), std::string::npos);
+  // Two buffers' worth: no more than the pipeline's twelve.
+  c.zero.offload_optimizer.buffer_count = 2;
+  p = MakeBufferPlan(c, blocks, 1, DeviceKind::kHost, ElementType::kF32);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->optimizer_pipeline.buffer_count, std::min<int64_t>(12, 4 * p->num_sub_groups));
+  c.zero.offload_optimizer.buffer_count = 12;
   // Many sub-groups already: left as configured.
   c.zero.sub_group_size = total / 10;
   p = MakeBufferPlan(c, blocks, 1, DeviceKind::kHost, ElementType::kF32);
