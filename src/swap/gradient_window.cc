@@ -81,7 +81,7 @@ aio::PinnedPoolOptions GradientWindow::PoolOptions(const OptimizerSwapperOptions
   po.alignment_bytes = options.store.alignment_bytes;
   po.pin = pin;
   po.require_pinned = false;
-  po.huge_pages = false;
+  po.huge_pages = true;  // streamed: 1 MiB requests stay whole (aio/pinned_pool.h)
   po.numa_node = -1;
   return po;
 }

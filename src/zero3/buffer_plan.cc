@@ -161,7 +161,7 @@ Status PlanOptimizer(const Config& config, int64_t total, BufferPlan& p) {
     po.alignment_bytes = oo.store.alignment_bytes;
     po.pin = zero.offload_optimizer.pin_memory;
     po.require_pinned = false;
-    po.huge_pages = false;
+    po.huge_pages = true;  // streamed: 1 MiB requests stay whole (aio/pinned_pool.h)
     po.numa_node = -1;
     // A tensor per array and sub-group: master, m, v, and the gradient when
     // it is kept in the store.
