@@ -188,7 +188,7 @@ deps:
 # here into .deps/, carried there and unpacked with `dpkg -x`.
 device-debs:
 	mkdir -p .deps && cd .deps && apt-get download $$(apt-cache depends --recurse --no-recommends --no-suggests \
-	  --no-conflicts --no-breaks --no-replaces --no-enhances liburing-dev libhwloc-dev nlohmann-json3-dev \
+	  --no-conflicts --no-breaks --no-replaces --no-enhances liburing-dev libhwloc-dev libisal-dev nlohmann-json3-dev \
 	  libspdlog-dev libgtest-dev libfmt-dev libpcre2-dev libicu-dev libsentencepiece-dev | grep '^\w' | sort -u) 2>/dev/null || true
 
 # On the GPU machine (no network, CUDA under /usr/local/cuda): unpack the

@@ -11,7 +11,8 @@ measured here instead, against the same bound, in the same session:
 
 * fio (io_uring, O_DIRECT, the config's aio block size, queue depth and
   threads, buffers in huge pages as zinf's) runs on the NVMe path right before and right after the training,
-  in the step's read/write mix; the bound uses the mean of the two, and both
+  the one after in the step's read/write mix (the one before, whose mix is
+  not known yet, half and half); the bound uses the mean of the two, and both
   are reported (the drives of shared machines change speed within minutes).
 * The training runs under `memcap` (../shared/tools/memcap, or --memcap) with
   --metrics; steps after the first are timed; the bytes per step come from
@@ -171,8 +172,11 @@ def main():
     adam = subprocess.run([a.zinf, "bench", "adam", "--params", str(1 << 26), "--runs", "5"], check=True,
                           capture_output=True, text=True).stdout
     adam_gps = json.loads(adam[adam.index("{"):])["gparams_per_s"]
-    params = re.search(r"([\d.]+)M parameters", log)
-    adam_s = float(params.group(1)) * 1e6 / (adam_gps * 1e9) if params else 0.0
+    params = re.search(r"zinf train: model .*?: ([\d.]+)([KMGT]?) parameters", log)
+    if not params:
+        raise SystemExit("capped_step: the run did not print its parameter count")
+    count = float(params.group(1)) * {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}[params.group(2)]
+    adam_s = count / (adam_gps * 1e9)
 
     fio = (fio_before + fio_after) / 2
     nvme_s = (read_b + write_b) / fio

@@ -115,6 +115,7 @@ class CudaDevice final : public Device {
   std::string name() const override { return name_; }
 
   size_t capacity_bytes() const override { return capacity_; }
+  bool keeps_freed() const override { return false; }  // see Device::Allocate
 
   StatusOr<std::unique_ptr<Stream>> CreateStream() override {
     cudaSetDevice(ordinal_);
@@ -158,13 +159,6 @@ class CudaDevice final : public Device {
     allocations_.erase(it);
     cudaSetDevice(ordinal_);
     cudaFree(ptr);
-  }
-  // cudaFree waited for the whole GPU before the memory could be reused; a
-  // kept allocation handed out again waits the same way, so that no kernel
-  // or copy queued before its Free still touches it.
-  void OnReused(void* /*ptr*/, size_t /*bytes*/) override {
-    cudaSetDevice(ordinal_);
-    cudaDeviceSynchronize();
   }
 
  private:

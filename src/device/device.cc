@@ -51,25 +51,25 @@ void Device::Free(void* ptr) {
     bytes = it->second;
     live_.erase(it);
     live_bytes_ -= bytes;
-    cached_.emplace(bytes, ptr);
-    cached_bytes_ += bytes;
   }
-  OnKept(ptr, bytes);
+  if (!keeps_freed()) {
+    FreeBytes(ptr);
+    return;
+  }
+  std::lock_guard lock(mu_);
+  cached_.emplace(bytes, ptr);
+  cached_bytes_ += bytes;
 }
 
 void* Device::TakeCached(size_t bytes) {
-  void* ptr = nullptr;
-  {
-    std::lock_guard lock(mu_);
-    auto it = cached_.find(bytes);
-    if (it == cached_.end()) return nullptr;
-    ptr = it->second;
-    cached_.erase(it);
-    cached_bytes_ -= bytes;
-    live_.emplace(reinterpret_cast<uintptr_t>(ptr), bytes);
-    live_bytes_ += bytes;
-  }
-  OnReused(ptr, bytes);
+  std::lock_guard lock(mu_);
+  auto it = cached_.find(bytes);
+  if (it == cached_.end()) return nullptr;
+  void* ptr = it->second;
+  cached_.erase(it);
+  cached_bytes_ -= bytes;
+  live_.emplace(reinterpret_cast<uintptr_t>(ptr), bytes);
+  live_bytes_ += bytes;
   return ptr;
 }
 
@@ -85,7 +85,6 @@ bool Device::ReleaseLargestCached() {
     cached_.erase(it);
     cached_bytes_ -= bytes;
   }
-  OnReused(ptr, bytes);  // (unpoisoned before the heap takes it back)
   FreeBytes(ptr);
   return true;
 }

@@ -78,13 +78,14 @@ class Device {
   // once the cache of freed allocations and the reclaimer (if one is set)
   // have nothing more to give back.
   //
-  // Freed allocations are kept and handed out again to a request of the same
-  // rounded size, as CUDA caching allocators do: the engine gathers blocks of
-  // a few sizes over and over, and a fresh allocation costs a cudaMalloc and
-  // a cudaFree (which waits for the whole GPU) there, and page faults on
-  // every byte on the host. A request that does not fit frees cached
+  // A device that keeps freed allocations (keeps_freed()) hands them out
+  // again to a request of the same rounded size: the engine gathers blocks
+  // of a few sizes over and over, and on the host a fresh allocation page
+  // faults on every byte. A request that does not fit frees kept
   // allocations first, largest first. Kept memory counts against the budget
-  // but not in bytes_in_use.
+  // but not in bytes_in_use. CUDA keeps nothing (a freed block may still be
+  // read by queued work, and other users of the GPU allocate beside us;
+  // reuse there needs an event per allocation).
   StatusOr<void*> Allocate(size_t bytes);
   // Frees one allocation held only as a cache (the engine's kept and
   // prefetched blocks) and returns true, or returns false when none is left.
@@ -92,13 +93,15 @@ class Device {
   // then tries again. At most one is set; an empty one unsets it.
   using Reclaimer = std::function<bool()>;
   void SetReclaimer(Reclaimer reclaimer) { reclaimer_ = std::move(reclaimer); }
-  // Gives back what Allocate returned (into the cache); nullptr is ignored.
-  // No work queued on a stream may still use it.
+  // Gives back what Allocate returned; nullptr is ignored. No work queued on
+  // a stream may still use it.
   void Free(void* ptr);
   // Bytes Allocate has handed out and Free has not taken back.
   size_t bytes_in_use() const;
   // Bytes freed and kept for reuse.
   size_t bytes_cached() const;
+  // Whether Free keeps allocations for reuse (see Allocate).
+  virtual bool keeps_freed() const = 0;
   // Returns every kept allocation to the driver (or the host's heap).
   void ReleaseCached();
   // Bytes this Device may allocate in all (the budget, or the GPU's memory).
@@ -113,11 +116,6 @@ class Device {
   // against the budget until FreeBytes.
   virtual StatusOr<void*> AllocateBytes(size_t bytes) = 0;
   virtual void FreeBytes(void* ptr) = 0;
-  // A freed allocation goes into the cache (kept) or comes out of it
-  // (reused): the host poisons kept memory for AddressSanitizer; CUDA waits
-  // for the work in flight before a reuse, as the cudaFree it replaces did.
-  virtual void OnKept(void* /*ptr*/, size_t /*bytes*/) {}
-  virtual void OnReused(void* /*ptr*/, size_t /*bytes*/) {}
   // True when [addr, addr+bytes) lies inside one allocation Allocate handed
   // out and Free has not taken back.
   bool IsLiveRange(uintptr_t addr, size_t bytes) const;

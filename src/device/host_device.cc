@@ -17,13 +17,6 @@
 #include <mutex>
 #include <thread>
 
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/asan_interface.h>
-#else
-#define ASAN_POISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
-#define ASAN_UNPOISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
-#endif
-
 #include "core/check.h"
 #include "core/units.h"
 #include "device/device.h"
@@ -204,10 +197,13 @@ void HostDevice::FreeBytes(void* ptr) {
   std::free(ptr);
 }
 
-// Kept memory is off limits until reused: AddressSanitizer reports a touch,
-// as it would for freed heap memory.
-void HostDevice::OnKept(void* ptr, size_t bytes) { ASAN_POISON_MEMORY_REGION(ptr, bytes); }
-void HostDevice::OnReused(void* ptr, size_t bytes) { ASAN_UNPOISON_MEMORY_REGION(ptr, bytes); }
+bool HostDevice::keeps_freed() const {
+#if defined(__SANITIZE_ADDRESS__)
+  return false;
+#else
+  return true;
+#endif
+}
 
 Status HostDevice::CheckRange(const void* ptr, size_t bytes, const char* what) const {
   auto addr = reinterpret_cast<uintptr_t>(ptr);

@@ -123,7 +123,7 @@ StatusOr<int64_t> ParseFetchUnit(const std::string& text, bool* automatic) {
   const auto bad = [&] {
     return Status::InvalidArgument(
         "--fetch-unit: expected auto, layer or a positive element count like 300M, "
-        "1.5e8 or 50000, got \"" +
+        "1.5e8, 2G or 50000, got \"" +
         text + "\"");
   };
   if (text.empty()) return bad();

@@ -20,10 +20,12 @@
 //
 // The kernels run in the same order whatever the cut (GptCompute's group
 // calls), and parameters, their initial values and the optimizer are
-// elementwise, so a cut model computes the same losses as the whole-layer
-// model; only the gradient norm's summation order can differ (its partial
-// sums follow the engine's shard layout), which moves the clip factor by
-// rounding when clipping is active.
+// elementwise, so a cut model computes the same losses and weights as the
+// whole-layer model: bit for bit in fetch_layout_test and on 2 ranks
+// (cli/train_fetch_unit_mpi_np2), clipping included. The one sum whose
+// grouping follows the engine's blocks is the gradient norm's (partial sums
+// per 4 KiB of the shard, in double): a cut that moves a block's padding
+// could in principle move the clip factor's last bit.
 //
 // Thread-safety: immutable after Create.
 #pragma once

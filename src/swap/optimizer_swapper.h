@@ -112,6 +112,8 @@ OptimizerSwapperOptions OptimizerSwapperOptionsFromConfig(const ZeroConfig& zero
 
 class OptimizerSwapper {
  public:
+  // The arrays a sub-group has: master, m, v, and the gradient when stored.
+  static int ArraysOf(const OptimizerSwapperOptions& o) { return o.gradients_in_store ? kArrays : kGrad; }
   // Pinned buffers the pipeline needs: (3 + gradients_in_store) *
   // (1 + pipeline_read + pipeline_write), 0 with device kCpu.
   static int64_t RequiredBuffers(const OptimizerSwapperOptions& options);
@@ -212,7 +214,6 @@ class OptimizerSwapper {
   explicit OptimizerSwapper(const OptimizerSwapperOptions& options) : options_(options) {}
   // Arrays kept per sub-group: master, m, v, and the gradient when stored.
   int arrays() const { return ArraysOf(options_); }
-  static int ArraysOf(const OptimizerSwapperOptions& o) { return o.gradients_in_store ? kArrays : kGrad; }
   TensorId Tensor(int array, int64_t k) const { return static_cast<TensorId>(k * arrays() + array); }
   float* Resident(int array, int64_t k) const;
   // Moves `array` of every sub-group between the state and a caller array.

@@ -276,7 +276,7 @@ std::string SplitForPipeline(swap::OptimizerSwapperOptions& o) {
   // The pinned memory the config gives, in buffers of the smaller
   // sub-group: more of them in flight (up to every sub-group's), so that
   // the state is read under the backward pass (PrefetchStep), not after it.
-  const int64_t arrays = o.gradients_in_store ? 4 : 3;
+  const int64_t arrays = swap::OptimizerSwapper::ArraysOf(o);
   const int64_t count =
       std::min(given_bytes / swap::OptimizerSwapper::RequiredBufferBytes(o, align), arrays * n) / arrays * arrays;
   std::string more;

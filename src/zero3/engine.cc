@@ -130,27 +130,12 @@ Status Engine::ReduceGradients(BlockId block, const std::vector<const void*>& gr
     return Status::InvalidArgument("engine: block '" + m.name(block) + "' has " + std::to_string(l.tensors.size()) +
                                    " tensors, got " + std::to_string(grads.size()) + " gradients");
   }
-  ZINF_RETURN_IF_ERROR(m.CopyGradientToHost(block, grads));
-  const char* host = m.staging.data();
-  const float* g = reinterpret_cast<const float*>(host);
-  if (m.options.grad_type != ElementType::kF32) {
-    float* g32 = reinterpret_cast<float*>(m.staging.data() + m.partitioner->max_shard_numel() * 4);
-    ZINF_RETURN_IF_ERROR(optim::CastToF32(*m.threads, m.isa, host, m.options.grad_type, g32, l.shard_numel));
-    g = g32;
-  }
   const float scale = 1.0f / static_cast<float>(m.partitioner->world_size() * m.config.gradient_accumulation_steps);
   const bool last = (m.micro_steps + 1) % m.config.gradient_accumulation_steps == 0;
-  if (m.grad_window) {
-    // Into the optimizer's store; the writes go on under the next block's
-    // backward, and Step waits for them.
-    const int64_t before = m.grad_window->nvme_bytes();
-    Status s = m.grad_window->Add(l.rank_offset, l.shard_numel, g, scale, last);
-    m.counters.gradient_nvme_bytes += m.grad_window->nvme_bytes() - before;
-    ZINF_RETURN_IF_ERROR(s.WithContext("engine: gradient of block '" + m.name(block) + "'"));
-  } else {
-    float* acc = reinterpret_cast<float*>(m.accum.data()) + l.rank_offset;
-    ZINF_RETURN_IF_ERROR(optim::AddScaled(*m.threads, g, scale, acc, l.shard_numel));
-  }
+  const int64_t before = m.grad_window ? m.grad_window->nvme_bytes() : 0;
+  Status s = m.AccumulateGradient(block, grads, scale, last);
+  if (m.grad_window) m.counters.gradient_nvme_bytes += m.grad_window->nvme_bytes() - before;
+  ZINF_RETURN_IF_ERROR(s.WithContext("engine: gradient of block '" + m.name(block) + "'"));
   // The last micro-batch before an optimizer step: its first sub-groups'
   // state is read now, under the rest of the backward pass, not after it.
   // Best effort: the gradient is already accumulated, so an error here is
@@ -329,6 +314,37 @@ Status Engine::Impl::CopyGradientOneRank(BlockId b, const std::vector<const void
   counters.reduce_scatter_bytes += l.padded_numel * grad_es;
   counters.d2h_bytes += l.shard_numel * grad_es;
   return Status::Ok();
+}
+
+// Adds the block's gradient x scale into the accumulator (the gradient
+// window on NVMe, or the RAM one). One rank on the host device with fp32
+// gradients: each tensor straight from the model's arrays, highest first as
+// the window expects (no copy into staging; the block's padding stays zero).
+// Otherwise through `staging` (reduce-scattered, copied to the host, cast
+// to fp32). Elementwise either way: bit-identical.
+Status Engine::Impl::AccumulateGradient(BlockId b, const std::vector<const void*>& grads, float scale, bool last) {
+  const zero3::BlockLayout& l = layout(b);
+  auto add = [&](int64_t begin, int64_t n, const float* g) {
+    if (grad_window) return grad_window->Add(begin, n, g, scale, last);
+    return optim::AddScaled(*threads, g, scale, reinterpret_cast<float*>(accum.data()) + begin, n);
+  };
+  if (grad_flat == nullptr && options.host_device && options.grad_type == ElementType::kF32) {
+    for (size_t t = grads.size(); t-- > 0;) {
+      ZINF_RETURN_IF_ERROR(
+          add(l.rank_offset + l.tensors[t].offset, l.tensors[t].numel, static_cast<const float*>(grads[t])));
+    }
+    counters.reduce_scatter_bytes += l.padded_numel * grad_es;
+    counters.d2h_bytes += l.shard_numel * grad_es;  // what a GPU would copy
+    return Status::Ok();
+  }
+  ZINF_RETURN_IF_ERROR(CopyGradientToHost(b, grads));
+  const float* g = reinterpret_cast<const float*>(staging.data());
+  if (options.grad_type != ElementType::kF32) {
+    float* g32 = reinterpret_cast<float*>(staging.data() + partitioner->max_shard_numel() * 4);
+    ZINF_RETURN_IF_ERROR(optim::CastToF32(*threads, isa, staging.data(), options.grad_type, g32, l.shard_numel));
+    g = g32;
+  }
+  return add(l.rank_offset, l.shard_numel, g);
 }
 
 // At a gradient-accumulation boundary: the global norm, the loss scale, and
