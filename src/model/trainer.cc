@@ -99,7 +99,8 @@ struct Trainer::Impl {
   comm::Communicator* comm = nullptr;
   std::unique_ptr<Device> owned_device;
   Device* device = nullptr;
-  FetchLayout layout;  // the engine's blocks: the model's, layers cut by options.fetch_unit
+  FetchLayout layout;      // the engine's blocks: the model's, layers cut by options.fetch_unit
+  int64_t fetch_unit = 0;  // the unit the layout was cut by (agreed by the ranks); 0: whole layers
   std::unique_ptr<Engine> engine;
   std::unique_ptr<Ops<float>> ops;
   std::unique_ptr<GptCompute<float>> compute;
@@ -380,6 +381,7 @@ struct Trainer::Impl {
             {"trainer.seed", std::to_string(options.seed)},
             {"trainer.weight_decay_on", WeightDecayOnName(options.weight_decay_on)},
             {"trainer.fetch_layout", layout.Describe()},
+            {"trainer.fetch_unit", std::to_string(fetch_unit)},
             {"trainer.micro_batch", std::to_string(batch())},
             {"trainer.gradient_accumulation_steps", std::to_string(config.gradient_accumulation_steps)},
             {"trainer.data_order", DataOrderName(options.data_order)},
@@ -491,7 +493,13 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
     return Status::InvalidArgument("fetch unit must be >= 0 elements (0: whole layers), got " +
                                    std::to_string(options.fetch_unit));
   }
-  m->layout = FetchLayout::Create(m->model(), specs, options.fetch_unit);
+  // Every rank must cut layers alike (the engine's blocks are collective):
+  // the smallest unit any rank asked for (ranks with smaller devices resolve
+  // `auto` smaller). 0, whole layers, is the largest.
+  double neg_unit = options.fetch_unit == 0 ? -1e300 : -static_cast<double>(options.fetch_unit);  // max = -min
+  ZINF_RETURN_IF_ERROR(m->comm->AllReduce(&neg_unit, &neg_unit, 1, ElementType::kF64, comm::ReduceOp::kMax, nullptr));
+  m->fetch_unit = neg_unit <= -1e300 ? 0 : static_cast<int64_t>(-neg_unit);
+  m->layout = FetchLayout::Create(m->model(), specs, m->fetch_unit);
   ZINF_ASSIGN_OR_RETURN(m->engine, Engine::Create(config, m->layout.specs(), eo));
   // Initial weights by model block (the same values however layers are cut).
   for (BlockId b = 0; b < static_cast<BlockId>(specs.size()); ++b) {
@@ -739,10 +747,14 @@ Status Trainer::Impl::ResumeFrom(const std::string& path, bool weights_only) {
     auto cut = md.find("trainer.fetch_layout");
     const std::string their_cut = cut == md.end() ? std::string("whole layers") : cut->second;
     if (their_cut != mine.at("trainer.fetch_layout")) {
+      // The unit the saving run resolved (`auto` included), when it recorded one.
+      auto unit = md.find("trainer.fetch_unit");
+      const std::string flag = unit == md.end()      ? std::string("the saving run's")
+                               : unit->second == "0" ? std::string("layer")
+                                                     : unit->second;
       return Status::FailedPrecondition("resume from " + dir + ": trainer.fetch_layout was " + their_cut +
                                         ", this run has " + mine.at("trainer.fetch_layout") +
-                                        "; resume with a --fetch-unit that cuts layers the same way (the saving "
-                                        "run's --fetch-unit)");
+                                        "; resume with --fetch-unit " + flag + ", which cuts layers the same way");
     }
     // Checkpoints from before the key decayed every tensor.
     auto it = md.find("trainer.weight_decay_on");

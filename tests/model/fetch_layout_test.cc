@@ -360,7 +360,7 @@ TEST(FetchLayoutTrainerTest, ResumeUnderAnotherCutIsRefusedNamingTheFlag) {
     Status s = r.trainer->Resume(dir.Sub("ckpt"));
     EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
     EXPECT_NE(s.message().find("trainer.fetch_layout was 3 pieces per layer"), std::string::npos) << s.message();
-    EXPECT_NE(s.message().find("--fetch-unit"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("--fetch-unit 6000,"), std::string::npos) << s.message();  // the unit it was cut by
   }
   TrainerRun same = MakeRun(config, 6100);  // the same cut
   ASSERT_NE(same.trainer, nullptr);
