@@ -27,6 +27,7 @@ namespace zinf::model {
 namespace {
 
 using swap::testing::TempDir;
+using testing::StepLosses;
 
 GptConfig Tiny() { return *LoadGptConfig("tiny"); }
 
@@ -190,17 +191,6 @@ TrainerRun MakeRun(const Config& config, int64_t fetch_unit, size_t budget = 0, 
   return r;
 }
 
-std::vector<double> Losses(Trainer& t, int steps) {
-  std::vector<double> out;
-  for (int i = 0; i < steps; ++i) {
-    auto r = t.Step();
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    if (!r.ok()) break;
-    out.push_back(r->loss);
-  }
-  return out;
-}
-
 // Every model block's fp32 master weights, read through the export path.
 std::vector<std::vector<float>> MasterOf(Trainer& t) {
   TempDir dir;
@@ -230,7 +220,7 @@ TEST(FetchLayoutTrainerTest, PiecesGiveTheWholeLayerLossesAndWeightsOnEveryTier)
   TempDir dir;
   TrainerRun whole = MakeRun(TinyConfig(dir, OffloadDevice::kNone, OffloadDevice::kNone), 0);
   ASSERT_NE(whole.trainer, nullptr);
-  const std::vector<double> want = Losses(*whole.trainer, 6);
+  const std::vector<double> want = StepLosses(*whole.trainer, 6);
   ASSERT_EQ(want.size(), 6u);
   const std::vector<std::vector<float>> want_w = MasterOf(*whole.trainer);
   // 6000: norm1-norm2 | mlp_in | mlp_out (the last piece is not needed by
@@ -245,7 +235,7 @@ TEST(FetchLayoutTrainerTest, PiecesGiveTheWholeLayerLossesAndWeightsOnEveryTier)
       if (unit == 8400) {
         EXPECT_EQ(cut.trainer->layout().Describe(), "2 pieces per layer: norm1-norm2 | mlp_in-mlp_out");
       }
-      EXPECT_EQ(Losses(*cut.trainer, 6), want) << "unit " << unit << " tier " << static_cast<int>(tier);
+      EXPECT_EQ(StepLosses(*cut.trainer, 6), want) << "unit " << unit << " tier " << static_cast<int>(tier);
       EXPECT_TRUE(MasterOf(*cut.trainer) == want_w) << "unit " << unit << " tier " << static_cast<int>(tier);
     }
   }
@@ -289,7 +279,7 @@ TEST(FetchLayoutTrainerTest, HfWeightsInAndOutThroughPieces) {
     TrainerRun cut = MakeRun(config, 1, 0, m, reader, tokens);
     ASSERT_NE(whole.trainer, nullptr);
     ASSERT_NE(cut.trainer, nullptr);
-    EXPECT_EQ(Losses(*cut.trainer, 3), Losses(*whole.trainer, 3)) << name;
+    EXPECT_EQ(StepLosses(*cut.trainer, 3), StepLosses(*whole.trainer, 3)) << name;
   }
 }
 
@@ -330,14 +320,14 @@ TEST(FetchLayoutTrainerTest, PiecesTrainWhereAWholeLayerExceedsTheBudget) {
   TrainerRun cut = MakeRun(config, unit, budget, m);
   ASSERT_NE(cut.trainer, nullptr);
   EXPECT_TRUE(cut.trainer->layout().split());
-  const std::vector<double> got = Losses(*cut.trainer, 3);
+  const std::vector<double> got = StepLosses(*cut.trainer, 3);
   EXPECT_LE(cut.device->bytes_in_use(), budget);
   TempDir d2;
   Config resident = TinyConfig(d2, OffloadDevice::kNone, OffloadDevice::kNone);
   resident.train_micro_batch_size_per_gpu = config.train_micro_batch_size_per_gpu;
   TrainerRun free_run = MakeRun(resident, 0, 0, m);
   ASSERT_NE(free_run.trainer, nullptr);
-  EXPECT_EQ(got, Losses(*free_run.trainer, 3));
+  EXPECT_EQ(got, StepLosses(*free_run.trainer, 3));
 }
 
 // A checkpoint records the cut: a resume under another cut is refused
@@ -350,9 +340,9 @@ TEST(FetchLayoutTrainerTest, ResumeUnderAnotherCutIsRefusedNamingTheFlag) {
   {
     TrainerRun r = MakeRun(config, 6000);
     ASSERT_NE(r.trainer, nullptr);
-    Losses(*r.trainer, 2);
+    StepLosses(*r.trainer, 2);
     ASSERT_TRUE(r.trainer->Save(dir.Sub("ckpt")).ok());
-    want = Losses(*r.trainer, 2);
+    want = StepLosses(*r.trainer, 2);
   }
   for (int64_t other : {int64_t{0}, int64_t{1}}) {
     TrainerRun r = MakeRun(config, other);
@@ -365,7 +355,7 @@ TEST(FetchLayoutTrainerTest, ResumeUnderAnotherCutIsRefusedNamingTheFlag) {
   TrainerRun same = MakeRun(config, 6100);  // the same cut
   ASSERT_NE(same.trainer, nullptr);
   ASSERT_TRUE(same.trainer->Resume(dir.Sub("ckpt")).ok());
-  EXPECT_EQ(Losses(*same.trainer, 2), want);
+  EXPECT_EQ(StepLosses(*same.trainer, 2), want);
 }
 
 }  // namespace

@@ -1,15 +1,19 @@
 // Helpers shared by the model tests: a temporary directory, the HF fixture
-// folders, whole-file reads and writes, and the small ZeRO-3 config the tiny GPT trains with.
+// folders, whole-file reads and writes, the small ZeRO-3 config the tiny GPT
+// trains with, and a trainer's losses over some steps.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
+#include "model/trainer.h"
 #include "swap/swap_test_util.h"
 #include "zinf/config.h"
 
@@ -62,6 +66,20 @@ inline Config TinyTrainingConfig(const std::string& root, OffloadDevice param, O
   c.zero.offload_optimizer.pipeline_write = true;
   c.zero.offload_optimizer.buffer_count = 12;
   return c;
+}
+
+// The losses of `steps` optimizer steps, each finite; stops (with a failure)
+// at the first error.
+inline std::vector<double> StepLosses(Trainer& t, int steps) {
+  std::vector<double> out;
+  for (int i = 0; i < steps; ++i) {
+    auto r = t.Step();
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) break;
+    EXPECT_TRUE(std::isfinite(r->loss));
+    out.push_back(r->loss);
+  }
+  return out;
 }
 
 }  // namespace zinf::model::testing

@@ -60,6 +60,7 @@ namespace {
 
 using swap::testing::CorruptFile;
 using swap::testing::TempDir;
+using testing::StepLosses;
 
 constexpr int kSteps = 6;
 
@@ -89,18 +90,6 @@ TrainRun MakeRun(const Config& config, aio::IoEngine* io = nullptr) {
   return r;
 }
 
-// `steps` losses; stops (with a failure) at the first error.
-std::vector<double> Train(Trainer& t, int steps) {
-  std::vector<double> out;
-  for (int i = 0; i < steps; ++i) {
-    auto r = t.Step();
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    if (!r.ok()) break;
-    out.push_back(r->loss);
-  }
-  return out;
-}
-
 // The unfaulted run's loss curve, computed once per process.
 const std::vector<double>& Reference() {
   static const std::vector<double> losses = [] {
@@ -108,7 +97,7 @@ const std::vector<double>& Reference() {
     TrainRun r = MakeRun(NvmeConfig(dir.path()));
     EXPECT_TRUE(r.status.ok()) << r.status.ToString();
     if (!r.trainer) return std::vector<double>{};
-    return Train(*r.trainer, kSteps);
+    return StepLosses(*r.trainer, kSteps);
   }();
   return losses;
 }
@@ -132,7 +121,7 @@ std::vector<double> ResumeAndTrain(const Config& config, const std::string& path
   EXPECT_TRUE(s.ok()) << s.ToString();
   if (!s.ok()) return {};
   EXPECT_EQ(r.trainer->step(), want_step);
-  return Train(*r.trainer, kSteps - static_cast<int>(r.trainer->step()));
+  return StepLosses(*r.trainer, kSteps - static_cast<int>(r.trainer->step()));
 }
 
 aio::IoEngineOptions InnerOptions() {
@@ -220,7 +209,7 @@ TEST(ReliabilityTest, SwapIoErrorMidRunFailsTheStepNamingTheFileAndTheCheckpoint
     {
       TrainRun r = MakeRun(config, faulty.get());
       ASSERT_TRUE(r.status.ok()) << r.status.ToString();
-      EXPECT_EQ(Train(*r.trainer, 2), Head(2));
+      EXPECT_EQ(StepLosses(*r.trainer, 2), Head(2));
       ASSERT_TRUE(r.trainer->Save(dir.Sub("ckpt")).ok());
       faulty->injector().set_enabled(true);
       // The optimizer update of a step runs under the next step's forward
@@ -267,11 +256,11 @@ TEST(ReliabilityTest, ShortTransfersEagainEintrAndDelaysLeaveTheLossCurveBitIden
   {
     TrainRun r = MakeRun(config, faulty.get());
     ASSERT_TRUE(r.status.ok()) << r.status.ToString();
-    losses = Train(*r.trainer, 3);
+    losses = StepLosses(*r.trainer, 3);
     // The checkpoint goes through the same faulty engine.
     auto saved = r.trainer->Save(dir.Sub("ckpt"));
     ASSERT_TRUE(saved.ok()) << saved.status().ToString();
-    for (double l : Train(*r.trainer, kSteps - 3)) losses.push_back(l);
+    for (double l : StepLosses(*r.trainer, kSteps - 3)) losses.push_back(l);
   }
   EXPECT_EQ(losses, Reference());
   const aio::FaultCounts c = faulty->injector().counts();
@@ -286,7 +275,7 @@ TEST(ReliabilityTest, ShortTransfersEagainEintrAndDelaysLeaveTheLossCurveBitIden
   TrainRun r = MakeRun(NvmeConfig(dir.Sub("again")), faulty2.get());
   ASSERT_TRUE(r.status.ok()) << r.status.ToString();
   ASSERT_TRUE(r.trainer->Resume(dir.Sub("ckpt")).ok());
-  EXPECT_EQ(Train(*r.trainer, kSteps - 3), Tail(3));
+  EXPECT_EQ(StepLosses(*r.trainer, kSteps - 3), Tail(3));
   EXPECT_GT(faulty2->injector().counts().total(), 0);
 }
 
@@ -362,10 +351,10 @@ TEST(ReliabilityTest, FullDiskMakesACheckpointFailWithNoSpaceAndThePreviousOneLo
   {
     TrainRun r = MakeRun(config);
     ASSERT_TRUE(r.status.ok()) << r.status.ToString();
-    Train(*r.trainer, 2);
+    StepLosses(*r.trainer, 2);
     ASSERT_TRUE(r.trainer->Save(save_dir).ok());
     FillUp(dir.Sub("small/filler"));
-    Train(*r.trainer, 1);
+    StepLosses(*r.trainer, 1);
     auto saved = r.trainer->Save(save_dir);
     ASSERT_FALSE(saved.ok());
     ::testing::Test::RecordProperty("checkpoint", saved.status().ToString());
@@ -560,10 +549,10 @@ TEST_P(ReliabilityKillTest, SigkillDuringACheckpointResumesFromTheLatestComplete
   ASSERT_TRUE(r.status.ok()) << r.status.ToString();
   ASSERT_TRUE(r.trainer->Resume(save_dir).ok());
   ASSERT_EQ(r.trainer->step(), 2);
-  std::vector<double> losses = Train(*r.trainer, 2);
+  std::vector<double> losses = StepLosses(*r.trainer, 2);
   auto saved = r.trainer->Save(save_dir);
   EXPECT_TRUE(saved.ok()) << saved.status().ToString();
-  for (double l : Train(*r.trainer, kSteps - 4)) losses.push_back(l);
+  for (double l : StepLosses(*r.trainer, kSteps - 4)) losses.push_back(l);
   EXPECT_EQ(losses, Tail(2));
   auto now = Latest(save_dir);
   ASSERT_TRUE(now.ok()) << now.status().ToString();
@@ -590,7 +579,7 @@ TEST(ReliabilityTest, FlippedByteInASwapFileIsCorruptionNamingTheFileAndOffset) 
     TempDir dir;
     TrainRun r = MakeRun(NvmeConfig(dir.path()));
     ASSERT_TRUE(r.status.ok()) << r.status.ToString();
-    Train(*r.trainer, 2);
+    StepLosses(*r.trainer, 2);
     // The second step's update is on disk, and no write is in flight.
     ASSERT_TRUE(r.trainer->engine().WaitForUpdate().ok());
     const std::string file = SwapFileIn(dir.Sub(tier));
@@ -623,7 +612,7 @@ TEST(ReliabilityTest, FlippedByteInACheckpointIsRefusedAndNothingIsLoaded) {
   {
     TrainRun r = MakeRun(config);
     ASSERT_TRUE(r.status.ok()) << r.status.ToString();
-    Train(*r.trainer, 2);
+    StepLosses(*r.trainer, 2);
     ASSERT_TRUE(r.trainer->Save(save_dir).ok());
   }
   const std::string step_dir = StepDir(save_dir, 2);
@@ -648,7 +637,7 @@ TEST(ReliabilityTest, FlippedByteInACheckpointIsRefusedAndNothingIsLoaded) {
     // Nothing was loaded: the trainer is the fresh one and trains the
     // reference curve from the start.
     EXPECT_EQ(r.trainer->step(), 0);
-    EXPECT_EQ(Train(*r.trainer, 2), Head(2));
+    EXPECT_EQ(StepLosses(*r.trainer, 2), Head(2));
     CorruptFile(d.file, d.offset);  // undo: the flip is an xor
   }
   EXPECT_EQ(ResumeAndTrain(config, save_dir, 2), Tail(2));
@@ -664,7 +653,7 @@ TEST(ReliabilityTest, RemovedNvmePathsAreRecreatedAndTheResumedCurveContinues) {
   {
     TrainRun r = MakeRun(config);
     ASSERT_TRUE(r.status.ok()) << r.status.ToString();
-    Train(*r.trainer, 2);
+    StepLosses(*r.trainer, 2);
     ASSERT_TRUE(r.trainer->Save(dir.Sub("ckpt")).ok());
   }
   ASSERT_TRUE(RemoveTree(dir.Sub("param")).ok());

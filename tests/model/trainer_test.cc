@@ -24,6 +24,7 @@ namespace zinf::model {
 namespace {
 
 using swap::testing::TempDir;
+using testing::StepLosses;
 
 Config TinyConfig(const TempDir& dir, OffloadDevice param, OffloadDevice optimizer) {
   return testing::TinyTrainingConfig(dir.path(), param, optimizer, /*micro_batch=*/8);
@@ -51,18 +52,6 @@ TrainerRun MakeTrainer(const Config& config, size_t budget_bytes = 0, const std:
   return r;
 }
 
-std::vector<double> Losses(Trainer& t, int steps) {
-  std::vector<double> out;
-  for (int i = 0; i < steps; ++i) {
-    auto r = t.Step();
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    if (!r.ok()) break;
-    EXPECT_TRUE(std::isfinite(r->loss));
-    out.push_back(r->loss);
-  }
-  return out;
-}
-
 // 50 steps of the tiny model on the built-in corpus: the held-out loss falls
 // from about ln(257) = 5.55 (uniform) by at least 40%.
 TEST(TrainerTest, FiftyStepsLowerTheLoss) {
@@ -72,7 +61,7 @@ TEST(TrainerTest, FiftyStepsLowerTheLoss) {
   auto before = r.trainer->Evaluate(4);
   ASSERT_TRUE(before.ok()) << before.status().ToString();
   EXPECT_NEAR(*before, std::log(257.0), 0.3);
-  const std::vector<double> losses = Losses(*r.trainer, 50);
+  const std::vector<double> losses = StepLosses(*r.trainer, 50);
   ASSERT_EQ(losses.size(), 50u);
   auto after = r.trainer->Evaluate(4);
   ASSERT_TRUE(after.ok()) << after.status().ToString();
@@ -89,9 +78,9 @@ TEST(TrainerTest, OffloadedAndResidentGiveTheSameLossCurve) {
   ASSERT_NE(resident.trainer, nullptr);
   ASSERT_NE(nvme.trainer, nullptr);
   ASSERT_NE(cpu.trainer, nullptr);
-  const std::vector<double> want = Losses(*resident.trainer, 8);
-  EXPECT_EQ(Losses(*nvme.trainer, 8), want);
-  EXPECT_EQ(Losses(*cpu.trainer, 8), want);
+  const std::vector<double> want = StepLosses(*resident.trainer, 8);
+  EXPECT_EQ(StepLosses(*nvme.trainer, 8), want);
+  EXPECT_EQ(StepLosses(*cpu.trainer, 8), want);
   EXPECT_GT(nvme.trainer->engine().counters().nvme_read_bytes, 0);
   EXPECT_GT(nvme.trainer->engine().counters().optimizer_nvme_bytes, 0);
 }
@@ -105,18 +94,18 @@ TEST(TrainerTest, ResumeContinuesTheIdenticalLossCurve) {
   {
     TrainerRun r = MakeTrainer(config);
     ASSERT_NE(r.trainer, nullptr);
-    want = Losses(*r.trainer, 3);
+    want = StepLosses(*r.trainer, 3);
     auto saved = r.trainer->Save(dir.Sub("ckpt"));
     ASSERT_TRUE(saved.ok()) << saved.status().ToString();
     EXPECT_EQ(*saved, dir.Sub("ckpt") + "/rank-0/step-00000003");
-    for (double l : Losses(*r.trainer, 3)) want.push_back(l);
+    for (double l : StepLosses(*r.trainer, 3)) want.push_back(l);
   }
   TrainerRun r = MakeTrainer(config);
   ASSERT_NE(r.trainer, nullptr);
   Status s = r.trainer->Resume(dir.Sub("ckpt"));
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(r.trainer->step(), 3);
-  const std::vector<double> got = Losses(*r.trainer, 3);
+  const std::vector<double> got = StepLosses(*r.trainer, 3);
   EXPECT_EQ(got, std::vector<double>(want.begin() + 3, want.end()));
 }
 
@@ -132,11 +121,11 @@ TEST(TrainerTest, SaveKeepsTheNewestCheckpoints) {
     ASSERT_NE(r.trainer, nullptr);
     EXPECT_EQ(r.trainer->Save(save_dir, -1).status().code(), StatusCode::kInvalidArgument);
     for (int step = 1; step <= 4; ++step) {
-      Losses(*r.trainer, 1);
+      StepLosses(*r.trainer, 1);
       auto saved = r.trainer->Save(save_dir, 2);
       ASSERT_TRUE(saved.ok()) << saved.status().ToString();
     }
-    want = Losses(*r.trainer, 2);
+    want = StepLosses(*r.trainer, 2);
   }
   auto entries = ListDirectory(save_dir + "/rank-0");
   ASSERT_TRUE(entries.ok()) << entries.status().ToString();
@@ -147,7 +136,7 @@ TEST(TrainerTest, SaveKeepsTheNewestCheckpoints) {
     ASSERT_NE(r.trainer, nullptr);
     ASSERT_TRUE(r.trainer->Resume(save_dir).ok());
     EXPECT_EQ(r.trainer->step(), 4);
-    EXPECT_EQ(Losses(*r.trainer, 2), want);
+    EXPECT_EQ(StepLosses(*r.trainer, 2), want);
   }
   // Four checkpoints kept, then a run resumed from the older step 2 saves
   // there again (replacing it: latest named step 4) with keep 2: steps 1
@@ -158,7 +147,7 @@ TEST(TrainerTest, SaveKeepsTheNewestCheckpoints) {
     TrainerRun r = MakeTrainer(config);
     ASSERT_NE(r.trainer, nullptr);
     for (int step = 1; step <= 4; ++step) {
-      Losses(*r.trainer, 1);
+      StepLosses(*r.trainer, 1);
       ASSERT_TRUE(r.trainer->Save(all_dir).ok());
     }
   }
@@ -181,7 +170,7 @@ TEST(TrainerTest, ResumeRefusesAnotherModelOrData) {
   {
     TrainerRun r = MakeTrainer(config);
     ASSERT_NE(r.trainer, nullptr);
-    Losses(*r.trainer, 1);
+    StepLosses(*r.trainer, 1);
     ASSERT_TRUE(r.trainer->Save(dir.Sub("ckpt")).ok());
   }
   // Same shapes, other data.
@@ -213,7 +202,7 @@ TEST(TrainerTest, ExportWritesTheMasterWeightsAsSafetensors) {
   TempDir dir;
   TrainerRun r = MakeTrainer(TinyConfig(dir, OffloadDevice::kCpu, OffloadDevice::kCpu));
   ASSERT_NE(r.trainer, nullptr);
-  Losses(*r.trainer, 2);
+  StepLosses(*r.trainer, 2);
   const std::string path = dir.Sub("model.safetensors");
   Status s = r.trainer->ExportSafetensors(path, "BF16");
   ASSERT_TRUE(s.ok()) << s.ToString();
@@ -264,7 +253,7 @@ TEST(TrainerTest, TrainsUnderADeviceBudgetBelowATHirdOfTheState) {
   const size_t budget = static_cast<size_t>(state / 3);
   TrainerRun r = MakeTrainer(config, budget, "demo");
   ASSERT_NE(r.trainer, nullptr);
-  const std::vector<double> losses = Losses(*r.trainer, 3);
+  const std::vector<double> losses = StepLosses(*r.trainer, 3);
   ASSERT_EQ(losses.size(), 3u);
   EXPECT_LE(r.device->bytes_in_use(), budget);
   EXPECT_GT(r.trainer->engine().counters().nvme_read_bytes, 0);
@@ -305,7 +294,7 @@ TEST(TrainerTest, ABudgetBelowTheWorkingSetSaysWhatWouldFit) {
   o.hooks.device = enough.get();
   auto u = Trainer::Create(config, o);
   ASSERT_TRUE(u.ok()) << u.status().ToString();
-  EXPECT_EQ(Losses(**u, 1).size(), 1u);
+  EXPECT_EQ(StepLosses(**u, 1).size(), 1u);
 }
 
 TEST(TrainerTest, Fp16WithTheLossScalerTrains) {
@@ -316,7 +305,7 @@ TEST(TrainerTest, Fp16WithTheLossScalerTrains) {
   config.fp16.initial_scale_power = 16;
   TrainerRun r = MakeTrainer(config);
   ASSERT_NE(r.trainer, nullptr);
-  const std::vector<double> losses = Losses(*r.trainer, 30);
+  const std::vector<double> losses = StepLosses(*r.trainer, 30);
   ASSERT_EQ(losses.size(), 30u);
   EXPECT_LT(losses.back(), 0.8 * losses.front());
 }
@@ -346,7 +335,7 @@ TEST(TrainerTest, EvaluationLeavesThePrefetchOrderAlone) {
   TempDir dir;
   TrainerRun r = MakeTrainer(TinyConfig(dir, OffloadDevice::kNvme, OffloadDevice::kNvme));
   ASSERT_NE(r.trainer, nullptr);
-  Losses(*r.trainer, 3);
+  StepLosses(*r.trainer, 3);
   auto plain = r.trainer->Step();
   ASSERT_TRUE(plain.ok());
   const EngineCounters before = r.trainer->engine().counters();
@@ -411,9 +400,9 @@ TEST(TrainerTest, SequentialOrderResumesBitIdenticallyAcrossTheWrap) {
   {
     TrainerRun r = MakeTrainerWith(config, tweak);
     ASSERT_NE(r.trainer, nullptr);
-    want = Losses(*r.trainer, 3);
+    want = StepLosses(*r.trainer, 3);
     ASSERT_TRUE(r.trainer->Save(dir.Sub("ckpt")).ok());
-    for (double l : Losses(*r.trainer, 3)) want.push_back(l);
+    for (double l : StepLosses(*r.trainer, 3)) want.push_back(l);
   }
   // The epoch is four batches: step 5 sees step 1's batch again (with
   // trained weights, so a lower loss, not the same one).
@@ -422,7 +411,7 @@ TEST(TrainerTest, SequentialOrderResumesBitIdenticallyAcrossTheWrap) {
   ASSERT_NE(r.trainer, nullptr);
   Status s = r.trainer->Resume(dir.Sub("ckpt"));
   ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(Losses(*r.trainer, 3), std::vector<double>(want.begin() + 3, want.end()));
+  EXPECT_EQ(StepLosses(*r.trainer, 3), std::vector<double>(want.begin() + 3, want.end()));
 
   // The checkpoint records the order: a shuffled run may not resume it.
   TrainerRun other = MakeTrainerWith(config, [&](TrainerOptions& o) {
@@ -497,7 +486,7 @@ TEST(TrainerTest, LoadWeightsAndInitFromSafetensorsGiveTheSameWeights) {
   {
     TrainerRun r = MakeTrainer(config);
     ASSERT_NE(r.trainer, nullptr);
-    Losses(*r.trainer, 3);
+    StepLosses(*r.trainer, 3);
     ASSERT_TRUE(r.trainer->Save(dir.Sub("ckpt")).ok());
     ASSERT_TRUE(r.trainer->ExportSafetensors(dir.Sub("w.safetensors"), "F32").ok());
   }
