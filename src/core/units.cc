@@ -1,6 +1,9 @@
 #include "core/units.h"
 
+#include <cctype>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace zinf {
 
@@ -36,6 +39,27 @@ std::string FormatCount(int64_t n) {
     std::snprintf(buf, sizeof(buf), "%.2f%s", v, kUnits[u]);
   }
   return buf;
+}
+
+int64_t ParseCount(const std::string& text) {
+  if (text.empty()) return -1;
+  std::string num = text;
+  double mult = 1;
+  switch (std::toupper(static_cast<unsigned char>(text.back()))) {
+    case 'K': mult = 1e3; break;
+    case 'M': mult = 1e6; break;
+    case 'B':
+    case 'G': mult = 1e9; break;
+    case 'T': mult = 1e12; break;
+    default: break;
+  }
+  if (mult != 1) num.pop_back();
+  if (num.empty() || !(std::isdigit(static_cast<unsigned char>(num[0])) || num[0] == '.')) return -1;
+  char* end = nullptr;
+  const double d = std::strtod(num.c_str(), &end);
+  if (end != num.c_str() + num.size() || !std::isfinite(d)) return -1;
+  const double n = std::round(d * mult);
+  return n < 1 || n > 9e18 ? -1 : static_cast<int64_t>(n);
 }
 
 }  // namespace zinf

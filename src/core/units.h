@@ -16,6 +16,10 @@ inline constexpr int64_t kGiB = int64_t{1} << 30;
 std::string FormatBytes(int64_t bytes);
 // "1.2e9" style for element counts: "268.4M", "1.00G".
 std::string FormatCount(int64_t n);
+// A positive count written as a number with an optional decimal suffix:
+// "50000", "1.5e8", "300M", "7B" or "7G", "1T" (K 1e3, M 1e6, B/G 1e9,
+// T 1e12, any case). -1 for anything else, zero or past 9e18 included.
+int64_t ParseCount(const std::string& text);
 
 constexpr int64_t AlignUp(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 constexpr int64_t AlignDown(int64_t x, int64_t a) { return x / a * a; }

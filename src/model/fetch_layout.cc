@@ -3,11 +3,9 @@
 #include "model/fetch_layout.h"
 
 #include <algorithm>
-#include <cctype>
-#include <cmath>
-#include <cstdlib>
 
 #include "core/check.h"
+#include "core/units.h"
 #include "model/plan.h"
 
 namespace zinf::model {
@@ -120,27 +118,14 @@ std::vector<std::vector<std::vector<float>>> FetchLayout::Split(BlockId model_bl
 StatusOr<int64_t> ParseFetchUnit(const std::string& text, bool* automatic) {
   *automatic = text == "auto";
   if (text == "auto" || text == "layer") return 0;
-  const auto bad = [&] {
+  const int64_t n = ParseCount(text);
+  if (n < 1) {
     return Status::InvalidArgument(
         "--fetch-unit: expected auto, layer or a positive element count like 300M, "
         "1.5e8, 2G or 50000, got \"" +
         text + "\"");
-  };
-  if (text.empty()) return bad();
-  std::string num = text;
-  double mult = 1;
-  const char last = static_cast<char>(std::toupper(static_cast<unsigned char>(text.back())));
-  if (last == 'K' || last == 'M' || last == 'B' || last == 'G') {
-    mult = last == 'K' ? 1e3 : last == 'M' ? 1e6 : 1e9;
-    num.pop_back();
   }
-  if (num.empty() || !(std::isdigit(static_cast<unsigned char>(num[0])) || num[0] == '.')) return bad();
-  char* end = nullptr;
-  const double d = std::strtod(num.c_str(), &end);
-  if (end != num.c_str() + num.size() || !std::isfinite(d)) return bad();
-  const double n = std::round(d * mult);
-  if (n < 1 || n > 9e18) return bad();
-  return static_cast<int64_t>(n);
+  return n;
 }
 
 int64_t ResolveAutoFetchUnit(const GptConfig& model, int batch, bool cuda, int64_t device_bytes,

@@ -5,7 +5,6 @@
 #include "model/plan.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdlib>
 
@@ -67,27 +66,14 @@ std::string_view TierName(Tier t) {
 }
 
 StatusOr<int64_t> ParseParameterCount(const std::string& text) {
-  const auto bad = [&] {
+  const int64_t n = ParseCount(text);
+  if (n < 1) {
     return Status::InvalidArgument(
         "--model: expected a built-in name, a model JSON file or a parameter count like "
         "100B, 7B, 350M or 1.3e9, got \"" +
         text + "\"");
-  };
-  if (text.empty()) return bad();
-  std::string num = text;
-  double mult = 1;
-  const char last = static_cast<char>(std::toupper(static_cast<unsigned char>(text.back())));
-  if (last == 'K' || last == 'M' || last == 'B' || last == 'G' || last == 'T') {
-    mult = last == 'K' ? 1e3 : last == 'M' ? 1e6 : (last == 'B' || last == 'G') ? 1e9 : 1e12;
-    num.pop_back();
   }
-  if (num.empty() || !(std::isdigit(static_cast<unsigned char>(num[0])) || num[0] == '.')) return bad();
-  char* end = nullptr;
-  const double d = std::strtod(num.c_str(), &end);
-  if (end != num.c_str() + num.size() || !std::isfinite(d) || d <= 0) return bad();
-  const double n = std::round(d * mult);
-  if (n < 1 || n > 9e18) return bad();
-  return static_cast<int64_t>(n);
+  return n;
 }
 
 StatusOr<GptConfig> GptConfigForParameterCount(int64_t params, int seq_len, int vocab_size) {
