@@ -725,6 +725,15 @@ Status CheckPointers(const std::vector<P>& v, size_t expected, const std::string
   return Status::Ok();
 }
 
+// A layer's groups run in order: a walk asked from `begin` while group
+// `next` is due is refused.
+Status CheckNextGroup(const char* what, int layer, int begin, int next) {
+  if (begin == next) return Status::Ok();
+  return Status::FailedPrecondition(std::string(what) + "(" + std::to_string(layer) + "): groups from " +
+                                    std::to_string(begin) + " asked, group " + std::to_string(next) +
+                                    " is next (a layer's groups run in order)");
+}
+
 // As CheckPointers, for the tensors of groups [begin, end) only (the
 // others may be null: a sub-block walk has only its piece's tensors).
 template <typename P>
@@ -954,11 +963,7 @@ Status GptCompute<T>::LayerForwardGroups(int layer, int begin, int end, const st
                                       std::to_string(layer) + " has not been computed (forward runs embed, " +
                                       "layers 0..L-1 in order)");
   }
-  if (m.forward_group != begin) {
-    return Status::FailedPrecondition("LayerForward(" + std::to_string(layer) + "): groups from " +
-                                      std::to_string(begin) + " asked, group " + std::to_string(m.forward_group) +
-                                      " is next (a layer's groups run in order)");
-  }
+  ZINF_RETURN_IF_ERROR(CheckNextGroup("LayerForward", layer, begin, m.forward_group));
   for (int g = begin; g < end; ++g) m.ForwardGroup(layer, g, params);
   m.forward_group = end;
   if (end == kLayerGroups) {
@@ -1055,11 +1060,7 @@ Status GptCompute<T>::LayerRecomputeGroups(int layer, int begin, int end, const 
   if (end > kMlpOutGroup) return Status::InvalidArgument("LayerRecompute: groups end at kMlpOutGroup");
   ZINF_RETURN_IF_ERROR(CheckGroupPointers(m.config, params, m.LayerTensorCount(), begin, end, "LayerRecompute params"));
   ZINF_RETURN_IF_ERROR(m.CheckBackwardLayer(layer, "LayerRecompute"));
-  if (m.recompute_group != begin) {
-    return Status::FailedPrecondition("LayerRecompute(" + std::to_string(layer) + "): groups from " +
-                                      std::to_string(begin) + " asked, group " + std::to_string(m.recompute_group) +
-                                      " is next");
-  }
+  ZINF_RETURN_IF_ERROR(CheckNextGroup("LayerRecompute", layer, begin, m.recompute_group));
   // Recompute this layer's activations from its saved input x_l.
   for (int g = begin; g < end; ++g) m.ForwardGroup(layer, g, params);
   m.recompute_group = end;
