@@ -7,23 +7,15 @@
 
 #include "core/check.h"
 #include "core/log.h"
+#include "core/units.h"
 #include "device/cuda_device.h"
 #include "device/device.h"
 
 namespace zinf {
 
-namespace {
-
-constexpr size_t kAllocationAlignment = 256;  // what cudaMalloc guarantees
-
-size_t RoundedSize(size_t bytes) {
-  return (std::max<size_t>(bytes, 1) + kAllocationAlignment - 1) / kAllocationAlignment * kAllocationAlignment;
-}
-
-}  // namespace
-
 StatusOr<void*> Device::Allocate(size_t bytes) {
-  const size_t rounded = RoundedSize(bytes);
+  // What cudaMalloc guarantees: 256-byte alignment.
+  const auto rounded = static_cast<size_t>(AlignUp(static_cast<int64_t>(std::max<size_t>(bytes, 1)), 256));
   while (true) {
     if (void* kept = TakeCached(rounded)) return kept;
     StatusOr<void*> p = AllocateBytes(rounded);

@@ -288,9 +288,14 @@ Status Engine::Impl::CopyGradientToHost(BlockId b, const std::vector<const void*
                                          CopyDirection::kDeviceToHost));
   ZINF_RETURN_IF_ERROR(stream->Synchronize());
   counters.reduce_scatter_ns += NanosSince(t0);
+  CountGradient(l);
+  return Status::Ok();
+}
+
+// The gradient traffic of one block: reduced over the ranks, copied to the host.
+void Engine::Impl::CountGradient(const zero3::BlockLayout& l) {
   counters.reduce_scatter_bytes += l.padded_numel * grad_es;
   counters.d2h_bytes += l.shard_numel * grad_es;
-  return Status::Ok();
 }
 
 // One rank: the shard is the whole padded block, each tensor copied to its
@@ -311,8 +316,7 @@ Status Engine::Impl::CopyGradientOneRank(BlockId b, const std::vector<const void
   std::memset(host + l.numel * grad_es, 0, static_cast<size_t>((l.shard_numel - l.numel) * grad_es));
   ZINF_RETURN_IF_ERROR(stream->Synchronize());
   counters.reduce_scatter_ns += NanosSince(t0);
-  counters.reduce_scatter_bytes += l.padded_numel * grad_es;
-  counters.d2h_bytes += l.shard_numel * grad_es;
+  CountGradient(l);
   return Status::Ok();
 }
 
@@ -333,8 +337,7 @@ Status Engine::Impl::AccumulateGradient(BlockId b, const std::vector<const void*
       ZINF_RETURN_IF_ERROR(
           add(l.rank_offset + l.tensors[t].offset, l.tensors[t].numel, static_cast<const float*>(grads[t])));
     }
-    counters.reduce_scatter_bytes += l.padded_numel * grad_es;
-    counters.d2h_bytes += l.shard_numel * grad_es;  // what a GPU would copy
+    CountGradient(l);  // what a GPU would reduce and copy
     return Status::Ok();
   }
   ZINF_RETURN_IF_ERROR(CopyGradientToHost(b, grads));

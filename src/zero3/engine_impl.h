@@ -85,6 +85,7 @@ struct Engine::Impl {
   Status FinishUpdate();
   Status CopyGradientToHost(BlockId b, const std::vector<const void*>& grads);
   Status CopyGradientOneRank(BlockId b, const std::vector<const void*>& grads);
+  void CountGradient(const zero3::BlockLayout& l);
   Status AccumulateGradient(BlockId b, const std::vector<const void*>& grads, float scale, bool last);
   StatusOr<StepResult> ApplyStep(StepResult r);
 
