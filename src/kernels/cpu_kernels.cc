@@ -12,15 +12,17 @@
 // floating-point work of a training step, so they go through one register-
 // tiled kernel (an MR x NR block of outputs kept in registers while the
 // reduction runs, the NR axis contiguous so it vectorizes). It is compiled
-// twice: for the baseline ISA and for AVX2+FMA, picked at run time, because
-// the build does not assume the machine it will run on. Everything else is a
-// plain OpenMP loop; reductions use double accumulators so that the float
-// kernels stay close to the double reference.
+// for the baseline ISA, for AVX2+FMA and (float, with a larger tile) for
+// AVX-512, picked at run time, because the build does not assume the
+// machine it will run on; the FMA paths give the same bits. Everything
+// else is a plain OpenMP loop; reductions use double accumulators so that
+// the float kernels stay close to the double reference.
 #include "kernels/cpu_kernels.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include <omp.h>
@@ -47,6 +49,7 @@ namespace {
 #if defined(__x86_64__) && defined(__GNUC__)
 #define ZINF_KERNELS_X86 1
 #define ZINF_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define ZINF_TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx2,fma")))
 #endif
 
 // Register tile: MR rows of A times NR contiguous columns of B. NR is one
@@ -87,40 +90,60 @@ ZINF_ALWAYS_INLINE void MicroTile(T* c, int64_t ldc, const T* a, const T* b, int
   }
 }
 
-// C[m, n] += Apack * Bpack: m rows in micro-panels of kMr (apack holds
-// ceil(m / kMr) panels of k * kMr), n columns in micro-panels of NR (bpack
+// C[m, n] += Apack * Bpack: m rows in micro-panels of MR (apack holds
+// ceil(m / MR) panels of k * MR), n columns in micro-panels of NR (bpack
 // holds ceil(n / NR) panels of k * NR). Single-threaded; callers give each
 // thread its own block of C.
-template <typename T>
+template <typename T, int MR, int NR>
 ZINF_ALWAYS_INLINE void PackedBlockBody(T* c, int64_t ldc, const T* apack, const T* bpack, int64_t m, int64_t n,
                                         int64_t k) {
-  constexpr int NR = Nr<T>();
-  for (int64_t i0 = 0; i0 < m; i0 += kMr) {
-    const int mr = static_cast<int>(std::min<int64_t>(kMr, m - i0));
-    const T* a = apack + (i0 / kMr) * k * kMr;
+  for (int64_t i0 = 0; i0 < m; i0 += MR) {
+    const int mr = static_cast<int>(std::min<int64_t>(MR, m - i0));
+    const T* a = apack + (i0 / MR) * k * MR;
     for (int64_t j0 = 0; j0 < n; j0 += NR) {
       const int nr = static_cast<int>(std::min<int64_t>(NR, n - j0));
-      MicroTile<T, kMr, NR>(c + i0 * ldc + j0, ldc, a, bpack + (j0 / NR) * k * NR, k, mr, nr);
+      MicroTile<T, MR, NR>(c + i0 * ldc + j0, ldc, a, bpack + (j0 / NR) * k * NR, k, mr, nr);
     }
   }
 }
 
 template <typename T>
 void PackedBlockGeneric(T* c, int64_t ldc, const T* apack, const T* bpack, int64_t m, int64_t n, int64_t k) {
-  PackedBlockBody<T>(c, ldc, apack, bpack, m, n, k);
+  PackedBlockBody<T, kMr, Nr<T>()>(c, ldc, apack, bpack, m, n, k);
 }
 
 #if defined(ZINF_KERNELS_X86)
 template <typename T>
 ZINF_TARGET_AVX2 void PackedBlockAvx2(T* c, int64_t ldc, const T* apack, const T* bpack, int64_t m, int64_t n,
                                       int64_t k) {
-  PackedBlockBody<T>(c, ldc, apack, bpack, m, n, k);
+  PackedBlockBody<T, kMr, Nr<T>()>(c, ldc, apack, bpack, m, n, k);
+}
+
+// AVX-512 (float): 32 vector registers hold an 8 x 32 tile (16 zmm
+// accumulators), so each broadcast of A feeds two FMAs and each load of B
+// eight, where the AVX2 tile loads six operands for eight FMAs. Every
+// element of C is still one FMA chain over the slab in p order, started
+// from zero and added to C once: the same bits as the AVX2 tile.
+constexpr int kMr512 = 8;
+constexpr int kNr512 = 32;
+ZINF_TARGET_AVX512 void PackedBlockAvx512(float* c, int64_t ldc, const float* apack, const float* bpack, int64_t m,
+                                          int64_t n, int64_t k) {
+  PackedBlockBody<float, kMr512, kNr512>(c, ldc, apack, bpack, m, n, k);
 }
 #endif
 
 bool HaveAvx2() {
 #if defined(ZINF_KERNELS_X86)
   static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return have;
+#else
+  return false;
+#endif
+}
+
+bool HaveAvx512() {
+#if defined(ZINF_KERNELS_X86)
+  static const bool have = HaveAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
   return have;
 #else
   return false;
@@ -138,8 +161,8 @@ void PackedBlock(T* c, int64_t ldc, const T* apack, const T* bpack, int64_t m, i
 // Blocking: a thread computes a kRowBlock x kColBlock block of C over a slab
 // of kDepthBlock of the reduction; its packed A and B (64 KiB each for
 // float) sit in L2 while the micro-tiles stream them through L1.
-constexpr int64_t kRowBlock = 64;  // a multiple of kMr
-constexpr int64_t kColBlock = 64;  // a multiple of Nr<T>() for float and double
+constexpr int64_t kRowBlock = 64;  // a multiple of every tile's MR
+constexpr int64_t kColBlock = 64;  // a multiple of every tile's NR
 constexpr int64_t kDepthBlock = 256;
 
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -165,10 +188,12 @@ T* PackBuffer(int which, size_t elems) {
 // three matmuls of a linear layer, by strides. Parallel over blocks of C;
 // the reduction runs slab after slab, so every element of C is summed in a
 // fixed order whatever the thread count (deterministic).
-template <typename T>
-void Gemm(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const T* b, int64_t b_rs, int64_t b_cs, int64_t M,
-          int64_t Ncols, int64_t K) {
-  constexpr int NR = Nr<T>();
+//
+// MR x NR is the register tile of `block`, the packed panels' widths.
+template <typename T, int MR, int NR, void (*block)(T*, int64_t, const T*, const T*, int64_t, int64_t, int64_t)>
+void GemmTiled(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const T* b, int64_t b_rs, int64_t b_cs,
+               int64_t M, int64_t Ncols, int64_t K) {
+  static_assert(kRowBlock % MR == 0 && kColBlock % NR == 0);
   const int64_t row_blocks = CeilDiv(M, kRowBlock);
   const int64_t col_blocks = CeilDiv(Ncols, kColBlock);
   const int64_t items = row_blocks * col_blocks;
@@ -178,9 +203,10 @@ void Gemm(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const T* b,
     T* const bpack = PackBuffer<T>(1, static_cast<size_t>(kColBlock * kDepthBlock));
     for (int64_t k0 = 0; k0 < K; k0 += kDepthBlock) {
       const int64_t kb = std::min(kDepthBlock, K - k0);
-      int64_t packed_panel = -1;
+      int64_t packed_panel = -1, packed_rows = -1;
       // Column-panel-major items: a thread's consecutive items share the
-      // packed B panel.
+      // packed B panel, and with one row block (a few token rows, the
+      // usual shape) the packed A slab as well.
 #pragma omp for schedule(static)
       for (int64_t item = 0; item < items; ++item) {
         const int64_t j0 = (item / row_blocks) * kColBlock;
@@ -210,28 +236,42 @@ void Gemm(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const T* b,
           packed_panel = j0;
         }
         const T* as = a + i0 * a_rs + k0 * a_cs;
-        for (int64_t ip = 0; ip < mb; ip += kMr) {
-          T* dst = apack + (ip / kMr) * kb * kMr;
-          const int64_t h = std::min<int64_t>(kMr, mb - ip);
+        for (int64_t ip = 0; packed_rows != i0 && ip < mb; ip += MR) {
+          T* dst = apack + (ip / MR) * kb * MR;
+          const int64_t h = std::min<int64_t>(MR, mb - ip);
           if (a_cs == 1) {
-            for (int64_t i = 0; i < kMr; ++i) {
+            for (int64_t i = 0; i < MR; ++i) {
               if (i < h) {
-                for (int64_t p = 0; p < kb; ++p) dst[p * kMr + i] = as[(ip + i) * a_rs + p];
+                for (int64_t p = 0; p < kb; ++p) dst[p * MR + i] = as[(ip + i) * a_rs + p];
               } else {
-                for (int64_t p = 0; p < kb; ++p) dst[p * kMr + i] = T(0);
+                for (int64_t p = 0; p < kb; ++p) dst[p * MR + i] = T(0);
               }
             }
           } else {
             for (int64_t p = 0; p < kb; ++p) {
-              for (int64_t i = 0; i < h; ++i) dst[p * kMr + i] = as[(ip + i) * a_rs + p * a_cs];
-              for (int64_t i = h; i < kMr; ++i) dst[p * kMr + i] = T(0);
+              for (int64_t i = 0; i < h; ++i) dst[p * MR + i] = as[(ip + i) * a_rs + p * a_cs];
+              for (int64_t i = h; i < MR; ++i) dst[p * MR + i] = T(0);
             }
           }
         }
-        PackedBlock<T>(c + i0 * ldc + j0, ldc, apack, bpack, mb, nb, kb);
+        packed_rows = i0;
+        block(c + i0 * ldc + j0, ldc, apack, bpack, mb, nb, kb);
       }
     }
   }
+}
+
+template <typename T>
+void Gemm(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const T* b, int64_t b_rs, int64_t b_cs, int64_t M,
+          int64_t Ncols, int64_t K) {
+#if defined(ZINF_KERNELS_X86)
+  if constexpr (std::is_same_v<T, float>) {
+    if (HaveAvx512()) {
+      return GemmTiled<float, kMr512, kNr512, PackedBlockAvx512>(c, ldc, a, a_rs, a_cs, b, b_rs, b_cs, M, Ncols, K);
+    }
+  }
+#endif
+  GemmTiled<T, kMr, Nr<T>(), PackedBlock<T>>(c, ldc, a, a_rs, a_cs, b, b_rs, b_cs, M, Ncols, K);
 }
 
 }  // namespace

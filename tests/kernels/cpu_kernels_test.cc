@@ -4,6 +4,7 @@
 // properties and the float kernels against the double ones.
 #include "kernels/cpu_kernels.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -113,7 +114,7 @@ TEST(CpuKernelsTest, MatmulBackwardMatchesFiniteDifferences) {
 
 // The tiled matmul against a plain triple loop on shapes that cross every
 // blocking boundary (row and column blocks of 64, reduction slabs of 256,
-// register tiles of 4 x 16 / 4 x 8) with ragged remainders. Sums of ~300
+// register tiles of 4 x 16 / 4 x 8 / 8 x 32) with ragged remainders. Sums of ~300
 // products of values in [-1, 1] in float: tolerance 1e-4 absolute.
 template <typename T>
 void CheckMatmulAgainstNaive(int64_t N, int C, int OC, double tol) {
@@ -378,6 +379,45 @@ TEST(CpuKernelsTest, CastInF32AndF64) {
 }
 
 // Big enough to run threaded; the same bits with one thread and with many.
+// The float matmul's summation order, which every ISA path keeps (so the
+// AVX2 and AVX-512 tiles give the same bits): each output starts from its
+// bias, and each slab of 256 reduction steps is one FMA chain from zero, in
+// reduction order, added to the output. Checked bit for bit on a shape with
+// three slabs (the last one short) and ragged tiles. Needs hardware FMA:
+// the portable path rounds each product.
+TEST(CpuKernelsTest, FloatMatmulSumsOneFmaChainPerSlab) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2+FMA on this CPU";
+#else
+  GTEST_SKIP() << "the FMA paths are x86-64 only";
+#endif
+  std::mt19937_64 rng(21);
+  const int64_t N = 70;
+  const int C = 600, OC = 130;
+  auto random_floats = [&](int64_t n) {
+    const std::vector<double> d = Random(n, rng);
+    return std::vector<float>(d.begin(), d.end());
+  };
+  const std::vector<float> inp = random_floats(N * C), w = random_floats(int64_t{OC} * C), bias = random_floats(OC);
+  std::vector<float> out(N * OC);
+  MatmulForward<float>(out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+  int64_t bad = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    for (int o = 0; o < OC; ++o) {
+      float want = bias[o];
+      for (int k0 = 0; k0 < C; k0 += 256) {
+        float chain = 0.0f;
+        for (int k = k0; k < std::min(C, k0 + 256); ++k) chain = std::fma(inp[n * C + k], w[int64_t{o} * C + k], chain);
+        want += chain;
+      }
+      if (std::bit_cast<uint32_t>(want) != std::bit_cast<uint32_t>(out[n * OC + o]) && bad++ < 5) {
+        ADD_FAILURE() << "out " << n << "," << o << ": " << out[n * OC + o] << " != " << want;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
 TEST(CpuKernelsTest, ResultsDoNotDependOnThreadCount) {
   std::mt19937_64 rng(12);
   const int64_t N = 300;
