@@ -324,6 +324,8 @@ Status Engine::Impl::CopyGradientOneRank(BlockId b, const std::vector<const void
 // window on NVMe, or the RAM one). One rank on the host device with fp32
 // gradients: each tensor straight from the model's arrays, highest first as
 // the window expects (no copy into staging; the block's padding stays zero).
+// The device's kind decides, not EngineOptions::host_device: the trainer
+// hands its host device in through the hooks.
 // Otherwise through `staging` (reduce-scattered, copied to the host, cast
 // to fp32). Elementwise either way: bit-identical.
 Status Engine::Impl::AccumulateGradient(BlockId b, const std::vector<const void*>& grads, float scale, bool last) {
@@ -332,7 +334,7 @@ Status Engine::Impl::AccumulateGradient(BlockId b, const std::vector<const void*
     if (grad_window) return grad_window->Add(begin, n, g, scale, last);
     return optim::AddScaled(*threads, g, scale, reinterpret_cast<float*>(accum.data()) + begin, n);
   };
-  if (grad_flat == nullptr && options.host_device && options.grad_type == ElementType::kF32) {
+  if (grad_flat == nullptr && device->kind() == DeviceKind::kHost && options.grad_type == ElementType::kF32) {
     for (size_t t = grads.size(); t-- > 0;) {
       ZINF_RETURN_IF_ERROR(
           add(l.rank_offset + l.tensors[t].offset, l.tensors[t].numel, static_cast<const float*>(grads[t])));
