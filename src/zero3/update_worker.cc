@@ -1,6 +1,8 @@
 // UpdateWorker (update_worker.h).
 #include "zero3/update_worker.h"
 
+#include <pthread.h>
+
 #include <chrono>
 #include <string>
 #include <system_error>
@@ -59,6 +61,7 @@ Status UpdateWorker::Start(Body body) {
 }
 
 void UpdateWorker::Run(Body body) {
+  pthread_setname_np(pthread_self(), "zinf-update");  // its own line in perf and top
   Progress progress(this);
   Status s = body(progress);
   std::lock_guard<std::mutex> lock(mu_);
