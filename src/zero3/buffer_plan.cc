@@ -266,8 +266,12 @@ std::string SplitForPipeline(swap::OptimizerSwapperOptions& o) {
   if (o.device != OffloadDevice::kNvme) return std::string();
   const int64_t was = std::min(o.sub_group_elems, o.total_elems);
   if (was <= 0 || (o.total_elems + was - 1) / was >= kPipelineSubGroups) return std::string();
+  // Whole atoms of the norm's pieces (swap::ShardSquares): the gradient
+  // window takes a sub-group's squares as it writes it, which must be a
+  // range of whole pieces.
   const int64_t piece =
-      std::max(kMinPipelineSubGroupElems, (o.total_elems + kPipelineSubGroups - 1) / kPipelineSubGroups);
+      AlignUp(std::max(kMinPipelineSubGroupElems, (o.total_elems + kPipelineSubGroups - 1) / kPipelineSubGroups),
+              swap::ShardSquares::kAtom);
   if (piece >= was) return std::string();
   const int64_t align = o.store.alignment_bytes;
   const int64_t given_bytes = o.buffer_count * swap::OptimizerSwapper::RequiredBufferBytes(o, align);

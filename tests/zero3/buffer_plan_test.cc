@@ -421,6 +421,30 @@ TEST(BufferPlanTest, FewSubGroupsAreSplitForPipelining) {
   EXPECT_EQ(p->optimizer.sub_group_elems, total);
 }
 
+// A split sub-group is a range of whole pieces of the norm's sums (the
+// gradient window takes a sub-group's squares as it writes it): with the
+// shipped NVMe config, `small` (whose shard / 8 is not a multiple of
+// ShardSquares::kAtom) failed its first step on that before the cut was
+// rounded. Every model and rank count here.
+TEST(BufferPlanTest, SplitSubGroupsAreWholeNormPieces) {
+  for (const std::string name : {"tiny", "demo", "small", "gpt2-124m"}) {
+    const std::vector<BlockSpec> blocks = Gpt(name);
+    for (int world : {1, 2, 3}) {
+      SCOPED_TRACE(name + " x" + std::to_string(world));
+      Config c = StageThree(OffloadDevice::kNvme, OffloadDevice::kNvme, blocks);
+      c.zero.sub_group_size = 1'000'000'000;
+      for (int64_t count : {4, 8}) {
+        c.zero.offload_optimizer.buffer_count = count;
+        auto p = MakeBufferPlan(c, blocks, world, DeviceKind::kHost, ElementType::kF32);
+        ASSERT_TRUE(p.ok()) << p.status().ToString();
+        if (p->optimizer.sub_group_elems < p->total_shard_elems) {
+          EXPECT_EQ(p->optimizer.sub_group_elems % swap::ShardSquares::kAtom, 0) << p->optimizer.sub_group_elems;
+        }
+      }
+    }
+  }
+}
+
 TEST(BufferPlanTest, ParamBuffersAreRecutForShardsLargerThanBufferSize) {
   const std::vector<BlockSpec> blocks = Gpt("small");
   Config c = StageThree(OffloadDevice::kNvme, OffloadDevice::kNvme, blocks);
