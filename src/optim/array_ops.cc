@@ -103,4 +103,16 @@ Status AddScaled(ThreadPool& pool, const float* src, float scale, float* acc, in
   return Status::Ok();
 }
 
+Status SetScaled(ThreadPool& pool, const float* src, float scale, float* dst, int64_t n) {
+  ZINF_RETURN_IF_ERROR(CheckArgs(Isa::kScalar, src, dst, n, "set scaled"));
+  if (n == 0) return Status::Ok();
+  pool.ParallelFor(n, kChunkElems, [&](int64_t, int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float product = src[i] * scale;
+      dst[i] = 0.0f + product;
+    }
+  });
+  return Status::Ok();
+}
+
 }  // namespace zinf::optim

@@ -46,5 +46,8 @@ Status CastToF32(ThreadPool& pool, Isa isa, const void* src, ElementType src_dty
 // (no fused multiply-add), so the result is the plain C++ loop's on every
 // thread count: the engine's gradient accumulation.
 Status AddScaled(ThreadPool& pool, const float* src, float scale, float* acc, int64_t n);
+// dst[i] = 0 + src[i] * scale: AddScaled's result on a zeroed `dst`, bit
+// for bit (a -0 product becomes +0 as it does there), without reading dst.
+Status SetScaled(ThreadPool& pool, const float* src, float scale, float* dst, int64_t n);
 
 }  // namespace zinf::optim

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -107,6 +109,34 @@ TEST(AddScaledTest, MatchesTheScalarLoopOnAnyThreadCount) {
 
 INSTANTIATE_TEST_SUITE_P(Isas, CastIsaTest, ::testing::ValuesIn(testing::AllIsas()),
                          [](const auto& p) { return std::string(IsaName(p.param)); });
+
+TEST(SetScaledTest, IsAddScaledOnZerosBitForBit) {
+  const int64_t n = 2 * kChunkElems + 5;
+  std::vector<float> src(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) src[static_cast<size_t>(i)] = std::sin(0.37f * static_cast<float>(i)) * 1e-3f;
+  // The values where "0 +" matters or rounding could: signed zeros, the
+  // smallest subnormals (whose products flush to +-0), inf, a NaN.
+  const float specials[] = {-0.0f,
+                            0.0f,
+                            -std::numeric_limits<float>::denorm_min(),
+                            std::numeric_limits<float>::denorm_min(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            -3.0f};
+  for (size_t i = 0; i < std::size(specials); ++i) src[i] = specials[i];
+  for (float scale : {1.0f, 1.0f / 6.0f, 0.5f}) {
+    auto pool = ThreadPool::Create({.num_threads = 2});
+    ASSERT_TRUE(pool.ok());
+    std::vector<float> want(static_cast<size_t>(n), 0.0f), got(static_cast<size_t>(n), 42.0f);
+    ASSERT_TRUE(AddScaled(**pool, src.data(), scale, want.data(), n).ok());
+    ASSERT_TRUE(SetScaled(**pool, src.data(), scale, got.data(), n).ok());
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(Bits(got[static_cast<size_t>(i)]), Bits(want[static_cast<size_t>(i)])) << i << " scale " << scale;
+    }
+    EXPECT_EQ(Bits(got[0]), Bits(0.0f));  // -0 x scale: +0, as the sum gives
+    EXPECT_FALSE(SetScaled(**pool, src.data(), scale, got.data(), -1).ok());
+  }
+}
 
 }  // namespace
 }  // namespace zinf::optim
