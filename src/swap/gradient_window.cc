@@ -138,6 +138,7 @@ Status GradientWindow::WaitWrite(Buffer& b) {
 Status GradientWindow::StartWrite(Buffer& b) {
   const int64_t k = b.sub_group;
   const int64_t n = swapper_.sub_group_elems(k);
+  ZeroUnset(b);
   if (b.last) {
     ZINF_RETURN_IF_ERROR(squares_.Add(threads_, isa_, swapper_.sub_group_begin(k), Floats(b), n));
     squared_[static_cast<size_t>(k)] = true;
@@ -146,6 +147,11 @@ Status GradientWindow::StartWrite(Buffer& b) {
   nvme_bytes_ += n * int64_t{sizeof(float)};
   b.dirty = false;
   return Status::Ok();
+}
+
+void GradientWindow::ZeroUnset(Buffer& b) {
+  std::memset(b.data.data(), 0, static_cast<size_t>(b.unset) * sizeof(float));
+  b.unset = 0;
 }
 
 StatusOr<GradientWindow::Buffer*> GradientWindow::Victim(const Buffer* keep) {
@@ -175,12 +181,17 @@ StatusOr<GradientWindow::Buffer*> GradientWindow::Acquire(int64_t k) {
   ZINF_ASSIGN_OR_RETURN(b, Victim(nullptr));
   const size_t bytes = static_cast<size_t>(store_.PaddedBytes(swapper_.sub_group_elems(k) * int64_t{sizeof(float)}));
   if (touched_[static_cast<size_t>(k)]) {
+    b->unset = 0;
     ZINF_ASSIGN_OR_RETURN(b->read, store_.SwapIn(swapper_.GradientTensor(k), b->data.data()));
     nvme_bytes_ += swapper_.sub_group_elems(k) * int64_t{sizeof(float)};
     b->sub_group = k;
     ZINF_RETURN_IF_ERROR(WaitRead(*b));
   } else {
-    std::memset(b->data.data(), 0, bytes);  // the cycle starts from a zero gradient
+    // The cycle starts from a zero gradient: the padding now, the values
+    // as the Adds come (Buffer::unset).
+    const int64_t n = swapper_.sub_group_elems(k);
+    std::memset(b->data.data() + n * int64_t{sizeof(float)}, 0, bytes - static_cast<size_t>(n) * sizeof(float));
+    b->unset = n;
     b->sub_group = k;
   }
   return b;
@@ -197,6 +208,7 @@ void GradientWindow::ReadAhead(int64_t k, const Buffer* keep) {
     auto h = store_.SwapIn(swapper_.GradientTensor(k), b.data.data());
     if (!h.ok()) return;
     b.read = *h;
+    b.unset = 0;
     b.sub_group = k;
     b.last = false;
     b.used = ++clock_;
@@ -224,8 +236,16 @@ Status GradientWindow::Add(int64_t begin, int64_t count, const float* g, float s
     buf.used = ++clock_;
     touched_[static_cast<size_t>(k)] = true;
     if (last) squared_[static_cast<size_t>(k)] = false;
-    ZINF_RETURN_IF_ERROR(
-        optim::AddScaled(threads_, g + (lo - begin), scale, Floats(buf) + (lo - swapper_.sub_group_begin(k)), hi - lo));
+    const int64_t r_lo = lo - swapper_.sub_group_begin(k), r_hi = hi - swapper_.sub_group_begin(k);
+    float* dst = Floats(buf) + r_lo;
+    if (r_hi <= buf.unset) {  // below everything set so far: set, zeroing any gap above
+      std::memset(Floats(buf) + r_hi, 0, static_cast<size_t>(buf.unset - r_hi) * sizeof(float));
+      buf.unset = r_lo;
+      ZINF_RETURN_IF_ERROR(optim::SetScaled(threads_, g + (lo - begin), scale, dst, hi - lo));
+    } else {
+      ZeroUnset(buf);
+      ZINF_RETURN_IF_ERROR(optim::AddScaled(threads_, g + (lo - begin), scale, dst, hi - lo));
+    }
     buf.dirty = true;
     buf.last = buf.last || last;
     // Sub-groups wholly above this range are done for now: write them back
@@ -298,6 +318,7 @@ void GradientWindow::Reset() {
   for (Buffer& b : buffers_) {
     b.sub_group = -1;
     b.dirty = b.last = false;
+    b.unset = 0;
   }
   std::fill(touched_.begin(), touched_.end(), false);
   std::fill(squared_.begin(), squared_.end(), false);

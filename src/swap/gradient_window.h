@@ -129,6 +129,11 @@ class GradientWindow {
     bool dirty = false;      // changed since read or written
     bool last = false;       // changed in the cycle's last micro-batch
     int64_t used = 0;        // for least-recently-used choice
+    // Elements [0, unset) of a sub-group first touched in this cycle hold
+    // no value yet (zero, in the cycle's sense): descending ranges are set
+    // from the gradient instead of zeroed and added to (SetScaled, same
+    // bits), and what is left is zeroed before anything reads the buffer.
+    int64_t unset = 0;
   };
 
   GradientWindow(OptimizerSwapper* swapper, optim::ThreadPool* threads, optim::Isa isa, int64_t norm_cut)
@@ -144,6 +149,7 @@ class GradientWindow {
   // A buffer free for another sub-group: its write waited for.
   StatusOr<Buffer*> Victim(const Buffer* keep);
   Status StartWrite(Buffer& b);
+  void ZeroUnset(Buffer& b);
   Status WaitRead(Buffer& b);
   Status WaitWrite(Buffer& b);
   void ReadAhead(int64_t k, const Buffer* keep);
