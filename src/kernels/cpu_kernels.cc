@@ -226,6 +226,13 @@ void GemmTiled(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const 
             } else {
               for (int64_t j = 0; j < NR; ++j) {
                 if (j < w) {
+                  // A transposed weight (the forward's): each row's
+                  // slab is a short run that the hardware's prefetch
+                  // starts too late on; ask for the row after next.
+                  constexpr int64_t kLineElems = 64 / static_cast<int64_t>(sizeof(T));
+                  if (b_rs == 1 && j + 2 < w) {
+                    for (int64_t p = 0; p < kb; p += kLineElems) __builtin_prefetch(bs + p + (jp + j + 2) * b_cs);
+                  }
                   for (int64_t p = 0; p < kb; ++p) dst[p * NR + j] = bs[p * b_rs + (jp + j) * b_cs];
                 } else {
                   for (int64_t p = 0; p < kb; ++p) dst[p * NR + j] = T(0);
