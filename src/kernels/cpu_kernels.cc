@@ -63,8 +63,11 @@ constexpr int Nr() {
 
 // C[0:mr, 0:nr] += A * B over k, on packed operands: a[p*MR + i] is A(i, p)
 // and b[p*NR + j] is B(p, j) (both zero-padded to full MR / NR), so the loop
-// reads two sequential streams and has no branches.
-template <typename T, int MR, int NR>
+// reads two sequential streams and has no branches. `kFused`: each step is
+// a fused multiply-add, written out (the FMA paths), so the bits do not
+// depend on whether the optimizer level contracts `+= a * b` (-O1, the
+// sanitizer builds', does not).
+template <typename T, int MR, int NR, bool kFused>
 ZINF_ALWAYS_INLINE void MicroTile(T* c, int64_t ldc, const T* a, const T* b, int64_t k, int mr, int nr) {
   T acc[MR][NR];
   for (int i = 0; i < MR; ++i)
@@ -74,8 +77,13 @@ ZINF_ALWAYS_INLINE void MicroTile(T* c, int64_t ldc, const T* a, const T* b, int
     const T* ap = a + p * MR;
     for (int i = 0; i < MR; ++i) {
       const T ai = ap[i];
+      if constexpr (kFused) {
 #pragma omp simd
-      for (int j = 0; j < NR; ++j) acc[i][j] += ai * bp[j];
+        for (int j = 0; j < NR; ++j) acc[i][j] = std::fma(ai, bp[j], acc[i][j]);
+      } else {
+#pragma omp simd
+        for (int j = 0; j < NR; ++j) acc[i][j] += ai * bp[j];
+      }
     }
   }
   if (nr == NR) {
@@ -94,7 +102,7 @@ ZINF_ALWAYS_INLINE void MicroTile(T* c, int64_t ldc, const T* a, const T* b, int
 // ceil(m / MR) panels of k * MR), n columns in micro-panels of NR (bpack
 // holds ceil(n / NR) panels of k * NR). Single-threaded; callers give each
 // thread its own block of C.
-template <typename T, int MR, int NR>
+template <typename T, int MR, int NR, bool kFused>
 ZINF_ALWAYS_INLINE void PackedBlockBody(T* c, int64_t ldc, const T* apack, const T* bpack, int64_t m, int64_t n,
                                         int64_t k) {
   for (int64_t i0 = 0; i0 < m; i0 += MR) {
@@ -102,21 +110,21 @@ ZINF_ALWAYS_INLINE void PackedBlockBody(T* c, int64_t ldc, const T* apack, const
     const T* a = apack + (i0 / MR) * k * MR;
     for (int64_t j0 = 0; j0 < n; j0 += NR) {
       const int nr = static_cast<int>(std::min<int64_t>(NR, n - j0));
-      MicroTile<T, MR, NR>(c + i0 * ldc + j0, ldc, a, bpack + (j0 / NR) * k * NR, k, mr, nr);
+      MicroTile<T, MR, NR, kFused>(c + i0 * ldc + j0, ldc, a, bpack + (j0 / NR) * k * NR, k, mr, nr);
     }
   }
 }
 
 template <typename T>
 void PackedBlockGeneric(T* c, int64_t ldc, const T* apack, const T* bpack, int64_t m, int64_t n, int64_t k) {
-  PackedBlockBody<T, kMr, Nr<T>()>(c, ldc, apack, bpack, m, n, k);
+  PackedBlockBody<T, kMr, Nr<T>(), false>(c, ldc, apack, bpack, m, n, k);
 }
 
 #if defined(ZINF_KERNELS_X86)
 template <typename T>
 ZINF_TARGET_AVX2 void PackedBlockAvx2(T* c, int64_t ldc, const T* apack, const T* bpack, int64_t m, int64_t n,
                                       int64_t k) {
-  PackedBlockBody<T, kMr, Nr<T>()>(c, ldc, apack, bpack, m, n, k);
+  PackedBlockBody<T, kMr, Nr<T>(), true>(c, ldc, apack, bpack, m, n, k);
 }
 
 // AVX-512 (float): 32 vector registers hold an 8 x 32 tile (16 zmm
@@ -128,7 +136,7 @@ constexpr int kMr512 = 8;
 constexpr int kNr512 = 32;
 ZINF_TARGET_AVX512 void PackedBlockAvx512(float* c, int64_t ldc, const float* apack, const float* bpack, int64_t m,
                                           int64_t n, int64_t k) {
-  PackedBlockBody<float, kMr512, kNr512>(c, ldc, apack, bpack, m, n, k);
+  PackedBlockBody<float, kMr512, kNr512, true>(c, ldc, apack, bpack, m, n, k);
 }
 #endif
 
