@@ -379,6 +379,11 @@ TEST(CpuKernelsTest, CastInF32AndF64) {
 }
 
 // Big enough to run threaded; the same bits with one thread and with many.
+std::vector<float> RandomFloats(std::mt19937_64& rng, int64_t n) {
+  const std::vector<double> d = Random(n, rng);
+  return std::vector<float>(d.begin(), d.end());
+}
+
 // The float matmul's summation order, which every ISA path keeps (so the
 // AVX2 and AVX-512 tiles give the same bits): each output starts from its
 // bias, and each slab of 256 reduction steps is one FMA chain from zero, in
@@ -394,11 +399,8 @@ TEST(CpuKernelsTest, FloatMatmulSumsOneFmaChainPerSlab) {
   std::mt19937_64 rng(21);
   const int64_t N = 70;
   const int C = 600, OC = 130;
-  auto random_floats = [&](int64_t n) {
-    const std::vector<double> d = Random(n, rng);
-    return std::vector<float>(d.begin(), d.end());
-  };
-  const std::vector<float> inp = random_floats(N * C), w = random_floats(int64_t{OC} * C), bias = random_floats(OC);
+  const std::vector<float> inp = RandomFloats(rng, N * C), w = RandomFloats(rng, int64_t{OC} * C),
+                           bias = RandomFloats(rng, OC);
   std::vector<float> out(N * OC);
   MatmulForward<float>(out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
   int64_t bad = 0;
@@ -422,12 +424,8 @@ TEST(CpuKernelsTest, ResultsDoNotDependOnThreadCount) {
   std::mt19937_64 rng(12);
   const int64_t N = 300;
   const int C = 200, OC = 330;
-  auto random_floats = [&](int64_t n) {
-    const std::vector<double> d = Random(n, rng);
-    return std::vector<float>(d.begin(), d.end());
-  };
-  const std::vector<float> inp = random_floats(N * C), w = random_floats(int64_t{OC} * C);
-  const std::vector<float> dout = random_floats(N * OC);
+  const std::vector<float> inp = RandomFloats(rng, N * C), w = RandomFloats(rng, int64_t{OC} * C);
+  const std::vector<float> dout = RandomFloats(rng, N * OC);
   auto run = [&] {
     std::vector<float> out(N * OC), dinp(N * C), dw(int64_t{OC} * C), db(OC), lout(N * C), mean(N), rstd(N);
     std::vector<float> ldinp(N * C), ldw(C), ldb(C);
