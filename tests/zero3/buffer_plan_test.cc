@@ -124,11 +124,13 @@ void CheckPlan(const BufferPlan& p, const Config& c, const std::vector<BlockSpec
   const bool nvme = c.zero.offload_optimizer.device == OffloadDevice::kNvme;
   EXPECT_EQ(p.optimizer.device, nvme ? OffloadDevice::kNvme : OffloadDevice::kCpu);
   // The config's sub-group, cut for pipelining when it leaves the NVMe
-  // shard in fewer than kPipelineSubGroups (SplitForPipeline).
+  // shard in fewer than kPipelineSubGroups (SplitForPipeline), in whole
+  // pieces of the norm's sums.
   int64_t sub_group = std::min(c.zero.sub_group_size, total);
   if (nvme && (total + sub_group - 1) / sub_group < kPipelineSubGroups) {
-    sub_group =
-        std::min(sub_group, std::max(kMinPipelineSubGroupElems, (total + kPipelineSubGroups - 1) / kPipelineSubGroups));
+    sub_group = std::min(
+        sub_group, AlignUp(std::max(kMinPipelineSubGroupElems, (total + kPipelineSubGroups - 1) / kPipelineSubGroups),
+                           swap::ShardSquares::kAtom));
   }
   EXPECT_EQ(p.optimizer.sub_group_elems, sub_group);
   EXPECT_EQ(p.num_sub_groups, (total + p.optimizer.sub_group_elems - 1) / p.optimizer.sub_group_elems);
