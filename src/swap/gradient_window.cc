@@ -240,10 +240,10 @@ Status GradientWindow::Add(int64_t begin, int64_t count, const float* g, float s
     float* dst = Floats(buf) + r_lo;
     if (r_hi <= buf.unset) {  // below everything set so far: set, zeroing any gap above
       std::memset(Floats(buf) + r_hi, 0, static_cast<size_t>(buf.unset - r_hi) * sizeof(float));
-      buf.unset = r_lo;
       ZINF_RETURN_IF_ERROR(optim::SetScaled(threads_, g + (lo - begin), scale, dst, hi - lo));
+      buf.unset = r_lo;
     } else {
-      ZeroUnset(buf);
+      if (r_lo < buf.unset) ZeroUnset(buf);  // straddles the unset part (out of the backward's order)
       ZINF_RETURN_IF_ERROR(optim::AddScaled(threads_, g + (lo - begin), scale, dst, hi - lo));
     }
     buf.dirty = true;

@@ -6,8 +6,9 @@
 // block's shard after its backward): Add(begin, count, g, scale) adds
 // scale * g to the gradient over the sub-groups the range covers. A
 // sub-group is brought into a buffer at its first Add of the accumulation
-// cycle as zeros (no read: the cycle starts from a zero gradient), at a
-// later Add by reading it back, and goes back to the store with a write
+// cycle as zeros (no read: the cycle starts from a zero gradient; the
+// values below the ranges added so far are zeroed only when needed, see
+// Buffer::unset), at a later Add by reading it back, and goes back to the store with a write
 // started as soon as an Add lands wholly below it (the backward pass hands
 // blocks in descending shard order), so the write of one sub-group overlaps
 // the filling of the next. In a later micro-batch the next lower sub-group
@@ -144,7 +145,8 @@ class GradientWindow {
         squares_(swapper->total_elems(), norm_cut) {}
   float* Floats(Buffer& b) { return reinterpret_cast<float*>(b.data.data()); }
   Buffer* Holding(int64_t k);
-  // A buffer holding sub-group k's current values, read or zeroed.
+  // A buffer holding sub-group k's current values: read back, or (first
+  // touch in the cycle) zero, its values unset (Buffer::unset).
   StatusOr<Buffer*> Acquire(int64_t k);
   // A buffer free for another sub-group: its write waited for.
   StatusOr<Buffer*> Victim(const Buffer* keep);

@@ -53,8 +53,10 @@ class GradientWindowTest : public ::testing::Test {
   // Adds `micro` micro-batches of gradients over `ranges` (in that order,
   // each micro-batch; `skip_last` ranges are left out of the last one)
   // through a window and into a RAM array; expects the same gradient and
-  // the same sum of squares.
-  void Check(aio::IoEngine* io, const std::vector<Range>& ranges, int micro, size_t skip_last = 0) {
+  // the same sum of squares. `flush_after`: the window is flushed after
+  // that range of each micro-batch (buffers still being filled).
+  void Check(aio::IoEngine* io, const std::vector<Range>& ranges, int micro, size_t skip_last = 0,
+             size_t flush_after = SIZE_MAX) {
     const OptimizerSwapperOptions o = Options();
     auto pool = MakePool(OptimizerSwapper::RequiredBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
     auto swapper = OptimizerSwapper::Create(o, io, pool.get());
@@ -79,6 +81,9 @@ class GradientWindowTest : public ::testing::Test {
           ASSERT_TRUE(optim::AddScaled(*threads_, g.data(), scale, want.data() + r.begin, r.count).ok());
           Status s = (*window)->Add(r.begin, r.count, g.data(), scale, last);
           ASSERT_TRUE(s.ok()) << s.ToString();
+          if (i == flush_after) {
+            ASSERT_TRUE((*window)->Flush().ok());
+          }
         }
       }
       auto got_sum = (*window)->Finish();
@@ -112,10 +117,28 @@ TEST_F(GradientWindowTest, DescendingRangesThreeMicroBatches) {
 }
 
 // Any order is right: ascending, jumping back, a range added twice (a tied
-// block), and ranges that leave sub-groups untouched.
+// block), one reaching across the part of a fresh sub-group set so far,
+// and ranges that leave sub-groups untouched.
+std::vector<Range> AnyOrder() {
+  return {{0, 700}, {9'000, 1'007}, {700, 2'300}, {0, 700}, {5'100, 100}, {5'000, 150}, {4'000, 10}};
+}
+
+TEST_F(GradientWindowTest, AnyOrderAndGapsOneMicroBatch) {
+  auto io = MakeEngine();
+  Check(io.get(), AnyOrder(), 1);
+}
+
 TEST_F(GradientWindowTest, AnyOrderAndGapsThreeMicroBatches) {
   auto io = MakeEngine();
-  Check(io.get(), {{0, 700}, {9'000, 1'007}, {700, 2'300}, {0, 700}, {5'100, 100}, {4'000, 10}}, 3);
+  Check(io.get(), AnyOrder(), 3);
+}
+
+// A flush while sub-groups are half filled (WaitForUpdate's) writes them
+// whole: what no range set yet is zero, and the next ranges still add.
+TEST_F(GradientWindowTest, FlushWhileFilling) {
+  auto io = MakeEngine();
+  Check(io.get(), Descending(), 1, 0, /*flush_after=*/1);
+  Check(io.get(), Descending(), 2, 0, /*flush_after=*/2);
 }
 
 // Ranges added in earlier micro-batches but not in the last: their squares
