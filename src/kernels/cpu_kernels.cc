@@ -250,26 +250,28 @@ void GemmTiled(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const 
           }
           packed_panel = j0;
         }
-        const T* as = a + i0 * a_rs + k0 * a_cs;
-        for (int64_t ip = 0; packed_rows != i0 && ip < mb; ip += MR) {
-          T* dst = apack + (ip / MR) * kb * MR;
-          const int64_t h = std::min<int64_t>(MR, mb - ip);
-          if (a_cs == 1) {
-            for (int64_t i = 0; i < MR; ++i) {
-              if (i < h) {
-                for (int64_t p = 0; p < kb; ++p) dst[p * MR + i] = as[(ip + i) * a_rs + p];
-              } else {
-                for (int64_t p = 0; p < kb; ++p) dst[p * MR + i] = T(0);
+        if (packed_rows != i0) {
+          const T* as = a + i0 * a_rs + k0 * a_cs;
+          for (int64_t ip = 0; ip < mb; ip += MR) {
+            T* dst = apack + (ip / MR) * kb * MR;
+            const int64_t h = std::min<int64_t>(MR, mb - ip);
+            if (a_cs == 1) {
+              for (int64_t i = 0; i < MR; ++i) {
+                if (i < h) {
+                  for (int64_t p = 0; p < kb; ++p) dst[p * MR + i] = as[(ip + i) * a_rs + p];
+                } else {
+                  for (int64_t p = 0; p < kb; ++p) dst[p * MR + i] = T(0);
+                }
+              }
+            } else {
+              for (int64_t p = 0; p < kb; ++p) {
+                for (int64_t i = 0; i < h; ++i) dst[p * MR + i] = as[(ip + i) * a_rs + p * a_cs];
+                for (int64_t i = h; i < MR; ++i) dst[p * MR + i] = T(0);
               }
             }
-          } else {
-            for (int64_t p = 0; p < kb; ++p) {
-              for (int64_t i = 0; i < h; ++i) dst[p * MR + i] = as[(ip + i) * a_rs + p * a_cs];
-              for (int64_t i = h; i < MR; ++i) dst[p * MR + i] = T(0);
-            }
           }
+          packed_rows = i0;
         }
-        packed_rows = i0;
         block(c + i0 * ldc + j0, ldc, apack, bpack, mb, nb, kb);
       }
     }
