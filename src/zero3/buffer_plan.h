@@ -204,7 +204,9 @@ std::string PipelineAlways(swap::OptimizerSwapperOptions& options);
 // whole state read, stepped, then written, and the next forward waiting for
 // all of it), with pinned buffers the size of the shard. Such a shard is cut
 // into kPipelineSubGroups sub-groups, each at least kMinPipelineSubGroupElems
-// (4 MiB reads and writes per array), never larger than the config's size.
+// (4 MiB reads and writes per array) and a multiple of ShardSquares::kAtom
+// (the gradient window squares whole pieces; so a shard just above the
+// minimum may be left in fewer), never larger than the config's size.
 // Results are bit-identical (as FitOptimizerPipeline's). Updates
 // sub_group_elems (kNvme only) and returns what was split, in one line;
 // empty: nothing.
