@@ -307,7 +307,7 @@ Status Engine::Impl::CopyGradientOneRank(BlockId b, const std::vector<const void
   for (size_t t = 0; t < grads.size(); ++t) {
     char* dst = host + l.tensors[t].offset * grad_es;
     const auto bytes = static_cast<size_t>(l.tensors[t].numel * grad_es);
-    if (options.host_device) {
+    if (device->kind() == DeviceKind::kHost) {
       std::memcpy(dst, grads[t], bytes);
     } else {
       ZINF_RETURN_IF_ERROR(stream->CopyAsync(dst, grads[t], bytes, CopyDirection::kDeviceToHost));
