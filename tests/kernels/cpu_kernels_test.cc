@@ -378,7 +378,6 @@ TEST(CpuKernelsTest, CastInF32AndF64) {
   EXPECT_EQ(big, back);
 }
 
-// Big enough to run threaded; the same bits with one thread and with many.
 std::vector<float> RandomFloats(std::mt19937_64& rng, int64_t n) {
   const std::vector<double> d = Random(n, rng);
   return std::vector<float>(d.begin(), d.end());
@@ -420,6 +419,7 @@ TEST(CpuKernelsTest, FloatMatmulSumsOneFmaChainPerSlab) {
   EXPECT_EQ(bad, 0);
 }
 
+// Big enough to run threaded; the same bits with one thread and with many.
 TEST(CpuKernelsTest, ResultsDoNotDependOnThreadCount) {
   std::mt19937_64 rng(12);
   const int64_t N = 300;
