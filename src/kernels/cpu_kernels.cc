@@ -191,16 +191,35 @@ T* PackBuffer(int which, size_t elems) {
   return buffers[which].data();
 }
 
+// What the B operand's elements are stored as: T itself, or a 16-bit float
+// type (a weight as the engine holds it), widened to float while it is
+// packed, so no float copy of it is ever written; the values are those a
+// cast to float gives, and so are the bits of the product.
+template <typename T>
+struct PlainB {
+  using Elem = T;
+  static T Get(T x) { return x; }
+};
+struct Bf16B {
+  using Elem = uint16_t;
+  static float Get(uint16_t x) { return Bf16ToFloat(x); }
+};
+struct F16B {
+  using Elem = uint16_t;
+  static float Get(uint16_t x) { return HalfToFloat(x); }
+};
+
 // C [M, Ncols] (row stride ldc) += A (M x K) * B (K x Ncols), where
-// A(i, p) = a[i*a_rs + p*a_cs] and B(p, j) = b[p*b_rs + j*b_cs]: any of the
-// three matmuls of a linear layer, by strides. Parallel over blocks of C;
-// the reduction runs slab after slab, so every element of C is summed in a
-// fixed order whatever the thread count (deterministic).
+// A(i, p) = a[i*a_rs + p*a_cs] and B(p, j) = BSrc::Get(b[p*b_rs + j*b_cs]):
+// any of the three matmuls of a linear layer, by strides. Parallel over
+// blocks of C; the reduction runs slab after slab, so every element of C is
+// summed in a fixed order whatever the thread count (deterministic).
 //
 // MR x NR is the register tile of `block`, the packed panels' widths.
-template <typename T, int MR, int NR, void (*block)(T*, int64_t, const T*, const T*, int64_t, int64_t, int64_t)>
-void GemmTiled(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const T* b, int64_t b_rs, int64_t b_cs,
-               int64_t M, int64_t Ncols, int64_t K) {
+template <typename T, int MR, int NR, void (*block)(T*, int64_t, const T*, const T*, int64_t, int64_t, int64_t),
+          typename BSrc>
+void GemmTiled(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const typename BSrc::Elem* b, int64_t b_rs,
+               int64_t b_cs, int64_t M, int64_t Ncols, int64_t K) {
   static_assert(kRowBlock % MR == 0 && kColBlock % NR == 0);
   const int64_t row_blocks = CeilDiv(M, kRowBlock);
   const int64_t col_blocks = CeilDiv(Ncols, kColBlock);
@@ -222,13 +241,13 @@ void GemmTiled(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const 
         const int64_t nb = std::min(kColBlock, Ncols - j0);
         const int64_t mb = std::min(kRowBlock, M - i0);
         if (packed_panel != j0) {
-          const T* bs = b + k0 * b_rs + j0 * b_cs;
+          const typename BSrc::Elem* bs = b + k0 * b_rs + j0 * b_cs;
           for (int64_t jp = 0; jp < nb; jp += NR) {
             T* dst = bpack + (jp / NR) * kb * NR;
             const int64_t w = std::min<int64_t>(NR, nb - jp);
             if (b_cs == 1) {
               for (int64_t p = 0; p < kb; ++p) {
-                for (int64_t j = 0; j < w; ++j) dst[p * NR + j] = bs[p * b_rs + jp + j];
+                for (int64_t j = 0; j < w; ++j) dst[p * NR + j] = BSrc::Get(bs[p * b_rs + jp + j]);
                 for (int64_t j = w; j < NR; ++j) dst[p * NR + j] = T(0);
               }
             } else {
@@ -237,11 +256,11 @@ void GemmTiled(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const 
                   // A transposed weight (the forward's): each row's
                   // slab is a short run that the hardware's prefetch
                   // starts too late on; ask for the row after next.
-                  constexpr int64_t kLineElems = 64 / static_cast<int64_t>(sizeof(T));
+                  constexpr int64_t kLineElems = 64 / static_cast<int64_t>(sizeof(typename BSrc::Elem));
                   if (b_rs == 1 && j + 2 < w) {
                     for (int64_t p = 0; p < kb; p += kLineElems) __builtin_prefetch(bs + p + (jp + j + 2) * b_cs);
                   }
-                  for (int64_t p = 0; p < kb; ++p) dst[p * NR + j] = bs[p * b_rs + (jp + j) * b_cs];
+                  for (int64_t p = 0; p < kb; ++p) dst[p * NR + j] = BSrc::Get(bs[p * b_rs + (jp + j) * b_cs]);
                 } else {
                   for (int64_t p = 0; p < kb; ++p) dst[p * NR + j] = T(0);
                 }
@@ -278,17 +297,18 @@ void GemmTiled(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const 
   }
 }
 
-template <typename T>
-void Gemm(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const T* b, int64_t b_rs, int64_t b_cs, int64_t M,
-          int64_t Ncols, int64_t K) {
+template <typename T, typename BSrc = PlainB<T>>
+void Gemm(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const typename BSrc::Elem* b, int64_t b_rs,
+          int64_t b_cs, int64_t M, int64_t Ncols, int64_t K) {
 #if defined(ZINF_KERNELS_X86)
   if constexpr (std::is_same_v<T, float>) {
     if (HaveAvx512()) {
-      return GemmTiled<float, kMr512, kNr512, PackedBlockAvx512>(c, ldc, a, a_rs, a_cs, b, b_rs, b_cs, M, Ncols, K);
+      return GemmTiled<float, kMr512, kNr512, PackedBlockAvx512, BSrc>(c, ldc, a, a_rs, a_cs, b, b_rs, b_cs, M, Ncols,
+                                                                       K);
     }
   }
 #endif
-  GemmTiled<T, kMr, Nr<T>(), PackedBlock<T>>(c, ldc, a, a_rs, a_cs, b, b_rs, b_cs, M, Ncols, K);
+  GemmTiled<T, kMr, Nr<T>(), PackedBlock<T>, BSrc>(c, ldc, a, a_rs, a_cs, b, b_rs, b_cs, M, Ncols, K);
 }
 
 }  // namespace
@@ -438,8 +458,11 @@ void LayerNormBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* in
 
 // ---------------------------------------------------------------- matmul
 
-template <typename T>
-void MatmulForward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int C, int OC) {
+namespace {
+
+template <typename T, typename BSrc>
+void MatmulForwardFrom(T* out, const T* inp, const typename BSrc::Elem* weight, const T* bias, int64_t N, int C,
+                       int OC) {
 #pragma omp parallel for schedule(static) if (WorthThreads(N * OC))
   for (int64_t n = 0; n < N; ++n) {
     T* o = out + n * OC;
@@ -450,14 +473,14 @@ void MatmulForward(T* out, const T* inp, const T* weight, const T* bias, int64_t
     }
   }
   // out [N, OC] += inp [N, C] @ weight^T: B(c, o) = weight[o*C + c].
-  Gemm<T>(out, OC, inp, C, 1, weight, 1, C, N, OC, C);
+  Gemm<T, BSrc>(out, OC, inp, C, 1, weight, 1, C, N, OC, C);
 }
 
-template <typename T>
-void MatmulBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int C,
-                    int OC) {
+template <typename T, typename BSrc>
+void MatmulBackwardFrom(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const typename BSrc::Elem* weight,
+                        int64_t N, int C, int OC) {
   // dinp [N, C] += dout [N, OC] @ weight [OC, C].
-  Gemm<T>(dinp, C, dout, OC, 1, weight, C, 1, N, C, OC);
+  Gemm<T, BSrc>(dinp, C, dout, OC, 1, weight, C, 1, N, C, OC);
   // dweight [OC, C] += dout^T [OC, N] @ inp [N, C]: A(o, n) = dout[n*OC + o].
   Gemm<T>(dweight, C, dout, 1, OC, inp, C, 1, OC, C, N);
   if (dbias != nullptr) {
@@ -472,6 +495,35 @@ void MatmulBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, 
       for (int64_t o = o0; o < o1; ++o) dbias[o] += static_cast<T>(acc[o - o0]);
     }
   }
+}
+
+}  // namespace
+
+template <typename T>
+void MatmulForward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int C, int OC) {
+  MatmulForwardFrom<T, PlainB<T>>(out, inp, weight, bias, N, C, OC);
+}
+
+template <typename T>
+void MatmulBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int C,
+                    int OC) {
+  MatmulBackwardFrom<T, PlainB<T>>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+
+void MatmulForward16(float* out, const float* inp, const uint16_t* weight, ElementType weight_type, const float* bias,
+                     int64_t N, int C, int OC) {
+  ZINF_CHECK_MSG(IsWeight16(weight_type), "MatmulForward16: the weight must be bf16 or f16");
+  if (weight_type == ElementType::kBf16) return MatmulForwardFrom<float, Bf16B>(out, inp, weight, bias, N, C, OC);
+  MatmulForwardFrom<float, F16B>(out, inp, weight, bias, N, C, OC);
+}
+
+void MatmulBackward16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                      const uint16_t* weight, ElementType weight_type, int64_t N, int C, int OC) {
+  ZINF_CHECK_MSG(IsWeight16(weight_type), "MatmulBackward16: the weight must be bf16 or f16");
+  if (weight_type == ElementType::kBf16) {
+    return MatmulBackwardFrom<float, Bf16B>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+  MatmulBackwardFrom<float, F16B>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
 }
 
 // ---------------------------------------------------------------- attention

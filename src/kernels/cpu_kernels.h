@@ -67,6 +67,16 @@ template <typename T>
 void MatmulBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int C,
                     int OC);
 
+// The two above with the weight in a 16-bit float type (`weight_type` kBf16
+// or kF16), read as it is: widened while the matmul packs it, so no float
+// copy of the weight is made and the results are bit for bit those of
+// casting it to float first (CastIn) and calling the float versions.
+inline bool IsWeight16(ElementType t) { return t == ElementType::kBf16 || t == ElementType::kF16; }
+void MatmulForward16(float* out, const float* inp, const uint16_t* weight, ElementType weight_type, const float* bias,
+                     int64_t N, int C, int OC);
+void MatmulBackward16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                      const uint16_t* weight, ElementType weight_type, int64_t N, int C, int OC);
+
 // Causal multi-head self-attention: out [N, C] (heads concatenated), att
 // [B, NH, T, T] the softmax of q.k / sqrt(hs) over keys <= t, saved.
 template <typename T>

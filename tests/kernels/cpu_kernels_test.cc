@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include "core/half.h"
 #include "testing/finite_differences.h"
 
 namespace zinf::kernels::cpu {
@@ -417,6 +418,43 @@ TEST(CpuKernelsTest, FloatMatmulSumsOneFmaChainPerSlab) {
     }
   }
   EXPECT_EQ(bad, 0);
+}
+
+// A 16-bit weight read as it is (MatmulForward16 / MatmulBackward16) gives
+// the bits of casting it to float first and calling the float matmuls: for
+// bf16 and f16, both pack paths (the forward's transposed weight and the
+// backward's plain one), ragged tiles and two slabs, threaded.
+TEST(CpuKernelsTest, Matmul16ReadsTheWeightAsItsFloatCast) {
+  std::mt19937_64 rng(34);
+  const int64_t N = 67;
+  const int C = 300, OC = 270;
+  const std::vector<float> inp = RandomFloats(rng, N * C), bias = RandomFloats(rng, OC),
+                           dout = RandomFloats(rng, N * OC), w32 = RandomFloats(rng, int64_t{OC} * C);
+  for (ElementType type : {ElementType::kBf16, ElementType::kF16}) {
+    SCOPED_TRACE(type == ElementType::kBf16 ? "bf16" : "f16");
+    std::vector<uint16_t> w16(w32.size());
+    for (size_t i = 0; i < w32.size(); ++i) {
+      w16[i] = type == ElementType::kBf16 ? FloatToBf16(w32[i]) : FloatToHalf(w32[i]);
+    }
+    std::vector<float> w(w32.size());
+    CastIn<float>(w.data(), w16.data(), type, static_cast<int64_t>(w.size()));
+    std::vector<float> out(N * OC), out16(N * OC);
+    MatmulForward<float>(out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+    MatmulForward16(out16.data(), inp.data(), w16.data(), type, bias.data(), N, C, OC);
+    EXPECT_EQ(std::memcmp(out.data(), out16.data(), out.size() * sizeof(float)), 0) << "forward";
+    // Gradients start from a prefill: the backward accumulates.
+    std::vector<float> dinp(N * C, 0.25f), dw(w.size(), -0.5f), db(OC, 1.0f);
+    std::vector<float> dinp16 = dinp, dw16 = dw, db16 = db;
+    MatmulBackward<float>(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+    MatmulBackward16(dinp16.data(), dw16.data(), db16.data(), dout.data(), inp.data(), w16.data(), type, N, C, OC);
+    EXPECT_EQ(std::memcmp(dinp.data(), dinp16.data(), dinp.size() * sizeof(float)), 0) << "dinp";
+    EXPECT_EQ(std::memcmp(dw.data(), dw16.data(), dw.size() * sizeof(float)), 0) << "dweight";
+    EXPECT_EQ(std::memcmp(db.data(), db16.data(), db.size() * sizeof(float)), 0) << "dbias";
+    // The weight's values matter (not a copy of the float path's result).
+    w16[0] ^= 0x4000;
+    MatmulForward16(out16.data(), inp.data(), w16.data(), type, bias.data(), N, C, OC);
+    EXPECT_NE(out[0], out16[0]);
+  }
 }
 
 // Big enough to run threaded; the same bits with one thread and with many.
