@@ -505,48 +505,64 @@ struct GptCompute<T>::Impl {
   // kMlpOutGroup writes x_{l+1}, so the recompute in LayerBackward stops
   // before it. The steps run the kernels of a whole-layer forward in its
   // order, whatever the grouping of the calls.
-  void ForwardGroup(int layer, int group, const std::vector<const T*>& p);
-  void LlamaForwardGroup(int layer, int group, const std::vector<const T*>& p);
+  void ForwardGroup(int layer, int group, const LayerParams& lp);
+  void LlamaForwardGroup(int layer, int group, const LayerParams& lp);
   // One group's step of the backward, after the recompute (groups from
   // kMlpOutGroup down to kNorm1Group): m.dres holds d x_{l+1} before the
   // first and d x_l after the last.
-  void BackwardGroup(int layer, int group, const std::vector<const T*>& p, const std::vector<T*>& g);
-  void LlamaBackwardGroup(int layer, int group, const std::vector<const T*>& p, const std::vector<T*>& g);
+  void BackwardGroup(int layer, int group, const LayerParams& lp, const std::vector<T*>& g);
+  void LlamaBackwardGroup(int layer, int group, const LayerParams& lp, const std::vector<T*>& g);
+  // The layer's linear map by its weight tensor `w` ([OC, IC]): out = inp @
+  // W^T + bias, and its backward (accumulating), reading W in its 16-bit
+  // type when the call handed it over so (lp.matrices16[w]).
+  void Linear(const LayerParams& lp, int w, T* out, const T* inp, const T* bias, int IC, int OC) {
+    const void* w16 = lp.matrices16.empty() ? nullptr : lp.matrices16[static_cast<size_t>(w)];
+    if (w16 != nullptr) return ops->MatmulForward16(out, inp, w16, lp.type16, bias, N, IC, OC);
+    ops->MatmulForward(out, inp, lp.values[static_cast<size_t>(w)], bias, N, IC, OC);
+  }
+  void LinearBackward(const LayerParams& lp, int w, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, int IC,
+                      int OC) {
+    const void* w16 = lp.matrices16.empty() ? nullptr : lp.matrices16[static_cast<size_t>(w)];
+    if (w16 != nullptr) return ops->MatmulBackward16(dinp, dweight, dbias, dout, inp, w16, lp.type16, N, IC, OC);
+    ops->MatmulBackward(dinp, dweight, dbias, dout, inp, lp.values[static_cast<size_t>(w)], N, IC, OC);
+  }
   Status CheckBackwardLayer(int layer, const char* what) const;
   Status AllocateLlama();
 };
 
 template <typename T>
-void GptCompute<T>::Impl::ForwardGroup(int layer, int group, const std::vector<const T*>& p) {
-  if (config.llama()) return LlamaForwardGroup(layer, group, p);
+void GptCompute<T>::Impl::ForwardGroup(int layer, int group, const LayerParams& lp) {
+  const std::vector<const T*>& p = lp.values;
+  if (config.llama()) return LlamaForwardGroup(layer, group, lp);
   const int T_ = config.seq_len, NH = config.n_head;
   const T* xin = x[layer];
   Ops<T>& o = *ops;
   switch (group) {
     case kNorm1Group: o.LayerNormForward(ln1, ln1_mean, ln1_rstd, xin, p[kLn1W], p[kLn1B], N, C); break;
     case kQkvGroup:
-      o.MatmulForward(qkv, ln1, p[kQkvW], p[kQkvB], N, C, 3 * C);
+      Linear(lp, kQkvW, qkv, ln1, p[kQkvB], C, 3 * C);
       o.AttentionForward(atty, att, attn_scratch, qkv, B, T_, C, NH);
       break;
     case kAttnOutGroup:
-      o.MatmulForward(mid, atty, p[kAttProjW], p[kAttProjB], N, C, C);
+      Linear(lp, kAttProjW, mid, atty, p[kAttProjB], C, C);
       o.ResidualForward(mid, xin, mid, N * C);
       break;
     case kNorm2Group: o.LayerNormForward(ln2, ln2_mean, ln2_rstd, mid, p[kLn2W], p[kLn2B], N, C); break;
     case kMlpInGroup:
-      o.MatmulForward(fch, ln2, p[kFcW], p[kFcB], N, C, 4 * C);
+      Linear(lp, kFcW, fch, ln2, p[kFcB], C, 4 * C);
       o.GeluForward(fch_gelu, fch, N * 4 * C);
       break;
     default: {
       T* xout = x[layer + 1];
-      o.MatmulForward(xout, fch_gelu, p[kFcProjW], p[kFcProjB], N, 4 * C, C);
+      Linear(lp, kFcProjW, xout, fch_gelu, p[kFcProjB], 4 * C, C);
       o.ResidualForward(xout, mid, xout, N * C);
     }
   }
 }
 
 template <typename T>
-void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const std::vector<const T*>& p) {
+void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const LayerParams& lp) {
+  const std::vector<const T*>& p = lp.values;
   const int T_ = config.seq_len, NH = config.n_head, NKV = config.n_kv_head;
   const T* xin = x[layer];
   Ops<T>& o = *ops;
@@ -554,27 +570,27 @@ void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const std::vec
   switch (group) {
     case kNorm1Group: o.RmsNormForward(ln1, ln1_rstd, xin, p[kAttnNormW], N, C, config.norm_eps); break;
     case kQkvGroup:
-      o.MatmulForward(q, ln1, p[kQW], bias ? p[kQB] : nullptr, N, C, C);
-      o.MatmulForward(k, ln1, p[kKW], bias ? p[kKB] : nullptr, N, C, Ckv);
-      o.MatmulForward(v, ln1, p[kVW], bias ? p[kVB] : nullptr, N, C, Ckv);
+      Linear(lp, kQW, q, ln1, bias ? p[kQB] : nullptr, C, C);
+      Linear(lp, kKW, k, ln1, bias ? p[kKB] : nullptr, C, Ckv);
+      Linear(lp, kVW, v, ln1, bias ? p[kVB] : nullptr, C, Ckv);
       o.RopeForward(q, q, rope_cos, rope_sin, B, T_, NH, hd);
       o.RopeForward(k, k, rope_cos, rope_sin, B, T_, NKV, hd);
       o.GqaExpandForward(qkv, q, k, v, N, NH, NKV, hd);
       o.AttentionForward(atty, att, attn_scratch, qkv, B, T_, C, NH);
       break;
     case kAttnOutGroup:
-      o.MatmulForward(mid, atty, p[kOW], nullptr, N, C, C);
+      Linear(lp, kOW, mid, atty, nullptr, C, C);
       o.ResidualForward(mid, xin, mid, N * C);
       break;
     case kNorm2Group: o.RmsNormForward(ln2, ln2_rstd, mid, p[kMlpNormW], N, C, config.norm_eps); break;
     case kMlpInGroup:
-      o.MatmulForward(gate, ln2, p[kGateW], nullptr, N, C, I);
-      o.MatmulForward(up, ln2, p[kUpW], nullptr, N, C, I);
+      Linear(lp, kGateW, gate, ln2, nullptr, C, I);
+      Linear(lp, kUpW, up, ln2, nullptr, C, I);
       o.SwigluForward(hmid, gate, up, N * I);
       break;
     default: {
       T* xout = x[layer + 1];
-      o.MatmulForward(xout, hmid, p[kDownW], nullptr, N, I, C);
+      Linear(lp, kDownW, xout, hmid, nullptr, I, C);
       o.ResidualForward(xout, mid, xout, N * C);
     }
   }
@@ -585,23 +601,23 @@ void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const std::vec
 // dbuf_c (kAttnOut -> kQkv), d ln1 in atty (kQkv -> kNorm1). Each reuses a
 // forward buffer whose last reader has run.
 template <typename T>
-void GptCompute<T>::Impl::BackwardGroup(int layer, int group, const std::vector<const T*>& p,
-                                        const std::vector<T*>& g) {
-  if (config.llama()) return LlamaBackwardGroup(layer, group, p, g);
+void GptCompute<T>::Impl::BackwardGroup(int layer, int group, const LayerParams& lp, const std::vector<T*>& g) {
+  const std::vector<const T*>& p = lp.values;
+  if (config.llama()) return LlamaBackwardGroup(layer, group, lp, g);
   const int T_ = config.seq_len, NH = config.n_head;
   Ops<T>& o = *ops;
   // x_{l+1} = mid + fc_proj(gelu(fc(ln2(mid)))); mid = x_l + attn_proj(attention(qkv(ln1(x_l)))).
   switch (group) {
     case kMlpOutGroup:
       o.Zero(dbuf_4c, N * 4 * C);  // d fch_gelu
-      o.MatmulBackward(dbuf_4c, g[kFcProjW], g[kFcProjB], dres, fch_gelu, p[kFcProjW], N, 4 * C, C);
+      LinearBackward(lp, kFcProjW, dbuf_4c, g[kFcProjW], g[kFcProjB], dres, fch_gelu, 4 * C, C);
       break;
     case kMlpInGroup: {
       T* dfch = fch_gelu;  // fch_gelu's last reader was the fc_proj matmul backward
       o.Zero(dfch, N * 4 * C);
       o.GeluBackward(dfch, fch, dbuf_4c, N * 4 * C);
       o.Zero(dbuf_c, N * C);  // d ln2
-      o.MatmulBackward(dbuf_c, g[kFcW], g[kFcB], dfch, ln2, p[kFcW], N, C, 4 * C);
+      LinearBackward(lp, kFcW, dbuf_c, g[kFcW], g[kFcB], dfch, ln2, C, 4 * C);
       break;
     }
     case kNorm2Group:
@@ -611,7 +627,7 @@ void GptCompute<T>::Impl::BackwardGroup(int layer, int group, const std::vector<
       break;
     case kAttnOutGroup:
       o.Zero(dbuf_c, N * C);  // d atty
-      o.MatmulBackward(dbuf_c, g[kAttProjW], g[kAttProjB], dres, atty, p[kAttProjW], N, C, C);
+      LinearBackward(lp, kAttProjW, dbuf_c, g[kAttProjW], g[kAttProjB], dres, atty, C, C);
       break;
     case kQkvGroup: {
       T* dqkv_ = dbuf_4c;
@@ -619,7 +635,7 @@ void GptCompute<T>::Impl::BackwardGroup(int layer, int group, const std::vector<
       o.AttentionBackward(dqkv_, attn_scratch, dbuf_c, qkv, att, B, T_, C, NH);
       T* dln1 = atty;  // atty's last reader was the attn_proj matmul backward
       o.Zero(dln1, N * C);
-      o.MatmulBackward(dln1, g[kQkvW], g[kQkvB], dqkv_, ln1, p[kQkvW], N, C, 3 * C);
+      LinearBackward(lp, kQkvW, dln1, g[kQkvW], g[kQkvB], dqkv_, ln1, C, 3 * C);
       break;
     }
     default: o.LayerNormBackward(dres, g[kLn1W], g[kLn1B], atty, x[layer], p[kLn1W], ln1_mean, ln1_rstd, N, C);
@@ -629,8 +645,8 @@ void GptCompute<T>::Impl::BackwardGroup(int layer, int group, const std::vector<
 // As BackwardGroup: d hmid in dh (kMlpOut -> kMlpIn), d ln2 and d atty in
 // dbuf_c, d ln1 in dbuf_c (kQkv -> kNorm1).
 template <typename T>
-void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const std::vector<const T*>& p,
-                                             const std::vector<T*>& g) {
+void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerParams& lp, const std::vector<T*>& g) {
+  const std::vector<const T*>& p = lp.values;
   const int T_ = config.seq_len, NH = config.n_head, NKV = config.n_kv_head;
   Ops<T>& o = *ops;
   const bool bias = config.qkv_bias;
@@ -639,20 +655,20 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const std::ve
   switch (group) {
     case kMlpOutGroup:
       o.Zero(dh, N * I);
-      o.MatmulBackward(dh, g[kDownW], nullptr, dres, hmid, p[kDownW], N, I, C);
+      LinearBackward(lp, kDownW, dh, g[kDownW], nullptr, dres, hmid, I, C);
       break;
     case kMlpInGroup:
       o.Zero(dgate, N * I);
       o.Zero(dup, N * I);
       o.SwigluBackward(dgate, dup, gate, up, dh, N * I);
       o.Zero(dbuf_c, N * C);  // d ln2
-      o.MatmulBackward(dbuf_c, g[kGateW], nullptr, dgate, ln2, p[kGateW], N, C, I);
-      o.MatmulBackward(dbuf_c, g[kUpW], nullptr, dup, ln2, p[kUpW], N, C, I);
+      LinearBackward(lp, kGateW, dbuf_c, g[kGateW], nullptr, dgate, ln2, C, I);
+      LinearBackward(lp, kUpW, dbuf_c, g[kUpW], nullptr, dup, ln2, C, I);
       break;
     case kNorm2Group: o.RmsNormBackward(dres, g[kMlpNormW], dbuf_c, mid, p[kMlpNormW], ln2_rstd, N, C); break;
     case kAttnOutGroup:
       o.Zero(dbuf_c, N * C);  // d atty
-      o.MatmulBackward(dbuf_c, g[kOW], nullptr, dres, atty, p[kOW], N, C, C);
+      LinearBackward(lp, kOW, dbuf_c, g[kOW], nullptr, dres, atty, C, C);
       break;
     case kQkvGroup: {
       o.Zero(dqkv, N * 3 * C);
@@ -667,9 +683,9 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const std::ve
       o.RopeBackward(dk, dk_rot, rope_cos, rope_sin, B, T_, NKV, hd);
       T* dln1 = dbuf_c;  // d atty's last reader was the attention backward
       o.Zero(dln1, N * C);
-      o.MatmulBackward(dln1, g[kQW], bias ? g[kQB] : nullptr, dq, ln1, p[kQW], N, C, C);
-      o.MatmulBackward(dln1, g[kKW], bias ? g[kKB] : nullptr, dk, ln1, p[kKW], N, C, Ckv);
-      o.MatmulBackward(dln1, g[kVW], bias ? g[kVB] : nullptr, dv, ln1, p[kVW], N, C, Ckv);
+      LinearBackward(lp, kQW, dln1, g[kQW], bias ? g[kQB] : nullptr, dq, ln1, C, C);
+      LinearBackward(lp, kKW, dln1, g[kKW], bias ? g[kKB] : nullptr, dk, ln1, C, Ckv);
+      LinearBackward(lp, kVW, dln1, g[kVW], bias ? g[kVB] : nullptr, dv, ln1, C, Ckv);
       break;
     }
     default: o.RmsNormBackward(dres, g[kAttnNormW], dbuf_c, x[layer], p[kAttnNormW], ln1_rstd, N, C);
@@ -759,7 +775,42 @@ Status CheckGroupPointers(const GptConfig& config, const std::vector<P>& v, size
   return Status::Ok();
 }
 
+// As CheckGroupPointers for a layer's parameters handed over as values and
+// 16-bit matrices: each tensor of the groups is in one of them, and a
+// 16-bit one is a layer matrix in kBf16 or kF16, for ops that read those.
+template <typename T>
+Status CheckLayerParams(const GptConfig& config, const typename GptCompute<T>::LayerParams& params, bool ops_read16,
+                        size_t expected, int begin, int end, const std::string& what) {
+  if (params.matrices16.empty()) return CheckGroupPointers(config, params.values, expected, begin, end, what);
+  if (params.matrices16.size() != params.values.size()) {
+    return Status::InvalidArgument(what + ": " + std::to_string(params.matrices16.size()) + " 16-bit entries for " +
+                                   std::to_string(params.values.size()) + " tensors");
+  }
+  if (!ops_read16) return Status::InvalidArgument(what + ": 16-bit matrices handed to ops that do not read them");
+  if (!kernels::cpu::IsWeight16(params.type16)) {
+    return Status::InvalidArgument(what + ": 16-bit matrices must be bf16 or f16");
+  }
+  std::vector<const void*> present(params.values.begin(), params.values.end());
+  for (size_t t = 0; t < present.size(); ++t) {
+    if (params.matrices16[t] == nullptr) continue;
+    if (!IsLayerMatrix(config, static_cast<int>(t))) {
+      return Status::InvalidArgument(what + ": tensor " + std::to_string(t) + " is not a matrix; only matrices " +
+                                     "may be handed over in 16 bits");
+    }
+    present[t] = params.matrices16[t];
+  }
+  return CheckGroupPointers(config, present, expected, begin, end, what);
+}
+
 }  // namespace
+
+bool IsLayerMatrix(const GptConfig& config, int tensor) {
+  if (config.llama()) {
+    return tensor == kQW || tensor == kKW || tensor == kVW || tensor == kOW || tensor == kGateW || tensor == kUpW ||
+           tensor == kDownW;
+  }
+  return tensor == kQkvW || tensor == kAttProjW || tensor == kFcW || tensor == kFcProjW;
+}
 
 template <typename T>
 GptCompute<T>::GptCompute(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -953,8 +1004,14 @@ Status GptCompute<T>::LayerForward(int layer, const std::vector<const T*>& param
 
 template <typename T>
 Status GptCompute<T>::LayerForwardGroups(int layer, int begin, int end, const std::vector<const T*>& params) {
+  return LayerForwardGroups(layer, begin, end, LayerParams{params, {}, ElementType::kBf16});
+}
+
+template <typename T>
+Status GptCompute<T>::LayerForwardGroups(int layer, int begin, int end, const LayerParams& params) {
   Impl& m = *impl_;
-  ZINF_RETURN_IF_ERROR(CheckGroupPointers(m.config, params, m.LayerTensorCount(), begin, end, "LayerForward"));
+  ZINF_RETURN_IF_ERROR(CheckLayerParams<T>(m.config, params, m.ops->reads_weights16(), m.LayerTensorCount(), begin, end,
+                                           "LayerForward"));
   if (layer < 0 || layer >= m.config.n_layer) {
     return Status::InvalidArgument("LayerForward: layer " + std::to_string(layer) + " out of range");
   }
@@ -1056,9 +1113,15 @@ Status GptCompute<T>::Impl::CheckBackwardLayer(int layer, const char* what) cons
 
 template <typename T>
 Status GptCompute<T>::LayerRecomputeGroups(int layer, int begin, int end, const std::vector<const T*>& params) {
+  return LayerRecomputeGroups(layer, begin, end, LayerParams{params, {}, ElementType::kBf16});
+}
+
+template <typename T>
+Status GptCompute<T>::LayerRecomputeGroups(int layer, int begin, int end, const LayerParams& params) {
   Impl& m = *impl_;
   if (end > kMlpOutGroup) return Status::InvalidArgument("LayerRecompute: groups end at kMlpOutGroup");
-  ZINF_RETURN_IF_ERROR(CheckGroupPointers(m.config, params, m.LayerTensorCount(), begin, end, "LayerRecompute params"));
+  ZINF_RETURN_IF_ERROR(CheckLayerParams<T>(m.config, params, m.ops->reads_weights16(), m.LayerTensorCount(), begin, end,
+                                           "LayerRecompute params"));
   ZINF_RETURN_IF_ERROR(m.CheckBackwardLayer(layer, "LayerRecompute"));
   ZINF_RETURN_IF_ERROR(CheckNextGroup("LayerRecompute", layer, begin, m.recompute_group));
   // Recompute this layer's activations from its saved input x_l.
@@ -1070,9 +1133,16 @@ Status GptCompute<T>::LayerRecomputeGroups(int layer, int begin, int end, const 
 template <typename T>
 Status GptCompute<T>::LayerBackwardGroups(int layer, int begin, int end, const std::vector<const T*>& params,
                                           const std::vector<T*>& grads) {
+  return LayerBackwardGroups(layer, begin, end, LayerParams{params, {}, ElementType::kBf16}, grads);
+}
+
+template <typename T>
+Status GptCompute<T>::LayerBackwardGroups(int layer, int begin, int end, const LayerParams& params,
+                                          const std::vector<T*>& grads) {
   Impl& m = *impl_;
   const size_t n = m.LayerTensorCount();
-  ZINF_RETURN_IF_ERROR(CheckGroupPointers(m.config, params, n, begin, end, "LayerBackward params"));
+  ZINF_RETURN_IF_ERROR(
+      CheckLayerParams<T>(m.config, params, m.ops->reads_weights16(), n, begin, end, "LayerBackward params"));
   ZINF_RETURN_IF_ERROR(CheckGroupPointers(m.config, grads, n, begin, end, "LayerBackward grads"));
   ZINF_RETURN_IF_ERROR(m.CheckBackwardLayer(layer, "LayerBackward"));
   if (m.recompute_group != kMlpOutGroup || m.backward_end != end) {

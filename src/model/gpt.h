@@ -137,6 +137,9 @@ inline int LmHeadIndex(const GptConfig& c) { return c.llama() ? 1 : kLmHead; }
 enum LayerGroup { kNorm1Group = 0, kQkvGroup, kAttnOutGroup, kNorm2Group, kMlpInGroup, kMlpOutGroup, kLayerGroups };
 // The tensor indices (LayerTensor or LlamaLayerTensor) of each group.
 std::vector<std::vector<int>> LayerTensorGroups(const GptConfig& config);
+// Whether layer tensor `tensor` (spec order) is a matrix the layer reads
+// only through its linear maps (the ones GptCompute takes in 16 bits).
+bool IsLayerMatrix(const GptConfig& config, int tensor);
 
 inline constexpr BlockId kEmbedBlock = 0;
 inline BlockId LayerBlock(int layer) { return static_cast<BlockId>(1 + layer); }
@@ -217,6 +220,19 @@ class GptCompute {
   Status LayerRecomputeGroups(int layer, int begin, int end, const std::vector<const T*>& params);
   Status LayerBackwardGroups(int layer, int begin, int end, const std::vector<const T*>& params,
                              const std::vector<T*>& grads);
+  // A layer's parameters with its matrices (IsLayerMatrix) in their 16-bit
+  // type, for ops that read them as they are (Ops::reads_weights16): each
+  // tensor is in `values` or, a matrix, in `matrices16` (empty, or one
+  // entry per tensor, of type `type16`). The same bits as casting the
+  // matrices to T and handing everything over in `values`.
+  struct LayerParams {
+    std::vector<const T*> values;
+    std::vector<const void*> matrices16;
+    ElementType type16 = ElementType::kBf16;
+  };
+  Status LayerForwardGroups(int layer, int begin, int end, const LayerParams& params);
+  Status LayerRecomputeGroups(int layer, int begin, int end, const LayerParams& params);
+  Status LayerBackwardGroups(int layer, int begin, int end, const LayerParams& params, const std::vector<T*>& grads);
   // Accumulates d wte and d wpe into `grads` (spec order of the embed block).
   Status EmbedBackward(const std::vector<T*>& grads);
 

@@ -7,7 +7,9 @@
 #include "model/ops.h"
 
 #include <cstring>
+#include <type_traits>
 
+#include "core/check.h"
 #include "device/device.h"
 
 #if defined(ZINF_HAVE_CUDA_KERNELS)
@@ -55,6 +57,24 @@ class CpuOps final : public Ops<T> {
   void MatmulBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int C,
                       int OC) override {
     k::MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+  // float reads bf16 and f16 weights as they are; the fp64 checks cast.
+  bool reads_weights16() const override { return std::is_same_v<T, float>; }
+  void MatmulForward16(T* out, const T* inp, const void* weight, ElementType weight_type, const T* bias, int64_t N,
+                       int C, int OC) override {
+    if constexpr (std::is_same_v<T, float>) {
+      k::MatmulForward16(out, inp, static_cast<const uint16_t*>(weight), weight_type, bias, N, C, OC);
+    } else {
+      Ops<T>::MatmulForward16(out, inp, weight, weight_type, bias, N, C, OC);
+    }
+  }
+  void MatmulBackward16(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const void* weight,
+                        ElementType weight_type, int64_t N, int C, int OC) override {
+    if constexpr (std::is_same_v<T, float>) {
+      k::MatmulBackward16(dinp, dweight, dbias, dout, inp, static_cast<const uint16_t*>(weight), weight_type, N, C, OC);
+    } else {
+      Ops<T>::MatmulBackward16(dinp, dweight, dbias, dout, inp, weight, weight_type, N, C, OC);
+    }
   }
   // The backward keeps the gradient of the pre-softmax scores, one per entry
   // of att; the forward needs no scratch.
@@ -105,6 +125,19 @@ class CpuOps final : public Ops<T> {
 };
 
 }  // namespace
+
+template <typename T>
+void Ops<T>::MatmulForward16(T*, const T*, const void*, ElementType, const T*, int64_t, int, int) {
+  ZINF_CHECK_MSG(false, "Ops::MatmulForward16 on ops that do not read 16-bit weights (reads_weights16)");
+}
+
+template <typename T>
+void Ops<T>::MatmulBackward16(T*, T*, T*, const T*, const T*, const void*, ElementType, int64_t, int, int) {
+  ZINF_CHECK_MSG(false, "Ops::MatmulBackward16 on ops that do not read 16-bit weights (reads_weights16)");
+}
+
+template class Ops<float>;
+template class Ops<double>;
 
 template <typename T>
 std::unique_ptr<Ops<T>> CreateCpuOps() {

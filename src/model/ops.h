@@ -54,6 +54,15 @@ class Ops {
   virtual void MatmulForward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int C, int OC) = 0;
   virtual void MatmulBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N,
                               int C, int OC) = 0;
+  // Whether MatmulForward16 / MatmulBackward16 are there: the matmuls with a
+  // weight in a 16-bit float type (the engine's parameters, kBf16 or kF16)
+  // read as it is, with no T copy of it and the bits of casting it first
+  // (CastIn) and calling the T versions. Callers that get false cast.
+  virtual bool reads_weights16() const { return false; }
+  virtual void MatmulForward16(T* out, const T* inp, const void* weight, ElementType weight_type, const T* bias,
+                               int64_t N, int C, int OC);
+  virtual void MatmulBackward16(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const void* weight,
+                                ElementType weight_type, int64_t N, int C, int OC);
   // Elements of device scratch AttentionForward / AttentionBackward need
   // (one buffer, shared by both: the caller allocates the max once).
   virtual int64_t AttentionScratchElems(int B, int T_, int C, int NH) const = 0;

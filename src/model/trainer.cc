@@ -162,18 +162,48 @@ struct Trainer::Impl {
     return static_cast<float*>(p);
   }
 
+  using LayerParams = GptCompute<float>::LayerParams;
+
+  // A layer piece's tensors at their layer places (AtLayerPlaces), acquired:
+  // its matrices in the engine's 16-bit type when the ops read them so (no
+  // fp32 copy, the same bits), the rest as AcquireAsFloat gives them. The
+  // piece stays acquired.
+  StatusOr<LayerParams> AcquireLayerPiece(BlockId e) {
+    const ElementType type = engine->param_type();
+    if (!ops->reads_weights16() || !kernels::cpu::IsWeight16(type)) {
+      ZINF_ASSIGN_OR_RETURN(auto p, AcquireAsFloat(e, param_scratch));
+      return LayerParams{AtLayerPlaces(e, p), {}, ElementType::kBf16};
+    }
+    const std::vector<int>& places = layout.piece(e).tensors;
+    auto matrix = [&](size_t t) { return IsLayerMatrix(model(), places[t]); };
+    std::vector<const void*> kept;
+    ZINF_ASSIGN_OR_RETURN(auto p, AcquireAsFloat(e, param_scratch, matrix, &kept));
+    return LayerParams{AtLayerPlaces(e, p), AtLayerPlaces(e, kept), type};
+  }
+
   // The block's tensors as fp32 device arrays: the engine's own when it
-  // keeps fp32, else cast into `scratch`. The block stays acquired.
-  StatusOr<std::vector<const float*>> AcquireAsFloat(BlockId b, float* scratch) {
+  // keeps fp32, else cast into `scratch`. With `keep16`: the tensors it
+  // picks are not cast when the engine keeps 16 bits; they go to `*kept`
+  // as they are (null in the result; `*kept` is null for the others). The
+  // block stays acquired.
+  StatusOr<std::vector<const float*>> AcquireAsFloat(BlockId b, float* scratch,
+                                                     const std::function<bool(size_t)>& keep16 = nullptr,
+                                                     std::vector<const void*>* kept = nullptr) {
     ZINF_ASSIGN_OR_RETURN(std::vector<void*> ptrs, engine->Acquire(b));
     std::vector<const float*> out;
     out.reserve(ptrs.size());
     const ElementType type = engine->param_type();
     int64_t offset = 0;
     const auto t0 = Clock::now();
+    if (kept != nullptr) kept->assign(ptrs.size(), nullptr);
     for (size_t t = 0; t < ptrs.size(); ++t) {
       if (type == ElementType::kF32) {
         out.push_back(static_cast<const float*>(ptrs[t]));
+        continue;
+      }
+      if (keep16 && keep16(t)) {
+        (*kept)[t] = ptrs[t];
+        out.push_back(nullptr);
         continue;
       }
       const int64_t n = spec(b).tensors[t].numel();
@@ -235,9 +265,9 @@ struct Trainer::Impl {
   Status LayerForward(int l) {
     for (BlockId e : layout.pieces_of(LayerBlock(l))) {
       const FetchPiece& piece = layout.piece(e);
-      ZINF_ASSIGN_OR_RETURN(auto p, AcquireAsFloat(e, param_scratch));
-      ZINF_RETURN_IF_ERROR(Timed(
-          [&] { return compute->LayerForwardGroups(l, piece.begin_group, piece.end_group, AtLayerPlaces(e, p)); }));
+      ZINF_ASSIGN_OR_RETURN(LayerParams p, AcquireLayerPiece(e));
+      ZINF_RETURN_IF_ERROR(
+          Timed([&] { return compute->LayerForwardGroups(l, piece.begin_group, piece.end_group, p); }));
       ZINF_RETURN_IF_ERROR(SyncCompute());
       ZINF_RETURN_IF_ERROR(engine->Release(e));
     }
@@ -251,12 +281,11 @@ struct Trainer::Impl {
   Status LayerBackward(int l) {
     const std::vector<BlockId>& pieces = layout.pieces_of(LayerBlock(l));
     BlockId held = -1;
-    std::vector<const float*> held_params;
+    LayerParams held_params;
     for (BlockId e : pieces) {
       const FetchPiece& piece = layout.piece(e);
       if (piece.begin_group >= kMlpOutGroup) break;  // the recompute stops before the last group
-      ZINF_ASSIGN_OR_RETURN(auto p, AcquireAsFloat(e, param_scratch));
-      held_params = AtLayerPlaces(e, p);
+      ZINF_ASSIGN_OR_RETURN(held_params, AcquireLayerPiece(e));
       const int end = std::min(piece.end_group, static_cast<int>(kMlpOutGroup));
       ZINF_RETURN_IF_ERROR(
           Timed([&] { return compute->LayerRecomputeGroups(l, piece.begin_group, end, held_params); }));
@@ -271,8 +300,7 @@ struct Trainer::Impl {
       const BlockId e = *it;
       const FetchPiece& piece = layout.piece(e);
       if (e != held) {  // only one piece is acquired at a time: they share param_scratch
-        ZINF_ASSIGN_OR_RETURN(auto p, AcquireAsFloat(e, param_scratch));
-        held_params = AtLayerPlaces(e, p);
+        ZINF_ASSIGN_OR_RETURN(held_params, AcquireLayerPiece(e));
       }
       std::vector<float*> g = ZeroedGrads(e, grad_scratch);
       ZINF_RETURN_IF_ERROR(Timed([&] {
