@@ -71,12 +71,20 @@ StatusOr<double> ShardSumSquares(optim::ThreadPool& pool, optim::Isa isa, const 
   return squares.Total();
 }
 
-aio::PinnedPoolOptions GradientWindow::PoolOptions(const OptimizerSwapperOptions& options, bool pin) {
+int64_t GradientWindow::BufferCount(const OptimizerSwapperOptions& options, int64_t largest_add) {
+  const int64_t sg = std::max<int64_t>(1, options.sub_group_elems);
+  // A range of n elements touches at most ceil(n / sg) + 1 sub-groups.
+  const int64_t touched = (std::max<int64_t>(0, largest_add) + sg - 1) / sg + 1;
+  return std::max(kMinBuffers, std::min(touched, OptimizerSwapper::PoolBuffers(options)));
+}
+
+aio::PinnedPoolOptions GradientWindow::PoolOptions(const OptimizerSwapperOptions& options, bool pin,
+                                                   int64_t largest_add) {
   aio::PinnedPoolOptions po;
   po.name = "gradient window";
   po.buffer_count = 0;
   if (options.device != OffloadDevice::kNvme || !options.gradients_in_store) return po;
-  po.buffer_count = kBuffers;
+  po.buffer_count = BufferCount(options, largest_add);
   po.buffer_bytes = OptimizerSwapper::RequiredBufferBytes(options, options.store.alignment_bytes);
   po.alignment_bytes = options.store.alignment_bytes;
   po.pin = pin;
@@ -97,10 +105,16 @@ StatusOr<std::unique_ptr<GradientWindow>> GradientWindow::Create(OptimizerSwappe
   std::unique_ptr<GradientWindow> w(new GradientWindow(swapper, threads, isa, norm_cut));
   const int64_t groups = swapper->num_sub_groups();
   const int64_t need = swapper->store()->PaddedBytes(swapper->sub_group_elems(0) * int64_t{sizeof(float)});
-  w->buffers_.resize(kBuffers);
+  if (pool->buffer_count() < kMinBuffers) {
+    return Status::InvalidArgument("gradient window: " + std::to_string(pool->buffer_count()) +
+                                   " buffers in its pool, at least " + std::to_string(kMinBuffers) + " needed");
+  }
+  w->buffers_.resize(static_cast<size_t>(pool->buffer_count()));
   for (Buffer& b : w->buffers_) {
     auto lease = pool->TryAcquire(need);
-    if (!lease.ok()) return lease.status().WithContext("gradient window: " + std::to_string(kBuffers) + " buffers");
+    if (!lease.ok()) {
+      return lease.status().WithContext("gradient window: " + std::to_string(w->buffers_.size()) + " buffers");
+    }
     b.data = std::move(lease).value();
   }
   w->touched_.assign(static_cast<size_t>(groups), false);

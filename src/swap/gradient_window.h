@@ -89,16 +89,24 @@ StatusOr<double> ShardSumSquares(optim::ThreadPool& pool, optim::Isa isa, const 
 
 class GradientWindow {
  public:
-  // The buffers the window uses: one to fill, one being written behind it,
-  // one read ahead (micro-batches after the first).
-  static constexpr int64_t kBuffers = 3;
-  // The pinned pool a window needs for `options` (kBuffers buffers of one
-  // padded fp32 sub-group), or buffer_count 0 when the gradient is not in
-  // an NVMe store.
-  static aio::PinnedPoolOptions PoolOptions(const OptimizerSwapperOptions& options, bool pin);
+  // The fewest buffers the window uses: one to fill, one being written
+  // behind it, one read ahead (micro-batches after the first).
+  static constexpr int64_t kMinBuffers = 3;
+  // The buffers it uses when the largest range one Add hands over has
+  // `largest_add` elements: one per sub-group such a range can touch, so a
+  // block's gradient is taken in without waiting for the writes of its
+  // first sub-groups (they drain under the next block's backward), but no
+  // more than the optimizer pipeline's buffers (OptimizerSwapper::PoolBuffers:
+  // the two are busy at different times of a step) and no fewer than
+  // kMinBuffers.
+  static int64_t BufferCount(const OptimizerSwapperOptions& options, int64_t largest_add);
+  // The pinned pool a window needs for `options` (BufferCount buffers of
+  // one padded fp32 sub-group), or buffer_count 0 when the gradient is not
+  // in an NVMe store.
+  static aio::PinnedPoolOptions PoolOptions(const OptimizerSwapperOptions& options, bool pin, int64_t largest_add);
 
-  // `swapper` must keep the gradient in its NVMe store; `pool` gives
-  // kBuffers buffers of at least RequiredBufferBytes. None is owned; all
+  // `swapper` must keep the gradient in its NVMe store; `pool` gives at
+  // least kMinBuffers buffers of at least RequiredBufferBytes (it uses them all). None is owned; all
   // must outlive the window.
   // `norm_cut`: the config's sub_group_size (ShardSquares' `cut`).
   static StatusOr<std::unique_ptr<GradientWindow>> Create(OptimizerSwapper* swapper, aio::PinnedPool* pool,

@@ -149,7 +149,8 @@ Status PlanOptimizer(const Config& config, int64_t total, BufferPlan& p) {
   for (std::string note : {PipelineAlways(oo), SplitForPipeline(oo), FitOptimizerPipeline(oo)}) {
     if (!note.empty()) p.fitted.push_back(std::move(note));
   }
-  p.grad_window = swap::GradientWindow::PoolOptions(oo, zero.offload_optimizer.pin_memory);
+  // The engine hands the window one block's shard at a time.
+  p.grad_window = swap::GradientWindow::PoolOptions(oo, zero.offload_optimizer.pin_memory, p.max_shard_elems);
   p.norm_squares_bytes = swap::ShardSquares::FootprintBytes(total, zero.sub_group_size);
   p.num_sub_groups = swap::OptimizerSwapper::NumSubGroups(oo);
   p.optimizer_resident = swap::OptimizerSwapper::ResidentPoolOptions(oo);

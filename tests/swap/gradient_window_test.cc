@@ -55,16 +55,17 @@ class GradientWindowTest : public ::testing::Test {
   // through a window and into a RAM array; expects the same gradient and
   // the same sum of squares. `flush_after`: the window is flushed after
   // that range of each micro-batch (buffers still being filled).
+  // `largest_add`: what the window's buffers are sized for (0: the fewest).
   void Check(aio::IoEngine* io, const std::vector<Range>& ranges, int micro, size_t skip_last = 0,
-             size_t flush_after = SIZE_MAX) {
+             size_t flush_after = SIZE_MAX, int64_t largest_add = 0) {
     const OptimizerSwapperOptions o = Options();
     auto pool = MakePool(OptimizerSwapper::RequiredBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
     auto swapper = OptimizerSwapper::Create(o, io, pool.get());
     ASSERT_TRUE(swapper.ok()) << swapper.status().ToString();
     const std::vector<float> master = RandomFloats(kTotal, 1);
     ASSERT_TRUE((*swapper)->Initialize(master.data()).ok());
-    aio::PinnedPoolOptions wo = GradientWindow::PoolOptions(o, false);
-    ASSERT_EQ(wo.buffer_count, GradientWindow::kBuffers);
+    aio::PinnedPoolOptions wo = GradientWindow::PoolOptions(o, false, largest_add);
+    ASSERT_EQ(wo.buffer_count, GradientWindow::BufferCount(o, largest_add));
     auto wpool = aio::PinnedPool::Create(wo);
     ASSERT_TRUE(wpool.ok()) << wpool.status().ToString();
     auto window = GradientWindow::Create(swapper->get(), wpool->get(), threads_.get(), optim::Isa::kScalar, kSubGroup);
@@ -133,6 +134,23 @@ TEST_F(GradientWindowTest, AnyOrderAndGapsThreeMicroBatches) {
   Check(io.get(), AnyOrder(), 3);
 }
 
+// A window sized for the largest range (2'900 elements touch up to 3
+// sub-groups of 1'500, 3'001 up to 4): a range is taken in with no write
+// waited for; capped by the optimizer pipeline's buffers.
+TEST_F(GradientWindowTest, DescendingRangesInAWindowSizedForThem) {
+  const OptimizerSwapperOptions o = Options();
+  const int64_t pipeline = OptimizerSwapper::PoolBuffers(o);
+  ASSERT_GE(pipeline, 4);
+  EXPECT_EQ(GradientWindow::BufferCount(o, 0), GradientWindow::kMinBuffers);
+  EXPECT_EQ(GradientWindow::BufferCount(o, 2'900), 3);
+  EXPECT_EQ(GradientWindow::BufferCount(o, 3'001), 4);
+  EXPECT_EQ(GradientWindow::BufferCount(o, int64_t{1} << 40), pipeline);
+  auto io = MakeEngine();
+  Check(io.get(), Descending(), 1, 0, SIZE_MAX, /*largest_add=*/3'001);
+  Check(io.get(), Descending(), 3, 0, SIZE_MAX, /*largest_add=*/3'001);
+  Check(io.get(), AnyOrder(), 2, 0, /*flush_after=*/3, /*largest_add=*/3'001);
+}
+
 // A flush while sub-groups are half filled (WaitForUpdate's) writes them
 // whole: what no range set yet is zero, and the next ranges still add.
 TEST_F(GradientWindowTest, FlushWhileFilling) {
@@ -159,7 +177,7 @@ TEST_F(GradientWindowTest, WriteErrorsReachTheCaller) {
   auto pool = MakePool(OptimizerSwapper::RequiredBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
   auto swapper = OptimizerSwapper::Create(o, io.get(), pool.get());
   ASSERT_TRUE(swapper.ok()) << swapper.status().ToString();
-  auto wpool = aio::PinnedPool::Create(GradientWindow::PoolOptions(o, false));
+  auto wpool = aio::PinnedPool::Create(GradientWindow::PoolOptions(o, false, 0));
   ASSERT_TRUE(wpool.ok());
   auto window = GradientWindow::Create(swapper->get(), wpool->get(), threads_.get(), optim::Isa::kScalar, kSubGroup);
   ASSERT_TRUE(window.ok()) << window.status().ToString();
@@ -179,12 +197,12 @@ TEST_F(GradientWindowTest, WriteErrorsReachTheCaller) {
 TEST_F(GradientWindowTest, NeedsAStoredGradient) {
   OptimizerSwapperOptions o = Options();
   o.gradients_in_store = false;
-  EXPECT_EQ(GradientWindow::PoolOptions(o, false).buffer_count, 0);
+  EXPECT_EQ(GradientWindow::PoolOptions(o, false, kTotal).buffer_count, 0);
   auto io = MakeEngine();
   auto pool = MakePool(OptimizerSwapper::RequiredBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
   auto swapper = OptimizerSwapper::Create(o, io.get(), pool.get());
   ASSERT_TRUE(swapper.ok());
-  auto wpool = MakePool(GradientWindow::kBuffers, OptimizerSwapper::RequiredBufferBytes(o, 4096));
+  auto wpool = MakePool(GradientWindow::kMinBuffers, OptimizerSwapper::RequiredBufferBytes(o, 4096));
   EXPECT_EQ(GradientWindow::Create(swapper->get(), wpool.get(), threads_.get(), optim::Isa::kScalar, kSubGroup)
                 .status()
                 .code(),

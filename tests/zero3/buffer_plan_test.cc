@@ -152,7 +152,10 @@ void CheckPlan(const BufferPlan& p, const Config& c, const std::vector<BlockSpec
   // of a few sub-groups instead of a whole-shard accumulator.
   if (nvme) {
     EXPECT_EQ(p.grad_accumulator.buffer_count, 0);
-    EXPECT_EQ(p.grad_window.buffer_count, swap::GradientWindow::kBuffers);
+    EXPECT_EQ(p.grad_window.buffer_count, swap::GradientWindow::BufferCount(p.optimizer, p.max_shard_elems));
+    EXPECT_GE(p.grad_window.buffer_count, swap::GradientWindow::kMinBuffers);
+    EXPECT_LE(p.grad_window.buffer_count,
+              std::max(swap::GradientWindow::kMinBuffers, p.optimizer_pipeline.buffer_count));
     EXPECT_EQ(p.grad_window.buffer_bytes, sub_bytes);
   } else {
     EXPECT_EQ(p.grad_accumulator.buffer_bytes, std::max<int64_t>(total * 4, 4096));

@@ -379,10 +379,11 @@ TEST(EngineTest, AccumulationOverflowAndClippingAreBitIdenticalOnEveryTier) {
       EXPECT_EQ(got_results[i].loss_scale, want_results[i].loss_scale);
     }
     if (optimizer == OffloadDevice::kNvme) {
-      // Written in each of 3 micro-batches, read back in 2, read by the 3
-      // applied updates: at least 4 bytes per element each time.
+      // Written at least once in each of the 4 steps (in each micro-batch
+      // when the window's buffers cannot hold the sub-groups between them)
+      // and read by the 3 applied updates: 4 bytes per element each time.
       const int64_t elems = got.counters.gradient_nvme_bytes / 4;
-      EXPECT_GE(elems, (4 * (3 + 2) + 3) * static_cast<int64_t>(got.master.size()));
+      EXPECT_GE(elems, (4 + 3) * static_cast<int64_t>(got.master.size()));
     } else {
       EXPECT_EQ(got.counters.gradient_nvme_bytes, 0);
     }
