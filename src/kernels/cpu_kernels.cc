@@ -660,17 +660,29 @@ inline float ExpForLogistic(float z) {
   return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
 }
 
-// 0.5 (1 + tanh(y)) = 1 / (1 + e^(-2y)): the GELU's gate, in float without
-// a tanh (the library's is scalar and took most of the MLP's non-matmul
-// time); double keeps std::tanh for the gradient checks.
+// The GELU's gate g = 0.5 (1 + tanh(y)) = 1 / (1 + e^(-2y)) and 1 - g =
+// e^(-2y) g (no cancellation as g nears 1), in float without a tanh (the
+// library's is scalar and took most of the MLP's non-matmul time); 0 and 1
+// where e^(-2y) is past the clamp, as tanhf gives, so the tail stays exact
+// zeros rather than subnormals. double keeps std::tanh for the gradient
+// checks.
 template <typename T>
-inline T GeluGate(T y) {
-  if constexpr (std::is_same_v<T, float>) {
-    return 1.0f / (1.0f + ExpForLogistic(-2.0f * y));
-  } else {
-    return T(0.5) * (T(1) + std::tanh(y));
+struct GeluGate {
+  T g, one_minus_g;
+  explicit GeluGate(T y) {
+    if constexpr (std::is_same_v<T, float>) {
+      const float z = -2.0f * y;
+      const float e = ExpForLogistic(z);
+      const float gate = 1.0f / (1.0f + e);
+      g = z >= 87.0f ? 0.0f : gate;
+      one_minus_g = z >= 87.0f ? 1.0f : e * gate;
+    } else {
+      const T th = std::tanh(y);
+      g = T(0.5) * (T(1) + th);
+      one_minus_g = T(0.5) * (T(1) - th);
+    }
   }
-}
+};
 }  // namespace
 
 template <typename T>
@@ -679,7 +691,7 @@ void GeluForward(T* out, const T* inp, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (WorthThreads(n))
   for (int64_t i = 0; i < n; ++i) {
     const T x = inp[i];
-    out[i] = x * GeluGate(s * (x + k * x * x * x));
+    out[i] = x * GeluGate<T>(s * (x + k * x * x * x)).g;
   }
 }
 
@@ -690,8 +702,8 @@ void GeluBackward(T* dinp, const T* inp, const T* dout, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (WorthThreads(n))
   for (int64_t i = 0; i < n; ++i) {
     const T x = inp[i];
-    const T g = GeluGate(s * (x + k * x * x * x));
-    const T grad = g + T(2) * x * g * (T(1) - g) * s * (T(1) + T(3) * k * x * x);
+    const GeluGate<T> gate(s * (x + k * x * x * x));
+    const T grad = gate.g + T(2) * x * gate.g * gate.one_minus_g * s * (T(1) + T(3) * k * x * x);
     dinp[i] += grad * dout[i];
   }
 }

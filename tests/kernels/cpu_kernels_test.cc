@@ -235,11 +235,12 @@ TEST(CpuKernelsTest, GeluBackwardMatchesFiniteDifferences) {
 
 // The float GELU computes its gate from its own exp (vectorized), not
 // tanhf: within 2e-7 of the double kernel relative to max(1, |x|) in the
-// forward and 1e-6 in the backward over [-12, 12], and the same bits for an
-// element whatever its position (vector lanes or the scalar remainder) and
-// the thread count.
+// forward and 1e-6 in the backward over [-12, 12], exact zeros far left,
+// and the same bits for an element whatever its position (vector lanes or
+// the scalar remainder) and the thread count (n is large enough to run
+// threaded).
 TEST(CpuKernelsTest, FloatGeluFollowsTheDoubleOneAndDependsOnlyOnItsInput) {
-  const int64_t n = 24001;
+  const int64_t n = 200'003;
   std::vector<float> x(n), dout(n, 1.0f);
   std::vector<double> xd(n), dd(n, 1.0);
   for (int64_t i = 0; i < n; ++i) xd[i] = x[i] = -12.0f + 24.0f * static_cast<float>(i) / (n - 1);
@@ -257,10 +258,13 @@ TEST(CpuKernelsTest, FloatGeluFollowsTheDoubleOneAndDependsOnlyOnItsInput) {
   }
   EXPECT_LT(worst_y, 2e-7);
   EXPECT_LT(worst_dx, 1e-6);
+  EXPECT_EQ(y[0], 0.0f);  // x = -12: the gate is past the exp's range
+  EXPECT_EQ(dx[0], 0.0f);
+  EXPECT_EQ(y[n - 1], x[n - 1]);
   // Shifted by one element (other lanes), one at a time, one thread.
   const int threads = omp_get_max_threads();
   omp_set_num_threads(1);
-  for (int64_t i = 1; i < n; i += 997) {
+  for (int64_t i = 1; i < n; i += 9'973) {
     float one, d1 = 0.0f;
     GeluForward(&one, &x[i], 1);
     GeluBackward(&d1, &x[i], &dout[i], 1);
