@@ -73,8 +73,9 @@ StatusOr<double> ShardSumSquares(optim::ThreadPool& pool, optim::Isa isa, const 
 
 int64_t GradientWindow::BufferCount(const OptimizerSwapperOptions& options, int64_t largest_add) {
   const int64_t sg = std::max<int64_t>(1, options.sub_group_elems);
-  // A range of n elements touches at most ceil(n / sg) + 1 sub-groups.
-  const int64_t touched = (std::max<int64_t>(0, largest_add) + sg - 1) / sg + 1;
+  // A range of n >= 1 elements touches at most ceil((n - 1) / sg) + 1
+  // sub-groups (its first element may be the last of one).
+  const int64_t touched = largest_add < 1 ? 1 : (largest_add - 1 + sg - 1) / sg + 1;
   return std::max(kMinBuffers, std::min(touched, OptimizerSwapper::PoolBuffers(options)));
 }
 

@@ -95,10 +95,10 @@ class GradientWindow {
   // The buffers it uses when the largest range one Add hands over has
   // `largest_add` elements: one per sub-group such a range can touch, so a
   // block's gradient is taken in without waiting for the writes of its
-  // first sub-groups (they drain under the next block's backward), but no
-  // more than the optimizer pipeline's buffers (OptimizerSwapper::PoolBuffers:
-  // the two are busy at different times of a step) and no fewer than
-  // kMinBuffers.
+  // first sub-groups (they drain under the next block's backward). At
+  // least kMinBuffers, at most as many as the optimizer pipeline's pool
+  // (OptimizerSwapper::PoolBuffers): pinned memory beside that pool's, up
+  // to as much again, which BufferPlan counts and `zinf plan` prints.
   static int64_t BufferCount(const OptimizerSwapperOptions& options, int64_t largest_add);
   // The pinned pool a window needs for `options` (BufferCount buffers of
   // one padded fp32 sub-group), or buffer_count 0 when the gradient is not
@@ -106,8 +106,8 @@ class GradientWindow {
   static aio::PinnedPoolOptions PoolOptions(const OptimizerSwapperOptions& options, bool pin, int64_t largest_add);
 
   // `swapper` must keep the gradient in its NVMe store; `pool` gives at
-  // least kMinBuffers buffers of at least RequiredBufferBytes (it uses them all). None is owned; all
-  // must outlive the window.
+  // least kMinBuffers buffers of at least RequiredBufferBytes (the window
+  // takes them all). None is owned; all must outlive the window.
   // `norm_cut`: the config's sub_group_size (ShardSquares' `cut`).
   static StatusOr<std::unique_ptr<GradientWindow>> Create(OptimizerSwapper* swapper, aio::PinnedPool* pool,
                                                           optim::ThreadPool* threads, optim::Isa isa, int64_t norm_cut);
