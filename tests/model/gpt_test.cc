@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <string>
@@ -17,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/half.h"
 #include "device/device.h"
 #include "model/ops.h"
 
@@ -98,14 +100,39 @@ class Harness {
     }
   }
 
+  // Layer matrices in bf16, one array per tensor of each block (empty for
+  // the others): with them, Run hands the layers over as LayerParams and
+  // walks each in two group ranges.
+  using Matrices16 = std::vector<std::vector<std::vector<uint16_t>>>;
+
+  typename GptCompute<T>::LayerParams Layer16(int l, const Matrices16& m16) const {
+    typename GptCompute<T>::LayerParams lp{Const(LayerBlock(l)), {}, ElementType::kBf16};
+    lp.matrices16.assign(lp.values.size(), nullptr);
+    for (size_t t = 0; t < lp.values.size(); ++t) {
+      const std::vector<uint16_t>& w = m16[static_cast<size_t>(LayerBlock(l))][t];
+      if (w.empty()) continue;
+      lp.matrices16[t] = w.data();
+      lp.values[t] = nullptr;
+    }
+    return lp;
+  }
+
   // The loss of `batch`; with `backward`, the gradients of every block
   // (zeroed first) as well.
-  double Run(const Batch& batch, bool backward) {
+  double Run(const Batch& batch, bool backward, const Matrices16* m16 = nullptr) {
     for (auto& block : grads_)
       for (auto& g : block) std::fill(g.begin(), g.end(), T(0));
     EXPECT_TRUE(compute_->SetBatch(batch.inputs.data(), batch.targets.data()).ok());
     EXPECT_TRUE(compute_->EmbedForward(Const(kEmbedBlock)).ok());
-    for (int l = 0; l < config_.n_layer; ++l) EXPECT_TRUE(compute_->LayerForward(l, Const(LayerBlock(l))).ok());
+    for (int l = 0; l < config_.n_layer; ++l) {
+      if (m16 == nullptr) {
+        EXPECT_TRUE(compute_->LayerForward(l, Const(LayerBlock(l))).ok());
+        continue;
+      }
+      const auto lp = Layer16(l, *m16);
+      EXPECT_TRUE(compute_->LayerForwardGroups(l, 0, 2, lp).ok());
+      EXPECT_TRUE(compute_->LayerForwardGroups(l, 2, kLayerGroups, lp).ok());
+    }
     const BlockId head = HeadBlock(config_);
     const int lm = LmHeadIndex(config_);
     const T* lm_head = config_.tied_embeddings ? params_[kEmbedBlock][kWte].data() : params_[head][lm].data();
@@ -118,7 +145,14 @@ class Harness {
     EXPECT_TRUE(loss.ok()) << loss.status().ToString();
     if (backward) {
       for (int l = config_.n_layer - 1; l >= 0; --l) {
-        EXPECT_TRUE(compute_->LayerBackward(l, Const(LayerBlock(l)), Mutable(LayerBlock(l))).ok());
+        if (m16 == nullptr) {
+          EXPECT_TRUE(compute_->LayerBackward(l, Const(LayerBlock(l)), Mutable(LayerBlock(l))).ok());
+          continue;
+        }
+        const auto lp = Layer16(l, *m16);
+        EXPECT_TRUE(compute_->LayerRecomputeGroups(l, 0, kMlpOutGroup, lp).ok());
+        EXPECT_TRUE(compute_->LayerBackwardGroups(l, 3, kLayerGroups, lp, Mutable(LayerBlock(l))).ok());
+        EXPECT_TRUE(compute_->LayerBackwardGroups(l, 0, 3, lp, Mutable(LayerBlock(l))).ok());
       }
       EXPECT_TRUE(compute_->EmbedBackward(Mutable(kEmbedBlock)).ok());
     }
@@ -276,6 +310,64 @@ TEST(GptTest, FloatAgreesWithDouble) {
         EXPECT_LE(err, 1e-4 * scale) << specs[b].name << "/" << specs[b].tensors[t].name << " tied " << tied;
       }
     }
+  }
+}
+
+// Layer matrices handed over in bf16 (LayerParams, read as they are by the
+// float CPU ops) give the bits of handing over their float casts: the loss
+// and every gradient, GPT-2 and Llama with q/k/v biases, layers walked in
+// group ranges. Refused: a non-matrix in 16 bits, a short list, and ops
+// that do not read 16-bit weights.
+TEST(GptTest, SixteenBitMatricesGiveTheBitsOfTheirFloatCasts) {
+  for (const GptConfig& config : {Tiny(true), TinyLlama(false, true)}) {
+    SCOPED_TRACE(config.llama() ? "llama" : "gpt2");
+    const int B = 2;
+    std::vector<Tensors> params = MakeParams(config, 11);
+    Harness<float>::Matrices16 m16(params.size());
+    int matrices = 0;
+    for (size_t b = 0; b < params.size(); ++b) {
+      m16[b].resize(params[b].size());
+      const bool layer = static_cast<BlockId>(b) != kEmbedBlock && static_cast<BlockId>(b) != HeadBlock(config);
+      for (size_t t = 0; layer && t < params[b].size(); ++t) {
+        if (!IsLayerMatrix(config, static_cast<int>(t))) continue;
+        ++matrices;
+        for (double& x : params[b][t]) {  // the float path sees the bf16 values too
+          m16[b][t].push_back(FloatToBf16(static_cast<float>(x)));
+          x = Bf16ToFloat(m16[b][t].back());
+        }
+      }
+    }
+    EXPECT_EQ(matrices, config.n_layer * (config.llama() ? 7 : 4));
+    const Batch batch = MakeBatch(config, B, 12);
+    Harness<float> want(config, B), got(config, B);
+    want.SetParams(params);
+    got.SetParams(params);
+    const double lw = want.Run(batch, true);
+    const double lg = got.Run(batch, true, &m16);
+    EXPECT_EQ(std::memcmp(&lw, &lg, sizeof(double)), 0) << lw << " vs " << lg;
+    for (size_t b = 0; b < params.size(); ++b) {
+      for (size_t t = 0; t < params[b].size(); ++t) {
+        const std::vector<float>& gw = want.grads()[b][t];
+        const std::vector<float>& gg = got.grads()[b][t];
+        EXPECT_EQ(std::memcmp(gw.data(), gg.data(), gw.size() * sizeof(float)), 0) << "block " << b << " tensor " << t;
+      }
+    }
+
+    auto lp = got.Layer16(0, m16);
+    lp.matrices16[0] = lp.values[0];  // tensor 0 is a norm weight
+    Status s = got.compute().LayerForwardGroups(0, 0, kLayerGroups, lp);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("not a matrix"), std::string::npos) << s.ToString();
+    lp = got.Layer16(0, m16);
+    lp.matrices16.pop_back();
+    EXPECT_EQ(got.compute().LayerForwardGroups(0, 0, kLayerGroups, lp).code(), StatusCode::kInvalidArgument);
+    Harness<double> d(config, B);
+    GptCompute<double>::LayerParams dp{std::vector<const double*>(lp.values.size(), nullptr),
+                                       std::vector<const void*>(lp.values.size(), lp.matrices16[1]),
+                                       ElementType::kBf16};
+    s = d.compute().LayerForwardGroups(0, 0, kLayerGroups, dp);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("do not read"), std::string::npos) << s.ToString();
   }
 }
 
