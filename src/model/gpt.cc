@@ -4,10 +4,11 @@
 // Memory plan of GptCompute (elements of T; N = B*T positions):
 //   kept across the step   x_0 .. x_L        (L+1) * N*C   (layer inputs)
 //   one layer, reused      ln1, ln2, atty, mid             4 * N*C
-//                          qkv                             3 * N*C
+//   (every layer: kKeep)   qkv                             3 * N*C
 //                          fch, fch_gelu                   8 * N*C
-//                          att + attention scratch         2 * B*NH*T*T (CpuOps)
+//                          att                             B*NH*T*T
 //                          LayerNorm mean / rstd           4 * N
+//   shared                 attention scratch               B*NH*T*T (CpuOps)
 //   head                   lnf (+ mean / rstd)             N*C + 2N
 //                          logits, dlogits                 2 * rows * Vp
 //                          losses                          N
@@ -419,19 +420,32 @@ struct GptCompute<T>::Impl {
   int32_t* tokens = nullptr;
   int32_t* targets = nullptr;
   std::vector<T*> x;  // x_0 .. x_L
-  T* ln1 = nullptr;
-  T* ln1_mean = nullptr;
-  T* ln1_rstd = nullptr;
-  T* qkv = nullptr;
-  T* atty = nullptr;
-  T* att = nullptr;
+  // A layer's activations, which its backward reads (and reuses as
+  // gradient buffers): one set shared by the layers and recomputed
+  // (LayerActivations::kRecompute), or one set per layer kept from the
+  // forward (kKeep). kLlama's ln1/ln2 hold the RMSNorm outputs and it has
+  // no LayerNorm means; kGpt2 has no gate, up or hmid.
+  struct LayerActs {
+    T* ln1 = nullptr;
+    T* ln1_mean = nullptr;
+    T* ln1_rstd = nullptr;
+    T* qkv = nullptr;
+    T* atty = nullptr;
+    T* att = nullptr;
+    T* mid = nullptr;
+    T* ln2 = nullptr;
+    T* ln2_mean = nullptr;
+    T* ln2_rstd = nullptr;
+    T* fch = nullptr;       // kGpt2: [N, 4C]
+    T* fch_gelu = nullptr;  // kGpt2: [N, 4C]
+    T* gate = nullptr;      // kLlama: [N, I]
+    T* up = nullptr;        // kLlama: [N, I]
+    T* hmid = nullptr;      // kLlama: [N, I] silu(gate) * up
+  };
+  bool keep = false;  // LayerActivations::kKeep
+  std::vector<LayerActs> acts;
+  LayerActs& acts_of(int layer) { return acts[keep ? static_cast<size_t>(layer) : 0]; }
   T* attn_scratch = nullptr;
-  T* mid = nullptr;
-  T* ln2 = nullptr;
-  T* ln2_mean = nullptr;
-  T* ln2_rstd = nullptr;
-  T* fch = nullptr;
-  T* fch_gelu = nullptr;
   T* lnf = nullptr;
   T* lnf_mean = nullptr;
   T* lnf_rstd = nullptr;
@@ -452,9 +466,6 @@ struct GptCompute<T>::Impl {
   T* q = nullptr;         // [N, C] after RoPE
   T* k = nullptr;         // [N, Ckv] after RoPE
   T* v = nullptr;         // [N, Ckv]
-  T* gate = nullptr;      // [N, I]
-  T* up = nullptr;        // [N, I]
-  T* hmid = nullptr;      // [N, I] silu(gate) * up
   T* dh = nullptr;        // [N, I] x 3
   T* dgate = nullptr;
   T* dup = nullptr;
@@ -527,71 +538,74 @@ struct GptCompute<T>::Impl {
     ops->MatmulBackward(dinp, dweight, dbias, dout, inp, lp.values[static_cast<size_t>(w)], N, IC, OC);
   }
   Status CheckBackwardLayer(int layer, const char* what) const;
+  Status AllocateLayerActs(LayerActs* a);
   Status AllocateLlama();
 };
 
 template <typename T>
 void GptCompute<T>::Impl::ForwardGroup(int layer, int group, const LayerParams& lp) {
+  LayerActs& a = acts_of(layer);
   const std::vector<const T*>& p = lp.values;
   if (config.llama()) return LlamaForwardGroup(layer, group, lp);
   const int T_ = config.seq_len, NH = config.n_head;
   const T* xin = x[layer];
   Ops<T>& o = *ops;
   switch (group) {
-    case kNorm1Group: o.LayerNormForward(ln1, ln1_mean, ln1_rstd, xin, p[kLn1W], p[kLn1B], N, C); break;
+    case kNorm1Group: o.LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, xin, p[kLn1W], p[kLn1B], N, C); break;
     case kQkvGroup:
-      Linear(lp, kQkvW, qkv, ln1, p[kQkvB], C, 3 * C);
-      o.AttentionForward(atty, att, attn_scratch, qkv, B, T_, C, NH);
+      Linear(lp, kQkvW, a.qkv, a.ln1, p[kQkvB], C, 3 * C);
+      o.AttentionForward(a.atty, a.att, attn_scratch, a.qkv, B, T_, C, NH);
       break;
     case kAttnOutGroup:
-      Linear(lp, kAttProjW, mid, atty, p[kAttProjB], C, C);
-      o.ResidualForward(mid, xin, mid, N * C);
+      Linear(lp, kAttProjW, a.mid, a.atty, p[kAttProjB], C, C);
+      o.ResidualForward(a.mid, xin, a.mid, N * C);
       break;
-    case kNorm2Group: o.LayerNormForward(ln2, ln2_mean, ln2_rstd, mid, p[kLn2W], p[kLn2B], N, C); break;
+    case kNorm2Group: o.LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.mid, p[kLn2W], p[kLn2B], N, C); break;
     case kMlpInGroup:
-      Linear(lp, kFcW, fch, ln2, p[kFcB], C, 4 * C);
-      o.GeluForward(fch_gelu, fch, N * 4 * C);
+      Linear(lp, kFcW, a.fch, a.ln2, p[kFcB], C, 4 * C);
+      o.GeluForward(a.fch_gelu, a.fch, N * 4 * C);
       break;
     default: {
       T* xout = x[layer + 1];
-      Linear(lp, kFcProjW, xout, fch_gelu, p[kFcProjB], 4 * C, C);
-      o.ResidualForward(xout, mid, xout, N * C);
+      Linear(lp, kFcProjW, xout, a.fch_gelu, p[kFcProjB], 4 * C, C);
+      o.ResidualForward(xout, a.mid, xout, N * C);
     }
   }
 }
 
 template <typename T>
 void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const LayerParams& lp) {
+  LayerActs& a = acts_of(layer);
   const std::vector<const T*>& p = lp.values;
   const int T_ = config.seq_len, NH = config.n_head, NKV = config.n_kv_head;
   const T* xin = x[layer];
   Ops<T>& o = *ops;
   const bool bias = config.qkv_bias;
   switch (group) {
-    case kNorm1Group: o.RmsNormForward(ln1, ln1_rstd, xin, p[kAttnNormW], N, C, config.norm_eps); break;
+    case kNorm1Group: o.RmsNormForward(a.ln1, a.ln1_rstd, xin, p[kAttnNormW], N, C, config.norm_eps); break;
     case kQkvGroup:
-      Linear(lp, kQW, q, ln1, bias ? p[kQB] : nullptr, C, C);
-      Linear(lp, kKW, k, ln1, bias ? p[kKB] : nullptr, C, Ckv);
-      Linear(lp, kVW, v, ln1, bias ? p[kVB] : nullptr, C, Ckv);
+      Linear(lp, kQW, q, a.ln1, bias ? p[kQB] : nullptr, C, C);
+      Linear(lp, kKW, k, a.ln1, bias ? p[kKB] : nullptr, C, Ckv);
+      Linear(lp, kVW, v, a.ln1, bias ? p[kVB] : nullptr, C, Ckv);
       o.RopeForward(q, q, rope_cos, rope_sin, B, T_, NH, hd);
       o.RopeForward(k, k, rope_cos, rope_sin, B, T_, NKV, hd);
-      o.GqaExpandForward(qkv, q, k, v, N, NH, NKV, hd);
-      o.AttentionForward(atty, att, attn_scratch, qkv, B, T_, C, NH);
+      o.GqaExpandForward(a.qkv, q, k, v, N, NH, NKV, hd);
+      o.AttentionForward(a.atty, a.att, attn_scratch, a.qkv, B, T_, C, NH);
       break;
     case kAttnOutGroup:
-      Linear(lp, kOW, mid, atty, nullptr, C, C);
-      o.ResidualForward(mid, xin, mid, N * C);
+      Linear(lp, kOW, a.mid, a.atty, nullptr, C, C);
+      o.ResidualForward(a.mid, xin, a.mid, N * C);
       break;
-    case kNorm2Group: o.RmsNormForward(ln2, ln2_rstd, mid, p[kMlpNormW], N, C, config.norm_eps); break;
+    case kNorm2Group: o.RmsNormForward(a.ln2, a.ln2_rstd, a.mid, p[kMlpNormW], N, C, config.norm_eps); break;
     case kMlpInGroup:
-      Linear(lp, kGateW, gate, ln2, nullptr, C, I);
-      Linear(lp, kUpW, up, ln2, nullptr, C, I);
-      o.SwigluForward(hmid, gate, up, N * I);
+      Linear(lp, kGateW, a.gate, a.ln2, nullptr, C, I);
+      Linear(lp, kUpW, a.up, a.ln2, nullptr, C, I);
+      o.SwigluForward(a.hmid, a.gate, a.up, N * I);
       break;
     default: {
       T* xout = x[layer + 1];
-      Linear(lp, kDownW, xout, hmid, nullptr, I, C);
-      o.ResidualForward(xout, mid, xout, N * C);
+      Linear(lp, kDownW, xout, a.hmid, nullptr, I, C);
+      o.ResidualForward(xout, a.mid, xout, N * C);
     }
   }
 }
@@ -602,6 +616,7 @@ void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const LayerPar
 // forward buffer whose last reader has run.
 template <typename T>
 void GptCompute<T>::Impl::BackwardGroup(int layer, int group, const LayerParams& lp, const std::vector<T*>& g) {
+  LayerActs& a = acts_of(layer);
   const std::vector<const T*>& p = lp.values;
   if (config.llama()) return LlamaBackwardGroup(layer, group, lp, g);
   const int T_ = config.seq_len, NH = config.n_head;
@@ -610,35 +625,35 @@ void GptCompute<T>::Impl::BackwardGroup(int layer, int group, const LayerParams&
   switch (group) {
     case kMlpOutGroup:
       o.Zero(dbuf_4c, N * 4 * C);  // d fch_gelu
-      LinearBackward(lp, kFcProjW, dbuf_4c, g[kFcProjW], g[kFcProjB], dres, fch_gelu, 4 * C, C);
+      LinearBackward(lp, kFcProjW, dbuf_4c, g[kFcProjW], g[kFcProjB], dres, a.fch_gelu, 4 * C, C);
       break;
     case kMlpInGroup: {
-      T* dfch = fch_gelu;  // fch_gelu's last reader was the fc_proj matmul backward
+      T* dfch = a.fch_gelu;  // fch_gelu's last reader was the fc_proj matmul backward
       o.Zero(dfch, N * 4 * C);
-      o.GeluBackward(dfch, fch, dbuf_4c, N * 4 * C);
+      o.GeluBackward(dfch, a.fch, dbuf_4c, N * 4 * C);
       o.Zero(dbuf_c, N * C);  // d ln2
-      LinearBackward(lp, kFcW, dbuf_c, g[kFcW], g[kFcB], dfch, ln2, C, 4 * C);
+      LinearBackward(lp, kFcW, dbuf_c, g[kFcW], g[kFcB], dfch, a.ln2, C, 4 * C);
       break;
     }
     case kNorm2Group:
       // The residual passes d x_{l+1} through unchanged: adding the
       // LayerNorm path turns dres into d mid.
-      o.LayerNormBackward(dres, g[kLn2W], g[kLn2B], dbuf_c, mid, p[kLn2W], ln2_mean, ln2_rstd, N, C);
+      o.LayerNormBackward(dres, g[kLn2W], g[kLn2B], dbuf_c, a.mid, p[kLn2W], a.ln2_mean, a.ln2_rstd, N, C);
       break;
     case kAttnOutGroup:
       o.Zero(dbuf_c, N * C);  // d atty
-      LinearBackward(lp, kAttProjW, dbuf_c, g[kAttProjW], g[kAttProjB], dres, atty, C, C);
+      LinearBackward(lp, kAttProjW, dbuf_c, g[kAttProjW], g[kAttProjB], dres, a.atty, C, C);
       break;
     case kQkvGroup: {
       T* dqkv_ = dbuf_4c;
       o.Zero(dqkv_, N * 3 * C);
-      o.AttentionBackward(dqkv_, attn_scratch, dbuf_c, qkv, att, B, T_, C, NH);
-      T* dln1 = atty;  // atty's last reader was the attn_proj matmul backward
+      o.AttentionBackward(dqkv_, attn_scratch, dbuf_c, a.qkv, a.att, B, T_, C, NH);
+      T* dln1 = a.atty;  // atty's last reader was the attn_proj matmul backward
       o.Zero(dln1, N * C);
-      LinearBackward(lp, kQkvW, dln1, g[kQkvW], g[kQkvB], dqkv_, ln1, C, 3 * C);
+      LinearBackward(lp, kQkvW, dln1, g[kQkvW], g[kQkvB], dqkv_, a.ln1, C, 3 * C);
       break;
     }
-    default: o.LayerNormBackward(dres, g[kLn1W], g[kLn1B], atty, x[layer], p[kLn1W], ln1_mean, ln1_rstd, N, C);
+    default: o.LayerNormBackward(dres, g[kLn1W], g[kLn1B], a.atty, x[layer], p[kLn1W], a.ln1_mean, a.ln1_rstd, N, C);
   }
 }
 
@@ -646,6 +661,7 @@ void GptCompute<T>::Impl::BackwardGroup(int layer, int group, const LayerParams&
 // dbuf_c, d ln1 in dbuf_c (kQkv -> kNorm1).
 template <typename T>
 void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerParams& lp, const std::vector<T*>& g) {
+  LayerActs& a = acts_of(layer);
   const std::vector<const T*>& p = lp.values;
   const int T_ = config.seq_len, NH = config.n_head, NKV = config.n_kv_head;
   Ops<T>& o = *ops;
@@ -655,24 +671,24 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
   switch (group) {
     case kMlpOutGroup:
       o.Zero(dh, N * I);
-      LinearBackward(lp, kDownW, dh, g[kDownW], nullptr, dres, hmid, I, C);
+      LinearBackward(lp, kDownW, dh, g[kDownW], nullptr, dres, a.hmid, I, C);
       break;
     case kMlpInGroup:
       o.Zero(dgate, N * I);
       o.Zero(dup, N * I);
-      o.SwigluBackward(dgate, dup, gate, up, dh, N * I);
+      o.SwigluBackward(dgate, dup, a.gate, a.up, dh, N * I);
       o.Zero(dbuf_c, N * C);  // d ln2
-      LinearBackward(lp, kGateW, dbuf_c, g[kGateW], nullptr, dgate, ln2, C, I);
-      LinearBackward(lp, kUpW, dbuf_c, g[kUpW], nullptr, dup, ln2, C, I);
+      LinearBackward(lp, kGateW, dbuf_c, g[kGateW], nullptr, dgate, a.ln2, C, I);
+      LinearBackward(lp, kUpW, dbuf_c, g[kUpW], nullptr, dup, a.ln2, C, I);
       break;
-    case kNorm2Group: o.RmsNormBackward(dres, g[kMlpNormW], dbuf_c, mid, p[kMlpNormW], ln2_rstd, N, C); break;
+    case kNorm2Group: o.RmsNormBackward(dres, g[kMlpNormW], dbuf_c, a.mid, p[kMlpNormW], a.ln2_rstd, N, C); break;
     case kAttnOutGroup:
       o.Zero(dbuf_c, N * C);  // d atty
-      LinearBackward(lp, kOW, dbuf_c, g[kOW], nullptr, dres, atty, C, C);
+      LinearBackward(lp, kOW, dbuf_c, g[kOW], nullptr, dres, a.atty, C, C);
       break;
     case kQkvGroup: {
       o.Zero(dqkv, N * 3 * C);
-      o.AttentionBackward(dqkv, attn_scratch, dbuf_c, qkv, att, B, T_, C, NH);
+      o.AttentionBackward(dqkv, attn_scratch, dbuf_c, a.qkv, a.att, B, T_, C, NH);
       o.Zero(dq_rot, N * C);
       o.Zero(dk_rot, N * Ckv);
       o.Zero(dv, N * Ckv);
@@ -683,12 +699,12 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
       o.RopeBackward(dk, dk_rot, rope_cos, rope_sin, B, T_, NKV, hd);
       T* dln1 = dbuf_c;  // d atty's last reader was the attention backward
       o.Zero(dln1, N * C);
-      LinearBackward(lp, kQW, dln1, g[kQW], bias ? g[kQB] : nullptr, dq, ln1, C, C);
-      LinearBackward(lp, kKW, dln1, g[kKW], bias ? g[kKB] : nullptr, dk, ln1, C, Ckv);
-      LinearBackward(lp, kVW, dln1, g[kVW], bias ? g[kVB] : nullptr, dv, ln1, C, Ckv);
+      LinearBackward(lp, kQW, dln1, g[kQW], bias ? g[kQB] : nullptr, dq, a.ln1, C, C);
+      LinearBackward(lp, kKW, dln1, g[kKW], bias ? g[kKB] : nullptr, dk, a.ln1, C, Ckv);
+      LinearBackward(lp, kVW, dln1, g[kVW], bias ? g[kVB] : nullptr, dv, a.ln1, C, Ckv);
       break;
     }
-    default: o.RmsNormBackward(dres, g[kAttnNormW], dbuf_c, x[layer], p[kAttnNormW], ln1_rstd, N, C);
+    default: o.RmsNormBackward(dres, g[kAttnNormW], dbuf_c, x[layer], p[kAttnNormW], a.ln1_rstd, N, C);
   }
 }
 
@@ -820,7 +836,7 @@ GptCompute<T>::~GptCompute() = default;
 
 template <typename T>
 StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& config, int batch, Ops<T>* ops,
-                                                               Device* device) {
+                                                               Device* device, LayerActivations activations) {
   if (ops == nullptr || device == nullptr) return Status::InvalidArgument("GptCompute: ops and device are required");
   if (batch < 1) return Status::InvalidArgument("GptCompute: batch must be >= 1, got " + std::to_string(batch));
   if (config.vocab_size < 1 || config.seq_len < 1 || config.n_layer < 1 || config.n_head < 1 || config.n_embd < 1 ||
@@ -840,7 +856,6 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
   m.C = config.n_embd;
   m.N = static_cast<int64_t>(batch) * config.seq_len;
   const int64_t N = m.N, C = m.C, L = config.n_layer, Vp = config.padded_vocab_size;
-  const int64_t att_elems = static_cast<int64_t>(batch) * config.n_head * config.seq_len * config.seq_len;
   const int64_t scratch_elems = ops->AttentionScratchElems(batch, config.seq_len, m.C, config.n_head);
   m.head_rows = std::clamp<int64_t>(kHeadChunkBytes / (2 * Vp * static_cast<int64_t>(sizeof(T))), 1, N);
 
@@ -849,22 +864,18 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
   m.x.resize(L + 1);
   for (int64_t l = 0; l <= L; ++l) ZINF_RETURN_IF_ERROR(m.Alloc(&m.x[l], N * C, "layer input x"));
   if (config.llama()) {
+    m.hd = config.head_dim();
+    m.Ckv = config.n_kv_head * m.hd;
+    m.I = config.intermediate_size;
+  }
+  m.keep = activations == LayerActivations::kKeep;
+  m.acts.resize(m.keep ? static_cast<size_t>(L) : 1);
+  for (typename Impl::LayerActs& a : m.acts) ZINF_RETURN_IF_ERROR(m.AllocateLayerActs(&a));
+  if (config.llama()) {
     ZINF_RETURN_IF_ERROR(m.AllocateLlama());
     return std::unique_ptr<GptCompute<T>>(new GptCompute<T>(std::move(impl)));
   }
-  ZINF_RETURN_IF_ERROR(m.Alloc(&m.ln1, N * C, "ln1"));
-  ZINF_RETURN_IF_ERROR(m.Alloc(&m.ln1_mean, N, "ln1 mean"));
-  ZINF_RETURN_IF_ERROR(m.Alloc(&m.ln1_rstd, N, "ln1 rstd"));
-  ZINF_RETURN_IF_ERROR(m.Alloc(&m.qkv, N * 3 * C, "qkv"));
-  ZINF_RETURN_IF_ERROR(m.Alloc(&m.atty, N * C, "attention output"));
-  ZINF_RETURN_IF_ERROR(m.Alloc(&m.att, att_elems, "attention probabilities"));
   ZINF_RETURN_IF_ERROR(m.Alloc(&m.attn_scratch, scratch_elems, "attention scratch"));
-  ZINF_RETURN_IF_ERROR(m.Alloc(&m.mid, N * C, "residual mid"));
-  ZINF_RETURN_IF_ERROR(m.Alloc(&m.ln2, N * C, "ln2"));
-  ZINF_RETURN_IF_ERROR(m.Alloc(&m.ln2_mean, N, "ln2 mean"));
-  ZINF_RETURN_IF_ERROR(m.Alloc(&m.ln2_rstd, N, "ln2 rstd"));
-  ZINF_RETURN_IF_ERROR(m.Alloc(&m.fch, N * 4 * C, "mlp hidden"));
-  ZINF_RETURN_IF_ERROR(m.Alloc(&m.fch_gelu, N * 4 * C, "mlp gelu"));
   ZINF_RETURN_IF_ERROR(m.Alloc(&m.lnf, N * C, "lnf"));
   ZINF_RETURN_IF_ERROR(m.Alloc(&m.lnf_mean, N, "lnf mean"));
   ZINF_RETURN_IF_ERROR(m.Alloc(&m.lnf_rstd, N, "lnf rstd"));
@@ -877,37 +888,46 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
   return std::unique_ptr<GptCompute<T>>(new GptCompute<T>(std::move(impl)));
 }
 
-// Everything after the tokens and the layer inputs, for kLlama (the kGpt2
-// buffers it shares keep their names: ln1/ln2 hold the RMSNorm outputs).
+template <typename T>
+Status GptCompute<T>::Impl::AllocateLayerActs(LayerActs* a) {
+  const int64_t att_elems = static_cast<int64_t>(B) * config.n_head * config.seq_len * config.seq_len;
+  const bool llama = config.llama();
+  ZINF_RETURN_IF_ERROR(Alloc(&a->ln1, N * C, llama ? "attention norm" : "ln1"));
+  if (!llama) ZINF_RETURN_IF_ERROR(Alloc(&a->ln1_mean, N, "ln1 mean"));
+  ZINF_RETURN_IF_ERROR(Alloc(&a->ln1_rstd, N, llama ? "attention norm rstd" : "ln1 rstd"));
+  ZINF_RETURN_IF_ERROR(Alloc(&a->qkv, N * 3 * C, "qkv"));
+  ZINF_RETURN_IF_ERROR(Alloc(&a->atty, N * C, "attention output"));
+  ZINF_RETURN_IF_ERROR(Alloc(&a->att, att_elems, "attention probabilities"));
+  ZINF_RETURN_IF_ERROR(Alloc(&a->mid, N * C, "residual mid"));
+  ZINF_RETURN_IF_ERROR(Alloc(&a->ln2, N * C, llama ? "mlp norm" : "ln2"));
+  if (!llama) ZINF_RETURN_IF_ERROR(Alloc(&a->ln2_mean, N, "ln2 mean"));
+  ZINF_RETURN_IF_ERROR(Alloc(&a->ln2_rstd, N, llama ? "mlp norm rstd" : "ln2 rstd"));
+  if (!llama) {
+    ZINF_RETURN_IF_ERROR(Alloc(&a->fch, N * 4 * C, "mlp hidden"));
+    return Alloc(&a->fch_gelu, N * 4 * C, "mlp gelu");
+  }
+  const int64_t wide = N * I;
+  ZINF_RETURN_IF_ERROR(Alloc(&a->gate, wide, "mlp gate"));
+  ZINF_RETURN_IF_ERROR(Alloc(&a->up, wide, "mlp up"));
+  return Alloc(&a->hmid, wide, "mlp hidden");
+}
+
+// Everything after the tokens, the layer inputs and the layer activations,
+// for kLlama.
 template <typename T>
 Status GptCompute<T>::Impl::AllocateLlama() {
   const int T_ = config.seq_len;
-  hd = config.head_dim();
-  Ckv = config.n_kv_head * hd;
-  I = config.intermediate_size;
   const int64_t Vp = config.padded_vocab_size;
-  const int64_t att_elems = static_cast<int64_t>(B) * config.n_head * T_ * T_;
   const int64_t kv = N * Ckv, wide = N * I;
   const int64_t half_table = static_cast<int64_t>(T_) * (hd / 2);
   ZINF_RETURN_IF_ERROR(Alloc(&rope_cos, half_table, "rope cos"));
   ZINF_RETURN_IF_ERROR(Alloc(&rope_sin, half_table, "rope sin"));
   ZINF_RETURN_IF_ERROR(Alloc(&zero_pos, static_cast<int64_t>(T_) * C, "zero positions"));
   ZINF_RETURN_IF_ERROR(Alloc(&dpos, static_cast<int64_t>(T_) * C, "position gradient sink"));
-  ZINF_RETURN_IF_ERROR(Alloc(&ln1, N * C, "attention norm"));
-  ZINF_RETURN_IF_ERROR(Alloc(&ln1_rstd, N, "attention norm rstd"));
   ZINF_RETURN_IF_ERROR(Alloc(&q, N * C, "q"));
   ZINF_RETURN_IF_ERROR(Alloc(&k, kv, "k"));
   ZINF_RETURN_IF_ERROR(Alloc(&v, kv, "v"));
-  ZINF_RETURN_IF_ERROR(Alloc(&qkv, N * 3 * C, "qkv"));
-  ZINF_RETURN_IF_ERROR(Alloc(&atty, N * C, "attention output"));
-  ZINF_RETURN_IF_ERROR(Alloc(&att, att_elems, "attention probabilities"));
   ZINF_RETURN_IF_ERROR(Alloc(&attn_scratch, ops->AttentionScratchElems(B, T_, C, config.n_head), "attention scratch"));
-  ZINF_RETURN_IF_ERROR(Alloc(&mid, N * C, "residual mid"));
-  ZINF_RETURN_IF_ERROR(Alloc(&ln2, N * C, "mlp norm"));
-  ZINF_RETURN_IF_ERROR(Alloc(&ln2_rstd, N, "mlp norm rstd"));
-  ZINF_RETURN_IF_ERROR(Alloc(&gate, wide, "mlp gate"));
-  ZINF_RETURN_IF_ERROR(Alloc(&up, wide, "mlp up"));
-  ZINF_RETURN_IF_ERROR(Alloc(&hmid, wide, "mlp hidden"));
   ZINF_RETURN_IF_ERROR(Alloc(&lnf, N * C, "final norm"));
   ZINF_RETURN_IF_ERROR(Alloc(&lnf_rstd, N, "final norm rstd"));
   ZINF_RETURN_IF_ERROR(Alloc(&logits, head_rows * Vp, "logits"));
@@ -944,6 +964,10 @@ int GptCompute<T>::batch() const {
 template <typename T>
 int64_t GptCompute<T>::activation_bytes() const {
   return impl_->bytes;
+}
+template <typename T>
+bool GptCompute<T>::keeps_activations() const {
+  return impl_->keep;
 }
 template <typename T>
 Ops<T>& GptCompute<T>::ops() {
@@ -1094,7 +1118,7 @@ Status GptCompute<T>::LayerBackward(int layer, const std::vector<const T*>& para
   const size_t n = impl_->LayerTensorCount();
   ZINF_RETURN_IF_ERROR(CheckPointers(params, n, "LayerBackward params"));
   ZINF_RETURN_IF_ERROR(CheckPointers(grads, n, "LayerBackward grads"));
-  ZINF_RETURN_IF_ERROR(LayerRecomputeGroups(layer, 0, kMlpOutGroup, params));
+  if (!impl_->keep) ZINF_RETURN_IF_ERROR(LayerRecomputeGroups(layer, 0, kMlpOutGroup, params));
   return LayerBackwardGroups(layer, 0, kLayerGroups, params, grads);
 }
 
@@ -1119,6 +1143,10 @@ Status GptCompute<T>::LayerRecomputeGroups(int layer, int begin, int end, const 
 template <typename T>
 Status GptCompute<T>::LayerRecomputeGroups(int layer, int begin, int end, const LayerParams& params) {
   Impl& m = *impl_;
+  if (m.keep) {
+    return Status::FailedPrecondition("LayerRecompute(" + std::to_string(layer) +
+                                      "): the layers' activations are kept from the forward (nothing to recompute)");
+  }
   if (end > kMlpOutGroup) return Status::InvalidArgument("LayerRecompute: groups end at kMlpOutGroup");
   ZINF_RETURN_IF_ERROR(CheckLayerParams<T>(m.config, params, m.ops->reads_weights16(), m.LayerTensorCount(), begin, end,
                                            "LayerRecompute params"));
@@ -1145,11 +1173,12 @@ Status GptCompute<T>::LayerBackwardGroups(int layer, int begin, int end, const L
       CheckLayerParams<T>(m.config, params, m.ops->reads_weights16(), n, begin, end, "LayerBackward params"));
   ZINF_RETURN_IF_ERROR(CheckGroupPointers(m.config, grads, n, begin, end, "LayerBackward grads"));
   ZINF_RETURN_IF_ERROR(m.CheckBackwardLayer(layer, "LayerBackward"));
-  if (m.recompute_group != kMlpOutGroup || m.backward_end != end) {
+  if ((!m.keep && m.recompute_group != kMlpOutGroup) || m.backward_end != end) {
     return Status::FailedPrecondition("LayerBackward(" + std::to_string(layer) + "): groups [" + std::to_string(begin) +
                                       ", " + std::to_string(end) + ") asked; the recompute must reach group " +
                                       std::to_string(kMlpOutGroup) + " first (at " + std::to_string(m.recompute_group) +
-                                      ") and the backward runs groups down from " + std::to_string(m.backward_end));
+                                      ", or activations kept) and the backward runs groups down from " +
+                                      std::to_string(m.backward_end));
   }
   for (int g = end - 1; g >= begin; --g) m.BackwardGroup(layer, g, params, grads);
   m.backward_end = begin;

@@ -14,11 +14,14 @@
 // handed (the engine's gathered block, cast to T) and never holds them, so
 // a training loop acquires a block, computes, and releases it.
 //
-// Activation checkpointing: the forward pass keeps only each layer's input
-// x_l ([B*T, C] per layer); LayerBackward recomputes the layer's forward
-// from x_l into one layer's worth of scratch, then runs its backward. So
-// activation memory is (L + 1) * B*T*C plus one layer and the logits,
-// whatever the depth. The head computes the logits (and their gradient) in
+// Activation checkpointing (LayerActivations::kRecompute): the forward
+// pass keeps only each layer's input x_l ([B*T, C] per layer);
+// LayerBackward recomputes the layer's forward from x_l into one layer's
+// worth of scratch, then runs its backward. So activation memory is (L + 1)
+// * B*T*C plus one layer and the logits, whatever the depth. kKeep gives
+// every layer its own activations, kept from the forward: no recompute,
+// for L - 1 more layers' worth of memory. The kernels are deterministic,
+// so both give the same bits. The head computes the logits (and their gradient) in
 // chunks of positions, at most 64 MiB for both, so a large vocabulary does
 // not cost B*T*Vp elements twice.
 //
@@ -154,6 +157,10 @@ std::vector<BlockSpec> GptBlockSpecs(const GptConfig& config);
 // Deterministic in (config, block, seed), independent of the other blocks.
 std::vector<std::vector<float>> InitBlockWeights(const GptConfig& config, BlockId block, uint64_t seed);
 
+// Whether a layer's backward recomputes its activations or finds them kept
+// (see the file comment).
+enum class LayerActivations { kRecompute, kKeep };
+
 template <typename T>
 class GptCompute {
  public:
@@ -168,7 +175,8 @@ class GptCompute {
   // Allocates activations for micro-batches of `batch` sequences of
   // config.seq_len tokens on `device` (kOutOfMemory past its budget). `ops`
   // and `device` are not owned and must outlive this object.
-  static StatusOr<std::unique_ptr<GptCompute>> Create(const GptConfig& config, int batch, Ops<T>* ops, Device* device);
+  static StatusOr<std::unique_ptr<GptCompute>> Create(const GptConfig& config, int batch, Ops<T>* ops, Device* device,
+                                                      LayerActivations activations = LayerActivations::kRecompute);
   ~GptCompute();
   GptCompute(const GptCompute&) = delete;
   GptCompute& operator=(const GptCompute&) = delete;
@@ -176,6 +184,9 @@ class GptCompute {
   const GptConfig& config() const;
   int batch() const;
   int64_t activation_bytes() const;  // device bytes this object holds
+  // LayerActivations::kKeep: the backward skips LayerRecomputeGroups (which
+  // then fails with kFailedPrecondition).
+  bool keeps_activations() const;
 
   // The micro-batch: B*T input tokens and B*T targets (host arrays, each <
   // vocab_size; kInvalidArgument otherwise), copied to the device (the
@@ -212,9 +223,10 @@ class GptCompute {
   // [begin, end) are read (the others may be null).
   //   forward:   LayerForwardGroups over [0, kLayerGroups) in order;
   //   backward:  LayerRecomputeGroups over [0, kMlpOutGroup) in order (the
-  //              recompute does not need the last group), then
-  //              LayerBackwardGroups from kLayerGroups down to 0, each call
-  //              accumulating the gradients of its groups' tensors.
+  //              recompute does not need the last group; none when the
+  //              activations are kept), then LayerBackwardGroups from
+  //              kLayerGroups down to 0, each call accumulating the
+  //              gradients of its groups' tensors.
   // Calls out of that order fail with kFailedPrecondition.
   Status LayerForwardGroups(int layer, int begin, int end, const std::vector<const T*>& params);
   Status LayerRecomputeGroups(int layer, int begin, int end, const std::vector<const T*>& params);

@@ -21,6 +21,7 @@
 #include "core/half.h"
 #include "device/device.h"
 #include "model/ops.h"
+#include "model/plan.h"
 
 namespace zinf::model {
 namespace {
@@ -80,8 +81,9 @@ Batch MakeBatch(const GptConfig& config, int batch, uint64_t seed) {
 template <typename T>
 class Harness {
  public:
-  Harness(const GptConfig& config, int batch) : config_(config), device_(CreateHostDevice(0)), ops_(CreateCpuOps<T>()) {
-    auto c = GptCompute<T>::Create(config, batch, ops_.get(), device_.get());
+  Harness(const GptConfig& config, int batch, LayerActivations activations = LayerActivations::kRecompute)
+      : config_(config), device_(CreateHostDevice(0)), ops_(CreateCpuOps<T>()) {
+    auto c = GptCompute<T>::Create(config, batch, ops_.get(), device_.get(), activations);
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     compute_ = std::move(*c);
   }
@@ -150,7 +152,9 @@ class Harness {
           continue;
         }
         const auto lp = Layer16(l, *m16);
-        EXPECT_TRUE(compute_->LayerRecomputeGroups(l, 0, kMlpOutGroup, lp).ok());
+        if (!compute_->keeps_activations()) {
+          EXPECT_TRUE(compute_->LayerRecomputeGroups(l, 0, kMlpOutGroup, lp).ok());
+        }
         EXPECT_TRUE(compute_->LayerBackwardGroups(l, 3, kLayerGroups, lp, Mutable(LayerBlock(l))).ok());
         EXPECT_TRUE(compute_->LayerBackwardGroups(l, 0, 3, lp, Mutable(LayerBlock(l))).ok());
       }
@@ -386,6 +390,69 @@ TEST(GptTest, CheckpointedBackwardIsRepeatable) {
   const double l2 = h.Run(batch, true);
   EXPECT_EQ(l1, l2);
   EXPECT_TRUE(g1 == h.grads());
+}
+
+TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
+  // The kernels are deterministic, so the activations kept from the forward
+  // are the ones a recompute would make: the same loss and gradients, bit
+  // for bit, whole layers and in group ranges (16-bit matrices), over two
+  // batches (each layer's kept set is overwritten by the next forward).
+  for (const GptConfig& config : {Tiny(true), TinyLlama(false, true)}) {
+    SCOPED_TRACE(config.llama() ? "llama" : "gpt2");
+    const int B = 2;
+    std::vector<Tensors> params = MakeParams(config, 21);
+    Harness<float>::Matrices16 m16(params.size());
+    for (size_t b = 1; b + 1 < params.size(); ++b) {  // the layers
+      m16[b].resize(params[b].size());
+      for (size_t t = 0; t < params[b].size(); ++t) {
+        if (!IsLayerMatrix(config, static_cast<int>(t))) continue;
+        for (double& x : params[b][t]) {
+          m16[b][t].push_back(FloatToBf16(static_cast<float>(x)));
+          x = Bf16ToFloat(m16[b][t].back());
+        }
+      }
+    }
+    Harness<float> recompute(config, B), keep(config, B, LayerActivations::kKeep);
+    EXPECT_FALSE(recompute.compute().keeps_activations());
+    EXPECT_TRUE(keep.compute().keeps_activations());
+    EXPECT_EQ(keep.compute().activation_bytes() - recompute.compute().activation_bytes(),
+              (config.n_layer - 1) * LayerActivationBytes(config, B));
+    recompute.SetParams(params);
+    keep.SetParams(params);
+    for (uint64_t seed : {22, 23}) {
+      const Batch batch = MakeBatch(config, B, seed);
+      const Harness<float>::Matrices16* const walks[] = {nullptr, &m16};
+      for (const Harness<float>::Matrices16* m : walks) {
+        const double lr = recompute.Run(batch, true, m);
+        const double lk = keep.Run(batch, true, m);
+        EXPECT_EQ(std::memcmp(&lr, &lk, sizeof(double)), 0) << lr << " vs " << lk;
+        for (size_t b = 0; b < params.size(); ++b) {
+          for (size_t t = 0; t < params[b].size(); ++t) {
+            const std::vector<float>& gr = recompute.grads()[b][t];
+            const std::vector<float>& gk = keep.grads()[b][t];
+            EXPECT_EQ(std::memcmp(gr.data(), gk.data(), gr.size() * sizeof(float)), 0)
+                << "seed " << seed << " block " << b << " tensor " << t;
+          }
+        }
+      }
+    }
+    // Nothing to recompute: the call is out of order.
+    GptCompute<float>& c = keep.compute();
+    const Batch batch = MakeBatch(config, B, 24);
+    ASSERT_TRUE(c.SetBatch(batch.inputs.data(), batch.targets.data()).ok());
+    ASSERT_TRUE(c.EmbedForward(keep.Const(kEmbedBlock)).ok());
+    for (int l = 0; l < config.n_layer; ++l) ASSERT_TRUE(c.LayerForward(l, keep.Const(LayerBlock(l))).ok());
+    const BlockId head = HeadBlock(config);
+    const bool tied = config.tied_embeddings;
+    const BlockId lm_block = tied ? kEmbedBlock : head;
+    const int lm = tied ? static_cast<int>(kWte) : LmHeadIndex(config);
+    typename GptCompute<float>::HeadGrads hg{keep.Mutable(head), keep.Mutable(lm_block)[lm]};
+    ASSERT_TRUE(c.HeadForward(keep.Const(head), keep.Const(lm_block)[lm], &hg, 1.0).ok());
+    const int last = config.n_layer - 1;
+    const Status s = c.LayerRecomputeGroups(last, 0, kMlpOutGroup, keep.Const(LayerBlock(last)));
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(s.message().find("kept"), std::string::npos) << s.ToString();
+  }
 }
 
 TEST(GptTest, ActivationMemoryGrowsOneResidualPerLayer) {
