@@ -233,6 +233,7 @@ void GradientWindow::ReadAhead(int64_t k, const Buffer* keep) {
 }
 
 Status GradientWindow::Add(int64_t begin, int64_t count, const float* g, float scale, bool last) {
+  final_.clear();  // the buffers change below
   const int64_t total = swapper_.total_elems();
   if (begin < 0 || count < 0 || begin > total - count) {
     return Status::InvalidArgument("gradient window: range [" + std::to_string(begin) + ", +" + std::to_string(count) +
@@ -289,6 +290,7 @@ Status GradientWindow::Drain() {
 }
 
 Status GradientWindow::Flush() {
+  final_.clear();
   Status s;
   for (Buffer& b : buffers_) {
     if (s.ok() && b.dirty) s = StartWrite(b);
@@ -300,9 +302,9 @@ Status GradientWindow::Flush() {
 StatusOr<double> GradientWindow::Finish() {
   Status s = Flush();
   Status d;
-  for (Buffer& b : buffers_) b.sub_group = -1;
   // Untouched sub-groups: zeros for the step. Touched ones never squared
-  // (not added to in the last micro-batch): read back for their squares.
+  // (not added to in the last micro-batch): read back for their squares
+  // (or found in a buffer: written, so the store's values).
   for (int64_t k = 0; s.ok() && k < swapper_.num_sub_groups(); ++k) {
     const size_t i = static_cast<size_t>(k);
     if (touched_[i] && squared_[i]) continue;
@@ -323,12 +325,23 @@ StatusOr<double> GradientWindow::Finish() {
   d = Drain();
   if (s.ok()) s = d;
   const double sum = squares_.Total();
+  std::vector<int64_t> held;
+  for (const Buffer& b : buffers_) held.push_back(b.sub_group);
   Reset();
   if (!s.ok()) return s;
+  final_ = std::move(held);  // every write is done: what they hold is what the store holds
   return sum;
 }
 
+const float* GradientWindow::FinalGradient(int64_t k) const {
+  for (size_t i = 0; i < final_.size(); ++i) {
+    if (final_[i] == k) return reinterpret_cast<const float*>(buffers_[i].data.data());
+  }
+  return nullptr;
+}
+
 void GradientWindow::Reset() {
+  final_.clear();
   Drain().IgnoreError();
   for (Buffer& b : buffers_) {
     b.sub_group = -1;

@@ -28,12 +28,16 @@
 // no Add touched (so the step reads a zero gradient there, as the RAM
 // accumulator would hold), reads back any touched sub-group whose squares
 // were not taken, waits for every transfer, and returns the sum of squares.
-// Reset() forgets the cycle without I/O (after a checkpoint load).
+// The buffers then still hold the last sub-groups the backward handed in
+// (the first ones the step needs), and FinalGradient lends them to the
+// step, which need not read them back. Reset() forgets the cycle without
+// I/O (after a checkpoint load).
 //
 // Errors: the store's (sticky in the store), with the sub-group named.
 //
 // Thread-safety: thread-compatible; one thread at a time, and not while the
-// swapper's Step runs (it reads the gradient from the store). The thread
+// swapper's Step runs (it reads the gradient from the store, and through
+// FinalGradient, which may be called from Step's thread, from here). The thread
 // pool is used for the adds and the squares, so no one else may use it then.
 #pragma once
 
@@ -126,6 +130,10 @@ class GradientWindow {
   StatusOr<double> Finish();
   // Forgets the cycle: waits for transfers in flight, drops the buffers.
   void Reset();
+  // After Finish: sub-group k's final gradient when a buffer still holds
+  // it (the values the store holds, padding zeroed), else null. Valid until
+  // the next Add, Flush, Finish or Reset.
+  const float* FinalGradient(int64_t k) const;
 
   // Bytes read from and written to the store so far.
   int64_t nvme_bytes() const { return nvme_bytes_; }
@@ -170,8 +178,9 @@ class GradientWindow {
   optim::ThreadPool& threads_;
   optim::Isa isa_;
   std::vector<Buffer> buffers_;
-  std::vector<bool> touched_;  // per sub-group: added to in this cycle
-  std::vector<bool> squared_;  // per sub-group: squares_ holds its final values
+  std::vector<bool> touched_;   // per sub-group: added to in this cycle
+  std::vector<bool> squared_;   // per sub-group: squares_ holds its final values
+  std::vector<int64_t> final_;  // after Finish: the sub-group each buffer holds (-1: none)
   ShardSquares squares_;
   int64_t clock_ = 0;
   int64_t nvme_bytes_ = 0;

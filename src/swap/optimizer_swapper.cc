@@ -339,14 +339,15 @@ Status OptimizerSwapper::StartRead(Slot& slot, int64_t k, bool with_grad) {
   return Status::Ok();
 }
 
-Status OptimizerSwapper::EnsureRead(Slot& slot, int64_t k) {
+Status OptimizerSwapper::EnsureRead(Slot& slot, int64_t k, bool with_grad) {
+  with_grad = with_grad && options_.gradients_in_store;
   if (slot.sub_group == k && slot.reads[kMaster].valid()) {
-    if (!options_.gradients_in_store || slot.reads[kGrad].valid()) return Status::Ok();
+    if (!with_grad || slot.reads[kGrad].valid()) return Status::Ok();
     // Prefetched without the gradient, which may have changed since.
     ZINF_ASSIGN_OR_RETURN(slot.reads[kGrad], store_->SwapIn(Tensor(kGrad, k), slot.buffers[kGrad].data()));
     return Status::Ok();
   }
-  return StartRead(slot, k);
+  return StartRead(slot, k, with_grad);
 }
 
 Status OptimizerSwapper::PrefetchStep() {
@@ -421,16 +422,21 @@ Status OptimizerSwapper::Step(const optim::CpuAdam& adam, const optim::AdamStepA
   const bool nvme = store_ != nullptr;
   const int64_t read_ahead =
       options_.pipeline_read ? static_cast<int64_t>(slots_.size()) - 1 - int64_t{options_.pipeline_write} : 0;
+  auto held = [&](int64_t k) -> const float* {
+    return options_.gradients_in_store && io.held_grads ? io.held_grads(k) : nullptr;
+  };
   Status s;
   int64_t current = 0;  // for the error message
   for (int64_t k = 0; s.ok() && k < num_sub_groups_; ++k) {
     current = k;
     // Reads: sub-group k (unless already under way: read ahead, or
     // PrefetchStep), then the next ones ahead of use, as far as the slots
-    // not holding k or (pipeline_write) k-1 reach.
-    if (nvme) s = EnsureRead(SlotOf(k), k);
+    // not holding k or (pipeline_write) k-1 reach. A gradient the caller
+    // holds is not read.
+    const float* held_k = held(k);
+    if (nvme) s = EnsureRead(SlotOf(k), k, held_k == nullptr);
     for (int64_t j = k + 1; s.ok() && nvme && j <= k + read_ahead && j < num_sub_groups_; ++j) {
-      s = EnsureRead(SlotOf(j), j);
+      s = EnsureRead(SlotOf(j), j, held(j) == nullptr);
     }
     if (s.ok() && nvme) s = FinishRead(SlotOf(k));
     if (!s.ok()) break;
@@ -449,6 +455,7 @@ Status OptimizerSwapper::Step(const optim::CpuAdam& adam, const optim::AdamStepA
       span.exp_avg_sq = Resident(kExpAvgSq, k);
       if (options_.gradients_in_store) span.grads = Resident(kGrad, k);
     }
+    if (held_k != nullptr) span.grads = held_k;
     if (!options_.gradients_in_store) span.grads = io.grads + sub_group_begin(k);
     span.grad_dtype = ElementType::kF32;
     const bool copy_master = io.params != nullptr && io.params_dtype == ElementType::kF32;

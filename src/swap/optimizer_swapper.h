@@ -96,6 +96,11 @@ struct StepIo {
   // Called, on Step's thread, after sub-group k's new parameters are in
   // `params` and before sub-group k+1 is stepped; an error stops the step.
   std::function<Status(int64_t k)> on_sub_group;
+  // With gradients_in_store: sub-group k's gradient where the caller holds
+  // it in RAM already (the values the store holds), so that Step does not
+  // read it back; null, or a null result: read from the store. Called on
+  // Step's thread; the memory must not change until Step returns.
+  std::function<const float*(int64_t k)> held_grads;
 };
 // A StepIo that writes bf16 parameters to `params` and takes the gradient
 // from the store.
@@ -224,7 +229,8 @@ class OptimizerSwapper {
   Status StartRead(Slot& slot, int64_t k, bool with_grad = true);
   // StartRead unless the slot's reads of sub-group k are under way
   // (PrefetchStep: then only a stored gradient's read is started).
-  Status EnsureRead(Slot& slot, int64_t k);
+  // `with_grad` false: the gradient is not read (StepIo::held_grads).
+  Status EnsureRead(Slot& slot, int64_t k, bool with_grad);
   Slot& SlotOf(int64_t k) { return slots_[static_cast<size_t>(k) % slots_.size()]; }
   Status FinishRead(Slot& slot);
   Status StartWrite(Slot& slot);

@@ -390,10 +390,15 @@ StatusOr<StepResult> Engine::Impl::ApplyStep(StepResult r) {
         optim::GradScaleFactor(r.grad_norm, config.fp16.enabled ? r.loss_scale : 1.0, config.gradient_clipping);
     r.lr = args.lr;
     if (optimizer->store() != nullptr) {
-      // Master, m and v read and written; the gradient read (its writes
-      // during the backward are in gradient_nvme_bytes).
+      // Master, m and v read and written; the gradient read, but for the
+      // sub-groups the window still holds (its writes during the backward
+      // are in gradient_nvme_bytes).
       counters.optimizer_nvme_bytes += total * 4 * (3 + 3);
-      counters.gradient_nvme_bytes += total * 4;
+      int64_t held = 0;
+      for (int64_t k = 0; grad_window && k < optimizer->num_sub_groups(); ++k) {
+        if (grad_window->FinalGradient(k) != nullptr) held += optimizer->sub_group_elems(k);
+      }
+      counters.gradient_nvme_bytes += (total - held) * 4;
     }
     // The update runs under the next forward pass; it zeroes the gradient.
     ZINF_RETURN_IF_ERROR(StartUpdate(args));
@@ -433,6 +438,10 @@ Status Engine::Impl::RunUpdate(const optim::AdamStepArgs& args, zero3::UpdateWor
   sio.params_ring_elems = ring;
   sio.grads = acc;
   if (!no_decay.empty()) sio.no_decay = &no_decay;
+  // The last sub-groups the backward wrote are still in the window's
+  // buffers (unchanged until the next ReduceGradients, which finishes this
+  // update first): the first sub-groups stepped start without a read.
+  if (grad_window) sio.held_grads = [this](int64_t k) { return grad_window->FinalGradient(k); };
   sio.on_sub_group = [&](int64_t k) {
     const int64_t begin = optimizer->sub_group_begin(k), n = optimizer->sub_group_elems(k);
     if (acc != nullptr) std::memset(acc + begin, 0, static_cast<size_t>(n) * sizeof(float));

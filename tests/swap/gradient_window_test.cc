@@ -82,6 +82,9 @@ class GradientWindowTest : public ::testing::Test {
           ASSERT_TRUE(optim::AddScaled(*threads_, g.data(), scale, want.data() + r.begin, r.count).ok());
           Status s = (*window)->Add(r.begin, r.count, g.data(), scale, last);
           ASSERT_TRUE(s.ok()) << s.ToString();
+          for (int64_t k = 0; k < (*swapper)->num_sub_groups(); ++k) {
+            EXPECT_EQ((*window)->FinalGradient(k), nullptr) << "lent while the cycle goes on: " << k;
+          }
           if (i == flush_after) {
             ASSERT_TRUE((*window)->Flush().ok());
           }
@@ -89,6 +92,17 @@ class GradientWindowTest : public ::testing::Test {
       }
       auto got_sum = (*window)->Finish();
       ASSERT_TRUE(got_sum.ok()) << got_sum.status().ToString();
+      // The buffers lent to the step hold the final values.
+      int held = 0;
+      for (int64_t k = 0; k < (*swapper)->num_sub_groups(); ++k) {
+        const float* f = (*window)->FinalGradient(k);
+        if (f == nullptr) continue;
+        ++held;
+        EXPECT_EQ(std::memcmp(f, want.data() + (*swapper)->sub_group_begin(k), (*swapper)->sub_group_elems(k) * 4), 0)
+            << "sub-group " << k;
+      }
+      EXPECT_GT(held, 0);
+      EXPECT_LE(held, GradientWindow::BufferCount(o, largest_add));
       auto want_sum = ShardSumSquares(*threads_, optim::Isa::kScalar, want.data(), kTotal, kSubGroup);
       ASSERT_TRUE(want_sum.ok());
       EXPECT_EQ(std::memcmp(&*got_sum, &*want_sum, sizeof(double)), 0) << *got_sum << " vs " << *want_sum;

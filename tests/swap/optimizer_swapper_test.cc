@@ -254,6 +254,58 @@ TEST_P(OptimizerSwapperPipelineTest, StepUsesThePrefetchedReads) {
   EXPECT_EQ(engine.reads - before, 3 * (*s)->num_sub_groups());
 }
 
+// A gradient the caller holds in RAM (StepIo::held_grads: the engine's
+// gradient window after Finish) is used as it is and not read from the
+// store: here the store holds zeros where the caller holds the values, so
+// only a step that takes each from the right place gives the reference's
+// bits, and the reads are the state's plus the gradients not held.
+TEST_P(OptimizerSwapperPipelineTest, HeldGradientsAreUsedNotRead) {
+  const auto [pr, pw] = GetParam();
+  OptimizerSwapperOptions o = Options(OffloadDevice::kNvme, pr, pw);
+  o.gradients_in_store = true;
+  auto inner = MakeEngine();
+  HeldWritesEngine engine(inner.get());
+  auto pool = MakePool(OptimizerSwapper::PoolBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
+  auto s = OptimizerSwapper::Create(o, &engine, pool.get());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const Result want = Reference(*adam_);
+  Result got;
+  got.params16.assign(kTotal, 0);
+  const std::vector<float> master = RandomFloats(kTotal, 1, 1.0f);
+  ASSERT_TRUE((*s)->Initialize(master.data()).ok());
+  const int64_t n = (*s)->num_sub_groups();
+  for (int step = 1; step <= 3; ++step) {
+    const std::vector<float> grads = RandomFloats(kTotal, 10 + step, 0.1f);
+    std::vector<float> stored = grads;
+    auto held = [&](int64_t k) { return (k + step) % 2 == 0; };  // a different half each step
+    for (int64_t k = 0; k < n; ++k) {
+      if (held(k)) std::fill_n(stored.begin() + (*s)->sub_group_begin(k), (*s)->sub_group_elems(k), 0.0f);
+    }
+    ASSERT_TRUE((*s)->SetGradients(stored.data()).ok());
+    if (step == 2) {
+      ASSERT_TRUE((*s)->PrefetchStep().ok());
+    }
+    StepIo io = OutputTo(got.params16.data());
+    io.held_grads = [&](int64_t k) -> const float* {
+      return held(k) ? grads.data() + (*s)->sub_group_begin(k) : nullptr;
+    };
+    optim::AdamStepArgs args;
+    args.step = step;
+    args.lr = 1e-3;
+    const int64_t before = engine.reads;
+    ASSERT_TRUE((*s)->Step(*adam_, args, io).ok());
+    int64_t not_held = 0;
+    for (int64_t k = 0; k < n; ++k) not_held += held(k) ? 0 : 1;
+    const int64_t prefetched = step == 2 ? 3 * std::min<int64_t>(n, OptimizerSwapper::PoolBuffers(o) / 4) : 0;
+    EXPECT_EQ(engine.reads - before, 3 * n + not_held - prefetched) << "step " << step;
+  }
+  got.master.resize(kTotal);
+  got.m.resize(kTotal);
+  got.v.resize(kTotal);
+  ASSERT_TRUE((*s)->ReadState(got.master.data(), got.m.data(), got.v.data(), nullptr).ok());
+  ExpectBitIdentical(got, want);
+}
+
 // buffer_count beyond what the pipeline needs: with pipeline_read the extra
 // whole sub-groups of buffers read further ahead, and slots are reused many
 // times over 15 sub-groups; results stay bit-identical.
