@@ -83,15 +83,13 @@
 #include "aio/io_engine.h"
 #include "aio_perf.h"
 #include "cli/command.h"
+#include "cli/demo_config.h"
 #include "core/fs.h"
 #include "core/units.h"
 #include "device/device.h"
 #include "model/gpt.h"
-#include "model/trainer.h"
-#if __has_include("model/plan.h")
 #include "model/plan.h"
-#endif
-#include "cli/demo_config.h"
+#include "model/trainer.h"
 #include "report.h"
 #include "scratch.h"
 #include "zinf/config.h"
@@ -210,22 +208,26 @@ class Copier {
 // config when given the rates this run measured: Adam params/s from adam_s,
 // NVMe read and write GB/s both fio's mixed rate, PCIe GB/s the copy rate,
 // and its FLOP/s calibrated so that its compute term equals the resident
-// run's compute time (the estimator's FLOP count is 8 P per token; a host
-// device has no FLOP/s of its own to quote). What is then compared is the
-// estimator's byte counts and how it combines the parts. null when the
-// estimator is not built in or refuses the config.
+// run's compute time (the estimator's FLOP count is 6 P per token, 8 with
+// a recompute; a host device has no FLOP/s of its own to quote). What is
+// then compared is the estimator's byte counts and how it combines the
+// parts. An error object when the estimator refuses the config.
 nlohmann::ordered_json PlanPrediction(const model::GptConfig& gpt, const Config& config, int world, bool on_gpu,
                                       int64_t tokens_per_rank, int64_t params, double compute_s, double adam_s,
-                                      double nvme_gbps, double copy_gbps, double measured_step_s) {
-#if __has_include("model/plan.h")
+                                      double nvme_gbps, double copy_gbps, double measured_step_s,
+                                      model::LayerActivations resident, model::LayerActivations offloaded) {
   model::PlanInputs in;
   in.model = gpt;
   in.world_size = world;
   in.micro_batch = static_cast<int>(config.train_micro_batch_size_per_gpu);
   in.grad_accum = static_cast<int>(config.gradient_accumulation_steps);
   in.cuda = on_gpu;
-  if (compute_s > 0) {
-    in.speeds.gpu_flops = 8.0 * static_cast<double>(params) / world * static_cast<double>(tokens_per_rank) / compute_s;
+  in.activations = offloaded;
+  in.activations_auto = false;
+  if (compute_s > 0) {  // the plan's FLOPs per token and parameter: 6, and 2 more for a recompute
+    const double flops = resident == model::LayerActivations::kKeep ? 6.0 : 8.0;
+    in.speeds.gpu_flops =
+        flops * static_cast<double>(params) / world * static_cast<double>(tokens_per_rank) / compute_s;
   }
   if (adam_s > 0) in.speeds.adam_params_per_s = static_cast<double>(params) / adam_s;
   if (nvme_gbps > 0) in.speeds.nvme_read_gbps = in.speeds.nvme_write_gbps = nvme_gbps;
@@ -248,11 +250,6 @@ nlohmann::ordered_json PlanPrediction(const model::GptConfig& gpt, const Config&
   p["d2h_bytes"] = o->d2h_bytes;
   p["rates"] = "measured in this run; gpu_flops calibrated to the resident compute time";
   return p;
-#else
-  (void)gpt, (void)config, (void)world, (void)on_gpu, (void)tokens_per_rank, (void)params, (void)compute_s,
-      (void)adam_s, (void)nvme_gbps, (void)copy_gbps, (void)measured_step_s;
-  return nullptr;
-#endif
 }
 
 // What the flags ask for (a bad one is a usage error, exit code 2) and the
@@ -407,25 +404,39 @@ StatusOr<Trainers> CreateTrainers(const Options& o) {
   model::TrainerOptions ropts = topt;
   ropts.hooks.device = t.rdevice.get();
   ropts.engine.run_id = "zinf-bench-step-resident";
-  auto res = model::Trainer::Create(resident, ropts);
-  if (!res.ok()) {
-    return res.status().WithContext(
-        "the resident trainer (every tier on the device: the compute-only reference "
-        "needs the model to fit)");
-  }
-  t.res = std::move(*res);
-  // The offloaded run's device, under the budget.
+  // Both runs do the same work: they keep the layers' activations when
+  // zinf train's --activations auto would under the offloaded run's budget.
+  // The default budget counts the resident run's activations in, so the
+  // resident run is made again when that budget says otherwise.
+  const int batch = static_cast<int>(o.config.train_micro_batch_size_per_gpu);
   const int64_t state_bytes = o.model.NumParameters() * (16 + 2);
-  t.device_budget = o.device_budget >= 0 ? o.device_budget : state_bytes / 3 + t.res->activation_bytes();
+  const int64_t sized_by = o.device_budget >= 0 ? o.device_budget : static_cast<int64_t>(t.rdevice->capacity_bytes());
+  ropts.activations = model::AutoLayerActivations(o.model, batch, sized_by);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    t.res.reset();
+    auto res = model::Trainer::Create(resident, ropts);
+    if (!res.ok()) {
+      return res.status().WithContext(
+          "the resident trainer (every tier on the device: the compute-only reference "
+          "needs the model to fit)");
+    }
+    t.res = std::move(*res);
+    t.device_budget = o.device_budget >= 0 ? o.device_budget : state_bytes / 3 + t.res->activation_bytes();
+    topt.activations = model::AutoLayerActivations(o.model, batch, t.device_budget);
+    if (topt.activations == ropts.activations) break;
+    ropts.activations = topt.activations;
+  }
+  topt.activations = t.res->activations();  // the same work whatever the budget said
   DeviceOptions dopt;
   dopt.choice = t.on_gpu ? DeviceOptions::Choice::kCuda : DeviceOptions::Choice::kHost;
   dopt.host_budget_bytes = static_cast<size_t>(t.device_budget);
   dopt.cuda_budget_bytes = static_cast<size_t>(t.device_budget);
   ZINF_ASSIGN_OR_RETURN(t.device, CreateDevice(dopt));
   topt.hooks.device = t.device.get();
-  std::fprintf(stderr, "bench step: model %s (%s params), device %s, %lld rep(s) of %lld step(s)\n",
+  std::fprintf(stderr, "bench step: model %s (%s params), device %s, %lld rep(s) of %lld step(s), activations %s\n",
                o.model_name.c_str(), FormatCount(o.model.NumParameters()).c_str(), t.device->name().c_str(),
-               static_cast<long long>(o.reps), static_cast<long long>(o.steps));
+               static_cast<long long>(o.reps), static_cast<long long>(o.steps),
+               model::LayerActivationsName(topt.activations));
   auto off = model::Trainer::Create(o.config, topt);
   if (!off.ok()) return off.status().WithContext("the offloaded trainer");
   t.off = std::move(*off);
@@ -801,7 +812,10 @@ nlohmann::ordered_json ToJson(const Options& o, const std::vector<std::string>& 
   j["copy_gbps"] = s.copy_gbps;
   j["runs"] = RunsJson(m.reps);
   j["plan"] = PlanPrediction(o.model, config, t.world, t.on_gpu, t.off->tokens_per_step() / t.world,
-                             o.model.NumParameters(), s.compute_s, s.adam_s, s.fio_gbps, s.copy_gbps, s.step_s);
+                             o.model.NumParameters(), s.compute_s, s.adam_s, s.fio_gbps, s.copy_gbps, s.step_s,
+                             t.res->activations(), t.off->activations());
+  j["activations"] = {{"resident", model::LayerActivationsName(t.res->activations())},
+                      {"offloaded", model::LayerActivationsName(t.off->activations())}};
   j["compared"] =
       "ratio_to_bound = median over reps of (median offloaded step) / max(parts); parts measured in "
       "the same rep: cpu = resident-run step minus its optimizer + in-RAM Adam (host device; separate parts on a "

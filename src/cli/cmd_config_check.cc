@@ -25,7 +25,8 @@ constexpr const char* kName = "config-check";
 // ranks: the engine's windows and, at stage 3, the reference GPT's
 // activations and scratch (model::EstimateOption). Appends its lines.
 StatusOr<zero3::BufferPlan> PlanLines(const Config& config, const ModelChoice& choice, int world, bool cuda,
-                                      int64_t fetch_unit, std::vector<std::string>& lines) {
+                                      int64_t fetch_unit, model::LayerActivations activations,
+                                      std::vector<std::string>& lines) {
   const std::string title = "per rank for model " + choice.description + " (" +
                             FormatCount(choice.model.NumParameters()) + " parameters), " + std::to_string(world) +
                             " rank(s), " + (cuda ? "GPU" : "host device");
@@ -37,6 +38,8 @@ StatusOr<zero3::BufferPlan> PlanLines(const Config& config, const ModelChoice& c
     in.grad_accum = static_cast<int>(config.gradient_accumulation_steps);
     in.cuda = cuda;
     in.fetch_unit = fetch_unit;
+    in.activations = activations;
+    in.activations_auto = false;
     ZINF_ASSIGN_OR_RETURN(model::PlanOption o, model::EstimateOption(in, config));
     lines.push_back("fetch: " + o.fetch_layout + " (largest engine block " + FormatCount(o.max_piece_elems) +
                     " parameters)");
@@ -69,8 +72,8 @@ StatusOr<std::optional<ModelChoice>> ModelOf(const Flags& flags, int64_t params)
 }
 
 int Run(const std::vector<std::string>& args) {
-  auto flags = Flags::Parse(
-      args, WithTrainerArgFlags({"world-size", "hidden-size", "steps", "params", "model", "device", "fetch-unit"}));
+  auto flags = Flags::Parse(args, WithTrainerArgFlags({"world-size", "hidden-size", "steps", "params", "model",
+                                                       "device", "fetch-unit", "activations"}));
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   if (flags->positionals().size() != 1) return Fail(kName, Status::InvalidArgument("expected one config file"), 2);
   const std::string& path = flags->positionals()[0];
@@ -105,6 +108,9 @@ int Run(const std::vector<std::string>& args) {
   bool fetch_auto = false;
   auto fetch_unit = model::ParseFetchUnit(flags->GetOr("fetch-unit", "auto"), &fetch_auto);
   if (!fetch_unit.ok()) return Fail(kName, fetch_unit.status(), 2);
+  bool activations_auto = false;  // auto: recompute here, for the same reason
+  auto activations = model::ParseLayerActivations(flags->GetOr("activations", "auto"), &activations_auto);
+  if (!activations.ok()) return Fail(kName, activations.status(), 2);
   auto model = ModelOf(*flags, *params);
   if (!model.ok()) return Fail(kName, model.status(), 2);
   auto trainer_args = TrainerArgsFromFlags(*flags);
@@ -129,7 +135,7 @@ int Run(const std::vector<std::string>& args) {
   std::optional<zero3::BufferPlan> plan;
   std::optional<int64_t> count = *params > 0 ? std::optional<int64_t>(*params) : std::nullopt;
   if (*model) {
-    auto p = PlanLines(resolved, **model, ctx.world_size, device == "gpu", *fetch_unit, plan_lines);
+    auto p = PlanLines(resolved, **model, ctx.world_size, device == "gpu", *fetch_unit, *activations, plan_lines);
     if (p.ok()) {
       plan = std::move(*p);
     } else if (flags->Has("model")) {
@@ -153,6 +159,7 @@ int Run(const std::vector<std::string>& args) {
 ZINF_COMMAND({"config-check", "parse a DeepSpeed-style config; print it resolved or list its errors",
               "config-check FILE [--world-size N] [--hidden-size H] [--steps N] [--params N]\n"
               "             [--model M] [--device gpu|host] [--fetch-unit auto|layer|ELEMS]\n"
+              "             [--activations auto|keep|recompute]\n"
               "             [HF Trainer arguments: --lr X, ...]\n"
               "  Prints the config with every default filled in, or every error (exit 1), and explains\n"
               "  what the offload buffers cost in pinned RAM. Buffers fewer or smaller than the optimizer\n"
@@ -168,6 +175,8 @@ ZINF_COMMAND({"config-check", "parse a DeepSpeed-style config; print it resolved
               "  GPT's activations and scratch at the config's micro-batch; --device host leaves out the\n"
               "  CUDA allowance. --fetch-unit: layers above this many parameters are engine blocks in pieces\n"
               "  (zinf train's flag; auto is whole layers here, with no device size to go by).\n"
+              "  --activations: whether the activations counted are every layer's (keep) or one layer's\n"
+              "  (recompute; zinf train's flag; auto is recompute here, for the same reason).\n"
               "  Each value worked out is printed as `key: auto -> value (rule)`.\n" +
                   std::string(kTrainerArgsUsage),
               Run});

@@ -178,7 +178,7 @@ json OptionJson(const PlanOption& o) {
 // Everything the flags say, and what was derived from them.
 struct PlanRun {
   PlanInputs in;
-  std::string model_arg, model_desc, device, nvme_source = "none", fetch_unit_arg = "auto";
+  std::string model_arg, model_desc, device, nvme_source = "none", fetch_unit_arg = "auto", activations_arg = "auto";
   bool hf_default_seq_len = false;  // a Llama-family HF folder at its max_position_embeddings
   std::string gpu_src, adam_src, nvme_src, pcie_src;
   std::vector<std::string> notes;
@@ -237,6 +237,10 @@ std::optional<int> ParseInputs(const Flags& flags, PlanRun& run) {
   auto unit = model::ParseFetchUnit(run.fetch_unit_arg, &in.fetch_unit_auto);
   if (!unit.ok()) return Fail(kName, unit.status(), 2);
   in.fetch_unit = *unit;
+  run.activations_arg = flags.GetOr("activations", "auto");
+  auto activations = model::ParseLayerActivations(run.activations_arg, &in.activations_auto);
+  if (!activations.ok()) return Fail(kName, activations.status(), 2);
+  in.activations = *activations;
   if (*nvme_bytes >= 0) {
     in.nvme_bytes = *nvme_bytes;
     run.nvme_source = "--nvme-bytes";
@@ -382,6 +386,9 @@ void PrintJson(const PlanRun& run, const model::Plan& plan, const std::string& c
               {"device", run.device}}},
             {"batch", {{"micro_batch", in.micro_batch}, {"grad_accum", in.grad_accum}}},
             {"fetch", {{"fetch_unit_flag", run.fetch_unit_arg}, {"fetch_layout", chosen.fetch_layout}}},
+            {"activations",
+             {{"activations_flag", run.activations_arg},
+              {"layer_activations", model::LayerActivationsName(model::PlanActivations(in))}}},
             {"speeds",
              {{"gpu_flops", sp.gpu_flops},
               {"gpu_source", run.gpu_src},
@@ -416,9 +423,13 @@ void PrintTable(const PlanRun& run, const model::Plan& plan) {
       sp.gpu_flops / 1e12, run.gpu_src.c_str(), sp.adam_params_per_s / 1e9, run.adam_src.c_str(), sp.nvme_read_gbps,
       sp.nvme_write_gbps, run.nvme_src.c_str(), sp.pcie_gbps, run.pcie_src.c_str());
   // Every option has the same parameter width (bf16), so the same cut.
-  std::printf("fetch:   --fetch-unit %s: %s (largest engine block %s parameters, a layer %s)\n\n",
+  std::printf("fetch:   --fetch-unit %s: %s (largest engine block %s parameters, a layer %s)\n",
               run.fetch_unit_arg.c_str(), chosen.fetch_layout.c_str(), FormatCount(chosen.max_piece_elems).c_str(),
               FormatCount(model::FetchLayout::Create(in.model, 0).layer_elems()).c_str());
+  std::printf("activations: --activations %s: %s\n\n", run.activations_arg.c_str(),
+              model::PlanActivations(in) == model::LayerActivations::kKeep
+                  ? "every layer's kept for the backward"
+                  : "each layer's recomputed in the backward (checkpoints of the layer inputs)");
   std::printf("%-6s %-6s | %10s %10s %10s %10s | %-6s | %-9s | %9s %10s  %s\n", "param", "optim", "GPU/rank", "pinned",
               "pageable", "NVMe", "states", "fits", "step s", "tokens/s", "bound by");
   for (size_t i = 0; i < plan.options.size(); ++i) {
@@ -462,7 +473,7 @@ int Run(const std::vector<std::string>& args) {
       args, {"model",       "gpu-mem",      "cpu-mem",      "nvme",       "nvme-bytes",     "gpus",
              "micro-batch", "seq-len",      "vocab",        "grad-accum", "checkpoints",    "device",
              "gpu-tflops",  "mfu",          "adam-gparams", "nvme-gbps",  "nvme-read-gbps", "nvme-write-gbps",
-             "pcie-gbps",   "write-config", "fetch-unit"},
+             "pcie-gbps",   "write-config", "fetch-unit",   "activations"},
       {"measure", "json"});
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   if (!flags->positionals().empty()) {
@@ -504,7 +515,7 @@ ZINF_COMMAND({"plan", "pick an offload config for a model and a machine: memory 
               "     [--micro-batch B] [--seq-len T] [--grad-accum K] [--vocab V] [--checkpoints K]\n"
               "     [--device gpu|host] [--gpu-tflops F] [--mfu U] [--adam-gparams A] [--nvme-gbps S]\n"
               "     [--nvme-read-gbps S] [--nvme-write-gbps S] [--pcie-gbps S] [--measure] [--json]\n"
-              "     [--write-config OUT.json] [--fetch-unit auto|layer|ELEMS]\n"
+              "     [--write-config OUT.json] [--fetch-unit auto|layer|ELEMS] [--activations auto|keep|recompute]\n"
               "  For every offload choice (offload_param none/cpu/nvme x offload_optimizer cpu/nvme, stage 3)\n"
               "  prints what zinf allocates per tier (GPU per rank; RAM and NVMe per node of --gpus ranks),\n"
               "  whether it fits, and the predicted step time; picks the fastest that fits and writes it\n"
@@ -517,6 +528,8 @@ ZINF_COMMAND({"plan", "pick an offload config for a model and a machine: memory 
               "  --device host: plan for the host device (no CUDA scratch or context allowance).\n"
               "  --fetch-unit: layers above this many parameters are fetched in pieces (as zinf train's flag;\n"
               "    default auto: whole layers unless their working set exceeds --gpu-mem; layer: whole).\n"
+              "  --activations: keep every layer's activations or recompute them in the backward (as zinf\n"
+              "    train's flag; default auto: keep when that costs at most half of --gpu-mem).\n"
               "  Speeds: compute --gpu-tflops (400) x --mfu (0.5); --adam-gparams (2); --nvme-gbps (read 3,\n"
               "    write 2); --pcie-gbps (25). --measure times CPU Adam, the first --nvme path (256 MiB\n"
               "    through the aio engine) and, with --device host, the host matmul, unless given.",

@@ -194,17 +194,30 @@ void PrintRunHeader(FILE* out, const Config& config, const std::vector<AutoResol
                static_cast<long long>(config.gradient_accumulation_steps));
 }
 
-// --fetch-unit into `topt` (topt.model set): auto for this device.
-Status SetFetchUnit(const Flags& flags, const Config& config, const Device& device, model::TrainerOptions& topt) {
-  ZINF_ASSIGN_OR_RETURN(topt.fetch_unit,
-                        model::FetchUnitForDevice(flags.GetOr("fetch-unit", "auto"), topt.model, config, device));
+// --activations and --fetch-unit into `topt` (topt.model set): auto for
+// this device, the activations first (the fetch unit counts them).
+Status SetActivationsAndFetchUnit(const Flags& flags, const Config& config, const Device& device,
+                                  model::TrainerOptions& topt) {
+  ZINF_ASSIGN_OR_RETURN(topt.activations, model::LayerActivationsForDevice(flags.GetOr("activations", "auto"),
+                                                                           topt.model, config, device));
+  ZINF_ASSIGN_OR_RETURN(topt.fetch_unit, model::FetchUnitForDevice(flags.GetOr("fetch-unit", "auto"), topt.model,
+                                                                   config, device, topt.activations));
   return Status::Ok();
 }
 
-// How the layers are cut into engine blocks (rank 0).
-void PrintFetchLine(FILE* out, const std::string& flag, const model::FetchLayout& layout) {
-  std::fprintf(out, "zinf train: fetch unit %s: %s (largest engine block %s parameters)\n", flag.c_str(),
-               layout.Describe().c_str(), FormatCount(layout.max_piece_elems()).c_str());
+// How the layers are cut into engine blocks and what the backward finds
+// of their activations (rank 0).
+void PrintFetchLine(FILE* out, const Flags& flags, const model::Trainer& trainer) {
+  const model::FetchLayout& layout = trainer.layout();
+  std::fprintf(out, "zinf train: fetch unit %s: %s (largest engine block %s parameters)\n",
+               flags.GetOr("fetch-unit", "auto").c_str(), layout.Describe().c_str(),
+               FormatCount(layout.max_piece_elems()).c_str());
+  const model::LayerActivations kept = trainer.activations();
+  std::fprintf(out, "zinf train: activations %s: %s (%s with the scratch, on the device)\n",
+               flags.GetOr("activations", "auto").c_str(),
+               kept == model::LayerActivations::kKeep ? "every layer's kept for the backward"
+                                                      : "each layer's recomputed from its input in the backward",
+               FormatBytes(trainer.activation_bytes()).c_str());
 }
 
 int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
@@ -213,7 +226,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
              "keep-checkpoints", "resume",        "export",  "export-dtype", "eval-every", "eval-batches",
              "device",           "device-budget", "seed",    "threads",      "nvme-path",  "corpus-bytes",
              "data-order",       "holdout",       "metrics", "report",       "seq-len",    "weight-decay-on",
-             "fetch-unit"},
+             "fetch-unit",       "activations"},
       {"quiet", "exact-losses"});
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   const auto config_path = flags->Get("config");
@@ -301,14 +314,14 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   topt.corpus_bytes = *corpus;
   topt.seed = static_cast<uint64_t>(*seed);
   topt.weight_decay_on = *decay_on;
-  if (Status s = SetFetchUnit(*flags, *config, **device, topt); !s.ok()) return Fail(kName, s, 2);
+  if (Status s = SetActivationsAndFetchUnit(*flags, *config, **device, topt); !s.ok()) return Fail(kName, s, 2);
   topt.hooks.device = device->get();
   topt.engine.optimizer_threads = static_cast<int>(*threads);
   topt.engine.progress = MeterFactory(out);  // checkpoint save, resume and export: bar or lines on rank 0
   if (out) PrintRunHeader(out, *config, resolutions, *source, (*device)->name(), world);
   auto trainer = model::Trainer::Create(*config, topt);
   if (!trainer.ok()) return Fail(kName, source->HintSeqLen(NameNvmeFlag(trainer.status(), flags->Get("nvme-path"))));
-  if (out) PrintFetchLine(out, flags->GetOr("fetch-unit", "auto"), (*trainer)->layout());
+  if (out) PrintFetchLine(out, *flags, **trainer);
   if (const auto resume = flags->Get("resume")) {
     if (Status s = (*trainer)->Resume(*resume); !s.ok()) return Fail(kName, NameNvmeFlag(s, flags->Get("nvme-path")));
     if (out) std::fprintf(out, "zinf train: resumed at step %lld\n", static_cast<long long>((*trainer)->step()));
@@ -366,7 +379,7 @@ ZINF_COMMAND(Command{
     "                  [--seed N] [--threads N] [--corpus-bytes SIZE] [--seq-len T]\n"
     "                  [--data-order shuffled|sequential] [--holdout FRACTION] [--metrics FILE.jsonl]\n"
     "                  [--report FILE.html] [--weight-decay-on matrices|all] [--fetch-unit auto|layer|ELEMS]\n"
-    "                  [--quiet] [--exact-losses]\n"
+    "                  [--activations auto|keep|recompute] [--quiet] [--exact-losses]\n"
     "                  [--lr X] [--weight-decay X] [--warmup-steps N] [--max-grad-norm X] [--adam-beta1 X]\n"
     "                  [--adam-beta2 X] [--adam-epsilon X] [--micro-batch N] [--grad-accum N]\n\n"
     "  --config C        DeepSpeed JSON (zero_optimization, offload_param/optimizer, aio, optimizer, ...)\n"
@@ -395,6 +408,10 @@ ZINF_COMMAND(Command{
     "                    pieces of whole consecutive groups (norm, q/k/v, attention out, norm, MLP in,\n"
     "                    MLP out): layer (whole layers), an element count (300M, 1.5e8), or auto\n"
     "                    (default: whole layers unless their working set exceeds the device)\n"
+    "  --activations A   keep (every layer's activations stay on the device from the forward to the\n"
+    "                    backward), recompute (only each layer's input stays; the backward recomputes\n"
+    "                    the rest: activation checkpointing) or auto (default: keep when that costs at\n"
+    "                    most half of the device). Either gives the same bits\n"
     "  --weight-decay-on matrices (default: no weight decay on biases and LayerNorm weights, as the\n"
     "                    HF Trainer) or all (every tensor, as plain torch AdamW)\n"
     "  --exact-losses    also a line per step with its loss to 17 digits, for bit-for-bit comparisons\n"

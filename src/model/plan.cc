@@ -36,7 +36,32 @@ std::string GiB(int64_t bytes) { return FormatBytes(bytes); }
 
 }  // namespace
 
-int64_t ActivationBytes(const GptConfig& m, int batch, bool cuda) {
+int64_t LayerActivationBytes(const GptConfig& m, int batch) {
+  // gpt.cc Impl::AllocateLayerActs.
+  const int64_t B = batch, N = B * m.seq_len, NC = N * m.n_embd;
+  int64_t bytes = DeviceBytes(B * m.n_head * m.seq_len * m.seq_len * 4);  // att
+  // ln1, atty, mid, ln2; qkv; the norms' rstd
+  bytes += 4 * DeviceBytes(NC * 4) + DeviceBytes(3 * NC * 4) + 2 * DeviceBytes(N * 4);
+  if (m.llama()) return bytes + 3 * DeviceBytes(N * m.intermediate_size * 4);  // gate, up, hmid
+  return bytes + 2 * DeviceBytes(N * 4) + 2 * DeviceBytes(4 * NC * 4);         // LayerNorm means; fch, fch_gelu
+}
+
+LayerActivations AutoLayerActivations(const GptConfig& model, int batch, int64_t device_bytes) {
+  if (device_bytes <= 0 || model.n_layer < 2) return LayerActivations::kRecompute;
+  const int64_t extra = (model.n_layer - 1) * LayerActivationBytes(model, batch);
+  return extra <= device_bytes / 2 ? LayerActivations::kKeep : LayerActivations::kRecompute;
+}
+
+StatusOr<LayerActivations> ParseLayerActivations(const std::string& text, bool* automatic) {
+  *automatic = text == "auto";
+  if (*automatic || text == "recompute") return LayerActivations::kRecompute;
+  if (text == "keep") return LayerActivations::kKeep;
+  return Status::InvalidArgument("--activations: expected auto, keep or recompute, got \"" + text + "\"");
+}
+
+const char* LayerActivationsName(LayerActivations a) { return a == LayerActivations::kKeep ? "keep" : "recompute"; }
+
+int64_t ActivationBytes(const GptConfig& m, int batch, bool cuda, LayerActivations activations) {
   const int64_t B = batch, T = m.seq_len, C = m.n_embd, NH = m.n_head, L = m.n_layer, Vp = m.padded_vocab_size;
   const int64_t N = B * T, NC = N * C;
   const int64_t att = B * NH * T * T;
@@ -52,6 +77,7 @@ int64_t ActivationBytes(const GptConfig& m, int batch, bool cuda) {
   bytes += DeviceBytes(3 * NC * 4) + 3 * DeviceBytes(4 * NC * 4);
   bytes += DeviceBytes(att * 4) + DeviceBytes(attn_scratch * 4);
   bytes += 2 * DeviceBytes(head_rows * Vp * 4);  // logits and their gradient, one chunk
+  if (activations == LayerActivations::kKeep) bytes += (L - 1) * LayerActivationBytes(m, batch);
   return bytes;
 }
 
@@ -158,9 +184,13 @@ Config PlanConfig(const PlanInputs& in, OffloadDevice param, OffloadDevice optim
   return c;
 }
 
+LayerActivations PlanActivations(const PlanInputs& in) {
+  return in.activations_auto ? AutoLayerActivations(in.model, in.micro_batch, in.gpu_bytes) : in.activations;
+}
+
 int64_t PlanFetchUnit(const PlanInputs& in, int64_t param_elem_bytes) {
   if (!in.fetch_unit_auto) return in.fetch_unit;
-  return ResolveAutoFetchUnit(in.model, in.micro_batch, in.cuda, in.gpu_bytes, param_elem_bytes);
+  return ResolveAutoFetchUnit(in.model, in.micro_batch, in.cuda, in.gpu_bytes, param_elem_bytes, PlanActivations(in));
 }
 
 FetchLayout PlanLayout(const PlanInputs& in, const Config& config) {
@@ -194,8 +224,11 @@ void AddModelDeviceItems(const PlanInputs& in, const FetchLayout& layout, int64_
   auto add = [&](std::string what, int64_t bytes) {
     if (bytes > 0) items.push_back({Tier::kDevice, std::move(what), bytes, false});
   };
-  add("activations (fp32: checkpoints (L+1)*B*T*C, one layer, attention, logits chunk)",
-      ActivationBytes(in.model, static_cast<int>(batch), in.cuda));
+  const LayerActivations kept = PlanActivations(in);
+  add(kept == LayerActivations::kKeep
+          ? "activations (fp32: every layer's, kept for the backward; attention, logits chunk)"
+          : "activations (fp32: checkpoints (L+1)*B*T*C, one layer, attention, logits chunk)",
+      ActivationBytes(in.model, static_cast<int>(batch), in.cuda, kept));
   // fp32 cast of a block (the tied embedding has its own), one block's
   // gradients (the embedding's are apart), the embedding's gradients.
   const int64_t max_block = layout.max_piece_elems(), max_other = layout.max_non_embed_elems();
@@ -264,11 +297,13 @@ void StepTime(const PlanInputs& in, const Config& config, int world, const Fetch
   const PlanSpeeds& s = in.speeds;
   const double P_rank = static_cast<double>(total);
   const double tokens_rank = static_cast<double>(B * gas * in.model.seq_len);
-  o.compute_s = 8.0 * P_rank * tokens_rank / s.gpu_flops;
+  const double flops_per_token = PlanActivations(in) == LayerActivations::kKeep ? 6.0 : 8.0;  // no recompute: 6 P
+  o.compute_s = flops_per_token * P_rank * tokens_rank / s.gpu_flops;
   // Every block is fetched for the forward and again for the backward; a
   // layer in pieces fetches its pieces before the last once more (the
   // recompute releases them before their backward).
-  const int64_t refetch = layout.backward_refetch_elems() / world;
+  // A recompute reads the pieces it releases before their backward twice.
+  const int64_t refetch = PlanActivations(in) == LayerActivations::kKeep ? 0 : layout.backward_refetch_elems() / world;
   const int64_t fetch_bytes = gas * (2 * total + refetch) * pes;
   const int64_t param_read = popt == OffloadDevice::kNvme ? fetch_bytes * world : 0;
   const int64_t param_write = popt == OffloadDevice::kNvme ? total * pes * world : 0;
@@ -293,8 +328,10 @@ void StepTime(const PlanInputs& in, const Config& config, int world, const Fetch
   const bool pipelined = z.offload_optimizer.pipeline_read || z.offload_optimizer.pipeline_write;
   const double opt = pipelined ? std::max(o.adam_s, o.optimizer_nvme_s) : o.adam_s + o.optimizer_nvme_s;
   // The update and the write-home run under the first micro-batch's forward
-  // pass: a quarter of its forward+backward (2 P of 8 P per token).
-  o.update_window_s = fb / (4.0 * static_cast<double>(gas));
+  // pass: a quarter of its forward+backward (2 P of 8 P per token), a third
+  // with the activations kept (2 P of 6 P).
+  const double parts_of_fb = PlanActivations(in) == LayerActivations::kKeep ? 3.0 : 4.0;
+  o.update_window_s = fb / (parts_of_fb * static_cast<double>(gas));
   // One set of drives carries the parameter reads, the optimizer's traffic
   // and the write-home.
   const double nvme_s = o.param_nvme_s + o.optimizer_nvme_s + (popt == OffloadDevice::kNvme ? o.write_home_s : 0.0);

@@ -8,7 +8,7 @@
 // stage3_max_live_parameters, gradient buffers, fp32 gradient accumulator,
 // new-parameter buffer, staging, OptimizerSwapper and ParamSwapper pools,
 // checkpoint buffers, swap files), and EstimateOption adds the model's own:
-// GptCompute::Create (activations with per-layer checkpointing),
+// GptCompute::Create (activations, checkpointed per layer or kept),
 // Trainer::Create (fp32 cast and gradient scratch), a CUDA allowance. The
 // DeepSpeed-style "model states" view (16-bit parameters and fp32 optimizer
 // state only) is reported beside it. Device bytes include the 256-byte
@@ -24,13 +24,15 @@
 //       the prefetch coordinator overlaps fetches with the model's kernels;
 //       compute = 8 * P/world * tokens_per_rank / gpu_flops (6 P per token
 //       for forward and backward, 2 P more for the recompute of activation
-//       checkpointing; attention's T^2 terms are left out);
+//       checkpointing, none when the activations are kept; attention's T^2
+//       terms are left out);
 //   optimizer = max(Adam, optimizer NVMe traffic) with pipelined sub-groups
 //       (sum without pipelining);
 //   write-home = the new 16-bit parameters to their home tier (NVMe writes,
 //       a host-to-device copy, or nothing for RAM);
 //   the optimizer and write-home run under the next step's first forward
-//       pass (update window = forward+backward / (4 * grad_accum)), so
+//       pass (update window = forward+backward / (4 * grad_accum); / 3
+//       with the activations kept), so
 //   step = max(forward+backward + max(0, optimizer + write-home - window),
 //              all NVMe traffic at the drives' speeds).
 // Collectives between GPUs, the CPU's gradient accumulation and casts are
@@ -58,7 +60,20 @@ StatusOr<int64_t> ParseParameterCount(const std::string& text);
 // Device bytes of GptCompute<float>::Create's allocations (gpt.cc) for a
 // micro-batch of `batch` sequences: every array is 4 bytes an element (fp32
 // activations, int32 tokens); `cuda` adds the CUDA attention's scratch.
-int64_t ActivationBytes(const GptConfig& model, int batch, bool cuda);
+// With LayerActivations::kKeep: L - 1 more LayerActivationBytes.
+int64_t ActivationBytes(const GptConfig& model, int batch, bool cuda,
+                        LayerActivations activations = LayerActivations::kRecompute);
+// Device bytes of one layer's activations (GptCompute's per-layer set: what
+// its backward reads), fp32.
+int64_t LayerActivationBytes(const GptConfig& model, int batch);
+// `--activations auto` on a device of `device_bytes` (0: unknown): kKeep
+// when keeping every layer's activations costs at most half of it (the
+// rest stays for the engine's blocks and caches), else kRecompute.
+LayerActivations AutoLayerActivations(const GptConfig& model, int batch, int64_t device_bytes);
+// "auto" (sets *automatic; the result is then kRecompute until resolved),
+// "keep" or "recompute"; other text is kInvalidArgument naming the flag.
+StatusOr<LayerActivations> ParseLayerActivations(const std::string& text, bool* automatic);
+const char* LayerActivationsName(LayerActivations a);  // "keep" or "recompute"
 
 // A GPT shape of about `params` parameters (kInvalidArgument below 1M or
 // above 10T). Rule: layers of 12 C^2 parameters with an aspect ratio of
@@ -92,6 +107,10 @@ struct PlanInputs {
   // ResolveAutoFetchUnit's for gpu_bytes (as `zinf train --fetch-unit auto`).
   int64_t fetch_unit = 0;
   bool fetch_unit_auto = false;
+  // Kept layer activations or a recompute in the backward; with
+  // activations_auto, AutoLayerActivations's for gpu_bytes.
+  LayerActivations activations = LayerActivations::kRecompute;
+  bool activations_auto = true;
   PlanSpeeds speeds;
 };
 
@@ -148,6 +167,10 @@ struct Plan {
 // The config `zinf plan` proposes for an offload choice (stage 3, bf16,
 // buffers sized for the model: see plan.cc).
 Config PlanConfig(const PlanInputs& inputs, OffloadDevice param, OffloadDevice optimizer);
+
+// The activations `inputs` asks for: activations, or AutoLayerActivations's
+// for gpu_bytes with activations_auto.
+LayerActivations PlanActivations(const PlanInputs& inputs);
 
 // The fetch unit `inputs` asks for with 16-bit (`param_elem_bytes` 2) or
 // fp32 parameters: fetch_unit, or ResolveAutoFetchUnit's with fetch_unit_auto.

@@ -274,28 +274,37 @@ struct Trainer::Impl {
     return Status::Ok();
   }
 
-  // Layer l's backward: the recompute walks the pieces forward (the last
-  // piece stays acquired when the recompute needs it), then the backward walks
-  // them in reverse, each piece's gradients reduced as soon as its groups
-  // are done. Whole layers: one acquire, as before pieces existed.
-  Status LayerBackward(int l) {
-    const std::vector<BlockId>& pieces = layout.pieces_of(LayerBlock(l));
-    BlockId held = -1;
-    LayerParams held_params;
-    for (BlockId e : pieces) {
+  // Layer l's recompute before its backward: walks the pieces forward; the
+  // last piece stays acquired when the recompute needs it (its block id
+  // and parameters are returned in *held / *held_params, else -1).
+  Status LayerRecompute(int l, BlockId* held, LayerParams* held_params) {
+    *held = -1;
+    for (BlockId e : layout.pieces_of(LayerBlock(l))) {
       const FetchPiece& piece = layout.piece(e);
       if (piece.begin_group >= kMlpOutGroup) break;  // the recompute stops before the last group
-      ZINF_ASSIGN_OR_RETURN(held_params, AcquireLayerPiece(e));
+      ZINF_ASSIGN_OR_RETURN(*held_params, AcquireLayerPiece(e));
       const int end = std::min(piece.end_group, static_cast<int>(kMlpOutGroup));
       ZINF_RETURN_IF_ERROR(
-          Timed([&] { return compute->LayerRecomputeGroups(l, piece.begin_group, end, held_params); }));
+          Timed([&] { return compute->LayerRecomputeGroups(l, piece.begin_group, end, *held_params); }));
       if (piece.end_group == kLayerGroups) {
-        held = e;  // the last piece: its backward comes next
+        *held = e;  // the last piece: its backward comes next
         break;
       }
       ZINF_RETURN_IF_ERROR(SyncCompute());
       ZINF_RETURN_IF_ERROR(engine->Release(e));
     }
+    return Status::Ok();
+  }
+
+  // Layer l's backward: the recompute (none when the activations are
+  // kept), then the pieces in reverse, each piece's gradients reduced as
+  // soon as its groups are done. Whole layers: one acquire, as before
+  // pieces existed.
+  Status LayerBackward(int l) {
+    const std::vector<BlockId>& pieces = layout.pieces_of(LayerBlock(l));
+    BlockId held = -1;
+    LayerParams held_params;
+    if (!compute->keeps_activations()) ZINF_RETURN_IF_ERROR(LayerRecompute(l, &held, &held_params));
     for (auto it = pieces.rbegin(); it != pieces.rend(); ++it) {
       const BlockId e = *it;
       const FetchPiece& piece = layout.piece(e);
@@ -448,7 +457,8 @@ Status WorkingSetError(const Trainer::Impl& m, const Status& s, int64_t engine_b
   if (s.code() != StatusCode::kOutOfMemory) return s;
   const int64_t capacity = static_cast<int64_t>(m.device->capacity_bytes());
   const int64_t scratch = scratch_elems * static_cast<int64_t>(sizeof(float));
-  const int64_t activations = ActivationBytes(m.model(), m.batch(), m.device->kind() == DeviceKind::kCuda);
+  const int64_t activations =
+      ActivationBytes(m.model(), m.batch(), m.device->kind() == DeviceKind::kCuda, m.options.activations);
   const int64_t gathered = max_block * ElementSizeBytes(m.engine->param_type());
   const int64_t need = engine_bytes + gathered + activations + scratch;
   return Status::OutOfMemory(
@@ -458,7 +468,11 @@ Status WorkingSetError(const Trainer::Impl& m, const Status& s, int64_t engine_b
       " parameters, and the embedding's gradient), beside the engine's " + FormatBytes(engine_bytes) +
       " and one gathered block of " + FormatBytes(gathered) + ", need at least " + FormatBytes(need) +
       "; the device has " + FormatBytes(capacity) + ": raise --device-budget to more than " + FormatBytes(need) +
-      " (`zinf plan` itemizes it), fetch layers in smaller pieces with --fetch-unit (now " + m.layout.Describe() +
+      " (`zinf plan` itemizes it), " +
+      (m.options.activations == LayerActivations::kKeep
+           ? "recompute the layers' activations (--activations recompute keeps one layer's, not every layer's), "
+           : "") +
+      "fetch layers in smaller pieces with --fetch-unit (now " + m.layout.Describe() +
       "), or lower train_micro_batch_size_per_gpu / --seq-len (" + s.message() + ")");
 }
 
@@ -555,7 +569,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
                                                  {&m->embed_grads, embed}};
   int64_t scratch_elems = 0;
   for (const auto& [dst, n] : scratch) scratch_elems += n;
-  auto compute = GptCompute<float>::Create(m->model(), m->batch(), m->ops.get(), m->device);
+  auto compute = GptCompute<float>::Create(m->model(), m->batch(), m->ops.get(), m->device, options.activations);
   if (!compute.ok()) return WorkingSetError(*m, compute.status(), engine_bytes, scratch_elems, max_block);
   m->compute = std::move(*compute);
   for (const auto& [dst, n] : scratch) {
@@ -894,6 +908,7 @@ int64_t Trainer::tokens_per_step() const {
 }
 const GptConfig& Trainer::model() const { return impl_->model(); }
 Engine& Trainer::engine() { return *impl_->engine; }
+LayerActivations Trainer::activations() const { return impl_->options.activations; }
 int64_t Trainer::activation_bytes() const { return impl_->compute->activation_bytes() + impl_->scratch_bytes; }
 int64_t Trainer::num_train_tokens() const { return static_cast<int64_t>(impl_->num_train_tokens); }
 

@@ -75,6 +75,9 @@ struct TrainerOptions {
   // (fetch_layout.h); 0: whole layers. The engine's blocks are the pieces;
   // initial_weights, exports and HF files still speak of model blocks.
   int64_t fetch_unit = 0;
+  // Whether the backward recomputes each layer's activations from its
+  // input or finds them kept from the forward (gpt.h; the same bits).
+  LayerActivations activations = LayerActivations::kRecompute;
   // Engine options (run id, threads); grad_type and hooks are set by the
   // trainer.
   EngineOptions engine;
@@ -175,7 +178,8 @@ class Trainer {
   int64_t tokens_per_step() const;
   const GptConfig& model() const;
   Engine& engine();
-  int64_t activation_bytes() const;  // device bytes of activations and scratch
+  int64_t activation_bytes() const;      // device bytes of activations and scratch
+  LayerActivations activations() const;  // options.activations
   int64_t num_train_tokens() const;
 
   struct Impl;

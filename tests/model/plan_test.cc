@@ -212,10 +212,11 @@ TEST(PlanTest, NvmeChoicesNeedNvme) {
 // engine's gathered peak is within the estimate, and a budget of exactly
 // the estimate trains.
 void CheckAgainstTrainer(const std::string& name, int batch,
-                         const std::vector<std::pair<OffloadDevice, OffloadDevice>>& choices, int64_t fetch_unit = 0) {
+                         const std::vector<std::pair<OffloadDevice, OffloadDevice>>& choices, int64_t fetch_unit = 0,
+                         LayerActivations activations = LayerActivations::kKeep) {
   for (const auto& [p, o] : choices) {
     SCOPED_TRACE(name + " param " + std::string(OffloadDeviceName(p)) + " optimizer " +
-                 std::string(OffloadDeviceName(o)));
+                 std::string(OffloadDeviceName(o)) + " activations " + LayerActivationsName(activations));
     TempDir dir;
     PlanInputs in;
     in.model = *LoadGptConfig(name);
@@ -226,6 +227,8 @@ void CheckAgainstTrainer(const std::string& name, int batch,
     in.nvme_bytes = 64 * kGiB;
     in.nvme_paths = {dir.Sub("nvme")};
     in.fetch_unit = fetch_unit;
+    in.activations = activations;
+    in.activations_auto = false;
     const Config config = PlanConfig(in, p, o);
     auto est = EstimateOption(in, config);
     ASSERT_TRUE(est.ok()) << est.status().ToString();
@@ -239,6 +242,7 @@ void CheckAgainstTrainer(const std::string& name, int batch,
       to.engine.optimizer_threads = 1;
       to.engine.run_id = "plan-test";
       to.fetch_unit = fetch_unit;
+      to.activations = activations;
       auto trainer = Trainer::Create(config, to);
       ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
       EXPECT_EQ((*trainer)->layout().Describe(), est->fetch_layout);
@@ -267,6 +271,39 @@ TEST(PlanTest, TinyMatchesTrainer) {
     for (OffloadDevice o : {OffloadDevice::kCpu, OffloadDevice::kNvme}) all.push_back({p, o});
   }
   CheckAgainstTrainer("tiny", 8, all);
+  CheckAgainstTrainer("tiny", 8, all, 0, LayerActivations::kRecompute);
+}
+
+// `auto` keeps the activations when every layer's costs at most half
+// of the device: the plan's choice follows the device size, and kept
+// activations cost L - 1 more layers' worth of what the backward reads.
+TEST(PlanTest, AutoKeepsActivationsThatFitHalfTheDevice) {
+  const GptConfig m = *LoadGptConfig("demo");
+  const int64_t layer = LayerActivationBytes(m, 2);
+  EXPECT_EQ(ActivationBytes(m, 2, false, LayerActivations::kKeep) - ActivationBytes(m, 2, false),
+            (m.n_layer - 1) * layer);
+  const int64_t kept = (m.n_layer - 1) * layer;
+  EXPECT_EQ(AutoLayerActivations(m, 2, 2 * kept), LayerActivations::kKeep);
+  EXPECT_EQ(AutoLayerActivations(m, 2, 2 * kept - 2), LayerActivations::kRecompute);
+  EXPECT_EQ(AutoLayerActivations(m, 2, 0), LayerActivations::kRecompute);  // unknown size
+  GptConfig one = m;
+  one.n_layer = 1;  // nothing to keep beyond the one set
+  EXPECT_EQ(AutoLayerActivations(one, 2, int64_t{1} << 40), LayerActivations::kRecompute);
+  PlanInputs in;
+  in.model = m;
+  in.micro_batch = 2;
+  in.gpu_bytes = 2 * kept;
+  EXPECT_EQ(PlanActivations(in), LayerActivations::kKeep);
+  in.activations_auto = false;
+  EXPECT_EQ(PlanActivations(in), LayerActivations::kRecompute);
+  bool automatic = false;
+  EXPECT_EQ(*ParseLayerActivations("keep", &automatic), LayerActivations::kKeep);
+  EXPECT_FALSE(automatic);
+  EXPECT_TRUE(ParseLayerActivations("auto", &automatic).ok());
+  EXPECT_TRUE(automatic);
+  const Status bad = ParseLayerActivations("sometimes", &automatic).status();
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("--activations"), std::string::npos) << bad.ToString();
 }
 
 TEST(PlanTest, DemoMatchesTrainer) { CheckAgainstTrainer("demo", 2, {{OffloadDevice::kNvme, OffloadDevice::kNvme}}); }

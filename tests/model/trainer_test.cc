@@ -35,7 +35,8 @@ struct TrainerRun {
   std::unique_ptr<Trainer> trainer;
 };
 
-TrainerRun MakeTrainer(const Config& config, size_t budget_bytes = 0, const std::string& model = "tiny") {
+TrainerRun MakeTrainer(const Config& config, size_t budget_bytes = 0, const std::string& model = "tiny",
+                       LayerActivations activations = LayerActivations::kRecompute, int64_t fetch_unit = 0) {
   TrainerRun r;
   r.device = CreateHostDevice(budget_bytes);
   TrainerOptions o;
@@ -46,6 +47,8 @@ TrainerRun MakeTrainer(const Config& config, size_t budget_bytes = 0, const std:
   o.hooks.device = r.device.get();
   o.engine.optimizer_threads = 1;
   o.engine.run_id = "trainer-test";
+  o.activations = activations;
+  o.fetch_unit = fetch_unit;
   auto t = Trainer::Create(config, o);
   EXPECT_TRUE(t.ok()) << t.status().ToString();
   if (t.ok()) r.trainer = std::move(t).value();
@@ -83,6 +86,34 @@ TEST(TrainerTest, OffloadedAndResidentGiveTheSameLossCurve) {
   EXPECT_EQ(StepLosses(*cpu.trainer, 8), want);
   EXPECT_GT(nvme.trainer->engine().counters().nvme_read_bytes, 0);
   EXPECT_GT(nvme.trainer->engine().counters().optimizer_nvme_bytes, 0);
+}
+
+// Activations kept from the forward are the ones the recompute makes, so
+// the loss curve and the weights do not move: NVMe tiers, layers whole and
+// in pieces, gradient accumulation over two micro-batches.
+TEST(TrainerTest, KeptActivationsGiveTheRecomputedLossCurve) {
+  TempDir dir;
+  Config resident = TinyConfig(dir, OffloadDevice::kNone, OffloadDevice::kNone);
+  Config nvme = TinyConfig(dir, OffloadDevice::kNvme, OffloadDevice::kNvme);
+  for (Config* c : {&resident, &nvme}) c->gradient_accumulation_steps = 2;
+  TrainerRun want = MakeTrainer(resident);
+  ASSERT_NE(want.trainer, nullptr);
+  EXPECT_EQ(want.trainer->activations(), LayerActivations::kRecompute);
+  const std::vector<double> losses = StepLosses(*want.trainer, 5);
+  for (int64_t fetch_unit : {int64_t{0}, int64_t{6000}}) {
+    SCOPED_TRACE("fetch unit " + std::to_string(fetch_unit));
+    TrainerRun kept = MakeTrainer(nvme, 0, "tiny", LayerActivations::kKeep, fetch_unit);
+    ASSERT_NE(kept.trainer, nullptr);
+    EXPECT_EQ(kept.trainer->activations(), LayerActivations::kKeep);
+    EXPECT_EQ(kept.trainer->layout().split(), fetch_unit > 0);
+    EXPECT_EQ(StepLosses(*kept.trainer, 5), losses);
+    const std::string a = dir.Sub("want.safetensors"), b = dir.Sub("kept.safetensors");
+    ASSERT_TRUE(want.trainer->ExportSafetensors(a, "F32").ok());
+    ASSERT_TRUE(kept.trainer->ExportSafetensors(b, "F32").ok());
+    const std::string wa = testing::ReadBytes(a), wb = testing::ReadBytes(b);
+    EXPECT_GT(wa.size(), 0u);
+    EXPECT_TRUE(wa == wb) << "the exported fp32 weights differ";
+  }
 }
 
 // Train 6 steps with a checkpoint after 3; a new trainer resumed from the
