@@ -542,6 +542,12 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   ZINF_RETURN_IF_ERROR(m->comm->AllReduce(&neg_unit, &neg_unit, 1, ElementType::kF64, comm::ReduceOp::kMax, nullptr));
   m->fetch_unit = neg_unit <= -1e300 ? 0 : static_cast<int64_t>(-neg_unit);
   m->layout = FetchLayout::Create(m->model(), specs, m->fetch_unit);
+  // Likewise the activations: a recompute acquires blocks that a backward
+  // on kept activations does not, so one rank that recomputes makes every
+  // rank recompute (ranks with smaller devices resolve `auto` so).
+  double recompute = options.activations == LayerActivations::kRecompute ? 1.0 : 0.0;
+  ZINF_RETURN_IF_ERROR(m->comm->AllReduce(&recompute, &recompute, 1, ElementType::kF64, comm::ReduceOp::kMax, nullptr));
+  if (recompute > 0) m->options.activations = LayerActivations::kRecompute;
   ZINF_ASSIGN_OR_RETURN(m->engine, Engine::Create(config, m->layout.specs(), eo));
   // Initial weights by model block (the same values however layers are cut).
   for (BlockId b = 0; b < static_cast<BlockId>(specs.size()); ++b) {
@@ -569,7 +575,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
                                                  {&m->embed_grads, embed}};
   int64_t scratch_elems = 0;
   for (const auto& [dst, n] : scratch) scratch_elems += n;
-  auto compute = GptCompute<float>::Create(m->model(), m->batch(), m->ops.get(), m->device, options.activations);
+  auto compute = GptCompute<float>::Create(m->model(), m->batch(), m->ops.get(), m->device, m->options.activations);
   if (!compute.ok()) return WorkingSetError(*m, compute.status(), engine_bytes, scratch_elems, max_block);
   m->compute = std::move(*compute);
   for (const auto& [dst, n] : scratch) {

@@ -1,0 +1,82 @@
+#!/bin/sh
+# zinf train --activations: every layer's activations kept for the backward
+# give the recompute's losses to the last digit (--exact-losses), with
+# layers whole and in pieces; the startup line says which was chosen; a bad
+# value exits 2 naming the flag. With an mpirun: two ranks that asked for
+# different ones agree on the recompute (the rank that recomputes fetches
+# blocks the other would not) and give the one-choice run's losses.
+# Usage: activations_test.sh ZINF [MPIEXEC]
+set -eu
+ZINF="$1"
+MPIEXEC="${2:-}"
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/zinf-activations-test.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+mkdir -p "$TMP/nvme"
+cat > "$TMP/config.json" <<JSON
+{
+  "train_micro_batch_size_per_gpu": 4,
+  "gradient_accumulation_steps": 2,
+  "gradient_clipping": 1.0,
+  "bf16": {"enabled": true},
+  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
+  "zero_optimization": {
+    "stage": 3,
+    "sub_group_size": 20000,
+    "stage3_param_persistence_threshold": 0,
+    "stage3_prefetch_bucket_size": 20000,
+    "stage3_max_live_parameters": 100000,
+    "offload_param": {"device": "nvme", "nvme_path": "$TMP/nvme", "buffer_count": 4, "buffer_size": 20000},
+    "offload_optimizer": {"device": "nvme", "nvme_path": "$TMP/nvme", "pipeline_read": true,
+                          "pipeline_write": true, "buffer_count": 12}
+  }
+}
+JSON
+FLAGS="--config $TMP/config.json --model tiny --steps 5 --device host --eval-every 0 --exact-losses"
+
+losses() {  # losses OUT_PREFIX: the exact losses of OUT_PREFIX.err, 5 of them
+  grep "exact loss" "$1.err" > "$1.losses"
+  test "$(wc -l < "$1.losses")" -eq 5
+}
+
+run() {  # run OUT_PREFIX [zinf train flags...]
+  out="$1"
+  shift
+  # shellcheck disable=SC2086
+  "$ZINF" train $FLAGS "$@" > "$out.out" 2> "$out.err" || { cat "$out.err" >&2; exit 1; }
+  losses "$out"
+}
+
+run "$TMP/recompute" --activations recompute
+grep -q "activations recompute: each layer's recomputed" "$TMP/recompute.err"
+run "$TMP/keep" --activations keep
+grep -q "activations keep: every layer's kept for the backward" "$TMP/keep.err"
+cmp "$TMP/recompute.losses" "$TMP/keep.losses" || { echo "kept activations changed the losses" >&2; exit 1; }
+run "$TMP/keep-cut" --activations keep --fetch-unit 6000
+cmp "$TMP/recompute.losses" "$TMP/keep-cut.losses" || { echo "kept activations in pieces changed the losses" >&2; exit 1; }
+run "$TMP/auto"
+grep -q "activations auto: every layer's kept" "$TMP/auto.err"  # tiny's are small beside the host's memory
+
+set +e
+"$ZINF" train $FLAGS --activations sometimes > "$TMP/b.out" 2> "$TMP/b.err"
+rc=$?
+set -e
+test "$rc" -eq 2 || { echo "bad --activations: exit $rc, expected 2" >&2; exit 1; }
+grep -q -- "--activations: expected auto, keep or recompute.*\"sometimes\"" "$TMP/b.err" || { cat "$TMP/b.err" >&2; exit 1; }
+
+if [ -n "$MPIEXEC" ]; then
+  rm -rf "$TMP/nvme"/*
+  # shellcheck disable=SC2086
+  "$MPIEXEC" --allow-run-as-root --oversubscribe -np 2 "$ZINF" train $FLAGS --activations keep \
+    > "$TMP/mpi-keep.out" 2> "$TMP/mpi-keep.err" || { cat "$TMP/mpi-keep.err" >&2; exit 1; }
+  losses "$TMP/mpi-keep"
+  rm -rf "$TMP/nvme"/*
+  # shellcheck disable=SC2086
+  timeout 120 "$MPIEXEC" --allow-run-as-root --oversubscribe -np 1 "$ZINF" train $FLAGS --activations keep : \
+    -np 1 "$ZINF" train $FLAGS --activations recompute \
+    > "$TMP/mpi-mixed.out" 2> "$TMP/mpi-mixed.err" || { cat "$TMP/mpi-mixed.err" >&2; exit 1; }
+  losses "$TMP/mpi-mixed"
+  grep -q "activations keep: each layer's recomputed" "$TMP/mpi-mixed.err"  # rank 0 asked to keep
+  cmp "$TMP/mpi-keep.losses" "$TMP/mpi-mixed.losses" || { echo "mixed choices changed the 2-rank losses" >&2; exit 1; }
+  echo "activations test: 2 ranks agree"
+fi
+echo "activations test: OK"
