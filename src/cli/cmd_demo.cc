@@ -25,6 +25,7 @@
 #include "core/units.h"
 #include "device/device.h"
 #include "model/gpt.h"
+#include "model/plan.h"
 #include "model/trainer.h"
 #include "zinf/config.h"
 
@@ -103,8 +104,8 @@ int Run(const std::vector<std::string>& args) {
                 FormatBytes(state_bytes).c_str(), double(state_bytes) / double(budget));
     std::printf(
         "  tiers:  16-bit params on NVMe (prefetched to the device), fp32 master + Adam m, v on NVMe "
-        "(sub-groups of %s, read ahead, written behind), fp32 grads in pinned RAM, AdamW on the CPU "
-        "under the next forward pass\n",
+        "(sub-groups of %s, read ahead, written behind), fp32 grads accumulated in those sub-groups "
+        "through a few pinned buffers, AdamW on the CPU under the next forward pass\n",
         FormatCount(config.zero.sub_group_size).c_str());
 
     // 4. Train.
@@ -114,13 +115,17 @@ int Run(const std::vector<std::string>& args) {
     topt.hooks.device = device->get();
     topt.engine.run_id = "zinf-demo";
     topt.engine.optimizer_threads = static_cast<int>(*threads);
+    // As zinf train's --activations auto under this budget.
+    topt.activations =
+        model::AutoLayerActivations(*model, static_cast<int>(config.train_micro_batch_size_per_gpu), budget);
     auto trainer = model::Trainer::Create(config, topt);
     if (!trainer.ok()) return Fail(kName, trainer.status());
-    std::printf(
-        "  memory: activations and scratch %s on the device (%d sequences of %d tokens, one layer's "
-        "activations at a time: checkpointing)\n",
-        FormatBytes((*trainer)->activation_bytes()).c_str(), static_cast<int>(config.train_micro_batch_size_per_gpu),
-        model->seq_len);
+    std::printf("  memory: activations and scratch %s on the device (%d sequences of %d tokens, %s)\n",
+                FormatBytes((*trainer)->activation_bytes()).c_str(),
+                static_cast<int>(config.train_micro_batch_size_per_gpu), model->seq_len,
+                topt.activations == model::LayerActivations::kKeep
+                    ? "every layer's activations kept for the backward"
+                    : "one layer's activations at a time: checkpointing");
     std::fflush(stdout);
     TrainRun run;
     run.steps = *steps;
