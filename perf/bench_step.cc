@@ -215,17 +215,16 @@ class Copier {
 nlohmann::ordered_json PlanPrediction(const model::GptConfig& gpt, const Config& config, int world, bool on_gpu,
                                       int64_t tokens_per_rank, int64_t params, double compute_s, double adam_s,
                                       double nvme_gbps, double copy_gbps, double measured_step_s,
-                                      model::LayerActivations resident, model::LayerActivations offloaded) {
+                                      model::LayerActivations activations) {
   model::PlanInputs in;
   in.model = gpt;
   in.world_size = world;
   in.micro_batch = static_cast<int>(config.train_micro_batch_size_per_gpu);
   in.grad_accum = static_cast<int>(config.gradient_accumulation_steps);
   in.cuda = on_gpu;
-  in.activations = offloaded;
-  in.activations_auto = false;
-  if (compute_s > 0) {  // the plan's FLOPs per token and parameter: 6, and 2 more for a recompute
-    const double flops = resident == model::LayerActivations::kKeep ? 6.0 : 8.0;
+  in.activations = activations;  // both runs'
+  if (compute_s > 0) {           // the plan's FLOPs per token and parameter: 6, and 2 more for a recompute
+    const double flops = activations == model::LayerActivations::kKeep ? 6.0 : 8.0;
     in.speeds.gpu_flops =
         flops * static_cast<double>(params) / world * static_cast<double>(tokens_per_rank) / compute_s;
   }
@@ -410,8 +409,12 @@ StatusOr<Trainers> CreateTrainers(const Options& o) {
   // resident run is made again when that budget says otherwise.
   const int batch = static_cast<int>(o.config.train_micro_batch_size_per_gpu);
   const int64_t state_bytes = o.model.NumParameters() * (16 + 2);
+  const int64_t elem_bytes = o.config.bf16.enabled || o.config.fp16.enabled ? 2 : 4;
+  auto auto_for = [&](int64_t device_bytes) {  // whole layers, as the trainers cut them
+    return model::AutoLayerActivations(o.model, batch, t.on_gpu, device_bytes, elem_bytes, 0);
+  };
   const int64_t sized_by = o.device_budget >= 0 ? o.device_budget : static_cast<int64_t>(t.rdevice->capacity_bytes());
-  ropts.activations = model::AutoLayerActivations(o.model, batch, sized_by);
+  ropts.activations = auto_for(sized_by);
   for (int attempt = 0; attempt < 2; ++attempt) {
     t.res.reset();
     auto res = model::Trainer::Create(resident, ropts);
@@ -422,11 +425,15 @@ StatusOr<Trainers> CreateTrainers(const Options& o) {
     }
     t.res = std::move(*res);
     t.device_budget = o.device_budget >= 0 ? o.device_budget : state_bytes / 3 + t.res->activation_bytes();
-    topt.activations = model::AutoLayerActivations(o.model, batch, t.device_budget);
+    topt.activations = auto_for(t.device_budget);
     if (topt.activations == ropts.activations) break;
     ropts.activations = topt.activations;
   }
-  topt.activations = t.res->activations();  // the same work whatever the budget said
+  // Two attempts settle it (a resident run made again with recompute sizes
+  // a smaller budget, which auto does not turn back to keep); should they
+  // not, the offloaded run does what the resident one does, which auto
+  // might not have picked for its budget.
+  topt.activations = t.res->activations();
   DeviceOptions dopt;
   dopt.choice = t.on_gpu ? DeviceOptions::Choice::kCuda : DeviceOptions::Choice::kHost;
   dopt.host_budget_bytes = static_cast<size_t>(t.device_budget);
@@ -811,9 +818,9 @@ nlohmann::ordered_json ToJson(const Options& o, const std::vector<std::string>& 
                        : "memcpy (host device)";
   j["copy_gbps"] = s.copy_gbps;
   j["runs"] = RunsJson(m.reps);
-  j["plan"] = PlanPrediction(o.model, config, t.world, t.on_gpu, t.off->tokens_per_step() / t.world,
-                             o.model.NumParameters(), s.compute_s, s.adam_s, s.fio_gbps, s.copy_gbps, s.step_s,
-                             t.res->activations(), t.off->activations());
+  j["plan"] =
+      PlanPrediction(o.model, config, t.world, t.on_gpu, t.off->tokens_per_step() / t.world, o.model.NumParameters(),
+                     s.compute_s, s.adam_s, s.fio_gbps, s.copy_gbps, s.step_s, t.off->activations());
   j["activations"] = {{"resident", model::LayerActivationsName(t.res->activations())},
                       {"offloaded", model::LayerActivationsName(t.off->activations())}};
   j["compared"] =

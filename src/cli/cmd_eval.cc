@@ -123,8 +123,7 @@ int Run(const std::vector<std::string>& args) {
   topt.engine.optimizer_threads = static_cast<int>(*threads);
   topt.engine.run_id = "eval";
   // As zinf train's auto on the same device and batch.
-  auto fetch_unit = model::FetchUnitForDevice(flags->GetOr("fetch-unit", "auto"), *model, config, **device,
-                                              model::LayerActivations::kRecompute);  // no backward
+  auto fetch_unit = model::FetchUnitForDevice(flags->GetOr("fetch-unit", "auto"), *model, config, **device);
   if (!fetch_unit.ok()) return Fail(kName, fetch_unit.status(), 2);
   topt.fetch_unit = *fetch_unit;
   auto trainer = model::Trainer::Create(config, topt);

@@ -388,7 +388,7 @@ void PrintJson(const PlanRun& run, const model::Plan& plan, const std::string& c
             {"fetch", {{"fetch_unit_flag", run.fetch_unit_arg}, {"fetch_layout", chosen.fetch_layout}}},
             {"activations",
              {{"activations_flag", run.activations_arg},
-              {"layer_activations", model::LayerActivationsName(model::PlanActivations(in))}}},
+              {"layer_activations", model::LayerActivationsName(chosen.activations)}}},
             {"speeds",
              {{"gpu_flops", sp.gpu_flops},
               {"gpu_source", run.gpu_src},
@@ -427,9 +427,7 @@ void PrintTable(const PlanRun& run, const model::Plan& plan) {
               run.fetch_unit_arg.c_str(), chosen.fetch_layout.c_str(), FormatCount(chosen.max_piece_elems).c_str(),
               FormatCount(model::FetchLayout::Create(in.model, 0).layer_elems()).c_str());
   std::printf("activations: --activations %s: %s\n\n", run.activations_arg.c_str(),
-              model::PlanActivations(in) == model::LayerActivations::kKeep
-                  ? "every layer's kept for the backward"
-                  : "each layer's recomputed in the backward (checkpoints of the layer inputs)");
+              model::LayerActivationsDescription(chosen.activations));
   std::printf("%-6s %-6s | %10s %10s %10s %10s | %-6s | %-9s | %9s %10s  %s\n", "param", "optim", "GPU/rank", "pinned",
               "pageable", "NVMe", "states", "fits", "step s", "tokens/s", "bound by");
   for (size_t i = 0; i < plan.options.size(); ++i) {
@@ -529,7 +527,8 @@ ZINF_COMMAND({"plan", "pick an offload config for a model and a machine: memory 
               "  --fetch-unit: layers above this many parameters are fetched in pieces (as zinf train's flag;\n"
               "    default auto: whole layers unless their working set exceeds --gpu-mem; layer: whole).\n"
               "  --activations: keep every layer's activations or recompute them in the backward (as zinf\n"
-              "    train's flag; default auto: keep when that costs at most half of --gpu-mem).\n"
+              "    train's flag; default auto: keep when the L-1 more layers take at most half of --gpu-mem\n"
+              "    and the working set still fits it).\n"
               "  Speeds: compute --gpu-tflops (400) x --mfu (0.5); --adam-gparams (2); --nvme-gbps (read 3,\n"
               "    write 2); --pcie-gbps (25). --measure times CPU Adam, the first --nvme path (256 MiB\n"
               "    through the aio engine) and, with --device host, the host matmul, unless given.",

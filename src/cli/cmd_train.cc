@@ -26,6 +26,7 @@
 #include "model/fetch_layout.h"
 #include "model/gpt.h"
 #include "model/hf_checkpoint.h"
+#include "model/plan.h"
 #include "model/trainer.h"
 #include "swap/checkpoint_dirs.h"
 #include "swap/swap_store.h"
@@ -194,14 +195,16 @@ void PrintRunHeader(FILE* out, const Config& config, const std::vector<AutoResol
                static_cast<long long>(config.gradient_accumulation_steps));
 }
 
-// --activations and --fetch-unit into `topt` (topt.model set): auto for
-// this device, the activations first (the fetch unit counts them).
-Status SetActivationsAndFetchUnit(const Flags& flags, const Config& config, const Device& device,
+// --fetch-unit and --activations into `topt` (topt.model set): auto for
+// this device, the cut first (it does not depend on the activations, so a
+// checkpoint resumes whichever they are).
+Status SetFetchUnitAndActivations(const Flags& flags, const Config& config, const Device& device,
                                   model::TrainerOptions& topt) {
-  ZINF_ASSIGN_OR_RETURN(topt.activations, model::LayerActivationsForDevice(flags.GetOr("activations", "auto"),
-                                                                           topt.model, config, device));
-  ZINF_ASSIGN_OR_RETURN(topt.fetch_unit, model::FetchUnitForDevice(flags.GetOr("fetch-unit", "auto"), topt.model,
-                                                                   config, device, topt.activations));
+  ZINF_ASSIGN_OR_RETURN(topt.fetch_unit,
+                        model::FetchUnitForDevice(flags.GetOr("fetch-unit", "auto"), topt.model, config, device));
+  ZINF_ASSIGN_OR_RETURN(topt.activations,
+                        model::LayerActivationsForDevice(flags.GetOr("activations", "auto"), topt.model, config, device,
+                                                         topt.fetch_unit));
   return Status::Ok();
 }
 
@@ -212,11 +215,8 @@ void PrintFetchLine(FILE* out, const Flags& flags, const model::Trainer& trainer
   std::fprintf(out, "zinf train: fetch unit %s: %s (largest engine block %s parameters)\n",
                flags.GetOr("fetch-unit", "auto").c_str(), layout.Describe().c_str(),
                FormatCount(layout.max_piece_elems()).c_str());
-  const model::LayerActivations kept = trainer.activations();
   std::fprintf(out, "zinf train: activations %s: %s (%s with the scratch, on the device)\n",
-               flags.GetOr("activations", "auto").c_str(),
-               kept == model::LayerActivations::kKeep ? "every layer's kept for the backward"
-                                                      : "each layer's recomputed from its input in the backward",
+               flags.GetOr("activations", "auto").c_str(), model::LayerActivationsDescription(trainer.activations()),
                FormatBytes(trainer.activation_bytes()).c_str());
 }
 
@@ -314,7 +314,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   topt.corpus_bytes = *corpus;
   topt.seed = static_cast<uint64_t>(*seed);
   topt.weight_decay_on = *decay_on;
-  if (Status s = SetActivationsAndFetchUnit(*flags, *config, **device, topt); !s.ok()) return Fail(kName, s, 2);
+  if (Status s = SetFetchUnitAndActivations(*flags, *config, **device, topt); !s.ok()) return Fail(kName, s, 2);
   topt.hooks.device = device->get();
   topt.engine.optimizer_threads = static_cast<int>(*threads);
   topt.engine.progress = MeterFactory(out);  // checkpoint save, resume and export: bar or lines on rank 0
@@ -410,8 +410,9 @@ ZINF_COMMAND(Command{
     "                    (default: whole layers unless their working set exceeds the device)\n"
     "  --activations A   keep (every layer's activations stay on the device from the forward to the\n"
     "                    backward), recompute (only each layer's input stays; the backward recomputes\n"
-    "                    the rest: activation checkpointing) or auto (default: keep when that costs at\n"
-    "                    most half of the device). Either gives the same bits\n"
+    "                    the rest: activation checkpointing) or auto (default: keep when the L-1 more\n"
+    "                    layers take at most half of the device and the working set still fits it).\n"
+    "                    Either gives the same bits; when ranks differ, all recompute\n"
     "  --weight-decay-on matrices (default: no weight decay on biases and LayerNorm weights, as the\n"
     "                    HF Trainer) or all (every tensor, as plain torch AdamW)\n"
     "  --exact-losses    also a line per step with its loss to 17 digits, for bit-for-bit comparisons\n"

@@ -128,9 +128,8 @@ StatusOr<int64_t> ParseFetchUnit(const std::string& text, bool* automatic) {
   return n;
 }
 
-int64_t ResolveAutoFetchUnit(const GptConfig& model, int batch, bool cuda, int64_t device_bytes,
-                             int64_t param_elem_bytes, LayerActivations activations) {
-  if (device_bytes <= 0 || model.n_layer < 1) return 0;
+int64_t ModelWorkingSetBytes(const GptConfig& model, int batch, bool cuda, int64_t param_elem_bytes,
+                             int64_t max_non_embed_elems, LayerActivations activations) {
   const std::vector<BlockSpec> specs = GptBlockSpecs(model);
   int64_t embed = 0;
   for (const TensorSpec& t : specs[kEmbedBlock].tensors) embed += t.numel();
@@ -140,7 +139,17 @@ int64_t ResolveAutoFetchUnit(const GptConfig& model, int batch, bool cuda, int64
   const int64_t fixed = ActivationBytes(model, batch, cuda, activations) + 4 * embed +
                         (cast && model.tied_embeddings ? 4 * embed : 0) + param_elem_bytes * embed;
   const int64_t per_elem = param_elem_bytes + (cast ? 4 : 0) + 4;
-  auto fits = [&](const FetchLayout& l) { return fixed + per_elem * l.max_non_embed_elems() <= device_bytes; };
+  return fixed + per_elem * max_non_embed_elems;
+}
+
+int64_t ResolveAutoFetchUnit(const GptConfig& model, int batch, bool cuda, int64_t device_bytes,
+                             int64_t param_elem_bytes) {
+  if (device_bytes <= 0 || model.n_layer < 1) return 0;
+  const std::vector<BlockSpec> specs = GptBlockSpecs(model);
+  auto fits = [&](const FetchLayout& l) {
+    return ModelWorkingSetBytes(model, batch, cuda, param_elem_bytes, l.max_non_embed_elems(),
+                                LayerActivations::kRecompute) <= device_bytes;
+  };
   const FetchLayout whole = FetchLayout::Create(model, specs, 0);
   if (fits(whole)) return 0;
   const std::vector<int64_t> elems = GroupElems(model, specs[static_cast<size_t>(LayerBlock(0))]);
@@ -152,23 +161,14 @@ int64_t ResolveAutoFetchUnit(const GptConfig& model, int batch, bool cuda, int64
 }
 
 StatusOr<int64_t> FetchUnitForDevice(const std::string& text, const GptConfig& model, const Config& config,
-                                     const Device& device, LayerActivations activations) {
+                                     const Device& device) {
   bool automatic = false;
   ZINF_ASSIGN_OR_RETURN(const int64_t unit, ParseFetchUnit(text, &automatic));
   if (!automatic) return unit;
   const int64_t elem_bytes = config.bf16.enabled || config.fp16.enabled ? 2 : 4;
   return ResolveAutoFetchUnit(model, static_cast<int>(config.train_micro_batch_size_per_gpu),
                               device.kind() == DeviceKind::kCuda, static_cast<int64_t>(device.capacity_bytes()),
-                              elem_bytes, activations);
-}
-
-StatusOr<LayerActivations> LayerActivationsForDevice(const std::string& text, const GptConfig& model,
-                                                     const Config& config, const Device& device) {
-  bool automatic = false;
-  ZINF_ASSIGN_OR_RETURN(const LayerActivations chosen, ParseLayerActivations(text, &automatic));
-  if (!automatic) return chosen;
-  return AutoLayerActivations(model, static_cast<int>(config.train_micro_batch_size_per_gpu),
-                              static_cast<int64_t>(device.capacity_bytes()));
+                              elem_bytes);
 }
 
 }  // namespace zinf::model

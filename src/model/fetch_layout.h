@@ -118,24 +118,24 @@ StatusOr<int64_t> ParseFetchUnit(const std::string& text, bool* automatic);
 // WorkingSetError): one gathered piece at `param_elem_bytes`, the trainer's
 // fp32 cast of it (when the parameters are not fp32) and its fp32
 // gradient, the embedding's fp32 gradient and a micro-batch's activations
-// (all layers' with `activations` kKeep), at most `device_bytes` (the
-// engine's resident parameters and cache are
+// (recomputed: the cut does not depend on --activations, so a checkpoint
+// resumes whatever the activations), at most `device_bytes` (the engine's
+// resident parameters and cache are
 // not counted: a run that fitted before is never cut). Candidate units halve
 // from the layer's size down to its largest group. Returns the unit in
 // elements, 0 (whole layers) when device_bytes is 0 or whole layers fit.
 int64_t ResolveAutoFetchUnit(const GptConfig& model, int batch, bool cuda, int64_t device_bytes,
-                             int64_t param_elem_bytes, LayerActivations activations);
+                             int64_t param_elem_bytes);
+// That working set for engine blocks of at most `max_non_embed_elems`
+// elements (the embedding apart) with `activations`.
+int64_t ModelWorkingSetBytes(const GptConfig& model, int batch, bool cuda, int64_t param_elem_bytes,
+                             int64_t max_non_embed_elems, LayerActivations activations);
 
 // The unit a --fetch-unit `text` asks for when training `model` under
 // `config` on `device`: ParseFetchUnit's, and for "auto"
 // ResolveAutoFetchUnit's for the device's capacity and kind, the config's
-// micro-batch and parameter width (bf16/fp16: 2 bytes), with `activations`.
+// micro-batch and parameter width (bf16/fp16: 2 bytes).
 StatusOr<int64_t> FetchUnitForDevice(const std::string& text, const GptConfig& model, const Config& config,
-                                     const Device& device, LayerActivations activations);
-// The activations a --activations `text` asks for when training `model`
-// under `config` on `device`: ParseLayerActivations's, and for "auto"
-// AutoLayerActivations's for the device's capacity and the micro-batch.
-StatusOr<LayerActivations> LayerActivationsForDevice(const std::string& text, const GptConfig& model,
-                                                     const Config& config, const Device& device);
+                                     const Device& device);
 
 }  // namespace zinf::model

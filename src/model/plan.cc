@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "core/units.h"
+#include "device/device.h"
 #include "swap/optimizer_swapper.h"
 #include "zero3/partitioner.h"
 
@@ -37,7 +38,7 @@ std::string GiB(int64_t bytes) { return FormatBytes(bytes); }
 }  // namespace
 
 int64_t LayerActivationBytes(const GptConfig& m, int batch) {
-  // gpt.cc Impl::AllocateLayerActs.
+  // gpt.cc Impl::AllocateLayerActs (every array has at least one element).
   const int64_t B = batch, N = B * m.seq_len, NC = N * m.n_embd;
   int64_t bytes = DeviceBytes(B * m.n_head * m.seq_len * m.seq_len * 4);  // att
   // ln1, atty, mid, ln2; qkv; the norms' rstd
@@ -46,10 +47,30 @@ int64_t LayerActivationBytes(const GptConfig& m, int batch) {
   return bytes + 2 * DeviceBytes(N * 4) + 2 * DeviceBytes(4 * NC * 4);         // LayerNorm means; fch, fch_gelu
 }
 
-LayerActivations AutoLayerActivations(const GptConfig& model, int batch, int64_t device_bytes) {
+LayerActivations AutoLayerActivations(const GptConfig& model, int batch, bool cuda, int64_t device_bytes,
+                                      int64_t param_elem_bytes, int64_t fetch_unit) {
   if (device_bytes <= 0 || model.n_layer < 2) return LayerActivations::kRecompute;
   const int64_t extra = (model.n_layer - 1) * LayerActivationBytes(model, batch);
-  return extra <= device_bytes / 2 ? LayerActivations::kKeep : LayerActivations::kRecompute;
+  if (extra > device_bytes / 2) return LayerActivations::kRecompute;
+  const int64_t blocks = FetchLayout::Create(model, fetch_unit).max_non_embed_elems();
+  const int64_t need = ModelWorkingSetBytes(model, batch, cuda, param_elem_bytes, blocks, LayerActivations::kKeep);
+  return need <= device_bytes ? LayerActivations::kKeep : LayerActivations::kRecompute;
+}
+
+StatusOr<LayerActivations> LayerActivationsForDevice(const std::string& text, const GptConfig& model,
+                                                     const Config& config, const Device& device, int64_t fetch_unit) {
+  bool automatic = false;
+  ZINF_ASSIGN_OR_RETURN(const LayerActivations chosen, ParseLayerActivations(text, &automatic));
+  if (!automatic) return chosen;
+  const int64_t elem_bytes = config.bf16.enabled || config.fp16.enabled ? 2 : 4;
+  return AutoLayerActivations(model, static_cast<int>(config.train_micro_batch_size_per_gpu),
+                              device.kind() == DeviceKind::kCuda, static_cast<int64_t>(device.capacity_bytes()),
+                              elem_bytes, fetch_unit);
+}
+
+const char* LayerActivationsDescription(LayerActivations a) {
+  return a == LayerActivations::kKeep ? "every layer's kept for the backward"
+                                      : "each layer's recomputed from its input in the backward";
 }
 
 StatusOr<LayerActivations> ParseLayerActivations(const std::string& text, bool* automatic) {
@@ -62,22 +83,25 @@ StatusOr<LayerActivations> ParseLayerActivations(const std::string& text, bool* 
 const char* LayerActivationsName(LayerActivations a) { return a == LayerActivations::kKeep ? "keep" : "recompute"; }
 
 int64_t ActivationBytes(const GptConfig& m, int batch, bool cuda, LayerActivations activations) {
+  // gpt.cc GptCompute::Create and Impl::AllocateLlama, array by array.
   const int64_t B = batch, T = m.seq_len, C = m.n_embd, NH = m.n_head, L = m.n_layer, Vp = m.padded_vocab_size;
   const int64_t N = B * T, NC = N * C;
   const int64_t att = B * NH * T * T;
   // ops.cc (CPU) and cuda_kernels.cu AttentionScratchElems.
   const int64_t attn_scratch = cuda ? 7 * B * T * C + att : att;
   const int64_t head_rows = std::clamp<int64_t>(kHeadChunkBytes / (2 * Vp * 4), 1, N);
-  int64_t bytes = (L + 1) * DeviceBytes(NC * 4);  // the checkpoints x_0 .. x_L
-  // tokens, targets, ln1/ln2/lnf mean and rstd, losses
-  bytes += 9 * DeviceBytes(N * 4);
-  // ln1, attention out, mid, ln2, lnf, residual grad, layer grad
-  bytes += 7 * DeviceBytes(NC * 4);
-  // qkv; mlp hidden, gelu and gradient
-  bytes += DeviceBytes(3 * NC * 4) + 3 * DeviceBytes(4 * NC * 4);
-  bytes += DeviceBytes(att * 4) + DeviceBytes(attn_scratch * 4);
-  bytes += 2 * DeviceBytes(head_rows * Vp * 4);  // logits and their gradient, one chunk
-  if (activations == LayerActivations::kKeep) bytes += (L - 1) * LayerActivationBytes(m, batch);
+  auto f = [](int64_t elems) { return DeviceBytes(std::max<int64_t>(elems, 1) * 4); };  // one fp32 (or int32) array
+  int64_t bytes = 2 * f(N) + (L + 1) * f(NC);  // tokens, targets; the layer inputs x_0 .. x_L
+  bytes += (activations == LayerActivations::kKeep ? L : 1) * LayerActivationBytes(m, batch);
+  // attention scratch; final norm (+ mean) and rstd; logits and their
+  // gradient, one chunk; losses; residual and layer gradients
+  bytes += f(attn_scratch) + f(NC) + (m.llama() ? 1 : 2) * f(N) + 2 * f(head_rows * Vp) + f(N) + 2 * f(NC);
+  if (!m.llama()) return bytes + f(4 * NC);  // the MLP's gradient
+  const int64_t hd = m.head_dim(), Ckv = static_cast<int64_t>(m.n_kv_head) * hd, I = m.intermediate_size;
+  bytes += 2 * f(T * (hd / 2)) + 2 * f(T * C);      // rope tables; zero positions, their gradient sink
+  bytes += f(NC) + 2 * f(N * Ckv);                  // q, k, v
+  bytes += 3 * f(N * I);                            // d hidden, d gate, d up
+  bytes += f(3 * NC) + 2 * f(NC) + 3 * f(N * Ckv);  // d qkv; d q (rotated and not); d k (both), d v
   return bytes;
 }
 
@@ -184,13 +208,15 @@ Config PlanConfig(const PlanInputs& in, OffloadDevice param, OffloadDevice optim
   return c;
 }
 
-LayerActivations PlanActivations(const PlanInputs& in) {
-  return in.activations_auto ? AutoLayerActivations(in.model, in.micro_batch, in.gpu_bytes) : in.activations;
+LayerActivations PlanActivations(const PlanInputs& in, int64_t param_elem_bytes) {
+  if (!in.activations_auto) return in.activations;
+  return AutoLayerActivations(in.model, in.micro_batch, in.cuda, in.gpu_bytes, param_elem_bytes,
+                              PlanFetchUnit(in, param_elem_bytes));
 }
 
 int64_t PlanFetchUnit(const PlanInputs& in, int64_t param_elem_bytes) {
   if (!in.fetch_unit_auto) return in.fetch_unit;
-  return ResolveAutoFetchUnit(in.model, in.micro_batch, in.cuda, in.gpu_bytes, param_elem_bytes, PlanActivations(in));
+  return ResolveAutoFetchUnit(in.model, in.micro_batch, in.cuda, in.gpu_bytes, param_elem_bytes);
 }
 
 FetchLayout PlanLayout(const PlanInputs& in, const Config& config) {
@@ -220,11 +246,10 @@ namespace {
 // (gpt.cc GptCompute::Create), the trainer's scratch (trainer.cc Create)
 // and, on CUDA, an allowance for the context and cuBLAS.
 void AddModelDeviceItems(const PlanInputs& in, const FetchLayout& layout, int64_t param_bytes, int64_t batch,
-                         std::vector<PlanItem>& items) {
+                         LayerActivations kept, std::vector<PlanItem>& items) {
   auto add = [&](std::string what, int64_t bytes) {
     if (bytes > 0) items.push_back({Tier::kDevice, std::move(what), bytes, false});
   };
-  const LayerActivations kept = PlanActivations(in);
   add(kept == LayerActivations::kKeep
           ? "activations (fp32: every layer's, kept for the backward; attention, logits chunk)"
           : "activations (fp32: checkpoints (L+1)*B*T*C, one layer, attention, logits chunk)",
@@ -297,19 +322,20 @@ void StepTime(const PlanInputs& in, const Config& config, int world, const Fetch
   const PlanSpeeds& s = in.speeds;
   const double P_rank = static_cast<double>(total);
   const double tokens_rank = static_cast<double>(B * gas * in.model.seq_len);
-  const double flops_per_token = PlanActivations(in) == LayerActivations::kKeep ? 6.0 : 8.0;  // no recompute: 6 P
+  const bool keep = o.activations == LayerActivations::kKeep;
+  const double flops_per_token = keep ? 6.0 : 8.0;  // the recompute's 2 P more
   o.compute_s = flops_per_token * P_rank * tokens_rank / s.gpu_flops;
   // Every block is fetched for the forward and again for the backward; a
-  // layer in pieces fetches its pieces before the last once more (the
-  // recompute releases them before their backward).
-  // A recompute reads the pieces it releases before their backward twice.
-  const int64_t refetch = PlanActivations(in) == LayerActivations::kKeep ? 0 : layout.backward_refetch_elems() / world;
+  // layer in pieces fetches its pieces before the last once more when the
+  // backward recomputes (the recompute releases them before their backward).
+  const int64_t refetch = keep ? 0 : layout.backward_refetch_elems() / world;
   const int64_t fetch_bytes = gas * (2 * total + refetch) * pes;
   const int64_t param_read = popt == OffloadDevice::kNvme ? fetch_bytes * world : 0;
   const int64_t param_write = popt == OffloadDevice::kNvme ? total * pes * world : 0;
   // The optimizer update: master, m, v read and written; on NVMe the fp32
   // gradient lives there too: written every micro-batch, read back to
-  // accumulate after the first, and read by the update.
+  // accumulate after the first, and read by the update (all but the few
+  // sub-groups the gradient window still holds: not counted).
   const int64_t optim_read = oopt == OffloadDevice::kNvme ? (12 + 4 * gas) * total * world : 0;
   const int64_t optim_write = oopt == OffloadDevice::kNvme ? (12 + 4 * gas) * total * world : 0;
   o.nvme_read_bytes = param_read + optim_read;
@@ -330,7 +356,7 @@ void StepTime(const PlanInputs& in, const Config& config, int world, const Fetch
   // The update and the write-home run under the first micro-batch's forward
   // pass: a quarter of its forward+backward (2 P of 8 P per token), a third
   // with the activations kept (2 P of 6 P).
-  const double parts_of_fb = PlanActivations(in) == LayerActivations::kKeep ? 3.0 : 4.0;
+  const double parts_of_fb = keep ? 3.0 : 4.0;
   o.update_window_s = fb / (parts_of_fb * static_cast<double>(gas));
   // One set of drives carries the parameter reads, the optimizer's traffic
   // and the write-home.
@@ -371,7 +397,8 @@ StatusOr<PlanOption> EstimateOption(const PlanInputs& in, const Config& config) 
   for (const PlanItem& it : engine) {
     if (it.tier == Tier::kDevice) o.items.push_back(it);
   }
-  AddModelDeviceItems(in, layout, o.buffers.param_elem_bytes, B, o.items);
+  o.activations = PlanActivations(in, o.buffers.param_elem_bytes);
+  AddModelDeviceItems(in, layout, o.buffers.param_elem_bytes, B, o.activations, o.items);
   for (const PlanItem& it : engine) {
     if (it.tier != Tier::kDevice) o.items.push_back(it);
   }

@@ -22,7 +22,7 @@
 // Step time (seconds; PlanSpeeds has the rates):
 //   forward+backward = max(compute, parameter NVMe reads, PCIe copies):
 //       the prefetch coordinator overlaps fetches with the model's kernels;
-//       compute = 8 * P/world * tokens_per_rank / gpu_flops (6 P per token
+//       compute = (6 or 8) * P/world * tokens_per_rank / gpu_flops (6 P per token
 //       for forward and backward, 2 P more for the recompute of activation
 //       checkpointing, none when the activations are kept; attention's T^2
 //       terms are left out);
@@ -58,7 +58,8 @@ namespace zinf::model {
 StatusOr<int64_t> ParseParameterCount(const std::string& text);
 
 // Device bytes of GptCompute<float>::Create's allocations (gpt.cc) for a
-// micro-batch of `batch` sequences: every array is 4 bytes an element (fp32
+// micro-batch of `batch` sequences, GPT-2 or Llama family, each rounded as
+// the devices round it: every array is 4 bytes an element (fp32
 // activations, int32 tokens); `cuda` adds the CUDA attention's scratch.
 // With LayerActivations::kKeep: L - 1 more LayerActivationBytes.
 int64_t ActivationBytes(const GptConfig& model, int batch, bool cuda,
@@ -66,14 +67,27 @@ int64_t ActivationBytes(const GptConfig& model, int batch, bool cuda,
 // Device bytes of one layer's activations (GptCompute's per-layer set: what
 // its backward reads), fp32.
 int64_t LayerActivationBytes(const GptConfig& model, int batch);
-// `--activations auto` on a device of `device_bytes` (0: unknown): kKeep
-// when keeping every layer's activations costs at most half of it (the
-// rest stays for the engine's blocks and caches), else kRecompute.
-LayerActivations AutoLayerActivations(const GptConfig& model, int batch, int64_t device_bytes);
+// `--activations auto` on a device of `device_bytes` (0: unknown) with the
+// layers cut by `fetch_unit` (resolved first: the cut does not depend on
+// this choice): kKeep when the L - 1 more layers' activations take at most
+// half of the device (the rest stays for the engine's blocks and caches)
+// and the model's working set with them (ModelWorkingSetBytes) fits it;
+// else kRecompute.
+LayerActivations AutoLayerActivations(const GptConfig& model, int batch, bool cuda, int64_t device_bytes,
+                                      int64_t param_elem_bytes, int64_t fetch_unit);
 // "auto" (sets *automatic; the result is then kRecompute until resolved),
 // "keep" or "recompute"; other text is kInvalidArgument naming the flag.
 StatusOr<LayerActivations> ParseLayerActivations(const std::string& text, bool* automatic);
+// The activations a --activations `text` asks for when training `model`
+// under `config` on `device` with layers cut by `fetch_unit`:
+// ParseLayerActivations's, and for "auto" AutoLayerActivations's for the
+// device's capacity and kind, the micro-batch and the parameter width.
+StatusOr<LayerActivations> LayerActivationsForDevice(const std::string& text, const GptConfig& model,
+                                                     const Config& config, const Device& device, int64_t fetch_unit);
 const char* LayerActivationsName(LayerActivations a);  // "keep" or "recompute"
+// A line's worth: "every layer's kept for the backward" or "each layer's
+// recomputed from its input in the backward".
+const char* LayerActivationsDescription(LayerActivations a);
 
 // A GPT shape of about `params` parameters (kInvalidArgument below 1M or
 // above 10T). Rule: layers of 12 C^2 parameters with an aspect ratio of
@@ -108,9 +122,10 @@ struct PlanInputs {
   int64_t fetch_unit = 0;
   bool fetch_unit_auto = false;
   // Kept layer activations or a recompute in the backward; with
-  // activations_auto, AutoLayerActivations's for gpu_bytes.
+  // activations_auto, AutoLayerActivations's for gpu_bytes (as `zinf train
+  // --activations auto`).
   LayerActivations activations = LayerActivations::kRecompute;
-  bool activations_auto = true;
+  bool activations_auto = false;
   PlanSpeeds speeds;
 };
 
@@ -154,6 +169,7 @@ struct PlanOption {
   int64_t fetch_unit = 0;
   std::string fetch_layout;
   int64_t max_piece_elems = 0;
+  LayerActivations activations = LayerActivations::kRecompute;  // PlanActivations'
 
   bool fits() const { return fits_gpu && fits_cpu && fits_nvme; }
 };
@@ -168,9 +184,10 @@ struct Plan {
 // buffers sized for the model: see plan.cc).
 Config PlanConfig(const PlanInputs& inputs, OffloadDevice param, OffloadDevice optimizer);
 
-// The activations `inputs` asks for: activations, or AutoLayerActivations's
-// for gpu_bytes with activations_auto.
-LayerActivations PlanActivations(const PlanInputs& inputs);
+// The activations `inputs` asks for with 16-bit (`param_elem_bytes` 2) or
+// fp32 parameters: activations, or with activations_auto
+// AutoLayerActivations's for gpu_bytes and PlanFetchUnit's cut.
+LayerActivations PlanActivations(const PlanInputs& inputs, int64_t param_elem_bytes);
 
 // The fetch unit `inputs` asks for with 16-bit (`param_elem_bytes` 2) or
 // fp32 parameters: fetch_unit, or ResolveAutoFetchUnit's with fetch_unit_auto.

@@ -148,9 +148,9 @@ TEST(FetchLayoutTest, ParseFetchUnitTakesAutoLayerOrACount) {
 TEST(FetchLayoutTest, AutoCutsOnlyWhatTheDeviceCannotHold) {
   auto m = LoadGptConfig("175B");
   ASSERT_TRUE(m.ok());
-  EXPECT_EQ(ResolveAutoFetchUnit(*m, 1, true, 0, 2, LayerActivations::kRecompute), 0);
-  EXPECT_EQ(ResolveAutoFetchUnit(*m, 1, true, int64_t{1} << 40, 2, LayerActivations::kRecompute), 0);
-  const int64_t unit = ResolveAutoFetchUnit(*m, 1, true, int64_t{24} << 30, 2, LayerActivations::kRecompute);
+  EXPECT_EQ(ResolveAutoFetchUnit(*m, 1, true, 0, 2), 0);
+  EXPECT_EQ(ResolveAutoFetchUnit(*m, 1, true, int64_t{1} << 40, 2), 0);
+  const int64_t unit = ResolveAutoFetchUnit(*m, 1, true, int64_t{24} << 30, 2);
   ASSERT_GT(unit, 0);
   const FetchLayout cut = FetchLayout::Create(*m, unit);
   EXPECT_TRUE(cut.split());
@@ -160,7 +160,7 @@ TEST(FetchLayoutTest, AutoCutsOnlyWhatTheDeviceCannotHold) {
   // The next coarser candidate does not fit.
   const FetchLayout coarser = FetchLayout::Create(*m, unit * 2);
   EXPECT_GT(fixed + 10 * coarser.max_piece_elems(), int64_t{24} << 30);
-  const int64_t floor = ResolveAutoFetchUnit(*m, 1, true, int64_t{1} << 30, 2, LayerActivations::kRecompute);
+  const int64_t floor = ResolveAutoFetchUnit(*m, 1, true, int64_t{1} << 30, 2);
   EXPECT_EQ(FetchLayout::Create(*m, floor).max_piece_elems(), FetchLayout::Create(*m, 1).max_piece_elems());
 }
 
@@ -315,8 +315,7 @@ TEST(FetchLayoutTrainerTest, PiecesTrainWhereAWholeLayerExceedsTheBudget) {
     EXPECT_NE(msg.find("--fetch-unit (now whole layers)"), std::string::npos) << msg;
   }
   // What --fetch-unit auto picks for this device: pieces.
-  const int64_t unit =
-      ResolveAutoFetchUnit(m, 2, /*cuda=*/false, static_cast<int64_t>(budget), 2, LayerActivations::kRecompute);
+  const int64_t unit = ResolveAutoFetchUnit(m, 2, /*cuda=*/false, static_cast<int64_t>(budget), 2);
   EXPECT_GT(unit, 0);
   TrainerRun cut = MakeRun(config, unit, budget, m);
   ASSERT_NE(cut.trainer, nullptr);

@@ -15,6 +15,7 @@
 
 #include "core/units.h"
 #include "device/device.h"
+#include "model/ops.h"
 #include "model/trainer.h"
 #include "swap/optimizer_swapper.h"
 #include "swap/swap_test_util.h"
@@ -274,28 +275,58 @@ TEST(PlanTest, TinyMatchesTrainer) {
   CheckAgainstTrainer("tiny", 8, all, 0, LayerActivations::kRecompute);
 }
 
-// `auto` keeps the activations when every layer's costs at most half
-// of the device: the plan's choice follows the device size, and kept
-// activations cost L - 1 more layers' worth of what the backward reads.
+// ActivationBytes is what GptCompute allocates, array by array, for both
+// families, both choices and any batch (the host device rounds as CUDA
+// does): kept activations cost L - 1 more layers' worth of what the
+// backward reads.
+TEST(PlanTest, ActivationBytesAreGptComputesAllocations) {
+  GptConfig llama = *LoadGptConfig("tiny");
+  llama.family = ModelFamily::kLlama;
+  llama.n_kv_head = 2;
+  llama.intermediate_size = 40;
+  llama.qkv_bias = true;
+  llama.tied_embeddings = false;
+  auto ops = CreateCpuOps<float>();
+  for (const GptConfig& m : {*LoadGptConfig("tiny"), *LoadGptConfig("demo"), llama}) {
+    for (int batch : {1, 3}) {
+      for (LayerActivations a : {LayerActivations::kRecompute, LayerActivations::kKeep}) {
+        SCOPED_TRACE(std::string(m.llama() ? "llama" : "gpt2") + " layers " + std::to_string(m.n_layer) + " batch " +
+                     std::to_string(batch) + " " + LayerActivationsName(a));
+        auto device = CreateHostDevice(0);
+        auto c = GptCompute<float>::Create(m, batch, ops.get(), device.get(), a);
+        ASSERT_TRUE(c.ok()) << c.status().ToString();
+        EXPECT_EQ(ActivationBytes(m, batch, /*cuda=*/false, a), static_cast<int64_t>(device->bytes_in_use()));
+      }
+    }
+  }
+}
+
+// `auto` keeps the activations when the L - 1 more layers' take at most
+// half of the device and the working set with them fits it; the plan's
+// choice follows the device size.
 TEST(PlanTest, AutoKeepsActivationsThatFitHalfTheDevice) {
   const GptConfig m = *LoadGptConfig("demo");
-  const int64_t layer = LayerActivationBytes(m, 2);
-  EXPECT_EQ(ActivationBytes(m, 2, false, LayerActivations::kKeep) - ActivationBytes(m, 2, false),
-            (m.n_layer - 1) * layer);
-  const int64_t kept = (m.n_layer - 1) * layer;
-  EXPECT_EQ(AutoLayerActivations(m, 2, 2 * kept), LayerActivations::kKeep);
-  EXPECT_EQ(AutoLayerActivations(m, 2, 2 * kept - 2), LayerActivations::kRecompute);
-  EXPECT_EQ(AutoLayerActivations(m, 2, 0), LayerActivations::kRecompute);  // unknown size
+  const int64_t kept = (m.n_layer - 1) * LayerActivationBytes(m, 2);
+  const int64_t need = ModelWorkingSetBytes(m, 2, /*cuda=*/false, 2, FetchLayout::Create(m, 0).max_non_embed_elems(),
+                                            LayerActivations::kKeep);
+  const int64_t enough = std::max(2 * kept, need);
+  EXPECT_EQ(AutoLayerActivations(m, 2, false, enough, 2, 0), LayerActivations::kKeep);
+  EXPECT_EQ(AutoLayerActivations(m, 2, false, enough - 2, 2, 0), LayerActivations::kRecompute);
+  EXPECT_EQ(AutoLayerActivations(m, 2, false, 0, 2, 0), LayerActivations::kRecompute);  // unknown size
+  EXPECT_EQ(AutoLayerActivations(m, 2, false, 100 * need, 2, 0), LayerActivations::kKeep);
   GptConfig one = m;
   one.n_layer = 1;  // nothing to keep beyond the one set
-  EXPECT_EQ(AutoLayerActivations(one, 2, int64_t{1} << 40), LayerActivations::kRecompute);
+  EXPECT_EQ(AutoLayerActivations(one, 2, false, int64_t{1} << 40, 2, 0), LayerActivations::kRecompute);
   PlanInputs in;
   in.model = m;
   in.micro_batch = 2;
-  in.gpu_bytes = 2 * kept;
-  EXPECT_EQ(PlanActivations(in), LayerActivations::kKeep);
-  in.activations_auto = false;
-  EXPECT_EQ(PlanActivations(in), LayerActivations::kRecompute);
+  in.cuda = false;
+  in.gpu_bytes = enough;
+  EXPECT_EQ(PlanActivations(in, 2), LayerActivations::kRecompute);  // not auto: as given
+  in.activations_auto = true;
+  EXPECT_EQ(PlanActivations(in, 2), LayerActivations::kKeep);
+  in.gpu_bytes = enough - 2;
+  EXPECT_EQ(PlanActivations(in, 2), LayerActivations::kRecompute);
   bool automatic = false;
   EXPECT_EQ(*ParseLayerActivations("keep", &automatic), LayerActivations::kKeep);
   EXPECT_FALSE(automatic);
