@@ -1,5 +1,6 @@
 // The reference GPT (see gpt.h): config, block layout, initial weights, and
-// GptCompute, which runs the blocks on Ops with activation checkpointing.
+// GptCompute, which runs the blocks on Ops, its activations checkpointed per
+// layer or kept.
 //
 // Memory plan of GptCompute (elements of T; N = B*T positions):
 //   kept across the step   x_0 .. x_L        (L+1) * N*C   (layer inputs)
@@ -489,6 +490,9 @@ struct GptCompute<T>::Impl {
   int forward_group = 0;
   int recompute_group = 0;
   int backward_end = kLayerGroups;
+  // kKeep: a backward has begun on the kept activations, which it uses as
+  // gradient buffers; another backward needs a new forward first.
+  bool kept_consumed = false;
 
   ~Impl() {
     for (void* p : allocations) device->Free(p);
@@ -1000,6 +1004,7 @@ Status GptCompute<T>::SetBatch(const int32_t* inputs, const int32_t* targets) {
   m.backward_end = kLayerGroups;
   m.head_backward_done = false;
   m.backward_next = -1;
+  m.kept_consumed = false;
   return Status::Ok();
 }
 
@@ -1017,6 +1022,7 @@ Status GptCompute<T>::EmbedForward(const std::vector<const T*>& embed) {
   m.backward_end = kLayerGroups;
   m.head_backward_done = false;
   m.backward_next = -1;
+  m.kept_consumed = false;
   return Status::Ok();
 }
 
@@ -1069,6 +1075,10 @@ StatusOr<double> GptCompute<T>::HeadForward(const std::vector<const T*>& head, c
   if (m.forward_done != L) {
     return Status::FailedPrecondition("HeadForward: the forward pass has not reached the head (layer " +
                                       std::to_string(m.forward_done) + " of " + std::to_string(L) + " done)");
+  }
+  if (grads != nullptr && m.kept_consumed) {
+    return Status::FailedPrecondition(
+        "HeadForward: a backward has used up the kept activations; run the forward again first");
   }
   Ops<T>& o = *m.ops;
   const int64_t N = m.N, C = m.C;
@@ -1174,12 +1184,14 @@ Status GptCompute<T>::LayerBackwardGroups(int layer, int begin, int end, const L
   ZINF_RETURN_IF_ERROR(CheckGroupPointers(m.config, grads, n, begin, end, "LayerBackward grads"));
   ZINF_RETURN_IF_ERROR(m.CheckBackwardLayer(layer, "LayerBackward"));
   if ((!m.keep && m.recompute_group != kMlpOutGroup) || m.backward_end != end) {
+    const std::string recompute = m.keep ? ""
+                                         : "the recompute must reach group " + std::to_string(kMlpOutGroup) +
+                                               " first (at " + std::to_string(m.recompute_group) + ") and ";
     return Status::FailedPrecondition("LayerBackward(" + std::to_string(layer) + "): groups [" + std::to_string(begin) +
-                                      ", " + std::to_string(end) + ") asked; the recompute must reach group " +
-                                      std::to_string(kMlpOutGroup) + " first (at " + std::to_string(m.recompute_group) +
-                                      ", or activations kept) and the backward runs groups down from " +
-                                      std::to_string(m.backward_end));
+                                      ", " + std::to_string(end) + ") asked; " + recompute +
+                                      "the backward runs groups down from " + std::to_string(m.backward_end));
   }
+  if (m.keep) m.kept_consumed = true;
   for (int g = end - 1; g >= begin; --g) m.BackwardGroup(layer, g, params, grads);
   m.backward_end = begin;
   if (begin == 0) {

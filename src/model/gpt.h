@@ -211,9 +211,12 @@ class GptCompute {
                                double loss_scale, T* host_logits = nullptr);
 
   // Backward, after HeadForward with grads, layers from L-1 down to 0:
-  // recomputes the layer's forward from its saved input, then accumulates
-  // its parameter gradients into `grads` (spec order) and turns the
-  // gradient of x_{l+1} into that of x_l.
+  // recomputes the layer's forward from its saved input (unless the
+  // activations are kept), then accumulates its parameter gradients into
+  // `grads` (spec order) and turns the gradient of x_{l+1} into that of
+  // x_l. Kept activations serve one backward: the backward reuses them as
+  // gradient buffers, so HeadForward with grads then needs a new forward
+  // (kFailedPrecondition otherwise).
   Status LayerBackward(int layer, const std::vector<const T*>& params, const std::vector<T*>& grads);
   // The layer walked in groups (LayerTensorGroups), for a layer fetched in
   // pieces: the same kernels in the same order as LayerForward and

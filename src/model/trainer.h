@@ -5,7 +5,8 @@
 // the blocks the way the engine expects (engine.h): forward embed, layers,
 // head (which also runs the head's backward at once, so the logits never
 // need to be kept), then backward layers in reverse (each recomputing its
-// forward: activation checkpointing) and the embedding, handing every
+// forward, activation checkpointing, unless TrainerOptions::activations
+// keeps every layer's) and the embedding, handing every
 // block's gradients to ReduceGradients. A block's parameters exist on the
 // device only between its Acquire and Release, cast to fp32 for the kernels
 // when the engine keeps them in 16 bits; gradients go back as fp32.

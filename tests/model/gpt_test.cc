@@ -452,6 +452,12 @@ TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
     const Status s = c.LayerRecomputeGroups(last, 0, kMlpOutGroup, keep.Const(LayerBlock(last)));
     EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
     EXPECT_NE(s.message().find("kept"), std::string::npos) << s.ToString();
+    // The backward uses the kept set up: a second one needs a new forward.
+    ASSERT_TRUE(c.LayerBackward(last, keep.Const(LayerBlock(last)), keep.Mutable(LayerBlock(last))).ok());
+    const Status again = c.HeadForward(keep.Const(head), keep.Const(lm_block)[lm], &hg, 1.0).status();
+    EXPECT_EQ(again.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(again.message().find("forward again"), std::string::npos) << again.ToString();
+    EXPECT_TRUE(c.HeadForward(keep.Const(head), keep.Const(lm_block)[lm], nullptr, 1.0).ok());  // no backward: fine
   }
 }
 
