@@ -305,7 +305,10 @@ StatusOr<double> GradientWindow::Finish() {
   // Untouched sub-groups: zeros for the step. Touched ones never squared
   // (not added to in the last micro-batch): read back for their squares
   // (or found in a buffer: written, so the store's values).
-  for (int64_t k = 0; s.ok() && k < swapper_.num_sub_groups(); ++k) {
+  // Highest first, so the buffers end up holding the lowest sub-groups,
+  // which the step needs first (FinalGradient); the squares are summed by
+  // piece, in any order.
+  for (int64_t k = swapper_.num_sub_groups() - 1; s.ok() && k >= 0; --k) {
     const size_t i = static_cast<size_t>(k);
     if (touched_[i] && squared_[i]) continue;
     auto b = Acquire(k);  // zeros when untouched, else read back

@@ -36,8 +36,10 @@
 // Errors: the store's (sticky in the store), with the sub-group named.
 //
 // Thread-safety: thread-compatible; one thread at a time, and not while the
-// swapper's Step runs (it reads the gradient from the store, and through
-// FinalGradient, which may be called from Step's thread, from here). The thread
+// swapper's Step runs (it reads the gradient from the store). FinalGradient
+// alone may be called from another thread (the update worker, inside Step)
+// while no other member is called: its answers change only in Add, Flush,
+// Finish and Reset, which the engine calls only after the update is done. The thread
 // pool is used for the adds and the squares, so no one else may use it then.
 #pragma once
 

@@ -380,10 +380,11 @@ TEST(EngineTest, AccumulationOverflowAndClippingAreBitIdenticalOnEveryTier) {
     }
     if (optimizer == OffloadDevice::kNvme) {
       // Written at least once in each of the 4 steps (in each micro-batch
-      // when the window's buffers cannot hold the sub-groups between them)
-      // and read by the 3 applied updates: 4 bytes per element each time.
+      // when the window's buffers cannot hold the sub-groups between them),
+      // 4 bytes per element each time; the 3 applied updates read it back
+      // too, but for the sub-groups the window still holds.
       const int64_t elems = got.counters.gradient_nvme_bytes / 4;
-      EXPECT_GE(elems, (4 + 3) * static_cast<int64_t>(got.master.size()));
+      EXPECT_GE(elems, 4 * static_cast<int64_t>(got.master.size()));
     } else {
       EXPECT_EQ(got.counters.gradient_nvme_bytes, 0);
     }
