@@ -34,6 +34,24 @@ namespace {
 
 constexpr char kName[] = "demo";
 
+// The demo's device: a budget of the training state / `ratio`; prints it
+// and where each part of the state lives.
+StatusOr<std::unique_ptr<Device>> DemoDevice(int64_t state_bytes, double ratio, const Config& config) {
+  const int64_t budget = static_cast<int64_t>(static_cast<double>(state_bytes) / ratio);
+  DeviceOptions dopt;
+  dopt.host_budget_bytes = static_cast<size_t>(budget);
+  dopt.cuda_budget_bytes = static_cast<size_t>(budget);
+  ZINF_ASSIGN_OR_RETURN(std::unique_ptr<Device> device, CreateDevice(dopt));
+  std::printf("  device: %s; training state %s = %.1fx the device budget\n", device->name().c_str(),
+              FormatBytes(state_bytes).c_str(), double(state_bytes) / double(budget));
+  std::printf(
+      "  tiers:  16-bit params on NVMe (prefetched to the device), fp32 master + Adam m, v on NVMe "
+      "(sub-groups of %s, read ahead, written behind), fp32 grads accumulated in those sub-groups "
+      "through a few pinned buffers, AdamW on the CPU under the next forward pass\n",
+      FormatCount(config.zero.sub_group_size).c_str());
+  return device;
+}
+
 int Run(const std::vector<std::string>& args) {
   auto flags = Flags::Parse(args, {"dir", "steps", "threads", "model", "budget-ratio"}, {"keep"});
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
@@ -94,19 +112,8 @@ int Run(const std::vector<std::string>& args) {
     }
 
     // 3. The device, under a budget the training state does not fit in.
-    const int64_t budget = static_cast<int64_t>(static_cast<double>(state_bytes) / *ratio);
-    DeviceOptions dopt;
-    dopt.host_budget_bytes = static_cast<size_t>(budget);
-    dopt.cuda_budget_bytes = static_cast<size_t>(budget);
-    auto device = CreateDevice(dopt);
+    auto device = DemoDevice(state_bytes, *ratio, config);
     if (!device.ok()) return Fail(kName, device.status());
-    std::printf("  device: %s; training state %s = %.1fx the device budget\n", (*device)->name().c_str(),
-                FormatBytes(state_bytes).c_str(), double(state_bytes) / double(budget));
-    std::printf(
-        "  tiers:  16-bit params on NVMe (prefetched to the device), fp32 master + Adam m, v on NVMe "
-        "(sub-groups of %s, read ahead, written behind), fp32 grads accumulated in those sub-groups "
-        "through a few pinned buffers, AdamW on the CPU under the next forward pass\n",
-        FormatCount(config.zero.sub_group_size).c_str());
 
     // 4. Train.
     model::TrainerOptions topt;
@@ -115,17 +122,16 @@ int Run(const std::vector<std::string>& args) {
     topt.hooks.device = device->get();
     topt.engine.run_id = "zinf-demo";
     topt.engine.optimizer_threads = static_cast<int>(*threads);
-    // As zinf train's --activations auto under this budget.
-    topt.activations =
-        model::AutoLayerActivations(*model, static_cast<int>(config.train_micro_batch_size_per_gpu), budget);
+    // As zinf train's --activations auto under this budget (whole layers).
+    auto activations = model::LayerActivationsForDevice("auto", *model, config, **device, 0);
+    if (!activations.ok()) return Fail(kName, activations.status());
+    topt.activations = *activations;
     auto trainer = model::Trainer::Create(config, topt);
     if (!trainer.ok()) return Fail(kName, trainer.status());
-    std::printf("  memory: activations and scratch %s on the device (%d sequences of %d tokens, %s)\n",
+    std::printf("  memory: activations and scratch %s on the device (%d sequences of %d tokens; activations: %s)\n",
                 FormatBytes((*trainer)->activation_bytes()).c_str(),
                 static_cast<int>(config.train_micro_batch_size_per_gpu), model->seq_len,
-                topt.activations == model::LayerActivations::kKeep
-                    ? "every layer's activations kept for the backward"
-                    : "one layer's activations at a time: checkpointing");
+                model::LayerActivationsDescription(topt.activations));
     std::fflush(stdout);
     TrainRun run;
     run.steps = *steps;
