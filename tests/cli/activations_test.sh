@@ -11,26 +11,8 @@ ZINF="$1"
 MPIEXEC="${2:-}"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/zinf-activations-test.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
-mkdir -p "$TMP/nvme"
-cat > "$TMP/config.json" <<JSON
-{
-  "train_micro_batch_size_per_gpu": 4,
-  "gradient_accumulation_steps": 2,
-  "gradient_clipping": 1.0,
-  "bf16": {"enabled": true},
-  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
-  "zero_optimization": {
-    "stage": 3,
-    "sub_group_size": 20000,
-    "stage3_param_persistence_threshold": 0,
-    "stage3_prefetch_bucket_size": 20000,
-    "stage3_max_live_parameters": 100000,
-    "offload_param": {"device": "nvme", "nvme_path": "$TMP/nvme", "buffer_count": 4, "buffer_size": 20000},
-    "offload_optimizer": {"device": "nvme", "nvme_path": "$TMP/nvme", "pipeline_read": true,
-                          "pipeline_write": true, "buffer_count": 12}
-  }
-}
-JSON
+. "$(dirname "$0")/tiny_nvme_config.sh"
+write_tiny_nvme_config "$TMP"
 FLAGS="--config $TMP/config.json --model tiny --steps 5 --device host --eval-every 0 --exact-losses"
 
 losses() {  # losses OUT_PREFIX: the exact losses of OUT_PREFIX.err, 5 of them

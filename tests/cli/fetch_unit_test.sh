@@ -10,27 +10,8 @@ ZINF="$1"
 MPIEXEC="${2:-}"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/zinf-fetch-unit-test.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
-mkdir -p "$TMP/nvme"
-# Every block fetched (persistence threshold 0), parameters and optimizer on NVMe.
-cat > "$TMP/config.json" <<JSON
-{
-  "train_micro_batch_size_per_gpu": 4,
-  "gradient_accumulation_steps": 2,
-  "gradient_clipping": 1.0,
-  "bf16": {"enabled": true},
-  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
-  "zero_optimization": {
-    "stage": 3,
-    "sub_group_size": 20000,
-    "stage3_param_persistence_threshold": 0,
-    "stage3_prefetch_bucket_size": 20000,
-    "stage3_max_live_parameters": 100000,
-    "offload_param": {"device": "nvme", "nvme_path": "$TMP/nvme", "buffer_count": 4, "buffer_size": 20000},
-    "offload_optimizer": {"device": "nvme", "nvme_path": "$TMP/nvme", "pipeline_read": true,
-                          "pipeline_write": true, "buffer_count": 12}
-  }
-}
-JSON
+. "$(dirname "$0")/tiny_nvme_config.sh"
+write_tiny_nvme_config "$TMP"
 
 run() {  # run OUT_PREFIX [zinf train flags...]
   out="$1"

@@ -317,6 +317,26 @@ TEST(GptTest, FloatAgreesWithDouble) {
   }
 }
 
+// The layers' matrices of `params` in bf16, one array per tensor (empty for
+// the others), with `params` rounded to those values so that the float
+// path sees them too; *matrices (optional) counts them.
+Harness<float>::Matrices16 LayerMatricesToBf16(const GptConfig& config, std::vector<Tensors>& params, int* matrices) {
+  Harness<float>::Matrices16 m16(params.size());
+  for (size_t b = 0; b < params.size(); ++b) {
+    m16[b].resize(params[b].size());
+    const bool layer = static_cast<BlockId>(b) != kEmbedBlock && static_cast<BlockId>(b) != HeadBlock(config);
+    for (size_t t = 0; layer && t < params[b].size(); ++t) {
+      if (!IsLayerMatrix(config, static_cast<int>(t))) continue;
+      if (matrices != nullptr) ++*matrices;
+      for (double& x : params[b][t]) {
+        m16[b][t].push_back(FloatToBf16(static_cast<float>(x)));
+        x = Bf16ToFloat(m16[b][t].back());
+      }
+    }
+  }
+  return m16;
+}
+
 // Layer matrices handed over in bf16 (LayerParams, read as they are by the
 // float CPU ops) give the bits of handing over their float casts: the loss
 // and every gradient, GPT-2 and Llama with q/k/v biases, layers walked in
@@ -327,20 +347,8 @@ TEST(GptTest, SixteenBitMatricesGiveTheBitsOfTheirFloatCasts) {
     SCOPED_TRACE(config.llama() ? "llama" : "gpt2");
     const int B = 2;
     std::vector<Tensors> params = MakeParams(config, 11);
-    Harness<float>::Matrices16 m16(params.size());
     int matrices = 0;
-    for (size_t b = 0; b < params.size(); ++b) {
-      m16[b].resize(params[b].size());
-      const bool layer = static_cast<BlockId>(b) != kEmbedBlock && static_cast<BlockId>(b) != HeadBlock(config);
-      for (size_t t = 0; layer && t < params[b].size(); ++t) {
-        if (!IsLayerMatrix(config, static_cast<int>(t))) continue;
-        ++matrices;
-        for (double& x : params[b][t]) {  // the float path sees the bf16 values too
-          m16[b][t].push_back(FloatToBf16(static_cast<float>(x)));
-          x = Bf16ToFloat(m16[b][t].back());
-        }
-      }
-    }
+    const Harness<float>::Matrices16 m16 = LayerMatricesToBf16(config, params, &matrices);
     EXPECT_EQ(matrices, config.n_layer * (config.llama() ? 7 : 4));
     const Batch batch = MakeBatch(config, B, 12);
     Harness<float> want(config, B), got(config, B);
@@ -401,17 +409,7 @@ TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
     SCOPED_TRACE(config.llama() ? "llama" : "gpt2");
     const int B = 2;
     std::vector<Tensors> params = MakeParams(config, 21);
-    Harness<float>::Matrices16 m16(params.size());
-    for (size_t b = 1; b + 1 < params.size(); ++b) {  // the layers
-      m16[b].resize(params[b].size());
-      for (size_t t = 0; t < params[b].size(); ++t) {
-        if (!IsLayerMatrix(config, static_cast<int>(t))) continue;
-        for (double& x : params[b][t]) {
-          m16[b][t].push_back(FloatToBf16(static_cast<float>(x)));
-          x = Bf16ToFloat(m16[b][t].back());
-        }
-      }
-    }
+    const Harness<float>::Matrices16 m16 = LayerMatricesToBf16(config, params, nullptr);
     Harness<float> recompute(config, B), keep(config, B, LayerActivations::kKeep);
     EXPECT_FALSE(recompute.compute().keeps_activations());
     EXPECT_TRUE(keep.compute().keeps_activations());
