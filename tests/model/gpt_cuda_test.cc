@@ -8,6 +8,9 @@
 // L2 error of 1e-4 with no element further than 1e-3 of the tensor's
 // largest magnitude.
 //
+// On the GPU alone: every layer's activations kept give the recompute's
+// loss and gradients bit for bit (cuBLAS runs the same GEMMs the same way).
+//
 // Skips (with the reason) without a GPU, and compiles to one skipping test
 // in builds without CUDA kernels.
 #include <gtest/gtest.h>
@@ -15,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -86,8 +90,8 @@ class Side {
 // Forward and backward of one micro-batch; returns the loss (NaN on error,
 // with a test failure recorded).
 double Step(const GptConfig& cfg, int batch, Side& side, Device* device, const std::vector<int32_t>& inputs,
-            const std::vector<int32_t>& targets) {
-  auto created = GptCompute<float>::Create(cfg, batch, &side.ops(), device);
+            const std::vector<int32_t>& targets, LayerActivations activations = LayerActivations::kRecompute) {
+  auto created = GptCompute<float>::Create(cfg, batch, &side.ops(), device, activations);
   EXPECT_TRUE(created.ok()) << created.status().ToString();
   if (!created.ok()) return NAN;
   GptCompute<float>& gpt = **created;
@@ -140,22 +144,39 @@ double Step(const GptConfig& cfg, int batch, Side& side, Device* device, const s
                                        << " vs max |cpu| " << max_ref << " (limit 1e-3 of it)";
 }
 
+// The tiny model's weights and one batch of 2 sequences.
+struct TinyCase {
+  GptConfig cfg;
+  int batch = 2;
+  std::vector<std::vector<std::vector<float>>> weights;
+  std::vector<int32_t> inputs, targets;
+};
+
+TinyCase MakeTinyCase(bool tied) {
+  TinyCase c;
+  auto cfg_or = LoadGptConfig("tiny");
+  EXPECT_TRUE(cfg_or.ok()) << cfg_or.status().ToString();
+  c.cfg = *cfg_or;
+  c.cfg.tied_embeddings = tied;
+  for (BlockId b = 0; b <= HeadBlock(c.cfg); ++b) c.weights.push_back(InitBlockWeights(c.cfg, b, /*seed=*/1234));
+  std::mt19937 rng(99);
+  std::uniform_int_distribution<int32_t> tok(0, c.cfg.vocab_size - 1);
+  const size_t n_tokens = static_cast<size_t>(c.batch) * c.cfg.seq_len;
+  c.inputs.resize(n_tokens);
+  c.targets.resize(n_tokens);
+  for (auto& t : c.inputs) t = tok(rng);
+  for (auto& t : c.targets) t = tok(rng);
+  return c;
+}
+
 void CompareTinyModel(bool tied) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA GPU: " << CudaUnavailableReason();
-  auto cfg_or = LoadGptConfig("tiny");
-  ASSERT_TRUE(cfg_or.ok()) << cfg_or.status().ToString();
-  GptConfig cfg = *cfg_or;
-  cfg.tied_embeddings = tied;
-  const int batch = 2;
-  const size_t n_tokens = static_cast<size_t>(batch) * cfg.seq_len;
-
-  std::vector<std::vector<std::vector<float>>> weights;
-  for (BlockId b = 0; b <= HeadBlock(cfg); ++b) weights.push_back(InitBlockWeights(cfg, b, /*seed=*/1234));
-  std::mt19937 rng(99);
-  std::uniform_int_distribution<int32_t> tok(0, cfg.vocab_size - 1);
-  std::vector<int32_t> inputs(n_tokens), targets(n_tokens);
-  for (auto& t : inputs) t = tok(rng);
-  for (auto& t : targets) t = tok(rng);
+  const TinyCase c = MakeTinyCase(tied);
+  const GptConfig& cfg = c.cfg;
+  const int batch = c.batch;
+  const auto& weights = c.weights;
+  const auto& inputs = c.inputs;
+  const auto& targets = c.targets;
 
   std::unique_ptr<Device> host = CreateHostDevice(0);
   Side cpu(host.get(), CreateCpuOps<float>());
@@ -192,6 +213,35 @@ void CompareTinyModel(bool tied) {
 
 TEST(GptCudaTest, TinyModelTiedMatchesCpu) { CompareTinyModel(/*tied=*/true); }
 TEST(GptCudaTest, TinyModelUntiedMatchesCpu) { CompareTinyModel(/*tied=*/false); }
+
+TEST(GptCudaTest, KeptActivationsGiveTheRecomputesBits) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA GPU: " << CudaUnavailableReason();
+  const TinyCase c = MakeTinyCase(/*tied=*/true);
+  auto cuda_device = CreateCudaDevice(0, 0);
+  ASSERT_TRUE(cuda_device.ok()) << cuda_device.status().ToString();
+  double losses[2] = {0, 0};
+  std::vector<std::vector<float>> grads[2];
+  const std::vector<BlockSpec> specs = GptBlockSpecs(c.cfg);
+  for (int k = 0; k < 2; ++k) {
+    auto ops = CreateOps(**cuda_device);
+    ASSERT_TRUE(ops.ok()) << ops.status().ToString();
+    Side gpu(cuda_device->get(), std::move(ops).value());
+    gpu.Load(c.weights);
+    const LayerActivations a = k == 0 ? LayerActivations::kRecompute : LayerActivations::kKeep;
+    losses[k] = Step(c.cfg, c.batch, gpu, cuda_device->get(), c.inputs, c.targets, a);
+    for (size_t b = 0; b < specs.size(); ++b) {
+      for (size_t t = 0; t < specs[b].tensors.size(); ++t)
+        grads[k].push_back(gpu.Download(gpu.grads(b)[t], c.weights[b][t].size()));
+    }
+  }
+  ASSERT_TRUE(std::isfinite(losses[0]));
+  EXPECT_EQ(std::memcmp(&losses[0], &losses[1], sizeof(double)), 0) << losses[0] << " vs " << losses[1];
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    EXPECT_EQ(std::memcmp(grads[0][i].data(), grads[1][i].data(), grads[0][i].size() * sizeof(float)), 0)
+        << "gradient tensor " << i;
+  }
+}
 
 }  // namespace
 }  // namespace zinf::model
