@@ -409,7 +409,7 @@ StatusOr<Trainers> CreateTrainers(const Options& o) {
   // resident run is made again when that budget says otherwise.
   const int batch = static_cast<int>(o.config.train_micro_batch_size_per_gpu);
   const int64_t state_bytes = o.model.NumParameters() * (16 + 2);
-  const int64_t elem_bytes = o.config.bf16.enabled || o.config.fp16.enabled ? 2 : 4;
+  const int64_t elem_bytes = ElementSizeBytes(zero3::WorkingType(o.config));
   auto auto_for = [&](int64_t device_bytes) {  // whole layers, as the trainers cut them
     return model::AutoLayerActivations(o.model, batch, t.on_gpu, device_bytes, elem_bytes, 0);
   };

@@ -165,7 +165,7 @@ StatusOr<int64_t> FetchUnitForDevice(const std::string& text, const GptConfig& m
   bool automatic = false;
   ZINF_ASSIGN_OR_RETURN(const int64_t unit, ParseFetchUnit(text, &automatic));
   if (!automatic) return unit;
-  const int64_t elem_bytes = config.bf16.enabled || config.fp16.enabled ? 2 : 4;
+  const int64_t elem_bytes = ElementSizeBytes(zero3::WorkingType(config));
   return ResolveAutoFetchUnit(model, static_cast<int>(config.train_micro_batch_size_per_gpu),
                               device.kind() == DeviceKind::kCuda, static_cast<int64_t>(device.capacity_bytes()),
                               elem_bytes);

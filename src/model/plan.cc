@@ -62,7 +62,7 @@ StatusOr<LayerActivations> LayerActivationsForDevice(const std::string& text, co
   bool automatic = false;
   ZINF_ASSIGN_OR_RETURN(const LayerActivations chosen, ParseLayerActivations(text, &automatic));
   if (!automatic) return chosen;
-  const int64_t elem_bytes = config.bf16.enabled || config.fp16.enabled ? 2 : 4;
+  const int64_t elem_bytes = ElementSizeBytes(zero3::WorkingType(config));
   return AutoLayerActivations(model, static_cast<int>(config.train_micro_batch_size_per_gpu),
                               device.kind() == DeviceKind::kCuda, static_cast<int64_t>(device.capacity_bytes()),
                               elem_bytes, fetch_unit);
@@ -220,7 +220,7 @@ int64_t PlanFetchUnit(const PlanInputs& in, int64_t param_elem_bytes) {
 }
 
 FetchLayout PlanLayout(const PlanInputs& in, const Config& config) {
-  const int64_t elem_bytes = config.bf16.enabled || config.fp16.enabled ? 2 : 4;
+  const int64_t elem_bytes = ElementSizeBytes(zero3::WorkingType(config));
   return FetchLayout::Create(in.model, PlanFetchUnit(in, elem_bytes));
 }
 

@@ -336,6 +336,12 @@ StatusOr<double> GradientWindow::Finish() {
   return sum;
 }
 
+int64_t GradientWindow::FinalGradientElems() const {
+  int64_t n = 0;
+  for (int64_t k : final_) n += k >= 0 ? swapper_.sub_group_elems(k) : 0;
+  return n;
+}
+
 const float* GradientWindow::FinalGradient(int64_t k) const {
   for (size_t i = 0; i < final_.size(); ++i) {
     if (final_[i] == k) return reinterpret_cast<const float*>(buffers_[i].data.data());

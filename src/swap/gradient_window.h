@@ -136,6 +136,8 @@ class GradientWindow {
   // it (the values the store holds, padding zeroed), else null. Valid until
   // the next Add, Flush, Finish or Reset.
   const float* FinalGradient(int64_t k) const;
+  // The elements of the sub-groups FinalGradient lends (0 outside that time).
+  int64_t FinalGradientElems() const;
 
   // Bytes read from and written to the store so far.
   int64_t nvme_bytes() const { return nvme_bytes_; }

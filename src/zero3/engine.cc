@@ -394,10 +394,7 @@ StatusOr<StepResult> Engine::Impl::ApplyStep(StepResult r) {
       // sub-groups the window still holds (its writes during the backward
       // are in gradient_nvme_bytes).
       counters.optimizer_nvme_bytes += total * 4 * (3 + 3);
-      int64_t held = 0;
-      for (int64_t k = 0; grad_window && k < optimizer->num_sub_groups(); ++k) {
-        if (grad_window->FinalGradient(k) != nullptr) held += optimizer->sub_group_elems(k);
-      }
+      const int64_t held = grad_window ? grad_window->FinalGradientElems() : 0;
       counters.gradient_nvme_bytes += (total - held) * 4;
     }
     // The update runs under the next forward pass; it zeroes the gradient.

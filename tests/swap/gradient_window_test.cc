@@ -94,14 +94,17 @@ class GradientWindowTest : public ::testing::Test {
       ASSERT_TRUE(got_sum.ok()) << got_sum.status().ToString();
       // The buffers lent to the step hold the final values.
       int held = 0;
+      int64_t held_elems = 0;
       for (int64_t k = 0; k < (*swapper)->num_sub_groups(); ++k) {
         const float* f = (*window)->FinalGradient(k);
         if (f == nullptr) continue;
         ++held;
+        held_elems += (*swapper)->sub_group_elems(k);
         EXPECT_EQ(std::memcmp(f, want.data() + (*swapper)->sub_group_begin(k), (*swapper)->sub_group_elems(k) * 4), 0)
             << "sub-group " << k;
       }
       EXPECT_GT(held, 0);
+      EXPECT_EQ((*window)->FinalGradientElems(), held_elems);
       EXPECT_LE(held, GradientWindow::BufferCount(o, largest_add));
       if (ranges.back().begin == 0 && skip_last == 0) {  // the backward's order: the step's first is held
         EXPECT_NE((*window)->FinalGradient(0), nullptr);
