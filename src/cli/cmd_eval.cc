@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/trainer_args.h"
 #include "core/file_lock.h"
 #include "core/fs.h"
 #include "core/units.h"
@@ -122,8 +123,9 @@ int Run(const std::vector<std::string>& args) {
   topt.hooks.device = device->get();
   topt.engine.optimizer_threads = static_cast<int>(*threads);
   topt.engine.run_id = "eval";
-  // As zinf train's auto on the same device and batch.
-  auto fetch_unit = model::FetchUnitForDevice(flags->GetOr("fetch-unit", "auto"), *model, config, **device);
+  // As zinf train's auto on the same device and batch, or the cut of the
+  // checkpoint in --resume.
+  auto fetch_unit = model::FetchUnitForDevice(FetchUnitText(*flags, 0, 1), *model, config, **device);
   if (!fetch_unit.ok()) return Fail(kName, fetch_unit.status(), 2);
   topt.fetch_unit = *fetch_unit;
   auto trainer = model::Trainer::Create(config, topt);
@@ -174,7 +176,7 @@ ZINF_COMMAND(Command{
     "  --config C        the engine's DeepSpeed JSON (default: all in RAM, fp32)\n"
     "  --nvme-path P     overrides both offload sections' nvme_path, as for zinf train\n"
     "  --fetch-unit U    as zinf train's (layers fetched in pieces); a checkpoint loads only under its\n"
-    "                    training run's cut",
+    "                    training run's cut, which auto (the default) takes with --resume",
     Run});
 
 }  // namespace

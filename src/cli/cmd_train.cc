@@ -196,12 +196,12 @@ void PrintRunHeader(FILE* out, const Config& config, const std::vector<AutoResol
 }
 
 // --fetch-unit and --activations into `topt` (topt.model set): auto for
-// this device, the cut first (it does not depend on the activations, so a
-// checkpoint resumes whichever they are).
-Status SetFetchUnitAndActivations(const Flags& flags, const Config& config, const Device& device,
-                                  model::TrainerOptions& topt) {
-  ZINF_ASSIGN_OR_RETURN(topt.fetch_unit,
-                        model::FetchUnitForDevice(flags.GetOr("fetch-unit", "auto"), topt.model, config, device));
+// this device (the fetch unit: the resumed checkpoint's, FetchUnitText),
+// the cut first (it does not depend on the activations, so a checkpoint
+// resumes whichever they are).
+Status SetFetchUnitAndActivations(const Flags& flags, const std::string& fetch_unit_text, const Config& config,
+                                  const Device& device, model::TrainerOptions& topt) {
+  ZINF_ASSIGN_OR_RETURN(topt.fetch_unit, model::FetchUnitForDevice(fetch_unit_text, topt.model, config, device));
   ZINF_ASSIGN_OR_RETURN(topt.activations,
                         model::LayerActivationsForDevice(flags.GetOr("activations", "auto"), topt.model, config, device,
                                                          topt.fetch_unit));
@@ -209,12 +209,14 @@ Status SetFetchUnitAndActivations(const Flags& flags, const Config& config, cons
 }
 
 // How the layers are cut into engine blocks and what the backward finds
-// of their activations (rank 0).
-void PrintFetchLine(FILE* out, const Flags& flags, const model::Trainer& trainer) {
+// of their activations (rank 0). `fetch_unit_text`: what was resolved.
+void PrintFetchLine(FILE* out, const Flags& flags, const std::string& fetch_unit_text, const model::Trainer& trainer) {
   const model::FetchLayout& layout = trainer.layout();
+  const std::string given = flags.GetOr("fetch-unit", "auto");
+  const std::string& used = fetch_unit_text;
   std::fprintf(out, "zinf train: fetch unit %s: %s (largest engine block %s parameters)\n",
-               flags.GetOr("fetch-unit", "auto").c_str(), layout.Describe().c_str(),
-               FormatCount(layout.max_piece_elems()).c_str());
+               (used == given ? given : given + " (the resumed checkpoint's, " + used + ")").c_str(),
+               layout.Describe().c_str(), FormatCount(layout.max_piece_elems()).c_str());
   std::fprintf(out, "zinf train: activations %s: %s (%s with the scratch, on the device)\n",
                flags.GetOr("activations", "auto").c_str(), model::LayerActivationsDescription(trainer.activations()),
                FormatBytes(trainer.activation_bytes()).c_str());
@@ -314,14 +316,17 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   topt.corpus_bytes = *corpus;
   topt.seed = static_cast<uint64_t>(*seed);
   topt.weight_decay_on = *decay_on;
-  if (Status s = SetFetchUnitAndActivations(*flags, *config, **device, topt); !s.ok()) return Fail(kName, s, 2);
+  const std::string fetch_unit_text = FetchUnitText(*flags, rank, world);
+  if (Status s = SetFetchUnitAndActivations(*flags, fetch_unit_text, *config, **device, topt); !s.ok()) {
+    return Fail(kName, s, 2);
+  }
   topt.hooks.device = device->get();
   topt.engine.optimizer_threads = static_cast<int>(*threads);
   topt.engine.progress = MeterFactory(out);  // checkpoint save, resume and export: bar or lines on rank 0
   if (out) PrintRunHeader(out, *config, resolutions, *source, (*device)->name(), world);
   auto trainer = model::Trainer::Create(*config, topt);
   if (!trainer.ok()) return Fail(kName, source->HintSeqLen(NameNvmeFlag(trainer.status(), flags->Get("nvme-path"))));
-  if (out) PrintFetchLine(out, *flags, **trainer);
+  if (out) PrintFetchLine(out, *flags, fetch_unit_text, **trainer);
   if (const auto resume = flags->Get("resume")) {
     if (Status s = (*trainer)->Resume(*resume); !s.ok()) return Fail(kName, NameNvmeFlag(s, flags->Get("nvme-path")));
     if (out) std::fprintf(out, "zinf train: resumed at step %lld\n", static_cast<long long>((*trainer)->step()));
@@ -407,7 +412,8 @@ ZINF_COMMAND(Command{
     "  --fetch-unit U    layers with more parameters than U are fetched, gathered and released in\n"
     "                    pieces of whole consecutive groups (norm, q/k/v, attention out, norm, MLP in,\n"
     "                    MLP out): layer (whole layers), an element count (300M, 1.5e8), or auto\n"
-    "                    (default: whole layers unless their working set exceeds the device)\n"
+    "                    (default: whole layers unless their working set exceeds the device; with\n"
+    "                    --resume, the checkpoint's cut)\n"
     "  --activations A   keep (every layer's activations stay on the device from the forward to the\n"
     "                    backward), recompute (only each layer's input stays; the backward recomputes\n"
     "                    the rest: activation checkpointing) or auto (default: keep when the L-1 more\n"

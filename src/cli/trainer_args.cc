@@ -5,6 +5,8 @@
 #include <optional>
 #include <utility>
 
+#include "swap/checkpoint_dirs.h"
+
 namespace zinf::cli {
 namespace {
 
@@ -79,5 +81,19 @@ const char kTrainerArgsUsage[] =
     "  --warmup-steps N    scheduler.params.warmup_num_steps (default 0)\n"
     "  --micro-batch N     train_micro_batch_size_per_gpu (default 8)\n"
     "  --grad-accum N      gradient_accumulation_steps (default 1)\n";
+
+std::string FetchUnitText(const Flags& flags, int rank, int world_size) {
+  const std::string given = flags.GetOr("fetch-unit", "auto");
+  const std::optional<std::string> resume = flags.Get("resume");
+  if (given != "auto" || !resume) return given;
+  auto point = swap::FindResumePoint(*resume, rank, world_size);
+  if (!point.ok()) return given;
+  auto md = swap::ReadCheckpointMetadata(point->Checkpoint(point->step));
+  if (!md.ok()) return given;
+  // Checkpoints from before the key have whole layers.
+  auto it = md->find("trainer.fetch_unit");
+  if (it == md->end() || it->second == "0") return "layer";
+  return it->second;
+}
 
 }  // namespace zinf::cli

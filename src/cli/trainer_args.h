@@ -2,7 +2,8 @@
 // take as flags (--lr, --weight-decay, --warmup-steps, --max-grad-norm,
 // --adam-beta1, --adam-beta2, --adam-epsilon, --micro-batch, --grad-accum):
 // they fill a DeepSpeed config's "auto" keys as the HF Trainer would
-// (ResolveAuto's rules), and a key the file left out.
+// (ResolveAuto's rules), and a key the file left out. Also the --fetch-unit
+// that `zinf train` and `zinf eval` resolve (FetchUnitText).
 //
 // Thread-safety: plain functions.
 #pragma once
@@ -29,6 +30,15 @@ StatusOr<TrainerArgs> TrainerArgsFromFlags(const Flags& flags);
 
 // `key: from -> value (rule)`, one line per value ResolveAuto chose.
 std::string FormatResolution(const AutoResolution& r);
+
+// The --fetch-unit text to resolve (model::FetchUnitForDevice): the flag's,
+// or, with `auto` (or none) and a checkpoint in --resume, the unit that
+// checkpoint's run resolved ("layer" or an element count): its engine blocks
+// are that cut, which `auto` on another device or budget could miss, and a
+// checkpoint loads only into the same cut. `auto` when the checkpoint cannot
+// be found or read here (the resume then says why). `rank` and `world_size`
+// find the rank's checkpoint as Trainer::Resume does.
+std::string FetchUnitText(const Flags& flags, int rank, int world_size);
 
 // The usage lines for the flags, indented for a command's help.
 extern const char kTrainerArgsUsage[];

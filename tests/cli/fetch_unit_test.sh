@@ -2,8 +2,9 @@
 # zinf train --fetch-unit: layers fetched in pieces give the whole-layer
 # run's losses to the last digit (--exact-losses), on one rank and, when
 # an mpirun is given, on two; the startup line names the cut; a checkpoint
-# resumes only under the same cut (the refusal names --fetch-unit); a bad
-# value exits 2 naming the flag.
+# resumes only under the same cut (the refusal names --fetch-unit), and
+# --fetch-unit auto (or none) adopts the checkpoint's cut; a bad value exits
+# 2 naming the flag.
 # Usage: fetch_unit_test.sh ZINF [MPIEXEC]
 set -eu
 ZINF="$1"
@@ -37,6 +38,12 @@ if "$ZINF" train --config "$TMP/config.json" --model tiny --steps 6 --device hos
   exit 1
 fi
 grep -q "trainer.fetch_layout was 3 pieces per layer.*--fetch-unit" "$TMP/r.err" || { cat "$TMP/r.err" >&2; exit 1; }
+# auto (here: no flag, which would cut whole layers) takes the checkpoint's.
+"$ZINF" train --config "$TMP/config.json" --model tiny --steps 6 --device host --eval-every 0 \
+  --resume "$TMP/ckpt" > "$TMP/a.out" 2> "$TMP/a.err" || { cat "$TMP/a.err" >&2; exit 1; }
+grep -q "fetch unit auto (the resumed checkpoint's, 6000): 3 pieces per layer" "$TMP/a.err" ||
+  { cat "$TMP/a.err" >&2; exit 1; }
+grep -q "resumed at step 5" "$TMP/a.err" || { cat "$TMP/a.err" >&2; exit 1; }
 
 set +e
 "$ZINF" train --config "$TMP/config.json" --model tiny --steps 1 --device host --fetch-unit half \
