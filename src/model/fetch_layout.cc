@@ -160,15 +160,22 @@ int64_t ResolveAutoFetchUnit(const GptConfig& model, int batch, bool cuda, int64
   return floor;  // one group per piece where groups are large: the finest cut
 }
 
+DeviceFit DeviceFitFor(const Config& config, const Device& device) {
+  DeviceFit f;
+  f.batch = static_cast<int>(config.train_micro_batch_size_per_gpu);
+  f.cuda = device.kind() == DeviceKind::kCuda;
+  f.device_bytes = static_cast<int64_t>(device.capacity_bytes());
+  f.param_elem_bytes = ElementSizeBytes(zero3::WorkingType(config));
+  return f;
+}
+
 StatusOr<int64_t> FetchUnitForDevice(const std::string& text, const GptConfig& model, const Config& config,
                                      const Device& device) {
   bool automatic = false;
   ZINF_ASSIGN_OR_RETURN(const int64_t unit, ParseFetchUnit(text, &automatic));
   if (!automatic) return unit;
-  const int64_t elem_bytes = ElementSizeBytes(zero3::WorkingType(config));
-  return ResolveAutoFetchUnit(model, static_cast<int>(config.train_micro_batch_size_per_gpu),
-                              device.kind() == DeviceKind::kCuda, static_cast<int64_t>(device.capacity_bytes()),
-                              elem_bytes);
+  const DeviceFit f = DeviceFitFor(config, device);
+  return ResolveAutoFetchUnit(model, f.batch, f.cuda, f.device_bytes, f.param_elem_bytes);
 }
 
 }  // namespace zinf::model

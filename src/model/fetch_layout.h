@@ -131,10 +131,21 @@ int64_t ResolveAutoFetchUnit(const GptConfig& model, int batch, bool cuda, int64
 int64_t ModelWorkingSetBytes(const GptConfig& model, int batch, bool cuda, int64_t param_elem_bytes,
                              int64_t max_non_embed_elems, LayerActivations activations);
 
+// What an `auto` choice (--fetch-unit, --activations) is sized against when
+// training under `config` on `device`: the config's micro-batch, whether
+// the device is CUDA, its capacity, and the parameter width (bf16/fp16: 2
+// bytes).
+struct DeviceFit {
+  int batch = 1;
+  bool cuda = false;
+  int64_t device_bytes = 0;
+  int64_t param_elem_bytes = 4;
+};
+DeviceFit DeviceFitFor(const Config& config, const Device& device);
+
 // The unit a --fetch-unit `text` asks for when training `model` under
 // `config` on `device`: ParseFetchUnit's, and for "auto"
-// ResolveAutoFetchUnit's for the device's capacity and kind, the config's
-// micro-batch and parameter width (bf16/fp16: 2 bytes).
+// ResolveAutoFetchUnit's for DeviceFitFor(config, device).
 StatusOr<int64_t> FetchUnitForDevice(const std::string& text, const GptConfig& model, const Config& config,
                                      const Device& device);
 

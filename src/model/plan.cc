@@ -62,10 +62,8 @@ StatusOr<LayerActivations> LayerActivationsForDevice(const std::string& text, co
   bool automatic = false;
   ZINF_ASSIGN_OR_RETURN(const LayerActivations chosen, ParseLayerActivations(text, &automatic));
   if (!automatic) return chosen;
-  const int64_t elem_bytes = ElementSizeBytes(zero3::WorkingType(config));
-  return AutoLayerActivations(model, static_cast<int>(config.train_micro_batch_size_per_gpu),
-                              device.kind() == DeviceKind::kCuda, static_cast<int64_t>(device.capacity_bytes()),
-                              elem_bytes, fetch_unit);
+  const DeviceFit f = DeviceFitFor(config, device);
+  return AutoLayerActivations(model, f.batch, f.cuda, f.device_bytes, f.param_elem_bytes, fetch_unit);
 }
 
 const char* LayerActivationsDescription(LayerActivations a) {

@@ -80,8 +80,8 @@ LayerActivations AutoLayerActivations(const GptConfig& model, int batch, bool cu
 StatusOr<LayerActivations> ParseLayerActivations(const std::string& text, bool* automatic);
 // The activations a --activations `text` asks for when training `model`
 // under `config` on `device` with layers cut by `fetch_unit`:
-// ParseLayerActivations's, and for "auto" AutoLayerActivations's for the
-// device's capacity and kind, the micro-batch and the parameter width.
+// ParseLayerActivations's, and for "auto" AutoLayerActivations's for
+// DeviceFitFor(config, device) (fetch_layout.h).
 StatusOr<LayerActivations> LayerActivationsForDevice(const std::string& text, const GptConfig& model,
                                                      const Config& config, const Device& device, int64_t fetch_unit);
 const char* LayerActivationsName(LayerActivations a);  // "keep" or "recompute"
