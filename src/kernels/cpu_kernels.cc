@@ -28,6 +28,10 @@
 
 #include <omp.h>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 #include "core/check.h"
 #include "core/half.h"
 
@@ -210,6 +214,83 @@ struct F16B {
   static float Get(uint16_t x) { return HalfToFloat(x); }
 };
 
+#if defined(ZINF_KERNELS_X86)
+// A 16 x 16 block of floats transposed in registers: r[i] holds row i on
+// entry and column i on return. Three rounds of shuffles: pairs of rows
+// within 128-bit lanes, then groups of four, then the lanes themselves.
+// (The zero-masked forms with every lane kept: GCC 12 warns that the
+// unmasked ones' undefined pass-through may be used uninitialized.)
+ZINF_TARGET_AVX512 ZINF_ALWAYS_INLINE void Transpose16x16(__m512 r[16]) {
+  constexpr __mmask16 kAll = 0xFFFF;
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_maskz_unpacklo_ps(kAll, r[i], r[i + 1]);
+    t[i + 1] = _mm512_maskz_unpackhi_ps(kAll, r[i], r[i + 1]);
+  }
+  // u[4g + q] holds, in lane L, column 4L + q of rows 4g .. 4g + 3.
+  __m512 u[16];
+  for (int g = 0; g < 16; g += 4) {
+    u[g] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
+    u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xEE);
+    u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+    u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+  }
+  for (int q = 0; q < 4; ++q) {
+    const __m512 even01 = _mm512_maskz_shuffle_f32x4(kAll, u[q], u[4 + q], 0x88);  // lanes 0, 2 of row groups 0, 1
+    const __m512 odd01 = _mm512_maskz_shuffle_f32x4(kAll, u[q], u[4 + q], 0xDD);   // lanes 1, 3
+    const __m512 even23 = _mm512_maskz_shuffle_f32x4(kAll, u[8 + q], u[12 + q], 0x88);
+    const __m512 odd23 = _mm512_maskz_shuffle_f32x4(kAll, u[8 + q], u[12 + q], 0xDD);
+    r[q] = _mm512_maskz_shuffle_f32x4(kAll, even01, even23, 0x88);      // lane 0: column q
+    r[4 + q] = _mm512_maskz_shuffle_f32x4(kAll, odd01, odd23, 0x88);    // lane 1: column 4 + q
+    r[8 + q] = _mm512_maskz_shuffle_f32x4(kAll, even01, even23, 0xDD);  // lane 2: column 8 + q
+    r[12 + q] = _mm512_maskz_shuffle_f32x4(kAll, odd01, odd23, 0xDD);   // lane 3: column 12 + q
+  }
+}
+
+// Sixteen elements of B's source widened to float: a float, or a bf16 (the
+// top half of a float, so the shift gives Bf16ToFloat's bits).
+template <typename BSrc>
+ZINF_TARGET_AVX512 ZINF_ALWAYS_INLINE __m512 Load16AsFloat(const typename BSrc::Elem* p) {
+  if constexpr (std::is_same_v<typename BSrc::Elem, float>) {
+    return _mm512_loadu_ps(p);
+  } else {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    constexpr __mmask16 kAll = 0xFFFF;
+    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, _mm512_maskz_cvtepu16_epi32(kAll, h), 16));
+  }
+}
+
+// The AVX-512 tile's B panel from a transposed operand (the forward's
+// weight, B(p, j) = src[p + j * ld]): dst[p * 32 + j] for 32 columns and p
+// in [0, kb), sixteen columns by sixteen p at a time through registers, so
+// each source row is read sixteen elements at a time and each panel row
+// written whole; a tail of kb % 16 goes element by element. The same values
+// as the element loop (a copy or an exact widening) in about half its time
+// (the rest is waiting for the weight to come from memory).
+template <typename BSrc>
+ZINF_TARGET_AVX512 void PackTransposedPanelAvx512(float* dst, const typename BSrc::Elem* src, int64_t ld, int64_t kb) {
+  constexpr int64_t kNr = 32;
+  constexpr int64_t kPrefetchStride = 64 / static_cast<int64_t>(sizeof(typename BSrc::Elem));  // a cache line
+  const int64_t body = kb - kb % 16;
+  __m512 r[16];
+  for (int64_t j0 = 0; j0 < kNr; j0 += 16) {
+    for (int64_t p0 = 0; p0 < body; p0 += 16) {
+      // The rows are far apart (a weight's row each), too many streams for
+      // the hardware prefetcher: ask for each row's line after next.
+      if (p0 % kPrefetchStride == 0 && p0 + 2 * kPrefetchStride < kb) {
+        for (int i = 0; i < 16; ++i) _mm_prefetch(src + p0 + 2 * kPrefetchStride + (j0 + i) * ld, _MM_HINT_T0);
+      }
+      for (int i = 0; i < 16; ++i) r[i] = Load16AsFloat<BSrc>(src + p0 + (j0 + i) * ld);
+      Transpose16x16(r);
+      for (int i = 0; i < 16; ++i) _mm512_storeu_ps(dst + (p0 + i) * kNr + j0, r[i]);
+    }
+  }
+  for (int64_t p = body; p < kb; ++p) {
+    for (int64_t j = 0; j < kNr; ++j) dst[p * kNr + j] = BSrc::Get(src[p + j * ld]);
+  }
+}
+#endif
+
 // C [M, Ncols] (row stride ldc) += A (M x K) * B (K x Ncols), where
 // A(i, p) = a[i*a_rs + p*a_cs] and B(p, j) = BSrc::Get(b[p*b_rs + j*b_cs]):
 // any of the three matmuls of a linear layer, by strides. Parallel over
@@ -252,6 +333,15 @@ void GemmTiled(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const 
                 for (int64_t j = w; j < NR; ++j) dst[p * NR + j] = T(0);
               }
             } else {
+#if defined(ZINF_KERNELS_X86)
+              if constexpr (NR == kNr512 && std::is_same_v<T, float> && !std::is_same_v<BSrc, F16B>) {
+                // Only the AVX-512 tile is this wide (Gemm picks it when the CPU has it).
+                if (b_rs == 1 && w == NR) {
+                  PackTransposedPanelAvx512<BSrc>(dst, bs + jp * b_cs, b_cs, kb);
+                  continue;
+                }
+              }
+#endif
               for (int64_t j = 0; j < NR; ++j) {
                 if (j < w) {
                   // A transposed weight (the forward's): each row's
