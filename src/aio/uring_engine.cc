@@ -2,12 +2,15 @@
 
 #include <liburing.h>
 #include <pthread.h>
+#include <sched.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include "aio/completion.h"
@@ -46,6 +49,53 @@ class FixedFifo {
 };
 
 int64_t PiecesIn(const IoSegment& seg, int64_t bs) { return (seg.length + bs - 1) / bs; }
+
+// The scheduler slice a ring's thread asks for: the shortest Linux takes.
+// The thread wakes for every completion and works for microseconds before
+// it waits again. With the default slice (a millisecond or more: 1.4 ms on
+// 2 cores, longer on more), a woken thread may
+// wait for a thread that is computing (Adam, checksums, matmuls) to use up
+// its slice, and that is long enough for the disk to finish the queue's 8
+// requests and sit idle. With this one the disk was idle in about a third as
+// many samples, and the NVMe optimizer step ran 3-4% faster (zinf bench swap
+// and the 510M scenario, on 2 cores). Linux 6.12 and later (custom slices
+// of the fair scheduler); older kernels ignore it.
+constexpr uint64_t kRingThreadSliceNs = 100'000;
+
+// struct sched_attr's first version (48 bytes), declared here because
+// glibc declares it in some versions and not in others.
+struct SchedAttr {
+  uint32_t size;
+  uint32_t policy;
+  uint64_t flags;
+  int32_t nice;
+  uint32_t priority;
+  uint64_t runtime;
+  uint64_t deadline;
+  uint64_t period;
+};
+static_assert(sizeof(SchedAttr) == 48);
+
+// Asks for kRingThreadSliceNs for the calling thread, keeping its policy and
+// nice value; left alone under a real-time or idle policy. Best effort: a
+// kernel that refuses it logs once, at debug level.
+void AskForShortSlice() {
+  SchedAttr attr{};
+  if (syscall(SYS_sched_getattr, 0, &attr, sizeof(attr), 0) != 0) return;
+  if (attr.policy != SCHED_OTHER && attr.policy != SCHED_BATCH) return;
+  attr.size = sizeof(attr);
+  constexpr uint64_t kFlagResetOnFork = 0x01;  // SCHED_FLAG_RESET_ON_FORK
+  attr.flags &= kFlagResetOnFork;              // the only flag passed back as it was
+  attr.runtime = kRingThreadSliceNs;
+  if (syscall(SYS_sched_setattr, 0, &attr, 0) != 0) {
+    static std::once_flag once;
+    const int err = errno;
+    std::call_once(once, [err] {
+      Log("aio").debug("io_uring: the kernel refuses a {} us slice for the ring's thread ({})",
+                       kRingThreadSliceNs / 1000, std::strerror(err));
+    });
+  }
+}
 
 Status InitRing(io_uring* ring, int queue_depth) {
   io_uring_params params = {};
@@ -126,6 +176,7 @@ class UringEngine::Worker {
     thread_ = std::thread([this] {
       const std::string name = "zinf-aio-" + std::to_string(index_);
       pthread_setname_np(pthread_self(), name.c_str());
+      AskForShortSlice();
       Run();
     });
   }

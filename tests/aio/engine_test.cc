@@ -1,12 +1,16 @@
 // IoEngine on real files: io_uring (in each submission mode) and pread/pwrite.
 #include "aio/io_engine.h"
 
+#include <dirent.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -240,6 +244,57 @@ TEST(EngineCrossCheck, UringAndPosixGiveIdenticalBytes) {
   std::string sx((std::istreambuf_iterator<char>(x)), {}), sy((std::istreambuf_iterator<char>(y)), {});
   EXPECT_EQ(sx.size(), static_cast<size_t>(n + 8192));
   EXPECT_TRUE(sx == sy);
+}
+
+// struct sched_attr's first version, as the engine declares it.
+struct SchedAttr {
+  uint32_t size, policy;
+  uint64_t flags;
+  int32_t nice;
+  uint32_t priority;
+  uint64_t runtime, deadline, period;
+};
+
+// The scheduler slices (ns) of this process's threads named zinf-aio-*.
+std::vector<uint64_t> RingThreadSlices() {
+  std::vector<uint64_t> slices;
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return slices;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream comm(std::string("/proc/self/task/") + e->d_name + "/comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name.rfind("zinf-aio-", 0) != 0) continue;
+    SchedAttr a{};
+    if (syscall(SYS_sched_getattr, std::atoi(e->d_name), &a, sizeof(a), 0) == 0) slices.push_back(a.runtime);
+  }
+  closedir(d);
+  return slices;
+}
+
+// Each ring's thread asks for the kernel's shortest slice, so that a
+// completion's wake-up does not wait for a computing thread's slice to end.
+TEST(EngineThreads, RingThreadsAskForTheShortestSlice) {
+  SchedAttr self{};
+  ASSERT_EQ(syscall(SYS_sched_getattr, 0, &self, sizeof(self), 0), 0);
+  if (self.runtime == 0) GTEST_SKIP() << "this kernel reports no fair-scheduler slice (custom slices: Linux 6.12)";
+  IoEngineOptions o;
+  o.kind = EngineKind::kUring;
+  o.thread_count = 2;
+  auto e = CreateIoEngine(o);
+  if (!e.ok()) GTEST_SKIP() << "no io_uring here: " << e.status().ToString();
+  // The threads set it as they start: wait for both, at most 10 s.
+  std::vector<uint64_t> slices;
+  for (int i = 0; i < 1000; ++i) {
+    slices = RingThreadSlices();
+    if (slices.size() == 2 && slices[0] == 100'000 && slices[1] == 100'000) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(slices.size(), 2u);
+  EXPECT_EQ(slices[0], 100'000u);
+  EXPECT_EQ(slices[1], 100'000u);
+  EXPECT_NE(self.runtime, 100'000u) << "the test's own thread keeps the default";
 }
 
 TEST(EngineCreate, FallsBackToPosixWhenUringIsRefused) {
