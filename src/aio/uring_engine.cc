@@ -52,14 +52,13 @@ int64_t PiecesIn(const IoSegment& seg, int64_t bs) { return (seg.length + bs - 1
 
 // The scheduler slice a ring's thread asks for: the shortest Linux takes.
 // The thread wakes for every completion and works for microseconds before
-// it waits again. With the default slice (a millisecond or more: 1.4 ms on
-// 2 cores, longer on more), a woken thread may
-// wait for a thread that is computing (Adam, checksums, matmuls) to use up
-// its slice, and that is long enough for the disk to finish the queue's 8
-// requests and sit idle. With this one the disk was idle in about a third as
-// many samples, and the NVMe optimizer step ran 3-4% faster (zinf bench swap
-// and the 510M scenario, on 2 cores). Linux 6.12 and later (custom slices
-// of the fair scheduler); older kernels ignore it.
+// it waits again. With the default slice (1.4 ms on 2 cores, longer on
+// more), a woken thread may wait for a computing one (Adam, checksums,
+// matmuls) to use up its slice, long enough for the disk to finish the
+// queue's 8 requests and sit idle. With this one the disk was idle in about
+// a third as many samples, and the NVMe optimizer step ran 3-4% faster
+// (zinf bench swap and the 510M scenario, on 2 cores). Linux 6.12 and later
+// (custom slices of the fair scheduler); older kernels ignore it.
 constexpr uint64_t kRingThreadSliceNs = 100'000;
 
 // struct sched_attr's first version (48 bytes), declared here because
