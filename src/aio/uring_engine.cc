@@ -59,7 +59,6 @@ int64_t PiecesIn(const IoSegment& seg, int64_t bs) { return (seg.length + bs - 1
 // a third as many samples, and the NVMe optimizer step ran 3-4% faster
 // (zinf bench swap and the 510M scenario, on 2 cores). Linux 6.12 and later
 // (custom slices of the fair scheduler); older kernels ignore it.
-constexpr uint64_t kRingThreadSliceNs = 100'000;
 
 // struct sched_attr's first version (48 bytes), declared here because
 // glibc declares it in some versions and not in others.

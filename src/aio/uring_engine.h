@@ -36,6 +36,9 @@
 
 namespace zinf::aio {
 
+// The scheduler slice (ns) each ring's thread asks for (uring_engine.cc says why).
+inline constexpr uint64_t kRingThreadSliceNs = 100'000;
+
 class UringEngine final : public IoEngine {
  public:
   // kUnavailable when the kernel refuses io_uring (or its opcodes).

@@ -213,10 +213,10 @@ Status SetFetchUnitAndActivations(const Flags& flags, const std::string& fetch_u
 void PrintFetchLine(FILE* out, const Flags& flags, const std::string& fetch_unit_text, const model::Trainer& trainer) {
   const model::FetchLayout& layout = trainer.layout();
   const std::string given = flags.GetOr("fetch-unit", "auto");
-  const std::string& used = fetch_unit_text;
-  std::fprintf(out, "zinf train: fetch unit %s: %s (largest engine block %s parameters)\n",
-               (used == given ? given : given + " (the resumed checkpoint's, " + used + ")").c_str(),
-               layout.Describe().c_str(), FormatCount(layout.max_piece_elems()).c_str());
+  std::fprintf(
+      out, "zinf train: fetch unit %s: %s (largest engine block %s parameters)\n",
+      (fetch_unit_text == given ? given : given + " (the resumed checkpoint's, " + fetch_unit_text + ")").c_str(),
+      layout.Describe().c_str(), FormatCount(layout.max_piece_elems()).c_str());
   std::fprintf(out, "zinf train: activations %s: %s (%s with the scratch, on the device)\n",
                flags.GetOr("activations", "auto").c_str(), model::LayerActivationsDescription(trainer.activations()),
                FormatBytes(trainer.activation_bytes()).c_str());

@@ -298,8 +298,10 @@ ZINF_TARGET_AVX512 void PackTransposedPanelAvx512(float* dst, const typename BSr
 // summed in a fixed order whatever the thread count (deterministic).
 //
 // MR x NR is the register tile of `block`, the packed panels' widths.
+// `kRegisterTranspose`: full panels of a transposed B are packed by
+// PackTransposedPanelAvx512 (the AVX-512 float tile, NR 32; Gemm decides).
 template <typename T, int MR, int NR, void (*block)(T*, int64_t, const T*, const T*, int64_t, int64_t, int64_t),
-          typename BSrc>
+          typename BSrc, bool kRegisterTranspose = false>
 void GemmTiled(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const typename BSrc::Elem* b, int64_t b_rs,
                int64_t b_cs, int64_t M, int64_t Ncols, int64_t K) {
   static_assert(kRowBlock % MR == 0 && kColBlock % NR == 0);
@@ -334,8 +336,8 @@ void GemmTiled(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const 
               }
             } else {
 #if defined(ZINF_KERNELS_X86)
-              if constexpr (NR == kNr512 && std::is_same_v<T, float> && !std::is_same_v<BSrc, F16B>) {
-                // Only the AVX-512 tile is this wide (Gemm picks it when the CPU has it).
+              if constexpr (kRegisterTranspose) {
+                static_assert(NR == kNr512 && std::is_same_v<T, float>);
                 if (b_rs == 1 && w == NR) {
                   PackTransposedPanelAvx512<BSrc>(dst, bs + jp * b_cs, b_cs, kb);
                   continue;
@@ -394,8 +396,11 @@ void Gemm(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const typen
 #if defined(ZINF_KERNELS_X86)
   if constexpr (std::is_same_v<T, float>) {
     if (HaveAvx512()) {
-      return GemmTiled<float, kMr512, kNr512, PackedBlockAvx512, BSrc>(c, ldc, a, a_rs, a_cs, b, b_rs, b_cs, M, Ncols,
-                                                                       K);
+      // f16 keeps the element loop: the hardware widening quiets signalling
+      // NaNs, HalfToFloat does not.
+      constexpr bool kRegisterTranspose = !std::is_same_v<BSrc, F16B>;
+      return GemmTiled<float, kMr512, kNr512, PackedBlockAvx512, BSrc, kRegisterTranspose>(c, ldc, a, a_rs, a_cs, b,
+                                                                                           b_rs, b_cs, M, Ncols, K);
     }
   }
 #endif

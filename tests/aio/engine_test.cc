@@ -288,13 +288,13 @@ TEST(EngineThreads, RingThreadsAskForTheShortestSlice) {
   std::vector<uint64_t> slices;
   for (int i = 0; i < 1000; ++i) {
     slices = RingThreadSlices();
-    if (slices.size() == 2 && slices[0] == 100'000 && slices[1] == 100'000) break;
+    if (slices.size() == 2 && slices[0] == kRingThreadSliceNs && slices[1] == kRingThreadSliceNs) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_EQ(slices.size(), 2u);
-  EXPECT_EQ(slices[0], 100'000u);
-  EXPECT_EQ(slices[1], 100'000u);
-  EXPECT_NE(self.runtime, 100'000u) << "the test's own thread keeps the default";
+  EXPECT_EQ(slices[0], kRingThreadSliceNs);
+  EXPECT_EQ(slices[1], kRingThreadSliceNs);
+  EXPECT_NE(self.runtime, kRingThreadSliceNs) << "the test's own thread keeps the default";
 }
 
 TEST(EngineCreate, FallsBackToPosixWhenUringIsRefused) {
