@@ -95,6 +95,16 @@ void AskForShortSlice() {
   }
 }
 
+}  // namespace
+
+uint64_t ThreadSchedulerSliceNs(int tid) {
+  SchedAttr attr{};
+  if (syscall(SYS_sched_getattr, tid, &attr, sizeof(attr), 0) != 0) return 0;
+  return attr.runtime;
+}
+
+namespace {
+
 Status InitRing(io_uring* ring, int queue_depth) {
   io_uring_params params = {};
   params.flags = IORING_SETUP_COOP_TASKRUN;

@@ -39,6 +39,11 @@ namespace zinf::aio {
 // The scheduler slice (ns) each ring's thread asks for (uring_engine.cc says why).
 inline constexpr uint64_t kRingThreadSliceNs = 100'000;
 
+// The fair-scheduler slice (ns) of thread `tid` of this process (0: the
+// calling thread), as the kernel reports it; 0 when it reports none
+// (kernels before 6.12) or the thread is gone.
+uint64_t ThreadSchedulerSliceNs(int tid);
+
 class UringEngine final : public IoEngine {
  public:
   // kUnavailable when the kernel refuses io_uring (or its opcodes).

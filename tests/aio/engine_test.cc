@@ -2,7 +2,6 @@
 #include "aio/io_engine.h"
 
 #include <dirent.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -246,15 +245,6 @@ TEST(EngineCrossCheck, UringAndPosixGiveIdenticalBytes) {
   EXPECT_TRUE(sx == sy);
 }
 
-// struct sched_attr's first version, as the engine declares it.
-struct SchedAttr {
-  uint32_t size, policy;
-  uint64_t flags;
-  int32_t nice;
-  uint32_t priority;
-  uint64_t runtime, deadline, period;
-};
-
 // The scheduler slices (ns) of this process's threads named zinf-aio-*.
 std::vector<uint64_t> RingThreadSlices() {
   std::vector<uint64_t> slices;
@@ -266,8 +256,7 @@ std::vector<uint64_t> RingThreadSlices() {
     std::string name;
     std::getline(comm, name);
     if (name.rfind("zinf-aio-", 0) != 0) continue;
-    SchedAttr a{};
-    if (syscall(SYS_sched_getattr, std::atoi(e->d_name), &a, sizeof(a), 0) == 0) slices.push_back(a.runtime);
+    slices.push_back(ThreadSchedulerSliceNs(std::atoi(e->d_name)));
   }
   closedir(d);
   return slices;
@@ -276,9 +265,8 @@ std::vector<uint64_t> RingThreadSlices() {
 // Each ring's thread asks for the kernel's shortest slice, so that a
 // completion's wake-up does not wait for a computing thread's slice to end.
 TEST(EngineThreads, RingThreadsAskForTheShortestSlice) {
-  SchedAttr self{};
-  ASSERT_EQ(syscall(SYS_sched_getattr, 0, &self, sizeof(self), 0), 0);
-  if (self.runtime == 0) GTEST_SKIP() << "this kernel reports no fair-scheduler slice (custom slices: Linux 6.12)";
+  const uint64_t self = ThreadSchedulerSliceNs(0);
+  if (self == 0) GTEST_SKIP() << "this kernel reports no fair-scheduler slice (custom slices: Linux 6.12)";
   IoEngineOptions o;
   o.kind = EngineKind::kUring;
   o.thread_count = 2;
@@ -294,7 +282,7 @@ TEST(EngineThreads, RingThreadsAskForTheShortestSlice) {
   ASSERT_EQ(slices.size(), 2u);
   EXPECT_EQ(slices[0], kRingThreadSliceNs);
   EXPECT_EQ(slices[1], kRingThreadSliceNs);
-  EXPECT_NE(self.runtime, kRingThreadSliceNs) << "the test's own thread keeps the default";
+  EXPECT_NE(self, kRingThreadSliceNs) << "the test's own thread keeps the default";
 }
 
 TEST(EngineCreate, FallsBackToPosixWhenUringIsRefused) {
