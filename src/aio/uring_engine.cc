@@ -95,16 +95,6 @@ void AskForShortSlice() {
   }
 }
 
-}  // namespace
-
-uint64_t ThreadSchedulerSliceNs(int tid) {
-  SchedAttr attr{};
-  if (syscall(SYS_sched_getattr, tid, &attr, sizeof(attr), 0) != 0) return 0;
-  return attr.runtime;
-}
-
-namespace {
-
 Status InitRing(io_uring* ring, int queue_depth) {
   io_uring_params params = {};
   params.flags = IORING_SETUP_COOP_TASKRUN;
@@ -584,5 +574,11 @@ Status UringEngine::Sync(FileId file) { return files_.Sync(file); }
 StatusOr<int64_t> UringEngine::FileSize(FileId file) { return files_.Size(file); }
 Status UringEngine::Truncate(FileId file, int64_t size_bytes) { return files_.Truncate(file, size_bytes); }
 Status UringEngine::Allocate(FileId file, int64_t size_bytes) { return files_.Allocate(file, size_bytes); }
+
+uint64_t ThreadSchedulerSliceNs(int tid) {
+  SchedAttr attr{};
+  if (syscall(SYS_sched_getattr, tid, &attr, sizeof(attr), 0) != 0) return 0;
+  return attr.runtime;
+}
 
 }  // namespace zinf::aio

@@ -269,7 +269,7 @@ ZINF_TARGET_AVX512 ZINF_ALWAYS_INLINE __m512 Load16AsFloat(const typename BSrc::
 // (the rest is waiting for the weight to come from memory).
 template <typename BSrc>
 ZINF_TARGET_AVX512 void PackTransposedPanelAvx512(float* dst, const typename BSrc::Elem* src, int64_t ld, int64_t kb) {
-  constexpr int64_t kNr = 32;
+  constexpr int64_t kNr = kNr512;
   constexpr int64_t kPrefetchStride = 64 / static_cast<int64_t>(sizeof(typename BSrc::Elem));  // a cache line
   const int64_t body = kb - kb % 16;
   __m512 r[16];
