@@ -185,11 +185,33 @@ deps:
 	else echo "   all $(words $(PACKAGES)) present"; fi; $(call phase_end,packages)
 
 # Debian packages for a machine without network (the GPU machine): fetched
-# here into .deps/, carried there and unpacked with `dpkg -x`.
+# here into .deps/, carried there and unpacked with `dpkg -x`. For the
+# head-to-head with DeepSpeed (perf/gpu/headtohead.sh) also: libaio-dev (its
+# async I/O op), DeepSpeed's sdist and the wheels of what it needs beyond the
+# GPU machine's Python 3.12 (.deps/py), and fio built from Debian's source
+# without the storage-cluster engines, whose libraries the packaged fio
+# pulls in by the hundred (.deps/bin/fio).
+# The C library, the compiler's runtime and the tools the recursive
+# download brings along are the GPU machine's own: unpacking Debian's
+# beside them puts a second glibc's headers on the include path, so they
+# are not kept (gpu-test skips them too, should older downloads have them).
+GPU_SKIP := '^(libc6|libc6-dev|libc-dev-bin|linux-libc-dev|libcrypt-dev|libcrypt1|libnsl-dev|libtirpc-dev|libgcc-s1|libstdc\+\+6|gcc-12-base|perl.*|libperl.*|dpkg|tar|debianutils|autoconf|automake|autotools-dev|m4)_'
+DEVICE_PY_WHEELS := hjson pydantic
+DEVICE_FIO       := https://deb.debian.org/debian/pool/main/f/fio/fio_3.33.orig.tar.gz
 device-debs:
 	mkdir -p .deps && cd .deps && apt-get download $$(apt-cache depends --recurse --no-recommends --no-suggests \
 	  --no-conflicts --no-breaks --no-replaces --no-enhances liburing-dev libhwloc-dev libisal-dev nlohmann-json3-dev \
-	  libspdlog-dev libgtest-dev libfmt-dev libpcre2-dev libicu-dev libsentencepiece-dev | grep '^\w' | sort -u) 2>/dev/null || true
+	  libspdlog-dev libgtest-dev libfmt-dev libpcre2-dev libicu-dev libsentencepiece-dev libaio-dev \
+	  | grep '^\w' | sort -u) 2>/dev/null || true
+	cd .deps && for f in *.deb; do echo "$$f" | grep -Eq $(GPU_SKIP) && rm "$$f"; done; true
+	python3 -m pip download -q --no-deps --no-binary :all: -d .deps/py deepspeed==0.19.8
+	python3 -m pip download -q --only-binary :all: --python-version 3.12 --implementation cp \
+	  --platform manylinux2014_x86_64 -d .deps/py $(DEVICE_PY_WHEELS)
+	[ -x .deps/bin/fio ] || { rm -rf .deps/fio-src && mkdir -p .deps/fio-src .deps/bin && \
+	  curl -sSfL $(DEVICE_FIO) | tar xz -C .deps/fio-src --strip-components 1 && cd .deps/fio-src && \
+	  ./configure --disable-native --disable-numa --disable-rdma --disable-rados --disable-rbd --disable-http \
+	    --disable-gfapi --disable-pmem --disable-xnvme --disable-libzbc --disable-dfs > /dev/null && \
+	  $(MAKE) -s -j $(JOBS) fio > /dev/null && strip fio && mv fio ../bin/ && cd .. && rm -rf fio-src; }
 
 # On the GPU machine (no network, CUDA under /usr/local/cuda): unpack the
 # packages device-debs fetched into .deps/root, point pkg-config and CMake at
@@ -198,10 +220,6 @@ GPU_ROOT := $(CURDIR)/.deps/root
 GPU_LIBS := $(GPU_ROOT)/usr/lib/x86_64-linux-gnu
 GPU_ENV  := PATH=$(GPU_ROOT)/usr/bin:$$PATH LD_LIBRARY_PATH=$(GPU_LIBS):$$LD_LIBRARY_PATH \
             PKG_CONFIG_PATH=$(GPU_LIBS)/pkgconfig:$(GPU_ROOT)/usr/share/pkgconfig
-# The C library, the compiler's runtime and the tools the recursive
-# download brings along are the GPU machine's own: unpacking Debian's
-# beside them puts a second glibc's headers on the include path.
-GPU_SKIP := '^(libc6|libc6-dev|libc-dev-bin|linux-libc-dev|libcrypt-dev|libcrypt1|libnsl-dev|libtirpc-dev|libgcc-s1|libstdc\+\+6|gcc-12-base|perl.*|libperl.*|dpkg|tar|debianutils|autoconf|automake|autotools-dev|m4)_'
 gpu-test:
 	@[ -f $(GPU_ROOT)/.unpacked ] || { rm -rf $(GPU_ROOT) && for f in .deps/*.deb; do \
 	  basename $$f | grep -Eq $(GPU_SKIP) && continue; dpkg -x $$f $(GPU_ROOT) || exit 1; done && \
