@@ -191,6 +191,7 @@ deps:
 # GPU machine's Python 3.12 (.deps/py), and fio built from Debian's source
 # without the storage-cluster engines, whose libraries the packaged fio
 # pulls in by the hundred (.deps/bin/fio).
+#
 # The C library, the compiler's runtime and the tools the recursive
 # download brings along are the GPU machine's own: unpacking Debian's
 # beside them puts a second glibc's headers on the include path, so they

@@ -82,6 +82,13 @@ class HugePages:
         return f"2 MiB huge pages ({self.want} reserved)" if self.active else "4 KiB pages (no huge pages reserved)"
 
 
+def aio_settings(config):
+    """The config's aio block size, queue depth and threads (DeepSpeed's defaults where unset): fio's job."""
+    aio = {"block_size": 1 << 20, "queue_depth": 8, "thread_count": 1}
+    aio.update({k: v for k, v in config.get("aio", {}).items() if k in aio})
+    return aio
+
+
 def fio_mixed(path, size, read_percent, aio):
     """fio's mixed sequential read/write speed (bytes/s) on a file in `path`,
     and how its buffers were backed."""
@@ -137,8 +144,7 @@ def main():
         raise SystemExit("capped_step: --steps must be >= 3 (the first step is a warm-up)")
     with open(a.config) as f:
         config = json.load(f)
-    aio = {"block_size": 1 << 20, "queue_depth": 8, "thread_count": 1}  # DeepSpeed's defaults
-    aio.update({k: v for k, v in config.get("aio", {}).items() if k in aio})
+    aio = aio_settings(config)
     fio_size = parse_size(a.fio_size)
     os.makedirs(a.nvme_path, exist_ok=True)
 

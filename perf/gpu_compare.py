@@ -35,6 +35,7 @@ import glob
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -125,9 +126,15 @@ def emit(out, rec):
     out.flush()
 
 
+def lm_loss(logits, targets):
+    """Mean cross-entropy over every position, in fp32 (zinf's loss)."""
+    import torch.nn.functional as F
+
+    return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+
+
 def run_torch(a, cfg, out):
     import torch
-    import torch.nn.functional as F
     import transformers
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -144,7 +151,7 @@ def run_torch(a, cfg, out):
         x, y = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.bf16):
             logits = model(input_ids=x).logits
-        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.view(-1))
+        loss = lm_loss(logits, y)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip if clip > 0 else float("inf"))
         opt.step()
@@ -154,7 +161,6 @@ def run_torch(a, cfg, out):
 
 def run_deepspeed(a, cfg, out):
     import torch
-    import torch.nn.functional as F
     import transformers
 
     for k, v in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29517"), ("RANK", "0"), ("LOCAL_RANK", "0"),
@@ -179,7 +185,7 @@ def run_deepspeed(a, cfg, out):
     for i, (x, y) in enumerate(batches(read_tokens(a.data), b, t, a.steps), 1):
         x, y = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
         logits = engine(input_ids=x).logits
-        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.view(-1))
+        loss = lm_loss(logits, y)
         engine.backward(loss)
         engine.step()
         get_accelerator().synchronize()
@@ -239,11 +245,10 @@ class TrainerFailed(Exception):
     pass
 
 
-def run_trainer(a, name, work):
+def run_trainer(a, name, work, params):
     """Runs one trainer; returns its per-step records (step, loss, wall, ...)."""
     lines_path = os.path.join(work, f"{name}.jsonl")
     if name == "zinf":
-        params = count_params(a.model)
         budget = int(16 * params * a.device_budget_fraction) if a.device_budget_fraction else 0
         cmd = zinf_command(a, a.config, lines_path, budget)
     else:
@@ -381,18 +386,21 @@ def compare(a):
               "trainers": {}}
     a.cfg = cfg
     nvme = uses_nvme(cfg)
-    aio = {"block_size": 1 << 20, "queue_depth": 8, "thread_count": 1}  # DeepSpeed's defaults
-    aio.update({k: v for k, v in cfg.get("aio", {}).items() if k in aio})
+    aio = capped_step.aio_settings(cfg)
     if nvme and not a.nvme_path:
         raise SystemExit("gpu_compare: an NVMe config needs --nvme-path")
     for name in a.trainers.split(","):
         t0 = time.time()
         if nvme:
             os.makedirs(a.nvme_path, exist_ok=True)
-            subprocess.run(["sh", "-c", f"rm -rf {a.nvme_path}/*"], check=False)
+            for entry in os.scandir(a.nvme_path):  # the last trainer's swap files
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
         fio_before = capped_step.fio_mixed(a.nvme_path, 4 << 30, 50, aio)[0] if nvme and name == "zinf" else None
         try:
-            recs, log = run_trainer(a, name, work)
+            recs, log = run_trainer(a, name, work, params)
         except TrainerFailed as e:
             print(f"gpu_compare: {e}", file=sys.stderr, flush=True)
             result["trainers"][name] = {"error": str(e)[-2000:]}
