@@ -622,6 +622,13 @@ void MatmulBackward16(float* dinp, float* dweight, float* dbias, const float* do
   MatmulBackwardFrom<float, F16B>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
 }
 
+void RoundTo16(float* x, int64_t n, ElementType type) {
+  ZINF_CHECK_MSG(IsWeight16(type), "RoundTo16: the type must be bf16 or f16");
+  const bool bf16 = type == ElementType::kBf16;
+#pragma omp parallel for schedule(static) if (WorthThreads(n))
+  for (int64_t i = 0; i < n; ++i) x[i] = bf16 ? Bf16ToFloat(FloatToBf16(x[i])) : HalfToFloat(FloatToHalf(x[i]));
+}
+
 // ---------------------------------------------------------------- attention
 
 template <typename T>

@@ -77,6 +77,12 @@ void MatmulForward16(float* out, const float* inp, const uint16_t* weight, Eleme
 void MatmulBackward16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                       const uint16_t* weight, ElementType weight_type, int64_t N, int C, int OC);
 
+// x[i] = x[i] rounded to `type` (kBf16 or kF16, to nearest, ties to even)
+// and widened back: what the GPU's 16-bit matmuls (cuda_kernels.h,
+// MatmulForward16) make of their fp32 operand, so that RoundTo16 and then
+// MatmulForward16 / MatmulBackward16 above are their CPU reference.
+void RoundTo16(float* x, int64_t n, ElementType type);
+
 // Causal multi-head self-attention: out [N, C] (heads concatenated), att
 // [B, NH, T, T] the softmax of q.k / sqrt(hs) over keys <= t, saved.
 template <typename T>

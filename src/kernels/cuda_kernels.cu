@@ -513,9 +513,17 @@ Status MatmulForward(CudaBlas& blas, float* out, const float* inp, const float* 
   // out [N, OC] = inp [N, C] @ weight^T, weight stored [OC, C].
   ZINF_RETURN_IF_ERROR(
       RowMajorGemm(blas, false, true, n, OC, C, 1.0f, inp, C, 0, weight, C, 0, 0.0f, out, OC, 0, 1, "matmul_forward"));
-  if (bias == nullptr) return Status::Ok();
-  AddBiasKernel<<<GridFor(N * OC, kThreads), kThreads, 0, AsStream(blas.stream())>>>(out, bias, N, OC);
-  return LaunchStatus("matmul_forward bias");
+  return AddBias(out, bias, N, OC, blas.stream());
+}
+
+Status AddBias(float* out, const float* bias, int64_t N, int OC, void* stream) {
+  if (bias == nullptr || N * OC <= 0) return Status::Ok();
+  AddBiasKernel<<<GridFor(N * OC, kThreads), kThreads, 0, AsStream(stream)>>>(out, bias, N, OC);
+  return LaunchStatus("matmul bias");
+}
+
+Status AddBiasGradient(float* dbias, const float* dout, int64_t N, int OC, void* stream) {
+  return LaunchColumnSums(nullptr, dbias, dout, nullptr, nullptr, nullptr, N, OC, AsStream(stream), "matmul dbias");
 }
 
 Status MatmulBackward(CudaBlas& blas, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
@@ -529,8 +537,7 @@ Status MatmulBackward(CudaBlas& blas, float* dinp, float* dweight, float* dbias,
   // dweight [OC, C] += dout^T [OC, N] @ inp [N, C]; dout stored [N, OC].
   ZINF_RETURN_IF_ERROR(RowMajorGemm(blas, true, false, OC, C, n, 1.0f, dout, OC, 0, inp, C, 0, 1.0f, dweight, C, 0, 1,
                                     "matmul_backward dweight"));
-  return LaunchColumnSums(nullptr, dbias, dout, nullptr, nullptr, nullptr, N, OC, AsStream(blas.stream()),
-                          "matmul_backward dbias");
+  return AddBiasGradient(dbias, dout, N, OC, blas.stream());
 }
 
 int64_t AttentionScratchElems(int B, int T_, int C, int NH) {

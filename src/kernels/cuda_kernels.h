@@ -87,6 +87,73 @@ Status MatmulForward(CudaBlas& blas, float* out, const float* inp, const float* 
                      int C, int OC);
 Status MatmulBackward(CudaBlas& blas, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                       const float* weight, int64_t N, int C, int OC);
+// The bias kernels the matmuls use: out[n, :] += bias; dbias += sum_n
+// dout[n, :] (rows summed in order, as ColumnSums in cuda_kernels.cu).
+Status AddBias(float* out, const float* bias, int64_t N, int OC, void* stream);
+Status AddBiasGradient(float* dbias, const float* dout, int64_t N, int OC, void* stream);
+
+// ---- 16-bit compute (cuda_gemm16.cu) ----------------------------------------
+//
+// The GPU's bf16 / fp16 mode: a linear layer's matmuls on tensor cores
+// through cuBLASLt, with the weight in the engine's 16-bit type read as it
+// is (no fp32 copy of it), the fp32 operand (inp, dout) rounded to the same
+// type into scratch first (to nearest, ties to even: RoundTo16), fp32
+// accumulation (CUBLAS_COMPUTE_32F) and fp32 results; so activations, norms,
+// softmax and the gradient handed to the engine stay fp32.
+//
+// CPU reference: kernels::cpu::RoundTo16 on the operand, then
+// cpu::MatmulForward16 / MatmulBackward16 with the same 16-bit weight. The
+// product of two 16-bit floats is exact in fp32, so the two differ only in
+// the order of the fp32 sums (the tests state the tolerance).
+
+// A cuBLASLt handle bound to one stream, with a device workspace of
+// kLtWorkspaceBytes the caller allocates and keeps alive (cuBLAS's advice
+// for Hopper is 32 MiB) and a cache of the algorithm cuBLASLt's heuristic
+// picks per shape and alignment (asked once per shape). Driven by one
+// thread at a time, on the device current when it was created.
+inline constexpr int64_t kLtWorkspaceBytes = int64_t{32} << 20;
+class CudaLt {
+ public:
+  static StatusOr<std::unique_ptr<CudaLt>> Create(void* stream, void* workspace);
+  ~CudaLt();
+  CudaLt(const CudaLt&) = delete;
+  CudaLt& operator=(const CudaLt&) = delete;
+  void* stream() const { return stream_; }
+
+  struct Impl;  // cuda_gemm16.cu
+  Impl& impl() { return *impl_; }
+
+ private:
+  CudaLt(std::unique_ptr<Impl> impl, void* stream);
+  std::unique_ptr<Impl> impl_;
+  void* stream_;
+};
+
+// out[i] = src[i] rounded to `type` (kBf16 or kF16; to nearest, ties to
+// even; fp16 overflows to +-Inf), as 16-bit values: the twin of
+// zinf::FloatToBf16 / FloatToHalf (core/half.h), bit for bit but for NaN
+// payloads.
+Status CastTo16(void* out, const float* src, ElementType type, int64_t n, void* stream);
+
+// Bytes of 16-bit operand scratch one MatmulForward16 / MatmulBackward16 of
+// these sizes needs (the backward rounds dout and inp: N x (C + OC)
+// elements), each part aligned to 256 bytes. Plain arithmetic, so planners
+// of builds without CUDA use it too.
+inline int64_t Matmul16ScratchBytes(int64_t N, int64_t C, int64_t OC) {
+  auto up = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+  return up(N * C * 2) + up(N * OC * 2);
+}
+
+// out [N, OC] = round16(inp) [N, C] @ weight^T + bias, weight [OC, C] of
+// `type` (kBf16 or kF16). dinp += round16(dout) @ weight; dweight +=
+// round16(dout)^T @ round16(inp); dbias += sum_n dout (fp32, unrounded);
+// dbias may be null. `scratch`: Matmul16ScratchBytes(N, C, OC) bytes of
+// device memory, 256-byte aligned, not in use by queued work of another
+// stream. N, C, OC must fit in int.
+Status MatmulForward16(CudaLt& lt, float* out, const float* inp, const void* weight, ElementType type,
+                       const float* bias, int64_t N, int C, int OC, void* scratch);
+Status MatmulBackward16(CudaLt& lt, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const void* weight, ElementType type, int64_t N, int C, int OC, void* scratch);
 
 // Attention. Scratch (shared by forward and backward) holds
 // AttentionScratchElems(B, T_, C, NH) floats laid out as

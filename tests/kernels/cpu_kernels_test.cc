@@ -277,6 +277,38 @@ TEST(CpuKernelsTest, FloatGeluFollowsTheDoubleOneAndDependsOnlyOnItsInput) {
   EXPECT_EQ(std::memcmp(y1.data(), y.data() + 3, y1.size() * sizeof(float)), 0);
 }
 
+// RoundTo16 is the GPU's 16-bit operand rounding (cuda_kernels.h,
+// CastTo16) widened back: to nearest, ties to even, as core/half.h; values
+// already 16-bit stay as they are.
+TEST(CpuKernelsTest, RoundTo16RoundsToNearestEvenAndKeeps16BitValues) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-300.0f, 300.0f);
+  std::vector<float> x(5000);
+  for (float& v : x) v = dist(rng);
+  x.insert(x.end(), {1.00390625f, 1.01171875f, 65520.0f, 70000.0f, 1e-7f, -0.0f});
+  for (ElementType type : {ElementType::kBf16, ElementType::kF16}) {
+    std::vector<float> r = x;
+    RoundTo16(r.data(), static_cast<int64_t>(r.size()), type);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float want = type == ElementType::kBf16 ? Bf16ToFloat(FloatToBf16(x[i])) : HalfToFloat(FloatToHalf(x[i]));
+      ASSERT_EQ(std::bit_cast<uint32_t>(r[i]), std::bit_cast<uint32_t>(want)) << "element " << i << " = " << x[i];
+    }
+    std::vector<float> again = r;
+    RoundTo16(again.data(), static_cast<int64_t>(again.size()), type);
+    EXPECT_EQ(std::memcmp(again.data(), r.data(), r.size() * sizeof(float)), 0) << "rounding twice changes nothing";
+  }
+  // Ties: 1 + 2^-8 lies halfway between bf16 neighbours 1 and 1 + 2^-7 (to
+  // even: 1); 1 + 3 * 2^-8 halfway between 1 + 2^-7 and 1 + 2^-6 (to even:
+  // 1 + 2^-6). fp16 overflows at 65520.
+  std::vector<float> ties = {1.00390625f, 1.01171875f};
+  RoundTo16(ties.data(), 2, ElementType::kBf16);
+  EXPECT_EQ(ties[0], 1.0f);
+  EXPECT_EQ(ties[1], 1.015625f);
+  float big = 65520.0f;
+  RoundTo16(&big, 1, ElementType::kF16);
+  EXPECT_TRUE(std::isinf(big));
+}
+
 TEST(CpuKernelsTest, ResidualAndAccumulate) {
   std::vector<double> a = {1, 2, 3}, b = {10, 20, 30}, out(3);
   ResidualForward(out.data(), a.data(), b.data(), 3);

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/half.h"
 #include "device/cuda_device.h"
 #include "device/device.h"
 #include "kernels/cpu_kernels.h"
@@ -520,6 +521,148 @@ TEST_F(CudaKernelsTest, GqaExpandForwardAndBackward) {
   EXPECT_TRUE(Near(Down(d_dq, N * C), dq, 0.0, 0.0));
   EXPECT_TRUE(Near(Down(d_dk, N * Ckv), dk, 1e-6, 1e-6));
   EXPECT_TRUE(Near(Down(d_dv, N * Ckv), dv, 1e-6, 1e-6));
+}
+
+// ---- 16-bit compute (cuda_gemm16.cu) -------------------------------------
+//
+// Reference: the operand rounded on the CPU (cpu::RoundTo16), then the CPU's
+// 16-bit-weight matmuls. Every product of two 16-bit values is exact in
+// fp32, so the GPU differs only in how its fp32 sums are ordered and
+// rounded; tensor cores may add a group of products before rounding (or
+// truncate while aligning them), so the bound is a little looser than the
+// fp32 matmul's: atol 4e-6 * K (K terms in [-1, 1]) plus rtol 1e-4.
+// Without the operand's rounding the error would be ~2^-9 * sqrt(K) per
+// element, far outside it.
+
+std::vector<uint16_t> To16(const std::vector<float>& x, ElementType type) {
+  std::vector<uint16_t> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = type == ElementType::kBf16 ? FloatToBf16(x[i]) : FloatToHalf(x[i]);
+  return out;
+}
+
+std::vector<float> Rounded(std::vector<float> x, ElementType type) {
+  cpu::RoundTo16(x.data(), static_cast<int64_t>(x.size()), type);
+  return x;
+}
+
+class CudaGemm16Test : public CudaKernelsTest {
+ protected:
+  void SetUp() override {
+    CudaKernelsTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    void* workspace = Alloc<char>(static_cast<size_t>(gpu::kLtWorkspaceBytes));
+    auto lt = gpu::CudaLt::Create(s(), workspace);
+    ASSERT_TRUE(lt.ok()) << lt.status().ToString();
+    lt_ = std::move(lt).value();
+  }
+  void TearDown() override {
+    lt_.reset();
+    CudaKernelsTest::TearDown();
+  }
+  void* Scratch(int64_t N, int C, int OC) {
+    return Alloc<char>(static_cast<size_t>(gpu::Matmul16ScratchBytes(N, C, OC)));
+  }
+
+  // Forward and backward of one shape against the CPU reference.
+  void CheckShape(ElementType type, int64_t N, int C, int OC, bool bias, uint32_t seed) {
+    SCOPED_TRACE(std::string(type == ElementType::kBf16 ? "bf16" : "f16") + " N " + std::to_string(N) + " C " +
+                 std::to_string(C) + " OC " + std::to_string(OC) + (bias ? " bias" : ""));
+    std::vector<float> inp = Uniform(N * C, -1, 1, seed), w = Uniform(static_cast<size_t>(OC) * C, -1, 1, seed + 1),
+                       b = Uniform(OC, -1, 1, seed + 2);
+    const std::vector<uint16_t> w16 = To16(w, type);
+    std::vector<float> want(N * OC);
+    const std::vector<float> inp_r = Rounded(inp, type);
+    cpu::MatmulForward16(want.data(), inp_r.data(), w16.data(), type, bias ? b.data() : nullptr, N, C, OC);
+    float* d_inp = Up(inp);
+    uint16_t* d_w = Up(w16);
+    float* d_out = Up(Uniform(N * OC, 5, 6, seed + 3));  // overwritten
+    float* d_b = bias ? Up(b) : nullptr;
+    void* scratch = Scratch(N, C, OC);
+    ASSERT_OK(gpu::MatmulForward16(*lt_, d_out, d_inp, d_w, type, d_b, N, C, OC, scratch));
+    EXPECT_TRUE(Near(Down(d_out, N * OC), want, 4e-6 * C + 1e-6, 1e-4));
+
+    std::vector<float> dout = Uniform(N * OC, -1, 1, seed + 4);
+    std::vector<float> dinp = Uniform(N * C, -1, 1, seed + 5), dw = Uniform(w.size(), -1, 1, seed + 6),
+                       db = Uniform(OC, -1, 1, seed + 7);
+    float* d_dinp = Up(dinp);
+    float* d_dw = Up(dw);
+    float* d_db = Up(db);
+    ASSERT_OK(gpu::MatmulBackward16(*lt_, d_dinp, d_dw, bias ? d_db : nullptr, Up(dout), d_inp, d_w, type, N, C, OC,
+                                    scratch));
+    // dbias sums the unrounded dout: the fp32 rule of MatmulBackward.
+    std::vector<float> db_want = db;
+    if (bias) {
+      for (int64_t n = 0; n < N; ++n) {
+        for (int o = 0; o < OC; ++o) db_want[o] += dout[n * OC + o];
+      }
+    }
+    const std::vector<float> dout_r = Rounded(dout, type);
+    cpu::MatmulBackward16(dinp.data(), dw.data(), nullptr, dout_r.data(), inp_r.data(), w16.data(), type, N, C, OC);
+    EXPECT_TRUE(Near(Down(d_dinp, N * C), dinp, 4e-6 * OC + 1e-6, 1e-4)) << "dinp accumulates";
+    EXPECT_TRUE(Near(Down(d_dw, dw.size()), dw, 4e-6 * N + 1e-6, 1e-4)) << "dweight accumulates";
+    EXPECT_TRUE(Near(Down(d_db, OC), db_want, 1e-6 * N + 1e-6, 1e-5)) << "without bias, dbias must stay untouched";
+  }
+
+  std::unique_ptr<gpu::CudaLt> lt_;
+};
+
+TEST_F(CudaGemm16Test, CastTo16MatchesTheCpuBits) {
+  // Ties both ways, the largest finite values, fp16 overflow and
+  // subnormals, zeros of both signs, infinities, and random values.
+  std::vector<float> x = {0.0f,  -0.0f, 1.0f,   1.00390625f, 1.01171875f, -3.140625f, 65504.0f,   65519.0f,    65520.0f,
+                          1e-5f, 6e-8f, -1e-7f, 3.0e38f,     -INFINITY,   INFINITY,   1.0009766f, 0.33333334f, 1e-40f};
+  const std::vector<float> r = Uniform(4096, -1000, 1000, 50);
+  x.insert(x.end(), r.begin(), r.end());
+  float* d_x = Up(x);
+  for (ElementType type : {ElementType::kBf16, ElementType::kF16}) {
+    SCOPED_TRACE(type == ElementType::kBf16 ? "bf16" : "f16");
+    uint16_t* d_out = Alloc<uint16_t>(x.size());
+    ASSERT_OK(gpu::CastTo16(d_out, d_x, type, static_cast<int64_t>(x.size()), s()));
+    const std::vector<uint16_t> got = Down(d_out, x.size()), want = To16(x, type);
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(got[i], want[i]) << "element " << i << " = " << x[i];
+    }
+  }
+}
+
+TEST_F(CudaGemm16Test, Bf16MatmulsMatchTheRoundedCpuReference) {
+  CheckShape(ElementType::kBf16, 256, 256, 768, true, 60);
+  CheckShape(ElementType::kBf16, 128, 1024, 256, false, 61);
+}
+
+TEST_F(CudaGemm16Test, F16MatmulsMatchTheRoundedCpuReference) {
+  CheckShape(ElementType::kF16, 256, 256, 768, true, 70);
+  CheckShape(ElementType::kF16, 64, 128, 512, false, 71);
+}
+
+// Odd sizes leave the rows 2-byte aligned: the heuristic must be told so
+// and still find an algorithm.
+TEST_F(CudaGemm16Test, OddShapesAndUnalignedRows) {
+  CheckShape(ElementType::kBf16, 33, 65, 47, true, 80);
+  CheckShape(ElementType::kBf16, 1, 8, 3, true, 81);
+}
+
+TEST_F(CudaGemm16Test, SameBitsRunToRun) {
+  const int64_t N = 128;
+  const int C = 512, OC = 384;
+  const std::vector<uint16_t> w16 = To16(Uniform(static_cast<size_t>(OC) * C, -1, 1, 90), ElementType::kBf16);
+  float* d_inp = Up(Uniform(N * C, -1, 1, 91));
+  uint16_t* d_w = Up(w16);
+  void* scratch = Scratch(N, C, OC);
+  std::vector<float> runs[2];
+  for (auto& run : runs) {
+    float* d_out = Alloc<float>(N * OC);
+    ASSERT_OK(gpu::MatmulForward16(*lt_, d_out, d_inp, d_w, ElementType::kBf16, nullptr, N, C, OC, scratch));
+    run = Down(d_out, N * OC);
+  }
+  EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * sizeof(float)), 0);
+}
+
+TEST_F(CudaGemm16Test, NonSixteenBitTypeIsAnError) {
+  float* d = Alloc<float>(64);
+  const Status st = gpu::MatmulForward16(*lt_, d, d, d, ElementType::kF32, nullptr, 8, 8, 8, Scratch(8, 8, 8));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_EQ(gpu::CastTo16(d, d, ElementType::kF64, 8, s()).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace
