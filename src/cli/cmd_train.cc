@@ -220,15 +220,19 @@ void PrintFetchLine(FILE* out, const Flags& flags, const std::string& fetch_unit
   std::fprintf(out, "zinf train: activations %s: %s (%s with the scratch, on the device)\n",
                flags.GetOr("activations", "auto").c_str(), model::LayerActivationsDescription(trainer.activations()),
                FormatBytes(trainer.activation_bytes()).c_str());
+  const std::string compute = trainer.compute_name();
+  std::fprintf(out, "zinf train: compute %s: %s\n", compute.c_str(),
+               compute == "cuda-16" ? "linear layers on tensor cores in the parameters' 16-bit type, fp32 elsewhere"
+                                    : "fp32 (16-bit parameters are read as fp32)");
 }
 
 int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   auto flags = TrainerFlags(
-      args, {"config",           "model",         "data",    "steps",        "save-dir",   "save-every",
-             "keep-checkpoints", "resume",        "export",  "export-dtype", "eval-every", "eval-batches",
-             "device",           "device-budget", "seed",    "threads",      "nvme-path",  "corpus-bytes",
-             "data-order",       "holdout",       "metrics", "report",       "seq-len",    "weight-decay-on",
-             "fetch-unit",       "activations"},
+      args, {"config",           "model",         "data",       "steps",        "save-dir",   "save-every",
+             "keep-checkpoints", "resume",        "export",     "export-dtype", "eval-every", "eval-batches",
+             "device",           "device-budget", "seed",       "threads",      "nvme-path",  "corpus-bytes",
+             "data-order",       "holdout",       "metrics",    "report",       "seq-len",    "weight-decay-on",
+             "fetch-unit",       "activations",   "gpu-compute"},
       {"quiet", "exact-losses"});
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   const auto config_path = flags->Get("config");
@@ -316,6 +320,11 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   topt.corpus_bytes = *corpus;
   topt.seed = static_cast<uint64_t>(*seed);
   topt.weight_decay_on = *decay_on;
+  const std::string gpu_compute = flags->GetOr("gpu-compute", "16");
+  if (gpu_compute != "16" && gpu_compute != "fp32") {
+    return Fail(kName, Status::InvalidArgument("--gpu-compute: expected 16 or fp32, got '" + gpu_compute + "'"), 2);
+  }
+  topt.gpu_compute16 = gpu_compute == "16";
   const std::string fetch_unit_text = FetchUnitText(*flags, rank, world);
   if (Status s = SetFetchUnitAndActivations(*flags, fetch_unit_text, *config, **device, topt); !s.ok()) {
     return Fail(kName, s, 2);
@@ -384,7 +393,7 @@ ZINF_COMMAND(Command{
     "                  [--seed N] [--threads N] [--corpus-bytes SIZE] [--seq-len T]\n"
     "                  [--data-order shuffled|sequential] [--holdout FRACTION] [--metrics FILE.jsonl]\n"
     "                  [--report FILE.html] [--weight-decay-on matrices|all] [--fetch-unit auto|layer|ELEMS]\n"
-    "                  [--activations auto|keep|recompute] [--quiet] [--exact-losses]\n"
+    "                  [--activations auto|keep|recompute] [--gpu-compute 16|fp32] [--quiet] [--exact-losses]\n"
     "                  [--lr X] [--weight-decay X] [--warmup-steps N] [--max-grad-norm X] [--adam-beta1 X]\n"
     "                  [--adam-beta2 X] [--adam-epsilon X] [--micro-batch N] [--grad-accum N]\n\n"
     "  --config C        DeepSpeed JSON (zero_optimization, offload_param/optimizer, aio, optimizer, ...)\n"
@@ -419,6 +428,10 @@ ZINF_COMMAND(Command{
     "                    the rest: activation checkpointing) or auto (default: keep when the L-1 more\n"
     "                    layers take at most half of the device and the working set still fits it).\n"
     "                    Either gives the same bits; when ranks differ, all recompute\n"
+    "  --gpu-compute M   on a GPU with bf16 or fp16 enabled: 16 (default: the linear layers' matmuls in\n"
+    "                    that type on tensor cores, fp32 accumulation; everything else fp32) or fp32 (the\n"
+    "                    16-bit weights cast to fp32: within float rounding of the host device). The host\n"
+    "                    device computes in fp32 either way\n"
     "  --weight-decay-on matrices (default: no weight decay on biases and LayerNorm weights, as the\n"
     "                    HF Trainer) or all (every tensor, as plain torch AdamW)\n"
     "  --exact-losses    also a line per step with its loss to 17 digits, for bit-for-bit comparisons\n"

@@ -17,18 +17,31 @@ namespace k = kernels::cuda;
 
 class CudaOps final : public Ops<float> {
  public:
-  CudaOps(int ordinal, std::unique_ptr<Stream> stream, std::unique_ptr<k::CudaBlas> blas)
-      : ordinal_(ordinal), stream_(std::move(stream)), blas_(std::move(blas)), s_(stream_->native_handle()) {}
+  // `lt` and `workspace` (a CudaLt's): the 16-bit compute mode; null for fp32.
+  CudaOps(Device* device, int ordinal, std::unique_ptr<Stream> stream, std::unique_ptr<k::CudaBlas> blas,
+          std::unique_ptr<k::CudaLt> lt, void* workspace)
+      : device_(*device),
+        ordinal_(ordinal),
+        stream_(std::move(stream)),
+        blas_(std::move(blas)),
+        lt_(std::move(lt)),
+        workspace_(workspace),
+        s_(stream_->native_handle()) {}
   ~CudaOps() override {
-    // The stream's destructor waits for queued work; the cuBLAS handle must
-    // go first (it may hold work on the stream), then the stream.
+    // The stream's destructor waits for queued work; the cuBLAS handles must
+    // go first (they may hold work on the stream), then the stream, then
+    // the memory the work used.
     k::SetDevice(ordinal_).IgnoreError();
     stream_->Synchronize().IgnoreError();
     blas_.reset();
+    lt_.reset();
     stream_.reset();
+    for (void* p : {scratch16_, workspace_}) {
+      if (p != nullptr) device_.Free(p);
+    }
   }
 
-  std::string name() const override { return "cuda-f32"; }
+  std::string name() const override { return lt_ ? "cuda-16" : "cuda-f32"; }
 
   void Zero(float* p, int64_t n) override {
     Run([&] { return k::Zero(p, n, s_); });
@@ -74,6 +87,21 @@ class CudaOps final : public Ops<float> {
   void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                       const float* weight, int64_t N, int C, int OC) override {
     Run([&] { return k::MatmulBackward(*blas_, dinp, dweight, dbias, dout, inp, weight, N, C, OC); });
+  }
+  bool reads_weights16() const override { return lt_ != nullptr; }
+  void MatmulForward16(float* out, const float* inp, const void* weight, ElementType weight_type, const float* bias,
+                       int64_t N, int C, int OC) override {
+    void* scratch = Scratch16(k::Matmul16ScratchBytes(N, C, OC));
+    if (scratch == nullptr) return;
+    Run([&] { return k::MatmulForward16(*lt_, out, inp, weight, weight_type, bias, N, C, OC, scratch); });
+  }
+  void MatmulBackward16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const void* weight, ElementType weight_type, int64_t N, int C, int OC) override {
+    void* scratch = Scratch16(k::Matmul16ScratchBytes(N, C, OC));
+    if (scratch == nullptr) return;
+    Run([&] {
+      return k::MatmulBackward16(*lt_, dinp, dweight, dbias, dout, inp, weight, weight_type, N, C, OC, scratch);
+    });
   }
   int64_t AttentionScratchElems(int B, int T_, int C, int NH) const override {
     return k::AttentionScratchElems(B, T_, C, NH);
@@ -148,6 +176,28 @@ class CudaOps final : public Ops<float> {
   // switched it).
   Status Enter() { return k::SetDevice(ordinal_); }
 
+  // The 16-bit operand scratch, at least `bytes`: grown (never shrunk) on
+  // the device once the work queued on the old one is done, so it reaches
+  // the largest matmul's size in the first step (ModelWorkingSetBytes
+  // counts it). Null after an error (kept).
+  void* Scratch16(int64_t bytes) {
+    if (bytes <= scratch16_bytes_) return scratch16_;
+    if (!Note(Enter())) return nullptr;
+    if (scratch16_ != nullptr) {
+      if (!Note(stream_->Synchronize().WithContext("CudaOps 16-bit scratch"))) return nullptr;
+      device_.Free(scratch16_);
+      scratch16_ = nullptr;
+      scratch16_bytes_ = 0;
+    }
+    StatusOr<void*> p = device_.Allocate(static_cast<size_t>(bytes));
+    if (!Note(p.status().WithContext("CudaOps: 16-bit matmul operands (" + std::to_string(bytes) + " bytes)"))) {
+      return nullptr;
+    }
+    scratch16_ = *p;
+    scratch16_bytes_ = bytes;
+    return scratch16_;
+  }
+
   // Keeps the first error; true when `st` is OK.
   bool Note(const Status& st) {
     if (st.ok()) return true;
@@ -161,25 +211,44 @@ class CudaOps final : public Ops<float> {
     if (Note(Enter())) Note(call());
   }
 
+  Device& device_;
   const int ordinal_;
   std::unique_ptr<Stream> stream_;
   std::unique_ptr<k::CudaBlas> blas_;
+  std::unique_ptr<k::CudaLt> lt_;  // 16-bit compute; null in fp32 mode
+  void* workspace_;                // lt_'s (kLtWorkspaceBytes of device memory)
+  void* scratch16_ = nullptr;      // Scratch16
+  int64_t scratch16_bytes_ = 0;
   void* const s_;  // stream_->native_handle(): a cudaStream_t
   Status first_error_;
 };
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Ops<float>>> CreateCudaOps(Device& device) {
+StatusOr<std::unique_ptr<Ops<float>>> CreateCudaOps(Device& device, bool compute16) {
   if (device.kind() != DeviceKind::kCuda) {
     return Status::InvalidArgument("CreateCudaOps: " + device.name() + " is not a CUDA device");
   }
   // CreateStream makes the device's ordinal current on this thread, so the
-  // cuBLAS handle below is created on it too.
+  // cuBLAS handles below are created on it too.
   ZINF_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, device.CreateStream());
   ZINF_ASSIGN_OR_RETURN(int ordinal, k::GetDevice());
   ZINF_ASSIGN_OR_RETURN(std::unique_ptr<k::CudaBlas> blas, k::CudaBlas::Create(stream->native_handle()));
-  return std::unique_ptr<Ops<float>>(new CudaOps(ordinal, std::move(stream), std::move(blas)));
+  std::unique_ptr<k::CudaLt> lt;
+  void* workspace = nullptr;
+  if (compute16) {
+    auto w = device.Allocate(static_cast<size_t>(k::kLtWorkspaceBytes));
+    if (!w.ok()) return w.status().WithContext("CreateCudaOps: the cuBLASLt workspace");
+    workspace = *w;
+    auto created = k::CudaLt::Create(stream->native_handle(), workspace);
+    if (!created.ok()) {
+      device.Free(workspace);
+      return created.status();
+    }
+    lt = std::move(created).value();
+  }
+  return std::unique_ptr<Ops<float>>(
+      new CudaOps(&device, ordinal, std::move(stream), std::move(blas), std::move(lt), workspace));
 }
 
 }  // namespace zinf::model

@@ -13,7 +13,14 @@
 // Ops contract says, and waits for every kernel queued before it.
 //
 // Matmuls compute in fp32 without TF32, so results stay within float
-// rounding of CpuOps<float>.
+// rounding of CpuOps<float>; but in the 16-bit compute mode (compute16,
+// name "cuda-16"), where the linear layers' matmuls read the engine's
+// 16-bit weights as they are (reads_weights16) and run on tensor cores with
+// their fp32 operand rounded to the same type (cuda_kernels.h,
+// MatmulForward16: fp32 accumulation and results). Everything else stays
+// fp32 in both modes. The 16-bit mode holds a cuBLASLt workspace
+// (kLtWorkspaceBytes) and operand scratch grown to the largest matmul it
+// has run, both from the Device.
 //
 // Only declared in builds with CUDA kernels (ZINF_HAVE_CUDA_KERNELS).
 // Thread-safety: one thread drives a CudaOps; it makes the device's ordinal
@@ -29,8 +36,9 @@ namespace zinf::model {
 
 #if defined(ZINF_HAVE_CUDA_KERNELS)
 // `device` must be a CUDA device and outlive the Ops. kInvalidArgument on a
-// host device; a CUDA error (stream, cuBLAS handle) as kInternal.
-StatusOr<std::unique_ptr<Ops<float>>> CreateCudaOps(Device& device);
+// host device; a CUDA error (stream, cuBLAS handle) as kInternal; the
+// workspace's allocation error (kOutOfMemory under a budget).
+StatusOr<std::unique_ptr<Ops<float>>> CreateCudaOps(Device& device, bool compute16 = false);
 #endif
 
 }  // namespace zinf::model

@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/units.h"
+#include "kernels/cuda_kernels.h"
 #include "model/plan.h"
 
 namespace zinf::model {
@@ -139,7 +140,15 @@ int64_t ModelWorkingSetBytes(const GptConfig& model, int batch, bool cuda, int64
   const int64_t fixed = ActivationBytes(model, batch, cuda, activations) + 4 * embed +
                         (cast && model.tied_embeddings ? 4 * embed : 0) + param_elem_bytes * embed;
   const int64_t per_elem = param_elem_bytes + (cast ? 4 : 0) + 4;
-  return fixed + per_elem * max_non_embed_elems;
+  return fixed + per_elem * max_non_embed_elems + (cuda && param_elem_bytes == 2 ? Matmul16Bytes(model, batch) : 0);
+}
+
+int64_t Matmul16Bytes(const GptConfig& model, int batch) {
+  // The linear layers' widest in + out: GPT-2's MLP (C -> 4C and back),
+  // Llama's gate/up and down (C <-> intermediate).
+  const int64_t C = model.n_embd, N = int64_t{batch} * model.seq_len;
+  const int64_t out = model.llama() ? model.intermediate_size : 4 * C;
+  return kernels::cuda::kLtWorkspaceBytes + kernels::cuda::Matmul16ScratchBytes(N, C, out);
 }
 
 int64_t ResolveAutoFetchUnit(const GptConfig& model, int batch, bool cuda, int64_t device_bytes,

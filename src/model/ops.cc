@@ -147,13 +147,14 @@ std::unique_ptr<Ops<T>> CreateCpuOps() {
 template std::unique_ptr<Ops<float>> CreateCpuOps<float>();
 template std::unique_ptr<Ops<double>> CreateCpuOps<double>();
 
-StatusOr<std::unique_ptr<Ops<float>>> CreateOps(Device& device) {
+StatusOr<std::unique_ptr<Ops<float>>> CreateOps(Device& device, bool compute16) {
   switch (device.kind()) {
     case DeviceKind::kHost: return CreateCpuOps<float>();
     case DeviceKind::kCuda:
 #if defined(ZINF_HAVE_CUDA_KERNELS)
-      return CreateCudaOps(device);
+      return CreateCudaOps(device, compute16);
 #else
+      (void)compute16;
       return Status::Unavailable("CreateOps: device " + device.name() +
                                  " is a CUDA device, but this build has no CUDA kernels");
 #endif

@@ -56,8 +56,10 @@ class Ops {
                               int C, int OC) = 0;
   // Whether MatmulForward16 / MatmulBackward16 are there: the matmuls with a
   // weight in a 16-bit float type (the engine's parameters, kBf16 or kF16)
-  // read as it is, with no T copy of it and the bits of casting it first
-  // (CastIn) and calling the T versions. Callers that get false cast.
+  // read as it is, with no T copy of it. CpuOps: the bits of casting it
+  // first (CastIn) and calling the T versions. CudaOps in its 16-bit mode:
+  // tensor-core matmuls with the fp32 operand rounded to the weight's type
+  // too (cuda_ops.h). Callers that get false cast.
   virtual bool reads_weights16() const { return false; }
   virtual void MatmulForward16(T* out, const T* inp, const void* weight, ElementType weight_type, const T* bias,
                                int64_t N, int C, int OC);
@@ -98,7 +100,9 @@ template <typename T>
 std::unique_ptr<Ops<T>> CreateCpuOps();
 
 // fp32 Ops for `device`: CudaOps on a CUDA device (kUnavailable when this
-// build has no CUDA), CpuOps<float> on the host device.
-StatusOr<std::unique_ptr<Ops<float>>> CreateOps(Device& device);
+// build has no CUDA), CpuOps<float> on the host device. `compute16`: on a
+// CUDA device, its 16-bit compute mode (cuda_ops.h); the host device's
+// CpuOps read 16-bit weights exactly in either case.
+StatusOr<std::unique_ptr<Ops<float>>> CreateOps(Device& device, bool compute16 = false);
 
 }  // namespace zinf::model

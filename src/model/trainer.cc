@@ -562,7 +562,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
 
   // Kernels, activations and scratch on the engine's device.
   const auto engine_bytes = static_cast<int64_t>(m->device->bytes_in_use());
-  ZINF_ASSIGN_OR_RETURN(m->ops, CreateOps(*m->device));
+  ZINF_ASSIGN_OR_RETURN(
+      m->ops, CreateOps(*m->device, options.gpu_compute16 && kernels::cpu::IsWeight16(m->engine->param_type())));
   // The embedding has scratch of its own (its gradients; with a tied head
   // its fp32 cast, which its forward uses too), so the blocks' scratch is
   // sized by the others: the largest layer piece, or the head.
@@ -915,6 +916,7 @@ int64_t Trainer::tokens_per_step() const {
 const GptConfig& Trainer::model() const { return impl_->model(); }
 Engine& Trainer::engine() { return *impl_->engine; }
 LayerActivations Trainer::activations() const { return impl_->options.activations; }
+std::string Trainer::compute_name() const { return impl_->ops->name(); }
 int64_t Trainer::activation_bytes() const { return impl_->compute->activation_bytes() + impl_->scratch_bytes; }
 int64_t Trainer::num_train_tokens() const { return static_cast<int64_t>(impl_->num_train_tokens); }
 

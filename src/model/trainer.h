@@ -79,6 +79,12 @@ struct TrainerOptions {
   // Whether the backward recomputes each layer's activations from its
   // input or finds them kept from the forward (gpt.h; the same bits).
   LayerActivations activations = LayerActivations::kRecompute;
+  // On a CUDA device with 16-bit parameters (bf16 or fp16 enabled): the
+  // linear layers' matmuls in that type on tensor cores (CudaOps' 16-bit
+  // mode, cuda_ops.h). false: fp32 compute from the weights cast to fp32,
+  // within float rounding of the host device. The host device computes in
+  // fp32 either way.
+  bool gpu_compute16 = true;
   // Engine options (run id, threads); grad_type and hooks are set by the
   // trainer.
   EngineOptions engine;
@@ -181,6 +187,7 @@ class Trainer {
   Engine& engine();
   int64_t activation_bytes() const;      // device bytes of activations and scratch
   LayerActivations activations() const;  // options.activations
+  std::string compute_name() const;      // the Ops' (ops.h): cpu-f32, cuda-f32 or cuda-16
   int64_t num_train_tokens() const;
 
   struct Impl;
