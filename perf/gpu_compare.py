@@ -19,6 +19,10 @@ next B*T later), one micro-batch per step, a constant learning rate.
               with --bf16), deepspeed (deepspeed.initialize with the JSON)
   table       the README's table rows from compare's JSON files
   plot        an SVG of the losses of one compare JSON
+  curve       zinf twice on one model and config, --gpu-compute 16 and fp32 (on a GPU
+              with bf16 on: tensor-core bf16 matmuls against the fp32 path), and
+              the losses' largest and mean difference; the JSON plots like
+              compare's (the host device computes fp32 in both: a dry run)
   compare     runs several trainers on one folder and prints one JSON object:
               per trainer the losses, step times, tokens/s (median over steps
               after the first two), GPU busy (NVML's utilization, sampled every
@@ -26,6 +30,8 @@ next B*T later), one micro-batch per step, a constant learning rate.
               for zinf, the step's time parts from its metrics; the largest
               loss difference of each trainer to the first one.
 
+  perf/gpu_compare.py curve --zinf perf/gpu/zinf-gpu --model demo --config configs/cpu-offload.json \
+      --steps 200 --json OUT
   perf/gpu_compare.py make-model --shape llama-1b --dir /tmp/m
   perf/gpu_compare.py compare --zinf perf/gpu/zinf-gpu --model /tmp/m --config C.json \\
       --trainers zinf,torch --steps 20 --device-budget-fraction 0.333 --json OUT
@@ -430,6 +436,39 @@ def compare(a):
     print(json.dumps(result))
 
 
+def curve(a):
+    """The 16-bit compute mode's losses against the fp32 path's, step by step."""
+    work = a.work or tempfile.mkdtemp(prefix="gpu-curve.")
+    os.makedirs(work, exist_ok=True)
+    sampler = GpuSampler()  # for the GPU's name
+    sampler.stop.set()
+    result = {"gpu": sampler.name, "model": a.model, "config": a.config, "steps": a.steps, "trainers": {}}
+    for mode in ("16", "fp32"):
+        metrics = os.path.join(work, f"zinf-{mode}.jsonl")
+        cmd = [a.zinf, "train", "--config", a.config, "--model", a.model, "--steps", str(a.steps), "--eval-every",
+               "0", "--gpu-compute", mode, "--metrics", metrics, "--device", "auto"] + a.zinf_args
+        print(f"gpu_compare: {' '.join(cmd)}", file=sys.stderr, flush=True)
+        t0 = time.time()
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode != 0:
+            raise SystemExit(f"gpu_compare: zinf --gpu-compute {mode} exited {p.returncode}:\n{p.stderr[-3000:]}")
+        with open(metrics) as f:
+            recs = [json.loads(line) for line in f if '"loss"' in line]
+        compute = next((line.split("compute ", 1)[1].split(":")[0] for line in p.stderr.splitlines()
+                        if line.startswith("zinf train: compute ")), "?")
+        result["trainers"][f"zinf-{mode}"] = {"compute": compute, "losses": [r["loss"] for r in recs],
+                                             "wall_seconds": time.time() - t0}
+    l16, l32 = (result["trainers"][k]["losses"] for k in ("zinf-16", "zinf-fp32"))
+    diffs = [abs(x - y) for x, y in zip(l16, l32)]
+    result["max_abs_loss_diff"] = max(diffs)
+    result["mean_abs_loss_diff"] = sum(diffs) / len(diffs)
+    result["last_losses"] = {"16": l16[-1], "fp32": l32[-1]}
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=1)
+    print(json.dumps({k: v for k, v in result.items() if k != "trainers"}))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -458,6 +497,14 @@ def main():
     c.add_argument("--micro-batch", type=int, help="train_micro_batch_size_per_gpu for every trainer")
     c.add_argument("--json")
     c.add_argument("zinf_args", nargs="*", help="after --: more arguments for zinf train")
+    cv = sub.add_parser("curve")
+    cv.add_argument("--zinf", default="build/zinf")
+    cv.add_argument("--model", default="demo")
+    cv.add_argument("--config", required=True)
+    cv.add_argument("--steps", type=int, default=200)
+    cv.add_argument("--work")
+    cv.add_argument("--json")
+    cv.add_argument("zinf_args", nargs="*", help="after --: more arguments for zinf train")
     pl = sub.add_parser("plot")
     pl.add_argument("file")
     pl.add_argument("--svg", required=True)
@@ -465,7 +512,8 @@ def main():
     t = sub.add_parser("table")
     t.add_argument("files", nargs="+")
     a = ap.parse_args()
-    {"make-model": make_model, "run": run_one, "compare": compare, "table": table, "plot": plot}[a.cmd](a)
+    {"make-model": make_model, "run": run_one, "compare": compare, "curve": curve, "table": table,
+     "plot": plot}[a.cmd](a)
 
 
 if __name__ == "__main__":
