@@ -10,7 +10,8 @@
 // alignment than the tensors have: a layer's tensors sit in the engine's
 // flat block at 2-byte granularity), and its answer is cached in the CudaLt.
 // Results are deterministic run to run: the algorithm is fixed per shape and
-// no split-K reduction with atomics is asked for.
+// alignment (buffers allocated in the same order get the same), and no
+// split-K reduction with atomics is asked for.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -30,8 +31,9 @@ namespace zinf::kernels::cuda {
 struct CudaLt::Impl {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
-  // (trans_a, trans_b, M, N, K, type, alignment of A, B, C) -> algorithm.
-  std::map<std::array<int64_t, 9>, cublasLtMatmulAlgo_t> algos;
+  // (trans_a, trans_b, M, N, K, type, lda, ldb, ldc, alignment of A, B, C)
+  // -> algorithm.
+  std::map<std::array<int64_t, 12>, cublasLtMatmulAlgo_t> algos;
   ~Impl() {
     if (handle != nullptr) cublasLtDestroy(handle);
   }
@@ -128,18 +130,19 @@ Status RowMajorGemm16(CudaLt& lt, bool trans_a, bool trans_b, int M, int N, int 
   ZINF_RETURN_IF_ERROR(LtError(cublasLtMatrixLayoutCreate(&d.b, t16, a_cols, a_rows, lda), name));
   ZINF_RETURN_IF_ERROR(LtError(cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, N, M, ldc), name));
 
-  const std::array<int64_t, 9> key = {trans_a, trans_b, M, N, K, static_cast<int64_t>(type),
-                                      AlignmentOf(A),  AlignmentOf(B), AlignmentOf(C)};
+  const std::array<int64_t, 12> key = {
+      trans_a,        trans_b,       M, N, K, static_cast<int64_t>(type), lda, ldb, ldc, AlignmentOf(A),
+      AlignmentOf(B), AlignmentOf(C)};
   auto it = impl.algos.find(key);
   if (it == impl.algos.end()) {
     ZINF_RETURN_IF_ERROR(LtError(cublasLtMatmulPreferenceCreate(&d.pref), name));
     const uint64_t workspace = kLtWorkspaceBytes;
-    ZINF_RETURN_IF_ERROR(LtError(cublasLtMatmulPreferenceSetAttribute(
-                                     d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)),
+    ZINF_RETURN_IF_ERROR(LtError(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                                      &workspace, sizeof(workspace)),
                                  name));
     // cuBLASLt's first operand is B, its second A.
-    const uint32_t align_a = static_cast<uint32_t>(key[7]), align_b = static_cast<uint32_t>(key[6]),
-                   align_c = static_cast<uint32_t>(key[8]);
+    const uint32_t align_a = static_cast<uint32_t>(key[10]), align_b = static_cast<uint32_t>(key[9]),
+                   align_c = static_cast<uint32_t>(key[11]);
     for (auto [attr, value] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
                                std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
                                std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c},
@@ -190,7 +193,13 @@ Status MatmulForward16(CudaLt& lt, float* out, const float* inp, const void* wei
                        const float* bias, int64_t N, int C, int OC, void* scratch) {
   ZINF_RETURN_IF_ERROR(Check16(type, "matmul_forward16"));
   ZINF_RETURN_IF_ERROR(CheckInt(N, "N"));
-  if (N == 0 || OC <= 0 || C <= 0) return Status::Ok();
+  if (N == 0 || OC <= 0) return Status::Ok();
+  if (C <= 0) {  // an empty sum, as MatmulForward: the bias alone
+    ZINF_RETURN_IF_ERROR(
+        CudaError(cudaMemsetAsync(out, 0, static_cast<size_t>(N * OC) * sizeof(float), AsStream(lt.stream())),
+                  "matmul_forward16 zero"));
+    return AddBias(out, bias, N, OC, lt.stream());
+  }
   void* inp16 = scratch;
   ZINF_RETURN_IF_ERROR(CastTo16(inp16, inp, type, N * C, lt.stream()));
   // out [N, OC] = inp16 [N, C] @ weight^T, weight stored [OC, C].

@@ -563,10 +563,23 @@ class CudaGemm16Test : public CudaKernelsTest {
     return Alloc<char>(static_cast<size_t>(gpu::Matmul16ScratchBytes(N, C, OC)));
   }
 
-  // Forward and backward of one shape against the CPU reference.
-  void CheckShape(ElementType type, int64_t N, int C, int OC, bool bias, uint32_t seed) {
+  // A device copy of `host` at an address `shift` elements past an
+  // allocation (256-byte aligned): shift 1 leaves a 16-bit array 2-byte
+  // aligned and an fp32 one 4-byte aligned, as tensors in the engine's flat
+  // blocks may be.
+  template <typename T>
+  T* UpAt(const std::vector<T>& host, int shift) {
+    std::vector<T> padded(static_cast<size_t>(shift), T(0));
+    padded.insert(padded.end(), host.begin(), host.end());
+    return Up(padded) + shift;
+  }
+
+  // Forward and backward of one shape against the CPU reference; `shift`
+  // moves the weight and the results off their allocations' alignment.
+  void CheckShape(ElementType type, int64_t N, int C, int OC, bool bias, uint32_t seed, int shift = 0) {
     SCOPED_TRACE(std::string(type == ElementType::kBf16 ? "bf16" : "f16") + " N " + std::to_string(N) + " C " +
-                 std::to_string(C) + " OC " + std::to_string(OC) + (bias ? " bias" : ""));
+                 std::to_string(C) + " OC " + std::to_string(OC) + (bias ? " bias" : "") + " shift " +
+                 std::to_string(shift));
     std::vector<float> inp = Uniform(N * C, -1, 1, seed), w = Uniform(static_cast<size_t>(OC) * C, -1, 1, seed + 1),
                        b = Uniform(OC, -1, 1, seed + 2);
     const std::vector<uint16_t> w16 = To16(w, type);
@@ -574,8 +587,8 @@ class CudaGemm16Test : public CudaKernelsTest {
     const std::vector<float> inp_r = Rounded(inp, type);
     cpu::MatmulForward16(want.data(), inp_r.data(), w16.data(), type, bias ? b.data() : nullptr, N, C, OC);
     float* d_inp = Up(inp);
-    uint16_t* d_w = Up(w16);
-    float* d_out = Up(Uniform(N * OC, 5, 6, seed + 3));  // overwritten
+    uint16_t* d_w = UpAt(w16, shift);
+    float* d_out = UpAt(Uniform(N * OC, 5, 6, seed + 3), shift);  // overwritten
     float* d_b = bias ? Up(b) : nullptr;
     void* scratch = Scratch(N, C, OC);
     ASSERT_OK(gpu::MatmulForward16(*lt_, d_out, d_inp, d_w, type, d_b, N, C, OC, scratch));
@@ -584,8 +597,8 @@ class CudaGemm16Test : public CudaKernelsTest {
     std::vector<float> dout = Uniform(N * OC, -1, 1, seed + 4);
     std::vector<float> dinp = Uniform(N * C, -1, 1, seed + 5), dw = Uniform(w.size(), -1, 1, seed + 6),
                        db = Uniform(OC, -1, 1, seed + 7);
-    float* d_dinp = Up(dinp);
-    float* d_dw = Up(dw);
+    float* d_dinp = UpAt(dinp, shift);
+    float* d_dw = UpAt(dw, shift);
     float* d_db = Up(db);
     ASSERT_OK(gpu::MatmulBackward16(*lt_, d_dinp, d_dw, bias ? d_db : nullptr, Up(dout), d_inp, d_w, type, N, C, OC,
                                     scratch));
@@ -635,11 +648,15 @@ TEST_F(CudaGemm16Test, F16MatmulsMatchTheRoundedCpuReference) {
   CheckShape(ElementType::kF16, 64, 128, 512, false, 71);
 }
 
-// Odd sizes leave the rows 2-byte aligned: the heuristic must be told so
-// and still find an algorithm.
-TEST_F(CudaGemm16Test, OddShapesAndUnalignedRows) {
+// Odd sizes leave the rows 2-byte aligned, and a shifted weight its start
+// (a tensor in a flat block): the heuristic must be told so and still find
+// an algorithm; the same shape at another alignment is a new cache entry.
+TEST_F(CudaGemm16Test, OddShapesAndUnalignedPointers) {
   CheckShape(ElementType::kBf16, 33, 65, 47, true, 80);
   CheckShape(ElementType::kBf16, 1, 8, 3, true, 81);
+  CheckShape(ElementType::kBf16, 64, 128, 256, true, 82, /*shift=*/1);
+  CheckShape(ElementType::kBf16, 64, 128, 256, true, 83, /*shift=*/0);
+  CheckShape(ElementType::kF16, 33, 65, 47, false, 84, /*shift=*/1);
 }
 
 TEST_F(CudaGemm16Test, SameBitsRunToRun) {
