@@ -110,11 +110,11 @@ check-layers:
 
 # The layout of every tracked C++ file (.clang-format, clang-format 14 as
 # Debian 12 ships it): check-format lists the files that differ.
-FORMAT_FILES = $$(git ls-files '*.cc' '*.h' '*.cu')
+FORMAT_FILES = $$(git ls-files '*.cc' '*.h' '*.cu' '*.cuh')
 check-format: deps
-	@clang-format --dry-run --Werror $(FORMAT_FILES) 2>&1 | grep -oE '^[^ :]+\.(cc|h|cu):[0-9]+' | sort -u -t: -k1,1 | \
+	@clang-format --dry-run --Werror $(FORMAT_FILES) 2>&1 | grep -oE '^[^ :]+\.(cc|h|cu|cuh):[0-9]+' | sort -u -t: -k1,1 | \
 	  sed 's/^/  not formatted: /' | grep . && { echo "check-format: run 'make format'"; exit 1; } || \
-	  echo "check-format: $$(git ls-files '*.cc' '*.h' '*.cu' | wc -l) files as .clang-format says"
+	  echo "check-format: $$(git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | wc -l) files as .clang-format says"
 format: deps
 	clang-format -i $(FORMAT_FILES)
 

@@ -7,37 +7,11 @@
 #include <algorithm>
 #include <string>
 
+#include "kernels/cuda_common.cuh"
 #include "kernels/cuda_kernels.h"
 
 namespace zinf::kernels::cuda {
 namespace {
-
-constexpr int kThreads = 256;
-constexpr int kWarpsPerBlock = kThreads / 32;
-constexpr int64_t kMaxBlocks = 65536;
-constexpr unsigned kFullMask = 0xffffffffu;
-
-#define ZINF_GRID_STRIDE(i, n)                                                           \
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
-       i += int64_t{blockDim.x} * gridDim.x)
-
-Status Launched(const char* kernel) {
-  const cudaError_t err = cudaGetLastError();
-  if (err == cudaSuccess) return Status::Ok();
-  return Status::Internal(std::string("cuda ") + kernel + ": " + cudaGetErrorName(err) + ": " +
-                          cudaGetErrorString(err));
-}
-
-cudaStream_t AsStream(void* s) { return static_cast<cudaStream_t>(s); }
-
-unsigned GridFor(int64_t n, int64_t per_block) {
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + per_block - 1) / per_block, kMaxBlocks)));
-}
-
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
-  return v;
-}
 
 __global__ void RmsNormForwardKernel(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int C,
                                      float eps) {
@@ -157,16 +131,16 @@ Status RmsNormForward(float* out, float* rstd, const float* inp, const float* we
                       void* stream) {
   RmsNormForwardKernel<<<GridFor(N, kWarpsPerBlock), kThreads, 0, AsStream(stream)>>>(out, rstd, inp, weight, N, C,
                                                                                       static_cast<float>(eps));
-  return Launched("rmsnorm_forward");
+  return LaunchStatus("rmsnorm_forward");
 }
 
 Status RmsNormBackward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                        const float* rstd, int64_t N, int C, void* stream) {
   cudaStream_t s = AsStream(stream);
   RmsNormBackwardInputKernel<<<GridFor(N, kWarpsPerBlock), kThreads, 0, s>>>(dinp, dout, inp, weight, rstd, N, C);
-  ZINF_RETURN_IF_ERROR(Launched("rmsnorm_backward dinp"));
+  ZINF_RETURN_IF_ERROR(LaunchStatus("rmsnorm_backward dinp"));
   RmsNormBackwardWeightKernel<<<GridFor(C, kThreads), kThreads, 0, s>>>(dweight, dout, inp, rstd, N, C);
-  return Launched("rmsnorm_backward dweight");
+  return LaunchStatus("rmsnorm_backward dweight");
 }
 
 Status RopeForward(float* out, const float* inp, const float* cos, const float* sin, int B, int T_, int n_head, int hd,
@@ -174,7 +148,7 @@ Status RopeForward(float* out, const float* inp, const float* cos, const float* 
   const int64_t pairs = int64_t{B} * T_ * n_head * (hd / 2);
   RopeKernel<<<GridFor(pairs, kThreads), kThreads, 0, AsStream(stream)>>>(out, inp, cos, sin, T_, n_head, hd, pairs,
                                                                           false);
-  return Launched("rope_forward");
+  return LaunchStatus("rope_forward");
 }
 
 Status RopeBackward(float* dinp, const float* dout, const float* cos, const float* sin, int B, int T_, int n_head,
@@ -182,32 +156,32 @@ Status RopeBackward(float* dinp, const float* dout, const float* cos, const floa
   const int64_t pairs = int64_t{B} * T_ * n_head * (hd / 2);
   RopeKernel<<<GridFor(pairs, kThreads), kThreads, 0, AsStream(stream)>>>(dinp, dout, cos, sin, T_, n_head, hd, pairs,
                                                                           true);
-  return Launched("rope_backward");
+  return LaunchStatus("rope_backward");
 }
 
 Status SwigluForward(float* out, const float* gate, const float* up, int64_t n, void* stream) {
   SwigluForwardKernel<<<GridFor(n, kThreads), kThreads, 0, AsStream(stream)>>>(out, gate, up, n);
-  return Launched("swiglu_forward");
+  return LaunchStatus("swiglu_forward");
 }
 
 Status SwigluBackward(float* dgate, float* dup, const float* gate, const float* up, const float* dout, int64_t n,
                       void* stream) {
   SwigluBackwardKernel<<<GridFor(n, kThreads), kThreads, 0, AsStream(stream)>>>(dgate, dup, gate, up, dout, n);
-  return Launched("swiglu_backward");
+  return LaunchStatus("swiglu_backward");
 }
 
 Status GqaExpandForward(float* qkv, const float* q, const float* k, const float* v, int64_t N, int NH, int NKV, int hd,
                         void* stream) {
   GqaExpandForwardKernel<<<GridFor(N * NH * hd, kThreads), kThreads, 0, AsStream(stream)>>>(qkv, q, k, v, N, NH, NKV,
                                                                                             hd);
-  return Launched("gqa_expand_forward");
+  return LaunchStatus("gqa_expand_forward");
 }
 
 Status GqaExpandBackward(float* dq, float* dk, float* dv, const float* dqkv, int64_t N, int NH, int NKV, int hd,
                          void* stream) {
   GqaExpandBackwardKernel<<<GridFor(N * NH * hd, kThreads), kThreads, 0, AsStream(stream)>>>(dq, dk, dv, dqkv, N, NH,
                                                                                              NKV, hd);
-  return Launched("gqa_expand_backward");
+  return LaunchStatus("gqa_expand_backward");
 }
 
 }  // namespace zinf::kernels::cuda

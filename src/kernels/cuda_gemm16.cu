@@ -8,7 +8,8 @@
 // does for cuBLAS. cuBLASLt's heuristic is asked once per shape, transpose
 // and alignment of the pointers (it must not pick a kernel assuming more
 // alignment than the tensors have: a layer's tensors sit in the engine's
-// flat block at 2-byte granularity), and its answer is cached in the CudaLt.
+// flat block at 2-byte granularity); its answer and the GEMM's descriptors
+// are cached in the CudaLt, so a later call only launches.
 // Results are deterministic run to run: the algorithm is fixed per shape and
 // alignment (buffers allocated in the same order get the same), and no
 // split-K reduction with atomics is asked for.
@@ -17,60 +18,72 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <array>
 #include <climits>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 
+#include "kernels/cuda_common.cuh"
 #include "kernels/cuda_kernels.h"
 
 namespace zinf::kernels::cuda {
 
-struct CudaLt::Impl {
-  cublasLtHandle_t handle = nullptr;
-  void* workspace = nullptr;
-  // (trans_a, trans_b, M, N, K, type, lda, ldb, ldc, alignment of A, B, C)
-  // -> algorithm.
-  std::map<std::array<int64_t, 12>, cublasLtMatmulAlgo_t> algos;
-  ~Impl() {
-    if (handle != nullptr) cublasLtDestroy(handle);
-  }
-};
-
 namespace {
-
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 65536;
-
-Status CudaError(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return Status::Ok();
-  return Status::Internal(std::string("cuda ") + what + ": " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
-}
 
 Status LtError(cublasStatus_t st, const std::string& what) {
   if (st == CUBLAS_STATUS_SUCCESS) return Status::Ok();
   return Status::Internal("cublasLt " + what + ": " + cublasLtGetStatusName(st) + ": " + cublasLtGetStatusString(st));
 }
 
-cudaStream_t AsStream(void* s) { return static_cast<cudaStream_t>(s); }
+__device__ __forceinline__ void Round16(__nv_bfloat16* out, float x) { *out = __float2bfloat16_rn(x); }
+__device__ __forceinline__ void Round16(__half* out, float x) { *out = __float2half_rn(x); }
 
-unsigned GridFor(int64_t n) {
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks)));
+template <typename T16>
+__global__ void CastTo16Kernel(T16* out, const float* src, int64_t n) {
+  ZINF_GRID_STRIDE(i, n) Round16(out + i, src[i]);
 }
 
-__global__ void CastToBf16Kernel(__nv_bfloat16* out, const float* src, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x) {
-    out[i] = __float2bfloat16_rn(src[i]);
+// One GEMM's cuBLASLt descriptors (RAII) and the algorithm the heuristic
+// picked for them: made at a shape's first call, reused after.
+struct GemmPlan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo = {};
+  GemmPlan() = default;
+  GemmPlan(const GemmPlan&) = delete;
+  GemmPlan& operator=(const GemmPlan&) = delete;
+  ~GemmPlan() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
   }
-}
+};
 
-__global__ void CastToHalfKernel(__half* out, const float* src, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x) {
-    out[i] = __float2half_rn(src[i]);
+struct Preference {
+  cublasLtMatmulPreference_t p = nullptr;
+  ~Preference() {
+    if (p) cublasLtMatmulPreferenceDestroy(p);
   }
-}
+};
+
+}  // namespace
+
+struct CudaLt::Impl {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  // (trans_a, trans_b, M, N, K, type, lda, ldb, ldc, alignment of A, B, C)
+  // -> its descriptors and algorithm.
+  std::map<std::array<int64_t, 12>, std::unique_ptr<GemmPlan>> plans;
+  ~Impl() {
+    plans.clear();  // descriptors before the handle
+    if (handle != nullptr) cublasLtDestroy(handle);
+  }
+};
+
+namespace {
 
 Status Check16(ElementType type, const char* what) {
   if (type == ElementType::kBf16 || type == ElementType::kF16) return Status::Ok();
@@ -92,20 +105,6 @@ int64_t AlignmentOf(const void* p) {
   return align;
 }
 
-// RAII for the descriptors of one call.
-struct Descriptors {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~Descriptors() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
-
 // Row-major C [M, N] (fp32, leading dim ldc) = op(A) [M, K] op(B) [K, N] +
 // beta * C, A and B 16-bit of `type` with row lengths lda and ldb as stored.
 // Column-major, that is C^T = op(B)^T op(A)^T: cuBLASLt's first operand is
@@ -113,31 +112,33 @@ struct Descriptors {
 Status RowMajorGemm16(CudaLt& lt, bool trans_a, bool trans_b, int M, int N, int K, const void* A, int lda,
                       const void* B, int ldb, float beta, float* C, int ldc, ElementType type, const char* name) {
   CudaLt::Impl& impl = lt.impl();
-  const cudaDataType_t t16 = type == ElementType::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
-  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  Descriptors d;
-  ZINF_RETURN_IF_ERROR(LtError(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), name));
-  ZINF_RETURN_IF_ERROR(
-      LtError(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof(op_b)), name));
-  ZINF_RETURN_IF_ERROR(
-      LtError(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof(op_a)), name));
-  // Stored row-major [rows, cols] with row length ld is column-major
-  // [cols, rows] with leading dimension ld.
-  const int b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
-  const int a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
-  ZINF_RETURN_IF_ERROR(LtError(cublasLtMatrixLayoutCreate(&d.a, t16, b_cols, b_rows, ldb), name));
-  ZINF_RETURN_IF_ERROR(LtError(cublasLtMatrixLayoutCreate(&d.b, t16, a_cols, a_rows, lda), name));
-  ZINF_RETURN_IF_ERROR(LtError(cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, N, M, ldc), name));
-
   const std::array<int64_t, 12> key = {
       trans_a,        trans_b,       M, N, K, static_cast<int64_t>(type), lda, ldb, ldc, AlignmentOf(A),
       AlignmentOf(B), AlignmentOf(C)};
-  auto it = impl.algos.find(key);
-  if (it == impl.algos.end()) {
-    ZINF_RETURN_IF_ERROR(LtError(cublasLtMatmulPreferenceCreate(&d.pref), name));
+  std::unique_ptr<GemmPlan>& plan = impl.plans[key];
+  if (plan == nullptr) {
+    auto made = std::make_unique<GemmPlan>();
+    GemmPlan& g = *made;
+    const cudaDataType_t t16 = type == ElementType::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
+    const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    ZINF_RETURN_IF_ERROR(LtError(cublasLtMatmulDescCreate(&g.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), name));
+    ZINF_RETURN_IF_ERROR(
+        LtError(cublasLtMatmulDescSetAttribute(g.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof(op_b)), name));
+    ZINF_RETURN_IF_ERROR(
+        LtError(cublasLtMatmulDescSetAttribute(g.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof(op_a)), name));
+    // Stored row-major [rows, cols] with row length ld is column-major
+    // [cols, rows] with leading dimension ld.
+    const int b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
+    const int a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
+    ZINF_RETURN_IF_ERROR(LtError(cublasLtMatrixLayoutCreate(&g.a, t16, b_cols, b_rows, ldb), name));
+    ZINF_RETURN_IF_ERROR(LtError(cublasLtMatrixLayoutCreate(&g.b, t16, a_cols, a_rows, lda), name));
+    ZINF_RETURN_IF_ERROR(LtError(cublasLtMatrixLayoutCreate(&g.c, CUDA_R_32F, N, M, ldc), name));
+
+    Preference pref;
+    ZINF_RETURN_IF_ERROR(LtError(cublasLtMatmulPreferenceCreate(&pref.p), name));
     const uint64_t workspace = kLtWorkspaceBytes;
-    ZINF_RETURN_IF_ERROR(LtError(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+    ZINF_RETURN_IF_ERROR(LtError(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                                       &workspace, sizeof(workspace)),
                                  name));
     // cuBLASLt's first operand is B, its second A.
@@ -147,20 +148,22 @@ Status RowMajorGemm16(CudaLt& lt, bool trans_a, bool trans_b, int M, int N, int 
                                std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
                                std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c},
                                std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c}}) {
-      ZINF_RETURN_IF_ERROR(LtError(cublasLtMatmulPreferenceSetAttribute(d.pref, attr, &value, sizeof(value)), name));
+      ZINF_RETURN_IF_ERROR(LtError(cublasLtMatmulPreferenceSetAttribute(pref.p, attr, &value, sizeof(value)), name));
     }
     cublasLtMatmulHeuristicResult_t result = {};
     int found = 0;
     ZINF_RETURN_IF_ERROR(LtError(
-        cublasLtMatmulAlgoGetHeuristic(impl.handle, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &result, &found), name));
+        cublasLtMatmulAlgoGetHeuristic(impl.handle, g.op, g.a, g.b, g.c, g.c, pref.p, 1, &result, &found), name));
     if (found == 0) {
       return Status::Internal(std::string("cublasLt ") + name + ": no algorithm for " + std::to_string(M) + " x " +
                               std::to_string(N) + " x " + std::to_string(K));
     }
-    it = impl.algos.emplace(key, result.algo).first;
+    g.algo = result.algo;
+    plan = std::move(made);
   }
+  const GemmPlan& g = *plan;
   const float alpha = 1.0f;
-  return LtError(cublasLtMatmul(impl.handle, d.op, &alpha, B, d.a, A, d.b, &beta, C, d.c, C, d.c, &it->second,
+  return LtError(cublasLtMatmul(impl.handle, g.op, &alpha, B, g.a, A, g.b, &beta, C, g.c, C, g.c, &g.algo,
                                 impl.workspace, kLtWorkspaceBytes, AsStream(lt.stream())),
                  name);
 }
@@ -181,12 +184,13 @@ StatusOr<std::unique_ptr<CudaLt>> CudaLt::Create(void* stream, void* workspace) 
 Status CastTo16(void* out, const float* src, ElementType type, int64_t n, void* stream) {
   ZINF_RETURN_IF_ERROR(Check16(type, "cast_to_16"));
   if (n <= 0) return Status::Ok();
+  const unsigned grid = GridFor(n, kThreads);
   if (type == ElementType::kBf16) {
-    CastToBf16Kernel<<<GridFor(n), kThreads, 0, AsStream(stream)>>>(static_cast<__nv_bfloat16*>(out), src, n);
+    CastTo16Kernel<<<grid, kThreads, 0, AsStream(stream)>>>(static_cast<__nv_bfloat16*>(out), src, n);
   } else {
-    CastToHalfKernel<<<GridFor(n), kThreads, 0, AsStream(stream)>>>(static_cast<__half*>(out), src, n);
+    CastTo16Kernel<<<grid, kThreads, 0, AsStream(stream)>>>(static_cast<__half*>(out), src, n);
   }
-  return CudaError(cudaGetLastError(), "cast_to_16");
+  return LaunchStatus("cast_to_16");
 }
 
 Status MatmulForward16(CudaLt& lt, float* out, const float* inp, const void* weight, ElementType type,

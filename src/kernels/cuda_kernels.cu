@@ -17,23 +17,11 @@
 #include <cmath>
 #include <string>
 
+#include "kernels/cuda_common.cuh"
 #include "kernels/cuda_kernels.h"
 
 namespace zinf::kernels::cuda {
 namespace {
-
-constexpr int kThreads = 256;  // threads per block of 1-D kernels
-constexpr int kWarpsPerBlock = kThreads / 32;
-constexpr int64_t kMaxBlocks = 65536;  // grid-stride loops cover the rest
-constexpr unsigned kFullMask = 0xffffffffu;
-
-Status CudaError(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return Status::Ok();
-  return Status::Internal(std::string("cuda ") + what + ": " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
-}
-
-// The status of the launch just made on this thread.
-Status LaunchStatus(const char* kernel) { return CudaError(cudaGetLastError(), kernel); }
 
 Status BlasError(cublasStatus_t st, const char* what) {
   if (st == CUBLAS_STATUS_SUCCESS) return Status::Ok();
@@ -41,17 +29,6 @@ Status BlasError(cublasStatus_t st, const char* what) {
                           cublasGetStatusString(st));
 }
 
-cudaStream_t AsStream(void* s) { return static_cast<cudaStream_t>(s); }
-
-// Blocks for a grid-stride loop over `n` items with `per_block` items per block.
-unsigned GridFor(int64_t n, int64_t per_block) {
-  return static_cast<unsigned>(std::min<int64_t>((n + per_block - 1) / per_block, kMaxBlocks));
-}
-
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
-  return v;
-}
 __device__ __forceinline__ float WarpMax(float v) {
   for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
   return v;
@@ -75,10 +52,6 @@ __device__ float BlockMax(float v, float* shared) {
   __syncthreads();
   return WarpMax(lane < warps ? shared[lane] : -INFINITY);
 }
-
-#define ZINF_GRID_STRIDE(i, n)                                                           \
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 // Warp `w` of the grid walks rows w, w + warps in grid, ...
 #define ZINF_WARP_ROWS(row, rows)                                                                             \

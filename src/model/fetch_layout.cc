@@ -140,10 +140,11 @@ int64_t ModelWorkingSetBytes(const GptConfig& model, int batch, bool cuda, int64
   const int64_t fixed = ActivationBytes(model, batch, cuda, activations) + 4 * embed +
                         (cast && model.tied_embeddings ? 4 * embed : 0) + param_elem_bytes * embed;
   const int64_t per_elem = param_elem_bytes + (cast ? 4 : 0) + 4;
-  return fixed + per_elem * max_non_embed_elems + (cuda && param_elem_bytes == 2 ? Matmul16Bytes(model, batch) : 0);
+  return fixed + per_elem * max_non_embed_elems + Matmul16Bytes(model, batch, cuda, param_elem_bytes);
 }
 
-int64_t Matmul16Bytes(const GptConfig& model, int batch) {
+int64_t Matmul16Bytes(const GptConfig& model, int batch, bool cuda, int64_t param_elem_bytes) {
+  if (!cuda || param_elem_bytes != 2) return 0;  // the trainer's condition for CudaOps' 16-bit mode
   // The linear layers' widest in + out: GPT-2's MLP (C -> 4C and back),
   // Llama's gate/up and down (C <-> intermediate).
   const int64_t C = model.n_embd, N = int64_t{batch} * model.seq_len;

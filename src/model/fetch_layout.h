@@ -127,14 +127,14 @@ StatusOr<int64_t> ParseFetchUnit(const std::string& text, bool* automatic);
 int64_t ResolveAutoFetchUnit(const GptConfig& model, int batch, bool cuda, int64_t device_bytes,
                              int64_t param_elem_bytes);
 // That working set for engine blocks of at most `max_non_embed_elems`
-// elements (the embedding apart) with `activations`; on a GPU with 16-bit
-// parameters (`cuda`, param_elem_bytes 2) it includes the 16-bit compute
-// mode's cuBLASLt workspace and operand scratch (Matmul16Bytes).
+// elements (the embedding apart) with `activations`, Matmul16Bytes
+// included.
 int64_t ModelWorkingSetBytes(const GptConfig& model, int batch, bool cuda, int64_t param_elem_bytes,
                              int64_t max_non_embed_elems, LayerActivations activations);
-// Device bytes of CudaOps' 16-bit mode for this model and micro-batch: the
-// cuBLASLt workspace and the operand scratch of its largest linear layer.
-int64_t Matmul16Bytes(const GptConfig& model, int batch);
+// Device bytes of CudaOps' 16-bit mode for this model and micro-batch (the
+// cuBLASLt workspace and the operand scratch of its largest linear layer)
+// on a GPU (`cuda`) with 16-bit parameters; 0 otherwise.
+int64_t Matmul16Bytes(const GptConfig& model, int batch, bool cuda, int64_t param_elem_bytes);
 
 // What an `auto` choice (--fetch-unit, --activations) is sized against when
 // training under `config` on `device`: the config's micro-batch, whether

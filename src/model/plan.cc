@@ -262,10 +262,8 @@ void AddModelDeviceItems(const PlanInputs& in, const FetchLayout& layout, int64_
     scratch += DeviceBytes((tied ? max_other : max_block) * 4) + (tied ? DeviceBytes(embed * 4) : 0);
   add("trainer scratch (fp32 cast of a block or piece, its gradients, the embedding's gradients)", scratch);
   if (in.cuda) add("CUDA context and cuBLAS workspace (allowance)", kCudaAllowanceBytes);
-  if (in.cuda && param_bytes == 2) {
-    add("16-bit compute (cuBLASLt workspace, a linear layer's operands in 16 bits)",
-        Matmul16Bytes(in.model, static_cast<int>(batch)));
-  }
+  add("16-bit compute (cuBLASLt workspace, a linear layer's operands in 16 bits)",
+      Matmul16Bytes(in.model, static_cast<int>(batch), in.cuda, param_bytes));
 }
 
 // Per-tier totals (GPU per rank; RAM and NVMe per node), the model-states

@@ -1,0 +1,46 @@
+// What the CUDA kernel files (*.cu here) share: launch geometry for
+// grid-stride loops, the launch and runtime errors as Status, and the warp
+// sum. Included by .cu files only (it holds device code).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "zinf/status.h"
+
+namespace zinf::kernels::cuda {
+
+inline constexpr int kThreads = 256;  // threads per block of 1-D kernels
+inline constexpr int kWarpsPerBlock = kThreads / 32;
+inline constexpr int64_t kMaxBlocks = 65536;  // grid-stride loops cover the rest
+inline constexpr unsigned kFullMask = 0xffffffffu;
+
+#define ZINF_GRID_STRIDE(i, n)                                                           \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+inline Status CudaError(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return Status::Ok();
+  return Status::Internal(std::string("cuda ") + what + ": " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
+}
+
+// The status of the launch just made on this thread.
+inline Status LaunchStatus(const char* kernel) { return CudaError(cudaGetLastError(), kernel); }
+
+inline cudaStream_t AsStream(void* s) { return static_cast<cudaStream_t>(s); }
+
+// Blocks for a grid-stride loop over `n` items with `per_block` items per
+// block: at least one, at most kMaxBlocks.
+inline unsigned GridFor(int64_t n, int64_t per_block) {
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + per_block - 1) / per_block, kMaxBlocks)));
+}
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
+  return v;
+}
+
+}  // namespace zinf::kernels::cuda
