@@ -41,6 +41,9 @@ Status ValidateOptions(const IoEngineOptions& o) {
   if (o.thread_count < 1 || o.thread_count > 256) {
     return Status::InvalidArgument("aio.thread_count: expected 1..256, got " + std::to_string(o.thread_count));
   }
+  if (o.mix_run_pieces < 0 || o.mix_run_pieces > 1 << 20) {
+    return Status::InvalidArgument("mix_run_pieces: expected 0..1048576, got " + std::to_string(o.mix_run_pieces));
+  }
   if (o.max_requests < 1 || o.max_requests > (1 << 20)) {
     return Status::InvalidArgument("max_requests: expected 1..1048576, got " + std::to_string(o.max_requests));
   }

@@ -97,6 +97,12 @@ struct IoEngineOptions {
   // completes; when false, a batch of `queue_depth` pieces is submitted and
   // all of it is reaped before the next batch goes out.
   bool overlap_events = true;
+  // With reads and writes both waiting in a ring, it issues runs of this
+  // many pieces in each direction by turns, so the disk serves the two
+  // together (a virtual or SSD disk often moves more mixed than in
+  // one-way stretches); each direction keeps its requests' order. 0: one
+  // queue, oldest request first.
+  int mix_run_pieces = 4;
   bool register_buffers = true;  // io_uring fixed buffers for RegisterMemory regions
   bool register_files = true;    // io_uring fixed files
   int max_requests = 1024;       // outstanding (submitted, not yet waited) requests

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -141,8 +142,9 @@ class UringEngine::Worker {
         threads_(engine->options_.thread_count),
         single_submit_(engine->options_.single_submit),
         overlap_(engine->options_.overlap_events),
+        mix_run_(engine->options_.mix_run_pieces),
         queue_(engine->options_.max_requests),
-        issue_(engine->options_.max_requests),
+        issue_{FixedFifo<uint32_t>(engine->options_.max_requests), FixedFifo<uint32_t>(engine->options_.max_requests)},
         parts_(engine->options_.max_requests),
         pieces_(qd_),
         free_ids_(qd_),
@@ -200,6 +202,7 @@ class UringEngine::Worker {
     int64_t piece_in_seg = 0;
     bool exhausted = false;  // no more pieces to issue
     bool queued = false;     // in issue_
+    uint64_t order = 0;      // when this worker took it (mix_run_ 0)
     int inflight = 0;        // pieces issued and not completed
     Status status;
   };
@@ -224,7 +227,7 @@ class UringEngine::Worker {
 
   void TakeNewWork() {
     std::unique_lock lock(mu_);
-    const bool idle = busy_ == 0 && issue_.empty();
+    const bool idle = busy_ == 0 && issue_[0].empty() && issue_[1].empty();
     if (idle) cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
     while (!queue_.empty()) {
       const NewPart np = queue_.pop();
@@ -233,7 +236,8 @@ class UringEngine::Worker {
       Advance(p, engine_->requests_.slot(np.slot).segments, np.first_piece);
       ZINF_CHECK_MSG(!p.exhausted, "worker enqueued for a request with no piece for it");
       p.queued = true;
-      issue_.push(np.slot);
+      p.order = taken_++;
+      issue_[static_cast<int>(engine_->requests_.slot(np.slot).op)].push(np.slot);
     }
   }
 
@@ -246,15 +250,39 @@ class UringEngine::Worker {
     }
   }
 
-  // The next piece to issue, from the oldest request with pieces left.
+  // The next piece to issue. Oldest request first in one direction; with
+  // reads and writes both waiting, runs of mix_run_ pieces by turns (one
+  // queue in submission order when mix_run_ is 0).
   bool NextPiece(uint32_t* slot_out, Piece* out) {
-    while (!issue_.empty()) {
-      const uint32_t slot = issue_.front();
+    for (int tries = 0; tries < 2; ++tries) {
+      const int other = 1 - dir_;
+      if (mix_run_ == 0 ? OlderFront(other) : (run_ >= mix_run_ || issue_[dir_].empty()) && !issue_[other].empty()) {
+        dir_ = other;
+        run_ = 0;
+      }
+      if (TakePiece(issue_[dir_], slot_out, out)) {
+        ++run_;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Whether queue `d`'s oldest request came before the other queue's.
+  bool OlderFront(int d) {
+    if (issue_[d].empty()) return false;
+    return issue_[1 - d].empty() || parts_[issue_[d].front()].order < parts_[issue_[1 - d].front()].order;
+  }
+
+  // The next piece of the oldest request in `q` with pieces left.
+  bool TakePiece(FixedFifo<uint32_t>& q, uint32_t* slot_out, Piece* out) {
+    while (!q.empty()) {
+      const uint32_t slot = q.front();
       Part& p = parts_[slot];
       RequestTable::Slot& req = engine_->requests_.slot(slot);
       if (!p.exhausted && req.failed.load(std::memory_order_relaxed)) p.exhausted = true;
       if (p.exhausted) {  // failed: issue nothing more
-        issue_.pop();
+        q.pop();
         p.queued = false;
         MaybeFinish(slot);
         continue;
@@ -271,7 +299,7 @@ class UringEngine::Worker {
       ++p.inflight;
       Advance(p, req.segments, threads_);
       if (p.exhausted) {
-        issue_.pop();
+        q.pop();
         p.queued = false;
       }
       return true;
@@ -413,7 +441,7 @@ class UringEngine::Worker {
       TakeNewWork();
       {
         std::lock_guard lock(mu_);
-        if (stopping_ && queue_.empty() && busy_ == 0 && issue_.empty()) return;
+        if (stopping_ && queue_.empty() && busy_ == 0 && issue_[0].empty() && issue_[1].empty()) return;
       }
       if (overlap_ || in_kernel_ == 0) Fill();
       Reap();
@@ -427,6 +455,7 @@ class UringEngine::Worker {
   const int threads_;
   const bool single_submit_;
   const bool overlap_;
+  const int mix_run_;
   io_uring ring_ = {};
   bool ring_ready_ = false;
   std::thread thread_;
@@ -437,7 +466,11 @@ class UringEngine::Worker {
   bool stopping_ = false;     // guarded by mu_
 
   // Owned by the worker thread:
-  FixedFifo<uint32_t> issue_;          // parts with pieces left, oldest first
+  // Parts with pieces left, oldest first, by direction (IoOp).
+  std::array<FixedFifo<uint32_t>, 2> issue_;
+  int dir_ = 0;                        // the direction NextPiece issues
+  int run_ = 0;                        // pieces issued in it since it last changed
+  uint64_t taken_ = 0;                 // parts taken so far (Part::order)
   std::vector<Part> parts_;            // by request slot
   std::vector<InflightPiece> pieces_;  // by piece id (user_data)
   FixedFifo<int> free_ids_;
