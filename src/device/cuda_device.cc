@@ -115,7 +115,9 @@ class CudaDevice final : public Device {
   std::string name() const override { return name_; }
 
   size_t capacity_bytes() const override { return capacity_; }
-  bool keeps_freed() const override { return false; }  // see Device::Allocate
+  // Kept, not cudaFree'd (which waits for the whole device): see
+  // Device::Allocate; FreeAfter's events guard reuse by queued work.
+  bool keeps_freed() const override { return true; }
 
   StatusOr<std::unique_ptr<Stream>> CreateStream() override {
     cudaSetDevice(ordinal_);

@@ -17,7 +17,7 @@ StatusOr<void*> Device::Allocate(size_t bytes) {
   // What cudaMalloc guarantees: 256-byte alignment.
   const auto rounded = static_cast<size_t>(AlignUp(static_cast<int64_t>(std::max<size_t>(bytes, 1)), 256));
   while (true) {
-    if (void* kept = TakeCached(rounded)) return kept;
+    if (void* kept = TakeCached(rounded, /*wait=*/false)) return kept;
     StatusOr<void*> p = AllocateBytes(rounded);
     if (p.ok()) {
       std::lock_guard lock(mu_);
@@ -26,14 +26,30 @@ StatusOr<void*> Device::Allocate(size_t bytes) {
       return p;
     }
     if (p.status().code() != StatusCode::kOutOfMemory) return p;
-    // Kept allocations of other sizes give way first, then the caller's
-    // cache (whose frees may bring back one of this size).
+    // One of this size still in use by queued work is waited for; kept
+    // allocations of other sizes give way next, then the caller's cache
+    // (whose frees may bring back one of this size).
+    if (void* kept = TakeCached(rounded, /*wait=*/true)) return kept;
     if (ReleaseLargestCached()) continue;
     if (!reclaimer_ || !reclaimer_()) return p;
   }
 }
 
-void Device::Free(void* ptr) {
+void Device::Free(void* ptr) { FreeAfter(ptr, std::unique_ptr<Event>()); }
+
+Status Device::FreeAfter(void* ptr, Stream& stream) {
+  if (ptr == nullptr) return Status::Ok();
+  StatusOr<std::unique_ptr<Event>> done = stream.Record();
+  if (!done.ok()) {
+    stream.Synchronize().IgnoreError();  // its error is the stream's own, reported by its next call
+    Free(ptr);
+    return done.status().WithContext("freeing device memory after its stream");
+  }
+  FreeAfter(ptr, std::move(done).value());
+  return Status::Ok();
+}
+
+void Device::FreeAfter(void* ptr, std::unique_ptr<Event> done) {
   if (ptr == nullptr) return;
   size_t bytes = 0;
   {
@@ -45,39 +61,53 @@ void Device::Free(void* ptr) {
     live_bytes_ -= bytes;
   }
   if (!keeps_freed()) {
+    if (done) done->Synchronize().IgnoreError();
     FreeBytes(ptr);
     return;
   }
   std::lock_guard lock(mu_);
-  cached_.emplace(bytes, ptr);
+  cached_.emplace(bytes, Kept{ptr, std::move(done)});
   cached_bytes_ += bytes;
 }
 
-void* Device::TakeCached(size_t bytes) {
-  std::lock_guard lock(mu_);
-  auto it = cached_.find(bytes);
-  if (it == cached_.end()) return nullptr;
-  void* ptr = it->second;
-  cached_.erase(it);
-  cached_bytes_ -= bytes;
-  live_.emplace(reinterpret_cast<uintptr_t>(ptr), bytes);
-  live_bytes_ += bytes;
-  return ptr;
+void* Device::TakeCached(size_t bytes, bool wait) {
+  // A failed query means the work will not run on: nothing still uses it.
+  auto finished = [](Event* e) {
+    if (e == nullptr) return true;
+    StatusOr<bool> q = e->Query();
+    return !q.ok() || *q;
+  };
+  Kept taken;
+  {
+    std::lock_guard lock(mu_);
+    auto [first, end] = cached_.equal_range(bytes);
+    auto it = first;
+    while (it != end && !finished(it->second.done.get())) ++it;
+    if (it == end && wait) it = first;
+    if (it == end) return nullptr;
+    taken = std::move(it->second);
+    cached_.erase(it);
+    cached_bytes_ -= bytes;
+    live_.emplace(reinterpret_cast<uintptr_t>(taken.ptr), bytes);
+    live_bytes_ += bytes;
+  }
+  // Taken out of the cache first, so no one else can have it while we wait.
+  if (taken.done) taken.done->Synchronize().IgnoreError();
+  return taken.ptr;
 }
 
 bool Device::ReleaseLargestCached() {
-  void* ptr = nullptr;
-  size_t bytes = 0;
+  Kept taken;
   {
     std::lock_guard lock(mu_);
     if (cached_.empty()) return false;
     auto it = std::prev(cached_.end());
-    bytes = it->first;
-    ptr = it->second;
+    taken = std::move(it->second);
+    cached_bytes_ -= it->first;
     cached_.erase(it);
-    cached_bytes_ -= bytes;
   }
-  FreeBytes(ptr);
+  if (taken.done) taken.done->Synchronize().IgnoreError();
+  FreeBytes(taken.ptr);
   return true;
 }
 

@@ -80,12 +80,13 @@ class Device {
   //
   // A device that keeps freed allocations (keeps_freed()) hands them out
   // again to a request of the same rounded size: the engine gathers blocks
-  // of a few sizes over and over, and on the host a fresh allocation page
-  // faults on every byte. A request that does not fit frees kept
-  // allocations first, largest first. Kept memory counts against the budget
-  // but not in bytes_in_use. CUDA keeps nothing (a freed block may still be
-  // read by queued work, and other users of the GPU allocate beside us;
-  // reuse there needs an event per allocation).
+  // of a few sizes over and over; on the host a fresh allocation page
+  // faults on every byte, and on CUDA cudaFree waits for the whole device.
+  // An allocation given back with FreeAfter is handed out only once its
+  // event has completed (waited for only when nothing else fits). A
+  // request that does not fit frees kept allocations first, largest first
+  // (each after its event). Kept memory counts against the budget but not
+  // in bytes_in_use.
   StatusOr<void*> Allocate(size_t bytes);
   // Frees one allocation held only as a cache (the engine's kept and
   // prefetched blocks) and returns true, or returns false when none is left.
@@ -96,6 +97,14 @@ class Device {
   // Gives back what Allocate returned; nullptr is ignored. No work queued on
   // a stream may still use it.
   void Free(void* ptr);
+  // Gives it back once the work enqueued on `stream` so far has finished,
+  // without waiting for that work: an event recorded on the stream guards
+  // its reuse (see Allocate). When no event can be recorded, the stream is
+  // waited for, the memory freed, and the recording's error returned.
+  Status FreeAfter(void* ptr, Stream& stream);
+  // The same with an event the caller recorded after the last work that
+  // uses `ptr` (null: as Free).
+  void FreeAfter(void* ptr, std::unique_ptr<Event> done);
   // Bytes Allocate has handed out and Free has not taken back.
   size_t bytes_in_use() const;
   // Bytes freed and kept for reuse.
@@ -121,13 +130,20 @@ class Device {
   bool IsLiveRange(uintptr_t addr, size_t bytes) const;
 
  private:
-  void* TakeCached(size_t bytes);
+  // A kept allocation of exactly `bytes`: one whose event has completed,
+  // or with `wait` the first one, after waiting for its event. Null: none.
+  void* TakeCached(size_t bytes, bool wait);
   bool ReleaseLargestCached();
+
+  struct Kept {
+    void* ptr = nullptr;
+    std::unique_ptr<Event> done;  // null: free to reuse
+  };
 
   Reclaimer reclaimer_;
   mutable std::mutex mu_;
   std::map<uintptr_t, size_t> live_;          // guarded by mu_: address -> rounded size
-  std::multimap<size_t, void*> cached_;       // guarded by mu_: rounded size -> address
+  std::multimap<size_t, Kept> cached_;        // guarded by mu_: rounded size -> allocation
   size_t live_bytes_ = 0, cached_bytes_ = 0;  // guarded by mu_
 };
 

@@ -115,11 +115,17 @@ Status GatherCache::Fetch(BlockId b) {
 Status GatherCache::Evict(BlockId b) {
   Block& st = block(b);
   if (st.full == nullptr) return Status::Ok();
-  // Without an event (a fetch that failed after queueing its copies) the
-  // whole stream is drained: nothing may still write into st.full.
-  Status s = st.ready ? st.ready->Synchronize() : o_.stream->Synchronize();
+  // The memory goes back once its gather has landed, without waiting here
+  // (a prefetch may be dropped while in flight); without an event (a fetch
+  // that failed after queueing its copies) once the stream's queued work
+  // has run: nothing may still write into st.full when it is reused.
+  Status s;
+  if (st.ready) {
+    o_.device->FreeAfter(st.full, std::move(st.ready));
+  } else {
+    s = o_.device->FreeAfter(st.full, *o_.stream);
+  }
   st.ready.reset();
-  o_.device->Free(st.full);
   st.full = nullptr;
   st.prefetched = false;
   if (!st.persistent) o_.counters->live_elems -= o_.partitioner->layout(b).padded_numel;

@@ -124,6 +124,59 @@ TEST_F(DeviceTest, FreedMemoryIsKeptForTheNextRequestOfItsSize) {
   EXPECT_EQ(dev->bytes_in_use(), 0u);
 }
 
+// FreeAfter gives memory back without waiting for the work queued on it:
+// it is handed out again only once that work has run, sooner when another
+// allocation fits, and waited for when nothing else does.
+TEST_F(DeviceTest, FreeAfterHandsMemoryOutAgainOnlyOnceItsStreamPassedIt) {
+  auto dev = Make(2 * kMiB);
+  ASSERT_NE(dev, nullptr);
+  if (!dev->keeps_freed()) GTEST_SKIP() << "this device returns freed memory at once (an ASan build)";
+  auto stream = dev->CreateStream();
+  ASSERT_TRUE(stream.ok()) << stream.status().ToString();
+  auto a = dev->Allocate(kMiB);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  // Work on `a`, held at a gate this test opens.
+  std::binary_semaphore gate(0);
+  std::atomic<bool> opened{false};
+  ASSERT_TRUE((*stream)->LaunchHostFunc([&gate] { gate.acquire(); }).ok());
+  ASSERT_TRUE((*stream)->MemsetAsync(*a, 7, kMiB).ok());
+  ASSERT_TRUE(dev->FreeAfter(*a, **stream).ok());
+  EXPECT_EQ(dev->bytes_in_use(), 0u);
+  EXPECT_EQ(dev->bytes_cached(), static_cast<size_t>(kMiB));
+  // Room for another: a fresh one, not `a`.
+  auto b = dev->Allocate(kMiB);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_NE(*b, *a);
+  // Freed plainly, `b` is free to reuse at once.
+  dev->Free(*b);
+  auto c = dev->Allocate(kMiB);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(*c, *b);
+  // The budget is full: the next one waits for `a`'s work, then is `a`.
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    opened = true;
+    gate.release();
+  });
+  auto d = dev->Allocate(kMiB);
+  opener.join();
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(*d, *a);
+  EXPECT_TRUE(opened) << "handed out while its stream was still held";
+  std::vector<uint8_t> back(kMiB, 0);
+  auto check = dev->CreateStream();
+  ASSERT_TRUE(check.ok());
+  ASSERT_TRUE((*check)->CopyAsync(back.data(), *d, kMiB, CopyDirection::kDeviceToHost).ok());
+  ASSERT_TRUE((*check)->Synchronize().ok());
+  EXPECT_EQ(back, std::vector<uint8_t>(kMiB, 7)) << "the memset queued before FreeAfter ran first";
+  dev->Free(*c);
+  dev->Free(*d);
+  stream->reset();
+  check->reset();
+  dev->ReleaseCached();
+  EXPECT_EQ(dev->bytes_cached(), 0u);
+}
+
 TEST_F(DeviceTest, RoundTripThroughDevice) {
   const size_t n = 3 * kMiB + 17;
   std::vector<uint8_t> src = Pattern(n, 7), dst(n, 0);
