@@ -15,7 +15,8 @@
 // the same order; the engine's collectives depend on it):
 //
 //     for each micro-batch (gradient_accumulation_steps of them):
-//       forward:  for each block b: ptrs = Acquire(b); compute; Release(b)
+//       forward:  for each block b: ptrs = Acquire(b); compute;
+//                 Release(b, stream)  // on a GPU: no wait for the compute
 //       backward: for each block b (reversed): ptrs = Acquire(b);
 //                 compute grads; ReduceGradients(b, grads); Release(b)
 //       Step();   // the optimizer runs on the last micro-batch only
@@ -199,6 +200,11 @@ class Engine {
   // finished (on CUDA: the model's stream synchronised, or the engine is
   // free to reuse the memory at once). kFailedPrecondition when not acquired.
   Status Release(BlockId block);
+  // Hands the block back while work that reads its pointers may still be
+  // queued on `stream` (on CUDA a cudaStream_t of the engine's GPU): the
+  // engine records an event there and reuses the memory only once the
+  // event has completed, so the caller need not wait. Null: as above.
+  Status Release(BlockId block, void* stream);
   // One device pointer (host pointer with EngineOptions::host_device) per
   // tensor of grad_type elements (the gradient of this micro-batch).
   // Collective.

@@ -41,6 +41,16 @@ class CudaEvent final : public Event {
   cudaEvent_t event_;
 };
 
+// An event recorded on `stream` of GPU `ordinal`.
+StatusOr<std::unique_ptr<Event>> RecordEvent(int ordinal, cudaStream_t stream) {
+  cudaSetDevice(ordinal);
+  cudaEvent_t e;
+  ZINF_RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event create"));
+  auto event = std::make_unique<CudaEvent>(e);
+  ZINF_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(e, stream), "event record"));
+  return std::unique_ptr<Event>(std::move(event));
+}
+
 class CudaStream final : public Stream {
  public:
   CudaStream(int ordinal, cudaStream_t s) : ordinal_(ordinal), stream_(s) {}
@@ -77,14 +87,7 @@ class CudaStream final : public Stream {
     if (err != cudaSuccess) delete heap_fn;
     return CudaStatus(err, "launch host func");
   }
-  StatusOr<std::unique_ptr<Event>> Record() override {
-    cudaSetDevice(ordinal_);
-    cudaEvent_t e;
-    ZINF_RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event create"));
-    auto event = std::make_unique<CudaEvent>(e);
-    ZINF_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(e, stream_), "event record"));
-    return std::unique_ptr<Event>(std::move(event));
-  }
+  StatusOr<std::unique_ptr<Event>> Record() override { return RecordEvent(ordinal_, stream_); }
   Status Wait(Event& event) override {
     auto* cuda_event = dynamic_cast<CudaEvent*>(&event);
     if (cuda_event == nullptr) return Status::InvalidArgument("cuda stream: event from another device");
@@ -124,6 +127,10 @@ class CudaDevice final : public Device {
     cudaStream_t s;
     ZINF_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream create"));
     return std::unique_ptr<Stream>(new CudaStream(ordinal_, s));
+  }
+  StatusOr<std::unique_ptr<Event>> RecordOn(void* native_stream) override {
+    if (native_stream == nullptr) return Status::InvalidArgument("cuda RecordOn: null stream");
+    return RecordEvent(ordinal_, static_cast<cudaStream_t>(native_stream));
   }
   Status Synchronize() override {
     cudaSetDevice(ordinal_);

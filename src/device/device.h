@@ -63,7 +63,8 @@ class Stream {
   // Blocks until everything enqueued so far has finished. A failed copy makes
   // the stream's error sticky: it is returned here and by every later call.
   virtual Status Synchronize() = 0;
-  // cudaStream_t on CUDA, nullptr on the host device.
+  // cudaStream_t on CUDA; on the host device an opaque handle that its
+  // Device::RecordOn knows.
   virtual void* native_handle() = 0;
 };
 
@@ -117,6 +118,11 @@ class Device {
   virtual size_t capacity_bytes() const = 0;
 
   virtual StatusOr<std::unique_ptr<Stream>> CreateStream() = 0;
+  // An event recorded after the work enqueued so far on the stream whose
+  // native_handle() is `native_stream` (on CUDA any stream of this GPU, such
+  // as a model's own): how the engine follows work it did not queue, without
+  // waiting for it. kInvalidArgument for a handle the device does not know.
+  virtual StatusOr<std::unique_ptr<Event>> RecordOn(void* native_stream) = 0;
   // Blocks until all streams are idle.
   virtual Status Synchronize() = 0;
 

@@ -115,7 +115,7 @@ class HostStream final : public Stream {
     return Status::Ok();
   }
 
-  void* native_handle() override { return nullptr; }
+  void* native_handle() override { return state_.get(); }
 
  private:
   Status Enqueue(std::function<void()> op) {
@@ -220,6 +220,20 @@ StatusOr<std::unique_ptr<Stream>> HostDevice::CreateStream() {
     streams_.push_back(state);
   }
   return std::unique_ptr<Stream>(new HostStream(this, std::move(state)));
+}
+
+StatusOr<std::unique_ptr<Event>> HostDevice::RecordOn(void* native_stream) {
+  std::shared_ptr<StreamState> state;
+  {
+    std::lock_guard lock(mu_);
+    for (const std::weak_ptr<StreamState>& w : streams_) {
+      std::shared_ptr<StreamState> live = w.lock();
+      if (live && live.get() == native_stream) state = std::move(live);
+    }
+  }
+  if (!state) return Status::InvalidArgument("host device: RecordOn a stream handle it did not make (or a gone one)");
+  std::lock_guard lock(state->mu);
+  return std::unique_ptr<Event>(new HostEvent(state, state->enqueued));
 }
 
 Status HostDevice::Synchronize() {

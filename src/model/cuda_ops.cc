@@ -163,6 +163,7 @@ class CudaOps final : public Ops<float> {
     Run([&] { return k::GqaExpandBackward(dq, dk, dv, dqkv, N, NH, NKV, hd, s_); });
   }
 
+  void* stream() override { return s_; }
   Status Synchronize() override {
     if (Note(Enter())) Note(stream_->Synchronize().WithContext("CudaOps::Synchronize"));
     Status first = std::move(first_error_);

@@ -93,6 +93,10 @@ class Ops {
   // Waits for every kernel queued so far; returns the first error since the
   // last call (kInternal naming the kernel on CUDA).
   virtual Status Synchronize() = 0;
+  // The stream the kernels are queued on (its native handle: a
+  // cudaStream_t), for Engine::Release to follow; null when every call has
+  // finished by the time it returns (the CPU).
+  virtual void* stream() { return nullptr; }
 };
 
 // CPU kernels on the calling thread (T = float or double).

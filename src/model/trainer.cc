@@ -237,6 +237,15 @@ struct Trainer::Impl {
     return s;
   }
 
+  // Hands block b back after the kernels queued on it: behind the ops'
+  // stream when they queue on one (the engine reuses the memory once they
+  // have run; the host does not wait), else once they have been checked.
+  Status ReleaseAfterCompute(BlockId b) {
+    if (void* stream = ops->stream()) return engine->Release(b, stream);
+    ZINF_RETURN_IF_ERROR(SyncCompute());
+    return engine->Release(b);
+  }
+
   template <typename F>
   Status Timed(F&& f) {
     const auto t0 = Clock::now();
@@ -268,8 +277,7 @@ struct Trainer::Impl {
       ZINF_ASSIGN_OR_RETURN(LayerParams p, AcquireLayerPiece(e));
       ZINF_RETURN_IF_ERROR(
           Timed([&] { return compute->LayerForwardGroups(l, piece.begin_group, piece.end_group, p); }));
-      ZINF_RETURN_IF_ERROR(SyncCompute());
-      ZINF_RETURN_IF_ERROR(engine->Release(e));
+      ZINF_RETURN_IF_ERROR(ReleaseAfterCompute(e));
     }
     return Status::Ok();
   }
@@ -290,8 +298,7 @@ struct Trainer::Impl {
         *held = e;  // the last piece: its backward comes next
         break;
       }
-      ZINF_RETURN_IF_ERROR(SyncCompute());
-      ZINF_RETURN_IF_ERROR(engine->Release(e));
+      ZINF_RETURN_IF_ERROR(ReleaseAfterCompute(e));
     }
     return Status::Ok();
   }
@@ -331,8 +338,7 @@ struct Trainer::Impl {
     {
       ZINF_ASSIGN_OR_RETURN(auto p, AcquireAsFloat(embed, model().tied_embeddings ? embed_scratch : param_scratch));
       ZINF_RETURN_IF_ERROR(Timed([&] { return compute->EmbedForward(p); }));
-      ZINF_RETURN_IF_ERROR(SyncCompute());
-      ZINF_RETURN_IF_ERROR(engine->Release(embed));
+      ZINF_RETURN_IF_ERROR(ReleaseAfterCompute(embed));
     }
     for (int l = 0; l < model().n_layer; ++l) ZINF_RETURN_IF_ERROR(LayerForward(l));
     double loss = 0.0;

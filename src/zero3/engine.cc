@@ -114,9 +114,20 @@ StatusOr<std::vector<void*>> Engine::Acquire(BlockId block) {
   return m.gathered->WaitReady(block);
 }
 
-Status Engine::Release(BlockId block) {
-  ZINF_RETURN_IF_ERROR(impl_->CheckBlock(block));
-  return impl_->gathered->Release(block);
+Status Engine::Release(BlockId block) { return Release(block, nullptr); }
+
+Status Engine::Release(BlockId block, void* stream) {
+  Impl& m = *impl_;
+  ZINF_RETURN_IF_ERROR(m.CheckBlock(block));
+  std::unique_ptr<Event> reading;
+  if (stream != nullptr) {
+    StatusOr<std::unique_ptr<Event>> recorded = m.device->RecordOn(stream);
+    if (!recorded.ok()) {
+      return recorded.status().WithContext("engine: Release of block '" + m.name(block) + "' behind a stream");
+    }
+    reading = std::move(recorded).value();
+  }
+  return m.gathered->Release(block, std::move(reading));
 }
 
 Status Engine::ReduceGradients(BlockId block, const std::vector<const void*>& grads) {

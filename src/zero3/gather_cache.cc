@@ -33,7 +33,10 @@ GatherCache::GatherCache(Options options) : o_(std::move(options)), es_(ElementS
 GatherCache::~GatherCache() {
   if (o_.partitioner->world_size() == 1) o_.device->SetReclaimer({});
   o_.stream->Synchronize().IgnoreError();
-  for (Block& b : blocks_) o_.device->Free(b.full);
+  for (Block& b : blocks_) {
+    for (auto& e : b.reading) e->Synchronize().IgnoreError();
+    o_.device->Free(b.full);
+  }
 }
 
 Status GatherCache::Hold(BlockId b) {
@@ -70,11 +73,20 @@ StatusOr<std::vector<void*>> GatherCache::WaitReady(BlockId b) {
   return ptrs;
 }
 
-Status GatherCache::Release(BlockId b) {
+Status GatherCache::Release(BlockId b, std::unique_ptr<Event> reading) {
   Block& st = block(b);
   if (st.holds == 0) {
     return Status::FailedPrecondition("engine: Release of block '" + (*o_.specs)[static_cast<size_t>(b)].name +
                                       "' that is not acquired");
+  }
+  if (reading) {
+    // Kept and persistent blocks are read again and again: only the reads
+    // still under way are followed.
+    std::erase_if(st.reading, [](const std::unique_ptr<Event>& e) {
+      StatusOr<bool> done = e->Query();
+      return !done.ok() || *done;
+    });
+    st.reading.push_back(std::move(reading));
   }
   if (--st.holds > 0 || st.persistent) return Status::Ok();
   if (o_.coordinator->KeepOnRelease(b)) return Status::Ok();
@@ -115,16 +127,22 @@ Status GatherCache::Fetch(BlockId b) {
 Status GatherCache::Evict(BlockId b) {
   Block& st = block(b);
   if (st.full == nullptr) return Status::Ok();
-  // The memory goes back once its gather has landed, without waiting here
-  // (a prefetch may be dropped while in flight); without an event (a fetch
-  // that failed after queueing its copies) once the stream's queued work
-  // has run: nothing may still write into st.full when it is reused.
+  // The memory goes back without waiting here, to be reused once the
+  // model's reads have run (they began after the gather had landed: the
+  // model got the pointers from WaitReady), else once the gather has landed
+  // (a prefetch may be dropped while in flight), else (a fetch that failed
+  // after queueing its copies) once the stream's queued work has run.
+  // Reads on more than one stream: all but the last are waited for here.
   Status s;
-  if (st.ready) {
+  if (!st.reading.empty()) {
+    for (size_t i = 0; i + 1 < st.reading.size(); ++i) st.reading[i]->Synchronize().IgnoreError();
+    o_.device->FreeAfter(st.full, std::move(st.reading.back()));
+  } else if (st.ready) {
     o_.device->FreeAfter(st.full, std::move(st.ready));
   } else {
     s = o_.device->FreeAfter(st.full, *o_.stream);
   }
+  st.reading.clear();
   st.ready.reset();
   st.full = nullptr;
   st.prefetched = false;

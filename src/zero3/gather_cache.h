@@ -90,8 +90,10 @@ class GatherCache {
   // error the hold is given back.
   StatusOr<std::vector<void*>> WaitReady(BlockId b);
   // Gives a hold back; a released, non-persistent block is evicted unless
-  // its next use is within stage3_max_reuse_distance.
-  Status Release(BlockId b);
+  // its next use is within stage3_max_reuse_distance. `reading`: recorded
+  // after the model's work that reads the block (null: that work is done);
+  // its memory is reused only after it.
+  Status Release(BlockId b, std::unique_ptr<Event> reading = nullptr);
   // Starts NVMe reads and gathers ahead of the recorded order. `wait_for_home`
   // true: a gather waits for the home to be current instead of stopping
   // there (several ranks must issue the same gathers).
@@ -107,6 +109,8 @@ class GatherCache {
   struct Block {
     void* full = nullptr;          // gathered block on the device (padded_numel elements)
     std::unique_ptr<Event> ready;  // recorded after its gather
+    // Recorded after the model's reads (Release's); those not yet completed.
+    std::vector<std::unique_ptr<Event>> reading;
     bool persistent = false;
     bool prefetched = false;  // gathered ahead, not yet acquired
     int holds = 0;
