@@ -201,9 +201,12 @@ class Engine {
   // free to reuse the memory at once). kFailedPrecondition when not acquired.
   Status Release(BlockId block);
   // Hands the block back while work that reads its pointers may still be
-  // queued on `stream` (on CUDA a cudaStream_t of the engine's GPU): the
-  // engine records an event there and reuses the memory only once the
-  // event has completed, so the caller need not wait. Null: as above.
+  // queued on `stream`: on CUDA a (non-default) cudaStream_t of the
+  // engine's GPU; with the host standing in for the device, one of that
+  // device's zinf Streams (zinf's tests). The engine records an event
+  // there and reuses the memory only once it has completed (until then the
+  // block counts against stage3_max_live_parameters), so the caller need
+  // not wait. Null: as above.
   Status Release(BlockId block, void* stream);
   // One device pointer (host pointer with EngineOptions::host_device) per
   // tensor of grad_type elements (the gradient of this micro-batch).

@@ -254,7 +254,7 @@ class UringEngine::Worker {
   // reads and writes both waiting, runs of mix_run_ pieces by turns (one
   // queue in submission order when mix_run_ is 0).
   bool NextPiece(uint32_t* slot_out, Piece* out) {
-    for (int tries = 0; tries < 2; ++tries) {
+    while (!issue_[0].empty() || !issue_[1].empty()) {
       const int other = 1 - dir_;
       if (mix_run_ == 0 ? OlderFront(other) : (run_ >= mix_run_ || issue_[dir_].empty()) && !issue_[other].empty()) {
         dir_ = other;
@@ -264,6 +264,7 @@ class UringEngine::Worker {
         ++run_;
         return true;
       }
+      // A failed request left the front, or the queue was empty: choose again.
     }
     return false;
   }
@@ -274,37 +275,36 @@ class UringEngine::Worker {
     return issue_[1 - d].empty() || parts_[issue_[d].front()].order < parts_[issue_[1 - d].front()].order;
   }
 
-  // The next piece of the oldest request in `q` with pieces left.
+  // The next piece of the oldest request in `q`; false when `q` is empty
+  // or its oldest request has failed (taken off the queue and finished).
   bool TakePiece(FixedFifo<uint32_t>& q, uint32_t* slot_out, Piece* out) {
-    while (!q.empty()) {
-      const uint32_t slot = q.front();
-      Part& p = parts_[slot];
-      RequestTable::Slot& req = engine_->requests_.slot(slot);
-      if (!p.exhausted && req.failed.load(std::memory_order_relaxed)) p.exhausted = true;
-      if (p.exhausted) {  // failed: issue nothing more
-        q.pop();
-        p.queued = false;
-        MaybeFinish(slot);
-        continue;
-      }
-      const IoSegment& seg = req.segments[p.seg];
-      const int64_t at = p.piece_in_seg * bs_;
-      *out = Piece{};
-      out->op = req.op;
-      out->file = seg.file;
-      out->offset = seg.offset + at;
-      out->length = std::min(bs_, seg.length - at);
-      out->buffer = static_cast<char*>(seg.buffer) + at;
-      *slot_out = slot;
-      ++p.inflight;
-      Advance(p, req.segments, threads_);
-      if (p.exhausted) {
-        q.pop();
-        p.queued = false;
-      }
-      return true;
+    if (q.empty()) return false;
+    const uint32_t slot = q.front();
+    Part& p = parts_[slot];
+    RequestTable::Slot& req = engine_->requests_.slot(slot);
+    if (!p.exhausted && req.failed.load(std::memory_order_relaxed)) p.exhausted = true;
+    if (p.exhausted) {  // failed: issue nothing more
+      q.pop();
+      p.queued = false;
+      MaybeFinish(slot);
+      return false;
     }
-    return false;
+    const IoSegment& seg = req.segments[p.seg];
+    const int64_t at = p.piece_in_seg * bs_;
+    *out = Piece{};
+    out->op = req.op;
+    out->file = seg.file;
+    out->offset = seg.offset + at;
+    out->length = std::min(bs_, seg.length - at);
+    out->buffer = static_cast<char*>(seg.buffer) + at;
+    *slot_out = slot;
+    ++p.inflight;
+    Advance(p, req.segments, threads_);
+    if (p.exhausted) {
+      q.pop();
+      p.queued = false;
+    }
+    return true;
   }
 
   void Prep(int id) {

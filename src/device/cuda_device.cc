@@ -30,7 +30,10 @@ class CudaEvent final : public Event {
   ~CudaEvent() override { cudaEventDestroy(event_); }
   StatusOr<bool> Query() override {
     cudaError_t err = cudaEventQuery(event_);
-    if (err == cudaErrorNotReady) return false;
+    if (err == cudaErrorNotReady) {
+      cudaGetLastError();  // not an error: cleared, or the next kernel's launch check would report it
+      return false;
+    }
     ZINF_RETURN_IF_ERROR(CudaStatus(err, "event query"));
     return true;
   }
@@ -128,9 +131,9 @@ class CudaDevice final : public Device {
     ZINF_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream create"));
     return std::unique_ptr<Stream>(new CudaStream(ordinal_, s));
   }
-  StatusOr<std::unique_ptr<Event>> RecordOn(void* native_stream) override {
-    if (native_stream == nullptr) return Status::InvalidArgument("cuda RecordOn: null stream");
-    return RecordEvent(ordinal_, static_cast<cudaStream_t>(native_stream));
+  StatusOr<std::unique_ptr<Event>> RecordOn(void* stream) override {
+    if (stream == nullptr) return Status::InvalidArgument("cuda RecordOn: null stream");
+    return RecordEvent(ordinal_, static_cast<cudaStream_t>(stream));
   }
   Status Synchronize() override {
     cudaSetDevice(ordinal_);
@@ -152,6 +155,7 @@ class CudaDevice final : public Device {
     cudaSetDevice(ordinal_);
     void* p = nullptr;
     cudaError_t err = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+    if (err != cudaSuccess) cudaGetLastError();  // returned below; the next kernel's launch check must not see it
     std::lock_guard lock(mu_);
     if (err != cudaSuccess) {
       in_use_ -= bytes;

@@ -35,7 +35,7 @@ StatusOr<void*> Device::Allocate(size_t bytes) {
   }
 }
 
-void Device::Free(void* ptr) { FreeAfter(ptr, std::unique_ptr<Event>()); }
+void Device::Free(void* ptr) { FreeAfter(ptr, std::shared_ptr<Event>()); }
 
 Status Device::FreeAfter(void* ptr, Stream& stream) {
   if (ptr == nullptr) return Status::Ok();
@@ -45,11 +45,11 @@ Status Device::FreeAfter(void* ptr, Stream& stream) {
     Free(ptr);
     return done.status().WithContext("freeing device memory after its stream");
   }
-  FreeAfter(ptr, std::move(done).value());
+  FreeAfter(ptr, std::shared_ptr<Event>(std::move(done).value()));
   return Status::Ok();
 }
 
-void Device::FreeAfter(void* ptr, std::unique_ptr<Event> done) {
+void Device::FreeAfter(void* ptr, std::shared_ptr<Event> done) {
   if (ptr == nullptr) return;
   size_t bytes = 0;
   {

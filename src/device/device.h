@@ -63,8 +63,7 @@ class Stream {
   // Blocks until everything enqueued so far has finished. A failed copy makes
   // the stream's error sticky: it is returned here and by every later call.
   virtual Status Synchronize() = 0;
-  // cudaStream_t on CUDA; on the host device an opaque handle that its
-  // Device::RecordOn knows.
+  // cudaStream_t on CUDA, nullptr on the host device.
   virtual void* native_handle() = 0;
 };
 
@@ -104,8 +103,8 @@ class Device {
   // waited for, the memory freed, and the recording's error returned.
   Status FreeAfter(void* ptr, Stream& stream);
   // The same with an event the caller recorded after the last work that
-  // uses `ptr` (null: as Free).
-  void FreeAfter(void* ptr, std::unique_ptr<Event> done);
+  // uses `ptr` (null: as Free). The caller may keep a share of it.
+  void FreeAfter(void* ptr, std::shared_ptr<Event> done);
   // Bytes Allocate has handed out and Free has not taken back.
   size_t bytes_in_use() const;
   // Bytes freed and kept for reuse.
@@ -118,11 +117,12 @@ class Device {
   virtual size_t capacity_bytes() const = 0;
 
   virtual StatusOr<std::unique_ptr<Stream>> CreateStream() = 0;
-  // An event recorded after the work enqueued so far on the stream whose
-  // native_handle() is `native_stream` (on CUDA any stream of this GPU, such
-  // as a model's own): how the engine follows work it did not queue, without
-  // waiting for it. kInvalidArgument for a handle the device does not know.
-  virtual StatusOr<std::unique_ptr<Event>> RecordOn(void* native_stream) = 0;
+  // An event recorded after the work enqueued so far on `stream`: how the
+  // engine follows work it did not queue (a model's), without waiting for
+  // it. On CUDA a cudaStream_t of this GPU (any other non-null value is
+  // undefined, as in CUDA; null is refused); on the host device one of its
+  // own Streams (a Stream*), anything else kInvalidArgument.
+  virtual StatusOr<std::unique_ptr<Event>> RecordOn(void* stream) = 0;
   // Blocks until all streams are idle.
   virtual Status Synchronize() = 0;
 
@@ -143,7 +143,7 @@ class Device {
 
   struct Kept {
     void* ptr = nullptr;
-    std::unique_ptr<Event> done;  // null: free to reuse
+    std::shared_ptr<Event> done;  // null: free to reuse
   };
 
   Reclaimer reclaimer_;

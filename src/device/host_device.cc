@@ -34,6 +34,7 @@ struct StreamState {
   uint64_t enqueued = 0;   // ops ever enqueued
   uint64_t completed = 0;  // ops finished
   bool stop = false;
+  const Stream* owner = nullptr;  // the HostStream, while it lives (HostDevice::RecordOn)
 };
 
 namespace {
@@ -64,12 +65,16 @@ class HostEvent final : public Event {
 class HostStream final : public Stream {
  public:
   HostStream(HostDevice* device, std::shared_ptr<StreamState> state)
-      : device_(device), state_(std::move(state)), worker_([this] { Run(); }) {}
+      : device_(device), state_(std::move(state)), worker_([this] { Run(); }) {
+    std::lock_guard lock(state_->mu);
+    state_->owner = this;
+  }
 
   ~HostStream() override {
     {
       std::lock_guard lock(state_->mu);
       state_->stop = true;
+      state_->owner = nullptr;
     }
     state_->cv.notify_all();
     worker_.join();
@@ -115,7 +120,7 @@ class HostStream final : public Stream {
     return Status::Ok();
   }
 
-  void* native_handle() override { return state_.get(); }
+  void* native_handle() override { return nullptr; }
 
  private:
   Status Enqueue(std::function<void()> op) {
@@ -222,18 +227,21 @@ StatusOr<std::unique_ptr<Stream>> HostDevice::CreateStream() {
   return std::unique_ptr<Stream>(new HostStream(this, std::move(state)));
 }
 
-StatusOr<std::unique_ptr<Event>> HostDevice::RecordOn(void* native_stream) {
-  std::shared_ptr<StreamState> state;
+StatusOr<std::unique_ptr<Event>> HostDevice::RecordOn(void* stream) {
+  std::vector<std::shared_ptr<StreamState>> live;
   {
     std::lock_guard lock(mu_);
     for (const std::weak_ptr<StreamState>& w : streams_) {
-      std::shared_ptr<StreamState> live = w.lock();
-      if (live && live.get() == native_stream) state = std::move(live);
+      if (auto s = w.lock()) live.push_back(std::move(s));
     }
   }
-  if (!state) return Status::InvalidArgument("host device: RecordOn a stream handle it did not make (or a gone one)");
-  std::lock_guard lock(state->mu);
-  return std::unique_ptr<Event>(new HostEvent(state, state->enqueued));
+  for (const std::shared_ptr<StreamState>& state : live) {
+    std::lock_guard lock(state->mu);
+    if (state->owner != nullptr && state->owner == stream) {
+      return std::unique_ptr<Event>(new HostEvent(state, state->enqueued));
+    }
+  }
+  return Status::InvalidArgument("host device: RecordOn of something that is not one of its live streams");
 }
 
 Status HostDevice::Synchronize() {

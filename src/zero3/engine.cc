@@ -127,7 +127,7 @@ Status Engine::Release(BlockId block, void* stream) {
     }
     reading = std::move(recorded).value();
   }
-  return m.gathered->Release(block, std::move(reading));
+  return m.gathered->Release(block, stream, std::move(reading));
 }
 
 Status Engine::ReduceGradients(BlockId block, const std::vector<const void*>& grads) {

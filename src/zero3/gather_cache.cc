@@ -34,7 +34,7 @@ GatherCache::~GatherCache() {
   if (o_.partitioner->world_size() == 1) o_.device->SetReclaimer({});
   o_.stream->Synchronize().IgnoreError();
   for (Block& b : blocks_) {
-    for (auto& e : b.reading) e->Synchronize().IgnoreError();
+    for (auto& [stream, e] : b.reading) e->Synchronize().IgnoreError();
     o_.device->Free(b.full);
   }
 }
@@ -73,20 +73,20 @@ StatusOr<std::vector<void*>> GatherCache::WaitReady(BlockId b) {
   return ptrs;
 }
 
-Status GatherCache::Release(BlockId b, std::unique_ptr<Event> reading) {
+Status GatherCache::Release(BlockId b, void* stream, std::unique_ptr<Event> reading) {
   Block& st = block(b);
   if (st.holds == 0) {
     return Status::FailedPrecondition("engine: Release of block '" + (*o_.specs)[static_cast<size_t>(b)].name +
                                       "' that is not acquired");
   }
   if (reading) {
-    // Kept and persistent blocks are read again and again: only the reads
-    // still under way are followed.
-    std::erase_if(st.reading, [](const std::unique_ptr<Event>& e) {
-      StatusOr<bool> done = e->Query();
-      return !done.ok() || *done;
-    });
-    st.reading.push_back(std::move(reading));
+    // A stream runs in order: its latest event covers its earlier reads.
+    auto same = std::find_if(st.reading.begin(), st.reading.end(), [&](const auto& r) { return r.first == stream; });
+    if (same != st.reading.end()) {
+      same->second = std::move(reading);
+    } else {
+      st.reading.emplace_back(stream, std::move(reading));
+    }
   }
   if (--st.holds > 0 || st.persistent) return Status::Ok();
   if (o_.coordinator->KeepOnRelease(b)) return Status::Ok();
@@ -134,19 +134,29 @@ Status GatherCache::Evict(BlockId b) {
   // after queueing its copies) once the stream's queued work has run.
   // Reads on more than one stream: all but the last are waited for here.
   Status s;
+  std::shared_ptr<Event> done;
   if (!st.reading.empty()) {
-    for (size_t i = 0; i + 1 < st.reading.size(); ++i) st.reading[i]->Synchronize().IgnoreError();
-    o_.device->FreeAfter(st.full, std::move(st.reading.back()));
+    for (size_t i = 0; i + 1 < st.reading.size(); ++i) st.reading[i].second->Synchronize().IgnoreError();
+    done = std::move(st.reading.back().second);
   } else if (st.ready) {
-    o_.device->FreeAfter(st.full, std::move(st.ready));
+    done = std::move(st.ready);
+  }
+  const int64_t elems = st.persistent ? 0 : o_.partitioner->layout(b).padded_numel;
+  if (done) {
+    o_.device->FreeAfter(st.full, done);
+    StatusOr<bool> finished = done->Query();
+    if (elems > 0 && finished.ok() && !*finished)
+      pending_.push_back({std::move(done), elems});
+    else
+      o_.counters->live_elems -= elems;
   } else {
     s = o_.device->FreeAfter(st.full, *o_.stream);
+    o_.counters->live_elems -= elems;
   }
   st.reading.clear();
   st.ready.reset();
   st.full = nullptr;
   st.prefetched = false;
-  if (!st.persistent) o_.counters->live_elems -= o_.partitioner->layout(b).padded_numel;
   ++o_.counters->evictions;
   return s;
 }
@@ -158,15 +168,31 @@ Status GatherCache::Evict(BlockId b) {
 // when every gathered block is held (counted as an overrun).
 bool GatherCache::MakeRoom(int64_t need, bool demand, int64_t candidate_distance) {
   EngineCounters& c = *o_.counters;
+  RetirePending();
   while (c.live_elems + need > live_cap_elems_) {
     const BlockId victim = FarthestReleased(demand ? -1 : candidate_distance);
-    if (victim < 0) {
-      if (demand) ++c.live_limit_overruns;
-      return demand;
+    if (victim >= 0) {
+      Evict(victim).IgnoreError();  // a failed gather's error was returned when it was issued
+      continue;
     }
-    Evict(victim).IgnoreError();  // a failed gather's error was returned when it was issued
+    if (demand && !pending_.empty()) {  // the model's reads of evicted blocks: waited for
+      pending_.front().done->Synchronize().IgnoreError();
+      RetirePending();
+      continue;
+    }
+    if (demand) ++c.live_limit_overruns;
+    return demand;
   }
   return true;
+}
+
+void GatherCache::RetirePending() {
+  std::erase_if(pending_, [&](const Pending& p) {
+    StatusOr<bool> finished = p.done->Query();
+    if (finished.ok() && !*finished) return false;
+    o_.counters->live_elems -= p.elems;
+    return true;
+  });
 }
 
 // A block whose home the optimizer update has not reached yet, and every

@@ -36,6 +36,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "zinf/engine.h"
@@ -91,9 +92,10 @@ class GatherCache {
   StatusOr<std::vector<void*>> WaitReady(BlockId b);
   // Gives a hold back; a released, non-persistent block is evicted unless
   // its next use is within stage3_max_reuse_distance. `reading`: recorded
-  // after the model's work that reads the block (null: that work is done);
-  // its memory is reused only after it.
-  Status Release(BlockId b, std::unique_ptr<Event> reading = nullptr);
+  // on `stream` after the model's work that reads the block (null: that
+  // work is done); its memory is reused only after it, and until then it
+  // counts against stage3_max_live_parameters.
+  Status Release(BlockId b, void* stream = nullptr, std::unique_ptr<Event> reading = nullptr);
   // Starts NVMe reads and gathers ahead of the recorded order. `wait_for_home`
   // true: a gather waits for the home to be current instead of stopping
   // there (several ranks must issue the same gathers).
@@ -109,15 +111,24 @@ class GatherCache {
   struct Block {
     void* full = nullptr;          // gathered block on the device (padded_numel elements)
     std::unique_ptr<Event> ready;  // recorded after its gather
-    // Recorded after the model's reads (Release's); those not yet completed.
-    std::vector<std::unique_ptr<Event>> reading;
+    // After the model's reads (Release's), the latest per stream.
+    std::vector<std::pair<void*, std::shared_ptr<Event>>> reading;
     bool persistent = false;
     bool prefetched = false;  // gathered ahead, not yet acquired
     int holds = 0;
   };
 
+  // An evicted block's memory that queued work still reads: live until
+  // its event completes.
+  struct Pending {
+    std::shared_ptr<Event> done;
+    int64_t elems = 0;
+  };
+
   Status Fetch(BlockId b);
   Status Evict(BlockId b);
+  // Stops counting the pending memory whose work has run.
+  void RetirePending();
   bool MakeRoom(int64_t need, bool demand, int64_t candidate_distance);
   // The device buffer of a gathered block (the device reclaims released
   // blocks first, on one rank); out of memory names the block and what it
@@ -133,6 +144,7 @@ class GatherCache {
   Options o_;
   int64_t es_ = 2;  // bytes per working parameter
   std::vector<Block> blocks_;
+  std::vector<Pending> pending_;
   bool fitted_ = false;
   bool capped_logged_ = false;
   bool prefetching_ = false;    // a prefetch's fetch is under way: nothing is reclaimed for it

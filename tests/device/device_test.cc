@@ -100,7 +100,7 @@ TEST_F(DeviceTest, BudgetIsEnforcedLikeCudaMalloc) {
 TEST_F(DeviceTest, FreedMemoryIsKeptForTheNextRequestOfItsSize) {
   auto dev = Make(4 * kMiB);
   ASSERT_NE(dev, nullptr);
-  if (!dev->keeps_freed()) GTEST_SKIP() << "this device returns freed memory at once (CUDA, or an ASan build)";
+  if (!dev->keeps_freed()) GTEST_SKIP() << "this device returns freed memory at once (an ASan build)";
   auto a = dev->Allocate(kMiB + 100);
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   dev->Free(*a);
@@ -131,13 +131,26 @@ TEST_F(DeviceTest, FreeAfterHandsMemoryOutAgainOnlyOnceItsStreamPassedIt) {
   auto dev = Make(2 * kMiB);
   ASSERT_NE(dev, nullptr);
   if (!dev->keeps_freed()) GTEST_SKIP() << "this device returns freed memory at once (an ASan build)";
-  auto stream = dev->CreateStream();
-  ASSERT_TRUE(stream.ok()) << stream.status().ToString();
-  auto a = dev->Allocate(kMiB);
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
-  // Work on `a`, held at a gate this test opens.
+  // The gate outlives the stream, and the closer (destroyed before the
+  // stream) opens it on every way out: the stream's worker must not be left
+  // waiting at it.
   std::binary_semaphore gate(0);
   std::atomic<bool> opened{false};
+  std::thread opener;
+  auto stream = dev->CreateStream();
+  ASSERT_TRUE(stream.ok()) << stream.status().ToString();
+  struct Closer {
+    std::binary_semaphore& gate;
+    std::thread& opener;
+    std::atomic<bool>& opened;
+    ~Closer() {
+      if (opener.joinable()) opener.join();
+      if (!opened.exchange(true)) gate.release();
+    }
+  } closer{gate, opener, opened};
+  auto a = dev->Allocate(kMiB);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  // Work on `a`, held at the gate.
   ASSERT_TRUE((*stream)->LaunchHostFunc([&gate] { gate.acquire(); }).ok());
   ASSERT_TRUE((*stream)->MemsetAsync(*a, 7, kMiB).ok());
   ASSERT_TRUE(dev->FreeAfter(*a, **stream).ok());
@@ -153,10 +166,9 @@ TEST_F(DeviceTest, FreeAfterHandsMemoryOutAgainOnlyOnceItsStreamPassedIt) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(*c, *b);
   // The budget is full: the next one waits for `a`'s work, then is `a`.
-  std::thread opener([&] {
+  opener = std::thread([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    opened = true;
-    gate.release();
+    if (!opened.exchange(true)) gate.release();
   });
   auto d = dev->Allocate(kMiB);
   opener.join();
