@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "core/units.h"
+#include "stream_gate.h"
 
 namespace zinf {
 namespace {
@@ -131,27 +132,13 @@ TEST_F(DeviceTest, FreeAfterHandsMemoryOutAgainOnlyOnceItsStreamPassedIt) {
   auto dev = Make(2 * kMiB);
   ASSERT_NE(dev, nullptr);
   if (!dev->keeps_freed()) GTEST_SKIP() << "this device returns freed memory at once (an ASan build)";
-  // The gate outlives the stream, and the closer (destroyed before the
-  // stream) opens it on every way out: the stream's worker must not be left
-  // waiting at it.
-  std::binary_semaphore gate(0);
-  std::atomic<bool> opened{false};
-  std::thread opener;
   auto stream = dev->CreateStream();
   ASSERT_TRUE(stream.ok()) << stream.status().ToString();
-  struct Closer {
-    std::binary_semaphore& gate;
-    std::thread& opener;
-    std::atomic<bool>& opened;
-    ~Closer() {
-      if (opener.joinable()) opener.join();
-      if (!opened.exchange(true)) gate.release();
-    }
-  } closer{gate, opener, opened};
+  test_support::StreamGate gate;
   auto a = dev->Allocate(kMiB);
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   // Work on `a`, held at the gate.
-  ASSERT_TRUE((*stream)->LaunchHostFunc([&gate] { gate.acquire(); }).ok());
+  ASSERT_TRUE(gate.HoldOn(**stream).ok());
   ASSERT_TRUE((*stream)->MemsetAsync(*a, 7, kMiB).ok());
   ASSERT_TRUE(dev->FreeAfter(*a, **stream).ok());
   EXPECT_EQ(dev->bytes_in_use(), 0u);
@@ -166,15 +153,11 @@ TEST_F(DeviceTest, FreeAfterHandsMemoryOutAgainOnlyOnceItsStreamPassedIt) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(*c, *b);
   // The budget is full: the next one waits for `a`'s work, then is `a`.
-  opener = std::thread([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (!opened.exchange(true)) gate.release();
-  });
+  gate.OpenAfter(std::chrono::milliseconds(50));
   auto d = dev->Allocate(kMiB);
-  opener.join();
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(*d, *a);
-  EXPECT_TRUE(opened) << "handed out while its stream was still held";
+  EXPECT_TRUE(gate.opened()) << "handed out while its stream was still held";
   std::vector<uint8_t> back(kMiB, 0);
   auto check = dev->CreateStream();
   ASSERT_TRUE(check.ok());

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <chrono>
 #include <cmath>
@@ -12,13 +11,12 @@
 #include <filesystem>
 #include <functional>
 #include <map>
-#include <semaphore>
 #include <string>
-#include <thread>
 
 #include "aio/fault_engine.h"
 #include "comm/communicator.h"
 #include "core/fs.h"
+#include "stream_gate.h"
 #include "zero3/buffer_plan.h"
 #include "zero3/engine_test_util.h"
 #include "zero3/partitioner.h"
@@ -521,109 +519,89 @@ TEST(EngineMemoryTest, KeptAndPrefetchedBlocksYieldToTheDeviceBudget) {
   }
 }
 
-// Release behind a stream: the model's reads queued there still see the
-// block after the engine has gathered another of the same size, which does
-// not take its memory until they have run.
-TEST(EngineMemoryTest, ReleaseBehindAStreamKeepsTheMemoryUntilItsReadsRan) {
-  TempDir dir;
+// The engine of the Release-behind-a-stream tests: blocks 1 and 2 of the
+// same size and other values, nothing prefetched or kept on release, the
+// parameters set.
+EngineUnderTest StreamReleaseEngine(const TempDir& dir, const TinyModel& model, comm::Communicator* local,
+                                    int64_t max_live = 1'000'000'000) {
   Config config = BaseConfig();
   config.bf16.enabled = true;
   SetTiers(config, OffloadDevice::kCpu, OffloadDevice::kCpu, dir);
   config.zero.stage3_prefetch_bucket_size = 0;
   config.zero.stage3_max_reuse_distance = 0;
-  const TinyModel deep{{24, 32, 32, 32}};  // blocks 1 and 2: the same size, other values
+  config.zero.stage3_max_live_parameters = max_live;
+  EngineUnderTest e = MakeEngine(config, model.Blocks(), local);
+  for (int b = 0; e.engine && b < model.num_blocks(); ++b) {
+    auto v = model.InitialValues(b);
+    EXPECT_TRUE(e.engine->SetParameters(b, {v[0].data(), v[1].data()}).ok());
+  }
+  return e;
+}
+
+const TinyModel kTwinBlocks{{24, 32, 32, 32}};  // blocks 1 and 2: 1152 elements padded
+
+// Release behind a stream: the model's reads queued there still see the
+// block after the engine has gathered another of the same size, which does
+// not take its memory until they have run.
+TEST(EngineMemoryTest, ReleaseBehindAStreamKeepsTheMemoryUntilItsReadsRan) {
+  TempDir dir;
   comm::LocalCommunicator local;
-  EngineUnderTest e = MakeEngine(config, deep.Blocks(), &local);
+  EngineUnderTest e = StreamReleaseEngine(dir, kTwinBlocks, &local);
   ASSERT_NE(e.engine, nullptr);
   if (!e.device->keeps_freed()) GTEST_SKIP() << "this device returns freed memory at once (an ASan build)";
-  for (int b = 0; b < deep.num_blocks(); ++b) {
-    auto v = deep.InitialValues(b);
-    ASSERT_TRUE(e.engine->SetParameters(b, {v[0].data(), v[1].data()}).ok());
-  }
-  // The gate outlives the stream, and the opener (destroyed before the
-  // stream) opens it on every way out: the stream's worker must not be left
-  // waiting at it.
-  std::binary_semaphore gate(0);
   auto stream = e.device->CreateStream();
   ASSERT_TRUE(stream.ok()) << stream.status().ToString();
-  struct Opener {
-    std::binary_semaphore& gate;
-    bool open = false;
-    void Open() {
-      if (!open) gate.release();
-      open = true;
-    }
-    ~Opener() { Open(); }
-  } opener{gate};
+  test_support::StreamGate gate;
   auto first = e.engine->Acquire(1);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
-  const size_t bytes = static_cast<size_t>(deep.Blocks()[1].tensors[0].numel()) * 2;  // the bf16 weight
+  const size_t bytes = static_cast<size_t>(kTwinBlocks.Blocks()[1].tensors[0].numel()) * 2;  // the bf16 weight
   const auto* weight = static_cast<const char*>((*first)[0]);
   const std::vector<char> seen(weight, weight + bytes);
   // The model's read of block 1, held at the gate until block 2 is gathered.
   bool intact = false;
-  ASSERT_TRUE((*stream)->LaunchHostFunc([&gate] { gate.acquire(); }).ok());
+  ASSERT_TRUE(gate.HoldOn(**stream).ok());
   ASSERT_TRUE((*stream)->LaunchHostFunc([&] { intact = std::memcmp(weight, seen.data(), bytes) == 0; }).ok());
   ASSERT_TRUE(e.engine->Release(1, stream->get()).ok());
   auto second = e.engine->Acquire(2);
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   EXPECT_NE((*second)[0], (*first)[0]) << "block 2 was gathered into memory block 1's reads still use";
   ASSERT_TRUE(e.engine->Release(2).ok());
-  opener.Open();
+  gate.Open();
   ASSERT_TRUE((*stream)->Synchronize().ok());
   EXPECT_TRUE(intact);
-  // A handle the device did not make is refused, naming the block.
+}
+
+TEST(EngineMemoryTest, ReleaseBehindSomethingNotAStreamIsRefusedNamingTheBlock) {
+  TempDir dir;
+  comm::LocalCommunicator local;
+  EngineUnderTest e = StreamReleaseEngine(dir, kTwinBlocks, &local);
+  ASSERT_NE(e.engine, nullptr);
   ASSERT_TRUE(e.engine->Acquire(1).ok());
   int not_a_stream = 0;
   Status bad = e.engine->Release(1, &not_a_stream);
   EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.message().find(deep.Blocks()[1].name), std::string::npos) << bad.ToString();
-  EXPECT_TRUE(e.engine->Release(1).ok());
+  EXPECT_NE(bad.message().find(kTwinBlocks.Blocks()[1].name), std::string::npos) << bad.ToString();
+  EXPECT_TRUE(e.engine->Release(1).ok()) << "the refused Release left the block acquired";
 }
 
 // An evicted block whose reads are still queued counts against
 // stage3_max_live_parameters: a demanded gather beyond it waits for them.
 TEST(EngineMemoryTest, AnEvictedBlockStillBeingReadCountsAgainstMaxLive) {
   TempDir dir;
-  Config config = BaseConfig();
-  config.bf16.enabled = true;
-  SetTiers(config, OffloadDevice::kCpu, OffloadDevice::kCpu, dir);
-  config.zero.stage3_prefetch_bucket_size = 0;
-  config.zero.stage3_max_reuse_distance = 0;
-  config.zero.stage3_max_live_parameters = 1152;  // one of blocks 1 and 2 (padded)
-  const TinyModel deep{{24, 32, 32, 32}};
   comm::LocalCommunicator local;
-  EngineUnderTest e = MakeEngine(config, deep.Blocks(), &local);
+  EngineUnderTest e = StreamReleaseEngine(dir, kTwinBlocks, &local, /*max_live=*/1152);
   ASSERT_NE(e.engine, nullptr);
-  for (int b = 0; b < deep.num_blocks(); ++b) {
-    auto v = deep.InitialValues(b);
-    ASSERT_TRUE(e.engine->SetParameters(b, {v[0].data(), v[1].data()}).ok());
-  }
-  std::binary_semaphore gate(0);
-  std::atomic<bool> opened{false};
-  std::thread opener;
   auto stream = e.device->CreateStream();
   ASSERT_TRUE(stream.ok()) << stream.status().ToString();
-  struct Closer {
-    std::binary_semaphore& gate;
-    std::thread& opener;
-    std::atomic<bool>& opened;
-    ~Closer() {
-      if (opener.joinable()) opener.join();
-      if (!opened.exchange(true)) gate.release();
-    }
-  } closer{gate, opener, opened};
+  test_support::StreamGate gate;
   ASSERT_TRUE(e.engine->Acquire(1).ok());
-  ASSERT_TRUE((*stream)->LaunchHostFunc([&gate] { gate.acquire(); }).ok());
-  // Started first: a device that frees at once (ASan) waits in Release.
-  opener = std::thread([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (!opened.exchange(true)) gate.release();
-  });
+  ASSERT_TRUE(gate.HoldOn(**stream).ok());
+  // Set first: a device that frees at once (ASan) waits in Release.
+  gate.OpenAfter(std::chrono::milliseconds(50));
   ASSERT_TRUE(e.engine->Release(1, stream->get()).ok());
   auto second = e.engine->Acquire(2);
   ASSERT_TRUE(second.ok()) << second.status().ToString();
-  EXPECT_TRUE(opened) << "block 2 was gathered while block 1's reads still held the live elements";
+  EXPECT_TRUE(gate.opened()) << "block 2 was gathered while block 1's reads still held the live elements";
   EXPECT_EQ(e.engine->counters().live_limit_overruns, 0);
   EXPECT_TRUE(e.engine->Release(2).ok());
 }
