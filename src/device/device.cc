@@ -71,18 +71,12 @@ void Device::FreeAfter(void* ptr, std::shared_ptr<Event> done) {
 }
 
 void* Device::TakeCached(size_t bytes, bool wait) {
-  // A failed query means the work will not run on: nothing still uses it.
-  auto finished = [](Event* e) {
-    if (e == nullptr) return true;
-    StatusOr<bool> q = e->Query();
-    return !q.ok() || *q;
-  };
   Kept taken;
   {
     std::lock_guard lock(mu_);
     auto [first, end] = cached_.equal_range(bytes);
     auto it = first;
-    while (it != end && !finished(it->second.done.get())) ++it;
+    while (it != end && it->second.done && !it->second.done->Finished()) ++it;
     if (it == end && wait) it = first;
     if (it == end) return nullptr;
     taken = std::move(it->second);

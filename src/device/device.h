@@ -40,6 +40,12 @@ class Event {
   virtual StatusOr<bool> Query() = 0;
   // Blocks until the recorded work has finished; returns its first error.
   virtual Status Synchronize() = 0;
+  // True when the recorded work has run, or can no longer run (the query
+  // failed): nothing it covers is still in use.
+  bool Finished() {
+    StatusOr<bool> done = Query();
+    return !done.ok() || *done;
+  }
 };
 
 class Stream {

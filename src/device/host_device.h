@@ -25,7 +25,7 @@ class HostDevice final : public Device {
   // once, so that a late access is reported.
   bool keeps_freed() const override;
   StatusOr<std::unique_ptr<Stream>> CreateStream() override;
-  StatusOr<std::unique_ptr<Event>> RecordOn(void* native_stream) override;
+  StatusOr<std::unique_ptr<Event>> RecordOn(void* stream) override;
   Status Synchronize() override;
 
   // OK when [ptr, ptr+bytes) lies inside one live allocation (not a freed

@@ -144,11 +144,11 @@ Status GatherCache::Evict(BlockId b) {
   const int64_t elems = st.persistent ? 0 : o_.partitioner->layout(b).padded_numel;
   if (done) {
     o_.device->FreeAfter(st.full, done);
-    StatusOr<bool> finished = done->Query();
-    if (elems > 0 && finished.ok() && !*finished)
+    if (elems > 0 && !done->Finished()) {
       pending_.push_back({std::move(done), elems});
-    else
+    } else {
       o_.counters->live_elems -= elems;
+    }
   } else {
     s = o_.device->FreeAfter(st.full, *o_.stream);
     o_.counters->live_elems -= elems;
@@ -188,8 +188,7 @@ bool GatherCache::MakeRoom(int64_t need, bool demand, int64_t candidate_distance
 
 void GatherCache::RetirePending() {
   std::erase_if(pending_, [&](const Pending& p) {
-    StatusOr<bool> finished = p.done->Query();
-    if (finished.ok() && !*finished) return false;
+    if (!p.done->Finished()) return false;
     o_.counters->live_elems -= p.elems;
     return true;
   });
