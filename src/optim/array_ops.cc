@@ -19,6 +19,16 @@ Status CheckArgs(Isa isa, const void* a, const void* b, int64_t n, const char* w
   return Status::Ok();
 }
 
+Status CheckPieces(Isa isa, const float* x, const int64_t* bounds, int64_t pieces, const double* out) {
+  if (pieces < 0 || (pieces > 0 && (bounds == nullptr || out == nullptr || bounds[0] != 0))) {
+    return Status::InvalidArgument("sum of squares by piece: bounds must start at 0");
+  }
+  for (int64_t i = 0; i < pieces; ++i) {
+    if (bounds[i + 1] < bounds[i]) return Status::InvalidArgument("sum of squares by piece: bounds not ascending");
+  }
+  return pieces == 0 ? Status::Ok() : CheckArgs(isa, x, x, bounds[pieces], "sum of squares by piece");
+}
+
 }  // namespace
 
 StatusOr<double> SumSquares(ThreadPool& pool, Isa isa, const void* x, ElementType dtype, int64_t n) {
@@ -46,18 +56,20 @@ StatusOr<double> SumSquares(ThreadPool& pool, Isa isa, const void* x, ElementTyp
 }
 
 Status SumSquaresPieces(ThreadPool& pool, Isa isa, const float* x, const int64_t* bounds, int64_t pieces, double* out) {
-  if (pieces < 0 || (pieces > 0 && (bounds == nullptr || out == nullptr || bounds[0] != 0))) {
-    return Status::InvalidArgument("sum of squares by piece: bounds must start at 0");
-  }
-  for (int64_t i = 0; i < pieces; ++i) {
-    if (bounds[i + 1] < bounds[i]) return Status::InvalidArgument("sum of squares by piece: bounds not ascending");
-  }
+  ZINF_RETURN_IF_ERROR(CheckPieces(isa, x, bounds, pieces, out));
   if (pieces == 0) return Status::Ok();
-  ZINF_RETURN_IF_ERROR(CheckArgs(isa, x, x, bounds[pieces], "sum of squares by piece"));
   const internal::SumSquaresFn fn = internal::KernelsFor(isa).sum_squares[internal::TypeIndex(ElementType::kF32)];
   pool.ParallelFor(pieces, 64, [&](int64_t, int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) out[i] = fn(x + bounds[i], bounds[i + 1] - bounds[i]);
   });
+  return Status::Ok();
+}
+
+Status SumSquaresPiecesSerial(Isa isa, const float* x, const int64_t* bounds, int64_t pieces, double* out) {
+  ZINF_RETURN_IF_ERROR(CheckPieces(isa, x, bounds, pieces, out));
+  if (pieces == 0) return Status::Ok();
+  const internal::SumSquaresFn fn = internal::KernelsFor(isa).sum_squares[internal::TypeIndex(ElementType::kF32)];
+  for (int64_t i = 0; i < pieces; ++i) out[i] = fn(x + bounds[i], bounds[i + 1] - bounds[i]);
   return Status::Ok();
 }
 
@@ -107,12 +119,16 @@ Status SetScaled(ThreadPool& pool, const float* src, float scale, float* dst, in
   ZINF_RETURN_IF_ERROR(CheckArgs(Isa::kScalar, src, dst, n, "set scaled"));
   if (n == 0) return Status::Ok();
   pool.ParallelFor(n, kChunkElems, [&](int64_t, int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const float product = src[i] * scale;
-      dst[i] = 0.0f + product;
-    }
+    SetScaledSerial(src + begin, scale, dst + begin, end - begin);
   });
   return Status::Ok();
+}
+
+void SetScaledSerial(const float* __restrict src, float scale, float* __restrict dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float product = src[i] * scale;
+    dst[i] = 0.0f + product;
+  }
 }
 
 }  // namespace zinf::optim

@@ -38,6 +38,11 @@ StatusOr<double> SumSquares(ThreadPool& pool, Isa isa, const void* x, ElementTyp
 // array around it or the thread count. Errors: bounds not ascending from 0.
 Status SumSquaresPieces(ThreadPool& pool, Isa isa, const float* x, const int64_t* bounds, int64_t pieces, double* out);
 
+// SumSquaresPieces on the calling thread alone, for a caller that spreads
+// its own tasks over a pool (which must not call into the pool again): the
+// same kernel per piece, so the same bits.
+Status SumSquaresPiecesSerial(Isa isa, const float* x, const int64_t* bounds, int64_t pieces, double* out);
+
 // dst[i] = round_to_nearest_even(src[i]) as `dst_dtype` (kBf16 or kF16).
 Status CastFromF32(ThreadPool& pool, Isa isa, const float* src, ElementType dst_dtype, void* dst, int64_t n);
 // dst[i] = src[i] as fp32 (exact), src holding `src_dtype` (kBf16 or kF16).
@@ -49,5 +54,7 @@ Status AddScaled(ThreadPool& pool, const float* src, float scale, float* acc, in
 // dst[i] = 0 + src[i] * scale: AddScaled's result on a zeroed `dst`, bit
 // for bit (a -0 product becomes +0 as it does there), without reading dst.
 Status SetScaled(ThreadPool& pool, const float* src, float scale, float* dst, int64_t n);
+// SetScaled on the calling thread alone (see SumSquaresPiecesSerial).
+void SetScaledSerial(const float* src, float scale, float* dst, int64_t n);
 
 }  // namespace zinf::optim

@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <numeric>
 #include <string>
 
+#include "core/crc32c.h"
 #include "optim/array_ops.h"
 
 namespace zinf::swap {
@@ -43,18 +45,41 @@ int64_t ShardSquares::NextBoundary(int64_t p) const {
   return std::min({a, c, total_});
 }
 
-Status ShardSquares::Add(optim::ThreadPool& pool, optim::Isa isa, int64_t begin, const float* x, int64_t n) {
+Status ShardSquares::CheckRange(int64_t begin, int64_t n) const {
   const int64_t end = begin + n;
-  auto boundary = [this](int64_t p) { return p == total_ || p % kAtom == 0 || p % cut_ == 0; };
-  if (begin < 0 || n < 0 || end > total_ || !boundary(begin) || !boundary(end)) {
+  if (begin < 0 || n < 0 || end > total_ || !IsBoundary(begin) || !IsBoundary(end)) {
     return Status::InvalidArgument("sum of squares: [" + std::to_string(begin) + ", " + std::to_string(end) +
                                    ") is not a range of whole pieces of the shard");
   }
+  return Status::Ok();
+}
+
+Status ShardSquares::Add(optim::ThreadPool& pool, optim::Isa isa, int64_t begin, const float* x, int64_t n) {
+  ZINF_RETURN_IF_ERROR(CheckRange(begin, n));
+  const int64_t end = begin + n;
   bounds_.clear();
   for (int64_t p = begin; p < end; p = NextBoundary(p)) bounds_.push_back(p - begin);
   const int64_t pieces = static_cast<int64_t>(bounds_.size());
   bounds_.push_back(n);
   return optim::SumSquaresPieces(pool, isa, x, bounds_.data(), pieces, sums_.data() + PieceIndex(begin));
+}
+
+Status ShardSquares::AddSerial(optim::Isa isa, int64_t begin, const float* x, int64_t n) {
+  ZINF_RETURN_IF_ERROR(CheckRange(begin, n));
+  // The pieces in batches, their offsets on the stack.
+  constexpr int64_t kBatch = 64;
+  int64_t bounds[kBatch + 1];
+  const int64_t end = begin + n;
+  int64_t index = PieceIndex(begin);
+  for (int64_t p = begin; p < end;) {
+    const int64_t first = p;
+    int64_t pieces = 0;
+    for (; pieces < kBatch && p < end; ++pieces, p = NextBoundary(p)) bounds[pieces] = p - first;
+    bounds[pieces] = p - first;
+    ZINF_RETURN_IF_ERROR(optim::SumSquaresPiecesSerial(isa, x + (first - begin), bounds, pieces, sums_.data() + index));
+    index += pieces;
+  }
+  return Status::Ok();
 }
 
 double ShardSquares::Total() const {
@@ -117,6 +142,9 @@ StatusOr<std::unique_ptr<GradientWindow>> GradientWindow::Create(OptimizerSwappe
       return lease.status().WithContext("gradient window: " + std::to_string(w->buffers_.size()) + " buffers");
     }
     b.data = std::move(lease).value();
+    const size_t extents = static_cast<size_t>((need + w->store_.stripe_bytes() - 1) / w->store_.stripe_bytes());
+    b.crc.assign(extents, 0);
+    b.sealed.assign(extents, 0);
   }
   w->touched_.assign(static_cast<size_t>(groups), false);
   w->squared_.assign(static_cast<size_t>(groups), false);
@@ -154,19 +182,105 @@ Status GradientWindow::StartWrite(Buffer& b) {
   const int64_t k = b.sub_group;
   const int64_t n = swapper_.sub_group_elems(k);
   ZeroUnset(b);
-  if (b.last) {
-    ZINF_RETURN_IF_ERROR(squares_.Add(threads_, isa_, swapper_.sub_group_begin(k), Floats(b), n));
+  const TensorId tensor = swapper_.GradientTensor(k);
+  if (b.last && Sealable(k)) {
+    // The squares and crcs of what SetAndSeal did not seal, an extent per
+    // task; the store takes every crc as given.
+    ZINF_RETURN_IF_ERROR(SealRest(b));
     squared_[static_cast<size_t>(k)] = true;
+    ZINF_ASSIGN_OR_RETURN(b.write, store_.checksums() ? store_.SwapOut(tensor, b.data.data(), b.crc.data())
+                                                      : store_.SwapOut(tensor, b.data.data()));
+  } else {
+    if (b.last) {
+      ZINF_RETURN_IF_ERROR(squares_.Add(threads_, isa_, swapper_.sub_group_begin(k), Floats(b), n));
+      squared_[static_cast<size_t>(k)] = true;
+    }
+    ZINF_ASSIGN_OR_RETURN(b.write, store_.SwapOut(tensor, b.data.data()));
   }
-  ZINF_ASSIGN_OR_RETURN(b.write, store_.SwapOut(swapper_.GradientTensor(k), b.data.data()));
   nvme_bytes_ += n * int64_t{sizeof(float)};
   b.dirty = false;
   return Status::Ok();
 }
 
 void GradientWindow::ZeroUnset(Buffer& b) {
+  Unseal(b, 0, b.unset);
   std::memset(b.data.data(), 0, static_cast<size_t>(b.unset) * sizeof(float));
   b.unset = 0;
+}
+
+bool GradientWindow::Sealable(int64_t k) const {
+  constexpr int64_t kAtomBytes = ShardSquares::kAtom * int64_t{sizeof(float)};
+  return store_.stripe_bytes() % kAtomBytes == 0 && swapper_.sub_group_begin(k) % ShardSquares::kAtom == 0;
+}
+
+void GradientWindow::ExtentOf(int64_t k, int64_t e, int64_t* lo, int64_t* hi, int64_t* bytes) const {
+  const int64_t stripe = store_.stripe_bytes(), per = stripe / int64_t{sizeof(float)};
+  const int64_t n = swapper_.sub_group_elems(k);
+  *lo = e * per;
+  *hi = std::min(n, *lo + per);
+  *bytes = std::min(stripe, store_.PaddedBytes(n * int64_t{sizeof(float)}) - e * stripe);
+}
+
+void GradientWindow::Unseal(Buffer& b, int64_t lo, int64_t hi) {
+  if (hi <= lo) return;
+  const int64_t per = store_.stripe_bytes() / int64_t{sizeof(float)};
+  std::fill(b.sealed.begin() + lo / per, b.sealed.begin() + (hi - 1) / per + 1, uint8_t{0});
+}
+
+// Extent e's squares and crc from the bytes b holds: on a pool thread
+// (AddSerial), beside other extents' tasks.
+Status GradientWindow::SealOne(Buffer& b, int64_t e) {
+  int64_t lo = 0, hi = 0, bytes = 0;
+  ExtentOf(b.sub_group, e, &lo, &hi, &bytes);
+  ZINF_RETURN_IF_ERROR(squares_.AddSerial(isa_, swapper_.sub_group_begin(b.sub_group) + lo, Floats(b) + lo, hi - lo));
+  const size_t i = static_cast<size_t>(e);
+  if (store_.checksums()) b.crc[i] = Crc32c(b.data.data() + e * store_.stripe_bytes(), static_cast<size_t>(bytes));
+  b.sealed[i] = 1;
+  return Status::Ok();
+}
+
+Status GradientWindow::SetAndSeal(Buffer& b, int64_t r_lo, int64_t r_hi, const float* src, float scale) {
+  const int64_t per = store_.stripe_bytes() / int64_t{sizeof(float)};
+  const int64_t old = b.unset;
+  const int64_t first = r_lo / per, last = (old - 1) / per;  // the extents [r_lo, old) overlaps
+  float* x = Floats(b);
+  std::mutex mu;
+  Status failed;
+  threads_.ParallelFor(last - first + 1, 1, [&](int64_t, int64_t t0, int64_t t1) {
+    for (int64_t e = first + t0; e < first + t1; ++e) {
+      int64_t lo = 0, hi = 0, bytes = 0;
+      ExtentOf(b.sub_group, e, &lo, &hi, &bytes);
+      const int64_t set_lo = std::max(lo, r_lo), set_hi = std::min(hi, r_hi);
+      if (set_lo < set_hi) optim::SetScaledSerial(src + (set_lo - r_lo), scale, x + set_lo, set_hi - set_lo);
+      const int64_t zero_lo = std::max(lo, r_hi), zero_hi = std::min(hi, old);
+      if (zero_lo < zero_hi) std::memset(x + zero_lo, 0, static_cast<size_t>(zero_hi - zero_lo) * sizeof(float));
+      b.sealed[static_cast<size_t>(e)] = 0;
+      if (lo < r_lo) continue;  // below r_lo it holds no value yet
+      Status s = SealOne(b, e);
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (failed.ok()) failed = s;
+      }
+    }
+  });
+  return failed;
+}
+
+Status GradientWindow::SealRest(Buffer& b) {
+  std::mutex mu;
+  Status failed;
+  threads_.ParallelFor(store_.extent_count(swapper_.GradientTensor(b.sub_group)), 1,
+                       [&](int64_t, int64_t t0, int64_t t1) {
+                         for (int64_t e = t0; e < t1; ++e) {
+                           if (b.sealed[static_cast<size_t>(e)]) continue;
+                           Status s = SealOne(b, e);
+                           if (!s.ok()) {
+                             std::lock_guard<std::mutex> lock(mu);
+                             if (failed.ok()) failed = s;
+                           }
+                         }
+                       });
+  return failed;
 }
 
 StatusOr<GradientWindow::Buffer*> GradientWindow::Victim(const Buffer* keep) {
@@ -183,6 +297,7 @@ StatusOr<GradientWindow::Buffer*> GradientWindow::Victim(const Buffer* keep) {
   ZINF_RETURN_IF_ERROR(WaitWrite(*best));
   best->sub_group = -1;
   best->last = false;
+  std::fill(best->sealed.begin(), best->sealed.end(), uint8_t{0});
   return best;
 }
 
@@ -225,6 +340,7 @@ void GradientWindow::ReadAhead(int64_t k, const Buffer* keep) {
     b.read = *h;
     b.unset = 0;
     b.sub_group = k;
+    std::fill(b.sealed.begin(), b.sealed.end(), uint8_t{0});
     b.last = false;
     b.used = ++clock_;
     nvme_bytes_ += swapper_.sub_group_elems(k) * int64_t{sizeof(float)};
@@ -254,12 +370,17 @@ Status GradientWindow::Add(int64_t begin, int64_t count, const float* g, float s
     if (last) squared_[static_cast<size_t>(k)] = false;
     const int64_t r_lo = lo - swapper_.sub_group_begin(k), r_hi = hi - swapper_.sub_group_begin(k);
     float* dst = Floats(buf) + r_lo;
-    if (r_hi <= buf.unset) {  // below everything set so far: set, zeroing any gap above
+    if (r_hi <= buf.unset && last && Sealable(k)) {  // below everything set so far, final values
+      ZINF_RETURN_IF_ERROR(SetAndSeal(buf, r_lo, r_hi, g + (lo - begin), scale));
+      buf.unset = r_lo;
+    } else if (r_hi <= buf.unset) {  // the same, not sealed: set, zeroing any gap above
+      Unseal(buf, r_lo, buf.unset);
       std::memset(Floats(buf) + r_hi, 0, static_cast<size_t>(buf.unset - r_hi) * sizeof(float));
       ZINF_RETURN_IF_ERROR(optim::SetScaled(threads_, g + (lo - begin), scale, dst, hi - lo));
       buf.unset = r_lo;
     } else {
       if (r_lo < buf.unset) ZeroUnset(buf);  // straddles the unset part (out of the backward's order)
+      Unseal(buf, r_lo, r_hi);
       ZINF_RETURN_IF_ERROR(optim::AddScaled(threads_, g + (lo - begin), scale, dst, hi - lo));
     }
     buf.dirty = true;
@@ -356,6 +477,7 @@ void GradientWindow::Reset() {
     b.sub_group = -1;
     b.dirty = b.last = false;
     b.unset = 0;
+    std::fill(b.sealed.begin(), b.sealed.end(), uint8_t{0});
   }
   std::fill(touched_.begin(), touched_.end(), false);
   std::fill(squared_.begin(), squared_.end(), false);

@@ -24,6 +24,15 @@
 // the cycle's last micro-batch (Add's `last`), so the norm costs no
 // extra read.
 //
+// Sealing. In the last micro-batch the pass that sets a range also takes,
+// one store extent (stripe unit) at a time while its bytes are in cache,
+// the extent's squares and crc32c, on the pool's threads (when the
+// sub-group's extents are whole pieces of the norm: Sealable); the write
+// hands the crcs to the store (SwapStore::SwapOut with checksums) and
+// seals only what is left. One read of the gradient instead of three (the
+// copy, the squares, the store's crc). Any later change to a sealed extent
+// (an add over it, zeroing) unseals it first.
+//
 // Finish() ends the cycle: writes what is buffered, zeros the sub-groups
 // no Add touched (so the step reads a zero gradient there, as the RAM
 // accumulator would hold), reads back any touched sub-group whose squares
@@ -40,7 +49,7 @@
 // alone may be called from another thread (the update worker, inside Step)
 // while no other member is called: its answers change only in Add, Flush,
 // Finish and Reset, which the engine calls only after the update is done. The thread
-// pool is used for the adds and the squares, so no one else may use it then.
+// pool is used for the adds, the squares and the crcs, so no one else may use it then.
 #pragma once
 
 #include <cstdint>
@@ -76,12 +85,19 @@ class ShardSquares {
   // element `begin`; begin and begin + n must be piece boundaries (or the
   // shard's end). Replaces what an earlier Add gave for those pieces.
   Status Add(optim::ThreadPool& pool, optim::Isa isa, int64_t begin, const float* x, int64_t n);
+  // Add on the calling thread, without the pool or Add's scratch: calls on
+  // disjoint ranges may run at once (each piece's sum is its own double),
+  // but not beside Add, Total or Reset.
+  Status AddSerial(optim::Isa isa, int64_t begin, const float* x, int64_t n);
+  // Whether `p` is a piece boundary (where Add's ranges may begin and end).
+  bool IsBoundary(int64_t p) const { return p == total_ || p % kAtom == 0 || p % cut_ == 0; }
   double Total() const;  // pieces never added count 0
   void Reset();
 
  private:
   int64_t PieceIndex(int64_t p) const;  // pieces starting before boundary p
   int64_t NextBoundary(int64_t p) const;
+  Status CheckRange(int64_t begin, int64_t n) const;
 
   int64_t total_, cut_, lcm_;
   std::vector<double> sums_;
@@ -155,6 +171,12 @@ class GradientWindow {
     // from the gradient instead of zeroed and added to (SetScaled, same
     // bits), and what is left is zeroed before anything reads the buffer.
     int64_t unset = 0;
+    // Per store extent of the sub-group (one stripe unit): whether its
+    // crc32c (`crc`) and its pieces' squares (in squares_) were taken of
+    // the bytes it holds now, in the pass that set them (SetAndSeal).
+    // uint8_t, not bool: pool threads write neighbouring flags at once.
+    std::vector<uint32_t> crc;
+    std::vector<uint8_t> sealed;
   };
 
   GradientWindow(OptimizerSwapper* swapper, optim::ThreadPool* threads, optim::Isa isa, int64_t norm_cut)
@@ -172,6 +194,23 @@ class GradientWindow {
   StatusOr<Buffer*> Victim(const Buffer* keep);
   Status StartWrite(Buffer& b);
   void ZeroUnset(Buffer& b);
+  // Sub-group k's extents can be sealed one by one: each is a range of
+  // whole pieces of the norm (ShardSquares), which holds when the stripe
+  // and the sub-group's start are multiples of ShardSquares::kAtom.
+  bool Sealable(int64_t k) const;
+  // Elements [r_lo, r_hi) of b's sub-group set to scale * src (SetScaled)
+  // and [r_hi, unset) zeroed, one pool task per extent, each extent then
+  // wholly set (from r_lo up) sealed while its bytes are in cache. Only in
+  // the cycle's last micro-batch (the squares are of final values).
+  Status SetAndSeal(Buffer& b, int64_t r_lo, int64_t r_hi, const float* src, float scale);
+  // Seals every extent of b not sealed yet (before b is written).
+  Status SealRest(Buffer& b);
+  // Extents overlapping elements [lo, hi) of b change: no longer sealed.
+  void Unseal(Buffer& b, int64_t lo, int64_t hi);
+  // Extent e of sub-group k: elements [*lo, *hi) and its bytes (the last
+  // one's padding included), as SwapStore cuts the tensor.
+  void ExtentOf(int64_t k, int64_t e, int64_t* lo, int64_t* hi, int64_t* bytes) const;
+  Status SealOne(Buffer& b, int64_t e);
   Status WaitRead(Buffer& b);
   Status WaitWrite(Buffer& b);
   void ReadAhead(int64_t k, const Buffer* keep);

@@ -450,6 +450,13 @@ StatusOr<SwapHandle> SwapStore::SwapOut(TensorId id, const void* buffer) {
                static_cast<char*>(const_cast<void*>(buffer)));
 }
 
+StatusOr<SwapHandle> SwapStore::SwapOut(TensorId id, const void* buffer, const uint32_t* extent_crcs) {
+  if (id < 0 || id >= tensor_count()) return Status::InvalidArgument("swap-out: no tensor id " + std::to_string(id));
+  if (extent_crcs == nullptr) return Status::InvalidArgument("swap-out: null checksums");
+  return Start(aio::IoOp::kWrite, id, 0, tensors_[static_cast<size_t>(id)].spec.size_bytes,
+               static_cast<char*>(const_cast<void*>(buffer)), extent_crcs);
+}
+
 StatusOr<SwapHandle> SwapStore::SwapIn(TensorId id, void* buffer) {
   if (id < 0 || id >= tensor_count()) return Status::InvalidArgument("swap-in: no tensor id " + std::to_string(id));
   return Start(aio::IoOp::kRead, id, 0, tensors_[static_cast<size_t>(id)].spec.size_bytes, static_cast<char*>(buffer));
@@ -465,7 +472,7 @@ StatusOr<SwapHandle> SwapStore::SwapInRange(TensorId id, int64_t offset_bytes, i
 }
 
 StatusOr<SwapHandle> SwapStore::Start(aio::IoOp op, TensorId id, int64_t offset_bytes, int64_t length_bytes,
-                                      char* buffer) {
+                                      char* buffer, const uint32_t* crcs) {
   const char* verb = op == aio::IoOp::kWrite ? "swap-out" : "swap-in";
   if (id < 0 || id >= tensor_count()) {
     return Status::InvalidArgument(std::string(verb) + ": no tensor id " + std::to_string(id));
@@ -532,7 +539,9 @@ StatusOr<SwapHandle> SwapStore::Start(aio::IoOp op, TensorId id, int64_t offset_
     const Extent& e = t.extents[static_cast<size_t>(first + k)];
     char* piece = buffer + k * stripe_;
     slot.segments.push_back(aio::IoSegment{files_[static_cast<size_t>(e.file)], e.file_offset, e.length, piece});
-    if (op == aio::IoOp::kWrite && options_.checksums) slot.crc.push_back(Crc32c(piece, size_t(e.length)));
+    if (op == aio::IoOp::kWrite && options_.checksums) {
+      slot.crc.push_back(crcs != nullptr ? crcs[k] : Crc32c(piece, size_t(e.length)));
+    }
   }
   auto ticket = engine_->Submit(op, slot.segments);
   std::lock_guard<std::mutex> lock(mu_);

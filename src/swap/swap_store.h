@@ -25,7 +25,8 @@
 // last swap-out failed) is kFailedPrecondition, never data.
 //
 // Checksums. With `checksums`, SwapOut computes a crc32c per extent (on the
-// calling thread, before submitting) and Wait on a SwapIn verifies every
+// calling thread, before submitting), or records the ones its caller took
+// while making the bytes, and Wait on a SwapIn verifies every
 // extent it read; a mismatch is kCorruption naming file, offset, length and
 // tensor.
 //
@@ -148,6 +149,19 @@ class SwapStore {
 
   // Starts writing all of tensor `id` from `buffer` (PaddedBytes(size) bytes).
   StatusOr<SwapHandle> SwapOut(TensorId id, const void* buffer);
+  // The same, with the checksums the caller took itself as it made the
+  // bytes (one pass over them instead of two): extent_crcs[e] is the
+  // crc32c of buffer bytes [e * stripe_bytes(), min((e + 1) *
+  // stripe_bytes(), PaddedBytes(size))), for each of extent_count(id)
+  // extents. They are recorded as given: a wrong one makes the next swap-in
+  // of its extent fail with kCorruption, as a bad disk would. Ignored
+  // without `checksums`.
+  StatusOr<SwapHandle> SwapOut(TensorId id, const void* buffer, const uint32_t* extent_crcs);
+  bool checksums() const { return options_.checksums; }
+  // The extents (stripe units) tensor `id` (a valid id) spans.
+  int64_t extent_count(TensorId id) const {
+    return static_cast<int64_t>(tensors_[static_cast<size_t>(id)].extents.size());
+  }
   // Starts reading all of tensor `id` into `buffer`.
   StatusOr<SwapHandle> SwapIn(TensorId id, void* buffer);
   // The same for bytes [offset, offset + length) of the tensor: `offset` a
@@ -201,7 +215,10 @@ class SwapStore {
   Status CheckSpace() const;
   Status OpenFiles();
   Status OpenOneFile(int index);
-  StatusOr<SwapHandle> Start(aio::IoOp op, TensorId id, int64_t offset_bytes, int64_t length_bytes, char* buffer);
+  // `crcs`: a swap-out's checksums, one per extent of the range, or null
+  // to take them here.
+  StatusOr<SwapHandle> Start(aio::IoOp op, TensorId id, int64_t offset_bytes, int64_t length_bytes, char* buffer,
+                             const uint32_t* crcs = nullptr);
   std::string DescribeRange(const Tensor& t, int64_t first_extent, int64_t count) const;
   void ReleaseSlot(uint32_t index);  // mu_ held
   // The slot of a transfer not yet waited for; checked (mu_ held).

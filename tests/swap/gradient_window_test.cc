@@ -31,6 +31,21 @@ struct Range {
   int64_t begin, count;
 };
 
+// How the shard is cut: into sub-groups, store extents (stripe units) and
+// the norm's pieces (multiples of ShardSquares::kAtom and of `cut`).
+struct Geometry {
+  int64_t total, sub_group, cut, stripe_bytes;
+  int64_t scale;  // the ranges below are for 10'007 elements: times this
+};
+
+// Sub-groups that are not multiples of the atom: only the first one's
+// extents are whole pieces, the rest are squared and summed whole.
+constexpr Geometry kUnaligned = {kTotal, kSubGroup, kSubGroup, 8 << 10, 1};
+// A fitted pipeline's: sub-groups of whole atoms, 3 extents each (the last
+// one's 2, one of them padded), the config's cut (10'000) inside extents:
+// every extent is sealed as the last micro-batch sets it.
+constexpr Geometry kAtomAligned = {2 * kTotal, 3 * ShardSquares::kAtom, 10'000, 4 << 10, 2};
+
 class GradientWindowTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -40,14 +55,22 @@ class GradientWindowTest : public ::testing::Test {
 
   OptimizerSwapperOptions Options() {
     OptimizerSwapperOptions o;
-    o.total_elems = kTotal;
-    o.sub_group_elems = kSubGroup;
+    o.total_elems = g_.total;
+    o.sub_group_elems = g_.sub_group;
     o.device = OffloadDevice::kNvme;
     o.pipeline_read = o.pipeline_write = true;
     o.gradients_in_store = true;
     o.store.paths = {dir_.Sub("nvme0"), dir_.Sub("nvme1")};
-    o.store.stripe_bytes = 8 << 10;
+    o.store.stripe_bytes = g_.stripe_bytes;
     return o;
+  }
+
+  std::vector<Range> Scaled(std::vector<Range> ranges) const {
+    for (Range& r : ranges) {
+      r.begin *= g_.scale;
+      r.count = r.begin + r.count * g_.scale > g_.total ? g_.total - r.begin : r.count * g_.scale;
+    }
+    return ranges;
   }
 
   // Adds `micro` micro-batches of gradients over `ranges` (in that order,
@@ -62,18 +85,18 @@ class GradientWindowTest : public ::testing::Test {
     auto pool = MakePool(OptimizerSwapper::RequiredBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
     auto swapper = OptimizerSwapper::Create(o, io, pool.get());
     ASSERT_TRUE(swapper.ok()) << swapper.status().ToString();
-    const std::vector<float> master = RandomFloats(kTotal, 1);
+    const std::vector<float> master = RandomFloats(g_.total, 1);
     ASSERT_TRUE((*swapper)->Initialize(master.data()).ok());
     aio::PinnedPoolOptions wo = GradientWindow::PoolOptions(o, false, largest_add);
     ASSERT_EQ(wo.buffer_count, GradientWindow::BufferCount(o, largest_add));
     auto wpool = aio::PinnedPool::Create(wo);
     ASSERT_TRUE(wpool.ok()) << wpool.status().ToString();
-    auto window = GradientWindow::Create(swapper->get(), wpool->get(), threads_.get(), optim::Isa::kScalar, kSubGroup);
+    auto window = GradientWindow::Create(swapper->get(), wpool->get(), threads_.get(), optim::Isa::kScalar, g_.cut);
     ASSERT_TRUE(window.ok()) << window.status().ToString();
 
     const float scale = 1.0f / static_cast<float>(micro);
     for (int cycle = 0; cycle < 2; ++cycle) {  // the second starts from zero again
-      std::vector<float> want(static_cast<size_t>(kTotal), 0.0f);
+      std::vector<float> want(static_cast<size_t>(g_.total), 0.0f);
       for (int m = 0; m < micro; ++m) {
         const bool last = m + 1 == micro;
         for (size_t i = 0; i < ranges.size() - (last ? skip_last : 0); ++i) {
@@ -109,18 +132,28 @@ class GradientWindowTest : public ::testing::Test {
       if (ranges.back().begin == 0 && skip_last == 0) {  // the backward's order: the step's first is held
         EXPECT_NE((*window)->FinalGradient(0), nullptr);
       }
-      auto want_sum = ShardSumSquares(*threads_, optim::Isa::kScalar, want.data(), kTotal, kSubGroup);
+      auto want_sum = ShardSumSquares(*threads_, optim::Isa::kScalar, want.data(), g_.total, g_.cut);
       ASSERT_TRUE(want_sum.ok());
       EXPECT_EQ(std::memcmp(&*got_sum, &*want_sum, sizeof(double)), 0) << *got_sum << " vs " << *want_sum;
-      std::vector<float> got(static_cast<size_t>(kTotal));
+      std::vector<float> got(static_cast<size_t>(g_.total));
       ASSERT_TRUE((*swapper)->ReadState(nullptr, nullptr, nullptr, got.data()).ok());
       EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "cycle " << cycle;
       EXPECT_GT((*window)->nvme_bytes(), 0);
     }
   }
 
+  Geometry g_ = kUnaligned;
   TempDir dir_;
   std::unique_ptr<optim::ThreadPool> threads_;
+};
+
+// The same checks where every extent is sealed in the pass that sets it.
+class SealedGradientWindowTest : public GradientWindowTest {
+ protected:
+  void SetUp() override {
+    GradientWindowTest::SetUp();
+    g_ = kAtomAligned;
+  }
 };
 
 // Block shards as a backward pass hands them: descending, not aligned to
@@ -231,6 +264,31 @@ TEST_F(GradientWindowTest, NeedsAStoredGradient) {
                 .status()
                 .code(),
             StatusCode::kInvalidArgument);
+}
+
+// Sealed as set: the squares and crcs taken extent by extent while the
+// last micro-batch sets them give the RAM accumulator's sum and a gradient
+// that reads back clean (ReadState verifies every crc), in the backward's
+// order and in any other: a range added again over sealed extents (a tied
+// block), one straddling a sub-group's unset part, gaps, earlier
+// micro-batches only (squares taken at the write), a flush mid-fill.
+TEST_F(SealedGradientWindowTest, DescendingRanges) {
+  auto io = MakeEngine();
+  Check(io.get(), Scaled(Descending()), 1);
+  Check(io.get(), Scaled(Descending()), 3);
+  Check(io.get(), Scaled(Descending()), 1, 0, SIZE_MAX, /*largest_add=*/2 * 3'002);
+}
+
+TEST_F(SealedGradientWindowTest, AnyOrderAndGaps) {
+  auto io = MakeEngine();
+  Check(io.get(), Scaled(AnyOrder()), 1);
+  Check(io.get(), Scaled(AnyOrder()), 3);
+}
+
+TEST_F(SealedGradientWindowTest, FlushesAndRangesMissingFromTheLastMicroBatch) {
+  auto io = MakeEngine();
+  Check(io.get(), Scaled(Descending()), 1, 0, /*flush_after=*/1);
+  Check(io.get(), Scaled(Descending()), 2, /*skip_last=*/2);
 }
 
 // The norm's order does not follow the sub-groups: pieces added through any

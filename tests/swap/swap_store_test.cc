@@ -4,6 +4,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -11,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/crc32c.h"
 #include "swap/swap_test_util.h"
 
 namespace zinf::swap {
@@ -155,6 +158,45 @@ TEST(SwapStore, ChecksumMismatchIsCorruptionNamingFileOffsetAndTensor) {
   ASSERT_TRUE(h.ok() && s.Wait(*h).ok());
   r = s.SwapIn(tiny, b.data());
   ASSERT_TRUE(r.ok() && s.Wait(*r).ok());
+}
+
+// A caller that took the crcs while making the bytes hands them over: the
+// store records them as given (it does not sum the bytes again), so the
+// right ones read back clean and a wrong one is found at the swap-in, in
+// its extent alone.
+TEST(SwapStore, ChecksumsTheCallerTookAreRecordedAsGiven) {
+  TempDir dir;
+  auto engine = MakeEngine();
+  auto store = SwapStore::Create(engine.get(), SomeTensors(), Options(dir, 2));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  SwapStore& s = **store;
+  auto pool = MakePool(2, s.PaddedBytes(1'000'003));
+  aio::PinnedBuffer a = pool->Acquire(), b = pool->Acquire();
+  const TensorId big = *s.Find("big");
+  const int64_t padded = s.PaddedBytes(1'000'003);
+  ASSERT_EQ(s.extent_count(big), (padded + kStripe - 1) / kStripe);
+  FillRandom(a.data(), padded, 2);
+  std::vector<uint32_t> crcs;
+  for (int64_t e = 0; e < s.extent_count(big); ++e) {
+    crcs.push_back(Crc32c(a.data() + e * kStripe, static_cast<size_t>(std::min(kStripe, padded - e * kStripe))));
+  }
+  auto h = s.SwapOut(big, a.data(), crcs.data());
+  ASSERT_TRUE(h.ok() && s.Wait(*h).ok());
+  auto r = s.SwapIn(big, b.data());
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(s.Wait(*r).ok());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), static_cast<size_t>(padded)), 0);
+
+  crcs[5] ^= 1u;  // not the bytes' crc
+  h = s.SwapOut(big, a.data(), crcs.data());
+  ASSERT_TRUE(h.ok() && s.Wait(*h).ok());
+  r = s.SwapIn(big, b.data());
+  ASSERT_TRUE(r.ok());
+  Status st = s.Wait(*r);
+  ASSERT_EQ(st.code(), StatusCode::kCorruption) << st.ToString();
+  EXPECT_NE(st.message().find("tensor bytes from " + std::to_string(5 * kStripe) + ";"), std::string::npos)
+      << st.message();
+  EXPECT_EQ(s.SwapOut(big, a.data(), nullptr).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(SwapStore, StaleFilesFromAnotherLayoutAreRefusedOrReplaced) {
