@@ -239,48 +239,42 @@ Status GradientWindow::SealOne(Buffer& b, int64_t e) {
   return Status::Ok();
 }
 
-Status GradientWindow::SetAndSeal(Buffer& b, int64_t r_lo, int64_t r_hi, const float* src, float scale) {
-  const int64_t per = store_.stripe_bytes() / int64_t{sizeof(float)};
-  const int64_t old = b.unset;
-  const int64_t first = r_lo / per, last = (old - 1) / per;  // the extents [r_lo, old) overlaps
-  float* x = Floats(b);
+// fn(e) for each extent e in [first, end), one pool task per extent; the
+// first error.
+Status GradientWindow::EachExtent(int64_t first, int64_t end, optim::FunctionRef<Status(int64_t)> fn) {
   std::mutex mu;
   Status failed;
-  threads_.ParallelFor(last - first + 1, 1, [&](int64_t, int64_t t0, int64_t t1) {
+  threads_.ParallelFor(end - first, 1, [&](int64_t, int64_t t0, int64_t t1) {
     for (int64_t e = first + t0; e < first + t1; ++e) {
-      int64_t lo = 0, hi = 0, bytes = 0;
-      ExtentOf(b.sub_group, e, &lo, &hi, &bytes);
-      const int64_t set_lo = std::max(lo, r_lo), set_hi = std::min(hi, r_hi);
-      if (set_lo < set_hi) optim::SetScaledSerial(src + (set_lo - r_lo), scale, x + set_lo, set_hi - set_lo);
-      const int64_t zero_lo = std::max(lo, r_hi), zero_hi = std::min(hi, old);
-      if (zero_lo < zero_hi) std::memset(x + zero_lo, 0, static_cast<size_t>(zero_hi - zero_lo) * sizeof(float));
-      b.sealed[static_cast<size_t>(e)] = 0;
-      if (lo < r_lo) continue;  // below r_lo it holds no value yet
-      Status s = SealOne(b, e);
-      if (!s.ok()) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (failed.ok()) failed = s;
-      }
+      Status s = fn(e);
+      if (s.ok()) continue;
+      std::lock_guard<std::mutex> lock(mu);
+      if (failed.ok()) failed = s;
     }
   });
   return failed;
 }
 
+Status GradientWindow::SetAndSeal(Buffer& b, int64_t r_lo, int64_t r_hi, const float* src, float scale) {
+  const int64_t per = store_.stripe_bytes() / int64_t{sizeof(float)};
+  const int64_t old = b.unset;
+  float* x = Floats(b);
+  // The extents [r_lo, old) overlaps.
+  return EachExtent(r_lo / per, (old - 1) / per + 1, [&](int64_t e) {
+    int64_t lo = 0, hi = 0, bytes = 0;
+    ExtentOf(b.sub_group, e, &lo, &hi, &bytes);
+    const int64_t set_lo = std::max(lo, r_lo), set_hi = std::min(hi, r_hi);
+    if (set_lo < set_hi) optim::SetScaledSerial(src + (set_lo - r_lo), scale, x + set_lo, set_hi - set_lo);
+    const int64_t zero_lo = std::max(lo, r_hi), zero_hi = std::min(hi, old);
+    if (zero_lo < zero_hi) std::memset(x + zero_lo, 0, static_cast<size_t>(zero_hi - zero_lo) * sizeof(float));
+    b.sealed[static_cast<size_t>(e)] = 0;
+    return lo < r_lo ? Status::Ok() : SealOne(b, e);  // below r_lo it holds no value yet
+  });
+}
+
 Status GradientWindow::SealRest(Buffer& b) {
-  std::mutex mu;
-  Status failed;
-  threads_.ParallelFor(store_.extent_count(swapper_.GradientTensor(b.sub_group)), 1,
-                       [&](int64_t, int64_t t0, int64_t t1) {
-                         for (int64_t e = t0; e < t1; ++e) {
-                           if (b.sealed[static_cast<size_t>(e)]) continue;
-                           Status s = SealOne(b, e);
-                           if (!s.ok()) {
-                             std::lock_guard<std::mutex> lock(mu);
-                             if (failed.ok()) failed = s;
-                           }
-                         }
-                       });
-  return failed;
+  return EachExtent(0, store_.extent_count(swapper_.GradientTensor(b.sub_group)),
+                    [&](int64_t e) { return b.sealed[static_cast<size_t>(e)] ? Status::Ok() : SealOne(b, e); });
 }
 
 StatusOr<GradientWindow::Buffer*> GradientWindow::Victim(const Buffer* keep) {

@@ -211,6 +211,7 @@ class GradientWindow {
   // one's padding included), as SwapStore cuts the tensor.
   void ExtentOf(int64_t k, int64_t e, int64_t* lo, int64_t* hi, int64_t* bytes) const;
   Status SealOne(Buffer& b, int64_t e);
+  Status EachExtent(int64_t first, int64_t end, optim::FunctionRef<Status(int64_t)> fn);
   Status WaitRead(Buffer& b);
   Status WaitWrite(Buffer& b);
   void ReadAhead(int64_t k, const Buffer* keep);
