@@ -53,6 +53,7 @@ Status CastToF32(ThreadPool& pool, Isa isa, const void* src, ElementType src_dty
 Status AddScaled(ThreadPool& pool, const float* src, float scale, float* acc, int64_t n);
 // dst[i] = 0 + src[i] * scale: AddScaled's result on a zeroed `dst`, bit
 // for bit (a -0 product becomes +0 as it does there), without reading dst.
+// src and dst must not overlap.
 Status SetScaled(ThreadPool& pool, const float* src, float scale, float* dst, int64_t n);
 // SetScaled on the calling thread alone (see SumSquaresPiecesSerial).
 void SetScaledSerial(const float* src, float scale, float* dst, int64_t n);

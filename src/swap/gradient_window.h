@@ -173,7 +173,8 @@ class GradientWindow {
     int64_t unset = 0;
     // Per store extent of the sub-group (one stripe unit): whether its
     // crc32c (`crc`) and its pieces' squares (in squares_) were taken of
-    // the bytes it holds now, in the pass that set them (SetAndSeal).
+    // the bytes it holds now (SetAndSeal, in the pass that set them, or
+    // SealRest before the write).
     // uint8_t, not bool: pool threads write neighbouring flags at once.
     std::vector<uint32_t> crc;
     std::vector<uint8_t> sealed;
@@ -195,8 +196,9 @@ class GradientWindow {
   Status StartWrite(Buffer& b);
   void ZeroUnset(Buffer& b);
   // Sub-group k's extents can be sealed one by one: each is a range of
-  // whole pieces of the norm (ShardSquares), which holds when the stripe
-  // and the sub-group's start are multiples of ShardSquares::kAtom.
+  // whole pieces of the norm (ShardSquares), which holds when the stripe's
+  // elements (stripe_bytes / 4) and the sub-group's start are multiples of
+  // ShardSquares::kAtom.
   bool Sealable(int64_t k) const;
   // Elements [r_lo, r_hi) of b's sub-group set to scale * src (SetScaled)
   // and [r_hi, unset) zeroed, one pool task per extent, each extent then

@@ -153,9 +153,9 @@ class SwapStore {
   // bytes (one pass over them instead of two): extent_crcs[e] is the
   // crc32c of buffer bytes [e * stripe_bytes(), min((e + 1) *
   // stripe_bytes(), PaddedBytes(size))), for each of extent_count(id)
-  // extents. They are recorded as given: a wrong one makes the next swap-in
-  // of its extent fail with kCorruption, as a bad disk would. Ignored
-  // without `checksums`.
+  // extents (not null). They are recorded as given: a wrong one makes the
+  // next swap-in of its extent fail with kCorruption, as a bad disk would.
+  // Without `checksums` they are not used.
   StatusOr<SwapHandle> SwapOut(TensorId id, const void* buffer, const uint32_t* extent_crcs);
   bool checksums() const { return options_.checksums; }
   // The extents (stripe units) tensor `id` (a valid id) spans.

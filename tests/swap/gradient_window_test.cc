@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "aio/fault_engine.h"
 #include "optim/array_ops.h"
@@ -29,6 +30,7 @@ constexpr int64_t kSubGroup = 1'500;  // 7 sub-groups, the last one 1'007
 
 struct Range {
   int64_t begin, count;
+  enum When { kEvery, kNotLast, kLastOnly } when = kEvery;  // in which micro-batches
 };
 
 // How the shard is cut: into sub-groups, store extents (stripe units) and
@@ -55,6 +57,7 @@ class GradientWindowTest : public ::testing::Test {
 
   OptimizerSwapperOptions Options() {
     OptimizerSwapperOptions o;
+    o.store.checksums = checksums_;
     o.total_elems = g_.total;
     o.sub_group_elems = g_.sub_group;
     o.device = OffloadDevice::kNvme;
@@ -101,6 +104,7 @@ class GradientWindowTest : public ::testing::Test {
         const bool last = m + 1 == micro;
         for (size_t i = 0; i < ranges.size() - (last ? skip_last : 0); ++i) {
           const Range& r = ranges[i];
+          if ((r.when == Range::kNotLast && last) || (r.when == Range::kLastOnly && !last)) continue;
           const std::vector<float> g = RandomFloats(r.count, 100 * cycle + 10 * m + i);
           ASSERT_TRUE(optim::AddScaled(*threads_, g.data(), scale, want.data() + r.begin, r.count).ok());
           Status s = (*window)->Add(r.begin, r.count, g.data(), scale, last);
@@ -129,7 +133,9 @@ class GradientWindowTest : public ::testing::Test {
       EXPECT_GT(held, 0);
       EXPECT_EQ((*window)->FinalGradientElems(), held_elems);
       EXPECT_LE(held, GradientWindow::BufferCount(o, largest_add));
-      if (ranges.back().begin == 0 && skip_last == 0) {  // the backward's order: the step's first is held
+      const bool every =
+          std::all_of(ranges.begin(), ranges.end(), [](const Range& r) { return r.when == Range::kEvery; });
+      if (ranges.back().begin == 0 && skip_last == 0 && every) {  // the backward's order: the step's first is held
         EXPECT_NE((*window)->FinalGradient(0), nullptr);
       }
       auto want_sum = ShardSumSquares(*threads_, optim::Isa::kScalar, want.data(), g_.total, g_.cut);
@@ -143,6 +149,7 @@ class GradientWindowTest : public ::testing::Test {
   }
 
   Geometry g_ = kUnaligned;
+  bool checksums_ = true;
   TempDir dir_;
   std::unique_ptr<optim::ThreadPool> threads_;
 };
@@ -291,6 +298,24 @@ TEST_F(SealedGradientWindowTest, FlushesAndRangesMissingFromTheLastMicroBatch) {
   Check(io.get(), Scaled(Descending()), 2, /*skip_last=*/2);
 }
 
+// A buffer held from an earlier micro-batch, part of its sub-group set
+// then: the last one sets the rest below it, and the extent that holds both
+// is sealed with the earlier values in it (they are final). Without
+// checksums the store takes no crcs and the squares are still sealed.
+TEST_F(SealedGradientWindowTest, SealedOverValuesOfEarlierMicroBatches) {
+  auto io = MakeEngine();
+  // Sub-group 3 is [9'216, 12'288): 784 elements of its first extent set
+  // before the last micro-batch, the rest of that extent and the one below
+  // in it.
+  const std::vector<Range> ranges = {
+      {10'000, 200, Range::kNotLast}, {9'216, 784, Range::kLastOnly}, {5'000, 4'216, Range::kLastOnly}, {0, 5'000}};
+  Check(io.get(), ranges, 2);
+  Check(io.get(), ranges, 3);
+  checksums_ = false;
+  Check(io.get(), ranges, 2);
+  Check(io.get(), Scaled(AnyOrder()), 1);
+}
+
 // The norm's order does not follow the sub-groups: pieces added through any
 // split whose boundaries are multiples of the atom or of the config's cut
 // (a fitted pipeline's sub-groups, the config's own), in any order, give the
@@ -318,6 +343,42 @@ TEST_F(GradientWindowTest, ShardSquaresDoNotDependOnTheSubGroups) {
   ShardSquares squares(kN, kCut);
   EXPECT_EQ(squares.Add(*threads_, optim::Isa::kScalar, 100, x.data() + 100, 1000).code(),
             StatusCode::kInvalidArgument);
+}
+
+// AddSerial (one thread, extent by extent, in batches of pieces) gives
+// Add's piece sums: ranges of 1 MiB of fp32 (256 atoms, over the batch)
+// with the cut inside some, the last one ending at the shard's end, taken
+// by two threads at once; and the serial helpers give the pooled ones' bits.
+TEST_F(GradientWindowTest, AddSerialGivesAddsBits) {
+  constexpr int64_t kN = 1'000'003, kCut = 300'000, kExtent = 256 * ShardSquares::kAtom;
+  std::vector<float> x = RandomFloats(kN, 9);
+  for (float& v : x) v *= 1e3f;
+  ShardSquares pooled(kN, kCut), serial(kN, kCut);
+  ASSERT_TRUE(pooled.Add(*threads_, optim::Isa::kScalar, 0, x.data(), kN).ok());
+  std::vector<Status> got(2);
+  std::thread other([&] {
+    for (int64_t b = kExtent; b < kN && got[1].ok(); b += 2 * kExtent) {
+      got[1] = serial.AddSerial(optim::Isa::kScalar, b, x.data() + b, std::min(kExtent, kN - b));
+    }
+  });
+  for (int64_t b = 0; b < kN && got[0].ok(); b += 2 * kExtent) {
+    got[0] = serial.AddSerial(optim::Isa::kScalar, b, x.data() + b, std::min(kExtent, kN - b));
+  }
+  other.join();
+  ASSERT_TRUE(got[0].ok() && got[1].ok()) << got[0].ToString() << got[1].ToString();
+  const double want = pooled.Total(), have = serial.Total();
+  EXPECT_EQ(std::memcmp(&want, &have, sizeof(double)), 0) << have << " vs " << want;
+  EXPECT_EQ(serial.AddSerial(optim::Isa::kScalar, 100, x.data() + 100, 1000).code(), StatusCode::kInvalidArgument);
+
+  std::vector<float> a(static_cast<size_t>(kN)), b(static_cast<size_t>(kN));
+  ASSERT_TRUE(optim::SetScaled(*threads_, x.data(), 0.37f, a.data(), kN).ok());
+  optim::SetScaledSerial(x.data(), 0.37f, b.data(), kN);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
+  const int64_t bounds[] = {0, 1, 1024, 5000, kN};
+  double p[4], q[4];
+  ASSERT_TRUE(optim::SumSquaresPieces(*threads_, optim::Isa::kScalar, x.data(), bounds, 4, p).ok());
+  ASSERT_TRUE(optim::SumSquaresPiecesSerial(optim::Isa::kScalar, x.data(), bounds, 4, q).ok());
+  EXPECT_EQ(std::memcmp(p, q, sizeof(p)), 0);
 }
 
 // The engine keeps one ShardSquares for every step: Add over the whole shard
