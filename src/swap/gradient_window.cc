@@ -142,7 +142,8 @@ StatusOr<std::unique_ptr<GradientWindow>> GradientWindow::Create(OptimizerSwappe
       return lease.status().WithContext("gradient window: " + std::to_string(w->buffers_.size()) + " buffers");
     }
     b.data = std::move(lease).value();
-    const size_t extents = static_cast<size_t>((need + w->store_.stripe_bytes() - 1) / w->store_.stripe_bytes());
+    // Sub-group 0 is the largest.
+    const size_t extents = static_cast<size_t>(w->store_.extent_count(swapper->GradientTensor(0)));
     b.crc.assign(extents, 0);
     b.sealed.assign(extents, 0);
   }
@@ -218,7 +219,7 @@ void GradientWindow::ExtentOf(int64_t k, int64_t e, int64_t* lo, int64_t* hi, in
   const int64_t n = swapper_.sub_group_elems(k);
   *lo = e * per;
   *hi = std::min(n, *lo + per);
-  *bytes = std::min(stripe, store_.PaddedBytes(n * int64_t{sizeof(float)}) - e * stripe);
+  *bytes = store_.extent_bytes(swapper_.GradientTensor(k), e);
 }
 
 void GradientWindow::Unseal(Buffer& b, int64_t lo, int64_t hi) {

@@ -158,9 +158,14 @@ class SwapStore {
   // Without `checksums` they are not used.
   StatusOr<SwapHandle> SwapOut(TensorId id, const void* buffer, const uint32_t* extent_crcs);
   bool checksums() const { return options_.checksums; }
-  // The extents (stripe units) tensor `id` (a valid id) spans.
+  // The extents (stripe units) tensor `id` (a valid id) spans, and the
+  // bytes of extent e (< extent_count): buffer bytes [e * stripe_bytes(),
+  // + extent_bytes), the last one's padding included.
   int64_t extent_count(TensorId id) const {
     return static_cast<int64_t>(tensors_[static_cast<size_t>(id)].extents.size());
+  }
+  int64_t extent_bytes(TensorId id, int64_t e) const {
+    return tensors_[static_cast<size_t>(id)].extents[static_cast<size_t>(e)].length;
   }
   // Starts reading all of tensor `id` into `buffer`.
   StatusOr<SwapHandle> SwapIn(TensorId id, void* buffer);
