@@ -56,10 +56,17 @@ FetchLayout FetchLayout::Create(const GptConfig& model, std::vector<BlockSpec> s
   l.pieces_per_layer_ = static_cast<int>(l.cut_.size());
   l.of_model_.resize(specs.size());
   auto add = [&](BlockSpec spec, FetchPiece piece) {
-    int64_t n = 0;
-    for (const TensorSpec& t : spec.tensors) n += t.numel();
+    int64_t n = 0, cast16 = 0;  // cast16: what is cast when the layers' matrices are read in 16 bits
+    for (size_t i = 0; i < spec.tensors.size(); ++i) {
+      const int64_t e = spec.tensors[i].numel();
+      n += e;
+      if (piece.layer < 0 || !IsLayerMatrix(model, piece.tensors[i])) cast16 += e;
+    }
+    const bool embed = piece.model_block == kEmbedBlock;
     l.max_piece_elems_ = std::max(l.max_piece_elems_, n);
-    if (piece.model_block != kEmbedBlock) l.max_non_embed_elems_ = std::max(l.max_non_embed_elems_, n);
+    if (!embed) l.max_non_embed_elems_ = std::max(l.max_non_embed_elems_, n);
+    l.max_cast16_elems_ = std::max(l.max_cast16_elems_, cast16);
+    if (!embed) l.max_non_embed_cast16_elems_ = std::max(l.max_non_embed_cast16_elems_, cast16);
     l.of_model_[static_cast<size_t>(piece.model_block)].push_back(static_cast<BlockId>(l.specs_.size()));
     l.specs_.push_back(std::move(spec));
     l.pieces_.push_back(std::move(piece));
@@ -90,6 +97,11 @@ FetchLayout FetchLayout::Create(const GptConfig& model, std::vector<BlockSpec> s
     }
   }
   return l;
+}
+
+int64_t FetchLayout::max_cast_elems(bool matrices16, bool with_embed) const {
+  if (matrices16) return with_embed ? max_cast16_elems_ : max_non_embed_cast16_elems_;
+  return with_embed ? max_piece_elems_ : max_non_embed_elems_;
 }
 
 std::string FetchLayout::Describe() const {
@@ -139,6 +151,11 @@ int64_t ModelWorkingSetBytes(const GptConfig& model, int batch, bool cuda, int64
   // and its gathered copy (beside the head's).
   const int64_t fixed = ActivationBytes(model, batch, cuda, activations) + 4 * embed +
                         (cast && model.tied_embeddings ? 4 * embed : 0) + param_elem_bytes * embed;
+  // A block: gathered, an fp32 cast of it and its fp32 gradient. The
+  // trainer casts only what is not a layer's matrix when the ops read
+  // those in 16 bits (Trainer's scratch, `zinf plan`'s row); the whole
+  // block's cast is counted here all the same, a margin that the cut
+  // leaves to the engine's prefetch and cache.
   const int64_t per_elem = param_elem_bytes + (cast ? 4 : 0) + 4;
   return fixed + per_elem * max_non_embed_elems + Matmul16Bytes(model, batch, cuda, param_elem_bytes);
 }

@@ -78,6 +78,12 @@ class FetchLayout {
   // Over all engine blocks but the embedding (which the trainer gives
   // scratch of its own).
   int64_t max_non_embed_elems() const { return max_non_embed_elems_; }
+  // The most elements the trainer casts to fp32 from one engine block (its
+  // fp32 scratch): every tensor of it, or with `matrices16` (ops that read
+  // the layers' matrices in 16 bits, IsLayerMatrix) every tensor but those;
+  // `with_embed`: the embedding counts too (an untied one is cast in the
+  // same scratch).
+  int64_t max_cast_elems(bool matrices16, bool with_embed) const;
   int64_t layer_elems() const { return layer_elems_; }
   // Elements fetched twice in a backward pass, all layers: the pieces the
   // recompute acquires and releases before their own backward (all but
@@ -102,6 +108,8 @@ class FetchLayout {
   int pieces_per_layer_ = 1;
   int64_t max_piece_elems_ = 0;
   int64_t max_non_embed_elems_ = 0;
+  int64_t max_cast16_elems_ = 0;
+  int64_t max_non_embed_cast16_elems_ = 0;
   int64_t layer_elems_ = 0;
   int64_t backward_refetch_elems_ = 0;
 };

@@ -572,11 +572,14 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
       m->ops, CreateOps(*m->device, options.gpu_compute16 && kernels::cpu::IsWeight16(m->engine->param_type())));
   // The embedding has scratch of its own (its gradients; with a tied head
   // its fp32 cast, which its forward uses too), so the blocks' scratch is
-  // sized by the others: the largest layer piece, or the head.
+  // sized by the others: the largest layer piece, or the head. The fp32
+  // cast holds what AcquireAsFloat casts of one block: with ops that read
+  // the layers' matrices in 16 bits (AcquireLayerPiece), all but those.
   const int64_t max_block = m->layout.max_piece_elems(), max_other = m->layout.max_non_embed_elems();
   const int64_t embed = BlockNumel(specs[kEmbedBlock]);
   const bool cast = m->engine->param_type() != ElementType::kF32, tied = m->model().tied_embeddings;
-  const std::pair<float**, int64_t> scratch[] = {{&m->param_scratch, cast ? (tied ? max_other : max_block) : 0},
+  const int64_t cast_elems = m->layout.max_cast_elems(m->ops->reads_weights16(), /*with_embed=*/!tied);
+  const std::pair<float**, int64_t> scratch[] = {{&m->param_scratch, cast ? cast_elems : 0},
                                                  {&m->embed_scratch, cast && tied ? embed : 0},
                                                  {&m->grad_scratch, max_other},
                                                  {&m->embed_grads, embed}};
