@@ -105,8 +105,25 @@ TEST(FetchLayoutTest, CastElemsLeaveOutTheMatricesReadIn16Bits) {
   // One group a piece: the widest vectors are the MLP's first bias.
   EXPECT_EQ(FetchLayout::Create(m, 1).max_cast_elems(true, false), 4 * C);
   // An untied head is cast whole: its matrix is not a layer's.
-  m.tied_embeddings = false;
-  EXPECT_EQ(FetchLayout::Create(m, 0).max_cast_elems(true, false), 320 * C + 2 * C);
+  GptConfig untied = m;
+  untied.tied_embeddings = false;
+  EXPECT_EQ(FetchLayout::Create(untied, 0).max_cast_elems(true, false), 320 * C + 2 * C);
+  EXPECT_EQ(FetchLayout::Create(untied, 0).max_cast_elems(true, true), embed);
+  // An embedding larger than a layer: `with_embed` decides either way.
+  GptConfig wide = m;
+  wide.padded_vocab_size = 1024;
+  const FetchLayout w = FetchLayout::Create(wide, 0);
+  EXPECT_EQ(w.max_cast_elems(false, false), layer);
+  EXPECT_EQ(w.max_cast_elems(false, true), 1024 * C + 32 * C);
+  EXPECT_EQ(w.max_cast_elems(true, false), 13 * C);
+  EXPECT_EQ(w.max_cast_elems(true, true), 1024 * C + 32 * C);
+  // Llama: the norms and the q/k/v biases (one kv head of 16).
+  GptConfig llama = m;
+  llama.family = ModelFamily::kLlama;
+  llama.n_kv_head = 1;
+  llama.intermediate_size = 80;
+  llama.qkv_bias = true;
+  EXPECT_EQ(FetchLayout::Create(llama, 0).max_cast_elems(true, false), 2 * C + C + 2 * 16);
 }
 
 TEST(FetchLayoutTest, LlamaGroupsKeepQkvAndTheirBiasesTogether) {
@@ -315,10 +332,12 @@ TEST(FetchLayoutTrainerTest, PiecesTrainWhereAWholeLayerExceedsTheBudget) {
   Config config = TinyConfig(dir, OffloadDevice::kNvme, OffloadDevice::kNvme);
   config.train_micro_batch_size_per_gpu = 2;
   config.zero.offload_param.buffer_size = 1 << 20;
-  // Whole layers need 6 bytes per layer element (bf16 gathered, fp32
-  // gradient; the CPU ops read the matrices in bf16, so only the vectors
-  // are cast to fp32), pieces of one group at most 4 C^2 + 4 C elements.
-  const size_t budget = static_cast<size_t>(layer * 6 * 9 / 10);
+  // Whole layers need 6 bytes per layer element and the rest of the
+  // working set (bf16 gathered, fp32 gradient; the CPU ops read the
+  // matrices in bf16, so only the vectors are cast to fp32): 7 bytes per
+  // element is short of that, and holds what `auto` sizes a half layer at
+  // (it counts a whole cast too, a margin for the engine).
+  const size_t budget = static_cast<size_t>(layer * 7);
   {
     auto device = CreateHostDevice(budget);
     TrainerOptions o;
@@ -336,6 +355,10 @@ TEST(FetchLayoutTrainerTest, PiecesTrainWhereAWholeLayerExceedsTheBudget) {
   // What --fetch-unit auto picks for this device: pieces.
   const int64_t unit = ResolveAutoFetchUnit(m, 2, /*cuda=*/false, static_cast<int64_t>(budget), 2);
   EXPECT_GT(unit, 0);
+  // A cut that fits by auto's own count, not its finest-cut fallback.
+  EXPECT_LE(ModelWorkingSetBytes(m, 2, false, 2, FetchLayout::Create(m, unit).max_non_embed_elems(),
+                                 LayerActivations::kRecompute),
+            static_cast<int64_t>(budget));
   TrainerRun cut = MakeRun(config, unit, budget, m);
   ASSERT_NE(cut.trainer, nullptr);
   EXPECT_TRUE(cut.trainer->layout().split());

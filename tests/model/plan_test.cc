@@ -212,7 +212,7 @@ TEST(PlanTest, NvmeChoicesNeedNvme) {
 // offload choice: resident bytes equal bytes_in_use after a step (1%), the
 // engine's gathered peak is within the estimate, and a budget of exactly
 // the estimate trains.
-void CheckAgainstTrainer(const std::string& name, int batch,
+void CheckAgainstTrainer(const GptConfig& model, const std::string& name, int batch,
                          const std::vector<std::pair<OffloadDevice, OffloadDevice>>& choices, int64_t fetch_unit = 0,
                          LayerActivations activations = LayerActivations::kKeep) {
   for (const auto& [p, o] : choices) {
@@ -220,7 +220,7 @@ void CheckAgainstTrainer(const std::string& name, int batch,
                  std::string(OffloadDeviceName(o)) + " activations " + LayerActivationsName(activations));
     TempDir dir;
     PlanInputs in;
-    in.model = *LoadGptConfig(name);
+    in.model = model;
     in.micro_batch = batch;
     in.cuda = false;
     in.gpu_bytes = kGiB;
@@ -266,6 +266,12 @@ void CheckAgainstTrainer(const std::string& name, int batch,
   }
 }
 
+void CheckAgainstTrainer(const std::string& name, int batch,
+                         const std::vector<std::pair<OffloadDevice, OffloadDevice>>& choices, int64_t fetch_unit = 0,
+                         LayerActivations activations = LayerActivations::kKeep) {
+  CheckAgainstTrainer(*LoadGptConfig(name), name, batch, choices, fetch_unit, activations);
+}
+
 TEST(PlanTest, TinyMatchesTrainer) {
   std::vector<std::pair<OffloadDevice, OffloadDevice>> all;
   for (OffloadDevice p : {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme}) {
@@ -273,6 +279,20 @@ TEST(PlanTest, TinyMatchesTrainer) {
   }
   CheckAgainstTrainer("tiny", 8, all);
   CheckAgainstTrainer("tiny", 8, all, 0, LayerActivations::kRecompute);
+}
+
+// An untied Llama: the embedding and the head are cast whole into the
+// trainer's scratch, a layer's matrices are not (the CPU ops read them in
+// bf16).
+TEST(PlanTest, UntiedLlamaMatchesTrainer) {
+  GptConfig llama = *LoadGptConfig("tiny");
+  llama.family = ModelFamily::kLlama;
+  llama.n_kv_head = 1;
+  llama.intermediate_size = 80;
+  llama.qkv_bias = true;
+  llama.tied_embeddings = false;
+  CheckAgainstTrainer(llama, "tiny-llama-untied", 4,
+                      {{OffloadDevice::kNone, OffloadDevice::kCpu}, {OffloadDevice::kNvme, OffloadDevice::kNvme}});
 }
 
 // ActivationBytes is what GptCompute allocates, array by array, for both
