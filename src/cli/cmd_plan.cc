@@ -229,6 +229,11 @@ std::optional<int> ParseInputs(const Flags& flags, PlanRun& run) {
   in.micro_batch = static_cast<int>(*micro);
   in.grad_accum = static_cast<int>(*accum);
   in.cuda = run.device == "gpu";
+  const std::string gpu_compute = flags.GetOr("gpu-compute", "16");
+  if (gpu_compute != "16" && gpu_compute != "fp32") {
+    return Fail(kName, Status::InvalidArgument("--gpu-compute: expected 16 or fp32, got \"" + gpu_compute + "\""), 2);
+  }
+  in.compute16 = gpu_compute == "16";
   in.gpu_bytes = *gpu_mem;
   in.cpu_bytes = *cpu_mem;
   in.nvme_paths = flags.GetAll("nvme");
@@ -468,10 +473,10 @@ void PrintTable(const PlanRun& run, const model::Plan& plan) {
 
 int Run(const std::vector<std::string>& args) {
   auto flags = Flags::Parse(
-      args, {"model",       "gpu-mem",      "cpu-mem",      "nvme",       "nvme-bytes",     "gpus",
-             "micro-batch", "seq-len",      "vocab",        "grad-accum", "checkpoints",    "device",
-             "gpu-tflops",  "mfu",          "adam-gparams", "nvme-gbps",  "nvme-read-gbps", "nvme-write-gbps",
-             "pcie-gbps",   "write-config", "fetch-unit",   "activations"},
+      args, {"model",       "gpu-mem",      "cpu-mem",      "nvme",        "nvme-bytes",     "gpus",
+             "micro-batch", "seq-len",      "vocab",        "grad-accum",  "checkpoints",    "device",
+             "gpu-tflops",  "mfu",          "adam-gparams", "nvme-gbps",   "nvme-read-gbps", "nvme-write-gbps",
+             "pcie-gbps",   "write-config", "fetch-unit",   "activations", "gpu-compute"},
       {"measure", "json"});
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   if (!flags->positionals().empty()) {
@@ -514,6 +519,7 @@ ZINF_COMMAND({"plan", "pick an offload config for a model and a machine: memory 
               "     [--device gpu|host] [--gpu-tflops F] [--mfu U] [--adam-gparams A] [--nvme-gbps S]\n"
               "     [--nvme-read-gbps S] [--nvme-write-gbps S] [--pcie-gbps S] [--measure] [--json]\n"
               "     [--write-config OUT.json] [--fetch-unit auto|layer|ELEMS] [--activations auto|keep|recompute]\n"
+              "     [--gpu-compute 16|fp32]\n"
               "  For every offload choice (offload_param none/cpu/nvme x offload_optimizer cpu/nvme, stage 3)\n"
               "  prints what zinf allocates per tier (GPU per rank; RAM and NVMe per node of --gpus ranks),\n"
               "  whether it fits, and the predicted step time; picks the fastest that fits and writes it\n"
@@ -529,6 +535,8 @@ ZINF_COMMAND({"plan", "pick an offload config for a model and a machine: memory 
               "  --activations: keep every layer's activations or recompute them in the backward (as zinf\n"
               "    train's flag; default auto: keep when the L-1 more layers take at most half of --gpu-mem\n"
               "    and the working set still fits it).\n"
+              "  --gpu-compute: as zinf train's flag (default 16: with bf16/fp16 the matmuls read the layers'\n"
+              "    matrices in 16 bits; fp32: every block is cast to fp32 scratch, 4 B more per element).\n"
               "  Speeds: compute --gpu-tflops (400) x --mfu (0.5); --adam-gparams (2); --nvme-gbps (read 3,\n"
               "    write 2); --pcie-gbps (25). --measure times CPU Adam, the first --nvme path (256 MiB\n"
               "    through the aio engine) and, with --device host, the host matmul, unless given.",

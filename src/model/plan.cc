@@ -254,21 +254,26 @@ void AddModelDeviceItems(const PlanInputs& in, const FetchLayout& layout, int64_
       ActivationBytes(in.model, static_cast<int>(batch), in.cuda, kept));
   // fp32 cast of a block (the tied embedding has its own; 16-bit
   // parameters: the layers' matrices are read as they are, on the host and
-  // in CudaOps' 16-bit mode alike), one block's gradients (the
-  // embedding's are apart), the embedding's gradients.
+  // in CudaOps' 16-bit mode, PlanInputs::compute16), one block's gradients
+  // (the embedding's are apart), the embedding's gradients.
+  const bool matrices16 = !in.cuda || in.compute16;
   const int64_t max_other = layout.max_non_embed_elems();
   const int64_t embed = BlockNumel(layout.specs()[kEmbedBlock]);
   const bool tied = in.model.tied_embeddings;
   int64_t scratch = DeviceBytes(max_other * 4) + DeviceBytes(embed * 4);
   if (param_bytes != 4) {
-    scratch += DeviceBytes(layout.max_cast_elems(/*matrices16=*/true, /*with_embed=*/!tied) * 4) +
-               (tied ? DeviceBytes(embed * 4) : 0);
+    scratch +=
+        DeviceBytes(layout.max_cast_elems(matrices16, /*with_embed=*/!tied) * 4) + (tied ? DeviceBytes(embed * 4) : 0);
   }
-  add("trainer scratch (fp32 cast of a block's vectors or of the head, its gradients, the embedding's gradients)",
+  add(matrices16
+          ? "trainer scratch (fp32 cast of a block's vectors or of the head, its gradients, the embedding's gradients)"
+          : "trainer scratch (fp32 cast of a block or piece, its gradients, the embedding's gradients)",
       scratch);
   if (in.cuda) add("CUDA context and cuBLAS workspace (allowance)", kCudaAllowanceBytes);
-  add("16-bit compute (cuBLASLt workspace, a linear layer's operands in 16 bits)",
-      Matmul16Bytes(in.model, static_cast<int>(batch), in.cuda, param_bytes));
+  if (matrices16) {
+    add("16-bit compute (cuBLASLt workspace, a linear layer's operands in 16 bits)",
+        Matmul16Bytes(in.model, static_cast<int>(batch), in.cuda, param_bytes));
+  }
 }
 
 // Per-tier totals (GPU per rank; RAM and NVMe per node), the model-states

@@ -107,10 +107,15 @@ struct PlanSpeeds {
 
 struct PlanInputs {
   GptConfig model;
-  int world_size = 1;                   // ranks (GPUs) on the node
-  int micro_batch = 1;                  // sequences per rank per micro-batch
-  int grad_accum = 1;                   // micro-batches per optimizer step
-  bool cuda = true;                     // CUDA kernels' scratch and a context allowance; false: the host device
+  int world_size = 1;   // ranks (GPUs) on the node
+  int micro_batch = 1;  // sequences per rank per micro-batch
+  int grad_accum = 1;   // micro-batches per optimizer step
+  bool cuda = true;     // CUDA kernels' scratch and a context allowance; false: the host device
+  // CUDA with 16-bit parameters: the linear layers' matmuls in 16 bits
+  // (`zinf train --gpu-compute 16`, its default), reading the layers'
+  // matrices as they are; false (`--gpu-compute fp32`): every block cast
+  // to fp32 scratch. The host's ops always read them in 16 bits.
+  bool compute16 = true;
   int64_t gpu_bytes = 0;                // per GPU
   int64_t cpu_bytes = 0;                // RAM of the node
   int64_t nvme_bytes = 0;               // free NVMe space of the node; 0 with paths: no NVMe tier

@@ -367,6 +367,49 @@ TEST(PlanTest, PiecesMatchTrainer) {
   CheckAgainstTrainer("demo", 2, {{OffloadDevice::kNvme, OffloadDevice::kNvme}}, 300000);
 }
 
+// With 16-bit parameters the trainer casts a block's vectors to fp32, not
+// its matrices, on the host and with `--gpu-compute 16`; with
+// `--gpu-compute fp32` (compute16 false) it casts whole blocks and needs
+// no 16-bit compute buffers: the GPU column grows by 4 B per element of
+// the largest block's matrices, less those buffers.
+TEST(PlanTest, Fp32GpuComputeCastsWholeBlocks) {
+  PlanInputs in;
+  in.model = *LoadGptConfig("175B");
+  in.gpu_bytes = 24 * kGiB;
+  in.cpu_bytes = 128 * kGiB;
+  in.nvme_bytes = 8192 * kGiB;
+  in.nvme_paths = {"/nvme0"};
+  auto c16 = MakePlan(in);
+  in.compute16 = false;
+  auto c32 = MakePlan(in);
+  ASSERT_TRUE(c16.ok() && c32.ok());
+  const PlanOption& a = Find(*c16, OffloadDevice::kNvme, OffloadDevice::kNvme);
+  const PlanOption& b = Find(*c32, OffloadDevice::kNvme, OffloadDevice::kNvme);
+  auto item = [](const PlanOption& o, const std::string& prefix) {
+    for (const PlanItem& it : o.items) {
+      if (it.what.rfind(prefix, 0) == 0) return it.bytes;
+    }
+    return int64_t{-1};
+  };
+  const FetchLayout whole = FetchLayout::Create(in.model, 0);
+  const int64_t matrices = whole.max_cast_elems(false, false) - whole.max_cast_elems(true, false);
+  EXPECT_EQ(matrices, 12LL * 12288 * 12288);  // a layer's four matrices
+  EXPECT_NEAR(static_cast<double>(item(b, "trainer scratch") - item(a, "trainer scratch")),
+              static_cast<double>(4 * matrices), 1e6);  // DeviceBytes rounding
+  EXPECT_GT(item(a, "16-bit compute"), 0);
+  EXPECT_EQ(item(b, "16-bit compute"), -1);
+  EXPECT_EQ(b.gpu_bytes - a.gpu_bytes,
+            item(b, "trainer scratch") - item(a, "trainer scratch") - item(a, "16-bit compute"));
+  // The host device's ops read the matrices in 16 bits whatever the flag.
+  in.cuda = false;
+  auto h32 = MakePlan(in);
+  in.compute16 = true;
+  auto h16 = MakePlan(in);
+  ASSERT_TRUE(h32.ok() && h16.ok());
+  EXPECT_EQ(Find(*h32, OffloadDevice::kNvme, OffloadDevice::kNvme).gpu_bytes,
+            Find(*h16, OffloadDevice::kNvme, OffloadDevice::kNvme).gpu_bytes);
+}
+
 // GPT-3 175B on a 24 GiB GPU: --fetch-unit auto cuts its 1.8G-parameter
 // layers, and every row sized by the largest engine block follows: the
 // trainer's fp32 scratch, the gathered window, the offload_param buffers
