@@ -367,30 +367,40 @@ TEST(PlanTest, PiecesMatchTrainer) {
   CheckAgainstTrainer("demo", 2, {{OffloadDevice::kNvme, OffloadDevice::kNvme}}, 300000);
 }
 
-// With 16-bit parameters the trainer casts a block's vectors to fp32, not
-// its matrices, on the host and with `--gpu-compute 16`; with
-// `--gpu-compute fp32` (compute16 false) it casts whole blocks and needs
-// no 16-bit compute buffers: the GPU column grows by 4 B per element of
-// the largest block's matrices, less those buffers.
-TEST(PlanTest, Fp32GpuComputeCastsWholeBlocks) {
+// GPT-3 175B on one 24 GiB GPU, 128 GiB of RAM and 8 TiB of NVMe.
+PlanInputs Gpt3OnOneGpu() {
   PlanInputs in;
   in.model = *LoadGptConfig("175B");
   in.gpu_bytes = 24 * kGiB;
   in.cpu_bytes = 128 * kGiB;
   in.nvme_bytes = 8192 * kGiB;
   in.nvme_paths = {"/nvme0"};
+  return in;
+}
+
+// The bytes of the option's first item whose description starts with
+// `prefix`; -1 when it has none.
+int64_t ItemBytes(const PlanOption& o, const std::string& prefix) {
+  for (const PlanItem& it : o.items) {
+    if (it.what.rfind(prefix, 0) == 0) return it.bytes;
+  }
+  return -1;
+}
+
+// With 16-bit parameters the trainer casts a block's vectors to fp32, not
+// its matrices, on the host and with `--gpu-compute 16`; with
+// `--gpu-compute fp32` (compute16 false) it casts whole blocks and needs
+// no 16-bit compute buffers: the GPU column grows by 4 B per element of
+// the largest block's matrices, less those buffers.
+TEST(PlanTest, Fp32GpuComputeCastsWholeBlocks) {
+  PlanInputs in = Gpt3OnOneGpu();
   auto c16 = MakePlan(in);
   in.compute16 = false;
   auto c32 = MakePlan(in);
   ASSERT_TRUE(c16.ok() && c32.ok());
   const PlanOption& a = Find(*c16, OffloadDevice::kNvme, OffloadDevice::kNvme);
   const PlanOption& b = Find(*c32, OffloadDevice::kNvme, OffloadDevice::kNvme);
-  auto item = [](const PlanOption& o, const std::string& prefix) {
-    for (const PlanItem& it : o.items) {
-      if (it.what.rfind(prefix, 0) == 0) return it.bytes;
-    }
-    return int64_t{-1};
-  };
+  const auto item = ItemBytes;
   const FetchLayout whole = FetchLayout::Create(in.model, 0);
   const int64_t matrices = whole.max_cast_elems(false, false) - whole.max_cast_elems(true, false);
   EXPECT_EQ(matrices, 12LL * 12288 * 12288);  // a layer's four matrices
@@ -415,12 +425,7 @@ TEST(PlanTest, Fp32GpuComputeCastsWholeBlocks) {
 // trainer's fp32 scratch, the gathered window, the offload_param buffers
 // and the gradient staging; the GPU column falls by their difference.
 TEST(PlanTest, PiecesShrinkTheRowsSizedByTheLargestBlock) {
-  PlanInputs in;
-  in.model = *LoadGptConfig("175B");
-  in.gpu_bytes = 24 * kGiB;
-  in.cpu_bytes = 128 * kGiB;
-  in.nvme_bytes = 8192 * kGiB;
-  in.nvme_paths = {"/nvme0"};
+  PlanInputs in = Gpt3OnOneGpu();
   auto whole = MakePlan(in);
   in.fetch_unit_auto = true;
   auto cut = MakePlan(in);
@@ -433,11 +438,9 @@ TEST(PlanTest, PiecesShrinkTheRowsSizedByTheLargestBlock) {
   EXPECT_GT(c.fetch_unit, 0);
   EXPECT_LT(c.max_piece_elems, w.max_piece_elems / 2);
   auto item = [](const PlanOption& o, const std::string& prefix) {
-    for (const PlanItem& it : o.items) {
-      if (it.what.rfind(prefix, 0) == 0) return it.bytes;
-    }
-    ADD_FAILURE() << "no item " << prefix;
-    return int64_t{0};
+    const int64_t bytes = ItemBytes(o, prefix);
+    EXPECT_GE(bytes, 0) << "no item " << prefix;
+    return bytes;
   };
   for (const char* row : {"trainer scratch", "offload_param buffers", "gradient staging"}) {
     EXPECT_LT(item(c, row), item(w, row)) << row;
