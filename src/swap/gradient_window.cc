@@ -290,9 +290,7 @@ StatusOr<GradientWindow::Buffer*> GradientWindow::Victim(const Buffer* keep) {
   if (best->dirty) ZINF_RETURN_IF_ERROR(StartWrite(*best));
   ZINF_RETURN_IF_ERROR(WaitRead(*best));
   ZINF_RETURN_IF_ERROR(WaitWrite(*best));
-  best->sub_group = -1;
-  best->last = false;
-  std::fill(best->sealed.begin(), best->sealed.end(), uint8_t{0});
+  best->Hold(-1);
   return best;
 }
 
@@ -334,9 +332,7 @@ void GradientWindow::ReadAhead(int64_t k, const Buffer* keep) {
     if (!h.ok()) return;
     b.read = *h;
     b.unset = 0;
-    b.sub_group = k;
-    std::fill(b.sealed.begin(), b.sealed.end(), uint8_t{0});
-    b.last = false;
+    b.Hold(k);
     b.used = ++clock_;
     nvme_bytes_ += swapper_.sub_group_elems(k) * int64_t{sizeof(float)};
     return;
@@ -469,10 +465,9 @@ void GradientWindow::Reset() {
   final_.clear();
   Drain().IgnoreError();
   for (Buffer& b : buffers_) {
-    b.sub_group = -1;
-    b.dirty = b.last = false;
+    b.Hold(-1);
+    b.dirty = false;
     b.unset = 0;
-    std::fill(b.sealed.begin(), b.sealed.end(), uint8_t{0});
   }
   std::fill(touched_.begin(), touched_.end(), false);
   std::fill(squared_.begin(), squared_.end(), false);

@@ -52,6 +52,7 @@
 // pool is used for the adds, the squares and the crcs, so no one else may use it then.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -178,6 +179,13 @@ class GradientWindow {
     // uint8_t, not bool: pool threads write neighbouring flags at once.
     std::vector<uint32_t> crc;
     std::vector<uint8_t> sealed;
+    // Takes sub-group k (-1: none) with nothing known of its values: not
+    // changed in the last micro-batch, no extent sealed.
+    void Hold(int64_t k) {
+      sub_group = k;
+      last = false;
+      std::fill(sealed.begin(), sealed.end(), uint8_t{0});
+    }
   };
 
   GradientWindow(OptimizerSwapper* swapper, optim::ThreadPool* threads, optim::Isa isa, int64_t norm_cut)

@@ -31,6 +31,17 @@ using testing::StepLosses;
 
 GptConfig Tiny() { return *LoadGptConfig("tiny"); }
 
+// tiny as a Llama with Qwen2's q/k/v biases: one key/value head, SwiGLU of
+// width 80.
+GptConfig TinyLlamaWithBiases() {
+  GptConfig m = Tiny();
+  m.family = ModelFamily::kLlama;
+  m.n_kv_head = 1;
+  m.intermediate_size = 80;
+  m.qkv_bias = true;
+  return m;
+}
+
 // Every tensor of every model block is in exactly one piece, under its
 // own spec, in group order.
 void ExpectCovers(const GptConfig& model, const FetchLayout& layout) {
@@ -118,20 +129,11 @@ TEST(FetchLayoutTest, CastElemsLeaveOutTheMatricesReadIn16Bits) {
   EXPECT_EQ(w.max_cast_elems(true, false), 13 * C);
   EXPECT_EQ(w.max_cast_elems(true, true), 1024 * C + 32 * C);
   // Llama: the norms and the q/k/v biases (one kv head of 16).
-  GptConfig llama = m;
-  llama.family = ModelFamily::kLlama;
-  llama.n_kv_head = 1;
-  llama.intermediate_size = 80;
-  llama.qkv_bias = true;
-  EXPECT_EQ(FetchLayout::Create(llama, 0).max_cast_elems(true, false), 2 * C + C + 2 * 16);
+  EXPECT_EQ(FetchLayout::Create(TinyLlamaWithBiases(), 0).max_cast_elems(true, false), 2 * C + C + 2 * 16);
 }
 
 TEST(FetchLayoutTest, LlamaGroupsKeepQkvAndTheirBiasesTogether) {
-  GptConfig m = Tiny();
-  m.family = ModelFamily::kLlama;
-  m.n_kv_head = 1;
-  m.intermediate_size = 80;
-  m.qkv_bias = true;
+  const GptConfig m = TinyLlamaWithBiases();
   const FetchLayout l = FetchLayout::Create(m, 1);
   ExpectCovers(m, l);
   const BlockSpec& qkv = l.specs()[2];

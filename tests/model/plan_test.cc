@@ -281,17 +281,23 @@ TEST(PlanTest, TinyMatchesTrainer) {
   CheckAgainstTrainer("tiny", 8, all, 0, LayerActivations::kRecompute);
 }
 
+// tiny as an untied Llama with Qwen2's q/k/v biases (2 key/value heads,
+// SwiGLU of width 40).
+GptConfig UntiedTinyLlama() {
+  GptConfig llama = *LoadGptConfig("tiny");
+  llama.family = ModelFamily::kLlama;
+  llama.n_kv_head = 2;
+  llama.intermediate_size = 40;
+  llama.qkv_bias = true;
+  llama.tied_embeddings = false;
+  return llama;
+}
+
 // An untied Llama: the embedding and the head are cast whole into the
 // trainer's scratch, a layer's matrices are not (the CPU ops read them in
 // bf16).
 TEST(PlanTest, UntiedLlamaMatchesTrainer) {
-  GptConfig llama = *LoadGptConfig("tiny");
-  llama.family = ModelFamily::kLlama;
-  llama.n_kv_head = 1;
-  llama.intermediate_size = 80;
-  llama.qkv_bias = true;
-  llama.tied_embeddings = false;
-  CheckAgainstTrainer(llama, "tiny-llama-untied", 4,
+  CheckAgainstTrainer(UntiedTinyLlama(), "tiny-llama-untied", 4,
                       {{OffloadDevice::kNone, OffloadDevice::kCpu}, {OffloadDevice::kNvme, OffloadDevice::kNvme}});
 }
 
@@ -300,12 +306,7 @@ TEST(PlanTest, UntiedLlamaMatchesTrainer) {
 // does): kept activations cost L - 1 more layers' worth of what the
 // backward reads.
 TEST(PlanTest, ActivationBytesAreGptComputesAllocations) {
-  GptConfig llama = *LoadGptConfig("tiny");
-  llama.family = ModelFamily::kLlama;
-  llama.n_kv_head = 2;
-  llama.intermediate_size = 40;
-  llama.qkv_bias = true;
-  llama.tied_embeddings = false;
+  const GptConfig llama = UntiedTinyLlama();
   auto ops = CreateCpuOps<float>();
   for (const GptConfig& m : {*LoadGptConfig("tiny"), *LoadGptConfig("demo"), llama}) {
     for (int batch : {1, 3}) {
@@ -400,16 +401,15 @@ TEST(PlanTest, Fp32GpuComputeCastsWholeBlocks) {
   ASSERT_TRUE(c16.ok() && c32.ok());
   const PlanOption& a = Find(*c16, OffloadDevice::kNvme, OffloadDevice::kNvme);
   const PlanOption& b = Find(*c32, OffloadDevice::kNvme, OffloadDevice::kNvme);
-  const auto item = ItemBytes;
   const FetchLayout whole = FetchLayout::Create(in.model, 0);
   const int64_t matrices = whole.max_cast_elems(false, false) - whole.max_cast_elems(true, false);
   EXPECT_EQ(matrices, 12LL * 12288 * 12288);  // a layer's four matrices
-  EXPECT_NEAR(static_cast<double>(item(b, "trainer scratch") - item(a, "trainer scratch")),
+  EXPECT_NEAR(static_cast<double>(ItemBytes(b, "trainer scratch") - ItemBytes(a, "trainer scratch")),
               static_cast<double>(4 * matrices), 1e6);  // DeviceBytes rounding
-  EXPECT_GT(item(a, "16-bit compute"), 0);
-  EXPECT_EQ(item(b, "16-bit compute"), -1);
+  EXPECT_GT(ItemBytes(a, "16-bit compute"), 0);
+  EXPECT_EQ(ItemBytes(b, "16-bit compute"), -1);
   EXPECT_EQ(b.gpu_bytes - a.gpu_bytes,
-            item(b, "trainer scratch") - item(a, "trainer scratch") - item(a, "16-bit compute"));
+            ItemBytes(b, "trainer scratch") - ItemBytes(a, "trainer scratch") - ItemBytes(a, "16-bit compute"));
   // The host device's ops read the matrices in 16 bits whatever the flag.
   in.cuda = false;
   auto h32 = MakePlan(in);
