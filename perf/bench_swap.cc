@@ -251,6 +251,7 @@ StatusOr<Fio> PrepareFio(const Options& o, int read_percent) {
 // both see the same machine.
 struct StepTimes {
   std::vector<double> step_s, io_bound_s, mixed_gbps;  // the last two empty without fio
+  aio::IoQueueTime queue;                              // the engine's queues over the timed steps
 };
 
 StatusOr<StepTimes> MeasureSteps(const Options& o, Rig& rig, State& state, const Fio& fio, int64_t bytes_moved) {
@@ -259,10 +260,12 @@ StatusOr<StepTimes> MeasureSteps(const Options& o, Rig& rig, State& state, const
   step_args.lr = 1e-3;
   for (int64_t i = 0; i < o.steps; ++i) {
     step_args.step = 2 + i;
+    const aio::IoQueueTime q0 = rig.engine->queue_time();
     const auto t0 = std::chrono::steady_clock::now();
     Status st = rig.swapper->Step(*rig.adam, step_args, state.Io());
     t.step_s.push_back(Seconds(t0));
     ZINF_RETURN_IF_ERROR(st);
+    t.queue += rig.engine->queue_time() - q0;
     ZINF_ASSIGN_OR_RETURN(const double mixed_gbps, RunFioSum(fio.runs));
     if (o.use_fio) {
       t.mixed_gbps.push_back(mixed_gbps);
@@ -326,6 +329,25 @@ Summary Summarize(const Options& o, const StepTimes& t, const std::vector<double
   return s;
 }
 
+// How the engine's rings were kept busy over the timed steps, as fractions
+// of their time (rings x the steps' wall time): with pieces in flight, with
+// queue_depth of them, and by direction. Full and mixed near 1 mean the
+// pipeline kept the disk as busy as fio's job does; the rest of the gap to
+// the bound is the disk serving this pattern more slowly.
+nlohmann::json QueueJson(const aio::IoQueueTime& q, int rings, const std::vector<double>& step_s) {
+  double wall = 0;
+  for (double x : step_s) wall += x;
+  const double ring_s = wall * rings;
+  const auto frac = [&](int64_t ns) { return ring_s > 0 ? static_cast<double>(ns) * 1e-9 / ring_s : 0.0; };
+  nlohmann::json j;
+  j["busy"] = frac(q.busy_ns());
+  j["full"] = frac(q.full_ns);
+  j["mixed"] = frac(q.mixed_ns);
+  j["read_only"] = frac(q.read_only_ns);
+  j["write_only"] = frac(q.write_only_ns);
+  return j;
+}
+
 nlohmann::json ToJson(const Options& o, const Rig& rig, const Fio& fio, const Traffic& traffic, const StepTimes& t,
                       const Summary& s) {
   nlohmann::json j;
@@ -353,13 +375,25 @@ nlohmann::json ToJson(const Options& o, const Rig& rig, const Fio& fio, const Tr
       "over repetitions. step_s: median step wall time. "
       "io_bound_s: bytes_read + bytes_written over fio's sequential mixed read/write bandwidth "
       "(rw=rw at the step's read share, io_uring, O_DIRECT, same block size and queue depth) on "
-      "a file as large as the state on each path. adam_bound_s: the same Adam update in RAM.";
+      "a file as large as the state on each path. adam_bound_s: the same Adam update in RAM. "
+      "queue: the engine's rings over the timed steps, as fractions of their time: with pieces in "
+      "flight (busy), with queue_depth of them (full), with reads and writes together (mixed), one "
+      "direction only (read_only, write_only).";
   j["bytes_read"] = traffic.bytes_read;
   j["bytes_written"] = traffic.bytes_written;
   j["ratio_to_bound"] = Median(s.ratios);
   j["step_s_runs"] = t.step_s;
+  j["queue"] = QueueJson(t.queue, rig.engine->options().thread_count, t.step_s);
   j["io_bound_s_runs"] = t.io_bound_s;
   return j;
+}
+
+// "96% / 90% / 85%": QueueJson's busy, full and mixed.
+std::string QueueText(const nlohmann::json& q) {
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.0f%% / %.0f%% / %.0f%%", 100 * q["busy"].get<double>(),
+                100 * q["full"].get<double>(), 100 * q["mixed"].get<double>());
+  return text;
 }
 
 HtmlReport MakeReport(const Options& o, const nlohmann::json& j, const Traffic& traffic, const StepTimes& t,
@@ -373,7 +407,8 @@ HtmlReport MakeReport(const Options& o, const nlohmann::json& j, const Traffic& 
                    {"adam bound s", FormatFigure(s.adam_bound_s)},
                    {"ratio_to_bound", FormatFigure(Median(s.ratios))},
                    {"fio mixed GB/s", o.use_fio ? FormatFigure(s.mixed_gbps) : "not run"},
-                   {"bytes read + written per step", FormatBytes(traffic.bytes_moved())}});
+                   {"bytes read + written per step", FormatBytes(traffic.bytes_moved())},
+                   {"engine queues busy / full / mixed", QueueText(j["queue"])}});
   BarChart chart;
   chart.title = "Per repetition: optimizer step vs. its bounds (s)";
   chart.x_label = "repetition";
@@ -428,7 +463,8 @@ ZINF_COMMAND({kName, "time the NVMe-offloaded optimizer step against fio and the
               "  step (adam_bound_s) and fio's mixed sequential read/write bandwidth on every path, in\n"
               "  the step's read/write mix over a file as large as the state (io_bound_s).\n"
               "  Prints JSON: step_s, io_bound_s, adam_bound_s, ratio_to_bound = step_s /\n"
-              "  max(io_bound_s, adam_bound_s), bytes_read, bytes_written (per step). --html writes a\n"
+              "  max(io_bound_s, adam_bound_s), bytes_read, bytes_written (per step), queue (how full\n"
+              "  the engine kept its queues, and in which directions). --html writes a\n"
               "  page with the figures and a chart per repetition; --json a copy of the JSON.",
               Run});
 

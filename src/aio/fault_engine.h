@@ -122,6 +122,7 @@ class FaultyEngine final : public IoEngine {
   Status Truncate(FileId file, int64_t size_bytes) override;
   Status Allocate(FileId file, int64_t size_bytes) override;
   Status sticky_error() const override;
+  IoQueueTime queue_time() const override { return inner_->queue_time(); }
 
   // Simulates power loss: waits for outstanding requests, then every write
   // since the file's last Sync is undone (or kept / torn, per the options),

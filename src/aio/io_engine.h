@@ -33,6 +33,8 @@
 // waited on (or WaitAll returned).
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -82,6 +84,48 @@ enum class DirectIo {
 };
 
 class CompletionHook;
+
+// How full an engine's queues have been: wall time, summed over its rings,
+// with pieces in flight in the kernel, by what was in flight. A ring with
+// nothing in flight adds nothing. Tells a pipeline that does not keep the
+// disk busy (queues below queue_depth, one direction at a time) from a
+// disk that is slower for its pattern (queues full, both directions).
+struct IoQueueTime {
+  int64_t read_only_ns = 0;   // only reads in flight
+  int64_t write_only_ns = 0;  // only writes in flight
+  int64_t mixed_ns = 0;       // reads and writes in flight together
+  int64_t full_ns = 0;        // queue_depth pieces in flight (any direction)
+  int64_t busy_ns() const { return read_only_ns + write_only_ns + mixed_ns; }
+  IoQueueTime& operator+=(const IoQueueTime& o) {
+    read_only_ns += o.read_only_ns;
+    write_only_ns += o.write_only_ns;
+    mixed_ns += o.mixed_ns;
+    full_ns += o.full_ns;
+    return *this;
+  }
+  IoQueueTime operator-(const IoQueueTime& o) const {
+    return {read_only_ns - o.read_only_ns, write_only_ns - o.write_only_ns, mixed_ns - o.mixed_ns, full_ns - o.full_ns};
+  }
+};
+
+// The bookkeeping behind IoQueueTime for one queue: Change is told of every
+// piece entering or leaving flight, with a monotonic time, and adds the time
+// since the last change to the state that held until then. Change is called
+// by one thread (the queue's owner); time() by any.
+class QueueClock {
+ public:
+  QueueClock(int queue_depth, int64_t now_ns) : queue_depth_(queue_depth), last_ns_(now_ns) {}
+  // Pieces in flight in direction `op` change by `delta` at `now_ns`.
+  void Change(IoOp op, int delta, int64_t now_ns);
+  IoQueueTime time() const;
+
+ private:
+  enum { kReadOnly, kWriteOnly, kMixed, kFull };
+  const int queue_depth_;
+  int64_t last_ns_;
+  std::array<int, 2> in_flight_{};  // by IoOp
+  std::array<std::atomic<int64_t>, 4> ns_{};
+};
 
 // Engine options; FromAioConfig() fills the DeepSpeed `aio` knobs.
 struct IoEngineOptions {
@@ -180,6 +224,11 @@ class IoEngine {
 
   // The first error of any request, or OK.
   virtual Status sticky_error() const = 0;
+
+  // Time with pieces in flight so far (IoQueueTime); the difference of two
+  // calls covers what ran between them. All zero for an engine that
+  // keeps no queue (posix moves one piece at a time on the caller's thread).
+  virtual IoQueueTime queue_time() const { return {}; }
 
   // Submit + Wait.
   Status Read(FileId file, int64_t offset, void* buffer, int64_t length);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -172,6 +173,9 @@ class UringEngine::Worker {
   }
   io_uring* ring() { return &ring_; }
 
+  // This ring's share of UringEngine::queue_time (any thread).
+  IoQueueTime queue_time() const { return queue_clock_.time(); }
+
   void Start() {
     thread_ = std::thread([this] {
       const std::string name = "zinf-aio-" + std::to_string(index_);
@@ -215,6 +219,14 @@ class UringEngine::Worker {
     int rounds;
     int64_t res;
   };
+
+  // Pieces in flight in direction `op` change by `delta` (queue_time).
+  void CountInFlight(IoOp op, int delta) { queue_clock_.Change(op, delta, NowNs()); }
+
+  static int64_t NowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
 
   void Advance(Part& p, const std::vector<IoSegment>& segs, int64_t n) {
     p.piece_in_seg += n;
@@ -363,6 +375,7 @@ class UringEngine::Worker {
         id = free_ids_.pop();
         pieces_[id] = {slot, piece};
         ++busy_;
+        CountInFlight(piece.op, +1);
       }
       Prep(id);
       ++prepared;
@@ -390,6 +403,7 @@ class UringEngine::Worker {
     }
     --p.inflight;
     --busy_;
+    CountInFlight(ip.piece.op, -1);
     free_ids_.push(id);
     MaybeFinish(ip.slot);
   }
@@ -476,8 +490,9 @@ class UringEngine::Worker {
   FixedFifo<int> free_ids_;
   FixedFifo<int> retry_;
   FixedFifo<Delayed> delayed_;
-  int busy_ = 0;       // piece ids in use: in the kernel, held, or awaiting retry
-  int in_kernel_ = 0;  // submitted SQEs whose CQE has not been reaped
+  int busy_ = 0;                          // piece ids in use: in the kernel, held, or awaiting retry
+  QueueClock queue_clock_{qd_, NowNs()};  // pieces in use, by direction
+  int in_kernel_ = 0;                     // submitted SQEs whose CQE has not been reaped
 };
 
 UringEngine::UringEngine(const IoEngineOptions& options) : options_(options), requests_(options.max_requests) {}
@@ -512,6 +527,12 @@ StatusOr<std::unique_ptr<UringEngine>> UringEngine::Create(const IoEngineOptions
   }
   for (auto& w : engine->workers_) w->Start();
   return engine;
+}
+
+IoQueueTime UringEngine::queue_time() const {
+  IoQueueTime sum;
+  for (const auto& w : workers_) sum += w->queue_time();
+  return sum;
 }
 
 UringEngine::~UringEngine() {

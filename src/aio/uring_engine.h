@@ -67,6 +67,7 @@ class UringEngine final : public IoEngine {
   Status Truncate(FileId file, int64_t size_bytes) override;
   Status Allocate(FileId file, int64_t size_bytes) override;
   Status sticky_error() const override { return requests_.sticky_error(); }
+  IoQueueTime queue_time() const override;
 
   // Whether fixed buffers / fixed files are in use (for reports and tests).
   bool buffers_registered() const { return region_count_.load() > 0; }

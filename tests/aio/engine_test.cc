@@ -375,6 +375,64 @@ TEST(EngineMix, ReadsAndWritesWaitingGoOutInRunsByTurns) {
   }
 }
 
+// QueueClock charges each stretch between changes to the state that held
+// during it: reads only, writes only, both, and full at queue_depth.
+TEST(EngineQueueTime, ClockChargesEachStretchToItsState) {
+  QueueClock clock(/*queue_depth=*/2, /*now_ns=*/100);
+  clock.Change(IoOp::kRead, +1, 110);    // 10 ns idle: not counted
+  clock.Change(IoOp::kRead, +1, 130);    // 20 ns one read
+  clock.Change(IoOp::kWrite, +1, 170);   // 40 ns two reads (full)
+  clock.Change(IoOp::kRead, -2, 250);    // 80 ns reads and a write (full)
+  clock.Change(IoOp::kWrite, -1, 410);   // 160 ns one write
+  clock.Change(IoOp::kWrite, +1, 1000);  // idle again
+  const IoQueueTime t = clock.time();
+  EXPECT_EQ(t.read_only_ns, 60);
+  EXPECT_EQ(t.mixed_ns, 80);
+  EXPECT_EQ(t.write_only_ns, 160);
+  EXPECT_EQ(t.full_ns, 120);
+  EXPECT_EQ(t.busy_ns(), 300);
+  const IoQueueTime d = t - IoQueueTime{10, 20, 30, 40};
+  EXPECT_EQ(d.read_only_ns, 50);
+  EXPECT_EQ(d.write_only_ns, 140);
+  EXPECT_EQ(d.mixed_ns, 50);
+  EXPECT_EQ(d.full_ns, 80);
+}
+
+// A ring counts the time its pieces were in flight, by direction: a read
+// alone shows as reads only, with the queue full while more pieces than
+// queue_depth wait. The posix engine keeps no queue and reports none.
+TEST(EngineQueueTime, RingCountsTimeInFlightByDirection) {
+  TempDir dir;
+  auto pool = MakePool(1, 12 * 64 * kKiB);
+  PinnedBuffer buf = pool->Acquire();
+  FillRandom(buf.data(), buf.size(), 9);
+  for (const EngineKind kind : {EngineKind::kUring, EngineKind::kPosix}) {
+    IoEngineOptions o;
+    o.kind = kind;
+    o.queue_depth = 2;
+    o.block_size_bytes = 64 * kKiB;  // 12 pieces
+    auto e = CreateIoEngine(o);
+    if (!e.ok() && kind == EngineKind::kUring) GTEST_SKIP() << "no io_uring here: " << e.status().ToString();
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    auto f = (*e)->OpenFile(dir.File("data"), OpenOptions{true, true, false});
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    ASSERT_TRUE((*e)->Write(*f, 0, buf.data(), buf.size()).ok());
+    const IoQueueTime written = (*e)->queue_time();
+    ASSERT_TRUE((*e)->Read(*f, 0, buf.data(), buf.size()).ok());
+    const IoQueueTime read = (*e)->queue_time() - written;
+    if (kind == EngineKind::kPosix) {
+      EXPECT_EQ(written.busy_ns() + written.full_ns + read.busy_ns() + read.full_ns, 0);
+      continue;
+    }
+    EXPECT_GT(written.write_only_ns, 0);
+    EXPECT_EQ(written.read_only_ns + written.mixed_ns, 0);
+    EXPECT_GT(read.read_only_ns, 0);
+    EXPECT_EQ(read.write_only_ns + read.mixed_ns, 0);
+    EXPECT_GT(read.full_ns, 0);
+    EXPECT_LE(read.full_ns, read.busy_ns());
+  }
+}
+
 TEST(EngineCreate, FallsBackToPosixWhenUringIsRefused) {
   IoEngineOptions o;
   o.simulate_uring_unavailable = true;
