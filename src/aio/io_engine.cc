@@ -11,27 +11,6 @@ namespace zinf::aio {
 
 std::string_view IoOpName(IoOp op) { return op == IoOp::kRead ? "read" : "write"; }
 
-void QueueClock::Change(IoOp op, int delta, int64_t now_ns) {
-  const int64_t ns = now_ns - last_ns_;
-  last_ns_ = now_ns;
-  const int reads = in_flight_[0], writes = in_flight_[1];
-  if (reads > 0 || writes > 0) {
-    const int state = reads > 0 && writes > 0 ? kMixed : reads > 0 ? kReadOnly : kWriteOnly;
-    ns_[state].fetch_add(ns, std::memory_order_relaxed);
-    if (reads + writes >= queue_depth_) ns_[kFull].fetch_add(ns, std::memory_order_relaxed);
-  }
-  in_flight_[static_cast<int>(op)] += delta;
-}
-
-IoQueueTime QueueClock::time() const {
-  IoQueueTime t;
-  t.read_only_ns = ns_[kReadOnly].load(std::memory_order_relaxed);
-  t.write_only_ns = ns_[kWriteOnly].load(std::memory_order_relaxed);
-  t.mixed_ns = ns_[kMixed].load(std::memory_order_relaxed);
-  t.full_ns = ns_[kFull].load(std::memory_order_relaxed);
-  return t;
-}
-
 std::string_view EngineKindName(EngineKind kind) {
   switch (kind) {
     case EngineKind::kAuto: return "auto";

@@ -33,8 +33,6 @@
 // waited on (or WaitAll returned).
 #pragma once
 
-#include <array>
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -86,7 +84,8 @@ enum class DirectIo {
 class CompletionHook;
 
 // How full an engine's queues have been: wall time, summed over its rings,
-// with pieces in flight in the kernel, by what was in flight. A ring with
+// with pieces in flight (issued and not yet completed, retries included),
+// by what was in flight. A ring with
 // nothing in flight adds nothing. Tells a pipeline that does not keep the
 // disk busy (queues below queue_depth, one direction at a time) from a
 // disk that is slower for its pattern (queues full, both directions).
@@ -106,25 +105,6 @@ struct IoQueueTime {
   IoQueueTime operator-(const IoQueueTime& o) const {
     return {read_only_ns - o.read_only_ns, write_only_ns - o.write_only_ns, mixed_ns - o.mixed_ns, full_ns - o.full_ns};
   }
-};
-
-// The bookkeeping behind IoQueueTime for one queue: Change is told of every
-// piece entering or leaving flight, with a monotonic time, and adds the time
-// since the last change to the state that held until then. Change is called
-// by one thread (the queue's owner); time() by any.
-class QueueClock {
- public:
-  QueueClock(int queue_depth, int64_t now_ns) : queue_depth_(queue_depth), last_ns_(now_ns) {}
-  // Pieces in flight in direction `op` change by `delta` at `now_ns`.
-  void Change(IoOp op, int delta, int64_t now_ns);
-  IoQueueTime time() const;
-
- private:
-  enum { kReadOnly, kWriteOnly, kMixed, kFull };
-  const int queue_depth_;
-  int64_t last_ns_;
-  std::array<int, 2> in_flight_{};  // by IoOp
-  std::array<std::atomic<int64_t>, 4> ns_{};
 };
 
 // Engine options; FromAioConfig() fills the DeepSpeed `aio` knobs.

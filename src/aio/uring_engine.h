@@ -44,6 +44,25 @@ inline constexpr uint64_t kRingThreadSliceNs = 100'000;
 // (kernels before 6.12) or the thread is gone.
 uint64_t ThreadSchedulerSliceNs(int tid);
 
+// The bookkeeping behind IoQueueTime for one queue: Change is told of every
+// piece entering or leaving flight, with a monotonic time, and adds the time
+// since the last change to the state that held until then. Change is called
+// by one thread (the queue's owner); time() by any.
+class QueueClock {
+ public:
+  QueueClock(int queue_depth, int64_t now_ns) : queue_depth_(queue_depth), last_ns_(now_ns) {}
+  // Pieces in flight in direction `op` change by `delta` at `now_ns`.
+  void Change(IoOp op, int delta, int64_t now_ns);
+  IoQueueTime time() const;
+
+ private:
+  enum { kReadOnly, kWriteOnly, kMixed, kFull };
+  const int queue_depth_;
+  int64_t last_ns_;
+  std::array<int, 2> in_flight_{};  // by IoOp
+  std::array<std::atomic<int64_t>, 4> ns_{};
+};
+
 class UringEngine final : public IoEngine {
  public:
   // kUnavailable when the kernel refuses io_uring (or its opcodes).

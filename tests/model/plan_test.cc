@@ -388,6 +388,15 @@ int64_t ItemBytes(const PlanOption& o, const std::string& prefix) {
   return -1;
 }
 
+// The nvme/nvme option of the plan for `in` (an empty one, with a failure,
+// when there is no plan).
+PlanOption NvmeOption(const PlanInputs& in) {
+  auto plan = MakePlan(in);
+  EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+  if (!plan.ok()) return {};
+  return Find(*plan, OffloadDevice::kNvme, OffloadDevice::kNvme);
+}
+
 // With 16-bit parameters the trainer casts a block's vectors to fp32, not
 // its matrices, on the host and with `--gpu-compute 16`; with
 // `--gpu-compute fp32` (compute16 false) it casts whole blocks and needs
@@ -395,12 +404,9 @@ int64_t ItemBytes(const PlanOption& o, const std::string& prefix) {
 // the largest block's matrices, less those buffers.
 TEST(PlanTest, Fp32GpuComputeCastsWholeBlocks) {
   PlanInputs in = Gpt3OnOneGpu();
-  auto c16 = MakePlan(in);
+  const PlanOption a = NvmeOption(in);
   in.compute16 = false;
-  auto c32 = MakePlan(in);
-  ASSERT_TRUE(c16.ok() && c32.ok());
-  const PlanOption& a = Find(*c16, OffloadDevice::kNvme, OffloadDevice::kNvme);
-  const PlanOption& b = Find(*c32, OffloadDevice::kNvme, OffloadDevice::kNvme);
+  const PlanOption b = NvmeOption(in);
   const FetchLayout whole = FetchLayout::Create(in.model, 0);
   const int64_t matrices = whole.max_cast_elems(false, false) - whole.max_cast_elems(true, false);
   EXPECT_EQ(matrices, 12LL * 12288 * 12288);  // a layer's four matrices
@@ -412,12 +418,9 @@ TEST(PlanTest, Fp32GpuComputeCastsWholeBlocks) {
             ItemBytes(b, "trainer scratch") - ItemBytes(a, "trainer scratch") - ItemBytes(a, "16-bit compute"));
   // The host device's ops read the matrices in 16 bits whatever the flag.
   in.cuda = false;
-  auto h32 = MakePlan(in);
+  const int64_t host32 = NvmeOption(in).gpu_bytes;
   in.compute16 = true;
-  auto h16 = MakePlan(in);
-  ASSERT_TRUE(h32.ok() && h16.ok());
-  EXPECT_EQ(Find(*h32, OffloadDevice::kNvme, OffloadDevice::kNvme).gpu_bytes,
-            Find(*h16, OffloadDevice::kNvme, OffloadDevice::kNvme).gpu_bytes);
+  EXPECT_EQ(host32, NvmeOption(in).gpu_bytes);
 }
 
 // GPT-3 175B on a 24 GiB GPU: --fetch-unit auto cuts its 1.8G-parameter
@@ -426,12 +429,9 @@ TEST(PlanTest, Fp32GpuComputeCastsWholeBlocks) {
 // and the gradient staging; the GPU column falls by their difference.
 TEST(PlanTest, PiecesShrinkTheRowsSizedByTheLargestBlock) {
   PlanInputs in = Gpt3OnOneGpu();
-  auto whole = MakePlan(in);
+  const PlanOption w = NvmeOption(in);
   in.fetch_unit_auto = true;
-  auto cut = MakePlan(in);
-  ASSERT_TRUE(whole.ok() && cut.ok());
-  const PlanOption& w = Find(*whole, OffloadDevice::kNvme, OffloadDevice::kNvme);
-  const PlanOption& c = Find(*cut, OffloadDevice::kNvme, OffloadDevice::kNvme);
+  const PlanOption c = NvmeOption(in);
   EXPECT_EQ(w.fetch_layout, "whole layers");
   EXPECT_EQ(w.max_piece_elems, 12LL * 12288 * 12288 + 13 * 12288);
   EXPECT_NE(c.fetch_layout, "whole layers");
