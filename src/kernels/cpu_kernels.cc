@@ -188,10 +188,12 @@ constexpr int64_t kMinParallelWork = int64_t{1} << 17;
 inline bool WorthThreads(int64_t work) { return work >= kMinParallelWork; }
 
 // Packing buffers of the calling thread (OpenMP pool threads live across
-// calls, so these are allocated once per thread, not once per matmul).
+// calls, so these are allocated once per thread, not once per matmul):
+// 0 and 1 a thread's A and B panels, 2 an A slab the caller shares with
+// its team.
 template <typename T>
 T* PackBuffer(int which, size_t elems) {
-  thread_local std::vector<T> buffers[2];
+  thread_local std::vector<T> buffers[3];
   if (buffers[which].size() < elems) buffers[which].resize(elems);
   return buffers[which].data();
 }
@@ -291,6 +293,31 @@ ZINF_TARGET_AVX512 void PackTransposedPanelAvx512(float* dst, const typename BSr
 }
 #endif
 
+// The A slab of one row block (mb rows from `as`, A(i, p) = as[i*a_rs +
+// p*a_cs], p < kb) in MR-row micro-panels: dst[(i/MR)*kb*MR + p*MR + i%MR],
+// zero-padded to whole panels.
+template <typename T, int MR>
+void PackRowBlock(T* dst, const T* as, int64_t a_rs, int64_t a_cs, int64_t mb, int64_t kb) {
+  for (int64_t ip = 0; ip < mb; ip += MR) {
+    T* panel = dst + (ip / MR) * kb * MR;
+    const int64_t h = std::min<int64_t>(MR, mb - ip);
+    if (a_cs == 1) {
+      for (int64_t i = 0; i < MR; ++i) {
+        if (i < h) {
+          for (int64_t p = 0; p < kb; ++p) panel[p * MR + i] = as[(ip + i) * a_rs + p];
+        } else {
+          for (int64_t p = 0; p < kb; ++p) panel[p * MR + i] = T(0);
+        }
+      }
+    } else {
+      for (int64_t p = 0; p < kb; ++p) {
+        for (int64_t i = 0; i < h; ++i) panel[p * MR + i] = as[(ip + i) * a_rs + p * a_cs];
+        for (int64_t i = h; i < MR; ++i) panel[p * MR + i] = T(0);
+      }
+    }
+  }
+}
+
 // C [M, Ncols] (row stride ldc) += A (M x K) * B (K x Ncols), where
 // A(i, p) = a[i*a_rs + p*a_cs] and B(p, j) = BSrc::Get(b[p*b_rs + j*b_cs]):
 // any of the three matmuls of a linear layer, by strides. Parallel over
@@ -308,12 +335,30 @@ void GemmTiled(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const 
   const int64_t row_blocks = CeilDiv(M, kRowBlock);
   const int64_t col_blocks = CeilDiv(Ncols, kColBlock);
   const int64_t items = row_blocks * col_blocks;
+  // With several row blocks and several column panels, each item would
+  // pack its own A slab (consecutive items share the B panel, not the
+  // rows): the weight gradient's shape, many rows of dout^T over a short
+  // reduction, where that packing took about a fifth of the time. The whole A
+  // slab is then packed once per slab, by all threads, into one buffer
+  // that every item reads (the same packed values, so the same bits).
+  const bool shared_a = row_blocks > 1 && col_blocks > 1;
+  T* const apack_all =
+      shared_a ? PackBuffer<T>(2, static_cast<size_t>(row_blocks * kRowBlock * std::min(kDepthBlock, K))) : nullptr;
 #pragma omp parallel if (WorthThreads(M * Ncols * K))
   {
-    T* const apack = PackBuffer<T>(0, static_cast<size_t>(kRowBlock * kDepthBlock));
+    T* const apack = shared_a ? nullptr : PackBuffer<T>(0, static_cast<size_t>(kRowBlock * kDepthBlock));
     T* const bpack = PackBuffer<T>(1, static_cast<size_t>(kColBlock * kDepthBlock));
     for (int64_t k0 = 0; k0 < K; k0 += kDepthBlock) {
       const int64_t kb = std::min(kDepthBlock, K - k0);
+      if (shared_a) {
+        // Every row block packed before any item reads it (the loop's
+        // barrier); the previous slab's items are done (theirs).
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < row_blocks; ++r) {
+          PackRowBlock<T, MR>(apack_all + r * kRowBlock * kb, a + r * kRowBlock * a_rs + k0 * a_cs, a_rs, a_cs,
+                              std::min(kRowBlock, M - r * kRowBlock), kb);
+        }
+      }
       int64_t packed_panel = -1, packed_rows = -1;
       // Column-panel-major items: a thread's consecutive items share the
       // packed B panel, and with one row block (a few token rows, the
@@ -362,29 +407,12 @@ void GemmTiled(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const 
           }
           packed_panel = j0;
         }
-        if (packed_rows != i0) {
-          const T* as = a + i0 * a_rs + k0 * a_cs;
-          for (int64_t ip = 0; ip < mb; ip += MR) {
-            T* dst = apack + (ip / MR) * kb * MR;
-            const int64_t h = std::min<int64_t>(MR, mb - ip);
-            if (a_cs == 1) {
-              for (int64_t i = 0; i < MR; ++i) {
-                if (i < h) {
-                  for (int64_t p = 0; p < kb; ++p) dst[p * MR + i] = as[(ip + i) * a_rs + p];
-                } else {
-                  for (int64_t p = 0; p < kb; ++p) dst[p * MR + i] = T(0);
-                }
-              }
-            } else {
-              for (int64_t p = 0; p < kb; ++p) {
-                for (int64_t i = 0; i < h; ++i) dst[p * MR + i] = as[(ip + i) * a_rs + p * a_cs];
-                for (int64_t i = h; i < MR; ++i) dst[p * MR + i] = T(0);
-              }
-            }
-          }
+        const T* rows = shared_a ? apack_all + (i0 / kRowBlock) * kRowBlock * kb : apack;
+        if (!shared_a && packed_rows != i0) {
+          PackRowBlock<T, MR>(apack, a + i0 * a_rs + k0 * a_cs, a_rs, a_cs, mb, kb);
           packed_rows = i0;
         }
-        block(c + i0 * ldc + j0, ldc, apack, bpack, mb, nb, kb);
+        block(c + i0 * ldc + j0, ldc, rows, bpack, mb, nb, kb);
       }
     }
   }

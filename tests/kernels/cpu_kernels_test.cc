@@ -460,6 +460,26 @@ std::vector<float> RandomFloats(std::mt19937_64& rng, int64_t n) {
   return std::vector<float>(d.begin(), d.end());
 }
 
+// `start` plus the slabs of 256 reduction steps of sum_k a(k) * b(k), each
+// slab one FMA chain from zero in reduction order: the float matmul's sum.
+template <typename A, typename B>
+float SlabChains(float start, int64_t K, A a, B b) {
+  for (int64_t k0 = 0; k0 < K; k0 += 256) {
+    float chain = 0.0f;
+    for (int64_t k = k0; k < std::min<int64_t>(K, k0 + 256); ++k) chain = std::fma(a(k), b(k), chain);
+    start += chain;
+  }
+  return start;
+}
+
+bool HaveFma() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
 // The float matmul's summation order, which every ISA path keeps (so the
 // AVX2 and AVX-512 tiles give the same bits): each output starts from its
 // bias, and each slab of 256 reduction steps is one FMA chain from zero, in
@@ -467,11 +487,7 @@ std::vector<float> RandomFloats(std::mt19937_64& rng, int64_t n) {
 // three slabs (the last one short) and ragged tiles. Needs hardware FMA:
 // the portable path rounds each product.
 TEST(CpuKernelsTest, FloatMatmulSumsOneFmaChainPerSlab) {
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2+FMA on this CPU";
-#else
-  GTEST_SKIP() << "the FMA paths are x86-64 only";
-#endif
+  if (!HaveFma()) GTEST_SKIP() << "the FMA paths need x86-64 with AVX2+FMA";
   std::mt19937_64 rng(21);
   const int64_t N = 70;
   const int C = 600, OC = 130;
@@ -482,14 +498,37 @@ TEST(CpuKernelsTest, FloatMatmulSumsOneFmaChainPerSlab) {
   int64_t bad = 0;
   for (int64_t n = 0; n < N; ++n) {
     for (int o = 0; o < OC; ++o) {
-      float want = bias[o];
-      for (int k0 = 0; k0 < C; k0 += 256) {
-        float chain = 0.0f;
-        for (int k = k0; k < std::min(C, k0 + 256); ++k) chain = std::fma(inp[n * C + k], w[int64_t{o} * C + k], chain);
-        want += chain;
-      }
+      const float want = SlabChains(
+          bias[o], C, [&](int64_t k) { return inp[n * C + k]; }, [&](int64_t k) { return w[int64_t{o} * C + k]; });
       if (std::bit_cast<uint32_t>(want) != std::bit_cast<uint32_t>(out[n * OC + o]) && bad++ < 5) {
         ADD_FAILURE() << "out " << n << "," << o << ": " << out[n * OC + o] << " != " << want;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+// The same order for the weight gradient, dweight += dout^T inp, whose
+// reduction runs over the tokens: several row blocks of dout^T (packed
+// once per slab and shared by the threads) and column panels of inp, two
+// slabs of tokens, ragged tiles.
+TEST(CpuKernelsTest, FloatWeightGradientSumsOneFmaChainPerSlab) {
+  if (!HaveFma()) GTEST_SKIP() << "the FMA paths need x86-64 with AVX2+FMA";
+  std::mt19937_64 rng(22);
+  const int64_t N = 300;
+  const int C = 70, OC = 130;
+  const std::vector<float> inp = RandomFloats(rng, N * C), w = RandomFloats(rng, int64_t{OC} * C),
+                           dout = RandomFloats(rng, N * OC), start = RandomFloats(rng, int64_t{OC} * C);
+  std::vector<float> dinp(N * C), dweight = start;
+  MatmulBackward<float>(dinp.data(), dweight.data(), nullptr, dout.data(), inp.data(), w.data(), N, C, OC);
+  int64_t bad = 0;
+  for (int o = 0; o < OC; ++o) {
+    for (int c = 0; c < C; ++c) {
+      const int64_t i = int64_t{o} * C + c;
+      const float want = SlabChains(
+          start[i], N, [&](int64_t n) { return dout[n * OC + o]; }, [&](int64_t n) { return inp[n * C + c]; });
+      if (std::bit_cast<uint32_t>(want) != std::bit_cast<uint32_t>(dweight[i]) && bad++ < 5) {
+        ADD_FAILURE() << "dweight " << o << "," << c << ": " << dweight[i] << " != " << want;
       }
     }
   }
