@@ -229,11 +229,9 @@ std::optional<int> ParseInputs(const Flags& flags, PlanRun& run) {
   in.micro_batch = static_cast<int>(*micro);
   in.grad_accum = static_cast<int>(*accum);
   in.cuda = run.device == "gpu";
-  const std::string gpu_compute = flags.GetOr("gpu-compute", "16");
-  if (gpu_compute != "16" && gpu_compute != "fp32") {
-    return Fail(kName, Status::InvalidArgument("--gpu-compute: expected 16 or fp32, got \"" + gpu_compute + "\""), 2);
-  }
-  in.compute16 = gpu_compute == "16";
+  const StatusOr<bool> compute16 = model::ParseGpuCompute16(flags.GetOr("gpu-compute", "16"));
+  if (!compute16.ok()) return Fail(kName, compute16.status(), 2);
+  in.compute16 = *compute16;
   in.gpu_bytes = *gpu_mem;
   in.cpu_bytes = *cpu_mem;
   in.nvme_paths = flags.GetAll("nvme");

@@ -320,11 +320,9 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   topt.corpus_bytes = *corpus;
   topt.seed = static_cast<uint64_t>(*seed);
   topt.weight_decay_on = *decay_on;
-  const std::string gpu_compute = flags->GetOr("gpu-compute", "16");
-  if (gpu_compute != "16" && gpu_compute != "fp32") {
-    return Fail(kName, Status::InvalidArgument("--gpu-compute: expected 16 or fp32, got '" + gpu_compute + "'"), 2);
-  }
-  topt.gpu_compute16 = gpu_compute == "16";
+  const StatusOr<bool> compute16 = model::ParseGpuCompute16(flags->GetOr("gpu-compute", "16"));
+  if (!compute16.ok()) return Fail(kName, compute16.status(), 2);
+  topt.gpu_compute16 = *compute16;
   const std::string fetch_unit_text = FetchUnitText(*flags, rank, world);
   if (Status s = SetFetchUnitAndActivations(*flags, fetch_unit_text, *config, **device, topt); !s.ok()) {
     return Fail(kName, s, 2);

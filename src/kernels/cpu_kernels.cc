@@ -338,9 +338,10 @@ void GemmTiled(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const 
   // With several row blocks and several column panels, each item would
   // pack its own A slab (consecutive items share the B panel, not the
   // rows): the weight gradient's shape, many rows of dout^T over a short
-  // reduction, where that packing took about a fifth of the time. The whole A
-  // slab is then packed once per slab, by all threads, into one buffer
-  // that every item reads (the same packed values, so the same bits).
+  // reduction, where that packing took about a fifth of the time. The
+  // whole A slab is then packed once per slab, by all threads, into one
+  // buffer that every item reads (the same packed values, so the same
+  // bits).
   const bool shared_a = row_blocks > 1 && col_blocks > 1;
   T* const apack_all =
       shared_a ? PackBuffer<T>(2, static_cast<size_t>(row_blocks * kRowBlock * std::min(kDepthBlock, K))) : nullptr;
@@ -351,8 +352,9 @@ void GemmTiled(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const 
     for (int64_t k0 = 0; k0 < K; k0 += kDepthBlock) {
       const int64_t kb = std::min(kDepthBlock, K - k0);
       if (shared_a) {
-        // Every row block packed before any item reads it (the loop's
-        // barrier); the previous slab's items are done (theirs).
+        // This loop's barrier: every row block is packed before any item
+        // reads it. The items loop's barrier: the previous slab's items
+        // are done before the slab is packed over.
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < row_blocks; ++r) {
           PackRowBlock<T, MR>(apack_all + r * kRowBlock * kb, a + r * kRowBlock * a_rs + k0 * a_cs, a_rs, a_cs,

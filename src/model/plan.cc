@@ -78,6 +78,11 @@ StatusOr<LayerActivations> ParseLayerActivations(const std::string& text, bool* 
   return Status::InvalidArgument("--activations: expected auto, keep or recompute, got \"" + text + "\"");
 }
 
+StatusOr<bool> ParseGpuCompute16(const std::string& text) {
+  if (text == "16" || text == "fp32") return text == "16";
+  return Status::InvalidArgument("--gpu-compute: expected 16 or fp32, got \"" + text + "\"");
+}
+
 const char* LayerActivationsName(LayerActivations a) { return a == LayerActivations::kKeep ? "keep" : "recompute"; }
 
 int64_t ActivationBytes(const GptConfig& m, int batch, bool cuda, LayerActivations activations) {

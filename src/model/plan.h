@@ -78,6 +78,10 @@ LayerActivations AutoLayerActivations(const GptConfig& model, int batch, bool cu
 // "auto" (sets *automatic; the result is then kRecompute until resolved),
 // "keep" or "recompute"; other text is kInvalidArgument naming the flag.
 StatusOr<LayerActivations> ParseLayerActivations(const std::string& text, bool* automatic);
+// --gpu-compute (zinf train's and zinf plan's): "16" true (the linear
+// layers' matmuls in 16 bits when the parameters are), "fp32" false; other
+// text is kInvalidArgument naming the flag.
+StatusOr<bool> ParseGpuCompute16(const std::string& text);
 // The activations a --activations `text` asks for when training `model`
 // under `config` on `device` with layers cut by `fetch_unit`:
 // ParseLayerActivations's, and for "auto" AutoLayerActivations's for

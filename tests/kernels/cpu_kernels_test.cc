@@ -472,6 +472,14 @@ float SlabChains(float start, int64_t K, A a, B b) {
   return start;
 }
 
+// Counts `got` != `want` bit for bit in *bad, reporting the first five
+// (`what` row, col).
+void CheckBits(float got, float want, const char* what, int64_t row, int64_t col, int64_t* bad) {
+  if (std::bit_cast<uint32_t>(want) != std::bit_cast<uint32_t>(got) && (*bad)++ < 5) {
+    ADD_FAILURE() << what << " " << row << "," << col << ": " << got << " != " << want;
+  }
+}
+
 bool HaveFma() {
 #if defined(__x86_64__) && defined(__GNUC__)
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -500,9 +508,7 @@ TEST(CpuKernelsTest, FloatMatmulSumsOneFmaChainPerSlab) {
     for (int o = 0; o < OC; ++o) {
       const float want = SlabChains(
           bias[o], C, [&](int64_t k) { return inp[n * C + k]; }, [&](int64_t k) { return w[int64_t{o} * C + k]; });
-      if (std::bit_cast<uint32_t>(want) != std::bit_cast<uint32_t>(out[n * OC + o]) && bad++ < 5) {
-        ADD_FAILURE() << "out " << n << "," << o << ": " << out[n * OC + o] << " != " << want;
-      }
+      CheckBits(out[n * OC + o], want, "out", n, o, &bad);
     }
   }
   EXPECT_EQ(bad, 0);
@@ -527,9 +533,7 @@ TEST(CpuKernelsTest, FloatWeightGradientSumsOneFmaChainPerSlab) {
       const int64_t i = int64_t{o} * C + c;
       const float want = SlabChains(
           start[i], N, [&](int64_t n) { return dout[n * OC + o]; }, [&](int64_t n) { return inp[n * C + c]; });
-      if (std::bit_cast<uint32_t>(want) != std::bit_cast<uint32_t>(dweight[i]) && bad++ < 5) {
-        ADD_FAILURE() << "dweight " << o << "," << c << ": " << dweight[i] << " != " << want;
-      }
+      CheckBits(dweight[i], want, "dweight", o, c, &bad);
     }
   }
   EXPECT_EQ(bad, 0);
