@@ -11,6 +11,18 @@ namespace {
 
 constexpr const char* kArrayNames[] = {"master", "exp_avg", "exp_avg_sq", "grad"};
 
+// Elements [at, at + n) of `span`.
+optim::AdamSpan Slice(const optim::AdamSpan& span, int64_t at, int64_t n) {
+  optim::AdamSpan s = span;
+  s.params += at;
+  s.exp_avg += at;
+  s.exp_avg_sq += at;
+  s.grads = static_cast<const char*>(span.grads) + at * ElementSizeBytes(span.grad_dtype);
+  if (span.params16 != nullptr) s.params16 = static_cast<char*>(span.params16) + at * 2;
+  s.n = n;
+  return s;
+}
+
 }  // namespace
 
 OptimizerSwapperOptions OptimizerSwapperOptionsFromConfig(const ZeroConfig& zero, int64_t total_elems) {
@@ -76,6 +88,11 @@ StatusOr<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::Create(const Optim
   if (options.device != OffloadDevice::kCpu && options.device != OffloadDevice::kNvme) {
     return Status::InvalidArgument("offload_optimizer.device: the optimizer swapper needs cpu or nvme, got " +
                                    std::string(OffloadDeviceName(options.device)));
+  }
+  if (options.step_slice_elems <= 0 || options.step_slice_elems % optim::kChunkElems != 0) {
+    return Status::InvalidArgument("optimizer swapper: step_slice_elems must be a positive multiple of " +
+                                   std::to_string(optim::kChunkElems) + ", got " +
+                                   std::to_string(options.step_slice_elems));
   }
   std::unique_ptr<OptimizerSwapper> s(new OptimizerSwapper(options));
   s->num_sub_groups_ = NumSubGroups(options);
@@ -464,12 +481,17 @@ Status OptimizerSwapper::Step(const optim::CpuAdam& adam, const optim::AdamStepA
       span.params16 = static_cast<char*>(io.params) + out * 2;
       span.params16_dtype = io.params_dtype;
     }
-    s = io.no_decay != nullptr ? adam.UpdateMasked(span, args, sub_group_begin(k), *io.no_decay)
-                               : adam.Update(span, args);
-    if (!s.ok()) break;
-    if (copy_master) {
-      std::memcpy(static_cast<float*>(io.params) + out, span.params, static_cast<size_t>(span.n) * sizeof(float));
+    for (int64_t at = 0; s.ok() && at < span.n; at += options_.step_slice_elems) {
+      const optim::AdamSpan slice = Slice(span, at, std::min(options_.step_slice_elems, span.n - at));
+      s = io.no_decay != nullptr ? adam.UpdateMasked(slice, args, sub_group_begin(k) + at, *io.no_decay)
+                                 : adam.Update(slice, args);
+      if (s.ok() && copy_master) {
+        std::memcpy(static_cast<float*>(io.params) + out + at, slice.params,
+                    static_cast<size_t>(slice.n) * sizeof(float));
+      }
+      if (s.ok() && io.on_stepped) s = io.on_stepped(sub_group_begin(k) + at + slice.n);
     }
+    if (!s.ok()) break;
 
     // Writes: k goes back while k+1 runs (pipeline_write), or now.
     if (nvme) s = StartWrite(SlotOf(k));

@@ -8,9 +8,9 @@
 // k+1 (and further ones when buffer_count gives more buffers) is read from
 // NVMe and, with pipeline_write, sub-group k-1 is being written back; Adam
 // writes the new working parameters into the caller's buffer in the same
-// pass, and a callback hears of each finished sub-group
-// (so a caller running Step on another thread can use the new parameters
-// of the first sub-groups while later ones are still being stepped).
+// pass, and callbacks hear of each stepped slice and each finished
+// sub-group (so a caller running Step on another thread can use the new
+// parameters of the first slices while later ones are still being stepped).
 //
 // Gradients. With gradients_in_store (the default) the fp32 gradient is a
 // fourth array of the state, set by SetGradients (or range by range through
@@ -75,6 +75,11 @@ struct OptimizerSwapperOptions {
   // the pipeline needs (whole sub-groups of `arrays` buffers) read further
   // ahead. 0: just what it needs.
   int64_t buffer_count = 0;
+  // The most elements Step hands Adam at once (StepIo::on_stepped hears of
+  // each slice): a positive multiple of optim::kChunkElems, so slicing adds
+  // no chunk boundary the thread pool would not make anyway (and Adam is
+  // elementwise: the same bits for any slicing).
+  int64_t step_slice_elems = int64_t{1} << 23;
 };
 
 // What one Step reads and writes besides the state.
@@ -93,8 +98,16 @@ struct StepIo {
   // Ranges of the shard (sorted, disjoint) stepped without weight decay;
   // null: decay everywhere. Not owned; read during Step.
   const std::vector<optim::ElemRange>* no_decay = nullptr;
+  // Called, on Step's thread, each time a longer prefix of the shard is
+  // stepped: elements [0, end) have their new state and their new
+  // parameters in `params`. Step walks each sub-group in slices of at most
+  // step_slice_elems, so a caller waiting for the first elements of a large
+  // sub-group (DeepSpeed's default sub_group_size is 1e9) waits for one
+  // slice, not for the sub-group. An error stops the step.
+  std::function<Status(int64_t end)> on_stepped;
   // Called, on Step's thread, after sub-group k's new parameters are in
-  // `params` and before sub-group k+1 is stepped; an error stops the step.
+  // `params` (after on_stepped for its end) and before sub-group k+1 is
+  // stepped; an error stops the step.
   std::function<Status(int64_t k)> on_sub_group;
   // With gradients_in_store: sub-group k's gradient where the caller holds
   // it in RAM already (the values the store holds), so that Step does not

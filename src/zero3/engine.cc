@@ -341,9 +341,13 @@ Status Engine::Impl::CopyGradientOneRank(BlockId b, const std::vector<const void
 // to fp32). Elementwise either way: bit-identical.
 Status Engine::Impl::AccumulateGradient(BlockId b, const std::vector<const void*>& grads, float scale, bool last) {
   const zero3::BlockLayout& l = layout(b);
+  // The block's first gradient of the cycle is set in the accumulator, not
+  // added to it (SetScaled: the bits AddScaled gives on zeros).
+  const bool first = !acc_holds[static_cast<size_t>(b)];
   auto add = [&](int64_t begin, int64_t n, const float* g) {
     if (grad_window) return grad_window->Add(begin, n, g, scale, last);
-    return optim::AddScaled(*threads, g, scale, reinterpret_cast<float*>(accum.data()) + begin, n);
+    float* dst = reinterpret_cast<float*>(accum.data()) + begin;
+    return first ? optim::SetScaled(*threads, g, scale, dst, n) : optim::AddScaled(*threads, g, scale, dst, n);
   };
   if (grad_flat == nullptr && device->kind() == DeviceKind::kHost && options.grad_type == ElementType::kF32) {
     for (size_t t = grads.size(); t-- > 0;) {
@@ -351,6 +355,7 @@ Status Engine::Impl::AccumulateGradient(BlockId b, const std::vector<const void*
           add(l.rank_offset + l.tensors[t].offset, l.tensors[t].numel, static_cast<const float*>(grads[t])));
     }
     CountGradient(l);  // what a GPU would reduce and copy
+    acc_holds[static_cast<size_t>(b)] = true;
     return Status::Ok();
   }
   ZINF_RETURN_IF_ERROR(CopyGradientToHost(b, grads));
@@ -360,7 +365,9 @@ Status Engine::Impl::AccumulateGradient(BlockId b, const std::vector<const void*
     ZINF_RETURN_IF_ERROR(optim::CastToF32(*threads, isa, staging.data(), options.grad_type, g32, l.shard_numel));
     g = g32;
   }
-  return add(l.rank_offset, l.shard_numel, g);
+  ZINF_RETURN_IF_ERROR(add(l.rank_offset, l.shard_numel, g));
+  acc_holds[static_cast<size_t>(b)] = true;
+  return Status::Ok();
 }
 
 // At a gradient-accumulation boundary: the global norm, the loss scale, and
@@ -382,6 +389,7 @@ StatusOr<StepResult> Engine::Impl::ApplyStep(StepResult r) {
     ZINF_RETURN_IF_ERROR(sq.status().WithContext("engine: the accumulated gradient"));
     sum_squares = *sq;
   } else {
+    ZeroUnreducedGradients();
     ZINF_RETURN_IF_ERROR(norm_squares->Add(*threads, isa, 0, acc, total));  // every piece: none left from before
     sum_squares = norm_squares->Total();
   }
@@ -413,9 +421,10 @@ StatusOr<StepResult> Engine::Impl::ApplyStep(StepResult r) {
     ++applied_steps;
     schedule->Step();
     r.applied = true;
-  } else if (acc != nullptr) {
-    std::memset(acc, 0, static_cast<size_t>(total * 4));  // (the window starts the next cycle from zero)
   }
+  // The next cycle sets each block's gradient afresh (the window starts
+  // from zero of its own).
+  std::fill(acc_holds.begin(), acc_holds.end(), false);
   grads_pending = false;
   coordinator->OnStepEnd();
   counters.order_changes = coordinator->order_changes();
@@ -423,10 +432,22 @@ StatusOr<StepResult> Engine::Impl::ApplyStep(StepResult r) {
   return r;
 }
 
+// The accumulator's ranges of the blocks no micro-batch of this cycle
+// reduced hold an older cycle's gradient (or a skipped step's): zeroed, as
+// they contribute none. Between blocks' ranges, and in their padding,
+// nothing but zeros is ever written.
+void Engine::Impl::ZeroUnreducedGradients() {
+  auto* acc = reinterpret_cast<float*>(accum.data());
+  for (BlockId b = 0; b < partitioner->num_blocks(); ++b) {
+    if (acc_holds[static_cast<size_t>(b)]) continue;
+    const zero3::BlockLayout& l = layout(b);
+    std::memset(acc + l.rank_offset, 0, static_cast<size_t>(l.shard_numel) * sizeof(float));
+  }
+}
+
 // Starts the optimizer's walk over the sub-groups on the worker: Adam on
 // the accumulated gradient, new parameters into new_params (its ring
-// drained by RefreshHome, or its whole shard), and the
-// consumed gradient zeroed for the next cycle. Every block goes stale.
+// drained by RefreshHome, or its whole shard). Every block goes stale.
 Status Engine::Impl::StartUpdate(const optim::AdamStepArgs& args) {
   Status s = update.Start([this, args](zero3::UpdateWorker::Progress& progress) { return RunUpdate(args, progress); });
   if (!s.ok()) return s.WithContext("engine");  // nothing was stepped: the homes hold the current parameters
@@ -436,7 +457,7 @@ Status Engine::Impl::StartUpdate(const optim::AdamStepArgs& args) {
   return Status::Ok();
 }
 
-// The worker's body: the sub-group walk, publishing each sub-group's end.
+// The worker's body: the sub-group walk, publishing each stepped slice's end.
 Status Engine::Impl::RunUpdate(const optim::AdamStepArgs& args, zero3::UpdateWorker::Progress& progress) {
   float* acc = reinterpret_cast<float*>(accum.data());  // null: the gradient is in the optimizer's store
   swap::StepIo sio;
@@ -450,10 +471,11 @@ Status Engine::Impl::RunUpdate(const optim::AdamStepArgs& args, zero3::UpdateWor
   // buffers (unchanged until the next ReduceGradients, which finishes this
   // update first): the first sub-groups stepped start without a read.
   if (grad_window) sio.held_grads = [this](int64_t k) { return grad_window->FinalGradient(k); };
+  sio.on_stepped = [&](int64_t end) {
+    progress.Publish(end);
+    return Status::Ok();
+  };
   sio.on_sub_group = [&](int64_t k) {
-    const int64_t begin = optimizer->sub_group_begin(k), n = optimizer->sub_group_elems(k);
-    if (acc != nullptr) std::memset(acc + begin, 0, static_cast<size_t>(n) * sizeof(float));
-    progress.Publish(begin + n);
     // Sub-group k+1 overwrites the ring's elements `ring` before it: they
     // must be home first.
     if (ring > 0 && k + 1 < optimizer->num_sub_groups()) {

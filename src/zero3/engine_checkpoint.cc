@@ -63,6 +63,7 @@ StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(const std::s
   const int64_t total = m.partitioner->total_shard_numel();
   ZINF_RETURN_IF_ERROR(m.WriteHomeFromMaster());
   if (m.accum.data() != nullptr) std::memset(m.accum.data(), 0, static_cast<size_t>(total * 4));
+  std::fill(m.acc_holds.begin(), m.acc_holds.end(), false);
   if (m.grad_window) m.grad_window->Reset();
   std::fill(m.params_set.begin(), m.params_set.end(), true);
   std::fill(m.stale.begin(), m.stale.end(), false);

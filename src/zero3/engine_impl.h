@@ -87,6 +87,7 @@ struct Engine::Impl {
   Status CopyGradientOneRank(BlockId b, const std::vector<const void*>& grads);
   void CountGradient(const zero3::BlockLayout& l);
   Status AccumulateGradient(BlockId b, const std::vector<const void*>& grads, float scale, bool last);
+  void ZeroUnreducedGradients();
   StatusOr<StepResult> ApplyStep(StepResult r);
 
   // Checkpoints (engine_checkpoint.cc).
@@ -139,6 +140,10 @@ struct Engine::Impl {
   // Host windows: the fp32 gradient accumulator (optimizer in RAM), the new
   // working parameters the update writes, the gradient shard staging.
   zero3::HostWindow accum, new_params, staging;
+  // Per block: `accum` holds its gradient of this accumulation cycle. A
+  // block's first ReduceGradients of a cycle sets its range instead of
+  // adding, so nothing zeroes the accumulator behind the update.
+  std::vector<bool> acc_holds;
   bool committed = false;
   std::vector<bool> params_set;
 

@@ -149,6 +149,7 @@ Status Engine::Impl::InitBuffers() {
     ZINF_ASSIGN_OR_RETURN(accum, zero3::HostWindow::Create(plan.grad_accumulator));
     std::memset(accum.data(), 0, static_cast<size_t>(plan.total_shard_elems * 4));
   }
+  acc_holds.assign(static_cast<size_t>(partitioner->num_blocks()), false);
   ZINF_ASSIGN_OR_RETURN(new_params, zero3::HostWindow::Create(plan.new_params));
   ZINF_ASSIGN_OR_RETURN(staging, zero3::HostWindow::Create(plan.grad_staging));
   // One rank: none (the gradient goes straight to staging).

@@ -143,6 +143,65 @@ TEST_F(OptimizerSwapperTest, CpuStateMatchesWholeArrayAdam) {
   ExpectBitIdentical(Run(**s), Reference(*adam_));
 }
 
+// One sub-group of the whole shard, stepped in slices of kChunkElems: each
+// slice is announced (StepIo::on_stepped) once its parameters are out and
+// before the next slice's are, and slicing changes no bit.
+TEST_F(OptimizerSwapperTest, LargeSubGroupsAreSteppedAndAnnouncedInSlices) {
+  for (OffloadDevice device : {OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+    SCOPED_TRACE(OffloadDeviceName(device));
+    OptimizerSwapperOptions o = Options(device, true, true);
+    o.sub_group_elems = kTotal;
+    o.step_slice_elems = optim::kChunkElems;
+    const bool nvme = device == OffloadDevice::kNvme;
+    auto engine = MakeEngine();
+    auto pool =
+        nvme ? MakePool(OptimizerSwapper::RequiredBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096)) : nullptr;
+    auto s = OptimizerSwapper::Create(o, engine.get(), pool.get());
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_EQ((*s)->num_sub_groups(), 1);
+    const std::vector<float> master = RandomFloats(kTotal, 1, 1.0f), grads = RandomFloats(kTotal, 11, 0.1f);
+    ASSERT_TRUE((*s)->Initialize(master.data()).ok());
+    ASSERT_TRUE((*s)->SetGradients(grads.data()).ok());
+    constexpr uint16_t kUnset = 0x7FC1;  // a NaN Adam does not write
+    std::vector<uint16_t> params16(kTotal, kUnset);
+    std::vector<int64_t> ends;
+    StepIo io = OutputTo(params16.data());
+    io.on_stepped = [&](int64_t end) {
+      ends.push_back(end);
+      EXPECT_NE(params16[static_cast<size_t>(end - 1)], kUnset) << end;
+      if (end < kTotal) {
+        EXPECT_EQ(params16[static_cast<size_t>(end)], kUnset) << end;
+      }
+      return Status::Ok();
+    };
+    optim::AdamStepArgs args;
+    args.lr = 1e-3;
+    ASSERT_TRUE((*s)->Step(*adam_, args, io).ok());
+    EXPECT_EQ(ends, (std::vector<int64_t>{optim::kChunkElems, kTotal}));
+
+    // The reference's first step: one span of the whole shard.
+    std::vector<float> m(kTotal, 0.0f), v(kTotal, 0.0f), want_master = master;
+    std::vector<uint16_t> want16(kTotal);
+    optim::AdamSpan span;
+    span.params = want_master.data();
+    span.exp_avg = m.data();
+    span.exp_avg_sq = v.data();
+    span.grads = grads.data();
+    span.params16 = want16.data();
+    span.n = kTotal;
+    ASSERT_TRUE(adam_->Update(span, args).ok());
+    EXPECT_EQ(params16, want16);
+    std::vector<float> got(kTotal);
+    ASSERT_TRUE((*s)->ReadState(got.data(), nullptr, nullptr, nullptr).ok());
+    EXPECT_EQ(std::memcmp(got.data(), want_master.data(), got.size() * 4), 0);
+  }
+  OptimizerSwapperOptions bad = Options(OffloadDevice::kCpu, false, false);
+  bad.step_slice_elems = optim::kChunkElems + 16;
+  const auto s = OptimizerSwapper::Create(bad, nullptr, nullptr);
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("step_slice_elems"), std::string::npos) << s.status().message();
+}
+
 // The resident state's pool, as Create makes it: master, m, v per
 // sub-group with the gradient from the caller; none for NVMe.
 TEST_F(OptimizerSwapperTest, ResidentPoolOptionsAreWhatCreateAllocates) {

@@ -393,6 +393,62 @@ TEST(EngineTest, AccumulationOverflowAndClippingAreBitIdenticalOnEveryTier) {
   }
 }
 
+// A block that no micro-batch of a cycle reduced steps on a zero gradient
+// (its moments still move it), not on what an earlier cycle left: the
+// accumulator sets each block's first gradient of a cycle instead of being
+// zeroed behind the update. The same with the optimizer on NVMe.
+class EngineUnreducedTest : public ::testing::TestWithParam<OffloadDevice> {};
+
+TEST_P(EngineUnreducedTest, ABlockWithoutGradientsStepsOnZeros) {
+  TempDir dir;
+  Config config = BaseConfig();
+  config.gradient_accumulation_steps = 1;
+  config.gradient_clipping = 0.5;
+  SetTiers(config, OffloadDevice::kNone, GetParam(), dir);
+  // Step 0 reduces every block; step 1 block 0 and, as `rest` says, the
+  // others: none, zeros, or step 0's gradients again.
+  enum class Rest { kNone, kZeros, kAgain };
+  const std::vector<BlockSpec> blocks = kModel.Blocks();
+  auto run = [&](Rest rest) {
+    comm::LocalCommunicator local;
+    EngineUnderTest e = MakeEngine(config, blocks, &local);
+    if (!e.engine) return std::vector<float>{};
+    for (int b = 0; b < kModel.num_blocks(); ++b) {
+      auto v = kModel.InitialValues(b);
+      EXPECT_TRUE(e.engine->SetParameters(b, {v[0].data(), v[1].data()}).ok());
+    }
+    for (int step = 0; step < 2; ++step) {
+      for (int b = kModel.num_blocks() - 1; b >= 0; --b) {
+        if (step == 1 && b > 0 && rest == Rest::kNone) continue;
+        std::vector<std::vector<float>> g;
+        for (const TensorSpec& t : blocks[static_cast<size_t>(b)].tensors) {
+          std::vector<float> v(static_cast<size_t>(t.numel()));
+          const bool zeros = step == 1 && b > 0 && rest == Rest::kZeros;
+          const int seed = step == 1 && b > 0 ? 0 : step;  // kAgain: step 0's values
+          for (size_t i = 0; i < v.size(); ++i) {
+            v[i] = zeros ? 0.0f : 0.01f * std::sin(0.3f * static_cast<float>(i) + static_cast<float>(b + 7 * seed));
+          }
+          g.push_back(std::move(v));
+        }
+        const Status s = e.engine->ReduceGradients(b, {g[0].data(), g[1].data()});
+        EXPECT_TRUE(s.ok()) << s.ToString();
+      }
+      auto r = e.engine->Step();
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+    }
+    return MasterWeights(*e.engine, kModel);
+  };
+  const std::vector<float> none = run(Rest::kNone), zeros = run(Rest::kZeros), again = run(Rest::kAgain);
+  ASSERT_FALSE(none.empty());
+  ASSERT_EQ(none.size(), zeros.size());
+  EXPECT_EQ(std::memcmp(none.data(), zeros.data(), none.size() * 4), 0);
+  EXPECT_NE(std::memcmp(none.data(), again.data(), none.size() * 4), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizer, EngineUnreducedTest,
+                         ::testing::Values(OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme),
+                         [](const auto& p) { return std::string(OffloadDeviceName(p.param)); });
+
 TEST(EngineTest, TrainingLowersTheLoss) {
   TempDir dir;
   Config config = BaseConfig();
