@@ -416,8 +416,10 @@ StatusOr<BufferPlan> MakeBufferPlan(const Config& config, const std::vector<Bloc
   p.grad_accumulator =
       p.optimizer.gradients_in_store ? NoPool("grad accumulator") : OneBuffer(total * 4, true, "grad accumulator");
   PlanNewParams(config.zero.offload_optimizer.device, p);
-  // The gradient shard as it comes off the device, and its fp32 cast behind it.
-  p.grad_staging = OneBuffer(p.max_shard_elems * 8, true, "grad staging");
+  // The gradient shard as it comes off the device and, for a 16-bit
+  // gradient, its fp32 cast behind it. Four bytes an element at least: the
+  // window is also one block's fp32 master weights at start-up.
+  p.grad_staging = OneBuffer(p.max_shard_elems * (p.grad_elem_bytes == 4 ? 4 : 8), true, "grad staging");
   // Several ranks: the block's gradient flattened for the reduce-scatter,
   // and the rank's shard of it. One rank: the reduce-scatter is the
   // identity, and each tensor's gradient goes straight to grad staging.

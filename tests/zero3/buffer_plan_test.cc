@@ -179,7 +179,8 @@ void CheckPlan(const BufferPlan& p, const Config& c, const std::vector<BlockSpec
     EXPECT_LT(ring, total);
     EXPECT_EQ(p.new_params.buffer_bytes, std::max<int64_t>(ring * es, 4096));
   }
-  EXPECT_EQ(p.grad_staging.buffer_bytes, std::max<int64_t>(part->max_shard_numel() * 8, 4096));
+  const int64_t staging_es = p.grad_elem_bytes == 4 ? 4 : 8;  // a 16-bit gradient's fp32 cast behind it
+  EXPECT_EQ(p.grad_staging.buffer_bytes, std::max<int64_t>(part->max_shard_numel() * staging_es, 4096));
   EXPECT_EQ(p.grad_flat_bytes, world > 1 ? part->max_padded_numel() * p.grad_elem_bytes : 0);
   EXPECT_EQ(p.grad_shard_bytes, world > 1 ? part->max_shard_numel() * p.grad_elem_bytes : 0);
   EXPECT_EQ(p.checkpoint_buffers.buffer_count, 2);
