@@ -134,7 +134,7 @@ Status Engine::ReduceGradients(BlockId block, const std::vector<const void*>& gr
   Impl& m = *impl_;
   ZINF_RETURN_IF_ERROR(m.CheckBlock(block));
   ZINF_RETURN_IF_ERROR(m.Commit());
-  ZINF_RETURN_IF_ERROR(m.FinishUpdate());  // the worker reads and zeroes the accumulator
+  ZINF_RETURN_IF_ERROR(m.FinishUpdate());  // the worker reads the accumulator
   m.grads_pending = true;
   const zero3::BlockLayout& l = m.layout(block);
   if (grads.size() != l.tensors.size()) {
