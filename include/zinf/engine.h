@@ -18,7 +18,8 @@
 //       forward:  for each block b: ptrs = Acquire(b); compute;
 //                 Release(b, stream)  // on a GPU: no wait for the compute
 //       backward: for each block b (reversed): ptrs = Acquire(b);
-//                 compute grads; ReduceGradients(b, grads); Release(b)
+//                 compute grads; ReduceGradients(b, grads, stream);
+//                 Release(b, stream)
 //       Step();   // the optimizer runs on the last micro-batch only
 //
 // Acquire returns device pointers to the block's full parameters (all
@@ -45,7 +46,8 @@
 // Step returns once the norm is known and the update has started: Adam and
 // the optimizer state's NVMe traffic run on a worker thread, sub-group by
 // sub-group in the shard's block order, under the next forward pass. An
-// Acquire waits only for the sub-groups that cover its block; calls that
+// Acquire waits only for the elements that cover its block (the worker
+// announces its progress every 8M elements at most); calls that
 // touch the optimizer state or the gradients (ReduceGradients, Step,
 // checkpoints, GetMasterParameters) and WaitForUpdate wait for all of it.
 // The results are those of a synchronous step, bit for bit.
@@ -212,6 +214,16 @@ class Engine {
   // tensor of grad_type elements (the gradient of this micro-batch).
   // Collective.
   Status ReduceGradients(BlockId block, const std::vector<const void*>& grads);
+  // The same while the work that writes `grads` may still be queued on
+  // `stream` (a stream as Release's): the engine's copies wait for it on
+  // the engine's own stream, and the host part (the accumulation) runs in
+  // the next call that touches the gradient (ReduceGradients, Step,
+  // WaitForUpdate), so neither the caller nor the device waits here. `grads`
+  // must stay unchanged until that call returns: a caller whose next block
+  // computes meanwhile alternates two gradient buffers. Errors of the
+  // deferred part are returned by that call, naming the block. Null: as
+  // above.
+  Status ReduceGradients(BlockId block, const std::vector<const void*>& grads, void* stream);
   // Ends a micro-batch; at a boundary runs the optimizer (see above). No
   // block may be acquired. Collective.
   StatusOr<StepResult> Step();

@@ -131,28 +131,37 @@ Status Engine::Release(BlockId block, void* stream) {
 }
 
 Status Engine::ReduceGradients(BlockId block, const std::vector<const void*>& grads) {
+  return ReduceGradients(block, grads, nullptr);
+}
+
+Status Engine::ReduceGradients(BlockId block, const std::vector<const void*>& grads, void* stream) {
   Impl& m = *impl_;
   ZINF_RETURN_IF_ERROR(m.CheckBlock(block));
   ZINF_RETURN_IF_ERROR(m.Commit());
-  ZINF_RETURN_IF_ERROR(m.FinishUpdate());  // the worker reads the accumulator
+  ZINF_RETURN_IF_ERROR(m.FinishGradient());  // the one handed in behind a stream before
+  ZINF_RETURN_IF_ERROR(m.FinishUpdate());    // the worker reads the accumulator
   m.grads_pending = true;
   const zero3::BlockLayout& l = m.layout(block);
   if (grads.size() != l.tensors.size()) {
     return Status::InvalidArgument("engine: block '" + m.name(block) + "' has " + std::to_string(l.tensors.size()) +
                                    " tensors, got " + std::to_string(grads.size()) + " gradients");
   }
-  const float scale = 1.0f / static_cast<float>(m.partitioner->world_size() * m.config.gradient_accumulation_steps);
-  const bool last = (m.micro_steps + 1) % m.config.gradient_accumulation_steps == 0;
-  const int64_t before = m.grad_window ? m.grad_window->nvme_bytes() : 0;
-  Status s = m.AccumulateGradient(block, grads, scale, last);
-  if (m.grad_window) m.counters.gradient_nvme_bytes += m.grad_window->nvme_bytes() - before;
-  ZINF_RETURN_IF_ERROR(s.WithContext("engine: gradient of block '" + m.name(block) + "'"));
-  // The last micro-batch before an optimizer step: its first sub-groups'
-  // state is read now, under the rest of the backward pass, not after it.
-  // Best effort: the gradient is already accumulated, so an error here is
-  // left to the step, which reads again and reports it.
-  if (last && !m.optimizer->PrefetchStep().ok()) m.optimizer->DropPrefetch();
-  return Status::Ok();
+  Impl::PendingGradient g;
+  g.block = block;
+  g.grads = grads;
+  g.scale = 1.0f / static_cast<float>(m.partitioner->world_size() * m.config.gradient_accumulation_steps);
+  g.last = (m.micro_steps + 1) % m.config.gradient_accumulation_steps == 0;
+  const std::string what = "engine: gradient of block '" + m.name(block) + "'";
+  if (stream != nullptr) {
+    StatusOr<std::unique_ptr<Event>> written = m.device->RecordOn(stream);
+    if (!written.ok()) return written.status().WithContext(what + " behind a stream");
+    g.written = std::move(written).value();
+    // The copies wait on the engine's stream for the model's work.
+    if (!m.GradientsDirect()) ZINF_RETURN_IF_ERROR(m.stream->Wait(*g.written).WithContext(what));
+  }
+  ZINF_RETURN_IF_ERROR(m.QueueGradient(block, grads).WithContext(what));
+  m.pending_gradient = std::move(g);
+  return stream != nullptr ? Status::Ok() : m.FinishGradient();
 }
 
 StatusOr<StepResult> Engine::Step() {
@@ -161,6 +170,7 @@ StatusOr<StepResult> Engine::Step() {
     return Status::FailedPrecondition("engine: Step while block '" + m.name(*held) + "' is acquired");
   }
   ZINF_RETURN_IF_ERROR(m.Commit());
+  ZINF_RETURN_IF_ERROR(m.FinishGradient());
   ZINF_RETURN_IF_ERROR(m.FinishUpdate());
   StepResult r;
   ++m.micro_steps;
@@ -175,6 +185,7 @@ StatusOr<StepResult> Engine::Step() {
 
 Status Engine::WaitForUpdate() {
   Impl& m = *impl_;
+  ZINF_RETURN_IF_ERROR(m.FinishGradient());
   ZINF_RETURN_IF_ERROR(m.FinishUpdate());
   if (!m.grad_window) return Status::Ok();
   const int64_t before = m.grad_window->nvme_bytes();
@@ -286,7 +297,6 @@ Status Engine::Impl::CopyGradientToHost(BlockId b, const std::vector<const void*
     ZINF_RETURN_IF_ERROR(
         stream->MemsetAsync(flat + l.numel * grad_es, 0, static_cast<size_t>((l.padded_numel - l.numel) * grad_es)));
   }
-  const auto t0 = Clock::now();
   const void* shard = flat;
   if (grad_shard != nullptr) {
     ZINF_RETURN_IF_ERROR(
@@ -295,12 +305,8 @@ Status Engine::Impl::CopyGradientToHost(BlockId b, const std::vector<const void*
             .WithContext("reduce-scatter of block '" + name(b) + "'"));
     shard = grad_shard;
   }
-  ZINF_RETURN_IF_ERROR(stream->CopyAsync(staging.data(), shard, static_cast<size_t>(l.shard_numel * grad_es),
-                                         CopyDirection::kDeviceToHost));
-  ZINF_RETURN_IF_ERROR(stream->Synchronize());
-  counters.reduce_scatter_ns += NanosSince(t0);
-  CountGradient(l);
-  return Status::Ok();
+  return stream->CopyAsync(staging.data(), shard, static_cast<size_t>(l.shard_numel * grad_es),
+                           CopyDirection::kDeviceToHost);
 }
 
 // The gradient traffic of one block: reduced over the ranks, copied to the host.
@@ -314,58 +320,88 @@ void Engine::Impl::CountGradient(const zero3::BlockLayout& l) {
 Status Engine::Impl::CopyGradientOneRank(BlockId b, const std::vector<const void*>& grads) {
   const zero3::BlockLayout& l = layout(b);
   char* host = staging.data();
-  const auto t0 = Clock::now();
   for (size_t t = 0; t < grads.size(); ++t) {
-    char* dst = host + l.tensors[t].offset * grad_es;
-    const auto bytes = static_cast<size_t>(l.tensors[t].numel * grad_es);
-    if (device->kind() == DeviceKind::kHost) {
-      std::memcpy(dst, grads[t], bytes);
-    } else {
-      ZINF_RETURN_IF_ERROR(stream->CopyAsync(dst, grads[t], bytes, CopyDirection::kDeviceToHost));
-    }
+    ZINF_RETURN_IF_ERROR(stream->CopyAsync(host + l.tensors[t].offset * grad_es, grads[t],
+                                           static_cast<size_t>(l.tensors[t].numel * grad_es),
+                                           CopyDirection::kDeviceToHost));
   }
   std::memset(host + l.numel * grad_es, 0, static_cast<size_t>((l.shard_numel - l.numel) * grad_es));
-  ZINF_RETURN_IF_ERROR(stream->Synchronize());
-  counters.reduce_scatter_ns += NanosSince(t0);
-  CountGradient(l);
   return Status::Ok();
 }
 
-// Adds the block's gradient x scale into the accumulator (the gradient
-// window on NVMe, or the RAM one). One rank on the host device with fp32
-// gradients: each tensor straight from the model's arrays, highest first as
-// the window expects (no copy into staging; the block's padding stays zero).
-// The device's kind decides, not EngineOptions::host_device: the trainer
-// hands its host device in through the hooks.
-// Otherwise through `staging` (reduce-scattered, copied to the host, cast
-// to fp32). Elementwise either way: bit-identical.
-Status Engine::Impl::AccumulateGradient(BlockId b, const std::vector<const void*>& grads, float scale, bool last) {
+// One rank on the host device with fp32 gradients: each tensor goes
+// straight from the model's arrays into the accumulator (no copy into
+// staging; the block's padding stays zero). The device's kind decides, not
+// EngineOptions::host_device: the trainer hands its host device in through
+// the hooks. Otherwise the gradient comes through `staging`.
+bool Engine::Impl::GradientsDirect() const {
+  return grad_flat == nullptr && device->kind() == DeviceKind::kHost && options.grad_type == ElementType::kF32;
+}
+
+// Queues on the engine's stream what brings block b's gradient shard into
+// `staging` (reduce-scattered, copied to the host); nothing when direct.
+Status Engine::Impl::QueueGradient(BlockId b, const std::vector<const void*>& grads) {
+  return GradientsDirect() ? Status::Ok() : CopyGradientToHost(b, grads);
+}
+
+// The host part of the gradient handed in last (ReduceGradients), when one
+// is pending: once its copies have run (direct: once the work writing it
+// has), added into the accumulator; then, at the last micro-batch, the
+// optimizer state's read-ahead.
+Status Engine::Impl::FinishGradient() {
+  if (!pending_gradient) return Status::Ok();
+  const PendingGradient g = std::move(*pending_gradient);
+  pending_gradient.reset();
+  const int64_t before = grad_window ? grad_window->nvme_bytes() : 0;
+  Status s = AccumulateGradient(g);
+  if (grad_window) counters.gradient_nvme_bytes += grad_window->nvme_bytes() - before;
+  ZINF_RETURN_IF_ERROR(s.WithContext("engine: gradient of block '" + name(g.block) + "'"));
+  // The last micro-batch before an optimizer step: its first sub-groups'
+  // state is read now, under the rest of the backward pass, not after it.
+  // Best effort: the gradient is already accumulated, so an error here is
+  // left to the step, which reads again and reports it.
+  if (g.last && !optimizer->PrefetchStep().ok()) optimizer->DropPrefetch();
+  return Status::Ok();
+}
+
+// Adds the gradient x scale into the accumulator (the gradient window on
+// NVMe, or the RAM one): direct, each tensor highest first as the window
+// expects; otherwise from `staging`, cast to fp32. Elementwise either way:
+// bit-identical.
+Status Engine::Impl::AccumulateGradient(const PendingGradient& pg) {
+  const BlockId b = pg.block;
   const zero3::BlockLayout& l = layout(b);
+  const bool direct = GradientsDirect();
+  const auto t0 = Clock::now();
+  if (!direct) {
+    ZINF_RETURN_IF_ERROR(stream->Synchronize());
+  } else if (pg.written) {
+    ZINF_RETURN_IF_ERROR(pg.written->Synchronize());
+  }
+  counters.reduce_scatter_ns += NanosSince(t0);
+  CountGradient(l);  // on the host device, what a GPU would reduce and copy
   // The block's first gradient of the cycle is set in the accumulator, not
   // added to it (SetScaled: the bits AddScaled gives on zeros).
   const bool first = !acc_holds[static_cast<size_t>(b)];
   auto add = [&](int64_t begin, int64_t n, const float* g) {
-    if (grad_window) return grad_window->Add(begin, n, g, scale, last);
+    if (grad_window) return grad_window->Add(begin, n, g, pg.scale, pg.last);
     float* dst = reinterpret_cast<float*>(accum.data()) + begin;
-    return first ? optim::SetScaled(*threads, g, scale, dst, n) : optim::AddScaled(*threads, g, scale, dst, n);
+    return first ? optim::SetScaled(*threads, g, pg.scale, dst, n) : optim::AddScaled(*threads, g, pg.scale, dst, n);
   };
-  if (grad_flat == nullptr && device->kind() == DeviceKind::kHost && options.grad_type == ElementType::kF32) {
-    for (size_t t = grads.size(); t-- > 0;) {
+  if (direct) {
+    for (size_t t = pg.grads.size(); t-- > 0;) {
       ZINF_RETURN_IF_ERROR(
-          add(l.rank_offset + l.tensors[t].offset, l.tensors[t].numel, static_cast<const float*>(grads[t])));
+          add(l.rank_offset + l.tensors[t].offset, l.tensors[t].numel, static_cast<const float*>(pg.grads[t])));
     }
-    CountGradient(l);  // what a GPU would reduce and copy
-    acc_holds[static_cast<size_t>(b)] = true;
-    return Status::Ok();
+  } else {
+    const float* g = reinterpret_cast<const float*>(staging.data());
+    if (options.grad_type != ElementType::kF32) {
+      float* g32 = reinterpret_cast<float*>(staging.data() + partitioner->max_shard_numel() * 4);
+      ZINF_RETURN_IF_ERROR(optim::CastToF32(*threads, isa, staging.data(), options.grad_type, g32, l.shard_numel));
+      g = g32;
+    }
+    ZINF_RETURN_IF_ERROR(add(l.rank_offset, l.shard_numel, g));
   }
-  ZINF_RETURN_IF_ERROR(CopyGradientToHost(b, grads));
-  const float* g = reinterpret_cast<const float*>(staging.data());
-  if (options.grad_type != ElementType::kF32) {
-    float* g32 = reinterpret_cast<float*>(staging.data() + partitioner->max_shard_numel() * 4);
-    ZINF_RETURN_IF_ERROR(optim::CastToF32(*threads, isa, staging.data(), options.grad_type, g32, l.shard_numel));
-    g = g32;
-  }
-  ZINF_RETURN_IF_ERROR(add(l.rank_offset, l.shard_numel, g));
   acc_holds[static_cast<size_t>(b)] = true;
   return Status::Ok();
 }

@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -86,7 +87,20 @@ struct Engine::Impl {
   Status CopyGradientToHost(BlockId b, const std::vector<const void*>& grads);
   Status CopyGradientOneRank(BlockId b, const std::vector<const void*>& grads);
   void CountGradient(const zero3::BlockLayout& l);
-  Status AccumulateGradient(BlockId b, const std::vector<const void*>& grads, float scale, bool last);
+  // A block's gradient handed to ReduceGradients: its copies queued on the
+  // engine's stream, its host part (FinishGradient) left to the next call
+  // that touches the gradient when it came behind a stream.
+  struct PendingGradient {
+    BlockId block = -1;
+    std::vector<const void*> grads;
+    std::unique_ptr<Event> written;  // behind a stream: after the work writing `grads`
+    float scale = 1.0f;              // 1 / (world_size * gradient_accumulation_steps)
+    bool last = false;               // the last micro-batch before an optimizer step
+  };
+  bool GradientsDirect() const;
+  Status QueueGradient(BlockId b, const std::vector<const void*>& grads);
+  Status FinishGradient();
+  Status AccumulateGradient(const PendingGradient& pg);
   void ZeroUnreducedGradients();
   StatusOr<StepResult> ApplyStep(StepResult r);
 
@@ -169,8 +183,9 @@ struct Engine::Impl {
   Status update_failed;         // sticky until LoadCheckpoint: the state is partly stepped
 
   EngineCounters counters;
-  bool tracing = true;         // Acquires feed the prefetch order (SetTracing)
-  bool grads_pending = false;  // ReduceGradients since the last optimizer step
+  bool tracing = true;                              // Acquires feed the prefetch order (SetTracing)
+  bool grads_pending = false;                       // ReduceGradients since the last optimizer step
+  std::optional<PendingGradient> pending_gradient;  // see PendingGradient
 
   // Checkpoints: their own I/O engine (the hooks' when given) and two
   // buffers, made at first use.

@@ -627,6 +627,104 @@ TEST(EngineMemoryTest, ReleaseBehindAStreamKeepsTheMemoryUntilItsReadsRan) {
   EXPECT_TRUE(intact);
 }
 
+// ReduceGradients behind a stream: the gradient is read only once the work
+// queued there before it has run (here the copy that writes it, held at a
+// gate that opens later), the call does not wait for that work, and the
+// training is bit for bit that of gradients handed in synchronously. fp32
+// gradients go straight from the model's arrays, bf16 ones through the
+// staging window and the engine's stream.
+class EngineGradientStreamTest : public ::testing::TestWithParam<ElementType> {};
+
+TEST_P(EngineGradientStreamTest, AGradientBehindAStreamIsReadOnceItsWorkRan) {
+  const ElementType grad_type = GetParam();
+  const int es = ElementSizeBytes(grad_type);
+  TempDir dir;
+  Config config = BaseConfig();  // two micro-batches a step
+  config.bf16.enabled = true;
+  config.gradient_clipping = 0.5;
+  SetTiers(config, OffloadDevice::kCpu, OffloadDevice::kNvme, dir);
+  const std::vector<BlockSpec> blocks = kModel.Blocks();
+  auto run = [&](bool behind_stream) {
+    comm::LocalCommunicator local;
+    EngineUnderTest e = MakeEngine(config, blocks, &local, 0, grad_type);
+    if (!e.engine) return std::vector<float>{};
+    for (int b = 0; b < kModel.num_blocks(); ++b) {
+      auto v = kModel.InitialValues(b);
+      EXPECT_TRUE(e.engine->SetParameters(b, {v[0].data(), v[1].data()}).ok());
+    }
+    auto stream = e.device->CreateStream();
+    EXPECT_TRUE(stream.ok());
+    if (!stream.ok()) return std::vector<float>{};
+    // Two device buffers per tensor (weight, bias), alternating between
+    // blocks, each as large as the largest block's.
+    std::vector<std::vector<void*>> bufs(2);
+    for (auto& set : bufs) {
+      for (size_t t = 0; t < 2; ++t) {
+        int64_t n = 0;
+        for (const BlockSpec& b : blocks) n = std::max(n, b.tensors[t].numel());
+        auto p = e.device->Allocate(static_cast<size_t>(n * es));
+        EXPECT_TRUE(p.ok());
+        set.push_back(p.ok() ? *p : nullptr);
+      }
+    }
+    std::vector<std::vector<char>> host;  // the values, kept until their copies ran
+    // Each block's copies wait at a gate that opens 20 ms later, when the
+    // next call (which reads the gradient) has started; the first one's
+    // opens later still, and that first call must return before it does.
+    std::vector<std::unique_ptr<test_support::StreamGate>> gates;
+    int turn = 0;
+    for (int micro = 0; micro < 4; ++micro) {
+      for (int b = kModel.num_blocks() - 1; b >= 0; --b, ++turn) {
+        std::vector<const void*> grads;
+        const std::vector<void*>& set = bufs[static_cast<size_t>(turn % 2)];
+        test_support::StreamGate& gate = *gates.emplace_back(std::make_unique<test_support::StreamGate>());
+        if (behind_stream) {
+          EXPECT_TRUE(gate.HoldOn(**stream).ok());
+          gate.OpenAfter(std::chrono::milliseconds(turn == 0 ? 200 : 20));
+        }
+        for (size_t t = 0; t < blocks[static_cast<size_t>(b)].tensors.size(); ++t) {
+          const int64_t n = blocks[static_cast<size_t>(b)].tensors[t].numel();
+          std::vector<char>& v = host.emplace_back(static_cast<size_t>(n * es));
+          for (int64_t i = 0; i < n; ++i) {
+            const float x = 0.02f * std::sin(0.37f * static_cast<float>(i) + static_cast<float>(b + 5 * micro + t));
+            if (grad_type == ElementType::kF32) {
+              std::memcpy(v.data() + i * 4, &x, 4);
+            } else {
+              const uint16_t h = FloatToBf16(x);
+              std::memcpy(v.data() + i * 2, &h, 2);
+            }
+          }
+          if (behind_stream) {
+            EXPECT_TRUE((*stream)->CopyAsync(set[t], v.data(), v.size(), CopyDirection::kHostToDevice).ok());
+          } else {
+            std::memcpy(set[t], v.data(), v.size());
+          }
+          grads.push_back(set[t]);
+        }
+        const Status s = e.engine->ReduceGradients(b, grads, behind_stream ? stream->get() : nullptr);
+        EXPECT_TRUE(s.ok()) << s.ToString();
+        if (behind_stream && turn == 0) {
+          EXPECT_FALSE(gate.opened()) << "ReduceGradients waited for the stream";
+        }
+      }
+      auto r = e.engine->Step();
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+    }
+    EXPECT_TRUE((*stream)->Synchronize().ok());
+    for (auto& set : bufs) {
+      for (void* p : set) e.device->Free(p);
+    }
+    return MasterWeights(*e.engine, kModel);
+  };
+  const std::vector<float> sync = run(false), behind = run(true);
+  ASSERT_FALSE(sync.empty());
+  ASSERT_EQ(sync.size(), behind.size());
+  EXPECT_EQ(std::memcmp(sync.data(), behind.data(), sync.size() * 4), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(GradTypes, EngineGradientStreamTest, ::testing::Values(ElementType::kF32, ElementType::kBf16),
+                         [](const auto& p) { return std::string(ElementTypeName(p.param)); });
+
 TEST(EngineMemoryTest, ReleaseBehindSomethingNotAStreamIsRefusedNamingTheBlock) {
   TempDir dir;
   comm::LocalCommunicator local;
@@ -638,6 +736,11 @@ TEST(EngineMemoryTest, ReleaseBehindSomethingNotAStreamIsRefusedNamingTheBlock) 
   EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.message().find(kTwinBlocks.Blocks()[1].name), std::string::npos) << bad.ToString();
   EXPECT_TRUE(e.engine->Release(1).ok()) << "the refused Release left the block acquired";
+  // The same for a gradient handed in behind it.
+  std::vector<float> w(static_cast<size_t>(kTwinBlocks.Blocks()[1].tensors[0].numel())), b(32);
+  bad = e.engine->ReduceGradients(1, {w.data(), b.data()}, &not_a_stream);
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find(kTwinBlocks.Blocks()[1].name), std::string::npos) << bad.ToString();
 }
 
 // An evicted block whose reads are still queued counts against

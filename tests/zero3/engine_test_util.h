@@ -44,7 +44,8 @@ struct EngineUnderTest {
 };
 
 inline EngineUnderTest MakeEngine(const Config& config, const std::vector<BlockSpec>& blocks,
-                                  comm::Communicator* host_comm = nullptr, size_t device_budget_bytes = 0) {
+                                  comm::Communicator* host_comm = nullptr, size_t device_budget_bytes = 0,
+                                  ElementType grad_type = ElementType::kF32) {
   EngineUnderTest e;
   e.device = CreateHostDevice(device_budget_bytes);
   EngineHooks hooks;
@@ -53,6 +54,7 @@ inline EngineUnderTest MakeEngine(const Config& config, const std::vector<BlockS
   EngineOptions o;
   o.hooks = &hooks;
   o.optimizer_threads = 1;
+  o.grad_type = grad_type;
   o.run_id = "zero3-test";
   auto engine = Engine::Create(config, blocks, o);
   EXPECT_TRUE(engine.ok()) << engine.status().ToString();
