@@ -160,14 +160,6 @@ int64_t ModelWorkingSetBytes(const GptConfig& model, int batch, bool cuda, int64
   return fixed + per_elem * max_non_embed_elems + Matmul16Bytes(model, batch, cuda, param_elem_bytes);
 }
 
-int TrainerGradBuffers(const GptConfig& model, int batch, bool cuda, int64_t device_bytes, int64_t param_elem_bytes,
-                       int64_t max_non_embed_elems, LayerActivations activations) {
-  if (!cuda || device_bytes <= 0) return 1;
-  const int64_t two = ModelWorkingSetBytes(model, batch, cuda, param_elem_bytes, max_non_embed_elems, activations) +
-                      4 * max_non_embed_elems;
-  return two <= device_bytes ? 2 : 1;
-}
-
 int64_t Matmul16Bytes(const GptConfig& model, int batch, bool cuda, int64_t param_elem_bytes) {
   if (!cuda || param_elem_bytes != 2) return 0;  // the trainer's condition for CudaOps' 16-bit mode
   // The linear layers' widest in + out: GPT-2's MLP (C -> 4C and back),

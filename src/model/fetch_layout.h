@@ -139,15 +139,6 @@ int64_t ResolveAutoFetchUnit(const GptConfig& model, int batch, bool cuda, int64
 // included.
 int64_t ModelWorkingSetBytes(const GptConfig& model, int batch, bool cuda, int64_t param_elem_bytes,
                              int64_t max_non_embed_elems, LayerActivations activations);
-// The fp32 gradient buffers of one block the trainer keeps: on a GPU
-// (`cuda`) two when the working set (ModelWorkingSetBytes, which counts
-// one) fits `device_bytes` with the second, so that a block's gradient is
-// copied to the host while the next block computes into the other
-// (Engine::ReduceGradients behind the stream); else one, and the backward
-// waits for each copy. One on the host device, whose kernels run on the
-// calling thread.
-int TrainerGradBuffers(const GptConfig& model, int batch, bool cuda, int64_t device_bytes, int64_t param_elem_bytes,
-                       int64_t max_non_embed_elems, LayerActivations activations);
 // Device bytes of CudaOps' 16-bit mode for this model and micro-batch (the
 // cuBLASLt workspace and the operand scratch of its largest linear layer)
 // on a GPU (`cuda`) with 16-bit parameters; 0 otherwise.

@@ -245,12 +245,6 @@ int64_t GptMaxHeldElems(const GptConfig& model, const std::vector<BlockSpec>& sp
 
 namespace {
 
-// " (two buffers: the copy to the host beside the next block)" when the
-// trainer keeps two (TrainerGradBuffers).
-std::string Twice(int grad_buffers) {
-  return grad_buffers > 1 ? " (two buffers: the copy to the host beside the next block)" : "";
-}
-
 // The model's own device allocations besides the engine's: activations
 // (gpt.cc GptCompute::Create), the trainer's scratch (trainer.cc Create)
 // and, on CUDA, an allowance for the context and cuBLAS.
@@ -266,23 +260,19 @@ void AddModelDeviceItems(const PlanInputs& in, const FetchLayout& layout, int64_
   // fp32 cast of a block (the tied embedding has its own; 16-bit
   // parameters: the layers' matrices are read as they are, on the host and
   // in CudaOps' 16-bit mode, PlanInputs::compute16), one block's gradients
-  // (two on a GPU: TrainerGradBuffers; the embedding's are apart), the
-  // embedding's gradients.
+  // (the embedding's are apart), the embedding's gradients.
   const bool matrices16 = !in.cuda || in.compute16;
   const int64_t max_other = layout.max_non_embed_elems();
   const int64_t embed = BlockNumel(layout.specs()[kEmbedBlock]);
   const bool tied = in.model.tied_embeddings;
-  const int grad_buffers =
-      TrainerGradBuffers(in.model, static_cast<int>(batch), in.cuda, in.gpu_bytes, param_bytes, max_other, kept);
-  int64_t scratch = grad_buffers * DeviceBytes(max_other * 4) + DeviceBytes(embed * 4);
+  int64_t scratch = DeviceBytes(max_other * 4) + DeviceBytes(embed * 4);
   if (param_bytes != 4) {
     scratch +=
         DeviceBytes(layout.max_cast_elems(matrices16, /*with_embed=*/!tied) * 4) + (tied ? DeviceBytes(embed * 4) : 0);
   }
-  add(matrices16 ? "trainer scratch (fp32 cast of a block's vectors or of the head, its gradients" +
-                       Twice(grad_buffers) + ", the embedding's gradients)"
-                 : "trainer scratch (fp32 cast of a block or piece, its gradients" + Twice(grad_buffers) +
-                       ", the embedding's gradients)",
+  add(matrices16
+          ? "trainer scratch (fp32 cast of a block's vectors or of the head, its gradients, the embedding's gradients)"
+          : "trainer scratch (fp32 cast of a block or piece, its gradients, the embedding's gradients)",
       scratch);
   if (in.cuda) add("CUDA context and cuBLAS workspace (allowance)", kCudaAllowanceBytes);
   if (matrices16) {

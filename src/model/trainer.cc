@@ -112,15 +112,12 @@ struct Trainer::Impl {
   std::vector<int32_t> inputs, targets;
 
   // Device scratch: fp32 copies of acquired blocks (two: the head and, when
-  // tied, the embedding at once), one block's gradients (and on a GPU a
-  // second buffer: TrainerGradBuffers), the embedding's gradients (alive
-  // through a whole backward pass).
+  // tied, the embedding at once), one block's gradients, the embedding's
+  // gradients (alive through a whole backward pass).
   float* param_scratch = nullptr;
   float* embed_scratch = nullptr;
   float* grad_scratch = nullptr;
-  float* grad_scratch2 = nullptr;
   float* embed_grads = nullptr;
-  bool grad_turn = false;  // which of the two a layer's backward takes next
   int64_t scratch_bytes = 0;
 
   int64_t steps_done = 0;
@@ -129,7 +126,7 @@ struct Trainer::Impl {
   ~Impl() {
     compute.reset();
     if (device != nullptr) {
-      for (float* p : {param_scratch, embed_scratch, grad_scratch, grad_scratch2, embed_grads}) device->Free(p);
+      for (float* p : {param_scratch, embed_scratch, grad_scratch, embed_grads}) device->Free(p);
     }
     engine.reset();
     ops.reset();
@@ -321,36 +318,15 @@ struct Trainer::Impl {
       if (e != held) {  // only one piece is acquired at a time: they share param_scratch
         ZINF_ASSIGN_OR_RETURN(held_params, AcquireLayerPiece(e));
       }
-      std::vector<float*> g = ZeroedGrads(e, NextGradBuffer());
+      std::vector<float*> g = ZeroedGrads(e, grad_scratch);
       ZINF_RETURN_IF_ERROR(Timed([&] {
         return compute->LayerBackwardGroups(l, piece.begin_group, piece.end_group, held_params, AtLayerPlaces(e, g));
       }));
-      ZINF_RETURN_IF_ERROR(ReduceAfterCompute(e, g));
+      ZINF_RETURN_IF_ERROR(SyncCompute());
+      ZINF_RETURN_IF_ERROR(engine->Release(e));
+      ZINF_RETURN_IF_ERROR(engine->ReduceGradients(e, AsConst(g)));
     }
     return Status::Ok();
-  }
-
-  // The gradient buffer for the next piece's backward: the two by turns
-  // when there are two (the engine may still be copying the other's), else
-  // the one.
-  float* NextGradBuffer() {
-    if (grad_scratch2 == nullptr) return grad_scratch;
-    grad_turn = !grad_turn;
-    return grad_turn ? grad_scratch2 : grad_scratch;
-  }
-
-  // Hands piece e back with its gradient `g`: behind the ops' stream when
-  // they queue on one (the engine copies `g` once the kernels have run and
-  // adds it during the next piece's hand-over, which computes meanwhile
-  // into the other buffer), else once the kernels have been checked.
-  Status ReduceAfterCompute(BlockId e, const std::vector<float*>& g) {
-    if (void* stream = ops->stream()) {
-      ZINF_RETURN_IF_ERROR(engine->Release(e, stream));
-      return engine->ReduceGradients(e, AsConst(g), stream);
-    }
-    ZINF_RETURN_IF_ERROR(SyncCompute());
-    ZINF_RETURN_IF_ERROR(engine->Release(e));
-    return engine->ReduceGradients(e, AsConst(g));
   }
 
   // One micro-batch on the host arrays `inputs`/`targets`: forward, and
@@ -603,17 +579,9 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   const int64_t embed = BlockNumel(specs[kEmbedBlock]);
   const bool cast = m->engine->param_type() != ElementType::kF32, tied = m->model().tied_embeddings;
   const int64_t cast_elems = m->layout.max_cast_elems(m->ops->reads_weights16(), /*with_embed=*/!tied);
-  // A second gradient buffer when the ops queue on a stream (a GPU) and
-  // the working set still fits with it (`zinf plan` counts the same).
-  const bool two_grads =
-      m->ops->stream() != nullptr &&
-      TrainerGradBuffers(m->model(), m->batch(), m->device->kind() == DeviceKind::kCuda,
-                         static_cast<int64_t>(m->device->capacity_bytes()), ElementSizeBytes(m->engine->param_type()),
-                         max_other, m->options.activations) > 1;
   const std::pair<float**, int64_t> scratch[] = {{&m->param_scratch, cast ? cast_elems : 0},
                                                  {&m->embed_scratch, cast && tied ? embed : 0},
                                                  {&m->grad_scratch, max_other},
-                                                 {&m->grad_scratch2, two_grads ? max_other : 0},
                                                  {&m->embed_grads, embed}};
   int64_t scratch_elems = 0;
   for (const auto& [dst, n] : scratch) scratch_elems += n;

@@ -427,39 +427,6 @@ TEST(PlanTest, Fp32GpuComputeCastsWholeBlocks) {
 // layers, and every row sized by the largest engine block follows: the
 // trainer's fp32 scratch, the gathered window, the offload_param buffers
 // and the gradient staging; the GPU column falls by their difference.
-// On a GPU the trainer keeps a second gradient buffer (a block's gradient
-// goes to the host while the next block computes) exactly when the working
-// set fits the device with it; the plan's scratch row counts what the
-// trainer allocates: 100B in pieces on 24 GiB has room, 175B does not.
-TEST(PlanTest, ASecondGradientBufferWhereItFits) {
-  const GptConfig m = *LoadGptConfig("gpt2-124m");
-  const int64_t blocks = FetchLayout::Create(m, 0).max_non_embed_elems();
-  const int64_t one = ModelWorkingSetBytes(m, 4, true, 2, blocks, LayerActivations::kKeep);
-  const int64_t two = one + 4 * blocks;
-  auto buffers = [&](bool cuda, int64_t device) {
-    return TrainerGradBuffers(m, 4, cuda, device, 2, blocks, LayerActivations::kKeep);
-  };
-  EXPECT_EQ(buffers(true, two), 2);
-  EXPECT_EQ(buffers(true, two - 1), 1);
-  EXPECT_EQ(buffers(false, 100 * two), 1);  // the host device's kernels run on the calling thread
-  EXPECT_EQ(buffers(true, 0), 1);
-
-  PlanInputs in = HundredB();
-  in.fetch_unit_auto = true;  // as zinf plan and zinf train cut layers by default
-  const PlanOption hundred = NvmeOption(in);
-  in.model = *LoadGptConfig("175B");
-  const PlanOption gpt3 = NvmeOption(in);
-  auto scratch_row = [](const PlanOption& o) {
-    for (const PlanItem& it : o.items) {
-      if (it.what.rfind("trainer scratch", 0) == 0) return it.what;
-    }
-    return std::string();
-  };
-  EXPECT_NE(scratch_row(hundred).find("two buffers"), std::string::npos) << scratch_row(hundred);
-  EXPECT_EQ(scratch_row(gpt3).find("two buffers"), std::string::npos) << scratch_row(gpt3);
-  EXPECT_TRUE(hundred.fits_gpu);
-}
-
 TEST(PlanTest, PiecesShrinkTheRowsSizedByTheLargestBlock) {
   PlanInputs in = Gpt3OnOneGpu();
   const PlanOption w = NvmeOption(in);
