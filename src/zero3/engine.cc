@@ -159,7 +159,12 @@ Status Engine::ReduceGradients(BlockId block, const std::vector<const void*>& gr
     // The copies wait on the engine's stream for the model's work.
     if (!m.GradientsDirect()) ZINF_RETURN_IF_ERROR(m.stream->Wait(*g.written).WithContext(what));
   }
-  ZINF_RETURN_IF_ERROR(m.QueueGradient(block, grads).WithContext(what));
+  if (!m.GradientsDirect()) {
+    ZINF_RETURN_IF_ERROR(m.CopyGradientToHost(block, grads).WithContext(what));
+    StatusOr<std::unique_ptr<Event>> copied = m.stream->Record();
+    if (!copied.ok()) return copied.status().WithContext(what);
+    g.copied = std::move(copied).value();
+  }
   m.pending_gradient = std::move(g);
   return stream != nullptr ? Status::Ok() : m.FinishGradient();
 }
@@ -338,16 +343,11 @@ bool Engine::Impl::GradientsDirect() const {
   return grad_flat == nullptr && device->kind() == DeviceKind::kHost && options.grad_type == ElementType::kF32;
 }
 
-// Queues on the engine's stream what brings block b's gradient shard into
-// `staging` (reduce-scattered, copied to the host); nothing when direct.
-Status Engine::Impl::QueueGradient(BlockId b, const std::vector<const void*>& grads) {
-  return GradientsDirect() ? Status::Ok() : CopyGradientToHost(b, grads);
-}
-
 // The host part of the gradient handed in last (ReduceGradients), when one
-// is pending: once its copies have run (direct: once the work writing it
-// has), added into the accumulator; then, at the last micro-batch, the
-// optimizer state's read-ahead.
+// is pending: once its copies into staging have run (direct: once the work
+// writing it has; the engine's stream may hold later work, prefetches,
+// that this does not wait for), added into the accumulator; then, at the
+// last micro-batch, the optimizer state's read-ahead.
 Status Engine::Impl::FinishGradient() {
   if (!pending_gradient) return Status::Ok();
   const PendingGradient g = std::move(*pending_gradient);
@@ -373,11 +373,7 @@ Status Engine::Impl::AccumulateGradient(const PendingGradient& pg) {
   const zero3::BlockLayout& l = layout(b);
   const bool direct = GradientsDirect();
   const auto t0 = Clock::now();
-  if (!direct) {
-    ZINF_RETURN_IF_ERROR(stream->Synchronize());
-  } else if (pg.written) {
-    ZINF_RETURN_IF_ERROR(pg.written->Synchronize());
-  }
+  if (Event* ready = direct ? pg.written.get() : pg.copied.get()) ZINF_RETURN_IF_ERROR(ready->Synchronize());
   counters.reduce_scatter_ns += NanosSince(t0);
   CountGradient(l);  // on the host device, what a GPU would reduce and copy
   // The block's first gradient of the cycle is set in the accumulator, not
@@ -452,7 +448,7 @@ StatusOr<StepResult> Engine::Impl::ApplyStep(StepResult r) {
       const int64_t held = grad_window ? grad_window->FinalGradientElems() : 0;
       counters.gradient_nvme_bytes += (total - held) * 4;
     }
-    // The update runs under the next forward pass; it zeroes the gradient.
+    // The update runs under the next forward pass.
     ZINF_RETURN_IF_ERROR(StartUpdate(args));
     ++applied_steps;
     schedule->Step();

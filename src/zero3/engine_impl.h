@@ -9,7 +9,7 @@
 // NVMe reads and writes) to the UpdateWorker and returns. The shard is laid
 // out in block order, which is the forward's order, so the first blocks'
 // new parameters are ready first: a block is "stale" until the worker has
-// stepped the sub-groups covering its shard range, and the driving thread
+// stepped its shard range (it publishes every slice it steps), and the driving thread
 // writes its new parameters home (RefreshHome) when a fetch needs it,
 // waiting only if the worker has not got that far. The new parameters pass
 // through a bounded ring (BufferPlan::new_params), drained in block order,
@@ -24,10 +24,12 @@
 // adds each block's gradient shard into the optimizer's store through the
 // GradientWindow (writes overlapping the next block's backward), and Step
 // ends the cycle there (GradientWindow::Finish) before the update reads it.
+// A gradient handed in behind the model's stream is pending
+// (PendingGradient) until the next call that touches the gradient adds it.
 //
 // Thread-safety: the driving thread only, except what the worker's body
 // touches between UpdateWorker::Start and Join: optimizer, adam and its
-// threads, accum and new_params (written), and param_type, no_decay and
+// threads, new_params (written), accum (read), and param_type, no_decay and
 // plan (read; set in Init and left alone after). All are declared before
 // `update`, so ~Impl joins the worker before any of them goes.
 #pragma once
@@ -94,11 +96,11 @@ struct Engine::Impl {
     BlockId block = -1;
     std::vector<const void*> grads;
     std::unique_ptr<Event> written;  // behind a stream: after the work writing `grads`
+    std::unique_ptr<Event> copied;   // through staging: after the copies into it
     float scale = 1.0f;              // 1 / (world_size * gradient_accumulation_steps)
     bool last = false;               // the last micro-batch before an optimizer step
   };
   bool GradientsDirect() const;
-  Status QueueGradient(BlockId b, const std::vector<const void*>& grads);
   Status FinishGradient();
   Status AccumulateGradient(const PendingGradient& pg);
   void ZeroUnreducedGradients();

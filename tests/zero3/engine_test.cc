@@ -632,17 +632,18 @@ TEST(EngineMemoryTest, ReleaseBehindAStreamKeepsTheMemoryUntilItsReadsRan) {
 // gate that opens later), the call does not wait for that work, and the
 // training is bit for bit that of gradients handed in synchronously. fp32
 // gradients go straight from the model's arrays, bf16 ones through the
-// staging window and the engine's stream.
-class EngineGradientStreamTest : public ::testing::TestWithParam<ElementType> {};
+// staging window and the engine's stream; into the RAM accumulator and
+// into the gradient window on NVMe.
+class EngineGradientStreamTest : public ::testing::TestWithParam<std::tuple<ElementType, OffloadDevice>> {};
 
 TEST_P(EngineGradientStreamTest, AGradientBehindAStreamIsReadOnceItsWorkRan) {
-  const ElementType grad_type = GetParam();
+  const auto [grad_type, optimizer] = GetParam();
   const int es = ElementSizeBytes(grad_type);
   TempDir dir;
   Config config = BaseConfig();  // two micro-batches a step
   config.bf16.enabled = true;
   config.gradient_clipping = 0.5;
-  SetTiers(config, OffloadDevice::kCpu, OffloadDevice::kNvme, dir);
+  SetTiers(config, OffloadDevice::kCpu, optimizer, dir);
   const std::vector<BlockSpec> blocks = kModel.Blocks();
   auto run = [&](bool behind_stream) {
     comm::LocalCommunicator local;
@@ -722,8 +723,13 @@ TEST_P(EngineGradientStreamTest, AGradientBehindAStreamIsReadOnceItsWorkRan) {
   EXPECT_EQ(std::memcmp(sync.data(), behind.data(), sync.size() * 4), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(GradTypes, EngineGradientStreamTest, ::testing::Values(ElementType::kF32, ElementType::kBf16),
-                         [](const auto& p) { return std::string(ElementTypeName(p.param)); });
+INSTANTIATE_TEST_SUITE_P(GradTypes, EngineGradientStreamTest,
+                         ::testing::Combine(::testing::Values(ElementType::kF32, ElementType::kBf16),
+                                            ::testing::Values(OffloadDevice::kCpu, OffloadDevice::kNvme)),
+                         [](const auto& p) {
+                           return std::string(ElementTypeName(std::get<0>(p.param))) + "_optim_" +
+                                  std::string(OffloadDeviceName(std::get<1>(p.param)));
+                         });
 
 TEST(EngineMemoryTest, ReleaseBehindSomethingNotAStreamIsRefusedNamingTheBlock) {
   TempDir dir;
