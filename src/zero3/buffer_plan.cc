@@ -372,6 +372,12 @@ namespace {
 // reference the ring's results are compared with).
 void PlanNewParams(OffloadDevice optimizer_device, BufferPlan& p) {
   const int64_t total = p.total_shard_elems;
+  if (p.param_home == OffloadDevice::kCpu) {
+    // The home is the whole shard in pinned RAM: the update writes it.
+    p.new_params = NoPool("new params");
+    p.new_params_in_home = true;
+    return;
+  }
   if (p.param_home == OffloadDevice::kNone && optimizer_device == OffloadDevice::kNone) {
     p.new_params = OneBuffer(total * p.param_elem_bytes, true, "new params");
     return;

@@ -263,19 +263,23 @@ Status Engine::Impl::Commit() {
   return Status::Ok();
 }
 
+// Where the update writes the new working parameters: the cpu home itself
+// (BufferPlan::new_params_in_home), else the new_params window.
+char* Engine::Impl::NewParams() { return plan.new_params_in_home ? home->resident() : new_params.data(); }
+
 // The working parameters of the whole shard from the optimizer's fp32
 // master weights, at their home tier: block by block through the staging
 // window (no whole-shard fp32 copy). With new_params a ring each block is
 // cast to its start and written home (a home that copies on the stream is
 // waited for before the next block reuses the space); with the whole shard
-// the home takes it at once.
+// the home takes it at once; the cpu home is written in place.
 Status Engine::Impl::WriteHomeFromMaster() {
   auto* master = reinterpret_cast<float*>(staging.data());
   const bool ring = plan.new_params_ring_elems > 0;
   for (BlockId b = 0; b < partitioner->num_blocks(); ++b) {
     const zero3::BlockLayout& l = layout(b);
     ZINF_RETURN_IF_ERROR(optimizer->ReadMaster(l.rank_offset, l.shard_numel, master));
-    char* dst = new_params.data() + (ring ? 0 : l.rank_offset * param_es);
+    char* dst = NewParams() + (ring ? 0 : l.rank_offset * param_es);
     if (param_type == ElementType::kF32) {
       std::memcpy(dst, master, static_cast<size_t>(l.shard_numel * 4));
     } else {
@@ -285,7 +289,8 @@ Status Engine::Impl::WriteHomeFromMaster() {
     ZINF_RETURN_IF_ERROR(home->WriteBlock(b, dst));
     if (home->writes_on_stream()) ZINF_RETURN_IF_ERROR(stream->Synchronize());
   }
-  return ring ? home->Flush() : home->WriteAll(new_params.data());
+  if (ring) return home->Flush();
+  return plan.new_params_in_home ? Status::Ok() : home->WriteAll(new_params.data());
 }
 
 // The block's gradient, reduce-scattered over the ranks, in `staging`.
@@ -481,6 +486,8 @@ void Engine::Impl::ZeroUnreducedGradients() {
 // the accumulated gradient, new parameters into new_params (its ring
 // drained by RefreshHome, or its whole shard). Every block goes stale.
 Status Engine::Impl::StartUpdate(const optim::AdamStepArgs& args) {
+  // Copies out of a home the worker rewrites in place finish first.
+  if (plan.new_params_in_home) ZINF_RETURN_IF_ERROR(stream->Synchronize().WithContext("engine"));
   Status s = update.Start([this, args](zero3::UpdateWorker::Progress& progress) { return RunUpdate(args, progress); });
   if (!s.ok()) return s.WithContext("engine");  // nothing was stepped: the homes hold the current parameters
   std::fill(stale.begin(), stale.end(), true);
@@ -494,7 +501,7 @@ Status Engine::Impl::RunUpdate(const optim::AdamStepArgs& args, zero3::UpdateWor
   float* acc = reinterpret_cast<float*>(accum.data());  // null: the gradient is in the optimizer's store
   swap::StepIo sio;
   const int64_t ring = plan.new_params_ring_elems;
-  sio.params = new_params.data();
+  sio.params = NewParams();
   sio.params_dtype = param_type;
   sio.params_ring_elems = ring;
   sio.grads = acc;
@@ -563,6 +570,10 @@ StatusOr<bool> Engine::Impl::RefreshOne(BlockId b, bool wait) {
     ZINF_ASSIGN_OR_RETURN(there, update.WaitFor(l.rank_offset + l.shard_numel, wait, &counters.optimizer_ns));
   }
   if (!there) return false;
+  if (plan.new_params_in_home) {  // the worker wrote the home itself
+    stale[static_cast<size_t>(b)] = false;
+    return true;
+  }
   const char* src = new_params.data() + (ring > 0 ? l.rank_offset % ring : l.rank_offset) * param_es;
   if (ring > 0 && l.rank_offset % ring + l.shard_numel > ring) {
     // The shard wraps around the ring's end: joined in the gradient

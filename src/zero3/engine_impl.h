@@ -14,8 +14,9 @@
 // waiting only if the worker has not got that far. The new parameters pass
 // through a bounded ring (BufferPlan::new_params), drained in block order,
 // that the worker waits on (a whole-shard buffer only when neither the
-// parameters nor the optimizer are offloaded); the device home's H2D
-// copies out of it hand their space back from the stream. Everything that
+// parameters nor the optimizer are offloaded; none with the parameters'
+// home in pinned RAM, which the worker writes in place); the device home's
+// H2D copies out of it hand their space back from the stream. Everything that
 // reads or writes the optimizer state or the gradient accumulator (ReduceGradients,
 // Step, checkpoints, GetMasterParameters) first waits for the whole update
 // (FinishUpdate), which is also where an error from the worker surfaces.
@@ -79,6 +80,7 @@ struct Engine::Impl {
   // Steps of the public methods (engine.cc).
   Status CheckBlock(BlockId b) const;
   Status Commit();
+  char* NewParams();
   Status WriteHomeFromMaster();
   Status StartUpdate(const optim::AdamStepArgs& args);
   Status RunUpdate(const optim::AdamStepArgs& args, zero3::UpdateWorker::Progress& progress);

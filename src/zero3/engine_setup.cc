@@ -150,7 +150,9 @@ Status Engine::Impl::InitBuffers() {
     std::memset(accum.data(), 0, static_cast<size_t>(plan.total_shard_elems * 4));
   }
   acc_holds.assign(static_cast<size_t>(partitioner->num_blocks()), false);
-  ZINF_ASSIGN_OR_RETURN(new_params, zero3::HostWindow::Create(plan.new_params));
+  if (!plan.new_params_in_home) {  // else the update writes the cpu home
+    ZINF_ASSIGN_OR_RETURN(new_params, zero3::HostWindow::Create(plan.new_params));
+  }
   ZINF_ASSIGN_OR_RETURN(staging, zero3::HostWindow::Create(plan.grad_staging));
   // One rank: none (the gradient goes straight to staging).
   if (plan.grad_flat_bytes > 0) {

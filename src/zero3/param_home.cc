@@ -74,6 +74,7 @@ class PinnedParamHome final : public HomeBase {
     std::memcpy(home_.data() + Offset(b), src, ShardBytes(b));
     return Status::Ok();
   }
+  char* resident() override { return home_.data(); }
   Status CopyToDevice(BlockId b, char* dst) override {
     ZINF_RETURN_IF_ERROR(stream_.CopyAsync(dst, home_.data() + Offset(b), ShardBytes(b), CopyDirection::kHostToDevice));
     counters_.h2d_bytes += static_cast<int64_t>(ShardBytes(b));

@@ -50,6 +50,10 @@ class ParamHome {
   virtual Status WriteBlock(BlockId b, const char* src) = 0;
   // Waits for writes started by WriteBlock (NVMe write-backs).
   virtual Status Flush() { return Status::Ok(); }
+  // The whole rank shard in host memory when the home is one (cpu), which
+  // the update writes in place (BufferPlan::new_params_in_home): block b's
+  // shard at its rank_offset. Null for the others.
+  virtual char* resident() { return nullptr; }
   // Whether WriteBlock reads `src` later, on the engine's stream (the
   // device home's H2D copy), rather than before it returns: its source is
   // free for reuse only once the stream has passed the copy.

@@ -161,11 +161,14 @@ void CheckPlan(const BufferPlan& p, const Config& c, const std::vector<BlockSpec
     EXPECT_EQ(p.grad_accumulator.buffer_bytes, std::max<int64_t>(total * 4, 4096));
     EXPECT_EQ(p.grad_window.buffer_count, 0);
   }
-  // New parameters: the whole shard when nothing is offloaded; otherwise
-  // (a device home with the optimizer offloaded too) a ring of whole
-  // sub-groups, at least two and the largest shard (or the whole shard when
-  // that is smaller).
-  if (p.param_home == OffloadDevice::kNone && c.zero.offload_optimizer.device == OffloadDevice::kNone) {
+  // New parameters: into the cpu home itself; the whole shard when nothing
+  // is offloaded; otherwise a ring of whole sub-groups, at least two and the
+  // largest shard (or the whole shard when that is smaller).
+  EXPECT_EQ(p.new_params_in_home, p.param_home == OffloadDevice::kCpu);
+  if (p.new_params_in_home) {
+    EXPECT_EQ(p.new_params.buffer_count, 0);
+    EXPECT_EQ(p.new_params_ring_elems, 0);
+  } else if (p.param_home == OffloadDevice::kNone && c.zero.offload_optimizer.device == OffloadDevice::kNone) {
     EXPECT_EQ(p.new_params_ring_elems, 0);
     EXPECT_EQ(p.new_params.buffer_bytes, std::max<int64_t>(total * es, 4096));
   } else if (p.new_params_ring_elems == total) {
@@ -520,7 +523,8 @@ void CheckEngine(Config c, const testing::TinyModel& model, const std::string& w
 // not by the model: with the optimizer offloaded, a model of 4x the layers
 // (same layer shape) plans the same bytes for it on every parameter home,
 // the device's included, and the plan lists it as a ring; with nothing
-// offloaded it is the whole shard and grows.
+// offloaded it is the whole shard and grows; with the parameters' home in
+// pinned RAM there is none (the update writes the home).
 TEST(BufferPlanTest, NewParamsRingDoesNotGrowWithTheModel) {
   const auto model = [](int layers) {
     std::vector<int64_t> dims(static_cast<size_t>(layers) + 1, 64);
@@ -549,6 +553,12 @@ TEST(BufferPlanTest, NewParamsRingDoesNotGrowWithTheModel) {
         for (const BufferItem& it : p.Items()) n += it.what.find("new-parameter ring") != std::string::npos;
         return n;
       };
+      if (param == OffloadDevice::kCpu) {
+        EXPECT_TRUE(b.new_params_in_home);
+        EXPECT_EQ(b.new_params.buffer_count, 0);
+        EXPECT_EQ(ring_items(b), 0);
+        continue;
+      }
       if (param == OffloadDevice::kNone && optimizer == OffloadDevice::kNone) {
         EXPECT_EQ(b.new_params_ring_elems, 0);
         EXPECT_EQ(b.new_params.buffer_bytes, 4 * a.new_params.buffer_bytes);
