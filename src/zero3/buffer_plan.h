@@ -120,7 +120,7 @@ struct BufferPlan {
   // around the ring's end is joined in grad_staging, idle then), on every
   // tier but offload_param and offload_optimizer both none: there (the
   // all-in-RAM reference run) the whole shard (new_params_ring_elems 0).
-  // With offload_param cpu none (new_params_in_home): the update writes the
+  // With offload_param cpu there is none (new_params_in_home): the update writes the
   // pinned home in place.
   aio::PinnedPoolOptions new_params;
   int64_t new_params_ring_elems = 0;
