@@ -118,10 +118,10 @@ struct BufferPlan {
   // sub-groups and the largest shard, or the whole shard when that is
   // smaller) drained block by block into the home (a block that wraps
   // around the ring's end is joined in grad_staging, idle then), on every
-  // tier but offload_param and offload_optimizer both none: there (the
-  // all-in-RAM reference run) the whole shard (new_params_ring_elems 0).
-  // With offload_param cpu there is none (new_params_in_home): the update writes the
-  // pinned home in place.
+  // tier but two: with offload_param and offload_optimizer both none (the
+  // all-in-RAM reference run) the whole shard (new_params_ring_elems 0);
+  // with offload_param cpu none at all (new_params_in_home): the update
+  // writes the pinned home in place.
   aio::PinnedPoolOptions new_params;
   int64_t new_params_ring_elems = 0;
   bool new_params_in_home = false;

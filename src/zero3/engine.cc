@@ -484,7 +484,8 @@ void Engine::Impl::ZeroUnreducedGradients() {
 
 // Starts the optimizer's walk over the sub-groups on the worker: Adam on
 // the accumulated gradient, new parameters into new_params (its ring
-// drained by RefreshHome, or its whole shard). Every block goes stale.
+// drained by RefreshHome, or its whole shard) or straight into a cpu home.
+// Every block goes stale.
 Status Engine::Impl::StartUpdate(const optim::AdamStepArgs& args) {
   // Copies out of a home the worker rewrites in place finish first.
   if (plan.new_params_in_home) ZINF_RETURN_IF_ERROR(stream->Synchronize().WithContext("engine"));
@@ -527,7 +528,8 @@ Status Engine::Impl::RunUpdate(const optim::AdamStepArgs& args, zero3::UpdateWor
 
 // Brings block b's home tier up to date with the update in flight: once the
 // worker has stepped the block's shard range, its new parameters are
-// written home. `wait`: block until then; otherwise returns false when the
+// written home (a cpu home has them already: the worker wrote it). `wait`:
+// block until then; otherwise returns false when the
 // worker is not there yet. A failed update is returned as its error.
 //
 // With new_params a ring, the blocks before b go home first, in block

@@ -10,7 +10,8 @@
 // out in block order, which is the forward's order, so the first blocks'
 // new parameters are ready first: a block is "stale" until the worker has
 // stepped its shard range (it publishes every slice it steps), and the driving thread
-// writes its new parameters home (RefreshHome) when a fetch needs it,
+// writes its new parameters home (RefreshHome; a cpu home the worker has
+// written itself) when a fetch needs it,
 // waiting only if the worker has not got that far. The new parameters pass
 // through a bounded ring (BufferPlan::new_params), drained in block order,
 // that the worker waits on (a whole-shard buffer only when neither the
@@ -30,9 +31,11 @@
 //
 // Thread-safety: the driving thread only, except what the worker's body
 // touches between UpdateWorker::Start and Join: optimizer, adam and its
-// threads, new_params (written), accum (read), and param_type, no_decay and
-// plan (read; set in Init and left alone after). All are declared before
-// `update`, so ~Impl joins the worker before any of them goes.
+// threads, new_params or a cpu home's memory (written; a block's part is
+// read, by its fetch's copy, only once the worker has published it), accum
+// (read), and param_type, no_decay and plan (read; set in Init and left
+// alone after). All are declared before `update`, so ~Impl joins the worker
+// before any of them goes.
 #pragma once
 
 #include <algorithm>

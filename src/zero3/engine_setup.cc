@@ -8,7 +8,8 @@
 // flat buffer and one gradient shard buffer of the largest block; pinned RAM
 // holds the fp32 gradient accumulator (or, with the optimizer on NVMe, the
 // gradient window into its store), the new-parameter buffer the optimizer
-// writes into, and a staging buffer for gradient shards.
+// writes into (none beside a cpu home, which it writes in place), and a
+// staging buffer for gradient shards.
 #include <algorithm>
 #include <cstring>
 
@@ -152,6 +153,8 @@ Status Engine::Impl::InitBuffers() {
   acc_holds.assign(static_cast<size_t>(partitioner->num_blocks()), false);
   if (!plan.new_params_in_home) {  // else the update writes the cpu home
     ZINF_ASSIGN_OR_RETURN(new_params, zero3::HostWindow::Create(plan.new_params));
+  } else if (home->resident() == nullptr) {
+    return Status::Internal("engine: the plan writes new parameters into a home that is not in host memory");
   }
   ZINF_ASSIGN_OR_RETURN(staging, zero3::HostWindow::Create(plan.grad_staging));
   // One rank: none (the gradient goes straight to staging).

@@ -12,7 +12,10 @@
 // thread's waits for NVMe reads to the EngineCounters given at creation;
 // NVMe bytes come from the swapper's own stats (nvme_read_bytes...).
 //
-// Thread-safety: thread-compatible: the engine's driving thread only.
+// Thread-safety: thread-compatible: the engine's driving thread only; but
+// the memory resident() returns is written by the engine's update worker
+// between its Start and Join, and CopyToDevice reads a block of it only
+// once the engine has seen the worker publish that block.
 #pragma once
 
 #include <cstdint>

@@ -205,6 +205,49 @@ TEST(EngineTest, DeviceHomeThroughTheRingIsBitIdentical) {
 // memory, and offload_param buffers smaller than a shard are re-cut; the
 // training is bit-identical to the same config with buffers that need no
 // fitting, and to the all-resident run.
+// offload_param cpu: the update writes the new parameters into the pinned
+// home itself while fetches (and, with a prefetch window, prefetches) copy
+// the blocks it has published out of it: bit for bit the all-in-RAM run.
+TEST(EngineTest, CpuHomeWrittenInPlaceIsBitIdentical) {
+  const TinyModel model{{13, 37, 29, 41, 11, 5, 7, 3, 9, 6, 4}};
+  for (int64_t prefetch : {0, 3000}) {
+    TempDir dir;
+    Config config = BaseConfig();
+    config.bf16.enabled = true;
+    config.gradient_clipping = 0.5;
+    config.zero.sub_group_size = 700;
+    config.zero.stage3_prefetch_bucket_size = prefetch;
+    Config resident = config;
+    SetTiers(resident, OffloadDevice::kNone, OffloadDevice::kNone, dir);
+    comm::LocalCommunicator local;
+    EngineUnderTest r = MakeEngine(resident, model.Blocks(), &local);
+    ASSERT_NE(r.engine, nullptr);
+    TrainOptions t;
+    t.steps = 4;
+    const float want_loss = Train(*r.engine, model, t, 2);
+    const std::vector<float> want = MasterWeights(*r.engine, model);
+    for (OffloadDevice optimizer : {OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+      SCOPED_TRACE("prefetch " + std::to_string(prefetch) + " optimizer " + std::string(OffloadDeviceName(optimizer)));
+      Config c = config;
+      TempDir d;
+      SetTiers(c, OffloadDevice::kCpu, optimizer, d);
+      auto plan = MakeBufferPlan(c, model.Blocks(), 1, DeviceKind::kHost, ElementType::kF32);
+      ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+      EXPECT_TRUE(plan->new_params_in_home);
+      EngineUnderTest e = MakeEngine(c, model.Blocks(), &local);
+      ASSERT_NE(e.engine, nullptr);
+      const float loss = Train(*e.engine, model, t, 2);
+      const std::vector<float> got = MasterWeights(*e.engine, model);
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0);
+      EXPECT_EQ(loss, want_loss);
+      if (prefetch > 0) {
+        EXPECT_GT(e.engine->counters().prefetches, 0);
+      }
+    }
+  }
+}
+
 TEST(EngineTest, BuffersFittedToTheConfigTrainBitIdentically) {
   TempDir dir;
   Config config = BaseConfig();
