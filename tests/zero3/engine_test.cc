@@ -35,13 +35,13 @@ struct Outcome {
   EngineCounters counters;
 };
 
-Outcome TrainModel(const Config& config, const TrainOptions& train = {}) {
+Outcome TrainModel(const Config& config, const TrainOptions& train = {}, const TinyModel& model = kModel) {
   comm::LocalCommunicator local;
-  EngineUnderTest e = MakeEngine(config, kModel.Blocks(), &local);
+  EngineUnderTest e = MakeEngine(config, model.Blocks(), &local);
   Outcome o;
   if (!e.engine) return o;
-  o.loss = Train(*e.engine, kModel, train, static_cast<int>(config.gradient_accumulation_steps));
-  o.master = MasterWeights(*e.engine, kModel);
+  o.loss = Train(*e.engine, model, train, static_cast<int>(config.gradient_accumulation_steps));
+  o.master = MasterWeights(*e.engine, model);
   o.counters = e.engine->counters();
   return o;
 }
@@ -158,13 +158,9 @@ TEST(EngineTest, DeviceHomeThroughTheRingIsBitIdentical) {
       auto whole = MakeBufferPlan(resident, model.Blocks(), 1, DeviceKind::kHost, ElementType::kF32);
       ASSERT_TRUE(whole.ok()) << whole.status().ToString();
       EXPECT_EQ(whole->new_params_ring_elems, 0);
-      comm::LocalCommunicator local;
-      EngineUnderTest r = MakeEngine(resident, model.Blocks(), &local);
-      ASSERT_NE(r.engine, nullptr);
       TrainOptions t;
       t.steps = 4;
-      const float want_loss = Train(*r.engine, model, t, 3);
-      const std::vector<float> want = MasterWeights(*r.engine, model);
+      const Outcome want = TrainModel(resident, t, model);
       for (OffloadDevice optimizer : {OffloadDevice::kCpu, OffloadDevice::kNvme}) {
         SCOPED_TRACE("sub-group " + std::to_string(sub_group) + " prefetch " + std::to_string(prefetch) +
                      " optimizer " + std::string(OffloadDeviceName(optimizer)));
@@ -188,13 +184,7 @@ TEST(EngineTest, DeviceHomeThroughTheRingIsBitIdentical) {
         EXPECT_TRUE(wraps);
         EXPECT_TRUE(spans);
         EXPECT_TRUE(shares);
-        EngineUnderTest e = MakeEngine(c, model.Blocks(), &local);
-        ASSERT_NE(e.engine, nullptr);
-        const float loss = Train(*e.engine, model, t, 3);
-        const std::vector<float> got = MasterWeights(*e.engine, model);
-        ASSERT_EQ(got.size(), want.size());
-        EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0);
-        EXPECT_EQ(loss, want_loss);
+        ExpectBitIdentical(TrainModel(c, t, model), want);
       }
     }
   }
@@ -219,13 +209,9 @@ TEST(EngineTest, CpuHomeWrittenInPlaceIsBitIdentical) {
     config.zero.stage3_prefetch_bucket_size = prefetch;
     Config resident = config;
     SetTiers(resident, OffloadDevice::kNone, OffloadDevice::kNone, dir);
-    comm::LocalCommunicator local;
-    EngineUnderTest r = MakeEngine(resident, model.Blocks(), &local);
-    ASSERT_NE(r.engine, nullptr);
     TrainOptions t;
     t.steps = 4;
-    const float want_loss = Train(*r.engine, model, t, 2);
-    const std::vector<float> want = MasterWeights(*r.engine, model);
+    const Outcome want = TrainModel(resident, t, model);
     for (OffloadDevice optimizer : {OffloadDevice::kCpu, OffloadDevice::kNvme}) {
       SCOPED_TRACE("prefetch " + std::to_string(prefetch) + " optimizer " + std::string(OffloadDeviceName(optimizer)));
       Config c = config;
@@ -234,15 +220,10 @@ TEST(EngineTest, CpuHomeWrittenInPlaceIsBitIdentical) {
       auto plan = MakeBufferPlan(c, model.Blocks(), 1, DeviceKind::kHost, ElementType::kF32);
       ASSERT_TRUE(plan.ok()) << plan.status().ToString();
       EXPECT_TRUE(plan->new_params_in_home);
-      EngineUnderTest e = MakeEngine(c, model.Blocks(), &local);
-      ASSERT_NE(e.engine, nullptr);
-      const float loss = Train(*e.engine, model, t, 2);
-      const std::vector<float> got = MasterWeights(*e.engine, model);
-      ASSERT_EQ(got.size(), want.size());
-      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0);
-      EXPECT_EQ(loss, want_loss);
+      const Outcome got = TrainModel(c, t, model);
+      ExpectBitIdentical(got, want);
       if (prefetch > 0) {
-        EXPECT_GT(e.engine->counters().prefetches, 0);
+        EXPECT_GT(got.counters.prefetches, 0);
       }
     }
   }
