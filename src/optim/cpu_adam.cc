@@ -119,6 +119,17 @@ Status CpuAdam::Update(const AdamSpan& span, const AdamStepArgs& step) const {
   return Status::Ok();
 }
 
+AdamSpan SubSpan(const AdamSpan& span, int64_t at, int64_t n) {
+  AdamSpan s = span;
+  s.params += at;
+  s.exp_avg += at;
+  s.exp_avg_sq += at;
+  s.grads = static_cast<const char*>(span.grads) + at * ElementSizeBytes(span.grad_dtype);
+  if (span.params16 != nullptr) s.params16 = static_cast<char*>(span.params16) + at * 2;
+  s.n = n;
+  return s;
+}
+
 Status CpuAdam::UpdateMasked(const AdamSpan& span, const AdamStepArgs& step, int64_t base,
                              const std::vector<ElemRange>& no_decay) const {
   ZINF_RETURN_IF_ERROR(ValidateSpan(span));
@@ -130,15 +141,7 @@ Status CpuAdam::UpdateMasked(const AdamSpan& span, const AdamStepArgs& step, int
   // One piece [pos, to) of the span, with or without decay.
   auto piece = [&](int64_t to, bool decay) -> Status {
     if (to <= pos) return Status::Ok();
-    AdamSpan p = span;
-    const int64_t off = pos - base;
-    const int64_t gsize = ElementSizeBytes(span.grad_dtype);
-    p.params += off;
-    p.exp_avg += off;
-    p.exp_avg_sq += off;
-    p.grads = static_cast<const char*>(span.grads) + off * gsize;
-    if (span.params16 != nullptr) p.params16 = static_cast<char*>(span.params16) + off * 2;
-    p.n = to - pos;
+    AdamSpan p = SubSpan(span, pos - base, to - pos);
     p.decay = decay;
     pos = to;
     return Update(p, step);

@@ -67,6 +67,9 @@ struct ElemRange {
   bool operator==(const ElemRange&) const = default;
 };
 
+// Elements [at, at + n) of `span` (every array advanced by `at`).
+AdamSpan SubSpan(const AdamSpan& span, int64_t at, int64_t n);
+
 struct AdamStepArgs {
   int64_t step = 1;         // Adam's t, 1-based, for bias correction
   double lr = 0.0;          // this step's learning rate (from the schedule)

@@ -11,18 +11,6 @@ namespace {
 
 constexpr const char* kArrayNames[] = {"master", "exp_avg", "exp_avg_sq", "grad"};
 
-// Elements [at, at + n) of `span`.
-optim::AdamSpan Slice(const optim::AdamSpan& span, int64_t at, int64_t n) {
-  optim::AdamSpan s = span;
-  s.params += at;
-  s.exp_avg += at;
-  s.exp_avg_sq += at;
-  s.grads = static_cast<const char*>(span.grads) + at * ElementSizeBytes(span.grad_dtype);
-  if (span.params16 != nullptr) s.params16 = static_cast<char*>(span.params16) + at * 2;
-  s.n = n;
-  return s;
-}
-
 }  // namespace
 
 OptimizerSwapperOptions OptimizerSwapperOptionsFromConfig(const ZeroConfig& zero, int64_t total_elems) {
@@ -482,7 +470,7 @@ Status OptimizerSwapper::Step(const optim::CpuAdam& adam, const optim::AdamStepA
       span.params16_dtype = io.params_dtype;
     }
     for (int64_t at = 0; s.ok() && at < span.n; at += options_.step_slice_elems) {
-      const optim::AdamSpan slice = Slice(span, at, std::min(options_.step_slice_elems, span.n - at));
+      const optim::AdamSpan slice = optim::SubSpan(span, at, std::min(options_.step_slice_elems, span.n - at));
       s = io.no_decay != nullptr ? adam.UpdateMasked(slice, args, sub_group_begin(k) + at, *io.no_decay)
                                  : adam.Update(slice, args);
       if (s.ok() && copy_master) {

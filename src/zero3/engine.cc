@@ -155,15 +155,15 @@ Status Engine::ReduceGradients(BlockId block, const std::vector<const void*>& gr
   if (stream != nullptr) {
     StatusOr<std::unique_ptr<Event>> written = m.device->RecordOn(stream);
     if (!written.ok()) return written.status().WithContext(what + " behind a stream");
-    g.written = std::move(written).value();
-    // The copies wait on the engine's stream for the model's work.
-    if (!m.GradientsDirect()) ZINF_RETURN_IF_ERROR(m.stream->Wait(*g.written).WithContext(what));
+    g.ready = std::move(written).value();
   }
   if (!m.GradientsDirect()) {
+    // The copies wait on the engine's stream for the model's work.
+    if (g.ready) ZINF_RETURN_IF_ERROR(m.stream->Wait(*g.ready).WithContext(what));
     ZINF_RETURN_IF_ERROR(m.CopyGradientToHost(block, grads).WithContext(what));
     StatusOr<std::unique_ptr<Event>> copied = m.stream->Record();
     if (!copied.ok()) return copied.status().WithContext(what);
-    g.copied = std::move(copied).value();
+    g.ready = std::move(copied).value();
   }
   m.pending_gradient = std::move(g);
   return stream != nullptr ? Status::Ok() : m.FinishGradient();
@@ -376,9 +376,8 @@ Status Engine::Impl::FinishGradient() {
 Status Engine::Impl::AccumulateGradient(const PendingGradient& pg) {
   const BlockId b = pg.block;
   const zero3::BlockLayout& l = layout(b);
-  const bool direct = GradientsDirect();
   const auto t0 = Clock::now();
-  if (Event* ready = direct ? pg.written.get() : pg.copied.get()) ZINF_RETURN_IF_ERROR(ready->Synchronize());
+  if (pg.ready) ZINF_RETURN_IF_ERROR(pg.ready->Synchronize());
   counters.reduce_scatter_ns += NanosSince(t0);
   CountGradient(l);  // on the host device, what a GPU would reduce and copy
   // The block's first gradient of the cycle is set in the accumulator, not
@@ -389,7 +388,7 @@ Status Engine::Impl::AccumulateGradient(const PendingGradient& pg) {
     float* dst = reinterpret_cast<float*>(accum.data()) + begin;
     return first ? optim::SetScaled(*threads, g, pg.scale, dst, n) : optim::AddScaled(*threads, g, pg.scale, dst, n);
   };
-  if (direct) {
+  if (GradientsDirect()) {
     for (size_t t = pg.grads.size(); t-- > 0;) {
       ZINF_RETURN_IF_ERROR(
           add(l.rank_offset + l.tensors[t].offset, l.tensors[t].numel, static_cast<const float*>(pg.grads[t])));

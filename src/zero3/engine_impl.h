@@ -100,10 +100,12 @@ struct Engine::Impl {
   struct PendingGradient {
     BlockId block = -1;
     std::vector<const void*> grads;
-    std::unique_ptr<Event> written;  // behind a stream: after the work writing `grads`
-    std::unique_ptr<Event> copied;   // through staging: after the copies into it
-    float scale = 1.0f;              // 1 / (world_size * gradient_accumulation_steps)
-    bool last = false;               // the last micro-batch before an optimizer step
+    // What the host part waits for: through staging, an event after the
+    // copies into it; direct and behind a stream, one after the work
+    // writing `grads`; else none.
+    std::unique_ptr<Event> ready;
+    float scale = 1.0f;  // 1 / (world_size * gradient_accumulation_steps)
+    bool last = false;   // the last micro-batch before an optimizer step
   };
   bool GradientsDirect() const;
   Status FinishGradient();
