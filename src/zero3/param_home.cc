@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <vector>
 
 #include "aio/io_engine.h"
 #include "core/units.h"
@@ -86,36 +87,98 @@ class PinnedParamHome final : public HomeBase {
 };
 
 // offload_param nvme: one ParamSwapper shard per block (shard id = block id).
+// A block's copy to the device reads the swapper's pinned buffer on the
+// stream, so the buffer stays acquired until an event recorded after the
+// copy has passed (copying_): the driving thread never waits for the copy
+// itself, only, when every buffer is held that way, for the oldest one.
 class NvmeParamHome final : public HomeBase {
  public:
   NvmeParamHome(const ParamHomeOptions& o, std::unique_ptr<swap::ParamSwapper> swapper)
       : HomeBase(o), swapper_(std::move(swapper)) {}
+  ~NvmeParamHome() override {
+    for (Copying& c : copying_) c.done->Synchronize().IgnoreError();
+  }
 
   Status WriteAll(const char* params) override {
+    ZINF_RETURN_IF_ERROR(ReleaseCopied(/*wait=*/true));
     for (BlockId b = 0; b < part_.num_blocks(); ++b) ZINF_RETURN_IF_ERROR(swapper_->Store(b, params + Offset(b)));
     return swapper_->Flush();
   }
-  Status WriteBlock(BlockId b, const char* src) override { return swapper_->Store(b, src); }
-  Status Flush() override { return swapper_->Flush(); }
+  Status WriteBlock(BlockId b, const char* src) override {
+    ZINF_RETURN_IF_ERROR(ReleaseCopied(/*wait=*/false, b));  // a shard is stored only when not acquired
+    return swapper_->Store(b, src);
+  }
+  Status Flush() override {
+    Status copies = ReleaseCopied(/*wait=*/true);
+    Status writes = swapper_->Flush();
+    return copies.ok() ? writes : copies;
+  }
   Status CopyToDevice(BlockId b, char* dst) override {
+    ZINF_RETURN_IF_ERROR(ReleaseCopied(/*wait=*/false));
     const auto t0 = Clock::now();
-    ZINF_ASSIGN_OR_RETURN(char* src, swapper_->Acquire(b));
+    StatusOr<char*> src = swapper_->Acquire(b);
+    // Every buffer held by a copy still on the stream: wait for the oldest.
+    while (!src.ok() && src.status().code() == StatusCode::kResourceExhausted && !copying_.empty()) {
+      ZINF_RETURN_IF_ERROR(ReleaseOldest());
+      src = swapper_->Acquire(b);
+    }
     counters_.nvme_wait_ns += NanosSince(t0);
-    Status s = stream_.CopyAsync(dst, src, ShardBytes(b), CopyDirection::kHostToDevice);
-    if (s.ok()) s = stream_.Synchronize();  // the swapper's buffer is reused after Release
-    Status r = swapper_->Release(b, /*dirty=*/false);
-    ZINF_RETURN_IF_ERROR(s);
-    ZINF_RETURN_IF_ERROR(r);
+    ZINF_RETURN_IF_ERROR(src.status());
+    Status s = stream_.CopyAsync(dst, *src, ShardBytes(b), CopyDirection::kHostToDevice);
+    StatusOr<std::unique_ptr<Event>> done = s.ok() ? stream_.Record() : StatusOr<std::unique_ptr<Event>>(s);
+    if (!done.ok()) {  // the copy may be queued: the buffer is free once the stream has run
+      Status sync = stream_.Synchronize();
+      Status r = swapper_->Release(b, /*dirty=*/false);
+      ZINF_RETURN_IF_ERROR(done.status());
+      ZINF_RETURN_IF_ERROR(sync);
+      return r;
+    }
+    copying_.push_back({b, std::move(*done)});
     counters_.h2d_bytes += static_cast<int64_t>(ShardBytes(b));
     return Status::Ok();
   }
-  Status Prefetch(BlockId b) override { return swapper_->Prefetch(b); }
+  Status Prefetch(BlockId b) override {
+    ZINF_RETURN_IF_ERROR(ReleaseCopied(/*wait=*/false));
+    return swapper_->Prefetch(b);
+  }
   bool reads_ahead() const override { return true; }
   int64_t nvme_read_bytes() const override { return swapper_->stats().read_bytes; }
   int64_t nvme_write_bytes() const override { return swapper_->stats().write_bytes; }
 
  private:
+  struct Copying {
+    BlockId block;
+    std::unique_ptr<Event> done;  // recorded after the copy
+  };
+
+  // Releases the shards whose copies have run; with `wait`, every one, and
+  // with `block` >= 0, block's (waiting for them). The first error.
+  Status ReleaseCopied(bool wait, BlockId block = -1) {
+    Status first;
+    for (auto it = copying_.begin(); it != copying_.end();) {
+      if (!wait && it->block != block && !it->done->Finished()) {
+        ++it;
+        continue;
+      }
+      Status s = it->done->Synchronize();
+      Status r = swapper_->Release(it->block, /*dirty=*/false);
+      if (first.ok()) first = s.ok() ? r : s;
+      it = copying_.erase(it);
+    }
+    return first;
+  }
+  Status ReleaseOldest() {
+    Copying oldest = std::move(copying_.front());
+    copying_.erase(copying_.begin());
+    const auto t0 = Clock::now();
+    Status s = oldest.done->Synchronize();
+    counters_.fetch_wait_ns += NanosSince(t0);
+    Status r = swapper_->Release(oldest.block, /*dirty=*/false);
+    return s.ok() ? r : s;
+  }
+
   std::unique_ptr<swap::ParamSwapper> swapper_;
+  std::vector<Copying> copying_;  // in stream order
 };
 
 StatusOr<std::unique_ptr<ParamHome>> CreateNvmeHome(const ParamHomeOptions& o) {

@@ -4,7 +4,8 @@
 //   * DeviceParamHome (none): the whole rank shard in device memory;
 //   * PinnedParamHome (cpu): the whole rank shard in (pinned) host RAM;
 //   * NvmeParamHome (nvme): a swap::ParamSwapper over the nvme paths, with
-//     reads started ahead (Prefetch) into its pinned buffers.
+//     reads started ahead (Prefetch) into its pinned buffers, each held
+//     until the stream has copied it to the device.
 // Every block's shard sits at its Partitioner rank_offset in the rank shard
 // (one ParamSwapper shard per block on NVMe).
 //
@@ -62,8 +63,13 @@ class ParamHome {
   // free for reuse only once the stream has passed the copy.
   virtual bool writes_on_stream() const { return false; }
   // Enqueues on the engine's stream the copy of block b's shard to `dst`
-  // (device memory, shard_numel elements). When it returns, the home's own
-  // buffers may be reused; `dst` is written once the stream gets there.
+  // (device memory, shard_numel elements) and returns without waiting for
+  // it: `dst` is written once the stream gets there. The NVMe home keeps
+  // the pinned buffer it copies from until an event after the copy has
+  // passed, and waits for the oldest such copy only when it needs a buffer
+  // and every one is held that way; a WriteBlock of the block waits for
+  // its copies (the pinned home is written in place at once: its caller
+  // drains the stream before writing it).
   virtual Status CopyToDevice(BlockId b, char* dst) = 0;
   // Starts reading block b's shard ahead of CopyToDevice (NVMe only; the
   // others are always ready). An error means "not now" (every buffer busy).

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "device/device.h"
+#include "stream_gate.h"
 #include "swap/swap_test_util.h"
 #include "zero3/buffer_plan.h"
 #include "zero3/partitioner.h"
@@ -133,6 +134,64 @@ TEST_P(ParamHomeTest, APrefetchedShardIsTheOneCopied) {
   ASSERT_TRUE(home_->Prefetch(2).ok());
   const std::vector<char> got = Fetch(2);
   EXPECT_EQ(0, std::memcmp(got.data(), all.data() + part_->layout(2).rank_offset * 2, got.size()));
+}
+
+// A copy is queued, not waited for: with the stream held at a gate,
+// CopyToDevice returns at once, and the NVMe home keeps the buffer it
+// copies from until the copy has run (two buffers here, so the third
+// block's read waits for the first copy instead of overwriting its source).
+TEST_P(ParamHomeTest, CopiesAreQueuedAndTheirSourcesOutliveThem) {
+  const std::vector<char> all = Pattern(part_->total_shard_numel() * 2, 5);
+  ASSERT_TRUE(home_->WriteAll(all.data()).ok());
+  std::vector<void*> dst;
+  for (BlockId b = 0; b < 3; ++b) {
+    auto p = device_->Allocate(static_cast<size_t>(part_->layout(b).shard_numel * 2));
+    ASSERT_TRUE(p.ok());
+    dst.push_back(*p);
+  }
+  {
+    test_support::StreamGate gate;
+    ASSERT_TRUE(gate.HoldOn(*stream_).ok());
+    gate.OpenAfter(std::chrono::milliseconds(250));
+    for (BlockId b = 0; b < 2; ++b) {
+      ASSERT_TRUE(home_->CopyToDevice(b, static_cast<char*>(dst[static_cast<size_t>(b)])).ok());
+      EXPECT_FALSE(gate.opened()) << "CopyToDevice of block " << b << " waited for the stream";
+    }
+    ASSERT_TRUE(home_->CopyToDevice(2, static_cast<char*>(dst[2])).ok());
+    ASSERT_TRUE(stream_->Synchronize().ok());
+  }
+  for (BlockId b = 0; b < 3; ++b) {
+    const BlockLayout& l = part_->layout(b);
+    EXPECT_EQ(0, std::memcmp(dst[static_cast<size_t>(b)], all.data() + l.rank_offset * 2, l.shard_numel * 2))
+        << "block " << b;
+    device_->Free(dst[static_cast<size_t>(b)]);
+  }
+}
+
+// Writing a block home while its copy to the device is still queued: the
+// copy gets the bytes it was queued for, later fetches the new ones. (The
+// pinned home is written in place at once: the engine drains the stream
+// before the update writes it.)
+TEST_P(ParamHomeTest, ABlockWrittenBehindItsQueuedCopy) {
+  if (GetParam() == OffloadDevice::kCpu) GTEST_SKIP() << "the pinned home is written in place, not behind copies";
+  const std::vector<char> all = Pattern(part_->total_shard_numel() * 2, 6);
+  ASSERT_TRUE(home_->WriteAll(all.data()).ok());
+  const BlockLayout& l = part_->layout(1);
+  const std::vector<char> fresh = Pattern(l.shard_numel * 2, 9);
+  auto dst = device_->Allocate(static_cast<size_t>(l.shard_numel * 2));
+  ASSERT_TRUE(dst.ok());
+  {
+    test_support::StreamGate gate;
+    ASSERT_TRUE(gate.HoldOn(*stream_).ok());
+    gate.OpenAfter(std::chrono::milliseconds(100));
+    ASSERT_TRUE(home_->CopyToDevice(1, static_cast<char*>(*dst)).ok());
+    ASSERT_TRUE(home_->WriteBlock(1, fresh.data()).ok());
+    ASSERT_TRUE(home_->Flush().ok());
+    ASSERT_TRUE(stream_->Synchronize().ok());
+  }
+  EXPECT_EQ(0, std::memcmp(*dst, all.data() + l.rank_offset * 2, fresh.size()));
+  device_->Free(*dst);
+  EXPECT_EQ(Fetch(1), fresh);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiers, ParamHomeTest,
