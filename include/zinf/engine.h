@@ -216,13 +216,13 @@ class Engine {
   Status ReduceGradients(BlockId block, const std::vector<const void*>& grads);
   // The same while the work that writes `grads` may still be queued on
   // `stream` (a stream as Release's): the engine's copies wait for it on
-  // the engine's own stream, and the host part (the accumulation) runs in
-  // the next call that touches the gradient (ReduceGradients, Step,
-  // WaitForUpdate), so neither the caller nor the device waits here. `grads`
-  // must stay unchanged until that call returns: a caller whose next block
-  // computes meanwhile alternates two gradient buffers. Errors of the
-  // deferred part are returned by that call, naming the block. Null: as
-  // above.
+  // the engine's own stream, `stream` is made to wait for those copies
+  // before its later work (so the next block's backward may rewrite the
+  // same buffers once it is queued after this call), and the host part
+  // (the accumulation, from the engine's staging) runs in the next call
+  // that touches the gradient (ReduceGradients, Step, WaitForUpdate):
+  // neither the caller nor the device waits here. Errors of the deferred
+  // part are returned by that call, naming the block. Null: as above.
   Status ReduceGradients(BlockId block, const std::vector<const void*>& grads, void* stream);
   // Ends a micro-batch; at a boundary runs the optimizer (see above). No
   // block may be acquired. Collective.

@@ -135,6 +135,14 @@ class CudaDevice final : public Device {
     if (stream == nullptr) return Status::InvalidArgument("cuda RecordOn: null stream");
     return RecordEvent(ordinal_, static_cast<cudaStream_t>(stream));
   }
+  Status WaitOn(void* stream, Event& event) override {
+    if (stream == nullptr) return Status::InvalidArgument("cuda WaitOn: null stream");
+    auto* cuda_event = dynamic_cast<CudaEvent*>(&event);
+    if (cuda_event == nullptr) return Status::InvalidArgument("cuda WaitOn: event from another device");
+    cudaSetDevice(ordinal_);
+    return CudaStatus(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), cuda_event->get(), 0),
+                      "stream wait event");
+  }
   Status Synchronize() override {
     cudaSetDevice(ordinal_);
     return CudaStatus(cudaDeviceSynchronize(), "device synchronize");

@@ -129,6 +129,11 @@ class Device {
   // undefined, as in CUDA; null is refused); on the host device one of its
   // own Streams (a Stream*), anything else kInvalidArgument.
   virtual StatusOr<std::unique_ptr<Event>> RecordOn(void* stream) = 0;
+  // Makes `stream` (as RecordOn takes it) run its later work only after
+  // `event` (one of this device's) has completed, without blocking the
+  // host: how the engine tells a model's stream that memory it reads may
+  // be rewritten.
+  virtual Status WaitOn(void* stream, Event& event) = 0;
   // Blocks until all streams are idle.
   virtual Status Synchronize() = 0;
 

@@ -227,7 +227,7 @@ StatusOr<std::unique_ptr<Stream>> HostDevice::CreateStream() {
   return std::unique_ptr<Stream>(new HostStream(this, std::move(state)));
 }
 
-StatusOr<std::unique_ptr<Event>> HostDevice::RecordOn(void* stream) {
+std::shared_ptr<StreamState> HostDevice::Live(const void* stream) const {
   std::vector<std::shared_ptr<StreamState>> live;
   {
     std::lock_guard lock(mu_);
@@ -235,13 +235,25 @@ StatusOr<std::unique_ptr<Event>> HostDevice::RecordOn(void* stream) {
       if (auto s = w.lock()) live.push_back(std::move(s));
     }
   }
-  for (const std::shared_ptr<StreamState>& state : live) {
+  for (std::shared_ptr<StreamState>& state : live) {
     std::lock_guard lock(state->mu);
-    if (state->owner != nullptr && state->owner == stream) {
-      return std::unique_ptr<Event>(new HostEvent(state, state->enqueued));
-    }
+    if (state->owner != nullptr && state->owner == stream) return std::move(state);
+  }
+  return nullptr;
+}
+
+StatusOr<std::unique_ptr<Event>> HostDevice::RecordOn(void* stream) {
+  if (std::shared_ptr<StreamState> state = Live(stream)) {
+    std::lock_guard lock(state->mu);
+    return std::unique_ptr<Event>(new HostEvent(state, state->enqueued));
   }
   return Status::InvalidArgument("host device: RecordOn of something that is not one of its live streams");
+}
+
+Status HostDevice::WaitOn(void* stream, Event& event) {
+  // The caller keeps the stream alive across the call, as for RecordOn.
+  if (Live(stream) != nullptr) return static_cast<Stream*>(stream)->Wait(event);
+  return Status::InvalidArgument("host device: WaitOn of something that is not one of its live streams");
 }
 
 Status HostDevice::Synchronize() {

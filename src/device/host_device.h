@@ -26,6 +26,7 @@ class HostDevice final : public Device {
   bool keeps_freed() const override;
   StatusOr<std::unique_ptr<Stream>> CreateStream() override;
   StatusOr<std::unique_ptr<Event>> RecordOn(void* stream) override;
+  Status WaitOn(void* stream, Event& event) override;
   Status Synchronize() override;
 
   // OK when [ptr, ptr+bytes) lies inside one live allocation (not a freed
@@ -43,6 +44,9 @@ class HostDevice final : public Device {
   size_t held_ = 0;                                  // guarded by mu_: live and kept bytes
   std::map<uintptr_t, size_t> allocations_;          // guarded by mu_: address -> rounded size
   std::vector<std::weak_ptr<StreamState>> streams_;  // guarded by mu_
+
+  // The live stream `stream` names (RecordOn's argument), or null.
+  std::shared_ptr<StreamState> Live(const void* stream) const;
 };
 
 }  // namespace zinf

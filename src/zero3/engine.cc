@@ -152,18 +152,24 @@ Status Engine::ReduceGradients(BlockId block, const std::vector<const void*>& gr
   g.scale = 1.0f / static_cast<float>(m.partitioner->world_size() * m.config.gradient_accumulation_steps);
   g.last = (m.micro_steps + 1) % m.config.gradient_accumulation_steps == 0;
   const std::string what = "engine: gradient of block '" + m.name(block) + "'";
-  if (stream != nullptr) {
-    StatusOr<std::unique_ptr<Event>> written = m.device->RecordOn(stream);
-    if (!written.ok()) return written.status().WithContext(what + " behind a stream");
-    g.ready = std::move(written).value();
-  }
-  if (!m.GradientsDirect()) {
-    // The copies wait on the engine's stream for the model's work.
-    if (g.ready) ZINF_RETURN_IF_ERROR(m.stream->Wait(*g.ready).WithContext(what));
+  // Behind a stream the gradient always goes through staging, so that the
+  // model's stream can be told when `grads` may be rewritten (an event
+  // after the engine's copies); the host part reads staging later.
+  g.direct = stream == nullptr && m.GradientsDirect();
+  if (!g.direct) {
+    if (stream != nullptr) {
+      // The copies wait on the engine's stream for the model's work.
+      StatusOr<std::unique_ptr<Event>> written = m.device->RecordOn(stream);
+      if (!written.ok()) return written.status().WithContext(what + " behind a stream");
+      ZINF_RETURN_IF_ERROR(m.stream->Wait(**written).WithContext(what));
+    }
     ZINF_RETURN_IF_ERROR(m.CopyGradientToHost(block, grads).WithContext(what));
     StatusOr<std::unique_ptr<Event>> copied = m.stream->Record();
     if (!copied.ok()) return copied.status().WithContext(what);
     g.ready = std::move(copied).value();
+    // The model's later work on its stream (the next block's backward into
+    // the same buffers) waits for the copies.
+    if (stream != nullptr) ZINF_RETURN_IF_ERROR(m.device->WaitOn(stream, *g.ready).WithContext(what));
   }
   m.pending_gradient = std::move(g);
   return stream != nullptr ? Status::Ok() : m.FinishGradient();
@@ -388,7 +394,7 @@ Status Engine::Impl::AccumulateGradient(const PendingGradient& pg) {
     float* dst = reinterpret_cast<float*>(accum.data()) + begin;
     return first ? optim::SetScaled(*threads, g, pg.scale, dst, n) : optim::AddScaled(*threads, g, pg.scale, dst, n);
   };
-  if (GradientsDirect()) {
+  if (pg.direct) {
     for (size_t t = pg.grads.size(); t-- > 0;) {
       ZINF_RETURN_IF_ERROR(
           add(l.rank_offset + l.tensors[t].offset, l.tensors[t].numel, static_cast<const float*>(pg.grads[t])));

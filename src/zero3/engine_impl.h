@@ -101,11 +101,11 @@ struct Engine::Impl {
     BlockId block = -1;
     std::vector<const void*> grads;
     // What the host part waits for: through staging, an event after the
-    // copies into it; direct and behind a stream, one after the work
-    // writing `grads`; else none.
+    // copies into it; else (direct, handed in synchronously) none.
     std::unique_ptr<Event> ready;
-    float scale = 1.0f;  // 1 / (world_size * gradient_accumulation_steps)
-    bool last = false;   // the last micro-batch before an optimizer step
+    float scale = 1.0f;   // 1 / (world_size * gradient_accumulation_steps)
+    bool last = false;    // the last micro-batch before an optimizer step
+    bool direct = false;  // read from `grads` itself (GradientsDirect, no stream)
   };
   bool GradientsDirect() const;
   Status FinishGradient();

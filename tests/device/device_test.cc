@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <semaphore>
 #include <thread>
@@ -52,6 +53,8 @@ class DeviceTest : public ::testing::Test {
     EXPECT_TRUE(p.ok()) << p.status().ToString();
     return p.ok() ? *p : nullptr;
   }
+
+  void CrossStreamWait(const std::function<Status(Stream& consumer, Event& produced)>& wait);
 
   std::unique_ptr<Device> device_;
 };
@@ -224,7 +227,9 @@ TEST_F(DeviceTest, StreamRunsInEnqueueOrder) {
   device_->Free(d);
 }
 
-TEST_F(DeviceTest, EventsAndCrossStreamWait) {
+// A consumer stream made to wait for a producer's event (by `wait`) runs
+// its later work only once the producer, held at a gate, has run.
+void DeviceTest::CrossStreamWait(const std::function<Status(Stream& consumer, Event& produced)>& wait) {
   const size_t n = 1 * kMiB;
   // Pinned host buffers: on a GPU a copy to or from pageable memory returns
   // only once the stream's earlier work has run (CUDA's rule), and that work
@@ -251,7 +256,7 @@ TEST_F(DeviceTest, EventsAndCrossStreamWait) {
   ASSERT_TRUE(producer->CopyAsync(d, src.data(), n, CopyDirection::kHostToDevice).ok());
   auto produced = producer->Record();
   ASSERT_TRUE(produced.ok());
-  ASSERT_TRUE(consumer->Wait(**produced).ok());
+  ASSERT_TRUE(wait(*consumer, **produced).ok());
   ASSERT_TRUE(consumer->CopyAsync(out.data(), d, n, CopyDirection::kDeviceToHost).ok());
   auto consumed = consumer->Record();
   ASSERT_TRUE(consumed.ok());
@@ -267,6 +272,26 @@ TEST_F(DeviceTest, EventsAndCrossStreamWait) {
   EXPECT_EQ(out, src);
   ASSERT_TRUE(device_->Synchronize().ok());
   device_->Free(d);
+}
+
+TEST_F(DeviceTest, EventsAndCrossStreamWait) {
+  CrossStreamWait([](Stream& consumer, Event& produced) { return consumer.Wait(produced); });
+}
+
+// The same through the device, on a stream as a model hands it to the
+// engine (a cudaStream_t; on the host device, the Stream itself).
+TEST_F(DeviceTest, WaitOnHoldsAModelsStreamBehindAnEvent) {
+  CrossStreamWait([&](Stream& consumer, Event& produced) {
+    return device_->WaitOn(kCuda ? consumer.native_handle() : &consumer, produced);
+  });
+  auto stream = NewStream();
+  auto event = stream->Record();
+  ASSERT_TRUE(event.ok());
+  EXPECT_EQ(device_->WaitOn(nullptr, **event).code(), StatusCode::kInvalidArgument);
+  if (!kCuda) {  // on CUDA any other non-null value is undefined, as in CUDA
+    int not_a_stream = 0;
+    EXPECT_EQ(device_->WaitOn(&not_a_stream, **event).code(), StatusCode::kInvalidArgument);
+  }
 }
 
 TEST_F(DeviceTest, PinnedHostMemoryRoundTrip) {

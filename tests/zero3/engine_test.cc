@@ -657,11 +657,12 @@ TEST(EngineMemoryTest, ReleaseBehindAStreamKeepsTheMemoryUntilItsReadsRan) {
 
 // ReduceGradients behind a stream: the gradient is read only once the work
 // queued there before it has run (here the copy that writes it, held at a
-// gate that opens later), the call does not wait for that work, and the
-// training is bit for bit that of gradients handed in synchronously. fp32
-// gradients go straight from the model's arrays, bf16 ones through the
-// staging window and the engine's stream; into the RAM accumulator and
-// into the gradient window on NVMe.
+// gate that opens later), the call does not wait for that work, the work
+// queued there after it (the next block's copy into the same buffers)
+// runs only once the engine has copied the gradient out, and the training
+// is bit for bit that of gradients handed in synchronously. fp32 and bf16
+// gradients, through the staging window and the engine's stream, into the
+// RAM accumulator and into the gradient window on NVMe.
 class EngineGradientStreamTest : public ::testing::TestWithParam<std::tuple<ElementType, OffloadDevice>> {};
 
 TEST_P(EngineGradientStreamTest, AGradientBehindAStreamIsReadOnceItsWorkRan) {
@@ -684,17 +685,15 @@ TEST_P(EngineGradientStreamTest, AGradientBehindAStreamIsReadOnceItsWorkRan) {
     auto stream = e.device->CreateStream();
     EXPECT_TRUE(stream.ok());
     if (!stream.ok()) return std::vector<float>{};
-    // Two device buffers per tensor (weight, bias), alternating between
-    // blocks, each as large as the largest block's.
-    std::vector<std::vector<void*>> bufs(2);
-    for (auto& set : bufs) {
-      for (size_t t = 0; t < 2; ++t) {
-        int64_t n = 0;
-        for (const BlockSpec& b : blocks) n = std::max(n, b.tensors[t].numel());
-        auto p = e.device->Allocate(static_cast<size_t>(n * es));
-        EXPECT_TRUE(p.ok());
-        set.push_back(p.ok() ? *p : nullptr);
-      }
+    // One device buffer per tensor (weight, bias) for every block, as
+    // large as the largest block's.
+    std::vector<void*> set;
+    for (size_t t = 0; t < 2; ++t) {
+      int64_t n = 0;
+      for (const BlockSpec& b : blocks) n = std::max(n, b.tensors[t].numel());
+      auto p = e.device->Allocate(static_cast<size_t>(n * es));
+      EXPECT_TRUE(p.ok());
+      set.push_back(p.ok() ? *p : nullptr);
     }
     std::vector<std::vector<char>> host;  // the values, kept until their copies ran
     // Each block's copies wait at a gate that opens 20 ms later, when the
@@ -705,7 +704,6 @@ TEST_P(EngineGradientStreamTest, AGradientBehindAStreamIsReadOnceItsWorkRan) {
     for (int micro = 0; micro < 4; ++micro) {
       for (int b = kModel.num_blocks() - 1; b >= 0; --b, ++turn) {
         std::vector<const void*> grads;
-        const std::vector<void*>& set = bufs[static_cast<size_t>(turn % 2)];
         test_support::StreamGate& gate = *gates.emplace_back(std::make_unique<test_support::StreamGate>());
         if (behind_stream) {
           EXPECT_TRUE(gate.HoldOn(**stream).ok());
@@ -740,9 +738,7 @@ TEST_P(EngineGradientStreamTest, AGradientBehindAStreamIsReadOnceItsWorkRan) {
       EXPECT_TRUE(r.ok()) << r.status().ToString();
     }
     EXPECT_TRUE((*stream)->Synchronize().ok());
-    for (auto& set : bufs) {
-      for (void* p : set) e.device->Free(p);
-    }
+    for (void* p : set) e.device->Free(p);
     return MasterWeights(*e.engine, kModel);
   };
   const std::vector<float> sync = run(false), behind = run(true);
