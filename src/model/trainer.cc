@@ -322,11 +322,24 @@ struct Trainer::Impl {
       ZINF_RETURN_IF_ERROR(Timed([&] {
         return compute->LayerBackwardGroups(l, piece.begin_group, piece.end_group, held_params, AtLayerPlaces(e, g));
       }));
-      ZINF_RETURN_IF_ERROR(SyncCompute());
-      ZINF_RETURN_IF_ERROR(engine->Release(e));
-      ZINF_RETURN_IF_ERROR(engine->ReduceGradients(e, AsConst(g)));
+      ZINF_RETURN_IF_ERROR(ReduceAfterCompute(e, g));
     }
     return Status::Ok();
+  }
+
+  // Hands block b back and its gradients `g` over after the kernels queued
+  // on them: behind the ops' stream when they queue on one (the engine
+  // copies the gradients once the kernels have run, and the stream's later
+  // work, the next block's backward into the same scratch, waits for those
+  // copies; the host does not wait), else once they have been checked.
+  Status ReduceAfterCompute(BlockId b, const std::vector<float*>& g) {
+    if (void* stream = ops->stream()) {
+      ZINF_RETURN_IF_ERROR(engine->Release(b, stream));
+      return engine->ReduceGradients(b, AsConst(g), stream);
+    }
+    ZINF_RETURN_IF_ERROR(SyncCompute());
+    ZINF_RETURN_IF_ERROR(engine->Release(b));
+    return engine->ReduceGradients(b, AsConst(g));
   }
 
   // One micro-batch on the host arrays `inputs`/`targets`: forward, and
