@@ -54,6 +54,14 @@ StatusOr<std::unique_ptr<Event>> RecordEvent(int ordinal, cudaStream_t stream) {
   return std::unique_ptr<Event>(std::move(event));
 }
 
+// Makes `stream` of GPU `ordinal` wait for `event` (one of this device's).
+Status StreamWaitEvent(int ordinal, cudaStream_t stream, Event& event) {
+  auto* cuda_event = dynamic_cast<CudaEvent*>(&event);
+  if (cuda_event == nullptr) return Status::InvalidArgument("cuda stream wait: event from another device");
+  cudaSetDevice(ordinal);
+  return CudaStatus(cudaStreamWaitEvent(stream, cuda_event->get(), 0), "stream wait event");
+}
+
 class CudaStream final : public Stream {
  public:
   CudaStream(int ordinal, cudaStream_t s) : ordinal_(ordinal), stream_(s) {}
@@ -91,11 +99,7 @@ class CudaStream final : public Stream {
     return CudaStatus(err, "launch host func");
   }
   StatusOr<std::unique_ptr<Event>> Record() override { return RecordEvent(ordinal_, stream_); }
-  Status Wait(Event& event) override {
-    auto* cuda_event = dynamic_cast<CudaEvent*>(&event);
-    if (cuda_event == nullptr) return Status::InvalidArgument("cuda stream: event from another device");
-    return CudaStatus(cudaStreamWaitEvent(stream_, cuda_event->get(), 0), "stream wait event");
-  }
+  Status Wait(Event& event) override { return StreamWaitEvent(ordinal_, stream_, event); }
   Status Synchronize() override {
     cudaSetDevice(ordinal_);
     return CudaStatus(cudaStreamSynchronize(stream_), "stream synchronize");
@@ -137,11 +141,7 @@ class CudaDevice final : public Device {
   }
   Status WaitOn(void* stream, Event& event) override {
     if (stream == nullptr) return Status::InvalidArgument("cuda WaitOn: null stream");
-    auto* cuda_event = dynamic_cast<CudaEvent*>(&event);
-    if (cuda_event == nullptr) return Status::InvalidArgument("cuda WaitOn: event from another device");
-    cudaSetDevice(ordinal_);
-    return CudaStatus(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), cuda_event->get(), 0),
-                      "stream wait event");
+    return StreamWaitEvent(ordinal_, static_cast<cudaStream_t>(stream), event);
   }
   Status Synchronize() override {
     cudaSetDevice(ordinal_);

@@ -333,13 +333,8 @@ struct Trainer::Impl {
   // work, the next block's backward into the same scratch, waits for those
   // copies; the host does not wait), else once they have been checked.
   Status ReduceAfterCompute(BlockId b, const std::vector<float*>& g) {
-    if (void* stream = ops->stream()) {
-      ZINF_RETURN_IF_ERROR(engine->Release(b, stream));
-      return engine->ReduceGradients(b, AsConst(g), stream);
-    }
-    ZINF_RETURN_IF_ERROR(SyncCompute());
-    ZINF_RETURN_IF_ERROR(engine->Release(b));
-    return engine->ReduceGradients(b, AsConst(g));
+    ZINF_RETURN_IF_ERROR(ReleaseAfterCompute(b));
+    return engine->ReduceGradients(b, AsConst(g), ops->stream());  // null: synchronous
   }
 
   // One micro-batch on the host arrays `inputs`/`targets`: forward, and

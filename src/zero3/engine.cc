@@ -163,9 +163,15 @@ Status Engine::ReduceGradients(BlockId block, const std::vector<const void*>& gr
       if (!written.ok()) return written.status().WithContext(what + " behind a stream");
       ZINF_RETURN_IF_ERROR(m.stream->Wait(**written).WithContext(what));
     }
-    ZINF_RETURN_IF_ERROR(m.CopyGradientToHost(block, grads).WithContext(what));
-    StatusOr<std::unique_ptr<Event>> copied = m.stream->Record();
-    if (!copied.ok()) return copied.status().WithContext(what);
+    Status queued = m.CopyGradientToHost(block, grads);
+    StatusOr<std::unique_ptr<Event>> copied =
+        queued.ok() ? m.stream->Record() : StatusOr<std::unique_ptr<Event>>(queued);
+    if (!copied.ok()) {
+      // Copies may be queued that read `grads`: let them run before the
+      // caller may rewrite it.
+      if (stream != nullptr) m.stream->Synchronize().IgnoreError();
+      return copied.status().WithContext(what);
+    }
     g.ready = std::move(copied).value();
     // The model's later work on its stream (the next block's backward into
     // the same buffers) waits for the copies.
@@ -345,20 +351,21 @@ Status Engine::Impl::CopyGradientOneRank(BlockId b, const std::vector<const void
   return Status::Ok();
 }
 
-// One rank on the host device with fp32 gradients: each tensor goes
-// straight from the model's arrays into the accumulator (no copy into
-// staging; the block's padding stays zero). The device's kind decides, not
-// EngineOptions::host_device: the trainer hands its host device in through
-// the hooks. Otherwise the gradient comes through `staging`.
+// One rank on the host device with fp32 gradients, handed in synchronously:
+// each tensor goes straight from the model's arrays into the accumulator
+// (no copy into staging; the block's padding stays zero). The device's kind
+// decides, not EngineOptions::host_device: the trainer hands its host device
+// in through the hooks. Otherwise (and behind a stream) the gradient comes
+// through `staging`.
 bool Engine::Impl::GradientsDirect() const {
   return grad_flat == nullptr && device->kind() == DeviceKind::kHost && options.grad_type == ElementType::kF32;
 }
 
 // The host part of the gradient handed in last (ReduceGradients), when one
-// is pending: once its copies into staging have run (direct: once the work
-// writing it has; the engine's stream may hold later work, prefetches,
-// that this does not wait for), added into the accumulator; then, at the
-// last micro-batch, the optimizer state's read-ahead.
+// is pending: once its copies into staging have run (the engine's stream
+// may hold later work, prefetches, that this does not wait for; direct:
+// at once), added into the accumulator; then, at the last micro-batch, the
+// optimizer state's read-ahead.
 Status Engine::Impl::FinishGradient() {
   if (!pending_gradient) return Status::Ok();
   const PendingGradient g = std::move(*pending_gradient);

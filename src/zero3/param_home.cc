@@ -106,7 +106,7 @@ class NvmeParamHome final : public HomeBase {
   }
   Status WriteBlock(BlockId b, const char* src) override {
     ZINF_RETURN_IF_ERROR(ReleaseCopied(/*wait=*/false, b));  // a shard is stored only when not acquired
-    return swapper_->Store(b, src);
+    return WithBuffer([&] { return swapper_->Store(b, src); });
   }
   Status Flush() override {
     Status copies = ReleaseCopied(/*wait=*/true);
@@ -115,16 +115,15 @@ class NvmeParamHome final : public HomeBase {
   }
   Status CopyToDevice(BlockId b, char* dst) override {
     ZINF_RETURN_IF_ERROR(ReleaseCopied(/*wait=*/false));
-    const auto t0 = Clock::now();
-    StatusOr<char*> src = swapper_->Acquire(b);
-    // Every buffer held by a copy still on the stream: wait for the oldest.
-    while (!src.ok() && src.status().code() == StatusCode::kResourceExhausted && !copying_.empty()) {
-      ZINF_RETURN_IF_ERROR(ReleaseOldest());
-      src = swapper_->Acquire(b);
-    }
-    counters_.nvme_wait_ns += NanosSince(t0);
-    ZINF_RETURN_IF_ERROR(src.status());
-    Status s = stream_.CopyAsync(dst, *src, ShardBytes(b), CopyDirection::kHostToDevice);
+    char* src = nullptr;
+    ZINF_RETURN_IF_ERROR(WithBuffer([&]() -> Status {
+      const auto t0 = Clock::now();
+      StatusOr<char*> acquired = swapper_->Acquire(b);
+      counters_.nvme_wait_ns += NanosSince(t0);
+      if (acquired.ok()) src = *acquired;
+      return acquired.status();
+    }));
+    Status s = stream_.CopyAsync(dst, src, ShardBytes(b), CopyDirection::kHostToDevice);
     StatusOr<std::unique_ptr<Event>> done = s.ok() ? stream_.Record() : StatusOr<std::unique_ptr<Event>>(s);
     if (!done.ok()) {  // the copy may be queued: the buffer is free once the stream has run
       Status sync = stream_.Synchronize();
@@ -151,6 +150,22 @@ class NvmeParamHome final : public HomeBase {
     std::unique_ptr<Event> done;  // recorded after the copy
   };
 
+  // fn, a swapper call that takes a buffer, again after each wait for the
+  // oldest queued copy while every buffer is held by one (a failed call
+  // changes nothing).
+  template <typename F>
+  Status WithBuffer(F&& fn) {
+    Status s = fn();
+    while (s.code() == StatusCode::kResourceExhausted && !copying_.empty()) {
+      Copying oldest = std::move(copying_.front());
+      copying_.erase(copying_.begin());
+      const auto t0 = Clock::now();
+      ZINF_RETURN_IF_ERROR(Retire(oldest));
+      counters_.fetch_wait_ns += NanosSince(t0);
+      s = fn();
+    }
+    return s;
+  }
   // Releases the shards whose copies have run; with `wait`, every one, and
   // with `block` >= 0, block's (waiting for them). The first error.
   Status ReleaseCopied(bool wait, BlockId block = -1) {
@@ -160,20 +175,16 @@ class NvmeParamHome final : public HomeBase {
         ++it;
         continue;
       }
-      Status s = it->done->Synchronize();
-      Status r = swapper_->Release(it->block, /*dirty=*/false);
-      if (first.ok()) first = s.ok() ? r : s;
+      Status s = Retire(*it);
+      if (first.ok()) first = s;
       it = copying_.erase(it);
     }
     return first;
   }
-  Status ReleaseOldest() {
-    Copying oldest = std::move(copying_.front());
-    copying_.erase(copying_.begin());
-    const auto t0 = Clock::now();
-    Status s = oldest.done->Synchronize();
-    counters_.fetch_wait_ns += NanosSince(t0);
-    Status r = swapper_->Release(oldest.block, /*dirty=*/false);
+  // Waits for c's copy and releases its shard.
+  Status Retire(Copying& c) {
+    Status s = c.done->Synchronize();
+    Status r = swapper_->Release(c.block, /*dirty=*/false);
     return s.ok() ? r : s;
   }
 

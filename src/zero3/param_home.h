@@ -52,7 +52,8 @@ class ParamHome {
   // stay unchanged until Flush returns and the stream is synchronised (the
   // device home copies asynchronously on the engine's stream).
   virtual Status WriteBlock(BlockId b, const char* src) = 0;
-  // Waits for writes started by WriteBlock (NVMe write-backs).
+  // Waits for writes started by WriteBlock (NVMe write-backs) and for the
+  // copies CopyToDevice queued out of the home's own buffers.
   virtual Status Flush() { return Status::Ok(); }
   // The whole rank shard in host memory when the home is one (cpu), which
   // the update writes in place (BufferPlan::new_params_in_home): block b's
@@ -67,8 +68,9 @@ class ParamHome {
   // it: `dst` is written once the stream gets there. The NVMe home keeps
   // the pinned buffer it copies from until an event after the copy has
   // passed, and waits for the oldest such copy only when it needs a buffer
-  // and every one is held that way; a WriteBlock of the block waits for
-  // its copies (the pinned home is written in place at once: its caller
+  // (a copy, a WriteBlock) and every one is held that way, so a prefetch
+  // reads ahead into fewer buffers while copies are queued; a WriteBlock
+  // of the block waits for its copies (the pinned home is written in place at once: its caller
   // drains the stream before writing it).
   virtual Status CopyToDevice(BlockId b, char* dst) = 0;
   // Starts reading block b's shard ahead of CopyToDevice (NVMe only; the

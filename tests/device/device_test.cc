@@ -7,7 +7,6 @@
 #include <cstring>
 #include <functional>
 #include <numeric>
-#include <semaphore>
 #include <thread>
 #include <vector>
 
@@ -249,10 +248,11 @@ void DeviceTest::CrossStreamWait(const std::function<Status(Stream& consumer, Ev
   void* d = Alloc(n);
   auto producer = NewStream();
   auto consumer = NewStream();
-  std::binary_semaphore gate(0);
   // The producer is held at a gate, so the consumer can only see the data if
-  // it really waits for the producer's event.
-  ASSERT_TRUE(producer->LaunchHostFunc([&gate] { gate.acquire(); }).ok());
+  // it really waits for the producer's event. (Declared after the streams:
+  // opened on every way out before they drain.)
+  test_support::StreamGate gate;
+  ASSERT_TRUE(gate.HoldOn(*producer).ok());
   ASSERT_TRUE(producer->CopyAsync(d, src.data(), n, CopyDirection::kHostToDevice).ok());
   auto produced = producer->Record();
   ASSERT_TRUE(produced.ok());
@@ -264,7 +264,7 @@ void DeviceTest::CrossStreamWait(const std::function<Status(Stream& consumer, Ev
   auto done = (*consumed)->Query();
   ASSERT_TRUE(done.ok());
   EXPECT_FALSE(*done) << "consumer finished while the producer was still held";
-  gate.release();
+  gate.Open();
   ASSERT_TRUE((*consumed)->Synchronize().ok());
   auto done_now = (*produced)->Query();
   ASSERT_TRUE(done_now.ok());

@@ -662,7 +662,9 @@ TEST(EngineMemoryTest, ReleaseBehindAStreamKeepsTheMemoryUntilItsReadsRan) {
 // runs only once the engine has copied the gradient out, and the training
 // is bit for bit that of gradients handed in synchronously. fp32 and bf16
 // gradients, through the staging window and the engine's stream, into the
-// RAM accumulator and into the gradient window on NVMe.
+// RAM accumulator and into the gradient window on NVMe. (Without that last
+// wait the next copy races the engine's: it wins in some of the four cases
+// in every run tried, and TSan sees the race whichever wins.)
 class EngineGradientStreamTest : public ::testing::TestWithParam<std::tuple<ElementType, OffloadDevice>> {};
 
 TEST_P(EngineGradientStreamTest, AGradientBehindAStreamIsReadOnceItsWorkRan) {

@@ -152,7 +152,7 @@ TEST_P(ParamHomeTest, CopiesAreQueuedAndTheirSourcesOutliveThem) {
   {
     test_support::StreamGate gate;
     ASSERT_TRUE(gate.HoldOn(*stream_).ok());
-    gate.OpenAfter(std::chrono::milliseconds(250));
+    gate.OpenAfter(std::chrono::milliseconds(500));
     for (BlockId b = 0; b < 2; ++b) {
       ASSERT_TRUE(home_->CopyToDevice(b, static_cast<char*>(dst[static_cast<size_t>(b)])).ok());
       EXPECT_FALSE(gate.opened()) << "CopyToDevice of block " << b << " waited for the stream";
@@ -166,6 +166,37 @@ TEST_P(ParamHomeTest, CopiesAreQueuedAndTheirSourcesOutliveThem) {
         << "block " << b;
     device_->Free(dst[static_cast<size_t>(b)]);
   }
+}
+
+// Writing a block home while every buffer is held by a queued copy: the
+// write waits for the oldest copy instead of failing for want of a buffer.
+TEST_P(ParamHomeTest, AWriteWaitsForAQueuedCopyWhenEveryBufferIsHeld) {
+  const std::vector<char> all = Pattern(part_->total_shard_numel() * 2, 7);
+  ASSERT_TRUE(home_->WriteAll(all.data()).ok());
+  const std::vector<char> fresh = Pattern(part_->layout(2).shard_numel * 2, 8);
+  std::vector<void*> dst;
+  {
+    test_support::StreamGate gate;
+    ASSERT_TRUE(gate.HoldOn(*stream_).ok());
+    gate.OpenAfter(std::chrono::milliseconds(100));
+    for (BlockId b = 0; b < 2; ++b) {
+      auto p = device_->Allocate(static_cast<size_t>(part_->layout(b).shard_numel * 2));
+      ASSERT_TRUE(p.ok());
+      dst.push_back(*p);
+      ASSERT_TRUE(home_->CopyToDevice(b, static_cast<char*>(*p)).ok());
+    }
+    const Status s = home_->WriteBlock(2, fresh.data());
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    ASSERT_TRUE(home_->Flush().ok());
+    ASSERT_TRUE(stream_->Synchronize().ok());
+  }
+  for (BlockId b = 0; b < 2; ++b) {
+    const BlockLayout& l = part_->layout(b);
+    EXPECT_EQ(0, std::memcmp(dst[static_cast<size_t>(b)], all.data() + l.rank_offset * 2, l.shard_numel * 2))
+        << "block " << b;
+    device_->Free(dst[static_cast<size_t>(b)]);
+  }
+  EXPECT_EQ(Fetch(2), fresh);
 }
 
 // Writing a block home while its copy to the device is still queued: the
