@@ -68,6 +68,16 @@ class ParamHomeTest : public ::testing::TestWithParam<OffloadDevice> {
     return out;
   }
 
+  // dst[b] holds block b's shard of the rank shard `all`; frees dst.
+  void ExpectCopiedAndFree(const std::vector<void*>& dst, const std::vector<char>& all) {
+    for (size_t b = 0; b < dst.size(); ++b) {
+      const BlockLayout& l = part_->layout(static_cast<BlockId>(b));
+      EXPECT_EQ(0, std::memcmp(dst[b], all.data() + l.rank_offset * 2, static_cast<size_t>(l.shard_numel * 2)))
+          << "block " << b;
+      device_->Free(dst[b]);
+    }
+  }
+
   std::vector<char> Pattern(int64_t bytes, int seed) const {
     std::vector<char> v(static_cast<size_t>(bytes));
     for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<char>((i * 31 + static_cast<size_t>(seed) * 7) & 0xff);
@@ -160,12 +170,7 @@ TEST_P(ParamHomeTest, CopiesAreQueuedAndTheirSourcesOutliveThem) {
     ASSERT_TRUE(home_->CopyToDevice(2, static_cast<char*>(dst[2])).ok());
     ASSERT_TRUE(stream_->Synchronize().ok());
   }
-  for (BlockId b = 0; b < 3; ++b) {
-    const BlockLayout& l = part_->layout(b);
-    EXPECT_EQ(0, std::memcmp(dst[static_cast<size_t>(b)], all.data() + l.rank_offset * 2, l.shard_numel * 2))
-        << "block " << b;
-    device_->Free(dst[static_cast<size_t>(b)]);
-  }
+  ExpectCopiedAndFree(dst, all);
 }
 
 // Writing a block home while every buffer is held by a queued copy: the
@@ -190,12 +195,7 @@ TEST_P(ParamHomeTest, AWriteWaitsForAQueuedCopyWhenEveryBufferIsHeld) {
     ASSERT_TRUE(home_->Flush().ok());
     ASSERT_TRUE(stream_->Synchronize().ok());
   }
-  for (BlockId b = 0; b < 2; ++b) {
-    const BlockLayout& l = part_->layout(b);
-    EXPECT_EQ(0, std::memcmp(dst[static_cast<size_t>(b)], all.data() + l.rank_offset * 2, l.shard_numel * 2))
-        << "block " << b;
-    device_->Free(dst[static_cast<size_t>(b)]);
-  }
+  ExpectCopiedAndFree(dst, all);
   EXPECT_EQ(Fetch(2), fresh);
 }
 
