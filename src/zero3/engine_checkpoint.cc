@@ -1,7 +1,6 @@
 // Engine::SaveCheckpoint and LoadCheckpoint (include/zinf/engine.h): the
 // optimizer state's blobs through swap/checkpoint.h, with the engine's
 // manifest keys (engine_manifest.h) beside the caller's.
-#include <cstring>
 
 #include "swap/checkpoint.h"
 #include "zero3/engine_impl.h"
@@ -60,9 +59,10 @@ StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(const std::s
   ZINF_RETURN_IF_ERROR(reader.Restore(m.optimizer->CheckpointBlobs(), progress_fn));
 
   // The working parameters at their home tier follow from the master weights.
-  const int64_t total = m.partitioner->total_shard_numel();
   ZINF_RETURN_IF_ERROR(m.WriteHomeFromMaster());
-  if (m.accum.data() != nullptr) std::memset(m.accum.data(), 0, static_cast<size_t>(total * 4));
+  // The accumulator is not zeroed: with no block holding a gradient of
+  // the cycle, the first reduce of each sets its range and the step zeroes
+  // the ranges of the others (ZeroUnreducedGradients).
   std::fill(m.acc_holds.begin(), m.acc_holds.end(), false);
   if (m.grad_window) m.grad_window->Reset();
   std::fill(m.params_set.begin(), m.params_set.end(), true);

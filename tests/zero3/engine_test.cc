@@ -190,11 +190,6 @@ TEST(EngineTest, DeviceHomeThroughTheRingIsBitIdentical) {
   }
 }
 
-// DeepSpeed's buffer semantics: offload_optimizer.buffer_count 4 with both
-// pipelines (12 buffers needed: master, m, v, gradient) splits the sub-groups to fit the given pinned
-// memory, and offload_param buffers smaller than a shard are re-cut; the
-// training is bit-identical to the same config with buffers that need no
-// fitting, and to the all-resident run.
 // offload_param cpu: the update writes the new parameters into the pinned
 // home itself while fetches (and, with a prefetch window, prefetches) copy
 // the blocks it has published out of it: bit for bit the all-in-RAM run.
@@ -229,6 +224,11 @@ TEST(EngineTest, CpuHomeWrittenInPlaceIsBitIdentical) {
   }
 }
 
+// DeepSpeed's buffer semantics: offload_optimizer.buffer_count 4 with both
+// pipelines (12 buffers needed: master, m, v, gradient) splits the sub-groups to fit the given pinned
+// memory, and offload_param buffers smaller than a shard are re-cut; the
+// training is bit-identical to the same config with buffers that need no
+// fitting, and to the all-resident run.
 TEST(EngineTest, BuffersFittedToTheConfigTrainBitIdentically) {
   TempDir dir;
   Config config = BaseConfig();
@@ -441,10 +441,7 @@ TEST_P(EngineUnreducedTest, ABlockWithoutGradientsStepsOnZeros) {
     comm::LocalCommunicator local;
     EngineUnderTest e = MakeEngine(config, blocks, &local);
     if (!e.engine) return std::vector<float>{};
-    for (int b = 0; b < kModel.num_blocks(); ++b) {
-      auto v = kModel.InitialValues(b);
-      EXPECT_TRUE(e.engine->SetParameters(b, {v[0].data(), v[1].data()}).ok());
-    }
+    SetInitialParameters(*e.engine, kModel);
     for (int step = 0; step < 2; ++step) {
       for (int b = kModel.num_blocks() - 1; b >= 0; --b) {
         if (step == 1 && b > 0 && rest == Rest::kNone) continue;
@@ -615,10 +612,7 @@ EngineUnderTest StreamReleaseEngine(const TempDir& dir, const TinyModel& model, 
   config.zero.stage3_max_reuse_distance = 0;
   config.zero.stage3_max_live_parameters = max_live;
   EngineUnderTest e = MakeEngine(config, model.Blocks(), local);
-  for (int b = 0; e.engine && b < model.num_blocks(); ++b) {
-    auto v = model.InitialValues(b);
-    EXPECT_TRUE(e.engine->SetParameters(b, {v[0].data(), v[1].data()}).ok());
-  }
+  if (e.engine) SetInitialParameters(*e.engine, model);
   return e;
 }
 
@@ -680,10 +674,7 @@ TEST_P(EngineGradientStreamTest, AGradientBehindAStreamIsReadOnceItsWorkRan) {
     comm::LocalCommunicator local;
     EngineUnderTest e = MakeEngine(config, blocks, &local, 0, grad_type);
     if (!e.engine) return std::vector<float>{};
-    for (int b = 0; b < kModel.num_blocks(); ++b) {
-      auto v = kModel.InitialValues(b);
-      EXPECT_TRUE(e.engine->SetParameters(b, {v[0].data(), v[1].data()}).ok());
-    }
+    SetInitialParameters(*e.engine, kModel);
     auto stream = e.device->CreateStream();
     EXPECT_TRUE(stream.ok());
     if (!stream.ok()) return std::vector<float>{};

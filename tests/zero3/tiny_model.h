@@ -106,6 +106,14 @@ struct TrainOptions {
   std::function<void()> before_boundary_step;
 };
 
+// Hands every block its initial values (TinyModel::InitialValues).
+inline void SetInitialParameters(Engine& engine, const TinyModel& model) {
+  for (int b = 0; b < model.num_blocks(); ++b) {
+    auto v = model.InitialValues(b);
+    EXPECT_TRUE(engine.SetParameters(b, {v[0].data(), v[1].data()}).ok());
+  }
+}
+
 // Trains `opts.steps` optimizer steps; rank r of n takes its share of the
 // global batch, split in gradient_accumulation_steps micro-batches.
 // Returns the mean loss of the last step on this rank.
@@ -114,10 +122,7 @@ inline float Train(Engine& engine, const TinyModel& model, const TrainOptions& o
   auto stream_or = device.CreateStream();
   EXPECT_TRUE(stream_or.ok());
   Stream& stream = **stream_or;
-  for (int b = 0; opts.set_parameters && b < model.num_blocks(); ++b) {
-    auto v = model.InitialValues(b);
-    EXPECT_TRUE(engine.SetParameters(b, {v[0].data(), v[1].data()}).ok());
-  }
+  if (opts.set_parameters) SetInitialParameters(engine, model);
   const int per_rank = opts.global_batch / engine.world_size();
   const int per_micro = per_rank / accumulation_steps;
   const int nb = model.num_blocks();
