@@ -101,6 +101,7 @@ struct TensorSpec {
 struct BlockSpec {
   std::string name;
   std::vector<TensorSpec> tensors;
+  int64_t numel() const;  // of all its tensors
 };
 
 using BlockId = int32_t;

@@ -144,8 +144,7 @@ StatusOr<int64_t> ParseFetchUnit(const std::string& text, bool* automatic) {
 int64_t ModelWorkingSetBytes(const GptConfig& model, int batch, bool cuda, int64_t param_elem_bytes,
                              int64_t max_non_embed_elems, LayerActivations activations) {
   const std::vector<BlockSpec> specs = GptBlockSpecs(model);
-  int64_t embed = 0;
-  for (const TensorSpec& t : specs[kEmbedBlock].tensors) embed += t.numel();
+  const int64_t embed = specs[kEmbedBlock].numel();
   const bool cast = param_elem_bytes != 4;
   // The embedding's own: its fp32 gradient, its fp32 cast with a tied head,
   // and its gathered copy (beside the head's).

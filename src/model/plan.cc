@@ -27,12 +27,6 @@ constexpr int64_t kMaxSubGroup = 100'000'000;
 // HostDevice and cudaMalloc round every allocation to 256 bytes.
 int64_t DeviceBytes(int64_t bytes) { return zero3::DeviceFootprint(bytes); }
 
-int64_t BlockNumel(const BlockSpec& b) {
-  int64_t n = 0;
-  for (const TensorSpec& t : b.tensors) n += t.numel();
-  return n;
-}
-
 std::string GiB(int64_t bytes) { return FormatBytes(bytes); }
 
 }  // namespace
@@ -263,7 +257,7 @@ void AddModelDeviceItems(const PlanInputs& in, const FetchLayout& layout, int64_
   // (the embedding's are apart), the embedding's gradients.
   const bool matrices16 = !in.cuda || in.compute16;
   const int64_t max_other = layout.max_non_embed_elems();
-  const int64_t embed = BlockNumel(layout.specs()[kEmbedBlock]);
+  const int64_t embed = layout.specs()[kEmbedBlock].numel();
   const bool tied = in.model.tied_embeddings;
   int64_t scratch = DeviceBytes(max_other * 4) + DeviceBytes(embed * 4);
   if (param_bytes != 4) {

@@ -51,12 +51,6 @@ std::string TokenIdentity(const std::vector<uint32_t>& tokens) {
   return "tokens=" + std::to_string(tokens.size()) + " crc32c=" + crc + (narrow ? "" : " width=32");
 }
 
-int64_t BlockNumel(const BlockSpec& b) {
-  int64_t n = 0;
-  for (const TensorSpec& t : b.tensors) n += t.numel();
-  return n;
-}
-
 }  // namespace
 
 std::vector<std::string> GptTensorExportNames(const GptConfig& config, BlockId block) {
@@ -584,7 +578,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   // cast holds what AcquireAsFloat casts of one block: with ops that read
   // the layers' matrices in 16 bits (AcquireLayerPiece), all but those.
   const int64_t max_block = m->layout.max_piece_elems(), max_other = m->layout.max_non_embed_elems();
-  const int64_t embed = BlockNumel(specs[kEmbedBlock]);
+  const int64_t embed = specs[kEmbedBlock].numel();
   const bool cast = m->engine->param_type() != ElementType::kF32, tied = m->model().tied_embeddings;
   const int64_t cast_elems = m->layout.max_cast_elems(m->ops->reads_weights16(), /*with_embed=*/!tied);
   const std::pair<float**, int64_t> scratch[] = {{&m->param_scratch, cast ? cast_elems : 0},
@@ -863,17 +857,13 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
   int64_t total_bytes = 0, done_bytes = 0;
   if (m.options.engine.progress && m.comm->rank() == 0) {
     progress = m.options.engine.progress("exporting " + path);
-    for (BlockId b = 0; b < m.engine->num_blocks(); ++b) {
-      for (const auto& t : m.engine->block(b).tensors) total_bytes += t.numel() * es;
-    }
+    for (BlockId b = 0; b < m.engine->num_blocks(); ++b) total_bytes += m.engine->block(b).numel() * es;
     if (progress) progress(0, total_bytes);
   }
   const std::vector<BlockSpec> model_specs = GptBlockSpecs(m.model());
   for (BlockId b = 0; b < static_cast<BlockId>(model_specs.size()); ++b) {
     const BlockSpec& spec = model_specs[static_cast<size_t>(b)];
-    if (progress) {
-      for (const auto& t : spec.tensors) done_bytes += t.numel() * es;
-    }
+    if (progress) done_bytes += spec.numel() * es;
     ZINF_ASSIGN_OR_RETURN(std::vector<std::vector<float>> master, m.ReadModelBlock(b));
     if (m.comm->rank() != 0) continue;
     const std::vector<std::string> names = GptTensorExportNames(m.model(), b);

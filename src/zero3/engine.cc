@@ -50,6 +50,12 @@ int64_t TensorSpec::numel() const {
   return n;
 }
 
+int64_t BlockSpec::numel() const {
+  int64_t n = 0;
+  for (const TensorSpec& t : tensors) n += t.numel();
+  return n;
+}
+
 EngineCounters CountersSince(const EngineCounters& before, const EngineCounters& after) {
   EngineCounters d = after;
   for (auto field : kCumulativeCounters) d.*field -= before.*field;

@@ -1099,8 +1099,7 @@ TEST(EngineTest, CheckpointRefusesAnotherLayoutAndMidAccumulation) {
   {
     const std::vector<BlockSpec> blocks = kModel.Blocks();
     const BlockSpec& spec = blocks[0];
-    int64_t n = 0;
-    for (const auto& t : spec.tensors) n += t.numel();
+    const int64_t n = spec.numel();
     auto g = e.device->Allocate(static_cast<size_t>(n) * 4);  // gradients are device memory
     ASSERT_TRUE(g.ok());
     std::memset(*g, 0, static_cast<size_t>(n) * 4);  // the host device's memory is host memory
