@@ -1,18 +1,22 @@
 // Helpers shared by the model tests: a temporary directory, the HF fixture
 // folders, whole-file reads and writes, the small ZeRO-3 config the tiny GPT
-// trains with, and a trainer's losses over some steps.
+// trains with, a trainer on a device, and a trainer's losses over some
+// steps.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "device/device.h"
 #include "model/trainer.h"
 #include "swap/swap_test_util.h"
 #include "zinf/config.h"
@@ -66,6 +70,36 @@ inline Config TinyTrainingConfig(const std::string& root, OffloadDevice param, O
   c.zero.offload_optimizer.pipeline_write = true;
   c.zero.offload_optimizer.buffer_count = 12;
   return c;
+}
+
+// A trainer and the device it computes on (declared first: it outlives
+// the trainer).
+struct TrainerRun {
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Trainer> trainer;  // null when Create failed (a test failure)
+};
+
+// The built-in `model`'s trainer of `config` on `device`: a 256 KiB
+// built-in corpus, one optimizer thread, run id `run_id`; `edit` changes
+// the options last.
+inline TrainerRun MakeTrainerOn(std::unique_ptr<Device> device, const Config& config, const std::string& model,
+                                const std::string& run_id, const std::function<void(TrainerOptions&)>& edit = {}) {
+  TrainerRun r;
+  r.device = std::move(device);
+  TrainerOptions o;
+  auto m = LoadGptConfig(model);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  if (!m.ok()) return r;
+  o.model = *m;
+  o.corpus_bytes = 256 << 10;
+  o.hooks.device = r.device.get();
+  o.engine.optimizer_threads = 1;
+  o.engine.run_id = run_id;
+  if (edit) edit(o);
+  auto t = Trainer::Create(config, o);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  if (t.ok()) r.trainer = std::move(t).value();
+  return r;
 }
 
 // The losses of `steps` optimizer steps, each finite; stops (with a failure)

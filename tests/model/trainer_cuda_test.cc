@@ -27,30 +27,15 @@ namespace {
 using swap::testing::TempDir;
 using testing::StepLosses;
 
-struct GpuRun {
-  std::unique_ptr<Device> device;
-  std::unique_ptr<Trainer> trainer;
-};
+using testing::TrainerRun;
 
-GpuRun MakeGpuTrainer(const Config& config, bool compute16) {
-  GpuRun r;
+TrainerRun MakeGpuTrainer(const Config& config, bool compute16) {
   auto device = CreateCudaDevice(0, 0);
   EXPECT_TRUE(device.ok()) << device.status().ToString();
-  if (!device.ok()) return r;
-  r.device = std::move(device).value();
-  TrainerOptions o;
-  auto m = LoadGptConfig("tiny");
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  o.model = *m;
-  o.corpus_bytes = 256 << 10;
-  o.hooks.device = r.device.get();
-  o.engine.optimizer_threads = 1;
-  o.engine.run_id = compute16 ? "trainer-cuda-16" : "trainer-cuda-f32";
-  o.gpu_compute16 = compute16;
-  auto t = Trainer::Create(config, o);
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  if (t.ok()) r.trainer = std::move(t).value();
-  return r;
+  if (!device.ok()) return {};
+  return testing::MakeTrainerOn(std::move(device).value(), config, "tiny",
+                                compute16 ? "trainer-cuda-16" : "trainer-cuda-f32",
+                                [&](TrainerOptions& o) { o.gpu_compute16 = compute16; });
 }
 
 TEST(TrainerCudaTest, Bf16ComputeFollowsTheFp32Curve) {
@@ -61,7 +46,7 @@ TEST(TrainerCudaTest, Bf16ComputeFollowsTheFp32Curve) {
   std::vector<double> losses[2];
   for (int k = 0; k < 2; ++k) {
     const bool compute16 = k == 0;
-    GpuRun r = MakeGpuTrainer(config, compute16);
+    TrainerRun r = MakeGpuTrainer(config, compute16);
     ASSERT_NE(r.trainer, nullptr);
     EXPECT_EQ(r.trainer->compute_name(), compute16 ? "cuda-16" : "cuda-f32");
     losses[k] = StepLosses(*r.trainer, 40);
@@ -84,7 +69,7 @@ TEST(TrainerCudaTest, Fp32ParametersComputeInFp32) {
   TempDir dir;
   Config config = testing::TinyTrainingConfig(dir.path(), OffloadDevice::kCpu, OffloadDevice::kCpu, 8);
   config.bf16.enabled = false;
-  GpuRun r = MakeGpuTrainer(config, /*compute16=*/true);
+  TrainerRun r = MakeGpuTrainer(config, /*compute16=*/true);
   ASSERT_NE(r.trainer, nullptr);
   EXPECT_EQ(r.trainer->compute_name(), "cuda-f32");
   EXPECT_EQ(StepLosses(*r.trainer, 2).size(), 2u);

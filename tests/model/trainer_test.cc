@@ -30,29 +30,14 @@ Config TinyConfig(const TempDir& dir, OffloadDevice param, OffloadDevice optimiz
   return testing::TinyTrainingConfig(dir.path(), param, optimizer, /*micro_batch=*/8);
 }
 
-struct TrainerRun {
-  std::unique_ptr<Device> device;
-  std::unique_ptr<Trainer> trainer;
-};
+using testing::TrainerRun;
 
 TrainerRun MakeTrainer(const Config& config, size_t budget_bytes = 0, const std::string& model = "tiny",
                        LayerActivations activations = LayerActivations::kRecompute, int64_t fetch_unit = 0) {
-  TrainerRun r;
-  r.device = CreateHostDevice(budget_bytes);
-  TrainerOptions o;
-  auto m = LoadGptConfig(model);
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  o.model = *m;
-  o.corpus_bytes = 256 << 10;
-  o.hooks.device = r.device.get();
-  o.engine.optimizer_threads = 1;
-  o.engine.run_id = "trainer-test";
-  o.activations = activations;
-  o.fetch_unit = fetch_unit;
-  auto t = Trainer::Create(config, o);
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  if (t.ok()) r.trainer = std::move(t).value();
-  return r;
+  return testing::MakeTrainerOn(CreateHostDevice(budget_bytes), config, model, "trainer-test", [&](TrainerOptions& o) {
+    o.activations = activations;
+    o.fetch_unit = fetch_unit;
+  });
 }
 
 // 50 steps of the tiny model on the built-in corpus: the held-out loss falls
