@@ -151,17 +151,19 @@ test-asan: deps
 # TSan, so its shared-memory transport and progress threads read as races
 # and stall ranks); kernels, model and the CLI (OpenMP number crunching on the
 # one thread that drives the engine: nothing of ours runs concurrently there
-# that the zero3 tests do not run, at 10x the time under TSan). OpenMP runs one
-# thread: libgomp is not TSan-built, so its barriers are invisible to TSan.
-# Only those layers' test binaries are built.
+# that the zero3 tests do not run, at 10x the time under TSan), except the
+# model test labelled `threads` (the trainer's kernels on a host stream
+# beside the engine). OpenMP runs one thread: libgomp is not TSan-built, so
+# its barriers are invisible to TSan. Only those tests' binaries are built.
 test-tsan: deps
 	@[ -f build-tsan/build.ninja ] || cmake -S . -B build-tsan $(SAN_CMAKE) -DZINF_SANITIZE=thread
 	cmake --build build-tsan -j $(JOBS) --target \
-	  $$(ninja -C build-tsan -t targets all | sed -n 's/^\(\(core\|device_host\|aio\|optim\|comm\|swap\|zero3\)_[a-z0-9_]*test\): .*/\1/p' | sort -u)
+	  $$(ninja -C build-tsan -t targets all | sed -n 's/^\(\(core\|device_host\|aio\|optim\|comm\|swap\|zero3\)_[a-z0-9_]*test\): .*/\1/p' | sort -u) \
+	  model_trainer_stream_test
 	cd build-tsan && \
 	  TSAN_OPTIONS=second_deadlock_stack=1:suppressions=$(SAN_DIR)/tsan.supp \
 	  OMP_NUM_THREADS=1 \
-	  ctest --output-on-failure --timeout 900 -j $(JOBS) -L 'core|device|aio|optim|comm|swap|zero3' -LE 'mpi|gpu' $(CTEST_ARGS)
+	  ctest --output-on-failure --timeout 900 -j $(JOBS) -L 'core|device|aio|optim|comm|swap|zero3|threads' -LE 'mpi|gpu' $(CTEST_ARGS)
 
 # Installs the missing ones of PACKAGES when run as root; otherwise says what
 # to install. Package lists already there are tried first (apt-get update

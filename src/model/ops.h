@@ -8,6 +8,8 @@
 //   * CudaOps (T = float): kernels/cuda_kernels.h launched on the Ops' own
 //     CUDA stream, cuBLAS for the matmuls. Compiled when the CUDA Toolkit
 //     is found; CreateOps picks it when the Device is a CUDA device.
+// CreateOps can also queue CpuOps<float>'s calls on a host device Stream
+// (its host_stream), so that the host runs the path a GPU takes.
 //
 // Pointers are device pointers of the Device the Ops were made for. Kernel
 // calls are asynchronous on CUDA: they return nothing, and the first error
@@ -94,8 +96,9 @@ class Ops {
   // last call (kInternal naming the kernel on CUDA).
   virtual Status Synchronize() = 0;
   // The stream the kernels are queued on (its native handle: a
-  // cudaStream_t), for Engine::Release to follow; null when every call has
-  // finished by the time it returns (the CPU).
+  // cudaStream_t, or a host device Stream's), for Engine::Release to
+  // follow; null when every call has finished by the time it returns
+  // (CpuOps).
   virtual void* stream() { return nullptr; }
 };
 
@@ -106,7 +109,10 @@ std::unique_ptr<Ops<T>> CreateCpuOps();
 // fp32 Ops for `device`: CudaOps on a CUDA device (kUnavailable when this
 // build has no CUDA), CpuOps<float> on the host device. `compute16`: on a
 // CUDA device, its 16-bit compute mode (cuda_ops.h); the host device's
-// CpuOps read 16-bit weights exactly in either case.
-StatusOr<std::unique_ptr<Ops<float>>> CreateOps(Device& device, bool compute16 = false);
+// CpuOps read 16-bit weights exactly in either case. `host_stream`: on the
+// host device, the CpuOps' calls queued on one of its Streams (stream() is
+// that Stream, Synchronize waits for it), the same bits with a GPU's
+// asynchrony; ignored on a CUDA device, whose kernels always queue.
+StatusOr<std::unique_ptr<Ops<float>>> CreateOps(Device& device, bool compute16 = false, bool host_stream = false);
 
 }  // namespace zinf::model

@@ -117,12 +117,16 @@ struct Trainer::Impl {
   int64_t steps_done = 0;
   double compute_seconds = 0.0;  // accumulates inside a step
 
+  // Kernels and the engine's copies may still be queued (after a step that
+  // failed half way) and read the activations and scratch freed here: the
+  // ops' stream drains first, then the engine's (its destructor).
   ~Impl() {
+    if (ops != nullptr) ops->Synchronize().IgnoreError();
     compute.reset();
+    engine.reset();
     if (device != nullptr) {
       for (float* p : {param_scratch, embed_scratch, grad_scratch, embed_grads}) device->Free(p);
     }
-    engine.reset();
     ops.reset();
   }
 
@@ -571,7 +575,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   // Kernels, activations and scratch on the engine's device.
   const auto engine_bytes = static_cast<int64_t>(m->device->bytes_in_use());
   ZINF_ASSIGN_OR_RETURN(
-      m->ops, CreateOps(*m->device, options.gpu_compute16 && kernels::cpu::IsWeight16(m->engine->param_type())));
+      m->ops, CreateOps(*m->device, options.gpu_compute16 && kernels::cpu::IsWeight16(m->engine->param_type()),
+                        options.host_stream));
   // The embedding has scratch of its own (its gradients; with a tied head
   // its fp32 cast, which its forward uses too), so the blocks' scratch is
   // sized by the others: the largest layer piece, or the head. The fp32

@@ -85,6 +85,11 @@ struct TrainerOptions {
   // within float rounding of the host device. The host device computes in
   // fp32 either way.
   bool gpu_compute16 = true;
+  // On the host device: its kernels queued on one of the device's streams
+  // and run by that stream's thread, as a GPU runs them (ops.h, CreateOps),
+  // so the trainer hands blocks and gradients over behind the stream. The
+  // same bits either way; ignored on a CUDA device.
+  bool host_stream = false;
   // Engine options (run id, threads); grad_type and hooks are set by the
   // trainer.
   EngineOptions engine;
