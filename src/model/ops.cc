@@ -130,26 +130,31 @@ class CpuOps final : public Ops<T> {
 // the callers' path behind a stream (ops.h: stream()) runs, and is checked,
 // on machines without a GPU. As on CUDA, the arguments are taken at the
 // call and the memory they point to must stay valid until the work has run;
-// the copies wait for it. The kernels use the OpenMP team size of the thread
-// that queued them.
+// the copies wait for it, and the copies and Zero go through the stream's
+// own CopyAsync and MemsetAsync, which check the device pointers. The
+// kernels use the OpenMP team size of the thread that queued them. Every
+// Ops method is overridden here: one left to Ops' default would run on the
+// calling thread, off the stream.
 template <typename T>
 class StreamOps final : public Ops<T> {
  public:
   StreamOps(std::unique_ptr<Ops<T>> inner, std::unique_ptr<Stream> stream)
       : inner_(std::move(inner)), stream_(std::move(stream)) {}
+  // The queued work uses inner_: the stream (declared after it, so
+  // destroyed first) drains here and again in its destructor.
   ~StreamOps() override { stream_->Synchronize().IgnoreError(); }
 
   std::string name() const override { return inner_->name() + "-stream"; }
 
   void Zero(T* p, int64_t n) override {
-    Queue([=, this] { inner_->Zero(p, n); });
+    if (n > 0) Note(stream_->MemsetAsync(p, 0, sizeof(T) * static_cast<size_t>(n)).WithContext("Zero"));
   }
   void CopyToDevice(void* dst, const void* host_src, size_t bytes) override {
-    Queue([=, this] { inner_->CopyToDevice(dst, host_src, bytes); });
+    Note(stream_->CopyAsync(dst, host_src, bytes, CopyDirection::kHostToDevice).WithContext("CopyToDevice"));
     Wait("CopyToDevice");
   }
   void CopyToHost(void* host_dst, const void* src, size_t bytes) override {
-    Queue([=, this] { inner_->CopyToHost(host_dst, src, bytes); });
+    Note(stream_->CopyAsync(host_dst, src, bytes, CopyDirection::kDeviceToHost).WithContext("CopyToHost"));
     Wait("CopyToHost");
   }
   void CastIn(T* out, const void* src, ElementType src_type, int64_t n) override {

@@ -15,7 +15,8 @@
 // calls are asynchronous on CUDA: they return nothing, and the first error
 // (a launch failure, a cuBLAS error) is sticky and returned by
 // Synchronize(). The caller must Synchronize before handing buffers the
-// kernels write to anyone else (the engine's Release and ReduceGradients).
+// kernels write to anyone else, or hand them over behind stream() (the
+// engine's Release and ReduceGradients with a stream).
 // Semantics, layouts and accumulation rules are those of cpu_kernels.h.
 //
 // Thread-safety: one thread drives an Ops object.
@@ -39,7 +40,7 @@ template <typename T>
 class Ops {
  public:
   virtual ~Ops() = default;
-  virtual std::string name() const = 0;  // "cpu-f32", "cpu-f64", "cuda-f32"
+  virtual std::string name() const = 0;  // "cpu-f32", "cpu-f64", "cpu-f32-stream", "cuda-f32", "cuda-16"
 
   // Memory (device pointers; host pointers where named).
   virtual void Zero(T* p, int64_t n) = 0;
@@ -95,10 +96,10 @@ class Ops {
   // Waits for every kernel queued so far; returns the first error since the
   // last call (kInternal naming the kernel on CUDA).
   virtual Status Synchronize() = 0;
-  // The stream the kernels are queued on (its native handle: a
-  // cudaStream_t, or a host device Stream's), for Engine::Release to
-  // follow; null when every call has finished by the time it returns
-  // (CpuOps).
+  // The stream the kernels are queued on, for Engine::Release to follow,
+  // as Device::RecordOn takes it: a cudaStream_t on CUDA, the Stream*
+  // itself on the host device; null when every call has finished by the
+  // time it returns (CpuOps).
   virtual void* stream() { return nullptr; }
 };
 

@@ -192,7 +192,7 @@ class Trainer {
   Engine& engine();
   int64_t activation_bytes() const;      // device bytes of activations and scratch
   LayerActivations activations() const;  // options.activations
-  std::string compute_name() const;      // the Ops' (ops.h): cpu-f32, cuda-f32 or cuda-16
+  std::string compute_name() const;      // the Ops' (ops.h): cpu-f32, cpu-f32-stream, cuda-f32 or cuda-16
   int64_t num_train_tokens() const;
 
   struct Impl;
