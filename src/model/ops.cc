@@ -3,8 +3,8 @@
 //
 // On the host device "device memory" is host memory, so CpuOps dereferences
 // the pointers it is given and every call finishes before it returns;
-// Synchronize has nothing to wait for and nothing can fail. StreamOps
-// queues them on a host Stream instead, as CUDA queues its kernels.
+// Synchronize has nothing to wait for and nothing can fail. Given a host
+// Stream, CpuOps queues them on it instead, as CUDA queues its kernels.
 #include "model/ops.h"
 
 #include <cstring>
@@ -22,49 +22,73 @@ namespace {
 
 namespace k = kernels::cpu;
 
+// The kernels on the calling thread or, given a host device Stream, queued
+// on it and run by its worker thread in order: the host device with a GPU's
+// asynchrony, so that the callers' path behind a stream (ops.h: stream())
+// runs, and is checked, on machines without a GPU. Queued, as on CUDA, the
+// arguments are taken at the call and the memory they point to must stay
+// valid until the work has run; the copies wait for it, and the copies and
+// Zero go through the stream's own CopyAsync and MemsetAsync, which check
+// the device pointers. Queued kernels use the OpenMP team size of the
+// thread that queued them.
 template <typename T>
 class CpuOps final : public Ops<T> {
  public:
-  std::string name() const override { return sizeof(T) == 4 ? "cpu-f32" : "cpu-f64"; }
+  explicit CpuOps(std::unique_ptr<Stream> stream = nullptr) : stream_(std::move(stream)) {}
+  ~CpuOps() override {
+    if (stream_) stream_->Synchronize().IgnoreError();  // queued work uses this object
+  }
+
+  std::string name() const override {
+    return std::string(sizeof(T) == 4 ? "cpu-f32" : "cpu-f64") + (stream_ ? "-stream" : "");
+  }
 
   void Zero(T* p, int64_t n) override {
-    if (n > 0) std::memset(p, 0, sizeof(T) * static_cast<size_t>(n));
+    if (n <= 0) return;
+    const size_t bytes = sizeof(T) * static_cast<size_t>(n);
+    if (!stream_) {
+      std::memset(p, 0, bytes);
+      return;
+    }
+    Note(stream_->MemsetAsync(p, 0, bytes).WithContext("Zero"));
   }
   void CopyToDevice(void* dst, const void* host_src, size_t bytes) override {
-    if (bytes > 0) std::memcpy(dst, host_src, bytes);
+    Copy(dst, host_src, bytes, CopyDirection::kHostToDevice, "CopyToDevice");
   }
   void CopyToHost(void* host_dst, const void* src, size_t bytes) override {
-    if (bytes > 0) std::memcpy(host_dst, src, bytes);
+    Copy(host_dst, src, bytes, CopyDirection::kDeviceToHost, "CopyToHost");
   }
-  void CastIn(T* out, const void* src, ElementType src_type, int64_t n) override { k::CastIn(out, src, src_type, n); }
+  void CastIn(T* out, const void* src, ElementType src_type, int64_t n) override {
+    Run([=] { k::CastIn(out, src, src_type, n); });
+  }
 
   void EncoderForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C) override {
-    k::EncoderForward(out, tokens, wte, wpe, B, T_, C);
+    Run([=] { k::EncoderForward(out, tokens, wte, wpe, B, T_, C); });
   }
   void EncoderBackward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C) override {
-    k::EncoderBackward(dwte, dwpe, dout, tokens, B, T_, C);
+    Run([=] { k::EncoderBackward(dwte, dwpe, dout, tokens, B, T_, C); });
   }
   void LayerNormForward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
                         int C) override {
-    k::LayerNormForward(out, mean, rstd, inp, weight, bias, N, C);
+    Run([=] { k::LayerNormForward(out, mean, rstd, inp, weight, bias, N, C); });
   }
   void LayerNormBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, const T* mean,
                          const T* rstd, int64_t N, int C) override {
-    k::LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    Run([=] { k::LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C); });
   }
   void MatmulForward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int C, int OC) override {
-    k::MatmulForward(out, inp, weight, bias, N, C, OC);
+    Run([=] { k::MatmulForward(out, inp, weight, bias, N, C, OC); });
   }
   void MatmulBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int C,
                       int OC) override {
-    k::MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    Run([=] { k::MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC); });
   }
   // float reads bf16 and f16 weights as they are; the fp64 checks cast.
   bool reads_weights16() const override { return std::is_same_v<T, float>; }
   void MatmulForward16(T* out, const T* inp, const void* weight, ElementType weight_type, const T* bias, int64_t N,
                        int C, int OC) override {
     if constexpr (std::is_same_v<T, float>) {
-      k::MatmulForward16(out, inp, static_cast<const uint16_t*>(weight), weight_type, bias, N, C, OC);
+      Run([=] { k::MatmulForward16(out, inp, static_cast<const uint16_t*>(weight), weight_type, bias, N, C, OC); });
     } else {
       Ops<T>::MatmulForward16(out, inp, weight, weight_type, bias, N, C, OC);
     }
@@ -72,7 +96,10 @@ class CpuOps final : public Ops<T> {
   void MatmulBackward16(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const void* weight,
                         ElementType weight_type, int64_t N, int C, int OC) override {
     if constexpr (std::is_same_v<T, float>) {
-      k::MatmulBackward16(dinp, dweight, dbias, dout, inp, static_cast<const uint16_t*>(weight), weight_type, N, C, OC);
+      Run([=] {
+        k::MatmulBackward16(dinp, dweight, dbias, dout, inp, static_cast<const uint16_t*>(weight), weight_type, N, C,
+                            OC);
+      });
     } else {
       Ops<T>::MatmulBackward16(dinp, dweight, dbias, dout, inp, weight, weight_type, N, C, OC);
     }
@@ -83,191 +110,91 @@ class CpuOps final : public Ops<T> {
     return static_cast<int64_t>(B) * NH * T_ * T_;
   }
   void AttentionForward(T* out, T* att, T* /*scratch*/, const T* qkv, int B, int T_, int C, int NH) override {
-    k::AttentionForward(out, att, qkv, B, T_, C, NH);
+    Run([=] { k::AttentionForward(out, att, qkv, B, T_, C, NH); });
   }
   void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int T_, int C,
                          int NH) override {
-    k::AttentionBackward(dqkv, scratch, dout, qkv, att, B, T_, C, NH);
-  }
-  void GeluForward(T* out, const T* inp, int64_t n) override { k::GeluForward(out, inp, n); }
-  void GeluBackward(T* dinp, const T* inp, const T* dout, int64_t n) override { k::GeluBackward(dinp, inp, dout, n); }
-  void ResidualForward(T* out, const T* a, const T* b, int64_t n) override { k::ResidualForward(out, a, b, n); }
-  void Accumulate(T* y, const T* x, int64_t n) override { k::Accumulate(y, x, n); }
-  void CrossEntropyForwardBackward(T* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t N, int V,
-                                   int Vp, T dloss) override {
-    k::CrossEntropyForwardBackward(losses, dlogits, logits, targets, N, V, Vp, dloss);
-  }
-
-  void RmsNormForward(T* out, T* rstd, const T* inp, const T* weight, int64_t N, int C, double eps) override {
-    k::RmsNormForward(out, rstd, inp, weight, N, C, eps);
-  }
-  void RmsNormBackward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd, int64_t N,
-                       int C) override {
-    k::RmsNormBackward(dinp, dweight, dout, inp, weight, rstd, N, C);
-  }
-  void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_, int n_head, int hd) override {
-    k::RopeForward(out, inp, cos, sin, B, T_, n_head, hd);
-  }
-  void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int T_, int n_head, int hd) override {
-    k::RopeBackward(dinp, dout, cos, sin, B, T_, n_head, hd);
-  }
-  void SwigluForward(T* out, const T* gate, const T* up, int64_t n) override { k::SwigluForward(out, gate, up, n); }
-  void SwigluBackward(T* dgate, T* dup, const T* gate, const T* up, const T* dout, int64_t n) override {
-    k::SwigluBackward(dgate, dup, gate, up, dout, n);
-  }
-  void GqaExpandForward(T* qkv, const T* q, const T* k, const T* v, int64_t N, int NH, int NKV, int hd) override {
-    k::GqaExpandForward(qkv, q, k, v, N, NH, NKV, hd);
-  }
-  void GqaExpandBackward(T* dq, T* dk, T* dv, const T* dqkv, int64_t N, int NH, int NKV, int hd) override {
-    k::GqaExpandBackward(dq, dk, dv, dqkv, N, NH, NKV, hd);
-  }
-
-  Status Synchronize() override { return Status::Ok(); }
-};
-
-// Another Ops' calls queued on one of the device's Streams and run by its
-// worker thread in order: the host device with a GPU's asynchrony, so that
-// the callers' path behind a stream (ops.h: stream()) runs, and is checked,
-// on machines without a GPU. As on CUDA, the arguments are taken at the
-// call and the memory they point to must stay valid until the work has run;
-// the copies wait for it, and the copies and Zero go through the stream's
-// own CopyAsync and MemsetAsync, which check the device pointers. The
-// kernels use the OpenMP team size of the thread that queued them. Every
-// Ops method is overridden here: one left to Ops' default would run on the
-// calling thread, off the stream.
-template <typename T>
-class StreamOps final : public Ops<T> {
- public:
-  StreamOps(std::unique_ptr<Ops<T>> inner, std::unique_ptr<Stream> stream)
-      : inner_(std::move(inner)), stream_(std::move(stream)) {}
-  // The queued work uses inner_: the stream (declared after it, so
-  // destroyed first) drains here and again in its destructor.
-  ~StreamOps() override { stream_->Synchronize().IgnoreError(); }
-
-  std::string name() const override { return inner_->name() + "-stream"; }
-
-  void Zero(T* p, int64_t n) override {
-    if (n > 0) Note(stream_->MemsetAsync(p, 0, sizeof(T) * static_cast<size_t>(n)).WithContext("Zero"));
-  }
-  void CopyToDevice(void* dst, const void* host_src, size_t bytes) override {
-    Note(stream_->CopyAsync(dst, host_src, bytes, CopyDirection::kHostToDevice).WithContext("CopyToDevice"));
-    Wait("CopyToDevice");
-  }
-  void CopyToHost(void* host_dst, const void* src, size_t bytes) override {
-    Note(stream_->CopyAsync(host_dst, src, bytes, CopyDirection::kDeviceToHost).WithContext("CopyToHost"));
-    Wait("CopyToHost");
-  }
-  void CastIn(T* out, const void* src, ElementType src_type, int64_t n) override {
-    Queue([=, this] { inner_->CastIn(out, src, src_type, n); });
-  }
-
-  void EncoderForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C) override {
-    Queue([=, this] { inner_->EncoderForward(out, tokens, wte, wpe, B, T_, C); });
-  }
-  void EncoderBackward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C) override {
-    Queue([=, this] { inner_->EncoderBackward(dwte, dwpe, dout, tokens, B, T_, C); });
-  }
-  void LayerNormForward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
-                        int C) override {
-    Queue([=, this] { inner_->LayerNormForward(out, mean, rstd, inp, weight, bias, N, C); });
-  }
-  void LayerNormBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, const T* mean,
-                         const T* rstd, int64_t N, int C) override {
-    Queue([=, this] { inner_->LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C); });
-  }
-  void MatmulForward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int C, int OC) override {
-    Queue([=, this] { inner_->MatmulForward(out, inp, weight, bias, N, C, OC); });
-  }
-  void MatmulBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int C,
-                      int OC) override {
-    Queue([=, this] { inner_->MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC); });
-  }
-  bool reads_weights16() const override { return inner_->reads_weights16(); }
-  void MatmulForward16(T* out, const T* inp, const void* weight, ElementType weight_type, const T* bias, int64_t N,
-                       int C, int OC) override {
-    Queue([=, this] { inner_->MatmulForward16(out, inp, weight, weight_type, bias, N, C, OC); });
-  }
-  void MatmulBackward16(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const void* weight,
-                        ElementType weight_type, int64_t N, int C, int OC) override {
-    Queue([=, this] { inner_->MatmulBackward16(dinp, dweight, dbias, dout, inp, weight, weight_type, N, C, OC); });
-  }
-  int64_t AttentionScratchElems(int B, int T_, int C, int NH) const override {
-    return inner_->AttentionScratchElems(B, T_, C, NH);
-  }
-  void AttentionForward(T* out, T* att, T* scratch, const T* qkv, int B, int T_, int C, int NH) override {
-    Queue([=, this] { inner_->AttentionForward(out, att, scratch, qkv, B, T_, C, NH); });
-  }
-  void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int T_, int C,
-                         int NH) override {
-    Queue([=, this] { inner_->AttentionBackward(dqkv, scratch, dout, qkv, att, B, T_, C, NH); });
+    Run([=] { k::AttentionBackward(dqkv, scratch, dout, qkv, att, B, T_, C, NH); });
   }
   void GeluForward(T* out, const T* inp, int64_t n) override {
-    Queue([=, this] { inner_->GeluForward(out, inp, n); });
+    Run([=] { k::GeluForward(out, inp, n); });
   }
   void GeluBackward(T* dinp, const T* inp, const T* dout, int64_t n) override {
-    Queue([=, this] { inner_->GeluBackward(dinp, inp, dout, n); });
+    Run([=] { k::GeluBackward(dinp, inp, dout, n); });
   }
   void ResidualForward(T* out, const T* a, const T* b, int64_t n) override {
-    Queue([=, this] { inner_->ResidualForward(out, a, b, n); });
+    Run([=] { k::ResidualForward(out, a, b, n); });
   }
   void Accumulate(T* y, const T* x, int64_t n) override {
-    Queue([=, this] { inner_->Accumulate(y, x, n); });
+    Run([=] { k::Accumulate(y, x, n); });
   }
   void CrossEntropyForwardBackward(T* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t N, int V,
                                    int Vp, T dloss) override {
-    Queue([=, this] { inner_->CrossEntropyForwardBackward(losses, dlogits, logits, targets, N, V, Vp, dloss); });
+    Run([=] { k::CrossEntropyForwardBackward(losses, dlogits, logits, targets, N, V, Vp, dloss); });
   }
 
   void RmsNormForward(T* out, T* rstd, const T* inp, const T* weight, int64_t N, int C, double eps) override {
-    Queue([=, this] { inner_->RmsNormForward(out, rstd, inp, weight, N, C, eps); });
+    Run([=] { k::RmsNormForward(out, rstd, inp, weight, N, C, eps); });
   }
   void RmsNormBackward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd, int64_t N,
                        int C) override {
-    Queue([=, this] { inner_->RmsNormBackward(dinp, dweight, dout, inp, weight, rstd, N, C); });
+    Run([=] { k::RmsNormBackward(dinp, dweight, dout, inp, weight, rstd, N, C); });
   }
   void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_, int n_head, int hd) override {
-    Queue([=, this] { inner_->RopeForward(out, inp, cos, sin, B, T_, n_head, hd); });
+    Run([=] { k::RopeForward(out, inp, cos, sin, B, T_, n_head, hd); });
   }
   void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int T_, int n_head, int hd) override {
-    Queue([=, this] { inner_->RopeBackward(dinp, dout, cos, sin, B, T_, n_head, hd); });
+    Run([=] { k::RopeBackward(dinp, dout, cos, sin, B, T_, n_head, hd); });
   }
   void SwigluForward(T* out, const T* gate, const T* up, int64_t n) override {
-    Queue([=, this] { inner_->SwigluForward(out, gate, up, n); });
+    Run([=] { k::SwigluForward(out, gate, up, n); });
   }
   void SwigluBackward(T* dgate, T* dup, const T* gate, const T* up, const T* dout, int64_t n) override {
-    Queue([=, this] { inner_->SwigluBackward(dgate, dup, gate, up, dout, n); });
+    Run([=] { k::SwigluBackward(dgate, dup, gate, up, dout, n); });
   }
   void GqaExpandForward(T* qkv, const T* q, const T* k, const T* v, int64_t N, int NH, int NKV, int hd) override {
-    Queue([=, this] { inner_->GqaExpandForward(qkv, q, k, v, N, NH, NKV, hd); });
+    Run([=] { k::GqaExpandForward(qkv, q, k, v, N, NH, NKV, hd); });
   }
   void GqaExpandBackward(T* dq, T* dk, T* dv, const T* dqkv, int64_t N, int NH, int NKV, int hd) override {
-    Queue([=, this] { inner_->GqaExpandBackward(dq, dk, dv, dqkv, N, NH, NKV, hd); });
+    Run([=] { k::GqaExpandBackward(dq, dk, dv, dqkv, N, NH, NKV, hd); });
   }
 
   Status Synchronize() override {
-    Wait("StreamOps::Synchronize");
+    if (stream_) Note(stream_->Synchronize().WithContext("CpuOps::Synchronize"));
     Status first = std::move(first_error_);
     first_error_ = Status::Ok();
-    return first.ok() ? inner_->Synchronize() : first;
+    return first;
   }
   void* stream() override { return stream_.get(); }  // how the host device names its streams (RecordOn)
 
  private:
+  // Runs `kernel` here, or queues it on the stream.
   template <typename F>
-  void Queue(F&& kernel) {
+  void Run(F&& kernel) {
+    if (!stream_) {
+      kernel();
+      return;
+    }
     Note(stream_->LaunchHostFunc([threads = k::Threads(), kernel = std::forward<F>(kernel)] {
       if (k::Threads() != threads) k::SetThreads(threads);
       kernel();
     }));
   }
-  void Wait(const char* what) { Note(stream_->Synchronize().WithContext(what)); }
+  // A synchronous copy.
+  void Copy(void* dst, const void* src, size_t bytes, CopyDirection dir, const char* what) {
+    if (!stream_) {
+      if (bytes > 0) std::memcpy(dst, src, bytes);
+      return;
+    }
+    Note(stream_->CopyAsync(dst, src, bytes, dir).WithContext(what));
+    Note(stream_->Synchronize().WithContext(what));
+  }
   // Keeps the first error for Synchronize.
   void Note(Status s) {
     if (!s.ok() && first_error_.ok()) first_error_ = std::move(s);
   }
 
-  std::unique_ptr<Ops<T>> inner_;
-  std::unique_ptr<Stream> stream_;
+  std::unique_ptr<Stream> stream_;  // null: on the calling thread
   Status first_error_;
 };
 
@@ -299,7 +226,7 @@ StatusOr<std::unique_ptr<Ops<float>>> CreateOps(Device& device, bool compute16, 
     case DeviceKind::kHost: {
       if (!host_stream) return CreateCpuOps<float>();
       ZINF_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, device.CreateStream());
-      return std::unique_ptr<Ops<float>>(new StreamOps<float>(CreateCpuOps<float>(), std::move(stream)));
+      return std::unique_ptr<Ops<float>>(new CpuOps<float>(std::move(stream)));
     }
     case DeviceKind::kCuda:
 #if defined(ZINF_HAVE_CUDA_KERNELS)

@@ -70,8 +70,8 @@ class ParamHome {
   // passed, and waits for the oldest such copy only when it needs a buffer
   // (a copy, a WriteBlock) and every one is held that way, so a prefetch
   // reads ahead into fewer buffers while copies are queued; a WriteBlock
-  // of the block waits for its copies (the pinned home is written in place at once: its caller
-  // drains the stream before writing it).
+  // of the block waits for its copies. (The pinned home is written in
+  // place at once: its caller drains the stream before writing it.)
   virtual Status CopyToDevice(BlockId b, char* dst) = 0;
   // Starts reading block b's shard ahead of CopyToDevice (NVMe only; the
   // others are always ready). An error means "not now" (every buffer busy).
