@@ -242,7 +242,8 @@ Status ResolveAuto(Config& config, const AutoContext& ctx, std::vector<AutoResol
 
 // Every field as JSON text (the resolved config), for `zinf config-check`.
 std::string ConfigToJson(const Config& config, int indent = 2);
-// Only what differs from a default Config (ParseConfig of "{}"), plus
+// Only what differs from a default Config (ParseConfig of a config naming
+// only the same zero_optimization.stage: some defaults follow it), plus
 // zero_optimization.stage, the offload devices, the optimizer's and
 // scheduler's types and the per-GPU batch keys, which say what the config is: a short file a user can read, for `zinf
 // plan --write-config`. ParseConfig gives `config` back.

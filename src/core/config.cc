@@ -1243,8 +1243,11 @@ std::string ConfigToJson(const Config& c, int indent) { return ConfigJson(c).dum
 
 std::string ConfigChangesToJson(const Config& c, int indent) {
   json j = ConfigJson(c);
-  // What a key left out becomes: ParseConfig's defaults, "auto" included.
-  const StatusOr<Config> parsed_defaults = ParseConfig("{}", "defaults");
+  // What a key left out becomes: ParseConfig's defaults, "auto" included,
+  // at the config's own stage (which is always written), since some
+  // defaults follow it (overlap_comm is on for stage 3 unless set).
+  const StatusOr<Config> parsed_defaults =
+      ParseConfig("{\"zero_optimization\": {\"stage\": " + std::to_string(c.zero.stage) + "}}", "defaults");
   ZINF_CHECK(parsed_defaults.ok());
   const json defaults = ConfigJson(*parsed_defaults);
   DropDefaults(j, defaults, "",
