@@ -71,9 +71,10 @@ constexpr int Nr() {
 // reads two sequential streams and has no branches. `kFused`: each step is
 // a fused multiply-add, written out (the FMA paths), so the bits do not
 // depend on whether the optimizer level contracts `+= a * b` (-O1, the
-// sanitizer builds', does not).
+// sanitizer builds', does not). `set`: C = A * B, C's old values neither
+// read nor kept (the sum is the same chain, stored instead of added).
 template <typename T, int MR, int NR, bool kFused>
-ZINF_ALWAYS_INLINE void MicroTile(T* c, int64_t ldc, const T* a, const T* b, int64_t k, int mr, int nr) {
+ZINF_ALWAYS_INLINE void MicroTile(T* c, int64_t ldc, const T* a, const T* b, int64_t k, int mr, int nr, bool set) {
   T acc[MR][NR];
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) acc[i][j] = T(0);
@@ -94,42 +95,54 @@ ZINF_ALWAYS_INLINE void MicroTile(T* c, int64_t ldc, const T* a, const T* b, int
   if (nr == NR) {
     for (int i = 0; i < mr; ++i) {
       T* ci = c + i * ldc;
+      if (set) {
 #pragma omp simd
-      for (int j = 0; j < NR; ++j) ci[j] += acc[i][j];
+        for (int j = 0; j < NR; ++j) ci[j] = acc[i][j];
+      } else {
+#pragma omp simd
+        for (int j = 0; j < NR; ++j) ci[j] += acc[i][j];
+      }
     }
   } else {
-    for (int i = 0; i < mr; ++i)
-      for (int j = 0; j < nr; ++j) c[i * ldc + j] += acc[i][j];
+    for (int i = 0; i < mr; ++i) {
+      for (int j = 0; j < nr; ++j) {
+        if (set) {
+          c[i * ldc + j] = acc[i][j];
+        } else {
+          c[i * ldc + j] += acc[i][j];
+        }
+      }
+    }
   }
 }
 
-// C[m, n] += Apack * Bpack: m rows in micro-panels of MR (apack holds
-// ceil(m / MR) panels of k * MR), n columns in micro-panels of NR (bpack
-// holds ceil(n / NR) panels of k * NR). Single-threaded; callers give each
-// thread its own block of C.
+// C[m, n] += Apack * Bpack (`set`: =): m rows in micro-panels of MR (apack
+// holds ceil(m / MR) panels of k * MR), n columns in micro-panels of NR
+// (bpack holds ceil(n / NR) panels of k * NR). Single-threaded; callers
+// give each thread its own block of C.
 template <typename T, int MR, int NR, bool kFused>
 ZINF_ALWAYS_INLINE void PackedBlockBody(T* c, int64_t ldc, const T* apack, const T* bpack, int64_t m, int64_t n,
-                                        int64_t k) {
+                                        int64_t k, bool set) {
   for (int64_t i0 = 0; i0 < m; i0 += MR) {
     const int mr = static_cast<int>(std::min<int64_t>(MR, m - i0));
     const T* a = apack + (i0 / MR) * k * MR;
     for (int64_t j0 = 0; j0 < n; j0 += NR) {
       const int nr = static_cast<int>(std::min<int64_t>(NR, n - j0));
-      MicroTile<T, MR, NR, kFused>(c + i0 * ldc + j0, ldc, a, bpack + (j0 / NR) * k * NR, k, mr, nr);
+      MicroTile<T, MR, NR, kFused>(c + i0 * ldc + j0, ldc, a, bpack + (j0 / NR) * k * NR, k, mr, nr, set);
     }
   }
 }
 
 template <typename T>
-void PackedBlockGeneric(T* c, int64_t ldc, const T* apack, const T* bpack, int64_t m, int64_t n, int64_t k) {
-  PackedBlockBody<T, kMr, Nr<T>(), false>(c, ldc, apack, bpack, m, n, k);
+void PackedBlockGeneric(T* c, int64_t ldc, const T* apack, const T* bpack, int64_t m, int64_t n, int64_t k, bool set) {
+  PackedBlockBody<T, kMr, Nr<T>(), false>(c, ldc, apack, bpack, m, n, k, set);
 }
 
 #if defined(ZINF_KERNELS_X86)
 template <typename T>
 ZINF_TARGET_AVX2 void PackedBlockAvx2(T* c, int64_t ldc, const T* apack, const T* bpack, int64_t m, int64_t n,
-                                      int64_t k) {
-  PackedBlockBody<T, kMr, Nr<T>(), true>(c, ldc, apack, bpack, m, n, k);
+                                      int64_t k, bool set) {
+  PackedBlockBody<T, kMr, Nr<T>(), true>(c, ldc, apack, bpack, m, n, k, set);
 }
 
 // AVX-512 (float): 32 vector registers hold an 8 x 32 tile (16 zmm
@@ -140,8 +153,8 @@ ZINF_TARGET_AVX2 void PackedBlockAvx2(T* c, int64_t ldc, const T* apack, const T
 constexpr int kMr512 = 8;
 constexpr int kNr512 = 32;
 ZINF_TARGET_AVX512 void PackedBlockAvx512(float* c, int64_t ldc, const float* apack, const float* bpack, int64_t m,
-                                          int64_t n, int64_t k) {
-  PackedBlockBody<float, kMr512, kNr512, true>(c, ldc, apack, bpack, m, n, k);
+                                          int64_t n, int64_t k, bool set) {
+  PackedBlockBody<float, kMr512, kNr512, true>(c, ldc, apack, bpack, m, n, k, set);
 }
 #endif
 
@@ -164,11 +177,11 @@ bool HaveAvx512() {
 }
 
 template <typename T>
-void PackedBlock(T* c, int64_t ldc, const T* apack, const T* bpack, int64_t m, int64_t n, int64_t k) {
+void PackedBlock(T* c, int64_t ldc, const T* apack, const T* bpack, int64_t m, int64_t n, int64_t k, bool set) {
 #if defined(ZINF_KERNELS_X86)
-  if (HaveAvx2()) return PackedBlockAvx2<T>(c, ldc, apack, bpack, m, n, k);
+  if (HaveAvx2()) return PackedBlockAvx2<T>(c, ldc, apack, bpack, m, n, k, set);
 #endif
-  PackedBlockGeneric<T>(c, ldc, apack, bpack, m, n, k);
+  PackedBlockGeneric<T>(c, ldc, apack, bpack, m, n, k, set);
 }
 
 // Blocking: a thread computes a kRowBlock x kColBlock block of C over a slab
@@ -323,15 +336,22 @@ void PackRowBlock(T* dst, const T* as, int64_t a_rs, int64_t a_cs, int64_t mb, i
 // any of the three matmuls of a linear layer, by strides. Parallel over
 // blocks of C; the reduction runs slab after slab, so every element of C is
 // summed in a fixed order whatever the thread count (deterministic).
+// `set`: C = A * B; the first slab's sums are stored rather than added, so
+// C is neither zeroed nor read (the values of zeroing it first, but for the
+// sign of a zero sum: -0 stays -0 where 0 + -0 gives +0).
 //
 // MR x NR is the register tile of `block`, the packed panels' widths.
 // `kRegisterTranspose`: full panels of a transposed B are packed by
 // PackTransposedPanelAvx512 (the AVX-512 float tile, NR 32; Gemm decides).
-template <typename T, int MR, int NR, void (*block)(T*, int64_t, const T*, const T*, int64_t, int64_t, int64_t),
+template <typename T, int MR, int NR, void (*block)(T*, int64_t, const T*, const T*, int64_t, int64_t, int64_t, bool),
           typename BSrc, bool kRegisterTranspose = false>
 void GemmTiled(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const typename BSrc::Elem* b, int64_t b_rs,
-               int64_t b_cs, int64_t M, int64_t Ncols, int64_t K) {
+               int64_t b_cs, int64_t M, int64_t Ncols, int64_t K, bool set) {
   static_assert(kRowBlock % MR == 0 && kColBlock % NR == 0);
+  if (K == 0 && set) {  // an empty sum: no slab stores it
+    for (int64_t i = 0; i < M; ++i) std::fill(c + i * ldc, c + i * ldc + Ncols, T(0));
+    return;
+  }
   const int64_t row_blocks = CeilDiv(M, kRowBlock);
   const int64_t col_blocks = CeilDiv(Ncols, kColBlock);
   const int64_t items = row_blocks * col_blocks;
@@ -414,7 +434,7 @@ void GemmTiled(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const 
           PackRowBlock<T, MR>(apack, a + i0 * a_rs + k0 * a_cs, a_rs, a_cs, mb, kb);
           packed_rows = i0;
         }
-        block(c + i0 * ldc + j0, ldc, rows, bpack, mb, nb, kb);
+        block(c + i0 * ldc + j0, ldc, rows, bpack, mb, nb, kb, set && k0 == 0);
       }
     }
   }
@@ -422,19 +442,19 @@ void GemmTiled(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const 
 
 template <typename T, typename BSrc = PlainB<T>>
 void Gemm(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const typename BSrc::Elem* b, int64_t b_rs,
-          int64_t b_cs, int64_t M, int64_t Ncols, int64_t K) {
+          int64_t b_cs, int64_t M, int64_t Ncols, int64_t K, bool set = false) {
 #if defined(ZINF_KERNELS_X86)
   if constexpr (std::is_same_v<T, float>) {
     if (HaveAvx512()) {
       // f16 keeps the element loop: the hardware widening quiets signalling
       // NaNs, HalfToFloat does not.
       constexpr bool kRegisterTranspose = !std::is_same_v<BSrc, F16B>;
-      return GemmTiled<float, kMr512, kNr512, PackedBlockAvx512, BSrc, kRegisterTranspose>(c, ldc, a, a_rs, a_cs, b,
-                                                                                           b_rs, b_cs, M, Ncols, K);
+      return GemmTiled<float, kMr512, kNr512, PackedBlockAvx512, BSrc, kRegisterTranspose>(
+          c, ldc, a, a_rs, a_cs, b, b_rs, b_cs, M, Ncols, K, set);
     }
   }
 #endif
-  GemmTiled<T, kMr, Nr<T>(), PackedBlock<T>, BSrc>(c, ldc, a, a_rs, a_cs, b, b_rs, b_cs, M, Ncols, K);
+  GemmTiled<T, kMr, Nr<T>(), PackedBlock<T>, BSrc>(c, ldc, a, a_rs, a_cs, b, b_rs, b_cs, M, Ncols, K, set);
 }
 
 }  // namespace
@@ -604,11 +624,12 @@ void MatmulForwardFrom(T* out, const T* inp, const typename BSrc::Elem* weight, 
 
 template <typename T, typename BSrc>
 void MatmulBackwardFrom(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const typename BSrc::Elem* weight,
-                        int64_t N, int C, int OC) {
+                        int64_t N, int C, int OC, GradMode mode) {
+  const bool set = mode == GradMode::kSet;
   // dinp [N, C] += dout [N, OC] @ weight [OC, C].
   Gemm<T, BSrc>(dinp, C, dout, OC, 1, weight, C, 1, N, C, OC);
-  // dweight [OC, C] += dout^T [OC, N] @ inp [N, C]: A(o, n) = dout[n*OC + o].
-  Gemm<T>(dweight, C, dout, 1, OC, inp, C, 1, OC, C, N);
+  // dweight [OC, C] += (set: =) dout^T [OC, N] @ inp [N, C]: A(o, n) = dout[n*OC + o].
+  Gemm<T>(dweight, C, dout, 1, OC, inp, C, 1, OC, C, N, set);
   if (dbias != nullptr) {
 #pragma omp parallel for schedule(static) if (WorthThreads(N * OC))
     for (int64_t o0 = 0; o0 < OC; o0 += kColBlock) {
@@ -618,7 +639,9 @@ void MatmulBackwardFrom(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
         const T* d = dout + n * OC;
         for (int64_t o = o0; o < o1; ++o) acc[o - o0] += d[o];
       }
-      for (int64_t o = o0; o < o1; ++o) dbias[o] += static_cast<T>(acc[o - o0]);
+      for (int64_t o = o0; o < o1; ++o) {
+        dbias[o] = set ? static_cast<T>(acc[o - o0]) : dbias[o] + static_cast<T>(acc[o - o0]);
+      }
     }
   }
 }
@@ -632,8 +655,8 @@ void MatmulForward(T* out, const T* inp, const T* weight, const T* bias, int64_t
 
 template <typename T>
 void MatmulBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int C,
-                    int OC) {
-  MatmulBackwardFrom<T, PlainB<T>>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+                    int OC, GradMode mode) {
+  MatmulBackwardFrom<T, PlainB<T>>(dinp, dweight, dbias, dout, inp, weight, N, C, OC, mode);
 }
 
 void MatmulForward16(float* out, const float* inp, const uint16_t* weight, ElementType weight_type, const float* bias,
@@ -644,12 +667,12 @@ void MatmulForward16(float* out, const float* inp, const uint16_t* weight, Eleme
 }
 
 void MatmulBackward16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                      const uint16_t* weight, ElementType weight_type, int64_t N, int C, int OC) {
+                      const uint16_t* weight, ElementType weight_type, int64_t N, int C, int OC, GradMode mode) {
   ZINF_CHECK_MSG(IsWeight16(weight_type), "MatmulBackward16: the weight must be bf16 or f16");
   if (weight_type == ElementType::kBf16) {
-    return MatmulBackwardFrom<float, Bf16B>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    return MatmulBackwardFrom<float, Bf16B>(dinp, dweight, dbias, dout, inp, weight, N, C, OC, mode);
   }
-  MatmulBackwardFrom<float, F16B>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  MatmulBackwardFrom<float, F16B>(dinp, dweight, dbias, dout, inp, weight, N, C, OC, mode);
 }
 
 void RoundTo16(float* x, int64_t n, ElementType type) {
@@ -888,7 +911,7 @@ void CrossEntropyForwardBackward(T* losses, T* dlogits, const T* logits, const i
   template void LayerNormForward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int);                      \
   template void LayerNormBackward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int64_t, int); \
   template void MatmulForward<T>(T*, const T*, const T*, const T*, int64_t, int, int);                            \
-  template void MatmulBackward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int, int);                   \
+  template void MatmulBackward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int, int, GradMode);         \
   template void AttentionForward<T>(T*, T*, const T*, int, int, int, int);                                        \
   template void AttentionBackward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int);                   \
   template void GeluForward<T>(T*, const T*, int64_t);                                                            \

@@ -15,7 +15,9 @@
 //
 // Backward kernels ACCUMULATE into every gradient they write (+=): the caller
 // zeroes gradients once, and a tensor used twice (a tied embedding, the
-// residual stream) gathers both contributions. Forward kernels overwrite.
+// residual stream) gathers both contributions; the matmul's weight and bias
+// gradients may be set instead (GradMode::kSet), for a caller that knows
+// that call is their only one. Forward kernels overwrite.
 //
 // Thread-safety: pure functions of their arguments; outputs must not alias
 // inputs unless stated. The cpu:: kernels run an OpenMP team for large
@@ -31,6 +33,15 @@
 namespace zinf::kernels {
 
 inline constexpr double kLayerNormEps = 1e-5;
+
+// How a backward kernel writes a parameter's gradient: added to what the
+// buffer holds (kAdd, the kernels' convention: a caller zeroes first, or
+// accumulates on purpose), or set, the buffer's old contents neither read
+// nor kept (kSet: no zeroing pass over a weight-sized buffer, and the
+// matmul does not read it). The values are those of zeroing first and
+// adding, but for the sign of a zero sum (-0 stays -0 where 0 + -0 gives
+// +0), which nothing downstream tells apart.
+enum class GradMode { kAdd, kSet };
 
 namespace cpu {
 
@@ -62,10 +73,11 @@ void LayerNormBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* in
 // out [N, OC] = inp [N, C] @ weight^T [C, OC] + bias (bias may be null).
 template <typename T>
 void MatmulForward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int C, int OC);
-// dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_n dout (dbias may be null).
+// dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_n dout (dbias
+// may be null). With GradMode::kSet, dweight and dbias are set (=) instead.
 template <typename T>
 void MatmulBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int C,
-                    int OC);
+                    int OC, GradMode mode = GradMode::kAdd);
 
 // The two above with the weight in a 16-bit float type (`weight_type` kBf16
 // or kF16), read as it is: widened while the matmul packs it, so no float
@@ -75,7 +87,8 @@ inline bool IsWeight16(ElementType t) { return t == ElementType::kBf16 || t == E
 void MatmulForward16(float* out, const float* inp, const uint16_t* weight, ElementType weight_type, const float* bias,
                      int64_t N, int C, int OC);
 void MatmulBackward16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                      const uint16_t* weight, ElementType weight_type, int64_t N, int C, int OC);
+                      const uint16_t* weight, ElementType weight_type, int64_t N, int C, int OC,
+                      GradMode mode = GradMode::kAdd);
 
 // x[i] = x[i] rounded to `type` (kBf16 or kF16, to nearest, ties to even)
 // and widened back: what the GPU's 16-bit matmuls (cuda_kernels.h,

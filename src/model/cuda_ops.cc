@@ -85,7 +85,8 @@ class CudaOps final : public Ops<float> {
     Run([&] { return k::MatmulForward(*blas_, out, inp, weight, bias, N, C, OC); });
   }
   void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                      const float* weight, int64_t N, int C, int OC) override {
+                      const float* weight, int64_t N, int C, int OC, kernels::GradMode mode) override {
+    ZeroToSet(mode, dweight, dbias, C, OC);
     Run([&] { return k::MatmulBackward(*blas_, dinp, dweight, dbias, dout, inp, weight, N, C, OC); });
   }
   bool reads_weights16() const override { return lt_ != nullptr; }
@@ -96,9 +97,11 @@ class CudaOps final : public Ops<float> {
     Run([&] { return k::MatmulForward16(*lt_, out, inp, weight, weight_type, bias, N, C, OC, scratch); });
   }
   void MatmulBackward16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const void* weight, ElementType weight_type, int64_t N, int C, int OC) override {
+                        const void* weight, ElementType weight_type, int64_t N, int C, int OC,
+                        kernels::GradMode mode) override {
     void* scratch = Scratch16(k::Matmul16ScratchBytes(N, C, OC));
     if (scratch == nullptr) return;
+    ZeroToSet(mode, dweight, dbias, C, OC);
     Run([&] {
       return k::MatmulBackward16(*lt_, dinp, dweight, dbias, dout, inp, weight, weight_type, N, C, OC, scratch);
     });
@@ -176,6 +179,16 @@ class CudaOps final : public Ops<float> {
   // launches kernels on the current device, and the caller may have
   // switched it).
   Status Enter() { return k::SetDevice(ordinal_); }
+
+  // kSet on cuBLAS's accumulating GEMMs: the weight's and bias's gradients
+  // zeroed on the stream first (the values kSet gives; cuBLAS with beta 0
+  // would save the read, but may pick another algorithm, hence other bits,
+  // than the accumulating call: left for a session that can measure it).
+  void ZeroToSet(kernels::GradMode mode, float* dweight, float* dbias, int C, int OC) {
+    if (mode != kernels::GradMode::kSet) return;
+    if (dweight != nullptr) Zero(dweight, int64_t{OC} * C);
+    if (dbias != nullptr) Zero(dbias, OC);
+  }
 
   // The 16-bit operand scratch, at least `bytes`: grown (never shrunk) on
   // the device once the work queued on the old one is done, so it reaches

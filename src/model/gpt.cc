@@ -525,21 +525,31 @@ struct GptCompute<T>::Impl {
   // One group's step of the backward, after the recompute (groups from
   // kMlpOutGroup down to kNorm1Group): m.dres holds d x_{l+1} before the
   // first and d x_l after the last.
-  void BackwardGroup(int layer, int group, const LayerParams& lp, const std::vector<T*>& g);
-  void LlamaBackwardGroup(int layer, int group, const LayerParams& lp, const std::vector<T*>& g);
+  void BackwardGroup(int layer, int group, const LayerParams& lp, const std::vector<T*>& g, kernels::GradMode mode);
+  void LlamaBackwardGroup(int layer, int group, const LayerParams& lp, const std::vector<T*>& g,
+                          kernels::GradMode mode);
+  // A norm's parameter gradients before its backward, which adds into them:
+  // zeroed when the call sets its gradients (kSet). Null ones are skipped.
+  void ZeroToSet(kernels::GradMode mode, std::initializer_list<T*> grads) {
+    if (mode != kernels::GradMode::kSet) return;
+    for (T* g : grads) {
+      if (g != nullptr) ops->Zero(g, C);
+    }
+  }
   // The layer's linear map by its weight tensor `w` ([OC, IC]): out = inp @
-  // W^T + bias, and its backward (accumulating), reading W in its 16-bit
-  // type when the call handed it over so (lp.matrices16[w]).
+  // W^T + bias, and its backward (dinp accumulating, W's and the bias's
+  // gradients as `mode` says), reading W in its 16-bit type when the call
+  // handed it over so (lp.matrices16[w]).
   void Linear(const LayerParams& lp, int w, T* out, const T* inp, const T* bias, int IC, int OC) {
     const void* w16 = lp.matrices16.empty() ? nullptr : lp.matrices16[static_cast<size_t>(w)];
     if (w16 != nullptr) return ops->MatmulForward16(out, inp, w16, lp.type16, bias, N, IC, OC);
     ops->MatmulForward(out, inp, lp.values[static_cast<size_t>(w)], bias, N, IC, OC);
   }
   void LinearBackward(const LayerParams& lp, int w, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, int IC,
-                      int OC) {
+                      int OC, kernels::GradMode mode) {
     const void* w16 = lp.matrices16.empty() ? nullptr : lp.matrices16[static_cast<size_t>(w)];
-    if (w16 != nullptr) return ops->MatmulBackward16(dinp, dweight, dbias, dout, inp, w16, lp.type16, N, IC, OC);
-    ops->MatmulBackward(dinp, dweight, dbias, dout, inp, lp.values[static_cast<size_t>(w)], N, IC, OC);
+    if (w16 != nullptr) return ops->MatmulBackward16(dinp, dweight, dbias, dout, inp, w16, lp.type16, N, IC, OC, mode);
+    ops->MatmulBackward(dinp, dweight, dbias, dout, inp, lp.values[static_cast<size_t>(w)], N, IC, OC, mode);
   }
   Status CheckBackwardLayer(int layer, const char* what) const;
   Status AllocateLayerActs(LayerActs* a);
@@ -619,34 +629,36 @@ void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const LayerPar
 // dbuf_c (kAttnOut -> kQkv), d ln1 in atty (kQkv -> kNorm1). Each reuses a
 // forward buffer whose last reader has run.
 template <typename T>
-void GptCompute<T>::Impl::BackwardGroup(int layer, int group, const LayerParams& lp, const std::vector<T*>& g) {
+void GptCompute<T>::Impl::BackwardGroup(int layer, int group, const LayerParams& lp, const std::vector<T*>& g,
+                                        kernels::GradMode mode) {
   LayerActs& a = acts_of(layer);
   const std::vector<const T*>& p = lp.values;
-  if (config.llama()) return LlamaBackwardGroup(layer, group, lp, g);
+  if (config.llama()) return LlamaBackwardGroup(layer, group, lp, g, mode);
   const int T_ = config.seq_len, NH = config.n_head;
   Ops<T>& o = *ops;
   // x_{l+1} = mid + fc_proj(gelu(fc(ln2(mid)))); mid = x_l + attn_proj(attention(qkv(ln1(x_l)))).
   switch (group) {
     case kMlpOutGroup:
       o.Zero(dbuf_4c, N * 4 * C);  // d fch_gelu
-      LinearBackward(lp, kFcProjW, dbuf_4c, g[kFcProjW], g[kFcProjB], dres, a.fch_gelu, 4 * C, C);
+      LinearBackward(lp, kFcProjW, dbuf_4c, g[kFcProjW], g[kFcProjB], dres, a.fch_gelu, 4 * C, C, mode);
       break;
     case kMlpInGroup: {
       T* dfch = a.fch_gelu;  // fch_gelu's last reader was the fc_proj matmul backward
       o.Zero(dfch, N * 4 * C);
       o.GeluBackward(dfch, a.fch, dbuf_4c, N * 4 * C);
       o.Zero(dbuf_c, N * C);  // d ln2
-      LinearBackward(lp, kFcW, dbuf_c, g[kFcW], g[kFcB], dfch, a.ln2, C, 4 * C);
+      LinearBackward(lp, kFcW, dbuf_c, g[kFcW], g[kFcB], dfch, a.ln2, C, 4 * C, mode);
       break;
     }
     case kNorm2Group:
       // The residual passes d x_{l+1} through unchanged: adding the
       // LayerNorm path turns dres into d mid.
+      ZeroToSet(mode, {g[kLn2W], g[kLn2B]});
       o.LayerNormBackward(dres, g[kLn2W], g[kLn2B], dbuf_c, a.mid, p[kLn2W], a.ln2_mean, a.ln2_rstd, N, C);
       break;
     case kAttnOutGroup:
       o.Zero(dbuf_c, N * C);  // d atty
-      LinearBackward(lp, kAttProjW, dbuf_c, g[kAttProjW], g[kAttProjB], dres, a.atty, C, C);
+      LinearBackward(lp, kAttProjW, dbuf_c, g[kAttProjW], g[kAttProjB], dres, a.atty, C, C, mode);
       break;
     case kQkvGroup: {
       T* dqkv_ = dbuf_4c;
@@ -654,17 +666,20 @@ void GptCompute<T>::Impl::BackwardGroup(int layer, int group, const LayerParams&
       o.AttentionBackward(dqkv_, attn_scratch, dbuf_c, a.qkv, a.att, B, T_, C, NH);
       T* dln1 = a.atty;  // atty's last reader was the attn_proj matmul backward
       o.Zero(dln1, N * C);
-      LinearBackward(lp, kQkvW, dln1, g[kQkvW], g[kQkvB], dqkv_, a.ln1, C, 3 * C);
+      LinearBackward(lp, kQkvW, dln1, g[kQkvW], g[kQkvB], dqkv_, a.ln1, C, 3 * C, mode);
       break;
     }
-    default: o.LayerNormBackward(dres, g[kLn1W], g[kLn1B], a.atty, x[layer], p[kLn1W], a.ln1_mean, a.ln1_rstd, N, C);
+    default:
+      ZeroToSet(mode, {g[kLn1W], g[kLn1B]});
+      o.LayerNormBackward(dres, g[kLn1W], g[kLn1B], a.atty, x[layer], p[kLn1W], a.ln1_mean, a.ln1_rstd, N, C);
   }
 }
 
 // As BackwardGroup: d hmid in dh (kMlpOut -> kMlpIn), d ln2 and d atty in
 // dbuf_c, d ln1 in dbuf_c (kQkv -> kNorm1).
 template <typename T>
-void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerParams& lp, const std::vector<T*>& g) {
+void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerParams& lp, const std::vector<T*>& g,
+                                             kernels::GradMode mode) {
   LayerActs& a = acts_of(layer);
   const std::vector<const T*>& p = lp.values;
   const int T_ = config.seq_len, NH = config.n_head, NKV = config.n_kv_head;
@@ -675,20 +690,23 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
   switch (group) {
     case kMlpOutGroup:
       o.Zero(dh, N * I);
-      LinearBackward(lp, kDownW, dh, g[kDownW], nullptr, dres, a.hmid, I, C);
+      LinearBackward(lp, kDownW, dh, g[kDownW], nullptr, dres, a.hmid, I, C, mode);
       break;
     case kMlpInGroup:
       o.Zero(dgate, N * I);
       o.Zero(dup, N * I);
       o.SwigluBackward(dgate, dup, a.gate, a.up, dh, N * I);
       o.Zero(dbuf_c, N * C);  // d ln2
-      LinearBackward(lp, kGateW, dbuf_c, g[kGateW], nullptr, dgate, a.ln2, C, I);
-      LinearBackward(lp, kUpW, dbuf_c, g[kUpW], nullptr, dup, a.ln2, C, I);
+      LinearBackward(lp, kGateW, dbuf_c, g[kGateW], nullptr, dgate, a.ln2, C, I, mode);
+      LinearBackward(lp, kUpW, dbuf_c, g[kUpW], nullptr, dup, a.ln2, C, I, mode);
       break;
-    case kNorm2Group: o.RmsNormBackward(dres, g[kMlpNormW], dbuf_c, a.mid, p[kMlpNormW], a.ln2_rstd, N, C); break;
+    case kNorm2Group:
+      ZeroToSet(mode, {g[kMlpNormW]});
+      o.RmsNormBackward(dres, g[kMlpNormW], dbuf_c, a.mid, p[kMlpNormW], a.ln2_rstd, N, C);
+      break;
     case kAttnOutGroup:
       o.Zero(dbuf_c, N * C);  // d atty
-      LinearBackward(lp, kOW, dbuf_c, g[kOW], nullptr, dres, a.atty, C, C);
+      LinearBackward(lp, kOW, dbuf_c, g[kOW], nullptr, dres, a.atty, C, C, mode);
       break;
     case kQkvGroup: {
       o.Zero(dqkv, N * 3 * C);
@@ -703,12 +721,14 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
       o.RopeBackward(dk, dk_rot, rope_cos, rope_sin, B, T_, NKV, hd);
       T* dln1 = dbuf_c;  // d atty's last reader was the attention backward
       o.Zero(dln1, N * C);
-      LinearBackward(lp, kQW, dln1, g[kQW], bias ? g[kQB] : nullptr, dq, a.ln1, C, C);
-      LinearBackward(lp, kKW, dln1, g[kKW], bias ? g[kKB] : nullptr, dk, a.ln1, C, Ckv);
-      LinearBackward(lp, kVW, dln1, g[kVW], bias ? g[kVB] : nullptr, dv, a.ln1, C, Ckv);
+      LinearBackward(lp, kQW, dln1, g[kQW], bias ? g[kQB] : nullptr, dq, a.ln1, C, C, mode);
+      LinearBackward(lp, kKW, dln1, g[kKW], bias ? g[kKB] : nullptr, dk, a.ln1, C, Ckv, mode);
+      LinearBackward(lp, kVW, dln1, g[kVW], bias ? g[kVB] : nullptr, dv, a.ln1, C, Ckv, mode);
       break;
     }
-    default: o.RmsNormBackward(dres, g[kAttnNormW], dbuf_c, x[layer], p[kAttnNormW], a.ln1_rstd, N, C);
+    default:
+      ZeroToSet(mode, {g[kAttnNormW]});
+      o.RmsNormBackward(dres, g[kAttnNormW], dbuf_c, x[layer], p[kAttnNormW], a.ln1_rstd, N, C);
   }
 }
 
@@ -1098,7 +1118,8 @@ StatusOr<double> GptCompute<T>::HeadForward(const std::vector<const T*>& head, c
     o.CrossEntropyForwardBackward(m.losses + r0, grads != nullptr ? m.dlogits : nullptr, m.logits, m.targets + r0, rows,
                                   V, Vp, dloss);
     if (grads != nullptr) {
-      o.MatmulBackward(m.dbuf_c + r0 * C, grads->lm_head, nullptr, m.dlogits, m.lnf + r0 * C, lm_head, rows, m.C, Vp);
+      o.MatmulBackward(m.dbuf_c + r0 * C, grads->lm_head, nullptr, m.dlogits, m.lnf + r0 * C, lm_head, rows, m.C, Vp,
+                       kernels::GradMode::kAdd);
     }
   }
   if (grads != nullptr) {
@@ -1170,13 +1191,13 @@ Status GptCompute<T>::LayerRecomputeGroups(int layer, int begin, int end, const 
 
 template <typename T>
 Status GptCompute<T>::LayerBackwardGroups(int layer, int begin, int end, const std::vector<const T*>& params,
-                                          const std::vector<T*>& grads) {
-  return LayerBackwardGroups(layer, begin, end, LayerParams{params, {}, ElementType::kBf16}, grads);
+                                          const std::vector<T*>& grads, kernels::GradMode mode) {
+  return LayerBackwardGroups(layer, begin, end, LayerParams{params, {}, ElementType::kBf16}, grads, mode);
 }
 
 template <typename T>
 Status GptCompute<T>::LayerBackwardGroups(int layer, int begin, int end, const LayerParams& params,
-                                          const std::vector<T*>& grads) {
+                                          const std::vector<T*>& grads, kernels::GradMode mode) {
   Impl& m = *impl_;
   const size_t n = m.LayerTensorCount();
   ZINF_RETURN_IF_ERROR(
@@ -1192,7 +1213,7 @@ Status GptCompute<T>::LayerBackwardGroups(int layer, int begin, int end, const L
                                       "the backward runs groups down from " + std::to_string(m.backward_end));
   }
   if (m.keep) m.kept_consumed = true;
-  for (int g = end - 1; g >= begin; --g) m.BackwardGroup(layer, g, params, grads);
+  for (int g = end - 1; g >= begin; --g) m.BackwardGroup(layer, g, params, grads, mode);
   m.backward_end = begin;
   if (begin == 0) {
     m.backward_next = layer - 1;

@@ -229,12 +229,15 @@ class GptCompute {
   //              recompute does not need the last group; none when the
   //              activations are kept), then LayerBackwardGroups from
   //              kLayerGroups down to 0, each call accumulating the
-  //              gradients of its groups' tensors.
+  //              gradients of its groups' tensors (kAdd), or setting them
+  //              (kSet: every tensor of the groups is written whole, its
+  //              old contents ignored, so the caller need not zero it;
+  //              values as cpu_kernels.h's GradMode says).
   // Calls out of that order fail with kFailedPrecondition.
   Status LayerForwardGroups(int layer, int begin, int end, const std::vector<const T*>& params);
   Status LayerRecomputeGroups(int layer, int begin, int end, const std::vector<const T*>& params);
   Status LayerBackwardGroups(int layer, int begin, int end, const std::vector<const T*>& params,
-                             const std::vector<T*>& grads);
+                             const std::vector<T*>& grads, kernels::GradMode mode = kernels::GradMode::kAdd);
   // A layer's parameters with its matrices (IsLayerMatrix) in their 16-bit
   // type, for ops that read them as they are (Ops::reads_weights16): each
   // tensor is in `values` or, a matrix, in `matrices16` (empty, or one
@@ -247,7 +250,8 @@ class GptCompute {
   };
   Status LayerForwardGroups(int layer, int begin, int end, const LayerParams& params);
   Status LayerRecomputeGroups(int layer, int begin, int end, const LayerParams& params);
-  Status LayerBackwardGroups(int layer, int begin, int end, const LayerParams& params, const std::vector<T*>& grads);
+  Status LayerBackwardGroups(int layer, int begin, int end, const LayerParams& params, const std::vector<T*>& grads,
+                             kernels::GradMode mode = kernels::GradMode::kAdd);
   // Accumulates d wte and d wpe into `grads` (spec order of the embed block).
   Status EmbedBackward(const std::vector<T*>& grads);
 

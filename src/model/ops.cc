@@ -80,8 +80,8 @@ class CpuOps final : public Ops<T> {
     Run([=] { k::MatmulForward(out, inp, weight, bias, N, C, OC); });
   }
   void MatmulBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N, int C,
-                      int OC) override {
-    Run([=] { k::MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC); });
+                      int OC, kernels::GradMode mode) override {
+    Run([=] { k::MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, mode); });
   }
   // float reads bf16 and f16 weights as they are; the fp64 checks cast.
   bool reads_weights16() const override { return std::is_same_v<T, float>; }
@@ -94,14 +94,14 @@ class CpuOps final : public Ops<T> {
     }
   }
   void MatmulBackward16(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const void* weight,
-                        ElementType weight_type, int64_t N, int C, int OC) override {
+                        ElementType weight_type, int64_t N, int C, int OC, kernels::GradMode mode) override {
     if constexpr (std::is_same_v<T, float>) {
       Run([=] {
         k::MatmulBackward16(dinp, dweight, dbias, dout, inp, static_cast<const uint16_t*>(weight), weight_type, N, C,
-                            OC);
+                            OC, mode);
       });
     } else {
-      Ops<T>::MatmulBackward16(dinp, dweight, dbias, dout, inp, weight, weight_type, N, C, OC);
+      Ops<T>::MatmulBackward16(dinp, dweight, dbias, dout, inp, weight, weight_type, N, C, OC, mode);
     }
   }
   // The backward keeps the gradient of the pre-softmax scores, one per entry
@@ -206,7 +206,8 @@ void Ops<T>::MatmulForward16(T*, const T*, const void*, ElementType, const T*, i
 }
 
 template <typename T>
-void Ops<T>::MatmulBackward16(T*, T*, T*, const T*, const T*, const void*, ElementType, int64_t, int, int) {
+void Ops<T>::MatmulBackward16(T*, T*, T*, const T*, const T*, const void*, ElementType, int64_t, int, int,
+                              kernels::GradMode) {
   ZINF_CHECK_MSG(false, "Ops::MatmulBackward16 on ops that do not read 16-bit weights (reads_weights16)");
 }
 

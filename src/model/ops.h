@@ -55,8 +55,10 @@ class Ops {
   virtual void LayerNormBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                                  const T* mean, const T* rstd, int64_t N, int C) = 0;
   virtual void MatmulForward(T* out, const T* inp, const T* weight, const T* bias, int64_t N, int C, int OC) = 0;
+  // `mode`: dweight and dbias added to (kAdd) or set (kSet), as in
+  // cpu_kernels.h.
   virtual void MatmulBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int64_t N,
-                              int C, int OC) = 0;
+                              int C, int OC, kernels::GradMode mode) = 0;
   // Whether MatmulForward16 / MatmulBackward16 are there: the matmuls with a
   // weight in a 16-bit float type (the engine's parameters, kBf16 or kF16)
   // read as it is, with no T copy of it. CpuOps: the bits of casting it
@@ -67,7 +69,7 @@ class Ops {
   virtual void MatmulForward16(T* out, const T* inp, const void* weight, ElementType weight_type, const T* bias,
                                int64_t N, int C, int OC);
   virtual void MatmulBackward16(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const void* weight,
-                                ElementType weight_type, int64_t N, int C, int OC);
+                                ElementType weight_type, int64_t N, int C, int OC, kernels::GradMode mode);
   // Elements of device scratch AttentionForward / AttentionBackward need
   // (one buffer, shared by both: the caller allocates the max once).
   virtual int64_t AttentionScratchElems(int B, int T_, int C, int NH) const = 0;

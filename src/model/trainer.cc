@@ -213,15 +213,20 @@ struct Trainer::Impl {
     return out;
   }
 
-  // Zeroed gradient arrays of block `b` laid out in `buf`.
-  std::vector<float*> ZeroedGrads(BlockId b, float* buf) {
+  // Gradient arrays of block `b` laid out in `buf`, as they are.
+  std::vector<float*> GradArrays(BlockId b, float* buf) const {
     std::vector<float*> out;
     int64_t offset = 0;
     for (const TensorSpec& t : spec(b).tensors) {
       out.push_back(buf + offset);
       offset += t.numel();
     }
-    ops->Zero(buf, offset);
+    return out;
+  }
+  // The same, zeroed (for kernels that add into them).
+  std::vector<float*> ZeroedGrads(BlockId b, float* buf) {
+    std::vector<float*> out = GradArrays(b, buf);
+    ops->Zero(buf, spec(b).numel());
     return out;
   }
 
@@ -316,9 +321,12 @@ struct Trainer::Impl {
       if (e != held) {  // only one piece is acquired at a time: they share param_scratch
         ZINF_ASSIGN_OR_RETURN(held_params, AcquireLayerPiece(e));
       }
-      std::vector<float*> g = ZeroedGrads(e, grad_scratch);
+      // The groups set their tensors' gradients (kSet): no zeroing pass
+      // over the scratch, and the weights' matmuls do not read it.
+      std::vector<float*> g = GradArrays(e, grad_scratch);
       ZINF_RETURN_IF_ERROR(Timed([&] {
-        return compute->LayerBackwardGroups(l, piece.begin_group, piece.end_group, held_params, AtLayerPlaces(e, g));
+        return compute->LayerBackwardGroups(l, piece.begin_group, piece.end_group, held_params, AtLayerPlaces(e, g),
+                                            kernels::GradMode::kSet);
       }));
       ZINF_RETURN_IF_ERROR(ReduceAfterCompute(e, g));
     }

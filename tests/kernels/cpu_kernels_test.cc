@@ -576,6 +576,53 @@ TEST(CpuKernelsTest, Matmul16ReadsTheWeightAsItsFloatCast) {
   }
 }
 
+// GradMode::kSet writes the weight's and the bias's gradients whole, over
+// NaN, with the values of adding into zeros (== : a zero's sign may
+// differ), dinp still accumulating; one slab of the reduction and several
+// (N > 256 positions: the later slabs add to what the first stored), and
+// none (N = 0: the gradients are zero). Float, double and 16-bit weights.
+TEST(CpuKernelsTest, MatmulBackwardSetsTheWeightGradients) {
+  std::mt19937_64 rng(35);
+  for (auto [N, C, OC] : {std::tuple<int64_t, int, int>{67, 300, 70}, {600, 45, 130}, {0, 20, 9}}) {
+    SCOPED_TRACE("N " + std::to_string(N) + " C " + std::to_string(C) + " OC " + std::to_string(OC));
+    const std::vector<float> inp = RandomFloats(rng, N * C), dout = RandomFloats(rng, N * OC),
+                             w = RandomFloats(rng, int64_t{OC} * C);
+    std::vector<uint16_t> w16(w.size());
+    for (size_t i = 0; i < w.size(); ++i) w16[i] = FloatToBf16(w[i]);
+    auto same = [](const auto& a, const auto& b) {
+      size_t differ = 0;
+      for (size_t i = 0; i < a.size(); ++i) differ += !(a[i] == b[i]);
+      return differ;
+    };
+    auto run = [&](auto zero, bool sixteen) {
+      using T = decltype(zero);
+      const std::vector<T> tin(inp.begin(), inp.end()), tdout(dout.begin(), dout.end()), tw(w.begin(), w.end());
+      std::vector<T> dinp_add(N * C, T(0.5)), dw_add(tw.size(), T(0)), db_add(OC, T(0));
+      std::vector<T> dinp_set = dinp_add, dw_set(tw.size(), std::numeric_limits<T>::quiet_NaN()),
+                     db_set(OC, std::numeric_limits<T>::quiet_NaN());
+      if constexpr (std::is_same_v<T, float>) {
+        if (sixteen) {
+          MatmulBackward16(dinp_add.data(), dw_add.data(), db_add.data(), tdout.data(), tin.data(), w16.data(),
+                           ElementType::kBf16, N, C, OC);
+          MatmulBackward16(dinp_set.data(), dw_set.data(), db_set.data(), tdout.data(), tin.data(), w16.data(),
+                           ElementType::kBf16, N, C, OC, GradMode::kSet);
+        }
+      }
+      if (!sixteen) {
+        MatmulBackward<T>(dinp_add.data(), dw_add.data(), db_add.data(), tdout.data(), tin.data(), tw.data(), N, C, OC);
+        MatmulBackward<T>(dinp_set.data(), dw_set.data(), db_set.data(), tdout.data(), tin.data(), tw.data(), N, C, OC,
+                          GradMode::kSet);
+      }
+      EXPECT_EQ(same(dinp_add, dinp_set), 0u) << "dinp";
+      EXPECT_EQ(same(dw_add, dw_set), 0u) << "dweight";
+      EXPECT_EQ(same(db_add, db_set), 0u) << "dbias";
+    };
+    run(0.0f, false);
+    run(0.0, false);
+    run(0.0f, true);
+  }
+}
+
 // Big enough to run threaded; the same bits with one thread and with many.
 TEST(CpuKernelsTest, ResultsDoNotDependOnThreadCount) {
   std::mt19937_64 rng(12);

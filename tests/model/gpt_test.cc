@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -120,10 +121,17 @@ class Harness {
   }
 
   // The loss of `batch`; with `backward`, the gradients of every block
-  // (zeroed first) as well.
-  double Run(const Batch& batch, bool backward, const Matrices16* m16 = nullptr) {
-    for (auto& block : grads_)
-      for (auto& g : block) std::fill(g.begin(), g.end(), T(0));
+  // (zeroed first) as well. `layer_grads` kSet: the layers' gradients are
+  // set by LayerBackwardGroups (walked in two group ranges) into arrays
+  // filled with NaN instead of zeroed.
+  double Run(const Batch& batch, bool backward, const Matrices16* m16 = nullptr,
+             kernels::GradMode layer_grads = kernels::GradMode::kAdd) {
+    const bool set = layer_grads == kernels::GradMode::kSet;
+    for (BlockId b = 0; b < static_cast<BlockId>(grads_.size()); ++b) {
+      const bool layer = b != kEmbedBlock && b != HeadBlock(config_);
+      for (auto& g : grads_[b])
+        std::fill(g.begin(), g.end(), set && layer ? std::numeric_limits<T>::quiet_NaN() : T(0));
+    }
     EXPECT_TRUE(compute_->SetBatch(batch.inputs.data(), batch.targets.data()).ok());
     EXPECT_TRUE(compute_->EmbedForward(Const(kEmbedBlock)).ok());
     for (int l = 0; l < config_.n_layer; ++l) {
@@ -147,16 +155,18 @@ class Harness {
     EXPECT_TRUE(loss.ok()) << loss.status().ToString();
     if (backward) {
       for (int l = config_.n_layer - 1; l >= 0; --l) {
-        if (m16 == nullptr) {
+        if (m16 == nullptr && !set) {
           EXPECT_TRUE(compute_->LayerBackward(l, Const(LayerBlock(l)), Mutable(LayerBlock(l))).ok());
           continue;
         }
-        const auto lp = Layer16(l, *m16);
+        const auto lp = m16 != nullptr
+                            ? Layer16(l, *m16)
+                            : typename GptCompute<T>::LayerParams{Const(LayerBlock(l)), {}, ElementType::kBf16};
         if (!compute_->keeps_activations()) {
           EXPECT_TRUE(compute_->LayerRecomputeGroups(l, 0, kMlpOutGroup, lp).ok());
         }
-        EXPECT_TRUE(compute_->LayerBackwardGroups(l, 3, kLayerGroups, lp, Mutable(LayerBlock(l))).ok());
-        EXPECT_TRUE(compute_->LayerBackwardGroups(l, 0, 3, lp, Mutable(LayerBlock(l))).ok());
+        EXPECT_TRUE(compute_->LayerBackwardGroups(l, 3, kLayerGroups, lp, Mutable(LayerBlock(l)), layer_grads).ok());
+        EXPECT_TRUE(compute_->LayerBackwardGroups(l, 0, 3, lp, Mutable(LayerBlock(l)), layer_grads).ok());
       }
       EXPECT_TRUE(compute_->EmbedBackward(Mutable(kEmbedBlock)).ok());
     }
@@ -380,6 +390,46 @@ TEST(GptTest, SixteenBitMatricesGiveTheBitsOfTheirFloatCasts) {
     s = d.compute().LayerForwardGroups(0, 0, kLayerGroups, dp);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(s.message().find("do not read"), std::string::npos) << s.ToString();
+  }
+}
+
+// Layer gradients set (GradMode::kSet, as the trainer asks) into arrays
+// full of NaN: every tensor of the walked groups is written whole, with the
+// values of adding into zeroed arrays (== : a zero's sign may differ), for
+// GPT-2 and Llama with q/k/v biases, float and its 16-bit matrices, and
+// double; the loss is unchanged.
+TEST(GptTest, SetLayerGradientsNeedNoZeroing) {
+  for (const GptConfig& config : {Tiny(true), TinyLlama(false, true)}) {
+    SCOPED_TRACE(config.llama() ? "llama" : "gpt2");
+    const int B = 2;
+    std::vector<Tensors> params = MakeParams(config, 13);
+    const Batch batch = MakeBatch(config, B, 14);
+    const Harness<float>::Matrices16 m16 = LayerMatricesToBf16(config, params, nullptr);  // rounds params too
+    auto check = [&](auto& add, auto& set, const char* what) {
+      SCOPED_TRACE(what);
+      for (size_t b = 0; b < params.size(); ++b) {
+        for (size_t t = 0; t < params[b].size(); ++t) {
+          const auto& ga = add.grads()[b][t];
+          const auto& gs = set.grads()[b][t];
+          size_t differ = 0;
+          for (size_t i = 0; i < ga.size(); ++i) differ += !(ga[i] == gs[i]);
+          EXPECT_EQ(differ, 0u) << "block " << b << " tensor " << t << " of " << ga.size() << " elements";
+        }
+      }
+    };
+    for (const bool sixteen : {false, true}) {
+      Harness<float> add(config, B), set(config, B);
+      add.SetParams(params);
+      set.SetParams(params);
+      const Harness<float>::Matrices16* m = sixteen ? &m16 : nullptr;
+      EXPECT_EQ(add.Run(batch, true, m), set.Run(batch, true, m, kernels::GradMode::kSet));
+      check(add, set, sixteen ? "float, 16-bit matrices" : "float");
+    }
+    Harness<double> add(config, B), set(config, B);
+    add.SetParams(params);
+    set.SetParams(params);
+    EXPECT_EQ(add.Run(batch, true), set.Run(batch, true, nullptr, kernels::GradMode::kSet));
+    check(add, set, "double");
   }
 }
 
