@@ -337,8 +337,8 @@ void PackRowBlock(T* dst, const T* as, int64_t a_rs, int64_t a_cs, int64_t mb, i
 // blocks of C; the reduction runs slab after slab, so every element of C is
 // summed in a fixed order whatever the thread count (deterministic).
 // `set`: C = A * B; the first slab's sums are stored rather than added, so
-// C is neither zeroed nor read (the values of zeroing it first, but for the
-// sign of a zero sum: -0 stays -0 where 0 + -0 gives +0).
+// C is neither zeroed nor read (the bits of zeroing it first: a sum started
+// from +0 is never -0, so storing it equals adding it to a zero).
 //
 // MR x NR is the register tile of `block`, the packed panels' widths.
 // `kRegisterTranspose`: full panels of a transposed B are packed by

@@ -38,9 +38,9 @@ inline constexpr double kLayerNormEps = 1e-5;
 // buffer holds (kAdd, the kernels' convention: a caller zeroes first, or
 // accumulates on purpose), or set, the buffer's old contents neither read
 // nor kept (kSet: no zeroing pass over a weight-sized buffer, and the
-// matmul does not read it). The values are those of zeroing first and
-// adding, but for the sign of a zero sum (-0 stays -0 where 0 + -0 gives
-// +0), which nothing downstream tells apart.
+// matmul does not read it). The bits are those of zeroing first and adding:
+// each sum starts from +0, so under round-to-nearest it is never -0, and
+// storing it equals adding it to a zero.
 enum class GradMode { kAdd, kSet };
 
 namespace cpu {

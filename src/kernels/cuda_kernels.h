@@ -9,7 +9,8 @@
 // Semantics, layouts and accumulation rules are exactly those of the
 // function of the same name in kernels::cpu (see cpu_kernels.h): forward
 // kernels overwrite their outputs, backward kernels ACCUMULATE (+=) into
-// every gradient they write. Results agree with the CPU reference up to
+// every gradient they write (the CPU matmuls' GradMode::kSet is not here:
+// CudaOps zeroes, then adds). Results agree with the CPU reference up to
 // float rounding (the order of additions differs); nothing here is atomic,
 // so every kernel is deterministic run to run.
 //

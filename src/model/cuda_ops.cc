@@ -86,7 +86,7 @@ class CudaOps final : public Ops<float> {
   }
   void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                       const float* weight, int64_t N, int C, int OC, kernels::GradMode mode) override {
-    ZeroToSet(mode, dweight, dbias, C, OC);
+    ZeroIfSet(mode, dweight, dbias, C, OC);
     Run([&] { return k::MatmulBackward(*blas_, dinp, dweight, dbias, dout, inp, weight, N, C, OC); });
   }
   bool reads_weights16() const override { return lt_ != nullptr; }
@@ -99,9 +99,9 @@ class CudaOps final : public Ops<float> {
   void MatmulBackward16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const void* weight, ElementType weight_type, int64_t N, int C, int OC,
                         kernels::GradMode mode) override {
+    ZeroIfSet(mode, dweight, dbias, C, OC);  // before the scratch: with N = 0 there is none
     void* scratch = Scratch16(k::Matmul16ScratchBytes(N, C, OC));
     if (scratch == nullptr) return;
-    ZeroToSet(mode, dweight, dbias, C, OC);
     Run([&] {
       return k::MatmulBackward16(*lt_, dinp, dweight, dbias, dout, inp, weight, weight_type, N, C, OC, scratch);
     });
@@ -180,11 +180,12 @@ class CudaOps final : public Ops<float> {
   // switched it).
   Status Enter() { return k::SetDevice(ordinal_); }
 
-  // kSet on cuBLAS's accumulating GEMMs: the weight's and bias's gradients
-  // zeroed on the stream first (the values kSet gives; cuBLAS with beta 0
-  // would save the read, but may pick another algorithm, hence other bits,
-  // than the accumulating call: left for a session that can measure it).
-  void ZeroToSet(kernels::GradMode mode, float* dweight, float* dbias, int C, int OC) {
+  // kSet on the CUDA kernels, which add (cuda_kernels.h): the weight's and
+  // bias's gradients zeroed on the stream first, then added to (cuBLAS with
+  // beta 0 would save the read, but may pick another algorithm, hence other
+  // bits, than the accumulating call: left for a session that can measure
+  // it on a GPU).
+  void ZeroIfSet(kernels::GradMode mode, float* dweight, float* dbias, int C, int OC) {
     if (mode != kernels::GradMode::kSet) return;
     if (dweight != nullptr) Zero(dweight, int64_t{OC} * C);
     if (dbias != nullptr) Zero(dbias, OC);

@@ -26,6 +26,7 @@
 #include <cerrno>
 #include <cmath>
 #include <fstream>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <set>
@@ -530,7 +531,7 @@ struct GptCompute<T>::Impl {
                           kernels::GradMode mode);
   // A norm's parameter gradients before its backward, which adds into them:
   // zeroed when the call sets its gradients (kSet). Null ones are skipped.
-  void ZeroToSet(kernels::GradMode mode, std::initializer_list<T*> grads) {
+  void ZeroIfSet(kernels::GradMode mode, std::initializer_list<T*> grads) {
     if (mode != kernels::GradMode::kSet) return;
     for (T* g : grads) {
       if (g != nullptr) ops->Zero(g, C);
@@ -653,7 +654,7 @@ void GptCompute<T>::Impl::BackwardGroup(int layer, int group, const LayerParams&
     case kNorm2Group:
       // The residual passes d x_{l+1} through unchanged: adding the
       // LayerNorm path turns dres into d mid.
-      ZeroToSet(mode, {g[kLn2W], g[kLn2B]});
+      ZeroIfSet(mode, {g[kLn2W], g[kLn2B]});
       o.LayerNormBackward(dres, g[kLn2W], g[kLn2B], dbuf_c, a.mid, p[kLn2W], a.ln2_mean, a.ln2_rstd, N, C);
       break;
     case kAttnOutGroup:
@@ -670,7 +671,7 @@ void GptCompute<T>::Impl::BackwardGroup(int layer, int group, const LayerParams&
       break;
     }
     default:
-      ZeroToSet(mode, {g[kLn1W], g[kLn1B]});
+      ZeroIfSet(mode, {g[kLn1W], g[kLn1B]});
       o.LayerNormBackward(dres, g[kLn1W], g[kLn1B], a.atty, x[layer], p[kLn1W], a.ln1_mean, a.ln1_rstd, N, C);
   }
 }
@@ -701,7 +702,7 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
       LinearBackward(lp, kUpW, dbuf_c, g[kUpW], nullptr, dup, a.ln2, C, I, mode);
       break;
     case kNorm2Group:
-      ZeroToSet(mode, {g[kMlpNormW]});
+      ZeroIfSet(mode, {g[kMlpNormW]});
       o.RmsNormBackward(dres, g[kMlpNormW], dbuf_c, a.mid, p[kMlpNormW], a.ln2_rstd, N, C);
       break;
     case kAttnOutGroup:
@@ -727,7 +728,7 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
       break;
     }
     default:
-      ZeroToSet(mode, {g[kAttnNormW]});
+      ZeroIfSet(mode, {g[kAttnNormW]});
       o.RmsNormBackward(dres, g[kAttnNormW], dbuf_c, x[layer], p[kAttnNormW], a.ln1_rstd, N, C);
   }
 }

@@ -322,7 +322,7 @@ struct Trainer::Impl {
         ZINF_ASSIGN_OR_RETURN(held_params, AcquireLayerPiece(e));
       }
       // The groups set their tensors' gradients (kSet): no zeroing pass
-      // over the scratch, and the weights' matmuls do not read it.
+      // over the scratch, and the CPU's weight matmuls do not read it.
       std::vector<float*> g = GradArrays(e, grad_scratch);
       ZINF_RETURN_IF_ERROR(Timed([&] {
         return compute->LayerBackwardGroups(l, piece.begin_group, piece.end_group, held_params, AtLayerPlaces(e, g),
@@ -607,6 +607,15 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
     auto p = m->AllocateFloats(n);
     if (!p.ok()) return WorkingSetError(*m, p.status(), engine_bytes, scratch_elems, max_block);
     *dst = *p;
+  }
+  // The layers' gradients are set in the scratch, never added to it
+  // (GradMode::kSet): it starts as NaN, so a tensor some backward failed to
+  // write reaches the engine as NaN (the norm, then every loss), not as an
+  // earlier layer's values that would still train.
+  if (m->grad_scratch != nullptr) {
+    ZINF_ASSIGN_OR_RETURN(std::unique_ptr<Stream> s, m->device->CreateStream());
+    ZINF_RETURN_IF_ERROR(s->MemsetAsync(m->grad_scratch, 0xFF, static_cast<size_t>(max_other) * sizeof(float)));
+    ZINF_RETURN_IF_ERROR(s->Synchronize().WithContext("trainer: filling the gradient scratch"));
   }
   return std::unique_ptr<Trainer>(new Trainer(std::move(m)));
 }

@@ -577,13 +577,14 @@ TEST(CpuKernelsTest, Matmul16ReadsTheWeightAsItsFloatCast) {
 }
 
 // GradMode::kSet writes the weight's and the bias's gradients whole, over
-// NaN, with the values of adding into zeros (== : a zero's sign may
-// differ), dinp still accumulating; one slab of the reduction and several
-// (N > 256 positions: the later slabs add to what the first stored), and
-// none (N = 0: the gradients are zero). Float, double and 16-bit weights.
+// NaN, with the bits of adding into zeros, dinp still accumulating; one
+// slab of the reduction and several (N > 256 positions: the later slabs
+// add to what the first stored), with one column block and with several
+// (the A slab packed once and shared), and none (N = 0: the gradients are
+// zero). Float, double and 16-bit weights, on this machine's SIMD path.
 TEST(CpuKernelsTest, MatmulBackwardSetsTheWeightGradients) {
   std::mt19937_64 rng(35);
-  for (auto [N, C, OC] : {std::tuple<int64_t, int, int>{67, 300, 70}, {600, 45, 130}, {0, 20, 9}}) {
+  for (auto [N, C, OC] : {std::tuple<int64_t, int, int>{67, 300, 70}, {600, 45, 130}, {300, 100, 70}, {0, 20, 9}}) {
     SCOPED_TRACE("N " + std::to_string(N) + " C " + std::to_string(C) + " OC " + std::to_string(OC));
     const std::vector<float> inp = RandomFloats(rng, N * C), dout = RandomFloats(rng, N * OC),
                              w = RandomFloats(rng, int64_t{OC} * C);
@@ -591,7 +592,7 @@ TEST(CpuKernelsTest, MatmulBackwardSetsTheWeightGradients) {
     for (size_t i = 0; i < w.size(); ++i) w16[i] = FloatToBf16(w[i]);
     auto same = [](const auto& a, const auto& b) {
       size_t differ = 0;
-      for (size_t i = 0; i < a.size(); ++i) differ += !(a[i] == b[i]);
+      for (size_t i = 0; i < a.size(); ++i) differ += std::memcmp(&a[i], &b[i], sizeof(a[i])) != 0;
       return differ;
     };
     auto run = [&](auto zero, bool sixteen) {
