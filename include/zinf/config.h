@@ -121,6 +121,17 @@ struct MonitorConfig {
   std::string job_name = "DeepSpeedJobName";
 };
 
+// DeepSpeed's activation_checkpointing section. zinf's GPT checkpoints
+// every layer's input (or keeps every activation: `zinf train
+// --activations`); cpu_checkpointing keeps those inputs in pinned host
+// memory rather than on the device (`--activations offload`). DeepSpeed
+// offloads only activations partitioned across model-parallel ranks; zinf
+// does it on one GPU too. The section's other keys are accepted and not
+// acted on.
+struct ActivationCheckpointingConfig {
+  bool cpu_checkpointing = false;
+};
+
 struct Config {
   int64_t train_batch_size = 1;
   int64_t train_micro_batch_size_per_gpu = 1;
@@ -136,6 +147,7 @@ struct Config {
   AioConfig aio;
   MonitorConfig tensorboard;
   MonitorConfig csv_monitor;
+  ActivationCheckpointingConfig activation_checkpointing;
 
   // Which of the three batch keys the file set (with a number); the others
   // are derived by ResolveAuto from train_batch_size = micro * accum * world.

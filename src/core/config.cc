@@ -769,6 +769,10 @@ StatusOr<Config> ParseConfig(std::string_view json_text, std::string source) {
   ParseAio(root.Child("aio"), config.aio);
   ParseMonitor(root.Child("tensorboard"), config.tensorboard);
   ParseMonitor(root.Child("csv_monitor"), config.csv_monitor);
+  Section ac = root.Child("activation_checkpointing");
+  ac.Bool("cpu_checkpointing", config.activation_checkpointing.cpu_checkpointing);
+  ac.Finish({"partition_activations", "contiguous_memory_optimization", "number_checkpoints",
+             "synchronize_checkpoint_boundary", "profile"});
 
   if (config.fp16.enabled && config.bf16.enabled) root.Error("fp16.enabled", "fp16 and bf16 cannot both be enabled");
 
@@ -782,7 +786,6 @@ StatusOr<Config> ParseConfig(std::string_view json_text, std::string source) {
                "flops_profiler",
                "wandb",
                "comet",
-               "activation_checkpointing",
                "amp",
                "dump_state",
                "memory_breakdown",
@@ -1199,6 +1202,7 @@ json ConfigJson(const Config& c) {
   for (const auto& [name, m] : {std::pair{"tensorboard", &c.tensorboard}, std::pair{"csv_monitor", &c.csv_monitor}}) {
     j[name] = {{"enabled", m->enabled}, {"output_path", m->output_path}, {"job_name", m->job_name}};
   }
+  j["activation_checkpointing"] = {{"cpu_checkpointing", c.activation_checkpointing.cpu_checkpointing}};
   // Keys still "auto" are shown as such, so a reader sees what is pending.
   for (const std::string& key : c.auto_keys) {
     json* node = &j;

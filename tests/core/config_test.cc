@@ -297,6 +297,30 @@ TEST(ConfigTest, MonitorSectionsAreRead) {
   ExpectError(R"({"tensorboard": {"job_name": "a/b"}})", "tensorboard.job_name: expected a folder name");
 }
 
+// DeepSpeed's activation_checkpointing: cpu_checkpointing is read (the
+// layer inputs in pinned host memory, `--activations offload`), its other
+// keys are listed as ignored, and the section comes back from the JSON.
+TEST(ConfigTest, CpuCheckpointingIsRead) {
+  Config c = MustParse(R"({"activation_checkpointing": {"partition_activations": true, "cpu_checkpointing": true,
+                           "contiguous_memory_optimization": false, "number_checkpoints": null,
+                           "synchronize_checkpoint_boundary": false, "profile": false}})");
+  EXPECT_TRUE(c.activation_checkpointing.cpu_checkpointing);
+  EXPECT_EQ(c.ignored_keys,
+            (std::vector<std::string>{
+                "activation_checkpointing.contiguous_memory_optimization",
+                "activation_checkpointing.number_checkpoints", "activation_checkpointing.partition_activations",
+                "activation_checkpointing.profile", "activation_checkpointing.synchronize_checkpoint_boundary"}));
+  EXPECT_FALSE(MustParse("{}").activation_checkpointing.cpu_checkpointing);
+  EXPECT_TRUE(MustParse(ConfigToJson(c)).activation_checkpointing.cpu_checkpointing);
+  EXPECT_TRUE(MustParse(ConfigChangesToJson(c)).activation_checkpointing.cpu_checkpointing);
+  EXPECT_EQ(ConfigChangesToJson(MustParse("{}")).find("activation_checkpointing"), std::string::npos);
+  ExpectError(R"({"activation_checkpointing": {"cpu_checkpointing": 2}})",
+              "activation_checkpointing.cpu_checkpointing: expected true or false");
+  ExpectError(R"({"activation_checkpointing": {"cpu_checkpoint": true}})",
+              "activation_checkpointing.cpu_checkpoint: unknown key (did you mean \"cpu_checkpointing\"?)");
+  ExpectError(R"({"activation_checkpointing": true})", "activation_checkpointing: expected an object");
+}
+
 TEST(ConfigTest, CrossKeyRules) {
   ExpectError(R"({"zero_optimization": {"stage": 2, "offload_param": {"device": "nvme", "nvme_path": "/x"}}})",
               "zero_optimization.offload_param.device: parameter offload needs zero_optimization.stage 3, got stage 2");
