@@ -3,7 +3,11 @@
 // layer or kept.
 //
 // Memory plan of GptCompute (elements of T; N = B*T positions):
-//   kept across the step   x_0 .. x_L        (L+1) * N*C   (layer inputs)
+//   kept across the step   x_0 .. x_L        (L+1) * N*C   (layer inputs;
+//                                                           kOffload: 3 on
+//                                                           the device, all
+//                                                           in pinned host
+//                                                           memory)
 //   one layer, reused      ln1, ln2, atty, mid             4 * N*C
 //   (every layer: kKeep)   qkv                             3 * N*C
 //                          fch, fch_gelu                   8 * N*C
@@ -23,6 +27,7 @@
 #include "model/gpt.h"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <fstream>
@@ -34,6 +39,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "aio/pinned_pool.h"
 #include "core/check.h"
 #include "device/device.h"
 
@@ -495,8 +501,92 @@ struct GptCompute<T>::Impl {
   // gradient buffers; another backward needs a new forward first.
   bool kept_consumed = false;
 
+  // kOffload (see gpt.h): x[l] is device slot l % kSlots, and every x_l
+  // lives in host_x ((L+1) * N*C, pinned), copied out on `copies` once the
+  // forward has written it and back before a backward reads it. Per slot:
+  // the x_l it holds (-1: none), the last copy out of it (the kernels wait
+  // for it before writing the slot again) and the last copy into it (they
+  // wait for it before reading). Three slots: a layer's input and output
+  // while the one before is still being copied out; in the backward, a
+  // layer's input while the next one's comes in.
+  static constexpr int kSlots = 3;
+  bool offload = false;
+  std::unique_ptr<aio::PinnedPool> host_pool;
+  aio::PinnedBuffer host_buffer;
+  T* host_x = nullptr;
+  std::unique_ptr<Stream> copies;
+  std::array<int, kSlots> slot_holds{-1, -1, -1};
+  std::array<std::unique_ptr<Event>, kSlots> copied_out, copied_in;
+
   ~Impl() {
+    // Copies still queued read or write the slots and host_x.
+    if (copies != nullptr) copies->Synchronize().IgnoreError();
     for (void* p : allocations) device->Free(p);
+  }
+
+  // The copies follow the kernels queued so far: with Ops on a stream, the
+  // copy stream waits for an event recorded there; Ops without one have
+  // run their kernels by the time they return.
+  Status CopiesAfterKernels() {
+    void* s = ops->stream();
+    if (s == nullptr) return Status::Ok();
+    ZINF_ASSIGN_OR_RETURN(std::unique_ptr<Event> e, device->RecordOn(s));
+    return copies->Wait(*e);
+  }
+  // The kernels queued from now on follow `copy` (then cleared): the Ops'
+  // stream waits for it, or the calling thread does.
+  Status KernelsAfter(std::unique_ptr<Event>& copy) {
+    if (copy == nullptr) return Status::Ok();
+    void* s = ops->stream();
+    Status st = s != nullptr ? device->WaitOn(s, *copy) : copy->Synchronize();
+    copy.reset();
+    return st.WithContext("GptCompute: waiting for a layer input's copy");
+  }
+  size_t x_bytes() const { return sizeof(T) * static_cast<size_t>(N) * static_cast<size_t>(C); }
+  // Before the kernels write x_l into its slot: the slot's last copies out
+  // and in (a backward's look-ahead no layer used) have finished.
+  Status BeforeWritingInput(int l) {
+    if (!offload) return Status::Ok();
+    const auto slot = static_cast<size_t>(l % kSlots);
+    slot_holds[slot] = -1;
+    ZINF_RETURN_IF_ERROR(KernelsAfter(copied_in[slot]));
+    return KernelsAfter(copied_out[slot]);
+  }
+  // After the kernels that write x_l are queued: its copy out.
+  Status AfterWritingInput(int l) {
+    if (!offload) return Status::Ok();
+    const auto slot = static_cast<size_t>(l % kSlots);
+    ZINF_RETURN_IF_ERROR(CopiesAfterKernels());
+    ZINF_RETURN_IF_ERROR(copies
+                             ->CopyAsync(host_x + static_cast<int64_t>(l) * N * C, x[static_cast<size_t>(l)], x_bytes(),
+                                         CopyDirection::kDeviceToHost)
+                             .WithContext("GptCompute: copying layer input x_" + std::to_string(l) + " to the host"));
+    ZINF_ASSIGN_OR_RETURN(copied_out[slot], copies->Record());
+    slot_holds[slot] = l;
+    return Status::Ok();
+  }
+  // Queues x_l's copy into its slot unless the slot holds it, after the
+  // kernels queued so far (the slot's earlier value may still be read).
+  Status LoadInput(int l) {
+    if (!offload || l < 0) return Status::Ok();
+    const auto slot = static_cast<size_t>(l % kSlots);
+    if (slot_holds[slot] == l) return Status::Ok();
+    ZINF_RETURN_IF_ERROR(CopiesAfterKernels());
+    ZINF_RETURN_IF_ERROR(copies
+                             ->CopyAsync(x[static_cast<size_t>(l)], host_x + static_cast<int64_t>(l) * N * C, x_bytes(),
+                                         CopyDirection::kHostToDevice)
+                             .WithContext("GptCompute: copying layer input x_" + std::to_string(l) + " back"));
+    ZINF_ASSIGN_OR_RETURN(copied_in[slot], copies->Record());
+    slot_holds[slot] = l;
+    return Status::Ok();
+  }
+  // Before the backward of layer l reads x_l: in its slot, and the next
+  // layer down's on its way.
+  Status InputForBackward(int l) {
+    if (!offload) return Status::Ok();
+    ZINF_RETURN_IF_ERROR(LoadInput(l));
+    ZINF_RETURN_IF_ERROR(KernelsAfter(copied_in[static_cast<size_t>(l % kSlots)]));
+    return LoadInput(l - 1);
   }
 
   template <typename U>
@@ -887,7 +977,22 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
   ZINF_RETURN_IF_ERROR(m.Alloc(&m.tokens, N, "input tokens"));
   ZINF_RETURN_IF_ERROR(m.Alloc(&m.targets, N, "target tokens"));
   m.x.resize(L + 1);
-  for (int64_t l = 0; l <= L; ++l) ZINF_RETURN_IF_ERROR(m.Alloc(&m.x[l], N * C, "layer input x"));
+  m.offload = activations == LayerActivations::kOffload;
+  if (m.offload) {
+    aio::PinnedPoolOptions host;
+    host.buffer_count = 1;
+    host.buffer_bytes = (L + 1) * N * C * static_cast<int64_t>(sizeof(T));
+    host.name = "activation checkpoints (layer inputs x_0 .. x_L)";
+    ZINF_ASSIGN_OR_RETURN(m.host_pool, aio::PinnedPool::Create(host));
+    ZINF_ASSIGN_OR_RETURN(m.host_buffer, m.host_pool->TryAcquire());
+    m.host_x = reinterpret_cast<T*>(m.host_buffer.data());
+    ZINF_ASSIGN_OR_RETURN(m.copies, device->CreateStream());
+    std::array<T*, Impl::kSlots> slots{};
+    for (T*& slot : slots) ZINF_RETURN_IF_ERROR(m.Alloc(&slot, N * C, "layer input slot"));
+    for (int64_t l = 0; l <= L; ++l) m.x[static_cast<size_t>(l)] = slots[static_cast<size_t>(l % Impl::kSlots)];
+  } else {
+    for (int64_t l = 0; l <= L; ++l) ZINF_RETURN_IF_ERROR(m.Alloc(&m.x[l], N * C, "layer input x"));
+  }
   if (config.llama()) {
     m.hd = config.head_dim();
     m.Ckv = config.n_kv_head * m.hd;
@@ -991,6 +1096,10 @@ int64_t GptCompute<T>::activation_bytes() const {
   return impl_->bytes;
 }
 template <typename T>
+int64_t GptCompute<T>::host_activation_bytes() const {
+  return impl_->host_pool != nullptr ? static_cast<int64_t>(impl_->host_pool->region().size()) : 0;
+}
+template <typename T>
 bool GptCompute<T>::keeps_activations() const {
   return impl_->keep;
 }
@@ -1036,7 +1145,9 @@ Status GptCompute<T>::EmbedForward(const std::vector<const T*>& embed) {
   if (!m.batch_set) return Status::FailedPrecondition("EmbedForward: no batch (call SetBatch first)");
   // kLlama has no position rows: the encoder adds zeros (x + 0 is x exactly).
   const T* wpe = m.config.llama() ? m.zero_pos : embed[kWpe];
+  ZINF_RETURN_IF_ERROR(m.BeforeWritingInput(0));
   m.ops->EncoderForward(m.x[0], m.tokens, embed[kWte], wpe, m.B, m.config.seq_len, m.C);
+  ZINF_RETURN_IF_ERROR(m.AfterWritingInput(0));
   m.forward_done = 0;
   m.forward_group = 0;
   m.recompute_group = 0;
@@ -1072,9 +1183,11 @@ Status GptCompute<T>::LayerForwardGroups(int layer, int begin, int end, const La
                                       "layers 0..L-1 in order)");
   }
   ZINF_RETURN_IF_ERROR(CheckNextGroup("LayerForward", layer, begin, m.forward_group));
+  if (end == kLayerGroups) ZINF_RETURN_IF_ERROR(m.BeforeWritingInput(layer + 1));  // the last group writes x_{l+1}
   for (int g = begin; g < end; ++g) m.ForwardGroup(layer, g, params);
   m.forward_group = end;
   if (end == kLayerGroups) {
+    ZINF_RETURN_IF_ERROR(m.AfterWritingInput(layer + 1));
     m.forward_done = layer + 1;
     m.forward_group = 0;
   }
@@ -1184,6 +1297,7 @@ Status GptCompute<T>::LayerRecomputeGroups(int layer, int begin, int end, const 
                                            "LayerRecompute params"));
   ZINF_RETURN_IF_ERROR(m.CheckBackwardLayer(layer, "LayerRecompute"));
   ZINF_RETURN_IF_ERROR(CheckNextGroup("LayerRecompute", layer, begin, m.recompute_group));
+  if (begin == 0) ZINF_RETURN_IF_ERROR(m.InputForBackward(layer));
   // Recompute this layer's activations from its saved input x_l.
   for (int g = begin; g < end; ++g) m.ForwardGroup(layer, g, params);
   m.recompute_group = end;

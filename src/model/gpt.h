@@ -18,10 +18,15 @@
 // pass keeps only each layer's input x_l ([B*T, C] per layer);
 // LayerBackward recomputes the layer's forward from x_l into one layer's
 // worth of scratch, then runs its backward. So activation memory is (L + 1)
-// * B*T*C plus one layer and the logits, whatever the depth. kKeep gives
-// every layer its own activations, kept from the forward: no recompute,
-// for L - 1 more layers' worth of memory. The kernels are deterministic,
-// so both give the same bits. The head computes the logits (and their gradient) in
+// * B*T*C plus one layer and the logits, whatever the depth. kOffload
+// (DeepSpeed's cpu_checkpointing) keeps those inputs in pinned host memory
+// instead: the device holds three of them, each x_l is copied out as the
+// forward writes it and back ahead of its layer's backward, on a copy
+// stream of its own, so the device's activation memory no longer grows
+// with the depth. kKeep gives every layer its own activations, kept from
+// the forward: no recompute, for L - 1 more layers' worth of memory. The
+// kernels are deterministic and the copies exact, so all three give the
+// same bits. The head computes the logits (and their gradient) in
 // chunks of positions, at most 64 MiB for both, so a large vocabulary does
 // not cost B*T*Vp elements twice.
 //
@@ -157,9 +162,10 @@ std::vector<BlockSpec> GptBlockSpecs(const GptConfig& config);
 // Deterministic in (config, block, seed), independent of the other blocks.
 std::vector<std::vector<float>> InitBlockWeights(const GptConfig& config, BlockId block, uint64_t seed);
 
-// Whether a layer's backward recomputes its activations or finds them kept
-// (see the file comment).
-enum class LayerActivations { kRecompute, kKeep };
+// Whether a layer's backward recomputes its activations (from layer inputs
+// kept on the device, or in pinned host memory: kOffload) or finds them
+// kept (see the file comment).
+enum class LayerActivations { kRecompute, kKeep, kOffload };
 
 template <typename T>
 class GptCompute {
@@ -173,8 +179,9 @@ class GptCompute {
   };
 
   // Allocates activations for micro-batches of `batch` sequences of
-  // config.seq_len tokens on `device` (kOutOfMemory past its budget). `ops`
-  // and `device` are not owned and must outlive this object.
+  // config.seq_len tokens on `device` (kOutOfMemory past its budget); with
+  // kOffload also the layer inputs' pinned host memory and a copy stream of
+  // `device`. `ops` and `device` are not owned and must outlive this object.
   static StatusOr<std::unique_ptr<GptCompute>> Create(const GptConfig& config, int batch, Ops<T>* ops, Device* device,
                                                       LayerActivations activations = LayerActivations::kRecompute);
   ~GptCompute();
@@ -183,7 +190,8 @@ class GptCompute {
 
   const GptConfig& config() const;
   int batch() const;
-  int64_t activation_bytes() const;  // device bytes this object holds
+  int64_t activation_bytes() const;       // device bytes this object holds
+  int64_t host_activation_bytes() const;  // pinned host bytes (kOffload's layer inputs), else 0
   // LayerActivations::kKeep: the backward skips LayerRecomputeGroups (which
   // then fails with kFailedPrecondition).
   bool keeps_activations() const;

@@ -15,6 +15,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -82,8 +83,18 @@ Batch MakeBatch(const GptConfig& config, int batch, uint64_t seed) {
 template <typename T>
 class Harness {
  public:
-  Harness(const GptConfig& config, int batch, LayerActivations activations = LayerActivations::kRecompute)
+  // `queued` (float): the kernels queued on one of the host device's
+  // streams, as on a GPU, instead of run in place.
+  Harness(const GptConfig& config, int batch, LayerActivations activations = LayerActivations::kRecompute,
+          bool queued = false)
       : config_(config), device_(CreateHostDevice(0)), ops_(CreateCpuOps<T>()) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (queued) {
+        auto ops = CreateOps(*device_, /*compute16=*/false, /*host_stream=*/true);
+        EXPECT_TRUE(ops.ok()) << ops.status().ToString();
+        ops_ = std::move(*ops);
+      }
+    }
     auto c = GptCompute<T>::Create(config, batch, ops_.get(), device_.get(), activations);
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     compute_ = std::move(*c);
@@ -170,6 +181,7 @@ class Harness {
       }
       EXPECT_TRUE(compute_->EmbedBackward(Mutable(kEmbedBlock)).ok());
     }
+    EXPECT_TRUE(compute_->ops().Synchronize().ok());  // queued kernels have written the gradients
     return loss.ok() ? *loss : NAN;
   }
 
@@ -512,6 +524,61 @@ TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
     EXPECT_EQ(again.code(), StatusCode::kFailedPrecondition);
     EXPECT_NE(again.message().find("forward again"), std::string::npos) << again.ToString();
     EXPECT_TRUE(c.HeadForward(keep.Const(head), keep.Const(lm_block)[lm], nullptr, 1.0).ok());  // no backward: fine
+  }
+}
+
+// Layer inputs in pinned host memory (kOffload, DeepSpeed's
+// cpu_checkpointing): the loss and gradients of keeping them on the device,
+// bit for bit, with the kernels run in place and queued on a stream (the
+// copies on a stream of their own either way), whole layers and in group
+// ranges, over two batches with an evaluation's forward between them (each
+// forward overwrites the slots), five layers deep so that the three device
+// slots turn over twice.
+TEST(GptTest, OffloadedLayerInputsGiveTheBitsOfTheRecompute) {
+  for (GptConfig config : {Tiny(true), TinyLlama(false, true)}) {
+    config.n_layer = 5;
+    SCOPED_TRACE(config.llama() ? "llama" : "gpt2");
+    const int B = 2;
+    const int64_t x_bytes = int64_t{B} * config.seq_len * config.n_embd * static_cast<int64_t>(sizeof(float));
+    std::vector<Tensors> params = MakeParams(config, 31);
+    const Harness<float>::Matrices16 m16 = LayerMatricesToBf16(config, params, nullptr);
+    Harness<float> recompute(config, B);
+    recompute.SetParams(params);
+    EXPECT_EQ(recompute.compute().host_activation_bytes(), 0);
+    for (const bool queued : {false, true}) {
+      SCOPED_TRACE(queued ? "kernels queued" : "kernels in place");
+      Harness<float> offload(config, B, LayerActivations::kOffload, queued);
+      EXPECT_FALSE(offload.compute().keeps_activations());
+      EXPECT_EQ(recompute.compute().activation_bytes() - offload.compute().activation_bytes(),
+                (config.n_layer + 1 - 3) * x_bytes);
+      EXPECT_GE(offload.compute().host_activation_bytes(), (config.n_layer + 1) * x_bytes);
+      offload.SetParams(params);
+      for (uint64_t seed : {32, 33}) {
+        const Batch batch = MakeBatch(config, B, seed);
+        const Harness<float>::Matrices16* const walks[] = {nullptr, &m16};
+        for (const Harness<float>::Matrices16* m : walks) {
+          const double lr = recompute.Run(batch, true, m);
+          const double lo = offload.Run(batch, true, m);
+          EXPECT_EQ(std::memcmp(&lr, &lo, sizeof(double)), 0) << lr << " vs " << lo;
+          for (size_t b = 0; b < params.size(); ++b) {
+            for (size_t t = 0; t < params[b].size(); ++t) {
+              const std::vector<float>& gr = recompute.grads()[b][t];
+              const std::vector<float>& go = offload.grads()[b][t];
+              EXPECT_EQ(std::memcmp(gr.data(), go.data(), gr.size() * sizeof(float)), 0)
+                  << "seed " << seed << " block " << b << " tensor " << t;
+            }
+          }
+        }
+        const Batch other = MakeBatch(config, B, seed + 100);
+        EXPECT_EQ(recompute.Run(other, false), offload.Run(other, false));
+      }
+    }
+    Harness<double> recompute64(config, B), offload64(config, B, LayerActivations::kOffload);
+    recompute64.SetParams(params);
+    offload64.SetParams(params);
+    const Batch batch = MakeBatch(config, B, 34);
+    EXPECT_EQ(recompute64.Run(batch, true), offload64.Run(batch, true));
+    EXPECT_TRUE(recompute64.grads() == offload64.grads());
   }
 }
 
