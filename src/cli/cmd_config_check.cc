@@ -135,7 +135,11 @@ int Run(const std::vector<std::string>& args) {
   std::optional<zero3::BufferPlan> plan;
   std::optional<int64_t> count = *params > 0 ? std::optional<int64_t>(*params) : std::nullopt;
   if (*model) {
-    auto p = PlanLines(resolved, **model, ctx.world_size, device == "gpu", *fetch_unit, *activations, plan_lines);
+    // auto with the config's cpu_checkpointing: as zinf train takes it.
+    const model::LayerActivations acts = activations_auto && resolved.activation_checkpointing.cpu_checkpointing
+                                             ? model::LayerActivations::kOffload
+                                             : *activations;
+    auto p = PlanLines(resolved, **model, ctx.world_size, device == "gpu", *fetch_unit, acts, plan_lines);
     if (p.ok()) {
       plan = std::move(*p);
     } else if (flags->Has("model")) {
@@ -159,7 +163,7 @@ int Run(const std::vector<std::string>& args) {
 ZINF_COMMAND({"config-check", "parse a DeepSpeed-style config; print it resolved or list its errors",
               "config-check FILE [--world-size N] [--hidden-size H] [--steps N] [--params N]\n"
               "             [--model M] [--device gpu|host] [--fetch-unit auto|layer|ELEMS]\n"
-              "             [--activations auto|keep|recompute]\n"
+              "             [--activations auto|keep|recompute|offload]\n"
               "             [HF Trainer arguments: --lr X, ...]\n"
               "  Prints the config with every default filled in, or every error (exit 1), and explains\n"
               "  what the offload buffers cost in pinned RAM. Buffers fewer or smaller than the optimizer\n"
@@ -175,8 +179,9 @@ ZINF_COMMAND({"config-check", "parse a DeepSpeed-style config; print it resolved
               "  GPT's activations and scratch at the config's micro-batch; --device host leaves out the\n"
               "  CUDA allowance. --fetch-unit: layers above this many parameters are engine blocks in pieces\n"
               "  (zinf train's flag; auto is whole layers here, with no device size to go by).\n"
-              "  --activations: whether the activations counted are every layer's (keep) or one layer's\n"
-              "  (recompute; zinf train's flag; auto is recompute here, for the same reason).\n"
+              "  --activations: whether the activations counted are every layer's (keep), one layer's\n"
+              "  (recompute) or one layer's with the layer inputs in pinned RAM (offload; zinf train's flag;\n"
+              "  auto is recompute here, for the same reason, or offload with cpu_checkpointing).\n"
               "  Each value worked out is printed as `key: auto -> value (rule)`.\n" +
                   std::string(kTrainerArgsUsage),
               Run});

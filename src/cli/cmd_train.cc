@@ -217,9 +217,11 @@ void PrintFetchLine(FILE* out, const Flags& flags, const std::string& fetch_unit
       out, "zinf train: fetch unit %s: %s (largest engine block %s parameters)\n",
       (fetch_unit_text == given ? given : given + " (the resumed checkpoint's, " + fetch_unit_text + ")").c_str(),
       layout.Describe().c_str(), FormatCount(layout.max_piece_elems()).c_str());
-  std::fprintf(out, "zinf train: activations %s: %s (%s with the scratch, on the device)\n",
+  const int64_t host = trainer.host_activation_bytes();
+  std::fprintf(out, "zinf train: activations %s: %s (%s with the scratch, on the device%s)\n",
                flags.GetOr("activations", "auto").c_str(), model::LayerActivationsDescription(trainer.activations()),
-               FormatBytes(trainer.activation_bytes()).c_str());
+               FormatBytes(trainer.activation_bytes()).c_str(),
+               host > 0 ? ("; " + FormatBytes(host) + " pinned").c_str() : "");
   const std::string compute = trainer.compute_name();
   std::fprintf(out, "zinf train: compute %s: %s\n", compute.c_str(),
                compute == "cuda-16" ? "linear layers on tensor cores in the parameters' 16-bit type, fp32 elsewhere"
@@ -391,7 +393,8 @@ ZINF_COMMAND(Command{
     "                  [--seed N] [--threads N] [--corpus-bytes SIZE] [--seq-len T]\n"
     "                  [--data-order shuffled|sequential] [--holdout FRACTION] [--metrics FILE.jsonl]\n"
     "                  [--report FILE.html] [--weight-decay-on matrices|all] [--fetch-unit auto|layer|ELEMS]\n"
-    "                  [--activations auto|keep|recompute] [--gpu-compute 16|fp32] [--quiet] [--exact-losses]\n"
+    "                  [--activations auto|keep|recompute|offload] [--gpu-compute 16|fp32] [--quiet]\n"
+    "                  [--exact-losses]\n"
     "                  [--lr X] [--weight-decay X] [--warmup-steps N] [--max-grad-norm X] [--adam-beta1 X]\n"
     "                  [--adam-beta2 X] [--adam-epsilon X] [--micro-batch N] [--grad-accum N]\n\n"
     "  --config C        DeepSpeed JSON (zero_optimization, offload_param/optimizer, aio, optimizer, ...)\n"
@@ -423,9 +426,12 @@ ZINF_COMMAND(Command{
     "                    --resume, the checkpoint's cut)\n"
     "  --activations A   keep (every layer's activations stay on the device from the forward to the\n"
     "                    backward), recompute (only each layer's input stays; the backward recomputes\n"
-    "                    the rest: activation checkpointing) or auto (default: keep when the L-1 more\n"
-    "                    layers take at most half of the device and the working set still fits it).\n"
-    "                    Either gives the same bits; when ranks differ, all recompute\n"
+    "                    the rest: activation checkpointing), offload (recompute, with the layer inputs\n"
+    "                    in pinned host memory: the config's activation_checkpointing.cpu_checkpointing)\n"
+    "                    or auto (default: offload when the config asks; else keep when the L-1 more\n"
+    "                    layers take at most half of the device and the working set still fits it,\n"
+    "                    recompute when it fits with every layer input, offload when not). All give\n"
+    "                    the same bits; when ranks differ, all recompute\n"
     "  --gpu-compute M   on a GPU with bf16 or fp16 enabled: 16 (default: the linear layers' matmuls in\n"
     "                    that type on tensor cores, fp32 accumulation; everything else fp32) or fp32 (the\n"
     "                    16-bit weights cast to fp32: within float rounding of the host device). The host\n"

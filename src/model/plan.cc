@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "aio/pinned_pool.h"
 #include "core/units.h"
 #include "device/device.h"
 #include "swap/optimizer_swapper.h"
@@ -43,12 +44,16 @@ int64_t LayerActivationBytes(const GptConfig& m, int batch) {
 
 LayerActivations AutoLayerActivations(const GptConfig& model, int batch, bool cuda, int64_t device_bytes,
                                       int64_t param_elem_bytes, int64_t fetch_unit) {
-  if (device_bytes <= 0 || model.n_layer < 2) return LayerActivations::kRecompute;
-  const int64_t extra = (model.n_layer - 1) * LayerActivationBytes(model, batch);
-  if (extra > device_bytes / 2) return LayerActivations::kRecompute;
+  if (device_bytes <= 0) return LayerActivations::kRecompute;
   const int64_t blocks = FetchLayout::Create(model, fetch_unit).max_non_embed_elems();
-  const int64_t need = ModelWorkingSetBytes(model, batch, cuda, param_elem_bytes, blocks, LayerActivations::kKeep);
-  return need <= device_bytes ? LayerActivations::kKeep : LayerActivations::kRecompute;
+  auto fits = [&](LayerActivations a) {
+    return ModelWorkingSetBytes(model, batch, cuda, param_elem_bytes, blocks, a) <= device_bytes;
+  };
+  const int64_t extra = (model.n_layer - 1) * LayerActivationBytes(model, batch);
+  if (model.n_layer >= 2 && extra <= device_bytes / 2 && fits(LayerActivations::kKeep)) return LayerActivations::kKeep;
+  // gpt.cc's three device slots for the layer inputs.
+  if (fits(LayerActivations::kRecompute) || model.n_layer + 1 <= 3) return LayerActivations::kRecompute;
+  return LayerActivations::kOffload;
 }
 
 StatusOr<LayerActivations> LayerActivationsForDevice(const std::string& text, const GptConfig& model,
@@ -56,20 +61,27 @@ StatusOr<LayerActivations> LayerActivationsForDevice(const std::string& text, co
   bool automatic = false;
   ZINF_ASSIGN_OR_RETURN(const LayerActivations chosen, ParseLayerActivations(text, &automatic));
   if (!automatic) return chosen;
+  if (config.activation_checkpointing.cpu_checkpointing) return LayerActivations::kOffload;
   const DeviceFit f = DeviceFitFor(config, device);
   return AutoLayerActivations(model, f.batch, f.cuda, f.device_bytes, f.param_elem_bytes, fetch_unit);
 }
 
 const char* LayerActivationsDescription(LayerActivations a) {
-  return a == LayerActivations::kKeep ? "every layer's kept for the backward"
-                                      : "each layer's recomputed from its input in the backward";
+  switch (a) {
+    case LayerActivations::kKeep: return "every layer's kept for the backward";
+    case LayerActivations::kOffload:
+      return "each layer's recomputed from its input in the backward, the inputs in pinned host memory";
+    case LayerActivations::kRecompute: break;
+  }
+  return "each layer's recomputed from its input in the backward";
 }
 
 StatusOr<LayerActivations> ParseLayerActivations(const std::string& text, bool* automatic) {
   *automatic = text == "auto";
   if (*automatic || text == "recompute") return LayerActivations::kRecompute;
   if (text == "keep") return LayerActivations::kKeep;
-  return Status::InvalidArgument("--activations: expected auto, keep or recompute, got \"" + text + "\"");
+  if (text == "offload") return LayerActivations::kOffload;
+  return Status::InvalidArgument("--activations: expected auto, keep, recompute or offload, got \"" + text + "\"");
 }
 
 StatusOr<bool> ParseGpuCompute16(const std::string& text) {
@@ -77,7 +89,14 @@ StatusOr<bool> ParseGpuCompute16(const std::string& text) {
   return Status::InvalidArgument("--gpu-compute: expected 16 or fp32, got \"" + text + "\"");
 }
 
-const char* LayerActivationsName(LayerActivations a) { return a == LayerActivations::kKeep ? "keep" : "recompute"; }
+const char* LayerActivationsName(LayerActivations a) {
+  switch (a) {
+    case LayerActivations::kKeep: return "keep";
+    case LayerActivations::kOffload: return "offload";
+    case LayerActivations::kRecompute: break;
+  }
+  return "recompute";
+}
 
 int64_t ActivationBytes(const GptConfig& m, int batch, bool cuda, LayerActivations activations) {
   // gpt.cc GptCompute::Create and Impl::AllocateLlama, array by array.
@@ -88,7 +107,10 @@ int64_t ActivationBytes(const GptConfig& m, int batch, bool cuda, LayerActivatio
   const int64_t attn_scratch = cuda ? 7 * B * T * C + att : att;
   const int64_t head_rows = std::clamp<int64_t>(kHeadChunkBytes / (2 * Vp * 4), 1, N);
   auto f = [](int64_t elems) { return DeviceBytes(std::max<int64_t>(elems, 1) * 4); };  // one fp32 (or int32) array
-  int64_t bytes = 2 * f(N) + (L + 1) * f(NC);  // tokens, targets; the layer inputs x_0 .. x_L
+  // tokens, targets; the layer inputs x_0 .. x_L (kOffload: three device
+  // slots, gpt.cc Impl::kSlots)
+  const int64_t inputs = activations == LayerActivations::kOffload ? std::min<int64_t>(L + 1, 3) : L + 1;
+  int64_t bytes = 2 * f(N) + inputs * f(NC);
   bytes += (activations == LayerActivations::kKeep ? L : 1) * LayerActivationBytes(m, batch);
   // attention scratch; final norm (+ mean) and rstd; logits and their
   // gradient, one chunk; losses; residual and layer gradients
@@ -100,6 +122,15 @@ int64_t ActivationBytes(const GptConfig& m, int batch, bool cuda, LayerActivatio
   bytes += 3 * f(N * I);                            // d hidden, d gate, d up
   bytes += f(3 * NC) + 2 * f(NC) + 3 * f(N * Ckv);  // d qkv; d q (rotated and not); d k (both), d v
   return bytes;
+}
+
+int64_t HostActivationBytes(const GptConfig& m, int batch, LayerActivations activations) {
+  if (activations != LayerActivations::kOffload) return 0;
+  // gpt.cc GptCompute::Create: one PinnedPool buffer of every layer input.
+  aio::PinnedPoolOptions host;
+  host.buffer_count = 1;
+  host.buffer_bytes = (m.n_layer + 1) * int64_t{batch} * m.seq_len * m.n_embd * 4;
+  return aio::PinnedPool::MappedBytes(host);
 }
 
 std::string_view TierName(Tier t) {
@@ -239,18 +270,27 @@ int64_t GptMaxHeldElems(const GptConfig& model, const std::vector<BlockSpec>& sp
 
 namespace {
 
-// The model's own device allocations besides the engine's: activations
-// (gpt.cc GptCompute::Create), the trainer's scratch (trainer.cc Create)
-// and, on CUDA, an allowance for the context and cuBLAS.
-void AddModelDeviceItems(const PlanInputs& in, const FetchLayout& layout, int64_t param_bytes, int64_t batch,
-                         LayerActivations kept, std::vector<PlanItem>& items) {
+// The model's own allocations besides the engine's: activations on the
+// device and, offloaded, their layer inputs in pinned host memory (gpt.cc
+// GptCompute::Create), the trainer's scratch (trainer.cc Create) and, on
+// CUDA, an allowance for the context and cuBLAS.
+void AddModelItems(const PlanInputs& in, const FetchLayout& layout, int64_t param_bytes, int64_t batch,
+                   LayerActivations kept, std::vector<PlanItem>& items) {
   auto add = [&](std::string what, int64_t bytes) {
     if (bytes > 0) items.push_back({Tier::kDevice, std::move(what), bytes, false});
   };
   add(kept == LayerActivations::kKeep
           ? "activations (fp32: every layer's, kept for the backward; attention, logits chunk)"
+      : kept == LayerActivations::kOffload
+          ? "activations (fp32: 3 of the layer inputs (the rest in pinned host memory), "
+            "one layer, attention, logits chunk)"
           : "activations (fp32: checkpoints (L+1)*B*T*C, one layer, attention, logits chunk)",
       ActivationBytes(in.model, static_cast<int>(batch), in.cuda, kept));
+  if (const int64_t host = HostActivationBytes(in.model, static_cast<int>(batch), kept); host > 0) {
+    items.push_back({Tier::kPinned,
+                     "activation checkpoints (fp32 layer inputs (L+1)*B*T*C in pinned host memory: cpu_checkpointing)",
+                     host, false});
+  }
   // fp32 cast of a block (the tied embedding has its own; 16-bit
   // parameters: the layers' matrices are read as they are, on the host and
   // in CudaOps' 16-bit mode, PlanInputs::compute16), one block's gradients
@@ -349,11 +389,18 @@ void StepTime(const PlanInputs& in, const Config& config, int world, const Fetch
   const int64_t optim_write = oopt == OffloadDevice::kNvme ? (12 + 4 * gas) * total * world : 0;
   o.nvme_read_bytes = param_read + optim_read;
   o.nvme_write_bytes = param_write + optim_write;
-  o.h2d_bytes = (popt == OffloadDevice::kNone ? 0 : fetch_bytes) + (popt == OffloadDevice::kNone ? total * pes : 0);
-  o.d2h_bytes = gas * total * 4;
+  // Offloaded layer inputs: each copied out in the forward and back in
+  // the backward, every micro-batch.
+  const int64_t inputs_bytes = o.activations == LayerActivations::kOffload
+                                   ? gas * (in.model.n_layer + 1) * B * in.model.seq_len * in.model.n_embd * 4
+                                   : 0;
+  o.h2d_bytes = (popt == OffloadDevice::kNone ? 0 : fetch_bytes) + (popt == OffloadDevice::kNone ? total * pes : 0) +
+                inputs_bytes;
+  o.d2h_bytes = gas * total * 4 + inputs_bytes;
   const double rd = s.nvme_read_gbps * 1e9, wr = s.nvme_write_gbps * 1e9, pcie = s.pcie_gbps * 1e9;
   o.param_nvme_s = static_cast<double>(param_read) / rd;
-  o.pcie_s = static_cast<double>(fetch_bytes * (popt == OffloadDevice::kNone ? 0 : 1) + o.d2h_bytes) / pcie;
+  o.pcie_s =
+      static_cast<double>(fetch_bytes * (popt == OffloadDevice::kNone ? 0 : 1) + inputs_bytes + o.d2h_bytes) / pcie;
   o.adam_s = P_rank * world / s.adam_params_per_s;
   o.optimizer_nvme_s = static_cast<double>(optim_read) / rd + static_cast<double>(optim_write) / wr;
   o.write_home_s = popt == OffloadDevice::kNvme   ? static_cast<double>(param_write) / wr
@@ -407,7 +454,10 @@ StatusOr<PlanOption> EstimateOption(const PlanInputs& in, const Config& config) 
     if (it.tier == Tier::kDevice) o.items.push_back(it);
   }
   o.activations = PlanActivations(in, o.buffers.param_elem_bytes);
-  AddModelDeviceItems(in, layout, o.buffers.param_elem_bytes, B, o.activations, o.items);
+  // The config written for this option asks `zinf train --activations
+  // auto` for the same.
+  if (o.activations == LayerActivations::kOffload) o.config.activation_checkpointing.cpu_checkpointing = true;
+  AddModelItems(in, layout, o.buffers.param_elem_bytes, B, o.activations, o.items);
   for (const PlanItem& it : engine) {
     if (it.tier != Tier::kDevice) o.items.push_back(it);
   }

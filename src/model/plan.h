@@ -61,9 +61,14 @@ StatusOr<int64_t> ParseParameterCount(const std::string& text);
 // micro-batch of `batch` sequences, GPT-2 or Llama family, each rounded as
 // the devices round it: every array is 4 bytes an element (fp32
 // activations, int32 tokens); `cuda` adds the CUDA attention's scratch.
-// With LayerActivations::kKeep: L - 1 more LayerActivationBytes.
+// With LayerActivations::kKeep: L - 1 more LayerActivationBytes; with
+// kOffload: three layer inputs where kRecompute holds L + 1.
 int64_t ActivationBytes(const GptConfig& model, int batch, bool cuda,
                         LayerActivations activations = LayerActivations::kRecompute);
+// Pinned host bytes GptCompute<float>::Create maps for kOffload's layer
+// inputs ((L + 1) * B*T*C fp32, as its PinnedPool rounds them); 0 for the
+// others.
+int64_t HostActivationBytes(const GptConfig& model, int batch, LayerActivations activations);
 // Device bytes of one layer's activations (GptCompute's per-layer set: what
 // its backward reads), fp32.
 int64_t LayerActivationBytes(const GptConfig& model, int batch);
@@ -72,11 +77,14 @@ int64_t LayerActivationBytes(const GptConfig& model, int batch);
 // this choice): kKeep when the L - 1 more layers' activations take at most
 // half of the device (the rest stays for the engine's blocks and caches)
 // and the model's working set with them (ModelWorkingSetBytes) fits it;
-// else kRecompute.
+// else kRecompute when the working set with every layer input on the
+// device fits; else kOffload (the inputs in pinned host memory) when the
+// model has more than three of them.
 LayerActivations AutoLayerActivations(const GptConfig& model, int batch, bool cuda, int64_t device_bytes,
                                       int64_t param_elem_bytes, int64_t fetch_unit);
 // "auto" (sets *automatic; the result is then kRecompute until resolved),
-// "keep" or "recompute"; other text is kInvalidArgument naming the flag.
+// "keep", "recompute" or "offload"; other text is kInvalidArgument naming
+// the flag.
 StatusOr<LayerActivations> ParseLayerActivations(const std::string& text, bool* automatic);
 // --gpu-compute (zinf train's and zinf plan's): "16" true (the linear
 // layers' matmuls in 16 bits when the parameters are), "fp32" false; other
@@ -84,13 +92,15 @@ StatusOr<LayerActivations> ParseLayerActivations(const std::string& text, bool* 
 StatusOr<bool> ParseGpuCompute16(const std::string& text);
 // The activations a --activations `text` asks for when training `model`
 // under `config` on `device` with layers cut by `fetch_unit`:
-// ParseLayerActivations's, and for "auto" AutoLayerActivations's for
-// DeviceFitFor(config, device) (fetch_layout.h).
+// ParseLayerActivations's, and for "auto" kOffload when the config asks
+// for it (activation_checkpointing.cpu_checkpointing), else
+// AutoLayerActivations's for DeviceFitFor(config, device) (fetch_layout.h).
 StatusOr<LayerActivations> LayerActivationsForDevice(const std::string& text, const GptConfig& model,
                                                      const Config& config, const Device& device, int64_t fetch_unit);
-const char* LayerActivationsName(LayerActivations a);  // "keep" or "recompute"
-// A line's worth: "every layer's kept for the backward" or "each layer's
-// recomputed from its input in the backward".
+const char* LayerActivationsName(LayerActivations a);  // "keep", "recompute" or "offload"
+// A line's worth: "every layer's kept for the backward", "each layer's
+// recomputed from its input in the backward", or that with the inputs in
+// pinned host memory.
 const char* LayerActivationsDescription(LayerActivations a);
 
 // A GPT shape of about `params` parameters (kInvalidArgument below 1M or

@@ -491,6 +491,9 @@ Status WorkingSetError(const Trainer::Impl& m, const Status& s, int64_t engine_b
       " (`zinf plan` itemizes it), " +
       (m.options.activations == LayerActivations::kKeep
            ? "recompute the layers' activations (--activations recompute keeps one layer's, not every layer's), "
+       : m.options.activations == LayerActivations::kRecompute
+           ? "keep the layer inputs in pinned host memory (--activations offload, or the config's "
+             "activation_checkpointing.cpu_checkpointing), "
            : "") +
       "fetch layers in smaller pieces with --fetch-unit (now " + m.layout.Describe() +
       "), or lower train_micro_batch_size_per_gpu / --seq-len (" + s.message() + ")");
@@ -564,10 +567,13 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   m->layout = FetchLayout::Create(m->model(), specs, m->fetch_unit);
   // Likewise the activations: a recompute acquires blocks that a backward
   // on kept activations does not, so one rank that recomputes makes every
-  // rank recompute (ranks with smaller devices resolve `auto` so).
-  double recompute = options.activations == LayerActivations::kRecompute ? 1.0 : 0.0;
+  // rank recompute (ranks with smaller devices resolve `auto` so). Where
+  // a rank keeps its layer inputs (on the device or offloaded) is its own.
+  double recompute = options.activations != LayerActivations::kKeep ? 1.0 : 0.0;
   ZINF_RETURN_IF_ERROR(m->comm->AllReduce(&recompute, &recompute, 1, ElementType::kF64, comm::ReduceOp::kMax, nullptr));
-  if (recompute > 0) m->options.activations = LayerActivations::kRecompute;
+  if (recompute > 0 && options.activations == LayerActivations::kKeep) {
+    m->options.activations = LayerActivations::kRecompute;
+  }
   ZINF_ASSIGN_OR_RETURN(m->engine, Engine::Create(config, m->layout.specs(), eo));
   // Initial weights by model block (the same values however layers are cut).
   for (BlockId b = 0; b < static_cast<BlockId>(specs.size()); ++b) {
@@ -947,6 +953,7 @@ Engine& Trainer::engine() { return *impl_->engine; }
 LayerActivations Trainer::activations() const { return impl_->options.activations; }
 std::string Trainer::compute_name() const { return impl_->ops->name(); }
 int64_t Trainer::activation_bytes() const { return impl_->compute->activation_bytes() + impl_->scratch_bytes; }
+int64_t Trainer::host_activation_bytes() const { return impl_->compute->host_activation_bytes(); }
 int64_t Trainer::num_train_tokens() const { return static_cast<int64_t>(impl_->num_train_tokens); }
 
 }  // namespace zinf::model

@@ -77,7 +77,9 @@ struct TrainerOptions {
   // initial_weights, exports and HF files still speak of model blocks.
   int64_t fetch_unit = 0;
   // Whether the backward recomputes each layer's activations from its
-  // input or finds them kept from the forward (gpt.h; the same bits).
+  // input (kept on the device, or offloaded to pinned host memory) or
+  // finds them kept from the forward (gpt.h; the same bits). With several
+  // ranks, one that recomputes makes those that keep recompute too.
   LayerActivations activations = LayerActivations::kRecompute;
   // On a CUDA device with 16-bit parameters (bf16 or fp16 enabled): the
   // linear layers' matmuls in that type on tensor cores (CudaOps' 16-bit
@@ -190,9 +192,10 @@ class Trainer {
   int64_t tokens_per_step() const;
   const GptConfig& model() const;
   Engine& engine();
-  int64_t activation_bytes() const;      // device bytes of activations and scratch
-  LayerActivations activations() const;  // options.activations
-  std::string compute_name() const;      // the Ops' (ops.h): cpu-f32, cpu-f32-stream, cuda-f32 or cuda-16
+  int64_t activation_bytes() const;       // device bytes of activations and scratch
+  int64_t host_activation_bytes() const;  // pinned host bytes of offloaded layer inputs (kOffload), else 0
+  LayerActivations activations() const;   // options.activations
+  std::string compute_name() const;       // the Ops' (ops.h): cpu-f32, cpu-f32-stream, cuda-f32 or cuda-16
   int64_t num_train_tokens() const;
 
   struct Impl;

@@ -1,8 +1,10 @@
 #!/bin/sh
-# zinf train --activations: every layer's activations kept for the backward
-# give the recompute's losses to the last digit (--exact-losses), with
-# layers whole and in pieces; the startup line says which was chosen; a bad
-# value exits 2 naming the flag. With an mpirun: two ranks that asked for
+# zinf train --activations: every layer's activations kept for the backward,
+# and the layer inputs offloaded to pinned host memory (--activations
+# offload, or auto with the config's activation_checkpointing.
+# cpu_checkpointing), give the recompute's losses to the last digit
+# (--exact-losses), with layers whole and in pieces; the startup line says
+# which was chosen; a bad value exits 2 naming the flag. With an mpirun: two ranks that asked for
 # different ones agree on the recompute (the rank that recomputes fetches
 # blocks the other would not) and give the one-choice run's losses.
 # Usage: activations_test.sh ZINF [MPIEXEC]
@@ -37,13 +39,23 @@ run "$TMP/keep-cut" --activations keep --fetch-unit 6000
 cmp "$TMP/recompute.losses" "$TMP/keep-cut.losses" || { echo "kept activations in pieces changed the losses" >&2; exit 1; }
 run "$TMP/auto"
 grep -q "activations auto: every layer's kept" "$TMP/auto.err"  # tiny's are small beside the host's memory
+run "$TMP/offload" --activations offload --fetch-unit 6000
+grep -q "activations offload: .*the inputs in pinned host memory (.*pinned)" "$TMP/offload.err" || { cat "$TMP/offload.err" >&2; exit 1; }
+cmp "$TMP/recompute.losses" "$TMP/offload.losses" || { echo "offloaded layer inputs changed the losses" >&2; exit 1; }
+sed '1s/^{$/{ "activation_checkpointing": {"cpu_checkpointing": true, "partition_activations": true},/' \
+  "$TMP/config.json" > "$TMP/cpu-checkpointing.json"
+# shellcheck disable=SC2086
+"$ZINF" train $FLAGS --config "$TMP/cpu-checkpointing.json" > "$TMP/cpu-ckpt.out" 2> "$TMP/cpu-ckpt.err" || { cat "$TMP/cpu-ckpt.err" >&2; exit 1; }
+losses "$TMP/cpu-ckpt"
+grep -q "activations auto: .*the inputs in pinned host memory" "$TMP/cpu-ckpt.err" || { cat "$TMP/cpu-ckpt.err" >&2; exit 1; }
+cmp "$TMP/recompute.losses" "$TMP/cpu-ckpt.losses" || { echo "cpu_checkpointing changed the losses" >&2; exit 1; }
 
 set +e
 "$ZINF" train $FLAGS --activations sometimes > "$TMP/b.out" 2> "$TMP/b.err"
 rc=$?
 set -e
 test "$rc" -eq 2 || { echo "bad --activations: exit $rc, expected 2" >&2; exit 1; }
-grep -q -- "--activations: expected auto, keep or recompute.*\"sometimes\"" "$TMP/b.err" || { cat "$TMP/b.err" >&2; exit 1; }
+grep -q -- "--activations: expected auto, keep, recompute or offload.*\"sometimes\"" "$TMP/b.err" || { cat "$TMP/b.err" >&2; exit 1; }
 
 if [ -n "$MPIEXEC" ]; then
   rm -rf "$TMP/nvme"/*

@@ -1,7 +1,9 @@
 #!/bin/sh
 # zinf plan for GPT-3 175B on one 24 GiB GPU, 128 GiB of RAM and 8 TiB of
 # NVMe (--json): the option with offload_param and offload_optimizer both on
-# NVMe fits in RAM (fits.ram), its RAM being the engine's bounded windows.
+# NVMe fits in RAM (fits.ram), its RAM being the engine's bounded windows,
+# and on the GPU (fits.gpu): its layers in pieces (--fetch-unit auto) and
+# their inputs in pinned RAM (--activations auto chose offload).
 # Needs python3 to read the JSON (skipped, 77, without it).
 set -eu
 ZINF="$1"
@@ -12,7 +14,8 @@ plan = json.load(sys.stdin)
 o = [o for o in plan["options"] if o["offload_param"] == "nvme" and o["offload_optimizer"] == "nvme"][0]
 ram = o["pinned_ram_bytes"] + o["pageable_ram_bytes"]
 print("nvme/nvme: RAM %.2f GiB, fits %s" % (ram / 2**30, o["fits"]))
-assert o["fits"]["ram"] and o["fits"]["nvme"], o["fits"]
+assert o["fits"]["ram"] and o["fits"]["nvme"] and o["fits"]["gpu"], o["fits"]
 assert ram <= 128 * 2**30, ram
+assert plan["activations"]["layer_activations"] == "offload", plan["activations"]
 '
 echo "plan 175b test: OK"

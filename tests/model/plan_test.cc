@@ -302,21 +302,23 @@ TEST(PlanTest, UntiedLlamaMatchesTrainer) {
 }
 
 // ActivationBytes is what GptCompute allocates, array by array, for both
-// families, both choices and any batch (the host device rounds as CUDA
+// families, every choice and any batch (the host device rounds as CUDA
 // does): kept activations cost L - 1 more layers' worth of what the
-// backward reads.
+// backward reads; offloaded layer inputs leave three on the device, and
+// HostActivationBytes is the pinned memory GptCompute maps for them.
 TEST(PlanTest, ActivationBytesAreGptComputesAllocations) {
   const GptConfig llama = UntiedTinyLlama();
   auto ops = CreateCpuOps<float>();
   for (const GptConfig& m : {*LoadGptConfig("tiny"), *LoadGptConfig("demo"), llama}) {
     for (int batch : {1, 3}) {
-      for (LayerActivations a : {LayerActivations::kRecompute, LayerActivations::kKeep}) {
+      for (LayerActivations a : {LayerActivations::kRecompute, LayerActivations::kKeep, LayerActivations::kOffload}) {
         SCOPED_TRACE(std::string(m.llama() ? "llama" : "gpt2") + " layers " + std::to_string(m.n_layer) + " batch " +
                      std::to_string(batch) + " " + LayerActivationsName(a));
         auto device = CreateHostDevice(0);
         auto c = GptCompute<float>::Create(m, batch, ops.get(), device.get(), a);
         ASSERT_TRUE(c.ok()) << c.status().ToString();
         EXPECT_EQ(ActivationBytes(m, batch, /*cuda=*/false, a), static_cast<int64_t>(device->bytes_in_use()));
+        EXPECT_EQ(HostActivationBytes(m, batch, a), (*c)->host_activation_bytes());
       }
     }
   }
@@ -358,7 +360,10 @@ TEST(PlanTest, AutoKeepsActivationsThatFitHalfTheDevice) {
   EXPECT_NE(bad.message().find("--activations"), std::string::npos) << bad.ToString();
 }
 
-TEST(PlanTest, DemoMatchesTrainer) { CheckAgainstTrainer("demo", 2, {{OffloadDevice::kNvme, OffloadDevice::kNvme}}); }
+TEST(PlanTest, DemoMatchesTrainer) {
+  CheckAgainstTrainer("demo", 2, {{OffloadDevice::kNvme, OffloadDevice::kNvme}});
+  CheckAgainstTrainer("demo", 2, {{OffloadDevice::kCpu, OffloadDevice::kCpu}}, 0, LayerActivations::kOffload);
+}
 
 // Layers in pieces (fetch_layout.h): the plan's device bytes are still the
 // Trainer's (tiny: 3 pieces a layer; demo: 3, the largest 263168 elements).
@@ -421,6 +426,87 @@ TEST(PlanTest, Fp32GpuComputeCastsWholeBlocks) {
   const int64_t host32 = NvmeOption(in).gpu_bytes;
   in.compute16 = true;
   EXPECT_EQ(host32, NvmeOption(in).gpu_bytes);
+}
+
+// `auto` offloads the layer inputs when the working set with all of them
+// on the device does not fit it and with three does, and never for three
+// or fewer inputs; the plan's item and the config it writes say so.
+TEST(PlanTest, AutoOffloadsLayerInputsThatDoNotFit) {
+  const GptConfig m = *LoadGptConfig("demo");
+  const int64_t blocks = FetchLayout::Create(m, 0).max_non_embed_elems();
+  const int64_t recompute = ModelWorkingSetBytes(m, 2, false, 2, blocks, LayerActivations::kRecompute);
+  const int64_t offload = ModelWorkingSetBytes(m, 2, false, 2, blocks, LayerActivations::kOffload);
+  const int64_t x = zero3::DeviceFootprint(int64_t{2} * m.seq_len * m.n_embd * 4);
+  EXPECT_EQ(recompute - offload, (m.n_layer + 1 - 3) * x);
+  EXPECT_EQ(AutoLayerActivations(m, 2, false, recompute, 2, 0), LayerActivations::kRecompute);
+  EXPECT_EQ(AutoLayerActivations(m, 2, false, recompute - 1, 2, 0), LayerActivations::kOffload);
+  EXPECT_EQ(AutoLayerActivations(m, 2, false, offload - 1, 2, 0), LayerActivations::kOffload);  // the closest
+  GptConfig two = m;
+  two.n_layer = 2;  // three inputs: nothing to offload
+  EXPECT_EQ(AutoLayerActivations(two, 2, false, 1, 2, 0), LayerActivations::kRecompute);
+  bool automatic = true;
+  EXPECT_EQ(*ParseLayerActivations("offload", &automatic), LayerActivations::kOffload);
+  EXPECT_FALSE(automatic);
+  EXPECT_STREQ(LayerActivationsName(LayerActivations::kOffload), "offload");
+  EXPECT_EQ(HostActivationBytes(m, 2, LayerActivations::kRecompute), 0);
+  EXPECT_GE(HostActivationBytes(m, 2, LayerActivations::kOffload),
+            (m.n_layer + 1) * int64_t{2} * m.seq_len * m.n_embd * 4);
+
+  PlanInputs in;
+  in.model = m;
+  in.micro_batch = 2;
+  in.cuda = false;
+  in.gpu_bytes = kGiB;
+  in.activations = LayerActivations::kOffload;
+  const Config config = PlanConfig(in, OffloadDevice::kCpu, OffloadDevice::kCpu);
+  auto o = EstimateOption(in, config);
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(ItemBytes(*o, "activation checkpoints"), HostActivationBytes(m, 2, LayerActivations::kOffload));
+  EXPECT_TRUE(o->config.activation_checkpointing.cpu_checkpointing);
+  in.activations = LayerActivations::kRecompute;
+  auto r = EstimateOption(in, config);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(ItemBytes(*r, "activation checkpoints"), -1);
+  EXPECT_FALSE(r->config.activation_checkpointing.cpu_checkpointing);
+  EXPECT_EQ(r->gpu_bytes - o->gpu_bytes, (m.n_layer + 1 - 3) * x);
+  EXPECT_EQ(o->pinned_bytes - r->pinned_bytes, HostActivationBytes(m, 2, LayerActivations::kOffload));
+  // Each input crosses PCIe twice a micro-batch.
+  EXPECT_EQ(o->h2d_bytes - r->h2d_bytes, (m.n_layer + 1) * int64_t{2} * m.seq_len * m.n_embd * 4);
+  EXPECT_EQ(o->d2h_bytes - r->d2h_bytes, (m.n_layer + 1) * int64_t{2} * m.seq_len * m.n_embd * 4);
+}
+
+// GPT-3 175B and 100B with parameters and optimizer state on NVMe fit one
+// 24 GiB GPU beside 128 (96) GiB of RAM, as `zinf plan` chooses by
+// default (--fetch-unit auto, --activations auto): the layers in pieces
+// and, for 175B, whose working set with every layer input on the GPU does
+// not fit it, those inputs (9.1 GiB) in pinned RAM.
+TEST(PlanTest, GptThreeFitsOneGpuWithItsLayerInputsInRam) {
+  for (const auto& [name, ram] : {std::pair{"175B", 128 * kGiB}, std::pair{"100B", 96 * kGiB}}) {
+    SCOPED_TRACE(name);
+    PlanInputs in = Gpt3OnOneGpu();
+    in.model = *LoadGptConfig(name);
+    in.cpu_bytes = ram;
+    in.fetch_unit_auto = true;
+    in.activations_auto = true;
+    const PlanOption o = NvmeOption(in);
+    EXPECT_TRUE(o.fits_gpu) << o.gpu_bytes;
+    EXPECT_TRUE(o.fits_cpu) << o.pinned_bytes + o.pageable_bytes;
+    EXPECT_TRUE(o.fits_nvme);
+    std::printf("%s nvme/nvme on 24 GiB: activations %s, GPU %.2f GiB, RAM %.2f GiB\n", name,
+                LayerActivationsName(o.activations), static_cast<double>(o.gpu_bytes) / kGiB,
+                static_cast<double>(o.pinned_bytes + o.pageable_bytes) / kGiB);
+    if (std::string(name) != "175B") continue;
+    EXPECT_EQ(o.activations, LayerActivations::kOffload);
+    EXPECT_TRUE(o.config.activation_checkpointing.cpu_checkpointing);
+    const int64_t inputs = (in.model.n_layer + 1) * int64_t{in.model.seq_len} * in.model.n_embd * 4;
+    EXPECT_GE(ItemBytes(o, "activation checkpoints"), inputs);
+    in.activations_auto = false;
+    in.activations = LayerActivations::kRecompute;
+    const PlanOption r = NvmeOption(in);
+    EXPECT_FALSE(r.fits_gpu) << r.gpu_bytes;
+    EXPECT_EQ(r.gpu_bytes - o.gpu_bytes,
+              (in.model.n_layer + 1 - 3) * zero3::DeviceFootprint(inputs / (in.model.n_layer + 1)));
+  }
 }
 
 // GPT-3 175B on a 24 GiB GPU: --fetch-unit auto cuts its 1.8G-parameter

@@ -1,7 +1,8 @@
 // The Trainer on a GPU (label gpu): with bf16 parameters it computes the
 // linear layers in bf16 on tensor cores by default (CudaOps' 16-bit mode),
 // and --gpu-compute fp32 keeps the fp32 path. The 16-bit run follows the
-// fp32 run's loss curve.
+// fp32 run's loss curve; layer inputs offloaded to the host give the
+// recompute's losses bit for bit.
 //
 // Tolerance: 40 steps of the tiny model; every 16-bit loss within 0.05 of
 // the fp32 one (the losses fall from about 5.5; rounding the matmuls'
@@ -74,6 +75,37 @@ TEST(TrainerCudaTest, Fp32ParametersComputeInFp32) {
   EXPECT_EQ(r.trainer->compute_name(), "cuda-f32");
   EXPECT_EQ(StepLosses(*r.trainer, 2).size(), 2u);
   r.trainer.reset();
+}
+
+// Layer inputs offloaded to pinned host memory (kOffload) on the GPU: each
+// copied out and back on a stream of its own, ordered with the model's
+// stream by events, never by a host wait. The losses are the recompute's
+// on the same GPU bit for bit (the same deterministic kernels on the same
+// values), 16-bit compute, five layers so that the three device slots turn
+// over.
+TEST(TrainerCudaTest, OffloadedLayerInputsGiveTheRecomputesLosses) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA GPU: " << CudaUnavailableReason();
+  TempDir dir;
+  const Config config = testing::TinyTrainingConfig(dir.path(), OffloadDevice::kCpu, OffloadDevice::kCpu, 8);
+  std::vector<double> losses[2];
+  for (int k = 0; k < 2; ++k) {
+    const LayerActivations a = k == 0 ? LayerActivations::kRecompute : LayerActivations::kOffload;
+    auto device = CreateCudaDevice(0, 0);
+    ASSERT_TRUE(device.ok()) << device.status().ToString();
+    TrainerRun r = testing::MakeTrainerOn(std::move(device).value(), config, "tiny", "trainer-cuda-offload",
+                                          [&](TrainerOptions& o) {
+                                            o.model.n_layer = 5;
+                                            o.activations = a;
+                                          });
+    ASSERT_NE(r.trainer, nullptr);
+    EXPECT_EQ(r.trainer->activations(), a);
+    EXPECT_EQ(r.trainer->compute_name(), "cuda-16");
+    EXPECT_EQ(r.trainer->host_activation_bytes() > 0, k == 1);
+    losses[k] = StepLosses(*r.trainer, 10);
+    ASSERT_EQ(losses[k].size(), 10u);
+    r.trainer.reset();  // before its device
+  }
+  EXPECT_EQ(losses[1], losses[0]);
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 // released and its gradients reduced behind the model's stream and the host
 // does not wait for the kernels, gives the synchronous run's losses, held-out
 // loss and weights bit for bit: every tier, layers whole and in pieces,
-// activations recomputed and kept, gradient accumulation. Under
+// activations recomputed, kept and recomputed from layer inputs offloaded
+// to the host (copied on a stream of their own), gradient accumulation. Under
 // ThreadSanitizer (make test-tsan runs this test) a wait missing between the
 // stream's kernels and the engine's copies is a reported race; here it
 // changes bits (mutations tried: a Release or a ReduceGradients not behind
@@ -48,6 +49,7 @@ struct Variant {
   OffloadDevice param, optimizer;
   LayerActivations activations = LayerActivations::kRecompute;
   bool pieces = false;  // layers fetched in pieces of a third
+  int n_layer = 0;      // 0: the model's
 };
 
 // A third of a layer.
@@ -62,6 +64,7 @@ TrainerRun MakeTrainer(const Config& config, const Variant& v, bool host_stream)
     o.activations = v.activations;
     o.fetch_unit = v.pieces ? PieceUnit() : 0;
     o.host_stream = host_stream;
+    if (v.n_layer > 0) o.model.n_layer = v.n_layer;
   });
 }
 
@@ -71,6 +74,9 @@ TEST(TrainerStreamTest, QueuedKernelsGiveTheSynchronousRun) {
       {"cpu/cpu in pieces", OffloadDevice::kCpu, OffloadDevice::kCpu, LayerActivations::kRecompute, true},
       {"nvme/nvme", OffloadDevice::kNvme, OffloadDevice::kNvme},
       {"nvme/nvme kept, in pieces", OffloadDevice::kNvme, OffloadDevice::kNvme, LayerActivations::kKeep, true},
+      // Five layers: six inputs turn the three device slots over twice.
+      {"cpu/cpu offloaded layer inputs, in pieces", OffloadDevice::kCpu, OffloadDevice::kCpu,
+       LayerActivations::kOffload, true, 5},
   };
   for (const Variant& v : variants) {
     SCOPED_TRACE(v.name);

@@ -101,6 +101,65 @@ TEST(TrainerTest, KeptActivationsGiveTheRecomputedLossCurve) {
   }
 }
 
+// Layer inputs in pinned host memory (--activations offload, the config's
+// cpu_checkpointing): the recompute's losses and weights bit for bit with
+// L + 1 - 3 layer inputs fewer on the device; under a budget one byte below
+// what the recompute holds once created, the recompute is refused with an
+// error that points at the offload, and the offload trains.
+TEST(TrainerTest, OffloadedLayerInputsTrainWhereTheRecomputeDoesNotFit) {
+  TempDir dir;
+  Config config = TinyConfig(dir, OffloadDevice::kNvme, OffloadDevice::kNvme);
+  config.gradient_accumulation_steps = 2;
+  int trainers = 0;  // each its own swap folders: they live side by side
+  auto make = [&](LayerActivations a, size_t budget) {
+    Config c = config;
+    const std::string root = dir.Sub("run-" + std::to_string(trainers++));
+    c.zero.offload_param.nvme_paths = {root + "/param"};
+    c.zero.offload_optimizer.nvme_paths = {root + "/optim"};
+    return testing::MakeTrainerOn(CreateHostDevice(budget), c, "tiny", "trainer-test", [&](TrainerOptions& o) {
+      o.model.n_layer = 8;
+      o.model.seq_len = 128;
+      o.activations = a;
+    });
+  };
+  TrainerRun want = make(LayerActivations::kRecompute, 0);
+  ASSERT_NE(want.trainer, nullptr);
+  const size_t recompute_bytes = want.device->bytes_in_use();
+  const std::vector<double> losses = StepLosses(*want.trainer, 4);
+  TrainerRun offload = make(LayerActivations::kOffload, 0);
+  ASSERT_NE(offload.trainer, nullptr);
+  EXPECT_EQ(offload.trainer->activations(), LayerActivations::kOffload);
+  const int64_t x_bytes = int64_t{8} * 128 * 32 * 4;  // micro-batch x seq_len x n_embd, fp32
+  EXPECT_EQ(static_cast<int64_t>(recompute_bytes - offload.device->bytes_in_use()), (9 - 3) * x_bytes);
+  EXPECT_EQ(want.trainer->activation_bytes() - offload.trainer->activation_bytes(), (9 - 3) * x_bytes);
+  EXPECT_EQ(want.trainer->host_activation_bytes(), 0);
+  EXPECT_GE(offload.trainer->host_activation_bytes(), 9 * x_bytes);
+  EXPECT_EQ(StepLosses(*offload.trainer, 4), losses);
+  const std::string a = dir.Sub("want.safetensors"), b = dir.Sub("offload.safetensors");
+  ASSERT_TRUE(want.trainer->ExportSafetensors(a, "F32").ok());
+  const Status exported = offload.trainer->ExportSafetensors(b, "F32");
+  ASSERT_TRUE(exported.ok()) << exported.ToString();
+  EXPECT_TRUE(testing::ReadBytes(a) == testing::ReadBytes(b)) << "the exported fp32 weights differ";
+
+  TrainerOptions o;
+  o.model = *LoadGptConfig("tiny");
+  o.model.n_layer = 8;
+  o.model.seq_len = 128;
+  o.corpus_bytes = 256 << 10;
+  o.engine.optimizer_threads = 1;
+  o.engine.run_id = "trainer-test";
+  auto small = CreateHostDevice(recompute_bytes - 1);
+  o.hooks.device = small.get();
+  auto refused = Trainer::Create(config, o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kOutOfMemory);
+  EXPECT_NE(refused.status().message().find("--activations offload"), std::string::npos) << refused.status().ToString();
+  TrainerRun fits = make(LayerActivations::kOffload, recompute_bytes - 1);
+  ASSERT_NE(fits.trainer, nullptr);
+  EXPECT_EQ(StepLosses(*fits.trainer, 4), losses);
+  EXPECT_LT(fits.device->bytes_in_use(), recompute_bytes);
+}
+
 // Train 6 steps with a checkpoint after 3; a new trainer resumed from the
 // save dir runs steps 4..6 with exactly the same losses.
 TEST(TrainerTest, ResumeContinuesTheIdenticalLossCurve) {
