@@ -17,6 +17,7 @@
 #include "model/fetch_layout.h"
 #include "model/gpt.h"
 #include "model/hf_checkpoint.h"
+#include "model/plan.h"
 #include "model/trainer.h"
 #include "swap/swap_store.h"
 #include "zinf/config.h"
@@ -128,6 +129,13 @@ int Run(const std::vector<std::string>& args) {
   auto fetch_unit = model::FetchUnitForDevice(FetchUnitText(*flags, 0, 1), *model, config, **device);
   if (!fetch_unit.ok()) return Fail(kName, fetch_unit.status(), 2);
   topt.fetch_unit = *fetch_unit;
+  // The layer inputs where train's auto puts them (pinned host memory with
+  // the config's cpu_checkpointing or when the device cannot hold them);
+  // never every layer's activations: there is no backward.
+  auto activations = model::LayerActivationsForDevice("auto", *model, config, **device, *fetch_unit);
+  if (!activations.ok()) return Fail(kName, activations.status(), 2);
+  topt.activations =
+      *activations == model::LayerActivations::kKeep ? model::LayerActivations::kRecompute : *activations;
   auto trainer = model::Trainer::Create(config, topt);
   if (!trainer.ok()) return Fail(kName, source->HintSeqLen(trainer.status()));
   std::string weights = source->hf != nullptr ? "its weights" : "initial weights (seed " + std::to_string(*seed) + ")";

@@ -988,7 +988,9 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
     m.host_x = reinterpret_cast<T*>(m.host_buffer.data());
     ZINF_ASSIGN_OR_RETURN(m.copies, device->CreateStream());
     std::array<T*, Impl::kSlots> slots{};
-    for (T*& slot : slots) ZINF_RETURN_IF_ERROR(m.Alloc(&slot, N * C, "layer input slot"));
+    for (int64_t s = 0; s < std::min<int64_t>(L + 1, Impl::kSlots); ++s) {
+      ZINF_RETURN_IF_ERROR(m.Alloc(&slots[static_cast<size_t>(s)], N * C, "layer input slot"));
+    }
     for (int64_t l = 0; l <= L; ++l) m.x[static_cast<size_t>(l)] = slots[static_cast<size_t>(l % Impl::kSlots)];
   } else {
     for (int64_t l = 0; l <= L; ++l) ZINF_RETURN_IF_ERROR(m.Alloc(&m.x[l], N * C, "layer input x"));
@@ -1218,6 +1220,10 @@ StatusOr<double> GptCompute<T>::HeadForward(const std::vector<const T*>& head, c
   const int64_t N = m.N, C = m.C;
   const int V = m.config.vocab_size, Vp = m.config.padded_vocab_size;
   const T dloss = static_cast<T>(loss_scale / static_cast<double>(N));
+  // Offloaded: a backward since the forward may have loaded an earlier
+  // input into x_L's slot (a recompute may run the head again).
+  ZINF_RETURN_IF_ERROR(m.LoadInput(L));
+  ZINF_RETURN_IF_ERROR(m.KernelsAfter(m.copied_in[static_cast<size_t>(L % Impl::kSlots)]));
   if (m.config.llama()) {
     o.RmsNormForward(m.lnf, m.lnf_rstd, m.x[L], head[0], N, m.C, m.config.norm_eps);
   } else {

@@ -224,7 +224,8 @@ class GptCompute {
   // `grads` (spec order) and turns the gradient of x_{l+1} into that of
   // x_l. Kept activations serve one backward: the backward reuses them as
   // gradient buffers, so HeadForward with grads then needs a new forward
-  // (kFailedPrecondition otherwise).
+  // (kFailedPrecondition otherwise); recomputed ones (layer inputs on the
+  // device or offloaded) serve any number.
   Status LayerBackward(int layer, const std::vector<const T*>& params, const std::vector<T*>& grads);
   // The layer walked in groups (LayerTensorGroups), for a layer fetched in
   // pieces: the same kernels in the same order as LayerForward and

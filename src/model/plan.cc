@@ -107,8 +107,8 @@ int64_t ActivationBytes(const GptConfig& m, int batch, bool cuda, LayerActivatio
   const int64_t attn_scratch = cuda ? 7 * B * T * C + att : att;
   const int64_t head_rows = std::clamp<int64_t>(kHeadChunkBytes / (2 * Vp * 4), 1, N);
   auto f = [](int64_t elems) { return DeviceBytes(std::max<int64_t>(elems, 1) * 4); };  // one fp32 (or int32) array
-  // tokens, targets; the layer inputs x_0 .. x_L (kOffload: three device
-  // slots, gpt.cc Impl::kSlots)
+  // tokens, targets; the layer inputs x_0 .. x_L (kOffload: at most three
+  // device slots, gpt.cc Impl::kSlots)
   const int64_t inputs = activations == LayerActivations::kOffload ? std::min<int64_t>(L + 1, 3) : L + 1;
   int64_t bytes = 2 * f(N) + inputs * f(NC);
   bytes += (activations == LayerActivations::kKeep ? L : 1) * LayerActivationBytes(m, batch);
@@ -389,18 +389,19 @@ void StepTime(const PlanInputs& in, const Config& config, int world, const Fetch
   const int64_t optim_write = oopt == OffloadDevice::kNvme ? (12 + 4 * gas) * total * world : 0;
   o.nvme_read_bytes = param_read + optim_read;
   o.nvme_write_bytes = param_write + optim_write;
-  // Offloaded layer inputs: each copied out in the forward and back in
-  // the backward, every micro-batch.
-  const int64_t inputs_bytes = o.activations == LayerActivations::kOffload
-                                   ? gas * (in.model.n_layer + 1) * B * in.model.seq_len * in.model.n_embd * 4
-                                   : 0;
-  o.h2d_bytes = (popt == OffloadDevice::kNone ? 0 : fetch_bytes) + (popt == OffloadDevice::kNone ? total * pes : 0) +
-                inputs_bytes;
-  o.d2h_bytes = gas * total * 4 + inputs_bytes;
+  // Offloaded layer inputs, every micro-batch: each copied out in the
+  // forward, and back in the backward but for the last three (x_L is not
+  // read there, x_{L-1} and x_{L-2} are still in their slots: gpt.cc).
+  const int64_t input_bytes = int64_t{4} * B * in.model.seq_len * in.model.n_embd;
+  const int64_t inputs = o.activations == LayerActivations::kOffload ? in.model.n_layer + 1 : 0;
+  const int64_t inputs_out = gas * inputs * input_bytes,
+                inputs_in = gas * std::max<int64_t>(inputs - 3, 0) * input_bytes;
+  o.h2d_bytes =
+      (popt == OffloadDevice::kNone ? 0 : fetch_bytes) + (popt == OffloadDevice::kNone ? total * pes : 0) + inputs_in;
+  o.d2h_bytes = gas * total * 4 + inputs_out;
   const double rd = s.nvme_read_gbps * 1e9, wr = s.nvme_write_gbps * 1e9, pcie = s.pcie_gbps * 1e9;
   o.param_nvme_s = static_cast<double>(param_read) / rd;
-  o.pcie_s =
-      static_cast<double>(fetch_bytes * (popt == OffloadDevice::kNone ? 0 : 1) + inputs_bytes + o.d2h_bytes) / pcie;
+  o.pcie_s = static_cast<double>(fetch_bytes * (popt == OffloadDevice::kNone ? 0 : 1) + inputs_in + o.d2h_bytes) / pcie;
   o.adam_s = P_rank * world / s.adam_params_per_s;
   o.optimizer_nvme_s = static_cast<double>(optim_read) / rd + static_cast<double>(optim_write) / wr;
   o.write_home_s = popt == OffloadDevice::kNvme   ? static_cast<double>(param_write) / wr

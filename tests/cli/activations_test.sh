@@ -1,12 +1,13 @@
 #!/bin/sh
-# zinf train --activations: every layer's activations kept for the backward,
-# and the layer inputs offloaded to pinned host memory (--activations
-# offload, or auto with the config's activation_checkpointing.
-# cpu_checkpointing), give the recompute's losses to the last digit
-# (--exact-losses), with layers whole and in pieces; the startup line says
-# which was chosen; a bad value exits 2 naming the flag. With an mpirun: two ranks that asked for
+# zinf train --activations: every layer's activations kept for the
+# backward, and the layer inputs offloaded to pinned host memory
+# (--activations offload, or auto with the config's
+# activation_checkpointing.cpu_checkpointing), give the recompute's losses
+# to the last digit (--exact-losses), with layers whole and in pieces; the
+# startup line says which was chosen; a bad value exits 2 naming the flag. With an mpirun: two ranks that asked for
 # different ones agree on the recompute (the rank that recomputes fetches
-# blocks the other would not) and give the one-choice run's losses.
+# blocks the other would not; so does one that offloads its layer inputs)
+# and give the one-choice run's losses.
 # Usage: activations_test.sh ZINF [MPIEXEC]
 set -eu
 ZINF="$1"
@@ -71,6 +72,14 @@ if [ -n "$MPIEXEC" ]; then
   losses "$TMP/mpi-mixed"
   grep -q "activations keep: each layer's recomputed" "$TMP/mpi-mixed.err"  # rank 0 asked to keep
   cmp "$TMP/mpi-keep.losses" "$TMP/mpi-mixed.losses" || { echo "mixed choices changed the 2-rank losses" >&2; exit 1; }
+  rm -rf "$TMP/nvme"/*
+  # shellcheck disable=SC2086
+  timeout 120 "$MPIEXEC" --allow-run-as-root --oversubscribe -np 1 "$ZINF" train $FLAGS --activations keep : \
+    -np 1 "$ZINF" train $FLAGS --activations offload \
+    > "$TMP/mpi-offload.out" 2> "$TMP/mpi-offload.err" || { cat "$TMP/mpi-offload.err" >&2; exit 1; }
+  losses "$TMP/mpi-offload"
+  grep -q "activations keep: each layer's recomputed" "$TMP/mpi-offload.err"  # an offloading rank recomputes
+  cmp "$TMP/mpi-keep.losses" "$TMP/mpi-offload.losses" || { echo "keep beside offload changed the 2-rank losses" >&2; exit 1; }
   echo "activations test: 2 ranks agree"
 fi
 echo "activations test: OK"

@@ -572,6 +572,34 @@ TEST(GptTest, OffloadedLayerInputsGiveTheBitsOfTheRecompute) {
         const Batch other = MakeBatch(config, B, seed + 100);
         EXPECT_EQ(recompute.Run(other, false), offload.Run(other, false));
       }
+      // The head again after a whole backward (whose look-ahead reused
+      // x_L's slot), then a backward abandoned three layers down (its
+      // look-ahead copy still queued) before the next step.
+      for (Harness<float>* h : {&recompute, &offload}) {
+        const Batch batch = MakeBatch(config, B, 35);
+        h->Run(batch, true);
+        GptCompute<float>& c = h->compute();
+        const BlockId head = HeadBlock(config);
+        const float* lm = config.tied_embeddings ? h->Const(kEmbedBlock)[kWte] : h->Const(head)[LmHeadIndex(config)];
+        auto again = c.HeadForward(h->Const(head), lm, nullptr, 1.0);
+        ASSERT_TRUE(again.ok()) << again.status().ToString();
+        EXPECT_EQ(*again, recompute.Run(batch, false)) << "the head after a backward";
+        ASSERT_TRUE(c.SetBatch(batch.inputs.data(), batch.targets.data()).ok());
+        ASSERT_TRUE(c.EmbedForward(h->Const(kEmbedBlock)).ok());
+        for (int l = 0; l < config.n_layer; ++l) ASSERT_TRUE(c.LayerForward(l, h->Const(LayerBlock(l))).ok());
+        const BlockId lm_block = config.tied_embeddings ? kEmbedBlock : head;
+        const int lm_index = config.tied_embeddings ? static_cast<int>(kWte) : LmHeadIndex(config);
+        typename GptCompute<float>::HeadGrads hg{h->Mutable(head), h->Mutable(lm_block)[lm_index]};
+        ASSERT_TRUE(c.HeadForward(h->Const(head), lm, &hg, 1.0).ok());
+        for (int l = config.n_layer - 1; l >= config.n_layer - 3; --l) {
+          ASSERT_TRUE(c.LayerBackward(l, h->Const(LayerBlock(l)), h->Mutable(LayerBlock(l))).ok());
+        }
+        // The kernels (not the copies) done before Run refills the gradients.
+        ASSERT_TRUE(c.ops().Synchronize().ok());
+      }
+      const Batch next = MakeBatch(config, B, 36);
+      EXPECT_EQ(recompute.Run(next, true), offload.Run(next, true)) << "the step after an abandoned backward";
+      EXPECT_TRUE(recompute.grads() == offload.grads());
     }
     Harness<double> recompute64(config, B), offload64(config, B, LayerActivations::kOffload);
     recompute64.SetParams(params);
