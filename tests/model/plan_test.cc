@@ -362,9 +362,15 @@ TEST(PlanTest, AutoKeepsActivationsThatFitHalfTheDevice) {
   EXPECT_NE(bad.message().find("--activations"), std::string::npos) << bad.ToString();
 }
 
-TEST(PlanTest, DemoMatchesTrainer) {
-  CheckAgainstTrainer("demo", 2, {{OffloadDevice::kNvme, OffloadDevice::kNvme}});
-  CheckAgainstTrainer("demo", 2, {{OffloadDevice::kCpu, OffloadDevice::kCpu}}, 0, LayerActivations::kOffload);
+TEST(PlanTest, DemoMatchesTrainer) { CheckAgainstTrainer("demo", 2, {{OffloadDevice::kNvme, OffloadDevice::kNvme}}); }
+
+// Offloaded layer inputs: three on the device, all in pinned RAM (tiny,
+// five layers deep).
+TEST(PlanTest, OffloadedLayerInputsMatchTrainer) {
+  GptConfig deeper = *LoadGptConfig("tiny");
+  deeper.n_layer = 5;
+  CheckAgainstTrainer(deeper, "tiny-5-layers", 8, {{OffloadDevice::kCpu, OffloadDevice::kCpu}}, 0,
+                      LayerActivations::kOffload);
 }
 
 // Layers in pieces (fetch_layout.h): the plan's device bytes are still the
