@@ -7,6 +7,7 @@
 
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "core/check.h"
 #include "core/units.h"
@@ -111,6 +112,52 @@ class CudaStream final : public Stream {
   cudaStream_t stream_;
 };
 
+// Timing events recorded on one stream: the pool grows to the most marks
+// between two Collects and is reused after.
+class CudaTimer final : public StreamTimer {
+ public:
+  CudaTimer(int ordinal, cudaStream_t stream) : ordinal_(ordinal), stream_(stream) {}
+  ~CudaTimer() override {
+    cudaSetDevice(ordinal_);
+    if (used_ > 0) cudaEventSynchronize(events_[used_ - 1]);
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+
+  Status Mark() override {
+    cudaSetDevice(ordinal_);
+    if (used_ == events_.size()) {
+      cudaEvent_t e;
+      ZINF_RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&e), "timer event create"));
+      events_.push_back(e);
+    }
+    ZINF_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events_[used_], stream_), "timer event record"));
+    ++used_;
+    return Status::Ok();
+  }
+
+  StatusOr<std::vector<double>> Collect() override {
+    std::vector<double> seconds;
+    if (used_ == 0) return seconds;
+    cudaSetDevice(ordinal_);
+    const size_t n = used_;
+    used_ = 0;
+    ZINF_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(events_[n - 1]), "timer event synchronize"));
+    seconds.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      float ms = 0.0f;
+      ZINF_RETURN_IF_ERROR(CudaStatus(cudaEventElapsedTime(&ms, events_[0], events_[i]), "timer elapsed time"));
+      seconds.push_back(static_cast<double>(ms) / 1e3);
+    }
+    return seconds;
+  }
+
+ private:
+  int ordinal_;
+  cudaStream_t stream_;
+  std::vector<cudaEvent_t> events_;
+  size_t used_ = 0;  // events_[0, used_) are this round's marks
+};
+
 class CudaDevice final : public Device {
  public:
   CudaDevice(int ordinal, size_t budget, size_t total, std::string name)
@@ -142,6 +189,10 @@ class CudaDevice final : public Device {
   Status WaitOn(void* stream, Event& event) override {
     if (stream == nullptr) return Status::InvalidArgument("cuda WaitOn: null stream");
     return StreamWaitEvent(ordinal_, static_cast<cudaStream_t>(stream), event);
+  }
+  StatusOr<std::unique_ptr<StreamTimer>> CreateTimer(void* stream) override {
+    if (stream == nullptr) return Status::InvalidArgument("cuda CreateTimer: null stream");
+    return std::unique_ptr<StreamTimer>(new CudaTimer(ordinal_, static_cast<cudaStream_t>(stream)));
   }
   Status Synchronize() override {
     cudaSetDevice(ordinal_);

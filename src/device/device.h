@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "zinf/status.h"
 
@@ -71,6 +72,24 @@ class Stream {
   virtual Status Synchronize() = 0;
   // cudaStream_t on CUDA, nullptr on the host device.
   virtual void* native_handle() = 0;
+};
+
+// Time stamps on a stream, taken as its work runs, to time that work without
+// waiting for it: Mark() stamps the moment the work enqueued so far is done,
+// Collect() waits for the last mark and returns each mark's seconds after
+// the first, then forgets them. On CUDA, timing events (cudaEventElapsedTime,
+// about half a microsecond of resolution), kept and reused; on the host
+// device, a stamp the stream's worker takes when it gets there, or the
+// calling thread's clock for the null stream (work that runs in place).
+// Made by Device::CreateTimer; it must not outlive its stream, and its
+// destructor waits for its marks. One thread marks and collects.
+class StreamTimer {
+ public:
+  virtual ~StreamTimer() = default;
+  virtual Status Mark() = 0;
+  // Seconds from mark 0 to mark i, for every mark since the last Collect;
+  // empty when there were none.
+  virtual StatusOr<std::vector<double>> Collect() = 0;
 };
 
 class Device {
@@ -134,6 +153,9 @@ class Device {
   // host: how the engine tells a model's stream that memory it reads may
   // be rewritten.
   virtual Status WaitOn(void* stream, Event& event) = 0;
+  // A StreamTimer on `stream`, named as RecordOn takes it; on the host device
+  // null is allowed too (the calling thread).
+  virtual StatusOr<std::unique_ptr<StreamTimer>> CreateTimer(void* stream) = 0;
   // Blocks until all streams are idle.
   virtual Status Synchronize() = 0;
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -153,6 +154,46 @@ class HostStream final : public Stream {
   std::thread worker_;  // last: starts after the members it uses
 };
 
+// Stamps from the steady clock: by the stream's worker when it reaches the
+// mark, or at once with no stream. A stamp is written once, before its
+// mark's op counts as completed (under the stream's mutex), and read after
+// Synchronize, which takes that mutex: Collect reads it safely. A deque
+// keeps the slots in place as marks are added.
+class HostTimer final : public StreamTimer {
+ public:
+  explicit HostTimer(Stream* stream) : stream_(stream) {}
+  ~HostTimer() override {
+    if (stream_ != nullptr) stream_->Synchronize().IgnoreError();  // its work writes into stamps_
+  }
+
+  Status Mark() override {
+    int64_t* slot = &stamps_.emplace_back(0);
+    if (stream_ == nullptr) {
+      *slot = NowNanos();
+      return Status::Ok();
+    }
+    return stream_->LaunchHostFunc([slot] { *slot = NowNanos(); });
+  }
+
+  StatusOr<std::vector<double>> Collect() override {
+    if (stream_ != nullptr) ZINF_RETURN_IF_ERROR(stream_->Synchronize());
+    std::vector<double> seconds;
+    seconds.reserve(stamps_.size());
+    for (int64_t t : stamps_) seconds.push_back(static_cast<double>(t - stamps_.front()) / 1e9);
+    stamps_.clear();
+    return seconds;
+  }
+
+ private:
+  static int64_t NowNanos() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  Stream* stream_;
+  std::deque<int64_t> stamps_;
+};
+
 size_t PhysicalMemoryBytes() {
   struct sysinfo info {};
   if (sysinfo(&info) != 0) return size_t{1} << 40;
@@ -254,6 +295,13 @@ Status HostDevice::WaitOn(void* stream, Event& event) {
   // The caller keeps the stream alive across the call, as for RecordOn.
   if (Live(stream) != nullptr) return static_cast<Stream*>(stream)->Wait(event);
   return Status::InvalidArgument("host device: WaitOn of something that is not one of its live streams");
+}
+
+StatusOr<std::unique_ptr<StreamTimer>> HostDevice::CreateTimer(void* stream) {
+  if (stream != nullptr && Live(stream) == nullptr) {
+    return Status::InvalidArgument("host device: CreateTimer on something that is not one of its live streams");
+  }
+  return std::unique_ptr<StreamTimer>(new HostTimer(static_cast<Stream*>(stream)));
 }
 
 Status HostDevice::Synchronize() {

@@ -27,6 +27,7 @@ class HostDevice final : public Device {
   StatusOr<std::unique_ptr<Stream>> CreateStream() override;
   StatusOr<std::unique_ptr<Event>> RecordOn(void* stream) override;
   Status WaitOn(void* stream, Event& event) override;
+  StatusOr<std::unique_ptr<StreamTimer>> CreateTimer(void* stream) override;
   Status Synchronize() override;
 
   // OK when [ptr, ptr+bytes) lies inside one live allocation (not a freed

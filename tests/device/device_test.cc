@@ -294,6 +294,50 @@ TEST_F(DeviceTest, WaitOnHoldsAModelsStreamBehindAnEvent) {
   }
 }
 
+// A timer's marks are taken as the stream gets to them: Mark does not wait
+// (the stream is held at a gate while it marks), and the stretch a 30 ms
+// host function holds the stream shows between its two marks.
+TEST_F(DeviceTest, TimerStampsTheStreamsWorkAsItRuns) {
+  auto stream = NewStream();
+  void* handle = kCuda ? stream->native_handle() : stream.get();
+  auto timer = device_->CreateTimer(handle);
+  ASSERT_TRUE(timer.ok()) << timer.status().ToString();
+  for (int round = 0; round < 2; ++round) {  // the second reuses the first's events
+    test_support::StreamGate gate;
+    ASSERT_TRUE(gate.HoldOn(*stream).ok());
+    ASSERT_TRUE((*timer)->Mark().ok());
+    ASSERT_TRUE(stream->LaunchHostFunc([] { std::this_thread::sleep_for(std::chrono::milliseconds(30)); }).ok());
+    ASSERT_TRUE((*timer)->Mark().ok());
+    ASSERT_TRUE((*timer)->Mark().ok());
+    gate.Open();
+    auto seconds = (*timer)->Collect();
+    ASSERT_TRUE(seconds.ok()) << seconds.status().ToString();
+    ASSERT_EQ(seconds->size(), 3u);
+    EXPECT_EQ((*seconds)[0], 0.0);
+    EXPECT_GE((*seconds)[1], 0.029);
+    EXPECT_GE((*seconds)[2], (*seconds)[1]);
+  }
+  auto none = (*timer)->Collect();
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  timer->reset();  // before its stream, as the contract asks
+  if (kCuda) {
+    EXPECT_EQ(device_->CreateTimer(nullptr).status().code(), StatusCode::kInvalidArgument);
+  } else {  // the calling thread's clock
+    int not_a_stream = 0;
+    EXPECT_EQ(device_->CreateTimer(&not_a_stream).status().code(), StatusCode::kInvalidArgument);
+    auto here = device_->CreateTimer(nullptr);
+    ASSERT_TRUE(here.ok());
+    ASSERT_TRUE((*here)->Mark().ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_TRUE((*here)->Mark().ok());
+    auto s = (*here)->Collect();
+    ASSERT_TRUE(s.ok());
+    ASSERT_EQ(s->size(), 2u);
+    EXPECT_GE((*s)[1], 0.004);
+  }
+}
+
 TEST_F(DeviceTest, PinnedHostMemoryRoundTrip) {
   const size_t n = 2 * kMiB;
   void* host = std::aligned_alloc(4096, n);
