@@ -97,6 +97,7 @@ struct Trainer::Impl {
   int64_t fetch_unit = 0;  // the unit the layout was cut by (agreed by the ranks); 0: whole layers
   std::unique_ptr<Engine> engine;
   std::unique_ptr<Ops<float>> ops;
+  TimedOps* timed_ops = nullptr;  // ops, when wall_clock_breakdown times them
   std::unique_ptr<GptCompute<float>> compute;
 
   std::vector<uint32_t> tokens;
@@ -591,6 +592,11 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   ZINF_ASSIGN_OR_RETURN(
       m->ops, CreateOps(*m->device, options.gpu_compute16 && kernels::cpu::IsWeight16(m->engine->param_type()),
                         options.host_stream));
+  if (config.wall_clock_breakdown) {  // every kernel call timed on the device (StepReport::kernels)
+    ZINF_ASSIGN_OR_RETURN(std::unique_ptr<TimedOps> timed, TimedOps::Create(std::move(m->ops), *m->device));
+    m->timed_ops = timed.get();
+    m->ops = std::move(timed);
+  }
   // The embedding has scratch of its own (its gradients; with a tied head
   // its fp32 cast, which its forward uses too), so the blocks' scratch is
   // sized by the others: the largest layer piece, or the head. The fp32
@@ -631,6 +637,8 @@ StatusOr<StepReport> Trainer::Step() {
   const auto t0 = Clock::now();
   const EngineCounters before = m.engine->counters();
   m.compute_seconds = 0.0;
+  if (m.timed_ops != nullptr)
+    ZINF_RETURN_IF_ERROR(m.timed_ops->Take().status());  // an evaluation's calls: not this step's
   double loss_sum = 0.0;
   for (int64_t micro = 0; micro < m.config.gradient_accumulation_steps; ++micro) {
     m.train_loader->Next(m.inputs.data(), m.targets.data());
@@ -650,6 +658,9 @@ StatusOr<StepReport> Trainer::Step() {
       report.loss_scale = r.loss_scale;
       report.applied = r.applied;
       report.tokens = tokens_per_step();
+      if (m.timed_ops != nullptr) {
+        ZINF_ASSIGN_OR_RETURN(report.kernels, m.timed_ops->Take());
+      }
       report.seconds = SecondsSince(t0);
       report.compute_seconds = m.compute_seconds;
       report.engine = CountersSince(before, m.engine->counters());

@@ -34,6 +34,7 @@
 #include "model/data.h"
 #include "model/fetch_layout.h"
 #include "model/gpt.h"
+#include "model/timed_ops.h"
 #include "zero3/engine_hooks.h"
 #include "zinf/config.h"
 #include "zinf/engine.h"
@@ -112,6 +113,9 @@ struct StepReport {
   double seconds = 0.0;          // wall time of the step
   double compute_seconds = 0.0;  // in the model's kernels (including waiting for them)
   EngineCounters engine;         // the engine's counters moved by this step
+  // With wall_clock_breakdown: each kernel call's time on the device, by Ops
+  // method, and their sum (TimedOps); empty otherwise.
+  KernelTimes kernels;
 };
 
 class Trainer {

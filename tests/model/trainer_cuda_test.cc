@@ -108,5 +108,34 @@ TEST(TrainerCudaTest, OffloadedLayerInputsGiveTheRecomputesLosses) {
   EXPECT_EQ(losses[1], losses[0]);
 }
 
+// wall_clock_breakdown on the GPU: CUDA timing events around every kernel
+// call give the untimed run's losses bit for bit, and each step's kernel
+// time (the 16-bit matmuls among it) within the step's wall time.
+TEST(TrainerCudaTest, TimedKernelsGiveTheSameLossesAndTheirGpuTime) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA GPU: " << CudaUnavailableReason();
+  TempDir dir;
+  Config config = testing::TinyTrainingConfig(dir.path(), OffloadDevice::kCpu, OffloadDevice::kCpu, 8);
+  std::vector<double> losses[2];
+  for (int timed = 0; timed < 2; ++timed) {
+    config.wall_clock_breakdown = timed == 1;
+    TrainerRun r = MakeGpuTrainer(config, /*compute16=*/true);
+    ASSERT_NE(r.trainer, nullptr);
+    for (int step = 0; step < 4; ++step) {
+      auto report = r.trainer->Step();
+      ASSERT_TRUE(report.ok()) << report.status().ToString();
+      losses[timed].push_back(report->loss);
+      const KernelTimes& k = report->kernels;
+      EXPECT_EQ(k.by_op.empty(), timed == 0);
+      if (timed == 0) continue;
+      EXPECT_GT(k.busy_seconds, 0.0);
+      EXPECT_LE(k.busy_seconds, report->seconds);
+      ASSERT_EQ(k.by_op.count("MatmulBackward16"), 1u);
+      EXPECT_GT(k.by_op.at("MatmulBackward16").seconds, 0.0);
+    }
+    r.trainer.reset();  // before its device
+  }
+  EXPECT_EQ(losses[1], losses[0]);
+}
+
 }  // namespace
 }  // namespace zinf::model

@@ -110,5 +110,67 @@ TEST(TrainerStreamTest, QueuedKernelsGiveTheSynchronousRun) {
   }
 }
 
+// wall_clock_breakdown wraps the kernels in TimedOps: the same bits, in
+// place and queued, GPT-2 and Llama blocks; every call is timed once (the
+// layers' attention: L backwards and 2L forwards with the recompute), an
+// evaluation's calls are left out of the next step, and the device time is
+// within the step's wall time.
+TEST(TrainerStreamTest, TimedKernelsGiveTheSameBitsAndEachCallsDeviceTime) {
+  for (bool llama : {false, true}) {
+    for (bool queued : {false, true}) {
+      SCOPED_TRACE(std::string(llama ? "llama" : "gpt-2") + (queued ? ", queued" : ", in place"));
+      TempDir dir;
+      Config config = testing::TinyTrainingConfig(dir.path(), OffloadDevice::kCpu, OffloadDevice::kCpu, kMicroBatch);
+      std::vector<double> losses[2];
+      for (int timed = 0; timed < 2; ++timed) {
+        config.wall_clock_breakdown = timed == 1;
+        TrainerRun r =
+            testing::MakeTrainerOn(CreateHostDevice(0), config, "tiny", "trainer-stream-test", [&](TrainerOptions& o) {
+              o.host_stream = queued;
+              if (!llama) return;
+              o.model.family = ModelFamily::kLlama;
+              o.model.n_kv_head = 1;
+              o.model.intermediate_size = 48;
+            });
+        ASSERT_NE(r.trainer, nullptr);
+        const int64_t n_layer = r.trainer->model().n_layer;
+        for (int step = 0; step < 3; ++step) {
+          if (step == 2) {
+            ASSERT_TRUE(r.trainer->Evaluate(1).ok());
+          }
+          auto report = r.trainer->Step();
+          ASSERT_TRUE(report.ok()) << report.status().ToString();
+          losses[timed].push_back(report->loss);
+          const KernelTimes& k = report->kernels;
+          if (timed == 0) {
+            EXPECT_TRUE(k.by_op.empty());
+            continue;
+          }
+          EXPECT_GT(k.busy_seconds, 0.0);
+          EXPECT_LE(k.busy_seconds, report->seconds);
+          double sum = 0.0;
+          for (const auto& [name, t] : k.by_op) {
+            EXPECT_GT(t.calls, 0) << name;
+            EXPECT_GE(t.seconds, 0.0) << name;
+            sum += t.seconds;
+          }
+          EXPECT_NEAR(sum, k.busy_seconds, 1e-9);
+          ASSERT_TRUE(k.by_op.count("AttentionBackward") && k.by_op.count("AttentionForward"));
+          EXPECT_EQ(k.by_op.at("AttentionBackward").calls, n_layer);
+          EXPECT_EQ(k.by_op.at("AttentionForward").calls, 2 * n_layer);
+          const char* family_ops[] = {llama ? "RmsNormBackward" : "LayerNormBackward",
+                                      llama ? "SwigluBackward" : "GeluBackward",
+                                      llama ? "RopeBackward" : "EncoderBackward", "CrossEntropyForwardBackward"};
+          for (const char* op : family_ops) EXPECT_EQ(k.by_op.count(op), 1u) << op;
+          if (llama) {
+            EXPECT_EQ(k.by_op.count("GqaExpandBackward"), 1u);
+          }
+        }
+      }
+      EXPECT_EQ(losses[1], losses[0]);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace zinf::model

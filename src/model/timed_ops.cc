@@ -1,0 +1,161 @@
+// TimedOps (timed_ops.h).
+#include "model/timed_ops.h"
+
+#include <utility>
+
+#include "device/device.h"
+
+namespace zinf::model {
+
+StatusOr<std::unique_ptr<TimedOps>> TimedOps::Create(std::unique_ptr<Ops<float>> inner, Device& device) {
+  ZINF_ASSIGN_OR_RETURN(std::unique_ptr<StreamTimer> timer, device.CreateTimer(inner->stream()));
+  return std::unique_ptr<TimedOps>(new TimedOps(std::move(inner), std::move(timer)));
+}
+
+TimedOps::TimedOps(std::unique_ptr<Ops<float>> inner, std::unique_ptr<StreamTimer> timer)
+    : inner_(std::move(inner)), timer_(std::move(timer)) {}
+
+TimedOps::~TimedOps() = default;
+
+template <typename F>
+void TimedOps::Timed(const char* op, F&& call) {
+  Status before = timer_->Mark();
+  call();
+  Status after = timer_->Mark();
+  if (before.ok() && after.ok()) {
+    calls_.push_back(op);
+  } else if (mark_error_.ok()) {
+    mark_error_ = (before.ok() ? after : before).WithContext(std::string("timing ") + op);
+  }
+}
+
+StatusOr<KernelTimes> TimedOps::Take() {
+  StatusOr<std::vector<double>> stamps = timer_->Collect();
+  std::vector<const char*> calls = std::move(calls_);
+  calls_.clear();
+  Status error = std::exchange(mark_error_, Status::Ok());
+  ZINF_RETURN_IF_ERROR(error);
+  ZINF_RETURN_IF_ERROR(stamps.status());
+  // A failed mark's call is not counted; its error was returned above. So
+  // here every call has its two marks, in order.
+  if (stamps->size() != 2 * calls.size()) {
+    return Status::Internal("timed ops: " + std::to_string(stamps->size()) + " marks for " +
+                            std::to_string(calls.size()) + " calls");
+  }
+  KernelTimes times;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const double s = (*stamps)[2 * i + 1] - (*stamps)[2 * i];
+    KernelTime& t = times.by_op[calls[i]];
+    t.seconds += s;
+    ++t.calls;
+    times.busy_seconds += s;
+  }
+  return times;
+}
+
+void TimedOps::Zero(float* p, int64_t n) {
+  Timed("Zero", [&] { inner_->Zero(p, n); });
+}
+void TimedOps::CopyToDevice(void* dst, const void* host_src, size_t bytes) {
+  Timed("CopyToDevice", [&] { inner_->CopyToDevice(dst, host_src, bytes); });
+}
+void TimedOps::CopyToHost(void* host_dst, const void* src, size_t bytes) {
+  Timed("CopyToHost", [&] { inner_->CopyToHost(host_dst, src, bytes); });
+}
+void TimedOps::CastIn(float* out, const void* src, ElementType src_type, int64_t n) {
+  Timed("CastIn", [&] { inner_->CastIn(out, src, src_type, n); });
+}
+void TimedOps::EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T_,
+                              int C) {
+  Timed("EncoderForward", [&] { inner_->EncoderForward(out, tokens, wte, wpe, B, T_, C); });
+}
+void TimedOps::EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T_,
+                               int C) {
+  Timed("EncoderBackward", [&] { inner_->EncoderBackward(dwte, dwpe, dout, tokens, B, T_, C); });
+}
+void TimedOps::LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                const float* bias, int64_t N, int C) {
+  Timed("LayerNormForward", [&] { inner_->LayerNormForward(out, mean, rstd, inp, weight, bias, N, C); });
+}
+void TimedOps::LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                                 const float* weight, const float* mean, const float* rstd, int64_t N, int C) {
+  Timed("LayerNormBackward",
+        [&] { inner_->LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C); });
+}
+void TimedOps::MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int C,
+                             int OC) {
+  Timed("MatmulForward", [&] { inner_->MatmulForward(out, inp, weight, bias, N, C, OC); });
+}
+void TimedOps::MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                              const float* weight, int64_t N, int C, int OC, kernels::GradMode mode) {
+  Timed("MatmulBackward", [&] { inner_->MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, mode); });
+}
+void TimedOps::MatmulForward16(float* out, const float* inp, const void* weight, ElementType weight_type,
+                               const float* bias, int64_t N, int C, int OC) {
+  Timed("MatmulForward16", [&] { inner_->MatmulForward16(out, inp, weight, weight_type, bias, N, C, OC); });
+}
+void TimedOps::MatmulBackward16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                                const void* weight, ElementType weight_type, int64_t N, int C, int OC,
+                                kernels::GradMode mode) {
+  Timed("MatmulBackward16", [&] {
+    inner_->MatmulBackward16(dinp, dweight, dbias, dout, inp, weight, weight_type, N, C, OC, mode);
+  });
+}
+void TimedOps::AttentionForward(float* out, float* att, float* scratch, const float* qkv, int B, int T_, int C,
+                                int NH) {
+  Timed("AttentionForward", [&] { inner_->AttentionForward(out, att, scratch, qkv, B, T_, C, NH); });
+}
+void TimedOps::AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+                                 int B, int T_, int C, int NH) {
+  Timed("AttentionBackward", [&] { inner_->AttentionBackward(dqkv, scratch, dout, qkv, att, B, T_, C, NH); });
+}
+void TimedOps::GeluForward(float* out, const float* inp, int64_t n) {
+  Timed("GeluForward", [&] { inner_->GeluForward(out, inp, n); });
+}
+void TimedOps::GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  Timed("GeluBackward", [&] { inner_->GeluBackward(dinp, inp, dout, n); });
+}
+void TimedOps::ResidualForward(float* out, const float* a, const float* b, int64_t n) {
+  Timed("ResidualForward", [&] { inner_->ResidualForward(out, a, b, n); });
+}
+void TimedOps::Accumulate(float* y, const float* x, int64_t n) {
+  Timed("Accumulate", [&] { inner_->Accumulate(y, x, n); });
+}
+void TimedOps::CrossEntropyForwardBackward(float* losses, float* dlogits, const float* logits,
+                                           const int32_t* targets, int64_t N, int V, int Vp, float dloss) {
+  Timed("CrossEntropyForwardBackward",
+        [&] { inner_->CrossEntropyForwardBackward(losses, dlogits, logits, targets, N, V, Vp, dloss); });
+}
+void TimedOps::RmsNormForward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int C,
+                              double eps) {
+  Timed("RmsNormForward", [&] { inner_->RmsNormForward(out, rstd, inp, weight, N, C, eps); });
+}
+void TimedOps::RmsNormBackward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                               const float* rstd, int64_t N, int C) {
+  Timed("RmsNormBackward", [&] { inner_->RmsNormBackward(dinp, dweight, dout, inp, weight, rstd, N, C); });
+}
+void TimedOps::RopeForward(float* out, const float* inp, const float* cos, const float* sin, int B, int T_,
+                           int n_head, int hd) {
+  Timed("RopeForward", [&] { inner_->RopeForward(out, inp, cos, sin, B, T_, n_head, hd); });
+}
+void TimedOps::RopeBackward(float* dinp, const float* dout, const float* cos, const float* sin, int B, int T_,
+                            int n_head, int hd) {
+  Timed("RopeBackward", [&] { inner_->RopeBackward(dinp, dout, cos, sin, B, T_, n_head, hd); });
+}
+void TimedOps::SwigluForward(float* out, const float* gate, const float* up, int64_t n) {
+  Timed("SwigluForward", [&] { inner_->SwigluForward(out, gate, up, n); });
+}
+void TimedOps::SwigluBackward(float* dgate, float* dup, const float* gate, const float* up, const float* dout,
+                              int64_t n) {
+  Timed("SwigluBackward", [&] { inner_->SwigluBackward(dgate, dup, gate, up, dout, n); });
+}
+void TimedOps::GqaExpandForward(float* qkv, const float* q, const float* k, const float* v, int64_t N, int NH,
+                                int NKV, int hd) {
+  Timed("GqaExpandForward", [&] { inner_->GqaExpandForward(qkv, q, k, v, N, NH, NKV, hd); });
+}
+void TimedOps::GqaExpandBackward(float* dq, float* dk, float* dv, const float* dqkv, int64_t N, int NH, int NKV,
+                                 int hd) {
+  Timed("GqaExpandBackward", [&] { inner_->GqaExpandBackward(dq, dk, dv, dqkv, N, NH, NKV, hd); });
+}
+
+}  // namespace zinf::model
