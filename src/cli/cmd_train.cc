@@ -380,6 +380,9 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
     if (summary->evaluated) std::printf(", eval %.4f -> %.4f", summary->eval_before, summary->eval_after);
     std::printf(", %s tok/s (median)\n", FormatCount(static_cast<int64_t>(summary->tokens_per_second)).c_str());
     std::printf("zinf train: time %s\n", FormatTimeShares(*summary).c_str());
+    if (!summary->kernels.by_op.empty()) {
+      std::printf("zinf train: kernels %s\n", FormatKernelTimes(summary->kernels, summary->seconds, 8).c_str());
+    }
   }
   return 0;
 }

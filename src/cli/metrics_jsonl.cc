@@ -37,6 +37,11 @@ std::string MetricsJsonl::StepLine(const StepMetrics& m) {
   j["time"] = {{"total", Number(m.total_seconds)}, {"compute", Number(m.compute_seconds)},
                {"nvme", Number(m.nvme_seconds)},   {"pcie", Number(m.pcie_seconds)},
                {"comm", Number(m.comm_seconds)},   {"optimizer", Number(m.optimizer_seconds)}};
+  if (!m.kernels.by_op.empty()) {  // wall_clock_breakdown: seconds on the device and calls, by Ops method
+    json ops = json::object();
+    for (const auto& [name, t] : m.kernels.by_op) ops[name] = {{"seconds", Number(t.seconds)}, {"calls", t.calls}};
+    j["kernels"] = {{"busy", Number(m.kernels.busy_seconds)}, {"ops", std::move(ops)}};
+  }
   if (!m.applied) j["skipped"] = true;
   // nlohmann writes doubles in the shortest form that reads back exactly.
   return j.dump();

@@ -4,6 +4,9 @@
 //   {"step": 3, "loss": 5.4123..., "lr": 0.0003, "grad_norm": 1.25, "loss_scale": 1,
 //    "tokens": 2048, "samples": 24,
 //    "time": {"total": 0.21, "compute": 0.15, "nvme": 0.01, "pcie": 0.0, "comm": 0.0, "optimizer": 0.02}}
+// and, with wall_clock_breakdown, the device time of the model's kernels by
+// Ops method (model/timed_ops.h) and their sum:
+//    "kernels": {"busy": 0.12, "ops": {"MatmulForward16": {"seconds": 0.04, "calls": 48}, ...}}
 // and a line per evaluation: {"step": 3, "eval_loss": 5.1..., "samples": 24}
 // (never "loss").
 // Numbers are written so that they read back to the same double (loss is the

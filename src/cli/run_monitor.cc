@@ -30,6 +30,7 @@ StepMetrics MakeStepMetrics(const model::StepReport& r, int64_t samples) {
   m.comm_seconds = static_cast<double>(r.engine.allgather_ns + r.engine.reduce_scatter_ns) / 1e9;
   m.optimizer_seconds = static_cast<double>(r.engine.optimizer_ns) / 1e9;
   m.engine = r.engine;
+  m.kernels = r.kernels;
   return m;
 }
 

@@ -42,7 +42,8 @@ struct StepMetrics {
   double tokens_per_second = 0.0;
   double total_seconds = 0.0, compute_seconds = 0.0, nvme_seconds = 0.0, pcie_seconds = 0.0, comm_seconds = 0.0,
          optimizer_seconds = 0.0;
-  EngineCounters engine;  // what the step moved (bytes per tier)
+  EngineCounters engine;       // what the step moved (bytes per tier)
+  model::KernelTimes kernels;  // with wall_clock_breakdown: device time by Ops method (else empty)
 };
 
 // `report` as the monitors see it; `samples` is the running count after it.

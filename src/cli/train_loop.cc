@@ -1,7 +1,10 @@
 #include "cli/train_loop.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <functional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/units.h"
@@ -32,6 +35,23 @@ std::string FormatTimeShares(const TrainSummary& s) {
                 s.seconds, pct(s.compute_seconds), pct(s.nvme_wait_seconds), pct(s.fetch_wait_seconds),
                 pct(s.comm_seconds), pct(s.optimizer_seconds), pct(s.seconds - s.compute_seconds));
   return buf;
+}
+
+std::string FormatKernelTimes(const model::KernelTimes& k, double seconds, int top) {
+  std::vector<std::pair<std::string, model::KernelTime>> ops(k.by_op.begin(), k.by_op.end());
+  std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  const double busy = std::max(k.busy_seconds, 1e-12);
+  char buf[128];
+  std::snprintf(buf, sizeof(buf), "%.3f s on the device, %.0f%% busy:", k.busy_seconds,
+                100.0 * k.busy_seconds / std::max(seconds, 1e-9));
+  std::string line = buf;
+  for (size_t i = 0; i < ops.size() && i < static_cast<size_t>(top); ++i) {
+    std::snprintf(buf, sizeof(buf), "%s %s %.0f%% (%lld calls)", i ? "," : "", ops[i].first.c_str(),
+                  100.0 * ops[i].second.seconds / busy, static_cast<long long>(ops[i].second.calls));
+    line += buf;
+  }
+  if (ops.size() > static_cast<size_t>(top)) line += ", ...";
+  return line;
 }
 
 StatusOr<TrainSummary> RunTraining(model::Trainer& trainer, const TrainRun& run) {
@@ -76,6 +96,11 @@ StatusOr<TrainSummary> RunTraining(model::Trainer& trainer, const TrainRun& run)
     s.comm_seconds += static_cast<double>(r.engine.allgather_ns + r.engine.reduce_scatter_ns) / 1e9;
     s.optimizer_seconds += static_cast<double>(r.engine.optimizer_ns) / 1e9;
     AddCounters(s.moved, r.engine);
+    for (const auto& [name, t] : r.kernels.by_op) {
+      s.kernels.by_op[name].seconds += t.seconds;
+      s.kernels.by_op[name].calls += t.calls;
+    }
+    s.kernels.busy_seconds += r.kernels.busy_seconds;
     if (!monitors.empty()) {
       const StepMetrics metrics = MakeStepMetrics(r, SamplesAfter(trainer));
       tell([&](RunMonitor& m) { return m.OnStep(metrics); });
@@ -106,6 +131,9 @@ StatusOr<TrainSummary> RunTraining(model::Trainer& trainer, const TrainRun& run)
             FormatBytes(c.nvme_write_bytes).c_str(), FormatBytes(c.optimizer_nvme_bytes).c_str(),
             FormatBytes(c.gradient_nvme_bytes).c_str(), FormatBytes(c.h2d_bytes).c_str(),
             FormatBytes(c.d2h_bytes).c_str());
+        if (!r.kernels.by_op.empty()) {
+          std::fprintf(out, "            kernels %s\n", FormatKernelTimes(r.kernels, r.seconds, 6).c_str());
+        }
       }
     }
     const bool save_now =

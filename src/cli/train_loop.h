@@ -52,7 +52,8 @@ struct TrainSummary {
   // Shares of step time (sum of steps): in kernels, and the engine's waits.
   double compute_seconds = 0.0, nvme_wait_seconds = 0.0, fetch_wait_seconds = 0.0, comm_seconds = 0.0,
          optimizer_seconds = 0.0;
-  EngineCounters moved;  // the engine's counters over the run
+  EngineCounters moved;        // the engine's counters over the run
+  model::KernelTimes kernels;  // with wall_clock_breakdown: the device time of the run's kernels
   std::string last_checkpoint;
 };
 
@@ -67,5 +68,10 @@ StatusOr<TrainSummary> RunTraining(model::Trainer& trainer, const TrainRun& run)
 
 // One line: "12.3 s: compute 61% nvme 12% pcie 3% comm 0% optimizer 20% (device idle 39%)".
 std::string FormatTimeShares(const TrainSummary& s);
+
+// With wall_clock_breakdown, one line: the kernels' device time as a share of
+// `seconds` of wall time, and the `top` Ops methods by their share of it:
+// "0.172 s on the device, 42% busy: MatmulBackward16 31% (88 calls), ...".
+std::string FormatKernelTimes(const model::KernelTimes& k, double seconds, int top);
 
 }  // namespace zinf::cli

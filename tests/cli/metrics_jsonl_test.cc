@@ -78,6 +78,23 @@ TEST(MetricsJsonlTest, OneLinePerStepAndPerEvaluation) {
   EXPECT_EQ(lines[4]["eval_loss"].get<double>(), 4.5);
   EXPECT_EQ(lines[4]["samples"].get<int64_t>(), 24);
   EXPECT_FALSE(lines[4].contains("loss"));
+  for (const auto& l : lines) EXPECT_FALSE(l.contains("kernels")) << "kernels without wall_clock_breakdown";
+}
+
+// With wall_clock_breakdown the step's kernel times: their sum and each Ops
+// method's seconds and calls.
+TEST(MetricsJsonlTest, KernelTimesAreWrittenWhenThereAreAny) {
+  StepMetrics m = Step(1, 5.5);
+  m.kernels.busy_seconds = 0.0625;
+  m.kernels.by_op["MatmulForward16"] = {0.0375, 48};
+  m.kernels.by_op["AttentionForward"] = {0.025, 12};
+  const nlohmann::json l = nlohmann::json::parse(MetricsJsonl::StepLine(m));
+  ASSERT_TRUE(l.contains("kernels"));
+  EXPECT_EQ(l["kernels"]["busy"].get<double>(), 0.0625);
+  EXPECT_EQ(l["kernels"]["ops"]["MatmulForward16"]["seconds"].get<double>(), 0.0375);
+  EXPECT_EQ(l["kernels"]["ops"]["MatmulForward16"]["calls"].get<int64_t>(), 48);
+  EXPECT_EQ(l["kernels"]["ops"]["AttentionForward"]["calls"].get<int64_t>(), 12);
+  EXPECT_EQ(l["kernels"]["ops"].size(), 2u);
 }
 
 TEST(MetricsJsonlTest, NonFiniteValuesAreNullAndSkippedStepsMarked) {

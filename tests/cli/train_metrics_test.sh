@@ -30,4 +30,16 @@ grep -q '^{"step":3,"eval_loss":' "$TMP/m.jsonl" || fail "no evaluation after st
 first=$(sed -n 's/^zinf train: 6 steps, loss \([0-9.]*\) .*/\1/p' "$TMP/out")
 line_loss=$(grep -m1 '"loss":' "$TMP/m.jsonl" | sed 's/.*"loss":\([0-9.e+-]*\),.*/\1/')
 [ "$(printf '%.4f' "$line_loss")" = "$first" ] || fail "first loss $line_loss does not print as $first"
+# wall_clock_breakdown (the config's key): each step's kernel time on the
+# device, on a progress line of its own, in the summary and in every step's
+# metrics line; an evaluation's kernels are not a step's.
+sed -e 's/^{/{"wall_clock_breakdown": true,/' -e 's/"steps_per_print": *[0-9]*/"steps_per_print": 1/' \
+  "$CONFIG" > "$TMP/timed.json"
+"$ZINF" train --config "$TMP/timed.json" --model tiny --steps 2 --eval-every 1 --device host \
+  --metrics "$TMP/t.jsonl" > "$TMP/tout" 2> "$TMP/terr" || fail "the timed run failed: $(cat "$TMP/terr")"
+n=$(grep -c '^ *kernels [0-9.]* s on the device, [0-9]*% busy: .*AttentionBackward' "$TMP/terr") || true
+[ "$n" = 2 ] || fail "expected 2 kernel lines among the progress lines, got $n: $(cat "$TMP/terr")"
+grep -q '^zinf train: kernels [0-9.]* s on the device' "$TMP/tout" || fail "no kernel summary: $(cat "$TMP/tout")"
+n=$(grep -c '"kernels":{"busy":[0-9.e-]*,"ops":{.*"AttentionBackward":{"seconds":[0-9.e-]*,"calls":4}' "$TMP/t.jsonl") || true
+[ "$n" = 2 ] || fail "expected kernels with AttentionBackward's 4 calls (2 layers, 2 micro-batches) on 2 step lines, got $n: $(cat "$TMP/t.jsonl")"
 echo "train metrics test: OK"
