@@ -28,7 +28,10 @@ next B*T later), one micro-batch per step, a constant learning rate.
               after the first two), GPU busy (NVML's utilization, sampled every
               50 ms over the timed steps: the share of time a kernel ran) and,
               for zinf, the step's time parts from its metrics; the largest
-              loss difference of each trainer to the first one.
+              loss difference of each trainer to the first one. Trainer
+              zinf-timed is zinf with wall_clock_breakdown: also its kernels'
+              busy share of the step by CUDA events and each Ops method's
+              median seconds a step.
 
   perf/gpu_compare.py curve --zinf perf/gpu/zinf-gpu --model demo --config configs/cpu-offload.json \
       --steps 200 --json OUT
@@ -254,9 +257,9 @@ class TrainerFailed(Exception):
 def run_trainer(a, name, work, params):
     """Runs one trainer; returns its per-step records (step, loss, wall, ...)."""
     lines_path = os.path.join(work, f"{name}.jsonl")
-    if name == "zinf":
+    if name in ("zinf", "zinf-timed"):
         budget = int(16 * params * a.device_budget_fraction) if a.device_budget_fraction else 0
-        cmd = zinf_command(a, a.config, lines_path, budget)
+        cmd = zinf_command(a, a.config if name == "zinf" else a.timed_config, lines_path, budget)
     else:
         cmd = [sys.executable, os.path.abspath(__file__), "run", "--trainer", name.split("-")[0], "--model",
                a.model, "--data", a.data, "--config", a.config, "--steps", str(a.steps), "--seq-len",
@@ -305,9 +308,11 @@ def table(a):
         z, d = r["trainers"].get("zinf", {}), r["trainers"].get("deepspeed", {})
         zt, dt = z.get("tokens_per_s"), d.get("tokens_per_s")
         gpu = (r.get("gpu") or "?").replace("NVIDIA ", "")
+        # GPU busy: by CUDA events where the row ran zinf-timed, else NVML's sampled utilization.
+        busy = r["trainers"].get("zinf-timed", {}).get("gpu_busy_events", z.get("gpu_busy"))
         print(f"| {os.path.basename(r['model'].rstrip('/'))} | {tiers} | {gpu} | {zt:,.0f} | "
               + (f"{dt:,.0f} | {zt / dt:.2f}x" if dt else "failed | -") + " | "
-              + (f"{z['gpu_busy']:.0%}" if z.get("gpu_busy") is not None else "-") + " |")
+              + (f"{busy:.0%}" if busy is not None else "-") + " |")
 
 
 def plot(a):
@@ -357,12 +362,21 @@ def summarize(name, recs, sampler, tokens_per_step, params):
            "tokens_per_s": tokens_per_step / med if med else None,
            "model_tflops": 6 * params * tokens_per_step / med / 1e12 if med else None,
            "gpu_busy": sampler.busy(walls[2], walls[-1]) if len(walls) > 3 else None}
-    if name == "zinf":
+    if name.startswith("zinf"):
         parts = {}
         for r in recs[2:]:
             for k, v in r.get("time", {}).items():
                 parts.setdefault(k, []).append(v)
         out["time_parts_median"] = {k: statistics.median(v) for k, v in parts.items()}
+    timed = [r for r in recs[2:] if "kernels" in r]
+    if timed:  # zinf-timed: the kernels' time on the GPU by its own clock (CUDA events), per step
+        out["gpu_busy_events"] = statistics.median(r["kernels"]["busy"] / r["time"]["total"] for r in timed)
+        ops = {}
+        for r in timed:
+            for op, t in r["kernels"]["ops"].items():
+                ops.setdefault(op, []).append(t["seconds"])
+        out["kernel_seconds_median"] = dict(sorted(((op, statistics.median(v)) for op, v in ops.items()),
+                                                   key=lambda kv: -kv[1]))
     return out
 
 
@@ -376,6 +390,9 @@ def compare(a):
     a.config = os.path.join(work, "config.json")  # the one JSON every trainer reads
     with open(a.config, "w") as f:
         json.dump(cfg, f, indent=1)
+    a.timed_config = os.path.join(work, "config-timed.json")  # zinf-timed's: the same with wall_clock_breakdown
+    with open(a.timed_config, "w") as f:
+        json.dump(dict(cfg, wall_clock_breakdown=True), f, indent=1)
     if a.data is None:
         a.data = encode_corpus(a.zinf, a.model)
     params = count_params(a.model)
@@ -490,7 +507,9 @@ def main():
     r.add_argument("--bf16", action="store_true")
     c = sub.choices["compare"]
     c.add_argument("--zinf", default="build/zinf")
-    c.add_argument("--trainers", default="zinf,torch", help="zinf, torch, torch-bf16, deepspeed")
+    c.add_argument("--trainers", default="zinf,torch",
+                   help="zinf, zinf-timed (zinf with wall_clock_breakdown: its kernels' GPU time by CUDA events), "
+                        "torch, torch-bf16, deepspeed")
     c.add_argument("--device-budget-fraction", type=float, default=0.0,
                    help="zinf's --device-budget as this fraction of 16 B/param (0: no cap)")
     c.add_argument("--work")
