@@ -141,7 +141,27 @@ Status Engine::ReduceGradients(BlockId block, const std::vector<const void*>& gr
 }
 
 Status Engine::ReduceGradients(BlockId block, const std::vector<const void*>& grads, void* stream) {
-  Impl& m = *impl_;
+  if (stream == nullptr) return impl_->ReduceGradients(block, grads, nullptr, nullptr);
+  std::shared_ptr<Event> copied;
+  ZINF_RETURN_IF_ERROR(impl_->ReduceGradients(block, grads, stream, &copied));
+  // The model's later work on its stream (the next block's backward into
+  // the same buffers) waits for the copies.
+  return impl_->device->WaitOn(stream, *copied).WithContext("engine: gradient of block '" + impl_->name(block) + "'");
+}
+
+Status EngineAccess::ReduceGradients(Engine& engine, BlockId block, const std::vector<const void*>& grads, void* stream,
+                                     std::shared_ptr<Event>* copied) {
+  if (stream == nullptr || copied == nullptr) {
+    return Status::InvalidArgument("engine: ReduceGradients handing the copies' event back needs a stream and a place");
+  }
+  return engine.impl_->ReduceGradients(block, grads, stream, copied);
+}
+
+// `stream` null: synchronous (the host part now); else `*copied` gets the
+// event after the copies out of `grads` (the caller orders its stream).
+Status Engine::Impl::ReduceGradients(BlockId block, const std::vector<const void*>& grads, void* stream,
+                                     std::shared_ptr<Event>* copied) {
+  Impl& m = *this;
   ZINF_RETURN_IF_ERROR(m.CheckBlock(block));
   ZINF_RETURN_IF_ERROR(m.Commit());
   ZINF_RETURN_IF_ERROR(m.FinishGradient());  // the one handed in behind a stream before
@@ -170,18 +190,16 @@ Status Engine::ReduceGradients(BlockId block, const std::vector<const void*>& gr
       ZINF_RETURN_IF_ERROR(m.stream->Wait(**written).WithContext(what));
     }
     Status queued = m.CopyGradientToHost(block, grads);
-    StatusOr<std::unique_ptr<Event>> copied =
+    StatusOr<std::unique_ptr<Event>> copied_event =
         queued.ok() ? m.stream->Record() : StatusOr<std::unique_ptr<Event>>(queued);
-    if (!copied.ok()) {
+    if (!copied_event.ok()) {
       // Copies may be queued that read `grads`: let them run before the
       // caller may rewrite it.
       if (stream != nullptr) m.stream->Synchronize().IgnoreError();
-      return copied.status().WithContext(what);
+      return copied_event.status().WithContext(what);
     }
-    g.ready = std::move(copied).value();
-    // The model's later work on its stream (the next block's backward into
-    // the same buffers) waits for the copies.
-    if (stream != nullptr) ZINF_RETURN_IF_ERROR(m.device->WaitOn(stream, *g.ready).WithContext(what));
+    g.ready = std::move(copied_event).value();
+    if (copied != nullptr) *copied = g.ready;
   }
   m.pending_gradient = std::move(g);
   return stream != nullptr ? Status::Ok() : m.FinishGradient();

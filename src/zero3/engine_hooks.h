@@ -8,11 +8,15 @@
 // Thread-safety: plain values.
 #pragma once
 
+#include <memory>
+#include <vector>
+
 #include "zinf/engine.h"
 
 namespace zinf {
 
 class Device;
+class Event;
 namespace comm {
 class Communicator;
 }
@@ -37,6 +41,14 @@ struct EngineHooks {
 struct EngineAccess {
   // The device the engine computes on (its own or EngineHooks::device).
   static Device& device(Engine& engine);
+  // Engine::ReduceGradients behind `stream`, except that `stream` is not
+  // made to wait: `*copied` gets an event after the engine's copies out of
+  // `grads`, and the caller makes `stream` wait for it (Device::WaitOn)
+  // before the stream rewrites them. A caller with two gradient buffers
+  // computes the next block into the other meanwhile, so the copy runs
+  // beside the kernels. kInvalidArgument for a null `stream` or `copied`.
+  static Status ReduceGradients(Engine& engine, BlockId block, const std::vector<const void*>& grads, void* stream,
+                                std::shared_ptr<Event>* copied);
 };
 
 }  // namespace zinf

@@ -102,12 +102,14 @@ struct Engine::Impl {
     std::vector<const void*> grads;
     // What the host part waits for: through staging, an event after the
     // copies into it; else (direct, handed in synchronously) none.
-    std::unique_ptr<Event> ready;
-    float scale = 1.0f;   // 1 / (world_size * gradient_accumulation_steps)
-    bool last = false;    // the last micro-batch before an optimizer step
-    bool direct = false;  // read from `grads` itself (GradientsDirect, no stream)
+    std::shared_ptr<Event> ready;  // shared with a caller that waits for it itself (ReduceGradients' `copied`)
+    float scale = 1.0f;            // 1 / (world_size * gradient_accumulation_steps)
+    bool last = false;             // the last micro-batch before an optimizer step
+    bool direct = false;           // read from `grads` itself (GradientsDirect, no stream)
   };
   bool GradientsDirect() const;
+  Status ReduceGradients(BlockId block, const std::vector<const void*>& grads, void* stream,
+                         std::shared_ptr<Event>* copied);
   Status FinishGradient();
   Status AccumulateGradient(const PendingGradient& pg);
   void ZeroUnreducedGradients();

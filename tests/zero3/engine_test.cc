@@ -11,7 +11,9 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "aio/fault_engine.h"
 #include "comm/communicator.h"
@@ -658,7 +660,9 @@ TEST(EngineMemoryTest, ReleaseBehindAStreamKeepsTheMemoryUntilItsReadsRan) {
 // gradients, through the staging window and the engine's stream, into the
 // RAM accumulator and into the gradient window on NVMe. (Without that last
 // wait the next copy races the engine's: it wins in some of the four cases
-// in every run tried, and TSan sees the race whichever wins.)
+// in every run tried, and TSan sees the race whichever wins.) The same with
+// the copies' event handed back (EngineAccess::ReduceGradients): the stream
+// is made to wait for it by the caller, before the next block's copy.
 class EngineGradientStreamTest : public ::testing::TestWithParam<std::tuple<ElementType, OffloadDevice>> {};
 
 TEST_P(EngineGradientStreamTest, AGradientBehindAStreamIsReadOnceItsWorkRan) {
@@ -670,7 +674,10 @@ TEST_P(EngineGradientStreamTest, AGradientBehindAStreamIsReadOnceItsWorkRan) {
   config.gradient_clipping = 0.5;
   SetTiers(config, OffloadDevice::kCpu, optimizer, dir);
   const std::vector<BlockSpec> blocks = kModel.Blocks();
-  auto run = [&](bool behind_stream) {
+  enum Mode { kSynchronous, kBehindStream, kEventHandedBack };
+  auto run = [&](Mode mode) {
+    const bool behind_stream = mode != kSynchronous;
+    std::shared_ptr<Event> copied;
     comm::LocalCommunicator local;
     EngineUnderTest e = MakeEngine(config, blocks, &local, 0, grad_type);
     if (!e.engine) return std::vector<float>{};
@@ -702,6 +709,9 @@ TEST_P(EngineGradientStreamTest, AGradientBehindAStreamIsReadOnceItsWorkRan) {
           EXPECT_TRUE(gate.HoldOn(**stream).ok());
           gate.OpenAfter(std::chrono::milliseconds(turn == 0 ? 200 : 20));
         }
+        if (copied) {
+          EXPECT_TRUE(e.device->WaitOn(stream->get(), *std::exchange(copied, nullptr)).ok());
+        }
         for (size_t t = 0; t < blocks[static_cast<size_t>(b)].tensors.size(); ++t) {
           const int64_t n = blocks[static_cast<size_t>(b)].tensors[t].numel();
           std::vector<char>& v = host.emplace_back(static_cast<size_t>(n * es));
@@ -721,8 +731,12 @@ TEST_P(EngineGradientStreamTest, AGradientBehindAStreamIsReadOnceItsWorkRan) {
           }
           grads.push_back(set[t]);
         }
-        const Status s = e.engine->ReduceGradients(b, grads, behind_stream ? stream->get() : nullptr);
+        const Status s =
+            mode == kEventHandedBack
+                ? EngineAccess::ReduceGradients(*e.engine, b, grads, stream->get(), &copied)
+                : e.engine->ReduceGradients(b, grads, behind_stream ? stream->get() : nullptr);
         EXPECT_TRUE(s.ok()) << s.ToString();
+        EXPECT_EQ(copied != nullptr, mode == kEventHandedBack);
         if (behind_stream && turn == 0) {
           EXPECT_FALSE(gate.opened()) << "ReduceGradients waited for the stream";
         }
@@ -734,10 +748,14 @@ TEST_P(EngineGradientStreamTest, AGradientBehindAStreamIsReadOnceItsWorkRan) {
     for (void* p : set) e.device->Free(p);
     return MasterWeights(*e.engine, kModel);
   };
-  const std::vector<float> sync = run(false), behind = run(true);
+  const std::vector<float> sync = run(kSynchronous);
   ASSERT_FALSE(sync.empty());
-  ASSERT_EQ(sync.size(), behind.size());
-  EXPECT_EQ(std::memcmp(sync.data(), behind.data(), sync.size() * 4), 0);
+  for (Mode mode : {kBehindStream, kEventHandedBack}) {
+    SCOPED_TRACE(mode == kBehindStream ? "behind a stream" : "the copies' event handed back");
+    const std::vector<float> behind = run(mode);
+    ASSERT_EQ(sync.size(), behind.size());
+    EXPECT_EQ(std::memcmp(sync.data(), behind.data(), sync.size() * 4), 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(GradTypes, EngineGradientStreamTest,
@@ -764,6 +782,14 @@ TEST(EngineMemoryTest, ReleaseBehindSomethingNotAStreamIsRefusedNamingTheBlock) 
   bad = e.engine->ReduceGradients(1, {w.data(), b.data()}, &not_a_stream);
   EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.message().find(kTwinBlocks.Blocks()[1].name), std::string::npos) << bad.ToString();
+  // And with its copies' event handed back: a stream and a place for it are needed.
+  std::shared_ptr<Event> copied;
+  EXPECT_EQ(EngineAccess::ReduceGradients(*e.engine, 1, {w.data(), b.data()}, nullptr, &copied).code(),
+            StatusCode::kInvalidArgument);
+  auto stream = e.device->CreateStream();
+  ASSERT_TRUE(stream.ok());
+  EXPECT_EQ(EngineAccess::ReduceGradients(*e.engine, 1, {w.data(), b.data()}, stream->get(), nullptr).code(),
+            StatusCode::kInvalidArgument);
 }
 
 // An evicted block whose reads are still queued counts against
