@@ -65,6 +65,7 @@ FetchLayout FetchLayout::Create(const GptConfig& model, std::vector<BlockSpec> s
     const bool embed = piece.model_block == kEmbedBlock;
     l.max_piece_elems_ = std::max(l.max_piece_elems_, n);
     if (!embed) l.max_non_embed_elems_ = std::max(l.max_non_embed_elems_, n);
+    if (piece.layer >= 0) l.max_layer_piece_elems_ = std::max(l.max_layer_piece_elems_, n);
     l.max_cast16_elems_ = std::max(l.max_cast16_elems_, cast16);
     if (!embed) l.max_non_embed_cast16_elems_ = std::max(l.max_non_embed_cast16_elems_, cast16);
     l.of_model_[static_cast<size_t>(piece.model_block)].push_back(static_cast<BlockId>(l.specs_.size()));
@@ -157,6 +158,18 @@ int64_t ModelWorkingSetBytes(const GptConfig& model, int batch, bool cuda, int64
   // leaves to the engine's prefetch and cache.
   const int64_t per_elem = param_elem_bytes + (cast ? 4 : 0) + 4;
   return fixed + per_elem * max_non_embed_elems + Matmul16Bytes(model, batch, cuda, param_elem_bytes);
+}
+
+int TrainerGradBuffers(const GptConfig& model, int batch, bool cuda, bool queued, int64_t device_bytes,
+                       int64_t param_elem_bytes, const FetchLayout& layout, LayerActivations activations) {
+  if (!queued || device_bytes <= 0) return 1;
+  const int64_t two =
+      ModelWorkingSetBytes(model, batch, cuda, param_elem_bytes, layout.max_non_embed_elems(), activations) +
+      4 * layout.max_layer_piece_elems();
+  // A quarter of the device left to the engine's gathered blocks, prefetch
+  // and cache and the CUDA context: the second buffer speeds the backward
+  // up, but never at the cost of the blocks the forward fetches ahead.
+  return two <= device_bytes / 4 * 3 ? 2 : 1;
 }
 
 int64_t Matmul16Bytes(const GptConfig& model, int batch, bool cuda, int64_t param_elem_bytes) {

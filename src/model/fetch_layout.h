@@ -78,6 +78,8 @@ class FetchLayout {
   // Over all engine blocks but the embedding (which the trainer gives
   // scratch of its own).
   int64_t max_non_embed_elems() const { return max_non_embed_elems_; }
+  // Over the layers' blocks (or pieces) only.
+  int64_t max_layer_piece_elems() const { return max_layer_piece_elems_; }
   // The most elements the trainer casts to fp32 from one engine block (its
   // fp32 scratch): every tensor of it, or with `matrices16` (ops that read
   // the layers' matrices in 16 bits, IsLayerMatrix) every tensor but those;
@@ -108,6 +110,7 @@ class FetchLayout {
   int pieces_per_layer_ = 1;
   int64_t max_piece_elems_ = 0;
   int64_t max_non_embed_elems_ = 0;
+  int64_t max_layer_piece_elems_ = 0;
   int64_t max_cast16_elems_ = 0;
   int64_t max_non_embed_cast16_elems_ = 0;
   int64_t layer_elems_ = 0;
@@ -139,6 +142,16 @@ int64_t ResolveAutoFetchUnit(const GptConfig& model, int batch, bool cuda, int64
 // included.
 int64_t ModelWorkingSetBytes(const GptConfig& model, int batch, bool cuda, int64_t param_elem_bytes,
                              int64_t max_non_embed_elems, LayerActivations activations);
+// The fp32 gradient buffers the trainer keeps for the layers' blocks:
+// two when its kernels queue on a stream (`queued`: always on a GPU,
+// `cuda`; on the host device with TrainerOptions::host_stream) and the
+// working set (ModelWorkingSetBytes, which counts one) with a second of the
+// largest layer piece fits three quarters of `device_bytes` (the rest left
+// to the engine's blocks and the CUDA context), so that a block's gradient is
+// copied to the host while the next block computes into the other buffer;
+// else one, and each block's backward waits for the copy before it writes.
+int TrainerGradBuffers(const GptConfig& model, int batch, bool cuda, bool queued, int64_t device_bytes,
+                       int64_t param_elem_bytes, const FetchLayout& layout, LayerActivations activations);
 // Device bytes of CudaOps' 16-bit mode for this model and micro-batch (the
 // cuBLASLt workspace and the operand scratch of its largest linear layer)
 // on a GPU (`cuda`) with 16-bit parameters; 0 otherwise.

@@ -294,19 +294,25 @@ void AddModelItems(const PlanInputs& in, const FetchLayout& layout, int64_t para
   // fp32 cast of a block (the tied embedding has its own; 16-bit
   // parameters: the layers' matrices are read as they are, on the host and
   // in CudaOps' 16-bit mode, PlanInputs::compute16), one block's gradients
-  // (the embedding's are apart), the embedding's gradients.
+  // (the embedding's are apart; on a GPU a second buffer for a layer's when
+  // it fits, TrainerGradBuffers), the embedding's gradients.
   const bool matrices16 = !in.cuda || in.compute16;
   const int64_t max_other = layout.max_non_embed_elems();
   const int64_t embed = layout.specs()[kEmbedBlock].numel();
   const bool tied = in.model.tied_embeddings;
-  int64_t scratch = DeviceBytes(max_other * 4) + DeviceBytes(embed * 4);
+  const bool two_grads = TrainerGradBuffers(in.model, static_cast<int>(batch), in.cuda, /*queued=*/in.cuda,
+                                            in.gpu_bytes, param_bytes, layout, kept) > 1;
+  int64_t scratch = DeviceBytes(max_other * 4) + DeviceBytes(embed * 4) +
+                    (two_grads ? DeviceBytes(layout.max_layer_piece_elems() * 4) : 0);
   if (param_bytes != 4) {
     scratch +=
         DeviceBytes(layout.max_cast_elems(matrices16, /*with_embed=*/!tied) * 4) + (tied ? DeviceBytes(embed * 4) : 0);
   }
+  const std::string grads =
+      two_grads ? "its gradients (a layer's in two buffers: one copied out as the next computes)" : "its gradients";
   add(matrices16
-          ? "trainer scratch (fp32 cast of a block's vectors or of the head, its gradients, the embedding's gradients)"
-          : "trainer scratch (fp32 cast of a block or piece, its gradients, the embedding's gradients)",
+          ? "trainer scratch (fp32 cast of a block's vectors or of the head, " + grads + ", the embedding's gradients)"
+          : "trainer scratch (fp32 cast of a block or piece, " + grads + ", the embedding's gradients)",
       scratch);
   if (in.cuda) add("CUDA context and cuBLAS workspace (allowance)", kCudaAllowanceBytes);
   if (matrices16) {

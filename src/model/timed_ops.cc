@@ -97,9 +97,8 @@ void TimedOps::MatmulForward16(float* out, const float* inp, const void* weight,
 void TimedOps::MatmulBackward16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                 const void* weight, ElementType weight_type, int64_t N, int C, int OC,
                                 kernels::GradMode mode) {
-  Timed("MatmulBackward16", [&] {
-    inner_->MatmulBackward16(dinp, dweight, dbias, dout, inp, weight, weight_type, N, C, OC, mode);
-  });
+  Timed("MatmulBackward16",
+        [&] { inner_->MatmulBackward16(dinp, dweight, dbias, dout, inp, weight, weight_type, N, C, OC, mode); });
 }
 void TimedOps::AttentionForward(float* out, float* att, float* scratch, const float* qkv, int B, int T_, int C,
                                 int NH) {
@@ -121,8 +120,8 @@ void TimedOps::ResidualForward(float* out, const float* a, const float* b, int64
 void TimedOps::Accumulate(float* y, const float* x, int64_t n) {
   Timed("Accumulate", [&] { inner_->Accumulate(y, x, n); });
 }
-void TimedOps::CrossEntropyForwardBackward(float* losses, float* dlogits, const float* logits,
-                                           const int32_t* targets, int64_t N, int V, int Vp, float dloss) {
+void TimedOps::CrossEntropyForwardBackward(float* losses, float* dlogits, const float* logits, const int32_t* targets,
+                                           int64_t N, int V, int Vp, float dloss) {
   Timed("CrossEntropyForwardBackward",
         [&] { inner_->CrossEntropyForwardBackward(losses, dlogits, logits, targets, N, V, Vp, dloss); });
 }
@@ -134,8 +133,8 @@ void TimedOps::RmsNormBackward(float* dinp, float* dweight, const float* dout, c
                                const float* rstd, int64_t N, int C) {
   Timed("RmsNormBackward", [&] { inner_->RmsNormBackward(dinp, dweight, dout, inp, weight, rstd, N, C); });
 }
-void TimedOps::RopeForward(float* out, const float* inp, const float* cos, const float* sin, int B, int T_,
-                           int n_head, int hd) {
+void TimedOps::RopeForward(float* out, const float* inp, const float* cos, const float* sin, int B, int T_, int n_head,
+                           int hd) {
   Timed("RopeForward", [&] { inner_->RopeForward(out, inp, cos, sin, B, T_, n_head, hd); });
 }
 void TimedOps::RopeBackward(float* dinp, const float* dout, const float* cos, const float* sin, int B, int T_,
@@ -149,8 +148,8 @@ void TimedOps::SwigluBackward(float* dgate, float* dup, const float* gate, const
                               int64_t n) {
   Timed("SwigluBackward", [&] { inner_->SwigluBackward(dgate, dup, gate, up, dout, n); });
 }
-void TimedOps::GqaExpandForward(float* qkv, const float* q, const float* k, const float* v, int64_t N, int NH,
-                                int NKV, int hd) {
+void TimedOps::GqaExpandForward(float* qkv, const float* q, const float* k, const float* v, int64_t N, int NH, int NKV,
+                                int hd) {
   Timed("GqaExpandForward", [&] { inner_->GqaExpandForward(qkv, q, k, v, N, NH, NKV, hd); });
 }
 void TimedOps::GqaExpandBackward(float* dq, float* dk, float* dv, const float* dqkv, int64_t N, int NH, int NKV,

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <span>
+#include <utility>
 
 #include "comm/bootstrap.h"
 #include "comm/communicator.h"
@@ -112,6 +113,14 @@ struct Trainer::Impl {
   float* param_scratch = nullptr;
   float* embed_scratch = nullptr;
   float* grad_scratch = nullptr;
+  // With kernels on a stream and room for it (TrainerGradBuffers): a
+  // second buffer for the layers' gradients, taken by turns with the first,
+  // so that one block's gradient is copied to the host while the next
+  // block's backward computes into the other. Each buffer's last copy out:
+  // the stream waits for it before the buffer is written again.
+  float* grad_scratch2 = nullptr;
+  std::shared_ptr<Event> grad_copied[2];
+  int grad_turn = 0;  // the buffer the last layer backward took
   float* embed_grads = nullptr;
   int64_t scratch_bytes = 0;
 
@@ -126,7 +135,7 @@ struct Trainer::Impl {
     compute.reset();
     engine.reset();
     if (device != nullptr) {
-      for (float* p : {param_scratch, embed_scratch, grad_scratch, embed_grads}) device->Free(p);
+      for (float* p : {param_scratch, embed_scratch, grad_scratch, grad_scratch2, embed_grads}) device->Free(p);
     }
     ops.reset();
   }
@@ -324,24 +333,38 @@ struct Trainer::Impl {
       }
       // The groups set their tensors' gradients (kSet): no zeroing pass
       // over the scratch, and the CPU's weight matmuls do not read it.
-      std::vector<float*> g = GradArrays(e, grad_scratch);
+      grad_turn = grad_scratch2 != nullptr ? 1 - grad_turn : 0;
+      ZINF_ASSIGN_OR_RETURN(float* buf, ClaimGradBuffer(grad_turn));
+      std::vector<float*> g = GradArrays(e, buf);
       ZINF_RETURN_IF_ERROR(Timed([&] {
         return compute->LayerBackwardGroups(l, piece.begin_group, piece.end_group, held_params, AtLayerPlaces(e, g),
                                             kernels::GradMode::kSet);
       }));
-      ZINF_RETURN_IF_ERROR(ReduceAfterCompute(e, g));
+      ZINF_RETURN_IF_ERROR(ReduceAfterCompute(e, g, grad_turn));
     }
     return Status::Ok();
   }
 
-  // Hands block b back and its gradients `g` over after the kernels queued
-  // on them: behind the ops' stream when they queue on one (the engine
-  // copies the gradients once the kernels have run, and the stream's later
-  // work, the next block's backward into the same scratch, waits for those
-  // copies; the host does not wait), else once they have been checked.
-  Status ReduceAfterCompute(BlockId b, const std::vector<float*>& g) {
+  // Gradient buffer k (0: grad_scratch, 1: grad_scratch2), once the ops'
+  // stream has been made to wait for its last copy to the host.
+  StatusOr<float*> ClaimGradBuffer(int k) {
+    if (std::shared_ptr<Event> copied = std::exchange(grad_copied[k], nullptr)) {
+      ZINF_RETURN_IF_ERROR(device->WaitOn(ops->stream(), *copied).WithContext("trainer: gradient buffer"));
+    }
+    return k == 0 ? grad_scratch : grad_scratch2;
+  }
+
+  // Hands block b back and its gradients `g` (in buffer k) over after the
+  // kernels queued on them: behind the ops' stream when they queue on one
+  // (the engine copies the gradients once the kernels have run, and
+  // grad_copied[k] gets the event after those copies, which the stream
+  // waits for before it writes buffer k again; the host does not wait),
+  // else once they have been checked.
+  Status ReduceAfterCompute(BlockId b, const std::vector<float*>& g, int k) {
     ZINF_RETURN_IF_ERROR(ReleaseAfterCompute(b));
-    return engine->ReduceGradients(b, AsConst(g), ops->stream());  // null: synchronous
+    void* stream = ops->stream();
+    if (stream == nullptr) return engine->ReduceGradients(b, AsConst(g));
+    return EngineAccess::ReduceGradients(*engine, b, AsConst(g), stream, &grad_copied[k]);
   }
 
   // One micro-batch on the host arrays `inputs`/`targets`: forward, and
@@ -368,7 +391,8 @@ struct Trainer::Impl {
       }
       GptCompute<float>::HeadGrads grads;
       if (backward) {
-        grads.head = ZeroedGrads(head, grad_scratch);
+        ZINF_ASSIGN_OR_RETURN(float* buf, ClaimGradBuffer(0));
+        grads.head = ZeroedGrads(head, buf);
         std::vector<float*> eg = ZeroedGrads(embed, embed_grads);
         grads.lm_head = model().tied_embeddings ? eg[kWte] : grads.head[LmHeadIndex(model())];
       }
@@ -606,9 +630,19 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   const int64_t embed = specs[kEmbedBlock].numel();
   const bool cast = m->engine->param_type() != ElementType::kF32, tied = m->model().tied_embeddings;
   const int64_t cast_elems = m->layout.max_cast_elems(m->ops->reads_weights16(), /*with_embed=*/!tied);
+  // A second gradient buffer for the layers when the ops queue on a stream
+  // and the working set fits with it (`zinf plan` counts the same).
+  const int grad_buffers =
+      options.grad_buffers > 0
+          ? options.grad_buffers
+          : TrainerGradBuffers(m->model(), m->batch(), m->device->kind() == DeviceKind::kCuda,
+                               m->ops->stream() != nullptr, static_cast<int64_t>(m->device->capacity_bytes()),
+                               ElementSizeBytes(m->engine->param_type()), m->layout, m->options.activations);
+  const int64_t max_layer = m->layout.max_layer_piece_elems();
   const std::pair<float**, int64_t> scratch[] = {{&m->param_scratch, cast ? cast_elems : 0},
                                                  {&m->embed_scratch, cast && tied ? embed : 0},
                                                  {&m->grad_scratch, max_other},
+                                                 {&m->grad_scratch2, grad_buffers > 1 ? max_layer : 0},
                                                  {&m->embed_grads, embed}};
   int64_t scratch_elems = 0;
   for (const auto& [dst, n] : scratch) scratch_elems += n;
@@ -627,6 +661,9 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   if (m->grad_scratch != nullptr) {
     ZINF_ASSIGN_OR_RETURN(std::unique_ptr<Stream> s, m->device->CreateStream());
     ZINF_RETURN_IF_ERROR(s->MemsetAsync(m->grad_scratch, 0xFF, static_cast<size_t>(max_other) * sizeof(float)));
+    if (m->grad_scratch2 != nullptr) {
+      ZINF_RETURN_IF_ERROR(s->MemsetAsync(m->grad_scratch2, 0xFF, static_cast<size_t>(max_layer) * sizeof(float)));
+    }
     ZINF_RETURN_IF_ERROR(s->Synchronize().WithContext("trainer: filling the gradient scratch"));
   }
   return std::unique_ptr<Trainer>(new Trainer(std::move(m)));

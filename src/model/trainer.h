@@ -93,6 +93,12 @@ struct TrainerOptions {
   // so the trainer hands blocks and gradients over behind the stream. The
   // same bits either way; ignored on a CUDA device.
   bool host_stream = false;
+  // Device buffers for the layers' fp32 gradients: 0 picks (two when the
+  // kernels queue on a stream and the working set fits with the second,
+  // fetch_layout.h TrainerGradBuffers), 1 or 2 forces. With two the copy of
+  // one block's gradient to the host runs beside the next block's
+  // backward; with one the backward waits for it. Same bits either way.
+  int grad_buffers = 0;
   // Engine options (run id, threads); grad_type and hooks are set by the
   // trainer.
   EngineOptions engine;

@@ -401,6 +401,13 @@ int64_t ItemBytes(const PlanOption& o, const std::string& prefix) {
   return -1;
 }
 
+std::string ItemWhat(const PlanOption& o, const std::string& prefix) {
+  for (const PlanItem& it : o.items) {
+    if (it.what.rfind(prefix, 0) == 0) return it.what;
+  }
+  return "";
+}
+
 // The nvme/nvme option of the plan for `in` (an empty one, with a failure,
 // when there is no plan).
 PlanOption NvmeOption(const PlanInputs& in) {
@@ -512,9 +519,31 @@ TEST(PlanTest, GptThreeFitsOneGpuWithItsLayerInputsInRam) {
     in.activations = LayerActivations::kRecompute;
     const PlanOption r = NvmeOption(in);
     EXPECT_FALSE(r.fits_gpu) << r.gpu_bytes;
+    EXPECT_EQ(ItemWhat(o, "trainer scratch").find("two buffers"), std::string::npos) << "no room for a second";
     EXPECT_EQ(r.gpu_bytes - o.gpu_bytes,
               (in.model.n_layer + 1 - 3) * zero3::DeviceFootprint(inputs / (in.model.n_layer + 1)));
   }
+}
+
+// On a GPU with room (GPT-2 124M on 80 GiB) the layers' gradients get a
+// second buffer, so that one is copied to the host while the next layer's
+// backward computes into the other: the trainer scratch grows by one
+// layer's fp32 gradient. Not on the host device, whose kernels run in place.
+TEST(PlanTest, ARoomyGpuKeepsTwoGradientBuffers) {
+  PlanInputs in = Gpt3OnOneGpu();
+  in.model = *LoadGptConfig("gpt2-124m");
+  in.gpu_bytes = 80 * kGiB;
+  const PlanOption two = NvmeOption(in);
+  EXPECT_NE(ItemWhat(two, "trainer scratch").find("in two buffers"), std::string::npos);
+  in.gpu_bytes = 64 * kMiB;  // no room: one
+  const PlanOption one = NvmeOption(in);
+  EXPECT_EQ(ItemWhat(one, "trainer scratch").find("two buffers"), std::string::npos);
+  const FetchLayout layout = FetchLayout::Create(in.model, GptBlockSpecs(in.model), 0);
+  EXPECT_EQ(ItemBytes(two, "trainer scratch") - ItemBytes(one, "trainer scratch"),
+            zero3::DeviceFootprint(4 * layout.max_layer_piece_elems()));
+  in.cuda = false;
+  in.gpu_bytes = 80 * kGiB;
+  EXPECT_EQ(ItemWhat(NvmeOption(in), "trainer scratch").find("two buffers"), std::string::npos);
 }
 
 // GPT-3 175B on a 24 GiB GPU: --fetch-unit auto cuts its 1.8G-parameter

@@ -4,11 +4,13 @@
 // does not wait for the kernels, gives the synchronous run's losses, held-out
 // loss and weights bit for bit: every tier, layers whole and in pieces,
 // activations recomputed, kept and recomputed from layer inputs offloaded
-// to the host (copied on a stream of their own), gradient accumulation. Under
-// ThreadSanitizer (make test-tsan runs this test) a wait missing between the
-// stream's kernels and the engine's copies is a reported race; here it
-// changes bits (mutations tried: a Release or a ReduceGradients not behind
-// the stream).
+// to the host (copied on a stream of their own), gradient accumulation, the
+// layers' gradients in two buffers by turns (the default with no budget) or
+// one. Under ThreadSanitizer (make test-tsan runs this test) a wait missing
+// between the stream's kernels and the engine's copies is a reported race;
+// here it changes bits (mutations tried: a Release or a ReduceGradients not
+// behind the stream, one gradient buffer rewritten without waiting for its
+// copy). A second test: wall_clock_breakdown's timed kernels.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -48,8 +50,9 @@ struct Variant {
   std::string name;
   OffloadDevice param, optimizer;
   LayerActivations activations = LayerActivations::kRecompute;
-  bool pieces = false;  // layers fetched in pieces of a third
-  int n_layer = 0;      // 0: the model's
+  bool pieces = false;   // layers fetched in pieces of a third
+  int n_layer = 0;       // 0: the model's
+  int grad_buffers = 0;  // TrainerOptions::grad_buffers (0: two, queued on a host stream with no budget)
 };
 
 // A third of a layer.
@@ -64,6 +67,7 @@ TrainerRun MakeTrainer(const Config& config, const Variant& v, bool host_stream)
     o.activations = v.activations;
     o.fetch_unit = v.pieces ? PieceUnit() : 0;
     o.host_stream = host_stream;
+    o.grad_buffers = v.grad_buffers;
     if (v.n_layer > 0) o.model.n_layer = v.n_layer;
   });
 }
@@ -71,6 +75,9 @@ TrainerRun MakeTrainer(const Config& config, const Variant& v, bool host_stream)
 TEST(TrainerStreamTest, QueuedKernelsGiveTheSynchronousRun) {
   const Variant variants[] = {
       {"resident", OffloadDevice::kNone, OffloadDevice::kNone},
+      // One gradient buffer: each layer's backward waits for the last one's copy.
+      {"cpu/cpu, one gradient buffer", OffloadDevice::kCpu, OffloadDevice::kCpu, LayerActivations::kRecompute, false, 0,
+       1},
       {"cpu/cpu in pieces", OffloadDevice::kCpu, OffloadDevice::kCpu, LayerActivations::kRecompute, true},
       {"nvme/nvme", OffloadDevice::kNvme, OffloadDevice::kNvme},
       {"nvme/nvme kept, in pieces", OffloadDevice::kNvme, OffloadDevice::kNvme, LayerActivations::kKeep, true},
