@@ -182,6 +182,7 @@ Status Engine::Impl::ReduceGradients(BlockId block, const std::vector<const void
   // model's stream can be told when `grads` may be rewritten (an event
   // after the engine's copies); the host part reads staging later.
   g.direct = stream == nullptr && m.GradientsDirect();
+  g.into_accum = stream != nullptr && m.IntoAccum(block, g.scale);
   if (!g.direct) {
     if (stream != nullptr) {
       // The copies wait on the engine's stream for the model's work.
@@ -189,7 +190,7 @@ Status Engine::Impl::ReduceGradients(BlockId block, const std::vector<const void
       if (!written.ok()) return written.status().WithContext(what + " behind a stream");
       ZINF_RETURN_IF_ERROR(m.stream->Wait(**written).WithContext(what));
     }
-    Status queued = m.CopyGradientToHost(block, grads);
+    Status queued = g.into_accum ? m.CopyGradientIntoAccum(block, grads) : m.CopyGradientToHost(block, grads);
     StatusOr<std::unique_ptr<Event>> copied_event =
         queued.ok() ? m.stream->Record() : StatusOr<std::unique_ptr<Event>>(queued);
     if (!copied_event.ok()) {
@@ -213,6 +214,7 @@ StatusOr<StepResult> Engine::Step() {
   ZINF_RETURN_IF_ERROR(m.Commit());
   ZINF_RETURN_IF_ERROR(m.FinishGradient());
   ZINF_RETURN_IF_ERROR(m.FinishUpdate());
+  ZINF_RETURN_IF_ERROR(m.WaitAccumCopies());
   StepResult r;
   ++m.micro_steps;
   r.loss_scale = m.scaler->scale();
@@ -228,6 +230,7 @@ Status Engine::WaitForUpdate() {
   Impl& m = *impl_;
   ZINF_RETURN_IF_ERROR(m.FinishGradient());
   ZINF_RETURN_IF_ERROR(m.FinishUpdate());
+  ZINF_RETURN_IF_ERROR(m.WaitAccumCopies());
   if (!m.grad_window) return Status::Ok();
   const int64_t before = m.grad_window->nvme_bytes();
   Status s = m.grad_window->Flush();
@@ -355,6 +358,40 @@ Status Engine::Impl::CopyGradientToHost(BlockId b, const std::vector<const void*
                            CopyDirection::kDeviceToHost);
 }
 
+// Behind a stream, a gradient may skip staging and the host's pass over it:
+// one rank (the shard is the whole block, nothing to reduce), fp32, the
+// accumulator in RAM, and the block's first gradient of the cycle at scale
+// 1 (one micro-batch a step), whose set (SetScaled) would give the bits of
+// the gradient itself (x * 1 is x). Then the copy to the host is the set,
+// and the driving thread neither waits for it nor touches the bytes.
+bool Engine::Impl::IntoAccum(BlockId b, float scale) const {
+  return grad_flat == nullptr && !grad_window && accum.data() != nullptr && options.grad_type == ElementType::kF32 &&
+         scale == 1.0f && !acc_holds[static_cast<size_t>(b)];
+}
+
+// Each tensor copied to its place in the block's range of `accum` (the
+// range's padding stays zero, as nothing else writes it).
+Status Engine::Impl::CopyGradientIntoAccum(BlockId b, const std::vector<const void*>& grads) {
+  const zero3::BlockLayout& l = layout(b);
+  float* acc = reinterpret_cast<float*>(accum.data()) + l.rank_offset;
+  for (size_t t = 0; t < grads.size(); ++t) {
+    ZINF_RETURN_IF_ERROR(stream->CopyAsync(acc + l.tensors[t].offset, grads[t],
+                                           static_cast<size_t>(l.tensors[t].numel) * sizeof(float),
+                                           CopyDirection::kDeviceToHost));
+  }
+  return Status::Ok();
+}
+
+// Waits for the copies straight into `accum` queued so far.
+Status Engine::Impl::WaitAccumCopies() {
+  std::shared_ptr<Event> copied = std::exchange(accum_copied, nullptr);
+  if (!copied) return Status::Ok();
+  const auto t0 = Clock::now();
+  Status s = copied->Synchronize();
+  counters.reduce_scatter_ns += NanosSince(t0);
+  return s.WithContext("engine: a gradient's copy into the accumulator");
+}
+
 // The gradient traffic of one block: reduced over the ranks, copied to the host.
 void Engine::Impl::CountGradient(const zero3::BlockLayout& l) {
   counters.reduce_scatter_bytes += l.padded_numel * grad_es;
@@ -413,6 +450,13 @@ Status Engine::Impl::FinishGradient() {
 Status Engine::Impl::AccumulateGradient(const PendingGradient& pg) {
   const BlockId b = pg.block;
   const zero3::BlockLayout& l = layout(b);
+  if (pg.into_accum) {  // its copies are the set: waited for by whatever reads `accum` next
+    accum_copied = pg.ready;
+    CountGradient(l);
+    acc_holds[static_cast<size_t>(b)] = true;
+    return Status::Ok();
+  }
+  ZINF_RETURN_IF_ERROR(WaitAccumCopies());  // an add below may read what they write
   const auto t0 = Clock::now();
   if (pg.ready) ZINF_RETURN_IF_ERROR(pg.ready->Synchronize());
   counters.reduce_scatter_ns += NanosSince(t0);

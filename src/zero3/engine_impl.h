@@ -106,8 +106,12 @@ struct Engine::Impl {
     float scale = 1.0f;            // 1 / (world_size * gradient_accumulation_steps)
     bool last = false;             // the last micro-batch before an optimizer step
     bool direct = false;           // read from `grads` itself (GradientsDirect, no stream)
+    bool into_accum = false;       // copied straight into `accum` behind a stream (IntoAccum)
   };
   bool GradientsDirect() const;
+  bool IntoAccum(BlockId block, float scale) const;
+  Status CopyGradientIntoAccum(BlockId block, const std::vector<const void*>& grads);
+  Status WaitAccumCopies();
   Status ReduceGradients(BlockId block, const std::vector<const void*>& grads, void* stream,
                          std::shared_ptr<Event>* copied);
   Status FinishGradient();
@@ -169,6 +173,10 @@ struct Engine::Impl {
   // block's first ReduceGradients of a cycle sets its range instead of
   // adding, so nothing zeroes the accumulator behind the update.
   std::vector<bool> acc_holds;
+  // The event after the last copy straight into `accum` (IntoAccum) that
+  // nothing has waited for yet: whatever reads `accum` next waits first
+  // (the engine's stream is in order, so the last covers the others).
+  std::shared_ptr<Event> accum_copied;
   bool committed = false;
   std::vector<bool> params_set;
 

@@ -6,7 +6,8 @@
 // activations recomputed, kept and recomputed from layer inputs offloaded
 // to the host (copied on a stream of their own), gradient accumulation, the
 // layers' gradients in two buffers by turns (the default with no budget) or
-// one. Under ThreadSanitizer (make test-tsan runs this test) a wait missing
+// one, one micro-batch a step (the gradients copied straight into the
+// accumulator). Under ThreadSanitizer (make test-tsan runs this test) a wait missing
 // between the stream's kernels and the engine's copies is a reported race;
 // here it changes bits (mutations tried: a Release or a ReduceGradients not
 // behind the stream, one gradient buffer rewritten without waiting for its
@@ -53,6 +54,7 @@ struct Variant {
   bool pieces = false;   // layers fetched in pieces of a third
   int n_layer = 0;       // 0: the model's
   int grad_buffers = 0;  // TrainerOptions::grad_buffers (0: two, queued on a host stream with no budget)
+  int grad_accum = 2;    // micro-batches a step (1: each gradient copied straight into the accumulator)
 };
 
 // A third of a layer.
@@ -78,6 +80,8 @@ TEST(TrainerStreamTest, QueuedKernelsGiveTheSynchronousRun) {
       // One gradient buffer: each layer's backward waits for the last one's copy.
       {"cpu/cpu, one gradient buffer", OffloadDevice::kCpu, OffloadDevice::kCpu, LayerActivations::kRecompute, false, 0,
        1},
+      {"cpu/cpu, one micro-batch a step", OffloadDevice::kCpu, OffloadDevice::kCpu, LayerActivations::kRecompute, false,
+       0, 0, 1},
       {"cpu/cpu in pieces", OffloadDevice::kCpu, OffloadDevice::kCpu, LayerActivations::kRecompute, true},
       {"nvme/nvme", OffloadDevice::kNvme, OffloadDevice::kNvme},
       {"nvme/nvme kept, in pieces", OffloadDevice::kNvme, OffloadDevice::kNvme, LayerActivations::kKeep, true},
@@ -89,7 +93,7 @@ TEST(TrainerStreamTest, QueuedKernelsGiveTheSynchronousRun) {
     SCOPED_TRACE(v.name);
     TempDir dir;
     Config config = testing::TinyTrainingConfig(dir.path(), v.param, v.optimizer, kMicroBatch);
-    config.gradient_accumulation_steps = 2;
+    config.gradient_accumulation_steps = v.grad_accum;
     config.zero.sub_group_size = 1 << 20;
     config.zero.stage3_prefetch_bucket_size = 1 << 20;
     config.zero.stage3_max_live_parameters = 2 << 20;

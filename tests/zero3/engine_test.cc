@@ -662,14 +662,18 @@ TEST(EngineMemoryTest, ReleaseBehindAStreamKeepsTheMemoryUntilItsReadsRan) {
 // wait the next copy races the engine's: it wins in some of the four cases
 // in every run tried, and TSan sees the race whichever wins.) The same with
 // the copies' event handed back (EngineAccess::ReduceGradients): the stream
-// is made to wait for it by the caller, before the next block's copy.
-class EngineGradientStreamTest : public ::testing::TestWithParam<std::tuple<ElementType, OffloadDevice>> {};
+// is made to wait for it by the caller, before the next block's copy. With
+// one micro-batch a step, fp32 and the accumulator in RAM the copies go
+// straight into it (no staging, no host pass): the step waits for them.
+class EngineGradientStreamTest
+    : public ::testing::TestWithParam<std::tuple<ElementType, OffloadDevice, int /*micro-batches a step*/>> {};
 
 TEST_P(EngineGradientStreamTest, AGradientBehindAStreamIsReadOnceItsWorkRan) {
-  const auto [grad_type, optimizer] = GetParam();
+  const auto [grad_type, optimizer, gas] = GetParam();
   const int es = ElementSizeBytes(grad_type);
   TempDir dir;
-  Config config = BaseConfig();  // two micro-batches a step
+  Config config = BaseConfig();
+  config.gradient_accumulation_steps = gas;
   config.bf16.enabled = true;
   config.gradient_clipping = 0.5;
   SetTiers(config, OffloadDevice::kCpu, optimizer, dir);
@@ -731,10 +735,9 @@ TEST_P(EngineGradientStreamTest, AGradientBehindAStreamIsReadOnceItsWorkRan) {
           }
           grads.push_back(set[t]);
         }
-        const Status s =
-            mode == kEventHandedBack
-                ? EngineAccess::ReduceGradients(*e.engine, b, grads, stream->get(), &copied)
-                : e.engine->ReduceGradients(b, grads, behind_stream ? stream->get() : nullptr);
+        const Status s = mode == kEventHandedBack
+                             ? EngineAccess::ReduceGradients(*e.engine, b, grads, stream->get(), &copied)
+                             : e.engine->ReduceGradients(b, grads, behind_stream ? stream->get() : nullptr);
         EXPECT_TRUE(s.ok()) << s.ToString();
         EXPECT_EQ(copied != nullptr, mode == kEventHandedBack);
         if (behind_stream && turn == 0) {
@@ -760,10 +763,17 @@ TEST_P(EngineGradientStreamTest, AGradientBehindAStreamIsReadOnceItsWorkRan) {
 
 INSTANTIATE_TEST_SUITE_P(GradTypes, EngineGradientStreamTest,
                          ::testing::Combine(::testing::Values(ElementType::kF32, ElementType::kBf16),
-                                            ::testing::Values(OffloadDevice::kCpu, OffloadDevice::kNvme)),
+                                            ::testing::Values(OffloadDevice::kCpu, OffloadDevice::kNvme),
+                                            ::testing::Values(2)),
                          [](const auto& p) {
                            return std::string(ElementTypeName(std::get<0>(p.param))) + "_optim_" +
                                   std::string(OffloadDeviceName(std::get<1>(p.param)));
+                         });
+INSTANTIATE_TEST_SUITE_P(OneMicroBatch, EngineGradientStreamTest,
+                         ::testing::Values(std::tuple{ElementType::kF32, OffloadDevice::kCpu, 1},
+                                           std::tuple{ElementType::kF32, OffloadDevice::kNvme, 1}),
+                         [](const auto& p) {
+                           return "f32_optim_" + std::string(OffloadDeviceName(std::get<1>(p.param)));
                          });
 
 TEST(EngineMemoryTest, ReleaseBehindSomethingNotAStreamIsRefusedNamingTheBlock) {
