@@ -555,15 +555,7 @@ struct GptCompute<T>::Impl {
   // After the kernels that write x_l are queued: its copy out.
   Status AfterWritingInput(int l) {
     if (!offload) return Status::Ok();
-    const auto slot = static_cast<size_t>(l % kSlots);
-    ZINF_RETURN_IF_ERROR(CopiesAfterKernels());
-    ZINF_RETURN_IF_ERROR(copies
-                             ->CopyAsync(host_x + static_cast<int64_t>(l) * N * C, x[static_cast<size_t>(l)], x_bytes(),
-                                         CopyDirection::kDeviceToHost)
-                             .WithContext("GptCompute: copying layer input x_" + std::to_string(l) + " to the host"));
-    ZINF_ASSIGN_OR_RETURN(copied_out[slot], copies->Record());
-    slot_holds[slot] = l;
-    return Status::Ok();
+    return QueueInputCopy(l, CopyDirection::kDeviceToHost, copied_out[static_cast<size_t>(l % kSlots)]);
   }
   // Queues x_l's copy into its slot unless the slot holds it, after the
   // kernels queued so far (the slot's earlier value may still be read).
@@ -571,13 +563,21 @@ struct GptCompute<T>::Impl {
     if (!offload || l < 0) return Status::Ok();
     const auto slot = static_cast<size_t>(l % kSlots);
     if (slot_holds[slot] == l) return Status::Ok();
+    return QueueInputCopy(l, CopyDirection::kHostToDevice, copied_in[slot]);
+  }
+  // x_l's copy between its slot and the host (out: kDeviceToHost), after
+  // the kernels queued so far; `done` gets the event after it, and the
+  // slot holds x_l.
+  Status QueueInputCopy(int l, CopyDirection dir, std::unique_ptr<Event>& done) {
+    const bool out = dir == CopyDirection::kDeviceToHost;
+    T* host = host_x + static_cast<int64_t>(l) * N * C;
+    T* slot_x = x[static_cast<size_t>(l)];
     ZINF_RETURN_IF_ERROR(CopiesAfterKernels());
-    ZINF_RETURN_IF_ERROR(copies
-                             ->CopyAsync(x[static_cast<size_t>(l)], host_x + static_cast<int64_t>(l) * N * C, x_bytes(),
-                                         CopyDirection::kHostToDevice)
-                             .WithContext("GptCompute: copying layer input x_" + std::to_string(l) + " back"));
-    ZINF_ASSIGN_OR_RETURN(copied_in[slot], copies->Record());
-    slot_holds[slot] = l;
+    ZINF_RETURN_IF_ERROR(
+        copies->CopyAsync(out ? static_cast<void*>(host) : slot_x, out ? slot_x : host, x_bytes(), dir)
+            .WithContext("GptCompute: copying layer input x_" + std::to_string(l) + (out ? " to the host" : " back")));
+    ZINF_ASSIGN_OR_RETURN(done, copies->Record());
+    slot_holds[static_cast<size_t>(l % kSlots)] = l;
     return Status::Ok();
   }
   // Before the backward of layer l reads x_l: in its slot, and the next

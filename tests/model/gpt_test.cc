@@ -271,6 +271,20 @@ void CheckModelGradients(const GptConfig& config) {
   EXPECT_GT(checked, config.llama() ? 30 * 20 : 30 * 25);
 }
 
+// The two runs' losses and every gradient are the same bits; `what` names
+// the comparison in a failure.
+void ExpectSameBits(double la, const Harness<float>& a, double lb, const Harness<float>& b, const std::string& what) {
+  EXPECT_EQ(std::memcmp(&la, &lb, sizeof(double)), 0) << what << ": loss " << la << " vs " << lb;
+  for (size_t k = 0; k < a.grads().size(); ++k) {
+    for (size_t t = 0; t < a.grads()[k].size(); ++t) {
+      const std::vector<float>& ga = a.grads()[k][t];
+      const std::vector<float>& gb = b.grads()[k][t];
+      ASSERT_EQ(ga.size(), gb.size());
+      EXPECT_EQ(std::memcmp(ga.data(), gb.data(), ga.size() * sizeof(float)), 0)
+          << what << ": block " << k << " tensor " << t;
+    }
+  }
+}
 TEST(GptTest, GradientsMatchFiniteDifferencesTied) { CheckModelGradients(Tiny(/*tied=*/true)); }
 TEST(GptTest, GradientsMatchFiniteDifferencesUntied) { CheckModelGradients(Tiny(/*tied=*/false)); }
 
@@ -378,14 +392,7 @@ TEST(GptTest, SixteenBitMatricesGiveTheBitsOfTheirFloatCasts) {
     got.SetParams(params);
     const double lw = want.Run(batch, true);
     const double lg = got.Run(batch, true, &m16);
-    EXPECT_EQ(std::memcmp(&lw, &lg, sizeof(double)), 0) << lw << " vs " << lg;
-    for (size_t b = 0; b < params.size(); ++b) {
-      for (size_t t = 0; t < params[b].size(); ++t) {
-        const std::vector<float>& gw = want.grads()[b][t];
-        const std::vector<float>& gg = got.grads()[b][t];
-        EXPECT_EQ(std::memcmp(gw.data(), gg.data(), gw.size() * sizeof(float)), 0) << "block " << b << " tensor " << t;
-      }
-    }
+    ExpectSameBits(lw, want, lg, got, "16-bit matrices");
 
     auto lp = got.Layer16(0, m16);
     lp.matrices16[0] = lp.values[0];  // tensor 0 is a norm weight
@@ -491,15 +498,7 @@ TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
       for (const Harness<float>::Matrices16* m : walks) {
         const double lr = recompute.Run(batch, true, m);
         const double lk = keep.Run(batch, true, m);
-        EXPECT_EQ(std::memcmp(&lr, &lk, sizeof(double)), 0) << lr << " vs " << lk;
-        for (size_t b = 0; b < params.size(); ++b) {
-          for (size_t t = 0; t < params[b].size(); ++t) {
-            const std::vector<float>& gr = recompute.grads()[b][t];
-            const std::vector<float>& gk = keep.grads()[b][t];
-            EXPECT_EQ(std::memcmp(gr.data(), gk.data(), gr.size() * sizeof(float)), 0)
-                << "seed " << seed << " block " << b << " tensor " << t;
-          }
-        }
+        ExpectSameBits(lr, recompute, lk, keep, "kept, seed " + std::to_string(seed));
       }
     }
     // Nothing to recompute: the call is out of order.
@@ -559,15 +558,7 @@ TEST(GptTest, OffloadedLayerInputsGiveTheBitsOfTheRecompute) {
         for (const Harness<float>::Matrices16* m : walks) {
           const double lr = recompute.Run(batch, true, m);
           const double lo = offload.Run(batch, true, m);
-          EXPECT_EQ(std::memcmp(&lr, &lo, sizeof(double)), 0) << lr << " vs " << lo;
-          for (size_t b = 0; b < params.size(); ++b) {
-            for (size_t t = 0; t < params[b].size(); ++t) {
-              const std::vector<float>& gr = recompute.grads()[b][t];
-              const std::vector<float>& go = offload.grads()[b][t];
-              EXPECT_EQ(std::memcmp(gr.data(), go.data(), gr.size() * sizeof(float)), 0)
-                  << "seed " << seed << " block " << b << " tensor " << t;
-            }
-          }
+          ExpectSameBits(lr, recompute, lo, offload, "offloaded, seed " + std::to_string(seed));
         }
         const Batch other = MakeBatch(config, B, seed + 100);
         EXPECT_EQ(recompute.Run(other, false), offload.Run(other, false));
