@@ -219,6 +219,8 @@ device-debs:
 # On the GPU machine (no network, CUDA under /usr/local/cuda): unpack the
 # packages device-debs fetched into .deps/root, point pkg-config and CMake at
 # it, build with CUDA into build-gpu and run the tests with label gpu there.
+# GPU_TARGETS="zinf device_cuda_test ...": only those (perf/gpu/session.sh,
+# where device minutes are few).
 GPU_ROOT := $(CURDIR)/.deps/root
 GPU_LIBS := $(GPU_ROOT)/usr/lib/x86_64-linux-gnu
 GPU_ENV  := PATH=$(GPU_ROOT)/usr/bin:$$PATH LD_LIBRARY_PATH=$(GPU_LIBS):$$LD_LIBRARY_PATH \
@@ -230,7 +232,7 @@ gpu-test:
 	  touch $(GPU_ROOT)/.unpacked; }
 	@[ -f build-gpu/build.ninja ] || $(GPU_ENV) cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
 	  -DZINF_CUDA=ON -DZINF_BUILD_FUZZ=OFF -DZINF_WERROR=OFF -DCMAKE_PREFIX_PATH=$(GPU_ROOT)/usr
-	$(GPU_ENV) cmake --build build-gpu -j $(JOBS)
+	$(GPU_ENV) cmake --build build-gpu -j $(JOBS) $(if $(GPU_TARGETS),--target $(GPU_TARGETS))
 	cd build-gpu && $(GPU_ENV) ctest --output-on-failure --timeout 600 -j $(JOBS) -L gpu $(CTEST_ARGS)
 
 clean:

@@ -307,6 +307,8 @@ def table(a):
         tiers = "/".join(zo.get(k, {}).get("device", "none") for k in ("offload_param", "offload_optimizer"))
         z, d = r["trainers"].get("zinf", {}), r["trainers"].get("deepspeed", {})
         zt, dt = z.get("tokens_per_s"), d.get("tokens_per_s")
+        if not zt:  # zinf did not run or failed: no row
+            continue
         gpu = (r.get("gpu") or "?").replace("NVIDIA ", "")
         # GPU busy: by CUDA events where the row ran zinf-timed, else NVML's sampled utilization.
         busy = r["trainers"].get("zinf-timed", {}).get("gpu_busy_events", z.get("gpu_busy"))
