@@ -220,8 +220,10 @@ class Engine {
   // the engine's own stream, `stream` is made to wait for those copies
   // before its later work (so the next block's backward may rewrite the
   // same buffers once it is queued after this call), and the host part
-  // (the accumulation, from the engine's staging) runs in the next call
-  // that touches the gradient (ReduceGradients, Step, WaitForUpdate):
+  // (the accumulation, from the engine's staging; none when one rank's fp32
+  // gradient is copied straight into the accumulator, which Step and
+  // WaitForUpdate wait for) runs in the next call that touches the
+  // gradient (ReduceGradients, Step, WaitForUpdate):
   // neither the caller nor the device waits here. Errors of the deferred
   // part are returned by that call, naming the block. Null: as above.
   Status ReduceGradients(BlockId block, const std::vector<const void*>& grads, void* stream);

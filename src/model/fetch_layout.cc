@@ -161,9 +161,11 @@ int64_t ModelWorkingSetBytes(const GptConfig& model, int batch, bool cuda, int64
 }
 
 int TrainerGradBuffers(const GptConfig& model, int batch, bool cuda, bool queued, int64_t device_bytes,
-                       int64_t param_elem_bytes, const FetchLayout& layout, LayerActivations activations) {
+                       int64_t engine_bytes, int64_t param_elem_bytes, const FetchLayout& layout,
+                       LayerActivations activations) {
   if (!queued || device_bytes <= 0) return 1;
   const int64_t two =
+      engine_bytes +
       ModelWorkingSetBytes(model, batch, cuda, param_elem_bytes, layout.max_non_embed_elems(), activations) +
       4 * layout.max_layer_piece_elems();
   // A quarter of the device left to the engine's gathered blocks, prefetch

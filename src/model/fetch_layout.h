@@ -145,13 +145,17 @@ int64_t ModelWorkingSetBytes(const GptConfig& model, int batch, bool cuda, int64
 // The fp32 gradient buffers the trainer keeps for the layers' blocks:
 // two when its kernels queue on a stream (`queued`: always on a GPU,
 // `cuda`; on the host device with TrainerOptions::host_stream) and the
-// working set (ModelWorkingSetBytes, which counts one) with a second of the
-// largest layer piece fits three quarters of `device_bytes` (the rest left
-// to the engine's blocks and the CUDA context), so that a block's gradient is
-// copied to the host while the next block computes into the other buffer;
-// else one, and each block's backward waits for the copy before it writes.
+// engine's fixed device memory (`engine_bytes`: a device-resident home,
+// persistent blocks, gradient buffers), the working set
+// (ModelWorkingSetBytes, which counts one buffer) and a second buffer of
+// the largest layer piece fit three quarters of `device_bytes` (the rest
+// left to the blocks the engine gathers and prefetches, and the CUDA
+// context), so that a block's gradient is copied to the host while the
+// next block computes into the other buffer; else one, and each block's
+// backward waits for the copy before it writes.
 int TrainerGradBuffers(const GptConfig& model, int batch, bool cuda, bool queued, int64_t device_bytes,
-                       int64_t param_elem_bytes, const FetchLayout& layout, LayerActivations activations);
+                       int64_t engine_bytes, int64_t param_elem_bytes, const FetchLayout& layout,
+                       LayerActivations activations);
 // Device bytes of CudaOps' 16-bit mode for this model and micro-batch (the
 // cuBLASLt workspace and the operand scratch of its largest linear layer)
 // on a GPU (`cuda`) with 16-bit parameters; 0 otherwise.

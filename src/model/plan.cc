@@ -275,7 +275,7 @@ namespace {
 // GptCompute::Create), the trainer's scratch (trainer.cc Create) and, on
 // CUDA, an allowance for the context and cuBLAS.
 void AddModelItems(const PlanInputs& in, const FetchLayout& layout, int64_t param_bytes, int64_t batch,
-                   LayerActivations kept, std::vector<PlanItem>& items) {
+                   LayerActivations kept, int64_t engine_bytes, std::vector<PlanItem>& items) {
   auto add = [&](std::string what, int64_t bytes) {
     if (bytes > 0) items.push_back({Tier::kDevice, std::move(what), bytes, false});
   };
@@ -301,7 +301,7 @@ void AddModelItems(const PlanInputs& in, const FetchLayout& layout, int64_t para
   const int64_t embed = layout.specs()[kEmbedBlock].numel();
   const bool tied = in.model.tied_embeddings;
   const bool two_grads = TrainerGradBuffers(in.model, static_cast<int>(batch), in.cuda, /*queued=*/in.cuda,
-                                            in.gpu_bytes, param_bytes, layout, kept) > 1;
+                                            in.gpu_bytes, engine_bytes, param_bytes, layout, kept) > 1;
   int64_t scratch = DeviceBytes(max_other * 4) + DeviceBytes(embed * 4) +
                     (two_grads ? DeviceBytes(layout.max_layer_piece_elems() * 4) : 0);
   if (param_bytes != 4) {
@@ -464,7 +464,12 @@ StatusOr<PlanOption> EstimateOption(const PlanInputs& in, const Config& config) 
   // The config written for this option asks `zinf train --activations
   // auto` for the same.
   if (o.activations == LayerActivations::kOffload) o.config.activation_checkpointing.cpu_checkpointing = true;
-  AddModelItems(in, layout, o.buffers.param_elem_bytes, B, o.activations, o.items);
+  // What the engine allocates on the device when it is made (the trainer
+  // measures the same before its own allocations: TrainerGradBuffers).
+  const zero3::BufferPlan& bp = o.buffers;
+  const int64_t engine_bytes = zero3::DeviceFootprint(bp.param_home_device_bytes) + bp.persistent_bytes +
+                               zero3::DeviceFootprint(bp.grad_flat_bytes) + zero3::DeviceFootprint(bp.grad_shard_bytes);
+  AddModelItems(in, layout, o.buffers.param_elem_bytes, B, o.activations, engine_bytes, o.items);
   for (const PlanItem& it : engine) {
     if (it.tier != Tier::kDevice) o.items.push_back(it);
   }

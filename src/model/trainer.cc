@@ -157,6 +157,9 @@ struct Trainer::Impl {
       } else {
         s = loss.status();
       }
+      // The batch's kernel times are no step's: dropped as they come, so
+      // a long evaluation does not pile up timing marks.
+      if (s.ok() && timed_ops != nullptr) s = timed_ops->Take().status();
     }
     engine->SetTracing(true);
     ZINF_RETURN_IF_ERROR(s);
@@ -348,8 +351,9 @@ struct Trainer::Impl {
   // Gradient buffer k (0: grad_scratch, 1: grad_scratch2), once the ops'
   // stream has been made to wait for its last copy to the host.
   StatusOr<float*> ClaimGradBuffer(int k) {
-    if (std::shared_ptr<Event> copied = std::exchange(grad_copied[k], nullptr)) {
-      ZINF_RETURN_IF_ERROR(device->WaitOn(ops->stream(), *copied).WithContext("trainer: gradient buffer"));
+    if (grad_copied[k]) {  // kept until waited for: after a failed wait the next claim waits again
+      ZINF_RETURN_IF_ERROR(device->WaitOn(ops->stream(), *grad_copied[k]).WithContext("trainer: gradient buffer"));
+      grad_copied[k].reset();
     }
     return k == 0 ? grad_scratch : grad_scratch2;
   }
@@ -637,7 +641,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
           ? options.grad_buffers
           : TrainerGradBuffers(m->model(), m->batch(), m->device->kind() == DeviceKind::kCuda,
                                m->ops->stream() != nullptr, static_cast<int64_t>(m->device->capacity_bytes()),
-                               ElementSizeBytes(m->engine->param_type()), m->layout, m->options.activations);
+                               engine_bytes, ElementSizeBytes(m->engine->param_type()), m->layout,
+                               m->options.activations);
   const int64_t max_layer = m->layout.max_layer_piece_elems();
   const std::pair<float**, int64_t> scratch[] = {{&m->param_scratch, cast ? cast_elems : 0},
                                                  {&m->embed_scratch, cast && tied ? embed : 0},
@@ -651,6 +656,9 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   m->compute = std::move(*compute);
   for (const auto& [dst, n] : scratch) {
     auto p = m->AllocateFloats(n);
+    // The second gradient buffer is a speed-up: chosen by the trainer and
+    // not there, the backward takes one.
+    if (!p.ok() && dst == &m->grad_scratch2 && options.grad_buffers == 0) continue;
     if (!p.ok()) return WorkingSetError(*m, p.status(), engine_bytes, scratch_elems, max_block);
     *dst = *p;
   }

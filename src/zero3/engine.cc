@@ -178,9 +178,10 @@ Status Engine::Impl::ReduceGradients(BlockId block, const std::vector<const void
   g.scale = 1.0f / static_cast<float>(m.partitioner->world_size() * m.config.gradient_accumulation_steps);
   g.last = (m.micro_steps + 1) % m.config.gradient_accumulation_steps == 0;
   const std::string what = "engine: gradient of block '" + m.name(block) + "'";
-  // Behind a stream the gradient always goes through staging, so that the
-  // model's stream can be told when `grads` may be rewritten (an event
-  // after the engine's copies); the host part reads staging later.
+  // Behind a stream the gradient goes through staging (or straight into
+  // the accumulator: IntoAccum), so that the model's stream can be told
+  // when `grads` may be rewritten (an event after the engine's copies); the
+  // host part reads staging later.
   g.direct = stream == nullptr && m.GradientsDirect();
   g.into_accum = stream != nullptr && m.IntoAccum(block, g.scale);
   if (!g.direct) {
@@ -362,8 +363,11 @@ Status Engine::Impl::CopyGradientToHost(BlockId b, const std::vector<const void*
 // one rank (the shard is the whole block, nothing to reduce), fp32, the
 // accumulator in RAM, and the block's first gradient of the cycle at scale
 // 1 (one micro-batch a step), whose set (SetScaled) would give the bits of
-// the gradient itself (x * 1 is x). Then the copy to the host is the set,
-// and the driving thread neither waits for it nor touches the bytes.
+// the gradient itself (x * 1 is x) but for the sign of a zero (SetScaled
+// adds to +0) and a signalling NaN's quieting: the norm squares the values
+// and Adam's moments never take a zero's sign, so the results are the same
+// bits. Then the copy to the host is the set, and the driving thread
+// neither waits for it nor touches the bytes.
 bool Engine::Impl::IntoAccum(BlockId b, float scale) const {
   return grad_flat == nullptr && !grad_window && accum.data() != nullptr && options.grad_type == ElementType::kF32 &&
          scale == 1.0f && !acc_holds[static_cast<size_t>(b)];
@@ -384,12 +388,13 @@ Status Engine::Impl::CopyGradientIntoAccum(BlockId b, const std::vector<const vo
 
 // Waits for the copies straight into `accum` queued so far.
 Status Engine::Impl::WaitAccumCopies() {
-  std::shared_ptr<Event> copied = std::exchange(accum_copied, nullptr);
-  if (!copied) return Status::Ok();
+  if (!accum_copied) return Status::Ok();
   const auto t0 = Clock::now();
-  Status s = copied->Synchronize();
+  Status s = accum_copied->Synchronize();
   counters.reduce_scatter_ns += NanosSince(t0);
-  return s.WithContext("engine: a gradient's copy into the accumulator");
+  ZINF_RETURN_IF_ERROR(s.WithContext("engine: a gradient's copy into the accumulator"));
+  accum_copied.reset();  // only once waited for: after an error the next reader waits again
+  return Status::Ok();
 }
 
 // The gradient traffic of one block: reduced over the ranks, copied to the host.

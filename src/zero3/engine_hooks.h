@@ -46,7 +46,9 @@ struct EngineAccess {
   // `grads`, and the caller makes `stream` wait for it (Device::WaitOn)
   // before the stream rewrites them. A caller with two gradient buffers
   // computes the next block into the other meanwhile, so the copy runs
-  // beside the kernels. kInvalidArgument for a null `stream` or `copied`.
+  // beside the kernels. kInvalidArgument for a null `stream` or `copied`;
+  // on any error `*copied` is left as it was and no queued copy still reads
+  // `grads`. The engine's driving thread only, as Engine's calls.
   static Status ReduceGradients(Engine& engine, BlockId block, const std::vector<const void*>& grads, void* stream,
                                 std::shared_ptr<Event>* copied);
 };

@@ -100,8 +100,9 @@ struct Engine::Impl {
   struct PendingGradient {
     BlockId block = -1;
     std::vector<const void*> grads;
-    // What the host part waits for: through staging, an event after the
-    // copies into it; else (direct, handed in synchronously) none.
+    // What the host part waits for: through staging (or straight into
+    // `accum`), an event after the copies; else (direct, handed in
+    // synchronously) none.
     std::shared_ptr<Event> ready;  // shared with a caller that waits for it itself (ReduceGradients' `copied`)
     float scale = 1.0f;            // 1 / (world_size * gradient_accumulation_steps)
     bool last = false;             // the last micro-batch before an optimizer step

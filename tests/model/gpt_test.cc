@@ -275,7 +275,9 @@ void CheckModelGradients(const GptConfig& config) {
 // the comparison in a failure.
 void ExpectSameBits(double la, const Harness<float>& a, double lb, const Harness<float>& b, const std::string& what) {
   EXPECT_EQ(std::memcmp(&la, &lb, sizeof(double)), 0) << what << ": loss " << la << " vs " << lb;
+  ASSERT_EQ(a.grads().size(), b.grads().size()) << what;
   for (size_t k = 0; k < a.grads().size(); ++k) {
+    ASSERT_EQ(a.grads()[k].size(), b.grads()[k].size()) << what << ": block " << k;
     for (size_t t = 0; t < a.grads()[k].size(); ++t) {
       const std::vector<float>& ga = a.grads()[k][t];
       const std::vector<float>& gb = b.grads()[k][t];
