@@ -172,6 +172,25 @@ Status AttentionForward(CudaBlas& blas, float* out, float* att, float* scratch, 
 Status AttentionBackward(CudaBlas& blas, float* dqkv, float* scratch, const float* dout, const float* qkv,
                          const float* att, int B, int T_, int C, int NH);
 
+// Fused causal attention on tensor cores (cuda_flash_attention.cu), the
+// 16-bit compute mode's: the same maths as AttentionForward/Backward with
+// q, k, v, dout and the probabilities rounded to bf16 for the matmuls
+// (fp32 accumulation; scores, softmax and its statistics in fp32), and no
+// T x T array anywhere. The forward saves each row's log-sum-exp of the
+// scaled scores, lse [B, NH, T], in place of the probabilities; the
+// backward recomputes them from it and needs the forward's `out` too
+// (dout . out per row, into `scratch`: FlashAttentionScratchElems floats).
+// dqkv += as AttentionBackward; the same bits run to run (no atomics).
+// FlashAttentionSupported: the head size C / NH is 16, 32, 64 or 128 and
+// device `ordinal` has the shared memory for it; the calls return
+// kInvalidArgument for other head sizes.
+inline bool FlashAttentionHeadSize(int hs) { return hs == 16 || hs == 32 || hs == 64 || hs == 128; }
+bool FlashAttentionSupported(int C, int NH, int ordinal);
+inline int64_t FlashAttentionScratchElems(int B, int T_, int NH) { return static_cast<int64_t>(B) * NH * T_; }
+Status FlashAttentionForward(float* out, float* lse, const float* qkv, int B, int T_, int C, int NH, void* stream);
+Status FlashAttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
+                              const float* lse, int B, int T_, int C, int NH, void* stream);
+
 Status GeluForward(float* out, const float* inp, int64_t n, void* stream);
 Status GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n, void* stream);
 

@@ -12,6 +12,7 @@
 // in builds without CUDA kernels.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -680,6 +681,128 @@ TEST_F(CudaGemm16Test, NonSixteenBitTypeIsAnError) {
   const Status st = gpu::MatmulForward16(*lt_, d, d, d, ElementType::kF32, nullptr, 8, 8, 8, Scratch(8, 8, 8));
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   EXPECT_EQ(gpu::CastTo16(d, d, ElementType::kF64, 8, s()).code(), StatusCode::kInvalidArgument);
+}
+
+// ---- fused attention (16-bit mode) -----------------------------------------
+
+// FlashAttentionForward/Backward against the CPU attention run on the
+// operands the kernels round (q, k, v, dout to bf16). The kernels also round
+// the probabilities (forward) and P and dS (backward) to bf16 before their
+// matmuls, 2^-9 relative each, so outputs are compared against the largest
+// reference magnitude of the same tensor: |gpu - cpu| <= 1.5e-2 * max |cpu|
+// + 1e-3. A numpy transliteration of the kernels' tiling (B 1, head sizes
+// 16..128, T 17..1024, q, k, v in [-2, 2]) stayed within 3.7e-3 * max.
+// The log-sum-exps are fp32 sums of the same bf16 products: 1e-4 + 1e-5
+// relative.
+class CudaFlashAttentionTest : public CudaKernelsTest {
+ protected:
+  struct Shape {
+    int B, T, C, NH;
+  };
+
+  // Columns [part * C, part * C + C) of each of the N rows of a [N, 3C] tensor.
+  static std::vector<float> Part(const std::vector<float>& x, int64_t N, int C, int part) {
+    std::vector<float> out(static_cast<size_t>(N) * C);
+    for (int64_t n = 0; n < N; ++n) {
+      std::memcpy(&out[n * C], &x[(n * 3 + part) * C], static_cast<size_t>(C) * sizeof(float));
+    }
+    return out;
+  }
+  static double MaxAbs(const std::vector<float>& x) {
+    double m = 0.0;
+    for (float v : x) m = std::max(m, std::fabs(static_cast<double>(v)));
+    return m;
+  }
+  // got within 1.5e-2 * max |want| + 1e-3 of want, element by element.
+  static ::testing::AssertionResult NearMax(const std::vector<float>& got, const std::vector<float>& want) {
+    return Near(got, want, 1.5e-2 * MaxAbs(want) + 1e-3, 0.0);
+  }
+
+  void Check(const Shape& sh, uint32_t seed) {
+    const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH, hs = C / NH;
+    SCOPED_TRACE("B " + std::to_string(B) + " T " + std::to_string(T) + " C " + std::to_string(C) + " NH " +
+                 std::to_string(NH));
+    ASSERT_TRUE(gpu::FlashAttentionSupported(C, NH, 0)) << "head size " << hs;
+    const int64_t N = static_cast<int64_t>(B) * T, rows = static_cast<int64_t>(B) * NH * T;
+    const std::vector<float> qkv = Uniform(N * 3 * C, -2, 2, seed);
+    const std::vector<float> qkv16 = Rounded(qkv, ElementType::kBf16);
+    std::vector<float> out(N * C), att(rows * T);
+    cpu::AttentionForward<float>(out.data(), att.data(), qkv16.data(), B, T, C, NH);
+    std::vector<float> lse(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int t = static_cast<int>(r % T), h = static_cast<int>(r / T % NH);
+      const int64_t b = r / T / NH;
+      const float* q = &qkv16[((b * T + t) * 3) * C + h * hs];
+      std::vector<double> s(t + 1);
+      double mx = -INFINITY;
+      for (int j = 0; j <= t; ++j) {
+        const float* k = &qkv16[((b * T + j) * 3 + 1) * C + h * hs];
+        double dot = 0.0;
+        for (int i = 0; i < hs; ++i) dot += static_cast<double>(q[i]) * k[i];
+        s[j] = dot / std::sqrt(static_cast<double>(hs));
+        mx = std::max(mx, s[j]);
+      }
+      double sum = 0.0;
+      for (double x : s) sum += std::exp(x - mx);
+      lse[r] = static_cast<float>(mx + std::log(sum));
+    }
+
+    float* d_qkv = Up(qkv);
+    float* d_out = Up(Uniform(N * C, 7, 8, seed + 1));  // garbage: every element must be written
+    float* d_lse = Up(Uniform(rows, 7, 8, seed + 2));
+    ASSERT_OK(gpu::FlashAttentionForward(d_out, d_lse, d_qkv, B, T, C, NH, s()));
+    EXPECT_TRUE(NearMax(Down(d_out, N * C), out));
+    EXPECT_TRUE(Near(Down(d_lse, rows), lse, 1e-4, 1e-5));
+
+    // Backward from the GPU's forward (its D reads that out), onto a random
+    // dqkv: the kernels add.
+    const std::vector<float> dout = Uniform(N * C, -1, 1, seed + 3);
+    const std::vector<float> dqkv0 = Uniform(N * 3 * C, -1, 1, seed + 4);
+    std::vector<float> want(N * 3 * C, 0.0f), cpu_scratch(att.size());
+    cpu::AttentionBackward<float>(want.data(), cpu_scratch.data(), Rounded(dout, ElementType::kBf16).data(),
+                                  qkv16.data(), att.data(), B, T, C, NH);
+    float* d_dout = Up(dout);
+    float* d_scratch = Up(Uniform(gpu::FlashAttentionScratchElems(B, T, NH), 9, 10, seed + 5));
+    std::vector<float> runs[2];
+    for (auto& run : runs) {
+      float* d_dqkv = Up(dqkv0);
+      ASSERT_OK(gpu::FlashAttentionBackward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, s()));
+      run = Down(d_dqkv, N * 3 * C);
+    }
+    EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * sizeof(float)), 0) << "not the same bits";
+    std::vector<float> got = runs[0];
+    for (size_t i = 0; i < got.size(); ++i) got[i] -= dqkv0[i];
+    for (int part = 0; part < 3; ++part) {
+      SCOPED_TRACE(part == 0 ? "dq" : part == 1 ? "dk" : "dv");
+      EXPECT_TRUE(NearMax(Part(got, N, C, part), Part(want, N, C, part)));
+    }
+  }
+};
+
+TEST_F(CudaFlashAttentionTest, HeadSize64AcrossTiles) {
+  Check({2, 100, 128, 2}, 100);  // a partial second tile
+  Check({1, 256, 256, 4}, 101);  // four full tiles
+}
+
+TEST_F(CudaFlashAttentionTest, HeadSizes16To128) {
+  Check({2, 17, 64, 4}, 110);    // 16
+  Check({1, 64, 96, 3}, 111);    // 32, one full tile
+  Check({1, 130, 128, 1}, 112);  // 128, three tiles
+}
+
+TEST_F(CudaFlashAttentionTest, OnePositionAndALongSequence) {
+  Check({3, 1, 64, 1}, 120);
+  Check({1, 1024, 128, 2}, 121);  // the benchmarks' sequence length
+}
+
+TEST_F(CudaFlashAttentionTest, UnsupportedHeadSizeIsAnError) {
+  EXPECT_FALSE(gpu::FlashAttentionSupported(48, 2, 0));  // 24
+  EXPECT_FALSE(gpu::FlashAttentionSupported(48, 0, 0));
+  float* d = Alloc<float>(64);
+  const Status st = gpu::FlashAttentionForward(d, d, d, 1, 1, 48, 2, s());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("head size 24"), std::string::npos) << st.ToString();
+  EXPECT_EQ(gpu::FlashAttentionBackward(d, d, d, d, d, d, 1, 1, 48, 2, s()).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace
