@@ -106,15 +106,29 @@ class CudaOps final : public Ops<float> {
       return k::MatmulBackward16(*lt_, dinp, dweight, dbias, dout, inp, weight, weight_type, N, C, OC, scratch);
     });
   }
+  // The 16-bit mode's attention is the fused bf16 kernel where the head size
+  // has one (kernels::cuda::FlashAttentionSupported); the rest the
+  // unfused fp32 kernels.
   int64_t AttentionScratchElems(int B, int T_, int C, int NH) const override {
-    return k::AttentionScratchElems(B, T_, C, NH);
+    return Flash(C, NH) ? k::FlashAttentionScratchElems(B, T_, NH) : k::AttentionScratchElems(B, T_, C, NH);
+  }
+  int64_t AttentionSavedElems(int B, int T_, int C, int NH) const override {
+    return Flash(C, NH) ? static_cast<int64_t>(B) * NH * T_ : Ops::AttentionSavedElems(B, T_, C, NH);
   }
   void AttentionForward(float* out, float* att, float* scratch, const float* qkv, int B, int T_, int C,
                         int NH) override {
+    if (Flash(C, NH)) {
+      Run([&] { return k::FlashAttentionForward(out, att, qkv, B, T_, C, NH, s_); });
+      return;
+    }
     Run([&] { return k::AttentionForward(*blas_, out, att, scratch, qkv, B, T_, C, NH); });
   }
-  void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att, int B,
-                         int T_, int C, int NH) override {
+  void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
+                         const float* att, int B, int T_, int C, int NH) override {
+    if (Flash(C, NH)) {
+      Run([&] { return k::FlashAttentionBackward(dqkv, scratch, dout, qkv, out, att, B, T_, C, NH, s_); });
+      return;
+    }
     Run([&] { return k::AttentionBackward(*blas_, dqkv, scratch, dout, qkv, att, B, T_, C, NH); });
   }
   void GeluForward(float* out, const float* inp, int64_t n) override {
@@ -212,6 +226,10 @@ class CudaOps final : public Ops<float> {
     scratch16_bytes_ = bytes;
     return scratch16_;
   }
+
+  // Whether the attention of this head shape runs fused (16-bit mode, a
+  // head size with a kernel that fits the device's shared memory).
+  bool Flash(int C, int NH) const { return lt_ != nullptr && k::FlashAttentionSupported(C, NH, ordinal_); }
 
   // Keeps the first error; true when `st` is OK.
   bool Note(const Status& st) {

@@ -11,7 +11,8 @@
 //   one layer, reused      ln1, ln2, atty, mid             4 * N*C
 //   (every layer: kKeep)   qkv                             3 * N*C
 //                          fch, fch_gelu                   8 * N*C
-//                          att                             B*NH*T*T
+//                          att                             B*NH*T*T (fused
+//                                                           attention: B*NH*T)
 //                          LayerNorm mean / rstd           4 * N
 //   shared                 attention scratch               B*NH*T*T (CpuOps)
 //   head                   lnf (+ mean / rstd)             N*C + 2N
@@ -754,7 +755,7 @@ void GptCompute<T>::Impl::BackwardGroup(int layer, int group, const LayerParams&
     case kQkvGroup: {
       T* dqkv_ = dbuf_4c;
       o.Zero(dqkv_, N * 3 * C);
-      o.AttentionBackward(dqkv_, attn_scratch, dbuf_c, a.qkv, a.att, B, T_, C, NH);
+      o.AttentionBackward(dqkv_, attn_scratch, dbuf_c, a.qkv, a.atty, a.att, B, T_, C, NH);
       T* dln1 = a.atty;  // atty's last reader was the attn_proj matmul backward
       o.Zero(dln1, N * C);
       LinearBackward(lp, kQkvW, dln1, g[kQkvW], g[kQkvB], dqkv_, a.ln1, C, 3 * C, mode);
@@ -801,7 +802,7 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
       break;
     case kQkvGroup: {
       o.Zero(dqkv, N * 3 * C);
-      o.AttentionBackward(dqkv, attn_scratch, dbuf_c, a.qkv, a.att, B, T_, C, NH);
+      o.AttentionBackward(dqkv, attn_scratch, dbuf_c, a.qkv, a.atty, a.att, B, T_, C, NH);
       o.Zero(dq_rot, N * C);
       o.Zero(dk_rot, N * Ckv);
       o.Zero(dv, N * Ckv);
@@ -1022,14 +1023,14 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
 
 template <typename T>
 Status GptCompute<T>::Impl::AllocateLayerActs(LayerActs* a) {
-  const int64_t att_elems = static_cast<int64_t>(B) * config.n_head * config.seq_len * config.seq_len;
+  const int64_t att_elems = ops->AttentionSavedElems(B, config.seq_len, C, config.n_head);
   const bool llama = config.llama();
   ZINF_RETURN_IF_ERROR(Alloc(&a->ln1, N * C, llama ? "attention norm" : "ln1"));
   if (!llama) ZINF_RETURN_IF_ERROR(Alloc(&a->ln1_mean, N, "ln1 mean"));
   ZINF_RETURN_IF_ERROR(Alloc(&a->ln1_rstd, N, llama ? "attention norm rstd" : "ln1 rstd"));
   ZINF_RETURN_IF_ERROR(Alloc(&a->qkv, N * 3 * C, "qkv"));
   ZINF_RETURN_IF_ERROR(Alloc(&a->atty, N * C, "attention output"));
-  ZINF_RETURN_IF_ERROR(Alloc(&a->att, att_elems, "attention probabilities"));
+  ZINF_RETURN_IF_ERROR(Alloc(&a->att, att_elems, "attention probabilities (or log-sum-exps)"));
   ZINF_RETURN_IF_ERROR(Alloc(&a->mid, N * C, "residual mid"));
   ZINF_RETURN_IF_ERROR(Alloc(&a->ln2, N * C, llama ? "mlp norm" : "ln2"));
   if (!llama) ZINF_RETURN_IF_ERROR(Alloc(&a->ln2_mean, N, "ln2 mean"));

@@ -112,8 +112,8 @@ class CpuOps final : public Ops<T> {
   void AttentionForward(T* out, T* att, T* /*scratch*/, const T* qkv, int B, int T_, int C, int NH) override {
     Run([=] { k::AttentionForward(out, att, qkv, B, T_, C, NH); });
   }
-  void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int T_, int C,
-                         int NH) override {
+  void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* /*out*/, const T* att, int B,
+                         int T_, int C, int NH) override {
     Run([=] { k::AttentionBackward(dqkv, scratch, dout, qkv, att, B, T_, C, NH); });
   }
   void GeluForward(T* out, const T* inp, int64_t n) override {

@@ -73,9 +73,18 @@ class Ops {
   // Elements of device scratch AttentionForward / AttentionBackward need
   // (one buffer, shared by both: the caller allocates the max once).
   virtual int64_t AttentionScratchElems(int B, int T_, int C, int NH) const = 0;
+  // Elements of `att`, what AttentionForward keeps for AttentionBackward:
+  // the probabilities, B*NH*T*T (CpuOps; CudaOps in fp32), or, where the
+  // attention is fused (CudaOps in its 16-bit mode), each row's
+  // log-sum-exp, B*NH*T.
+  virtual int64_t AttentionSavedElems(int B, int T_, int /*C*/, int NH) const {
+    return static_cast<int64_t>(B) * NH * T_ * T_;
+  }
   virtual void AttentionForward(T* out, T* att, T* scratch, const T* qkv, int B, int T_, int C, int NH) = 0;
-  virtual void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int T_, int C,
-                                 int NH) = 0;
+  // `out`: what AttentionForward wrote there, unchanged since (the fused
+  // backward reads it).
+  virtual void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* out, const T* att, int B,
+                                 int T_, int C, int NH) = 0;
   virtual void GeluForward(T* out, const T* inp, int64_t n) = 0;
   virtual void GeluBackward(T* dinp, const T* inp, const T* dout, int64_t n) = 0;
   virtual void ResidualForward(T* out, const T* a, const T* b, int64_t n) = 0;

@@ -43,13 +43,7 @@ StatusOr<KernelTimes> TimedOps::Take() {
                             std::to_string(calls.size()) + " calls");
   }
   KernelTimes times;
-  for (size_t i = 0; i < calls.size(); ++i) {
-    const double s = (*stamps)[2 * i + 1] - (*stamps)[2 * i];
-    KernelTime& t = times.by_op[calls[i]];
-    t.seconds += s;
-    ++t.calls;
-    times.busy_seconds += s;
-  }
+  for (size_t i = 0; i < calls.size(); ++i) times.AddCall(calls[i], (*stamps)[2 * i + 1] - (*stamps)[2 * i]);
   return times;
 }
 
@@ -104,9 +98,9 @@ void TimedOps::AttentionForward(float* out, float* att, float* scratch, const fl
                                 int NH) {
   Timed("AttentionForward", [&] { inner_->AttentionForward(out, att, scratch, qkv, B, T_, C, NH); });
 }
-void TimedOps::AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
-                                 int B, int T_, int C, int NH) {
-  Timed("AttentionBackward", [&] { inner_->AttentionBackward(dqkv, scratch, dout, qkv, att, B, T_, C, NH); });
+void TimedOps::AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
+                                 const float* att, int B, int T_, int C, int NH) {
+  Timed("AttentionBackward", [&] { inner_->AttentionBackward(dqkv, scratch, dout, qkv, out, att, B, T_, C, NH); });
 }
 void TimedOps::GeluForward(float* out, const float* inp, int64_t n) {
   Timed("GeluForward", [&] { inner_->GeluForward(out, inp, n); });

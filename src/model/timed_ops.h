@@ -38,6 +38,22 @@ struct KernelTime {
 struct KernelTimes {
   std::map<std::string, KernelTime> by_op;  // Ops method name ("MatmulForward16") -> its calls
   double busy_seconds = 0.0;                // the sum over by_op
+
+  // One call of `op` that took `seconds`.
+  void AddCall(const std::string& op, double seconds) {
+    KernelTime& t = by_op[op];
+    t.seconds += seconds;
+    ++t.calls;
+    busy_seconds += seconds;
+  }
+  // Every op's time and calls of `other` (a run's total over its steps).
+  void Add(const KernelTimes& other) {
+    for (const auto& [op, t] : other.by_op) {
+      by_op[op].seconds += t.seconds;
+      by_op[op].calls += t.calls;
+    }
+    busy_seconds += other.busy_seconds;
+  }
 };
 
 class TimedOps final : public Ops<float> {
@@ -78,10 +94,13 @@ class TimedOps final : public Ops<float> {
   int64_t AttentionScratchElems(int B, int T_, int C, int NH) const override {
     return inner_->AttentionScratchElems(B, T_, C, NH);
   }
+  int64_t AttentionSavedElems(int B, int T_, int C, int NH) const override {
+    return inner_->AttentionSavedElems(B, T_, C, NH);
+  }
   void AttentionForward(float* out, float* att, float* scratch, const float* qkv, int B, int T_, int C,
                         int NH) override;
-  void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att, int B,
-                         int T_, int C, int NH) override;
+  void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
+                         const float* att, int B, int T_, int C, int NH) override;
   void GeluForward(float* out, const float* inp, int64_t n) override;
   void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) override;
   void ResidualForward(float* out, const float* a, const float* b, int64_t n) override;

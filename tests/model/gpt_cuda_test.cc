@@ -28,6 +28,7 @@
 #include "device/device.h"
 #include "model/gpt.h"
 #include "model/ops.h"
+#include "model/plan.h"
 
 #if defined(ZINF_HAVE_CUDA_KERNELS)
 
@@ -214,7 +215,9 @@ void CompareTinyModel(bool tied) {
 TEST(GptCudaTest, TinyModelTiedMatchesCpu) { CompareTinyModel(/*tied=*/true); }
 TEST(GptCudaTest, TinyModelUntiedMatchesCpu) { CompareTinyModel(/*tied=*/false); }
 
-TEST(GptCudaTest, KeptActivationsGiveTheRecomputesBits) {
+// In both compute modes (the 16-bit one's attention is the fused kernel,
+// which recomputes the probabilities in its backward).
+void KeptActivationsGiveTheRecomputesBits(bool compute16) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA GPU: " << CudaUnavailableReason();
   const TinyCase c = MakeTinyCase(/*tied=*/true);
   auto cuda_device = CreateCudaDevice(0, 0);
@@ -223,7 +226,7 @@ TEST(GptCudaTest, KeptActivationsGiveTheRecomputesBits) {
   std::vector<std::vector<float>> grads[2];
   const std::vector<BlockSpec> specs = GptBlockSpecs(c.cfg);
   for (int k = 0; k < 2; ++k) {
-    auto ops = CreateOps(**cuda_device);
+    auto ops = CreateOps(**cuda_device, compute16);
     ASSERT_TRUE(ops.ok()) << ops.status().ToString();
     Side gpu(cuda_device->get(), std::move(ops).value());
     gpu.Load(c.weights);
@@ -240,6 +243,41 @@ TEST(GptCudaTest, KeptActivationsGiveTheRecomputesBits) {
   for (size_t i = 0; i < grads[0].size(); ++i) {
     EXPECT_EQ(std::memcmp(grads[0][i].data(), grads[1][i].data(), grads[0][i].size() * sizeof(float)), 0)
         << "gradient tensor " << i;
+  }
+}
+
+TEST(GptCudaTest, KeptActivationsGiveTheRecomputesBits) { KeptActivationsGiveTheRecomputesBits(false); }
+TEST(GptCudaTest, KeptActivationsGiveTheRecomputesBitsIn16BitMode) { KeptActivationsGiveTheRecomputesBits(true); }
+
+// ActivationBytes (plan.h) is what GptCompute allocates on a GPU too, in
+// both compute modes: the 16-bit mode's fused attention keeps B*NH*T
+// log-sum-exps a layer where the fp32 mode keeps the B*NH*T*T
+// probabilities, and needs B*NH*T of scratch where it needs 7 B*T*C more.
+TEST(GptCudaTest, ActivationBytesAreTheCudaAllocations) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA GPU: " << CudaUnavailableReason();
+  auto cuda_device = CreateCudaDevice(0, 0);
+  ASSERT_TRUE(cuda_device.ok()) << cuda_device.status().ToString();
+  Device& device = **cuda_device;
+  for (const char* name : {"tiny", "demo"}) {
+    const GptConfig m = *LoadGptConfig(name);
+    for (bool compute16 : {false, true}) {
+      for (LayerActivations a : {LayerActivations::kRecompute, LayerActivations::kKeep}) {
+        SCOPED_TRACE(std::string(name) + (compute16 ? " 16-bit " : " fp32 ") + LayerActivationsName(a));
+        auto ops = CreateOps(device, compute16);
+        ASSERT_TRUE(ops.ok()) << ops.status().ToString();
+        const int64_t before = static_cast<int64_t>(device.bytes_in_use());
+        {
+          auto compute = GptCompute<float>::Create(m, 2, ops->get(), &device, a);
+          ASSERT_TRUE(compute.ok()) << compute.status().ToString();
+          const bool fused = FusedAttention(m, KernelsFor(/*cuda=*/true, compute16), /*param_elem_bytes=*/2);
+          EXPECT_EQ(fused, compute16);  // head sizes 16 and 64
+          EXPECT_EQ(ActivationBytes(m, 2, /*cuda=*/true, a, fused),
+                    static_cast<int64_t>(device.bytes_in_use()) - before);
+        }
+        const Status st = (*ops)->Synchronize();
+        ASSERT_TRUE(st.ok()) << st.ToString();
+      }
+    }
   }
 }
 
