@@ -411,7 +411,8 @@ StatusOr<Trainers> CreateTrainers(const Options& o) {
   const int64_t state_bytes = o.model.NumParameters() * (16 + 2);
   const int64_t elem_bytes = ElementSizeBytes(zero3::WorkingType(o.config));
   auto auto_for = [&](int64_t device_bytes) {  // whole layers, as the trainers cut them
-    return model::AutoLayerActivations(o.model, batch, t.on_gpu, device_bytes, elem_bytes, 0);
+    return model::AutoLayerActivations(o.model, batch, model::KernelsFor(t.on_gpu, topt.gpu_compute16), device_bytes,
+                                       elem_bytes, 0);
   };
   const int64_t sized_by = o.device_budget >= 0 ? o.device_budget : static_cast<int64_t>(t.rdevice->capacity_bytes());
   ropts.activations = auto_for(sized_by);

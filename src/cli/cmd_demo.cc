@@ -123,7 +123,7 @@ int Run(const std::vector<std::string>& args) {
     topt.engine.run_id = "zinf-demo";
     topt.engine.optimizer_threads = static_cast<int>(*threads);
     // As zinf train's --activations auto under this budget (whole layers).
-    auto activations = model::LayerActivationsForDevice("auto", *model, config, **device, 0);
+    auto activations = model::LayerActivationsForDevice("auto", *model, config, **device, topt.gpu_compute16, 0);
     if (!activations.ok()) return Fail(kName, activations.status());
     topt.activations = *activations;
     auto trainer = model::Trainer::Create(config, topt);

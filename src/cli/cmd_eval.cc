@@ -126,13 +126,15 @@ int Run(const std::vector<std::string>& args) {
   topt.engine.run_id = "eval";
   // As zinf train's auto on the same device and batch, or the cut of the
   // checkpoint in --resume.
-  auto fetch_unit = model::FetchUnitForDevice(FetchUnitText(*flags, 0, 1), *model, config, **device);
+  auto fetch_unit =
+      model::FetchUnitForDevice(FetchUnitText(*flags, 0, 1), *model, config, **device, topt.gpu_compute16);
   if (!fetch_unit.ok()) return Fail(kName, fetch_unit.status(), 2);
   topt.fetch_unit = *fetch_unit;
   // The layer inputs where train's auto puts them (pinned host memory with
   // the config's cpu_checkpointing or when the device cannot hold them);
   // never every layer's activations: there is no backward.
-  auto activations = model::LayerActivationsForDevice("auto", *model, config, **device, *fetch_unit);
+  auto activations =
+      model::LayerActivationsForDevice("auto", *model, config, **device, topt.gpu_compute16, *fetch_unit);
   if (!activations.ok()) return Fail(kName, activations.status(), 2);
   topt.activations =
       *activations == model::LayerActivations::kKeep ? model::LayerActivations::kRecompute : *activations;

@@ -195,16 +195,18 @@ void PrintRunHeader(FILE* out, const Config& config, const std::vector<AutoResol
                static_cast<long long>(config.gradient_accumulation_steps));
 }
 
-// --fetch-unit and --activations into `topt` (topt.model set): auto for
+// --fetch-unit and --activations into `topt` (topt.model and
+// topt.gpu_compute16 set): auto for
 // this device (the fetch unit: the resumed checkpoint's, FetchUnitText),
 // the cut first (it does not depend on the activations, so a checkpoint
 // resumes whichever they are).
 Status SetFetchUnitAndActivations(const Flags& flags, const std::string& fetch_unit_text, const Config& config,
                                   const Device& device, model::TrainerOptions& topt) {
-  ZINF_ASSIGN_OR_RETURN(topt.fetch_unit, model::FetchUnitForDevice(fetch_unit_text, topt.model, config, device));
+  ZINF_ASSIGN_OR_RETURN(topt.fetch_unit,
+                        model::FetchUnitForDevice(fetch_unit_text, topt.model, config, device, topt.gpu_compute16));
   ZINF_ASSIGN_OR_RETURN(topt.activations,
                         model::LayerActivationsForDevice(flags.GetOr("activations", "auto"), topt.model, config, device,
-                                                         topt.fetch_unit));
+                                                         topt.gpu_compute16, topt.fetch_unit));
   return Status::Ok();
 }
 

@@ -142,31 +142,32 @@ StatusOr<int64_t> ParseFetchUnit(const std::string& text, bool* automatic) {
   return n;
 }
 
-int64_t ModelWorkingSetBytes(const GptConfig& model, int batch, bool cuda, int64_t param_elem_bytes,
+int64_t ModelWorkingSetBytes(const GptConfig& model, int batch, ComputeKernels kernels, int64_t param_elem_bytes,
                              int64_t max_non_embed_elems, LayerActivations activations) {
   const std::vector<BlockSpec> specs = GptBlockSpecs(model);
   const int64_t embed = specs[kEmbedBlock].numel();
   const bool cast = param_elem_bytes != 4;
   // The embedding's own: its fp32 gradient, its fp32 cast with a tied head,
   // and its gathered copy (beside the head's).
-  const int64_t fixed = ActivationBytes(model, batch, cuda, activations) + 4 * embed +
-                        (cast && model.tied_embeddings ? 4 * embed : 0) + param_elem_bytes * embed;
+  const int64_t fixed = ActivationBytes(model, batch, kernels != ComputeKernels::kHost, activations,
+                                        FusedAttention(model, kernels, param_elem_bytes)) +
+                        4 * embed + (cast && model.tied_embeddings ? 4 * embed : 0) + param_elem_bytes * embed;
   // A block: gathered, an fp32 cast of it and its fp32 gradient. The
   // trainer casts only what is not a layer's matrix when the ops read
   // those in 16 bits (Trainer's scratch, `zinf plan`'s row); the whole
   // block's cast is counted here all the same, a margin that the cut
   // leaves to the engine's prefetch and cache.
   const int64_t per_elem = param_elem_bytes + (cast ? 4 : 0) + 4;
-  return fixed + per_elem * max_non_embed_elems + Matmul16Bytes(model, batch, cuda, param_elem_bytes);
+  return fixed + per_elem * max_non_embed_elems + Matmul16Bytes(model, batch, kernels, param_elem_bytes);
 }
 
-int TrainerGradBuffers(const GptConfig& model, int batch, bool cuda, bool queued, int64_t device_bytes,
+int TrainerGradBuffers(const GptConfig& model, int batch, ComputeKernels kernels, bool queued, int64_t device_bytes,
                        int64_t engine_bytes, int64_t param_elem_bytes, const FetchLayout& layout,
                        LayerActivations activations) {
   if (!queued || device_bytes <= 0) return 1;
   const int64_t two =
       engine_bytes +
-      ModelWorkingSetBytes(model, batch, cuda, param_elem_bytes, layout.max_non_embed_elems(), activations) +
+      ModelWorkingSetBytes(model, batch, kernels, param_elem_bytes, layout.max_non_embed_elems(), activations) +
       4 * layout.max_layer_piece_elems();
   // A quarter of the device left to the engine's gathered blocks, prefetch
   // and cache and the CUDA context: the second buffer speeds the backward
@@ -174,8 +175,8 @@ int TrainerGradBuffers(const GptConfig& model, int batch, bool cuda, bool queued
   return two <= device_bytes / 4 * 3 ? 2 : 1;
 }
 
-int64_t Matmul16Bytes(const GptConfig& model, int batch, bool cuda, int64_t param_elem_bytes) {
-  if (!cuda || param_elem_bytes != 2) return 0;  // the trainer's condition for CudaOps' 16-bit mode
+int64_t Matmul16Bytes(const GptConfig& model, int batch, ComputeKernels kernels, int64_t param_elem_bytes) {
+  if (kernels != ComputeKernels::kCuda16 || param_elem_bytes != 2) return 0;  // the trainer's condition for it
   // The linear layers' widest in + out: GPT-2's MLP (C -> 4C and back),
   // Llama's gate/up and down (C <-> intermediate).
   const int64_t C = model.n_embd, N = int64_t{batch} * model.seq_len;
@@ -183,12 +184,12 @@ int64_t Matmul16Bytes(const GptConfig& model, int batch, bool cuda, int64_t para
   return kernels::cuda::kLtWorkspaceBytes + kernels::cuda::Matmul16ScratchBytes(N, C, out);
 }
 
-int64_t ResolveAutoFetchUnit(const GptConfig& model, int batch, bool cuda, int64_t device_bytes,
+int64_t ResolveAutoFetchUnit(const GptConfig& model, int batch, ComputeKernels kernels, int64_t device_bytes,
                              int64_t param_elem_bytes) {
   if (device_bytes <= 0 || model.n_layer < 1) return 0;
   const std::vector<BlockSpec> specs = GptBlockSpecs(model);
   auto fits = [&](const FetchLayout& l) {
-    return ModelWorkingSetBytes(model, batch, cuda, param_elem_bytes, l.max_non_embed_elems(),
+    return ModelWorkingSetBytes(model, batch, kernels, param_elem_bytes, l.max_non_embed_elems(),
                                 LayerActivations::kRecompute) <= device_bytes;
   };
   const FetchLayout whole = FetchLayout::Create(model, specs, 0);
@@ -201,22 +202,22 @@ int64_t ResolveAutoFetchUnit(const GptConfig& model, int batch, bool cuda, int64
   return floor;  // one group per piece where groups are large: the finest cut
 }
 
-DeviceFit DeviceFitFor(const Config& config, const Device& device) {
+DeviceFit DeviceFitFor(const Config& config, const Device& device, bool compute16) {
   DeviceFit f;
   f.batch = static_cast<int>(config.train_micro_batch_size_per_gpu);
-  f.cuda = device.kind() == DeviceKind::kCuda;
+  f.kernels = KernelsFor(device.kind() == DeviceKind::kCuda, compute16);
   f.device_bytes = static_cast<int64_t>(device.capacity_bytes());
   f.param_elem_bytes = ElementSizeBytes(zero3::WorkingType(config));
   return f;
 }
 
 StatusOr<int64_t> FetchUnitForDevice(const std::string& text, const GptConfig& model, const Config& config,
-                                     const Device& device) {
+                                     const Device& device, bool compute16) {
   bool automatic = false;
   ZINF_ASSIGN_OR_RETURN(const int64_t unit, ParseFetchUnit(text, &automatic));
   if (!automatic) return unit;
-  const DeviceFit f = DeviceFitFor(config, device);
-  return ResolveAutoFetchUnit(model, f.batch, f.cuda, f.device_bytes, f.param_elem_bytes);
+  const DeviceFit f = DeviceFitFor(config, device, compute16);
+  return ResolveAutoFetchUnit(model, f.batch, f.kernels, f.device_bytes, f.param_elem_bytes);
 }
 
 }  // namespace zinf::model

@@ -123,6 +123,15 @@ class FetchLayout {
 // is set for "auto" (the count is then ResolveAutoFetchUnit's).
 StatusOr<int64_t> ParseFetchUnit(const std::string& text, bool* automatic);
 
+// The kernels that compute the model, for what they allocate: the host
+// device's CpuOps, or CudaOps in fp32 or in its 16-bit mode (kCuda16:
+// --gpu-compute 16, the default, which takes effect with 16-bit parameters;
+// with fp32 ones it is kCuda).
+enum class ComputeKernels { kHost, kCuda, kCuda16 };
+inline ComputeKernels KernelsFor(bool cuda, bool compute16) {
+  return !cuda ? ComputeKernels::kHost : compute16 ? ComputeKernels::kCuda16 : ComputeKernels::kCuda;
+}
+
 // "auto": whole layers unless the model's working set with whole layers
 // does not fit the device at all, else the largest cut whose working set
 // does. The working set of pieces of at most E elements (the trainer's
@@ -135,16 +144,16 @@ StatusOr<int64_t> ParseFetchUnit(const std::string& text, bool* automatic);
 // not counted: a run that fitted before is never cut). Candidate units halve
 // from the layer's size down to its largest group. Returns the unit in
 // elements, 0 (whole layers) when device_bytes is 0 or whole layers fit.
-int64_t ResolveAutoFetchUnit(const GptConfig& model, int batch, bool cuda, int64_t device_bytes,
+int64_t ResolveAutoFetchUnit(const GptConfig& model, int batch, ComputeKernels kernels, int64_t device_bytes,
                              int64_t param_elem_bytes);
 // That working set for engine blocks of at most `max_non_embed_elems`
-// elements (the embedding apart) with `activations`, Matmul16Bytes
-// included.
-int64_t ModelWorkingSetBytes(const GptConfig& model, int batch, bool cuda, int64_t param_elem_bytes,
+// elements (the embedding apart) with `activations` (the attention fused
+// where `kernels` fuse it: plan.h FusedAttention), Matmul16Bytes included.
+int64_t ModelWorkingSetBytes(const GptConfig& model, int batch, ComputeKernels kernels, int64_t param_elem_bytes,
                              int64_t max_non_embed_elems, LayerActivations activations);
 // The fp32 gradient buffers the trainer keeps for the layers' blocks:
-// two when its kernels queue on a stream (`queued`: always on a GPU,
-// `cuda`; on the host device with TrainerOptions::host_stream) and the
+// two when its kernels queue on a stream (`queued`: always on a GPU; on
+// the host device with TrainerOptions::host_stream) and the
 // engine's fixed device memory (`engine_bytes`: a device-resident home,
 // persistent blocks, gradient buffers), the working set
 // (ModelWorkingSetBytes, which counts one buffer) and a second buffer of
@@ -153,30 +162,30 @@ int64_t ModelWorkingSetBytes(const GptConfig& model, int batch, bool cuda, int64
 // context), so that a block's gradient is copied to the host while the
 // next block computes into the other buffer; else one, and each block's
 // backward waits for the copy before it writes.
-int TrainerGradBuffers(const GptConfig& model, int batch, bool cuda, bool queued, int64_t device_bytes,
+int TrainerGradBuffers(const GptConfig& model, int batch, ComputeKernels kernels, bool queued, int64_t device_bytes,
                        int64_t engine_bytes, int64_t param_elem_bytes, const FetchLayout& layout,
                        LayerActivations activations);
 // Device bytes of CudaOps' 16-bit mode for this model and micro-batch (the
 // cuBLASLt workspace and the operand scratch of its largest linear layer)
-// on a GPU (`cuda`) with 16-bit parameters; 0 otherwise.
-int64_t Matmul16Bytes(const GptConfig& model, int batch, bool cuda, int64_t param_elem_bytes);
+// with kCuda16 and 16-bit parameters; 0 otherwise.
+int64_t Matmul16Bytes(const GptConfig& model, int batch, ComputeKernels kernels, int64_t param_elem_bytes);
 
 // What an `auto` choice (--fetch-unit, --activations) is sized against when
-// training under `config` on `device`: the config's micro-batch, whether
-// the device is CUDA, its capacity, and the parameter width (bf16/fp16: 2
-// bytes).
+// training under `config` on `device` with --gpu-compute `compute16`: the
+// config's micro-batch, the kernels, the device's capacity, and the
+// parameter width (bf16/fp16: 2 bytes).
 struct DeviceFit {
   int batch = 1;
-  bool cuda = false;
+  ComputeKernels kernels = ComputeKernels::kHost;
   int64_t device_bytes = 0;
   int64_t param_elem_bytes = 4;
 };
-DeviceFit DeviceFitFor(const Config& config, const Device& device);
+DeviceFit DeviceFitFor(const Config& config, const Device& device, bool compute16);
 
 // The unit a --fetch-unit `text` asks for when training `model` under
 // `config` on `device`: ParseFetchUnit's, and for "auto"
-// ResolveAutoFetchUnit's for DeviceFitFor(config, device).
+// ResolveAutoFetchUnit's for DeviceFitFor(config, device, compute16).
 StatusOr<int64_t> FetchUnitForDevice(const std::string& text, const GptConfig& model, const Config& config,
-                                     const Device& device);
+                                     const Device& device, bool compute16);
 
 }  // namespace zinf::model

@@ -11,6 +11,7 @@
 #include "aio/pinned_pool.h"
 #include "core/units.h"
 #include "device/device.h"
+#include "kernels/cuda_kernels.h"
 #include "swap/optimizer_swapper.h"
 #include "zero3/partitioner.h"
 
@@ -32,24 +33,26 @@ std::string GiB(int64_t bytes) { return FormatBytes(bytes); }
 
 }  // namespace
 
-int64_t LayerActivationBytes(const GptConfig& m, int batch) {
+int64_t LayerActivationBytes(const GptConfig& m, int batch, bool fused_attention) {
   // gpt.cc Impl::AllocateLayerActs (every array has at least one element).
   const int64_t B = batch, N = B * m.seq_len, NC = N * m.n_embd;
-  int64_t bytes = DeviceBytes(B * m.n_head * m.seq_len * m.seq_len * 4);  // att
+  const int64_t att = B * m.n_head * m.seq_len * (fused_attention ? 1 : m.seq_len);  // Ops::AttentionSavedElems
+  int64_t bytes = DeviceBytes(std::max<int64_t>(att, 1) * 4);
   // ln1, atty, mid, ln2; qkv; the norms' rstd
   bytes += 4 * DeviceBytes(NC * 4) + DeviceBytes(3 * NC * 4) + 2 * DeviceBytes(N * 4);
   if (m.llama()) return bytes + 3 * DeviceBytes(N * m.intermediate_size * 4);  // gate, up, hmid
   return bytes + 2 * DeviceBytes(N * 4) + 2 * DeviceBytes(4 * NC * 4);         // LayerNorm means; fch, fch_gelu
 }
 
-LayerActivations AutoLayerActivations(const GptConfig& model, int batch, bool cuda, int64_t device_bytes,
+LayerActivations AutoLayerActivations(const GptConfig& model, int batch, ComputeKernels kernels, int64_t device_bytes,
                                       int64_t param_elem_bytes, int64_t fetch_unit) {
   if (device_bytes <= 0) return LayerActivations::kRecompute;
   const int64_t blocks = FetchLayout::Create(model, fetch_unit).max_non_embed_elems();
   auto fits = [&](LayerActivations a) {
-    return ModelWorkingSetBytes(model, batch, cuda, param_elem_bytes, blocks, a) <= device_bytes;
+    return ModelWorkingSetBytes(model, batch, kernels, param_elem_bytes, blocks, a) <= device_bytes;
   };
-  const int64_t extra = (model.n_layer - 1) * LayerActivationBytes(model, batch);
+  const int64_t extra =
+      (model.n_layer - 1) * LayerActivationBytes(model, batch, FusedAttention(model, kernels, param_elem_bytes));
   if (model.n_layer >= 2 && extra <= device_bytes / 2 && fits(LayerActivations::kKeep)) return LayerActivations::kKeep;
   // gpt.cc's three device slots for the layer inputs.
   if (fits(LayerActivations::kRecompute) || model.n_layer + 1 <= 3) return LayerActivations::kRecompute;
@@ -57,13 +60,14 @@ LayerActivations AutoLayerActivations(const GptConfig& model, int batch, bool cu
 }
 
 StatusOr<LayerActivations> LayerActivationsForDevice(const std::string& text, const GptConfig& model,
-                                                     const Config& config, const Device& device, int64_t fetch_unit) {
+                                                     const Config& config, const Device& device, bool compute16,
+                                                     int64_t fetch_unit) {
   bool automatic = false;
   ZINF_ASSIGN_OR_RETURN(const LayerActivations chosen, ParseLayerActivations(text, &automatic));
   if (!automatic) return chosen;
   if (config.activation_checkpointing.cpu_checkpointing) return LayerActivations::kOffload;
-  const DeviceFit f = DeviceFitFor(config, device);
-  return AutoLayerActivations(model, f.batch, f.cuda, f.device_bytes, f.param_elem_bytes, fetch_unit);
+  const DeviceFit f = DeviceFitFor(config, device, compute16);
+  return AutoLayerActivations(model, f.batch, f.kernels, f.device_bytes, f.param_elem_bytes, fetch_unit);
 }
 
 const char* LayerActivationsDescription(LayerActivations a) {
@@ -98,20 +102,26 @@ const char* LayerActivationsName(LayerActivations a) {
   return "recompute";
 }
 
-int64_t ActivationBytes(const GptConfig& m, int batch, bool cuda, LayerActivations activations) {
+bool FusedAttention(const GptConfig& model, ComputeKernels kernels, int64_t param_elem_bytes) {
+  // cuda_ops.cc CudaOps::Flash; the trainer's condition for the 16-bit mode.
+  return kernels == ComputeKernels::kCuda16 && param_elem_bytes == 2 && model.n_head > 0 &&
+         model.n_embd % model.n_head == 0 && kernels::cuda::FlashAttentionHeadSize(model.n_embd / model.n_head);
+}
+
+int64_t ActivationBytes(const GptConfig& m, int batch, bool cuda, LayerActivations activations, bool fused_attention) {
   // gpt.cc GptCompute::Create and Impl::AllocateLlama, array by array.
   const int64_t B = batch, T = m.seq_len, C = m.n_embd, NH = m.n_head, L = m.n_layer, Vp = m.padded_vocab_size;
   const int64_t N = B * T, NC = N * C;
   const int64_t att = B * NH * T * T;
-  // ops.cc (CPU) and cuda_kernels.cu AttentionScratchElems.
-  const int64_t attn_scratch = cuda ? 7 * B * T * C + att : att;
+  // ops.cc (CPU) and cuda_kernels.h AttentionScratchElems, FlashAttentionScratchElems.
+  const int64_t attn_scratch = fused_attention ? B * NH * T : cuda ? 7 * B * T * C + att : att;
   const int64_t head_rows = std::clamp<int64_t>(kHeadChunkBytes / (2 * Vp * 4), 1, N);
   auto f = [](int64_t elems) { return DeviceBytes(std::max<int64_t>(elems, 1) * 4); };  // one fp32 (or int32) array
   // tokens, targets; the layer inputs x_0 .. x_L (kOffload: at most three
   // device slots, gpt.cc Impl::kSlots)
   const int64_t inputs = activations == LayerActivations::kOffload ? std::min<int64_t>(L + 1, 3) : L + 1;
   int64_t bytes = 2 * f(N) + inputs * f(NC);
-  bytes += (activations == LayerActivations::kKeep ? L : 1) * LayerActivationBytes(m, batch);
+  bytes += (activations == LayerActivations::kKeep ? L : 1) * LayerActivationBytes(m, batch, fused_attention);
   // attention scratch; final norm (+ mean) and rstd; logits and their
   // gradient, one chunk; losses; residual and layer gradients
   bytes += f(attn_scratch) + f(NC) + (m.llama() ? 1 : 2) * f(N) + 2 * f(head_rows * Vp) + f(N) + 2 * f(NC);
@@ -238,13 +248,14 @@ Config PlanConfig(const PlanInputs& in, OffloadDevice param, OffloadDevice optim
 
 LayerActivations PlanActivations(const PlanInputs& in, int64_t param_elem_bytes) {
   if (!in.activations_auto) return in.activations;
-  return AutoLayerActivations(in.model, in.micro_batch, in.cuda, in.gpu_bytes, param_elem_bytes,
-                              PlanFetchUnit(in, param_elem_bytes));
+  return AutoLayerActivations(in.model, in.micro_batch, KernelsFor(in.cuda, in.compute16), in.gpu_bytes,
+                              param_elem_bytes, PlanFetchUnit(in, param_elem_bytes));
 }
 
 int64_t PlanFetchUnit(const PlanInputs& in, int64_t param_elem_bytes) {
   if (!in.fetch_unit_auto) return in.fetch_unit;
-  return ResolveAutoFetchUnit(in.model, in.micro_batch, in.cuda, in.gpu_bytes, param_elem_bytes);
+  return ResolveAutoFetchUnit(in.model, in.micro_batch, KernelsFor(in.cuda, in.compute16), in.gpu_bytes,
+                              param_elem_bytes);
 }
 
 FetchLayout PlanLayout(const PlanInputs& in, const Config& config) {
@@ -276,6 +287,7 @@ namespace {
 // CUDA, an allowance for the context and cuBLAS.
 void AddModelItems(const PlanInputs& in, const FetchLayout& layout, int64_t param_bytes, int64_t batch,
                    LayerActivations kept, int64_t engine_bytes, std::vector<PlanItem>& items) {
+  const ComputeKernels kernels = KernelsFor(in.cuda, in.compute16);
   auto add = [&](std::string what, int64_t bytes) {
     if (bytes > 0) items.push_back({Tier::kDevice, std::move(what), bytes, false});
   };
@@ -285,7 +297,8 @@ void AddModelItems(const PlanInputs& in, const FetchLayout& layout, int64_t para
           ? "activations (fp32: 3 of the layer inputs (the rest in pinned host memory), "
             "one layer, attention, logits chunk)"
           : "activations (fp32: checkpoints (L+1)*B*T*C, one layer, attention, logits chunk)",
-      ActivationBytes(in.model, static_cast<int>(batch), in.cuda, kept));
+      ActivationBytes(in.model, static_cast<int>(batch), in.cuda, kept,
+                      FusedAttention(in.model, kernels, param_bytes)));
   if (const int64_t host = HostActivationBytes(in.model, static_cast<int>(batch), kept); host > 0) {
     items.push_back({Tier::kPinned,
                      "activation checkpoints (fp32 layer inputs (L+1)*B*T*C in pinned host memory: cpu_checkpointing)",
@@ -300,7 +313,7 @@ void AddModelItems(const PlanInputs& in, const FetchLayout& layout, int64_t para
   const int64_t max_other = layout.max_non_embed_elems();
   const int64_t embed = layout.specs()[kEmbedBlock].numel();
   const bool tied = in.model.tied_embeddings;
-  const bool two_grads = TrainerGradBuffers(in.model, static_cast<int>(batch), in.cuda, /*queued=*/in.cuda,
+  const bool two_grads = TrainerGradBuffers(in.model, static_cast<int>(batch), kernels, /*queued=*/in.cuda,
                                             in.gpu_bytes, engine_bytes, param_bytes, layout, kept) > 1;
   int64_t scratch = DeviceBytes(max_other * 4) + DeviceBytes(embed * 4) +
                     (two_grads ? DeviceBytes(layout.max_layer_piece_elems() * 4) : 0);
@@ -317,7 +330,7 @@ void AddModelItems(const PlanInputs& in, const FetchLayout& layout, int64_t para
   if (in.cuda) add("CUDA context and cuBLAS workspace (allowance)", kCudaAllowanceBytes);
   if (matrices16) {
     add("16-bit compute (cuBLASLt workspace, a linear layer's operands in 16 bits)",
-        Matmul16Bytes(in.model, static_cast<int>(batch), in.cuda, param_bytes));
+        Matmul16Bytes(in.model, static_cast<int>(batch), kernels, param_bytes));
   }
 }
 
@@ -466,9 +479,7 @@ StatusOr<PlanOption> EstimateOption(const PlanInputs& in, const Config& config) 
   if (o.activations == LayerActivations::kOffload) o.config.activation_checkpointing.cpu_checkpointing = true;
   // What the engine allocates on the device when it is made (the trainer
   // measures the same before its own allocations: TrainerGradBuffers).
-  const zero3::BufferPlan& bp = o.buffers;
-  const int64_t engine_bytes = zero3::DeviceFootprint(bp.param_home_device_bytes) + bp.persistent_bytes +
-                               zero3::DeviceFootprint(bp.grad_flat_bytes) + zero3::DeviceFootprint(bp.grad_shard_bytes);
+  const int64_t engine_bytes = o.buffers.device_fixed_bytes() + o.buffers.persistent_bytes;
   AddModelItems(in, layout, o.buffers.param_elem_bytes, B, o.activations, engine_bytes, o.items);
   for (const PlanItem& it : engine) {
     if (it.tier != Tier::kDevice) o.items.push_back(it);

@@ -63,15 +63,24 @@ StatusOr<int64_t> ParseParameterCount(const std::string& text);
 // activations, int32 tokens); `cuda` adds the CUDA attention's scratch.
 // With LayerActivations::kKeep: L - 1 more LayerActivationBytes; with
 // kOffload: three layer inputs where kRecompute holds L + 1.
+// `fused_attention` (FusedAttention): each layer keeps the attention's
+// row log-sum-exps instead of its B*NH*T*T probabilities, and its scratch
+// is B*NH*T.
 int64_t ActivationBytes(const GptConfig& model, int batch, bool cuda,
-                        LayerActivations activations = LayerActivations::kRecompute);
+                        LayerActivations activations = LayerActivations::kRecompute, bool fused_attention = false);
+// Whether CudaOps runs `model`'s attention fused (kernels::cuda::
+// FlashAttentionForward): in its 16-bit mode (kCuda16 and 2-byte
+// parameters) with a head size of 16, 32, 64 or 128. The GPU's shared
+// memory is taken to hold the kernel (true of sm_80 and sm_90; a head size
+// of 128 needs more than sm_86 and sm_89 have, and runs unfused there).
+bool FusedAttention(const GptConfig& model, ComputeKernels kernels, int64_t param_elem_bytes);
 // Pinned host bytes GptCompute<float>::Create maps for kOffload's layer
 // inputs ((L + 1) * B*T*C fp32, as its PinnedPool rounds them); 0 for the
 // others.
 int64_t HostActivationBytes(const GptConfig& model, int batch, LayerActivations activations);
 // Device bytes of one layer's activations (GptCompute's per-layer set: what
 // its backward reads), fp32.
-int64_t LayerActivationBytes(const GptConfig& model, int batch);
+int64_t LayerActivationBytes(const GptConfig& model, int batch, bool fused_attention = false);
 // `--activations auto` on a device of `device_bytes` (0: unknown) with the
 // layers cut by `fetch_unit` (resolved first: the cut does not depend on
 // this choice): kKeep when the L - 1 more layers' activations take at most
@@ -80,7 +89,7 @@ int64_t LayerActivationBytes(const GptConfig& model, int batch);
 // else kRecompute when the working set with every layer input on the
 // device fits; else kOffload (the inputs in pinned host memory) when the
 // model has more than three of them.
-LayerActivations AutoLayerActivations(const GptConfig& model, int batch, bool cuda, int64_t device_bytes,
+LayerActivations AutoLayerActivations(const GptConfig& model, int batch, ComputeKernels kernels, int64_t device_bytes,
                                       int64_t param_elem_bytes, int64_t fetch_unit);
 // "auto" (sets *automatic; the result is then kRecompute until resolved),
 // "keep", "recompute" or "offload"; other text is kInvalidArgument naming
@@ -94,9 +103,11 @@ StatusOr<bool> ParseGpuCompute16(const std::string& text);
 // under `config` on `device` with layers cut by `fetch_unit`:
 // ParseLayerActivations's, and for "auto" kOffload when the config asks
 // for it (activation_checkpointing.cpu_checkpointing), else
-// AutoLayerActivations's for DeviceFitFor(config, device) (fetch_layout.h).
+// AutoLayerActivations's for DeviceFitFor(config, device, compute16)
+// (fetch_layout.h).
 StatusOr<LayerActivations> LayerActivationsForDevice(const std::string& text, const GptConfig& model,
-                                                     const Config& config, const Device& device, int64_t fetch_unit);
+                                                     const Config& config, const Device& device, bool compute16,
+                                                     int64_t fetch_unit);
 const char* LayerActivationsName(LayerActivations a);  // "keep", "recompute" or "offload"
 // A line's worth: "every layer's kept for the backward", "each layer's
 // recomputed from its input in the backward", or that with the inputs in

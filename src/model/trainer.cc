@@ -506,8 +506,10 @@ Status WorkingSetError(const Trainer::Impl& m, const Status& s, int64_t engine_b
   if (s.code() != StatusCode::kOutOfMemory) return s;
   const int64_t capacity = static_cast<int64_t>(m.device->capacity_bytes());
   const int64_t scratch = scratch_elems * static_cast<int64_t>(sizeof(float));
-  const int64_t activations =
-      ActivationBytes(m.model(), m.batch(), m.device->kind() == DeviceKind::kCuda, m.options.activations);
+  const bool cuda = m.device->kind() == DeviceKind::kCuda;
+  const int64_t activations = ActivationBytes(
+      m.model(), m.batch(), cuda, m.options.activations,
+      FusedAttention(m.model(), KernelsFor(cuda, m.options.gpu_compute16), ElementSizeBytes(m.engine->param_type())));
   const int64_t gathered = max_block * ElementSizeBytes(m.engine->param_type());
   const int64_t need = engine_bytes + gathered + activations + scratch;
   return Status::OutOfMemory(
@@ -639,10 +641,10 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   const int grad_buffers =
       options.grad_buffers > 0
           ? options.grad_buffers
-          : TrainerGradBuffers(m->model(), m->batch(), m->device->kind() == DeviceKind::kCuda,
-                               m->ops->stream() != nullptr, static_cast<int64_t>(m->device->capacity_bytes()),
-                               engine_bytes, ElementSizeBytes(m->engine->param_type()), m->layout,
-                               m->options.activations);
+          : TrainerGradBuffers(
+                m->model(), m->batch(), KernelsFor(m->device->kind() == DeviceKind::kCuda, options.gpu_compute16),
+                m->ops->stream() != nullptr, static_cast<int64_t>(m->device->capacity_bytes()), engine_bytes,
+                ElementSizeBytes(m->engine->param_type()), m->layout, m->options.activations);
   const int64_t max_layer = m->layout.max_layer_piece_elems();
   const std::pair<float**, int64_t> scratch[] = {{&m->param_scratch, cast ? cast_elems : 0},
                                                  {&m->embed_scratch, cast && tied ? embed : 0},

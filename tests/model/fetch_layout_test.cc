@@ -185,19 +185,20 @@ TEST(FetchLayoutTest, ParseFetchUnitTakesAutoLayerOrACount) {
 TEST(FetchLayoutTest, AutoCutsOnlyWhatTheDeviceCannotHold) {
   auto m = LoadGptConfig("175B");
   ASSERT_TRUE(m.ok());
-  EXPECT_EQ(ResolveAutoFetchUnit(*m, 1, true, 0, 2), 0);
-  EXPECT_EQ(ResolveAutoFetchUnit(*m, 1, true, int64_t{1} << 40, 2), 0);
-  const int64_t unit = ResolveAutoFetchUnit(*m, 1, true, int64_t{24} << 30, 2);
+  EXPECT_EQ(ResolveAutoFetchUnit(*m, 1, ComputeKernels::kCuda16, 0, 2), 0);
+  EXPECT_EQ(ResolveAutoFetchUnit(*m, 1, ComputeKernels::kCuda16, int64_t{1} << 40, 2), 0);
+  const int64_t unit = ResolveAutoFetchUnit(*m, 1, ComputeKernels::kCuda16, int64_t{24} << 30, 2);
   ASSERT_GT(unit, 0);
   const FetchLayout cut = FetchLayout::Create(*m, unit);
   EXPECT_TRUE(cut.split());
-  const int64_t fixed = ActivationBytes(*m, 1, true) + 4 * GptBlockSpecs(*m)[kEmbedBlock].tensors[0].numel() +
-                        4 * GptBlockSpecs(*m)[kEmbedBlock].tensors[1].numel();
+  const int64_t fixed =
+      ActivationBytes(*m, 1, true, LayerActivations::kRecompute, FusedAttention(*m, ComputeKernels::kCuda16, 2)) +
+      4 * GptBlockSpecs(*m)[kEmbedBlock].tensors[0].numel() + 4 * GptBlockSpecs(*m)[kEmbedBlock].tensors[1].numel();
   EXPECT_LE(fixed + 10 * cut.max_piece_elems(), int64_t{24} << 30);
   // The next coarser candidate does not fit.
   const FetchLayout coarser = FetchLayout::Create(*m, unit * 2);
   EXPECT_GT(fixed + 10 * coarser.max_piece_elems(), int64_t{24} << 30);
-  const int64_t floor = ResolveAutoFetchUnit(*m, 1, true, int64_t{1} << 30, 2);
+  const int64_t floor = ResolveAutoFetchUnit(*m, 1, ComputeKernels::kCuda16, int64_t{1} << 30, 2);
   EXPECT_EQ(FetchLayout::Create(*m, floor).max_piece_elems(), FetchLayout::Create(*m, 1).max_piece_elems());
 }
 
@@ -355,10 +356,10 @@ TEST(FetchLayoutTrainerTest, PiecesTrainWhereAWholeLayerExceedsTheBudget) {
     EXPECT_NE(msg.find("--fetch-unit (now whole layers)"), std::string::npos) << msg;
   }
   // What --fetch-unit auto picks for this device: pieces.
-  const int64_t unit = ResolveAutoFetchUnit(m, 2, /*cuda=*/false, static_cast<int64_t>(budget), 2);
+  const int64_t unit = ResolveAutoFetchUnit(m, 2, ComputeKernels::kHost, static_cast<int64_t>(budget), 2);
   EXPECT_GT(unit, 0);
   // A cut that fits by auto's own count, not its finest-cut fallback.
-  EXPECT_LE(ModelWorkingSetBytes(m, 2, false, 2, FetchLayout::Create(m, unit).max_non_embed_elems(),
+  EXPECT_LE(ModelWorkingSetBytes(m, 2, ComputeKernels::kHost, 2, FetchLayout::Create(m, unit).max_non_embed_elems(),
                                  LayerActivations::kRecompute),
             static_cast<int64_t>(budget));
   TrainerRun cut = MakeRun(config, unit, budget, m);

@@ -12,6 +12,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <string>
+#include <tuple>
 
 #include "core/units.h"
 #include "device/device.h"
@@ -19,6 +21,7 @@
 #include "model/trainer.h"
 #include "swap/optimizer_swapper.h"
 #include "swap/swap_test_util.h"
+#include "zero3/buffer_plan.h"
 
 namespace zinf::model {
 namespace {
@@ -75,8 +78,10 @@ const PlanOption& Find(const Plan& plan, OffloadDevice p, OffloadDevice o) {
 // 100B parameters, one 24 GiB GPU, 256 GiB RAM, 2 TiB NVMe: the 16-bit
 // parameters (200 GB) do not fit the GPU and the fp32 optimizer state (1.6
 // TB) does not fit RAM, so the model states fit only with both on NVMe (or
-// parameters in RAM); nvme/nvme fits RAM and NVMe, but the trainer's GPU
-// buffers do not fit 24 GiB yet, so nvme/nvme is the closest.
+// parameters in RAM); nvme/nvme fits RAM, NVMe and, with the 16-bit mode's
+// fused attention (no B*NH*T*T probabilities or scores: 2.7 GB at
+// sequence 2048), the GPU with whole layers; in fp32 compute the GPU
+// buffers do not fit 24 GiB, and nvme/nvme is the closest.
 TEST(PlanTest, HundredBillionOnOneGpuPicksNvmeNvme) {
   auto plan = MakePlan(HundredB());
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
@@ -85,7 +90,7 @@ TEST(PlanTest, HundredBillionOnOneGpuPicksNvmeNvme) {
   EXPECT_EQ(chosen.param, OffloadDevice::kNvme);
   EXPECT_EQ(chosen.optimizer, OffloadDevice::kNvme);
   EXPECT_TRUE(chosen.state_fits);
-  EXPECT_FALSE(plan->chosen_fits);  // the GPU: the trainer's fp32 scratch and activations
+  EXPECT_TRUE(plan->chosen_fits);
   // RAM: only windows (the gradient accumulates on NVMe, the new
   // parameters go home through a ring): they fit 128 GiB.
   EXPECT_TRUE(chosen.fits_cpu);
@@ -102,6 +107,14 @@ TEST(PlanTest, HundredBillionOnOneGpuPicksNvmeNvme) {
   const ZeroConfig& z = chosen.config.zero;
   EXPECT_GE(z.offload_param.buffer_size, int64_t{12} * 10240 * 10240);  // a whole layer shard
   EXPECT_GE(z.offload_param.buffer_count * z.offload_param.buffer_size, z.stage3_prefetch_bucket_size);
+
+  PlanInputs fp32 = HundredB();
+  fp32.compute16 = false;
+  auto unfused = MakePlan(fp32);
+  ASSERT_TRUE(unfused.ok()) << unfused.status().ToString();
+  ASSERT_GE(unfused->chosen, 0);
+  EXPECT_EQ(unfused->options[static_cast<size_t>(unfused->chosen)].param, OffloadDevice::kNvme);
+  EXPECT_FALSE(unfused->chosen_fits);  // the GPU: the trainer's fp32 scratch and activations
 }
 
 // The RAM column of every option is the BufferPlan's host items, exactly
@@ -326,22 +339,53 @@ TEST(PlanTest, ActivationBytesAreGptComputesAllocations) {
   }
 }
 
+// The fused attention (CudaOps' 16-bit mode, head sizes 16..128) keeps a
+// log-sum-exp a row where the unfused keeps the T x T probabilities, and
+// its scratch is one float a row (gpt_cuda_test checks these against the
+// GPU's allocations).
+TEST(PlanTest, FusedAttentionKeepsARowsLogSumExp) {
+  const GptConfig demo = *LoadGptConfig("demo");  // head size 64
+  EXPECT_TRUE(FusedAttention(demo, ComputeKernels::kCuda16, 2));
+  EXPECT_FALSE(FusedAttention(demo, ComputeKernels::kHost, 2));
+  EXPECT_FALSE(FusedAttention(demo, ComputeKernels::kCuda, 2));    // --gpu-compute fp32
+  EXPECT_FALSE(FusedAttention(demo, ComputeKernels::kCuda16, 4));  // fp32 parameters
+  GptConfig odd = demo;
+  odd.n_embd = 96;  // head size 24
+  EXPECT_FALSE(FusedAttention(odd, ComputeKernels::kCuda16, 2));
+  odd.n_embd = 512;  // 128
+  EXPECT_TRUE(FusedAttention(odd, ComputeKernels::kCuda16, 2));
+  EXPECT_EQ(KernelsFor(false, true), ComputeKernels::kHost);
+  EXPECT_EQ(KernelsFor(true, false), ComputeKernels::kCuda);
+
+  const int64_t B = 2, T = demo.seq_len, NH = demo.n_head, C = demo.n_embd, L = demo.n_layer;
+  auto bytes = [](int64_t floats) { return zero3::DeviceFootprint(floats * 4); };  // as the devices round
+  const int64_t probs = bytes(B * NH * T * T), lse = bytes(B * NH * T);
+  const int64_t scratch = bytes(7 * B * T * C + B * NH * T * T);
+  EXPECT_EQ(ActivationBytes(demo, 2, true, LayerActivations::kRecompute, false) -
+                ActivationBytes(demo, 2, true, LayerActivations::kRecompute, true),
+            probs - lse + scratch - lse);
+  EXPECT_EQ(ActivationBytes(demo, 2, true, LayerActivations::kKeep, false) -
+                ActivationBytes(demo, 2, true, LayerActivations::kKeep, true),
+            L * (probs - lse) + scratch - lse);
+  EXPECT_EQ(LayerActivationBytes(demo, 2, false) - LayerActivationBytes(demo, 2, true), probs - lse);
+}
+
 // `auto` keeps the activations when the L - 1 more layers' take at most
 // half of the device and the working set with them fits it; the plan's
 // choice follows the device size.
 TEST(PlanTest, AutoKeepsActivationsThatFitHalfTheDevice) {
   const GptConfig m = *LoadGptConfig("demo");
   const int64_t kept = (m.n_layer - 1) * LayerActivationBytes(m, 2);
-  const int64_t need = ModelWorkingSetBytes(m, 2, /*cuda=*/false, 2, FetchLayout::Create(m, 0).max_non_embed_elems(),
-                                            LayerActivations::kKeep);
+  const int64_t need = ModelWorkingSetBytes(m, 2, ComputeKernels::kHost, 2,
+                                            FetchLayout::Create(m, 0).max_non_embed_elems(), LayerActivations::kKeep);
   const int64_t enough = std::max(2 * kept, need);
-  EXPECT_EQ(AutoLayerActivations(m, 2, false, enough, 2, 0), LayerActivations::kKeep);
-  EXPECT_EQ(AutoLayerActivations(m, 2, false, enough - 2, 2, 0), LayerActivations::kRecompute);
-  EXPECT_EQ(AutoLayerActivations(m, 2, false, 0, 2, 0), LayerActivations::kRecompute);  // unknown size
-  EXPECT_EQ(AutoLayerActivations(m, 2, false, 100 * need, 2, 0), LayerActivations::kKeep);
+  EXPECT_EQ(AutoLayerActivations(m, 2, ComputeKernels::kHost, enough, 2, 0), LayerActivations::kKeep);
+  EXPECT_EQ(AutoLayerActivations(m, 2, ComputeKernels::kHost, enough - 2, 2, 0), LayerActivations::kRecompute);
+  EXPECT_EQ(AutoLayerActivations(m, 2, ComputeKernels::kHost, 0, 2, 0), LayerActivations::kRecompute);  // unknown size
+  EXPECT_EQ(AutoLayerActivations(m, 2, ComputeKernels::kHost, 100 * need, 2, 0), LayerActivations::kKeep);
   GptConfig one = m;
   one.n_layer = 1;  // nothing to keep beyond the one set
-  EXPECT_EQ(AutoLayerActivations(one, 2, false, int64_t{1} << 40, 2, 0), LayerActivations::kRecompute);
+  EXPECT_EQ(AutoLayerActivations(one, 2, ComputeKernels::kHost, int64_t{1} << 40, 2, 0), LayerActivations::kRecompute);
   PlanInputs in;
   in.model = m;
   in.micro_batch = 2;
@@ -434,8 +478,12 @@ TEST(PlanTest, Fp32GpuComputeCastsWholeBlocks) {
               static_cast<double>(4 * matrices), 1e6);  // DeviceBytes rounding
   EXPECT_GT(ItemBytes(a, "16-bit compute"), 0);
   EXPECT_EQ(ItemBytes(b, "16-bit compute"), -1);
-  EXPECT_EQ(b.gpu_bytes - a.gpu_bytes,
-            ItemBytes(b, "trainer scratch") - ItemBytes(a, "trainer scratch") - ItemBytes(a, "16-bit compute"));
+  // And the attention unfused: the probabilities and the CUDA scratch.
+  const int64_t unfused = ActivationBytes(in.model, 1, true, a.activations, false) -
+                          ActivationBytes(in.model, 1, true, a.activations, true);
+  EXPECT_EQ(ItemBytes(b, "activations") - ItemBytes(a, "activations"), unfused);
+  EXPECT_EQ(b.gpu_bytes - a.gpu_bytes, ItemBytes(b, "trainer scratch") - ItemBytes(a, "trainer scratch") -
+                                           ItemBytes(a, "16-bit compute") + unfused);
   // The host device's ops read the matrices in 16 bits whatever the flag.
   in.cuda = false;
   const int64_t host32 = NvmeOption(in).gpu_bytes;
@@ -449,16 +497,17 @@ TEST(PlanTest, Fp32GpuComputeCastsWholeBlocks) {
 TEST(PlanTest, AutoOffloadsLayerInputsThatDoNotFit) {
   const GptConfig m = *LoadGptConfig("demo");
   const int64_t blocks = FetchLayout::Create(m, 0).max_non_embed_elems();
-  const int64_t recompute = ModelWorkingSetBytes(m, 2, false, 2, blocks, LayerActivations::kRecompute);
-  const int64_t offload = ModelWorkingSetBytes(m, 2, false, 2, blocks, LayerActivations::kOffload);
+  const int64_t recompute = ModelWorkingSetBytes(m, 2, ComputeKernels::kHost, 2, blocks, LayerActivations::kRecompute);
+  const int64_t offload = ModelWorkingSetBytes(m, 2, ComputeKernels::kHost, 2, blocks, LayerActivations::kOffload);
   const int64_t x = zero3::DeviceFootprint(int64_t{2} * m.seq_len * m.n_embd * 4);
   EXPECT_EQ(recompute - offload, (m.n_layer + 1 - 3) * x);
-  EXPECT_EQ(AutoLayerActivations(m, 2, false, recompute, 2, 0), LayerActivations::kRecompute);
-  EXPECT_EQ(AutoLayerActivations(m, 2, false, recompute - 1, 2, 0), LayerActivations::kOffload);
-  EXPECT_EQ(AutoLayerActivations(m, 2, false, offload - 1, 2, 0), LayerActivations::kOffload);  // the closest
+  EXPECT_EQ(AutoLayerActivations(m, 2, ComputeKernels::kHost, recompute, 2, 0), LayerActivations::kRecompute);
+  EXPECT_EQ(AutoLayerActivations(m, 2, ComputeKernels::kHost, recompute - 1, 2, 0), LayerActivations::kOffload);
+  EXPECT_EQ(AutoLayerActivations(m, 2, ComputeKernels::kHost, offload - 1, 2, 0),
+            LayerActivations::kOffload);  // the closest
   GptConfig two = m;
   two.n_layer = 2;  // three inputs: nothing to offload
-  EXPECT_EQ(AutoLayerActivations(two, 2, false, 1, 2, 0), LayerActivations::kRecompute);
+  EXPECT_EQ(AutoLayerActivations(two, 2, ComputeKernels::kHost, 1, 2, 0), LayerActivations::kRecompute);
   bool automatic = true;
   EXPECT_EQ(*ParseLayerActivations("offload", &automatic), LayerActivations::kOffload);
   EXPECT_FALSE(automatic);
@@ -492,25 +541,31 @@ TEST(PlanTest, AutoOffloadsLayerInputsThatDoNotFit) {
 
 // GPT-3 175B and 100B with parameters and optimizer state on NVMe fit one
 // 24 GiB GPU beside 128 (96) GiB of RAM, as `zinf plan` chooses by
-// default (--fetch-unit auto, --activations auto): the layers in pieces
-// and, for 175B, whose working set with every layer input on the GPU does
-// not fit it, those inputs (9.1 GiB) in pinned RAM.
+// default (--fetch-unit auto, --activations auto): the layers in pieces,
+// every layer input on the GPU. On 16 GiB, where the 175B's working set
+// with those inputs does not fit, the inputs (9.1 GiB) go to pinned RAM.
 TEST(PlanTest, GptThreeFitsOneGpuWithItsLayerInputsInRam) {
-  for (const auto& [name, ram] : {std::pair{"175B", 128 * kGiB}, std::pair{"100B", 96 * kGiB}}) {
-    SCOPED_TRACE(name);
+  for (const auto& [name, ram, gpu] :
+       {std::tuple{"175B", 128 * kGiB, 24 * kGiB}, std::tuple{"100B", 96 * kGiB, 24 * kGiB},
+        std::tuple{"175B", 128 * kGiB, 16 * kGiB}}) {
+    SCOPED_TRACE(std::string(name) + " on " + std::to_string(gpu / kGiB) + " GiB");
     PlanInputs in = Gpt3OnOneGpu();
     in.model = *LoadGptConfig(name);
     in.cpu_bytes = ram;
+    in.gpu_bytes = gpu;
     in.fetch_unit_auto = true;
     in.activations_auto = true;
     const PlanOption o = NvmeOption(in);
     EXPECT_TRUE(o.fits_gpu) << o.gpu_bytes;
     EXPECT_TRUE(o.fits_cpu) << o.pinned_bytes + o.pageable_bytes;
     EXPECT_TRUE(o.fits_nvme);
-    std::printf("%s nvme/nvme on 24 GiB: activations %s, GPU %.2f GiB, RAM %.2f GiB\n", name,
-                LayerActivationsName(o.activations), static_cast<double>(o.gpu_bytes) / kGiB,
-                static_cast<double>(o.pinned_bytes + o.pageable_bytes) / kGiB);
-    if (std::string(name) != "175B") continue;
+    std::printf("%s nvme/nvme on %lld GiB: activations %s, GPU %.2f GiB, RAM %.2f GiB\n", name,
+                static_cast<long long>(gpu / kGiB), LayerActivationsName(o.activations),
+                static_cast<double>(o.gpu_bytes) / kGiB, static_cast<double>(o.pinned_bytes + o.pageable_bytes) / kGiB);
+    if (gpu == 24 * kGiB) {
+      EXPECT_EQ(o.activations, LayerActivations::kRecompute);
+      continue;
+    }
     EXPECT_EQ(o.activations, LayerActivations::kOffload);
     EXPECT_TRUE(o.config.activation_checkpointing.cpu_checkpointing);
     const int64_t inputs = (in.model.n_layer + 1) * int64_t{in.model.seq_len} * in.model.n_embd * 4;
