@@ -157,54 +157,55 @@ Status EngineAccess::ReduceGradients(Engine& engine, BlockId block, const std::v
   return engine.impl_->ReduceGradients(block, grads, stream, copied);
 }
 
-// `stream` null: synchronous (the host part now); else `*copied` gets the
+// `model_stream` null: synchronous (the host part now); else `*copied` gets the
 // event after the copies out of `grads` (the caller orders its stream).
-Status Engine::Impl::ReduceGradients(BlockId block, const std::vector<const void*>& grads, void* stream,
+Status Engine::Impl::ReduceGradients(BlockId block, const std::vector<const void*>& grads, void* model_stream,
                                      std::shared_ptr<Event>* copied) {
-  Impl& m = *this;
-  ZINF_RETURN_IF_ERROR(m.CheckBlock(block));
-  ZINF_RETURN_IF_ERROR(m.Commit());
-  ZINF_RETURN_IF_ERROR(m.FinishGradient());  // the one handed in behind a stream before
-  ZINF_RETURN_IF_ERROR(m.FinishUpdate());    // the worker reads the accumulator
-  m.grads_pending = true;
-  const zero3::BlockLayout& l = m.layout(block);
+  ZINF_RETURN_IF_ERROR(CheckBlock(block));
+  ZINF_RETURN_IF_ERROR(Commit());
+  ZINF_RETURN_IF_ERROR(FinishGradient());  // the one handed in behind a stream before
+  ZINF_RETURN_IF_ERROR(FinishUpdate());    // the worker reads the accumulator
+  grads_pending = true;
+  const zero3::BlockLayout& l = layout(block);
   if (grads.size() != l.tensors.size()) {
-    return Status::InvalidArgument("engine: block '" + m.name(block) + "' has " + std::to_string(l.tensors.size()) +
+    return Status::InvalidArgument("engine: block '" + name(block) + "' has " + std::to_string(l.tensors.size()) +
                                    " tensors, got " + std::to_string(grads.size()) + " gradients");
   }
-  Impl::PendingGradient g;
+  PendingGradient g;
   g.block = block;
   g.grads = grads;
-  g.scale = 1.0f / static_cast<float>(m.partitioner->world_size() * m.config.gradient_accumulation_steps);
-  g.last = (m.micro_steps + 1) % m.config.gradient_accumulation_steps == 0;
-  const std::string what = "engine: gradient of block '" + m.name(block) + "'";
+  g.scale = 1.0f / static_cast<float>(partitioner->world_size() * config.gradient_accumulation_steps);
+  g.last = (micro_steps + 1) % config.gradient_accumulation_steps == 0;
+  const std::string what = "engine: gradient of block '" + name(block) + "'";
   // Behind a stream the gradient goes through staging (or straight into
   // the accumulator: IntoAccum), so that the model's stream can be told
   // when `grads` may be rewritten (an event after the engine's copies); the
   // host part reads staging later.
-  g.direct = stream == nullptr && m.GradientsDirect();
-  g.into_accum = stream != nullptr && m.IntoAccum(block, g.scale);
+  g.direct = model_stream == nullptr && GradientsDirect();
+  g.into_accum = model_stream != nullptr && IntoAccum(block, g.scale);
   if (!g.direct) {
-    if (stream != nullptr) {
+    if (model_stream != nullptr) {
       // The copies wait on the engine's stream for the model's work.
-      StatusOr<std::unique_ptr<Event>> written = m.device->RecordOn(stream);
+      StatusOr<std::unique_ptr<Event>> written = device->RecordOn(model_stream);
       if (!written.ok()) return written.status().WithContext(what + " behind a stream");
-      ZINF_RETURN_IF_ERROR(m.stream->Wait(**written).WithContext(what));
+      ZINF_RETURN_IF_ERROR(stream->Wait(**written).WithContext(what));
     }
-    Status queued = g.into_accum ? m.CopyGradientIntoAccum(block, grads) : m.CopyGradientToHost(block, grads);
+    Status queued = g.into_accum ? CopyTensorsToHost(block, grads, accum.data() + l.rank_offset * grad_es,
+                                                     /*zero_pad=*/false)
+                                 : CopyGradientToHost(block, grads);
     StatusOr<std::unique_ptr<Event>> copied_event =
-        queued.ok() ? m.stream->Record() : StatusOr<std::unique_ptr<Event>>(queued);
+        queued.ok() ? stream->Record() : StatusOr<std::unique_ptr<Event>>(queued);
     if (!copied_event.ok()) {
       // Copies may be queued that read `grads`: let them run before the
       // caller may rewrite it.
-      if (stream != nullptr) m.stream->Synchronize().IgnoreError();
+      if (model_stream != nullptr) stream->Synchronize().IgnoreError();
       return copied_event.status().WithContext(what);
     }
     g.ready = std::move(copied_event).value();
     if (copied != nullptr) *copied = g.ready;
   }
-  m.pending_gradient = std::move(g);
-  return stream != nullptr ? Status::Ok() : m.FinishGradient();
+  pending_gradient = std::move(g);
+  return model_stream != nullptr ? Status::Ok() : FinishGradient();
 }
 
 StatusOr<StepResult> Engine::Step() {
@@ -336,7 +337,7 @@ Status Engine::Impl::WriteHomeFromMaster() {
 // The block's gradient, reduce-scattered over the ranks, in `staging`.
 Status Engine::Impl::CopyGradientToHost(BlockId b, const std::vector<const void*>& grads) {
   const zero3::BlockLayout& l = layout(b);
-  if (grad_flat == nullptr) return CopyGradientOneRank(b, grads);
+  if (grad_flat == nullptr) return CopyTensorsToHost(b, grads, staging.data(), /*zero_pad=*/true);
   auto* flat = static_cast<char*>(grad_flat);
   for (size_t t = 0; t < grads.size(); ++t) {
     ZINF_RETURN_IF_ERROR(stream->CopyAsync(
@@ -373,19 +374,6 @@ bool Engine::Impl::IntoAccum(BlockId b, float scale) const {
          scale == 1.0f && !acc_holds[static_cast<size_t>(b)];
 }
 
-// Each tensor copied to its place in the block's range of `accum` (the
-// range's padding stays zero, as nothing else writes it).
-Status Engine::Impl::CopyGradientIntoAccum(BlockId b, const std::vector<const void*>& grads) {
-  const zero3::BlockLayout& l = layout(b);
-  float* acc = reinterpret_cast<float*>(accum.data()) + l.rank_offset;
-  for (size_t t = 0; t < grads.size(); ++t) {
-    ZINF_RETURN_IF_ERROR(stream->CopyAsync(acc + l.tensors[t].offset, grads[t],
-                                           static_cast<size_t>(l.tensors[t].numel) * sizeof(float),
-                                           CopyDirection::kDeviceToHost));
-  }
-  return Status::Ok();
-}
-
 // Waits for the copies straight into `accum` queued so far.
 Status Engine::Impl::WaitAccumCopies() {
   if (!accum_copied) return Status::Ok();
@@ -404,16 +392,18 @@ void Engine::Impl::CountGradient(const zero3::BlockLayout& l) {
 }
 
 // One rank: the shard is the whole padded block, each tensor copied to its
-// place in `staging` (one copy instead of device flat buffer, then host).
-Status Engine::Impl::CopyGradientOneRank(BlockId b, const std::vector<const void*>& grads) {
+// place at `host` (`staging`, one copy instead of device flat buffer, then
+// host; or the block's range of `accum`, IntoAccum). `zero_pad`: the
+// padding up to the shard zeroed too (staging is reused; the accumulator's
+// padding stays zero, as nothing else writes it).
+Status Engine::Impl::CopyTensorsToHost(BlockId b, const std::vector<const void*>& grads, char* host, bool zero_pad) {
   const zero3::BlockLayout& l = layout(b);
-  char* host = staging.data();
   for (size_t t = 0; t < grads.size(); ++t) {
     ZINF_RETURN_IF_ERROR(stream->CopyAsync(host + l.tensors[t].offset * grad_es, grads[t],
                                            static_cast<size_t>(l.tensors[t].numel * grad_es),
                                            CopyDirection::kDeviceToHost));
   }
-  std::memset(host + l.numel * grad_es, 0, static_cast<size_t>((l.shard_numel - l.numel) * grad_es));
+  if (zero_pad) std::memset(host + l.numel * grad_es, 0, static_cast<size_t>((l.shard_numel - l.numel) * grad_es));
   return Status::Ok();
 }
 

@@ -92,7 +92,7 @@ struct Engine::Impl {
   void JoinWorker();
   Status FinishUpdate();
   Status CopyGradientToHost(BlockId b, const std::vector<const void*>& grads);
-  Status CopyGradientOneRank(BlockId b, const std::vector<const void*>& grads);
+  Status CopyTensorsToHost(BlockId b, const std::vector<const void*>& grads, char* host, bool zero_pad);
   void CountGradient(const zero3::BlockLayout& l);
   // A block's gradient handed to ReduceGradients: its copies queued on the
   // engine's stream, its host part (FinishGradient) left to the next call
@@ -111,9 +111,8 @@ struct Engine::Impl {
   };
   bool GradientsDirect() const;
   bool IntoAccum(BlockId block, float scale) const;
-  Status CopyGradientIntoAccum(BlockId block, const std::vector<const void*>& grads);
   Status WaitAccumCopies();
-  Status ReduceGradients(BlockId block, const std::vector<const void*>& grads, void* stream,
+  Status ReduceGradients(BlockId block, const std::vector<const void*>& grads, void* model_stream,
                          std::shared_ptr<Event>* copied);
   Status FinishGradient();
   Status AccumulateGradient(const PendingGradient& pg);
