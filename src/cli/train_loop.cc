@@ -96,11 +96,7 @@ StatusOr<TrainSummary> RunTraining(model::Trainer& trainer, const TrainRun& run)
     s.comm_seconds += static_cast<double>(r.engine.allgather_ns + r.engine.reduce_scatter_ns) / 1e9;
     s.optimizer_seconds += static_cast<double>(r.engine.optimizer_ns) / 1e9;
     AddCounters(s.moved, r.engine);
-    for (const auto& [name, t] : r.kernels.by_op) {
-      s.kernels.by_op[name].seconds += t.seconds;
-      s.kernels.by_op[name].calls += t.calls;
-    }
-    s.kernels.busy_seconds += r.kernels.busy_seconds;
+    s.kernels.Add(r.kernels);
     if (!monitors.empty()) {
       const StepMetrics metrics = MakeStepMetrics(r, SamplesAfter(trainer));
       tell([&](RunMonitor& m) { return m.OnStep(metrics); });
