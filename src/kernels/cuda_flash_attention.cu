@@ -11,7 +11,7 @@
 // where one lane pair per row masks, exponentiates and writes P (or dS)
 // back as bf16 for the next matmul. Forward: an online softmax per row (a
 // running max and sum, the output rescaled when the max grows); saves each
-// row's log-sum-exp. Backward: D = rowsum(dout * out) first; one pass per
+// row's log-sum-exp. Backward: D = rowsum(bf16(dout) * out) first; one pass per
 // key tile recomputes P = exp(s - lse) and sums dv += P^T dout and
 // dk += dS^T q; a second pass per query tile recomputes them again and sums
 // dq += dS k. Two passes rather than atomics keep the sums' order fixed:
@@ -63,7 +63,8 @@ struct Layout {
   // Backward passes: four bf16 tiles; two of P/dS; two score tiles (which
   // also hold the epilogue's [64][HS] fp32 tile: 2 * kTileS >= kTile *
   // kLdO for HS <= 128); lse and D of the query rows.
-  static constexpr size_t kBackwardBytes = (4 * kTile16 + 2 * kTileP) * sizeof(bf16) + (2 * kTileS + 2 * kTile) * sizeof(float);
+  static constexpr size_t kBackwardBytes =
+      (4 * kTile16 + 2 * kTileP) * sizeof(bf16) + (2 * kTileS + 2 * kTile) * sizeof(float);
   static_assert(HS % 16 == 0 && HS <= 128, "head size: a multiple of 16, at most 128");
   static_assert(2 * kTileS >= kTile * kLdO, "the epilogue tile fits in the score tiles");
 };
@@ -214,7 +215,10 @@ __global__ void __launch_bounds__(kFlashThreads)
   }
 }
 
-// d[bh * T + t] = dout . out over the head's channels; one warp a row.
+// d[bh * T + t] = bf16(dout) . out over the head's channels; one warp a
+// row. dout rounded as the matmuls see it: D is then sum_j P_j dP_j of the
+// rounded operands, and a row whose keys all give dP = D (one key) gets a
+// zero dS, as the exact gradient does.
 __global__ void FlashRowDotKernel(float* d, const float* dout, const float* out, int T, int C, int NH, int hs,
                                   int64_t rows) {
   const int lane = threadIdx.x % 32;
@@ -224,7 +228,7 @@ __global__ void FlashRowDotKernel(float* d, const float* dout, const float* out,
     const int64_t bh = r / T;
     const int64_t off = (bh / NH * T + t) * C + bh % NH * hs;
     float s = 0.0f;
-    for (int c = lane; c < hs; c += 32) s += dout[off + c] * out[off + c];
+    for (int c = lane; c < hs; c += 32) s += __bfloat162float(__float2bfloat16_rn(dout[off + c])) * out[off + c];
     s = WarpSum(s);
     if (lane == 0) d[r] = s;
   }
