@@ -8,6 +8,7 @@
 #include "core/units.h"
 #include "kernels/cuda_kernels.h"
 #include "model/plan.h"
+#include "zero3/buffer_plan.h"
 
 namespace zinf::model {
 namespace {
@@ -173,6 +174,24 @@ int TrainerGradBuffers(const GptConfig& model, int batch, ComputeKernels kernels
   // and cache and the CUDA context: the second buffer speeds the backward
   // up, but never at the cost of the blocks the forward fetches ahead.
   return two <= device_bytes / 4 * 3 ? 2 : 1;
+}
+
+int64_t TrainerScratch::bytes() const {
+  int64_t sum = 0;
+  for (int64_t n : {param_cast, embed_cast, grads, grads2, embed_grads}) sum += zero3::DeviceFootprint(n * 4);
+  return sum;
+}
+
+TrainerScratch TrainerScratchFor(const FetchLayout& layout, bool tied, bool params16, bool matrices16,
+                                 int grad_buffers) {
+  const int64_t embed = layout.specs()[kEmbedBlock].numel();
+  TrainerScratch s;
+  s.param_cast = params16 ? layout.max_cast_elems(matrices16, /*with_embed=*/!tied) : 0;
+  s.embed_cast = params16 && tied ? embed : 0;
+  s.grads = layout.max_non_embed_elems();
+  s.grads2 = grad_buffers > 1 ? layout.max_layer_piece_elems() : 0;
+  s.embed_grads = embed;
+  return s;
 }
 
 int64_t Matmul16Bytes(const GptConfig& model, int batch, ComputeKernels kernels, int64_t param_elem_bytes) {

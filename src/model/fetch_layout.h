@@ -165,6 +165,21 @@ int64_t ModelWorkingSetBytes(const GptConfig& model, int batch, ComputeKernels k
 int TrainerGradBuffers(const GptConfig& model, int batch, ComputeKernels kernels, bool queued, int64_t device_bytes,
                        int64_t engine_bytes, int64_t param_elem_bytes, const FetchLayout& layout,
                        LayerActivations activations);
+// The trainer's fp32 device scratch (trainer.cc Trainer::Create), array by
+// array, in elements: with 16-bit parameters (`params16`) the cast of a
+// block (FetchLayout::max_cast_elems: the untied embedding too; with
+// `matrices16` a block's vectors only) and the tied embedding's own cast;
+// a block's gradients (the embedding apart), a second buffer for a layer's
+// (`grad_buffers` 2: TrainerGradBuffers), and the embedding's gradients.
+// `zinf plan` counts the same (bytes()).
+struct TrainerScratch {
+  int64_t param_cast = 0, embed_cast = 0, grads = 0, grads2 = 0, embed_grads = 0;
+  int64_t elems() const { return param_cast + embed_cast + grads + grads2 + embed_grads; }
+  int64_t bytes() const;  // each array of fp32 as the devices round it
+};
+TrainerScratch TrainerScratchFor(const FetchLayout& layout, bool tied, bool params16, bool matrices16,
+                                 int grad_buffers);
+
 // Device bytes of CudaOps' 16-bit mode for this model and micro-batch (the
 // cuBLASLt workspace and the operand scratch of its largest linear layer)
 // with kCuda16 and 16-bit parameters; 0 otherwise.

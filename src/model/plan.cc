@@ -310,17 +310,10 @@ void AddModelItems(const PlanInputs& in, const FetchLayout& layout, int64_t para
   // (the embedding's are apart; on a GPU a second buffer for a layer's when
   // it fits, TrainerGradBuffers), the embedding's gradients.
   const bool matrices16 = !in.cuda || in.compute16;
-  const int64_t max_other = layout.max_non_embed_elems();
-  const int64_t embed = layout.specs()[kEmbedBlock].numel();
-  const bool tied = in.model.tied_embeddings;
   const bool two_grads = TrainerGradBuffers(in.model, static_cast<int>(batch), kernels, /*queued=*/in.cuda,
                                             in.gpu_bytes, engine_bytes, param_bytes, layout, kept) > 1;
-  int64_t scratch = DeviceBytes(max_other * 4) + DeviceBytes(embed * 4) +
-                    (two_grads ? DeviceBytes(layout.max_layer_piece_elems() * 4) : 0);
-  if (param_bytes != 4) {
-    scratch +=
-        DeviceBytes(layout.max_cast_elems(matrices16, /*with_embed=*/!tied) * 4) + (tied ? DeviceBytes(embed * 4) : 0);
-  }
+  const int64_t scratch =
+      TrainerScratchFor(layout, in.model.tied_embeddings, param_bytes != 4, matrices16, two_grads ? 2 : 1).bytes();
   const std::string grads =
       two_grads ? "its gradients (a layer's in two buffers: one copied out as the next computes)" : "its gradients";
   add(matrices16

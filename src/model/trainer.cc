@@ -632,10 +632,9 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   // sized by the others: the largest layer piece, or the head. The fp32
   // cast holds what AcquireAsFloat casts of one block: with ops that read
   // the layers' matrices in 16 bits (AcquireLayerPiece), all but those.
-  const int64_t max_block = m->layout.max_piece_elems(), max_other = m->layout.max_non_embed_elems();
-  const int64_t embed = specs[kEmbedBlock].numel();
-  const bool cast = m->engine->param_type() != ElementType::kF32, tied = m->model().tied_embeddings;
-  const int64_t cast_elems = m->layout.max_cast_elems(m->ops->reads_weights16(), /*with_embed=*/!tied);
+  // (TrainerScratchFor.)
+  const int64_t max_block = m->layout.max_piece_elems();
+  const bool cast = m->engine->param_type() != ElementType::kF32;
   // A second gradient buffer for the layers when the ops queue on a stream
   // and the working set fits with it (`zinf plan` counts the same).
   const int grad_buffers =
@@ -645,14 +644,14 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
                 m->model(), m->batch(), KernelsFor(m->device->kind() == DeviceKind::kCuda, options.gpu_compute16),
                 m->ops->stream() != nullptr, static_cast<int64_t>(m->device->capacity_bytes()), engine_bytes,
                 ElementSizeBytes(m->engine->param_type()), m->layout, m->options.activations);
-  const int64_t max_layer = m->layout.max_layer_piece_elems();
-  const std::pair<float**, int64_t> scratch[] = {{&m->param_scratch, cast ? cast_elems : 0},
-                                                 {&m->embed_scratch, cast && tied ? embed : 0},
-                                                 {&m->grad_scratch, max_other},
-                                                 {&m->grad_scratch2, grad_buffers > 1 ? max_layer : 0},
-                                                 {&m->embed_grads, embed}};
-  int64_t scratch_elems = 0;
-  for (const auto& [dst, n] : scratch) scratch_elems += n;
+  const TrainerScratch sizes =
+      TrainerScratchFor(m->layout, m->model().tied_embeddings, cast, m->ops->reads_weights16(), grad_buffers);
+  const std::pair<float**, int64_t> scratch[] = {{&m->param_scratch, sizes.param_cast},
+                                                 {&m->embed_scratch, sizes.embed_cast},
+                                                 {&m->grad_scratch, sizes.grads},
+                                                 {&m->grad_scratch2, sizes.grads2},
+                                                 {&m->embed_grads, sizes.embed_grads}};
+  const int64_t scratch_elems = sizes.elems();
   auto compute = GptCompute<float>::Create(m->model(), m->batch(), m->ops.get(), m->device, m->options.activations);
   if (!compute.ok()) return WorkingSetError(*m, compute.status(), engine_bytes, scratch_elems, max_block);
   m->compute = std::move(*compute);
@@ -670,9 +669,9 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   // earlier layer's values that would still train.
   if (m->grad_scratch != nullptr) {
     ZINF_ASSIGN_OR_RETURN(std::unique_ptr<Stream> s, m->device->CreateStream());
-    ZINF_RETURN_IF_ERROR(s->MemsetAsync(m->grad_scratch, 0xFF, static_cast<size_t>(max_other) * sizeof(float)));
+    ZINF_RETURN_IF_ERROR(s->MemsetAsync(m->grad_scratch, 0xFF, static_cast<size_t>(sizes.grads) * sizeof(float)));
     if (m->grad_scratch2 != nullptr) {
-      ZINF_RETURN_IF_ERROR(s->MemsetAsync(m->grad_scratch2, 0xFF, static_cast<size_t>(max_layer) * sizeof(float)));
+      ZINF_RETURN_IF_ERROR(s->MemsetAsync(m->grad_scratch2, 0xFF, static_cast<size_t>(sizes.grads2) * sizeof(float)));
     }
     ZINF_RETURN_IF_ERROR(s->Synchronize().WithContext("trainer: filling the gradient scratch"));
   }
