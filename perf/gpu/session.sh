@@ -3,8 +3,9 @@
 # minutes of device time a session, its start included): build only zinf
 # and the gpu test binaries, run the gpu tests, then the head-to-head rows
 # in the order issue 17 needs them (cpu/cpu first: GPU busy by CUDA events
-# and the ratio to DeepSpeed), each started only while the time left covers
-# its estimate; the table of what ran. Here, with network: make
+# and the ratio to DeepSpeed; then the 200-step bf16 against fp32 curve),
+# each started only while the time left covers its estimate; the table of
+# what ran. Here, with network: make
 # device-debs; there (carry .deps), from the repository root:
 #   bash perf/gpu/session.sh OUTDIR [SECONDS]
 # SECONDS (default 600) is this script's share of the device time. Logs and
@@ -36,8 +37,24 @@ row() {  # estimate-seconds name model config micro-batch steps trainers
     --steps "$6" --trainers "$7" --nvme-path "$nvme" --work "$out/$2" --json "$out/$2.json" 2>&1 | grep gpu_compare
   echo "== $2 done ($(($(date +%s) - t0)) s)"
 }
+# The 16-bit mode's losses against the fp32 path's over 200 steps of the
+# demo model (issue 17's curve), and its plot; under curve/ so that the
+# table below reads only the rows.
+curve() {  # estimate-seconds
+  if [ "$(left)" -lt "$1" ]; then
+    echo "== curve: skipped ($(left) s left, about $1 s needed)"
+    return
+  fi
+  mkdir -p "$out/curve"
+  python3 $c curve --zinf perf/gpu/zinf-gpu --model demo --config configs/cpu-offload.json --steps 200 \
+    --work "$out/curve/work" --json "$out/curve/demo-200.json" 2>&1 | tail -1
+  python3 $c plot "$out/curve/demo-200.json" --svg "$out/curve/demo-200.svg" \
+    --title "demo, 200 steps: --gpu-compute 16 against fp32" 2>&1 | tail -1
+  echo "== curve done ($(($(date +%s) - t0)) s)"
+}
 row 150 gpt2-124m-cpu gpt2-124m bf16-cpu 8 30 zinf,zinf-timed,deepspeed,torch-bf16
 row 260 llama-1b-cpu llama-1b bf16-cpu 4 10 zinf,zinf-timed,deepspeed,torch-bf16
+curve 90
 row 180 gpt2-124m-nvme gpt2-124m bf16-nvme 8 12 zinf,deepspeed
 row 200 llama-1b-nvme llama-1b bf16-nvme 4 8 zinf,deepspeed
 ls "$out"/*.json > /dev/null 2>&1 && python3 $c table "$out"/*.json
