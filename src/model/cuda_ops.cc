@@ -113,7 +113,7 @@ class CudaOps final : public Ops<float> {
     return Flash(C, NH) ? k::FlashAttentionScratchElems(B, T_, NH) : k::AttentionScratchElems(B, T_, C, NH);
   }
   int64_t AttentionSavedElems(int B, int T_, int C, int NH) const override {
-    return Flash(C, NH) ? static_cast<int64_t>(B) * NH * T_ : Ops::AttentionSavedElems(B, T_, C, NH);
+    return Flash(C, NH) ? static_cast<int64_t>(B) * NH * T_ : AttentionProbabilityElems(B, T_, NH);
   }
   void AttentionForward(float* out, float* att, float* scratch, const float* qkv, int B, int T_, int C,
                         int NH) override {

@@ -107,7 +107,10 @@ class CpuOps final : public Ops<T> {
   // The backward keeps the gradient of the pre-softmax scores, one per entry
   // of att; the forward needs no scratch.
   int64_t AttentionScratchElems(int B, int T_, int /*C*/, int NH) const override {
-    return static_cast<int64_t>(B) * NH * T_ * T_;
+    return AttentionProbabilityElems(B, T_, NH);
+  }
+  int64_t AttentionSavedElems(int B, int T_, int /*C*/, int NH) const override {
+    return AttentionProbabilityElems(B, T_, NH);
   }
   void AttentionForward(T* out, T* att, T* /*scratch*/, const T* qkv, int B, int T_, int C, int NH) override {
     Run([=] { k::AttentionForward(out, att, qkv, B, T_, C, NH); });

@@ -19,6 +19,10 @@
 // engine's Release and ReduceGradients with a stream).
 // Semantics, layouts and accumulation rules are those of cpu_kernels.h.
 //
+// Every method is pure, so that a wrapper (TimedOps) cannot miss one and
+// answer with a base class's default; MatmulForward16/Backward16 have a
+// definition that fails (for ops that do not read 16-bit weights).
+//
 // Thread-safety: one thread drives an Ops object.
 #pragma once
 
@@ -65,11 +69,11 @@ class Ops {
   // first (CastIn) and calling the T versions. CudaOps in its 16-bit mode:
   // tensor-core matmuls with the fp32 operand rounded to the weight's type
   // too (cuda_ops.h). Callers that get false cast.
-  virtual bool reads_weights16() const { return false; }
+  virtual bool reads_weights16() const = 0;
   virtual void MatmulForward16(T* out, const T* inp, const void* weight, ElementType weight_type, const T* bias,
-                               int64_t N, int C, int OC);
+                               int64_t N, int C, int OC) = 0;
   virtual void MatmulBackward16(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const void* weight,
-                                ElementType weight_type, int64_t N, int C, int OC, kernels::GradMode mode);
+                                ElementType weight_type, int64_t N, int C, int OC, kernels::GradMode mode) = 0;
   // Elements of device scratch AttentionForward / AttentionBackward need
   // (one buffer, shared by both: the caller allocates the max once).
   virtual int64_t AttentionScratchElems(int B, int T_, int C, int NH) const = 0;
@@ -77,9 +81,7 @@ class Ops {
   // the probabilities, B*NH*T*T (CpuOps; CudaOps in fp32), or, where the
   // attention is fused (CudaOps in its 16-bit mode), each row's
   // log-sum-exp, B*NH*T.
-  virtual int64_t AttentionSavedElems(int B, int T_, int /*C*/, int NH) const {
-    return static_cast<int64_t>(B) * NH * T_ * T_;
-  }
+  virtual int64_t AttentionSavedElems(int B, int T_, int C, int NH) const = 0;
   virtual void AttentionForward(T* out, T* att, T* scratch, const T* qkv, int B, int T_, int C, int NH) = 0;
   // `out`: what AttentionForward wrote there, unchanged since (the fused
   // backward reads it).
@@ -111,8 +113,12 @@ class Ops {
   // as Device::RecordOn takes it: a cudaStream_t on CUDA, the Stream*
   // itself on the host device; null when every call has finished by the
   // time it returns (CpuOps).
-  virtual void* stream() { return nullptr; }
+  virtual void* stream() = 0;
 };
+
+// The attention's probabilities, B*NH*T*T: what the unfused attention keeps
+// (Ops::AttentionSavedElems).
+inline int64_t AttentionProbabilityElems(int B, int T_, int NH) { return static_cast<int64_t>(B) * NH * T_ * T_; }
 
 // CPU kernels on the calling thread (T = float or double).
 template <typename T>
