@@ -29,7 +29,9 @@
 #define __launch_bounds__(x)
 #define ZINF_FLASH_SHARED(name) unsigned char* name = g_smem
 
-struct Dim3 { unsigned x = 1, y = 1, z = 1; };
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
 inline thread_local Dim3 threadIdx, blockIdx;
 inline Dim3 gridDim, blockDim;
 inline unsigned char* g_smem = nullptr;
