@@ -126,6 +126,26 @@ __device__ __forceinline__ void AddRows(float* dst, int64_t row_stride, int row0
   __syncwarp();
 }
 
+// Grid row blockIdx.y's (batch, head) and that head's columns of the
+// batch's rows: q, k and v in qkv [B, T, 3C] (row stride 3C; k at q + C,
+// v at q + 2C); dqkv's alike; and, at `at`, a [B, T, C] tensor's (row
+// stride C: out in the forward, dout in the backward).
+struct HeadSlice {
+  int bh;
+  int64_t C, C3, at;
+  const float* q;
+  float* dq;
+  __device__ HeadSlice(float* dqkv, const float* qkv, int T, int C_, int NH, int hs)
+      : bh(static_cast<int>(blockIdx.y)), C(C_), C3(3 * static_cast<int64_t>(C_)) {
+    const int64_t b = bh / NH, head = static_cast<int64_t>(bh % NH) * hs;
+    at = b * T * C + head;
+    q = qkv + b * T * C3 + head;
+    dq = dqkv == nullptr ? nullptr : dqkv + b * T * C3 + head;
+  }
+  __device__ const float* k() const { return q + C; }
+  __device__ const float* v() const { return q + 2 * C; }
+};
+
 // Grid (query tiles, B * NH), the longest rows (last tiles) first.
 template <int HS>
 __global__ void __launch_bounds__(kFlashThreads)
@@ -140,13 +160,12 @@ __global__ void __launch_bounds__(kFlashThreads)
   float* so = ss + L::kTileS;
   float* row_sum = so + kTile * L::kLdO;
 
+  const HeadSlice head(nullptr, qkv, T, C, NH, HS);
+  float* out_rows = out + head.at;
   const int qt = static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x);
-  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t C3 = 3 * static_cast<int64_t>(C);
-  const float* base = qkv + static_cast<int64_t>(b) * T * C3 + static_cast<int64_t>(h) * HS;
   const int q0 = qt * kTile;
-  LoadTile16<HS>(sq, base, C3, q0, T);
+  LoadTile16<HS>(sq, head.q, head.C3, q0, T);
   for (int i = threadIdx.x; i < kTile * L::kLdO; i += kFlashThreads) so[i] = 0.0f;
 
   // Lane pair (lane / 2) owns row `row` of the tile; each lane half its columns (PairColumn).
@@ -156,8 +175,8 @@ __global__ void __launch_bounds__(kFlashThreads)
   for (int kt = 0; kt <= qt; ++kt) {
     const int k0 = kt * kTile;
     __syncthreads();  // the last tile's readers are done (and the first loads visible)
-    LoadTile16<HS>(sk, base + C, C3, k0, T);
-    LoadTile16<HS>(sv, base + 2 * static_cast<int64_t>(C), C3, k0, T);
+    LoadTile16<HS>(sk, head.k(), head.C3, k0, T);
+    LoadTile16<HS>(sv, head.v(), head.C3, k0, T);
     __syncthreads();
     RowsTimesTilesT<HS>(ss + warp * 16 * kLdS, sq + warp * 16 * L::kLd16, sk);
     __syncwarp();
@@ -198,15 +217,13 @@ __global__ void __launch_bounds__(kFlashThreads)
   }
   if (half == 0) {
     row_sum[row] = l;
-    if (qi < T) lse[static_cast<int64_t>(bh) * T + qi] = m + logf(l);
+    if (qi < T) lse[static_cast<int64_t>(head.bh) * T + qi] = m + logf(l);
   }
   __syncwarp();
   for (int i = lane; i < 16 * HS; i += 32) {
     const int r = warp * 16 + i / HS, c = i % HS;
     const int t = q0 + r;
-    if (t < T) {
-      out[(static_cast<int64_t>(b) * T + t) * C + static_cast<int64_t>(h) * HS + c] = so[r * L::kLdO + c] / row_sum[r];
-    }
+    if (t < T) out_rows[static_cast<int64_t>(t) * C + c] = so[r * L::kLdO + c] / row_sum[r];
   }
 }
 
@@ -271,15 +288,11 @@ __global__ void __launch_bounds__(kFlashThreads)
   using L = Layout<HS>;
   ZINF_FLASH_SHARED(smem);
   const BackwardSmem<HS> sm(smem);
-  const int kt = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t C3 = 3 * static_cast<int64_t>(C);
-  const int64_t head = static_cast<int64_t>(h) * HS;
-  const float* qkv_b = qkv + static_cast<int64_t>(b) * T * C3 + head;
-  const float* dout_b = dout + static_cast<int64_t>(b) * T * C + head;
+  const HeadSlice head(dqkv, qkv, T, C, NH, HS);
+  const int kt = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int k0 = kt * kTile;
-  LoadTile16<HS>(sm.own_a, qkv_b + C, C3, k0, T);
-  LoadTile16<HS>(sm.own_b, qkv_b + 2 * static_cast<int64_t>(C), C3, k0, T);
+  LoadTile16<HS>(sm.own_a, head.k(), head.C3, k0, T);
+  LoadTile16<HS>(sm.own_b, head.v(), head.C3, k0, T);
   FragAcc dk[HS / 16], dv[HS / 16];
   for (int n = 0; n < HS / 16; ++n) {
     wmma::fill_fragment(dk[n], 0.0f);
@@ -291,9 +304,9 @@ __global__ void __launch_bounds__(kFlashThreads)
   for (int qt = kt; qt < q_tiles; ++qt) {
     const int q0 = qt * kTile;
     __syncthreads();
-    LoadTile16<HS>(sm.other_a, qkv_b, C3, q0, T);
-    LoadTile16<HS>(sm.other_b, dout_b, C, q0, T);
-    LoadRowStats(sm.lse, sm.d, lse, d, bh, q0, T);
+    LoadTile16<HS>(sm.other_a, head.q, head.C3, q0, T);
+    LoadTile16<HS>(sm.other_b, dout + head.at, C, q0, T);
+    LoadRowStats(sm.lse, sm.d, lse, d, head.bh, q0, T);
     __syncthreads();
     const bf16* k_rows = sm.own_a + warp * 16 * L::kLd16;
     const bf16* v_rows = sm.own_b + warp * 16 * L::kLd16;
@@ -313,9 +326,8 @@ __global__ void __launch_bounds__(kFlashThreads)
   }
   __syncthreads();  // the epilogue's stage spans the score tiles of every warp
   float* stage = sm.s + warp * 16 * L::kLdO;
-  float* dqkv_b = dqkv + static_cast<int64_t>(b) * T * C3 + head;
-  AddRows<HS>(dqkv_b + C, C3, k0 + warp * 16, T, scale, dk, stage);
-  AddRows<HS>(dqkv_b + 2 * static_cast<int64_t>(C), C3, k0 + warp * 16, T, 1.0f, dv, stage);
+  AddRows<HS>(head.dq + C, head.C3, k0 + warp * 16, T, scale, dk, stage);
+  AddRows<HS>(head.dq + 2 * head.C, head.C3, k0 + warp * 16, T, 1.0f, dv, stage);
 }
 
 // dq of one query tile: grid (query tiles, B * NH), the longest rows first;
@@ -327,16 +339,13 @@ __global__ void __launch_bounds__(kFlashThreads)
   using L = Layout<HS>;
   ZINF_FLASH_SHARED(smem);
   const BackwardSmem<HS> sm(smem);
+  const HeadSlice head(dqkv, qkv, T, C, NH, HS);
   const int qt = static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x);
-  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t C3 = 3 * static_cast<int64_t>(C);
-  const int64_t head = static_cast<int64_t>(h) * HS;
-  const float* qkv_b = qkv + static_cast<int64_t>(b) * T * C3 + head;
   const int q0 = qt * kTile;
-  LoadTile16<HS>(sm.own_a, qkv_b, C3, q0, T);
-  LoadTile16<HS>(sm.own_b, dout + static_cast<int64_t>(b) * T * C + head, C, q0, T);
-  LoadRowStats(sm.lse, sm.d, lse, d, bh, q0, T);
+  LoadTile16<HS>(sm.own_a, head.q, head.C3, q0, T);
+  LoadTile16<HS>(sm.own_b, dout + head.at, C, q0, T);
+  LoadRowStats(sm.lse, sm.d, lse, d, head.bh, q0, T);
   FragAcc dq[HS / 16];
   for (int n = 0; n < HS / 16; ++n) wmma::fill_fragment(dq[n], 0.0f);
   const int row = warp * 16 + lane / 2, half = lane % 2;
@@ -344,8 +353,8 @@ __global__ void __launch_bounds__(kFlashThreads)
   for (int kt = 0; kt <= qt; ++kt) {
     const int k0 = kt * kTile;
     __syncthreads();
-    LoadTile16<HS>(sm.other_a, qkv_b + C, C3, k0, T);
-    LoadTile16<HS>(sm.other_b, qkv_b + 2 * static_cast<int64_t>(C), C3, k0, T);
+    LoadTile16<HS>(sm.other_a, head.k(), head.C3, k0, T);
+    LoadTile16<HS>(sm.other_b, head.v(), head.C3, k0, T);
     __syncthreads();
     RowsTimesTilesT<HS>(sm.s + warp * 16 * kLdS, sm.own_a + warp * 16 * L::kLd16, sm.other_a);
     RowsTimesTilesT<HS>(sm.dp + warp * 16 * kLdS, sm.own_b + warp * 16 * L::kLd16, sm.other_b);
@@ -360,8 +369,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     AccumulateRowsTimesTile<HS>(dq, sm.ds + warp * 16 * kLdP, sm.other_a);
   }
   __syncthreads();
-  AddRows<HS>(dqkv + static_cast<int64_t>(b) * T * C3 + head, C3, q0 + warp * 16, T, scale, dq,
-              sm.s + warp * 16 * L::kLdO);
+  AddRows<HS>(head.dq, head.C3, q0 + warp * 16, T, scale, dq, sm.s + warp * 16 * L::kLdO);
 }
 
 }  // namespace zinf::kernels::cuda::flash
