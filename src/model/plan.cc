@@ -309,7 +309,7 @@ void AddModelItems(const PlanInputs& in, const FetchLayout& layout, int64_t para
   // in CudaOps' 16-bit mode, PlanInputs::compute16), one block's gradients
   // (the embedding's are apart; on a GPU a second buffer for a layer's when
   // it fits, TrainerGradBuffers), the embedding's gradients.
-  const bool matrices16 = !in.cuda || in.compute16;
+  const bool matrices16 = kernels != ComputeKernels::kCuda;  // the host's ops read 16-bit matrices too
   const bool two_grads = TrainerGradBuffers(in.model, static_cast<int>(batch), kernels, /*queued=*/in.cuda,
                                             in.gpu_bytes, engine_bytes, param_bytes, layout, kept) > 1;
   const int64_t scratch =

@@ -632,7 +632,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   // sized by the others: the largest layer piece, or the head. The fp32
   // cast holds what AcquireAsFloat casts of one block: with ops that read
   // the layers' matrices in 16 bits (AcquireLayerPiece), all but those.
-  // (TrainerScratchFor.)
+  // TrainerScratchFor sizes each array; `zinf plan` counts the same.
   const int64_t max_block = m->layout.max_piece_elems();
   const bool cast = m->engine->param_type() != ElementType::kF32;
   // A second gradient buffer for the layers when the ops queue on a stream
