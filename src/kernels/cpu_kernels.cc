@@ -387,7 +387,9 @@ void GemmTiled(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const 
   const bool shared_a = row_blocks > 1 && col_blocks > 1;
   T* const apack_all =
       shared_a ? PackBuffer<T>(2, static_cast<size_t>(row_blocks * kRowBlock * std::min(kDepthBlock, K))) : nullptr;
-#pragma omp parallel if (WorthThreads(M * Ncols * K))
+  // Inside a parallel region (the fused attention's work items) it runs on
+  // the calling thread alone.
+#pragma omp parallel if (WorthThreads(M * Ncols * K) && !omp_in_parallel())
   {
     T* const apack = shared_a ? nullptr : PackBuffer<T>(0, static_cast<size_t>(kRowBlock * kDepthBlock));
     T* const bpack = PackBuffer<T>(1, static_cast<size_t>(kColBlock * kDepthBlock));
@@ -704,6 +706,33 @@ void RoundTo16(float* x, int64_t n, ElementType type) {
   for (int64_t i = 0; i < n; ++i) x[i] = bf16 ? Bf16ToFloat(FloatToBf16(x[i])) : HalfToFloat(FloatToHalf(x[i]));
 }
 
+// ---------------------------------------------------------------- exp
+
+namespace {
+// exp(z) in float (the attention's softmax, the GELU's logistic): z clamped to [-87, 87], reduced
+// by n ln 2 (n rounded to nearest by the 1.5 * 2^23 trick, ln 2 in two
+// parts), e^r by its Taylor polynomial to degree 7 (|r| <= 0.35: under 1e-8
+// relative truncation), scaled by 2^n built in the exponent bits. Plain
+// float operations with no branch and no library call, so the loops
+// around it vectorize, and every element gets the same bits whichever
+// lane or thread computes it. About 2 ulp against the exact value.
+inline float ExpFloat(float z) {
+  z = std::min(std::max(z, -87.0f), 87.0f);
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
+  const float n = (z * 1.44269504088896341f + kRound) - kRound;
+  const float r = (z - n * 0.693359375f) - n * -2.12194440e-4f;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+}
+}  // namespace
+
 // ---------------------------------------------------------------- attention
 
 template <typename T>
@@ -807,35 +836,252 @@ void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T
   }
 }
 
+// ---------------------------------------------------------------- fused attention
+
+namespace {
+
+// Query rows (the forward, the dq pass) or key rows (the dk/dv pass) of one
+// work item: its scores against every key (query) it meets, rows x T at
+// most, stay in the thread's cache while they become probabilities.
+constexpr int kAttentionRows = 64;
+
+template <typename T>
+ZINF_ALWAYS_INLINE T AttentionExp(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return ExpFloat(x);
+  } else {
+    return std::exp(x);
+  }
+}
+
+// The element-wise work on a block's rows, between its matmuls. Compiled
+// for the baseline ISA, AVX2 and AVX-512 (AttentionRows picks at run time)
+// so that the exp vectorizes at the machine's width. Each is element by
+// element with no contraction (ISO C++: -ffp-contract=off), and the one sum
+// runs in 16 fixed lanes, so their bits do not depend on the ISA (the
+// matmuls' differ only between the baseline and the FMA paths).
+struct AttentionRowOps {
+  // row[0, n) = softmax(row * scale), row[n, width) = 0; returns the log-sum-exp.
+  template <typename T>
+  static ZINF_ALWAYS_INLINE T Softmax(T* row, int n, int width, T scale) {
+    T m = row[0];
+#pragma omp simd reduction(max : m)
+    for (int j = 0; j < n; ++j) m = row[j] > m ? row[j] : m;
+#pragma omp simd
+    for (int j = 0; j < n; ++j) row[j] = AttentionExp<T>((row[j] - m) * scale);
+    constexpr int kLanes = 16;
+    T lanes[kLanes] = {};
+    int j0 = 0;
+    for (; j0 + kLanes <= n; j0 += kLanes) {
+      for (int l = 0; l < kLanes; ++l) lanes[l] += row[j0 + l];
+    }
+    for (int l = 0; j0 + l < n; ++l) lanes[l] += row[j0 + l];
+    T sum = lanes[0];
+    for (int l = 1; l < kLanes; ++l) sum += lanes[l];
+    const T inv = T(1) / sum;
+#pragma omp simd
+    for (int j = 0; j < n; ++j) row[j] *= inv;
+    std::fill(row + n, row + width, T(0));
+    return m * scale + std::log(sum);
+  }
+  // The scores' gradient from the scores s and dp = dout . v: with the
+  // probability p = exp(s * scale - lse) recomputed, s becomes
+  // p * (dp - D) * scale and, if kKeepP, dp becomes p. `lse` and `D` are per
+  // entry (stride 1: a key's row, entries are queries) or one value
+  // (stride 0: a query's row). Entries outside [first, n) are past the
+  // causal edge: zero in both.
+  template <bool kKeepP, typename T>
+  static ZINF_ALWAYS_INLINE void ScoreGrad(T* s, T* dp, int first, int n, int width, T scale, const T* lse, const T* D,
+                                           int stride) {
+    std::fill(s, s + first, T(0));
+    if constexpr (kKeepP) std::fill(dp, dp + first, T(0));
+#pragma omp simd
+    for (int j = first; j < n; ++j) {
+      const T p = AttentionExp<T>(s[j] * scale - lse[j * stride]);
+      s[j] = p * (dp[j] - D[j * stride]) * scale;
+      if constexpr (kKeepP) dp[j] = p;
+    }
+    std::fill(s + n, s + width, T(0));
+    if constexpr (kKeepP) std::fill(dp + n, dp + width, T(0));
+  }
+};
+
+template <typename T>
+struct AttentionRows {
+  static T Softmax(T* row, int n, int width, T scale) { return AttentionRowOps::Softmax<T>(row, n, width, scale); }
+  template <bool kKeepP>
+  static void ScoreGrad(T* s, T* dp, int first, int n, int width, T scale, const T* lse, const T* D, int stride) {
+    AttentionRowOps::ScoreGrad<kKeepP, T>(s, dp, first, n, width, scale, lse, D, stride);
+  }
+};
+
+#if defined(ZINF_KERNELS_X86)
+ZINF_TARGET_AVX2 float SoftmaxAvx2(float* row, int n, int width, float scale) {
+  return AttentionRowOps::Softmax<float>(row, n, width, scale);
+}
+ZINF_TARGET_AVX512 float SoftmaxAvx512(float* row, int n, int width, float scale) {
+  return AttentionRowOps::Softmax<float>(row, n, width, scale);
+}
+template <bool kKeepP>
+ZINF_TARGET_AVX2 void ScoreGradAvx2(float* s, float* dp, int first, int n, int width, float scale, const float* lse,
+                                    const float* D, int stride) {
+  AttentionRowOps::ScoreGrad<kKeepP, float>(s, dp, first, n, width, scale, lse, D, stride);
+}
+template <bool kKeepP>
+ZINF_TARGET_AVX512 void ScoreGradAvx512(float* s, float* dp, int first, int n, int width, float scale, const float* lse,
+                                        const float* D, int stride) {
+  AttentionRowOps::ScoreGrad<kKeepP, float>(s, dp, first, n, width, scale, lse, D, stride);
+}
+
+template <>
+struct AttentionRows<float> {
+  static float Softmax(float* row, int n, int width, float scale) {
+    if (HaveAvx512()) return SoftmaxAvx512(row, n, width, scale);
+    if (HaveAvx2()) return SoftmaxAvx2(row, n, width, scale);
+    return AttentionRowOps::Softmax<float>(row, n, width, scale);
+  }
+  template <bool kKeepP>
+  static void ScoreGrad(float* s, float* dp, int first, int n, int width, float scale, const float* lse, const float* D,
+                        int stride) {
+    if (HaveAvx512()) return ScoreGradAvx512<kKeepP>(s, dp, first, n, width, scale, lse, D, stride);
+    if (HaveAvx2()) return ScoreGradAvx2<kKeepP>(s, dp, first, n, width, scale, lse, D, stride);
+    AttentionRowOps::ScoreGrad<kKeepP, float>(s, dp, first, n, width, scale, lse, D, stride);
+  }
+};
+#endif
+
+// A work item's two rows x T blocks (scores or probabilities, and their
+// gradient), the calling thread's, grown as needed and kept across calls.
+template <typename T>
+T* AttentionBlock(int which, size_t elems) {
+  thread_local std::vector<T> blocks[2];
+  if (blocks[which].size() < elems) blocks[which].resize(elems);
+  return blocks[which].data();
+}
+
+// The (batch, head) pairs' rows in blocks of kAttentionRows: item i is
+// block i % blocks of pair i / blocks.
+struct AttentionItems {
+  int B, T, C, NH, hs, blocks;
+  int64_t C3;
+  AttentionItems(int B_, int T_, int C_, int NH_)
+      : B(B_),
+        T(T_),
+        C(C_),
+        NH(NH_),
+        hs(C_ / NH_),
+        blocks((T_ + kAttentionRows - 1) / kAttentionRows),
+        C3(3 * int64_t{C_}) {}
+  int64_t count() const { return int64_t{B} * NH * blocks; }
+  // Where item i's batch's qkv / [B, T, C] rows start, its head's offset
+  // in a row, its first row and row count, and its (b, h) row of lse and D.
+  struct Item {
+    int64_t qkv, btc, bh;
+    int head, t0, rows;
+  };
+  Item operator()(int64_t i) const {
+    const int64_t pair = i / blocks;
+    const int b = static_cast<int>(pair / NH), h = static_cast<int>(pair % NH);
+    const int t0 = static_cast<int>(i % blocks) * kAttentionRows;
+    return {int64_t{b} * T * C3, int64_t{b} * T * C, pair * T, h * hs, t0, std::min(kAttentionRows, T - t0)};
+  }
+};
+
+}  // namespace
+
+template <typename T>
+void FusedAttentionForward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH) {
+  const AttentionItems items(B, T_, C, NH);
+  const int hs = items.hs;
+  const int64_t C3 = items.C3;
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hs)));
+#pragma omp parallel for schedule(dynamic) if (WorthThreads(int64_t{B} * T_ * T_ * C))
+  for (int64_t i = 0; i < items.count(); ++i) {
+    const auto it = items(i);
+    const int keys = it.t0 + it.rows;  // causal: the keys up to the item's last query
+    const T* q = qkv + it.qkv + it.t0 * C3 + it.head;
+    const T* k = qkv + it.qkv + C + it.head;
+    const T* v = qkv + it.qkv + 2 * C + it.head;
+    T* s = AttentionBlock<T>(0, static_cast<size_t>(it.rows) * keys);
+    Gemm<T>(s, keys, q, C3, 1, k, 1, C3, it.rows, keys, hs, /*set=*/true);  // q . k
+    for (int r = 0; r < it.rows; ++r) {                                     // query t0 + r sees keys 0 .. t0 + r
+      lse[it.bh + it.t0 + r] = AttentionRows<T>::Softmax(s + int64_t{r} * keys, it.t0 + r + 1, keys, scale);
+    }
+    Gemm<T>(out + it.btc + int64_t{it.t0} * C + it.head, C, s, keys, 1, v, C3, 1, it.rows, hs, keys, /*set=*/true);
+  }
+}
+
+template <typename T>
+void FusedAttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* out, const T* lse, int B, int T_,
+                            int C, int NH) {
+  const AttentionItems items(B, T_, C, NH);
+  const int hs = items.hs;
+  const int64_t C3 = items.C3;
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hs)));
+  const bool threads = WorthThreads(int64_t{B} * T_ * T_ * C);
+  // D = rowsum(dout * out): the softmax backward's per-query term, in scratch.
+  T* const D = scratch;
+#pragma omp parallel for schedule(static) if (threads)
+  for (int64_t i = 0; i < items.count(); ++i) {
+    const auto it = items(i);
+    for (int r = 0; r < it.rows; ++r) {
+      const int64_t at = it.btc + int64_t{it.t0 + r} * C + it.head;
+      T d = T(0);
+      for (int c = 0; c < hs; ++c) d += dout[at + c] * out[at + c];
+      D[it.bh + it.t0 + r] = d;
+    }
+  }
+  // dS = P * (dP - D) * scale with P = exp(q.k * scale - lse), zero past
+  // the causal edge (key after query). dq, per block of queries: dq += dS
+  // . k over the keys up to each query.
+#pragma omp parallel for schedule(dynamic) if (threads)
+  for (int64_t i = 0; i < items.count(); ++i) {
+    const auto it = items(i);
+    const int keys = it.t0 + it.rows;
+    const T* q = qkv + it.qkv + it.t0 * C3 + it.head;
+    const T* k = qkv + it.qkv + C + it.head;
+    const T* v = qkv + it.qkv + 2 * C + it.head;
+    const T* d = dout + it.btc + int64_t{it.t0} * C + it.head;
+    T* s = AttentionBlock<T>(0, static_cast<size_t>(it.rows) * keys);
+    T* dp = AttentionBlock<T>(1, static_cast<size_t>(it.rows) * keys);
+    Gemm<T>(s, keys, q, C3, 1, k, 1, C3, it.rows, keys, hs, /*set=*/true);  // q . k
+    Gemm<T>(dp, keys, d, C, 1, v, 1, C3, it.rows, keys, hs, /*set=*/true);  // dout . v
+    for (int r = 0; r < it.rows; ++r) {                                     // query t0 + r: keys 0 .. t0 + r
+      const int64_t row = int64_t{r} * keys, at = it.bh + it.t0 + r;
+      AttentionRows<T>::template ScoreGrad<false>(s + row, dp + row, 0, it.t0 + r + 1, keys, scale, lse + at, D + at,
+                                                  0);
+    }
+    Gemm<T>(dqkv + it.qkv + it.t0 * C3 + it.head, C3, s, keys, 1, k, C3, 1, it.rows, hs, keys);
+  }
+  // dk and dv, per block of keys: summed over the queries at or after each.
+#pragma omp parallel for schedule(dynamic) if (threads)
+  for (int64_t i = 0; i < items.count(); ++i) {
+    const auto it = items(i);
+    const int queries = T_ - it.t0;  // the queries from the block's first key on
+    const T* k = qkv + it.qkv + it.t0 * C3 + C + it.head;
+    const T* v = qkv + it.qkv + it.t0 * C3 + 2 * C + it.head;
+    const T* q = qkv + it.qkv + it.t0 * C3 + it.head;
+    const T* d = dout + it.btc + int64_t{it.t0} * C + it.head;
+    T* s = AttentionBlock<T>(0, static_cast<size_t>(it.rows) * queries);
+    T* dp = AttentionBlock<T>(1, static_cast<size_t>(it.rows) * queries);
+    Gemm<T>(s, queries, k, C3, 1, q, 1, C3, it.rows, queries, hs, /*set=*/true);  // k . q
+    Gemm<T>(dp, queries, v, C3, 1, d, 1, C, it.rows, queries, hs, /*set=*/true);  // v . dout
+    for (int r = 0; r < it.rows; ++r) {  // key t0 + r: queries t0 + r .. T - 1, entries r ..
+      const int64_t row = int64_t{r} * queries, at = it.bh + it.t0;
+      AttentionRows<T>::template ScoreGrad<true>(s + row, dp + row, r, queries, queries, scale, lse + at, D + at, 1);
+    }
+    T* dk = dqkv + it.qkv + it.t0 * C3 + C + it.head;
+    Gemm<T>(dk + C, C3, dp, queries, 1, d, C, 1, it.rows, hs, queries);  // dv += P^T . dout
+    Gemm<T>(dk, C3, s, queries, 1, q, C3, 1, it.rows, hs, queries);      // dk += dS^T . q
+  }
+}
+
 // ---------------------------------------------------------------- gelu
 
 namespace {
 // sqrt(2 / pi)
 constexpr double kGeluScale = 0.7978845608028654;
 constexpr double kGeluCubic = 0.044715;
-
-// exp(z) in float for the GELU's logistic: z clamped to [-87, 87], reduced
-// by n ln 2 (n rounded to nearest by the 1.5 * 2^23 trick, ln 2 in two
-// parts), e^r by its Taylor polynomial to degree 7 (|r| <= 0.35: under 1e-8
-// relative truncation), scaled by 2^n built in the exponent bits. Plain
-// float operations with no branch and no library call, so the loops
-// around it vectorize, and every element gets the same bits whichever
-// lane or thread computes it. About 2 ulp against the exact value.
-inline float ExpForLogistic(float z) {
-  z = std::min(std::max(z, -87.0f), 87.0f);
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
-  const float n = (z * 1.44269504088896341f + kRound) - kRound;
-  const float r = (z - n * 0.693359375f) - n * -2.12194440e-4f;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-}
 
 // The GELU's gate g = 0.5 (1 + tanh(y)) = 1 / (1 + e^(-2y)) and 1 - g =
 // e^(-2y) g (no cancellation as g nears 1), in float without a tanh (the
@@ -849,7 +1095,7 @@ struct GeluGate {
   explicit GeluGate(T y) {
     if constexpr (std::is_same_v<T, float>) {
       const float z = -2.0f * y;
-      const float e = ExpForLogistic(z);
+      const float e = ExpFloat(z);
       const float gate = 1.0f / (1.0f + e);
       g = z >= 87.0f ? 0.0f : gate;
       one_minus_g = z >= 87.0f ? 1.0f : e * gate;
@@ -936,6 +1182,8 @@ void CrossEntropyForwardBackward(T* losses, T* dlogits, const T* logits, const i
   template void MatmulBackward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int, int, GradMode);         \
   template void AttentionForward<T>(T*, T*, const T*, int, int, int, int);                                        \
   template void AttentionBackward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int);                   \
+  template void FusedAttentionForward<T>(T*, T*, const T*, int, int, int, int);                                   \
+  template void FusedAttentionBackward<T>(T*, T*, const T*, const T*, const T*, const T*, int, int, int, int);    \
   template void GeluForward<T>(T*, const T*, int64_t);                                                            \
   template void GeluBackward<T>(T*, const T*, const T*, int64_t);                                                 \
   template void ResidualForward<T>(T*, const T*, const T*, int64_t);                                              \

@@ -104,6 +104,22 @@ void AttentionForward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH
 template <typename T>
 void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int T_, int C, int NH);
 
+// The same attention fused, for the host device: per block of 64 queries
+// the scores against its keys become probabilities in the thread's cache
+// and are multiplied into out; only each row's log-sum-exp is saved, `lse`
+// [B, NH, T] (no T x T array). Another summation order than the unfused
+// kernels, so other bits (within float rounding of them); the same bits
+// whatever the thread count.
+template <typename T>
+void FusedAttentionForward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH);
+// dqkv += the gradient through it, from the forward's `out` and `lse`
+// (unchanged since); `scratch` holds B*NH*T elements. The probabilities
+// are recomputed twice: per block of queries for dq, per block of keys for
+// dk and dv, so that each thread owns what it writes.
+template <typename T>
+void FusedAttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* out, const T* lse, int B, int T_,
+                            int C, int NH);
+
 // GELU, tanh approximation (as GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 template <typename T>
 void GeluForward(T* out, const T* inp, int64_t n);

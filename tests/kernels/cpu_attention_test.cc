@@ -1,0 +1,171 @@
+// The fused CPU attention (FusedAttentionForward/Backward): against finite
+// differences in double, against the unfused kernels (the T x T
+// probabilities) in double and float over shapes that cross its 64-row
+// blocks, causal, and the same bits whatever the thread count.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include "kernels/cpu_kernels.h"
+#include "testing/finite_differences.h"
+
+namespace zinf::kernels::cpu {
+namespace {
+
+using test_support::Dot;
+using test_support::ExpectGradient;
+using test_support::Filled;
+using test_support::Random;
+
+struct Shape {
+  int B, T, C, NH;
+  int64_t N() const { return int64_t{B} * T; }
+  std::string Name() const {
+    return "B" + std::to_string(B) + " T" + std::to_string(T) + " C" + std::to_string(C) + " NH" + std::to_string(NH);
+  }
+};
+
+template <typename T>
+std::vector<T> Cast(const std::vector<double>& v) {
+  return std::vector<T>(v.begin(), v.end());
+}
+
+TEST(CpuAttentionTest, BackwardMatchesFiniteDifferences) {
+  // Two query blocks (T 70 > 64) so that both passes cross a block edge.
+  for (const Shape s : {Shape{2, 5, 8, 2}, Shape{1, 70, 6, 2}}) {
+    SCOPED_TRACE(s.Name());
+    std::mt19937_64 rng(11);
+    std::vector<double> qkv = Random(s.N() * 3 * s.C, rng, 1.5), w = Random(s.N() * s.C, rng);
+    std::vector<double> out(s.N() * s.C), lse(int64_t{s.B} * s.NH * s.T), scratch(lse.size());
+    auto objective = [&] {
+      FusedAttentionForward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+      return Dot(out, w);
+    };
+    objective();
+    std::vector<double> dqkv = Filled(qkv.size());
+    FusedAttentionBackward(dqkv.data(), scratch.data(), w.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.C,
+                           s.NH);
+    ExpectGradient("dqkv", qkv, dqkv, objective);
+  }
+}
+
+// Fused against unfused on the same inputs: out, each row's log-sum-exp
+// (from the unfused probabilities: lse = s_tt - log p_tt) and dqkv added to
+// a prefill.
+template <typename T>
+void CheckAgainstUnfused(const Shape& s, double tol) {
+  SCOPED_TRACE(s.Name());
+  std::mt19937_64 rng(static_cast<uint64_t>(s.T * 31 + s.C));
+  const std::vector<T> qkv = Cast<T>(Random(s.N() * 3 * s.C, rng, 2.0));
+  const std::vector<T> dout = Cast<T>(Random(s.N() * s.C, rng));
+  const int64_t rows = int64_t{s.B} * s.NH * s.T;
+  std::vector<T> out(s.N() * s.C), att(rows * s.T), scratch(att.size());
+  AttentionForward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+  std::vector<T> dqkv(qkv.size(), T(0.25));
+  AttentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH);
+
+  std::vector<T> fout(out.size()), lse(rows), fscratch(rows), fdqkv(qkv.size(), T(0.25));
+  FusedAttentionForward(fout.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+  FusedAttentionBackward(fdqkv.data(), fscratch.data(), dout.data(), qkv.data(), fout.data(), lse.data(), s.B, s.T, s.C,
+                         s.NH);
+  auto expect_near = [&](const char* what, const std::vector<T>& want, const std::vector<T>& got) {
+    double worst = 0;
+    int64_t at = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double err = std::fabs(static_cast<double>(got[i]) - static_cast<double>(want[i])) /
+                         (std::fabs(static_cast<double>(want[i])) + 1.0);
+      if (err > worst) worst = err, at = static_cast<int64_t>(i);
+    }
+    EXPECT_LE(worst, tol) << what << " at " << at << ": " << got[at] << " against " << want[at];
+  };
+  expect_near("out", out, fout);
+  expect_near("dqkv", dqkv, fdqkv);
+  // lse: the row's diagonal probability is exp(s_tt * scale - lse).
+  const int hs = s.C / s.NH;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  std::vector<T> want_lse(rows);
+  for (int b = 0; b < s.B; ++b) {
+    for (int h = 0; h < s.NH; ++h) {
+      for (int t = 0; t < s.T; ++t) {
+        const T* q = qkv.data() + (int64_t{b} * s.T + t) * 3 * s.C + h * hs;
+        double st = 0;
+        for (int i = 0; i < hs; ++i) st += static_cast<double>(q[i]) * static_cast<double>(q[s.C + i]);
+        const int64_t row = (int64_t{b} * s.NH + h) * s.T + t;
+        want_lse[row] = static_cast<T>(st * scale - std::log(static_cast<double>(att[row * s.T + t])));
+      }
+    }
+  }
+  expect_near("lse", want_lse, lse);
+}
+
+TEST(CpuAttentionTest, MatchesTheUnfusedKernels) {
+  // One partial block, exactly one, one and a bit, several with a partial
+  // last; head sizes 4, 16, 64 and an odd 24 (no vector-width multiple).
+  for (const Shape s :
+       {Shape{2, 7, 8, 2}, Shape{1, 64, 32, 2}, Shape{2, 65, 48, 2}, Shape{1, 200, 128, 2}, Shape{1, 130, 72, 3}}) {
+    CheckAgainstUnfused<double>(s, 1e-12);
+    CheckAgainstUnfused<float>(s, 2e-5);
+  }
+}
+
+TEST(CpuAttentionTest, IsCausal) {
+  // Changing the last position of batch 0 leaves every earlier position's
+  // output and every dqkv entry of batch 1 bit for bit unchanged.
+  const Shape s{2, 90, 16, 2};
+  std::mt19937_64 rng(5);
+  std::vector<double> qkv = Random(s.N() * 3 * s.C, rng, 1.5), dout = Random(s.N() * s.C, rng);
+  auto run = [&](const std::vector<double>& in, std::vector<double>* out, std::vector<double>* dqkv) {
+    std::vector<double> lse(int64_t{s.B} * s.NH * s.T), scratch(lse.size());
+    out->assign(s.N() * s.C, 0.0);
+    dqkv->assign(in.size(), 0.0);
+    FusedAttentionForward(out->data(), lse.data(), in.data(), s.B, s.T, s.C, s.NH);
+    FusedAttentionBackward(dqkv->data(), scratch.data(), dout.data(), in.data(), out->data(), lse.data(), s.B, s.T, s.C,
+                           s.NH);
+  };
+  std::vector<double> out, dqkv, out2, dqkv2;
+  run(qkv, &out, &dqkv);
+  std::vector<double> qkv2 = qkv;
+  for (int i = 0; i < 3 * s.C; ++i) qkv2[(s.T - 1) * 3 * s.C + i] += 0.5;
+  run(qkv2, &out2, &dqkv2);
+  for (int64_t i = 0; i < (s.T - 1) * int64_t{s.C}; ++i) ASSERT_EQ(out[i], out2[i]) << i;
+  double diff = 0;
+  for (int c = 0; c < s.C; ++c) diff += std::fabs(out[(s.T - 1) * s.C + c] - out2[(s.T - 1) * s.C + c]);
+  EXPECT_GT(diff, 0.0);
+  for (int64_t i = int64_t{s.T} * s.C; i < s.N() * s.C; ++i) ASSERT_EQ(out[i], out2[i]) << i;
+  for (int64_t i = int64_t{s.T} * 3 * s.C; i < static_cast<int64_t>(qkv.size()); ++i) ASSERT_EQ(dqkv[i], dqkv2[i]) << i;
+}
+
+TEST(CpuAttentionTest, SameBitsWhateverTheThreadCount) {
+  // Large enough to run on threads (B*T*T*C past the parallel threshold).
+  const Shape s{2, 192, 64, 4};
+  std::mt19937_64 rng(9);
+  const std::vector<float> qkv = Cast<float>(Random(s.N() * 3 * s.C, rng, 2.0));
+  const std::vector<float> dout = Cast<float>(Random(s.N() * s.C, rng));
+  auto run = [&](int threads, std::vector<float>* out, std::vector<float>* lse, std::vector<float>* dqkv) {
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    out->assign(s.N() * s.C, 0.0f);
+    lse->assign(int64_t{s.B} * s.NH * s.T, 0.0f);
+    dqkv->assign(qkv.size(), 0.0f);
+    std::vector<float> scratch(lse->size());
+    FusedAttentionForward(out->data(), lse->data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    FusedAttentionBackward(dqkv->data(), scratch.data(), dout.data(), qkv.data(), out->data(), lse->data(), s.B, s.T,
+                           s.C, s.NH);
+    omp_set_num_threads(before);
+  };
+  std::vector<float> out1, lse1, dqkv1, out3, lse3, dqkv3;
+  run(1, &out1, &lse1, &dqkv1);
+  run(3, &out3, &lse3, &dqkv3);
+  EXPECT_EQ(out1, out3);
+  EXPECT_EQ(lse1, lse3);
+  EXPECT_EQ(dqkv1, dqkv3);
+}
+
+}  // namespace
+}  // namespace zinf::kernels::cpu
