@@ -150,9 +150,8 @@ int64_t ModelWorkingSetBytes(const GptConfig& model, int batch, ComputeKernels k
   const bool cast = param_elem_bytes != 4;
   // The embedding's own: its fp32 gradient, its fp32 cast with a tied head,
   // and its gathered copy (beside the head's).
-  const int64_t fixed = ActivationBytes(model, batch, kernels != ComputeKernels::kHost, activations,
-                                        FusedAttention(model, kernels, param_elem_bytes)) +
-                        4 * embed + (cast && model.tied_embeddings ? 4 * embed : 0) + param_elem_bytes * embed;
+  const int64_t fixed = ActivationBytes(model, batch, kernels, param_elem_bytes, activations) + 4 * embed +
+                        (cast && model.tied_embeddings ? 4 * embed : 0) + param_elem_bytes * embed;
   // A block: gathered, an fp32 cast of it and its fp32 gradient. The
   // trainer casts only what is not a layer's matrix when the ops read
   // those in 16 bits (Trainer's scratch, `zinf plan`'s row); the whole

@@ -104,20 +104,21 @@ class CpuOps final : public Ops<T> {
       Ops<T>::MatmulBackward16(dinp, dweight, dbias, dout, inp, weight, weight_type, N, C, OC, mode);
     }
   }
-  // The backward keeps the gradient of the pre-softmax scores, one per entry
-  // of att; the forward needs no scratch.
+  // The fused attention (cpu_kernels.h FusedAttentionForward): it keeps
+  // each row's log-sum-exp, B*NH*T; the backward's scratch is one value
+  // per row too (its D).
   int64_t AttentionScratchElems(int B, int T_, int /*C*/, int NH) const override {
-    return AttentionProbabilityElems(B, T_, NH);
+    return static_cast<int64_t>(B) * NH * T_;
   }
   int64_t AttentionSavedElems(int B, int T_, int /*C*/, int NH) const override {
-    return AttentionProbabilityElems(B, T_, NH);
+    return static_cast<int64_t>(B) * NH * T_;
   }
   void AttentionForward(T* out, T* att, T* /*scratch*/, const T* qkv, int B, int T_, int C, int NH) override {
-    Run([=] { k::AttentionForward(out, att, qkv, B, T_, C, NH); });
+    Run([=] { k::FusedAttentionForward(out, att, qkv, B, T_, C, NH); });
   }
-  void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* /*out*/, const T* att, int B,
-                         int T_, int C, int NH) override {
-    Run([=] { k::AttentionBackward(dqkv, scratch, dout, qkv, att, B, T_, C, NH); });
+  void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* out, const T* att, int B, int T_,
+                         int C, int NH) override {
+    Run([=] { k::FusedAttentionBackward(dqkv, scratch, dout, qkv, out, att, B, T_, C, NH); });
   }
   void GeluForward(T* out, const T* inp, int64_t n) override {
     Run([=] { k::GeluForward(out, inp, n); });

@@ -103,18 +103,21 @@ const char* LayerActivationsName(LayerActivations a) {
 }
 
 bool FusedAttention(const GptConfig& model, ComputeKernels kernels, int64_t param_elem_bytes) {
+  if (kernels == ComputeKernels::kHost) return true;  // ops.cc CpuOps
   // cuda_ops.cc CudaOps::Flash; the trainer's condition for the 16-bit mode.
   return kernels == ComputeKernels::kCuda16 && param_elem_bytes == 2 && model.n_head > 0 &&
          model.n_embd % model.n_head == 0 && kernels::cuda::FlashAttentionHeadSize(model.n_embd / model.n_head);
 }
 
-int64_t ActivationBytes(const GptConfig& m, int batch, bool cuda, LayerActivations activations, bool fused_attention) {
+int64_t ActivationBytes(const GptConfig& m, int batch, ComputeKernels kernels, int64_t param_elem_bytes,
+                        LayerActivations activations) {
   // gpt.cc GptCompute::Create and Impl::AllocateLlama, array by array.
+  const bool fused_attention = FusedAttention(m, kernels, param_elem_bytes);
   const int64_t B = batch, T = m.seq_len, C = m.n_embd, NH = m.n_head, L = m.n_layer, Vp = m.padded_vocab_size;
   const int64_t N = B * T, NC = N * C;
   const int64_t att = B * NH * T * T;
-  // ops.cc (CPU) and cuda_kernels.h AttentionScratchElems, FlashAttentionScratchElems.
-  const int64_t attn_scratch = fused_attention ? B * NH * T : cuda ? 7 * B * T * C + att : att;
+  // ops.cc (CPU, fused) and cuda_kernels.h FlashAttentionScratchElems, AttentionScratchElems.
+  const int64_t attn_scratch = fused_attention ? B * NH * T : 7 * B * T * C + att;
   const int64_t head_rows = std::clamp<int64_t>(kHeadChunkBytes / (2 * Vp * 4), 1, N);
   auto f = [](int64_t elems) { return DeviceBytes(std::max<int64_t>(elems, 1) * 4); };  // one fp32 (or int32) array
   // tokens, targets; the layer inputs x_0 .. x_L (kOffload: at most three
@@ -297,8 +300,7 @@ void AddModelItems(const PlanInputs& in, const FetchLayout& layout, int64_t para
           ? "activations (fp32: 3 of the layer inputs (the rest in pinned host memory), "
             "one layer, attention, logits chunk)"
           : "activations (fp32: checkpoints (L+1)*B*T*C, one layer, attention, logits chunk)",
-      ActivationBytes(in.model, static_cast<int>(batch), in.cuda, kept,
-                      FusedAttention(in.model, kernels, param_bytes)));
+      ActivationBytes(in.model, static_cast<int>(batch), kernels, param_bytes, kept));
   if (const int64_t host = HostActivationBytes(in.model, static_cast<int>(batch), kept); host > 0) {
     items.push_back({Tier::kPinned,
                      "activation checkpoints (fp32 layer inputs (L+1)*B*T*C in pinned host memory: cpu_checkpointing)",

@@ -58,18 +58,19 @@ namespace zinf::model {
 StatusOr<int64_t> ParseParameterCount(const std::string& text);
 
 // Device bytes of GptCompute<float>::Create's allocations (gpt.cc) for a
-// micro-batch of `batch` sequences, GPT-2 or Llama family, each rounded as
-// the devices round it: every array is 4 bytes an element (fp32
-// activations, int32 tokens); `cuda` adds the CUDA attention's scratch.
-// With LayerActivations::kKeep: L - 1 more LayerActivationBytes; with
-// kOffload: three layer inputs where kRecompute holds L + 1.
-// `fused_attention` (FusedAttention): each layer keeps the attention's
-// row log-sum-exps instead of its B*NH*T*T probabilities, and its scratch
-// is B*NH*T.
-int64_t ActivationBytes(const GptConfig& model, int batch, bool cuda,
-                        LayerActivations activations = LayerActivations::kRecompute, bool fused_attention = false);
-// Whether CudaOps runs `model`'s attention fused (kernels::cuda::
-// FlashAttentionForward): in its 16-bit mode (kCuda16 and 2-byte
+// micro-batch of `batch` sequences, GPT-2 or Llama family, on the ops of
+// `kernels` with parameters of `param_elem_bytes`, each rounded as the
+// devices round it: every array is 4 bytes an element (fp32 activations,
+// int32 tokens). With LayerActivations::kKeep: L - 1 more
+// LayerActivationBytes; with kOffload: three layer inputs where kRecompute
+// holds L + 1. Where the attention is fused (FusedAttention) each layer
+// keeps its row log-sum-exps instead of its B*NH*T*T probabilities and its
+// scratch is B*NH*T; the unfused CUDA attention's scratch is larger.
+int64_t ActivationBytes(const GptConfig& model, int batch, ComputeKernels kernels, int64_t param_elem_bytes,
+                        LayerActivations activations = LayerActivations::kRecompute);
+// Whether `kernels` run `model`'s attention fused: always on the host
+// (kernels::cpu::FusedAttentionForward); on CUDA (kernels::cuda::
+// FlashAttentionForward) in its 16-bit mode (kCuda16 and 2-byte
 // parameters) with a head size of 16, 32, 64 or 128. The GPU's shared
 // memory is taken to hold the kernel (true of sm_80 and sm_90; a head size
 // of 128 needs more than sm_86 and sm_89 have, and runs unfused there).
@@ -80,7 +81,7 @@ bool FusedAttention(const GptConfig& model, ComputeKernels kernels, int64_t para
 int64_t HostActivationBytes(const GptConfig& model, int batch, LayerActivations activations);
 // Device bytes of one layer's activations (GptCompute's per-layer set: what
 // its backward reads), fp32.
-int64_t LayerActivationBytes(const GptConfig& model, int batch, bool fused_attention = false);
+int64_t LayerActivationBytes(const GptConfig& model, int batch, bool fused_attention);
 // `--activations auto` on a device of `device_bytes` (0: unknown) with the
 // layers cut by `fetch_unit` (resolved first: the cut does not depend on
 // this choice): kKeep when the L - 1 more layers' activations take at most

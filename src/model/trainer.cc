@@ -507,9 +507,8 @@ Status WorkingSetError(const Trainer::Impl& m, const Status& s, int64_t engine_b
   const int64_t capacity = static_cast<int64_t>(m.device->capacity_bytes());
   const int64_t scratch = scratch_elems * static_cast<int64_t>(sizeof(float));
   const bool cuda = m.device->kind() == DeviceKind::kCuda;
-  const int64_t activations = ActivationBytes(
-      m.model(), m.batch(), cuda, m.options.activations,
-      FusedAttention(m.model(), KernelsFor(cuda, m.options.gpu_compute16), ElementSizeBytes(m.engine->param_type())));
+  const int64_t activations = ActivationBytes(m.model(), m.batch(), KernelsFor(cuda, m.options.gpu_compute16),
+                                              ElementSizeBytes(m.engine->param_type()), m.options.activations);
   const int64_t gathered = max_block * ElementSizeBytes(m.engine->param_type());
   const int64_t need = engine_bytes + gathered + activations + scratch;
   return Status::OutOfMemory(

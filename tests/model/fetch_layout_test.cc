@@ -191,9 +191,9 @@ TEST(FetchLayoutTest, AutoCutsOnlyWhatTheDeviceCannotHold) {
   ASSERT_GT(unit, 0);
   const FetchLayout cut = FetchLayout::Create(*m, unit);
   EXPECT_TRUE(cut.split());
-  const int64_t fixed =
-      ActivationBytes(*m, 1, true, LayerActivations::kRecompute, FusedAttention(*m, ComputeKernels::kCuda16, 2)) +
-      4 * GptBlockSpecs(*m)[kEmbedBlock].tensors[0].numel() + 4 * GptBlockSpecs(*m)[kEmbedBlock].tensors[1].numel();
+  const int64_t fixed = ActivationBytes(*m, 1, ComputeKernels::kCuda16, 2, LayerActivations::kRecompute) +
+                        4 * GptBlockSpecs(*m)[kEmbedBlock].tensors[0].numel() +
+                        4 * GptBlockSpecs(*m)[kEmbedBlock].tensors[1].numel();
   EXPECT_LE(fixed + 10 * cut.max_piece_elems(), int64_t{24} << 30);
   // The next coarser candidate does not fit.
   const FetchLayout coarser = FetchLayout::Create(*m, unit * 2);

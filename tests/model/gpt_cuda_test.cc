@@ -271,7 +271,7 @@ TEST(GptCudaTest, ActivationBytesAreTheCudaAllocations) {
           ASSERT_TRUE(compute.ok()) << compute.status().ToString();
           const bool fused = FusedAttention(m, KernelsFor(/*cuda=*/true, compute16), /*param_elem_bytes=*/2);
           EXPECT_EQ(fused, compute16);  // head sizes 16 and 64
-          EXPECT_EQ(ActivationBytes(m, 2, /*cuda=*/true, a, fused),
+          EXPECT_EQ(ActivationBytes(m, 2, KernelsFor(/*cuda=*/true, compute16), /*param_elem_bytes=*/2, a),
                     static_cast<int64_t>(device.bytes_in_use()) - before);
         }
         const Status st = (*ops)->Synchronize();

@@ -491,7 +491,7 @@ TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
     EXPECT_FALSE(recompute.compute().keeps_activations());
     EXPECT_TRUE(keep.compute().keeps_activations());
     EXPECT_EQ(keep.compute().activation_bytes() - recompute.compute().activation_bytes(),
-              (config.n_layer - 1) * LayerActivationBytes(config, B));
+              (config.n_layer - 1) * LayerActivationBytes(config, B, /*fused_attention=*/true));
     recompute.SetParams(params);
     keep.SetParams(params);
     for (uint64_t seed : {22, 23}) {

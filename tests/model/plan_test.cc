@@ -332,26 +332,29 @@ TEST(PlanTest, ActivationBytesAreGptComputesAllocations) {
         auto device = CreateHostDevice(0);
         auto c = GptCompute<float>::Create(m, batch, ops.get(), device.get(), a);
         ASSERT_TRUE(c.ok()) << c.status().ToString();
-        EXPECT_EQ(ActivationBytes(m, batch, /*cuda=*/false, a), static_cast<int64_t>(device->bytes_in_use()));
+        EXPECT_EQ(ActivationBytes(m, batch, ComputeKernels::kHost, 4, a), static_cast<int64_t>(device->bytes_in_use()));
         EXPECT_EQ(HostActivationBytes(m, batch, a), (*c)->host_activation_bytes());
       }
     }
   }
 }
 
-// The fused attention (CudaOps' 16-bit mode, head sizes 16..128) keeps a
-// log-sum-exp a row where the unfused keeps the T x T probabilities, and
-// its scratch is one float a row (gpt_cuda_test checks these against the
-// GPU's allocations).
+// The fused attention (the host's, any head size; CudaOps' 16-bit mode,
+// head sizes 16..128) keeps a log-sum-exp a row where the unfused (CudaOps
+// in fp32) keeps the T x T probabilities, and its scratch is one float a
+// row (ActivationBytesAreGptComputesAllocations and gpt_cuda_test check
+// these against the devices' allocations).
 TEST(PlanTest, FusedAttentionKeepsARowsLogSumExp) {
   const GptConfig demo = *LoadGptConfig("demo");  // head size 64
   EXPECT_TRUE(FusedAttention(demo, ComputeKernels::kCuda16, 2));
-  EXPECT_FALSE(FusedAttention(demo, ComputeKernels::kHost, 2));
+  EXPECT_TRUE(FusedAttention(demo, ComputeKernels::kHost, 2));
+  EXPECT_TRUE(FusedAttention(demo, ComputeKernels::kHost, 4));
   EXPECT_FALSE(FusedAttention(demo, ComputeKernels::kCuda, 2));    // --gpu-compute fp32
   EXPECT_FALSE(FusedAttention(demo, ComputeKernels::kCuda16, 4));  // fp32 parameters
   GptConfig odd = demo;
   odd.n_embd = 96;  // head size 24
   EXPECT_FALSE(FusedAttention(odd, ComputeKernels::kCuda16, 2));
+  EXPECT_TRUE(FusedAttention(odd, ComputeKernels::kHost, 2));
   odd.n_embd = 512;  // 128
   EXPECT_TRUE(FusedAttention(odd, ComputeKernels::kCuda16, 2));
   EXPECT_EQ(KernelsFor(false, true), ComputeKernels::kHost);
@@ -361,12 +364,17 @@ TEST(PlanTest, FusedAttentionKeepsARowsLogSumExp) {
   auto bytes = [](int64_t floats) { return zero3::DeviceFootprint(floats * 4); };  // as the devices round
   const int64_t probs = bytes(B * NH * T * T), lse = bytes(B * NH * T);
   const int64_t scratch = bytes(7 * B * T * C + B * NH * T * T);
-  EXPECT_EQ(ActivationBytes(demo, 2, true, LayerActivations::kRecompute, false) -
-                ActivationBytes(demo, 2, true, LayerActivations::kRecompute, true),
+  // kCuda (fp32) against kCuda16 (fused) with 2-byte parameters: the
+  // 16-bit mode's own buffers are not in ActivationBytes.
+  EXPECT_EQ(ActivationBytes(demo, 2, ComputeKernels::kCuda, 2, LayerActivations::kRecompute) -
+                ActivationBytes(demo, 2, ComputeKernels::kCuda16, 2, LayerActivations::kRecompute),
             probs - lse + scratch - lse);
-  EXPECT_EQ(ActivationBytes(demo, 2, true, LayerActivations::kKeep, false) -
-                ActivationBytes(demo, 2, true, LayerActivations::kKeep, true),
+  EXPECT_EQ(ActivationBytes(demo, 2, ComputeKernels::kCuda, 2, LayerActivations::kKeep) -
+                ActivationBytes(demo, 2, ComputeKernels::kCuda16, 2, LayerActivations::kKeep),
             L * (probs - lse) + scratch - lse);
+  // The host's fused attention allocates as CUDA's.
+  EXPECT_EQ(ActivationBytes(demo, 2, ComputeKernels::kHost, 4, LayerActivations::kKeep),
+            ActivationBytes(demo, 2, ComputeKernels::kCuda16, 2, LayerActivations::kKeep));
   EXPECT_EQ(LayerActivationBytes(demo, 2, false) - LayerActivationBytes(demo, 2, true), probs - lse);
 }
 
@@ -375,7 +383,7 @@ TEST(PlanTest, FusedAttentionKeepsARowsLogSumExp) {
 // choice follows the device size.
 TEST(PlanTest, AutoKeepsActivationsThatFitHalfTheDevice) {
   const GptConfig m = *LoadGptConfig("demo");
-  const int64_t kept = (m.n_layer - 1) * LayerActivationBytes(m, 2);
+  const int64_t kept = (m.n_layer - 1) * LayerActivationBytes(m, 2, /*fused_attention=*/true);
   const int64_t need = ModelWorkingSetBytes(m, 2, ComputeKernels::kHost, 2,
                                             FetchLayout::Create(m, 0).max_non_embed_elems(), LayerActivations::kKeep);
   const int64_t enough = std::max(2 * kept, need);
@@ -479,8 +487,8 @@ TEST(PlanTest, Fp32GpuComputeCastsWholeBlocks) {
   EXPECT_GT(ItemBytes(a, "16-bit compute"), 0);
   EXPECT_EQ(ItemBytes(b, "16-bit compute"), -1);
   // And the attention unfused: the probabilities and the CUDA scratch.
-  const int64_t unfused = ActivationBytes(in.model, 1, true, a.activations, false) -
-                          ActivationBytes(in.model, 1, true, a.activations, true);
+  const int64_t unfused = ActivationBytes(in.model, 1, ComputeKernels::kCuda, 2, a.activations) -
+                          ActivationBytes(in.model, 1, ComputeKernels::kCuda16, 2, a.activations);
   EXPECT_EQ(ItemBytes(b, "activations") - ItemBytes(a, "activations"), unfused);
   EXPECT_EQ(b.gpu_bytes - a.gpu_bytes, ItemBytes(b, "trainer scratch") - ItemBytes(a, "trainer scratch") -
                                            ItemBytes(a, "16-bit compute") + unfused);
