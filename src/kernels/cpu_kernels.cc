@@ -20,6 +20,7 @@
 #include "kernels/cpu_kernels.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -41,6 +42,11 @@ namespace cpu {
 
 void SetThreads(int threads) { omp_set_num_threads(std::max(1, threads)); }
 int Threads() { return omp_get_max_threads(); }
+namespace {
+// LimitIsa's limit, read by HaveAvx2 and HaveAvx512.
+std::atomic<int> isa_limit{static_cast<int>(Isa::kAvx512)};
+}  // namespace
+Isa LimitIsa(Isa isa) { return static_cast<Isa>(isa_limit.exchange(static_cast<int>(isa))); }
 namespace {
 
 // ---------------------------------------------------------------- matmul core
@@ -183,7 +189,7 @@ ZINF_NO_ASAN ZINF_TARGET_AVX512 void PackedBlockAvx512(float* c, int64_t ldc, co
 bool HaveAvx2() {
 #if defined(ZINF_KERNELS_X86)
   static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return have;
+  return have && isa_limit.load(std::memory_order_relaxed) >= static_cast<int>(Isa::kAvx2);
 #else
   return false;
 #endif
@@ -191,8 +197,9 @@ bool HaveAvx2() {
 
 bool HaveAvx512() {
 #if defined(ZINF_KERNELS_X86)
-  static const bool have = HaveAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
-  return have;
+  static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                           __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+  return have && isa_limit.load(std::memory_order_relaxed) >= static_cast<int>(Isa::kAvx512);
 #else
   return false;
 #endif
@@ -709,13 +716,15 @@ void RoundTo16(float* x, int64_t n, ElementType type) {
 // ---------------------------------------------------------------- exp
 
 namespace {
-// exp(z) in float (the attention's softmax, the GELU's logistic): z clamped to [-87, 87], reduced
-// by n ln 2 (n rounded to nearest by the 1.5 * 2^23 trick, ln 2 in two
-// parts), e^r by its Taylor polynomial to degree 7 (|r| <= 0.35: under 1e-8
-// relative truncation), scaled by 2^n built in the exponent bits. Plain
-// float operations with no branch and no library call, so the loops
-// around it vectorize, and every element gets the same bits whichever
-// lane or thread computes it. About 2 ulp against the exact value.
+// exp(z) in float (the attention's softmax, the GELU's logistic, the
+// loss): z clamped to [-87, 87], reduced by n ln 2 (n rounded to nearest by
+// the 1.5 * 2^23 trick, ln 2 in two parts), e^r by its Taylor polynomial to
+// degree 7 (|r| <= 0.35: under 1e-8 relative truncation), scaled by 2^n
+// built in the exponent bits. Plain float operations with no branch and no
+// library call, so the loops around it vectorize (under Vectorized: GCC
+// leaves the baseline ISA's clamp and conversion scalar), and every element
+// gets the same bits whichever lane or thread computes it. About 2 ulp
+// against the exact value.
 inline float ExpFloat(float z) {
   z = std::min(std::max(z, -87.0f), 87.0f);
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
@@ -730,6 +739,63 @@ inline float ExpFloat(float z) {
   p = p * r + 1.0f;
   p = p * r + 1.0f;
   return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+}
+
+// Runs `body` (a lambda marked ZINF_INLINE_LAMBDA, so that it and what it
+// calls inline into the caller) compiled for AVX-512, AVX2 or the baseline
+// ISA, the widest the machine has: the element-wise float loops around
+// ExpFloat vectorize at the machine's width. Element by element the
+// operations are the same with no contraction (CMakeLists.txt compiles this
+// file with -ffp-contract=off), so the bits do not depend on the ISA as
+// long as no reduction's order does (sums run in fixed lanes: SumLanes).
+#define ZINF_INLINE_LAMBDA __attribute__((always_inline))
+#if defined(ZINF_KERNELS_X86)
+template <typename F>
+ZINF_TARGET_AVX2 void RunAvx2(const F& body) {
+  body();
+}
+template <typename F>
+ZINF_TARGET_AVX512 void RunAvx512(const F& body) {
+  body();
+}
+#endif
+template <typename F>
+void Vectorized(const F& body) {
+#if defined(ZINF_KERNELS_X86)
+  if (HaveAvx512()) return RunAvx512(body);
+  if (HaveAvx2()) return RunAvx2(body);
+#endif
+  body();
+}
+
+// x[0] + ... + x[n-1] in 16 fixed lanes of A (lane l sums the elements
+// l, l + 16, ...; then the lanes in order): the same bits at any vector
+// width.
+template <typename A, typename T>
+ZINF_ALWAYS_INLINE A SumLanes(const T* x, int64_t n) {
+  constexpr int kLanes = 16;
+  A lanes[kLanes] = {};
+  int64_t i0 = 0;
+  for (; i0 + kLanes <= n; i0 += kLanes) {
+    for (int l = 0; l < kLanes; ++l) lanes[l] += static_cast<A>(x[i0 + l]);
+  }
+  for (int l = 0; i0 + l < n; ++l) lanes[l] += static_cast<A>(x[i0 + l]);
+  A sum = lanes[0];
+  for (int l = 1; l < kLanes; ++l) sum += lanes[l];
+  return sum;
+}
+
+// span(i0, i1) (a ZINF_INLINE_LAMBDA) over [0, n) in chunks on the threads,
+// each chunk Vectorized.
+template <typename F>
+void VectorizedChunks(int64_t n, const F& span) {
+  constexpr int64_t kChunk = int64_t{1} << 14;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (WorthThreads(n))
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t i0 = c * kChunk, i1 = std::min(n, i0 + kChunk);
+    Vectorized([&]() ZINF_INLINE_LAMBDA { span(i0, i1); });
+  }
 }
 }  // namespace
 
@@ -854,12 +920,10 @@ ZINF_ALWAYS_INLINE T AttentionExp(T x) {
   }
 }
 
-// The element-wise work on a block's rows, between its matmuls. Compiled
-// for the baseline ISA, AVX2 and AVX-512 (AttentionRows picks at run time)
-// so that the exp vectorizes at the machine's width. Each is element by
-// element with no contraction (ISO C++: -ffp-contract=off), and the one sum
-// runs in 16 fixed lanes, so their bits do not depend on the ISA (the
-// matmuls' differ only between the baseline and the FMA paths).
+// The element-wise work on a block's rows, between its matmuls, run
+// Vectorized (AttentionRows) so that the exp vectorizes at the machine's
+// width; the one sum in fixed lanes, so the bits do not depend on the ISA
+// (the matmuls' differ only between the baseline and the FMA paths).
 struct AttentionRowOps {
   // row[0, n) = softmax(row * scale), row[n, width) = 0; returns the log-sum-exp.
   template <typename T>
@@ -869,15 +933,7 @@ struct AttentionRowOps {
     for (int j = 0; j < n; ++j) m = row[j] > m ? row[j] : m;
 #pragma omp simd
     for (int j = 0; j < n; ++j) row[j] = AttentionExp<T>((row[j] - m) * scale);
-    constexpr int kLanes = 16;
-    T lanes[kLanes] = {};
-    int j0 = 0;
-    for (; j0 + kLanes <= n; j0 += kLanes) {
-      for (int l = 0; l < kLanes; ++l) lanes[l] += row[j0 + l];
-    }
-    for (int l = 0; j0 + l < n; ++l) lanes[l] += row[j0 + l];
-    T sum = lanes[0];
-    for (int l = 1; l < kLanes; ++l) sum += lanes[l];
+    const T sum = SumLanes<T>(row, n);
     const T inv = T(1) / sum;
 #pragma omp simd
     for (int j = 0; j < n; ++j) row[j] *= inv;
@@ -908,47 +964,18 @@ struct AttentionRowOps {
 
 template <typename T>
 struct AttentionRows {
-  static T Softmax(T* row, int n, int width, T scale) { return AttentionRowOps::Softmax<T>(row, n, width, scale); }
+  static T Softmax(T* row, int n, int width, T scale) {
+    T lse = T(0);
+    Vectorized([&]() ZINF_INLINE_LAMBDA { lse = AttentionRowOps::Softmax<T>(row, n, width, scale); });
+    return lse;
+  }
   template <bool kKeepP>
   static void ScoreGrad(T* s, T* dp, int first, int n, int width, T scale, const T* lse, const T* D, int stride) {
-    AttentionRowOps::ScoreGrad<kKeepP, T>(s, dp, first, n, width, scale, lse, D, stride);
+    Vectorized([&]() ZINF_INLINE_LAMBDA {
+      AttentionRowOps::ScoreGrad<kKeepP, T>(s, dp, first, n, width, scale, lse, D, stride);
+    });
   }
 };
-
-#if defined(ZINF_KERNELS_X86)
-ZINF_TARGET_AVX2 float SoftmaxAvx2(float* row, int n, int width, float scale) {
-  return AttentionRowOps::Softmax<float>(row, n, width, scale);
-}
-ZINF_TARGET_AVX512 float SoftmaxAvx512(float* row, int n, int width, float scale) {
-  return AttentionRowOps::Softmax<float>(row, n, width, scale);
-}
-template <bool kKeepP>
-ZINF_TARGET_AVX2 void ScoreGradAvx2(float* s, float* dp, int first, int n, int width, float scale, const float* lse,
-                                    const float* D, int stride) {
-  AttentionRowOps::ScoreGrad<kKeepP, float>(s, dp, first, n, width, scale, lse, D, stride);
-}
-template <bool kKeepP>
-ZINF_TARGET_AVX512 void ScoreGradAvx512(float* s, float* dp, int first, int n, int width, float scale, const float* lse,
-                                        const float* D, int stride) {
-  AttentionRowOps::ScoreGrad<kKeepP, float>(s, dp, first, n, width, scale, lse, D, stride);
-}
-
-template <>
-struct AttentionRows<float> {
-  static float Softmax(float* row, int n, int width, float scale) {
-    if (HaveAvx512()) return SoftmaxAvx512(row, n, width, scale);
-    if (HaveAvx2()) return SoftmaxAvx2(row, n, width, scale);
-    return AttentionRowOps::Softmax<float>(row, n, width, scale);
-  }
-  template <bool kKeepP>
-  static void ScoreGrad(float* s, float* dp, int first, int n, int width, float scale, const float* lse, const float* D,
-                        int stride) {
-    if (HaveAvx512()) return ScoreGradAvx512<kKeepP>(s, dp, first, n, width, scale, lse, D, stride);
-    if (HaveAvx2()) return ScoreGradAvx2<kKeepP>(s, dp, first, n, width, scale, lse, D, stride);
-    AttentionRowOps::ScoreGrad<kKeepP, float>(s, dp, first, n, width, scale, lse, D, stride);
-  }
-};
-#endif
 
 // A work item's two rows x T blocks (scores or probabilities, and their
 // gradient), the calling thread's, grown as needed and kept across calls.
@@ -1111,24 +1138,28 @@ struct GeluGate {
 template <typename T>
 void GeluForward(T* out, const T* inp, int64_t n) {
   const T s = static_cast<T>(kGeluScale), k = static_cast<T>(kGeluCubic);
-#pragma omp parallel for simd schedule(static) if (WorthThreads(n))
-  for (int64_t i = 0; i < n; ++i) {
-    const T x = inp[i];
-    out[i] = x * GeluGate<T>(s * (x + k * x * x * x)).g;
-  }
+  VectorizedChunks(n, [&](int64_t i0, int64_t i1) ZINF_INLINE_LAMBDA {
+#pragma omp simd
+    for (int64_t i = i0; i < i1; ++i) {
+      const T x = inp[i];
+      out[i] = x * GeluGate<T>(s * (x + k * x * x * x)).g;
+    }
+  });
 }
 
 // d/dx [x g(y)] with g = 0.5 (1 + tanh y), g' = 2 g (1 - g), y' = s (1 + 3 k x^2).
 template <typename T>
 void GeluBackward(T* dinp, const T* inp, const T* dout, int64_t n) {
   const T s = static_cast<T>(kGeluScale), k = static_cast<T>(kGeluCubic);
-#pragma omp parallel for simd schedule(static) if (WorthThreads(n))
-  for (int64_t i = 0; i < n; ++i) {
-    const T x = inp[i];
-    const GeluGate<T> gate(s * (x + k * x * x * x));
-    const T grad = gate.g + T(2) * x * gate.g * gate.one_minus_g * s * (T(1) + T(3) * k * x * x);
-    dinp[i] += grad * dout[i];
-  }
+  VectorizedChunks(n, [&](int64_t i0, int64_t i1) ZINF_INLINE_LAMBDA {
+#pragma omp simd
+    for (int64_t i = i0; i < i1; ++i) {
+      const T x = inp[i];
+      const GeluGate<T> gate(s * (x + k * x * x * x));
+      const T grad = gate.g + T(2) * x * gate.g * gate.one_minus_g * s * (T(1) + T(3) * k * x * x);
+      dinp[i] += grad * dout[i];
+    }
+  });
 }
 
 // ---------------------------------------------------------------- residual
@@ -1147,26 +1178,44 @@ void Accumulate(T* y, const T* x, int64_t n) {
 
 // ---------------------------------------------------------------- loss
 
+namespace {
+// One position's loss and (`d` not null) d += dloss * (softmax - onehot),
+// from the logits `l` less their max: the exps in double (T = double, the
+// gradient checks) or in float through ExpFloat into the thread's buffer,
+// Vectorized, summed in double in fixed lanes (float: about 2 ulp an exp
+// against the double exp of the same argument).
+template <typename T>
+ZINF_ALWAYS_INLINE T CrossEntropyRow(const T* l, T* d, int V, int target, T dloss) {
+  T maxv = l[0];
+#pragma omp simd reduction(max : maxv)
+  for (int v = 0; v < V; ++v) maxv = l[v] > maxv ? l[v] : maxv;
+  thread_local std::vector<T> exps;
+  if (exps.size() < static_cast<size_t>(V)) exps.resize(static_cast<size_t>(V));
+  T* e = exps.data();
+  if constexpr (std::is_same_v<T, float>) {
+#pragma omp simd
+    for (int v = 0; v < V; ++v) e[v] = ExpFloat(l[v] - maxv);
+  } else {
+    for (int v = 0; v < V; ++v) e[v] = std::exp(l[v] - maxv);
+  }
+  const double sum = SumLanes<double>(e, V);
+  if (d != nullptr) {
+    const double inv = 1.0 / sum, dl = static_cast<double>(dloss);
+#pragma omp simd
+    for (int v = 0; v < V; ++v)
+      d[v] += static_cast<T>((static_cast<double>(e[v]) * inv - (v == target ? 1.0 : 0.0)) * dl);
+  }
+  return static_cast<T>(std::log(sum) - static_cast<double>(l[target] - maxv));
+}
+}  // namespace
+
 template <typename T>
 void CrossEntropyForwardBackward(T* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t N, int V,
                                  int Vp, T dloss) {
 #pragma omp parallel for schedule(static) if (WorthThreads(N * V))
   for (int64_t n = 0; n < N; ++n) {
-    const T* l = logits + n * Vp;
-    T maxv = l[0];
-    for (int v = 1; v < V; ++v) maxv = std::max(maxv, l[v]);
-    double sum = 0.0;
-    for (int v = 0; v < V; ++v) sum += std::exp(static_cast<double>(l[v] - maxv));
-    const int target = targets[n];
-    losses[n] = static_cast<T>(std::log(sum) - static_cast<double>(l[target] - maxv));
-    if (dlogits != nullptr) {
-      T* d = dlogits + n * Vp;
-      const double inv = 1.0 / sum;
-      for (int v = 0; v < V; ++v) {
-        const double p = std::exp(static_cast<double>(l[v] - maxv)) * inv;
-        d[v] += static_cast<T>((p - (v == target ? 1.0 : 0.0)) * static_cast<double>(dloss));
-      }
-    }
+    T* d = dlogits != nullptr ? dlogits + n * Vp : nullptr;
+    Vectorized([&]() ZINF_INLINE_LAMBDA { losses[n] = CrossEntropyRow<T>(logits + n * Vp, d, V, targets[n], dloss); });
   }
 }
 

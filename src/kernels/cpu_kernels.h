@@ -50,6 +50,12 @@ namespace cpu {
 void SetThreads(int threads);
 int Threads();
 
+// The instruction sets the kernels pick from at run time: the widest the
+// machine has (the default), or at most `isa` (tests comparing the paths'
+// bits). Returns the previous limit.
+enum class Isa { kBaseline, kAvx2, kAvx512 };
+Isa LimitIsa(Isa isa);
+
 // out[n] = (T) src[n], src of type `src_type`: kF32, kF16, kBf16 or kF64
 // (another type is a programmer error: the process aborts).
 template <typename T>

@@ -14,7 +14,10 @@
 //                          att                             B*NH*T*T (fused
 //                                                           attention: B*NH*T)
 //                          LayerNorm mean / rstd           4 * N
-//   shared                 attention scratch               B*NH*T*T (CpuOps)
+//   shared                 attention scratch               B*NH*T fused (CpuOps,
+//                                                           CudaOps 16-bit);
+//                                                           7*N*C + B*NH*T*T
+//                                                           (CudaOps fp32)
 //   head                   lnf (+ mean / rstd)             N*C + 2N
 //                          logits, dlogits                 2 * rows * Vp
 //                          losses                          N

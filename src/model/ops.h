@@ -78,9 +78,9 @@ class Ops {
   // (one buffer, shared by both: the caller allocates the max once).
   virtual int64_t AttentionScratchElems(int B, int T_, int C, int NH) const = 0;
   // Elements of `att`, what AttentionForward keeps for AttentionBackward:
-  // the probabilities, B*NH*T*T (CpuOps; CudaOps in fp32), or, where the
-  // attention is fused (CudaOps in its 16-bit mode), each row's
-  // log-sum-exp, B*NH*T.
+  // the probabilities, B*NH*T*T (CudaOps in fp32), or, where the attention
+  // is fused (CpuOps; CudaOps in its 16-bit mode), each row's log-sum-exp,
+  // B*NH*T.
   virtual int64_t AttentionSavedElems(int B, int T_, int C, int NH) const = 0;
   virtual void AttentionForward(T* out, T* att, T* scratch, const T* qkv, int B, int T_, int C, int NH) = 0;
   // `out`: what AttentionForward wrote there, unchanged since (the fused
