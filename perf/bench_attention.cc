@@ -1,0 +1,350 @@
+// zinf bench attention: the host device's fused attention (kernels::cpu::
+// FusedAttentionForward/Backward) against the limit it chases, the CPU
+// kernels' own register-tiled matmul on the same threads, measured in the
+// same run, and beside the unfused kernels it replaced (the T x T
+// probabilities).
+//
+// Work is counted as FlashAttention counts it, over the causal triangle
+// only: the forward 2 products (scores, probabilities times v), the
+// backward 5 (the scores again, dp, dv, dq, dk), each 2 * hs flops per
+// (query, key) pair with key <= query. The fused backward computes the
+// scores and dp twice (once per block of queries for dq, once per block of
+// keys for dk and dv, so that each thread owns what it writes): 7 products
+// where 5 are counted. The limit is MatmulForward on [B*T, C] x [C, C] (the
+// attention's own input width): the rate the same micro-kernel reaches on
+// a large product. ratio = attention GFLOP/s / matmul GFLOP/s, from the
+// medians of --runs runs, the three timed in turns.
+//
+// Before timing, the first run's outputs are checked against the unfused
+// kernels (out, the log-sum-exps and dqkv, relative 1e-4 of each value
+// plus 1e-4).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "aio_perf.h"
+#include "cli/command.h"
+#include "core/units.h"
+#include "kernels/cpu_kernels.h"
+#include "report.h"
+
+namespace zinf::perf {
+namespace {
+
+namespace k = kernels::cpu;
+
+constexpr const char* kName = "bench attention";
+
+template <typename Fn>
+double TimeSeconds(Fn&& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+struct Options {
+  int B = 0, T = 0, C = 0, NH = 0;
+  int64_t runs = 0;
+  int threads = 0;
+  bool unfused = true;
+  std::string html_path, json_path;
+  int64_t N() const { return int64_t{B} * T; }
+};
+
+StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
+  ZINF_ASSIGN_OR_RETURN(
+      cli::Flags flags,
+      cli::Flags::Parse(args, {"batch", "seq-len", "embd", "heads", "runs", "threads", "html", "json"},
+                        {"no-unfused"}));
+  auto b = flags.GetInt("batch", 4);
+  auto t = flags.GetInt("seq-len", 1024);
+  auto c = flags.GetInt("embd", 768);
+  auto nh = flags.GetInt("heads", 12);
+  auto runs = flags.GetInt("runs", 5);
+  auto threads = flags.GetInt("threads", k::Threads());
+  for (const Status* s : {&b.status(), &t.status(), &c.status(), &nh.status(), &runs.status(), &threads.status()}) {
+    if (!s->ok()) return *s;
+  }
+  if (*b < 1 || *t < 1 || *c < 1 || *nh < 1 || *runs < 1 || *threads < 1 || *b > 4096 || *t > (1 << 20) ||
+      *c > (1 << 16) || *nh > *c || *threads > 1024) {
+    return Status::InvalidArgument(
+        "--batch, --seq-len, --embd, --heads, --runs and --threads must be >= 1 (and "
+        "--heads <= --embd)");
+  }
+  if (*c % *nh != 0) {
+    return Status::InvalidArgument("--embd " + std::to_string(*c) + " is not a multiple of --heads " +
+                                   std::to_string(*nh));
+  }
+  Options o;
+  o.B = static_cast<int>(*b);
+  o.T = static_cast<int>(*t);
+  o.C = static_cast<int>(*c);
+  o.NH = static_cast<int>(*nh);
+  o.runs = *runs;
+  o.threads = static_cast<int>(*threads);
+  o.unfused = !flags.Has("no-unfused");
+  o.html_path = flags.GetOr("html", "");
+  o.json_path = flags.GetOr("json", "");
+  return o;
+}
+
+// The inputs and every output, fused and unfused.
+struct Arrays {
+  std::vector<float> qkv, dout, out, lse, scratch, dqkv;
+  std::vector<float> att, att_scratch, ref_out, ref_dqkv;  // unfused (empty without it)
+  std::vector<float> mm_out, mm_w;                         // the matmul limit
+};
+
+Arrays MakeArrays(const Options& o) {
+  Arrays a;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  a.qkv.resize(static_cast<size_t>(o.N() * 3 * o.C));
+  a.dout.resize(static_cast<size_t>(o.N() * o.C));
+  for (float& x : a.qkv) x = u(rng);
+  for (float& x : a.dout) x = u(rng);
+  const size_t rows = static_cast<size_t>(o.B) * o.NH * o.T;
+  a.out.resize(a.dout.size());
+  a.lse.resize(rows);
+  a.scratch.resize(rows);
+  a.dqkv.resize(a.qkv.size());
+  if (o.unfused) {
+    a.att.resize(rows * o.T);
+    a.att_scratch.resize(rows * o.T);
+    a.ref_out.resize(a.dout.size());
+    a.ref_dqkv.resize(a.qkv.size());
+  }
+  a.mm_out.resize(a.dout.size());
+  a.mm_w.resize(static_cast<size_t>(o.C) * o.C);
+  for (float& x : a.mm_w) x = u(rng) * 0.05f;
+  return a;
+}
+
+struct Timings {
+  std::vector<double> forward_s, backward_s, matmul_s, unfused_forward_s, unfused_backward_s;
+};
+
+void RunFused(const Options& o, Arrays& a, Timings* t) {
+  std::fill(a.dqkv.begin(), a.dqkv.end(), 0.0f);
+  const double f =
+      TimeSeconds([&] { k::FusedAttentionForward(a.out.data(), a.lse.data(), a.qkv.data(), o.B, o.T, o.C, o.NH); });
+  const double b = TimeSeconds([&] {
+    k::FusedAttentionBackward(a.dqkv.data(), a.scratch.data(), a.dout.data(), a.qkv.data(), a.out.data(), a.lse.data(),
+                              o.B, o.T, o.C, o.NH);
+  });
+  if (t != nullptr) {
+    t->forward_s.push_back(f);
+    t->backward_s.push_back(b);
+  }
+}
+
+void RunUnfused(const Options& o, Arrays& a, Timings* t) {
+  std::fill(a.ref_dqkv.begin(), a.ref_dqkv.end(), 0.0f);
+  const double f =
+      TimeSeconds([&] { k::AttentionForward(a.ref_out.data(), a.att.data(), a.qkv.data(), o.B, o.T, o.C, o.NH); });
+  const double b = TimeSeconds([&] {
+    k::AttentionBackward(a.ref_dqkv.data(), a.att_scratch.data(), a.dout.data(), a.qkv.data(), a.att.data(), o.B, o.T,
+                         o.C, o.NH);
+  });
+  if (t != nullptr) {
+    t->unfused_forward_s.push_back(f);
+    t->unfused_backward_s.push_back(b);
+  }
+}
+
+void RunMatmul(const Options& o, Arrays& a, Timings* t) {
+  const double s = TimeSeconds([&] {
+    k::MatmulForward(a.mm_out.data(), a.dout.data(), a.mm_w.data(), static_cast<const float*>(nullptr), o.N(), o.C,
+                     o.C);
+  });
+  if (t != nullptr) t->matmul_s.push_back(s);
+}
+
+// The largest |got - want| / (|want| + 1) of the three outputs, against the
+// unfused kernels; fails past 1e-4.
+StatusOr<double> Check(const Options& o, Arrays& a) {
+  RunFused(o, a, nullptr);
+  RunUnfused(o, a, nullptr);
+  double worst = 0;
+  auto cmp = [&](const std::vector<float>& got, const std::vector<float>& want) {
+    for (size_t i = 0; i < got.size(); ++i) {
+      worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]) / (std::fabs(want[i]) + 1.0));
+    }
+  };
+  cmp(a.out, a.ref_out);
+  cmp(a.dqkv, a.ref_dqkv);
+  // The unfused kernels keep probabilities: lse = s_tt * scale - log p_tt.
+  const int hs = o.C / o.NH;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  for (int b = 0; b < o.B; ++b) {
+    for (int h = 0; h < o.NH; ++h) {
+      for (int t = 0; t < o.T; ++t) {
+        const float* q = a.qkv.data() + (int64_t{b} * o.T + t) * 3 * o.C + h * hs;
+        double st = 0;
+        for (int i = 0; i < hs; ++i) st += static_cast<double>(q[i]) * q[o.C + i];
+        const int64_t row = (int64_t{b} * o.NH + h) * o.T + t;
+        const double want = st * scale - std::log(static_cast<double>(a.att[row * o.T + t]));
+        worst = std::max(worst, std::fabs(a.lse[row] - want) / (std::fabs(want) + 1.0));
+      }
+    }
+  }
+  if (worst > 1e-4) {
+    return Status::Internal("the fused attention differs from the unfused kernels by " + std::to_string(worst) +
+                            " (relative), past 1e-4");
+  }
+  return worst;
+}
+
+struct Summary {
+  double forward_flops = 0, backward_flops = 0, matmul_flops = 0;
+  double forward_med = 0, backward_med = 0, matmul_med = 0, unfused_forward_med = 0, unfused_backward_med = 0;
+  double forward_gflops = 0, backward_gflops = 0, matmul_gflops = 0;
+};
+
+Summary Summarize(const Options& o, const Timings& t) {
+  Summary s;
+  const double pairs = static_cast<double>(o.B) * o.NH * (static_cast<double>(o.T) * (o.T + 1) / 2);
+  const double product = 2.0 * (o.C / o.NH) * pairs;
+  s.forward_flops = 2 * product;
+  s.backward_flops = 5 * product;
+  s.matmul_flops = 2.0 * static_cast<double>(o.N()) * o.C * o.C;
+  s.forward_med = Median(t.forward_s);
+  s.backward_med = Median(t.backward_s);
+  s.matmul_med = Median(t.matmul_s);
+  s.forward_gflops = s.forward_flops / s.forward_med / 1e9;
+  s.backward_gflops = s.backward_flops / s.backward_med / 1e9;
+  s.matmul_gflops = s.matmul_flops / s.matmul_med / 1e9;
+  if (!t.unfused_forward_s.empty()) {
+    s.unfused_forward_med = Median(t.unfused_forward_s);
+    s.unfused_backward_med = Median(t.unfused_backward_s);
+  }
+  return s;
+}
+
+nlohmann::ordered_json ToJson(const Options& o, const Timings& t, const Summary& s, double checked) {
+  nlohmann::ordered_json j;
+  j["bench"] = "attention";
+  j["batch"] = o.B;
+  j["seq_len"] = o.T;
+  j["embd"] = o.C;
+  j["heads"] = o.NH;
+  j["head_size"] = o.C / o.NH;
+  j["threads"] = k::Threads();
+  j["runs"] = o.runs;
+  j["flops_counted"] = "causal pairs only: forward 2 products, backward 5 (the fused backward computes 7)";
+  j["forward_s_median"] = s.forward_med;
+  j["backward_s_median"] = s.backward_med;
+  j["forward_gflops"] = s.forward_gflops;
+  j["backward_gflops"] = s.backward_gflops;
+  j["limit_kernel"] = "MatmulForward [B*T, C] x [C, C], the same micro-kernel on the same threads";
+  j["matmul_s_median"] = s.matmul_med;
+  j["matmul_gflops"] = s.matmul_gflops;
+  j["forward_ratio_to_matmul"] = s.forward_gflops / s.matmul_gflops;
+  j["backward_ratio_to_matmul"] = s.backward_gflops / s.matmul_gflops;
+  if (o.unfused) {
+    j["unfused_forward_s_median"] = s.unfused_forward_med;
+    j["unfused_backward_s_median"] = s.unfused_backward_med;
+    j["speedup_forward"] = s.unfused_forward_med / s.forward_med;
+    j["speedup_backward"] = s.unfused_backward_med / s.backward_med;
+    j["check"] = "out, lse and dqkv within " + FormatFigure(checked) + " (relative) of the unfused kernels";
+  }
+  j["forward_s"] = t.forward_s;
+  j["backward_s"] = t.backward_s;
+  j["matmul_s"] = t.matmul_s;
+  if (o.unfused) {
+    j["unfused_forward_s"] = t.unfused_forward_s;
+    j["unfused_backward_s"] = t.unfused_backward_s;
+  }
+  return j;
+}
+
+HtmlReport MakeReport(const Options& o, const nlohmann::ordered_json& j, const Timings& t, const Summary& s) {
+  HtmlReport report("zinf bench attention: B " + std::to_string(o.B) + ", T " + std::to_string(o.T) + ", C " +
+                    std::to_string(o.C) + ", " + std::to_string(o.NH) + " heads, " + std::to_string(k::Threads()) +
+                    " threads");
+  report.AddParagraph(
+      "The host's fused attention against the CPU kernels' matmul on the same threads (the limit), "
+      "and beside the unfused kernels; " +
+      j["flops_counted"].get<std::string>() + ".");
+  std::vector<std::vector<std::string>> rows = {
+      {"forward s", FormatFigure(s.forward_med)},
+      {"backward s", FormatFigure(s.backward_med)},
+      {"forward GFLOP/s", FormatFigure(s.forward_gflops)},
+      {"backward GFLOP/s", FormatFigure(s.backward_gflops)},
+      {"matmul GFLOP/s (limit)", FormatFigure(s.matmul_gflops)},
+      {"forward / matmul", FormatFigure(s.forward_gflops / s.matmul_gflops)},
+      {"backward / matmul", FormatFigure(s.backward_gflops / s.matmul_gflops)}};
+  if (o.unfused) {
+    rows.push_back({"unfused forward s", FormatFigure(s.unfused_forward_med)});
+    rows.push_back({"unfused backward s", FormatFigure(s.unfused_backward_med)});
+  }
+  report.AddTable("Key figures (medians)", {"figure", "value"}, rows);
+  BarChart chart;
+  chart.title = "Seconds per run";
+  chart.x_label = "run";
+  chart.y_label = "seconds";
+  chart.lines = true;
+  chart.series = {{"fused forward", t.forward_s}, {"fused backward", t.backward_s}, {"matmul", t.matmul_s}};
+  if (o.unfused) {
+    chart.series.push_back({"unfused forward", t.unfused_forward_s});
+    chart.series.push_back({"unfused backward", t.unfused_backward_s});
+  }
+  for (size_t r = 0; r < t.forward_s.size(); ++r) chart.categories.push_back(std::to_string(r + 1));
+  report.AddBarChart(chart);
+  return report;
+}
+
+int Run(const std::vector<std::string>& args) {
+  auto options = ParseOptions(args);
+  if (!options.ok()) return cli::Fail(kName, options.status(), 2);
+  const Options& o = *options;
+  k::SetThreads(o.threads);
+  Arrays a = MakeArrays(o);
+  std::fprintf(stderr, "bench attention: B %d, T %d, C %d, %d heads, %d threads%s\n", o.B, o.T, o.C, o.NH, k::Threads(),
+               o.unfused ? ", with the unfused kernels (B*NH*T*T probabilities)" : "");
+  double checked = 0;
+  if (o.unfused) {
+    auto c = Check(o, a);
+    if (!c.ok()) return cli::Fail(kName, c.status());
+    checked = *c;
+  } else {
+    RunFused(o, a, nullptr);  // warm-up
+  }
+  RunMatmul(o, a, nullptr);
+  Timings t;
+  for (int64_t r = 0; r < o.runs; ++r) {  // in turns, the order rotating
+    for (int i = 0; i < 3; ++i) {
+      switch ((r + i) % 3) {
+        case 0: RunFused(o, a, &t); break;
+        case 1: RunMatmul(o, a, &t); break;
+        default:
+          if (o.unfused) RunUnfused(o, a, &t);
+      }
+    }
+  }
+  const Summary s = Summarize(o, t);
+  const nlohmann::ordered_json j = ToJson(o, t, s, checked);
+  HtmlReport report = MakeReport(o, j, t, s);
+  if (Status st = EmitResult(j.dump(2), o.json_path, o.html_path, report); !st.ok()) return cli::Fail(kName, st);
+  return 0;
+}
+
+ZINF_COMMAND({"bench attention", "time the host's fused attention against the CPU matmul's rate on the same threads",
+              "bench attention [--batch B (4)] [--seq-len T (1024)] [--embd C (768)] [--heads NH (12)]\n"
+              "                [--runs R (5)] [--threads N] [--no-unfused] [--html OUT.html] [--json OUT.json]\n"
+              "  Times R runs of the fused attention's forward and backward (kernels::cpu) and, in turns,\n"
+              "  of the matmul [B*T, C] x [C, C] and of the unfused kernels; prints JSON with the medians:\n"
+              "  forward_gflops and backward_gflops over the causal pairs (2 and 5 products), the\n"
+              "  matmul's, their ratios, the speedups over the unfused kernels. The fused outputs are\n"
+              "  checked against the unfused ones first. --no-unfused skips them (their B*NH*T*T\n"
+              "  probabilities take 8*B*NH*T*T bytes).",
+              Run});
+
+}  // namespace
+}  // namespace zinf::perf
