@@ -650,7 +650,7 @@ TEST(CpuKernelsTest, ResultsDoNotDependOnThreadCount) {
   EXPECT_TRUE(one == many);
 }
 
-// The element-wise kernels vectorized per ISA (GELU, the loss) give the
+// The element-wise kernels vectorized per ISA (GELU, the loss, SwiGLU) give the
 // same bits with AVX-512, AVX2 and the baseline ISA: the same operations
 // element by element, no contraction, sums in fixed lanes.
 TEST(CpuKernelsTest, ElementwiseKernelsGiveTheSameBitsOnEveryIsa) {
@@ -666,15 +666,19 @@ TEST(CpuKernelsTest, ElementwiseKernelsGiveTheSameBitsOnEveryIsa) {
   for (float& l : logits) l = static_cast<float>(Random(1, rng, 8.0)[0]);
   const std::vector<int32_t> targets = {0, 5, 1002, 17, 500, 999, 3};
   struct Result {
-    std::vector<float> gelu, dgelu, losses, dlogits;
+    std::vector<float> gelu, dgelu, losses, dlogits, swiglu, dgate, dup;
   };
   auto run = [&](Isa isa) {
     const Isa before = LimitIsa(isa);
-    Result r{std::vector<float>(n), std::vector<float>(n, 0.25f), std::vector<float>(N),
-             std::vector<float>(N * Vp, 0.125f)};
+    Result r{std::vector<float>(n),       std::vector<float>(n, 0.25f),
+             std::vector<float>(N),       std::vector<float>(N * Vp, 0.125f),
+             std::vector<float>(n),       std::vector<float>(n, 0.5f),
+             std::vector<float>(n, -0.5f)};
     GeluForward(r.gelu.data(), x.data(), n);
     GeluBackward(r.dgelu.data(), x.data(), dout.data(), n);
     CrossEntropyForwardBackward(r.losses.data(), r.dlogits.data(), logits.data(), targets.data(), N, V, Vp, 0.5f);
+    SwigluForward(r.swiglu.data(), x.data(), dout.data(), n);  // gate x, up dout
+    SwigluBackward(r.dgate.data(), r.dup.data(), x.data(), dout.data(), r.swiglu.data(), n);
     LimitIsa(before);
     return r;
   };
@@ -686,6 +690,9 @@ TEST(CpuKernelsTest, ElementwiseKernelsGiveTheSameBitsOnEveryIsa) {
     EXPECT_EQ(r.dgelu, base.dgelu);
     EXPECT_EQ(r.losses, base.losses);
     EXPECT_EQ(r.dlogits, base.dlogits);
+    EXPECT_EQ(r.swiglu, base.swiglu);
+    EXPECT_EQ(r.dgate, base.dgate);
+    EXPECT_EQ(r.dup, base.dup);
   }
   // And the loss against double: the float exps are within a few ulp.
   std::vector<double> want(N), dwant(N * Vp, 0.125);
