@@ -9,6 +9,7 @@
 // iodepth_batch_complete_min = 1 when overlap_events else queue_depth.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -71,5 +72,13 @@ StatusOr<double> RunFioSum(const std::vector<FioRun>& runs);
 StatusOr<std::string> FioVersion();
 
 double Median(std::vector<double> v);
+
+// Wall-clock seconds `fn()` takes (steady clock).
+template <typename Fn>
+double TimeSeconds(Fn&& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 }  // namespace zinf::perf

@@ -17,7 +17,6 @@
 // the middle and the (unaligned) end must match the scalar reference path bit
 // for bit (the ISAs are designed to be bit-identical; see kernels_impl.h).
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -46,13 +45,6 @@ using optim::Isa;
 using optim::ThreadPool;
 
 constexpr const char* kName = "bench adam";
-
-template <typename Fn>
-double TimeSeconds(Fn&& fn) {
-  const auto t0 = std::chrono::steady_clock::now();
-  fn();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // What the flags ask for (a bad one is a usage error, exit code 2).
 struct Options {

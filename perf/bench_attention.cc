@@ -19,7 +19,6 @@
 // kernels (out, the log-sum-exps and dqkv, relative 1e-4 of each value
 // plus 1e-4).
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -40,13 +39,6 @@ namespace {
 namespace k = kernels::cpu;
 
 constexpr const char* kName = "bench attention";
-
-template <typename Fn>
-double TimeSeconds(Fn&& fn) {
-  const auto t0 = std::chrono::steady_clock::now();
-  fn();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 struct Options {
   int B = 0, T = 0, C = 0, NH = 0;
