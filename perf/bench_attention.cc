@@ -18,6 +18,14 @@
 // Before timing, the first run's outputs are checked against the unfused
 // kernels (out, the log-sum-exps and dqkv, relative 1e-4 of each value
 // plus 1e-4).
+//
+// --device cuda (a build with the CUDA kernels, on a GPU): the same for the
+// 16-bit mode's fused kernel (kernels::cuda::FlashAttentionForward/
+// Backward, bf16 tiles on tensor cores) against the bf16 matmul on tensor
+// cores (MatmulForward16, cuBLASLt) of [B*T, C] x [C, C]; each timing is
+// --inner launches after a synchronisation, divided. Checked first against
+// the host's fused attention on the operands rounded to bf16 (within
+// 1.5e-2 of the largest magnitude plus 1e-3, the GPU tests' tolerance).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -29,9 +37,14 @@
 
 #include "aio_perf.h"
 #include "cli/command.h"
+#include "core/half.h"
 #include "core/units.h"
+#include "device/cuda_device.h"
 #include "kernels/cpu_kernels.h"
 #include "report.h"
+#if defined(ZINF_HAVE_CUDA_KERNELS)
+#include "kernels/cuda_kernels.h"
+#endif
 
 namespace zinf::perf {
 namespace {
@@ -42,26 +55,34 @@ constexpr const char* kName = "bench attention";
 
 struct Options {
   int B = 0, T = 0, C = 0, NH = 0;
-  int64_t runs = 0;
+  int64_t runs = 0, inner = 0;
   int threads = 0;
   bool unfused = true;
+  bool cuda = false;
   std::string html_path, json_path;
   int64_t N() const { return int64_t{B} * T; }
 };
 
 StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
-  ZINF_ASSIGN_OR_RETURN(
-      cli::Flags flags,
-      cli::Flags::Parse(args, {"batch", "seq-len", "embd", "heads", "runs", "threads", "html", "json"},
-                        {"no-unfused"}));
+  ZINF_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args,
+                                                            {"batch", "seq-len", "embd", "heads", "runs", "inner",
+                                                             "threads", "device", "html", "json"},
+                                                            {"no-unfused"}));
   auto b = flags.GetInt("batch", 4);
   auto t = flags.GetInt("seq-len", 1024);
   auto c = flags.GetInt("embd", 768);
   auto nh = flags.GetInt("heads", 12);
   auto runs = flags.GetInt("runs", 5);
   auto threads = flags.GetInt("threads", k::Threads());
-  for (const Status* s : {&b.status(), &t.status(), &c.status(), &nh.status(), &runs.status(), &threads.status()}) {
+  auto inner = flags.GetInt("inner", 20);
+  for (const Status* s :
+       {&b.status(), &t.status(), &c.status(), &nh.status(), &runs.status(), &threads.status(), &inner.status()}) {
     if (!s->ok()) return *s;
+  }
+  if (*inner < 1) return Status::InvalidArgument("--inner must be >= 1");
+  const std::string device = flags.GetOr("device", "host");
+  if (device != "host" && device != "cuda") {
+    return Status::InvalidArgument("--device must be host or cuda, not '" + device + "'");
   }
   if (*b < 1 || *t < 1 || *c < 1 || *nh < 1 || *runs < 1 || *threads < 1 || *b > 4096 || *t > (1 << 20) ||
       *c > (1 << 16) || *nh > *c || *threads > 1024) {
@@ -81,6 +102,8 @@ StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
   o.runs = *runs;
   o.threads = static_cast<int>(*threads);
   o.unfused = !flags.Has("no-unfused");
+  o.cuda = device == "cuda";
+  o.inner = *inner;
   o.html_path = flags.GetOr("html", "");
   o.json_path = flags.GetOr("json", "");
   return o;
@@ -292,12 +315,177 @@ HtmlReport MakeReport(const Options& o, const nlohmann::ordered_json& j, const T
   return report;
 }
 
+#if defined(ZINF_HAVE_CUDA_KERNELS)
+namespace g = kernels::cuda;
+
+// Device memory freed at the end of the GPU run.
+class DeviceArrays {
+ public:
+  explicit DeviceArrays(Device& d) : d_(d) {}
+  ~DeviceArrays() {
+    for (void* p : owned_) d_.Free(p);
+  }
+  DeviceArrays(const DeviceArrays&) = delete;
+  DeviceArrays& operator=(const DeviceArrays&) = delete;
+  StatusOr<void*> Get(size_t bytes) {
+    ZINF_ASSIGN_OR_RETURN(void* p, d_.Allocate(bytes));
+    owned_.push_back(p);
+    return p;
+  }
+
+ private:
+  Device& d_;
+  std::vector<void*> owned_;
+};
+
+// The largest |got - want| over the tolerance 1.5e-2 * max |want| + 1e-3.
+double OverTolerance(const std::vector<float>& got, const std::vector<float>& want) {
+  double mx = 0, worst = 0;
+  for (float x : want) mx = std::max(mx, std::fabs(static_cast<double>(x)));
+  for (size_t i = 0; i < got.size(); ++i) {
+    worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]) / (1.5e-2 * mx + 1e-3));
+  }
+  return worst;
+}
+
+// The 16-bit mode's fused attention on GPU 0 against the bf16 matmul there.
+StatusOr<nlohmann::ordered_json> RunCuda(const Options& o, const Arrays& a) {
+  if (!g::FlashAttentionSupported(o.C, o.NH, 0)) {
+    return Status::InvalidArgument("the GPU's fused attention has no kernel for head size " +
+                                   std::to_string(o.C / o.NH) + " (16, 32, 64 or 128, within the GPU's shared memory)");
+  }
+  ZINF_ASSIGN_OR_RETURN(std::unique_ptr<Device> device, CreateCudaDevice(0, 0));
+  ZINF_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, device->CreateStream());
+  void* const s = stream->native_handle();
+  const int64_t N = o.N(), rows = int64_t{o.B} * o.NH * o.T;
+  const size_t f = sizeof(float);
+  std::vector<uint16_t> w16(static_cast<size_t>(o.C) * o.C);
+  for (size_t i = 0; i < w16.size(); ++i) w16[i] = FloatToBf16(a.mm_w[i]);
+  DeviceArrays mem(*device);
+  auto up = [&](const void* host, size_t bytes) -> StatusOr<void*> {
+    ZINF_ASSIGN_OR_RETURN(void* p, mem.Get(bytes));
+    ZINF_RETURN_IF_ERROR(stream->CopyAsync(p, host, bytes, CopyDirection::kHostToDevice));
+    return p;
+  };
+  const std::vector<float> zero(a.qkv.size(), 0.0f);
+  ZINF_ASSIGN_OR_RETURN(void* qkv, up(a.qkv.data(), a.qkv.size() * f));
+  ZINF_ASSIGN_OR_RETURN(void* dout, up(a.dout.data(), a.dout.size() * f));
+  ZINF_ASSIGN_OR_RETURN(void* w, up(w16.data(), w16.size() * 2));
+  ZINF_ASSIGN_OR_RETURN(void* dqkv, up(zero.data(), zero.size() * f));
+  ZINF_ASSIGN_OR_RETURN(void* out, mem.Get(static_cast<size_t>(N * o.C) * f));
+  ZINF_ASSIGN_OR_RETURN(void* lse, mem.Get(static_cast<size_t>(rows) * f));
+  ZINF_ASSIGN_OR_RETURN(void* scratch, mem.Get(static_cast<size_t>(g::FlashAttentionScratchElems(o.B, o.T, o.NH)) * f));
+  ZINF_ASSIGN_OR_RETURN(void* mm_out, mem.Get(static_cast<size_t>(N * o.C) * f));
+  ZINF_ASSIGN_OR_RETURN(void* workspace, mem.Get(static_cast<size_t>(g::kLtWorkspaceBytes)));
+  ZINF_ASSIGN_OR_RETURN(void* scratch16, mem.Get(static_cast<size_t>(g::Matmul16ScratchBytes(N, o.C, o.C))));
+  ZINF_ASSIGN_OR_RETURN(std::unique_ptr<g::CudaLt> lt, g::CudaLt::Create(s, workspace));
+  auto* fq = static_cast<float*>(qkv);
+  auto* fo = static_cast<float*>(out);
+  auto* fl = static_cast<float*>(lse);
+  auto forward = [&] { return g::FlashAttentionForward(fo, fl, fq, o.B, o.T, o.C, o.NH, s); };
+  auto backward = [&] {
+    return g::FlashAttentionBackward(static_cast<float*>(dqkv), static_cast<float*>(scratch),
+                                     static_cast<const float*>(dout), fq, fo, fl, o.B, o.T, o.C, o.NH, s);
+  };
+  auto gemm = [&] {
+    return g::MatmulForward16(*lt, static_cast<float*>(mm_out), static_cast<const float*>(dout), w, ElementType::kBf16,
+                              nullptr, N, o.C, o.C, scratch16);
+  };
+  // The check: one forward and backward (dqkv from zero) against the
+  // host's fused attention on the operands rounded to bf16.
+  ZINF_RETURN_IF_ERROR(forward());
+  ZINF_RETURN_IF_ERROR(backward());
+  std::vector<float> got_out(static_cast<size_t>(N * o.C)), got_dqkv(a.qkv.size());
+  ZINF_RETURN_IF_ERROR(stream->CopyAsync(got_out.data(), out, got_out.size() * f, CopyDirection::kDeviceToHost));
+  ZINF_RETURN_IF_ERROR(stream->CopyAsync(got_dqkv.data(), dqkv, got_dqkv.size() * f, CopyDirection::kDeviceToHost));
+  ZINF_RETURN_IF_ERROR(stream->Synchronize());
+  std::vector<float> q16 = a.qkv, d16 = a.dout;
+  k::RoundTo16(q16.data(), static_cast<int64_t>(q16.size()), ElementType::kBf16);
+  k::RoundTo16(d16.data(), static_cast<int64_t>(d16.size()), ElementType::kBf16);
+  std::vector<float> want_out(got_out.size()), want_lse(static_cast<size_t>(rows)), want_scratch(want_lse.size()),
+      want_dqkv(a.qkv.size(), 0.0f);
+  k::FusedAttentionForward(want_out.data(), want_lse.data(), q16.data(), o.B, o.T, o.C, o.NH);
+  k::FusedAttentionBackward(want_dqkv.data(), want_scratch.data(), d16.data(), q16.data(), want_out.data(),
+                            want_lse.data(), o.B, o.T, o.C, o.NH);
+  const double worst = std::max(OverTolerance(got_out, want_out), OverTolerance(got_dqkv, want_dqkv));
+  if (worst > 1.0) {
+    return Status::Internal("the GPU's fused attention is " + FormatFigure(worst) +
+                            "x its tolerance away from the host's on the bf16-rounded operands");
+  }
+  ZINF_RETURN_IF_ERROR(gemm());
+  ZINF_RETURN_IF_ERROR(stream->Synchronize());
+  // --inner launches a timing; the three in turns.
+  std::vector<double> fwd_s, bwd_s, gemm_s;
+  Status st;
+  auto timed = [&](const auto& launch, std::vector<double>* into) {
+    const double t = TimeSeconds([&] {
+      for (int64_t i = 0; i < o.inner && st.ok(); ++i) st = launch();
+      if (st.ok()) st = stream->Synchronize();
+    });
+    into->push_back(t / static_cast<double>(o.inner));
+  };
+  for (int64_t r = 0; r < o.runs && st.ok(); ++r) {
+    timed(forward, &fwd_s);
+    timed(backward, &bwd_s);
+    timed(gemm, &gemm_s);
+  }
+  ZINF_RETURN_IF_ERROR(st);
+  const double pairs = static_cast<double>(o.B) * o.NH * (static_cast<double>(o.T) * (o.T + 1) / 2);
+  const double product = 2.0 * (o.C / o.NH) * pairs;
+  const double fwd = Median(fwd_s), bwd = Median(bwd_s), mm = Median(gemm_s);
+  const double fwd_tflops = 2 * product / fwd / 1e12, bwd_tflops = 5 * product / bwd / 1e12;
+  const double mm_tflops = 2.0 * static_cast<double>(N) * o.C * o.C / mm / 1e12;
+  nlohmann::ordered_json j;
+  j["bench"] = "attention";
+  j["device"] = "cuda";
+  j["batch"] = o.B;
+  j["seq_len"] = o.T;
+  j["embd"] = o.C;
+  j["heads"] = o.NH;
+  j["head_size"] = o.C / o.NH;
+  j["runs"] = o.runs;
+  j["inner"] = o.inner;
+  j["flops_counted"] = "causal pairs only: forward 2 products, backward 5 (the fused backward computes 7)";
+  j["forward_s_median"] = fwd;
+  j["backward_s_median"] = bwd;
+  j["forward_tflops"] = fwd_tflops;
+  j["backward_tflops"] = bwd_tflops;
+  j["limit_kernel"] = "MatmulForward16 [B*T, C] x [C, C] bf16 (cuBLASLt, fp32 accumulation)";
+  j["matmul_s_median"] = mm;
+  j["matmul_tflops"] = mm_tflops;
+  j["forward_ratio_to_matmul"] = fwd_tflops / mm_tflops;
+  j["backward_ratio_to_matmul"] = bwd_tflops / mm_tflops;
+  j["check"] = "out and dqkv within " + FormatFigure(worst) +
+               " of the tolerance (1.5e-2 of the largest magnitude + 1e-3) of the host's on bf16-rounded operands";
+  j["forward_s"] = fwd_s;
+  j["backward_s"] = bwd_s;
+  j["matmul_s"] = gemm_s;
+  return j;
+}
+#endif
+
 int Run(const std::vector<std::string>& args) {
   auto options = ParseOptions(args);
   if (!options.ok()) return cli::Fail(kName, options.status(), 2);
   const Options& o = *options;
   k::SetThreads(o.threads);
   Arrays a = MakeArrays(o);
+  if (o.cuda) {
+#if defined(ZINF_HAVE_CUDA_KERNELS)
+    if (CudaDeviceCount() == 0) {
+      return cli::Fail(kName, Status::Unavailable("--device cuda: " + CudaUnavailableReason()));
+    }
+    std::fprintf(stderr, "bench attention: B %d, T %d, C %d, %d heads on GPU 0\n", o.B, o.T, o.C, o.NH);
+    auto j = RunCuda(o, a);
+    if (!j.ok()) return cli::Fail(kName, j.status());
+    HtmlReport report("zinf bench attention on GPU 0");
+    report.AddParagraph(j->dump(2));
+    if (Status st = EmitResult(j->dump(2), o.json_path, o.html_path, report); !st.ok()) return cli::Fail(kName, st);
+    return 0;
+#else
+    return cli::Fail(kName, Status::Unavailable("--device cuda: this build has no CUDA kernels"));
+#endif
+  }
   std::fprintf(stderr, "bench attention: B %d, T %d, C %d, %d heads, %d threads%s\n", o.B, o.T, o.C, o.NH, k::Threads(),
                o.unfused ? ", with the unfused kernels (B*NH*T*T probabilities)" : "");
   double checked = 0;
@@ -329,13 +517,15 @@ int Run(const std::vector<std::string>& args) {
 
 ZINF_COMMAND({"bench attention", "time the host's fused attention against the CPU matmul's rate on the same threads",
               "bench attention [--batch B (4)] [--seq-len T (1024)] [--embd C (768)] [--heads NH (12)]\n"
-              "                [--runs R (5)] [--threads N] [--no-unfused] [--html OUT.html] [--json OUT.json]\n"
+              "                [--runs R (5)] [--threads N] [--no-unfused] [--device host|cuda] [--inner K (20)]\n"
+              "                [--html OUT.html] [--json OUT.json]\n"
               "  Times R runs of the fused attention's forward and backward (kernels::cpu) and, in turns,\n"
               "  of the matmul [B*T, C] x [C, C] and of the unfused kernels; prints JSON with the medians:\n"
               "  forward_gflops and backward_gflops over the causal pairs (2 and 5 products), the\n"
               "  matmul's, their ratios, the speedups over the unfused kernels. The fused outputs are\n"
               "  checked against the unfused ones first. --no-unfused skips them (their B*NH*T*T\n"
-              "  probabilities take 8*B*NH*T*T bytes).",
+              "  probabilities take 8*B*NH*T*T bytes). --device cuda: the GPU's fused bf16 kernel against\n"
+              "  the bf16 tensor-core matmul (tflops), K launches a timing, checked against the host first.",
               Run});
 
 }  // namespace

@@ -1,10 +1,10 @@
 #!/bin/bash
 # One GPU session in one command, for machines lent by the minute (15
 # minutes of device time a session, its start included): build only zinf
-# and the gpu test binaries, run the gpu tests, then the head-to-head rows
-# in the order issue 17 needs them (cpu/cpu first: GPU busy by CUDA events
-# and the ratio to DeepSpeed; then the 200-step bf16 against fp32 curve),
-# each started only while the time left covers its estimate; the table of
+# and the gpu test binaries, run the gpu tests and a few seconds of zinf
+# bench attention on the GPU, then the head-to-head rows in the order issue
+# 17 needs them (cpu/cpu first: GPU busy by CUDA events and the ratio to
+# DeepSpeed; then the 200-step bf16 against fp32 curve), each started only while the time left covers its estimate; the table of
 # what ran. Here, with network: make
 # device-debs; there (carry .deps), from the repository root:
 #   bash perf/gpu/session.sh OUTDIR [SECONDS]
@@ -23,6 +23,12 @@ zero3_engine_cuda_test"
 make gpu-test GPU_TARGETS="$targets" JOBS="$(nproc)" > "$out/gpu-test.log" 2>&1
 echo "== gpu tests: exit $?, $(grep -E 'tests passed|tests failed' "$out/gpu-test.log" | tail -1) ($(($(date +%s) - t0)) s)"
 [ -x build-gpu/zinf ] || { tail -30 "$out/gpu-test.log"; exit 1; }
+# The fused attention against the bf16 tensor-core matmul, at the 1.1B
+# Llama's width and the rows' micro-batch (a few seconds; checked against
+# the host first).
+timeout 120 build-gpu/zinf bench attention --device cuda --batch 4 --seq-len 1024 --embd 2048 --heads 32 \
+  --json "$out/attention.json" > "$out/attention.log" 2>&1
+echo "== attention: exit $?, $(grep -E '"(forward|backward|matmul)_tflops"' "$out/attention.json" 2>/dev/null | tr -d ' \n')"
 . perf/gpu/setup.sh
 c=perf/gpu_compare.py
 m=${MODELS:-/tmp/zinf-models}
