@@ -4,9 +4,10 @@
 # and the gpu test binaries, run the gpu tests and a few seconds of zinf
 # bench attention on the GPU, then the head-to-head rows in the order issue
 # 17 needs them (cpu/cpu first: GPU busy by CUDA events and the ratio to
-# DeepSpeed; then the 200-step bf16 against fp32 curve), each started only while the time left covers its estimate; the table of
-# what ran. Here, with network: make
-# device-debs; there (carry .deps), from the repository root:
+# DeepSpeed; then the 200-step bf16 against fp32 curve), each started only
+# while the time left covers its estimate; the table of what ran. Here,
+# with network: make device-debs; there (carry .deps), from the repository
+# root:
 #   bash perf/gpu/session.sh OUTDIR [SECONDS]
 # SECONDS (default 600) is this script's share of the device time. Logs and
 # one JSON per row in OUTDIR (perf/gpu/headtohead.sh's layout).
