@@ -245,6 +245,7 @@ Summary Summarize(const Options& o, const Timings& t) {
 nlohmann::ordered_json ToJson(const Options& o, const Timings& t, const Summary& s, double checked) {
   nlohmann::ordered_json j;
   j["bench"] = "attention";
+  j["device"] = "host";
   j["batch"] = o.B;
   j["seq_len"] = o.T;
   j["embd"] = o.C;
