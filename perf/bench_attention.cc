@@ -216,6 +216,31 @@ StatusOr<double> Check(const Options& o, Arrays& a) {
   return worst;
 }
 
+// FLOPs of one product over the causal pairs (key <= query): 2 * hs each.
+double ProductFlops(const Options& o) {
+  const double pairs = static_cast<double>(o.B) * o.NH * (static_cast<double>(o.T) * (o.T + 1) / 2);
+  return 2.0 * (o.C / o.NH) * pairs;
+}
+// FLOPs of the limit, [B*T, C] x [C, C].
+double MatmulFlops(const Options& o) { return 2.0 * static_cast<double>(o.N()) * o.C * o.C; }
+constexpr const char* kFlopsCounted =
+    "causal pairs only: forward 2 products, backward 5 (the fused backward computes 7)";
+
+// The JSON's first fields, both devices'.
+nlohmann::ordered_json ShapeJson(const Options& o, const char* device) {
+  nlohmann::ordered_json j;
+  j["bench"] = "attention";
+  j["device"] = device;
+  j["batch"] = o.B;
+  j["seq_len"] = o.T;
+  j["embd"] = o.C;
+  j["heads"] = o.NH;
+  j["head_size"] = o.C / o.NH;
+  j["runs"] = o.runs;
+  j["flops_counted"] = kFlopsCounted;
+  return j;
+}
+
 struct Summary {
   double forward_flops = 0, backward_flops = 0, matmul_flops = 0;
   double forward_med = 0, backward_med = 0, matmul_med = 0, unfused_forward_med = 0, unfused_backward_med = 0;
@@ -224,11 +249,9 @@ struct Summary {
 
 Summary Summarize(const Options& o, const Timings& t) {
   Summary s;
-  const double pairs = static_cast<double>(o.B) * o.NH * (static_cast<double>(o.T) * (o.T + 1) / 2);
-  const double product = 2.0 * (o.C / o.NH) * pairs;
-  s.forward_flops = 2 * product;
-  s.backward_flops = 5 * product;
-  s.matmul_flops = 2.0 * static_cast<double>(o.N()) * o.C * o.C;
+  s.forward_flops = 2 * ProductFlops(o);
+  s.backward_flops = 5 * ProductFlops(o);
+  s.matmul_flops = MatmulFlops(o);
   s.forward_med = Median(t.forward_s);
   s.backward_med = Median(t.backward_s);
   s.matmul_med = Median(t.matmul_s);
@@ -243,17 +266,8 @@ Summary Summarize(const Options& o, const Timings& t) {
 }
 
 nlohmann::ordered_json ToJson(const Options& o, const Timings& t, const Summary& s, double checked) {
-  nlohmann::ordered_json j;
-  j["bench"] = "attention";
-  j["device"] = "host";
-  j["batch"] = o.B;
-  j["seq_len"] = o.T;
-  j["embd"] = o.C;
-  j["heads"] = o.NH;
-  j["head_size"] = o.C / o.NH;
+  nlohmann::ordered_json j = ShapeJson(o, "host");
   j["threads"] = k::Threads();
-  j["runs"] = o.runs;
-  j["flops_counted"] = "causal pairs only: forward 2 products, backward 5 (the fused backward computes 7)";
   j["forward_s_median"] = s.forward_med;
   j["backward_s_median"] = s.backward_med;
   j["forward_gflops"] = s.forward_gflops;
@@ -431,22 +445,11 @@ StatusOr<nlohmann::ordered_json> RunCuda(const Options& o, const Arrays& a) {
     timed(gemm, &gemm_s);
   }
   ZINF_RETURN_IF_ERROR(st);
-  const double pairs = static_cast<double>(o.B) * o.NH * (static_cast<double>(o.T) * (o.T + 1) / 2);
-  const double product = 2.0 * (o.C / o.NH) * pairs;
   const double fwd = Median(fwd_s), bwd = Median(bwd_s), mm = Median(gemm_s);
-  const double fwd_tflops = 2 * product / fwd / 1e12, bwd_tflops = 5 * product / bwd / 1e12;
-  const double mm_tflops = 2.0 * static_cast<double>(N) * o.C * o.C / mm / 1e12;
-  nlohmann::ordered_json j;
-  j["bench"] = "attention";
-  j["device"] = "cuda";
-  j["batch"] = o.B;
-  j["seq_len"] = o.T;
-  j["embd"] = o.C;
-  j["heads"] = o.NH;
-  j["head_size"] = o.C / o.NH;
-  j["runs"] = o.runs;
+  const double fwd_tflops = 2 * ProductFlops(o) / fwd / 1e12, bwd_tflops = 5 * ProductFlops(o) / bwd / 1e12;
+  const double mm_tflops = MatmulFlops(o) / mm / 1e12;
+  nlohmann::ordered_json j = ShapeJson(o, "cuda");
   j["inner"] = o.inner;
-  j["flops_counted"] = "causal pairs only: forward 2 products, backward 5 (the fused backward computes 7)";
   j["forward_s_median"] = fwd;
   j["backward_s_median"] = bwd;
   j["forward_tflops"] = fwd_tflops;

@@ -209,15 +209,23 @@ constexpr int64_t kDepthBlock = 256;
 
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Packing buffers of the calling thread (OpenMP pool threads live across
-// calls, so these are allocated once per thread, not once per matmul):
-// 0 and 1 a thread's A and B panels, 2 an A slab the caller shares with
-// its team.
+// Buffers of the calling thread, grown as needed and kept (OpenMP pool
+// threads live across calls, so these are allocated once per thread, not
+// once per kernel call).
+enum ThreadBufferSlot {
+  kPackA,            // a thread's packed A panel
+  kPackB,            // its packed B panel
+  kPackSharedA,      // an A slab the caller shares with its team
+  kAttentionScores,  // a fused attention item's rows x T scores (probabilities, dS)
+  kAttentionGrads,   // and their gradient (dp; P in the dk/dv pass)
+  kLossExps,         // one position's exps over the vocabulary
+  kThreadBufferSlots
+};
 template <typename T>
-T* PackBuffer(int which, size_t elems) {
-  thread_local std::vector<T> buffers[3];
-  if (buffers[which].size() < elems) buffers[which].resize(elems);
-  return buffers[which].data();
+T* ThreadBuffer(ThreadBufferSlot slot, size_t elems) {
+  thread_local std::vector<T> buffers[kThreadBufferSlots];
+  if (buffers[slot].size() < elems) buffers[slot].resize(elems);
+  return buffers[slot].data();
 }
 
 // What the B operand's elements are stored as: T itself, or a 16-bit float
@@ -373,13 +381,14 @@ void GemmTiled(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const 
   // bits).
   const bool shared_a = row_blocks > 1 && col_blocks > 1;
   T* const apack_all =
-      shared_a ? PackBuffer<T>(2, static_cast<size_t>(row_blocks * kRowBlock * std::min(kDepthBlock, K))) : nullptr;
+      shared_a ? ThreadBuffer<T>(kPackSharedA, static_cast<size_t>(row_blocks * kRowBlock * std::min(kDepthBlock, K)))
+               : nullptr;
   // Inside a parallel region (the fused attention's work items) it runs on
   // the calling thread alone.
 #pragma omp parallel if (WorthThreads(M * Ncols * K) && !omp_in_parallel())
   {
-    T* const apack = shared_a ? nullptr : PackBuffer<T>(0, static_cast<size_t>(kRowBlock * kDepthBlock));
-    T* const bpack = PackBuffer<T>(1, static_cast<size_t>(kColBlock * kDepthBlock));
+    T* const apack = shared_a ? nullptr : ThreadBuffer<T>(kPackA, static_cast<size_t>(kRowBlock * kDepthBlock));
+    T* const bpack = ThreadBuffer<T>(kPackB, static_cast<size_t>(kColBlock * kDepthBlock));
     for (int64_t k0 = 0; k0 < K; k0 += kDepthBlock) {
       const int64_t kb = std::min(kDepthBlock, K - k0);
       if (shared_a) {
@@ -815,7 +824,7 @@ ZINF_ALWAYS_INLINE T AttentionExp(T x) {
 }
 
 // The element-wise work on a block's rows, between its matmuls, run
-// Vectorized (AttentionRows) so that the exp vectorizes at the machine's
+// Vectorized (once per work item) so that the exp vectorizes at the machine's
 // width; the one sum in fixed lanes, so the bits do not depend on the ISA
 // (the matmuls' differ only between the baseline and the FMA paths).
 struct AttentionRowOps {
@@ -855,30 +864,6 @@ struct AttentionRowOps {
     if constexpr (kKeepP) std::fill(dp + n, dp + width, T(0));
   }
 };
-
-template <typename T>
-struct AttentionRows {
-  static T Softmax(T* row, int n, int width, T scale) {
-    T lse = T(0);
-    Vectorized([&]() ZINF_INLINE_LAMBDA { lse = AttentionRowOps::Softmax<T>(row, n, width, scale); });
-    return lse;
-  }
-  template <bool kKeepP>
-  static void ScoreGrad(T* s, T* dp, int first, int n, int width, T scale, const T* lse, const T* D, int stride) {
-    Vectorized([&]() ZINF_INLINE_LAMBDA {
-      AttentionRowOps::ScoreGrad<kKeepP, T>(s, dp, first, n, width, scale, lse, D, stride);
-    });
-  }
-};
-
-// A work item's two rows x T blocks (scores or probabilities, and their
-// gradient), the calling thread's, grown as needed and kept across calls.
-template <typename T>
-T* AttentionBlock(int which, size_t elems) {
-  thread_local std::vector<T> blocks[2];
-  if (blocks[which].size() < elems) blocks[which].resize(elems);
-  return blocks[which].data();
-}
 
 // The (batch, head) pairs' rows in blocks of kAttentionRows: item i is
 // block i % blocks of pair i / blocks.
@@ -923,11 +908,13 @@ void FusedAttentionForward(T* out, T* lse, const T* qkv, int B, int T_, int C, i
     const T* q = qkv + it.qkv + it.t0 * C3 + it.head;
     const T* k = qkv + it.qkv + C + it.head;
     const T* v = qkv + it.qkv + 2 * C + it.head;
-    T* s = AttentionBlock<T>(0, static_cast<size_t>(it.rows) * keys);
+    T* s = ThreadBuffer<T>(kAttentionScores, static_cast<size_t>(it.rows) * keys);
     Gemm<T>(s, keys, q, C3, 1, k, 1, C3, it.rows, keys, hs, /*set=*/true);  // q . k
-    for (int r = 0; r < it.rows; ++r) {                                     // query t0 + r sees keys 0 .. t0 + r
-      lse[it.bh + it.t0 + r] = AttentionRows<T>::Softmax(s + int64_t{r} * keys, it.t0 + r + 1, keys, scale);
-    }
+    Vectorized([&]() ZINF_INLINE_LAMBDA {
+      for (int r = 0; r < it.rows; ++r) {  // query t0 + r sees keys 0 .. t0 + r
+        lse[it.bh + it.t0 + r] = AttentionRowOps::Softmax<T>(s + int64_t{r} * keys, it.t0 + r + 1, keys, scale);
+      }
+    });
     Gemm<T>(out + it.btc + int64_t{it.t0} * C + it.head, C, s, keys, 1, v, C3, 1, it.rows, hs, keys, /*set=*/true);
   }
 }
@@ -963,15 +950,16 @@ void FusedAttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, co
     const T* k = qkv + it.qkv + C + it.head;
     const T* v = qkv + it.qkv + 2 * C + it.head;
     const T* d = dout + it.btc + int64_t{it.t0} * C + it.head;
-    T* s = AttentionBlock<T>(0, static_cast<size_t>(it.rows) * keys);
-    T* dp = AttentionBlock<T>(1, static_cast<size_t>(it.rows) * keys);
+    T* s = ThreadBuffer<T>(kAttentionScores, static_cast<size_t>(it.rows) * keys);
+    T* dp = ThreadBuffer<T>(kAttentionGrads, static_cast<size_t>(it.rows) * keys);
     Gemm<T>(s, keys, q, C3, 1, k, 1, C3, it.rows, keys, hs, /*set=*/true);  // q . k
     Gemm<T>(dp, keys, d, C, 1, v, 1, C3, it.rows, keys, hs, /*set=*/true);  // dout . v
-    for (int r = 0; r < it.rows; ++r) {                                     // query t0 + r: keys 0 .. t0 + r
-      const int64_t row = int64_t{r} * keys, at = it.bh + it.t0 + r;
-      AttentionRows<T>::template ScoreGrad<false>(s + row, dp + row, 0, it.t0 + r + 1, keys, scale, lse + at, D + at,
-                                                  0);
-    }
+    Vectorized([&]() ZINF_INLINE_LAMBDA {
+      for (int r = 0; r < it.rows; ++r) {  // query t0 + r: keys 0 .. t0 + r
+        const int64_t row = int64_t{r} * keys, at = it.bh + it.t0 + r;
+        AttentionRowOps::ScoreGrad<false, T>(s + row, dp + row, 0, it.t0 + r + 1, keys, scale, lse + at, D + at, 0);
+      }
+    });
     Gemm<T>(dqkv + it.qkv + it.t0 * C3 + it.head, C3, s, keys, 1, k, C3, 1, it.rows, hs, keys);
   }
   // dk and dv, per block of keys: summed over the queries at or after each.
@@ -983,14 +971,16 @@ void FusedAttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, co
     const T* v = qkv + it.qkv + it.t0 * C3 + 2 * C + it.head;
     const T* q = qkv + it.qkv + it.t0 * C3 + it.head;
     const T* d = dout + it.btc + int64_t{it.t0} * C + it.head;
-    T* s = AttentionBlock<T>(0, static_cast<size_t>(it.rows) * queries);
-    T* dp = AttentionBlock<T>(1, static_cast<size_t>(it.rows) * queries);
+    T* s = ThreadBuffer<T>(kAttentionScores, static_cast<size_t>(it.rows) * queries);
+    T* dp = ThreadBuffer<T>(kAttentionGrads, static_cast<size_t>(it.rows) * queries);
     Gemm<T>(s, queries, k, C3, 1, q, 1, C3, it.rows, queries, hs, /*set=*/true);  // k . q
     Gemm<T>(dp, queries, v, C3, 1, d, 1, C, it.rows, queries, hs, /*set=*/true);  // v . dout
-    for (int r = 0; r < it.rows; ++r) {  // key t0 + r: queries t0 + r .. T - 1, entries r ..
-      const int64_t row = int64_t{r} * queries, at = it.bh + it.t0;
-      AttentionRows<T>::template ScoreGrad<true>(s + row, dp + row, r, queries, queries, scale, lse + at, D + at, 1);
-    }
+    Vectorized([&]() ZINF_INLINE_LAMBDA {
+      for (int r = 0; r < it.rows; ++r) {  // key t0 + r: queries t0 + r .. T - 1, entries r ..
+        const int64_t row = int64_t{r} * queries, at = it.bh + it.t0;
+        AttentionRowOps::ScoreGrad<true, T>(s + row, dp + row, r, queries, queries, scale, lse + at, D + at, 1);
+      }
+    });
     T* dk = dqkv + it.qkv + it.t0 * C3 + C + it.head;
     Gemm<T>(dk + C, C3, dp, queries, 1, d, C, 1, it.rows, hs, queries);  // dv += P^T . dout
     Gemm<T>(dk, C3, s, queries, 1, q, C3, 1, it.rows, hs, queries);      // dk += dS^T . q
@@ -1083,9 +1073,7 @@ ZINF_ALWAYS_INLINE T CrossEntropyRow(const T* l, T* d, int V, int target, T dlos
   T maxv = l[0];
 #pragma omp simd reduction(max : maxv)
   for (int v = 0; v < V; ++v) maxv = l[v] > maxv ? l[v] : maxv;
-  thread_local std::vector<T> exps;
-  if (exps.size() < static_cast<size_t>(V)) exps.resize(static_cast<size_t>(V));
-  T* e = exps.data();
+  T* e = ThreadBuffer<T>(kLossExps, static_cast<size_t>(V));
   if constexpr (std::is_same_v<T, float>) {
 #pragma omp simd
     for (int v = 0; v < V; ++v) e[v] = ExpFloat(l[v] - maxv);
