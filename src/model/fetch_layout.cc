@@ -198,7 +198,7 @@ int64_t Matmul16Bytes(const GptConfig& model, int batch, ComputeKernels kernels,
   // The linear layers' widest in + out: GPT-2's MLP (C -> 4C and back),
   // Llama's gate/up and down (C <-> intermediate).
   const int64_t C = model.n_embd, N = int64_t{batch} * model.seq_len;
-  const int64_t out = model.llama() ? model.intermediate_size : 4 * C;
+  const int64_t out = model.llama() ? std::max<int64_t>(model.intermediate_size, model.attn_width()) : 4 * C;
   return kernels::cuda::kLtWorkspaceBytes + kernels::cuda::Matmul16ScratchBytes(N, C, out);
 }
 

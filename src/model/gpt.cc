@@ -56,8 +56,9 @@ using nlohmann::json;
 int64_t GptConfig::NumParameters() const {
   const int64_t C = n_embd;
   if (llama()) {
-    const int64_t kv = static_cast<int64_t>(n_kv_head) * head_dim(), I = intermediate_size;
-    const int64_t layer = 2 * C + 2 * C * C + 2 * kv * C + 3 * I * C + (qkv_bias ? C + 2 * kv : 0);
+    const int64_t kv = static_cast<int64_t>(n_kv_head) * head_dim(), I = intermediate_size, A = attn_width();
+    const int64_t layer =
+        2 * C + 2 * A * C + 2 * kv * C + 3 * I * C + (qkv_bias ? A + 2 * kv : 0) + (qk_norm ? 2 * head_dim() : 0);
     const int64_t vocab = static_cast<int64_t>(padded_vocab_size) * C;
     return vocab + n_layer * layer + C + (tied_embeddings ? 0 : vocab);
   }
@@ -231,6 +232,8 @@ std::string GptConfigToJson(const GptConfig& config) {
     j["n_kv_head"] = config.n_kv_head;
     j["intermediate_size"] = config.intermediate_size;
     j["qkv_bias"] = config.qkv_bias;
+    if (config.head_size > 0) j["head_size"] = config.head_size;
+    if (config.qk_norm) j["qk_norm"] = true;
     j["norm_eps"] = config.norm_eps;
     j["rope_theta"] = config.rope.theta;
     if (config.rope.llama3) {
@@ -249,24 +252,28 @@ namespace {
 
 std::vector<BlockSpec> LlamaBlockSpecs(const GptConfig& config) {
   const int64_t C = config.n_embd, Vp = config.padded_vocab_size, I = config.intermediate_size;
-  const int64_t Ckv = static_cast<int64_t>(config.n_kv_head) * config.head_dim();
+  const int64_t A = config.attn_width(), Ckv = static_cast<int64_t>(config.n_kv_head) * config.head_dim();
   std::vector<BlockSpec> specs;
   specs.push_back({"embed", {{"embed_tokens", {Vp, C}}}});
   for (int l = 0; l < config.n_layer; ++l) {
     BlockSpec b{"layer." + std::to_string(l),
                 {{"input_layernorm.weight", {C}},
-                 {"q_proj.weight", {C, C}},
+                 {"q_proj.weight", {A, C}},
                  {"k_proj.weight", {Ckv, C}},
                  {"v_proj.weight", {Ckv, C}},
-                 {"o_proj.weight", {C, C}},
+                 {"o_proj.weight", {C, A}},
                  {"post_attention_layernorm.weight", {C}},
                  {"gate_proj.weight", {I, C}},
                  {"up_proj.weight", {I, C}},
                  {"down_proj.weight", {C, I}}}};
     if (config.qkv_bias) {
-      b.tensors.push_back({"q_proj.bias", {C}});
+      b.tensors.push_back({"q_proj.bias", {A}});
       b.tensors.push_back({"k_proj.bias", {Ckv}});
       b.tensors.push_back({"v_proj.bias", {Ckv}});
+    }
+    if (config.qk_norm) {
+      b.tensors.push_back({"q_norm.weight", {config.head_dim()}});
+      b.tensors.push_back({"k_norm.weight", {config.head_dim()}});
     }
     specs.push_back(std::move(b));
   }
@@ -321,6 +328,7 @@ std::vector<std::vector<int>> LayerTensorGroups(const GptConfig& config) {
     return {{kLn1W, kLn1B}, {kQkvW, kQkvB}, {kAttProjW, kAttProjB}, {kLn2W, kLn2B}, {kFcW, kFcB}, {kFcProjW, kFcProjB}};
   std::vector<int> qkv = {kQW, kKW, kVW};
   if (config.qkv_bias) qkv.insert(qkv.end(), {kQB, kKB, kVB});
+  if (config.qk_norm) qkv.insert(qkv.end(), {QNormIndex(config), QNormIndex(config) + 1});
   return {{kAttnNormW}, qkv, {kOW}, {kMlpNormW}, {kGateW, kUpW}, {kDownW}};
 }
 
@@ -426,6 +434,7 @@ struct GptCompute<T>::Impl {
   Device* device = nullptr;
   int64_t N = 0;
   int C = 0;
+  int A = 0;  // the attention's width: q, its output (C for kGpt2)
   int64_t bytes = 0;
   std::vector<void*> allocations;
 
@@ -453,6 +462,10 @@ struct GptCompute<T>::Impl {
     T* gate = nullptr;      // kLlama: [N, I]
     T* up = nullptr;        // kLlama: [N, I]
     T* hmid = nullptr;      // kLlama: [N, I] silu(gate) * up
+    T* q_pre = nullptr;     // qk_norm: q before its norm [N, A]
+    T* k_pre = nullptr;     // qk_norm: k before its norm [N, Ckv]
+    T* q_rstd = nullptr;    // qk_norm: [N * n_head]
+    T* k_rstd = nullptr;    // qk_norm: [N * n_kv_head]
   };
   bool keep = false;  // LayerActivations::kKeep
   std::vector<LayerActs> acts;
@@ -475,15 +488,15 @@ struct GptCompute<T>::Impl {
   T* rope_sin = nullptr;
   T* zero_pos = nullptr;  // [T, C] zeros: the encoder's position rows
   T* dpos = nullptr;      // [T, C] where the encoder's unused position gradient goes
-  T* q = nullptr;         // [N, C] after RoPE
+  T* q = nullptr;         // [N, A] after RoPE
   T* k = nullptr;         // [N, Ckv] after RoPE
   T* v = nullptr;         // [N, Ckv]
   T* dh = nullptr;        // [N, I] x 3
   T* dgate = nullptr;
   T* dup = nullptr;
-  T* dqkv = nullptr;    // [N, 3C]
-  T* dq_rot = nullptr;  // [N, C]
-  T* dq = nullptr;      // [N, C]
+  T* dqkv = nullptr;    // [N, 3A]
+  T* dq_rot = nullptr;  // [N, A]
+  T* dq = nullptr;      // [N, A]
   T* dk_rot = nullptr;  // [N, Ckv] x 3
   T* dk = nullptr;
   T* dv = nullptr;
@@ -609,7 +622,7 @@ struct GptCompute<T>::Impl {
 
   size_t LayerTensorCount() const {
     if (!config.llama()) return kLayerTensors;
-    return config.qkv_bias ? kVB + 1 : kDownW + 1;
+    return static_cast<size_t>(QNormIndex(config) + (config.qk_norm ? 2 : 0));
   }
   // One group's step of the layer's forward (LayerTensorGroups): group
   // kMlpOutGroup writes x_{l+1}, so the recompute in LayerBackward stops
@@ -689,20 +702,25 @@ void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const LayerPar
   const int T_ = config.seq_len, NH = config.n_head, NKV = config.n_kv_head;
   const T* xin = x[layer];
   Ops<T>& o = *ops;
-  const bool bias = config.qkv_bias;
+  const bool bias = config.qkv_bias, qk_norm = config.qk_norm;
   switch (group) {
     case kNorm1Group: o.RmsNormForward(a.ln1, a.ln1_rstd, xin, p[kAttnNormW], N, C, config.norm_eps); break;
     case kQkvGroup:
-      Linear(lp, kQW, q, a.ln1, bias ? p[kQB] : nullptr, C, C);
-      Linear(lp, kKW, k, a.ln1, bias ? p[kKB] : nullptr, C, Ckv);
+      Linear(lp, kQW, qk_norm ? a.q_pre : q, a.ln1, bias ? p[kQB] : nullptr, C, A);
+      Linear(lp, kKW, qk_norm ? a.k_pre : k, a.ln1, bias ? p[kKB] : nullptr, C, Ckv);
       Linear(lp, kVW, v, a.ln1, bias ? p[kVB] : nullptr, C, Ckv);
+      if (qk_norm) {  // each head's row of hd values is one norm row
+        const int qn = QNormIndex(config);
+        o.RmsNormForward(q, a.q_rstd, a.q_pre, p[static_cast<size_t>(qn)], N * NH, hd, config.norm_eps);
+        o.RmsNormForward(k, a.k_rstd, a.k_pre, p[static_cast<size_t>(qn) + 1], N * NKV, hd, config.norm_eps);
+      }
       o.RopeForward(q, q, rope_cos, rope_sin, B, T_, NH, hd);
       o.RopeForward(k, k, rope_cos, rope_sin, B, T_, NKV, hd);
       o.GqaExpandForward(a.qkv, q, k, v, N, NH, NKV, hd);
-      o.AttentionForward(a.atty, a.att, attn_scratch, a.qkv, B, T_, C, NH);
+      o.AttentionForward(a.atty, a.att, attn_scratch, a.qkv, B, T_, A, NH);
       break;
     case kAttnOutGroup:
-      Linear(lp, kOW, a.mid, a.atty, nullptr, C, C);
+      Linear(lp, kOW, a.mid, a.atty, nullptr, A, C);
       o.ResidualForward(a.mid, xin, a.mid, N * C);
       break;
     case kNorm2Group: o.RmsNormForward(a.ln2, a.ln2_rstd, a.mid, p[kMlpNormW], N, C, config.norm_eps); break;
@@ -771,7 +789,7 @@ void GptCompute<T>::Impl::BackwardGroup(int layer, int group, const LayerParams&
 }
 
 // As BackwardGroup: d hmid in dh (kMlpOut -> kMlpIn), d ln2 and d atty in
-// dbuf_c, d ln1 in dbuf_c (kQkv -> kNorm1).
+// dbuf_c (N * max(C, A)), d ln1 in dbuf_c (kQkv -> kNorm1).
 template <typename T>
 void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerParams& lp, const std::vector<T*>& g,
                                              kernels::GradMode mode) {
@@ -779,9 +797,10 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
   const std::vector<const T*>& p = lp.values;
   const int T_ = config.seq_len, NH = config.n_head, NKV = config.n_kv_head;
   Ops<T>& o = *ops;
-  const bool bias = config.qkv_bias;
+  const bool bias = config.qkv_bias, qk_norm = config.qk_norm;
   // x_{l+1} = mid + down(silu(gate(ln2)) * up(ln2)), ln2 = rms(mid);
-  // mid = x_l + o(attention(rope(q(ln1)), rope(k(ln1)), v(ln1))), ln1 = rms(x_l).
+  // mid = x_l + o(attention(rope(q(ln1)), rope(k(ln1)), v(ln1))), ln1 = rms(x_l);
+  // with qk_norm, rope(qn(q(ln1))) and rope(kn(k(ln1))), qn and kn per head.
   switch (group) {
     case kMlpOutGroup:
       o.Zero(dh, N * I);
@@ -800,24 +819,39 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
       o.RmsNormBackward(dres, g[kMlpNormW], dbuf_c, a.mid, p[kMlpNormW], a.ln2_rstd, N, C);
       break;
     case kAttnOutGroup:
-      o.Zero(dbuf_c, N * C);  // d atty
-      LinearBackward(lp, kOW, dbuf_c, g[kOW], nullptr, dres, a.atty, C, C, mode);
+      o.Zero(dbuf_c, N * A);  // d atty
+      LinearBackward(lp, kOW, dbuf_c, g[kOW], nullptr, dres, a.atty, A, C, mode);
       break;
     case kQkvGroup: {
-      o.Zero(dqkv, N * 3 * C);
-      o.AttentionBackward(dqkv, attn_scratch, dbuf_c, a.qkv, a.atty, a.att, B, T_, C, NH);
-      o.Zero(dq_rot, N * C);
+      o.Zero(dqkv, N * 3 * A);
+      o.AttentionBackward(dqkv, attn_scratch, dbuf_c, a.qkv, a.atty, a.att, B, T_, A, NH);
+      o.Zero(dq_rot, N * A);
       o.Zero(dk_rot, N * Ckv);
       o.Zero(dv, N * Ckv);
       o.GqaExpandBackward(dq_rot, dk_rot, dv, dqkv, N, NH, NKV, hd);
-      o.Zero(dq, N * C);
+      o.Zero(dq, N * A);
       o.Zero(dk, N * Ckv);
       o.RopeBackward(dq, dq_rot, rope_cos, rope_sin, B, T_, NH, hd);
       o.RopeBackward(dk, dk_rot, rope_cos, rope_sin, B, T_, NKV, hd);
+      const T* dq_in = dq;  // d of the projections' outputs
+      const T* dk_in = dk;
+      if (qk_norm) {  // the rotated gradients' last readers have run: they take d q_pre, d k_pre
+        const auto qn = static_cast<size_t>(QNormIndex(config));
+        if (mode == kernels::GradMode::kSet) {
+          o.Zero(g[qn], hd);
+          o.Zero(g[qn + 1], hd);
+        }
+        o.Zero(dq_rot, N * A);
+        o.Zero(dk_rot, N * Ckv);
+        o.RmsNormBackward(dq_rot, g[qn], dq, a.q_pre, p[qn], a.q_rstd, N * NH, hd);
+        o.RmsNormBackward(dk_rot, g[qn + 1], dk, a.k_pre, p[qn + 1], a.k_rstd, N * NKV, hd);
+        dq_in = dq_rot;
+        dk_in = dk_rot;
+      }
       T* dln1 = dbuf_c;  // d atty's last reader was the attention backward
       o.Zero(dln1, N * C);
-      LinearBackward(lp, kQW, dln1, g[kQW], bias ? g[kQB] : nullptr, dq, a.ln1, C, C, mode);
-      LinearBackward(lp, kKW, dln1, g[kKW], bias ? g[kKB] : nullptr, dk, a.ln1, C, Ckv, mode);
+      LinearBackward(lp, kQW, dln1, g[kQW], bias ? g[kQB] : nullptr, dq_in, a.ln1, C, A, mode);
+      LinearBackward(lp, kKW, dln1, g[kKW], bias ? g[kKB] : nullptr, dk_in, a.ln1, C, Ckv, mode);
       LinearBackward(lp, kVW, dln1, g[kVW], bias ? g[kVB] : nullptr, dv, a.ln1, C, Ckv, mode);
       break;
     }
@@ -959,11 +993,12 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
   if (ops == nullptr || device == nullptr) return Status::InvalidArgument("GptCompute: ops and device are required");
   if (batch < 1) return Status::InvalidArgument("GptCompute: batch must be >= 1, got " + std::to_string(batch));
   if (config.vocab_size < 1 || config.seq_len < 1 || config.n_layer < 1 || config.n_head < 1 || config.n_embd < 1 ||
-      config.n_embd % config.n_head != 0 || config.padded_vocab_size != PaddedVocab(config.vocab_size)) {
+      (config.head_size == 0 && config.n_embd % config.n_head != 0) ||
+      config.padded_vocab_size != PaddedVocab(config.vocab_size) || (!config.llama() && config.head_size != 0)) {
     return Status::InvalidArgument("GptCompute: inconsistent model config " + GptConfigToJson(config));
   }
-  if (config.llama() && (config.n_kv_head < 1 || config.n_head % config.n_kv_head != 0 || config.head_dim() % 2 != 0 ||
-                         config.intermediate_size < 1)) {
+  if (config.llama() && (config.n_kv_head < 1 || config.n_head % config.n_kv_head != 0 || config.head_dim() < 2 ||
+                         config.head_dim() % 2 != 0 || config.intermediate_size < 1)) {
     return Status::InvalidArgument("GptCompute: inconsistent llama-family config " + GptConfigToJson(config));
   }
   auto impl = std::make_unique<Impl>();
@@ -973,9 +1008,10 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
   m.ops = ops;
   m.device = device;
   m.C = config.n_embd;
+  m.A = config.attn_width();
   m.N = static_cast<int64_t>(batch) * config.seq_len;
   const int64_t N = m.N, C = m.C, L = config.n_layer, Vp = config.padded_vocab_size;
-  const int64_t scratch_elems = ops->AttentionScratchElems(batch, config.seq_len, m.C, config.n_head);
+  const int64_t scratch_elems = ops->AttentionScratchElems(batch, config.seq_len, m.A, config.n_head);
   m.head_rows = std::clamp<int64_t>(kHeadChunkBytes / (2 * Vp * static_cast<int64_t>(sizeof(T))), 1, N);
 
   ZINF_RETURN_IF_ERROR(m.Alloc(&m.tokens, N, "input tokens"));
@@ -1026,13 +1062,13 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
 
 template <typename T>
 Status GptCompute<T>::Impl::AllocateLayerActs(LayerActs* a) {
-  const int64_t att_elems = ops->AttentionSavedElems(B, config.seq_len, C, config.n_head);
+  const int64_t att_elems = ops->AttentionSavedElems(B, config.seq_len, A, config.n_head);
   const bool llama = config.llama();
   ZINF_RETURN_IF_ERROR(Alloc(&a->ln1, N * C, llama ? "attention norm" : "ln1"));
   if (!llama) ZINF_RETURN_IF_ERROR(Alloc(&a->ln1_mean, N, "ln1 mean"));
   ZINF_RETURN_IF_ERROR(Alloc(&a->ln1_rstd, N, llama ? "attention norm rstd" : "ln1 rstd"));
-  ZINF_RETURN_IF_ERROR(Alloc(&a->qkv, N * 3 * C, "qkv"));
-  ZINF_RETURN_IF_ERROR(Alloc(&a->atty, N * C, "attention output"));
+  ZINF_RETURN_IF_ERROR(Alloc(&a->qkv, N * 3 * A, "qkv"));
+  ZINF_RETURN_IF_ERROR(Alloc(&a->atty, N * A, "attention output"));
   ZINF_RETURN_IF_ERROR(Alloc(&a->att, att_elems, "attention probabilities (or log-sum-exps)"));
   ZINF_RETURN_IF_ERROR(Alloc(&a->mid, N * C, "residual mid"));
   ZINF_RETURN_IF_ERROR(Alloc(&a->ln2, N * C, llama ? "mlp norm" : "ln2"));
@@ -1045,7 +1081,12 @@ Status GptCompute<T>::Impl::AllocateLayerActs(LayerActs* a) {
   const int64_t wide = N * I;
   ZINF_RETURN_IF_ERROR(Alloc(&a->gate, wide, "mlp gate"));
   ZINF_RETURN_IF_ERROR(Alloc(&a->up, wide, "mlp up"));
-  return Alloc(&a->hmid, wide, "mlp hidden");
+  ZINF_RETURN_IF_ERROR(Alloc(&a->hmid, wide, "mlp hidden"));
+  if (!config.qk_norm) return Status::Ok();
+  ZINF_RETURN_IF_ERROR(Alloc(&a->q_pre, N * A, "q before its norm"));
+  ZINF_RETURN_IF_ERROR(Alloc(&a->k_pre, N * Ckv, "k before its norm"));
+  ZINF_RETURN_IF_ERROR(Alloc(&a->q_rstd, N * config.n_head, "q norm rstd"));
+  return Alloc(&a->k_rstd, N * config.n_kv_head, "k norm rstd");
 }
 
 // Everything after the tokens, the layer inputs and the layer activations,
@@ -1060,23 +1101,23 @@ Status GptCompute<T>::Impl::AllocateLlama() {
   ZINF_RETURN_IF_ERROR(Alloc(&rope_sin, half_table, "rope sin"));
   ZINF_RETURN_IF_ERROR(Alloc(&zero_pos, static_cast<int64_t>(T_) * C, "zero positions"));
   ZINF_RETURN_IF_ERROR(Alloc(&dpos, static_cast<int64_t>(T_) * C, "position gradient sink"));
-  ZINF_RETURN_IF_ERROR(Alloc(&q, N * C, "q"));
+  ZINF_RETURN_IF_ERROR(Alloc(&q, N * A, "q"));
   ZINF_RETURN_IF_ERROR(Alloc(&k, kv, "k"));
   ZINF_RETURN_IF_ERROR(Alloc(&v, kv, "v"));
-  ZINF_RETURN_IF_ERROR(Alloc(&attn_scratch, ops->AttentionScratchElems(B, T_, C, config.n_head), "attention scratch"));
+  ZINF_RETURN_IF_ERROR(Alloc(&attn_scratch, ops->AttentionScratchElems(B, T_, A, config.n_head), "attention scratch"));
   ZINF_RETURN_IF_ERROR(Alloc(&lnf, N * C, "final norm"));
   ZINF_RETURN_IF_ERROR(Alloc(&lnf_rstd, N, "final norm rstd"));
   ZINF_RETURN_IF_ERROR(Alloc(&logits, head_rows * Vp, "logits"));
   ZINF_RETURN_IF_ERROR(Alloc(&dlogits, head_rows * Vp, "logit gradients"));
   ZINF_RETURN_IF_ERROR(Alloc(&losses, N, "losses"));
   ZINF_RETURN_IF_ERROR(Alloc(&dres, N * C, "residual gradient"));
-  ZINF_RETURN_IF_ERROR(Alloc(&dbuf_c, N * C, "layer gradient"));
+  ZINF_RETURN_IF_ERROR(Alloc(&dbuf_c, N * std::max(C, A), "layer gradient"));
   ZINF_RETURN_IF_ERROR(Alloc(&dh, wide, "mlp hidden gradient"));
   ZINF_RETURN_IF_ERROR(Alloc(&dgate, wide, "mlp gate gradient"));
   ZINF_RETURN_IF_ERROR(Alloc(&dup, wide, "mlp up gradient"));
-  ZINF_RETURN_IF_ERROR(Alloc(&dqkv, N * 3 * C, "qkv gradient"));
-  ZINF_RETURN_IF_ERROR(Alloc(&dq_rot, N * C, "rotated q gradient"));
-  ZINF_RETURN_IF_ERROR(Alloc(&dq, N * C, "q gradient"));
+  ZINF_RETURN_IF_ERROR(Alloc(&dqkv, N * 3 * A, "qkv gradient"));
+  ZINF_RETURN_IF_ERROR(Alloc(&dq_rot, N * A, "rotated q gradient"));
+  ZINF_RETURN_IF_ERROR(Alloc(&dq, N * A, "q gradient"));
   ZINF_RETURN_IF_ERROR(Alloc(&dk_rot, kv, "rotated k gradient"));
   ZINF_RETURN_IF_ERROR(Alloc(&dk, kv, "k gradient"));
   ZINF_RETURN_IF_ERROR(Alloc(&dv, kv, "v gradient"));

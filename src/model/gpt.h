@@ -49,11 +49,15 @@
 namespace zinf::model {
 
 // The decoder families GptCompute runs. kGpt2 is the model described above;
-// kLlama (Llama, Qwen2, Mistral checkpoints) replaces LayerNorm by RMSNorm
+// kLlama (Llama, Qwen2, Qwen3, Mistral checkpoints) replaces LayerNorm by RMSNorm
 // (no biases), learned positions by rotary embeddings (rotate-half) on q and
 // k, the GELU MLP by SwiGLU (down(silu(gate(x)) * up(x)), no biases), and
 // multi-head by grouped-query attention (n_kv_head key/value heads); q, k, v
-// and o are separate weights, q/k/v with biases when qkv_bias (Qwen2).
+// and o are separate weights, q/k/v with biases when qkv_bias (Qwen2). The
+// heads may be wider or narrower than n_embd / n_head (head_size: Qwen3,
+// Mistral-Nemo), so q and the attention's output are n_head * head_dim()
+// wide (attn_width()); with qk_norm (Qwen3) q and k go through an RMSNorm
+// over each head (weights [head_dim]) before RoPE.
 enum class ModelFamily { kGpt2, kLlama };
 
 // Rotary embedding frequencies: inv_freq_i = theta^(-2i/hd), rescaled by the
@@ -81,11 +85,16 @@ struct GptConfig {
   int n_kv_head = 0;          // key/value heads; divides n_head
   int intermediate_size = 0;  // SwiGLU width
   bool qkv_bias = false;      // q/k/v projections have biases (Qwen2)
+  int head_size = 0;          // width of a head; 0: n_embd / n_head
+  bool qk_norm = false;       // per-head RMSNorm of q and k before RoPE (Qwen3)
   double norm_eps = 1e-5;     // RMSNorm epsilon
   RopeConfig rope;
 
   bool llama() const { return family == ModelFamily::kLlama; }
-  int head_dim() const { return n_embd / n_head; }
+  int head_dim() const { return head_size > 0 ? head_size : n_embd / n_head; }
+  // Width of q, of the attention's output and of o_proj's input: n_embd
+  // unless head_size says otherwise.
+  int attn_width() const { return n_head * head_dim(); }
   int64_t NumParameters() const;  // including the vocabulary padding rows
 };
 
@@ -118,7 +127,9 @@ enum LayerTensor {
 };
 enum HeadTensor { kLnfW = 0, kLnfB = 1, kLmHead = 2 };
 // kLlama blocks: embed {embed_tokens [Vp, C]}; layer.<i> in this order
-// (the biases only with qkv_bias); head {norm.weight[, lm_head [Vp, C]]}.
+// (the biases only with qkv_bias, then q_norm and k_norm [head_dim] only
+// with qk_norm: QNormIndex); head {norm.weight[, lm_head [Vp, C]]}. q_proj
+// is [A, C] and o_proj [C, A], A = attn_width().
 enum LlamaLayerTensor {
   kAttnNormW = 0,
   kQW,
@@ -133,6 +144,8 @@ enum LlamaLayerTensor {
   kKB,
   kVB,
 };
+// Index of q_norm.weight in a kLlama layer with qk_norm; k_norm.weight follows.
+inline int QNormIndex(const GptConfig& c) { return c.qkv_bias ? kVB + 1 : kDownW + 1; }
 // Index of the untied lm_head in the head block (kLmHead for kGpt2).
 inline int LmHeadIndex(const GptConfig& c) { return c.llama() ? 1 : kLmHead; }
 

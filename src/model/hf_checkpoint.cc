@@ -249,10 +249,18 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c) {
   m.tied_embeddings = r.Bool("tie_word_embeddings", false);
   m.norm_eps = r.Number("rms_norm_eps", 1e-6);
   m.qkv_bias = c.architecture == "Qwen2ForCausalLM";
+  m.qk_norm = c.architecture == "Qwen3ForCausalLM";
   r.Neutral("hidden_act", {"silu"});
   r.Neutral("mlp_bias", {false});
+  // Qwen2 hard-wires its q/k/v biases; elsewhere attention_bias would add
+  // biases to q, k, v and o.
   r.Neutral("attention_bias", {m.qkv_bias});
-  if (m.n_head > 0 && m.n_embd % m.n_head == 0) r.Neutral("head_dim", {json(m.n_embd / m.n_head)});
+  // An explicit head_dim other than hidden_size / num_attention_heads
+  // (Qwen3, Mistral-Nemo) makes q and o_proj num_attention_heads * head_dim wide.
+  const int head_dim = r.Int("head_dim", 0, false);
+  if (head_dim > 0 && !(m.n_head > 0 && m.n_embd % m.n_head == 0 && head_dim == m.n_embd / m.n_head)) {
+    m.head_size = head_dim;
+  }
   ParseRope(r, c);
   const bool mistral = c.architecture == "MistralForCausalLM";
   const bool use_sliding = r.Bool("use_sliding_window", mistral);
@@ -344,17 +352,19 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
   if (c.architecture == "GPT2LMHeadModel") {
     ParseGpt2(r, c);
   } else if (c.architecture == "LlamaForCausalLM" || c.architecture == "Qwen2ForCausalLM" ||
-             c.architecture == "MistralForCausalLM") {
+             c.architecture == "Qwen3ForCausalLM" || c.architecture == "MistralForCausalLM") {
     ParseLlama(r, c);
   } else {
     return Status::InvalidArgument(config_path + ": architecture " + c.architecture +
                                    " is not supported (GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, "
-                                   "MistralForCausalLM)");
+                                   "Qwen3ForCausalLM, MistralForCausalLM)");
   }
   r.Finish();
   GptConfig& m = c.model;
   if (r.errors().empty()) {
-    if (m.n_embd % m.n_head != 0) r.Error("hidden size " + std::to_string(m.n_embd) + " is not a multiple of heads");
+    if (m.head_size == 0 && m.n_embd % m.n_head != 0) {
+      r.Error("hidden size " + std::to_string(m.n_embd) + " is not a multiple of heads");
+    }
     if (m.llama() && (m.n_head % m.n_kv_head != 0 || m.head_dim() % 2 != 0)) {
       r.Error("num_key_value_heads " + std::to_string(m.n_kv_head) + " must divide num_attention_heads " +
               std::to_string(m.n_head) + " and the head size must be even");
@@ -480,6 +490,9 @@ std::vector<std::string> HfTensorNames(const HfCheckpoint& ckpt, BlockId block) 
       l + "mlp.gate_proj.weight",    l + "mlp.up_proj.weight",      l + "mlp.down_proj.weight"};
   if (m.qkv_bias) {
     for (const char* p : {"q", "k", "v"}) n.push_back(l + "self_attn." + p + "_proj.bias");
+  }
+  if (m.qk_norm) {
+    for (const char* p : {"q", "k"}) n.push_back(l + "self_attn." + p + "_norm.weight");
   }
   return n;
 }

@@ -9,6 +9,10 @@
 //                          the fused q|k|v; gelu_new; learned positions.
 //   LlamaForCausalLM    -> kLlama
 //   Qwen2ForCausalLM    -> kLlama with q/k/v biases
+//   Qwen3ForCausalLM    -> kLlama with q_norm/k_norm (RMSNorm over each head
+//                          of q and k before RoPE)
+// An explicit head_dim other than hidden_size / num_attention_heads
+// (Qwen3, Mistral-Nemo) sets GptConfig::head_size.
 //   MistralForCausalLM  -> kLlama, only when the sequence fits the sliding
 //                          window (attention is then plain causal)
 // The vocabulary rows of the embedding and an untied head are padded with

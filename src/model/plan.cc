@@ -35,13 +35,18 @@ std::string GiB(int64_t bytes) { return FormatBytes(bytes); }
 
 int64_t LayerActivationBytes(const GptConfig& m, int batch, bool fused_attention) {
   // gpt.cc Impl::AllocateLayerActs (every array has at least one element).
-  const int64_t B = batch, N = B * m.seq_len, NC = N * m.n_embd;
+  const int64_t B = batch, N = B * m.seq_len, NC = N * m.n_embd, NA = N * m.attn_width();
   const int64_t att = B * m.n_head * m.seq_len * (fused_attention ? 1 : m.seq_len);  // Ops::AttentionSavedElems
   int64_t bytes = DeviceBytes(std::max<int64_t>(att, 1) * 4);
-  // ln1, atty, mid, ln2; qkv; the norms' rstd
-  bytes += 4 * DeviceBytes(NC * 4) + DeviceBytes(3 * NC * 4) + 2 * DeviceBytes(N * 4);
-  if (m.llama()) return bytes + 3 * DeviceBytes(N * m.intermediate_size * 4);  // gate, up, hmid
-  return bytes + 2 * DeviceBytes(N * 4) + 2 * DeviceBytes(4 * NC * 4);         // LayerNorm means; fch, fch_gelu
+  // ln1, mid, ln2; qkv, atty; the norms' rstd
+  bytes += 3 * DeviceBytes(NC * 4) + DeviceBytes(3 * NA * 4) + DeviceBytes(NA * 4) + 2 * DeviceBytes(N * 4);
+  if (!m.llama())
+    return bytes + 2 * DeviceBytes(N * 4) + 2 * DeviceBytes(4 * NC * 4);  // LayerNorm means; fch, fch_gelu
+  bytes += 3 * DeviceBytes(N * m.intermediate_size * 4);                  // gate, up, hmid
+  if (!m.qk_norm) return bytes;
+  // q and k before their norms, the norms' rstd
+  return bytes + DeviceBytes(NA * 4) + DeviceBytes(N * m.n_kv_head * m.head_dim() * 4) + DeviceBytes(N * m.n_head * 4) +
+         DeviceBytes(N * m.n_kv_head * 4);
 }
 
 LayerActivations AutoLayerActivations(const GptConfig& model, int batch, ComputeKernels kernels, int64_t device_bytes,
@@ -106,7 +111,8 @@ bool FusedAttention(const GptConfig& model, ComputeKernels kernels, int64_t para
   if (kernels == ComputeKernels::kHost) return true;  // ops.cc CpuOps
   // cuda_ops.cc CudaOps::Flash; the trainer's condition for the 16-bit mode.
   return kernels == ComputeKernels::kCuda16 && param_elem_bytes == 2 && model.n_head > 0 &&
-         model.n_embd % model.n_head == 0 && kernels::cuda::FlashAttentionHeadSize(model.n_embd / model.n_head);
+         (model.head_size > 0 || model.n_embd % model.n_head == 0) &&
+         kernels::cuda::FlashAttentionHeadSize(model.head_dim());
 }
 
 int64_t ActivationBytes(const GptConfig& m, int batch, ComputeKernels kernels, int64_t param_elem_bytes,
@@ -117,7 +123,8 @@ int64_t ActivationBytes(const GptConfig& m, int batch, ComputeKernels kernels, i
   const int64_t N = B * T, NC = N * C;
   const int64_t att = B * NH * T * T;
   // ops.cc (CPU, fused) and cuda_kernels.h FlashAttentionScratchElems, AttentionScratchElems.
-  const int64_t attn_scratch = fused_attention ? B * NH * T : 7 * B * T * C + att;
+  const int64_t A = m.attn_width();
+  const int64_t attn_scratch = fused_attention ? B * NH * T : 7 * B * T * A + att;
   const int64_t head_rows = std::clamp<int64_t>(kHeadChunkBytes / (2 * Vp * 4), 1, N);
   auto f = [](int64_t elems) { return DeviceBytes(std::max<int64_t>(elems, 1) * 4); };  // one fp32 (or int32) array
   // tokens, targets; the layer inputs x_0 .. x_L (kOffload: at most three
@@ -126,14 +133,17 @@ int64_t ActivationBytes(const GptConfig& m, int batch, ComputeKernels kernels, i
   int64_t bytes = 2 * f(N) + inputs * f(NC);
   bytes += (activations == LayerActivations::kKeep ? L : 1) * LayerActivationBytes(m, batch, fused_attention);
   // attention scratch; final norm (+ mean) and rstd; logits and their
-  // gradient, one chunk; losses; residual and layer gradients
-  bytes += f(attn_scratch) + f(NC) + (m.llama() ? 1 : 2) * f(N) + 2 * f(head_rows * Vp) + f(N) + 2 * f(NC);
+  // gradient, one chunk; losses; residual and layer gradients (kLlama's
+  // layer gradient also holds d atty: N * max(C, A))
+  bytes += f(attn_scratch) + f(NC) + (m.llama() ? 1 : 2) * f(N) + 2 * f(head_rows * Vp) + f(N) + f(NC) +
+           f(m.llama() ? N * std::max(C, A) : NC);
   if (!m.llama()) return bytes + f(4 * NC);  // the MLP's gradient
   const int64_t hd = m.head_dim(), Ckv = static_cast<int64_t>(m.n_kv_head) * hd, I = m.intermediate_size;
+  const int64_t NA = N * A;
   bytes += 2 * f(T * (hd / 2)) + 2 * f(T * C);      // rope tables; zero positions, their gradient sink
-  bytes += f(NC) + 2 * f(N * Ckv);                  // q, k, v
+  bytes += f(NA) + 2 * f(N * Ckv);                  // q, k, v
   bytes += 3 * f(N * I);                            // d hidden, d gate, d up
-  bytes += f(3 * NC) + 2 * f(NC) + 3 * f(N * Ckv);  // d qkv; d q (rotated and not); d k (both), d v
+  bytes += f(3 * NA) + 2 * f(NA) + 3 * f(N * Ckv);  // d qkv; d q (rotated and not); d k (both), d v
   return bytes;
 }
 

@@ -1,6 +1,7 @@
-// The whole "tiny" GPT on CudaOps against CpuOps<float>: one forward and
-// backward of the same weights and batch on both, then the loss and every
-// block's gradients compared.
+// The whole "tiny" GPT (and tiny as Qwen3's layer: q/k norms, GQA, heads
+// wider than n_embd / n_head) on CudaOps against CpuOps<float>: one forward
+// and backward of the same weights and batch on both, then the loss and
+// every block's gradients compared.
 //
 // Tolerances: the two sides differ only in the order of float additions
 // (cuBLAS vs the CPU's tiled matmul, double accumulators on the CPU), so
@@ -22,6 +23,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "device/cuda_device.h"
@@ -145,7 +147,29 @@ double Step(const GptConfig& cfg, int batch, Side& side, Device* device, const s
                                        << " vs max |cpu| " << max_ref << " (limit 1e-3 of it)";
 }
 
-// The tiny model's weights and one batch of 2 sequences.
+// The tiny model, tied or not.
+GptConfig TinyConfig(bool tied) {
+  auto cfg_or = LoadGptConfig("tiny");
+  EXPECT_TRUE(cfg_or.ok()) << cfg_or.status().ToString();
+  GptConfig cfg = *cfg_or;
+  cfg.tied_embeddings = tied;
+  return cfg;
+}
+
+// tiny as Qwen3's layer: GQA (4 heads, 2 key/value heads), q/k norms,
+// heads of 16 (q and the attention output 64 wide against n_embd 32).
+GptConfig TinyQwen3Config() {
+  GptConfig cfg = TinyConfig(/*tied=*/false);
+  cfg.family = ModelFamily::kLlama;
+  cfg.n_head = 4;
+  cfg.n_kv_head = 2;
+  cfg.intermediate_size = 40;
+  cfg.qk_norm = true;
+  cfg.head_size = 16;
+  return cfg;
+}
+
+// A model's seeded weights and one batch of 2 sequences.
 struct TinyCase {
   GptConfig cfg;
   int batch = 2;
@@ -153,12 +177,9 @@ struct TinyCase {
   std::vector<int32_t> inputs, targets;
 };
 
-TinyCase MakeTinyCase(bool tied) {
+TinyCase MakeTinyCase(const GptConfig& cfg) {
   TinyCase c;
-  auto cfg_or = LoadGptConfig("tiny");
-  EXPECT_TRUE(cfg_or.ok()) << cfg_or.status().ToString();
-  c.cfg = *cfg_or;
-  c.cfg.tied_embeddings = tied;
+  c.cfg = cfg;
   for (BlockId b = 0; b <= HeadBlock(c.cfg); ++b) c.weights.push_back(InitBlockWeights(c.cfg, b, /*seed=*/1234));
   std::mt19937 rng(99);
   std::uniform_int_distribution<int32_t> tok(0, c.cfg.vocab_size - 1);
@@ -170,9 +191,9 @@ TinyCase MakeTinyCase(bool tied) {
   return c;
 }
 
-void CompareTinyModel(bool tied) {
+void CompareTinyModel(const GptConfig& model) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA GPU: " << CudaUnavailableReason();
-  const TinyCase c = MakeTinyCase(tied);
+  const TinyCase c = MakeTinyCase(model);
   const GptConfig& cfg = c.cfg;
   const int batch = c.batch;
   const auto& weights = c.weights;
@@ -212,14 +233,15 @@ void CompareTinyModel(bool tied) {
   }  // the CUDA side is freed before its device
 }
 
-TEST(GptCudaTest, TinyModelTiedMatchesCpu) { CompareTinyModel(/*tied=*/true); }
-TEST(GptCudaTest, TinyModelUntiedMatchesCpu) { CompareTinyModel(/*tied=*/false); }
+TEST(GptCudaTest, TinyModelTiedMatchesCpu) { CompareTinyModel(TinyConfig(/*tied=*/true)); }
+TEST(GptCudaTest, TinyModelUntiedMatchesCpu) { CompareTinyModel(TinyConfig(/*tied=*/false)); }
+TEST(GptCudaTest, TinyQwen3MatchesCpu) { CompareTinyModel(TinyQwen3Config()); }
 
 // In both compute modes (the 16-bit one's attention is the fused kernel,
 // which recomputes the probabilities in its backward).
 void KeptActivationsGiveTheRecomputesBits(bool compute16) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA GPU: " << CudaUnavailableReason();
-  const TinyCase c = MakeTinyCase(/*tied=*/true);
+  const TinyCase c = MakeTinyCase(TinyConfig(/*tied=*/true));
   auto cuda_device = CreateCudaDevice(0, 0);
   ASSERT_TRUE(cuda_device.ok()) << cuda_device.status().ToString();
   double losses[2] = {0, 0};
@@ -258,8 +280,8 @@ TEST(GptCudaTest, ActivationBytesAreTheCudaAllocations) {
   auto cuda_device = CreateCudaDevice(0, 0);
   ASSERT_TRUE(cuda_device.ok()) << cuda_device.status().ToString();
   Device& device = **cuda_device;
-  for (const char* name : {"tiny", "demo"}) {
-    const GptConfig m = *LoadGptConfig(name);
+  for (const auto& [name, m] : {std::pair{"tiny", TinyConfig(true)}, std::pair{"demo", *LoadGptConfig("demo")},
+                                std::pair{"tiny-qwen3", TinyQwen3Config()}}) {
     for (bool compute16 : {false, true}) {
       for (LayerActivations a : {LayerActivations::kRecompute, LayerActivations::kKeep}) {
         SCOPED_TRACE(std::string(name) + (compute16 ? " 16-bit " : " fp32 ") + LayerActivationsName(a));
@@ -270,7 +292,7 @@ TEST(GptCudaTest, ActivationBytesAreTheCudaAllocations) {
           auto compute = GptCompute<float>::Create(m, 2, ops->get(), &device, a);
           ASSERT_TRUE(compute.ok()) << compute.status().ToString();
           const bool fused = FusedAttention(m, KernelsFor(/*cuda=*/true, compute16), /*param_elem_bytes=*/2);
-          EXPECT_EQ(fused, compute16);  // head sizes 16 and 64
+          EXPECT_EQ(fused, compute16);  // head sizes 16, 64 and 16
           EXPECT_EQ(ActivationBytes(m, 2, KernelsFor(/*cuda=*/true, compute16), /*param_elem_bytes=*/2, a),
                     static_cast<int64_t>(device.bytes_in_use()) - before);
         }

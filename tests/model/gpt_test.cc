@@ -308,8 +308,20 @@ GptConfig TinyLlama(bool tied, bool qkv_bias) {
   return c;
 }
 
+// Qwen3's layer: q_norm and k_norm over each head of q and k, and heads of
+// `head_size` whatever n_embd / n_head is (8 here): 12 makes q and the
+// attention output 48 wide (> n_embd 32), 6 makes them 24.
+GptConfig TinyQwen3(int head_size) {
+  GptConfig c = TinyLlama(false, false);
+  c.qk_norm = true;
+  c.head_size = head_size;
+  return c;
+}
+
 TEST(GptTest, LlamaGradientsMatchFiniteDifferencesTied) { CheckModelGradients(TinyLlama(true, false)); }
 TEST(GptTest, LlamaGradientsMatchFiniteDifferencesUntiedWithBiases) { CheckModelGradients(TinyLlama(false, true)); }
+TEST(GptTest, Qwen3GradientsMatchFiniteDifferencesWideHeads) { CheckModelGradients(TinyQwen3(12)); }
+TEST(GptTest, Qwen3GradientsMatchFiniteDifferencesNarrowHeads) { CheckModelGradients(TinyQwen3(6)); }
 
 TEST(GptTest, LossAtInitIsNearLogVocab) {
   const GptConfig config = Tiny(true);
@@ -416,15 +428,18 @@ TEST(GptTest, SixteenBitMatricesGiveTheBitsOfTheirFloatCasts) {
 
 // Layer gradients set (GradMode::kSet, as the trainer asks) into arrays
 // full of NaN: every tensor of the walked groups is written whole, with the
-// bits of adding into zeroed arrays, for GPT-2 and Llama with q/k/v biases,
-// recomputed and kept activations, float and its 16-bit matrices, and
-// double.
+// bits of adding into zeroed arrays, for GPT-2, Llama with q/k/v biases and
+// Qwen3's q/k norms, recomputed and kept activations, float and its 16-bit
+// matrices, and double.
 TEST(GptTest, SetLayerGradientsNeedNoZeroing) {
   for (const auto& [config, acts] :
        {std::pair{Tiny(true), LayerActivations::kRecompute},
         std::pair{TinyLlama(false, true), LayerActivations::kRecompute},
-        std::pair{Tiny(false), LayerActivations::kKeep}, std::pair{TinyLlama(true, false), LayerActivations::kKeep}}) {
-    SCOPED_TRACE(std::string(config.llama() ? "llama" : "gpt2") +
+        std::pair{Tiny(false), LayerActivations::kKeep}, std::pair{TinyLlama(true, false), LayerActivations::kKeep},
+        std::pair{TinyQwen3(12), LayerActivations::kRecompute}, std::pair{TinyQwen3(6), LayerActivations::kKeep}}) {
+    SCOPED_TRACE(std::string(config.qk_norm   ? "qwen3"
+                             : config.llama() ? "llama"
+                                              : "gpt2") +
                  (acts == LayerActivations::kKeep ? ", kept activations" : ", recomputed"));
     const int B = 2;
     std::vector<Tensors> params = MakeParams(config, 13);

@@ -172,7 +172,7 @@ TEST_P(HfParityTest, AdamWOnNvmeFollowsTorchCurve) {
   EXPECT_GT((*trainer)->engine().counters().nvme_read_bytes, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, HfParityTest, ::testing::Values("gpt2", "llama", "qwen2", "mistral"));
+INSTANTIATE_TEST_SUITE_P(Architectures, HfParityTest, ::testing::Values("gpt2", "llama", "qwen2", "mistral", "qwen3"));
 
 // A copy of a fixture folder whose config.json or tensors a test changes.
 std::string CopyFixture(const TempDir& tmp, const std::string& name) {
@@ -197,6 +197,43 @@ TEST(HfCheckpointTest, MathChangingKeyIsNamed) {
   auto c = OpenHfCheckpoint(dir);
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("hidden_act"), std::string::npos) << c.status().ToString();
+}
+
+// Qwen3: attention_bias would bias o_proj too, which zinf has not; a
+// missing k_norm and an odd head_dim are named.
+TEST(HfCheckpointTest, Qwen3BiasesMissingNormsAndOddHeadsAreNamed) {
+  TempDir tmp;
+  std::string dir = CopyFixture(tmp, "qwen3");
+  auto ok = OpenHfCheckpoint(dir);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_TRUE(ok->model.qk_norm);
+  EXPECT_EQ(ok->model.head_size, 16);
+  EXPECT_EQ(ok->model.attn_width(), 64);  // hidden_size 32
+  EditConfig(dir, "\"attention_bias\": false", "\"attention_bias\": true");
+  auto c = OpenHfCheckpoint(dir);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("attention_bias"), std::string::npos) << c.status().ToString();
+  EditConfig(dir, "\"attention_bias\": true", "\"attention_bias\": false");
+  EditConfig(dir, "\"head_dim\": 16", "\"head_dim\": 15");
+  c = OpenHfCheckpoint(dir);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("head size must be even"), std::string::npos) << c.status().ToString();
+
+  dir = tmp.path() + "/no-k-norm";
+  std::filesystem::copy(FixtureDir("qwen3"), dir, std::filesystem::copy_options::recursive);
+  auto weights = ReadSafetensors(dir + "/model.safetensors");
+  ASSERT_TRUE(weights.ok()) << weights.status().ToString();
+  std::vector<SafetensorsTensor> kept;
+  for (const SafetensorsFile::Tensor& t : weights->tensors) {
+    if (t.name != "model.layers.1.self_attn.k_norm.weight") kept.push_back({t.name, t.dtype, t.shape, t.data});
+  }
+  ASSERT_EQ(kept.size() + 1, weights->tensors.size());
+  ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors", kept, {}).ok());
+  c = OpenHfCheckpoint(dir);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("model.layers.1.self_attn.k_norm.weight is missing (expected shape [16])"),
+            std::string::npos)
+      << c.status().ToString();
 }
 
 TEST(HfCheckpointTest, UnknownKeyIsAnErrorAndNeutralKeysAreNoted) {

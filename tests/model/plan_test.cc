@@ -314,6 +314,16 @@ TEST(PlanTest, UntiedLlamaMatchesTrainer) {
                       {{OffloadDevice::kNone, OffloadDevice::kCpu}, {OffloadDevice::kNvme, OffloadDevice::kNvme}});
 }
 
+// Qwen3's layer (q/k norms, heads of 24: q and o_proj 48 wide against
+// n_embd 32) on NVMe: the norms' and the wider projections' bytes.
+TEST(PlanTest, Qwen3MatchesTrainer) {
+  GptConfig qwen3 = UntiedTinyLlama();
+  qwen3.qkv_bias = false;
+  qwen3.qk_norm = true;
+  qwen3.head_size = 24;
+  CheckAgainstTrainer(qwen3, "tiny-qwen3", 4, {{OffloadDevice::kNvme, OffloadDevice::kNvme}});
+}
+
 // ActivationBytes is what GptCompute allocates, array by array, for both
 // families, every choice and any batch (the host device rounds as CUDA
 // does): kept activations cost L - 1 more layers' worth of what the
@@ -324,11 +334,17 @@ TEST(PlanTest, ActivationBytesAreGptComputesAllocations) {
   auto ops = CreateCpuOps<float>();
   GptConfig one = *LoadGptConfig("tiny");
   one.n_layer = 1;  // two layer inputs: offloaded, two device slots
-  for (const GptConfig& m : {*LoadGptConfig("tiny"), *LoadGptConfig("demo"), llama, one}) {
+  // Qwen3's q/k norms, heads wider (A = 48 > C = 32) and narrower (16)
+  GptConfig wide = llama, narrow = llama;
+  wide.qk_norm = narrow.qk_norm = true;
+  wide.head_size = 24;
+  narrow.head_size = 8;
+  for (const GptConfig& m : {*LoadGptConfig("tiny"), *LoadGptConfig("demo"), llama, one, wide, narrow}) {
     for (int batch : {1, 3}) {
       for (LayerActivations a : {LayerActivations::kRecompute, LayerActivations::kKeep, LayerActivations::kOffload}) {
-        SCOPED_TRACE(std::string(m.llama() ? "llama" : "gpt2") + " layers " + std::to_string(m.n_layer) + " batch " +
-                     std::to_string(batch) + " " + LayerActivationsName(a));
+        SCOPED_TRACE(std::string(m.llama() ? "llama" : "gpt2") + " layers " + std::to_string(m.n_layer) + " heads " +
+                     std::to_string(m.head_dim()) + (m.qk_norm ? " qk_norm" : "") + " batch " + std::to_string(batch) +
+                     " " + LayerActivationsName(a));
         auto device = CreateHostDevice(0);
         auto c = GptCompute<float>::Create(m, batch, ops.get(), device.get(), a);
         ASSERT_TRUE(c.ok()) << c.status().ToString();

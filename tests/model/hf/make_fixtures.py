@@ -2,7 +2,9 @@
 """Makes the HF parity fixtures of tests/model/hf_parity_test.cc.
 
 Run by hand (needs pip-installed torch and transformers; CI only reads the
-committed output):  python3 tests/model/hf/make_fixtures.py
+committed output):  python3 tests/model/hf/make_fixtures.py [NAME ...]
+(every architecture, or only the named ones: each has its own seed, so one
+can be added without remaking the others)
 
 For each architecture a tiny random-init checkpoint folder <name>/ (config.json
 + model.safetensors, as save_pretrained writes them) and <name>/reference.safetensors:
@@ -16,6 +18,7 @@ computed from its bf16 weights (upcast to fp32).
 """
 import json
 import os
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -47,6 +50,10 @@ MODELS = {
     # a sliding window longer than the sequence, f16 checkpoint
     "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM,
                 dict(COMMON_LLAMA, vocab_size=120, tie_word_embeddings=False, sliding_window=32), torch.float16),
+    # q_norm/k_norm, heads wider than hidden_size / heads (head_dim 16, not 8), untied head
+    "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM,
+              dict(COMMON_LLAMA, vocab_size=130, head_dim=16, tie_word_embeddings=False, use_sliding_window=False),
+              torch.float32),
 }
 
 
@@ -109,8 +116,13 @@ def make(name, config_cls, model_cls, kwargs, dtype, seed):
 
 
 def main():
+    only = set(sys.argv[1:])
+    unknown = only - set(MODELS)
+    if unknown:
+        sys.exit("unknown fixture(s): " + ", ".join(sorted(unknown)) + " (known: " + ", ".join(MODELS) + ")")
     for i, (name, (config_cls, model_cls, kwargs, dtype)) in enumerate(MODELS.items()):
-        make(name, config_cls, model_cls, kwargs, dtype, seed=1000 + i)
+        if not only or name in only:
+            make(name, config_cls, model_cls, kwargs, dtype, seed=1000 + i)
 
 
 if __name__ == "__main__":
