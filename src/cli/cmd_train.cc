@@ -405,7 +405,7 @@ ZINF_COMMAND(Command{
     "  --config C        DeepSpeed JSON (zero_optimization, offload_param/optimizer, aio, optimizer, ...)\n"
     "  --model M         tiny | demo | small | gpt2-124m, a JSON file with vocab_size, seq_len,\n"
     "                    n_layer, n_head, n_embd[, tied_embeddings] (default small), or a Hugging Face\n"
-    "                    model folder (GPT-2, Llama, Qwen2, Qwen3, Mistral; config.json + safetensors)\n"
+    "                    model folder (GPT-2, Llama, Qwen2, Qwen3, Phi-3, Mistral; config.json + safetensors)\n"
     "  --seq-len T       sequence length (default: the model's; a HF model's positions)\n"
     "  --data D          token file (256 int32 header: 20240520, version, count; then uint16 (version 1)\n"
     "                    or uint32 (2) tokens), e.g. from `zinf data encode`; default: the built-in corpus\n"

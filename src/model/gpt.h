@@ -49,7 +49,7 @@
 namespace zinf::model {
 
 // The decoder families GptCompute runs. kGpt2 is the model described above;
-// kLlama (Llama, Qwen2, Qwen3, Mistral checkpoints) replaces LayerNorm by RMSNorm
+// kLlama (Llama, Qwen2, Qwen3, Phi-3, Mistral checkpoints) replaces LayerNorm by RMSNorm
 // (no biases), learned positions by rotary embeddings (rotate-half) on q and
 // k, the GELU MLP by SwiGLU (down(silu(gate(x)) * up(x)), no biases), and
 // multi-head by grouped-query attention (n_kv_head key/value heads); q, k, v

@@ -213,6 +213,8 @@ void ParseRope(KeyReader& r, HfCheckpoint& c) {
     if (k == "rope_type" || k == "type") continue;
     if (k == "rope_theta" && it->is_number()) {
       rope.theta = it->get<double>();
+    } else if (k == "partial_rotary_factor" && it->is_number() && it->get<double>() == 1.0) {
+      continue;  // every dimension of a head rotates, as zinf's RoPE does
     } else if (type == "llama3" && it->is_number() &&
                (k == "factor" || k == "low_freq_factor" || k == "high_freq_factor" ||
                 k == "original_max_position_embeddings")) {
@@ -250,6 +252,7 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c) {
   m.norm_eps = r.Number("rms_norm_eps", 1e-6);
   m.qkv_bias = c.architecture == "Qwen2ForCausalLM";
   m.qk_norm = c.architecture == "Qwen3ForCausalLM";
+  const bool phi3 = c.architecture == "Phi3ForCausalLM";
   r.Neutral("hidden_act", {"silu"});
   r.Neutral("mlp_bias", {false});
   // Qwen2 hard-wires its q/k/v biases; elsewhere attention_bias would add
@@ -262,9 +265,15 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c) {
     m.head_size = head_dim;
   }
   ParseRope(r, c);
-  const bool mistral = c.architecture == "MistralForCausalLM";
-  const bool use_sliding = r.Bool("use_sliding_window", mistral);
-  if (!mistral) r.Neutral("use_sliding_window", {false});
+  // Before transformers 5, the partial rotary factor sat beside the rope keys.
+  r.Neutral("partial_rotary_factor", {1.0, 1});
+  if (phi3 && r.Get("original_max_position_embeddings") != nullptr) {
+    c.notes.push_back("original_max_position_embeddings: ignored (only \"longrope\" scaling reads it)");
+  }
+  // Mistral's and Phi-3's attention slides whenever a window is set.
+  const bool windowed = c.architecture == "MistralForCausalLM" || phi3;
+  const bool use_sliding = r.Bool("use_sliding_window", windowed);
+  if (!windowed) r.Neutral("use_sliding_window", {false});
   const json* window = r.Get("sliding_window");
   if (window != nullptr && use_sliding) {
     if (!window->is_number_integer() || window->get<int64_t>() < 1) {
@@ -352,12 +361,13 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
   if (c.architecture == "GPT2LMHeadModel") {
     ParseGpt2(r, c);
   } else if (c.architecture == "LlamaForCausalLM" || c.architecture == "Qwen2ForCausalLM" ||
-             c.architecture == "Qwen3ForCausalLM" || c.architecture == "MistralForCausalLM") {
+             c.architecture == "Qwen3ForCausalLM" || c.architecture == "MistralForCausalLM" ||
+             c.architecture == "Phi3ForCausalLM") {
     ParseLlama(r, c);
   } else {
     return Status::InvalidArgument(config_path + ": architecture " + c.architecture +
                                    " is not supported (GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, "
-                                   "Qwen3ForCausalLM, MistralForCausalLM)");
+                                   "Qwen3ForCausalLM, MistralForCausalLM, Phi3ForCausalLM)");
   }
   r.Finish();
   GptConfig& m = c.model;
@@ -403,6 +413,9 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
     for (size_t t = 0; t < names.size(); ++t) {
       expected.insert(names[t]);
       std::vector<int64_t> shape = specs[b].tensors[t].shape;
+      const HfRows rows = HfRowsOf(specs[b], names, t);
+      if (rows.row > 0) continue;  // a fused tensor's later part: checked with its first
+      shape[0] = rows.rows;
       const bool vocab_rows =
           (b == kEmbedBlock && t == 0) || (b == HeadBlock(m) && static_cast<int>(t) == LmHeadIndex(m));
       if (vocab_rows) shape[0] = m.vocab_size;
@@ -494,7 +507,25 @@ std::vector<std::string> HfTensorNames(const HfCheckpoint& ckpt, BlockId block) 
   if (m.qk_norm) {
     for (const char* p : {"q", "k"}) n.push_back(l + "self_attn." + p + "_norm.weight");
   }
+  if (ckpt.architecture == "Phi3ForCausalLM") {  // q|k|v and gate|up fused
+    n[kQW] = n[kKW] = n[kVW] = l + "self_attn.qkv_proj.weight";
+    n[kGateW] = n[kUpW] = l + "mlp.gate_up_proj.weight";
+  }
   return n;
+}
+
+HfRows HfRowsOf(const BlockSpec& spec, const std::vector<std::string>& names, size_t t) {
+  HfRows r;
+  size_t first = t, end = t + 1;
+  while (first > 0 && names[first - 1] == names[t]) --first;
+  while (end < names.size() && names[end] == names[t]) ++end;
+  r.fused = end - first > 1;
+  for (size_t i = first; i < end; ++i) {
+    const int64_t rows = spec.tensors[i].shape.empty() ? 1 : spec.tensors[i].shape[0];
+    if (i < t) r.row += rows;
+    r.rows += rows;
+  }
+  return r;
 }
 
 namespace {
@@ -558,7 +589,11 @@ StatusOr<std::vector<std::vector<float>>> ReadHfBlock(const HfCheckpoint& ckpt, 
     const std::byte* p = file.data() + e.begin;
     std::vector<float> w(static_cast<size_t>(spec.tensors[t].numel()), 0.0f);
     const bool conv1d = !model.llama() && e.shape.size() == 2 && names[t].find(".h.") != std::string::npos;
-    if (conv1d) {  // stored [in, out]; the engine keeps [out, in]
+    const HfRows rows = HfRowsOf(spec, names, t);
+    if (rows.fused) {  // this tensor's rows of the fused one
+      const int64_t n = spec.tensors[t].numel(), first = rows.row * (n / spec.tensors[t].shape[0]);
+      for (int64_t i = 0; i < n; ++i) w[static_cast<size_t>(i)] = ElementAt(p, e.dtype, first + i);
+    } else if (conv1d) {  // stored [in, out]; the engine keeps [out, in]
       const int64_t in = e.shape[0], outf = e.shape[1];
       for (int64_t i = 0; i < in; ++i) {
         for (int64_t o = 0; o < outf; ++o) w[static_cast<size_t>(o * in + i)] = ElementAt(p, e.dtype, i * outf + o);

@@ -15,6 +15,10 @@
 // (Qwen3, Mistral-Nemo) sets GptConfig::head_size.
 //   MistralForCausalLM  -> kLlama, only when the sequence fits the sliding
 //                          window (attention is then plain causal)
+//   Phi3ForCausalLM     -> kLlama (Phi-3, Phi-4) whose q, k and v are stored
+//                          fused as the rows of one qkv_proj, gate and up as
+//                          those of gate_up_proj; the sliding window as
+//                          Mistral's
 // The vocabulary rows of the embedding and an untied head are padded with
 // zero rows to padded_vocab_size (they receive no gradient and stay 0).
 //
@@ -56,7 +60,7 @@ struct HfCheckpoint {
   // max_position_embeddings) until WithSeqLen changes it.
   GptConfig model;
   int max_positions = 0;
-  int sliding_window = 0;          // Mistral: 0 none
+  int sliding_window = 0;          // Mistral, Phi-3: 0 none
   std::vector<std::string> notes;  // keys and tensors ignored, and why
 
   struct Source {
@@ -81,7 +85,19 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir);
 StatusOr<GptConfig> HfModelAtSeqLen(const HfCheckpoint& ckpt, int seq_len);
 
 // The checkpoint's name of each tensor of `block` (GptBlockSpecs order).
+// Consecutive tensors of a block that share a name are row ranges of one
+// fused checkpoint tensor, in order (HfRowsOf).
 std::vector<std::string> HfTensorNames(const HfCheckpoint& ckpt, BlockId block);
+
+// Tensor `t` of `spec` within its checkpoint tensor (names: HfTensorNames of
+// that block): its first row there and that tensor's rows, which are the
+// tensor's own (row 0) unless it is fused with its neighbours.
+struct HfRows {
+  int64_t row = 0;
+  int64_t rows = 0;
+  bool fused = false;
+};
+HfRows HfRowsOf(const BlockSpec& spec, const std::vector<std::string>& names, size_t t);
 
 // Block `block`'s weights in fp32, in the engine's layout for `model`
 // (HfModelAtSeqLen's result).

@@ -16,14 +16,18 @@
 namespace zinf::model {
 namespace {
 
-// One tensor as the folder holds it.
+// One engine tensor as the folder holds it: a tensor of the folder, or
+// rows of one that several fill in turn (HfRowsOf: Phi-3's fused
+// projections), whose first part carries its name and whole shape.
 struct OutTensor {
   BlockId block = 0;
   size_t index = 0;  // in the block's GptBlockSpecs order
   std::string name;
-  std::vector<int64_t> shape;  // the file's (source) layout
+  std::vector<int64_t> shape;  // the file's (source) layout, the whole tensor's
   bool transpose = false;      // GPT-2 Conv1D: engine [out, in] -> file [in, out]
-  int64_t bytes = 0;
+  bool first = true;           // the first (or only) part of its tensor
+  int64_t bytes = 0;           // this part's
+  int64_t tensor_bytes = 0;    // the whole tensor's
   size_t shard = 0;
   int64_t offset = 0;  // in its shard's data section
 };
@@ -51,7 +55,15 @@ std::vector<OutTensor> PlanTensors(const GptConfig& model, const HfCheckpoint& n
       if (o.transpose) std::swap(o.shape[0], o.shape[1]);
       o.bytes = element_bytes;
       for (int64_t d : o.shape) o.bytes *= d;
-      if (in_shard > 0 && in_shard + o.bytes > max_shard_bytes) {
+      const HfRows rows = HfRowsOf(specs[b], n, t);
+      o.first = rows.row == 0;
+      o.tensor_bytes = o.bytes;
+      if (rows.fused) {  // never transposed nor padded
+        o.tensor_bytes = o.bytes / o.shape[0] * rows.rows;
+        o.shape[0] = rows.rows;
+      }
+      // A tensor's parts go in one shard, after its first.
+      if (o.first && in_shard > 0 && in_shard + o.tensor_bytes > max_shard_bytes) {
         ++shard;
         in_shard = 0;
       }
@@ -76,8 +88,8 @@ std::string ShardHeader(const std::vector<OutTensor>& plan, size_t shard, const 
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   header["__metadata__"] = {{"format", "pt"}};
   for (const OutTensor& o : plan) {
-    if (o.shard != shard) continue;
-    header[o.name] = {{"dtype", dtype}, {"shape", o.shape}, {"data_offsets", {o.offset, o.offset + o.bytes}}};
+    if (o.shard != shard || !o.first) continue;
+    header[o.name] = {{"dtype", dtype}, {"shape", o.shape}, {"data_offsets", {o.offset, o.offset + o.tensor_bytes}}};
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
@@ -187,7 +199,9 @@ Status WriteWeights(const std::string& dir, const std::vector<OutTensor>& plan, 
   for (const OutTensor& o : plan) total += o.bytes;
   index["metadata"] = {{"total_size", total}};
   index["weight_map"] = nlohmann::ordered_json::object();
-  for (const OutTensor& o : plan) index["weight_map"][o.name] = ShardName(o.shard, shards);
+  for (const OutTensor& o : plan) {
+    if (o.first) index["weight_map"][o.name] = ShardName(o.shard, shards);
+  }
   return WriteFileAtomic(JoinPath(dir, "model.safetensors.index.json"), index.dump(2) + "\n");
 }
 

@@ -97,7 +97,7 @@ TEST_P(HfExportCliTest, TrainedExportReloadsToTheSameLoss) {
   EXPECT_EQ(line.find("\"eval_loss\":" + trained + ","), std::string::npos) << "the step changed nothing: " << line;
 }
 
-INSTANTIATE_TEST_SUITE_P(F32Fixtures, HfExportCliTest, ::testing::Values("gpt2", "llama", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(F32Fixtures, HfExportCliTest, ::testing::Values("gpt2", "llama", "qwen3", "phi3"));
 
 }  // namespace
 }  // namespace zinf

@@ -279,12 +279,13 @@ TEST(FetchLayoutTrainerTest, PiecesGiveTheWholeLayerLossesAndWeightsOnEveryTier)
   }
 }
 
-// Llama with q/k/v biases (Qwen2's layer), with q/k norms (Qwen3's) and the
+// Llama with q/k/v biases (Qwen2's layer), with q/k norms (Qwen3's), with
+// fused projections (Phi-3's) and the
 // rest from fixtures: the cut model
 // trains to the whole-layer model's losses; its weights go out as the HF
 // folder they came in as, byte for byte (F32 fixture, F32 export).
 TEST(FetchLayoutTrainerTest, HfWeightsInAndOutThroughPieces) {
-  for (const char* name : {"qwen2", "llama", "gpt2", "qwen3"}) {
+  for (const char* name : {"qwen2", "llama", "gpt2", "qwen3", "phi3"}) {
     auto ckpt = OpenHfCheckpoint(testing::FixtureDir(name));
     ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
     auto model = HfModelAtSeqLen(*ckpt, 0);

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -55,28 +56,32 @@ TEST_P(HfExportTest, F32ExportOfF32CheckpointIsByteIdentical) {
   EXPECT_FALSE(std::filesystem::exists(out + "/model.safetensors.index.json"));
 }
 
-INSTANTIATE_TEST_SUITE_P(F32Fixtures, HfExportTest, ::testing::Values("gpt2", "llama", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(F32Fixtures, HfExportTest, ::testing::Values("gpt2", "llama", "qwen3", "phi3"));
 
 // Small shards: several files and an index naming every tensor once; the
-// folder opens as the same model with the same fp32 weights (BF16 fixture,
-// exported BF16: the stored values round-trip exactly). Tokenizer files
-// present in the source are copied.
-TEST(HfExportShardsTest, ShardedFolderReadsBackAsTheSameModel) {
+// folder opens as the same model with the same fp32 weights (the BF16
+// fixture exported BF16, the F32 one with fused projections F32: the stored
+// values round-trip exactly; a fused tensor's parts stay in one shard).
+// Tokenizer files present in the source are copied.
+class HfExportShardsTest : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+
+TEST_P(HfExportShardsTest, ShardedFolderReadsBackAsTheSameModel) {
+  const auto [fixture, dtype] = GetParam();
   TempDir tmp;
   const std::string src = tmp.path() + "/src", out = tmp.path() + "/out";
-  std::filesystem::copy(FixtureDir("qwen2"), src, std::filesystem::copy_options::recursive);
+  std::filesystem::copy(FixtureDir(fixture), src, std::filesystem::copy_options::recursive);
   testing::WriteBytes(src + "/tokenizer.json", "{\"version\": \"1.0\"}");
   auto ckpt = OpenHfCheckpoint(src);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
   auto model = HfModelAtSeqLen(*ckpt, 0);
   ASSERT_TRUE(model.ok());
-  ASSERT_TRUE(ExportHfFolder(out, *model, &*ckpt, "BF16", ReaderOf(*ckpt, *model), /*max_shard_bytes=*/4096).ok());
+  ASSERT_TRUE(ExportHfFolder(out, *model, &*ckpt, dtype, ReaderOf(*ckpt, *model), /*max_shard_bytes=*/4096).ok());
   EXPECT_FALSE(std::filesystem::exists(out + "/model.safetensors"));
   EXPECT_EQ(testing::ReadBytes(out + "/tokenizer.json"), "{\"version\": \"1.0\"}");
   // Exported again unsharded into the same folder: the old index goes.
   const std::string again = tmp.path() + "/again";
   std::filesystem::copy(out, again, std::filesystem::copy_options::recursive);
-  ASSERT_TRUE(ExportHfFolder(again, *model, &*ckpt, "BF16", ReaderOf(*ckpt, *model)).ok());
+  ASSERT_TRUE(ExportHfFolder(again, *model, &*ckpt, dtype, ReaderOf(*ckpt, *model)).ok());
   EXPECT_TRUE(std::filesystem::exists(again + "/model.safetensors"));
   EXPECT_FALSE(std::filesystem::exists(again + "/model.safetensors.index.json"));
   const auto index = nlohmann::json::parse(testing::ReadBytes(out + "/model.safetensors.index.json"));
@@ -100,6 +105,9 @@ TEST(HfExportShardsTest, ShardedFolderReadsBackAsTheSameModel) {
     EXPECT_TRUE(*x == *y) << "block " << b;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, HfExportShardsTest,
+                         ::testing::Values(std::pair{"qwen2", "BF16"}, std::pair{"phi3", "F32"}));
 
 // zinf's own GPT: a GPT2LMHeadModel folder that reads back as the same
 // model (untied, so the head is exported too), weights equal.

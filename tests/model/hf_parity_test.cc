@@ -172,7 +172,8 @@ TEST_P(HfParityTest, AdamWOnNvmeFollowsTorchCurve) {
   EXPECT_GT((*trainer)->engine().counters().nvme_read_bytes, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, HfParityTest, ::testing::Values("gpt2", "llama", "qwen2", "mistral", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Architectures, HfParityTest,
+                         ::testing::Values("gpt2", "llama", "qwen2", "mistral", "qwen3", "phi3"));
 
 // A copy of a fixture folder whose config.json or tensors a test changes.
 std::string CopyFixture(const TempDir& tmp, const std::string& name) {
@@ -232,6 +233,30 @@ TEST(HfCheckpointTest, Qwen3BiasesMissingNormsAndOddHeadsAreNamed) {
   c = OpenHfCheckpoint(dir);
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("model.layers.1.self_attn.k_norm.weight is missing (expected shape [16])"),
+            std::string::npos)
+      << c.status().ToString();
+}
+
+// Phi-3: a partial rotary factor and the "longrope" scaling change the math
+// and are named; the fused tensors are checked whole.
+TEST(HfCheckpointTest, Phi3PartialRotaryLongropeAndFusedShapesAreNamed) {
+  TempDir tmp;
+  const std::string dir = CopyFixture(tmp, "phi3");
+  ASSERT_TRUE(OpenHfCheckpoint(dir).ok());
+  EditConfig(dir, "\"partial_rotary_factor\": 1.0", "\"partial_rotary_factor\": 0.75");
+  auto c = OpenHfCheckpoint(dir);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("partial_rotary_factor"), std::string::npos) << c.status().ToString();
+  EditConfig(dir, "\"partial_rotary_factor\": 0.75", "\"partial_rotary_factor\": 1.0");
+  EditConfig(dir, "\"rope_type\": \"default\"", "\"rope_type\": \"longrope\"");
+  c = OpenHfCheckpoint(dir);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("longrope"), std::string::npos) << c.status().ToString();
+  EditConfig(dir, "\"rope_type\": \"longrope\"", "\"rope_type\": \"default\"");
+  EditConfig(dir, "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 4");
+  c = OpenHfCheckpoint(dir);  // q|k|v of 4 heads each: 96 rows, the file's 64
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("model.layers.0.self_attn.qkv_proj.weight has shape [64, 32], expected [96, 32]"),
             std::string::npos)
       << c.status().ToString();
 }

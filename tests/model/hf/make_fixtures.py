@@ -54,6 +54,11 @@ MODELS = {
     "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM,
               dict(COMMON_LLAMA, vocab_size=130, head_dim=16, tie_word_embeddings=False, use_sliding_window=False),
               torch.float32),
+    # q|k|v in one qkv_proj, gate|up in one gate_up_proj, a sliding window longer than the sequence
+    "phi3": (transformers.Phi3Config, transformers.Phi3ForCausalLM,
+             dict(COMMON_LLAMA, vocab_size=110, tie_word_embeddings=False, sliding_window=24, resid_pdrop=0.0,
+                  embd_pdrop=0.0, original_max_position_embeddings=T, bos_token_id=0, eos_token_id=0,
+                  pad_token_id=None), torch.float32),
 }
 
 
