@@ -43,4 +43,11 @@ __device__ __forceinline__ float WarpSum(float v) {
   return v;
 }
 
+// Column sums over the N rows of [N, C] arrays (cuda_kernels.cu), the same
+// bits run to run: dbias += sum_n dout, and with `inp` dweight += sum_n dout
+// * xhat, xhat = (inp - mean) * rstd (LayerNorm) or inp * rstd without
+// `mean` (RMSNorm). A null dweight or dbias is skipped.
+Status LaunchColumnSums(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean,
+                        const float* rstd, int64_t N, int C, cudaStream_t s, const char* name);
+
 }  // namespace zinf::kernels::cuda

@@ -43,15 +43,6 @@ __global__ void RmsNormBackwardInputKernel(float* dinp, const float* dout, const
   }
 }
 
-__global__ void RmsNormBackwardWeightKernel(float* dweight, const float* dout, const float* inp, const float* rstd,
-                                            int64_t N, int C) {
-  ZINF_GRID_STRIDE(c, C) {
-    float acc = 0.f;
-    for (int64_t n = 0; n < N; ++n) acc += dout[n * C + c] * (inp[n * C + c] * rstd[n]);
-    dweight[c] += acc;
-  }
-}
-
 __global__ void RopeKernel(float* out, const float* inp, const float* cos, const float* sin, int T, int n_head, int hd,
                            int64_t pairs, bool backward) {
   const int half = hd / 2;
@@ -139,8 +130,9 @@ Status RmsNormBackward(float* dinp, float* dweight, const float* dout, const flo
   cudaStream_t s = AsStream(stream);
   RmsNormBackwardInputKernel<<<GridFor(N, kWarpsPerBlock), kThreads, 0, s>>>(dinp, dout, inp, weight, rstd, N, C);
   ZINF_RETURN_IF_ERROR(LaunchStatus("rmsnorm_backward dinp"));
-  RmsNormBackwardWeightKernel<<<GridFor(C, kThreads), kThreads, 0, s>>>(dweight, dout, inp, rstd, N, C);
-  return LaunchStatus("rmsnorm_backward dweight");
+  // A block of 32 x 32 threads per 32 columns: a thread per column alone
+  // walked all N rows (for Qwen3's per-head norms, N * heads of them).
+  return LaunchColumnSums(dweight, nullptr, dout, inp, nullptr, rstd, N, C, s, "rmsnorm_backward dweight");
 }
 
 Status RopeForward(float* out, const float* inp, const float* cos, const float* sin, int B, int T_, int n_head, int hd,

@@ -161,8 +161,9 @@ __global__ void LayerNormBackwardInputKernel(float* dinp, const float* dout, con
 
 // Column sums over N rows, one 32-column tile per block of 32 x 32 threads:
 // thread (tx, ty) sums rows ty, ty+32, ... of column tile*32+tx; row ty = 0
-// then adds the 32 partials in order. With `inp` (LayerNorm), also
-// sum dout * xhat into dweight; without it, only sum dout into dbias.
+// then adds the 32 partials in order. With `inp` (LayerNorm; RMSNorm without
+// `mean`), also sum dout * xhat into dweight; without it, only sum dout into
+// dbias.
 __global__ void ColumnSumsKernel(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean,
                                  const float* rstd, int64_t N, int C) {
   __shared__ float part_w[32][33];
@@ -174,7 +175,7 @@ __global__ void ColumnSumsKernel(float* dweight, float* dbias, const float* dout
     for (int64_t n = ty; n < N; n += 32) {
       const float g = dout[n * C + col];
       sb += g;
-      if (inp) sw += g * (inp[n * C + col] - mean[n]) * rstd[n];
+      if (inp) sw += mean ? g * (inp[n * C + col] - mean[n]) * rstd[n] : g * (inp[n * C + col] * rstd[n]);
     }
   }
   part_w[ty][tx] = sw;
@@ -189,13 +190,6 @@ __global__ void ColumnSumsKernel(float* dweight, float* dbias, const float* dout
     if (dweight) dweight[col] += tw;
     if (dbias) dbias[col] += tb;
   }
-}
-
-Status LaunchColumnSums(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean,
-                        const float* rstd, int64_t N, int C, cudaStream_t s, const char* name) {
-  if ((dweight == nullptr && dbias == nullptr) || C == 0) return Status::Ok();
-  ColumnSumsKernel<<<(C + 31) / 32, dim3(32, 32), 0, s>>>(dweight, dbias, dout, inp, mean, rstd, N, C);
-  return LaunchStatus(name);
 }
 
 // ---- matmul --------------------------------------------------------------------
@@ -380,6 +374,13 @@ __global__ void CrossEntropyKernel(float* losses, float* dlogits, const float* l
 }
 
 }  // namespace
+
+Status LaunchColumnSums(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean,
+                        const float* rstd, int64_t N, int C, cudaStream_t s, const char* name) {
+  if ((dweight == nullptr && dbias == nullptr) || C == 0) return Status::Ok();
+  ColumnSumsKernel<<<(C + 31) / 32, dim3(32, 32), 0, s>>>(dweight, dbias, dout, inp, mean, rstd, N, C);
+  return LaunchStatus(name);
+}
 
 // ---- public ------------------------------------------------------------------
 

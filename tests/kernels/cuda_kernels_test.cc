@@ -131,6 +131,9 @@ class CudaKernelsTest : public ::testing::Test {
     return host;
   }
 
+  // The GPU's RMSNorm forward and backward against the CPU's on N rows of C.
+  void RmsNormForwardAndBackward(int64_t N, int C);
+
   std::unique_ptr<Device> device_;
   std::unique_ptr<Stream> stream_;
   std::unique_ptr<gpu::CudaBlas> blas_;
@@ -448,9 +451,16 @@ TEST_F(CudaKernelsTest, BadSizesAreErrorsNotLaunches) {
 
 // ---- Llama family (cuda_decoder_kernels.cu) ----
 
+// 67 rows of 96 (three column tiles), and 1000 rows of 24 (one partial
+// tile: Qwen3's per-head norms are many short rows).
 TEST_F(CudaKernelsTest, RmsNormForwardAndBackward) {
-  const int64_t N = 67;
-  const int C = 96;
+  for (const auto& [N, C] : {std::pair<int64_t, int>{67, 96}, std::pair<int64_t, int>{1000, 24}}) {
+    SCOPED_TRACE(std::to_string(N) + " rows of " + std::to_string(C));
+    RmsNormForwardAndBackward(N, C);
+  }
+}
+
+void CudaKernelsTest::RmsNormForwardAndBackward(int64_t N, int C) {
   const auto inp = Uniform(N * C, -2.0f, 2.0f, 41), weight = Uniform(C, 0.5f, 1.5f, 42);
   const auto dout = Uniform(N * C, -1.0f, 1.0f, 43), dinp0 = Uniform(N * C, -1.0f, 1.0f, 44);
   const auto dw0 = Uniform(C, -1.0f, 1.0f, 45);
@@ -464,7 +474,7 @@ TEST_F(CudaKernelsTest, RmsNormForwardAndBackward) {
   EXPECT_TRUE(Near(Down(d_rstd, N), rstd, 1e-7, 1e-5));
   ASSERT_OK(gpu::RmsNormBackward(d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd, N, C, s()));
   EXPECT_TRUE(Near(Down(d_dinp, N * C), dinp, 1e-5, 1e-4));
-  EXPECT_TRUE(Near(Down(d_dw, C), dw, 1e-4, 1e-4));  // sums over 67 rows
+  EXPECT_TRUE(Near(Down(d_dw, C), dw, 1e-4, 1e-4));  // sums over N rows
 }
 
 TEST_F(CudaKernelsTest, RopeForwardAndBackward) {
