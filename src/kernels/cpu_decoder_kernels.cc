@@ -74,13 +74,14 @@ void RmsNormBackward(T* dinp, T* dweight, const T* dout, const T* inp, const T* 
   }
 }
 
-// Rotates each head's halves (a, b) at position t by `sign` x the angle
-// whose cos and sin are the tables' row t: o = (a c - sign b s, b c + sign a s).
-// The forward rotates by +angle into `out`; the backward, the transpose,
-// rotates the gradient by -angle and adds it to `out`.
+// Rotates the halves (a, b) of each head's first `rot` columns at position
+// t by `sign` x the angle whose cos and sin are the tables' row t: o = (a c -
+// sign b s, b c + sign a s); the columns past rot pass. The forward rotates
+// by +angle into `out`; the backward, the transpose, rotates the gradient by
+// -angle and adds it to `out`.
 template <typename T, bool kAccumulate>
-void RopeRotate(T* out, const T* inp, const T* cos, const T* sin, T sign, int B, int T_, int n_head, int hd) {
-  const int half = hd / 2;
+void RopeRotate(T* out, const T* inp, const T* cos, const T* sin, T sign, int B, int T_, int n_head, int hd, int rot) {
+  const int half = rot / 2;
   const int64_t N = static_cast<int64_t>(B) * T_;
   const int64_t width = static_cast<int64_t>(n_head) * hd;
 #pragma omp parallel for schedule(static) if (WorthThreads(N * width))
@@ -102,18 +103,25 @@ void RopeRotate(T* out, const T* inp, const T* cos, const T* sin, T sign, int B,
           o[i + half] = hi;
         }
       }
+      for (int i = rot; i < hd; ++i) {
+        if constexpr (kAccumulate) {
+          o[i] += x[i];
+        } else {
+          o[i] = x[i];
+        }
+      }
     }
   }
 }
 
 template <typename T>
-void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_, int n_head, int hd) {
-  RopeRotate<T, false>(out, inp, cos, sin, T(1), B, T_, n_head, hd);
+void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_, int n_head, int hd, int rot) {
+  RopeRotate<T, false>(out, inp, cos, sin, T(1), B, T_, n_head, hd, rot);
 }
 
 template <typename T>
-void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int T_, int n_head, int hd) {
-  RopeRotate<T, true>(dinp, dout, cos, sin, T(-1), B, T_, n_head, hd);
+void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int T_, int n_head, int hd, int rot) {
+  RopeRotate<T, true>(dinp, dout, cos, sin, T(-1), B, T_, n_head, hd, rot);
 }
 
 template <typename T>
@@ -180,8 +188,8 @@ void GqaExpandBackward(T* dq, T* dk, T* dv, const T* dqkv, int64_t N, int NH, in
 #define ZINF_DECODER_KERNELS(T)                                                                   \
   template void RmsNormForward<T>(T*, T*, const T*, const T*, int64_t, int, double);              \
   template void RmsNormBackward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int); \
-  template void RopeForward<T>(T*, const T*, const T*, const T*, int, int, int, int);             \
-  template void RopeBackward<T>(T*, const T*, const T*, const T*, int, int, int, int);            \
+  template void RopeForward<T>(T*, const T*, const T*, const T*, int, int, int, int, int);        \
+  template void RopeBackward<T>(T*, const T*, const T*, const T*, int, int, int, int, int);       \
   template void SwigluForward<T>(T*, const T*, const T*, int64_t);                                \
   template void SwigluBackward<T>(T*, T*, const T*, const T*, const T*, int64_t);                 \
   template void GqaExpandForward<T>(T*, const T*, const T*, const T*, int64_t, int, int, int);    \

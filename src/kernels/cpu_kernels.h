@@ -159,17 +159,21 @@ template <typename T>
 void RmsNormBackward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd, int64_t N,
                      int C);
 
-// Rotary position embedding, rotate-half layout, on x [B*T, n_head * hd]
-// (head h is columns [h*hd, (h+1)*hd)); position t of every sequence uses
-// row t of cos and sin [T, hd/2]: for i < hd/2,
-//   out_i        = x_i cos_ti - x_{i+hd/2} sin_ti
-//   out_{i+hd/2} = x_{i+hd/2} cos_ti + x_i sin_ti.
-// out may alias inp (each pair is read before it is written). hd is even.
+// Rotary position embedding, rotate-half layout, on the first `rot` of
+// each head's hd columns of x [B*T, n_head * hd] (head h is columns
+// [h*hd, (h+1)*hd)); position t of every sequence uses row t of cos and sin
+// [T, rot/2]: for i < rot/2,
+//   out_i         = x_i cos_ti - x_{i+rot/2} sin_ti
+//   out_{i+rot/2} = x_{i+rot/2} cos_ti + x_i sin_ti,
+// and out_i = x_i for i >= rot (a partial rotary factor: rot < hd).
+// out may alias inp (each pair is read before it is written). rot is even,
+// 2 <= rot <= hd.
 template <typename T>
-void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_, int n_head, int hd);
-// dinp += R^T dout (the inverse rotation). dinp may not alias dout.
+void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_, int n_head, int hd, int rot);
+// dinp += R^T dout (the inverse rotation; dout itself past rot). dinp may not
+// alias dout.
 template <typename T>
-void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int T_, int n_head, int hd);
+void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int T_, int n_head, int hd, int rot);
 
 // SwiGLU: out = silu(gate) * up, silu(x) = x / (1 + exp(-x)); arrays of n.
 template <typename T>

@@ -43,14 +43,25 @@ __global__ void RmsNormBackwardInputKernel(float* dinp, const float* dout, const
   }
 }
 
+// Item j of a (position, head): the pair (j, j + rot/2) for j < rot/2, the
+// passing column rot + j - rot/2 after them.
 __global__ void RopeKernel(float* out, const float* inp, const float* cos, const float* sin, int T, int n_head, int hd,
-                           int64_t pairs, bool backward) {
-  const int half = hd / 2;
-  ZINF_GRID_STRIDE(p, pairs) {
-    const int i = static_cast<int>(p % half);
-    const int64_t nh = p / half;  // (position, head)
+                           int rot, int64_t items, bool backward) {
+  const int half = rot / 2, per_head = half + (hd - rot);
+  ZINF_GRID_STRIDE(p, items) {
+    const int i = static_cast<int>(p % per_head);
+    const int64_t nh = p / per_head;  // (position, head)
     const int64_t n = nh / n_head;
     const int64_t base = nh * hd;
+    if (i >= half) {
+      const int64_t d = base + rot + (i - half);
+      if (backward) {
+        out[d] += inp[d];
+      } else {
+        out[d] = inp[d];
+      }
+      continue;
+    }
     const int t = static_cast<int>(n % T);
     const float c = cos[int64_t{t} * half + i], s = sin[int64_t{t} * half + i];
     const float a = inp[base + i], b = inp[base + i + half];
@@ -136,18 +147,18 @@ Status RmsNormBackward(float* dinp, float* dweight, const float* dout, const flo
 }
 
 Status RopeForward(float* out, const float* inp, const float* cos, const float* sin, int B, int T_, int n_head, int hd,
-                   void* stream) {
-  const int64_t pairs = int64_t{B} * T_ * n_head * (hd / 2);
-  RopeKernel<<<GridFor(pairs, kThreads), kThreads, 0, AsStream(stream)>>>(out, inp, cos, sin, T_, n_head, hd, pairs,
-                                                                          false);
+                   int rot, void* stream) {
+  const int64_t items = int64_t{B} * T_ * n_head * (rot / 2 + hd - rot);
+  RopeKernel<<<GridFor(items, kThreads), kThreads, 0, AsStream(stream)>>>(out, inp, cos, sin, T_, n_head, hd, rot,
+                                                                          items, false);
   return LaunchStatus("rope_forward");
 }
 
 Status RopeBackward(float* dinp, const float* dout, const float* cos, const float* sin, int B, int T_, int n_head,
-                    int hd, void* stream) {
-  const int64_t pairs = int64_t{B} * T_ * n_head * (hd / 2);
-  RopeKernel<<<GridFor(pairs, kThreads), kThreads, 0, AsStream(stream)>>>(dinp, dout, cos, sin, T_, n_head, hd, pairs,
-                                                                          true);
+                    int hd, int rot, void* stream) {
+  const int64_t items = int64_t{B} * T_ * n_head * (rot / 2 + hd - rot);
+  RopeKernel<<<GridFor(items, kThreads), kThreads, 0, AsStream(stream)>>>(dinp, dout, cos, sin, T_, n_head, hd, rot,
+                                                                          items, true);
   return LaunchStatus("rope_backward");
 }
 

@@ -205,16 +205,17 @@ Status CrossEntropyForwardBackward(float* losses, float* dlogits, const float* l
                                    int64_t N, int V, int Vp, float dloss, void* stream);
 
 // Llama family (cuda_decoder_kernels.cu): the twins of the kernels::cpu
-// functions of the same names. RMSNorm gives one warp to a row (dweight: one
-// thread per channel summing the rows in order); the rest are elementwise.
+// functions of the same names. RMSNorm gives one warp to a row (dweight:
+// column sums in 32 x 32-thread tiles, the same order every run); the rest
+// are elementwise.
 Status RmsNormForward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int C, double eps,
                       void* stream);
 Status RmsNormBackward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                        const float* rstd, int64_t N, int C, void* stream);
 Status RopeForward(float* out, const float* inp, const float* cos, const float* sin, int B, int T_, int n_head, int hd,
-                   void* stream);
+                   int rot, void* stream);
 Status RopeBackward(float* dinp, const float* dout, const float* cos, const float* sin, int B, int T_, int n_head,
-                    int hd, void* stream);
+                    int hd, int rot, void* stream);
 Status SwigluForward(float* out, const float* gate, const float* up, int64_t n, void* stream);
 Status SwigluBackward(float* dgate, float* dup, const float* gate, const float* up, const float* dout, int64_t n,
                       void* stream);

@@ -156,13 +156,13 @@ class CudaOps final : public Ops<float> {
                        const float* rstd, int64_t N, int C) override {
     Run([&] { return k::RmsNormBackward(dinp, dweight, dout, inp, weight, rstd, N, C, s_); });
   }
-  void RopeForward(float* out, const float* inp, const float* cos, const float* sin, int B, int T_, int n_head,
-                   int hd) override {
-    Run([&] { return k::RopeForward(out, inp, cos, sin, B, T_, n_head, hd, s_); });
+  void RopeForward(float* out, const float* inp, const float* cos, const float* sin, int B, int T_, int n_head, int hd,
+                   int rot) override {
+    Run([&] { return k::RopeForward(out, inp, cos, sin, B, T_, n_head, hd, rot, s_); });
   }
   void RopeBackward(float* dinp, const float* dout, const float* cos, const float* sin, int B, int T_, int n_head,
-                    int hd) override {
-    Run([&] { return k::RopeBackward(dinp, dout, cos, sin, B, T_, n_head, hd, s_); });
+                    int hd, int rot) override {
+    Run([&] { return k::RopeBackward(dinp, dout, cos, sin, B, T_, n_head, hd, rot, s_); });
   }
   void SwigluForward(float* out, const float* gate, const float* up, int64_t n) override {
     Run([&] { return k::SwigluForward(out, gate, up, n, s_); });

@@ -242,6 +242,13 @@ std::string GptConfigToJson(const GptConfig& config) {
                           {"high_freq_factor", config.rope.high_freq_factor},
                           {"original_max_position_embeddings", config.rope.original_max_position}};
     }
+    if (config.rope.partial_factor != 1.0) j["partial_rotary_factor"] = config.rope.partial_factor;
+    if (config.rope.longrope) {
+      j["rope_longrope"] = {{"short_factor", config.rope.short_factor},
+                            {"long_factor", config.rope.long_factor},
+                            {"attention_factor", config.rope.attention_factor},
+                            {"original_max_position_embeddings", config.rope.original_max_position}};
+    }
   }
   return j.dump(2);
 }
@@ -483,8 +490,8 @@ struct GptCompute<T>::Impl {
   T* dbuf_4c = nullptr;
 
   // kLlama only (see LlamaLayerForwardInto / LlamaLayerBackward).
-  int Ckv = 0, I = 0, hd = 0;
-  T* rope_cos = nullptr;  // [T, hd/2]
+  int Ckv = 0, I = 0, hd = 0, rot = 0;  // rot: the rotated columns of a head
+  T* rope_cos = nullptr;                // [T, rot/2]
   T* rope_sin = nullptr;
   T* zero_pos = nullptr;  // [T, C] zeros: the encoder's position rows
   T* dpos = nullptr;      // [T, C] where the encoder's unused position gradient goes
@@ -714,8 +721,8 @@ void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const LayerPar
         o.RmsNormForward(q, a.q_rstd, a.q_pre, p[static_cast<size_t>(qn)], N * NH, hd, config.norm_eps);
         o.RmsNormForward(k, a.k_rstd, a.k_pre, p[static_cast<size_t>(qn) + 1], N * NKV, hd, config.norm_eps);
       }
-      o.RopeForward(q, q, rope_cos, rope_sin, B, T_, NH, hd);
-      o.RopeForward(k, k, rope_cos, rope_sin, B, T_, NKV, hd);
+      o.RopeForward(q, q, rope_cos, rope_sin, B, T_, NH, hd, rot);
+      o.RopeForward(k, k, rope_cos, rope_sin, B, T_, NKV, hd, rot);
       o.GqaExpandForward(a.qkv, q, k, v, N, NH, NKV, hd);
       o.AttentionForward(a.atty, a.att, attn_scratch, a.qkv, B, T_, A, NH);
       break;
@@ -831,8 +838,8 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
       o.GqaExpandBackward(dq_rot, dk_rot, dv, dqkv, N, NH, NKV, hd);
       o.Zero(dq, N * A);
       o.Zero(dk, N * Ckv);
-      o.RopeBackward(dq, dq_rot, rope_cos, rope_sin, B, T_, NH, hd);
-      o.RopeBackward(dk, dk_rot, rope_cos, rope_sin, B, T_, NKV, hd);
+      o.RopeBackward(dq, dq_rot, rope_cos, rope_sin, B, T_, NH, hd, rot);
+      o.RopeBackward(dk, dk_rot, rope_cos, rope_sin, B, T_, NKV, hd, rot);
       const T* dq_in = dq;  // d of the projections' outputs
       const T* dk_in = dk;
       if (qk_norm) {  // the rotated gradients' last readers have run: they take d q_pre, d k_pre
@@ -863,12 +870,17 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
 
 namespace {
 
-// The cos and sin tables [T, hd/2] of the rotary embedding, in double,
-// with HF's "llama3" frequency rescaling when configured.
+// The cos and sin tables [T, rot/2] of the rotary embedding, in double,
+// with HF's "llama3" or "longrope" frequency rescaling when configured.
 void RopeTables(const GptConfig& c, std::vector<double>* cos, std::vector<double>* sin) {
-  const int hd = c.head_dim(), half = hd / 2;
+  const int rot = c.rope_dims(), half = rot / 2;
   std::vector<double> inv_freq(static_cast<size_t>(half));
-  for (int i = 0; i < half; ++i) inv_freq[i] = 1.0 / std::pow(c.rope.theta, static_cast<double>(2 * i) / hd);
+  for (int i = 0; i < half; ++i) inv_freq[i] = 1.0 / std::pow(c.rope.theta, static_cast<double>(2 * i) / rot);
+  if (c.rope.longrope) {
+    const std::vector<double>& ext =
+        c.seq_len > c.rope.original_max_position ? c.rope.long_factor : c.rope.short_factor;
+    for (int i = 0; i < half; ++i) inv_freq[i] /= ext[static_cast<size_t>(i)];
+  }
   if (c.rope.llama3) {
     const double pi = 3.14159265358979323846;
     const double old_ctx = c.rope.original_max_position;
@@ -892,8 +904,10 @@ void RopeTables(const GptConfig& c, std::vector<double>* cos, std::vector<double
       // transformers forms the angle and its cos and sin in fp32 whatever
       // the model's dtype; so do we, so fp64 runs match its fp64 runs too.
       const double angle = static_cast<double>(static_cast<float>(t) * static_cast<float>(inv_freq[i]));
-      (*cos)[static_cast<size_t>(t) * half + i] = static_cast<float>(std::cos(angle));
-      (*sin)[static_cast<size_t>(t) * half + i] = static_cast<float>(std::sin(angle));
+      // (HF scales the fp32 cos and sin by LongRoPE's attention factor.)
+      const float scale = static_cast<float>(c.rope.attention_factor);
+      (*cos)[static_cast<size_t>(t) * half + i] = static_cast<float>(std::cos(angle)) * scale;
+      (*sin)[static_cast<size_t>(t) * half + i] = static_cast<float>(std::sin(angle)) * scale;
     }
   }
 }
@@ -997,8 +1011,12 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
       config.padded_vocab_size != PaddedVocab(config.vocab_size) || (!config.llama() && config.head_size != 0)) {
     return Status::InvalidArgument("GptCompute: inconsistent model config " + GptConfigToJson(config));
   }
-  if (config.llama() && (config.n_kv_head < 1 || config.n_head % config.n_kv_head != 0 || config.head_dim() < 2 ||
-                         config.head_dim() % 2 != 0 || config.intermediate_size < 1)) {
+  if (config.llama() &&
+      (config.n_kv_head < 1 || config.n_head % config.n_kv_head != 0 || config.head_dim() < 2 ||
+       config.head_dim() % 2 != 0 || config.intermediate_size < 1 || config.rope_dims() < 2 ||
+       config.rope_dims() % 2 != 0 || config.rope_dims() > config.head_dim() ||
+       (config.rope.longrope && (config.rope.short_factor.size() != static_cast<size_t>(config.rope_dims() / 2) ||
+                                 config.rope.long_factor.size() != static_cast<size_t>(config.rope_dims() / 2))))) {
     return Status::InvalidArgument("GptCompute: inconsistent llama-family config " + GptConfigToJson(config));
   }
   auto impl = std::make_unique<Impl>();
@@ -1037,6 +1055,7 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
   }
   if (config.llama()) {
     m.hd = config.head_dim();
+    m.rot = config.rope_dims();
     m.Ckv = config.n_kv_head * m.hd;
     m.I = config.intermediate_size;
   }
@@ -1096,7 +1115,7 @@ Status GptCompute<T>::Impl::AllocateLlama() {
   const int T_ = config.seq_len;
   const int64_t Vp = config.padded_vocab_size;
   const int64_t kv = N * Ckv, wide = N * I;
-  const int64_t half_table = static_cast<int64_t>(T_) * (hd / 2);
+  const int64_t half_table = static_cast<int64_t>(T_) * (rot / 2);
   ZINF_RETURN_IF_ERROR(Alloc(&rope_cos, half_table, "rope cos"));
   ZINF_RETURN_IF_ERROR(Alloc(&rope_sin, half_table, "rope sin"));
   ZINF_RETURN_IF_ERROR(Alloc(&zero_pos, static_cast<int64_t>(T_) * C, "zero positions"));

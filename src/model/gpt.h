@@ -60,15 +60,24 @@ namespace zinf::model {
 // over each head (weights [head_dim]) before RoPE.
 enum class ModelFamily { kGpt2, kLlama };
 
-// Rotary embedding frequencies: inv_freq_i = theta^(-2i/hd), rescaled by the
-// `llama3` rule when llama3 is set (HF's rope_type "llama3").
+// Rotary embedding frequencies over the first rot = int(hd *
+// partial_factor) columns of a head: inv_freq_i = theta^(-2i/rot), rescaled
+// by the `llama3` rule when llama3 is set (HF's rope_type "llama3"), or by
+// LongRoPE (rope_type "longrope": Phi-3's 128k models, Phi-4-mini) when
+// longrope is set: divided by short_factor[i] while the sequence is within
+// original_max_position, by long_factor[i] beyond it, and cos and sin
+// multiplied by attention_factor.
 struct RopeConfig {
   double theta = 10000.0;
+  double partial_factor = 1.0;
   bool llama3 = false;
   double factor = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int original_max_position = 8192;
+  bool longrope = false;
+  std::vector<double> short_factor, long_factor;
+  double attention_factor = 1.0;
 };
 
 struct GptConfig {
@@ -92,6 +101,8 @@ struct GptConfig {
 
   bool llama() const { return family == ModelFamily::kLlama; }
   int head_dim() const { return head_size > 0 ? head_size : n_embd / n_head; }
+  // Columns of a head the rotary embedding turns (the rest pass).
+  int rope_dims() const { return static_cast<int>(head_dim() * rope.partial_factor); }
   // Width of q, of the attention's output and of o_proj's input: n_embd
   // unless head_size says otherwise.
   int attn_width() const { return n_head * head_dim(); }

@@ -9,8 +9,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -207,14 +209,29 @@ void ParseRope(KeyReader& r, HfCheckpoint& c) {
   if (s == nullptr) return;
   if (!s->is_object()) return r.Error(key + ": expected an object, got " + s->dump());
   std::string type = s->value("rope_type", s->value("type", std::string("default")));
+  // Phi-3's config names LongRoPE "su" (and "yarn") too.
+  if (c.architecture == "Phi3ForCausalLM" && (type == "su" || type == "yarn")) type = "longrope";
+  std::optional<double> factor, attention_factor;
   for (auto it = s->begin(); it != s->end(); ++it) {
     const std::string& k = it.key();
     const std::string name = key + "." + k;
     if (k == "rope_type" || k == "type") continue;
     if (k == "rope_theta" && it->is_number()) {
       rope.theta = it->get<double>();
-    } else if (k == "partial_rotary_factor" && it->is_number() && it->get<double>() == 1.0) {
-      continue;  // every dimension of a head rotates, as zinf's RoPE does
+    } else if (k == "partial_rotary_factor" && it->is_number()) {
+      rope.partial_factor = it->get<double>();
+    } else if (type == "longrope" && (k == "short_factor" || k == "long_factor")) {
+      std::vector<double>& f = k == "short_factor" ? rope.short_factor : rope.long_factor;
+      if (!it->is_array()) return r.Error(name + ": expected a list of numbers, got " + it->dump());
+      for (const json& v : *it) {
+        if (!v.is_number() || !(v.get<double>() > 0))
+          return r.Error(name + ": expected positive numbers, got " + v.dump());
+        f.push_back(v.get<double>());
+      }
+    } else if (type == "longrope" && (k == "factor" || k == "attention_factor") && it->is_number()) {
+      (k == "factor" ? factor : attention_factor) = it->get<double>();
+    } else if (type == "longrope" && k == "original_max_position_embeddings" && it->is_number_integer()) {
+      rope.original_max_position = it->get<int>();
     } else if (type == "llama3" && it->is_number() &&
                (k == "factor" || k == "low_freq_factor" || k == "high_freq_factor" ||
                 k == "original_max_position_embeddings")) {
@@ -232,8 +249,23 @@ void ParseRope(KeyReader& r, HfCheckpoint& c) {
     if (!(rope.factor > 0) || !(rope.high_freq_factor > rope.low_freq_factor)) {
       r.Error(key + ": llama3 needs factor > 0 and high_freq_factor > low_freq_factor");
     }
+  } else if (type == "longrope") {
+    // HF's LongRoPE: short factors within the pretraining length, long ones
+    // beyond; cos and sin scaled by sqrt(1 + ln(factor) / ln(original)),
+    // factor by default the ratio of the positions to the original ones.
+    rope.longrope = true;
+    // The top-level key (Phi-3's), unless the rope parameters carry their own.
+    const int top = r.Int("original_max_position_embeddings", 0, false);
+    if (!s->contains("original_max_position_embeddings")) rope.original_max_position = top;
+    if (rope.original_max_position < 2 || rope.short_factor.empty() || rope.long_factor.empty()) {
+      return r.Error(key + ": longrope needs short_factor, long_factor and original_max_position_embeddings");
+    }
+    const double f = factor.value_or(static_cast<double>(c.max_positions) / rope.original_max_position);
+    rope.attention_factor =
+        attention_factor.value_or(f <= 1.0 ? 1.0 : std::sqrt(1 + std::log(f) / std::log(rope.original_max_position)));
   } else if (type != "default") {
-    r.Error(key + ".rope_type: \"" + type + "\" changes the math; zinf supports \"default\" and \"llama3\"");
+    r.Error(key + ".rope_type: \"" + type +
+            "\" changes the math; zinf supports \"default\", \"llama3\" and \"longrope\"");
   }
 }
 
@@ -264,10 +296,10 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c) {
   if (head_dim > 0 && !(m.n_head > 0 && m.n_embd % m.n_head == 0 && head_dim == m.n_embd / m.n_head)) {
     m.head_size = head_dim;
   }
-  ParseRope(r, c);
   // Before transformers 5, the partial rotary factor sat beside the rope keys.
-  r.Neutral("partial_rotary_factor", {1.0, 1});
-  if (phi3 && r.Get("original_max_position_embeddings") != nullptr) {
+  c.model.rope.partial_factor = r.Number("partial_rotary_factor", 1.0);
+  ParseRope(r, c);
+  if (phi3 && !m.rope.longrope && r.Get("original_max_position_embeddings") != nullptr) {
     c.notes.push_back("original_max_position_embeddings: ignored (only \"longrope\" scaling reads it)");
   }
   // Mistral's and Phi-3's attention slides whenever a window is set.
@@ -378,6 +410,19 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
     if (m.llama() && (m.n_head % m.n_kv_head != 0 || m.head_dim() % 2 != 0)) {
       r.Error("num_key_value_heads " + std::to_string(m.n_kv_head) + " must divide num_attention_heads " +
               std::to_string(m.n_head) + " and the head size must be even");
+    }
+    const int rot = m.rope_dims();
+    if (m.llama() && (!(m.rope.partial_factor > 0 && m.rope.partial_factor <= 1) || rot < 2 || rot % 2 != 0)) {
+      r.Error("partial_rotary_factor " + std::to_string(m.rope.partial_factor) + " of head size " +
+              std::to_string(m.head_dim()) + " turns " + std::to_string(rot) +
+              " columns; zinf needs an even number, at least 2");
+    }
+    for (const auto* f : {&m.rope.short_factor, &m.rope.long_factor}) {
+      if (m.rope.longrope && f->size() != static_cast<size_t>(rot / 2)) {
+        r.Error(std::string(f == &m.rope.short_factor ? "short_factor" : "long_factor") + ": " +
+                std::to_string(f->size()) + " numbers, expected " + std::to_string(rot / 2) +
+                " (half the rotated columns of a head)");
+      }
     }
   }
   if (!r.errors().empty()) {

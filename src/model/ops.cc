@@ -144,11 +144,13 @@ class CpuOps final : public Ops<T> {
                        int C) override {
     Run([=] { k::RmsNormBackward(dinp, dweight, dout, inp, weight, rstd, N, C); });
   }
-  void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_, int n_head, int hd) override {
-    Run([=] { k::RopeForward(out, inp, cos, sin, B, T_, n_head, hd); });
+  void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_, int n_head, int hd,
+                   int rot) override {
+    Run([=] { k::RopeForward(out, inp, cos, sin, B, T_, n_head, hd, rot); });
   }
-  void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int T_, int n_head, int hd) override {
-    Run([=] { k::RopeBackward(dinp, dout, cos, sin, B, T_, n_head, hd); });
+  void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int T_, int n_head, int hd,
+                    int rot) override {
+    Run([=] { k::RopeBackward(dinp, dout, cos, sin, B, T_, n_head, hd, rot); });
   }
   void SwigluForward(T* out, const T* gate, const T* up, int64_t n) override {
     Run([=] { k::SwigluForward(out, gate, up, n); });

@@ -99,8 +99,10 @@ class Ops {
   virtual void RmsNormForward(T* out, T* rstd, const T* inp, const T* weight, int64_t N, int C, double eps) = 0;
   virtual void RmsNormBackward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd,
                                int64_t N, int C) = 0;
-  virtual void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_, int n_head, int hd) = 0;
-  virtual void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int T_, int n_head, int hd) = 0;
+  virtual void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_, int n_head, int hd,
+                           int rot) = 0;
+  virtual void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int T_, int n_head, int hd,
+                            int rot) = 0;
   virtual void SwigluForward(T* out, const T* gate, const T* up, int64_t n) = 0;
   virtual void SwigluBackward(T* dgate, T* dup, const T* gate, const T* up, const T* dout, int64_t n) = 0;
   virtual void GqaExpandForward(T* qkv, const T* q, const T* k, const T* v, int64_t N, int NH, int NKV, int hd) = 0;

@@ -140,10 +140,10 @@ int64_t ActivationBytes(const GptConfig& m, int batch, ComputeKernels kernels, i
   if (!m.llama()) return bytes + f(4 * NC);  // the MLP's gradient
   const int64_t hd = m.head_dim(), Ckv = static_cast<int64_t>(m.n_kv_head) * hd, I = m.intermediate_size;
   const int64_t NA = N * A;
-  bytes += 2 * f(T * (hd / 2)) + 2 * f(T * C);      // rope tables; zero positions, their gradient sink
-  bytes += f(NA) + 2 * f(N * Ckv);                  // q, k, v
-  bytes += 3 * f(N * I);                            // d hidden, d gate, d up
-  bytes += f(3 * NA) + 2 * f(NA) + 3 * f(N * Ckv);  // d qkv; d q (rotated and not); d k (both), d v
+  bytes += 2 * f(T * (m.rope_dims() / 2)) + 2 * f(T * C);  // rope tables; zero positions, their gradient sink
+  bytes += f(NA) + 2 * f(N * Ckv);                         // q, k, v
+  bytes += 3 * f(N * I);                                   // d hidden, d gate, d up
+  bytes += f(3 * NA) + 2 * f(NA) + 3 * f(N * Ckv);         // d qkv; d q (rotated and not); d k (both), d v
   return bytes;
 }
 

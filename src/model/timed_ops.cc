@@ -128,12 +128,12 @@ void TimedOps::RmsNormBackward(float* dinp, float* dweight, const float* dout, c
   Timed("RmsNormBackward", [&] { inner_->RmsNormBackward(dinp, dweight, dout, inp, weight, rstd, N, C); });
 }
 void TimedOps::RopeForward(float* out, const float* inp, const float* cos, const float* sin, int B, int T_, int n_head,
-                           int hd) {
-  Timed("RopeForward", [&] { inner_->RopeForward(out, inp, cos, sin, B, T_, n_head, hd); });
+                           int hd, int rot) {
+  Timed("RopeForward", [&] { inner_->RopeForward(out, inp, cos, sin, B, T_, n_head, hd, rot); });
 }
 void TimedOps::RopeBackward(float* dinp, const float* dout, const float* cos, const float* sin, int B, int T_,
-                            int n_head, int hd) {
-  Timed("RopeBackward", [&] { inner_->RopeBackward(dinp, dout, cos, sin, B, T_, n_head, hd); });
+                            int n_head, int hd, int rot) {
+  Timed("RopeBackward", [&] { inner_->RopeBackward(dinp, dout, cos, sin, B, T_, n_head, hd, rot); });
 }
 void TimedOps::SwigluForward(float* out, const float* gate, const float* up, int64_t n) {
   Timed("SwigluForward", [&] { inner_->SwigluForward(out, gate, up, n); });

@@ -111,10 +111,10 @@ class TimedOps final : public Ops<float> {
                       double eps) override;
   void RmsNormBackward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                        const float* rstd, int64_t N, int C) override;
-  void RopeForward(float* out, const float* inp, const float* cos, const float* sin, int B, int T_, int n_head,
-                   int hd) override;
+  void RopeForward(float* out, const float* inp, const float* cos, const float* sin, int B, int T_, int n_head, int hd,
+                   int rot) override;
   void RopeBackward(float* dinp, const float* dout, const float* cos, const float* sin, int B, int T_, int n_head,
-                    int hd) override;
+                    int hd, int rot) override;
   void SwigluForward(float* out, const float* gate, const float* up, int64_t n) override;
   void SwigluBackward(float* dgate, float* dup, const float* gate, const float* up, const float* dout,
                       int64_t n) override;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -53,9 +54,9 @@ TEST(CpuDecoderKernelsTest, RmsNormForwardHasUnitRootMeanSquare) {
   }
 }
 
-// cos/sin tables of arbitrary angles [T, hd/2].
-void Tables(std::mt19937_64& rng, std::vector<double>& cos, std::vector<double>& sin) {
-  const std::vector<double> angle = Random(static_cast<size_t>(kT) * kHd / 2, rng, 3.0);
+// cos/sin tables of arbitrary angles [T, rot/2].
+void Tables(std::mt19937_64& rng, int rot, std::vector<double>& cos, std::vector<double>& sin) {
+  const std::vector<double> angle = Random(static_cast<size_t>(kT) * rot / 2, rng, 3.0);
   cos.resize(angle.size());
   sin.resize(angle.size());
   for (size_t i = 0; i < angle.size(); ++i) {
@@ -64,36 +65,46 @@ void Tables(std::mt19937_64& rng, std::vector<double>& cos, std::vector<double>&
   }
 }
 
+// Every column of a head rotated (rot = hd), and a partial rotary factor
+// (rot 4 of 6: the last two columns pass).
 TEST(CpuDecoderKernelsTest, RopeBackwardMatchesFiniteDifferences) {
-  std::mt19937_64 rng(13);
-  std::vector<double> cos, sin;
-  Tables(rng, cos, sin);
-  const int64_t width = kNH * kHd;
-  std::vector<double> inp = Random(kN * width, rng), w = Random(kN * width, rng), out(kN * width);
-  auto objective = [&] {
-    RopeForward(out.data(), inp.data(), cos.data(), sin.data(), kB, kT, kNH, kHd);
-    return Dot(out, w);
-  };
-  std::vector<double> dinp = Filled(inp.size());
-  RopeBackward(dinp.data(), w.data(), cos.data(), sin.data(), kB, kT, kNH, kHd);
-  ExpectGradient("dinp", inp, dinp, objective);
+  for (int rot : {kHd, 4}) {
+    SCOPED_TRACE("rot " + std::to_string(rot));
+    std::mt19937_64 rng(13);
+    std::vector<double> cos, sin;
+    Tables(rng, rot, cos, sin);
+    const int64_t width = kNH * kHd;
+    std::vector<double> inp = Random(kN * width, rng), w = Random(kN * width, rng), out(kN * width);
+    auto objective = [&] {
+      RopeForward(out.data(), inp.data(), cos.data(), sin.data(), kB, kT, kNH, kHd, rot);
+      return Dot(out, w);
+    };
+    std::vector<double> dinp = Filled(inp.size());
+    RopeBackward(dinp.data(), w.data(), cos.data(), sin.data(), kB, kT, kNH, kHd, rot);
+    ExpectGradient("dinp", inp, dinp, objective);
+  }
 }
 
 TEST(CpuDecoderKernelsTest, RopeRotatesHalvesInPlace) {
-  std::mt19937_64 rng(14);
-  std::vector<double> cos, sin;
-  Tables(rng, cos, sin);
-  const int64_t width = kNH * kHd;
-  std::vector<double> x = Random(kN * width, rng), out(kN * width), inplace = x;
-  RopeForward(out.data(), x.data(), cos.data(), sin.data(), kB, kT, kNH, kHd);
-  RopeForward(inplace.data(), inplace.data(), cos.data(), sin.data(), kB, kT, kNH, kHd);
-  EXPECT_EQ(out, inplace);
-  // Position t = 3 of batch 1, head 2, pair i = 1 by hand.
-  const int t = 3, h = 2, i = 1, half = kHd / 2;
-  const int64_t base = (1 * kT + t) * width + h * kHd;
-  const double c = cos[t * half + i], s = sin[t * half + i];
-  EXPECT_DOUBLE_EQ(out[base + i], x[base + i] * c - x[base + i + half] * s);
-  EXPECT_DOUBLE_EQ(out[base + i + half], x[base + i + half] * c + x[base + i] * s);
+  for (int rot : {kHd, 4}) {
+    SCOPED_TRACE("rot " + std::to_string(rot));
+    std::mt19937_64 rng(14);
+    std::vector<double> cos, sin;
+    Tables(rng, rot, cos, sin);
+    const int64_t width = kNH * kHd;
+    std::vector<double> x = Random(kN * width, rng), out(kN * width), inplace = x;
+    RopeForward(out.data(), x.data(), cos.data(), sin.data(), kB, kT, kNH, kHd, rot);
+    RopeForward(inplace.data(), inplace.data(), cos.data(), sin.data(), kB, kT, kNH, kHd, rot);
+    EXPECT_EQ(out, inplace);
+    // Position t = 3 of batch 1, head 2, pair i = 1 by hand; the columns
+    // past rot unchanged.
+    const int t = 3, h = 2, i = 1, half = rot / 2;
+    const int64_t base = (1 * kT + t) * width + h * kHd;
+    const double c = cos[t * half + i], s = sin[t * half + i];
+    EXPECT_DOUBLE_EQ(out[base + i], x[base + i] * c - x[base + i + half] * s);
+    EXPECT_DOUBLE_EQ(out[base + i + half], x[base + i + half] * c + x[base + i] * s);
+    for (int d = rot; d < kHd; ++d) EXPECT_EQ(out[base + d], x[base + d]) << d;
+  }
 }
 
 TEST(CpuDecoderKernelsTest, SwigluBackwardMatchesFiniteDifferences) {

@@ -321,6 +321,19 @@ GptConfig TinyQwen3(int head_size) {
 TEST(GptTest, LlamaGradientsMatchFiniteDifferencesTied) { CheckModelGradients(TinyLlama(true, false)); }
 TEST(GptTest, LlamaGradientsMatchFiniteDifferencesUntiedWithBiases) { CheckModelGradients(TinyLlama(false, true)); }
 TEST(GptTest, Qwen3GradientsMatchFiniteDifferencesWideHeads) { CheckModelGradients(TinyQwen3(12)); }
+// Phi-4-mini's rotary embedding: 4 of a head's 8 columns turned, LongRoPE's
+// per-frequency factors and its cos/sin scale.
+TEST(GptTest, LlamaGradientsMatchFiniteDifferencesPartialLongRope) {
+  GptConfig c = TinyLlama(false, false);
+  c.rope.llama3 = false;
+  c.rope.partial_factor = 0.5;
+  c.rope.longrope = true;
+  c.rope.original_max_position = 8;
+  c.rope.short_factor = {1.0, 1.5};
+  c.rope.long_factor = {2.0, 3.0};
+  c.rope.attention_factor = 1.2;
+  CheckModelGradients(c);
+}
 TEST(GptTest, Qwen3GradientsMatchFiniteDifferencesNarrowHeads) { CheckModelGradients(TinyQwen3(6)); }
 
 TEST(GptTest, LossAtInitIsNearLogVocab) {

@@ -173,7 +173,7 @@ TEST_P(HfParityTest, AdamWOnNvmeFollowsTorchCurve) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, HfParityTest,
-                         ::testing::Values("gpt2", "llama", "qwen2", "mistral", "qwen3", "phi3"));
+                         ::testing::Values("gpt2", "llama", "qwen2", "mistral", "qwen3", "phi3", "phi3-longrope"));
 
 // A copy of a fixture folder whose config.json or tensors a test changes.
 std::string CopyFixture(const TempDir& tmp, const std::string& name) {
@@ -237,24 +237,39 @@ TEST(HfCheckpointTest, Qwen3BiasesMissingNormsAndOddHeadsAreNamed) {
       << c.status().ToString();
 }
 
-// Phi-3: a partial rotary factor and the "longrope" scaling change the math
-// and are named; the fused tensors are checked whole.
-TEST(HfCheckpointTest, Phi3PartialRotaryLongropeAndFusedShapesAreNamed) {
+// Phi-3: a partial rotary factor that turns an odd number of columns, and
+// LongRoPE factors of the wrong length or missing, are named; the fused
+// tensors are checked whole.
+TEST(HfCheckpointTest, Phi3RotaryAndFusedShapesAreNamed) {
   TempDir tmp;
   const std::string dir = CopyFixture(tmp, "phi3");
   ASSERT_TRUE(OpenHfCheckpoint(dir).ok());
-  EditConfig(dir, "\"partial_rotary_factor\": 1.0", "\"partial_rotary_factor\": 0.75");
-  auto c = OpenHfCheckpoint(dir);
+  EditConfig(dir, "\"partial_rotary_factor\": 1.0", "\"partial_rotary_factor\": 0.7");
+  auto c = OpenHfCheckpoint(dir);  // 5.6 of a head's 8 columns: 5
   ASSERT_FALSE(c.ok());
-  EXPECT_NE(c.status().message().find("partial_rotary_factor"), std::string::npos) << c.status().ToString();
-  EditConfig(dir, "\"partial_rotary_factor\": 0.75", "\"partial_rotary_factor\": 1.0");
+  EXPECT_NE(c.status().message().find("partial_rotary_factor 0.7"), std::string::npos) << c.status().ToString();
+  EditConfig(dir, "\"partial_rotary_factor\": 0.7", "\"partial_rotary_factor\": 1.0");
   EditConfig(dir, "\"rope_type\": \"default\"", "\"rope_type\": \"longrope\"");
   c = OpenHfCheckpoint(dir);
   ASSERT_FALSE(c.ok());
-  EXPECT_NE(c.status().message().find("longrope"), std::string::npos) << c.status().ToString();
-  EditConfig(dir, "\"rope_type\": \"longrope\"", "\"rope_type\": \"default\"");
-  EditConfig(dir, "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 4");
-  c = OpenHfCheckpoint(dir);  // q|k|v of 4 heads each: 96 rows, the file's 64
+  EXPECT_NE(c.status().message().find("longrope needs short_factor"), std::string::npos) << c.status().ToString();
+  EditConfig(dir, "\"rope_type\": \"longrope\"",
+             "\"rope_type\": \"longrope\", \"short_factor\": [1, 2], \"long_factor\": [1, 2, 3, 4]");
+  c = OpenHfCheckpoint(dir);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("short_factor: 2 numbers, expected 4"), std::string::npos)
+      << c.status().ToString();
+  const std::string ok_dir = CopyFixture(tmp, "phi3-longrope");
+  auto longrope = OpenHfCheckpoint(ok_dir);
+  ASSERT_TRUE(longrope.ok()) << longrope.status().ToString();
+  EXPECT_TRUE(longrope->model.rope.longrope);
+  EXPECT_EQ(longrope->model.rope_dims(), 6);
+  EXPECT_NEAR(longrope->model.rope.attention_factor, std::sqrt(1 + std::log(2.0) / std::log(8.0)), 1e-15);
+
+  TempDir tmp2;
+  const std::string fused = CopyFixture(tmp2, "phi3");
+  EditConfig(fused, "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 4");
+  c = OpenHfCheckpoint(fused);  // q|k|v of 4 heads each: 96 rows, the file's 64
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("model.layers.0.self_attn.qkv_proj.weight has shape [64, 32], expected [96, 32]"),
             std::string::npos)

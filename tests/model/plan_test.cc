@@ -339,6 +339,7 @@ TEST(PlanTest, ActivationBytesAreGptComputesAllocations) {
   wide.qk_norm = narrow.qk_norm = true;
   wide.head_size = 24;
   narrow.head_size = 8;
+  narrow.rope.partial_factor = 0.5;  // rope tables of 2 columns, not 4
   for (const GptConfig& m : {*LoadGptConfig("tiny"), *LoadGptConfig("demo"), llama, one, wide, narrow}) {
     for (int batch : {1, 3}) {
       for (LayerActivations a : {LayerActivations::kRecompute, LayerActivations::kKeep, LayerActivations::kOffload}) {

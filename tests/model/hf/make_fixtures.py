@@ -59,6 +59,14 @@ MODELS = {
              dict(COMMON_LLAMA, vocab_size=110, tie_word_embeddings=False, sliding_window=24, resid_pdrop=0.0,
                   embd_pdrop=0.0, original_max_position_embeddings=T, bos_token_id=0, eos_token_id=0,
                   pad_token_id=None), torch.float32),
+    # Phi-4-mini's rotary embedding: LongRoPE (the long factors: the sequence is past the original 8
+    # positions; cos and sin scaled by sqrt(1 + ln 2 / ln 8)) on 6 of each head's 8 columns
+    "phi3-longrope": (transformers.Phi3Config, transformers.Phi3ForCausalLM,
+                      dict(COMMON_LLAMA, vocab_size=90, tie_word_embeddings=True, resid_pdrop=0.0, embd_pdrop=0.0,
+                           original_max_position_embeddings=8, bos_token_id=0, eos_token_id=0, pad_token_id=None,
+                           rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, partial_rotary_factor=0.75,
+                                                short_factor=[1.0, 1.5, 2.0], long_factor=[2.0, 3.0, 5.0])),
+                      torch.float32),
 }
 
 
