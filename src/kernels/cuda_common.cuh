@@ -1,6 +1,7 @@
 // What the CUDA kernel files (*.cu here) share: launch geometry for
-// grid-stride loops, the launch and runtime errors as Status, and the warp
-// sum. Included by .cu files only (it holds device code).
+// grid-stride loops, the launch and runtime errors as Status, the warp sum,
+// and the column sums' launch (defined in cuda_kernels.cu). Included by .cu
+// files only (it holds device code).
 #pragma once
 
 #include <cuda_runtime.h>

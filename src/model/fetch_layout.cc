@@ -196,7 +196,8 @@ TrainerScratch TrainerScratchFor(const FetchLayout& layout, bool tied, bool para
 int64_t Matmul16Bytes(const GptConfig& model, int batch, ComputeKernels kernels, int64_t param_elem_bytes) {
   if (kernels != ComputeKernels::kCuda16 || param_elem_bytes != 2) return 0;  // the trainer's condition for it
   // The linear layers' widest in + out: GPT-2's MLP (C -> 4C and back),
-  // Llama's gate/up and down (C <-> intermediate).
+  // Llama's gate/up and down (C <-> intermediate), q and o (C <-> n_head *
+  // head_dim).
   const int64_t C = model.n_embd, N = int64_t{batch} * model.seq_len;
   const int64_t out = model.llama() ? std::max<int64_t>(model.intermediate_size, model.attn_width()) : 4 * C;
   return kernels::cuda::kLtWorkspaceBytes + kernels::cuda::Matmul16ScratchBytes(N, C, out);

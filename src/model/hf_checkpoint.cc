@@ -90,7 +90,8 @@ const std::set<std::string>& IgnoredKeys() {
                                               "is_encoder_decoder",
                                               "tie_encoder_decoder",
                                               "max_window_layers",
-                                              "reorder_and_upcast_attn"};
+                                              "reorder_and_upcast_attn",
+                                              "auto_map"};
   return kKeys;
 }
 const std::set<std::string>& DropoutKeys() {
@@ -209,8 +210,9 @@ void ParseRope(KeyReader& r, HfCheckpoint& c) {
   if (s == nullptr) return;
   if (!s->is_object()) return r.Error(key + ": expected an object, got " + s->dump());
   std::string type = s->value("rope_type", s->value("type", std::string("default")));
+  const bool phi3 = c.architecture == "Phi3ForCausalLM";
   // Phi-3's config names LongRoPE "su" (and "yarn") too.
-  if (c.architecture == "Phi3ForCausalLM" && (type == "su" || type == "yarn")) type = "longrope";
+  if (phi3 && (type == "su" || type == "yarn")) type = "longrope";
   std::optional<double> factor, attention_factor;
   for (auto it = s->begin(); it != s->end(); ++it) {
     const std::string& k = it.key();
@@ -219,7 +221,7 @@ void ParseRope(KeyReader& r, HfCheckpoint& c) {
     if (k == "rope_theta" && it->is_number()) {
       rope.theta = it->get<double>();
     } else if (k == "partial_rotary_factor" && it->is_number()) {
-      rope.partial_factor = it->get<double>();
+      if (phi3) rope.partial_factor = it->get<double>();  // see ParseLlama
     } else if (type == "longrope" && (k == "short_factor" || k == "long_factor")) {
       std::vector<double>& f = k == "short_factor" ? rope.short_factor : rope.long_factor;
       if (!it->is_array()) return r.Error(name + ": expected a list of numbers, got " + it->dump());
@@ -230,7 +232,10 @@ void ParseRope(KeyReader& r, HfCheckpoint& c) {
       }
     } else if (type == "longrope" && (k == "factor" || k == "attention_factor") && it->is_number()) {
       (k == "factor" ? factor : attention_factor) = it->get<double>();
-    } else if (type == "longrope" && k == "original_max_position_embeddings" && it->is_number_integer()) {
+    } else if (type == "longrope" && k == "original_max_position_embeddings") {
+      if (!it->is_number_integer() || it->get<int64_t>() < 2 || it->get<int64_t>() > (int64_t{1} << 30)) {
+        return r.Error(name + ": expected an integer >= 2, got " + it->dump());
+      }
       rope.original_max_position = it->get<int>();
     } else if (type == "llama3" && it->is_number() &&
                (k == "factor" || k == "low_freq_factor" || k == "high_freq_factor" ||
@@ -254,11 +259,16 @@ void ParseRope(KeyReader& r, HfCheckpoint& c) {
     // beyond; cos and sin scaled by sqrt(1 + ln(factor) / ln(original)),
     // factor by default the ratio of the positions to the original ones.
     rope.longrope = true;
-    // The top-level key (Phi-3's), unless the rope parameters carry their own.
-    const int top = r.Int("original_max_position_embeddings", 0, false);
-    if (!s->contains("original_max_position_embeddings")) rope.original_max_position = top;
-    if (rope.original_max_position < 2 || rope.short_factor.empty() || rope.long_factor.empty()) {
-      return r.Error(key + ": longrope needs short_factor, long_factor and original_max_position_embeddings");
+    // As transformers' standardize_rope_params: the top-level key (Phi-3's)
+    // wins over the rope parameters' own; without either, Phi-3's default
+    // 4096, elsewhere the positions.
+    if (const int top = r.Int("original_max_position_embeddings", 0, false); top > 0) {
+      rope.original_max_position = top;
+    } else if (!s->contains("original_max_position_embeddings")) {
+      rope.original_max_position = phi3 ? 4096 : c.max_positions;
+    }
+    if (rope.short_factor.empty() || rope.long_factor.empty()) {
+      return r.Error(key + ": longrope needs short_factor and long_factor");
     }
     const double f = factor.value_or(static_cast<double>(c.max_positions) / rope.original_max_position);
     rope.attention_factor =
@@ -287,6 +297,7 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c) {
   const bool phi3 = c.architecture == "Phi3ForCausalLM";
   r.Neutral("hidden_act", {"silu"});
   r.Neutral("mlp_bias", {false});
+  r.Neutral("lm_head_bias", {false});  // Phi-4-mini's config
   // Qwen2 hard-wires its q/k/v biases; elsewhere attention_bias would add
   // biases to q, k, v and o.
   r.Neutral("attention_bias", {m.qkv_bias});
@@ -296,16 +307,32 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c) {
   if (head_dim > 0 && !(m.n_head > 0 && m.n_embd % m.n_head == 0 && head_dim == m.n_embd / m.n_head)) {
     m.head_size = head_dim;
   }
-  // Before transformers 5, the partial rotary factor sat beside the rope keys.
-  c.model.rope.partial_factor = r.Number("partial_rotary_factor", 1.0);
+  // transformers' Phi-3 turns the first partial_rotary_factor of each head
+  // (the key sat beside the rope keys before transformers 5, and may sit in
+  // rope_parameters since); its other decoders turn whole heads whatever
+  // the key says.
+  if (phi3) {
+    m.rope.partial_factor = r.Number("partial_rotary_factor", 1.0);
+    for (const char* k : {"full_attn_mod", "interpolate_factor"}) {  // Phi-4-mini's, read by its remote code only
+      if (r.Get(k) != nullptr) c.notes.push_back(std::string(k) + ": ignored (transformers' Phi3 does not read it)");
+    }
+  } else if (r.Get("partial_rotary_factor") != nullptr) {
+    c.notes.push_back("partial_rotary_factor: ignored (" + c.architecture + " turns whole heads)");
+  }
   ParseRope(r, c);
   if (phi3 && !m.rope.longrope && r.Get("original_max_position_embeddings") != nullptr) {
     c.notes.push_back("original_max_position_embeddings: ignored (only \"longrope\" scaling reads it)");
   }
-  // Mistral's and Phi-3's attention slides whenever a window is set.
-  const bool windowed = c.architecture == "MistralForCausalLM" || phi3;
-  const bool use_sliding = r.Bool("use_sliding_window", windowed);
-  if (!windowed) r.Neutral("use_sliding_window", {false});
+  // Mistral's attention slides when use_sliding_window (default true) and a
+  // window are set; Phi-3's whenever a window is set, as transformers reads them.
+  const bool mistral = c.architecture == "MistralForCausalLM";
+  bool use_sliding = phi3;
+  if (phi3 && r.Get("use_sliding_window") != nullptr) {
+    c.notes.push_back("use_sliding_window: ignored (Phi-3 slides whenever sliding_window is set)");
+  } else if (!phi3) {
+    use_sliding = r.Bool("use_sliding_window", mistral);
+    if (!mistral) r.Neutral("use_sliding_window", {false});
+  }
   const json* window = r.Get("sliding_window");
   if (window != nullptr && use_sliding) {
     if (!window->is_number_integer() || window->get<int64_t>() < 1) {
@@ -407,15 +434,19 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
     if (m.head_size == 0 && m.n_embd % m.n_head != 0) {
       r.Error("hidden size " + std::to_string(m.n_embd) + " is not a multiple of heads");
     }
-    if (m.llama() && (m.n_head % m.n_kv_head != 0 || m.head_dim() % 2 != 0)) {
+    if (m.llama() && m.n_head % m.n_kv_head != 0) {
       r.Error("num_key_value_heads " + std::to_string(m.n_kv_head) + " must divide num_attention_heads " +
-              std::to_string(m.n_head) + " and the head size must be even");
+              std::to_string(m.n_head));
+    }
+    if (m.llama() && m.head_dim() % 2 != 0) {
+      r.Error("head size " + std::to_string(m.head_dim()) +
+              " (head_dim, or hidden_size / num_attention_heads): " + "the rotary embedding needs an even one");
     }
     const int rot = m.rope_dims();
     if (m.llama() && (!(m.rope.partial_factor > 0 && m.rope.partial_factor <= 1) || rot < 2 || rot % 2 != 0)) {
-      r.Error("partial_rotary_factor " + std::to_string(m.rope.partial_factor) + " of head size " +
-              std::to_string(m.head_dim()) + " turns " + std::to_string(rot) +
-              " columns; zinf needs an even number, at least 2");
+      r.Error("partial_rotary_factor " + json(m.rope.partial_factor).dump() + ": expected a value in (0, 1] " +
+              "turning an even number (at least 2) of a head's " + std::to_string(m.head_dim()) +
+              " columns; it turns " + std::to_string(rot));
     }
     for (const auto* f : {&m.rope.short_factor, &m.rope.long_factor}) {
       if (m.rope.longrope && f->size() != static_cast<size_t>(rot / 2)) {

@@ -11,14 +11,16 @@
 //   Qwen2ForCausalLM    -> kLlama with q/k/v biases
 //   Qwen3ForCausalLM    -> kLlama with q_norm/k_norm (RMSNorm over each head
 //                          of q and k before RoPE)
-// An explicit head_dim other than hidden_size / num_attention_heads
-// (Qwen3, Mistral-Nemo) sets GptConfig::head_size.
 //   MistralForCausalLM  -> kLlama, only when the sequence fits the sliding
 //                          window (attention is then plain causal)
 //   Phi3ForCausalLM     -> kLlama (Phi-3, Phi-4) whose q, k and v are stored
 //                          fused as the rows of one qkv_proj, gate and up as
-//                          those of gate_up_proj; the sliding window as
-//                          Mistral's
+//                          those of gate_up_proj; a sliding window as
+//                          Mistral's (applied whenever set); the rotary
+//                          embedding on partial_rotary_factor of each head,
+//                          with "longrope" scaling when configured
+// An explicit head_dim other than hidden_size / num_attention_heads
+// (Qwen3, Mistral-Nemo) sets GptConfig::head_size.
 // The vocabulary rows of the embedding and an untied head are padded with
 // zero rows to padded_vocab_size (they receive no gradient and stay 0).
 //

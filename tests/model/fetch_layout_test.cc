@@ -279,11 +279,10 @@ TEST(FetchLayoutTrainerTest, PiecesGiveTheWholeLayerLossesAndWeightsOnEveryTier)
   }
 }
 
-// Llama with q/k/v biases (Qwen2's layer), with q/k norms (Qwen3's), with
-// fused projections (Phi-3's) and the
-// rest from fixtures: the cut model
-// trains to the whole-layer model's losses; its weights go out as the HF
-// folder they came in as, byte for byte (F32 fixture, F32 export).
+// The Llama family from fixtures (q/k/v biases: Qwen2's layer; q/k norms:
+// Qwen3's; fused projections: Phi-3's) and GPT-2: the cut model trains to
+// the whole-layer model's losses; its weights go out as the HF folder they
+// came in as, byte for byte (F32 fixture, F32 export).
 TEST(FetchLayoutTrainerTest, HfWeightsInAndOutThroughPieces) {
   for (const char* name : {"qwen2", "llama", "gpt2", "qwen3", "phi3"}) {
     auto ckpt = OpenHfCheckpoint(testing::FixtureDir(name));
