@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""zinf eval against transformers at real models' shapes (random weights).
+
+The parity fixtures beside this file are tiny; this checks the shapes the
+real checkpoints have (head sizes, GQA ratios, rotary dims, vocabularies) in
+one forward: a random-init bf16 folder of the named shape, 2 x 256 random
+tokens, transformers' loss in float64 against `zinf eval`'s (fp32, CPU).
+Run by hand (needs torch and transformers, ~10 GB of RAM, a few minutes):
+
+  python3 tests/model/hf/real_shapes.py [--zinf build/zinf] [--work DIR] [NAME ...]
+
+NAME: qwen3-0.6b (Qwen3-0.6B's shape: head_dim 128 at hidden 1024, q/k norms,
+tied), phi4-mini-2l (Phi-4-mini's widths at 2 layers and a 32064 vocabulary:
+fused projections, 96 of 128 columns rotated, LongRoPE with 48 factors).
+Prints one line per model: both losses and their difference.
+"""
+import argparse
+import os
+import subprocess
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import transformers
+
+B, T = 2, 256
+
+
+def qwen3():
+    return transformers.Qwen3ForCausalLM, transformers.Qwen3Config(
+        vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+        num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6,
+        tie_word_embeddings=True, attention_bias=False, use_sliding_window=False, max_window_layers=28)
+
+
+def phi4_mini():
+    return transformers.Phi3ForCausalLM, transformers.Phi3Config(
+        vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=2, num_attention_heads=24,
+        num_key_value_heads=8, max_position_embeddings=131072, original_max_position_embeddings=4096,
+        rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=0, eos_token_id=0, pad_token_id=None,
+        rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, partial_rotary_factor=0.75,
+                             short_factor=[1.0 + 0.05 * i for i in range(48)],
+                             long_factor=[1.0 + 0.4 * i for i in range(48)]))
+
+
+SHAPES = {"qwen3-0.6b": qwen3, "phi4-mini-2l": phi4_mini}
+
+
+def check(name, zinf, work):
+    model_cls, config = SHAPES[name]()
+    config.architectures = [model_cls.__name__]
+    folder = os.path.join(work, name)
+    if not os.path.exists(os.path.join(folder, "config.json")):
+        torch.manual_seed(0)
+        model_cls(config).to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
+    rng = np.random.default_rng(7)
+    tokens = rng.integers(0, config.vocab_size, size=B * T + 1, dtype=np.uint32)
+    header = np.zeros(256, dtype=np.int32)
+    header[:3] = (20240520, 2, tokens.size)  # zinf's token file, version 2 (uint32)
+    token_file = os.path.join(work, name + "-tokens.bin")
+    with open(token_file, "wb") as f:
+        f.write(header.tobytes())
+        f.write(tokens.tobytes())
+    model = model_cls.from_pretrained(folder, dtype=torch.float64, attn_implementation="eager")
+    t = torch.from_numpy(tokens.astype(np.int64))
+    with torch.no_grad():
+        logits = model(input_ids=t[:-1].view(B, T)).logits
+        want = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), t[1:].view(-1)).item()
+    del model, logits
+    out = subprocess.run([zinf, "eval", "--model", folder, "--data", token_file, "--batch", str(B), "--seq-len", str(T),
+                          "--quiet"], check=True, capture_output=True, text=True,
+                         env=dict(os.environ, OMP_WAIT_POLICY="passive")).stdout
+    got = float(next(line.split()[1] for line in out.splitlines() if line.startswith("loss ")))
+    print(f"{name}: transformers float64 {want:.9f}  zinf {got:.9f}  difference {got - want:.2e}")
+    return abs(got - want) <= 1e-5 * max(1.0, abs(want))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--zinf", default="build/zinf")
+    p.add_argument("--work", default="/tmp/zinf-real-shapes")
+    p.add_argument("names", nargs="*", metavar="NAME")
+    a = p.parse_args()
+    unknown = set(a.names) - set(SHAPES)
+    if unknown:
+        p.error("unknown shape(s): " + ", ".join(sorted(unknown)) + " (known: " + ", ".join(SHAPES) + ")")
+    os.makedirs(a.work, exist_ok=True)
+    ok = all([check(n, a.zinf, a.work) for n in (a.names or SHAPES)])
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
