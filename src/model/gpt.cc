@@ -644,11 +644,12 @@ struct GptCompute<T>::Impl {
   void LlamaBackwardGroup(int layer, int group, const LayerParams& lp, const std::vector<T*>& g,
                           kernels::GradMode mode);
   // A norm's parameter gradients before its backward, which adds into them:
-  // zeroed when the call sets its gradients (kSet). Null ones are skipped.
-  void ZeroIfSet(kernels::GradMode mode, std::initializer_list<T*> grads) {
+  // `elems` each, zeroed when the call sets its gradients (kSet). Null ones
+  // are skipped.
+  void ZeroIfSet(kernels::GradMode mode, std::initializer_list<T*> grads, int64_t elems) {
     if (mode != kernels::GradMode::kSet) return;
     for (T* g : grads) {
-      if (g != nullptr) ops->Zero(g, C);
+      if (g != nullptr) ops->Zero(g, elems);
     }
   }
   // The layer's linear map by its weight tensor `w` ([OC, IC]): out = inp @
@@ -773,7 +774,7 @@ void GptCompute<T>::Impl::BackwardGroup(int layer, int group, const LayerParams&
     case kNorm2Group:
       // The residual passes d x_{l+1} through unchanged: adding the
       // LayerNorm path turns dres into d mid.
-      ZeroIfSet(mode, {g[kLn2W], g[kLn2B]});
+      ZeroIfSet(mode, {g[kLn2W], g[kLn2B]}, C);
       o.LayerNormBackward(dres, g[kLn2W], g[kLn2B], dbuf_c, a.mid, p[kLn2W], a.ln2_mean, a.ln2_rstd, N, C);
       break;
     case kAttnOutGroup:
@@ -790,7 +791,7 @@ void GptCompute<T>::Impl::BackwardGroup(int layer, int group, const LayerParams&
       break;
     }
     default:
-      ZeroIfSet(mode, {g[kLn1W], g[kLn1B]});
+      ZeroIfSet(mode, {g[kLn1W], g[kLn1B]}, C);
       o.LayerNormBackward(dres, g[kLn1W], g[kLn1B], a.atty, x[layer], p[kLn1W], a.ln1_mean, a.ln1_rstd, N, C);
   }
 }
@@ -822,7 +823,7 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
       LinearBackward(lp, kUpW, dbuf_c, g[kUpW], nullptr, dup, a.ln2, C, I, mode);
       break;
     case kNorm2Group:
-      ZeroIfSet(mode, {g[kMlpNormW]});
+      ZeroIfSet(mode, {g[kMlpNormW]}, C);
       o.RmsNormBackward(dres, g[kMlpNormW], dbuf_c, a.mid, p[kMlpNormW], a.ln2_rstd, N, C);
       break;
     case kAttnOutGroup:
@@ -844,10 +845,7 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
       const T* dk_in = dk;
       if (qk_norm) {  // the rotated gradients' last readers have run: they take d q_pre, d k_pre
         const auto qn = static_cast<size_t>(QNormIndex(config));
-        if (mode == kernels::GradMode::kSet) {
-          o.Zero(g[qn], hd);
-          o.Zero(g[qn + 1], hd);
-        }
+        ZeroIfSet(mode, {g[qn], g[qn + 1]}, hd);
         o.Zero(dq_rot, N * A);
         o.Zero(dk_rot, N * Ckv);
         o.RmsNormBackward(dq_rot, g[qn], dq, a.q_pre, p[qn], a.q_rstd, N * NH, hd);
@@ -863,7 +861,7 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
       break;
     }
     default:
-      ZeroIfSet(mode, {g[kAttnNormW]});
+      ZeroIfSet(mode, {g[kAttnNormW]}, C);
       o.RmsNormBackward(dres, g[kAttnNormW], dbuf_c, x[layer], p[kAttnNormW], a.ln1_rstd, N, C);
   }
 }
@@ -899,13 +897,13 @@ void RopeTables(const GptConfig& c, std::vector<double>* cos, std::vector<double
   }
   cos->resize(static_cast<size_t>(c.seq_len) * half);
   sin->resize(cos->size());
+  // transformers forms the angle and its cos and sin in fp32 whatever the
+  // model's dtype, so do we (fp64 runs then match its fp64 runs too), and
+  // scales them by LongRoPE's attention factor in fp32.
+  const float scale = static_cast<float>(c.rope.attention_factor);
   for (int t = 0; t < c.seq_len; ++t) {
     for (int i = 0; i < half; ++i) {
-      // transformers forms the angle and its cos and sin in fp32 whatever
-      // the model's dtype; so do we, so fp64 runs match its fp64 runs too.
       const double angle = static_cast<double>(static_cast<float>(t) * static_cast<float>(inv_freq[i]));
-      // (HF scales the fp32 cos and sin by LongRoPE's attention factor.)
-      const float scale = static_cast<float>(c.rope.attention_factor);
       (*cos)[static_cast<size_t>(t) * half + i] = static_cast<float>(std::cos(angle)) * scale;
       (*sin)[static_cast<size_t>(t) * half + i] = static_cast<float>(std::sin(angle)) * scale;
     }
