@@ -121,6 +121,14 @@ struct EngineOptions {
   // ReduceGradients takes gradients in any host memory (examples/). Ignored
   // when hooks name a device.
   bool host_device = false;
+  // Forward passes only (evaluation, inference): the engine keeps the
+  // working parameters at their home tier and gathers them, and nothing
+  // else: no optimizer state (no optimizer swap files), no gradient
+  // buffers. SetParameters writes the working parameters home at once;
+  // LoadCheckpoint reads only a checkpoint's master weights, whatever its
+  // sub-group size and optimizer tier; ReduceGradients, Step,
+  // GetMasterParameters and SaveCheckpoint are kFailedPrecondition.
+  bool forward_only = false;
   // zinf's own code and tests only (not owned; read by Create): the
   // device, communicators and I/O engine to use. Null: the engine makes its
   // own (a GPU when present, else the host; MPI ranks under mpirun; io_uring
@@ -262,6 +270,10 @@ class Engine {
   // SetParameters (it may be called instead of it) and rewrites the working
   // parameters at their home tier from the restored master weights. Returns
   // the manifest's metadata. Same preconditions as SaveCheckpoint.
+  // Forward-only: the master weights alone, streamed home block by block
+  // (any sub-group size fits), each chunk verified as it is read; after a
+  // kCorruption the engine holds no parameters (Acquire refuses) until a
+  // load or SetParameters of every block succeeds.
   StatusOr<std::map<std::string, std::string>> LoadCheckpoint(const std::string& dir);
 
   // Tracing on (the default): Acquire calls are the prefetch order's record

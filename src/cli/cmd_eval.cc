@@ -57,8 +57,10 @@ int Run(const std::vector<std::string>& args) {
   if (!source.ok()) return Fail(kName, source.status().WithContext("--model"), 2);
   const model::GptConfig* model = &source->model;
 
-  // The engine's config: the training run's (needed to load its checkpoint:
-  // the layout must fit), else everything resident in fp32.
+  // The engine's config (where the weights live, their type), else
+  // everything resident in fp32. The engine is forward-only: it holds the
+  // working parameters alone, and reads only a checkpoint's master weights,
+  // which load under any config.
   Config config;
   if (const auto path = flags->Get("config")) {
     auto loaded = LoadConfigFile(*path);
@@ -124,6 +126,7 @@ int Run(const std::vector<std::string>& args) {
   topt.hooks.device = device->get();
   topt.engine.optimizer_threads = static_cast<int>(*threads);
   topt.engine.run_id = "eval";
+  topt.engine.forward_only = true;
   // As zinf train's auto on the same device and batch, or the cut of the
   // checkpoint in --resume.
   auto fetch_unit =
@@ -179,11 +182,12 @@ ZINF_COMMAND(Command{
     "  --data TOKENS     a token file (zinf data encode); every id must be below the vocabulary\n"
     "  --batch B         sequences per batch (default 4, or the config's micro-batch)\n"
     "  --seq-len T       sequence length (default: the model's context length)\n"
-    "  --resume CKPT     the weights of a zinf train checkpoint (a save dir or a step directory);\n"
-    "                    give the training run's --config: the checkpoint's layout must fit it\n"
+    "  --resume CKPT     the weights of a zinf train checkpoint (a save dir or a step directory),\n"
+    "                    its fp32 master weights read alone, under any --config\n"
     "  --init-from F     the weights of a safetensors file zinf train --export wrote\n"
     "                    (neither: the seeded initial weights, for a baseline)\n"
-    "  --config C        the engine's DeepSpeed JSON (default: all in RAM, fp32)\n"
+    "  --config C        the engine's DeepSpeed JSON (default: all in RAM, fp32): where the weights\n"
+    "                    live (offload_param) and their type; no optimizer state is held\n"
     "  --nvme-path P     overrides both offload sections' nvme_path, as for zinf train\n"
     "  --fetch-unit U    as zinf train's (layers fetched in pieces); a checkpoint loads only under its\n"
     "                    training run's cut, which auto (the default) takes with --resume",

@@ -146,7 +146,10 @@ struct Trainer::Impl {
   // only. The walk is not the training order: it is kept out of the
   // prefetch record.
   StatusOr<double> ForwardLossSum(DataLoader& loader, int64_t batches) {
-    engine->SetTracing(false);
+    // A forward-only trainer has no training order: its passes are the
+    // order the prefetch follows.
+    const bool trains = !options.engine.forward_only;
+    if (trains) engine->SetTracing(false);
     double sum = 0.0;
     Status s;
     for (int64_t i = 0; i < batches && s.ok(); ++i) {
@@ -161,7 +164,7 @@ struct Trainer::Impl {
       // a long evaluation does not pile up timing marks.
       if (s.ok() && timed_ops != nullptr) s = timed_ops->Take().status();
     }
-    engine->SetTracing(true);
+    if (trains) engine->SetTracing(true);
     ZINF_RETURN_IF_ERROR(s);
     return sum;
   }
@@ -643,8 +646,9 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
                 m->model(), m->batch(), KernelsFor(m->device->kind() == DeviceKind::kCuda, options.gpu_compute16),
                 m->ops->stream() != nullptr, static_cast<int64_t>(m->device->capacity_bytes()), engine_bytes,
                 ElementSizeBytes(m->engine->param_type()), m->layout, m->options.activations);
-  const TrainerScratch sizes =
+  TrainerScratch sizes =
       TrainerScratchFor(m->layout, m->model().tied_embeddings, cast, m->ops->reads_weights16(), grad_buffers);
+  if (options.engine.forward_only) sizes.grads = sizes.grads2 = sizes.embed_grads = 0;  // no backward
   const std::pair<float**, int64_t> scratch[] = {{&m->param_scratch, sizes.param_cast},
                                                  {&m->embed_scratch, sizes.embed_cast},
                                                  {&m->grad_scratch, sizes.grads},
@@ -679,6 +683,9 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
 
 StatusOr<StepReport> Trainer::Step() {
   Impl& m = *impl_;
+  if (m.options.engine.forward_only) {
+    return Status::FailedPrecondition("trainer: Step on a forward-only trainer (TrainerOptions::engine.forward_only)");
+  }
   const auto t0 = Clock::now();
   const EngineCounters before = m.engine->counters();
   m.compute_seconds = 0.0;
@@ -847,6 +854,9 @@ Status Trainer::LoadWeights(const std::string& path) { return impl_->ResumeFrom(
 Status Trainer::Impl::ResumeFrom(const std::string& path, bool weights_only) {
   Impl& m = *this;
   if (m.steps_done != 0) return Status::FailedPrecondition("trainer: Resume after training started");
+  if (!weights_only && m.options.engine.forward_only) {
+    return Status::FailedPrecondition("trainer: Resume on a forward-only trainer (LoadWeights loads the weights)");
+  }
 
   // 1. The step to resume, agreed by every rank: each rank's own (its
   //    `latest`, or the step directory named), and the oldest of them, which
@@ -900,7 +910,9 @@ Status Trainer::Impl::ResumeFrom(const std::string& path, bool weights_only) {
                                         ", this run has " + mine.at("trainer.fetch_layout") +
                                         "; resume with --fetch-unit " + flag + ", which cuts layers the same way");
     }
-    // Checkpoints from before the key decayed every tensor.
+    // Checkpoints from before the key decayed every tensor. The weights
+    // alone do not depend on it.
+    if (weights_only) return Status::Ok();
     auto it = md.find("trainer.weight_decay_on");
     const std::string theirs = it == md.end() ? std::string("all") : it->second;
     if (theirs != mine.at("trainer.weight_decay_on")) {

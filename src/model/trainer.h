@@ -100,7 +100,9 @@ struct TrainerOptions {
   // backward; with one the backward waits for it. Same bits either way.
   int grad_buffers = 0;
   // Engine options (run id, threads); grad_type and hooks are set by the
-  // trainer.
+  // trainer. With engine.forward_only (`zinf eval`) the trainer evaluates
+  // only: no gradient scratch, Step and Resume are kFailedPrecondition
+  // (LoadWeights works), and its forward passes feed the prefetch record.
   EngineOptions engine;
   // The device, communicators and I/O engine (null ones: the defaults);
   // the trainer computes on the device too.
@@ -172,10 +174,11 @@ class Trainer {
   // differs). Must be called before the first Step.
   Status Resume(const std::string& path);
   // Loads only the weights (and optimizer state) of a checkpoint, as Resume
-  // does, but checks only that its model config is this one: the data, seed
-  // and batch may differ, the step and loader position stay at 0 (for
-  // evaluating a checkpoint on other data). The engine's layout must still
-  // fit (the saving run's rank count and ZeRO config).
+  // does, but checks only that its model config and layer cut are this
+  // one's: the data, seed, batch and weight decay may differ, the step and
+  // loader position stay at 0 (for evaluating a checkpoint on other data).
+  // The engine's layout must still fit (the saving run's rank count and, but
+  // with a forward-only engine, its sub-group size).
   Status LoadWeights(const std::string& path);
   // Replaces the initial weights by a safetensors file that
   // ExportSafetensors wrote (the names of GptTensorExportNames; F32, BF16 or

@@ -570,6 +570,12 @@ Status CheckpointReader::ReadBlob(const BlobRef& target) const {
   });
 }
 
+Status CheckpointReader::ReadBlobPieces(
+    const std::string& name, const std::function<Status(int64_t offset, const char* data, int64_t n)>& sink) const {
+  ZINF_ASSIGN_OR_RETURN(const BlobInfo* info, Find(name));
+  return Stream(*info, 0, sink);
+}
+
 Status CheckpointReader::Restore(const std::vector<BlobRef>& targets, const ProgressFn& progress) const {
   for (const BlobRef& t : targets) {
     ZINF_ASSIGN_OR_RETURN(const BlobInfo* info, Find(t.name));

@@ -148,6 +148,12 @@ class CheckpointReader {
   // sizes must match. Verifies each chunk as it is read; on kCorruption the
   // destination holds a partial copy.
   Status ReadBlob(const BlobRef& target) const;
+  // Streams blob `name` to `sink` in pieces (offset in the blob, bytes,
+  // length), in order, verifying each chunk as it is read: on kCorruption
+  // the sink may already have had the damaged piece. For a reader that
+  // places a blob's bytes itself (a forward-only engine's master weights).
+  Status ReadBlobPieces(const std::string& name,
+                        const std::function<Status(int64_t offset, const char* data, int64_t n)>& sink) const;
   // VerifyAll, then ReadBlob for each target: a damaged checkpoint is found
   // before any destination is touched.
   // `progress`, when set, hears (bytes done, total) as the blobs are verified

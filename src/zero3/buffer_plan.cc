@@ -397,12 +397,37 @@ void PlanNewParams(OffloadDevice optimizer_device, BufferPlan& p) {
   p.new_params = OneBuffer(want * p.param_elem_bytes, true, "new params");
 }
 
+// A forward-only engine (EngineOptions::forward_only) keeps the working
+// parameters and their gathers, and nothing the update or the gradient
+// needs: no optimizer state, accumulator, gradient window, norm sums or
+// device gradient buffers. Initial values and a checkpoint's master weights
+// go home block by block: each block's fp32 shard in the staging window
+// (one fp32 shard), cast into a one-shard ring (none beside a cpu home,
+// written in place). The optimizer's options stay as planned: the
+// manifest's sub-group keys come from them.
+void PlanForwardOnly(BufferPlan& p) {
+  p.optimizer_resident = NoPool("optimizer state");
+  p.optimizer_pipeline = NoPool("optimizer pipeline");
+  p.optimizer_swap_file_bytes = 0;
+  p.grad_accumulator = NoPool("grad accumulator");
+  p.grad_window = NoPool("gradient window");
+  p.norm_squares_bytes = 0;
+  p.grad_flat_bytes = p.grad_shard_bytes = 0;
+  if (!p.new_params_in_home) {
+    p.new_params_ring_elems = p.max_shard_elems;
+    p.new_params = OneBuffer(p.max_shard_elems * p.param_elem_bytes, true, "new params");
+  }
+  p.grad_staging = OneBuffer(p.max_shard_elems * 4, true, "grad staging");
+}
+
 }  // namespace
 
 StatusOr<BufferPlan> MakeBufferPlan(const Config& config, const std::vector<BlockSpec>& blocks, int world_size,
-                                    DeviceKind device_kind, ElementType grad_type, int64_t max_held_elems) {
+                                    DeviceKind device_kind, ElementType grad_type, int64_t max_held_elems,
+                                    bool forward_only) {
   BufferPlan p;
   p.world_size = world_size;
+  p.forward_only = forward_only;
   p.device_kind = device_kind;
   p.stage = config.zero.stage;
   p.param_type = WorkingType(config);
@@ -432,6 +457,7 @@ StatusOr<BufferPlan> MakeBufferPlan(const Config& config, const std::vector<Bloc
   p.grad_flat_bytes = world_size > 1 ? p.max_padded_elems * p.grad_elem_bytes : 0;
   p.grad_shard_bytes = world_size > 1 ? p.max_shard_elems * p.grad_elem_bytes : 0;
   PlanGathered(config, part, max_held_elems, p);
+  if (forward_only) PlanForwardOnly(p);
   return p;
 }
 
@@ -477,11 +503,16 @@ std::vector<BufferItem> BufferPlan::Items() const {
   pool(grad_accumulator, "fp32 gradient accumulator (whole shard)");
   pool(grad_window, "gradient window (" + std::to_string(grad_window.buffer_count) + " x one fp32 sub-group of " +
                         Elems(optimizer.sub_group_elems) + ": the gradient accumulated on NVMe)");
-  pool(new_params,
-       new_params_ring_elems == 0 || new_params_ring_elems >= total_shard_elems
-           ? "new-parameter buffer (whole shard, working type)"
-           : "new-parameter ring (" + Elems(new_params_ring_elems) + ": sub-groups written home block by block)");
-  pool(grad_staging, "gradient staging (largest shard)");
+  if (forward_only) {
+    pool(new_params, "working-type cast of one block on its way home (largest shard)");
+    pool(grad_staging, "fp32 staging of one block's initial or saved values (largest shard)");
+  } else {
+    pool(new_params,
+         new_params_ring_elems == 0 || new_params_ring_elems >= total_shard_elems
+             ? "new-parameter buffer (whole shard, working type)"
+             : "new-parameter ring (" + Elems(new_params_ring_elems) + ": sub-groups written home block by block)");
+    pool(grad_staging, "gradient staging (largest shard)");
+  }
   add(BufferTier::kPageable, "gradient norm's sums (one per 4 KiB of the shard and per sub_group_size)",
       norm_squares_bytes);
   pool(checkpoint_buffers, "checkpoint buffers (2, made at the first save or load)");

@@ -76,6 +76,12 @@ struct BufferPlan {
   int world_size = 1;
   DeviceKind device_kind = DeviceKind::kHost;
   int stage = 3;
+  // EngineOptions::forward_only: the working parameters and their gathers
+  // only (PlanForwardOnly in buffer_plan.cc): no optimizer state, gradient
+  // buffers or swap files of the optimizer; new_params is a one-shard ring
+  // (none beside a cpu home) and grad_staging one fp32 shard, the way the
+  // initial or saved values go home.
+  bool forward_only = false;
   ElementType param_type = ElementType::kBf16;  // fp16 / bf16 / fp32 from the config
   ElementType grad_type = ElementType::kF32;
   int64_t param_elem_bytes = 2;
@@ -240,8 +246,10 @@ Status CheckEngineConfig(const Config& config, ElementType grad_type);
 // naming the key: a stage outside 1..3, fp16 with bf16, a gradient type
 // that is neither fp32 nor the parameters', gradient_accumulation_steps < 1,
 // the Partitioner's, offload_param.buffer_count < 1, sub_group_size < 1, and
-// those of FitParamBuffers and FitOptimizerPipeline.
+// those of FitParamBuffers and FitOptimizerPipeline. `forward_only`: the
+// plan of a forward-only engine (BufferPlan::forward_only).
 StatusOr<BufferPlan> MakeBufferPlan(const Config& config, const std::vector<BlockSpec>& blocks, int world_size,
-                                    DeviceKind device_kind, ElementType grad_type, int64_t max_held_elems = 0);
+                                    DeviceKind device_kind, ElementType grad_type, int64_t max_held_elems = 0,
+                                    bool forward_only = false);
 
 }  // namespace zinf::zero3

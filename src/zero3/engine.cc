@@ -96,10 +96,12 @@ Status Engine::SetParameters(BlockId block, const std::vector<const float*>& val
   }
   // Straight into the optimizer's master weights (RAM or NVMe), through
   // the gradient staging window: no whole-shard copy of the initial values.
+  // Forward-only: straight home.
   float* shard = reinterpret_cast<float*>(m.staging.data());
   m.partitioner->ExtractShard(block, values, shard);
-  ZINF_RETURN_IF_ERROR(m.optimizer->WriteMaster(l.rank_offset, l.shard_numel, shard)
-                           .WithContext("engine: initial values of block '" + m.name(block) + "'"));
+  Status written = m.options.forward_only ? m.WriteHomeBlock(block, shard)
+                                          : m.optimizer->WriteMaster(l.rank_offset, l.shard_numel, shard);
+  ZINF_RETURN_IF_ERROR(written.WithContext("engine: initial values of block '" + m.name(block) + "'"));
   m.params_set[static_cast<size_t>(block)] = true;
   return Status::Ok();
 }
@@ -162,6 +164,7 @@ Status EngineAccess::ReduceGradients(Engine& engine, BlockId block, const std::v
 Status Engine::Impl::ReduceGradients(BlockId block, const std::vector<const void*>& grads, void* model_stream,
                                      std::shared_ptr<Event>* copied) {
   ZINF_RETURN_IF_ERROR(CheckBlock(block));
+  ZINF_RETURN_IF_ERROR(Trains("ReduceGradients"));
   ZINF_RETURN_IF_ERROR(Commit());
   ZINF_RETURN_IF_ERROR(FinishGradient());  // the one handed in behind a stream before
   ZINF_RETURN_IF_ERROR(FinishUpdate());    // the worker reads the accumulator
@@ -210,6 +213,7 @@ Status Engine::Impl::ReduceGradients(BlockId block, const std::vector<const void
 
 StatusOr<StepResult> Engine::Step() {
   Impl& m = *impl_;
+  ZINF_RETURN_IF_ERROR(m.Trains("Step"));
   if (std::optional<BlockId> held = m.gathered->FirstHeld()) {
     return Status::FailedPrecondition("engine: Step while block '" + m.name(*held) + "' is acquired");
   }
@@ -230,6 +234,7 @@ StatusOr<StepResult> Engine::Step() {
 
 Status Engine::WaitForUpdate() {
   Impl& m = *impl_;
+  if (m.options.forward_only) return Status::Ok();  // there is never one
   ZINF_RETURN_IF_ERROR(m.FinishGradient());
   ZINF_RETURN_IF_ERROR(m.FinishUpdate());
   ZINF_RETURN_IF_ERROR(m.WaitAccumCopies());
@@ -243,6 +248,7 @@ Status Engine::WaitForUpdate() {
 Status Engine::GetMasterParameters(BlockId block, const std::vector<float*>& out) {
   Impl& m = *impl_;
   ZINF_RETURN_IF_ERROR(m.CheckBlock(block));
+  ZINF_RETURN_IF_ERROR(m.Trains("GetMasterParameters"));
   ZINF_RETURN_IF_ERROR(m.Commit());
   ZINF_RETURN_IF_ERROR(m.FinishUpdate());
   const zero3::BlockLayout& l = m.layout(block);
@@ -287,6 +293,13 @@ Status Engine::Impl::CheckBlock(BlockId b) const {
   return Status::Ok();
 }
 
+Status Engine::Impl::Trains(const char* what) const {
+  if (!options.forward_only) return Status::Ok();
+  return Status::FailedPrecondition(std::string("engine: ") + what +
+                                    " on a forward-only engine (EngineOptions::forward_only), which holds no "
+                                    "optimizer state or gradient");
+}
+
 // The first Acquire (or step) after SetParameters: the optimizer state and
 // the working parameters' homes from the initial values.
 Status Engine::Impl::Commit() {
@@ -298,8 +311,12 @@ Status Engine::Impl::Commit() {
   if (!missing.empty()) {
     return Status::FailedPrecondition("engine: SetParameters was not called for block(s) " + missing);
   }
-  ZINF_RETURN_IF_ERROR(optimizer->ZeroMoments());  // the master weights came with SetParameters
-  ZINF_RETURN_IF_ERROR(WriteHomeFromMaster());
+  if (options.forward_only) {
+    ZINF_RETURN_IF_ERROR(home->Flush());  // SetParameters wrote every block home
+  } else {
+    ZINF_RETURN_IF_ERROR(optimizer->ZeroMoments());  // the master weights came with SetParameters
+    ZINF_RETURN_IF_ERROR(WriteHomeFromMaster());
+  }
   committed = true;
   return Status::Ok();
 }
@@ -316,22 +333,31 @@ char* Engine::Impl::NewParams() { return plan.new_params_in_home ? home->residen
 // the home takes it at once; the cpu home is written in place.
 Status Engine::Impl::WriteHomeFromMaster() {
   auto* master = reinterpret_cast<float*>(staging.data());
-  const bool ring = plan.new_params_ring_elems > 0;
   for (BlockId b = 0; b < partitioner->num_blocks(); ++b) {
     const zero3::BlockLayout& l = layout(b);
     ZINF_RETURN_IF_ERROR(optimizer->ReadMaster(l.rank_offset, l.shard_numel, master));
-    char* dst = NewParams() + (ring ? 0 : l.rank_offset * param_es);
-    if (param_type == ElementType::kF32) {
-      std::memcpy(dst, master, static_cast<size_t>(l.shard_numel * 4));
-    } else {
-      ZINF_RETURN_IF_ERROR(optim::CastFromF32(*threads, isa, master, param_type, dst, l.shard_numel));
-    }
-    if (!ring) continue;
-    ZINF_RETURN_IF_ERROR(home->WriteBlock(b, dst));
-    if (home->writes_on_stream()) ZINF_RETURN_IF_ERROR(stream->Synchronize());
+    ZINF_RETURN_IF_ERROR(WriteHomeBlock(b, master));
   }
-  if (ring) return home->Flush();
+  if (plan.new_params_ring_elems > 0) return home->Flush();
   return plan.new_params_in_home ? Status::Ok() : home->WriteAll(new_params.data());
+}
+
+// Block b's working parameters from its fp32 shard `master`: cast into
+// new_params (at the ring's start, then written home; or at the block's
+// offset: the cpu home itself, or the whole-shard buffer WriteHomeFromMaster
+// then writes home whole).
+Status Engine::Impl::WriteHomeBlock(BlockId b, const float* master) {
+  const zero3::BlockLayout& l = layout(b);
+  const bool ring = plan.new_params_ring_elems > 0;
+  char* dst = NewParams() + (ring ? 0 : l.rank_offset * param_es);
+  if (param_type == ElementType::kF32) {
+    std::memcpy(dst, master, static_cast<size_t>(l.shard_numel * 4));
+  } else {
+    ZINF_RETURN_IF_ERROR(optim::CastFromF32(*threads, isa, master, param_type, dst, l.shard_numel));
+  }
+  if (!ring) return Status::Ok();
+  ZINF_RETURN_IF_ERROR(home->WriteBlock(b, dst));
+  return home->writes_on_stream() ? stream->Synchronize() : Status::Ok();
 }
 
 // The block's gradient, reduce-scattered over the ranks, in `staging`.

@@ -2,6 +2,10 @@
 // optimizer state's blobs through swap/checkpoint.h, with the engine's
 // manifest keys (engine_manifest.h) beside the caller's.
 
+#include <algorithm>
+#include <cstring>
+#include <functional>
+
 #include "swap/checkpoint.h"
 #include "zero3/engine_impl.h"
 #include "zero3/engine_manifest.h"
@@ -11,6 +15,7 @@ namespace zinf {
 Status Engine::SaveCheckpoint(const std::string& dir, const std::map<std::string, std::string>& metadata,
                               bool replace_orphan) {
   Impl& m = *impl_;
+  ZINF_RETURN_IF_ERROR(m.Trains("SaveCheckpoint"));
   ZINF_RETURN_IF_ERROR(m.CheckpointPreconditions("SaveCheckpoint"));
   ZINF_RETURN_IF_ERROR(m.Commit());
   ZINF_RETURN_IF_ERROR(m.FinishUpdate());
@@ -34,6 +39,11 @@ StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(const std::s
   ZINF_ASSIGN_OR_RETURN(swap::CheckpointReader reader,
                         swap::CheckpointReader::Open(*m.checkpoint_io, *m.checkpoint_pool, dir));
   const std::map<std::string, std::string>& md = reader.metadata();
+  if (m.options.forward_only) {
+    ZINF_RETURN_IF_ERROR(zero3::CheckLayoutFits(md, m.Manifest(), dir, /*weights_only=*/true));
+    ZINF_RETURN_IF_ERROR(m.LoadMasterHome(reader));
+    return zero3::UserMetadata(md);
+  }
   // Everything that fixes the layout of the saved state must match.
   ZINF_RETURN_IF_ERROR(zero3::CheckLayoutFits(md, m.Manifest(), dir));
   ZINF_ASSIGN_OR_RETURN(zero3::EngineProgress progress, zero3::ReadProgress(md, dir));
@@ -74,6 +84,68 @@ StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(const std::s
   m.schedule->set_last_batch_iteration(progress.lr_iteration);
   m.scaler->Restore(progress.loss_scaler);
   return zero3::UserMetadata(md);
+}
+
+// Forward-only: the checkpoint's master weights (master.0, master.1, ...:
+// the rank shard in sub-groups, end to end, whatever size the saving run
+// cut them) streamed into staging, each block written home once its shard
+// is whole. The parameters count as set only once every block is, and
+// none does after an error.
+Status Engine::Impl::LoadMasterHome(const swap::CheckpointReader& reader) {
+  const std::string& dir = reader.dir();
+  gathered->DropAll();
+  ZINF_RETURN_IF_ERROR(stream->Synchronize());
+  std::fill(params_set.begin(), params_set.end(), false);
+  committed = false;
+  const int64_t total = partitioner->total_shard_numel();
+  std::vector<std::string> masters;
+  int64_t elems = 0;
+  while (elems < total) {
+    std::string blob = "master." + std::to_string(masters.size());
+    ZINF_ASSIGN_OR_RETURN(const swap::BlobInfo* info, reader.Find(blob));
+    if (info->size_bytes <= 0 || info->size_bytes % 4 != 0) {
+      return Status::Corruption("checkpoint " + dir + ": blob '" + blob + "' holds " +
+                                std::to_string(info->size_bytes) + " bytes, not whole fp32 master weights");
+    }
+    elems += info->size_bytes / 4;
+    masters.push_back(std::move(blob));
+  }
+  if (elems != total) {
+    return Status::Corruption("checkpoint " + dir + ": its master weights (" + std::to_string(masters.size()) +
+                              " sub-groups) hold " + std::to_string(elems) + " elements, the rank shard " +
+                              std::to_string(total));
+  }
+  std::function<void(int64_t, int64_t)> progress;
+  if (options.progress) progress = options.progress("loading checkpoint " + dir + " (master weights)");
+  if (progress) progress(0, total * 4);
+  auto* shard = reinterpret_cast<float*>(staging.data());
+  BlockId b = 0;
+  int64_t filled = 0, done = 0;  // elements of block b in staging; of the rank shard read
+  auto place = [&](int64_t, const char* data, int64_t n) -> Status {
+    for (int64_t left = n / 4; left > 0;) {
+      const int64_t numel = layout(b).shard_numel;
+      const int64_t take = std::min(left, numel - filled);
+      std::memcpy(shard + filled, data, static_cast<size_t>(take * 4));
+      data += take * 4;
+      left -= take;
+      filled += take;
+      if (filled < numel) continue;
+      ZINF_RETURN_IF_ERROR(WriteHomeBlock(b, shard).WithContext("checkpoint " + dir + ": block '" + name(b) + "'"));
+      params_set[static_cast<size_t>(b)] = true;
+      ++b;
+      filled = 0;
+    }
+    if (progress) progress(done += n / 4 * 4, total * 4);
+    return Status::Ok();
+  };
+  for (const std::string& blob : masters) {
+    if (Status s = reader.ReadBlobPieces(blob, place); !s.ok()) {
+      // A chunk's crc is checked once it is whole: what went home may be damaged.
+      std::fill(params_set.begin(), params_set.end(), false);
+      return s;
+    }
+  }
+  return Commit();
 }
 
 Status Engine::Impl::CheckpointPreconditions(const char* what) const {
@@ -121,7 +193,7 @@ std::map<std::string, std::string> Engine::Impl::Manifest() const {
   layout.rank = partitioner->rank();
   layout.specs = &specs;
   layout.shard_elems = partitioner->total_shard_numel();
-  layout.sub_group_elems = optimizer->sub_group_elems(0);
+  layout.sub_group_elems = optimizer ? optimizer->sub_group_elems(0) : plan.optimizer.sub_group_elems;
   layout.config_sub_group_size = config.zero.sub_group_size;
   layout.optimizer_device = config.zero.offload_optimizer.device;
   layout.optimizer_buffer_count = config.zero.offload_optimizer.buffer_count;

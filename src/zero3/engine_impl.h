@@ -54,6 +54,7 @@
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/thread_pool.h"
+#include "swap/checkpoint.h"
 #include "swap/gradient_window.h"
 #include "swap/optimizer_swapper.h"
 #include "zero3/buffer_plan.h"
@@ -82,9 +83,12 @@ struct Engine::Impl {
 
   // Steps of the public methods (engine.cc).
   Status CheckBlock(BlockId b) const;
+  // kFailedPrecondition naming `what` on a forward-only engine.
+  Status Trains(const char* what) const;
   Status Commit();
   char* NewParams();
   Status WriteHomeFromMaster();
+  Status WriteHomeBlock(BlockId b, const float* master);
   Status StartUpdate(const optim::AdamStepArgs& args);
   Status RunUpdate(const optim::AdamStepArgs& args, zero3::UpdateWorker::Progress& progress);
   StatusOr<bool> RefreshHome(BlockId b, bool wait);
@@ -122,6 +126,7 @@ struct Engine::Impl {
   // Checkpoints (engine_checkpoint.cc).
   Status CheckpointPreconditions(const char* what) const;
   Status PrepareCheckpointIo();
+  Status LoadMasterHome(const swap::CheckpointReader& reader);
   std::map<std::string, std::string> Manifest() const;
 
   // Where the gradient's sum of squares is cut besides 4 KiB units: the

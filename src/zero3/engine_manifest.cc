@@ -112,9 +112,10 @@ Metadata EngineMetadata(const EngineLayoutKeys& l, const EngineProgress& p) {
   };
 }
 
-Status CheckLayoutFits(const Metadata& theirs, const Metadata& mine, const std::string& dir) {
+Status CheckLayoutFits(const Metadata& theirs, const Metadata& mine, const std::string& dir, bool weights_only) {
   for (const char* key : {"engine.format", "engine.world_size", "engine.rank", "engine.blocks", "engine.layout_crc32c",
                           "engine.shard_elems", "engine.sub_group_elems"}) {
+    if (weights_only && std::string_view(key) == "engine.sub_group_elems") continue;
     ZINF_ASSIGN_OR_RETURN(std::string value, Get(theirs, key, dir));
     if (value != mine.at(key)) {
       return Status::FailedPrecondition("checkpoint " + dir + " does not fit this run: " + key + " is " + value +

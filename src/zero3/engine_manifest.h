@@ -65,7 +65,9 @@ Metadata EngineMetadata(const EngineLayoutKeys& layout, const EngineProgress& pr
 // kFailedPrecondition naming the key, both values and what to change (for
 // the sub-group size: which of the settings it came from differs, when the
 // checkpoint recorded them), or kCorruption when a layout key is missing.
-Status CheckLayoutFits(const Metadata& theirs, const Metadata& mine, const std::string& dir);
+// `weights_only` (a forward-only engine, which reads the master weights
+// alone): the sub-group size is not compared.
+Status CheckLayoutFits(const Metadata& theirs, const Metadata& mine, const std::string& dir, bool weights_only = false);
 
 // The progress saved in checkpoint `dir`'s manifest; kCorruption naming
 // the key when one is missing or not a number.

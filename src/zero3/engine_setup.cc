@@ -9,7 +9,8 @@
 // holds the fp32 gradient accumulator (or, with the optimizer on NVMe, the
 // gradient window into its store), the new-parameter buffer the optimizer
 // writes into (none beside a cpu home, which it writes in place), and a
-// staging buffer for gradient shards.
+// staging buffer for gradient shards. A forward-only engine has only the
+// home, the gathered blocks and two one-shard windows (PlanForwardOnly).
 #include <algorithm>
 #include <cstring>
 
@@ -43,8 +44,8 @@ Status Engine::Impl::Init(const Config& cfg, const std::vector<BlockSpec>& block
   // A bad config is reported before a device, MPI or NCCL is brought up.
   ZINF_RETURN_IF_ERROR(zero3::CheckEngineConfig(config, opts.grad_type));
   ZINF_RETURN_IF_ERROR(InitDeviceAndComms());
-  ZINF_ASSIGN_OR_RETURN(plan,
-                        zero3::MakeBufferPlan(config, specs, host_comm->world_size(), device->kind(), opts.grad_type));
+  ZINF_ASSIGN_OR_RETURN(plan, zero3::MakeBufferPlan(config, specs, host_comm->world_size(), device->kind(),
+                                                    opts.grad_type, /*max_held_elems=*/0, opts.forward_only));
   if (host_comm->rank() == 0) {
     for (const std::string& f : plan.fitted) Log("zero3").info("fitted: {}", f);
   }
@@ -61,7 +62,7 @@ Status Engine::Impl::Init(const Config& cfg, const std::vector<BlockSpec>& block
     io = owned_io.get();
   }
   ZINF_RETURN_IF_ERROR(InitParamHome());
-  ZINF_RETURN_IF_ERROR(InitOptimizerState());
+  if (!opts.forward_only) ZINF_RETURN_IF_ERROR(InitOptimizerState());
   ZINF_RETURN_IF_ERROR(InitBuffers());
   return InitOptimizer();
 }
@@ -178,6 +179,7 @@ Status Engine::Impl::InitOptimizer() {
   schedule = std::make_unique<optim::LrSchedule>(std::move(s));
   ZINF_ASSIGN_OR_RETURN(optim::LossScaler ls, optim::LossScaler::Create(config.fp16));
   scaler = std::make_unique<optim::LossScaler>(std::move(ls));
+  if (options.forward_only) return Status::Ok();  // no gradient: the pool and the lr serve the manifest
   if (plan.grad_window.buffer_count > 0) {
     ZINF_ASSIGN_OR_RETURN(grad_window_pool, aio::PinnedPool::Create(plan.grad_window));
     ZINF_ASSIGN_OR_RETURN(grad_window, swap::GradientWindow::Create(optimizer.get(), grad_window_pool.get(),

@@ -593,6 +593,67 @@ TEST(TrainerTest, LoadWeightsAndInitFromSafetensorsGiveTheSameWeights) {
   EXPECT_EQ(c.trainer->Resume(dir.Sub("ckpt")).code(), StatusCode::kFailedPrecondition);
 }
 
+// `zinf eval`'s trainer (engine.forward_only) loads a training run's
+// checkpoint whatever its sub-groups, optimizer tier and weight decay, and
+// evaluates bit for bit as a training trainer does on the same weights; it
+// keeps no gradient scratch, and refuses Step, Resume and the export (which
+// reads master weights it does not hold).
+TEST(TrainerTest, AForwardOnlyTrainerEvaluatesAsATrainingOne) {
+  TempDir dir;
+  Config saving = TinyConfig(dir, OffloadDevice::kCpu, OffloadDevice::kNvme);
+  saving.zero.sub_group_size = 7000;
+  {
+    TrainerRun r = MakeTrainerWith(saving, [](TrainerOptions& o) { o.weight_decay_on = WeightDecayOn::kAll; });
+    ASSERT_NE(r.trainer, nullptr);
+    StepLosses(*r.trainer, 2);
+    ASSERT_TRUE(r.trainer->Save(dir.Sub("ckpt")).ok());
+  }
+  const std::string data = dir.Sub("other.bin");
+  ASSERT_TRUE(WriteTokenFile(data, BuiltinCorpusTokens(8 << 10, 77)).ok());
+  struct Evaluated {
+    double loss = 0.0;
+    int64_t device_bytes = 0;  // after Create: the engine's home and the trainer's scratch
+  };
+  auto evaluate = [&](const Config& config, bool forward_only) -> Evaluated {
+    TrainerRun r = MakeTrainerWith(config, [&](TrainerOptions& o) {
+      o.data_path = data;
+      o.eval_fraction = 0.0;
+      o.weight_decay_on = forward_only ? WeightDecayOn::kMatrices : WeightDecayOn::kAll;
+      o.engine.forward_only = forward_only;
+    });
+    EXPECT_NE(r.trainer, nullptr);
+    if (r.trainer == nullptr) return {};
+    Evaluated out;
+    out.device_bytes = static_cast<int64_t>(r.device->bytes_in_use());
+    Status s = r.trainer->LoadWeights(dir.Sub("ckpt"));
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    auto e = r.trainer->EvaluateInOrder();
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    if (e.ok()) out.loss = e->loss;
+    if (forward_only) {
+      EXPECT_EQ(r.trainer->Step().status().code(), StatusCode::kFailedPrecondition);
+      EXPECT_EQ(r.trainer->Resume(dir.Sub("ckpt")).code(), StatusCode::kFailedPrecondition);
+      s = r.trainer->ExportSafetensors(dir.Sub("w.safetensors"), "F32");
+      EXPECT_NE(s.message().find("forward-only"), std::string::npos) << s.ToString();
+    }
+    return out;
+  };
+  const Evaluated want = evaluate(saving, false);
+  EXPECT_GT(want.loss, 0.0);
+  for (OffloadDevice param : {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+    SCOPED_TRACE(OffloadDeviceName(param));
+    TempDir tiers;
+    Config c = TinyConfig(tiers, param, OffloadDevice::kCpu);
+    c.zero.sub_group_size = 1'000'000'000;
+    const Evaluated got = evaluate(c, true);
+    EXPECT_EQ(got.loss, want.loss);
+    // The same home (cpu) without the gradient scratch: less device memory.
+    if (param == OffloadDevice::kCpu) {
+      EXPECT_LT(got.device_bytes, want.device_bytes);
+    }
+  }
+}
+
 TEST(TrainerTest, InitFromSafetensorsNamesAMismatchedTensor) {
   TempDir dir;
   const Config config = TinyConfig(dir, OffloadDevice::kCpu, OffloadDevice::kCpu);

@@ -45,7 +45,7 @@ struct EngineUnderTest {
 
 inline EngineUnderTest MakeEngine(const Config& config, const std::vector<BlockSpec>& blocks,
                                   comm::Communicator* host_comm = nullptr, size_t device_budget_bytes = 0,
-                                  ElementType grad_type = ElementType::kF32) {
+                                  ElementType grad_type = ElementType::kF32, bool forward_only = false) {
   EngineUnderTest e;
   e.device = CreateHostDevice(device_budget_bytes);
   EngineHooks hooks;
@@ -55,6 +55,7 @@ inline EngineUnderTest MakeEngine(const Config& config, const std::vector<BlockS
   o.hooks = &hooks;
   o.optimizer_threads = 1;
   o.grad_type = grad_type;
+  o.forward_only = forward_only;
   o.run_id = "zero3-test";
   auto engine = Engine::Create(config, blocks, o);
   EXPECT_TRUE(engine.ok()) << engine.status().ToString();
