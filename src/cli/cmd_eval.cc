@@ -73,6 +73,10 @@ int Run(const std::vector<std::string>& args) {
   } else {
     config.zero.stage = 3;
     config.train_micro_batch_size_per_gpu = 4;
+    // Each block gathered for its forward and let go: the device holds the
+    // model once (its home) and a block, not a second gathered copy.
+    config.zero.stage3_max_live_parameters = 0;
+    config.zero.stage3_max_reuse_distance = 0;
   }
   auto batch = flags->GetInt("batch", config.train_micro_batch_size_per_gpu);
   if (!batch.ok()) return Fail(kName, batch.status(), 2);
@@ -186,7 +190,8 @@ ZINF_COMMAND(Command{
     "                    its fp32 master weights read alone, under any --config\n"
     "  --init-from F     the weights of a safetensors file zinf train --export wrote\n"
     "                    (neither: the seeded initial weights, for a baseline)\n"
-    "  --config C        the engine's DeepSpeed JSON (default: all in RAM, fp32): where the weights\n"
+    "  --config C        the engine's DeepSpeed JSON (default: fp32 weights on the device, each block\n"
+    "                    gathered for its forward and let go): where the weights\n"
     "                    live (offload_param) and their type; no optimizer state is held\n"
     "  --nvme-path P     overrides both offload sections' nvme_path, as for zinf train\n"
     "  --fetch-unit U    as zinf train's (layers fetched in pieces); a checkpoint loads only under its\n"

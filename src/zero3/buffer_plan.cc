@@ -403,8 +403,9 @@ void PlanNewParams(OffloadDevice optimizer_device, BufferPlan& p) {
 // device gradient buffers. Initial values and a checkpoint's master weights
 // go home block by block: each block's fp32 shard in the staging window
 // (one fp32 shard), cast into a one-shard ring (none beside a cpu home,
-// written in place). The optimizer's options stay as planned: the
-// manifest's sub-group keys come from them.
+// written in place, nor for fp32 parameters, which go home from staging).
+// The optimizer's options stay as planned: the manifest's sub-group keys
+// come from them.
 void PlanForwardOnly(BufferPlan& p) {
   p.optimizer_resident = NoPool("optimizer state");
   p.optimizer_pipeline = NoPool("optimizer pipeline");
@@ -413,7 +414,11 @@ void PlanForwardOnly(BufferPlan& p) {
   p.grad_window = NoPool("gradient window");
   p.norm_squares_bytes = 0;
   p.grad_flat_bytes = p.grad_shard_bytes = 0;
-  if (!p.new_params_in_home) {
+  if (p.new_params_in_home) {
+  } else if (p.param_elem_bytes == 4) {
+    p.new_params = NoPool("new params");
+    p.new_params_ring_elems = 0;
+  } else {
     p.new_params_ring_elems = p.max_shard_elems;
     p.new_params = OneBuffer(p.max_shard_elems * p.param_elem_bytes, true, "new params");
   }

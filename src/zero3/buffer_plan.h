@@ -79,8 +79,8 @@ struct BufferPlan {
   // EngineOptions::forward_only: the working parameters and their gathers
   // only (PlanForwardOnly in buffer_plan.cc): no optimizer state, gradient
   // buffers or swap files of the optimizer; new_params is a one-shard ring
-  // (none beside a cpu home) and grad_staging one fp32 shard, the way the
-  // initial or saved values go home.
+  // (none beside a cpu home or for fp32 parameters) and grad_staging one
+  // fp32 shard, the way the initial or saved values go home.
   bool forward_only = false;
   ElementType param_type = ElementType::kBf16;  // fp16 / bf16 / fp32 from the config
   ElementType grad_type = ElementType::kF32;

@@ -345,9 +345,14 @@ Status Engine::Impl::WriteHomeFromMaster() {
 // Block b's working parameters from its fp32 shard `master`: cast into
 // new_params (at the ring's start, then written home; or at the block's
 // offset: the cpu home itself, or the whole-shard buffer WriteHomeFromMaster
-// then writes home whole).
+// then writes home whole); forward-only fp32 ones straight from `master`.
 Status Engine::Impl::WriteHomeBlock(BlockId b, const float* master) {
   const zero3::BlockLayout& l = layout(b);
+  if (plan.forward_only && param_type == ElementType::kF32 && !plan.new_params_in_home) {
+    // Nothing to cast (PlanForwardOnly): home from where it is.
+    ZINF_RETURN_IF_ERROR(home->WriteBlock(b, reinterpret_cast<const char*>(master)));
+    return home->writes_on_stream() ? stream->Synchronize() : Status::Ok();
+  }
   const bool ring = plan.new_params_ring_elems > 0;
   char* dst = NewParams() + (ring ? 0 : l.rank_offset * param_es);
   if (param_type == ElementType::kF32) {

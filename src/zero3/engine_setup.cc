@@ -152,9 +152,11 @@ Status Engine::Impl::InitBuffers() {
     std::memset(accum.data(), 0, static_cast<size_t>(plan.total_shard_elems * 4));
   }
   acc_holds.assign(static_cast<size_t>(partitioner->num_blocks()), false);
-  if (!plan.new_params_in_home) {  // else the update writes the cpu home
+  if (plan.new_params.buffer_count > 0) {
     ZINF_ASSIGN_OR_RETURN(new_params, zero3::HostWindow::Create(plan.new_params));
-  } else if (home->resident() == nullptr) {
+  } else if (!plan.new_params_in_home && !(plan.forward_only && param_type == ElementType::kF32)) {
+    return Status::Internal("engine: the plan has no new-parameter window and no cpu home to write");
+  } else if (plan.new_params_in_home && home->resident() == nullptr) {
     return Status::Internal("engine: the plan writes new parameters into a home that is not in host memory");
   }
   ZINF_ASSIGN_OR_RETURN(staging, zero3::HostWindow::Create(plan.grad_staging));

@@ -17,15 +17,16 @@
 # loader adds nothing that grows with the model), 250 MB while training,
 # 320 MB while exporting (the engine gathers one 28 MB block three times
 # over). A load that held the model in RAM would need the fixed part plus
-# the file, 0.87 GB, more than twice the cap: the test proves the cap is
+# the file, 0.87 GB, more than twice the cap (zinf eval of the trained
+# checkpoint then runs under the same cap): the test proves the cap is
 # that tight by reading the file into one buffer (dd bs=FILE) under the
 # same cap, which must fail (and a loader changed by hand to read the file
 # into one buffer first was killed by it). Page cache counts too: the file is evicted
 # before the capped run, so its reads are charged to the cgroup (clean
 # pages there are reclaimable; anonymous memory is not).
 #
-# Disk: about 5 GB in ${TMPDIR:-/tmp} at the peak (three 0.68 GB files and
-# one run's NVMe state).
+# Disk: about 7 GB in ${TMPDIR:-/tmp} at the peak (three 0.68 GB files, one
+# run's NVMe state and its 2 GB checkpoint).
 set -eu
 ZINF="$1"
 MEMCG_RUN="$2"
@@ -93,7 +94,7 @@ echo "hf load test: the whole file in one buffer under the cap: exit $rc (as it 
 evict "$file"
 set +e
 train "$MEMCG_RUN" "$LIMIT" -- --model "$TMP/ckpt" --config "$TMP/cap.json" --steps 1 --export "$TMP/cap" \
-  > "$TMP/cap.out" 2> "$TMP/cap.err"
+  --save-dir "$TMP/save" > "$TMP/cap.out" 2> "$TMP/cap.err"
 rc=$?
 set -e
 grep "^memcg: peak" "$TMP/cap.err" || true
@@ -113,4 +114,38 @@ if ! cmp "$TMP/ref/model.safetensors" "$TMP/cap/model.safetensors" >&2; then
   exit 1
 fi
 cat "$TMP/cap.losses"
+rm -rf "$TMP/nvme-cap" "$TMP/ref" && mkdir -p "$TMP/nvme-cap" "$TMP/nvme-ref"
+
+# zinf eval under the same cap: its forward-only engine holds the working
+# parameters alone (on NVMe here) and reads only the checkpoint's fp32
+# master weights (one blob per sub-group of 1e6), streamed home block by
+# block. The capped run's checkpoint must score what its export scores
+# uncapped, to the 9 digits eval prints (the same bf16 weights: bit for bit).
+"$ZINF" data corpus --output "$TMP/eval.bin" --bytes 1K > /dev/null
+evaluate() {
+  prefix=""
+  while [ "$1" != "--" ]; do prefix="$prefix $1"; shift; done
+  shift
+  $prefix "$ZINF" eval --device host --device-budget 128M --data "$TMP/eval.bin" "$@"
+}
+evaluate -- --model "$TMP/cap" --config "$TMP/ref.json" > "$TMP/ref-eval.out" 2> "$TMP/ref-eval.err" ||
+  { cat "$TMP/ref-eval.err" >&2; exit 1; }
+set +e
+evaluate "$MEMCG_RUN" "$LIMIT" -- --model "$TMP/ckpt" --resume "$TMP/save" --config "$TMP/cap.json" \
+  > "$TMP/cap-eval.out" 2> "$TMP/cap-eval.err"
+rc=$?
+set -e
+grep "^memcg: peak" "$TMP/cap-eval.err" || true
+if [ "$rc" -ne 0 ]; then
+  cat "$TMP/cap-eval.err" >&2
+  echo "hf load test: the capped eval failed (exit $rc; 137: killed at the cgroup limit)" >&2
+  exit 1
+fi
+grep -q "^loss " "$TMP/ref-eval.out" || { cat "$TMP/ref-eval.err" >&2; exit 1; }
+if ! cmp -s "$TMP/ref-eval.out" "$TMP/cap-eval.out"; then
+  echo "hf load test: eval differs (the export uncapped, then the checkpoint capped):" >&2
+  cat "$TMP/ref-eval.out" "$TMP/cap-eval.out" >&2
+  exit 1
+fi
+echo "hf load test: eval of the checkpoint under the cap: $(grep '^loss ' "$TMP/cap-eval.out")"
 echo "hf load test: OK"
