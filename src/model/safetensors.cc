@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <memory>
 #include <set>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -115,30 +117,6 @@ Status ReadExact(int fd, const std::string& path, void* data, int64_t n, int64_t
   return Status::Ok();
 }
 
-// Writes the parts into a new file beside `path`, then fsync, rename, and
-// directory fsync (WriteFileAtomic's protocol, without first gathering the
-// weights into one string).
-Status WritePartsAtomic(const std::string& path, const std::vector<std::span<const std::byte>>& parts) {
-  const std::string tmp = path + ".tmp-" + RandomHex(8);
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-  if (fd.get() < 0) return ErrnoStatus(errno, "open", tmp);
-  auto fail = [&](const Status& st) {
-    ::unlink(tmp.c_str());
-    return st;
-  };
-  int64_t offset = 0;
-  for (const auto& part : parts) {
-    if (Status st = WriteAll(fd.get(), tmp, part.data(), static_cast<int64_t>(part.size()), offset); !st.ok()) {
-      return fail(st);
-    }
-    offset += static_cast<int64_t>(part.size());
-  }
-  if (::fsync(fd.get()) != 0) return fail(ErrnoStatus(errno, "fsync", tmp));
-  if (fd.Close() != 0) return fail(ErrnoStatus(errno, "close", tmp));
-  if (Status st = RenamePath(tmp, path); !st.ok()) return fail(st);
-  return SyncDirectory(ParentPath(path));
-}
-
 }  // namespace
 
 int SafetensorsDtypeBytes(std::string_view dtype) {
@@ -153,11 +131,35 @@ const SafetensorsFile::Tensor* SafetensorsFile::Find(std::string_view name) cons
   return nullptr;
 }
 
-Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
-                        const std::map<std::string, std::string>& metadata) {
+// The writer's state: the temporary file and where each tensor goes.
+struct SafetensorsWriter::File {
+  std::string path, tmp;
+  int fd = -1;
+  struct Slot {
+    uint64_t offset = 0;  // in the file
+    uint64_t bytes = 0;
+    bool written = false;
+  };
+  std::map<std::string, Slot, std::less<>> slots;
+  bool committed = false;
+
+  ~File() {
+    if (fd >= 0) ::close(fd);
+    if (!committed && !tmp.empty()) ::unlink(tmp.c_str());
+  }
+};
+
+SafetensorsWriter::SafetensorsWriter(std::unique_ptr<File> file) : file_(std::move(file)) {}
+SafetensorsWriter::SafetensorsWriter(SafetensorsWriter&&) noexcept = default;
+SafetensorsWriter::~SafetensorsWriter() = default;
+
+StatusOr<SafetensorsWriter> SafetensorsWriter::Create(const std::string& path,
+                                                      const std::vector<SafetensorsSpec>& tensors,
+                                                      const std::map<std::string, std::string>& metadata) {
   const std::string where = "safetensors " + path + ": ";
   std::set<std::string_view> names;
-  for (const SafetensorsTensor& t : tensors) {
+  std::vector<uint64_t> bytes;
+  for (const SafetensorsSpec& t : tensors) {
     if (t.name.empty() || t.name == "__metadata__") {
       return Status::InvalidArgument(where + "tensor name \"" + t.name + "\" is not allowed");
     }
@@ -168,19 +170,15 @@ Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsTe
     if (want < 0) {
       return Status::InvalidArgument(where + "tensor " + t.name + ": bad shape " + ShapeString(t.shape));
     }
-    if (want != static_cast<int64_t>(t.data.size())) {
-      return Status::InvalidArgument(where + "tensor " + t.name + ": shape " + ShapeString(t.shape) + " of " + t.dtype +
-                                     " needs " + std::to_string(want) + " bytes, given " +
-                                     std::to_string(t.data.size()));
-    }
+    bytes.push_back(static_cast<uint64_t>(want));
   }
   // The Python library's order: wider dtypes first, then by name.
-  std::vector<const SafetensorsTensor*> order;
-  for (const SafetensorsTensor& t : tensors) order.push_back(&t);
-  std::sort(order.begin(), order.end(), [](const SafetensorsTensor* a, const SafetensorsTensor* b) {
-    const int ra = DtypeRank(a->dtype), rb = DtypeRank(b->dtype);
+  std::vector<size_t> order(tensors.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const int ra = DtypeRank(tensors[a].dtype), rb = DtypeRank(tensors[b].dtype);
     if (ra != rb) return ra > rb;
-    return a->name < b->name;
+    return tensors[a].name < tensors[b].name;
   });
 
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -190,13 +188,13 @@ Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsTe
     header["__metadata__"] = std::move(meta);
   }
   uint64_t offset = 0;
-  for (const SafetensorsTensor* t : order) {
+  for (size_t i : order) {
     nlohmann::ordered_json info = nlohmann::ordered_json::object();
-    info["dtype"] = t->dtype;
-    info["shape"] = t->shape;
-    info["data_offsets"] = {offset, offset + t->data.size()};
-    header[t->name] = std::move(info);
-    offset += t->data.size();
+    info["dtype"] = tensors[i].dtype;
+    info["shape"] = tensors[i].shape;
+    info["data_offsets"] = {offset, offset + bytes[i]};
+    header[tensors[i].name] = std::move(info);
+    offset += bytes[i];
   }
   std::string text;
   try {
@@ -208,11 +206,75 @@ Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsTe
   std::array<std::byte, 8> length{};
   for (int i = 0; i < 8; ++i) length[static_cast<size_t>(i)] = static_cast<std::byte>((text.size() >> (8 * i)) & 0xFF);
 
-  std::vector<std::span<const std::byte>> parts;
-  parts.emplace_back(length);
-  parts.emplace_back(reinterpret_cast<const std::byte*>(text.data()), text.size());
-  for (const SafetensorsTensor* t : order) parts.push_back(t->data);
-  return WritePartsAtomic(path, parts).WithContext("write safetensors " + path);
+  auto file = std::make_unique<File>();
+  file->path = path;
+  const uint64_t data_start = 8 + text.size();
+  offset = data_start;
+  for (size_t i : order) {
+    file->slots[tensors[i].name] = {offset, bytes[i], false};
+    offset += bytes[i];
+  }
+  const std::string tmp = path + ".tmp-" + RandomHex(8);
+  file->fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (file->fd < 0) return ErrnoStatus(errno, "open", tmp).WithContext("write safetensors " + path);
+  file->tmp = tmp;
+  ZINF_RETURN_IF_ERROR(WriteAll(file->fd, tmp, length.data(), 8, 0).WithContext("write safetensors " + path));
+  ZINF_RETURN_IF_ERROR(WriteAll(file->fd, tmp, text.data(), static_cast<int64_t>(text.size()), 8)
+                           .WithContext("write safetensors " + path));
+  return SafetensorsWriter(std::move(file));
+}
+
+Status SafetensorsWriter::Write(std::string_view name, std::span<const std::byte> data) {
+  File& f = *file_;
+  const std::string where = "safetensors " + f.path + ": ";
+  auto it = f.slots.find(name);
+  if (it == f.slots.end()) return Status::InvalidArgument(where + "no tensor " + std::string(name) + " declared");
+  File::Slot& slot = it->second;
+  if (slot.written) return Status::InvalidArgument(where + "tensor " + std::string(name) + " written twice");
+  if (data.size() != slot.bytes) {
+    return Status::InvalidArgument(where + "tensor " + std::string(name) + " needs " + std::to_string(slot.bytes) +
+                                   " bytes, given " + std::to_string(data.size()));
+  }
+  ZINF_RETURN_IF_ERROR(
+      WriteAll(f.fd, f.tmp, data.data(), static_cast<int64_t>(data.size()), static_cast<int64_t>(slot.offset))
+          .WithContext("write safetensors " + f.path));
+  slot.written = true;
+  return Status::Ok();
+}
+
+Status SafetensorsWriter::Commit() {
+  File& f = *file_;
+  for (const auto& [name, slot] : f.slots) {
+    if (!slot.written) {
+      return Status::FailedPrecondition("safetensors " + f.path + ": tensor " + name + " was never written");
+    }
+  }
+  if (::fsync(f.fd) != 0) return ErrnoStatus(errno, "fsync", f.tmp).WithContext("write safetensors " + f.path);
+  const int fd = std::exchange(f.fd, -1);
+  if (::close(fd) != 0) return ErrnoStatus(errno, "close", f.tmp).WithContext("write safetensors " + f.path);
+  ZINF_RETURN_IF_ERROR(RenamePath(f.tmp, f.path).WithContext("write safetensors " + f.path));
+  f.committed = true;
+  return SyncDirectory(ParentPath(f.path)).WithContext("write safetensors " + f.path);
+}
+
+Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
+                        const std::map<std::string, std::string>& metadata) {
+  const std::string where = "safetensors " + path + ": ";
+  std::vector<SafetensorsSpec> specs;
+  for (const SafetensorsTensor& t : tensors) {
+    // Sizes first: nothing is written for a tensor given the wrong bytes.
+    const int element = SafetensorsDtypeBytes(t.dtype);
+    const int64_t want = element == 0 ? 0 : ByteSize(t.shape, element);
+    if (element != 0 && want >= 0 && want != static_cast<int64_t>(t.data.size())) {
+      return Status::InvalidArgument(where + "tensor " + t.name + ": shape " + ShapeString(t.shape) + " of " + t.dtype +
+                                     " needs " + std::to_string(want) + " bytes, given " +
+                                     std::to_string(t.data.size()));
+    }
+    specs.push_back({t.name, t.dtype, t.shape});
+  }
+  ZINF_ASSIGN_OR_RETURN(SafetensorsWriter writer, SafetensorsWriter::Create(path, specs, metadata));
+  for (const SafetensorsTensor& t : tensors) ZINF_RETURN_IF_ERROR(writer.Write(t.name, t.data));
+  return writer.Commit();
 }
 
 namespace {
@@ -371,6 +433,17 @@ StatusOr<SafetensorsHeader> ReadSafetensorsHeader(const std::string& path) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return ErrnoStatus(errno, "open safetensors", path);
   return ParseHeader(fd.get(), path);
+}
+
+Status ReadSafetensorsTensor(const std::string& path, const SafetensorsHeader::Entry& entry, std::span<std::byte> out) {
+  if (out.size() != entry.end - entry.begin) {
+    return Status::InvalidArgument("safetensors " + path + ": tensor " + entry.name + " holds " +
+                                   std::to_string(entry.end - entry.begin) + " bytes, the buffer " +
+                                   std::to_string(out.size()));
+  }
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoStatus(errno, "open safetensors", path);
+  return ReadExact(fd.get(), path, out.data(), static_cast<int64_t>(out.size()), static_cast<int64_t>(entry.begin));
 }
 
 StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -39,6 +40,41 @@ struct SafetensorsTensor {
 
 // Bytes per element of a safetensors dtype name, or 0 when it is not one.
 int SafetensorsDtypeBytes(std::string_view dtype);
+
+// A tensor's name, dtype and shape, without its data.
+struct SafetensorsSpec {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+};
+
+// A file written tensor by tensor, in any order, so that only one tensor
+// need be in memory (a model larger than RAM exports): Create lays the
+// tensors out as WriteSafetensors does (the same bytes in the end) and
+// writes the header into a new temporary file beside `path`; Write puts one
+// tensor's bytes at its place; Commit checks that every tensor was written,
+// then fsyncs, renames over `path` and fsyncs the directory. Until Commit
+// succeeds `path` is untouched; a writer dropped before removes its
+// temporary file. Errors: Create's are WriteSafetensors' (but the data
+// sizes, which Write checks: kInvalidArgument naming the tensor, as for a
+// name not declared or written twice); Commit's kFailedPrecondition names
+// a tensor never written.
+class SafetensorsWriter {
+ public:
+  static StatusOr<SafetensorsWriter> Create(const std::string& path, const std::vector<SafetensorsSpec>& tensors,
+                                            const std::map<std::string, std::string>& metadata);
+  SafetensorsWriter(SafetensorsWriter&&) noexcept;
+  SafetensorsWriter& operator=(SafetensorsWriter&&) = delete;
+  ~SafetensorsWriter();
+
+  Status Write(std::string_view name, std::span<const std::byte> data);
+  Status Commit();
+
+ private:
+  struct File;
+  explicit SafetensorsWriter(std::unique_ptr<File> file);
+  std::unique_ptr<File> file_;
+};
 
 // Writes `tensors` and `metadata` to `path`: a new temporary file beside it,
 // fsynced, renamed over `path`, directory fsynced; on error `path` is
@@ -80,6 +116,10 @@ struct SafetensorsHeader {
   const Entry* Find(std::string_view name) const;
 };
 StatusOr<SafetensorsHeader> ReadSafetensorsHeader(const std::string& path);
+// One tensor's bytes (entry of ReadSafetensorsHeader(path)) into `out`,
+// which must hold exactly them. The file's errors, kCorruption when it has
+// been truncated since.
+Status ReadSafetensorsTensor(const std::string& path, const SafetensorsHeader::Entry& entry, std::span<std::byte> out);
 
 // Reads and checks a whole safetensors file. kNotFound when it is missing;
 // kCorruption naming the file when it is truncated, the header is not the

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <span>
 #include <utility>
 
@@ -764,16 +765,18 @@ StatusOr<Trainer::InOrderEval> Trainer::EvaluateInOrder() {
 Status Trainer::InitFromSafetensors(const std::string& path) {
   Impl& m = *impl_;
   if (m.steps_done != 0) return Status::FailedPrecondition("trainer: InitFromSafetensors after training started");
-  ZINF_ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensors(path));
+  // The header first (every name, shape and dtype checked before any block
+  // is set), then each tensor read as its block needs it: one block in RAM.
+  ZINF_ASSIGN_OR_RETURN(SafetensorsHeader file, ReadSafetensorsHeader(path));
   const std::string where = "init from " + path + ": ";
-  size_t used = 0;
   const std::vector<BlockSpec> model_specs = GptBlockSpecs(m.model());
+  std::vector<std::vector<const SafetensorsHeader::Entry*>> entries(model_specs.size());
+  size_t used = 0;
   for (BlockId b = 0; b < static_cast<BlockId>(model_specs.size()); ++b) {
     const BlockSpec& spec = model_specs[static_cast<size_t>(b)];
     const std::vector<std::string> names = GptTensorExportNames(m.model(), b);
-    std::vector<std::vector<float>> values(spec.tensors.size());
     for (size_t t = 0; t < spec.tensors.size(); ++t) {
-      const SafetensorsFile::Tensor* in = file.Find(names[t]);
+      const SafetensorsHeader::Entry* in = file.Find(names[t]);
       if (in == nullptr) return Status::InvalidArgument(where + "tensor " + names[t] + " is missing");
       ++used;
       std::vector<int64_t> shape = spec.tensors[t].shape;
@@ -789,24 +792,11 @@ Status Trainer::InitFromSafetensors(const std::string& path) {
         return Status::InvalidArgument(where + "tensor " + names[t] + " has shape " + dims(in->shape) +
                                        ", this model expects " + dims(shape));
       }
-      const int es = SafetensorsDtypeBytes(in->dtype);
       if (in->dtype != "F32" && in->dtype != "BF16" && in->dtype != "F16") {
         return Status::InvalidArgument(where + "tensor " + names[t] + " is " + in->dtype + " (F32, BF16 or F16)");
       }
-      values[t].assign(static_cast<size_t>(spec.tensors[t].numel()), 0.0f);
-      const size_t n = in->data.size() / static_cast<size_t>(es);
-      for (size_t i = 0; i < n; ++i) {
-        const std::byte* p = in->data.data() + i * static_cast<size_t>(es);
-        if (es == 4) {
-          std::memcpy(&values[t][i], p, 4);
-        } else {
-          uint16_t h;
-          std::memcpy(&h, p, 2);
-          values[t][i] = in->dtype == "BF16" ? Bf16ToFloat(h) : HalfToFloat(h);
-        }
-      }
+      entries[static_cast<size_t>(b)].push_back(in);
     }
-    ZINF_RETURN_IF_ERROR(m.SetModelBlock(b, std::move(values)).WithContext(where + "block " + std::to_string(b)));
   }
   if (used != file.tensors.size()) {
     for (const auto& t : file.tensors) {
@@ -816,6 +806,30 @@ Status Trainer::InitFromSafetensors(const std::string& path) {
       }
       if (!known) return Status::InvalidArgument(where + "tensor " + t.name + " is not part of this model");
     }
+  }
+  std::vector<std::byte> raw;
+  for (BlockId b = 0; b < static_cast<BlockId>(model_specs.size()); ++b) {
+    const BlockSpec& spec = model_specs[static_cast<size_t>(b)];
+    std::vector<std::vector<float>> values(spec.tensors.size());
+    for (size_t t = 0; t < spec.tensors.size(); ++t) {
+      const SafetensorsHeader::Entry& in = *entries[static_cast<size_t>(b)][t];
+      raw.resize(static_cast<size_t>(in.end - in.begin));
+      ZINF_RETURN_IF_ERROR(ReadSafetensorsTensor(path, in, raw).WithContext(where + "tensor " + in.name));
+      const int es = SafetensorsDtypeBytes(in.dtype);
+      values[t].assign(static_cast<size_t>(spec.tensors[t].numel()), 0.0f);
+      const size_t n = raw.size() / static_cast<size_t>(es);
+      for (size_t i = 0; i < n; ++i) {
+        const std::byte* p = raw.data() + i * static_cast<size_t>(es);
+        if (es == 4) {
+          std::memcpy(&values[t][i], p, 4);
+        } else {
+          uint16_t h;
+          std::memcpy(&h, p, 2);
+          values[t][i] = in.dtype == "BF16" ? Bf16ToFloat(h) : HalfToFloat(h);
+        }
+      }
+    }
+    ZINF_RETURN_IF_ERROR(m.SetModelBlock(b, std::move(values)).WithContext(where + "block " + std::to_string(b)));
   }
   return Status::Ok();
 }
@@ -945,8 +959,32 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
     return Status::InvalidArgument("export: dtype must be F32, BF16 or F16, got '" + dtype + "'");
   }
   const int es = dtype == "F32" ? 4 : 2;
-  std::vector<std::vector<std::byte>> storage;
-  std::vector<SafetensorsTensor> tensors;
+  // Block by block into a file laid out up front (SafetensorsWriter): one
+  // block's weights in RAM at a time, whatever the model's size.
+  const std::vector<BlockSpec> model_specs = GptBlockSpecs(m.model());
+  auto export_shape = [&](BlockId b, size_t t) {
+    std::vector<int64_t> shape = model_specs[static_cast<size_t>(b)].tensors[t].shape;
+    // The vocabulary padding rows are not part of the model.
+    const bool vocab_rows =
+        (b == kEmbedBlock && t == kWte) || (b == HeadBlock(m.model()) && static_cast<int>(t) == LmHeadIndex(m.model()));
+    if (vocab_rows) shape[0] = m.model().vocab_size;
+    return shape;
+  };
+  std::optional<SafetensorsWriter> writer;
+  if (m.comm->rank() == 0) {
+    std::vector<SafetensorsSpec> specs;
+    for (BlockId b = 0; b < static_cast<BlockId>(model_specs.size()); ++b) {
+      const std::vector<std::string> names = GptTensorExportNames(m.model(), b);
+      for (size_t t = 0; t < names.size(); ++t) specs.push_back({names[t], dtype, export_shape(b, t)});
+    }
+    const std::map<std::string, std::string> metadata = {
+        {"format", "pt"},
+        {"zinf.model", GptConfigToJson(m.model())},
+        {"zinf.step", std::to_string(m.steps_done)},
+        {"zinf.layout", "linear weights are [out_features, in_features]; lm_head is wte when tied"}};
+    ZINF_ASSIGN_OR_RETURN(SafetensorsWriter w, SafetensorsWriter::Create(path, specs, metadata));
+    writer.emplace(std::move(w));
+  }
   // Progress in bytes of the blocks as exported (vocabulary padding
   // included), on rank 0, which writes; done once the file is written.
   std::function<void(int64_t, int64_t)> progress;
@@ -956,23 +994,15 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
     for (BlockId b = 0; b < m.engine->num_blocks(); ++b) total_bytes += m.engine->block(b).numel() * es;
     if (progress) progress(0, total_bytes);
   }
-  const std::vector<BlockSpec> model_specs = GptBlockSpecs(m.model());
   for (BlockId b = 0; b < static_cast<BlockId>(model_specs.size()); ++b) {
     const BlockSpec& spec = model_specs[static_cast<size_t>(b)];
     if (progress) done_bytes += spec.numel() * es;
     ZINF_ASSIGN_OR_RETURN(std::vector<std::vector<float>> master, m.ReadModelBlock(b));
-    if (m.comm->rank() != 0) continue;
+    if (!writer) continue;
     const std::vector<std::string> names = GptTensorExportNames(m.model(), b);
     for (size_t t = 0; t < spec.tensors.size(); ++t) {
-      std::vector<int64_t> shape = spec.tensors[t].shape;
-      int64_t n = spec.tensors[t].numel();
-      // The vocabulary padding rows are not part of the model.
-      const bool vocab_rows = (b == kEmbedBlock && t == kWte) ||
-                              (b == HeadBlock(m.model()) && static_cast<int>(t) == LmHeadIndex(m.model()));
-      if (vocab_rows) {
-        shape[0] = m.model().vocab_size;
-        n = shape[0] * shape[1];
-      }
+      int64_t n = 1;
+      for (int64_t d : export_shape(b, t)) n *= d;
       std::vector<std::byte> bytes(static_cast<size_t>(n * es));
       for (int64_t i = 0; i < n; ++i) {
         const float v = master[t][static_cast<size_t>(i)];
@@ -983,18 +1013,12 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
           std::memcpy(bytes.data() + i * 2, &h, 2);
         }
       }
-      storage.push_back(std::move(bytes));
-      tensors.push_back({names[t], dtype, shape, std::span<const std::byte>(storage.back())});
+      ZINF_RETURN_IF_ERROR(writer->Write(names[t], bytes));
     }
     if (progress) progress(std::min(done_bytes, total_bytes - 1), total_bytes);
   }
-  if (m.comm->rank() != 0) return Status::Ok();
-  std::map<std::string, std::string> metadata = {
-      {"format", "pt"},
-      {"zinf.model", GptConfigToJson(m.model())},
-      {"zinf.step", std::to_string(m.steps_done)},
-      {"zinf.layout", "linear weights are [out_features, in_features]; lm_head is wte when tied"}};
-  ZINF_RETURN_IF_ERROR(WriteSafetensors(path, tensors, metadata));
+  if (!writer) return Status::Ok();
+  ZINF_RETURN_IF_ERROR(writer->Commit());
   if (progress) progress(total_bytes, total_bytes);
   return Status::Ok();
 }

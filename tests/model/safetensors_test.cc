@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -202,6 +203,55 @@ TEST(Safetensors, WriterRefusesBadTensors) {
   refused({{"", "F32", {4}, Bytes(four)}}, "not allowed");
   refused({{"__metadata__", "F32", {4}, Bytes(four)}}, "not allowed");
   refused({{"bad\xFFutf8", "F32", {4}, Bytes(four)}}, "cannot encode");
+}
+
+// SafetensorsWriter takes the tensors one at a time in any order and ends
+// with WriteSafetensors' bytes; ReadSafetensorsTensor reads one back. Until
+// Commit the path is untouched, and a writer dropped or refused leaves no
+// temporary file.
+TEST(Safetensors, StreamedWriterMatchesTheWholeFileWriter) {
+  TempDir dir;
+  const std::vector<float> a = {1.0f, 2.0f, 3.0f, 4.0f}, b = {-1.0f, 0.5f};
+  const std::vector<uint16_t> c = {0x3F80, 0x4000, 0x4040};
+  const std::vector<SafetensorsTensor> tensors = {
+      {"b", "F32", {2}, Bytes(b)}, {"a", "F32", {2, 2}, Bytes(a)}, {"c", "BF16", {3}, Bytes(c)}};
+  const std::map<std::string, std::string> meta = {{"format", "pt"}};
+  ASSERT_TRUE(WriteSafetensors(dir.Sub("whole.safetensors"), tensors, meta).ok());
+  std::vector<SafetensorsSpec> specs;
+  for (const SafetensorsTensor& t : tensors) specs.push_back({t.name, t.dtype, t.shape});
+  const std::string path = dir.Sub("streamed.safetensors");
+  {
+    auto w = SafetensorsWriter::Create(path, specs, meta);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    ASSERT_TRUE(w->Write("c", Bytes(c)).ok());
+    EXPECT_EQ(w->Write("c", Bytes(c)).code(), StatusCode::kInvalidArgument);  // twice
+    EXPECT_EQ(w->Write("d", Bytes(c)).code(), StatusCode::kInvalidArgument);  // not declared
+    const Status size = w->Write("a", Bytes(b));
+    EXPECT_NE(size.message().find("tensor a needs 16 bytes, given 8"), std::string::npos) << size.ToString();
+    ASSERT_TRUE(w->Write("a", Bytes(a)).ok());
+    const Status missing = w->Commit();
+    EXPECT_EQ(missing.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(missing.message().find("tensor b was never written"), std::string::npos) << missing.ToString();
+    EXPECT_FALSE(PathExists(path));
+    ASSERT_TRUE(w->Write("b", Bytes(b)).ok());
+    ASSERT_TRUE(w->Commit().ok());
+  }
+  EXPECT_EQ(ReadBytes(path), ReadBytes(dir.Sub("whole.safetensors")));
+  auto header = ReadSafetensorsHeader(path);
+  ASSERT_TRUE(header.ok()) << header.status().ToString();
+  std::vector<std::byte> got(16);
+  ASSERT_TRUE(ReadSafetensorsTensor(path, *header->Find("a"), got).ok());
+  EXPECT_EQ(got, ToBytes(Bytes(a)));
+  EXPECT_EQ(ReadSafetensorsTensor(path, *header->Find("b"), got).code(), StatusCode::kInvalidArgument);
+  {
+    auto w = SafetensorsWriter::Create(dir.Sub("dropped.safetensors"), specs, meta);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE(w->Write("a", Bytes(a)).ok());
+  }
+  auto entries = ListDirectory(dir.path());
+  ASSERT_TRUE(entries.ok());
+  std::sort(entries->begin(), entries->end());
+  EXPECT_EQ(*entries, (std::vector<std::string>{"streamed.safetensors", "whole.safetensors"}));
 }
 
 TEST(Safetensors, MissingFileIsNotFound) {

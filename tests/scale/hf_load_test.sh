@@ -148,4 +148,40 @@ if ! cmp -s "$TMP/ref-eval.out" "$TMP/cap-eval.out"; then
   exit 1
 fi
 echo "hf load test: eval of the checkpoint under the cap: $(grep '^loss ' "$TMP/cap-eval.out")"
+rm -rf "$TMP/save" "$TMP/nvme-cap" && mkdir -p "$TMP/nvme-cap"
+
+# zinf's one-file export and --init-from under the same cap: the file is
+# laid out first and written block by block, and read back tensor by
+# tensor (the 0.68 GB of F32 weights held in RAM whole would not fit). The
+# capped export of the HF folder's weights, evaluated under the cap, scores
+# what the folder scores uncapped.
+set +e
+train "$MEMCG_RUN" "$LIMIT" -- --model "$TMP/ckpt" --config "$TMP/cap.json" --steps 0 \
+  --export "$TMP/w.safetensors" > "$TMP/export.out" 2> "$TMP/export.err"
+rc=$?
+set -e
+if [ "$rc" -ne 0 ]; then
+  cat "$TMP/export.err" >&2
+  echo "hf load test: the capped one-file export failed (exit $rc)" >&2
+  exit 1
+fi
+rm -rf "$TMP/nvme-cap" && mkdir -p "$TMP/nvme-cap"
+evaluate -- --model "$TMP/ckpt" --config "$TMP/ref.json" > "$TMP/ref-eval2.out" 2> "$TMP/ref-eval2.err" ||
+  { cat "$TMP/ref-eval2.err" >&2; exit 1; }
+set +e
+evaluate "$MEMCG_RUN" "$LIMIT" -- --model "$TMP/ckpt" --init-from "$TMP/w.safetensors" --config "$TMP/cap.json" \
+  > "$TMP/cap-eval2.out" 2> "$TMP/cap-eval2.err"
+rc=$?
+set -e
+if [ "$rc" -ne 0 ]; then
+  cat "$TMP/cap-eval2.err" >&2
+  echo "hf load test: the capped eval --init-from failed (exit $rc)" >&2
+  exit 1
+fi
+if ! cmp -s "$TMP/ref-eval2.out" "$TMP/cap-eval2.out"; then
+  echo "hf load test: eval differs (the HF folder uncapped, then its one-file export capped):" >&2
+  cat "$TMP/ref-eval2.out" "$TMP/cap-eval2.out" >&2
+  exit 1
+fi
+echo "hf load test: one-file export ($(wc -c < "$TMP/w.safetensors") B) and --init-from under the cap: $(grep '^loss ' "$TMP/cap-eval2.out")"
 echo "hf load test: OK"
