@@ -1,6 +1,8 @@
 // zinf eval: the mean cross-entropy of a model's weights over a token file,
 // every window in file order (llm.c's convention), forward only, through
-// the same engine and kernels as zinf train. One rank.
+// the same engine and kernels as zinf train. Under `mpirun -np N` every rank
+// runs it (each scores its share of the windows; rank 0 prints), as a
+// checkpoint of N ranks needs.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/mpi_scope.h"
 #include "cli/trainer_args.h"
 #include "core/file_lock.h"
 #include "core/fs.h"
@@ -27,7 +30,7 @@ namespace {
 
 constexpr char kName[] = "eval";
 
-int Run(const std::vector<std::string>& args) {
+int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   auto flags = Flags::Parse(args,
                             {"model", "data", "batch", "seq-len", "config", "resume", "init-from", "device",
                              "device-budget", "threads", "seed", "nvme-path", "fetch-unit"},
@@ -40,6 +43,9 @@ int Run(const std::vector<std::string>& args) {
   if (flags->Has("resume") && flags->Has("init-from")) {
     return Fail(kName, Status::InvalidArgument("give --resume or --init-from, not both"), 2);
   }
+  if (Status s = mpi.Start(); !s.ok()) return Fail(kName, s);
+  const int rank = comm::MpiWorldRank();
+  const int world = comm::MpiWorldSize();
   const std::string model_name = flags->GetOr("model", "small");
   auto budget = flags->GetInt("device-budget", 0);
   auto threads = flags->GetInt("threads", 0);
@@ -88,7 +94,7 @@ int Run(const std::vector<std::string>& args) {
   config.batch_given[0] = false;
   config.batch_given[1] = config.batch_given[2] = true;
   AutoContext ctx;
-  ctx.world_size = 1;
+  ctx.world_size = world;
   ctx.hidden_size = model->n_embd;
   ctx.total_steps = 1;
   if (Status s = ResolveAuto(config, ctx); !s.ok()) return Fail(kName, s, 2);
@@ -105,7 +111,7 @@ int Run(const std::vector<std::string>& args) {
                       [&](const FileLock& l) { return ParentPath(l.path()) == dir; })) {
         continue;
       }
-      auto lock = swap::LockSwapDirectory(dir, 0);
+      auto lock = swap::LockSwapDirectory(dir, rank);
       if (!lock.ok()) return Fail(kName, lock.status());
       swap_dir_locks.push_back(std::move(*lock));
     }
@@ -117,6 +123,7 @@ int Run(const std::vector<std::string>& args) {
   dopt.choice = *choice;
   dopt.host_budget_bytes = static_cast<size_t>(*budget);
   dopt.cuda_budget_bytes = static_cast<size_t>(*budget);
+  dopt.cuda_ordinal = CudaDeviceCount() > 0 ? rank % CudaDeviceCount() : 0;
   auto device = CreateDevice(dopt);
   if (!device.ok()) return Fail(kName, device.status());
 
@@ -134,7 +141,7 @@ int Run(const std::vector<std::string>& args) {
   // As zinf train's auto on the same device and batch, or the cut of the
   // checkpoint in --resume.
   auto fetch_unit =
-      model::FetchUnitForDevice(FetchUnitText(*flags, 0, 1), *model, config, **device, topt.gpu_compute16);
+      model::FetchUnitForDevice(FetchUnitText(*flags, rank, world), *model, config, **device, topt.gpu_compute16);
   if (!fetch_unit.ok()) return Fail(kName, fetch_unit.status(), 2);
   topt.fetch_unit = *fetch_unit;
   // The layer inputs where train's auto puts them (pinned host memory with
@@ -155,7 +162,7 @@ int Run(const std::vector<std::string>& args) {
     if (Status s = (*trainer)->InitFromSafetensors(*file); !s.ok()) return Fail(kName, s.WithContext("--init-from"));
     weights = *file;
   }
-  FILE* out = flags->Has("quiet") ? nullptr : stderr;
+  FILE* out = rank == 0 && !flags->Has("quiet") ? stderr : nullptr;
   if (out) {
     std::fprintf(out, "zinf eval: model %s (%s parameters), %s, device %s\n", model_name.c_str(),
                  FormatCount(model->NumParameters()).c_str(), weights.c_str(), (*device)->name().c_str());
@@ -167,9 +174,14 @@ int Run(const std::vector<std::string>& args) {
                  static_cast<long long>(result->windows), static_cast<long long>(*batch), model->seq_len,
                  static_cast<long long>(result->tokens));
   }
+  if (rank != 0) return 0;
   std::printf("loss %.9g\n", result->loss);
   std::printf("perplexity %.9g\n", std::exp(result->loss));
   return 0;
+}
+
+int Run(const std::vector<std::string>& args) {
+  return RunOnEveryRank([&](MpiScope& mpi) { return RunRank(args, mpi); });
 }
 
 ZINF_COMMAND(Command{
@@ -195,7 +207,9 @@ ZINF_COMMAND(Command{
     "                    live (offload_param) and their type; no optimizer state is held\n"
     "  --nvme-path P     overrides both offload sections' nvme_path, as for zinf train\n"
     "  --fetch-unit U    as zinf train's (layers fetched in pieces); a checkpoint loads only under its\n"
-    "                    training run's cut, which auto (the default) takes with --resume",
+    "                    training run's cut, which auto (the default) takes with --resume\n\n"
+    "  Under mpirun -np N every rank scores its share of each batch of N windows (a last partial one\n"
+    "  is not scored) and rank 0 prints; a checkpoint of N ranks is evaluated with N ranks.",
     Run});
 
 }  // namespace

@@ -2,8 +2,6 @@
 // tiers a DeepSpeed config names. Under `mpirun -np N` every rank runs this
 // command; MPI is initialised when the launcher's environment says there are
 // several ranks, and only rank 0 prints.
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +12,7 @@
 
 #include "cli/command.h"
 #include "cli/monitors.h"
+#include "cli/mpi_scope.h"
 #include "cli/train_loop.h"
 #include "cli/trainer_args.h"
 #include "comm/mpi_communicator.h"
@@ -22,7 +21,6 @@
 #include "core/progress.h"
 #include "core/units.h"
 #include "device/device.h"
-#include "kernels/cpu_kernels.h"
 #include "model/fetch_layout.h"
 #include "model/gpt.h"
 #include "model/hf_checkpoint.h"
@@ -36,31 +34,6 @@ namespace zinf::cli {
 namespace {
 
 constexpr char kName[] = "train";
-
-// Ranks the launcher started (OpenMPI, PMI-based launchers); 1 otherwise.
-int LauncherWorldSize() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
-    if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
-  }
-  return 1;
-}
-
-// MPI for the duration of a command, when there are several ranks.
-class MpiScope {
- public:
-  Status Start() {
-    if (LauncherWorldSize() <= 1 || comm::MpiInitialized()) return Status::Ok();
-    ZINF_RETURN_IF_ERROR(comm::MpiInit(nullptr, nullptr));
-    started_ = true;
-    return Status::Ok();
-  }
-  ~MpiScope() {
-    if (started_) comm::MpiFinalize().IgnoreError();
-  }
-
- private:
-  bool started_ = false;
-};
 
 int RunRank(const std::vector<std::string>& args, MpiScope& mpi);
 
@@ -92,17 +65,9 @@ Status NameNvmeFlag(const Status& status, const std::optional<std::string>& nvme
 }
 
 // Several ranks: a rank that fails alone (its checkpoint damaged, its disk
-// full) takes the whole job down, rather than leave the others waiting in a
-// collective forever.
+// full) takes the whole job down (RunOnEveryRank).
 int Run(const std::vector<std::string>& args) {
-  MpiScope mpi;
-  const int code = RunRank(args, mpi);
-  if (code != 0 && comm::MpiWorldSize() > 1) {
-    std::fflush(stdout);
-    std::fflush(stderr);
-    comm::MpiAbort(code);
-  }
-  return code;
+  return RunOnEveryRank([&](MpiScope& mpi) { return RunRank(args, mpi); });
 }
 
 // The directories a run writes, locked for its duration: a second run on
@@ -245,12 +210,6 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   if (Status s = mpi.Start(); !s.ok()) return Fail(kName, s);
   const int rank = comm::MpiWorldRank();
   const int world = comm::MpiWorldSize();
-  // Ranks sharing a machine share its cores: each kernel team gets its part
-  // (unless OMP_NUM_THREADS says otherwise).
-  if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); local && !std::getenv("OMP_NUM_THREADS")) {
-    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    kernels::cpu::SetThreads(static_cast<int>(std::max(1L, cores / std::max(1, std::atoi(local)))));
-  }
 
   auto seq_len = flags->GetInt("seq-len", 0);
   if (!seq_len.ok() || *seq_len < 0 || *seq_len > (1 << 20)) {
