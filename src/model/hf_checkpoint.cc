@@ -180,6 +180,38 @@ class KeyReader {
   std::vector<std::string> errors_;
 };
 
+// What each supported architecture is, in the terms zinf's model uses:
+// GPT-2's block, or Llama's with these changes. The one place an
+// architecture's name is looked at.
+struct Architecture {
+  std::string_view name;
+  bool llama = true;      // false: GPT-2
+  bool qkv_bias = false;  // Qwen2: biases on q, k and v, whatever attention_bias says
+  bool qk_norm = false;   // Qwen3: an RMSNorm over each head of q and k
+  // Phi-3: q|k|v and gate|up stored fused (qkv_proj, gate_up_proj); the
+  // first partial_rotary_factor of each head turned; LongRoPE called "su"
+  // or "yarn" too; the attention slides whenever sliding_window is set.
+  bool phi3 = false;
+  // use_sliding_window's default (Mistral: windows unless it says no).
+  bool slides_by_default = false;
+};
+
+constexpr Architecture kArchitectures[] = {
+    {.name = "GPT2LMHeadModel", .llama = false},
+    {.name = "LlamaForCausalLM"},
+    {.name = "Qwen2ForCausalLM", .qkv_bias = true},
+    {.name = "Qwen3ForCausalLM", .qk_norm = true},
+    {.name = "MistralForCausalLM", .slides_by_default = true},
+    {.name = "Phi3ForCausalLM", .phi3 = true},
+};
+
+const Architecture* FindArchitecture(std::string_view name) {
+  for (const Architecture& a : kArchitectures) {
+    if (a.name == name) return &a;
+  }
+  return nullptr;
+}
+
 void ParseGpt2(KeyReader& r, HfCheckpoint& c) {
   GptConfig& m = c.model;
   m.family = ModelFamily::kGpt2;
@@ -198,7 +230,7 @@ void ParseGpt2(KeyReader& r, HfCheckpoint& c) {
   r.Neutral("add_cross_attention", {false});
 }
 
-void ParseRope(KeyReader& r, HfCheckpoint& c) {
+void ParseRope(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   RopeConfig& rope = c.model.rope;
   rope.theta = r.Number("rope_theta", 10000.0);
   // transformers >= 5 keeps theta and the scaling under rope_parameters.
@@ -210,7 +242,7 @@ void ParseRope(KeyReader& r, HfCheckpoint& c) {
   if (s == nullptr) return;
   if (!s->is_object()) return r.Error(key + ": expected an object, got " + s->dump());
   std::string type = s->value("rope_type", s->value("type", std::string("default")));
-  const bool phi3 = c.architecture == "Phi3ForCausalLM";
+  const bool phi3 = arch.phi3;
   // Phi-3's config names LongRoPE "su" (and "yarn") too.
   if (phi3 && (type == "su" || type == "yarn")) type = "longrope";
   std::optional<double> factor, attention_factor;
@@ -279,7 +311,7 @@ void ParseRope(KeyReader& r, HfCheckpoint& c) {
   }
 }
 
-void ParseLlama(KeyReader& r, HfCheckpoint& c) {
+void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   GptConfig& m = c.model;
   m.family = ModelFamily::kLlama;
   m.vocab_size = r.Int("vocab_size", 1, true);
@@ -292,9 +324,9 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c) {
   m.seq_len = c.max_positions;
   m.tied_embeddings = r.Bool("tie_word_embeddings", false);
   m.norm_eps = r.Number("rms_norm_eps", 1e-6);
-  m.qkv_bias = c.architecture == "Qwen2ForCausalLM";
-  m.qk_norm = c.architecture == "Qwen3ForCausalLM";
-  const bool phi3 = c.architecture == "Phi3ForCausalLM";
+  m.qkv_bias = arch.qkv_bias;
+  m.qk_norm = arch.qk_norm;
+  const bool phi3 = arch.phi3;
   r.Neutral("hidden_act", {"silu"});
   r.Neutral("mlp_bias", {false});
   r.Neutral("lm_head_bias", {false});  // Phi-4-mini's config
@@ -319,19 +351,18 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c) {
   } else if (r.Get("partial_rotary_factor") != nullptr) {
     c.notes.push_back("partial_rotary_factor: ignored (" + c.architecture + " turns whole heads)");
   }
-  ParseRope(r, c);
+  ParseRope(r, c, arch);
   if (phi3 && !m.rope.longrope && r.Get("original_max_position_embeddings") != nullptr) {
     c.notes.push_back("original_max_position_embeddings: ignored (only \"longrope\" scaling reads it)");
   }
   // Mistral's attention slides when use_sliding_window (default true) and a
   // window are set; Phi-3's whenever a window is set, as transformers reads them.
-  const bool mistral = c.architecture == "MistralForCausalLM";
   bool use_sliding = phi3;
   if (phi3 && r.Get("use_sliding_window") != nullptr) {
     c.notes.push_back("use_sliding_window: ignored (Phi-3 slides whenever sliding_window is set)");
   } else if (!phi3) {
-    use_sliding = r.Bool("use_sliding_window", mistral);
-    if (!mistral) r.Neutral("use_sliding_window", {false});
+    use_sliding = r.Bool("use_sliding_window", arch.slides_by_default);
+    if (!arch.slides_by_default) r.Neutral("use_sliding_window", {false});
   }
   const json* window = r.Get("sliding_window");
   if (window != nullptr && use_sliding) {
@@ -417,16 +448,18 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
   }
   c.architecture = (*arch)[0].get<std::string>();
   KeyReader r(doc, &c.notes);
-  if (c.architecture == "GPT2LMHeadModel") {
-    ParseGpt2(r, c);
-  } else if (c.architecture == "LlamaForCausalLM" || c.architecture == "Qwen2ForCausalLM" ||
-             c.architecture == "Qwen3ForCausalLM" || c.architecture == "MistralForCausalLM" ||
-             c.architecture == "Phi3ForCausalLM") {
-    ParseLlama(r, c);
+  const Architecture* traits = FindArchitecture(c.architecture);
+  if (traits == nullptr) {
+    std::string known;
+    for (const Architecture& a : kArchitectures) known += (known.empty() ? "" : ", ") + std::string(a.name);
+    return Status::InvalidArgument(config_path + ": architecture " + c.architecture + " is not supported (" + known +
+                                   ")");
+  }
+  c.fused_projections = traits->phi3;
+  if (traits->llama) {
+    ParseLlama(r, c, *traits);
   } else {
-    return Status::InvalidArgument(config_path + ": architecture " + c.architecture +
-                                   " is not supported (GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, "
-                                   "Qwen3ForCausalLM, MistralForCausalLM, Phi3ForCausalLM)");
+    ParseGpt2(r, c);
   }
   r.Finish();
   GptConfig& m = c.model;
@@ -583,7 +616,7 @@ std::vector<std::string> HfTensorNames(const HfCheckpoint& ckpt, BlockId block) 
   if (m.qk_norm) {
     for (const char* p : {"q", "k"}) n.push_back(l + "self_attn." + p + "_norm.weight");
   }
-  if (ckpt.architecture == "Phi3ForCausalLM") {  // q|k|v and gate|up fused
+  if (ckpt.fused_projections) {  // q|k|v and gate|up fused
     n[kQW] = n[kKW] = n[kVW] = l + "self_attn.qkv_proj.weight";
     n[kGateW] = n[kUpW] = l + "mlp.gate_up_proj.weight";
   }

@@ -62,7 +62,10 @@ struct HfCheckpoint {
   // max_position_embeddings) until WithSeqLen changes it.
   GptConfig model;
   int max_positions = 0;
-  int sliding_window = 0;          // Mistral, Phi-3: 0 none
+  int sliding_window = 0;  // Mistral, Phi-3: 0 none
+  // Phi-3: q|k|v stored as one qkv_proj, gate|up as one gate_up_proj
+  // (HfTensorNames names their row ranges).
+  bool fused_projections = false;
   std::vector<std::string> notes;  // keys and tensors ignored, and why
 
   struct Source {
