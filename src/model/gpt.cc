@@ -219,6 +219,10 @@ std::vector<std::string> BuiltinGptConfigNames() {
   return names;
 }
 
+int GptConfig::rope_dims_in(int layer) const {
+  return std::binary_search(no_rope_layers.begin(), no_rope_layers.end(), layer) ? 0 : rope_dims();
+}
+
 std::string GptConfigToJson(const GptConfig& config) {
   json j = json::object();
   j["vocab_size"] = config.vocab_size;
@@ -249,6 +253,7 @@ std::string GptConfigToJson(const GptConfig& config) {
                             {"attention_factor", config.rope.attention_factor},
                             {"original_max_position_embeddings", config.rope.original_max_position}};
     }
+    if (!config.no_rope_layers.empty()) j["no_rope_layers"] = config.no_rope_layers;
   }
   return j.dump(2);
 }
@@ -722,8 +727,10 @@ void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const LayerPar
         o.RmsNormForward(q, a.q_rstd, a.q_pre, p[static_cast<size_t>(qn)], N * NH, hd, config.norm_eps);
         o.RmsNormForward(k, a.k_rstd, a.k_pre, p[static_cast<size_t>(qn) + 1], N * NKV, hd, config.norm_eps);
       }
-      o.RopeForward(q, q, rope_cos, rope_sin, B, T_, NH, hd, rot);
-      o.RopeForward(k, k, rope_cos, rope_sin, B, T_, NKV, hd, rot);
+      if (config.rope_dims_in(layer) > 0) {  // else a NoPE layer: q and k as they are
+        o.RopeForward(q, q, rope_cos, rope_sin, B, T_, NH, hd, rot);
+        o.RopeForward(k, k, rope_cos, rope_sin, B, T_, NKV, hd, rot);
+      }
       o.GqaExpandForward(a.qkv, q, k, v, N, NH, NKV, hd);
       o.AttentionForward(a.atty, a.att, attn_scratch, a.qkv, B, T_, A, NH);
       break;
@@ -839,8 +846,10 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
       o.GqaExpandBackward(dq_rot, dk_rot, dv, dqkv, N, NH, NKV, hd);
       o.Zero(dq, N * A);
       o.Zero(dk, N * Ckv);
-      o.RopeBackward(dq, dq_rot, rope_cos, rope_sin, B, T_, NH, hd, rot);
-      o.RopeBackward(dk, dk_rot, rope_cos, rope_sin, B, T_, NKV, hd, rot);
+      // A NoPE layer turns no column: the gradients pass through (rot 0).
+      const int layer_rot = config.rope_dims_in(layer);
+      o.RopeBackward(dq, dq_rot, rope_cos, rope_sin, B, T_, NH, hd, layer_rot);
+      o.RopeBackward(dk, dk_rot, rope_cos, rope_sin, B, T_, NKV, hd, layer_rot);
       const T* dq_in = dq;  // d of the projections' outputs
       const T* dk_in = dk;
       if (qk_norm) {  // the rotated gradients' last readers have run: they take d q_pre, d k_pre
@@ -1014,7 +1023,11 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
        config.head_dim() % 2 != 0 || config.intermediate_size < 1 || config.rope_dims() < 2 ||
        config.rope_dims() % 2 != 0 || config.rope_dims() > config.head_dim() ||
        (config.rope.longrope && (config.rope.short_factor.size() != static_cast<size_t>(config.rope_dims() / 2) ||
-                                 config.rope.long_factor.size() != static_cast<size_t>(config.rope_dims() / 2))))) {
+                                 config.rope.long_factor.size() != static_cast<size_t>(config.rope_dims() / 2))) ||
+       !std::is_sorted(config.no_rope_layers.begin(), config.no_rope_layers.end()) ||
+       std::adjacent_find(config.no_rope_layers.begin(), config.no_rope_layers.end()) != config.no_rope_layers.end() ||
+       (!config.no_rope_layers.empty() &&
+        (config.no_rope_layers.front() < 0 || config.no_rope_layers.back() >= config.n_layer)))) {
     return Status::InvalidArgument("GptCompute: inconsistent llama-family config " + GptConfigToJson(config));
   }
   auto impl = std::make_unique<Impl>();

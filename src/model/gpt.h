@@ -98,11 +98,16 @@ struct GptConfig {
   bool qk_norm = false;       // per-head RMSNorm of q and k before RoPE (Qwen3)
   double norm_eps = 1e-5;     // RMSNorm epsilon
   RopeConfig rope;
+  // Layers (0-based, ascending) whose attention has no rotary embedding
+  // (SmolLM3's NoPE layers); empty: every layer's has one.
+  std::vector<int> no_rope_layers;
 
   bool llama() const { return family == ModelFamily::kLlama; }
   int head_dim() const { return head_size > 0 ? head_size : n_embd / n_head; }
   // Columns of a head the rotary embedding turns (the rest pass).
   int rope_dims() const { return static_cast<int>(head_dim() * rope.partial_factor); }
+  // rope_dims() in layer `layer`, 0 in a layer without RoPE.
+  int rope_dims_in(int layer) const;
   // Width of q, of the attention's output and of o_proj's input: n_embd
   // unless head_size says otherwise.
   int attn_width() const { return n_head * head_dim(); }

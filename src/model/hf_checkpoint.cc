@@ -194,6 +194,9 @@ struct Architecture {
   bool phi3 = false;
   // use_sliding_window's default (Mistral: windows unless it says no).
   bool slides_by_default = false;
+  // SmolLM3: no_rope_layers (1: the layer's attention turns q and k, 0: it
+  // does not), else a NoPE layer every no_rope_layer_interval (default 4).
+  bool nope_layers = false;
 };
 
 constexpr Architecture kArchitectures[] = {
@@ -203,6 +206,7 @@ constexpr Architecture kArchitectures[] = {
     {.name = "Qwen3ForCausalLM", .qk_norm = true},
     {.name = "MistralForCausalLM", .slides_by_default = true},
     {.name = "Phi3ForCausalLM", .phi3 = true},
+    {.name = "SmolLM3ForCausalLM", .nope_layers = true},
 };
 
 const Architecture* FindArchitecture(std::string_view name) {
@@ -311,6 +315,30 @@ void ParseRope(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   }
 }
 
+// SmolLM3's layers without RoPE: no_rope_layers, one 0 or 1 per layer (1:
+// RoPE), else every no_rope_layer_interval-th layer (transformers' rule).
+void ParseNopeLayers(KeyReader& r, GptConfig& m) {
+  const int interval = r.Int("no_rope_layer_interval", 4, false);
+  const json* flags = r.Get("no_rope_layers");
+  if (flags == nullptr) {
+    for (int l = 0; l < m.n_layer; ++l) {
+      if ((l + 1) % interval == 0) m.no_rope_layers.push_back(l);
+    }
+    return;
+  }
+  if (!flags->is_array() || flags->size() != static_cast<size_t>(m.n_layer)) {
+    return r.Error("no_rope_layers: expected a list of " + std::to_string(m.n_layer) +
+                   " flags (1: the layer uses RoPE, 0: it does not), got " + flags->dump());
+  }
+  for (int l = 0; l < m.n_layer; ++l) {
+    const json& f = (*flags)[static_cast<size_t>(l)];
+    if (f != 0 && f != 1) {
+      return r.Error("no_rope_layers[" + std::to_string(l) + "]: expected 0 or 1, got " + f.dump());
+    }
+    if (f == 0) m.no_rope_layers.push_back(l);
+  }
+}
+
 void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   GptConfig& m = c.model;
   m.family = ModelFamily::kLlama;
@@ -352,6 +380,7 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
     c.notes.push_back("partial_rotary_factor: ignored (" + c.architecture + " turns whole heads)");
   }
   ParseRope(r, c, arch);
+  if (arch.nope_layers) ParseNopeLayers(r, m);
   if (phi3 && !m.rope.longrope && r.Get("original_max_position_embeddings") != nullptr) {
     c.notes.push_back("original_max_position_embeddings: ignored (only \"longrope\" scaling reads it)");
   }

@@ -236,6 +236,13 @@ void CompareTinyModel(const GptConfig& model) {
 TEST(GptCudaTest, TinyModelTiedMatchesCpu) { CompareTinyModel(TinyConfig(/*tied=*/true)); }
 TEST(GptCudaTest, TinyModelUntiedMatchesCpu) { CompareTinyModel(TinyConfig(/*tied=*/false)); }
 TEST(GptCudaTest, TinyQwen3MatchesCpu) { CompareTinyModel(TinyQwen3Config()); }
+// SmolLM3's NoPE layers: the last layer without RoPE (its backward passes
+// the gradient through the rotation kernel with no column turned).
+TEST(GptCudaTest, NopeLayerMatchesCpu) {
+  GptConfig cfg = TinyQwen3Config();
+  cfg.no_rope_layers = {cfg.n_layer - 1};
+  CompareTinyModel(cfg);
+}
 
 // In both compute modes (the 16-bit one's attention is the fused kernel,
 // which recomputes the probabilities in its backward).

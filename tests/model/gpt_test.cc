@@ -335,6 +335,14 @@ TEST(GptTest, LlamaGradientsMatchFiniteDifferencesPartialLongRope) {
   CheckModelGradients(c);
 }
 TEST(GptTest, Qwen3GradientsMatchFiniteDifferencesNarrowHeads) { CheckModelGradients(TinyQwen3(6)); }
+// SmolLM3's NoPE layers: layer 1 of 2 without the rotary embedding (with
+// q/k norms, so the gradient that passes RoPE untouched feeds them).
+TEST(GptTest, NopeLayerGradientsMatchFiniteDifferences) {
+  GptConfig c = TinyQwen3(8);
+  ASSERT_EQ(c.n_layer, 2);
+  c.no_rope_layers = {1};
+  CheckModelGradients(c);
+}
 
 TEST(GptTest, LossAtInitIsNearLogVocab) {
   const GptConfig config = Tiny(true);

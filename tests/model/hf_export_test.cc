@@ -108,7 +108,8 @@ TEST_P(HfExportShardsTest, ShardedFolderReadsBackAsTheSameModel) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfExportShardsTest,
-                         ::testing::Values(std::pair{"qwen2", "BF16"}, std::pair{"phi3", "F32"}));
+                         ::testing::Values(std::pair{"qwen2", "BF16"}, std::pair{"phi3", "F32"},
+                                           std::pair{"smollm3", "BF16"}));
 
 // zinf's own GPT: a GPT2LMHeadModel folder that reads back as the same
 // model (untied, so the head is exported too), weights equal.

@@ -174,7 +174,8 @@ TEST_P(HfParityTest, AdamWOnNvmeFollowsTorchCurve) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, HfParityTest,
-                         ::testing::Values("gpt2", "llama", "qwen2", "mistral", "qwen3", "phi3", "phi3-longrope"));
+                         ::testing::Values("gpt2", "llama", "qwen2", "mistral", "qwen3", "phi3", "phi3-longrope",
+                                           "smollm3"));
 
 // A copy of a fixture folder whose config.json or tensors a test changes.
 std::string CopyFixture(const TempDir& tmp, const std::string& name) {
@@ -236,6 +237,43 @@ TEST(HfCheckpointTest, Qwen3BiasesMissingNormsAndOddHeadsAreNamed) {
   EXPECT_NE(c.status().message().find("model.layers.1.self_attn.k_norm.weight is missing (expected shape [16])"),
             std::string::npos)
       << c.status().ToString();
+}
+
+// SmolLM3's NoPE layers: no_rope_layers' zeros, else every
+// no_rope_layer_interval-th layer as transformers derives them; a list of
+// another length or with other values is named; the key means nothing to
+// another architecture (an unknown key there).
+TEST(HfCheckpointTest, SmolLM3NopeLayersAreReadOrDerived) {
+  TempDir tmp;
+  const std::string dir = CopyFixture(tmp, "smollm3");
+  auto c = OpenHfCheckpoint(dir);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.no_rope_layers, (std::vector<int>{1, 3}));
+  EXPECT_EQ(c->model.rope_dims_in(1), 0);
+  EXPECT_EQ(c->model.rope_dims_in(2), 8);
+  EditConfig(dir, "\"no_rope_layers\": [\n    1,\n    0,\n    1,\n    0\n  ],", "");
+  c = OpenHfCheckpoint(dir);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.no_rope_layers, (std::vector<int>{1, 3}));  // interval 2
+  EditConfig(dir, "\"no_rope_layer_interval\": 2,", "");
+  c = OpenHfCheckpoint(dir);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.no_rope_layers, (std::vector<int>{3}));  // transformers' default 4
+  EditConfig(dir, "\"mlp_bias\": false,", "\"mlp_bias\": false, \"no_rope_layers\": [1, 0, 1],");
+  c = OpenHfCheckpoint(dir);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("no_rope_layers: expected a list of 4 flags"), std::string::npos)
+      << c.status().ToString();
+  EditConfig(dir, "[1, 0, 1]", "[1, 0, 2, 1]");
+  c = OpenHfCheckpoint(dir);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("no_rope_layers[2]: expected 0 or 1, got 2"), std::string::npos)
+      << c.status().ToString();
+  const std::string llama = CopyFixture(tmp, "llama");
+  EditConfig(llama, "\"hidden_act\"", "\"no_rope_layers\": [1, 0], \"hidden_act\"");
+  c = OpenHfCheckpoint(llama);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("no_rope_layers: unknown key"), std::string::npos) << c.status().ToString();
 }
 
 // Phi-3: a partial rotary factor that turns an odd number of columns, and

@@ -67,6 +67,11 @@ MODELS = {
                            rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, partial_rotary_factor=0.75,
                                                 short_factor=[1.0, 1.5, 2.0], long_factor=[2.0, 3.0, 5.0])),
                       torch.float32),
+    # NoPE layers: no rotary embedding in layers 1 and 3 (SmolLM3's no_rope_layers), tied head, bf16 checkpoint
+    "smollm3": (transformers.SmolLM3Config, transformers.SmolLM3ForCausalLM,
+                dict(COMMON_LLAMA, num_hidden_layers=4, vocab_size=140, tie_word_embeddings=True,
+                     no_rope_layer_interval=2, rope_theta=2000000.0, bos_token_id=0, eos_token_id=0,
+                     pad_token_id=None), torch.bfloat16),
 }
 
 

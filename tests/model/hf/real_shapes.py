@@ -11,7 +11,9 @@ Run by hand (needs torch and transformers, ~10 GB of RAM, a few minutes):
 
 NAME: qwen3-0.6b (Qwen3-0.6B's shape: head_dim 128 at hidden 1024, q/k norms,
 tied), phi4-mini-2l (Phi-4-mini's widths at 2 layers and a 32064 vocabulary:
-fused projections, 96 of 128 columns rotated, LongRoPE with 48 factors).
+fused projections, 96 of 128 columns rotated, LongRoPE with 48 factors),
+smollm3-4l (SmolLM3-3B's widths at 4 layers, the last without RoPE, GQA 16/4,
+a 128256 vocabulary, tied).
 Prints one line per model: both losses and their difference.
 """
 import argparse
@@ -44,7 +46,15 @@ def phi4_mini():
                              long_factor=[1.0 + 0.4 * i for i in range(48)]))
 
 
-SHAPES = {"qwen3-0.6b": qwen3, "phi4-mini-2l": phi4_mini}
+def smollm3():
+    return transformers.SmolLM3ForCausalLM, transformers.SmolLM3Config(
+        vocab_size=128256, hidden_size=2048, intermediate_size=11008, num_hidden_layers=4, num_attention_heads=16,
+        num_key_value_heads=4, max_position_embeddings=65536, rope_theta=5000000.0, rms_norm_eps=1e-6,
+        tie_word_embeddings=True, no_rope_layer_interval=4, bos_token_id=128000, eos_token_id=128012,
+        pad_token_id=None)
+
+
+SHAPES = {"qwen3-0.6b": qwen3, "phi4-mini-2l": phi4_mini, "smollm3-4l": smollm3}
 
 
 def check(name, zinf, work):
