@@ -127,7 +127,8 @@ struct EngineOptions {
   // buffers. SetParameters writes the working parameters home at once;
   // LoadCheckpoint reads only a checkpoint's master weights, whatever its
   // sub-group size and optimizer tier; ReduceGradients, Step,
-  // GetMasterParameters and SaveCheckpoint are kFailedPrecondition.
+  // GetMasterParameters and SaveCheckpoint are kFailedPrecondition; each
+  // pass ends with EndForwardPass (the prefetch follows the first).
   bool forward_only = false;
   // zinf's own code and tests only (not owned; read by Create): the
   // device, communicators and I/O engine to use. Null: the engine makes its
@@ -271,10 +272,19 @@ class Engine {
   // parameters at their home tier from the restored master weights. Returns
   // the manifest's metadata. Same preconditions as SaveCheckpoint.
   // Forward-only: the master weights alone, streamed home block by block
-  // (any sub-group size fits), each chunk verified as it is read; after a
-  // kCorruption the engine holds no parameters (Acquire refuses) until a
-  // load or SetParameters of every block succeeds.
+  // (any sub-group size fits), each chunk verified as it is read; a
+  // checkpoint refused before its weights are read (another layout, no
+  // master weights of the shard's size) leaves the parameters as they
+  // were; after an error while reading them the engine holds none
+  // (Acquire refuses) until a load or SetParameters of every block
+  // succeeds.
   StatusOr<std::map<std::string, std::string>> LoadCheckpoint(const std::string& dir);
+
+  // Forward-only: one pass over the blocks (a batch's forward) is over; the
+  // acquires since the last one are the order the engine prefetches along
+  // from now on (what Step does for a training engine). kFailedPrecondition
+  // on a training engine or while a block is acquired.
+  Status EndForwardPass();
 
   // Tracing on (the default): Acquire calls are the prefetch order's record
   // and replay. Off, for a pass outside the training steps (an evaluation):

@@ -100,13 +100,11 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   if (Status s = ResolveAuto(config, ctx); !s.ok()) return Fail(kName, s, 2);
 
   // A swap path in use by a zinf train would have its files replaced as
-  // another run's: hold each path's lock, as zinf train does.
+  // another run's: hold each path's lock, as zinf train does (the
+  // parameters' only: a forward-only engine writes no optimizer state).
   std::vector<FileLock> swap_dir_locks;
-  for (const auto& [device, paths] :
-       {std::pair{config.zero.offload_param.device, config.zero.offload_param.nvme_paths},
-        std::pair{config.zero.offload_optimizer.device, config.zero.offload_optimizer.nvme_paths}}) {
-    if (device != OffloadDevice::kNvme) continue;
-    for (const std::string& dir : paths) {
+  if (config.zero.offload_param.device == OffloadDevice::kNvme) {
+    for (const std::string& dir : config.zero.offload_param.nvme_paths) {
       if (std::any_of(swap_dir_locks.begin(), swap_dir_locks.end(),
                       [&](const FileLock& l) { return ParentPath(l.path()) == dir; })) {
         continue;

@@ -148,7 +148,7 @@ struct Trainer::Impl {
   // prefetch record.
   StatusOr<double> ForwardLossSum(DataLoader& loader, int64_t batches) {
     // A forward-only trainer has no training order: its passes are the
-    // order the prefetch follows.
+    // order the prefetch follows (each one ended by EndForwardPass).
     const bool trains = !options.engine.forward_only;
     if (trains) engine->SetTracing(false);
     double sum = 0.0;
@@ -161,6 +161,7 @@ struct Trainer::Impl {
       } else {
         s = loss.status();
       }
+      if (s.ok() && !trains) s = engine->EndForwardPass();
       // The batch's kernel times are no step's: dropped as they come, so
       // a long evaluation does not pile up timing marks.
       if (s.ok() && timed_ops != nullptr) s = timed_ops->Take().status();
@@ -459,7 +460,14 @@ struct Trainer::Impl {
     return Status::Ok();
   }
 
-  Status AgreeAcrossRanks(Status local);
+  // `local` on this rank, else kAborted when another rank's failed (`what`: "resume", "export").
+  Status AgreeAcrossRanks(Status local, const char* what = "resume");
+  // kFailedPrecondition naming `what` on a forward-only trainer.
+  Status Trains(const char* what) const {
+    if (!options.engine.forward_only) return Status::Ok();
+    return Status::FailedPrecondition(std::string("trainer: ") + what +
+                                      " on a forward-only trainer (TrainerOptions::engine.forward_only)");
+  }
 
   std::map<std::string, std::string> Metadata() const {
     const LoaderPosition pos = train_loader->position();
@@ -684,9 +692,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
 
 StatusOr<StepReport> Trainer::Step() {
   Impl& m = *impl_;
-  if (m.options.engine.forward_only) {
-    return Status::FailedPrecondition("trainer: Step on a forward-only trainer (TrainerOptions::engine.forward_only)");
-  }
+  ZINF_RETURN_IF_ERROR(m.Trains("Step"));
   const auto t0 = Clock::now();
   const EngineCounters before = m.engine->counters();
   m.compute_seconds = 0.0;
@@ -836,6 +842,7 @@ Status Trainer::InitFromSafetensors(const std::string& path) {
 
 StatusOr<std::string> Trainer::Save(const std::string& save_dir, int keep) {
   Impl& m = *impl_;
+  ZINF_RETURN_IF_ERROR(m.Trains("Save"));
   ZINF_RETURN_IF_ERROR(swap::CheckKeepCheckpoints(keep, m.comm->world_size()).WithContext("save"));
   const std::string rank_dir = swap::RankDirectory(save_dir, m.comm->rank());
   ZINF_RETURN_IF_ERROR(MakeDirectories(rank_dir));
@@ -849,14 +856,14 @@ StatusOr<std::string> Trainer::Save(const std::string& save_dir, int keep) {
 
 // Every rank must come out of Resume the same way: one rank's failure is
 // everyone's (or the others would go on into collectives alone).
-Status Trainer::Impl::AgreeAcrossRanks(Status local) {
+Status Trainer::Impl::AgreeAcrossRanks(Status local, const char* what) {
   if (comm->world_size() == 1) return local;
   double failed = local.ok() ? 0.0 : 1.0;
   ZINF_RETURN_IF_ERROR(comm->AllReduce(&failed, &failed, 1, ElementType::kF64, comm::ReduceOp::kSum, nullptr));
   if (!local.ok()) return local;
   if (failed > 0) {
-    return Status::Aborted("resume: " + std::to_string(static_cast<int>(failed)) +
-                           " other rank(s) failed to resume (see their errors)");
+    return Status::Aborted(std::string(what) + ": " + std::to_string(static_cast<int>(failed)) +
+                           " other rank(s) failed to " + what + " (see their errors)");
   }
   return Status::Ok();
 }
@@ -958,9 +965,12 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
   if (dtype != "F32" && dtype != "BF16" && dtype != "F16") {
     return Status::InvalidArgument("export: dtype must be F32, BF16 or F16, got '" + dtype + "'");
   }
+  ZINF_RETURN_IF_ERROR(m.Trains("ExportSafetensors"));
   const int es = dtype == "F32" ? 4 : 2;
   // Block by block into a file laid out up front (SafetensorsWriter): one
-  // block's weights in RAM at a time, whatever the model's size.
+  // block's weights in RAM at a time, whatever the model's size. Rank 0
+  // writes; the gathers are collective, so after a write error it keeps
+  // gathering with the others and every rank returns the error at the end.
   const std::vector<BlockSpec> model_specs = GptBlockSpecs(m.model());
   auto export_shape = [&](BlockId b, size_t t) {
     std::vector<int64_t> shape = model_specs[static_cast<size_t>(b)].tensors[t].shape;
@@ -971,6 +981,7 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
     return shape;
   };
   std::optional<SafetensorsWriter> writer;
+  Status written;  // rank 0's first write error
   if (m.comm->rank() == 0) {
     std::vector<SafetensorsSpec> specs;
     for (BlockId b = 0; b < static_cast<BlockId>(model_specs.size()); ++b) {
@@ -982,9 +993,14 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
         {"zinf.model", GptConfigToJson(m.model())},
         {"zinf.step", std::to_string(m.steps_done)},
         {"zinf.layout", "linear weights are [out_features, in_features]; lm_head is wte when tied"}};
-    ZINF_ASSIGN_OR_RETURN(SafetensorsWriter w, SafetensorsWriter::Create(path, specs, metadata));
-    writer.emplace(std::move(w));
+    StatusOr<SafetensorsWriter> w = SafetensorsWriter::Create(path, specs, metadata);
+    if (w.ok()) {
+      writer.emplace(std::move(w).value());
+    } else {
+      written = w.status();
+    }
   }
+  ZINF_RETURN_IF_ERROR(m.AgreeAcrossRanks(written, "export"));
   // Progress in bytes of the blocks as exported (vocabulary padding
   // included), on rank 0, which writes; done once the file is written.
   std::function<void(int64_t, int64_t)> progress;
@@ -998,9 +1014,9 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
     const BlockSpec& spec = model_specs[static_cast<size_t>(b)];
     if (progress) done_bytes += spec.numel() * es;
     ZINF_ASSIGN_OR_RETURN(std::vector<std::vector<float>> master, m.ReadModelBlock(b));
-    if (!writer) continue;
+    if (!writer || !written.ok()) continue;
     const std::vector<std::string> names = GptTensorExportNames(m.model(), b);
-    for (size_t t = 0; t < spec.tensors.size(); ++t) {
+    for (size_t t = 0; t < spec.tensors.size() && written.ok(); ++t) {
       int64_t n = 1;
       for (int64_t d : export_shape(b, t)) n *= d;
       std::vector<std::byte> bytes(static_cast<size_t>(n * es));
@@ -1013,18 +1029,19 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
           std::memcpy(bytes.data() + i * 2, &h, 2);
         }
       }
-      ZINF_RETURN_IF_ERROR(writer->Write(names[t], bytes));
+      written = writer->Write(names[t], bytes);
     }
     if (progress) progress(std::min(done_bytes, total_bytes - 1), total_bytes);
   }
-  if (!writer) return Status::Ok();
-  ZINF_RETURN_IF_ERROR(writer->Commit());
+  if (writer && written.ok()) written = writer->Commit();
+  ZINF_RETURN_IF_ERROR(m.AgreeAcrossRanks(written, "export"));
   if (progress) progress(total_bytes, total_bytes);
   return Status::Ok();
 }
 
 Status Trainer::ExportHfFolder(const std::string& dir, const std::string& dtype, const HfCheckpoint* source) {
   Impl& m = *impl_;
+  ZINF_RETURN_IF_ERROR(m.Trains("ExportHfFolder"));
   auto read_block = [&](BlockId b) { return m.ReadModelBlock(b); };
   if (m.comm->rank() != 0) {  // the gathers are collective: follow rank 0's block order
     for (BlockId b = 0; b <= HeadBlock(m.model()); ++b) ZINF_RETURN_IF_ERROR(read_block(b).status());

@@ -101,8 +101,9 @@ struct TrainerOptions {
   int grad_buffers = 0;
   // Engine options (run id, threads); grad_type and hooks are set by the
   // trainer. With engine.forward_only (`zinf eval`) the trainer evaluates
-  // only: no gradient scratch, Step and Resume are kFailedPrecondition
-  // (LoadWeights works), and its forward passes feed the prefetch record.
+  // only: no gradient scratch; Step, Resume, Save and the exports are
+  // kFailedPrecondition (LoadWeights and InitFromSafetensors work); its
+  // forward passes are the order the engine prefetches along.
   EngineOptions engine;
   // The device, communicators and I/O engine (null ones: the defaults);
   // the trainer computes on the device too.

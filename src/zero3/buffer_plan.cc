@@ -414,13 +414,10 @@ void PlanForwardOnly(BufferPlan& p) {
   p.grad_window = NoPool("gradient window");
   p.norm_squares_bytes = 0;
   p.grad_flat_bytes = p.grad_shard_bytes = 0;
-  if (p.new_params_in_home) {
-  } else if (p.param_elem_bytes == 4) {
-    p.new_params = NoPool("new params");
-    p.new_params_ring_elems = 0;
-  } else {
-    p.new_params_ring_elems = p.max_shard_elems;
-    p.new_params = OneBuffer(p.max_shard_elems * p.param_elem_bytes, true, "new params");
+  if (!p.new_params_in_home) {
+    const bool cast = p.param_elem_bytes != 4;
+    p.new_params_ring_elems = cast ? p.max_shard_elems : 0;
+    p.new_params = cast ? OneBuffer(p.max_shard_elems * p.param_elem_bytes, true, "new params") : NoPool("new params");
   }
   p.grad_staging = OneBuffer(p.max_shard_elems * 4, true, "grad staging");
 }

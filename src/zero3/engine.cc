@@ -265,6 +265,19 @@ Status Engine::GetMasterParameters(BlockId block, const std::vector<float*>& out
   return Status::Ok();
 }
 
+Status Engine::EndForwardPass() {
+  Impl& m = *impl_;
+  if (!m.options.forward_only) {
+    return Status::FailedPrecondition("engine: EndForwardPass on a training engine (Step ends its passes)");
+  }
+  if (std::optional<BlockId> held = m.gathered->FirstHeld()) {
+    return Status::FailedPrecondition("engine: EndForwardPass while block '" + m.name(*held) + "' is acquired");
+  }
+  m.coordinator->OnStepEnd();
+  m.counters.order_changes = m.coordinator->order_changes();
+  return Status::Ok();
+}
+
 void Engine::SetTracing(bool on) { impl_->tracing = on; }
 
 int Engine::num_blocks() const { return impl_->partitioner->num_blocks(); }

@@ -89,14 +89,10 @@ StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(const std::s
 // Forward-only: the checkpoint's master weights (master.0, master.1, ...:
 // the rank shard in sub-groups, end to end, whatever size the saving run
 // cut them) streamed into staging, each block written home once its shard
-// is whole. The parameters count as set only once every block is, and
-// none does after an error.
+// is whole. The parameters are replaced once the blobs are found to fit;
+// they count as set only once every block is, and none does after an error.
 Status Engine::Impl::LoadMasterHome(const swap::CheckpointReader& reader) {
   const std::string& dir = reader.dir();
-  gathered->DropAll();
-  ZINF_RETURN_IF_ERROR(stream->Synchronize());
-  std::fill(params_set.begin(), params_set.end(), false);
-  committed = false;
   const int64_t total = partitioner->total_shard_numel();
   std::vector<std::string> masters;
   int64_t elems = 0;
@@ -115,6 +111,11 @@ Status Engine::Impl::LoadMasterHome(const swap::CheckpointReader& reader) {
                               " sub-groups) hold " + std::to_string(elems) + " elements, the rank shard " +
                               std::to_string(total));
   }
+  // The blobs fit: the parameters are replaced from here on.
+  gathered->DropAll();
+  ZINF_RETURN_IF_ERROR(stream->Synchronize());
+  std::fill(params_set.begin(), params_set.end(), false);
+  committed = false;
   std::function<void(int64_t, int64_t)> progress;
   if (options.progress) progress = options.progress("loading checkpoint " + dir + " (master weights)");
   if (progress) progress(0, total * 4);
@@ -138,14 +139,13 @@ Status Engine::Impl::LoadMasterHome(const swap::CheckpointReader& reader) {
     if (progress) progress(done += n / 4 * 4, total * 4);
     return Status::Ok();
   };
-  for (const std::string& blob : masters) {
-    if (Status s = reader.ReadBlobPieces(blob, place); !s.ok()) {
-      // A chunk's crc is checked once it is whole: what went home may be damaged.
-      std::fill(params_set.begin(), params_set.end(), false);
-      return s;
-    }
-  }
-  return Commit();
+  Status s;
+  for (size_t k = 0; k < masters.size() && s.ok(); ++k) s = reader.ReadBlobPieces(masters[k], place);
+  if (s.ok()) s = Commit();
+  // A chunk's crc is checked once it is whole, and the last writes home
+  // are waited for in Commit: after an error what went home may be damaged.
+  if (!s.ok()) std::fill(params_set.begin(), params_set.end(), false);
+  return s;
 }
 
 Status Engine::Impl::CheckpointPreconditions(const char* what) const {

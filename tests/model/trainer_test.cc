@@ -596,8 +596,8 @@ TEST(TrainerTest, LoadWeightsAndInitFromSafetensorsGiveTheSameWeights) {
 // `zinf eval`'s trainer (engine.forward_only) loads a training run's
 // checkpoint whatever its sub-groups, optimizer tier and weight decay, and
 // evaluates bit for bit as a training trainer does on the same weights; it
-// keeps no gradient scratch, and refuses Step, Resume and the export (which
-// reads master weights it does not hold).
+// keeps no gradient scratch, and refuses Step, Resume, Save and the exports
+// (which read master weights it does not hold) before touching a file.
 TEST(TrainerTest, AForwardOnlyTrainerEvaluatesAsATrainingOne) {
   TempDir dir;
   Config saving = TinyConfig(dir, OffloadDevice::kCpu, OffloadDevice::kNvme);
@@ -634,7 +634,10 @@ TEST(TrainerTest, AForwardOnlyTrainerEvaluatesAsATrainingOne) {
       EXPECT_EQ(r.trainer->Step().status().code(), StatusCode::kFailedPrecondition);
       EXPECT_EQ(r.trainer->Resume(dir.Sub("ckpt")).code(), StatusCode::kFailedPrecondition);
       s = r.trainer->ExportSafetensors(dir.Sub("w.safetensors"), "F32");
-      EXPECT_NE(s.message().find("forward-only"), std::string::npos) << s.ToString();
+      EXPECT_NE(s.message().find("ExportSafetensors on a forward-only trainer"), std::string::npos) << s.ToString();
+      EXPECT_EQ(r.trainer->Save(dir.Sub("saved")).status().code(), StatusCode::kFailedPrecondition);
+      EXPECT_EQ(r.trainer->ExportHfFolder(dir.Sub("hf"), "F32", nullptr).code(), StatusCode::kFailedPrecondition);
+      EXPECT_FALSE(PathExists(dir.Sub("saved")) || PathExists(dir.Sub("hf")) || PathExists(dir.Sub("w.safetensors")));
     }
     return out;
   };

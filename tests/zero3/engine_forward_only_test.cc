@@ -2,8 +2,8 @@
 // tier and type it gathers the bits a training engine gathers, from initial
 // values and from any training checkpoint (other sub-groups, another
 // optimizer tier); it allocates what its plan says and no optimizer state;
-// it refuses the calls that need the optimizer; a damaged checkpoint leaves
-// it holding no parameters.
+// it refuses the calls that need the optimizer; passes after the first
+// prefetch; a damaged checkpoint leaves it holding no parameters.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -53,6 +53,15 @@ Config TierConfig(OffloadDevice param, bool bf16, const TempDir& dir) {
   return c;
 }
 
+// Blocks evicted after use and fetched ahead along the recorded order.
+Config PrefetchingConfig(OffloadDevice param, bool bf16, const TempDir& dir) {
+  Config c = TierConfig(param, bf16, dir);
+  c.zero.stage3_prefetch_bucket_size = 2500;
+  c.zero.stage3_max_live_parameters = 2500;
+  c.zero.stage3_max_reuse_distance = 0;
+  return c;
+}
+
 EngineUnderTest ForwardOnly(const Config& c) {
   return MakeEngine(c, kModel.Blocks(), nullptr, 0, ElementType::kF32, /*forward_only=*/true);
 }
@@ -69,18 +78,19 @@ int64_t FileBytesUnder(const std::string& dir) {
 class ForwardOnlyTierTest : public ::testing::TestWithParam<std::tuple<OffloadDevice, bool>> {};
 
 // Initial values: the same gathers as a training engine's, and the plan's
-// buffers, byte for byte: the home, two one-shard windows, and no optimizer
-// state in RAM or on NVMe.
+// buffers, byte for byte: the home, one or two one-shard windows, and no
+// optimizer state in RAM or on NVMe. Passes after the first (each ended by
+// EndForwardPass) fetch ahead along it, and gather the same.
 TEST_P(ForwardOnlyTierTest, GathersWhatATrainingEngineGathers) {
   const auto [param, bf16] = GetParam();
   TempDir dir, dir2;
-  EngineUnderTest training = MakeEngine(TierConfig(param, bf16, dir), kModel.Blocks());
+  EngineUnderTest training = MakeEngine(PrefetchingConfig(param, bf16, dir), kModel.Blocks());
   ASSERT_NE(training.engine, nullptr);
   SetInitialParameters(*training.engine, kModel);
   const Gathered want = GatherAll(training);
   ASSERT_EQ(want.size(), 4u);
 
-  const Config c = TierConfig(param, bf16, dir2);
+  const Config c = PrefetchingConfig(param, bf16, dir2);
   auto plan = MakeBufferPlan(c, kModel.Blocks(), 1, DeviceKind::kHost, ElementType::kF32, 0, /*forward_only=*/true);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   EXPECT_EQ(plan->optimizer_resident.buffer_count + plan->optimizer_pipeline.buffer_count, 0);
@@ -99,8 +109,14 @@ TEST_P(ForwardOnlyTierTest, GathersWhatATrainingEngineGathers) {
   EXPECT_EQ(static_cast<int64_t>(e.device->bytes_in_use()), plan->device_fixed_bytes());
   SetInitialParameters(*e.engine, kModel);
   EXPECT_EQ(GatherAll(e), want);
-  // A second pass follows the recorded order (prefetching) and gives the same.
-  EXPECT_EQ(GatherAll(e), want);
+  ASSERT_TRUE(e.engine->EndForwardPass().ok());
+  EXPECT_EQ(e.engine->counters().prefetches, 0);
+  for (int pass = 0; pass < 2; ++pass) {
+    EXPECT_EQ(GatherAll(e), want);
+    ASSERT_TRUE(e.engine->EndForwardPass().ok());
+  }
+  EXPECT_GT(e.engine->counters().prefetches, 0);
+  EXPECT_LE(e.engine->counters().peak_live_elems, plan->gathered_window_elems);
   EXPECT_EQ(FileBytesUnder(dir2.Sub("optim0")), 0);
   EXPECT_EQ(FileBytesUnder(dir2.Sub("param0")) + FileBytesUnder(dir2.Sub("param1")), plan->param_swap_file_bytes);
 }
@@ -186,12 +202,20 @@ TEST(ForwardOnlyTest, RefusesWhatNeedsTheOptimizer) {
   EXPECT_FALSE(std::filesystem::exists(dir.Sub("ckpt") + "/step-0"));
   EXPECT_TRUE(e.engine->WaitForUpdate().ok());
   EXPECT_EQ(GatherAll(e).size(), 4u);  // still serves its parameters
+  auto held = e.engine->Acquire(0);
+  ASSERT_TRUE(held.ok());
+  const Status mid = e.engine->EndForwardPass();
+  EXPECT_NE(mid.message().find("while block 'layer0' is acquired"), std::string::npos) << mid.ToString();
+  ASSERT_TRUE(e.engine->Release(0).ok());
+  EngineUnderTest training = MakeEngine(TierConfig(OffloadDevice::kCpu, true, dir), kModel.Blocks());
+  ASSERT_NE(training.engine, nullptr);
+  EXPECT_EQ(training.engine->EndForwardPass().code(), StatusCode::kFailedPrecondition);
 }
 
 // A flipped byte in a master blob is kCorruption naming the file and
 // offset; the engine then holds no parameters (Acquire names the blocks
-// not set) until a good load. Another model's checkpoint is refused
-// before anything is read.
+// not set) until a good load. A checkpoint refused before its weights are
+// read leaves them as they were; another model's is refused by layout.
 TEST(ForwardOnlyTest, ADamagedCheckpointLeavesNoParameters) {
   TempDir dir;
   Config save = TierConfig(OffloadDevice::kCpu, false, dir);
@@ -233,6 +257,11 @@ TEST(ForwardOnlyTest, ADamagedCheckpointLeavesNoParameters) {
   EXPECT_NE(held.status().message().find("SetParameters was not called for block(s) layer0"), std::string::npos)
       << held.status().ToString();
   ASSERT_TRUE(e.engine->LoadCheckpoint(ckpt).ok());
+  EXPECT_EQ(GatherAll(e), want);
+  // Refused before a weight is read (a blob file gone): the parameters stay.
+  std::filesystem::remove(last_master);
+  md = e.engine->LoadCheckpoint(damaged);
+  ASSERT_FALSE(md.ok());
   EXPECT_EQ(GatherAll(e), want);
 
   const TinyModel other{{13, 37, 29, 41, 12}};
