@@ -79,8 +79,11 @@ std::string ProgressMeter::Line(int64_t done, int64_t total, double elapsed_s, b
   }
   const std::string unit = o_.unit == Unit::kCount ? " " + o_.count_name : "";
   if (bar) {
-    line += (total > 0 ? std::string(" ") + pct + " " : " ") + Amount(done) + (total > 0 ? "/" + Amount(total) : "") +
-            unit + "  " + rate_text;
+    // Appended piece by piece: GCC 12 at -O3 takes `"/" + std::string` for
+    // an overlapping memcpy (-Wrestrict, its bug 105651).
+    line.append(" ").append(total > 0 ? std::string(pct) + " " : std::string()).append(Amount(done));
+    if (total > 0) line.append("/").append(Amount(total));
+    line.append(unit).append("  ").append(rate_text);
   } else {
     line += ": " +
             (total > 0 ? std::string(pct) + " (" + Amount(done) + " of " + Amount(total) + unit + ")"
