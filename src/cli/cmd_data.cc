@@ -140,15 +140,25 @@ int RunInfo(const std::vector<std::string>& args) {
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   if (flags->positionals().size() != 1) return Fail(kName, Status::InvalidArgument("give one token file"), 2);
   const std::string& path = flags->positionals()[0];
-  auto tokens = model::ReadTokenFile(path);
-  if (!tokens.ok()) return Fail(kName, tokens.status());
-  std::vector<uint32_t> sorted = *tokens;
-  std::sort(sorted.begin(), sorted.end());
-  const int64_t distinct = std::unique(sorted.begin(), sorted.end()) - sorted.begin();
-  const int64_t max_token = tokens->empty() ? -1 : static_cast<int64_t>(sorted[static_cast<size_t>(distinct - 1)]);
-  const int64_t end_of_text = std::count(tokens->begin(), tokens->end(), ByteTokenizer::kEndOfText);
+  // Read in place, twice over (the largest id, then a bit per id seen):
+  // nothing sized by the file is held.
+  auto mapped = model::Tokens::Map(path);
+  if (!mapped.ok()) return Fail(kName, mapped.status());
+  const model::TokenView tokens = mapped->view();
+  int64_t max_token = -1, end_of_text = 0;
+  for (int64_t i = 0; i < tokens.size(); ++i) {
+    max_token = std::max<int64_t>(max_token, tokens[i]);
+    end_of_text += tokens[i] == ByteTokenizer::kEndOfText;
+  }
+  std::vector<bool> seen(static_cast<size_t>(max_token + 1), false);
+  int64_t distinct = 0;
+  for (int64_t i = 0; i < tokens.size(); ++i) {
+    auto bit = seen[tokens[i]];
+    distinct += !bit;
+    bit = true;
+  }
   std::printf("%s\n", path.c_str());
-  std::printf("  tokens: %zu\n", tokens->size());
+  std::printf("  tokens: %lld\n", static_cast<long long>(tokens.size()));
   std::printf("  distinct tokens: %lld\n", static_cast<long long>(distinct));
   if (max_token >= 0) {
     std::printf("  max token: %lld (a model needs a vocabulary of at least %lld)\n", static_cast<long long>(max_token),

@@ -8,6 +8,7 @@
 #include "model/data.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -105,7 +106,22 @@ Status WriteTokenFile(const std::string& path, std::span<const uint32_t> tokens,
   return WriteFileAtomic(path, bytes).WithContext("write token file " + path);
 }
 
-StatusOr<std::vector<uint32_t>> ReadTokenFile(const std::string& path, int64_t vocab_size) {
+// The file's pages, mapped read-only.
+struct Tokens::Mapping {
+  void* base = nullptr;
+  size_t bytes = 0;
+  ~Mapping() {
+    if (base != nullptr) ::munmap(base, bytes);
+  }
+};
+
+Tokens::Tokens(std::vector<uint32_t> held) : held_(std::move(held)), view_(held_) {}
+Tokens::Tokens() = default;
+Tokens::Tokens(Tokens&&) noexcept = default;
+Tokens& Tokens::operator=(Tokens&&) noexcept = default;
+Tokens::~Tokens() = default;
+
+StatusOr<Tokens> Tokens::Map(const std::string& path, int64_t vocab_size) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(errno, "open token file", path);
   struct FdCloser {
@@ -145,23 +161,34 @@ StatusOr<std::vector<uint32_t>> ReadTokenFile(const std::string& path, int64_t v
                             std::to_string(file_bytes) + " bytes";
   if (file_bytes < want_bytes) return Status::Corruption(where + "truncated: " + sizes);
   if (file_bytes > want_bytes) return Status::Corruption(where + "size mismatch: " + sizes);
-  std::vector<unsigned char> raw(static_cast<size_t>(width) * static_cast<size_t>(count));
-  ZINF_ASSIGN_OR_RETURN(const int64_t got,
-                        ReadAt(fd, path, raw.data(), static_cast<int64_t>(raw.size()), kHeaderBytes));
-  if (got != static_cast<int64_t>(raw.size())) {
-    return Status::Corruption(where + "truncated while reading: got " + std::to_string(got) + " of " +
-                              std::to_string(raw.size()) + " token bytes");
-  }
-  std::vector<uint32_t> tokens(static_cast<size_t>(count));
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = width == 2 ? static_cast<uint32_t>(raw[2 * i] | (raw[2 * i + 1] << 8)) : GetLe32(&raw[4 * i]);
-    if (vocab_size > 0 && tokens[i] >= vocab_size) {
-      return Status::InvalidArgument(where + "token " + std::to_string(i) + " (byte offset " +
-                                     std::to_string(kHeaderBytes + width * static_cast<int64_t>(i)) + ") is " +
-                                     std::to_string(tokens[i]) + ", outside the model's vocabulary of " +
-                                     std::to_string(vocab_size));
+  Tokens t;
+  t.mapping_ = std::make_unique<Mapping>();
+  t.mapping_->bytes = static_cast<size_t>(file_bytes);
+  void* base = ::mmap(nullptr, t.mapping_->bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (base == MAP_FAILED) return ErrnoStatus(errno, "mmap token file", path);
+  t.mapping_->base = base;
+  // Read once, front to back (the check), then in the loader's order.
+  ::madvise(base, t.mapping_->bytes, MADV_SEQUENTIAL);
+  t.view_ = TokenView(static_cast<const unsigned char*>(base) + kHeaderBytes, width, count);
+  if (vocab_size > 0) {
+    for (int64_t i = 0; i < count; ++i) {
+      const uint32_t token = t.view_[i];
+      if (token >= vocab_size) {
+        return Status::InvalidArgument(where + "token " + std::to_string(i) + " (byte offset " +
+                                       std::to_string(kHeaderBytes + width * i) + ") is " + std::to_string(token) +
+                                       ", outside the model's vocabulary of " + std::to_string(vocab_size));
+      }
     }
   }
+  ::madvise(base, t.mapping_->bytes, MADV_RANDOM);
+  return t;
+}
+
+StatusOr<std::vector<uint32_t>> ReadTokenFile(const std::string& path, int64_t vocab_size) {
+  ZINF_ASSIGN_OR_RETURN(Tokens mapped, Tokens::Map(path, vocab_size));
+  const TokenView v = mapped.view();
+  std::vector<uint32_t> tokens(static_cast<size_t>(v.size()));
+  for (int64_t i = 0; i < v.size(); ++i) tokens[static_cast<size_t>(i)] = v[i];
   return tokens;
 }
 
@@ -387,8 +414,8 @@ StatusOr<DataOrder> ParseDataOrder(std::string_view name) {
 
 const char* DataOrderName(DataOrder order) { return order == DataOrder::kSequential ? "sequential" : "shuffled"; }
 
-StatusOr<DataLoader> DataLoader::Create(std::span<const uint32_t> tokens, int batch, int seq_len, uint64_t seed,
-                                        int rank, int world_size, DataOrder order) {
+StatusOr<DataLoader> DataLoader::Create(TokenView tokens, int batch, int seq_len, uint64_t seed, int rank,
+                                        int world_size, DataOrder order) {
   if (batch <= 0 || seq_len <= 0) {
     return Status::InvalidArgument("data loader: batch " + std::to_string(batch) + " and seq_len " +
                                    std::to_string(seq_len) + " must be positive");
@@ -436,7 +463,7 @@ void DataLoader::Next(int32_t* inputs, int32_t* targets) {
   const int64_t first = position_.batch * batch_ * world_size_ + static_cast<int64_t>(rank_) * batch_;
   for (int b = 0; b < batch_; ++b) {
     const int64_t start = order_[static_cast<size_t>(first + b)] * seq_len_;
-    const uint32_t* src = tokens_.data() + start;
+    const TokenView src = tokens_.Sub(start, seq_len_ + 1);
     int32_t* in = inputs + static_cast<int64_t>(b) * seq_len_;
     int32_t* tg = targets + static_cast<int64_t>(b) * seq_len_;
     for (int t = 0; t < seq_len_; ++t) {

@@ -9,10 +9,14 @@
 //   magic 20240520 version 2: uint32 tokens (zinf's, for vocabularies past
 //                             65536 ids: Llama 3, Qwen2)
 //   magic 20240801 version 7: uint32 tokens (llm.c's Llama 3 files)
-// In memory every token is a uint32.
+// A file is read in place (Tokens::Map: mapped, its uint16 or uint32 tokens
+// read as they are), so a corpus costs page cache, which the kernel can drop,
+// not memory the process owns.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -48,6 +52,60 @@ StatusOr<std::vector<uint32_t>> ReadTokenFile(const std::string& path, int64_t v
 // The bytes per token of a file's (magic, version), or 0 when zinf does not
 // read that kind.
 int TokenFileTokenBytes(int32_t magic, int32_t version);
+
+// A run of tokens read in place: `count` little-endian tokens of `width`
+// bytes (2 or 4) at `data`. Refers, does not own.
+struct TokenView {
+  const unsigned char* data = nullptr;
+  int width = 4;
+  int64_t count = 0;
+
+  TokenView() = default;
+  TokenView(const unsigned char* d, int w, int64_t n) : data(d), width(w), count(n) {}
+  TokenView(std::span<const uint32_t> tokens)  // NOLINT: a span of tokens is a view of them
+      : data(reinterpret_cast<const unsigned char*>(tokens.data())),
+        width(4),
+        count(static_cast<int64_t>(tokens.size())) {}
+  TokenView(const std::vector<uint32_t>& tokens) : TokenView(std::span<const uint32_t>(tokens)) {}  // NOLINT
+
+  int64_t size() const { return count; }
+  bool empty() const { return count == 0; }
+  uint32_t operator[](int64_t i) const {
+    if (width == 2) {
+      uint16_t t;
+      std::memcpy(&t, data + 2 * i, 2);
+      return t;
+    }
+    uint32_t t;
+    std::memcpy(&t, data + 4 * i, 4);
+    return t;
+  }
+  TokenView Sub(int64_t begin, int64_t n) const { return {data + begin * width, width, n}; }
+};
+
+// Tokens to train on: a token file mapped read-only (Map) or tokens held in
+// memory (the built-in corpus). Movable; the views it hands out live as
+// long as it does.
+class Tokens {
+ public:
+  Tokens();
+  explicit Tokens(std::vector<uint32_t> held);
+  // Maps and checks a token file: ReadTokenFile's errors, each token checked
+  // against vocab_size (0: no check) as it reads.
+  static StatusOr<Tokens> Map(const std::string& path, int64_t vocab_size = 0);
+  Tokens(Tokens&&) noexcept;
+  Tokens& operator=(Tokens&&) noexcept;
+  ~Tokens();
+
+  TokenView view() const { return view_; }
+  int64_t size() const { return view_.count; }
+
+ private:
+  struct Mapping;
+  std::vector<uint32_t> held_;
+  std::unique_ptr<Mapping> mapping_;
+  TokenView view_;
+};
 
 // Bytes are tokens 0..255; kEndOfText separates documents.
 class ByteTokenizer {
@@ -101,8 +159,8 @@ const char* DataOrderName(DataOrder order);
 class DataLoader {
  public:
   // kInvalidArgument when the stream holds fewer than one global batch.
-  static StatusOr<DataLoader> Create(std::span<const uint32_t> tokens, int batch, int seq_len, uint64_t seed,
-                                     int rank = 0, int world_size = 1, DataOrder order = DataOrder::kShuffled);
+  static StatusOr<DataLoader> Create(TokenView tokens, int batch, int seq_len, uint64_t seed, int rank = 0,
+                                     int world_size = 1, DataOrder order = DataOrder::kShuffled);
 
   // Fills inputs and targets (batch * seq_len each, row-major [batch, seq_len])
   // and advances by one global batch.
@@ -117,7 +175,7 @@ class DataLoader {
   DataLoader() = default;
   void Shuffle();
 
-  std::span<const uint32_t> tokens_;
+  TokenView tokens_;
   int batch_ = 0, seq_len_ = 0, rank_ = 0, world_size_ = 1;
   uint64_t seed_ = 0;
   DataOrder data_order_ = DataOrder::kShuffled;

@@ -37,20 +37,31 @@ double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>
 // The data's identity in a checkpoint manifest: the count and a CRC of the
 // tokens as little-endian uint16 when they all fit (what checkpoints made
 // before 32-bit token files recorded, so those still resume), else as uint32.
-std::string TokenIdentity(const std::vector<uint32_t>& tokens) {
-  const bool narrow = std::all_of(tokens.begin(), tokens.end(), [](uint32_t t) { return t <= 0xFFFF; });
-  std::vector<unsigned char> bytes(tokens.size() * (narrow ? 2 : 4));
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (narrow) {
-      bytes[2 * i] = static_cast<unsigned char>(tokens[i] & 0xFF);
-      bytes[2 * i + 1] = static_cast<unsigned char>(tokens[i] >> 8);
-    } else {
-      for (size_t b = 0; b < 4; ++b) bytes[4 * i + b] = static_cast<unsigned char>((tokens[i] >> (8 * b)) & 0xFF);
+std::string TokenIdentity(TokenView tokens) {
+  bool narrow = tokens.width == 2;
+  if (!narrow) {
+    narrow = true;
+    for (int64_t i = 0; i < tokens.size() && narrow; ++i) narrow = tokens[i] <= 0xFFFF;
+  }
+  uint32_t crc = 0;
+  if (narrow == (tokens.width == 2)) {  // the file's own bytes
+    crc = Crc32cExtend(0, tokens.data, static_cast<size_t>(tokens.size() * tokens.width));
+  } else {  // 32-bit tokens that all fit 16 bits: their uint16 bytes, a chunk at a time
+    std::vector<unsigned char> chunk;
+    for (int64_t begin = 0; begin < tokens.size(); begin += int64_t{1} << 16) {
+      const int64_t n = std::min<int64_t>(int64_t{1} << 16, tokens.size() - begin);
+      chunk.resize(static_cast<size_t>(2 * n));
+      for (int64_t i = 0; i < n; ++i) {
+        const uint32_t t = tokens[begin + i];
+        chunk[static_cast<size_t>(2 * i)] = static_cast<unsigned char>(t & 0xFF);
+        chunk[static_cast<size_t>(2 * i + 1)] = static_cast<unsigned char>(t >> 8);
+      }
+      crc = Crc32cExtend(crc, chunk.data(), chunk.size());
     }
   }
-  char crc[16];
-  std::snprintf(crc, sizeof(crc), "%08x", Crc32c(bytes.data(), bytes.size()));
-  return "tokens=" + std::to_string(tokens.size()) + " crc32c=" + crc + (narrow ? "" : " width=32");
+  char text[16];
+  std::snprintf(text, sizeof(text), "%08x", crc);
+  return "tokens=" + std::to_string(tokens.size()) + " crc32c=" + text + (narrow ? "" : " width=32");
 }
 
 }  // namespace
@@ -102,7 +113,7 @@ struct Trainer::Impl {
   TimedOps* timed_ops = nullptr;  // ops, when wall_clock_breakdown times them
   std::unique_ptr<GptCompute<float>> compute;
 
-  std::vector<uint32_t> tokens;
+  Tokens tokens;  // the token file mapped, or the built-in corpus
   std::string data_identity;
   size_t num_train_tokens = 0;
   std::optional<DataLoader> train_loader;
@@ -565,16 +576,17 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
           "the built-in corpus needs vocab_size >= " + std::to_string(ByteTokenizer::kVocabSize) +
           " (bytes and end-of-text), the model has " + std::to_string(m->model().vocab_size));
     }
-    m->tokens = BuiltinCorpusTokens(options.corpus_bytes, options.seed);
+    m->tokens = Tokens(BuiltinCorpusTokens(options.corpus_bytes, options.seed));
     m->data_identity =
         "builtin-corpus bytes=" + std::to_string(options.corpus_bytes) + " seed=" + std::to_string(options.seed);
   } else {
-    ZINF_ASSIGN_OR_RETURN(m->tokens, ReadTokenFile(options.data_path, m->model().vocab_size));
-    m->data_identity = TokenIdentity(m->tokens);
+    ZINF_ASSIGN_OR_RETURN(m->tokens, Tokens::Map(options.data_path, m->model().vocab_size));
+    m->data_identity = TokenIdentity(m->tokens.view());
   }
   const double eval_fraction = std::clamp(options.eval_fraction, 0.0, 0.5);
-  m->num_train_tokens = m->tokens.size() - static_cast<size_t>(static_cast<double>(m->tokens.size()) * eval_fraction);
-  const std::span<const uint32_t> train(m->tokens.data(), m->num_train_tokens);
+  const auto all = static_cast<size_t>(m->tokens.size());
+  m->num_train_tokens = all - static_cast<size_t>(static_cast<double>(all) * eval_fraction);
+  const TokenView train = m->tokens.view().Sub(0, static_cast<int64_t>(m->num_train_tokens));
   ZINF_ASSIGN_OR_RETURN(DataLoader loader,
                         DataLoader::Create(train, m->batch(), m->model().seq_len, options.seed, m->comm->rank(),
                                            m->comm->world_size(), options.data_order));
@@ -731,14 +743,16 @@ StatusOr<StepReport> Trainer::Step() {
 
 bool Trainer::can_evaluate() const {
   const Impl& m = *impl_;
-  const std::span<const uint32_t> eval(m.tokens.data() + m.num_train_tokens, m.tokens.size() - m.num_train_tokens);
+  const TokenView eval = m.tokens.view().Sub(static_cast<int64_t>(m.num_train_tokens),
+                                             m.tokens.size() - static_cast<int64_t>(m.num_train_tokens));
   return DataLoader::Create(eval, m.batch(), m.model().seq_len, m.options.seed, m.comm->rank(), m.comm->world_size())
       .ok();
 }
 
 StatusOr<double> Trainer::Evaluate(int batches) {
   Impl& m = *impl_;
-  const std::span<const uint32_t> eval(m.tokens.data() + m.num_train_tokens, m.tokens.size() - m.num_train_tokens);
+  const TokenView eval = m.tokens.view().Sub(static_cast<int64_t>(m.num_train_tokens),
+                                             m.tokens.size() - static_cast<int64_t>(m.num_train_tokens));
   auto loader =
       DataLoader::Create(eval, m.batch(), m.model().seq_len, m.options.seed, m.comm->rank(), m.comm->world_size());
   if (!loader.ok()) {
@@ -754,7 +768,7 @@ StatusOr<double> Trainer::Evaluate(int batches) {
 
 StatusOr<Trainer::InOrderEval> Trainer::EvaluateInOrder() {
   Impl& m = *impl_;
-  const std::span<const uint32_t> train(m.tokens.data(), m.num_train_tokens);
+  const TokenView train = m.tokens.view().Sub(0, static_cast<int64_t>(m.num_train_tokens));
   ZINF_ASSIGN_OR_RETURN(DataLoader loader,
                         DataLoader::Create(train, m.batch(), m.model().seq_len, m.options.seed, m.comm->rank(),
                                            m.comm->world_size(), DataOrder::kSequential));

@@ -507,6 +507,29 @@ TEST(TrainerTest, SequentialOrderResumesBitIdenticallyAcrossTheWrap) {
   EXPECT_NE(s.message().find("trainer.train_tokens"), std::string::npos) << s.ToString();
 }
 
+// A token file's identity in a checkpoint is its tokens', not its width:
+// the same tokens as a uint16 file and as a uint32 one resume each other
+// (the uint32 file read in place, its CRC over the tokens as uint16).
+TEST(TrainerTest, TheSameTokensInEitherWidthResume) {
+  TempDir dir;
+  const Config config = TinyConfig(dir, OffloadDevice::kCpu, OffloadDevice::kCpu);
+  const std::vector<uint32_t> corpus = BuiltinCorpusTokens(32 << 10, 5);
+  ASSERT_TRUE(WriteTokenFile(dir.Sub("t16.bin"), corpus, TokenFileFormat::kUint16).ok());
+  ASSERT_TRUE(WriteTokenFile(dir.Sub("t32.bin"), corpus, TokenFileFormat::kUint32).ok());
+  auto with = [&](const std::string& file) { return [&, file](TrainerOptions& o) { o.data_path = dir.Sub(file); }; };
+  {
+    TrainerRun r = MakeTrainerWith(config, with("t16.bin"));
+    ASSERT_NE(r.trainer, nullptr);
+    StepLosses(*r.trainer, 2);
+    ASSERT_TRUE(r.trainer->Save(dir.Sub("ckpt")).ok());
+  }
+  TrainerRun r = MakeTrainerWith(config, with("t32.bin"));
+  ASSERT_NE(r.trainer, nullptr);
+  const Status s = r.trainer->Resume(dir.Sub("ckpt"));
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(r.trainer->step(), 2);
+}
+
 TEST(TrainerTest, HoldoutZeroTrainsOnEveryTokenAndDoesNotEvaluate) {
   TempDir dir;
   const Config config = TinyConfig(dir, OffloadDevice::kCpu, OffloadDevice::kCpu);
