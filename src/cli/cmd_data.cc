@@ -140,8 +140,8 @@ int RunInfo(const std::vector<std::string>& args) {
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   if (flags->positionals().size() != 1) return Fail(kName, Status::InvalidArgument("give one token file"), 2);
   const std::string& path = flags->positionals()[0];
-  // Read in place, twice over (the largest id, then a bit per id seen):
-  // nothing sized by the file is held.
+  // Read in place, twice over (the largest id, then a bit per id up to
+  // it): nothing sized by the token count is held.
   auto mapped = model::Tokens::Map(path);
   if (!mapped.ok()) return Fail(kName, mapped.status());
   const model::TokenView tokens = mapped->view();

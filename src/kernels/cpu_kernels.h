@@ -167,7 +167,7 @@ void RmsNormBackward(T* dinp, T* dweight, const T* dout, const T* inp, const T* 
 //   out_{i+rot/2} = x_{i+rot/2} cos_ti + x_i sin_ti,
 // and out_i = x_i for i >= rot (a partial rotary factor: rot < hd).
 // out may alias inp (each pair is read before it is written). rot is even,
-// 2 <= rot <= hd.
+// 0 <= rot <= hd (0: every column passes, a layer without RoPE).
 template <typename T>
 void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_, int n_head, int hd, int rot);
 // dinp += R^T dout (the inverse rotation; dout itself past rot). dinp may not

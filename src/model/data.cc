@@ -17,7 +17,9 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <utility>
 
+#include "core/crc32c.h"
 #include "core/fs.h"
 
 namespace zinf::model {
@@ -117,8 +119,16 @@ struct Tokens::Mapping {
 
 Tokens::Tokens(std::vector<uint32_t> held) : held_(std::move(held)), view_(held_) {}
 Tokens::Tokens() = default;
-Tokens::Tokens(Tokens&&) noexcept = default;
-Tokens& Tokens::operator=(Tokens&&) noexcept = default;
+// A vector's buffer moves with it, and the mapping with its pointer: the view
+// stays good; the moved-from Tokens is left empty.
+Tokens::Tokens(Tokens&& o) noexcept
+    : held_(std::move(o.held_)), mapping_(std::move(o.mapping_)), view_(std::exchange(o.view_, TokenView())) {}
+Tokens& Tokens::operator=(Tokens&& o) noexcept {
+  held_ = std::move(o.held_);
+  mapping_ = std::move(o.mapping_);
+  view_ = std::exchange(o.view_, TokenView());
+  return *this;
+}
 Tokens::~Tokens() = default;
 
 StatusOr<Tokens> Tokens::Map(const std::string& path, int64_t vocab_size) {
@@ -180,7 +190,7 @@ StatusOr<Tokens> Tokens::Map(const std::string& path, int64_t vocab_size) {
       }
     }
   }
-  ::madvise(base, t.mapping_->bytes, MADV_RANDOM);
+  ::madvise(base, t.mapping_->bytes, MADV_NORMAL);  // the kernel's readahead adapts to the loader's order
   return t;
 }
 
@@ -190,6 +200,33 @@ StatusOr<std::vector<uint32_t>> ReadTokenFile(const std::string& path, int64_t v
   std::vector<uint32_t> tokens(static_cast<size_t>(v.size()));
   for (int64_t i = 0; i < v.size(); ++i) tokens[static_cast<size_t>(i)] = v[i];
   return tokens;
+}
+
+std::string TokenIdentity(TokenView tokens) {
+  bool narrow = tokens.width == 2;
+  if (!narrow) {
+    narrow = true;
+    for (int64_t i = 0; i < tokens.size() && narrow; ++i) narrow = tokens[i] <= 0xFFFF;
+  }
+  uint32_t crc = 0;
+  if (narrow == (tokens.width == 2)) {  // the file's own bytes
+    crc = Crc32cExtend(0, tokens.data, static_cast<size_t>(tokens.size() * tokens.width));
+  } else {  // 32-bit tokens that all fit 16 bits: their uint16 bytes, a chunk at a time
+    std::vector<unsigned char> chunk;
+    for (int64_t begin = 0; begin < tokens.size(); begin += int64_t{1} << 16) {
+      const int64_t n = std::min<int64_t>(int64_t{1} << 16, tokens.size() - begin);
+      chunk.resize(static_cast<size_t>(2 * n));
+      for (int64_t i = 0; i < n; ++i) {
+        const uint32_t t = tokens[begin + i];
+        chunk[static_cast<size_t>(2 * i)] = static_cast<unsigned char>(t & 0xFF);
+        chunk[static_cast<size_t>(2 * i + 1)] = static_cast<unsigned char>(t >> 8);
+      }
+      crc = Crc32cExtend(crc, chunk.data(), chunk.size());
+    }
+  }
+  char text[16];
+  std::snprintf(text, sizeof(text), "%08x", crc);
+  return "tokens=" + std::to_string(tokens.size()) + " crc32c=" + text + (narrow ? "" : " width=32");
 }
 
 // ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@
 // not memory the process owns.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -53,6 +54,8 @@ StatusOr<std::vector<uint32_t>> ReadTokenFile(const std::string& path, int64_t v
 // read that kind.
 int TokenFileTokenBytes(int32_t magic, int32_t version);
 
+static_assert(std::endian::native == std::endian::little, "token files are little-endian, read in place");
+
 // A run of tokens read in place: `count` little-endian tokens of `width`
 // bytes (2 or 4) at `data`. Refers, does not own.
 struct TokenView {
@@ -67,6 +70,7 @@ struct TokenView {
         width(4),
         count(static_cast<int64_t>(tokens.size())) {}
   TokenView(const std::vector<uint32_t>& tokens) : TokenView(std::span<const uint32_t>(tokens)) {}  // NOLINT
+  TokenView(const std::vector<uint32_t>&& tokens) = delete;  // a view of a temporary would dangle
 
   int64_t size() const { return count; }
   bool empty() const { return count == 0; }
@@ -85,7 +89,10 @@ struct TokenView {
 
 // Tokens to train on: a token file mapped read-only (Map) or tokens held in
 // memory (the built-in corpus). Movable; the views it hands out live as
-// long as it does.
+// long as it does. A mapped file must not shrink or change while it is
+// mapped (zinf's writers replace files whole: WriteTokenFile renames a new
+// one into place): a truncated file's pages fault (SIGBUS), and one
+// rewritten in place changes what is read after its identity was taken.
 class Tokens {
  public:
   Tokens();
@@ -106,6 +113,12 @@ class Tokens {
   std::unique_ptr<Mapping> mapping_;
   TokenView view_;
 };
+
+// The data's identity in a checkpoint manifest: "tokens=N crc32c=X", the CRC
+// of the tokens as little-endian uint16 when they all fit (what checkpoints
+// made before 32-bit token files recorded, so those still resume, whatever
+// the file's width), else as uint32 with " width=32" after it.
+std::string TokenIdentity(TokenView tokens);
 
 // Bytes are tokens 0..255; kEndOfText separates documents.
 class ByteTokenizer {

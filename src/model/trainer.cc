@@ -34,36 +34,6 @@ using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// The data's identity in a checkpoint manifest: the count and a CRC of the
-// tokens as little-endian uint16 when they all fit (what checkpoints made
-// before 32-bit token files recorded, so those still resume), else as uint32.
-std::string TokenIdentity(TokenView tokens) {
-  bool narrow = tokens.width == 2;
-  if (!narrow) {
-    narrow = true;
-    for (int64_t i = 0; i < tokens.size() && narrow; ++i) narrow = tokens[i] <= 0xFFFF;
-  }
-  uint32_t crc = 0;
-  if (narrow == (tokens.width == 2)) {  // the file's own bytes
-    crc = Crc32cExtend(0, tokens.data, static_cast<size_t>(tokens.size() * tokens.width));
-  } else {  // 32-bit tokens that all fit 16 bits: their uint16 bytes, a chunk at a time
-    std::vector<unsigned char> chunk;
-    for (int64_t begin = 0; begin < tokens.size(); begin += int64_t{1} << 16) {
-      const int64_t n = std::min<int64_t>(int64_t{1} << 16, tokens.size() - begin);
-      chunk.resize(static_cast<size_t>(2 * n));
-      for (int64_t i = 0; i < n; ++i) {
-        const uint32_t t = tokens[begin + i];
-        chunk[static_cast<size_t>(2 * i)] = static_cast<unsigned char>(t & 0xFF);
-        chunk[static_cast<size_t>(2 * i + 1)] = static_cast<unsigned char>(t >> 8);
-      }
-      crc = Crc32cExtend(crc, chunk.data(), chunk.size());
-    }
-  }
-  char text[16];
-  std::snprintf(text, sizeof(text), "%08x", crc);
-  return "tokens=" + std::to_string(tokens.size()) + " crc32c=" + text + (narrow ? "" : " width=32");
-}
-
 }  // namespace
 
 std::vector<std::string> GptTensorExportNames(const GptConfig& config, BlockId block) {

@@ -65,10 +65,11 @@ void Tables(std::mt19937_64& rng, int rot, std::vector<double>& cos, std::vector
   }
 }
 
-// Every column of a head rotated (rot = hd), and a partial rotary factor
-// (rot 4 of 6: the last two columns pass).
+// Every column of a head rotated (rot = hd), a partial rotary factor (rot 4
+// of 6: the last two columns pass), and none (rot 0: a NoPE layer's
+// backward passes the gradient through).
 TEST(CpuDecoderKernelsTest, RopeBackwardMatchesFiniteDifferences) {
-  for (int rot : {kHd, 4}) {
+  for (int rot : {kHd, 4, 0}) {
     SCOPED_TRACE("rot " + std::to_string(rot));
     std::mt19937_64 rng(13);
     std::vector<double> cos, sin;

@@ -477,15 +477,15 @@ void CudaKernelsTest::RmsNormForwardAndBackward(int64_t N, int C) {
   EXPECT_TRUE(Near(Down(d_dw, C), dw, 1e-4, 1e-4));  // sums over N rows
 }
 
-// Every column of a head rotated, and 12 of 16 (a partial rotary factor of
-// 0.75: the last 4 pass).
+// Every column of a head rotated, 12 of 16 (a partial rotary factor of
+// 0.75: the last 4 pass), and none (rot 0: a NoPE layer's backward).
 TEST_F(CudaKernelsTest, RopeForwardAndBackward) {
-  for (int rot : {16, 12}) {
+  for (int rot : {16, 12, 0}) {
     SCOPED_TRACE("rot " + std::to_string(rot));
     const int B = 3, T = 7, NH = 4, hd = 16, half = rot / 2;
     const int64_t n = int64_t{B} * T * NH * hd;
     const auto x = Uniform(n, -1.0f, 1.0f, 51), dout = Uniform(n, -1.0f, 1.0f, 52), dx0 = Uniform(n, -1.f, 1.f, 53);
-    const auto angle = Uniform(T * half, -3.0f, 3.0f, 54);
+    const auto angle = Uniform(T * std::max(half, 1), -3.0f, 3.0f, 54);  // rot 0 reads none of it
     std::vector<float> cos(angle.size()), sin(angle.size());
     for (size_t i = 0; i < angle.size(); ++i) {
       cos[i] = std::cos(angle[i]);

@@ -402,6 +402,27 @@ TEST(TokenFile, MappedTokensReadAsTheCopy) {
   EXPECT_EQ(held.view()[2], 7u);
 }
 
+// The identity checkpoints record, fixed (computed apart from zinf, with
+// the standard CRC-32C): 70000 ids that fit 16 bits CRC'd as uint16 whether
+// the file holds them in 2 or 4 bytes (a 32-bit file's in chunks of 65536),
+// ids past 16 bits as uint32 with " width=32", and none.
+TEST(TokenFile, IdentityIsTheTokensNotTheFile) {
+  TempDir dir;
+  std::vector<uint32_t> tokens(70000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>((i * 7919) % 50257);
+  const std::string narrow = "tokens=70000 crc32c=acde96c8";
+  EXPECT_EQ(TokenIdentity(tokens), narrow);
+  for (TokenFileFormat format : {TokenFileFormat::kUint16, TokenFileFormat::kUint32}) {
+    ASSERT_TRUE(WriteTokenFile(dir.Sub("t.bin"), tokens, format).ok());
+    auto mapped = Tokens::Map(dir.Sub("t.bin"));
+    ASSERT_TRUE(mapped.ok()) << mapped.status().ToString();
+    EXPECT_EQ(TokenIdentity(mapped->view()), narrow);
+  }
+  const std::vector<uint32_t> wide = {1, 70000, 3};
+  EXPECT_EQ(TokenIdentity(wide), "tokens=3 crc32c=f02df23c width=32");
+  EXPECT_EQ(TokenIdentity(TokenView()), "tokens=0 crc32c=00000000");
+}
+
 TEST(DataLoader, RejectsBadArguments) {
   const std::vector<uint32_t> tokens = Iota(100);
   EXPECT_EQ(DataLoader::Create(tokens, 0, 8, 1).status().code(), StatusCode::kInvalidArgument);

@@ -478,15 +478,6 @@ TEST(BufferPlanTest, ParamBuffersAreRecutForShardsLargerThanBufferSize) {
       << p.status().ToString();
 }
 
-int64_t FileBytesUnder(const std::string& dir) {
-  int64_t sum = 0;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir, ec)) {
-    if (e.is_regular_file()) sum += static_cast<int64_t>(e.file_size());
-  }
-  return sum;
-}
-
 // An Engine made from the config allocates the plan's fixed device buffers,
 // byte for byte, writes swap files of the planned sizes, and keeps its
 // gathered blocks within the window, for every offload choice and the
@@ -505,8 +496,9 @@ void CheckEngine(Config c, const testing::TinyModel& model, const std::string& w
   ASSERT_NE(e.engine, nullptr);
   EXPECT_EQ(static_cast<int64_t>(e.device->bytes_in_use()), p->device_fixed_bytes());
   EXPECT_EQ(aio::PinnedPool::LiveMappedBytes() - host_before, p->host_fixed_bytes());
-  EXPECT_EQ(FileBytesUnder(dir.Sub("param0")) + FileBytesUnder(dir.Sub("param1")), p->param_swap_file_bytes);
-  EXPECT_EQ(FileBytesUnder(dir.Sub("optim0")), p->optimizer_swap_file_bytes);
+  EXPECT_EQ(testing::FileBytesUnder(dir.Sub("param0")) + testing::FileBytesUnder(dir.Sub("param1")),
+            p->param_swap_file_bytes);
+  EXPECT_EQ(testing::FileBytesUnder(dir.Sub("optim0")), p->optimizer_swap_file_bytes);
   testing::TrainOptions to;
   to.steps = 3;
   testing::Train(*e.engine, model, to, static_cast<int>(c.gradient_accumulation_steps));

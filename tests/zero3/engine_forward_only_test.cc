@@ -66,15 +66,6 @@ EngineUnderTest ForwardOnly(const Config& c) {
   return MakeEngine(c, kModel.Blocks(), nullptr, 0, ElementType::kF32, /*forward_only=*/true);
 }
 
-int64_t FileBytesUnder(const std::string& dir) {
-  int64_t sum = 0;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir, ec)) {
-    if (e.is_regular_file()) sum += static_cast<int64_t>(e.file_size());
-  }
-  return sum;
-}
-
 class ForwardOnlyTierTest : public ::testing::TestWithParam<std::tuple<OffloadDevice, bool>> {};
 
 // Initial values: the same gathers as a training engine's, and the plan's

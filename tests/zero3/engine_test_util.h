@@ -1,8 +1,11 @@
 // Configs and engine construction shared by the zero3 engine tests.
 #pragma once
 
+#include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
+#include <system_error>
 
 #include "device/device.h"
 #include "swap/swap_test_util.h"
@@ -36,6 +39,16 @@ inline void SetTiers(Config& c, OffloadDevice param, OffloadDevice optimizer, co
   c.zero.offload_optimizer.device = optimizer;
   c.zero.offload_param.nvme_paths = {dir.Sub("param0"), dir.Sub("param1")};
   c.zero.offload_optimizer.nvme_paths = {dir.Sub("optim0")};
+}
+
+// Bytes of the regular files under `dir` (0 when it does not exist).
+inline int64_t FileBytesUnder(const std::string& dir) {
+  int64_t sum = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir, ec)) {
+    if (e.is_regular_file()) sum += static_cast<int64_t>(e.file_size());
+  }
+  return sum;
 }
 
 struct EngineUnderTest {
