@@ -41,6 +41,7 @@ cat > "$TMP/model.json" <<JSON
 JSON
 # The scale test's tiers (both on NVMe, DeepSpeed's buffers).
 . "$(dirname "$0")/nvme_config.sh"
+. "$(dirname "$0")/capped.sh"
 scale_nvme_config "$TMP/nvme-ref" > "$TMP/ref.json"
 scale_nvme_config "$TMP/nvme-cap" > "$TMP/cap.json"
 # train [PREFIX...] -- ZINF-TRAIN-ARGS...: zinf train with the shared flags, run under PREFIX.
@@ -92,23 +93,10 @@ fi
 echo "hf load test: the whole file in one buffer under the cap: exit $rc (as it must)"
 
 evict "$file"
-set +e
-train "$MEMCG_RUN" "$LIMIT" -- --model "$TMP/ckpt" --config "$TMP/cap.json" --steps 1 --export "$TMP/cap" \
-  --save-dir "$TMP/save" > "$TMP/cap.out" 2> "$TMP/cap.err"
-rc=$?
-set -e
-grep "^memcg: peak" "$TMP/cap.err" || true
-if [ "$rc" -ne 0 ]; then
-  cat "$TMP/cap.err" >&2
-  echo "hf load test: the capped run failed (exit $rc; 137: killed at the cgroup limit)" >&2
-  exit 1
-fi
+capped "hf load test: the capped run" "$TMP/cap" train --model "$TMP/ckpt" --config "$TMP/cap.json" --steps 1 \
+  --export "$TMP/cap" --save-dir "$TMP/save"
 grep "exact loss" "$TMP/cap.err" > "$TMP/cap.losses"
-if ! cmp -s "$TMP/ref.losses" "$TMP/cap.losses"; then
-  echo "hf load test: losses differ (uncapped, then capped):" >&2
-  cat "$TMP/ref.losses" "$TMP/cap.losses" >&2
-  exit 1
-fi
+same "hf load test: losses (uncapped, then capped)" "$TMP/ref.losses" "$TMP/cap.losses"
 if ! cmp "$TMP/ref/model.safetensors" "$TMP/cap/model.safetensors" >&2; then
   echo "hf load test: the exported weights differ (uncapped, then capped)" >&2
   exit 1
@@ -130,23 +118,10 @@ evaluate() {
 }
 evaluate -- --model "$TMP/cap" --config "$TMP/ref.json" > "$TMP/ref-eval.out" 2> "$TMP/ref-eval.err" ||
   { cat "$TMP/ref-eval.err" >&2; exit 1; }
-set +e
-evaluate "$MEMCG_RUN" "$LIMIT" -- --model "$TMP/ckpt" --resume "$TMP/save" --config "$TMP/cap.json" \
-  > "$TMP/cap-eval.out" 2> "$TMP/cap-eval.err"
-rc=$?
-set -e
-grep "^memcg: peak" "$TMP/cap-eval.err" || true
-if [ "$rc" -ne 0 ]; then
-  cat "$TMP/cap-eval.err" >&2
-  echo "hf load test: the capped eval failed (exit $rc; 137: killed at the cgroup limit)" >&2
-  exit 1
-fi
+capped "hf load test: the capped eval" "$TMP/cap-eval" evaluate --model "$TMP/ckpt" --resume "$TMP/save" \
+  --config "$TMP/cap.json"
 grep -q "^loss " "$TMP/ref-eval.out" || { cat "$TMP/ref-eval.err" >&2; exit 1; }
-if ! cmp -s "$TMP/ref-eval.out" "$TMP/cap-eval.out"; then
-  echo "hf load test: eval differs (the export uncapped, then the checkpoint capped):" >&2
-  cat "$TMP/ref-eval.out" "$TMP/cap-eval.out" >&2
-  exit 1
-fi
+same "hf load test: evals (the export uncapped, then the checkpoint capped)" "$TMP/ref-eval.out" "$TMP/cap-eval.out"
 echo "hf load test: eval of the checkpoint under the cap: $(grep '^loss ' "$TMP/cap-eval.out")"
 rm -rf "$TMP/save" "$TMP/nvme-cap" && mkdir -p "$TMP/nvme-cap"
 
@@ -155,33 +130,14 @@ rm -rf "$TMP/save" "$TMP/nvme-cap" && mkdir -p "$TMP/nvme-cap"
 # tensor (the 0.68 GB of F32 weights held in RAM whole would not fit). The
 # capped export of the HF folder's weights, evaluated under the cap, scores
 # what the folder scores uncapped.
-set +e
-train "$MEMCG_RUN" "$LIMIT" -- --model "$TMP/ckpt" --config "$TMP/cap.json" --steps 0 \
-  --export "$TMP/w.safetensors" > "$TMP/export.out" 2> "$TMP/export.err"
-rc=$?
-set -e
-if [ "$rc" -ne 0 ]; then
-  cat "$TMP/export.err" >&2
-  echo "hf load test: the capped one-file export failed (exit $rc)" >&2
-  exit 1
-fi
+capped "hf load test: the capped one-file export" "$TMP/export" train --model "$TMP/ckpt" --config "$TMP/cap.json" \
+  --steps 0 --export "$TMP/w.safetensors"
 rm -rf "$TMP/nvme-cap" && mkdir -p "$TMP/nvme-cap"
 evaluate -- --model "$TMP/ckpt" --config "$TMP/ref.json" > "$TMP/ref-eval2.out" 2> "$TMP/ref-eval2.err" ||
   { cat "$TMP/ref-eval2.err" >&2; exit 1; }
-set +e
-evaluate "$MEMCG_RUN" "$LIMIT" -- --model "$TMP/ckpt" --init-from "$TMP/w.safetensors" --config "$TMP/cap.json" \
-  > "$TMP/cap-eval2.out" 2> "$TMP/cap-eval2.err"
-rc=$?
-set -e
-if [ "$rc" -ne 0 ]; then
-  cat "$TMP/cap-eval2.err" >&2
-  echo "hf load test: the capped eval --init-from failed (exit $rc)" >&2
-  exit 1
-fi
-if ! cmp -s "$TMP/ref-eval2.out" "$TMP/cap-eval2.out"; then
-  echo "hf load test: eval differs (the HF folder uncapped, then its one-file export capped):" >&2
-  cat "$TMP/ref-eval2.out" "$TMP/cap-eval2.out" >&2
-  exit 1
-fi
+capped "hf load test: the capped eval --init-from" "$TMP/cap-eval2" evaluate --model "$TMP/ckpt" \
+  --init-from "$TMP/w.safetensors" --config "$TMP/cap.json"
+same "hf load test: evals (the HF folder uncapped, then its one-file export capped)" "$TMP/ref-eval2.out" \
+  "$TMP/cap-eval2.out"
 echo "hf load test: one-file export ($(wc -c < "$TMP/w.safetensors") B) and --init-from under the cap: $(grep '^loss ' "$TMP/cap-eval2.out")"
 echo "hf load test: OK"

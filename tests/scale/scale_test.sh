@@ -29,6 +29,7 @@ cat > "$TMP/model.json" <<'JSON'
 {"vocab_size": 257, "seq_len": 64, "n_layer": 14, "n_head": 12, "n_embd": 768}
 JSON
 . "$(dirname "$0")/nvme_config.sh"
+. "$(dirname "$0")/capped.sh"
 scale_nvme_config "$TMP/nvme" > "$TMP/nvme.json"
 sed 's/"device": "nvme"/"device": "cpu"/g' "$TMP/nvme.json" > "$TMP/cpu.json"
 BUDGET=128M
@@ -53,27 +54,11 @@ state=$((params * 18))
 limit=$(awk -v s="$state" -v r="$RATIO" 'BEGIN { printf "%d", s / r }')
 echo "scale test: $params parameters, $state B of training state, cgroup limit $limit B (state / limit = $RATIO)"
 
-set +e
-train "$MEMCG_RUN" "$limit" -- --config "$TMP/nvme.json" --device-budget "$BUDGET" > "$TMP/cap.out" 2> "$TMP/cap.err"
-rc=$?
-set -e
-if [ "$rc" -eq 77 ]; then
-  grep "memcg: SKIP" "$TMP/cap.err" >&2
-  exit 77
-fi
-grep "^memcg: peak" "$TMP/cap.err" || true
-if [ "$rc" -ne 0 ]; then
-  cat "$TMP/cap.err" >&2
-  echo "scale test: the capped run failed (exit $rc; 137: killed at the cgroup limit)" >&2
-  exit 1
-fi
+LIMIT=$limit
+capped "scale test: the capped run" "$TMP/cap" train --config "$TMP/nvme.json" --device-budget "$BUDGET"
 grep "exact loss" "$TMP/cap.err" > "$TMP/cap.losses"
 peak=$(sed -n 's/^memcg: peak \([0-9]*\) bytes.*/\1/p' "$TMP/cap.err")
 awk -v s="$state" -v p="$peak" 'BEGIN { printf "scale test: peak %d B, state / peak = %.2f\n", p, s / p }'
-if ! cmp -s "$TMP/ref.losses" "$TMP/cap.losses"; then
-  echo "scale test: losses differ (uncapped RAM run, then capped NVMe run):" >&2
-  cat "$TMP/ref.losses" "$TMP/cap.losses" >&2
-  exit 1
-fi
+same "scale test: losses (uncapped RAM run, then capped NVMe run)" "$TMP/ref.losses" "$TMP/cap.losses"
 cat "$TMP/cap.losses"
 echo "scale test: OK"

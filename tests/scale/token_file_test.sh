@@ -19,6 +19,7 @@ trap 'rm -rf "$TMP"' EXIT
 
 "$ZINF" data corpus --output "$TMP/corpus.bin" --bytes 40M > /dev/null
 bytes=$(wc -c < "$TMP/corpus.bin")
+. "$(dirname "$0")/capped.sh"
 train() {
   prefix=""
   while [ "$1" != "--" ]; do prefix="$prefix $1"; shift; done
@@ -30,25 +31,8 @@ train -- > "$TMP/ref.out" 2> "$TMP/ref.err" || { cat "$TMP/ref.err" >&2; exit 1;
 grep "exact loss" "$TMP/ref.err" > "$TMP/ref.losses"
 [ "$(wc -l < "$TMP/ref.losses")" -eq 2 ] || { cat "$TMP/ref.err" >&2; exit 1; }
 dd if="$TMP/corpus.bin" iflag=nocache count=0 2> /dev/null || true
-set +e
-train "$MEMCG_RUN" "$LIMIT" -- > "$TMP/cap.out" 2> "$TMP/cap.err"
-rc=$?
-set -e
-if [ "$rc" -eq 77 ]; then
-  grep "memcg: SKIP" "$TMP/cap.err" >&2
-  exit 77
-fi
-grep "^memcg: peak" "$TMP/cap.err" || true
-if [ "$rc" -ne 0 ]; then
-  cat "$TMP/cap.err" >&2
-  echo "token file test: the capped run failed (exit $rc; 137: killed at the cgroup limit)" >&2
-  exit 1
-fi
+capped "token file test: the capped run" "$TMP/cap" train
 grep "exact loss" "$TMP/cap.err" > "$TMP/cap.losses"
-if ! cmp -s "$TMP/ref.losses" "$TMP/cap.losses"; then
-  echo "token file test: losses differ (uncapped, then capped):" >&2
-  cat "$TMP/ref.losses" "$TMP/cap.losses" >&2
-  exit 1
-fi
+same "token file test: losses (uncapped, then capped)" "$TMP/ref.losses" "$TMP/cap.losses"
 echo "token file test: a $bytes B token file trained under a $LIMIT B cap"
 echo "token file test: OK"
