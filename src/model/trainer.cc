@@ -34,6 +34,17 @@ using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// Tensor t of block b as ExportSafetensors writes it (and InitFromSafetensors
+// expects it): its shape without the vocabulary padding rows (the embedding
+// and an untied lm_head), which are not part of the model.
+std::vector<int64_t> ExportShape(const GptConfig& model, const std::vector<BlockSpec>& specs, BlockId b, size_t t) {
+  std::vector<int64_t> shape = specs[static_cast<size_t>(b)].tensors[t].shape;
+  const bool vocab_rows =
+      (b == kEmbedBlock && t == kWte) || (b == HeadBlock(model) && static_cast<int>(t) == LmHeadIndex(model));
+  if (vocab_rows) shape[0] = model.vocab_size;
+  return shape;
+}
+
 }  // namespace
 
 std::vector<std::string> GptTensorExportNames(const GptConfig& config, BlockId block) {
@@ -46,7 +57,8 @@ std::vector<std::string> GptTensorExportNames(const GptConfig& config, BlockId b
     }
     std::vector<std::string> n;
     const std::string l = "model.layers." + std::to_string(block - 1) + ".";
-    for (const TensorSpec& t : GptBlockSpecs(config)[block].tensors) {
+    const std::vector<BlockSpec> specs = GptBlockSpecs(config);  // (a temporary's element would not outlive the loop)
+    for (const TensorSpec& t : specs[static_cast<size_t>(block)].tensors) {
       const char c = t.name[0];
       const bool attn = t.name[1] == '_' && (c == 'q' || c == 'k' || c == 'v' || c == 'o');
       const bool mlp = t.name.rfind("gate", 0) == 0 || t.name.rfind("up", 0) == 0 || t.name.rfind("down", 0) == 0;
@@ -769,10 +781,8 @@ Status Trainer::InitFromSafetensors(const std::string& path) {
       const SafetensorsHeader::Entry* in = file.Find(names[t]);
       if (in == nullptr) return Status::InvalidArgument(where + "tensor " + names[t] + " is missing");
       ++used;
-      std::vector<int64_t> shape = spec.tensors[t].shape;
       // The export leaves the vocabulary padding rows out; they start at 0.
-      const bool vocab_rows = (b == kEmbedBlock && t == kWte) || (b == HeadBlock(m.model()) && t == kLmHead);
-      if (vocab_rows) shape[0] = m.model().vocab_size;
+      const std::vector<int64_t> shape = ExportShape(m.model(), model_specs, b, t);
       if (in->shape != shape) {
         auto dims = [](const std::vector<int64_t>& v) {
           std::string out;
@@ -956,14 +966,7 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
   // writes; the gathers are collective, so after a write error it keeps
   // gathering with the others and every rank returns the error at the end.
   const std::vector<BlockSpec> model_specs = GptBlockSpecs(m.model());
-  auto export_shape = [&](BlockId b, size_t t) {
-    std::vector<int64_t> shape = model_specs[static_cast<size_t>(b)].tensors[t].shape;
-    // The vocabulary padding rows are not part of the model.
-    const bool vocab_rows =
-        (b == kEmbedBlock && t == kWte) || (b == HeadBlock(m.model()) && static_cast<int>(t) == LmHeadIndex(m.model()));
-    if (vocab_rows) shape[0] = m.model().vocab_size;
-    return shape;
-  };
+  auto export_shape = [&](BlockId b, size_t t) { return ExportShape(m.model(), model_specs, b, t); };
   std::optional<SafetensorsWriter> writer;
   Status written;  // rank 0's first write error
   if (m.comm->rank() == 0) {

@@ -17,6 +17,7 @@
 #include "core/half.h"
 #include "device/device.h"
 #include "model/data.h"
+#include "model/hf_checkpoint.h"
 #include "model/model_test_util.h"
 #include "model/safetensors.h"
 
@@ -678,6 +679,39 @@ TEST(TrainerTest, AForwardOnlyTrainerEvaluatesAsATrainingOne) {
       EXPECT_LT(got.device_bytes, want.device_bytes);
     }
   }
+}
+
+// An untied Llama-family head whose vocabulary is not a multiple of 64
+// (the llama fixture: 200 rows, padded to 256) round-trips through the
+// one-file export: its lm_head is written and read without the padding rows.
+TEST(TrainerTest, UntiedLlamaHeadRoundTripsThroughTheOneFileExport) {
+  TempDir dir;
+  const Config config = TinyConfig(dir, OffloadDevice::kCpu, OffloadDevice::kCpu);
+  auto source = ResolveModel(testing::FixtureDir("llama"), 0);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  ASSERT_FALSE(source->model.tied_embeddings);
+  ASSERT_NE(source->model.vocab_size % 64, 0);
+  std::vector<uint32_t> tokens(4096);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>((i * 37) % 200);
+  ASSERT_TRUE(WriteTokenFile(dir.Sub("t.bin"), tokens).ok());
+  auto with = [&](TrainerOptions& o) {
+    o.model = source->model;
+    o.data_path = dir.Sub("t.bin");
+    o.eval_fraction = 0.0;
+  };
+  TrainerRun a = MakeTrainerWith(config, [&](TrainerOptions& o) {
+    with(o);
+    o.initial_weights = source->InitialWeights();
+  });
+  ASSERT_NE(a.trainer, nullptr);
+  ASSERT_TRUE(a.trainer->ExportSafetensors(dir.Sub("w.safetensors"), "F32").ok());
+  TrainerRun b = MakeTrainerWith(config, with);
+  ASSERT_NE(b.trainer, nullptr);
+  const Status s = b.trainer->InitFromSafetensors(dir.Sub("w.safetensors"));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  auto ea = a.trainer->EvaluateInOrder(), eb = b.trainer->EvaluateInOrder();
+  ASSERT_TRUE(ea.ok() && eb.ok());
+  EXPECT_EQ(ea->loss, eb->loss);
 }
 
 TEST(TrainerTest, InitFromSafetensorsNamesAMismatchedTensor) {
