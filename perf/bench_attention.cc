@@ -7,7 +7,8 @@
 // Work is counted as FlashAttention counts it, over the causal triangle
 // only: the forward 2 products (scores, probabilities times v), the
 // backward 5 (the scores again, dp, dv, dq, dk), each 2 * hs flops per
-// (query, key) pair with key <= query. The fused backward computes the
+// (query, key) pair with key <= query (and within --window W of it: each
+// query sees W keys, itself included; 0, the default, is none). The fused backward computes the
 // scores and dp twice (once per block of queries for dq, once per block of
 // keys for dk and dv, so that each thread owns what it writes): 7 products
 // where 5 are counted. The limit is MatmulForward on [B*T, C] x [C, C] (the
@@ -55,6 +56,7 @@ constexpr const char* kName = "bench attention";
 
 struct Options {
   int B = 0, T = 0, C = 0, NH = 0;
+  int window = 0;
   int64_t runs = 0, inner = 0;
   int threads = 0;
   bool unfused = true;
@@ -66,7 +68,7 @@ struct Options {
 StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
   ZINF_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args,
                                                             {"batch", "seq-len", "embd", "heads", "runs", "inner",
-                                                             "threads", "device", "html", "json"},
+                                                             "threads", "device", "html", "json", "window"},
                                                             {"no-unfused"}));
   auto b = flags.GetInt("batch", 4);
   auto t = flags.GetInt("seq-len", 1024);
@@ -75,10 +77,12 @@ StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
   auto runs = flags.GetInt("runs", 5);
   auto threads = flags.GetInt("threads", k::Threads());
   auto inner = flags.GetInt("inner", 20);
-  for (const Status* s :
-       {&b.status(), &t.status(), &c.status(), &nh.status(), &runs.status(), &threads.status(), &inner.status()}) {
+  auto window = flags.GetInt("window", 0);
+  for (const Status* s : {&b.status(), &t.status(), &c.status(), &nh.status(), &runs.status(), &threads.status(),
+                          &inner.status(), &window.status()}) {
     if (!s->ok()) return *s;
   }
+  if (*window < 0 || *window > (1 << 20)) return Status::InvalidArgument("--window must be in [0, 1048576]");
   if (*inner < 1) return Status::InvalidArgument("--inner must be >= 1");
   const std::string device = flags.GetOr("device", "host");
   if (device != "host" && device != "cuda") {
@@ -99,6 +103,7 @@ StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
   o.T = static_cast<int>(*t);
   o.C = static_cast<int>(*c);
   o.NH = static_cast<int>(*nh);
+  o.window = static_cast<int>(*window);
   o.runs = *runs;
   o.threads = static_cast<int>(*threads);
   o.unfused = !flags.Has("no-unfused");
@@ -147,11 +152,11 @@ struct Timings {
 
 void RunFused(const Options& o, Arrays& a, Timings* t) {
   std::fill(a.dqkv.begin(), a.dqkv.end(), 0.0f);
-  const double f =
-      TimeSeconds([&] { k::FusedAttentionForward(a.out.data(), a.lse.data(), a.qkv.data(), o.B, o.T, o.C, o.NH); });
+  const double f = TimeSeconds(
+      [&] { k::FusedAttentionForward(a.out.data(), a.lse.data(), a.qkv.data(), o.B, o.T, o.C, o.NH, o.window); });
   const double b = TimeSeconds([&] {
     k::FusedAttentionBackward(a.dqkv.data(), a.scratch.data(), a.dout.data(), a.qkv.data(), a.out.data(), a.lse.data(),
-                              o.B, o.T, o.C, o.NH);
+                              o.B, o.T, o.C, o.NH, o.window);
   });
   if (t != nullptr) {
     t->forward_s.push_back(f);
@@ -161,11 +166,11 @@ void RunFused(const Options& o, Arrays& a, Timings* t) {
 
 void RunUnfused(const Options& o, Arrays& a, Timings* t) {
   std::fill(a.ref_dqkv.begin(), a.ref_dqkv.end(), 0.0f);
-  const double f =
-      TimeSeconds([&] { k::AttentionForward(a.ref_out.data(), a.att.data(), a.qkv.data(), o.B, o.T, o.C, o.NH); });
+  const double f = TimeSeconds(
+      [&] { k::AttentionForward(a.ref_out.data(), a.att.data(), a.qkv.data(), o.B, o.T, o.C, o.NH, o.window); });
   const double b = TimeSeconds([&] {
     k::AttentionBackward(a.ref_dqkv.data(), a.att_scratch.data(), a.dout.data(), a.qkv.data(), a.att.data(), o.B, o.T,
-                         o.C, o.NH);
+                         o.C, o.NH, o.window);
   });
   if (t != nullptr) {
     t->unfused_forward_s.push_back(f);
@@ -216,10 +221,12 @@ StatusOr<double> Check(const Options& o, Arrays& a) {
   return worst;
 }
 
-// FLOPs of one product over the causal pairs (key <= query): 2 * hs each.
+// FLOPs of one product over the causal pairs (key <= query, within the
+// window): 2 * hs each.
 double ProductFlops(const Options& o) {
-  const double pairs = static_cast<double>(o.B) * o.NH * (static_cast<double>(o.T) * (o.T + 1) / 2);
-  return 2.0 * (o.C / o.NH) * pairs;
+  const double T = o.T, W = o.window > 0 && o.window < o.T ? o.window : T;
+  const double per_head = W * (W + 1) / 2 + (T - W) * W;  // queries 0 .. W-1 see t + 1 keys, the rest W
+  return 2.0 * (o.C / o.NH) * static_cast<double>(o.B) * o.NH * per_head;
 }
 // FLOPs of the limit, [B*T, C] x [C, C].
 double MatmulFlops(const Options& o) { return 2.0 * static_cast<double>(o.N()) * o.C * o.C; }
@@ -236,6 +243,7 @@ nlohmann::ordered_json ShapeJson(const Options& o, const char* device) {
   j["embd"] = o.C;
   j["heads"] = o.NH;
   j["head_size"] = o.C / o.NH;
+  j["window"] = o.window;
   j["runs"] = o.runs;
   j["flops_counted"] = kFlopsCounted;
   return j;
@@ -397,10 +405,10 @@ StatusOr<nlohmann::ordered_json> RunCuda(const Options& o, const Arrays& a) {
   auto* fq = static_cast<float*>(qkv);
   auto* fo = static_cast<float*>(out);
   auto* fl = static_cast<float*>(lse);
-  auto forward = [&] { return g::FlashAttentionForward(fo, fl, fq, o.B, o.T, o.C, o.NH, s); };
+  auto forward = [&] { return g::FlashAttentionForward(fo, fl, fq, o.B, o.T, o.C, o.NH, o.window, s); };
   auto backward = [&] {
     return g::FlashAttentionBackward(static_cast<float*>(dqkv), static_cast<float*>(scratch),
-                                     static_cast<const float*>(dout), fq, fo, fl, o.B, o.T, o.C, o.NH, s);
+                                     static_cast<const float*>(dout), fq, fo, fl, o.B, o.T, o.C, o.NH, o.window, s);
   };
   auto gemm = [&] {
     return g::MatmulForward16(*lt, static_cast<float*>(mm_out), static_cast<const float*>(dout), w, ElementType::kBf16,
@@ -419,9 +427,9 @@ StatusOr<nlohmann::ordered_json> RunCuda(const Options& o, const Arrays& a) {
   k::RoundTo16(d16.data(), static_cast<int64_t>(d16.size()), ElementType::kBf16);
   std::vector<float> want_out(got_out.size()), want_lse(static_cast<size_t>(rows)), want_scratch(want_lse.size()),
       want_dqkv(a.qkv.size(), 0.0f);
-  k::FusedAttentionForward(want_out.data(), want_lse.data(), q16.data(), o.B, o.T, o.C, o.NH);
+  k::FusedAttentionForward(want_out.data(), want_lse.data(), q16.data(), o.B, o.T, o.C, o.NH, o.window);
   k::FusedAttentionBackward(want_dqkv.data(), want_scratch.data(), d16.data(), q16.data(), want_out.data(),
-                            want_lse.data(), o.B, o.T, o.C, o.NH);
+                            want_lse.data(), o.B, o.T, o.C, o.NH, o.window);
   const double worst = std::max(OverTolerance(got_out, want_out), OverTolerance(got_dqkv, want_dqkv));
   if (worst > 1.0) {
     return Status::Internal("the GPU's fused attention is " + FormatFigure(worst) +
@@ -521,11 +529,12 @@ int Run(const std::vector<std::string>& args) {
 
 ZINF_COMMAND({"bench attention", "time the host's fused attention against the CPU matmul's rate on the same threads",
               "bench attention [--batch B (4)] [--seq-len T (1024)] [--embd C (768)] [--heads NH (12)]\n"
-              "                [--runs R (5)] [--threads N] [--no-unfused] [--device host|cuda] [--inner K (20)]\n"
-              "                [--html OUT.html] [--json OUT.json]\n"
+              "                [--window W (0: none)] [--runs R (5)] [--threads N] [--no-unfused]\n"
+              "                [--device host|cuda] [--inner K (20)] [--html OUT.html] [--json OUT.json]\n"
               "  Times R runs of the fused attention's forward and backward (kernels::cpu) and, in turns,\n"
               "  of the matmul [B*T, C] x [C, C] and of the unfused kernels; prints JSON with the medians:\n"
-              "  forward_gflops and backward_gflops over the causal pairs (2 and 5 products), the\n"
+              "  forward_gflops and backward_gflops over the causal pairs (2 and 5 products; with\n"
+              "  --window W a sliding window: each query sees its W latest keys, itself included), the\n"
               "  matmul's, their ratios, the speedups over the unfused kernels. The fused outputs are\n"
               "  checked against the unfused ones first. --no-unfused skips them (their B*NH*T*T\n"
               "  probabilities take 8*B*NH*T*T bytes). --device cuda: the GPU's fused bf16 kernel against\n"

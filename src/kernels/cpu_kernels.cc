@@ -704,8 +704,19 @@ void RoundTo16(float* x, int64_t n, ElementType type) {
 
 // ---------------------------------------------------------------- attention
 
+namespace {
+// `window` as the loops below take it: 0 unless it leaves some key out
+// (one of T or more is none; it keeps t + window from overflowing).
+inline int InEffect(int window, int T_) { return window > 0 && window < T_ ? window : 0; }
+// The first key query t sees (cpu_kernels.h: `window` 0 is none).
+inline int FirstKey(int t, int window) { return window > 0 ? std::max(0, t - window + 1) : 0; }
+// One past the last query that sees key t2.
+inline int EndQuery(int t2, int window, int T_) { return window > 0 ? std::min(T_, t2 + window) : T_; }
+}  // namespace
+
 template <typename T>
-void AttentionForward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH) {
+void AttentionForward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH, int window) {
+  window = InEffect(window, T_);
   const int hs = C / NH;
   const int64_t C3 = 3 * static_cast<int64_t>(C);
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hs)));
@@ -715,8 +726,9 @@ void AttentionForward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH
       for (int t = 0; t < T_; ++t) {
         const T* q = qkv + (static_cast<int64_t>(b) * T_ + t) * C3 + h * hs;
         T* a = att + ((static_cast<int64_t>(b) * NH + h) * T_ + t) * T_;
+        const int lo = FirstKey(t, window);
         T maxv = -INFINITY;
-        for (int t2 = 0; t2 <= t; ++t2) {
+        for (int t2 = lo; t2 <= t; ++t2) {
           const T* k = qkv + (static_cast<int64_t>(b) * T_ + t2) * C3 + C + h * hs;
           T s = T(0);
           for (int i = 0; i < hs; ++i) s += q[i] * k[i];
@@ -725,16 +737,17 @@ void AttentionForward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH
           maxv = std::max(maxv, s);
         }
         double sum = 0.0;
-        for (int t2 = 0; t2 <= t; ++t2) {
+        for (int t2 = lo; t2 <= t; ++t2) {
           a[t2] = std::exp(a[t2] - maxv);
           sum += a[t2];
         }
         const T inv = static_cast<T>(1.0 / sum);
-        for (int t2 = 0; t2 <= t; ++t2) a[t2] *= inv;
-        for (int t2 = t + 1; t2 < T_; ++t2) a[t2] = T(0);
+        for (int t2 = lo; t2 <= t; ++t2) a[t2] *= inv;
+        std::fill(a, a + lo, T(0));
+        std::fill(a + t + 1, a + T_, T(0));
         T* o = out + (static_cast<int64_t>(b) * T_ + t) * C + h * hs;
         for (int i = 0; i < hs; ++i) o[i] = T(0);
-        for (int t2 = 0; t2 <= t; ++t2) {
+        for (int t2 = lo; t2 <= t; ++t2) {
           const T* v = qkv + (static_cast<int64_t>(b) * T_ + t2) * C3 + 2 * C + h * hs;
           const T w = a[t2];
           for (int i = 0; i < hs; ++i) o[i] += w * v[i];
@@ -745,11 +758,13 @@ void AttentionForward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH
 }
 
 template <typename T>
-void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int T_, int C, int NH) {
+void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int T_, int C, int NH,
+                       int window) {
   // Two passes so that each thread owns what it writes. Pass 1, per query
   // row t: the gradient of the pre-softmax scores (kept in scratch) and dq[t].
   // Pass 2, per key row t2: dk[t2] and dv[t2], summed over the queries
-  // t >= t2 that attended to it.
+  // that attended to it (t2 .. EndQuery - 1).
+  window = InEffect(window, T_);
   const int hs = C / NH;
   const int64_t C3 = 3 * static_cast<int64_t>(C);
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hs)));
@@ -763,18 +778,20 @@ void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T
         const T* d = dout + (static_cast<int64_t>(b) * T_ + t) * C + h * hs;
         // d att[t2] = dout . v[t2]; softmax backward:
         // d pre[t2] = att[t2] * (d att[t2] - sum_j att[j] d att[j]).
+        const int lo = FirstKey(t, window);
         double dot = 0.0;
-        for (int t2 = 0; t2 <= t; ++t2) {
+        for (int t2 = lo; t2 <= t; ++t2) {
           const T* v = qkv + (static_cast<int64_t>(b) * T_ + t2) * C3 + 2 * C + h * hs;
           T s = T(0);
           for (int i = 0; i < hs; ++i) s += d[i] * v[i];
           dpre[t2] = s;
           dot += a[t2] * s;
         }
-        for (int t2 = 0; t2 <= t; ++t2) dpre[t2] = a[t2] * (dpre[t2] - static_cast<T>(dot)) * scale;
-        for (int t2 = t + 1; t2 < T_; ++t2) dpre[t2] = T(0);
+        for (int t2 = lo; t2 <= t; ++t2) dpre[t2] = a[t2] * (dpre[t2] - static_cast<T>(dot)) * scale;
+        std::fill(dpre, dpre + lo, T(0));
+        std::fill(dpre + t + 1, dpre + T_, T(0));
         T* dq = dqkv + (static_cast<int64_t>(b) * T_ + t) * C3 + h * hs;
-        for (int t2 = 0; t2 <= t; ++t2) {
+        for (int t2 = lo; t2 <= t; ++t2) {
           const T* k = qkv + (static_cast<int64_t>(b) * T_ + t2) * C3 + C + h * hs;
           const T w = dpre[t2];
           for (int i = 0; i < hs; ++i) dq[i] += w * k[i];
@@ -789,7 +806,7 @@ void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T
         const int64_t pos2 = (static_cast<int64_t>(b) * T_ + t2) * C3;
         T* dk = dqkv + pos2 + C + h * hs;
         T* dv = dqkv + pos2 + 2 * C + h * hs;
-        for (int t = t2; t < T_; ++t) {
+        for (int t = t2, end = EndQuery(t2, window, T_); t < end; ++t) {
           const int64_t row = ((static_cast<int64_t>(b) * NH + h) * T_ + t) * T_;
           const T* q = qkv + (static_cast<int64_t>(b) * T_ + t) * C3 + h * hs;
           const T* d = dout + (static_cast<int64_t>(b) * T_ + t) * C + h * hs;
@@ -828,18 +845,20 @@ ZINF_ALWAYS_INLINE T AttentionExp(T x) {
 // width; the one sum in fixed lanes, so the bits do not depend on the ISA
 // (the matmuls' differ only between the baseline and the FMA paths).
 struct AttentionRowOps {
-  // row[0, n) = softmax(row * scale), row[n, width) = 0; returns the log-sum-exp.
+  // row[first, n) = softmax(row[first, n) * scale), the rest of row[0,
+  // width) = 0; returns the log-sum-exp.
   template <typename T>
-  static ZINF_ALWAYS_INLINE T Softmax(T* row, int n, int width, T scale) {
-    T m = row[0];
+  static ZINF_ALWAYS_INLINE T Softmax(T* row, int first, int n, int width, T scale) {
+    T m = row[first];
 #pragma omp simd reduction(max : m)
-    for (int j = 0; j < n; ++j) m = row[j] > m ? row[j] : m;
+    for (int j = first; j < n; ++j) m = row[j] > m ? row[j] : m;
 #pragma omp simd
-    for (int j = 0; j < n; ++j) row[j] = AttentionExp<T>((row[j] - m) * scale);
-    const T sum = SumLanes<T>(row, n);
+    for (int j = first; j < n; ++j) row[j] = AttentionExp<T>((row[j] - m) * scale);
+    const T sum = SumLanes<T>(row + first, n - first);
     const T inv = T(1) / sum;
 #pragma omp simd
-    for (int j = 0; j < n; ++j) row[j] *= inv;
+    for (int j = first; j < n; ++j) row[j] *= inv;
+    std::fill(row, row + first, T(0));
     std::fill(row + n, row + width, T(0));
     return m * scale + std::log(sum);
   }
@@ -848,7 +867,7 @@ struct AttentionRowOps {
   // p * (dp - D) * scale and, if kKeepP, dp becomes p. `lse` and `D` are per
   // entry (stride 1: a key's row, entries are queries) or one value
   // (stride 0: a query's row). Entries outside [first, n) are past the
-  // causal edge: zero in both.
+  // causal edge or outside the window: zero in both.
   template <bool kKeepP, typename T>
   static ZINF_ALWAYS_INLINE void ScoreGrad(T* s, T* dp, int first, int n, int width, T scale, const T* lse, const T* D,
                                            int stride) {
@@ -896,7 +915,8 @@ struct AttentionItems {
 }  // namespace
 
 template <typename T>
-void FusedAttentionForward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH) {
+void FusedAttentionForward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH, int window) {
+  window = InEffect(window, T_);
   const AttentionItems items(B, T_, C, NH);
   const int hs = items.hs;
   const int64_t C3 = items.C3;
@@ -904,15 +924,18 @@ void FusedAttentionForward(T* out, T* lse, const T* qkv, int B, int T_, int C, i
 #pragma omp parallel for schedule(dynamic) if (WorthThreads(int64_t{B} * T_ * T_ * C))
   for (int64_t i = 0; i < items.count(); ++i) {
     const auto it = items(i);
-    const int keys = it.t0 + it.rows;  // causal: the keys up to the item's last query
+    // The keys the item's queries see: from its first query's first key to its last query.
+    const int k0 = FirstKey(it.t0, window), keys = it.t0 + it.rows - k0;
     const T* q = qkv + it.qkv + it.t0 * C3 + it.head;
-    const T* k = qkv + it.qkv + C + it.head;
-    const T* v = qkv + it.qkv + 2 * C + it.head;
+    const T* k = qkv + it.qkv + k0 * C3 + C + it.head;
+    const T* v = qkv + it.qkv + k0 * C3 + 2 * C + it.head;
     T* s = ThreadBuffer<T>(kAttentionScores, static_cast<size_t>(it.rows) * keys);
     Gemm<T>(s, keys, q, C3, 1, k, 1, C3, it.rows, keys, hs, /*set=*/true);  // q . k
     Vectorized([&]() ZINF_INLINE_LAMBDA {
-      for (int r = 0; r < it.rows; ++r) {  // query t0 + r sees keys 0 .. t0 + r
-        lse[it.bh + it.t0 + r] = AttentionRowOps::Softmax<T>(s + int64_t{r} * keys, it.t0 + r + 1, keys, scale);
+      for (int r = 0; r < it.rows; ++r) {  // query t = t0 + r sees keys FirstKey(t) .. t
+        const int t = it.t0 + r;
+        lse[it.bh + t] =
+            AttentionRowOps::Softmax<T>(s + int64_t{r} * keys, FirstKey(t, window) - k0, t + 1 - k0, keys, scale);
       }
     });
     Gemm<T>(out + it.btc + int64_t{it.t0} * C + it.head, C, s, keys, 1, v, C3, 1, it.rows, hs, keys, /*set=*/true);
@@ -921,7 +944,8 @@ void FusedAttentionForward(T* out, T* lse, const T* qkv, int B, int T_, int C, i
 
 template <typename T>
 void FusedAttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* out, const T* lse, int B, int T_,
-                            int C, int NH) {
+                            int C, int NH, int window) {
+  window = InEffect(window, T_);
   const AttentionItems items(B, T_, C, NH);
   const int hs = items.hs;
   const int64_t C3 = items.C3;
@@ -940,33 +964,36 @@ void FusedAttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, co
     }
   }
   // dS = P * (dP - D) * scale with P = exp(q.k * scale - lse), zero past
-  // the causal edge (key after query). dq, per block of queries: dq += dS
-  // . k over the keys up to each query.
+  // the causal edge (key after query) and outside the window. dq, per block
+  // of queries: dq += dS . k over the keys each query sees.
 #pragma omp parallel for schedule(dynamic) if (threads)
   for (int64_t i = 0; i < items.count(); ++i) {
     const auto it = items(i);
-    const int keys = it.t0 + it.rows;
+    const int k0 = FirstKey(it.t0, window), keys = it.t0 + it.rows - k0;
     const T* q = qkv + it.qkv + it.t0 * C3 + it.head;
-    const T* k = qkv + it.qkv + C + it.head;
-    const T* v = qkv + it.qkv + 2 * C + it.head;
+    const T* k = qkv + it.qkv + k0 * C3 + C + it.head;
+    const T* v = qkv + it.qkv + k0 * C3 + 2 * C + it.head;
     const T* d = dout + it.btc + int64_t{it.t0} * C + it.head;
     T* s = ThreadBuffer<T>(kAttentionScores, static_cast<size_t>(it.rows) * keys);
     T* dp = ThreadBuffer<T>(kAttentionGrads, static_cast<size_t>(it.rows) * keys);
     Gemm<T>(s, keys, q, C3, 1, k, 1, C3, it.rows, keys, hs, /*set=*/true);  // q . k
     Gemm<T>(dp, keys, d, C, 1, v, 1, C3, it.rows, keys, hs, /*set=*/true);  // dout . v
     Vectorized([&]() ZINF_INLINE_LAMBDA {
-      for (int r = 0; r < it.rows; ++r) {  // query t0 + r: keys 0 .. t0 + r
-        const int64_t row = int64_t{r} * keys, at = it.bh + it.t0 + r;
-        AttentionRowOps::ScoreGrad<false, T>(s + row, dp + row, 0, it.t0 + r + 1, keys, scale, lse + at, D + at, 0);
+      for (int r = 0; r < it.rows; ++r) {  // query t = t0 + r: keys FirstKey(t) .. t
+        const int t = it.t0 + r;
+        const int64_t row = int64_t{r} * keys, at = it.bh + t;
+        AttentionRowOps::ScoreGrad<false, T>(s + row, dp + row, FirstKey(t, window) - k0, t + 1 - k0, keys, scale,
+                                             lse + at, D + at, 0);
       }
     });
     Gemm<T>(dqkv + it.qkv + it.t0 * C3 + it.head, C3, s, keys, 1, k, C3, 1, it.rows, hs, keys);
   }
-  // dk and dv, per block of keys: summed over the queries at or after each.
+  // dk and dv, per block of keys: summed over the queries that see each.
 #pragma omp parallel for schedule(dynamic) if (threads)
   for (int64_t i = 0; i < items.count(); ++i) {
     const auto it = items(i);
-    const int queries = T_ - it.t0;  // the queries from the block's first key on
+    // The queries from the block's first key to the last that sees its last key.
+    const int queries = EndQuery(it.t0 + it.rows - 1, window, T_) - it.t0;
     const T* k = qkv + it.qkv + it.t0 * C3 + C + it.head;
     const T* v = qkv + it.qkv + it.t0 * C3 + 2 * C + it.head;
     const T* q = qkv + it.qkv + it.t0 * C3 + it.head;
@@ -976,9 +1003,10 @@ void FusedAttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, co
     Gemm<T>(s, queries, k, C3, 1, q, 1, C3, it.rows, queries, hs, /*set=*/true);  // k . q
     Gemm<T>(dp, queries, v, C3, 1, d, 1, C, it.rows, queries, hs, /*set=*/true);  // v . dout
     Vectorized([&]() ZINF_INLINE_LAMBDA {
-      for (int r = 0; r < it.rows; ++r) {  // key t0 + r: queries t0 + r .. T - 1, entries r ..
+      for (int r = 0; r < it.rows; ++r) {  // key t0 + r: queries t0 + r .. EndQuery - 1, entries r ..
         const int64_t row = int64_t{r} * queries, at = it.bh + it.t0;
-        AttentionRowOps::ScoreGrad<true, T>(s + row, dp + row, r, queries, queries, scale, lse + at, D + at, 1);
+        const int end = EndQuery(it.t0 + r, window, T_) - it.t0;
+        AttentionRowOps::ScoreGrad<true, T>(s + row, dp + row, r, end, queries, scale, lse + at, D + at, 1);
       }
     });
     T* dk = dqkv + it.qkv + it.t0 * C3 + C + it.head;
@@ -1103,22 +1131,22 @@ void CrossEntropyForwardBackward(T* losses, T* dlogits, const T* logits, const i
 
 // ---------------------------------------------------------------- instantiations
 
-#define ZINF_INSTANTIATE_CPU_KERNELS(T)                                                                           \
-  template void CastIn<T>(T*, const void*, ElementType, int64_t);                                                 \
-  template void EncoderForward<T>(T*, const int32_t*, const T*, const T*, int, int, int);                         \
-  template void EncoderBackward<T>(T*, T*, const T*, const int32_t*, int, int, int);                              \
-  template void LayerNormForward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int);                      \
-  template void LayerNormBackward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int64_t, int); \
-  template void MatmulForward<T>(T*, const T*, const T*, const T*, int64_t, int, int);                            \
-  template void MatmulBackward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int, int, GradMode);         \
-  template void AttentionForward<T>(T*, T*, const T*, int, int, int, int);                                        \
-  template void AttentionBackward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int);                   \
-  template void FusedAttentionForward<T>(T*, T*, const T*, int, int, int, int);                                   \
-  template void FusedAttentionBackward<T>(T*, T*, const T*, const T*, const T*, const T*, int, int, int, int);    \
-  template void GeluForward<T>(T*, const T*, int64_t);                                                            \
-  template void GeluBackward<T>(T*, const T*, const T*, int64_t);                                                 \
-  template void ResidualForward<T>(T*, const T*, const T*, int64_t);                                              \
-  template void Accumulate<T>(T*, const T*, int64_t);                                                             \
+#define ZINF_INSTANTIATE_CPU_KERNELS(T)                                                                             \
+  template void CastIn<T>(T*, const void*, ElementType, int64_t);                                                   \
+  template void EncoderForward<T>(T*, const int32_t*, const T*, const T*, int, int, int);                           \
+  template void EncoderBackward<T>(T*, T*, const T*, const int32_t*, int, int, int);                                \
+  template void LayerNormForward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int);                        \
+  template void LayerNormBackward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int64_t, int);   \
+  template void MatmulForward<T>(T*, const T*, const T*, const T*, int64_t, int, int);                              \
+  template void MatmulBackward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int, int, GradMode);           \
+  template void AttentionForward<T>(T*, T*, const T*, int, int, int, int, int);                                     \
+  template void AttentionBackward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int, int);                \
+  template void FusedAttentionForward<T>(T*, T*, const T*, int, int, int, int, int);                                \
+  template void FusedAttentionBackward<T>(T*, T*, const T*, const T*, const T*, const T*, int, int, int, int, int); \
+  template void GeluForward<T>(T*, const T*, int64_t);                                                              \
+  template void GeluBackward<T>(T*, const T*, const T*, int64_t);                                                   \
+  template void ResidualForward<T>(T*, const T*, const T*, int64_t);                                                \
+  template void Accumulate<T>(T*, const T*, int64_t);                                                               \
   template void CrossEntropyForwardBackward<T>(T*, T*, const T*, const int32_t*, int64_t, int, int, T);
 
 ZINF_INSTANTIATE_CPU_KERNELS(float)

@@ -8,8 +8,8 @@
 //   activations    [N, C]
 //   qkv            [N, 3C]: q, k, v one after the other per position; head h
 //                  of q is columns [h*hs, (h+1)*hs)
-//   att            [B, NH, T, T]: softmax probabilities, row t holds keys
-//                  0..t (later keys are 0: causal)
+//   att            [B, NH, T, T]: softmax probabilities, row t holds the
+//                  keys t sees, 0..t or its window (the rest are 0)
 //   linear weight  [OC, C] (out = inp @ weight^T + bias), bias [OC]
 //   logits         [N, Vp]; columns V..Vp-1 are padding and never counted
 //
@@ -103,12 +103,17 @@ void MatmulBackward16(float* dinp, float* dweight, float* dbias, const float* do
 void RoundTo16(float* x, int64_t n, ElementType type);
 
 // Causal multi-head self-attention: out [N, C] (heads concatenated), att
-// [B, NH, T, T] the softmax of q.k / sqrt(hs) over keys <= t, saved.
+// [B, NH, T, T] the softmax of q.k / sqrt(hs) over the keys query t sees,
+// saved. `window` 0: keys 0..t; else a sliding window of that many keys,
+// t - window + 1 .. t (Mistral's, Gemma's local layers: HF's
+// q - k < sliding_window; one of T or more is none). window >= 0. Every
+// attention kernel here and in cuda_kernels.h takes the window so.
 template <typename T>
-void AttentionForward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH);
+void AttentionForward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH, int window);
 // dqkv += the gradient through the attention. `scratch` holds B*NH*T*T elements.
 template <typename T>
-void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int T_, int C, int NH);
+void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int T_, int C, int NH,
+                       int window);
 
 // The same attention fused, for the host device: per block of 64 queries
 // the scores against its keys become probabilities in the thread's cache
@@ -117,14 +122,14 @@ void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T
 // kernels, so other bits (within float rounding of them); the same bits
 // whatever the thread count.
 template <typename T>
-void FusedAttentionForward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH);
+void FusedAttentionForward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH, int window);
 // dqkv += the gradient through it, from the forward's `out` and `lse`
 // (unchanged since); `scratch` holds B*NH*T elements. The probabilities
 // are recomputed twice: per block of queries for dq, per block of keys for
 // dk and dv, so that each thread owns what it writes.
 template <typename T>
 void FusedAttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* out, const T* lse, int B, int T_,
-                            int C, int NH);
+                            int C, int NH, int window);
 
 // GELU, tanh approximation (as GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 template <typename T>

@@ -4,7 +4,7 @@
 // the backward): the T x T scores never reach global memory. A block of
 // four warps takes a tile of 64 rows (queries in the forward and in the dq
 // pass, keys in the dk/dv pass) of one (batch, head) and walks the other
-// side's 64-row tiles that the causal mask leaves; each warp owns 16 of the
+// side's 64-row tiles that the causal mask (and a sliding window) leaves; each warp owns 16 of the
 // block's rows. q, k, v and dout are read from their fp32 activations and
 // rounded to bf16 into shared memory; the matmuls are WMMA 16x16x16 bf16
 // with fp32 accumulators; the score tile goes through shared memory in fp32,
@@ -43,19 +43,19 @@ Status AllowSharedMemory(Kernel kernel, size_t bytes, const char* what) {
 }
 
 template <int HS>
-Status Forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, cudaStream_t s) {
+Status Forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int window, cudaStream_t s) {
   const size_t bytes = flash::Layout<HS>::kForwardBytes;
   ZINF_RETURN_IF_ERROR(
       AllowSharedMemory(flash::FlashForwardKernel<HS>, bytes, "flash_attention_forward shared memory"));
   const dim3 grid((T + flash::kTile - 1) / flash::kTile, B * NH);
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
-  flash::FlashForwardKernel<HS><<<grid, flash::kFlashThreads, bytes, s>>>(out, lse, qkv, T, C, NH, scale);
+  flash::FlashForwardKernel<HS><<<grid, flash::kFlashThreads, bytes, s>>>(out, lse, qkv, T, C, NH, scale, window);
   return LaunchStatus("flash_attention_forward");
 }
 
 template <int HS>
 Status Backward(float* dqkv, float* d, const float* dout, const float* qkv, const float* lse, int B, int T, int C,
-                int NH, cudaStream_t s) {
+                int NH, int window, cudaStream_t s) {
   const size_t bytes = flash::Layout<HS>::kBackwardBytes;
   ZINF_RETURN_IF_ERROR(
       AllowSharedMemory(flash::FlashBackwardKvKernel<HS>, bytes, "flash_attention_backward shared memory"));
@@ -63,9 +63,11 @@ Status Backward(float* dqkv, float* d, const float* dout, const float* qkv, cons
       AllowSharedMemory(flash::FlashBackwardQKernel<HS>, bytes, "flash_attention_backward shared memory"));
   const dim3 grid((T + flash::kTile - 1) / flash::kTile, B * NH);
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
-  flash::FlashBackwardKvKernel<HS><<<grid, flash::kFlashThreads, bytes, s>>>(dqkv, dout, qkv, lse, d, T, C, NH, scale);
+  flash::FlashBackwardKvKernel<HS>
+      <<<grid, flash::kFlashThreads, bytes, s>>>(dqkv, dout, qkv, lse, d, T, C, NH, scale, window);
   ZINF_RETURN_IF_ERROR(LaunchStatus("flash_attention_backward dk dv"));
-  flash::FlashBackwardQKernel<HS><<<grid, flash::kFlashThreads, bytes, s>>>(dqkv, dout, qkv, lse, d, T, C, NH, scale);
+  flash::FlashBackwardQKernel<HS>
+      <<<grid, flash::kFlashThreads, bytes, s>>>(dqkv, dout, qkv, lse, d, T, C, NH, scale, window);
   return LaunchStatus("flash_attention_backward dq");
 }
 
@@ -79,10 +81,10 @@ size_t SharedBytes(int hs) {
   }
 }
 
-Status CheckShape(const char* what, int B, int T, int C, int NH) {
-  if (B < 0 || T < 0) {
-    return Status::InvalidArgument(std::string(what) + ": negative batch " + std::to_string(B) + " or length " +
-                                   std::to_string(T));
+Status CheckShape(const char* what, int B, int T, int C, int NH, int window) {
+  if (B < 0 || T < 0 || window < 0) {
+    return Status::InvalidArgument(std::string(what) + ": negative batch " + std::to_string(B) + ", length " +
+                                   std::to_string(T) + " or window " + std::to_string(window));
   }
   if (NH <= 0 || C % NH != 0 || SharedBytes(C / NH) == 0) {
     return Status::InvalidArgument(std::string(what) + ": head size " + std::to_string(NH > 0 ? C / NH : 0) + " (C " +
@@ -110,32 +112,35 @@ bool FlashAttentionSupported(int C, int NH, int ordinal) {
   return bytes <= static_cast<size_t>(optin);
 }
 
-Status FlashAttentionForward(float* out, float* lse, const float* qkv, int B, int T_, int C, int NH, void* stream) {
-  ZINF_RETURN_IF_ERROR(CheckShape("flash_attention_forward", B, T_, C, NH));
+Status FlashAttentionForward(float* out, float* lse, const float* qkv, int B, int T_, int C, int NH, int window,
+                             void* stream) {
+  ZINF_RETURN_IF_ERROR(CheckShape("flash_attention_forward", B, T_, C, NH, window));
   if (static_cast<int64_t>(B) * T_ == 0) return Status::Ok();
+  if (window >= T_) window = 0;  // none (and the tile bounds stay far from overflow)
   const cudaStream_t s = AsStream(stream);
   switch (C / NH) {
-    case 16: return Forward<16>(out, lse, qkv, B, T_, C, NH, s);
-    case 32: return Forward<32>(out, lse, qkv, B, T_, C, NH, s);
-    case 64: return Forward<64>(out, lse, qkv, B, T_, C, NH, s);
-    default: return Forward<128>(out, lse, qkv, B, T_, C, NH, s);
+    case 16: return Forward<16>(out, lse, qkv, B, T_, C, NH, window, s);
+    case 32: return Forward<32>(out, lse, qkv, B, T_, C, NH, window, s);
+    case 64: return Forward<64>(out, lse, qkv, B, T_, C, NH, window, s);
+    default: return Forward<128>(out, lse, qkv, B, T_, C, NH, window, s);
   }
 }
 
 Status FlashAttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
-                              const float* lse, int B, int T_, int C, int NH, void* stream) {
-  ZINF_RETURN_IF_ERROR(CheckShape("flash_attention_backward", B, T_, C, NH));
+                              const float* lse, int B, int T_, int C, int NH, int window, void* stream) {
+  ZINF_RETURN_IF_ERROR(CheckShape("flash_attention_backward", B, T_, C, NH, window));
   const int64_t rows = static_cast<int64_t>(B) * NH * T_;
   if (rows == 0) return Status::Ok();
+  if (window >= T_) window = 0;
   const cudaStream_t s = AsStream(stream);
   flash::FlashRowDotKernel<<<GridFor(rows, kWarpsPerBlock), kThreads, 0, s>>>(scratch, dout, out, T_, C, NH, C / NH,
                                                                               rows);
   ZINF_RETURN_IF_ERROR(LaunchStatus("flash_attention_backward dout.out"));
   switch (C / NH) {
-    case 16: return Backward<16>(dqkv, scratch, dout, qkv, lse, B, T_, C, NH, s);
-    case 32: return Backward<32>(dqkv, scratch, dout, qkv, lse, B, T_, C, NH, s);
-    case 64: return Backward<64>(dqkv, scratch, dout, qkv, lse, B, T_, C, NH, s);
-    default: return Backward<128>(dqkv, scratch, dout, qkv, lse, B, T_, C, NH, s);
+    case 16: return Backward<16>(dqkv, scratch, dout, qkv, lse, B, T_, C, NH, window, s);
+    case 32: return Backward<32>(dqkv, scratch, dout, qkv, lse, B, T_, C, NH, window, s);
+    case 64: return Backward<64>(dqkv, scratch, dout, qkv, lse, B, T_, C, NH, window, s);
+    default: return Backward<128>(dqkv, scratch, dout, qkv, lse, B, T_, C, NH, window, s);
   }
 }
 

@@ -126,6 +126,16 @@ __device__ __forceinline__ void AddRows(float* dst, int64_t row_stride, int row0
   __syncwarp();
 }
 
+// Whether query qi sees key kj: causal, and within a sliding `window` (0:
+// none) of it. The tile walks below skip the tiles wholly outside.
+__device__ __forceinline__ bool Sees(int qi, int kj, int window) {
+  return kj <= qi && (window <= 0 || qi - kj < window);
+}
+// The first tile of keys a tile of queries from q0 on meets.
+__device__ __forceinline__ int FirstKeyTile(int q0, int window) {
+  return window > 0 && q0 - window + 1 > 0 ? (q0 - window + 1) / kTile : 0;
+}
+
 // Grid row blockIdx.y's (batch, head) and that head's columns of the
 // batch's rows: q, k and v in qkv [B, T, 3C] (row stride 3C; k at q + C,
 // v at q + 2C); dqkv's alike; and, at `at`, a [B, T, C] tensor's (row
@@ -149,7 +159,7 @@ struct HeadSlice {
 // Grid (query tiles, B * NH), the longest rows (last tiles) first.
 template <int HS>
 __global__ void __launch_bounds__(kFlashThreads)
-    FlashForwardKernel(float* out, float* lse, const float* qkv, int T, int C, int NH, float scale) {
+    FlashForwardKernel(float* out, float* lse, const float* qkv, int T, int C, int NH, float scale, int window) {
   using L = Layout<HS>;
   ZINF_FLASH_SHARED(smem);
   bf16* sq = reinterpret_cast<bf16*>(smem);
@@ -172,7 +182,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   const int row = warp * 16 + lane / 2, half = lane % 2;
   const int qi = q0 + row;
   float m = -INFINITY, l = 0.0f;
-  for (int kt = 0; kt <= qt; ++kt) {
+  for (int kt = FirstKeyTile(q0, window); kt <= qt; ++kt) {
     const int k0 = kt * kTile;
     __syncthreads();  // the last tile's readers are done (and the first loads visible)
     LoadTile16<HS>(sk, head.k(), head.C3, k0, T);
@@ -185,7 +195,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     float mx = -INFINITY;
     for (int j = 0; j < 32; ++j) {
       const int c = PairColumn(row, half, j), kj = k0 + c;
-      const float s = kj <= qi && kj < T ? srow[c] * scale : -INFINITY;
+      const float s = Sees(qi, kj, window) && kj < T ? srow[c] * scale : -INFINITY;
       srow[c] = s;
       mx = fmaxf(mx, s);
     }
@@ -279,12 +289,13 @@ __device__ __forceinline__ void LoadRowStats(float* lse_s, float* d_s, const flo
 }
 
 // dk and dv of one key tile: grid (key tiles, B * NH); key tile kt meets
-// query tiles kt .. last. Warp w owns keys 16w .. 16w+15 of the tile and
+// query tiles kt .. last (the last whose first query sees the tile's last
+// key, with a window). Warp w owns keys 16w .. 16w+15 of the tile and
 // works on transposes: S^T = k q^T, dP^T = v dout^T.
 template <int HS>
 __global__ void __launch_bounds__(kFlashThreads)
     FlashBackwardKvKernel(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* d, int T,
-                          int C, int NH, float scale) {
+                          int C, int NH, float scale, int window) {
   using L = Layout<HS>;
   ZINF_FLASH_SHARED(smem);
   const BackwardSmem<HS> sm(smem);
@@ -300,7 +311,11 @@ __global__ void __launch_bounds__(kFlashThreads)
   }
   const int row = warp * 16 + lane / 2, half = lane % 2;
   const int kj = k0 + row;
-  const int q_tiles = (T + kTile - 1) / kTile;
+  int q_tiles = (T + kTile - 1) / kTile;
+  if (window > 0) {  // the query tile of the last query that sees the tile's last key, and one
+    const int seen = (k0 + kTile - 1 + window - 1) / kTile + 1;
+    if (seen < q_tiles) q_tiles = seen;
+  }
   for (int qt = kt; qt < q_tiles; ++qt) {
     const int q0 = qt * kTile;
     __syncthreads();
@@ -316,7 +331,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     for (int j = 0; j < 32; ++j) {
       const int c = PairColumn(row, half, j), qi = q0 + c;
       const int at = row * kLdS + c;
-      const float p = kj <= qi && qi < T && kj < T ? expf(sm.s[at] * scale - sm.lse[c]) : 0.0f;
+      const float p = Sees(qi, kj, window) && qi < T && kj < T ? expf(sm.s[at] * scale - sm.lse[c]) : 0.0f;
       sm.p[row * kLdP + c] = __float2bfloat16_rn(p);
       sm.ds[row * kLdP + c] = __float2bfloat16_rn(p * (sm.dp[at] - sm.d[c]));
     }
@@ -331,11 +346,12 @@ __global__ void __launch_bounds__(kFlashThreads)
 }
 
 // dq of one query tile: grid (query tiles, B * NH), the longest rows first;
-// query tile qt meets key tiles 0 .. qt. Warp w owns queries 16w .. 16w+15.
+// query tile qt meets key tiles FirstKeyTile .. qt. Warp w owns queries
+// 16w .. 16w+15.
 template <int HS>
 __global__ void __launch_bounds__(kFlashThreads)
     FlashBackwardQKernel(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* d, int T,
-                         int C, int NH, float scale) {
+                         int C, int NH, float scale, int window) {
   using L = Layout<HS>;
   ZINF_FLASH_SHARED(smem);
   const BackwardSmem<HS> sm(smem);
@@ -350,7 +366,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   for (int n = 0; n < HS / 16; ++n) wmma::fill_fragment(dq[n], 0.0f);
   const int row = warp * 16 + lane / 2, half = lane % 2;
   const int qi = q0 + row;
-  for (int kt = 0; kt <= qt; ++kt) {
+  for (int kt = FirstKeyTile(q0, window); kt <= qt; ++kt) {
     const int k0 = kt * kTile;
     __syncthreads();
     LoadTile16<HS>(sm.other_a, head.k(), head.C3, k0, T);
@@ -362,7 +378,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     for (int j = 0; j < 32; ++j) {
       const int c = PairColumn(row, half, j), kj = k0 + c;
       const int at = row * kLdS + c;
-      const float p = kj <= qi && kj < T ? expf(sm.s[at] * scale - sm.lse[row]) : 0.0f;
+      const float p = Sees(qi, kj, window) && kj < T ? expf(sm.s[at] * scale - sm.lse[row]) : 0.0f;
       sm.ds[row * kLdP + c] = __float2bfloat16_rn(p * (sm.dp[at] - sm.d[row]));
     }
     __syncwarp();

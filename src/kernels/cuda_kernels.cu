@@ -279,36 +279,40 @@ __global__ void PermuteOutKernel(float* dy, const float* dout, int T, int C, int
   ZINF_GRID_STRIDE(i, total) dy[i] = dout[BhtdToRow(i, T, NH, hs, C)];
 }
 
+// The first key query t sees (`window` 0: none, cpu_kernels.h).
+__device__ __forceinline__ int FirstKey(int t, int window) { return window > 0 ? max(0, t - window + 1) : 0; }
+
 // In place over att [rows = B*NH*T, T] holding scaled q.k: row r (query
-// t = r % T) becomes softmax over keys 0..t, zeros after. The shuffles in
-// WarpMax / WarpSum make every lane finish reading before any lane writes.
-__global__ void CausalSoftmaxKernel(float* att, int64_t rows, int T) {
+// t = r % T) becomes softmax over keys FirstKey(t) .. t, zeros elsewhere.
+// The shuffles in WarpMax / WarpSum make every lane finish reading before
+// any lane writes.
+__global__ void CausalSoftmaxKernel(float* att, int64_t rows, int T, int window) {
   const int lane = threadIdx.x & 31;
   ZINF_WARP_ROWS(r, rows) {
-    const int t = static_cast<int>(r % T);
+    const int t = static_cast<int>(r % T), lo = FirstKey(t, window);
     float* row = att + r * T;
     float mx = -INFINITY;
-    for (int s = lane; s <= t; s += 32) mx = fmaxf(mx, row[s]);
+    for (int s = lo + lane; s <= t; s += 32) mx = fmaxf(mx, row[s]);
     mx = WarpMax(mx);
     float sum = 0.0f;
-    for (int s = lane; s <= t; s += 32) sum += expf(row[s] - mx);
+    for (int s = lo + lane; s <= t; s += 32) sum += expf(row[s] - mx);
     const float inv = 1.0f / WarpSum(sum);
-    for (int s = lane; s < T; s += 32) row[s] = s <= t ? expf(row[s] - mx) * inv : 0.0f;
+    for (int s = lane; s < T; s += 32) row[s] = s >= lo && s <= t ? expf(row[s] - mx) * inv : 0.0f;
   }
 }
 
 // In place over datt: dpreatt[t, s] = att[t, s] * (datt[t, s] - sum_s' att[t, s'] datt[t, s'])
-// for s <= t, 0 after (the 1/sqrt(hs) scale is applied by the GEMMs after).
-__global__ void CausalSoftmaxBackwardKernel(float* datt, const float* att, int64_t rows, int T) {
+// for the keys s query t sees, 0 elsewhere (the 1/sqrt(hs) scale is applied by the GEMMs after).
+__global__ void CausalSoftmaxBackwardKernel(float* datt, const float* att, int64_t rows, int T, int window) {
   const int lane = threadIdx.x & 31;
   ZINF_WARP_ROWS(r, rows) {
-    const int t = static_cast<int>(r % T);
+    const int t = static_cast<int>(r % T), lo = FirstKey(t, window);
     float* g = datt + r * T;
     const float* p = att + r * T;
     float dot = 0.0f;
-    for (int s = lane; s <= t; s += 32) dot += p[s] * g[s];
+    for (int s = lo + lane; s <= t; s += 32) dot += p[s] * g[s];
     dot = WarpSum(dot);
-    for (int s = lane; s < T; s += 32) g[s] = s <= t ? p[s] * (g[s] - dot) : 0.0f;
+    for (int s = lane; s < T; s += 32) g[s] = s >= lo && s <= t ? p[s] * (g[s] - dot) : 0.0f;
   }
 }
 
@@ -519,8 +523,9 @@ int64_t AttentionScratchElems(int B, int T_, int C, int NH) {
 }
 
 Status AttentionForward(CudaBlas& blas, float* out, float* att, float* scratch, const float* qkv, int B, int T_, int C,
-                        int NH) {
+                        int NH, int window) {
   if (NH <= 0 || C % NH != 0) return Status::InvalidArgument("cuda attention: C must be a multiple of NH");
+  if (window < 0) return Status::InvalidArgument("cuda attention: negative window " + std::to_string(window));
   const AttentionShape sh{B, T_, C, NH, C / NH};
   const int64_t per = sh.per_tensor();
   if (per <= 0) return Status::Ok();
@@ -540,7 +545,7 @@ Status AttentionForward(CudaBlas& blas, float* out, float* att, float* scratch, 
   ZINF_RETURN_IF_ERROR(RowMajorGemm(blas, false, true, T_, T_, sh.hs, scale, q, sh.hs, ths, k, sh.hs, ths, 0.0f, att,
                                     T_, tt, batch, "attention_forward q@k^T"));
   const int64_t rows = static_cast<int64_t>(batch) * T_;
-  CausalSoftmaxKernel<<<GridFor(rows, kWarpsPerBlock), kThreads, 0, s>>>(att, rows, T_);
+  CausalSoftmaxKernel<<<GridFor(rows, kWarpsPerBlock), kThreads, 0, s>>>(att, rows, T_, window);
   ZINF_RETURN_IF_ERROR(LaunchStatus("attention_forward softmax"));
   // y [T, hs] = att [T, T] @ v [T, hs].
   ZINF_RETURN_IF_ERROR(RowMajorGemm(blas, false, false, T_, sh.hs, T_, 1.0f, att, T_, tt, v, sh.hs, ths, 0.0f, y, sh.hs,
@@ -550,8 +555,9 @@ Status AttentionForward(CudaBlas& blas, float* out, float* att, float* scratch, 
 }
 
 Status AttentionBackward(CudaBlas& blas, float* dqkv, float* scratch, const float* dout, const float* qkv,
-                         const float* att, int B, int T_, int C, int NH) {
+                         const float* att, int B, int T_, int C, int NH, int window) {
   if (NH <= 0 || C % NH != 0) return Status::InvalidArgument("cuda attention: C must be a multiple of NH");
+  if (window < 0) return Status::InvalidArgument("cuda attention: negative window " + std::to_string(window));
   const AttentionShape sh{B, T_, C, NH, C / NH};
   const int64_t per = sh.per_tensor();
   if (per <= 0) return Status::Ok();
@@ -581,7 +587,7 @@ Status AttentionBackward(CudaBlas& blas, float* dqkv, float* scratch, const floa
   ZINF_RETURN_IF_ERROR(RowMajorGemm(blas, true, false, T_, hs, T_, 1.0f, att, T_, tt, dy, hs, ths, 0.0f, dv, hs, ths,
                                     batch, "attention_backward att^T@dy"));
   const int64_t rows = static_cast<int64_t>(batch) * T_;
-  CausalSoftmaxBackwardKernel<<<GridFor(rows, kWarpsPerBlock), kThreads, 0, s>>>(datt, att, rows, T_);
+  CausalSoftmaxBackwardKernel<<<GridFor(rows, kWarpsPerBlock), kThreads, 0, s>>>(datt, att, rows, T_, window);
   ZINF_RETURN_IF_ERROR(LaunchStatus("attention_backward softmax"));
   // dq [T, hs] = scale * dpreatt [T, T] @ k [T, hs].
   ZINF_RETURN_IF_ERROR(RowMajorGemm(blas, false, false, T_, hs, T_, scale, datt, T_, tt, k, hs, ths, 0.0f, dq, hs, ths,

@@ -161,6 +161,7 @@ Status MatmulBackward16(CudaLt& lt, float* dinp, float* dweight, float* dbias, c
 //   q, k, v, dq, dk, dv, dy   7 x [B, NH, T, hs]   (B*T*C each)
 //   datt                      [B, NH, T, T]        (backward only)
 // Forward: q, k, v = permute(qkv); att = causal softmax(q k^T / sqrt(hs))
+// over the keys each query sees (`window` as in cpu_kernels.h: 0 none)
 // (batched GEMM straight into att, softmax in place); y = att @ v into the
 // dy slot; out = unpermute(y). Backward: dy = permute(dout); datt = dy v^T;
 // dv = att^T dy; dpreatt = softmax backward (in place in datt); dq =
@@ -168,9 +169,9 @@ Status MatmulBackward16(CudaLt& lt, float* dinp, float* dweight, float* dbias, c
 // C % NH == 0.
 int64_t AttentionScratchElems(int B, int T_, int C, int NH);
 Status AttentionForward(CudaBlas& blas, float* out, float* att, float* scratch, const float* qkv, int B, int T_, int C,
-                        int NH);
+                        int NH, int window);
 Status AttentionBackward(CudaBlas& blas, float* dqkv, float* scratch, const float* dout, const float* qkv,
-                         const float* att, int B, int T_, int C, int NH);
+                         const float* att, int B, int T_, int C, int NH, int window);
 
 // Fused causal attention on tensor cores (cuda_flash_attention.cu), the
 // 16-bit compute mode's: the same maths as AttentionForward/Backward with
@@ -181,15 +182,17 @@ Status AttentionBackward(CudaBlas& blas, float* dqkv, float* scratch, const floa
 // backward recomputes them from it and needs the forward's `out` too
 // (dout . out per row, into `scratch`: FlashAttentionScratchElems floats).
 // dqkv += as AttentionBackward; the same bits run to run (no atomics).
+// A sliding `window` skips the tiles wholly outside it.
 // FlashAttentionSupported: the head size C / NH is 16, 32, 64 or 128 and
 // device `ordinal` has the shared memory for it; the calls return
 // kInvalidArgument for other head sizes.
 inline bool FlashAttentionHeadSize(int hs) { return hs == 16 || hs == 32 || hs == 64 || hs == 128; }
 bool FlashAttentionSupported(int C, int NH, int ordinal);
 inline int64_t FlashAttentionScratchElems(int B, int T_, int NH) { return static_cast<int64_t>(B) * NH * T_; }
-Status FlashAttentionForward(float* out, float* lse, const float* qkv, int B, int T_, int C, int NH, void* stream);
+Status FlashAttentionForward(float* out, float* lse, const float* qkv, int B, int T_, int C, int NH, int window,
+                             void* stream);
 Status FlashAttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
-                              const float* lse, int B, int T_, int C, int NH, void* stream);
+                              const float* lse, int B, int T_, int C, int NH, int window, void* stream);
 
 Status GeluForward(float* out, const float* inp, int64_t n, void* stream);
 Status GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n, void* stream);

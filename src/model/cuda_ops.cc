@@ -115,21 +115,21 @@ class CudaOps final : public Ops<float> {
   int64_t AttentionSavedElems(int B, int T_, int C, int NH) const override {
     return Flash(C, NH) ? static_cast<int64_t>(B) * NH * T_ : AttentionProbabilityElems(B, T_, NH);
   }
-  void AttentionForward(float* out, float* att, float* scratch, const float* qkv, int B, int T_, int C,
-                        int NH) override {
+  void AttentionForward(float* out, float* att, float* scratch, const float* qkv, int B, int T_, int C, int NH,
+                        int window) override {
     if (Flash(C, NH)) {
-      Run([&] { return k::FlashAttentionForward(out, att, qkv, B, T_, C, NH, s_); });
+      Run([&] { return k::FlashAttentionForward(out, att, qkv, B, T_, C, NH, window, s_); });
       return;
     }
-    Run([&] { return k::AttentionForward(*blas_, out, att, scratch, qkv, B, T_, C, NH); });
+    Run([&] { return k::AttentionForward(*blas_, out, att, scratch, qkv, B, T_, C, NH, window); });
   }
   void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
-                         const float* att, int B, int T_, int C, int NH) override {
+                         const float* att, int B, int T_, int C, int NH, int window) override {
     if (Flash(C, NH)) {
-      Run([&] { return k::FlashAttentionBackward(dqkv, scratch, dout, qkv, out, att, B, T_, C, NH, s_); });
+      Run([&] { return k::FlashAttentionBackward(dqkv, scratch, dout, qkv, out, att, B, T_, C, NH, window, s_); });
       return;
     }
-    Run([&] { return k::AttentionBackward(*blas_, dqkv, scratch, dout, qkv, att, B, T_, C, NH); });
+    Run([&] { return k::AttentionBackward(*blas_, dqkv, scratch, dout, qkv, att, B, T_, C, NH, window); });
   }
   void GeluForward(float* out, const float* inp, int64_t n) override {
     Run([&] { return k::GeluForward(out, inp, n, s_); });

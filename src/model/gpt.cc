@@ -223,6 +223,19 @@ int GptConfig::rope_dims_in(int layer) const {
   return std::binary_search(no_rope_layers.begin(), no_rope_layers.end(), layer) ? 0 : rope_dims();
 }
 
+namespace {
+// `layers`: distinct layer indices of an n_layer model, ascending.
+bool AscendingLayers(const std::vector<int>& layers, int n_layer) {
+  return std::is_sorted(layers.begin(), layers.end()) &&
+         std::adjacent_find(layers.begin(), layers.end()) == layers.end() &&
+         (layers.empty() || (layers.front() >= 0 && layers.back() < n_layer));
+}
+}  // namespace
+
+int GptConfig::window_in(int layer) const {
+  return std::binary_search(sliding_layers.begin(), sliding_layers.end(), layer) ? sliding_window : 0;
+}
+
 std::string GptConfigToJson(const GptConfig& config) {
   json j = json::object();
   j["vocab_size"] = config.vocab_size;
@@ -254,6 +267,10 @@ std::string GptConfigToJson(const GptConfig& config) {
                             {"original_max_position_embeddings", config.rope.original_max_position}};
     }
     if (!config.no_rope_layers.empty()) j["no_rope_layers"] = config.no_rope_layers;
+  }
+  if (!config.sliding_layers.empty()) {
+    j["sliding_window"] = config.sliding_window;
+    j["sliding_layers"] = config.sliding_layers;
   }
   return j.dump(2);
 }
@@ -689,7 +706,7 @@ void GptCompute<T>::Impl::ForwardGroup(int layer, int group, const LayerParams& 
     case kNorm1Group: o.LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, xin, p[kLn1W], p[kLn1B], N, C); break;
     case kQkvGroup:
       Linear(lp, kQkvW, a.qkv, a.ln1, p[kQkvB], C, 3 * C);
-      o.AttentionForward(a.atty, a.att, attn_scratch, a.qkv, B, T_, C, NH);
+      o.AttentionForward(a.atty, a.att, attn_scratch, a.qkv, B, T_, C, NH, config.window_in(layer));
       break;
     case kAttnOutGroup:
       Linear(lp, kAttProjW, a.mid, a.atty, p[kAttProjB], C, C);
@@ -732,7 +749,7 @@ void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const LayerPar
         o.RopeForward(k, k, rope_cos, rope_sin, B, T_, NKV, hd, rot);
       }
       o.GqaExpandForward(a.qkv, q, k, v, N, NH, NKV, hd);
-      o.AttentionForward(a.atty, a.att, attn_scratch, a.qkv, B, T_, A, NH);
+      o.AttentionForward(a.atty, a.att, attn_scratch, a.qkv, B, T_, A, NH, config.window_in(layer));
       break;
     case kAttnOutGroup:
       Linear(lp, kOW, a.mid, a.atty, nullptr, A, C);
@@ -791,7 +808,7 @@ void GptCompute<T>::Impl::BackwardGroup(int layer, int group, const LayerParams&
     case kQkvGroup: {
       T* dqkv_ = dbuf_4c;
       o.Zero(dqkv_, N * 3 * C);
-      o.AttentionBackward(dqkv_, attn_scratch, dbuf_c, a.qkv, a.atty, a.att, B, T_, C, NH);
+      o.AttentionBackward(dqkv_, attn_scratch, dbuf_c, a.qkv, a.atty, a.att, B, T_, C, NH, config.window_in(layer));
       T* dln1 = a.atty;  // atty's last reader was the attn_proj matmul backward
       o.Zero(dln1, N * C);
       LinearBackward(lp, kQkvW, dln1, g[kQkvW], g[kQkvB], dqkv_, a.ln1, C, 3 * C, mode);
@@ -839,7 +856,7 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
       break;
     case kQkvGroup: {
       o.Zero(dqkv, N * 3 * A);
-      o.AttentionBackward(dqkv, attn_scratch, dbuf_c, a.qkv, a.atty, a.att, B, T_, A, NH);
+      o.AttentionBackward(dqkv, attn_scratch, dbuf_c, a.qkv, a.atty, a.att, B, T_, A, NH, config.window_in(layer));
       o.Zero(dq_rot, N * A);
       o.Zero(dk_rot, N * Ckv);
       o.Zero(dv, N * Ckv);
@@ -1015,7 +1032,9 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
   if (batch < 1) return Status::InvalidArgument("GptCompute: batch must be >= 1, got " + std::to_string(batch));
   if (config.vocab_size < 1 || config.seq_len < 1 || config.n_layer < 1 || config.n_head < 1 || config.n_embd < 1 ||
       (config.head_size == 0 && config.n_embd % config.n_head != 0) ||
-      config.padded_vocab_size != PaddedVocab(config.vocab_size) || (!config.llama() && config.head_size != 0)) {
+      config.padded_vocab_size != PaddedVocab(config.vocab_size) || (!config.llama() && config.head_size != 0) ||
+      !AscendingLayers(config.sliding_layers, config.n_layer) || config.sliding_window < 0 ||
+      config.sliding_layers.empty() != (config.sliding_window == 0)) {
     return Status::InvalidArgument("GptCompute: inconsistent model config " + GptConfigToJson(config));
   }
   if (config.llama() &&
@@ -1024,10 +1043,7 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
        config.rope_dims() % 2 != 0 || config.rope_dims() > config.head_dim() ||
        (config.rope.longrope && (config.rope.short_factor.size() != static_cast<size_t>(config.rope_dims() / 2) ||
                                  config.rope.long_factor.size() != static_cast<size_t>(config.rope_dims() / 2))) ||
-       !std::is_sorted(config.no_rope_layers.begin(), config.no_rope_layers.end()) ||
-       std::adjacent_find(config.no_rope_layers.begin(), config.no_rope_layers.end()) != config.no_rope_layers.end() ||
-       (!config.no_rope_layers.empty() &&
-        (config.no_rope_layers.front() < 0 || config.no_rope_layers.back() >= config.n_layer)))) {
+       !AscendingLayers(config.no_rope_layers, config.n_layer))) {
     return Status::InvalidArgument("GptCompute: inconsistent llama-family config " + GptConfigToJson(config));
   }
   auto impl = std::make_unique<Impl>();

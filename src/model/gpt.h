@@ -89,7 +89,7 @@ struct GptConfig {
   int n_embd = 64;              // C; a multiple of n_head
   bool tied_embeddings = true;  // lm_head is wte
 
-  // kLlama only (kGpt2 ignores them).
+  // kLlama only (kGpt2 ignores them; the sliding window below is both's).
   ModelFamily family = ModelFamily::kGpt2;
   int n_kv_head = 0;          // key/value heads; divides n_head
   int intermediate_size = 0;  // SwiGLU width
@@ -101,6 +101,12 @@ struct GptConfig {
   // Layers (0-based, ascending) whose attention has no rotary embedding
   // (SmolLM3's NoPE layers); empty: every layer's has one.
   std::vector<int> no_rope_layers;
+  // Layers (0-based, ascending) whose attention slides: each query sees
+  // the sliding_window keys up to itself (Mistral, Phi-3, Gemma's local
+  // layers; HF's q - k < sliding_window); the rest see every earlier key.
+  // A window of seq_len or more is no window: the loader keeps none.
+  int sliding_window = 0;
+  std::vector<int> sliding_layers;
 
   bool llama() const { return family == ModelFamily::kLlama; }
   int head_dim() const { return head_size > 0 ? head_size : n_embd / n_head; }
@@ -108,6 +114,8 @@ struct GptConfig {
   int rope_dims() const { return static_cast<int>(head_dim() * rope.partial_factor); }
   // rope_dims() in layer `layer`, 0 in a layer without RoPE.
   int rope_dims_in(int layer) const;
+  // The attention's window in layer `layer`: sliding_window, or 0 (none).
+  int window_in(int layer) const;
   // Width of q, of the attention's output and of o_proj's input: n_embd
   // unless head_size says otherwise.
   int attn_width() const { return n_head * head_dim(); }

@@ -113,12 +113,13 @@ class CpuOps final : public Ops<T> {
   int64_t AttentionSavedElems(int B, int T_, int /*C*/, int NH) const override {
     return static_cast<int64_t>(B) * NH * T_;
   }
-  void AttentionForward(T* out, T* att, T* /*scratch*/, const T* qkv, int B, int T_, int C, int NH) override {
-    Run([=] { k::FusedAttentionForward(out, att, qkv, B, T_, C, NH); });
+  void AttentionForward(T* out, T* att, T* /*scratch*/, const T* qkv, int B, int T_, int C, int NH,
+                        int window) override {
+    Run([=] { k::FusedAttentionForward(out, att, qkv, B, T_, C, NH, window); });
   }
   void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* out, const T* att, int B, int T_,
-                         int C, int NH) override {
-    Run([=] { k::FusedAttentionBackward(dqkv, scratch, dout, qkv, out, att, B, T_, C, NH); });
+                         int C, int NH, int window) override {
+    Run([=] { k::FusedAttentionBackward(dqkv, scratch, dout, qkv, out, att, B, T_, C, NH, window); });
   }
   void GeluForward(T* out, const T* inp, int64_t n) override {
     Run([=] { k::GeluForward(out, inp, n); });

@@ -82,11 +82,12 @@ class Ops {
   // is fused (CpuOps; CudaOps in its 16-bit mode), each row's log-sum-exp,
   // B*NH*T.
   virtual int64_t AttentionSavedElems(int B, int T_, int C, int NH) const = 0;
-  virtual void AttentionForward(T* out, T* att, T* scratch, const T* qkv, int B, int T_, int C, int NH) = 0;
+  // `window`: 0, or a sliding window of that many keys (cpu_kernels.h).
+  virtual void AttentionForward(T* out, T* att, T* scratch, const T* qkv, int B, int T_, int C, int NH, int window) = 0;
   // `out`: what AttentionForward wrote there, unchanged since (the fused
   // backward reads it).
   virtual void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* out, const T* att, int B,
-                                 int T_, int C, int NH) = 0;
+                                 int T_, int C, int NH, int window) = 0;
   virtual void GeluForward(T* out, const T* inp, int64_t n) = 0;
   virtual void GeluBackward(T* dinp, const T* inp, const T* dout, int64_t n) = 0;
   virtual void ResidualForward(T* out, const T* a, const T* b, int64_t n) = 0;

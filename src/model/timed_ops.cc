@@ -94,13 +94,14 @@ void TimedOps::MatmulBackward16(float* dinp, float* dweight, float* dbias, const
   Timed("MatmulBackward16",
         [&] { inner_->MatmulBackward16(dinp, dweight, dbias, dout, inp, weight, weight_type, N, C, OC, mode); });
 }
-void TimedOps::AttentionForward(float* out, float* att, float* scratch, const float* qkv, int B, int T_, int C,
-                                int NH) {
-  Timed("AttentionForward", [&] { inner_->AttentionForward(out, att, scratch, qkv, B, T_, C, NH); });
+void TimedOps::AttentionForward(float* out, float* att, float* scratch, const float* qkv, int B, int T_, int C, int NH,
+                                int window) {
+  Timed("AttentionForward", [&] { inner_->AttentionForward(out, att, scratch, qkv, B, T_, C, NH, window); });
 }
 void TimedOps::AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
-                                 const float* att, int B, int T_, int C, int NH) {
-  Timed("AttentionBackward", [&] { inner_->AttentionBackward(dqkv, scratch, dout, qkv, out, att, B, T_, C, NH); });
+                                 const float* att, int B, int T_, int C, int NH, int window) {
+  Timed("AttentionBackward",
+        [&] { inner_->AttentionBackward(dqkv, scratch, dout, qkv, out, att, B, T_, C, NH, window); });
 }
 void TimedOps::GeluForward(float* out, const float* inp, int64_t n) {
   Timed("GeluForward", [&] { inner_->GeluForward(out, inp, n); });

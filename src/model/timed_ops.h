@@ -97,10 +97,10 @@ class TimedOps final : public Ops<float> {
   int64_t AttentionSavedElems(int B, int T_, int C, int NH) const override {
     return inner_->AttentionSavedElems(B, T_, C, NH);
   }
-  void AttentionForward(float* out, float* att, float* scratch, const float* qkv, int B, int T_, int C,
-                        int NH) override;
+  void AttentionForward(float* out, float* att, float* scratch, const float* qkv, int B, int T_, int C, int NH,
+                        int window) override;
   void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
-                         const float* att, int B, int T_, int C, int NH) override;
+                         const float* att, int B, int T_, int C, int NH, int window) override;
   void GeluForward(float* out, const float* inp, int64_t n) override;
   void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) override;
   void ResidualForward(float* out, const float* a, const float* b, int64_t n) override;

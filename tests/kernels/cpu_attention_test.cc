@@ -1,7 +1,8 @@
 // The fused CPU attention (FusedAttentionForward/Backward): against finite
 // differences in double, against the unfused kernels (the T x T
 // probabilities) in double and float over shapes that cross its 64-row
-// blocks, causal, and the same bits whatever the thread count.
+// blocks, causal, within its sliding window, and the same bits whatever the
+// thread count.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -25,9 +26,11 @@ using test_support::Random;
 
 struct Shape {
   int B, T, C, NH;
+  int window = 0;
   int64_t N() const { return int64_t{B} * T; }
   std::string Name() const {
-    return "B" + std::to_string(B) + " T" + std::to_string(T) + " C" + std::to_string(C) + " NH" + std::to_string(NH);
+    return "B" + std::to_string(B) + " T" + std::to_string(T) + " C" + std::to_string(C) + " NH" + std::to_string(NH) +
+           " window " + std::to_string(window);
   }
 };
 
@@ -38,19 +41,21 @@ std::vector<T> Cast(const std::vector<double>& v) {
 
 TEST(CpuAttentionTest, BackwardMatchesFiniteDifferences) {
   // Two query blocks (T 70 > 64) so that both passes cross a block edge.
-  for (const Shape s : {Shape{2, 5, 8, 2}, Shape{1, 70, 6, 2}}) {
+  // A window of 9 keys: the passes' key and query ranges start and end
+  // inside a block.
+  for (const Shape s : {Shape{2, 5, 8, 2}, Shape{1, 70, 6, 2}, Shape{1, 70, 6, 2, 9}}) {
     SCOPED_TRACE(s.Name());
     std::mt19937_64 rng(11);
     std::vector<double> qkv = Random(s.N() * 3 * s.C, rng, 1.5), w = Random(s.N() * s.C, rng);
     std::vector<double> out(s.N() * s.C), lse(int64_t{s.B} * s.NH * s.T), scratch(lse.size());
     auto objective = [&] {
-      FusedAttentionForward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+      FusedAttentionForward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window);
       return Dot(out, w);
     };
     objective();
     std::vector<double> dqkv = Filled(qkv.size());
     FusedAttentionBackward(dqkv.data(), scratch.data(), w.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.C,
-                           s.NH);
+                           s.NH, s.window);
     ExpectGradient("dqkv", qkv, dqkv, objective);
   }
 }
@@ -66,14 +71,14 @@ void CheckAgainstUnfused(const Shape& s, double tol) {
   const std::vector<T> dout = Cast<T>(Random(s.N() * s.C, rng));
   const int64_t rows = int64_t{s.B} * s.NH * s.T;
   std::vector<T> out(s.N() * s.C), att(rows * s.T), scratch(att.size());
-  AttentionForward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+  AttentionForward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window);
   std::vector<T> dqkv(qkv.size(), T(0.25));
-  AttentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH);
+  AttentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH, s.window);
 
   std::vector<T> fout(out.size()), lse(rows), fscratch(rows), fdqkv(qkv.size(), T(0.25));
-  FusedAttentionForward(fout.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+  FusedAttentionForward(fout.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window);
   FusedAttentionBackward(fdqkv.data(), fscratch.data(), dout.data(), qkv.data(), fout.data(), lse.data(), s.B, s.T, s.C,
-                         s.NH);
+                         s.NH, s.window);
   auto expect_near = [&](const char* what, const std::vector<T>& want, const std::vector<T>& got) {
     double worst = 0;
     int64_t at = 0;
@@ -108,7 +113,9 @@ TEST(CpuAttentionTest, MatchesTheUnfusedKernels) {
   // One partial block, exactly one, one and a bit, several with a partial
   // last; head sizes 4, 16, 64 and an odd 24 (no vector-width multiple).
   for (const Shape s :
-       {Shape{2, 7, 8, 2}, Shape{1, 64, 32, 2}, Shape{2, 65, 48, 2}, Shape{1, 200, 128, 2}, Shape{1, 130, 72, 3}}) {
+       {Shape{2, 7, 8, 2}, Shape{1, 64, 32, 2}, Shape{2, 65, 48, 2}, Shape{1, 200, 128, 2}, Shape{1, 130, 72, 3},
+        // Sliding windows: within a block, one block, across blocks.
+        Shape{2, 65, 48, 2, 5}, Shape{1, 200, 32, 2, 64}, Shape{1, 130, 72, 3, 100}}) {
     CheckAgainstUnfused<double>(s, 1e-12);
     CheckAgainstUnfused<float>(s, 2e-5);
   }
@@ -124,9 +131,9 @@ TEST(CpuAttentionTest, IsCausal) {
     std::vector<double> lse(int64_t{s.B} * s.NH * s.T), scratch(lse.size());
     out->assign(s.N() * s.C, 0.0);
     dqkv->assign(in.size(), 0.0);
-    FusedAttentionForward(out->data(), lse.data(), in.data(), s.B, s.T, s.C, s.NH);
+    FusedAttentionForward(out->data(), lse.data(), in.data(), s.B, s.T, s.C, s.NH, s.window);
     FusedAttentionBackward(dqkv->data(), scratch.data(), dout.data(), in.data(), out->data(), lse.data(), s.B, s.T, s.C,
-                           s.NH);
+                           s.NH, s.window);
   };
   std::vector<double> out, dqkv, out2, dqkv2;
   run(qkv, &out, &dqkv);
@@ -145,9 +152,68 @@ TEST(CpuAttentionTest, IsCausal) {
   }
 }
 
-TEST(CpuAttentionTest, SameBitsWhateverTheThreadCount) {
-  // Large enough to run on threads (B*T*T*C past the parallel threshold).
-  const Shape s{2, 192, 64, 4};
+// With a window, a change to position p reaches the outputs of queries p
+// .. p + window - 1 and no other; and a window of the sequence's length or
+// more gives the bits of none.
+TEST(CpuAttentionTest, SeesOnlyItsWindow) {
+  const Shape s{1, 150, 16, 2, 20};
+  std::mt19937_64 rng(6);
+  const std::vector<double> qkv = Random(s.N() * 3 * s.C, rng, 1.5), dout = Random(s.N() * s.C, rng);
+  auto run = [&](const std::vector<double>& in, int window, std::vector<double>* out, std::vector<double>* dqkv) {
+    std::vector<double> lse(int64_t{s.B} * s.NH * s.T), scratch(lse.size());
+    out->assign(s.N() * s.C, 0.0);
+    dqkv->assign(in.size(), 0.0);
+    FusedAttentionForward(out->data(), lse.data(), in.data(), s.B, s.T, s.C, s.NH, window);
+    FusedAttentionBackward(dqkv->data(), scratch.data(), dout.data(), in.data(), out->data(), lse.data(), s.B, s.T, s.C,
+                           s.NH, window);
+  };
+  std::vector<double> out, dqkv, out2, dqkv2;
+  run(qkv, s.window, &out, &dqkv);
+  const int p = 70;
+  std::vector<double> qkv2 = qkv;
+  for (int i = s.C; i < 3 * s.C; ++i) qkv2[p * 3 * s.C + i] += 0.5;  // key and value at p
+  run(qkv2, s.window, &out2, &dqkv2);
+  for (int t = 0; t < s.T; ++t) {
+    double diff = 0;
+    for (int c = 0; c < s.C; ++c) diff += std::fabs(out[t * s.C + c] - out2[t * s.C + c]);
+    if (t >= p && t < p + s.window) {
+      EXPECT_GT(diff, 0.0) << "query " << t;
+    } else {
+      EXPECT_EQ(diff, 0.0) << "query " << t;
+    }
+  }
+  for (const int wide : {s.T, s.T + 1000}) {
+    std::vector<double> out_none, dqkv_none, out_wide, dqkv_wide;
+    run(qkv, 0, &out_none, &dqkv_none);
+    run(qkv, wide, &out_wide, &dqkv_wide);
+    EXPECT_EQ(out_none, out_wide) << "window " << wide;
+    EXPECT_EQ(dqkv_none, dqkv_wide) << "window " << wide;
+  }
+}
+
+// A window of one key: each query sees only itself, so out = v exactly, and
+// the gradient reaches v alone (dv = dout; dq and dk are p (dp - D) k and
+// q, zero but for the two dot products' summation orders).
+TEST(CpuAttentionTest, AWindowOfOneSeesOnlyItself) {
+  const Shape s{2, 70, 12, 3, 1};
+  std::mt19937_64 rng(8);
+  const std::vector<float> qkv = Cast<float>(Random(s.N() * 3 * s.C, rng, 2.0));
+  const std::vector<float> dout = Cast<float>(Random(s.N() * s.C, rng));
+  std::vector<float> out(s.N() * s.C), lse(int64_t{s.B} * s.NH * s.T), scratch(lse.size()), dqkv(qkv.size(), 0.0f);
+  FusedAttentionForward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window);
+  FusedAttentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.C,
+                         s.NH, s.window);
+  for (int64_t n = 0; n < s.N(); ++n) {
+    for (int c = 0; c < s.C; ++c) {
+      ASSERT_EQ(out[n * s.C + c], qkv[(n * 3 + 2) * s.C + c]) << "row " << n;
+      ASSERT_EQ(dqkv[(n * 3 + 2) * s.C + c], dout[n * s.C + c]) << "row " << n;
+      ASSERT_NEAR(dqkv[n * 3 * s.C + c], 0.0f, 1e-6) << "dq row " << n;
+      ASSERT_NEAR(dqkv[(n * 3 + 1) * s.C + c], 0.0f, 1e-6) << "dk row " << n;
+    }
+  }
+}
+
+void SameBitsWhateverTheThreadCount(const Shape& s) {
   std::mt19937_64 rng(9);
   const std::vector<float> qkv = Cast<float>(Random(s.N() * 3 * s.C, rng, 2.0));
   const std::vector<float> dout = Cast<float>(Random(s.N() * s.C, rng));
@@ -158,9 +224,9 @@ TEST(CpuAttentionTest, SameBitsWhateverTheThreadCount) {
     lse->assign(int64_t{s.B} * s.NH * s.T, 0.0f);
     dqkv->assign(qkv.size(), 0.0f);
     std::vector<float> scratch(lse->size());
-    FusedAttentionForward(out->data(), lse->data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    FusedAttentionForward(out->data(), lse->data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window);
     FusedAttentionBackward(dqkv->data(), scratch.data(), dout.data(), qkv.data(), out->data(), lse->data(), s.B, s.T,
-                           s.C, s.NH);
+                           s.C, s.NH, s.window);
     omp_set_num_threads(before);
   };
   std::vector<float> out1, lse1, dqkv1, out3, lse3, dqkv3;
@@ -169,6 +235,15 @@ TEST(CpuAttentionTest, SameBitsWhateverTheThreadCount) {
   EXPECT_EQ(out1, out3);
   EXPECT_EQ(lse1, lse3);
   EXPECT_EQ(dqkv1, dqkv3);
+}
+
+TEST(CpuAttentionTest, SameBitsWhateverTheThreadCount) {
+  // Large enough to run on threads (B*T*T*C past the parallel threshold),
+  // without a window and with one.
+  for (const Shape s : {Shape{2, 192, 64, 4}, Shape{2, 192, 64, 4, 40}}) {
+    SCOPED_TRACE(s.Name());
+    SameBitsWhateverTheThreadCount(s);
+  }
 }
 
 // The whole attention gives the same bits with AVX2 as with AVX-512 (the
@@ -190,9 +265,9 @@ TEST(CpuAttentionTest, SameBitsOnAvx2AsOnAvx512) {
     Result r{std::vector<float>(s.N() * s.C), std::vector<float>(int64_t{s.B} * s.NH * s.T),
              std::vector<float>(qkv.size(), 0.5f)};
     std::vector<float> scratch(r.lse.size());
-    FusedAttentionForward(r.out.data(), r.lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    FusedAttentionForward(r.out.data(), r.lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window);
     FusedAttentionBackward(r.dqkv.data(), scratch.data(), dout.data(), qkv.data(), r.out.data(), r.lse.data(), s.B, s.T,
-                           s.C, s.NH);
+                           s.C, s.NH, s.window);
     LimitIsa(before);
     return r;
   };

@@ -173,12 +173,12 @@ TEST(CpuKernelsTest, AttentionBackwardMatchesFiniteDifferences) {
   std::vector<double> qkv = Random(kN * 3 * kC, rng, 1.5), w = Random(kN * kC, rng);
   std::vector<double> out(kN * kC), att(kB * kNH * kT * kT), scratch(att.size());
   auto objective = [&] {
-    AttentionForward(out.data(), att.data(), qkv.data(), kB, kT, kC, kNH);
+    AttentionForward(out.data(), att.data(), qkv.data(), kB, kT, kC, kNH, 0);
     return Dot(out, w);
   };
   objective();
   std::vector<double> dqkv = Filled(qkv.size());
-  AttentionBackward(dqkv.data(), scratch.data(), w.data(), qkv.data(), att.data(), kB, kT, kC, kNH);
+  AttentionBackward(dqkv.data(), scratch.data(), w.data(), qkv.data(), att.data(), kB, kT, kC, kNH, 0);
   ExpectGradient("dqkv", qkv, dqkv, objective);
 }
 
@@ -186,7 +186,7 @@ TEST(CpuKernelsTest, AttentionIsCausal) {
   std::mt19937_64 rng(8);
   std::vector<double> qkv = Random(kN * 3 * kC, rng, 1.5);
   std::vector<double> out(kN * kC), att(kB * kNH * kT * kT);
-  AttentionForward(out.data(), att.data(), qkv.data(), kB, kT, kC, kNH);
+  AttentionForward(out.data(), att.data(), qkv.data(), kB, kT, kC, kNH, 0);
   for (int bh = 0; bh < kB * kNH; ++bh) {
     for (int t = 0; t < kT; ++t) {
       double sum = 0;
@@ -204,7 +204,7 @@ TEST(CpuKernelsTest, AttentionIsCausal) {
   // position's output unchanged (bit for bit) and changes the last one.
   std::vector<double> qkv2 = qkv, out2(out.size()), att2(att.size());
   for (int i = 0; i < 3 * kC; ++i) qkv2[(kT - 1) * 3 * kC + i] += 0.5;
-  AttentionForward(out2.data(), att2.data(), qkv2.data(), kB, kT, kC, kNH);
+  AttentionForward(out2.data(), att2.data(), qkv2.data(), kB, kT, kC, kNH, 0);
   for (int t = 0; t < kT - 1; ++t) {
     for (int c = 0; c < kC; ++c) EXPECT_EQ(out[t * kC + c], out2[t * kC + c]) << "t " << t;
   }
@@ -377,7 +377,7 @@ TEST(CpuKernelsTest, FloatForwardAgreesWithDouble) {
     EncoderForward(x.data(), tokens.data(), twte.data(), twpe.data(), kB, kT, kC);
     LayerNormForward(ln.data(), mean.data(), rstd.data(), x.data(), tlw.data(), tlb.data(), kN, kC);
     MatmulForward(qkv.data(), ln.data(), tmw.data(), tmb.data(), kN, kC, 3 * kC);
-    AttentionForward(y.data(), att.data(), qkv.data(), kB, kT, kC, kNH);
+    AttentionForward(y.data(), att.data(), qkv.data(), kB, kT, kC, kNH, 0);
     GeluForward(g.data(), y.data(), kN * kC);
     CrossEntropyForwardBackward<T>(losses.data(), nullptr, tlogits.data(), tokens.data(), kN, V, Vp, T(0));
     std::vector<double> result(g.begin(), g.end());

@@ -318,28 +318,34 @@ TEST_F(CudaKernelsTest, MatmulWithTf32StaysClose) {
 TEST_F(CudaKernelsTest, AttentionForwardAndBackward) {
   struct Shape {
     int B, T, C, NH;
+    int window = 0;
   };
-  for (const Shape& sh : {Shape{2, 17, 48, 3}, Shape{1, 64, 64, 4}, Shape{2, 1, 8, 2}, Shape{1, 40, 32, 1}}) {
-    const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH;
+  for (const Shape& sh : {Shape{2, 17, 48, 3}, Shape{1, 64, 64, 4}, Shape{2, 1, 8, 2}, Shape{1, 40, 32, 1},
+                          Shape{2, 40, 32, 2, 7}, Shape{1, 70, 16, 1, 33}}) {
+    const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH, W = sh.window;
     SCOPED_TRACE("B " + std::to_string(B) + " T " + std::to_string(T) + " C " + std::to_string(C) + " NH " +
-                 std::to_string(NH));
+                 std::to_string(NH) + " window " + std::to_string(W));
     const int64_t N = static_cast<int64_t>(B) * T;
     const int64_t att_n = static_cast<int64_t>(B) * NH * T * T;
     std::vector<float> qkv = Uniform(N * 3 * C, -1, 1, 50);
     std::vector<float> out(N * C), att(att_n);
-    cpu::AttentionForward<float>(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    cpu::AttentionForward<float>(out.data(), att.data(), qkv.data(), B, T, C, NH, W);
 
     float* d_qkv = Up(qkv);
     float* d_out = Up(Uniform(N * C, 7, 8, 51));
     float* d_att = Up(Uniform(att_n, 7, 8, 52));  // garbage: the causal zeros must be written
     float* scratch = Up(Uniform(gpu::AttentionScratchElems(B, T, C, NH), 9, 10, 53));
-    ASSERT_OK(gpu::AttentionForward(*blas_, d_out, d_att, scratch, d_qkv, B, T, C, NH));
+    ASSERT_OK(gpu::AttentionForward(*blas_, d_out, d_att, scratch, d_qkv, B, T, C, NH, W));
     std::vector<float> got_att = Down(d_att, att_n);
     // Probabilities in [0, 1]: float softmax vs the CPU's.
     EXPECT_TRUE(Near(got_att, att, 1e-6, 1e-5));
     for (int64_t r = 0; r < static_cast<int64_t>(B) * NH * T; ++r) {
       const int t = static_cast<int>(r % T);
-      for (int s2 = t + 1; s2 < T; ++s2) ASSERT_EQ(got_att[r * T + s2], 0.0f) << "row " << r << " key " << s2;
+      for (int s2 = 0; s2 < T; ++s2) {
+        if (s2 > t || (W > 0 && t - s2 >= W)) {
+          ASSERT_EQ(got_att[r * T + s2], 0.0f) << "row " << r << " key " << s2;
+        }
+      }
     }
     // Outputs of magnitude <= 1: att's relative error (~1e-6) times sum |att v| <= 1, plus T roundings.
     EXPECT_TRUE(Near(Down(d_out, N * C), out, 3e-5, 1e-5));
@@ -348,9 +354,9 @@ TEST_F(CudaKernelsTest, AttentionForwardAndBackward) {
     std::vector<float> dout = Uniform(N * C, -1, 1, 54);
     std::vector<float> dqkv = Uniform(N * 3 * C, -1, 1, 55);
     float* d_dqkv = Up(dqkv);
-    ASSERT_OK(gpu::AttentionBackward(*blas_, d_dqkv, scratch, Up(dout), d_qkv, Up(att), B, T, C, NH));
+    ASSERT_OK(gpu::AttentionBackward(*blas_, d_dqkv, scratch, Up(dout), d_qkv, Up(att), B, T, C, NH, W));
     std::vector<float> cpu_scratch(att_n);
-    cpu::AttentionBackward<float>(dqkv.data(), cpu_scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    cpu::AttentionBackward<float>(dqkv.data(), cpu_scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, W);
     // Sums over up to T keys and hs channels of terms of magnitude <= 1.
     EXPECT_TRUE(Near(Down(d_dqkv, N * 3 * C), dqkv, 1e-6 * (T + C / NH), 1e-4));
   }
@@ -442,7 +448,7 @@ TEST_F(CudaKernelsTest, BadSizesAreErrorsNotLaunches) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   st = gpu::CrossEntropyForwardBackward(nullptr, nullptr, nullptr, nullptr, 4, 10, 8, 1.0f, s());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
-  st = gpu::AttentionForward(*blas_, nullptr, nullptr, nullptr, nullptr, 1, 4, 10, 3);
+  st = gpu::AttentionForward(*blas_, nullptr, nullptr, nullptr, nullptr, 1, 4, 10, 3, 0);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   // Zero sizes enqueue nothing and succeed.
   EXPECT_TRUE(gpu::GeluForward(nullptr, nullptr, 0, s()).ok());
@@ -714,6 +720,7 @@ class CudaFlashAttentionTest : public CudaKernelsTest {
  protected:
   struct Shape {
     int B, T, C, NH;
+    int window = 0;
   };
 
   // Columns [part * C, part * C + C) of each of the N rows of a [N, 3C] tensor.
@@ -735,28 +742,29 @@ class CudaFlashAttentionTest : public CudaKernelsTest {
   }
 
   void Check(const Shape& sh, uint32_t seed) {
-    const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH, hs = C / NH;
+    const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH, hs = C / NH, W = sh.window;
     SCOPED_TRACE("B " + std::to_string(B) + " T " + std::to_string(T) + " C " + std::to_string(C) + " NH " +
-                 std::to_string(NH));
+                 std::to_string(NH) + " window " + std::to_string(W));
     ASSERT_TRUE(gpu::FlashAttentionSupported(C, NH, 0)) << "head size " << hs;
     const int64_t N = static_cast<int64_t>(B) * T, rows = static_cast<int64_t>(B) * NH * T;
     const std::vector<float> qkv = Uniform(N * 3 * C, -2, 2, seed);
     const std::vector<float> qkv16 = Rounded(qkv, ElementType::kBf16);
     std::vector<float> out(N * C), att(rows * T);
-    cpu::AttentionForward<float>(out.data(), att.data(), qkv16.data(), B, T, C, NH);
+    cpu::AttentionForward<float>(out.data(), att.data(), qkv16.data(), B, T, C, NH, W);
     std::vector<float> lse(rows);
     for (int64_t r = 0; r < rows; ++r) {
       const int t = static_cast<int>(r % T), h = static_cast<int>(r / T % NH);
       const int64_t b = r / T / NH;
       const float* q = &qkv16[((b * T + t) * 3) * C + h * hs];
-      std::vector<double> s(t + 1);
+      const int lo = W > 0 ? std::max(0, t - W + 1) : 0;  // the keys row r sees: lo .. t
+      std::vector<double> s(t + 1 - lo);
       double mx = -INFINITY;
-      for (int j = 0; j <= t; ++j) {
+      for (int j = lo; j <= t; ++j) {
         const float* k = &qkv16[((b * T + j) * 3 + 1) * C + h * hs];
         double dot = 0.0;
         for (int i = 0; i < hs; ++i) dot += static_cast<double>(q[i]) * k[i];
-        s[j] = dot / std::sqrt(static_cast<double>(hs));
-        mx = std::max(mx, s[j]);
+        s[j - lo] = dot / std::sqrt(static_cast<double>(hs));
+        mx = std::max(mx, s[j - lo]);
       }
       double sum = 0.0;
       for (double x : s) sum += std::exp(x - mx);
@@ -766,7 +774,7 @@ class CudaFlashAttentionTest : public CudaKernelsTest {
     float* d_qkv = Up(qkv);
     float* d_out = Up(Uniform(N * C, 7, 8, seed + 1));  // garbage: every element must be written
     float* d_lse = Up(Uniform(rows, 7, 8, seed + 2));
-    ASSERT_OK(gpu::FlashAttentionForward(d_out, d_lse, d_qkv, B, T, C, NH, s()));
+    ASSERT_OK(gpu::FlashAttentionForward(d_out, d_lse, d_qkv, B, T, C, NH, W, s()));
     EXPECT_TRUE(NearMax(Down(d_out, N * C), out));
     EXPECT_TRUE(Near(Down(d_lse, rows), lse, 1e-4, 1e-5));
 
@@ -776,13 +784,13 @@ class CudaFlashAttentionTest : public CudaKernelsTest {
     const std::vector<float> dqkv0 = Uniform(N * 3 * C, -1, 1, seed + 4);
     std::vector<float> want(N * 3 * C, 0.0f), cpu_scratch(att.size());
     cpu::AttentionBackward<float>(want.data(), cpu_scratch.data(), Rounded(dout, ElementType::kBf16).data(),
-                                  qkv16.data(), att.data(), B, T, C, NH);
+                                  qkv16.data(), att.data(), B, T, C, NH, W);
     float* d_dout = Up(dout);
     float* d_scratch = Up(Uniform(gpu::FlashAttentionScratchElems(B, T, NH), 9, 10, seed + 5));
     std::vector<float> runs[2];
     for (auto& run : runs) {
       float* d_dqkv = Up(dqkv0);
-      ASSERT_OK(gpu::FlashAttentionBackward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, s()));
+      ASSERT_OK(gpu::FlashAttentionBackward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, W, s()));
       run = Down(d_dqkv, N * 3 * C);
     }
     EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * sizeof(float)), 0) << "not the same bits";
@@ -811,14 +819,20 @@ TEST_F(CudaFlashAttentionTest, OnePositionAndALongSequence) {
   Check({1, 1024, 128, 2}, 121);  // the benchmarks' sequence length
 }
 
+TEST_F(CudaFlashAttentionTest, SlidingWindows) {
+  Check({1, 150, 32, 2, 5}, 130);   // narrower than a tile: most key tiles skipped
+  Check({2, 200, 64, 1, 70}, 131);  // wider than a tile
+  Check({1, 1024, 128, 2, 256}, 132);
+}
+
 TEST_F(CudaFlashAttentionTest, UnsupportedHeadSizeIsAnError) {
   EXPECT_FALSE(gpu::FlashAttentionSupported(48, 2, 0));  // 24
   EXPECT_FALSE(gpu::FlashAttentionSupported(48, 0, 0));
   float* d = Alloc<float>(64);
-  const Status st = gpu::FlashAttentionForward(d, d, d, 1, 1, 48, 2, s());
+  const Status st = gpu::FlashAttentionForward(d, d, d, 1, 1, 48, 2, 0, s());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   EXPECT_NE(st.message().find("head size 24"), std::string::npos) << st.ToString();
-  EXPECT_EQ(gpu::FlashAttentionBackward(d, d, d, d, d, d, 1, 1, 48, 2, s()).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu::FlashAttentionBackward(d, d, d, d, d, d, 1, 1, 48, 2, 0, s()).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -28,6 +28,7 @@ namespace {
 
 struct Shape {
   int B, T, NH;
+  int window = 0;  // 0: none; else query t sees keys t - window + 1 .. t
 };
 
 // Largest |got - want| over the tensor against 1.5e-2 * max |want| + 1e-3.
@@ -49,8 +50,9 @@ double Bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 template <int HS>
 void Check(const Shape& sh, uint32_t seed) {
   const int B = sh.B, T = sh.T, NH = sh.NH, C = NH * HS;
+  const int W = sh.window;
   SCOPED_TRACE("head size " + std::to_string(HS) + " B " + std::to_string(B) + " T " + std::to_string(T) + " NH " +
-               std::to_string(NH));
+               std::to_string(NH) + " window " + std::to_string(W));
   const int64_t N = int64_t{B} * T, rows = int64_t{B} * NH * T;
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u2(-2, 2), u1(-1, 1), garbage(7, 8);
@@ -67,16 +69,16 @@ void Check(const Shape& sh, uint32_t seed) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const Dim3 grid{static_cast<unsigned>((T + kTile - 1) / kTile), static_cast<unsigned>(B * NH), 1};
   Launch(grid, kFlashThreads, Layout<HS>::kForwardBytes,
-         [&] { FlashForwardKernel<HS>(out.data(), lse.data(), qkv.data(), T, C, NH, scale); });
+         [&] { FlashForwardKernel<HS>(out.data(), lse.data(), qkv.data(), T, C, NH, scale, W); });
   std::vector<float> dqkv = dqkv0;
   const unsigned dot_blocks = static_cast<unsigned>(std::max<int64_t>(1, (rows + 7) / 8));
   Launch(Dim3{dot_blocks, 1, 1}, 256, 0,
          [&] { FlashRowDotKernel(d.data(), dout.data(), out.data(), T, C, NH, HS, rows); });
   Launch(grid, kFlashThreads, Layout<HS>::kBackwardBytes, [&] {
-    FlashBackwardKvKernel<HS>(dqkv.data(), dout.data(), qkv.data(), lse.data(), d.data(), T, C, NH, scale);
+    FlashBackwardKvKernel<HS>(dqkv.data(), dout.data(), qkv.data(), lse.data(), d.data(), T, C, NH, scale, W);
   });
   Launch(grid, kFlashThreads, Layout<HS>::kBackwardBytes, [&] {
-    FlashBackwardQKernel<HS>(dqkv.data(), dout.data(), qkv.data(), lse.data(), d.data(), T, C, NH, scale);
+    FlashBackwardQKernel<HS>(dqkv.data(), dout.data(), qkv.data(), lse.data(), d.data(), T, C, NH, scale, W);
   });
 
   // float64 attention on the rounded operands.
@@ -87,19 +89,20 @@ void Check(const Shape& sh, uint32_t seed) {
     for (int h = 0; h < NH; ++h) {
       for (int t = 0; t < T; ++t) {
         const int64_t o = (int64_t{b} * T + t) * C + int64_t{h} * HS;
+        const int lo = W > 0 ? std::max(0, t - W + 1) : 0;  // the keys query t sees: lo .. t
         std::vector<double> s(t + 1), p(t + 1), dp(t + 1);
         double mx = -INFINITY;
-        for (int j = 0; j <= t; ++j) {
+        for (int j = lo; j <= t; ++j) {
           double dot = 0.0;
           for (int i = 0; i < HS; ++i) dot += Bf16(qkv[at(b, t, 0, h) + i]) * Bf16(qkv[at(b, j, 1, h) + i]);
           s[j] = dot * sc;
           mx = std::max(mx, s[j]);
         }
         double sum = 0.0;
-        for (int j = 0; j <= t; ++j) sum += std::exp(s[j] - mx);
+        for (int j = lo; j <= t; ++j) sum += std::exp(s[j] - mx);
         want_lse[(int64_t{b} * NH + h) * T + t] = mx + std::log(sum);
         double D = 0.0;
-        for (int j = 0; j <= t; ++j) {
+        for (int j = lo; j <= t; ++j) {
           p[j] = std::exp(s[j] - mx) / sum;
           double x = 0.0;
           for (int i = 0; i < HS; ++i) {
@@ -109,7 +112,7 @@ void Check(const Shape& sh, uint32_t seed) {
           dp[j] = x;
           D += p[j] * x;
         }
-        for (int j = 0; j <= t; ++j) {
+        for (int j = lo; j <= t; ++j) {
           const double ds = p[j] * (dp[j] - D);
           for (int i = 0; i < HS; ++i) {
             want_d[at(b, t, 0, h) + i] += sc * ds * Bf16(qkv[at(b, j, 1, h) + i]);
@@ -144,6 +147,15 @@ TEST(FlashAttentionEmulationTest, HeadSize16) { Check<16>({2, 17, 4}, 110); }
 TEST(FlashAttentionEmulationTest, HeadSize32OneFullTile) { Check<32>({1, 64, 3}, 111); }
 TEST(FlashAttentionEmulationTest, HeadSize128ThreeTiles) { Check<128>({1, 130, 1}, 112); }
 TEST(FlashAttentionEmulationTest, OnePosition) { Check<64>({3, 1, 1}, 120); }
+// Sliding windows: narrower than a tile (most key tiles skipped, rows with
+// no key in a walked tile), one tile, wider than a tile but shorter than
+// the sequence, and past it (no window in effect).
+TEST(FlashAttentionEmulationTest, SlidingWindows) {
+  Check<16>({1, 150, 2, 5}, 130);
+  Check<32>({1, 140, 1, 64}, 131);
+  Check<16>({2, 200, 1, 70}, 132);
+  Check<16>({1, 40, 2, 100}, 133);
+}
 
 }  // namespace
 }  // namespace zinf::kernels::cuda::flash

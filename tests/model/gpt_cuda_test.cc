@@ -244,6 +244,15 @@ TEST(GptCudaTest, NopeLayerMatchesCpu) {
   CompareTinyModel(cfg);
 }
 
+// A sliding window in the first layer only, shorter than the sequence.
+TEST(GptCudaTest, SlidingWindowLayerMatchesCpu) {
+  GptConfig cfg = TinyQwen3Config();
+  cfg.sliding_window = 3;
+  cfg.sliding_layers = {0};
+  ASSERT_LT(cfg.sliding_window, cfg.seq_len);
+  CompareTinyModel(cfg);
+}
+
 // In both compute modes (the 16-bit one's attention is the fused kernel,
 // which recomputes the probabilities in its backward).
 void KeptActivationsGiveTheRecomputesBits(bool compute16) {
