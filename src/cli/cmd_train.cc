@@ -152,9 +152,14 @@ void PrintRunHeader(FILE* out, const Config& config, const std::vector<AutoResol
     if (!notes.empty()) std::fprintf(out, "zinf train: %s: %s\n", source.hf->dir.c_str(), notes.c_str());
   }
   const model::GptConfig& m = source.model;
-  std::fprintf(out, "zinf train: model %s: %s parameters (%d layers, %d heads, width %d, context %d, vocab %d)\n",
+  std::string window;
+  if (m.sliding_window > 0) {
+    window = "; sliding window " + std::to_string(m.sliding_window) + " in " + std::to_string(m.sliding_layers.size()) +
+             " of the layers";
+  }
+  std::fprintf(out, "zinf train: model %s: %s parameters (%d layers, %d heads, width %d, context %d, vocab %d%s)\n",
                source.description.c_str(), FormatCount(m.NumParameters()).c_str(), m.n_layer, m.n_head, m.n_embd,
-               m.seq_len, m.vocab_size);
+               m.seq_len, m.vocab_size, window.c_str());
   std::fprintf(out, "zinf train: device %s, %d rank(s), micro-batch %lld x %d tokens, accumulation %lld\n",
                device_name.c_str(), world, static_cast<long long>(config.train_micro_batch_size_per_gpu), m.seq_len,
                static_cast<long long>(config.gradient_accumulation_steps));

@@ -31,7 +31,8 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-// Keys that never change the forward or backward math.
+// Keys that never change the forward or backward math (max_window_layers
+// where windows are off: ParseSlidingWindow reads it where they are on).
 const std::set<std::string>& IgnoredKeys() {
   static const std::set<std::string> kKeys = {"architectures",
                                               "model_type",
@@ -106,6 +107,9 @@ class KeyReader {
  public:
   KeyReader(const json& doc, std::vector<std::string>* notes) : doc_(doc), notes_(notes) {}
 
+  // Whether the config has the key at all (null included): an absent key
+  // takes transformers' default, which may differ from null's meaning.
+  bool Has(const std::string& key) const { return doc_.contains(key); }
   const json* Get(const std::string& key) {
     used_.insert(key);
     auto it = doc_.find(key);
@@ -180,6 +184,12 @@ class KeyReader {
   std::vector<std::string> errors_;
 };
 
+// The layers whose attention slides once a config turns windows on, by
+// transformers' rule for each architecture: none (Llama reads no window),
+// all (Mistral, Phi-3), those from max_window_layers on (Qwen2, Qwen3), or
+// the NoPE layers (SmolLM3). The last two read layer_types first.
+enum class SlidingLayers { kNone, kAll, kFromMaxWindowLayers, kNopeLayers };
+
 // What each supported architecture is, in the terms zinf's model uses:
 // GPT-2's block, or Llama's with these changes. The one place an
 // architecture's name is looked at.
@@ -190,10 +200,11 @@ struct Architecture {
   bool qk_norm = false;   // Qwen3: an RMSNorm over each head of q and k
   // Phi-3: q|k|v and gate|up stored fused (qkv_proj, gate_up_proj); the
   // first partial_rotary_factor of each head turned; LongRoPE called "su"
-  // or "yarn" too; the attention slides whenever sliding_window is set.
+  // or "yarn" too; the attention slides whenever sliding_window is set
+  // (use_sliding_window is not read).
   bool phi3 = false;
-  // use_sliding_window's default (Mistral: windows unless it says no).
-  bool slides_by_default = false;
+  SlidingLayers sliding = SlidingLayers::kNone;
+  int default_window = 0;  // transformers' sliding_window when the key is absent (null: none)
   // SmolLM3: no_rope_layers (1: the layer's attention turns q and k, 0: it
   // does not), else a NoPE layer every no_rope_layer_interval (default 4).
   bool nope_layers = false;
@@ -202,11 +213,17 @@ struct Architecture {
 constexpr Architecture kArchitectures[] = {
     {.name = "GPT2LMHeadModel", .llama = false},
     {.name = "LlamaForCausalLM"},
-    {.name = "Qwen2ForCausalLM", .qkv_bias = true},
-    {.name = "Qwen3ForCausalLM", .qk_norm = true},
-    {.name = "MistralForCausalLM", .slides_by_default = true},
-    {.name = "Phi3ForCausalLM", .phi3 = true},
-    {.name = "SmolLM3ForCausalLM", .nope_layers = true},
+    {.name = "Qwen2ForCausalLM",
+     .qkv_bias = true,
+     .sliding = SlidingLayers::kFromMaxWindowLayers,
+     .default_window = 4096},
+    {.name = "Qwen3ForCausalLM",
+     .qk_norm = true,
+     .sliding = SlidingLayers::kFromMaxWindowLayers,
+     .default_window = 4096},
+    {.name = "MistralForCausalLM", .sliding = SlidingLayers::kAll, .default_window = 4096},
+    {.name = "Phi3ForCausalLM", .phi3 = true, .sliding = SlidingLayers::kAll},
+    {.name = "SmolLM3ForCausalLM", .sliding = SlidingLayers::kNopeLayers, .nope_layers = true},
 };
 
 const Architecture* FindArchitecture(std::string_view name) {
@@ -339,6 +356,78 @@ void ParseNopeLayers(KeyReader& r, GptConfig& m) {
   }
 }
 
+// The attention's sliding window, as transformers reads the config
+// (SlidingLayers): the window's length and the layers it applies to.
+void ParseSlidingWindow(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
+  GptConfig& m = c.model;
+  bool on = false;
+  switch (arch.sliding) {
+    case SlidingLayers::kNone: r.Neutral("use_sliding_window", {false}); break;
+    case SlidingLayers::kAll:
+      on = true;
+      if (r.Get("use_sliding_window") != nullptr) {
+        c.notes.push_back("use_sliding_window: ignored (" + c.architecture + " slides whenever sliding_window is set)");
+      }
+      break;
+    default: on = r.Bool("use_sliding_window", false);
+  }
+  int window = r.Has("sliding_window") ? 0 : arch.default_window;
+  if (const json* w = r.Get("sliding_window"); w != nullptr && !on) {
+    c.notes.push_back(arch.sliding == SlidingLayers::kNone
+                          ? "sliding_window: ignored (" + c.architecture + " does not read it)"
+                          : "sliding_window: ignored (use_sliding_window is false)");
+  } else if (w != nullptr) {
+    if (!w->is_number_integer() || w->get<int64_t>() < 1 || w->get<int64_t>() > (int64_t{1} << 30)) {
+      r.Error("sliding_window: expected a positive integer or null, got " + w->dump());
+    } else {
+      window = w->get<int>();
+    }
+  }
+  const bool reads_types =
+      arch.sliding == SlidingLayers::kFromMaxWindowLayers || arch.sliding == SlidingLayers::kNopeLayers;
+  std::vector<int> layers;
+  if (const json* types = r.Get("layer_types"); types != nullptr && !reads_types) {
+    c.notes.push_back("layer_types: ignored (" + c.architecture + " does not read it)");
+  } else if (types != nullptr) {
+    if (!types->is_array() || types->size() != static_cast<size_t>(m.n_layer)) {
+      return r.Error("layer_types: expected a list of " + std::to_string(m.n_layer) +
+                     " (num_hidden_layers) \"full_attention\" or \"sliding_attention\", got " + types->dump());
+    }
+    for (int l = 0; l < m.n_layer; ++l) {
+      const json& t = (*types)[static_cast<size_t>(l)];
+      const std::string at = "layer_types[" + std::to_string(l) + "]: ";
+      if (t == "sliding_attention" && !(on && window > 0)) {
+        // transformers refuses this (Qwen2, Qwen3), or its attention
+        // implementations disagree on it (SmolLM3).
+        return r.Error(at + "\"sliding_attention\" without a window (use_sliding_window true and sliding_window " +
+                       "set)");
+      }
+      if (t == "sliding_attention") {
+        layers.push_back(l);
+      } else if (t != "full_attention" && t != "attention") {  // "attention": transformers' older name
+        r.Error(at + t.dump() + " changes the math; zinf supports \"full_attention\" and \"sliding_attention\"");
+      }
+    }
+  } else if (arch.sliding == SlidingLayers::kAll) {
+    for (int l = 0; l < m.n_layer; ++l) layers.push_back(l);
+  } else if (arch.sliding == SlidingLayers::kFromMaxWindowLayers && on) {
+    int first = 28;  // transformers' default
+    if (const json* f = r.Get("max_window_layers"); f != nullptr) {
+      if (!f->is_number_integer() || f->get<int64_t>() < 0) {
+        return r.Error("max_window_layers: expected an integer >= 0, got " + f->dump());
+      }
+      first = static_cast<int>(std::min<int64_t>(f->get<int64_t>(), m.n_layer));
+    }
+    for (int l = first; l < m.n_layer; ++l) layers.push_back(l);
+  } else if (arch.sliding == SlidingLayers::kNopeLayers) {
+    layers = m.no_rope_layers;
+  }
+  if (on && window > 0 && !layers.empty()) {
+    m.sliding_window = window;
+    m.sliding_layers = std::move(layers);
+  }
+}
+
 void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   GptConfig& m = c.model;
   m.family = ModelFamily::kLlama;
@@ -384,34 +473,7 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   if (phi3 && !m.rope.longrope && r.Get("original_max_position_embeddings") != nullptr) {
     c.notes.push_back("original_max_position_embeddings: ignored (only \"longrope\" scaling reads it)");
   }
-  // Mistral's attention slides when use_sliding_window (default true) and a
-  // window are set; Phi-3's whenever a window is set, as transformers reads them.
-  bool use_sliding = phi3;
-  if (phi3 && r.Get("use_sliding_window") != nullptr) {
-    c.notes.push_back("use_sliding_window: ignored (Phi-3 slides whenever sliding_window is set)");
-  } else if (!phi3) {
-    use_sliding = r.Bool("use_sliding_window", arch.slides_by_default);
-    if (!arch.slides_by_default) r.Neutral("use_sliding_window", {false});
-  }
-  const json* window = r.Get("sliding_window");
-  if (window != nullptr && use_sliding) {
-    if (!window->is_number_integer() || window->get<int64_t>() < 1) {
-      r.Error("sliding_window: expected a positive integer or null, got " + window->dump());
-    } else {
-      c.sliding_window = window->get<int>();
-    }
-  } else if (window != nullptr) {
-    c.notes.push_back("sliding_window: ignored (use_sliding_window is false)");
-  }
-  if (const json* types = r.Get("layer_types"); types != nullptr) {
-    if (!types->is_array()) return r.Error("layer_types: expected a list, got " + types->dump());
-    for (size_t i = 0; i < types->size(); ++i) {
-      if ((*types)[i] != "full_attention") {
-        r.Error("layer_types[" + std::to_string(i) + "]: " + (*types)[i].dump() +
-                " changes the math; zinf supports only \"full_attention\"");
-      }
-    }
-  }
+  ParseSlidingWindow(r, c, arch);
 }
 
 StatusOr<std::string> ReadText(const std::string& path) {
@@ -599,11 +661,9 @@ StatusOr<GptConfig> HfModelAtSeqLen(const HfCheckpoint& ckpt, int seq_len) {
     return Status::InvalidArgument("sequence length " + std::to_string(seq_len) + " is outside [1, " +
                                    std::to_string(ckpt.max_positions) + "], the positions of " + ckpt.dir);
   }
-  if (ckpt.sliding_window > 0 && seq_len > ckpt.sliding_window) {
-    return Status::InvalidArgument(ckpt.architecture + " " + ckpt.dir + ": sliding_window " +
-                                   std::to_string(ckpt.sliding_window) + " is shorter than the sequence length " +
-                                   std::to_string(seq_len) + "; zinf has no sliding-window attention: give --seq-len " +
-                                   std::to_string(ckpt.sliding_window) + " or less");
+  if (m.sliding_window >= seq_len) {  // every query sees every earlier key: no window
+    m.sliding_window = 0;
+    m.sliding_layers.clear();
   }
   if (!m.llama() && seq_len != ckpt.max_positions) {
     return Status::InvalidArgument("GPT-2 " + ckpt.dir + ": the sequence length must be n_positions (" +

@@ -11,16 +11,19 @@
 //   Qwen2ForCausalLM    -> kLlama with q/k/v biases
 //   Qwen3ForCausalLM    -> kLlama with q_norm/k_norm (RMSNorm over each head
 //                          of q and k before RoPE)
-//   MistralForCausalLM  -> kLlama, only when the sequence fits the sliding
-//                          window (attention is then plain causal)
+//   MistralForCausalLM  -> kLlama whose attention slides in every layer
+//                          when sliding_window is set
 //   Phi3ForCausalLM     -> kLlama (Phi-3, Phi-4) whose q, k and v are stored
 //                          fused as the rows of one qkv_proj, gate and up as
 //                          those of gate_up_proj; a sliding window as
-//                          Mistral's (applied whenever set); the rotary
+//                          Mistral's; the rotary
 //                          embedding on partial_rotary_factor of each head,
 //                          with "longrope" scaling when configured
 // An explicit head_dim other than hidden_size / num_attention_heads
-// (Qwen3, Mistral-Nemo) sets GptConfig::head_size.
+// (Qwen3, Mistral-Nemo) sets GptConfig::head_size. Qwen2, Qwen3 and
+// SmolLM3 slide in the layers layer_types names (else from
+// max_window_layers on; SmolLM3: its NoPE layers) when use_sliding_window
+// is true: GptConfig::sliding_window and sliding_layers.
 // The vocabulary rows of the embedding and an untied head are padded with
 // zero rows to padded_vocab_size (they receive no gradient and stay 0).
 //
@@ -59,10 +62,9 @@ struct HfCheckpoint {
   std::string dir;
   std::string architecture;  // "LlamaForCausalLM", ...
   // The model; seq_len is the checkpoint's positions (n_positions /
-  // max_position_embeddings) until WithSeqLen changes it.
+  // max_position_embeddings); HfModelAtSeqLen gives it another.
   GptConfig model;
   int max_positions = 0;
-  int sliding_window = 0;  // Mistral, Phi-3: 0 none
   // Phi-3: q|k|v stored as one qkv_proj, gate|up as one gate_up_proj
   // (HfTensorNames names their row ranges).
   bool fused_projections = false;
@@ -84,9 +86,9 @@ bool IsHfModelDir(const std::string& path);
 StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir);
 
 // The model at sequence length `seq_len` (0: the checkpoint's positions).
-// kInvalidArgument beyond the positions, beyond Mistral's sliding window
-// (named), or for GPT-2 at another length than n_positions (its position
-// table is a weight of that many rows).
+// kInvalidArgument beyond the positions, or for GPT-2 at another length
+// than n_positions (its position table is a weight of that many rows). A
+// sliding window of seq_len or more is dropped (it changes nothing).
 StatusOr<GptConfig> HfModelAtSeqLen(const HfCheckpoint& ckpt, int seq_len);
 
 // The checkpoint's name of each tensor of `block` (GptBlockSpecs order).

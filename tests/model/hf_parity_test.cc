@@ -175,7 +175,7 @@ TEST_P(HfParityTest, AdamWOnNvmeFollowsTorchCurve) {
 
 INSTANTIATE_TEST_SUITE_P(Architectures, HfParityTest,
                          ::testing::Values("gpt2", "llama", "qwen2", "mistral", "qwen3", "phi3", "phi3-longrope",
-                                           "smollm3"));
+                                           "smollm3", "mistral-window", "qwen2-window"));
 
 // A copy of a fixture folder whose config.json or tensors a test changes.
 std::string CopyFixture(const TempDir& tmp, const std::string& name) {
@@ -367,17 +367,95 @@ TEST(HfCheckpointTest, UnknownKeyIsAnErrorAndNeutralKeysAreNoted) {
   EXPECT_NE(c.status().message().find("query_pre_attn_scalar"), std::string::npos) << c.status().ToString();
 }
 
-TEST(HfCheckpointTest, MistralBeyondItsSlidingWindowIsRefused) {
-  auto c = OpenHfCheckpoint(FixtureDir("mistral"));
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  ASSERT_GT(c->sliding_window, 0);
-  HfCheckpoint wide = *c;
-  wide.max_positions = c->sliding_window * 2;
-  auto m = HfModelAtSeqLen(wide, c->sliding_window + 1);
-  ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.status().message().find("sliding_window"), std::string::npos) << m.status().ToString();
-  EXPECT_NE(m.status().message().find("--seq-len " + std::to_string(c->sliding_window)), std::string::npos)
-      << m.status().ToString();
+// Which layers slide, and over how many keys, as transformers reads each
+// architecture's config (the parity fixtures check the maths).
+TEST(HfCheckpointTest, SlidingWindowsAsTransformersReadsThem) {
+  auto at_len = [](const std::string& dir, int seq_len) -> StatusOr<GptConfig> {
+    ZINF_ASSIGN_OR_RETURN(HfCheckpoint c, OpenHfCheckpoint(dir));
+    return HfModelAtSeqLen(c, seq_len);
+  };
+  using Layers = std::vector<int>;
+  // Mistral: every layer, whatever use_sliding_window says; a window of
+  // the sequence's length or more is none.
+  auto m = at_len(FixtureDir("mistral-window"), 16);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->sliding_window, 5);
+  EXPECT_EQ(m->sliding_layers, (Layers{0, 1}));
+  m = at_len(FixtureDir("mistral"), 16);  // window 32
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->sliding_window, 0);
+  EXPECT_TRUE(m->sliding_layers.empty());
+  TempDir tmp;
+  const std::string mistral = CopyFixture(tmp, "mistral-window");
+  EditConfig(mistral, "{", R"({"use_sliding_window": false,)");
+  m = at_len(mistral, 16);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->sliding_layers, (Layers{0, 1}));
+  m = at_len(mistral, 5);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_TRUE(m->sliding_layers.empty());
+  EditConfig(mistral, R"("sliding_window": 5,)", "");  // absent: transformers' default, 4096
+  auto absent = OpenHfCheckpoint(mistral);
+  ASSERT_TRUE(absent.ok()) << absent.status().ToString();
+  EXPECT_EQ(absent->model.sliding_window, 4096);
+  EditConfig(mistral, "{", R"({"sliding_window": null,)");  // null: none
+  absent = OpenHfCheckpoint(mistral);
+  ASSERT_TRUE(absent.ok()) << absent.status().ToString();
+  EXPECT_EQ(absent->model.sliding_window, 0);
+
+  // Qwen2: layer_types, else the layers from max_window_layers on; none
+  // unless use_sliding_window.
+  m = at_len(FixtureDir("qwen2-window"), 16);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->sliding_window, 3);
+  EXPECT_EQ(m->sliding_layers, (Layers{2}));
+  const std::string qwen2 = CopyFixture(tmp, "qwen2-window");
+  EditConfig(qwen2, R"("layer_types": [
+    "full_attention",
+    "full_attention",
+    "sliding_attention"
+  ],)",
+             "");
+  EditConfig(qwen2, R"("max_window_layers": 2)", R"("max_window_layers": 1)");
+  m = at_len(qwen2, 16);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->sliding_layers, (Layers{1, 2}));
+  EditConfig(qwen2, R"("use_sliding_window": true)", R"("use_sliding_window": false)");
+  auto off = OpenHfCheckpoint(qwen2);
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_TRUE(off->model.sliding_layers.empty());
+  bool noted = false;
+  for (const std::string& n : off->notes) noted |= n.find("sliding_window: ignored") != std::string::npos;
+  EXPECT_TRUE(noted);
+  TempDir tmp2;
+  const std::string bad = CopyFixture(tmp2, "qwen2-window");
+  EditConfig(bad, R"("use_sliding_window": true)", R"("use_sliding_window": false)");
+  auto refused = OpenHfCheckpoint(bad);  // transformers refuses a sliding layer without a window
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("layer_types[2]: \"sliding_attention\" without a window"),
+            std::string::npos)
+      << refused.status().ToString();
+  EditConfig(bad, R"("use_sliding_window": false)", R"("use_sliding_window": true)");
+  EditConfig(bad, R"("sliding_attention")", R"("chunked_attention")");
+  refused = OpenHfCheckpoint(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("layer_types[2]"), std::string::npos) << refused.status().ToString();
+
+  // SmolLM3: the NoPE layers (1 and 3 in the fixture).
+  const std::string smol = CopyFixture(tmp, "smollm3");
+  EditConfig(smol, R"("use_sliding_window": false)", R"("use_sliding_window": true)");
+  EditConfig(smol, R"("sliding_window": null)", R"("sliding_window": 4)");
+  EditConfig(smol, R"("layer_types": [
+    "full_attention",
+    "full_attention",
+    "full_attention",
+    "full_attention"
+  ],)",
+             "");  // as saved, every layer full: transformers derives the list only when it is absent
+  m = at_len(smol, 16);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->sliding_window, 4);
+  EXPECT_EQ(m->sliding_layers, (Layers{1, 3}));
 }
 
 // A long default length (Llama 3.1: 131072 positions) whose activations do

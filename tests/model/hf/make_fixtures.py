@@ -72,6 +72,14 @@ MODELS = {
                 dict(COMMON_LLAMA, num_hidden_layers=4, vocab_size=140, tie_word_embeddings=True,
                      no_rope_layer_interval=2, rope_theta=2000000.0, bos_token_id=0, eos_token_id=0,
                      pad_token_id=None), torch.bfloat16),
+    # a sliding window shorter than the sequence: each query sees itself and the 4 keys before it
+    "mistral-window": (transformers.MistralConfig, transformers.MistralForCausalLM,
+                       dict(COMMON_LLAMA, vocab_size=100, tie_word_embeddings=False, sliding_window=5),
+                       torch.float32),
+    # windows in some layers only: layers from max_window_layers (2 of 3) on slide, over 3 keys
+    "qwen2-window": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
+                     dict(COMMON_LLAMA, num_hidden_layers=3, vocab_size=90, tie_word_embeddings=True,
+                          use_sliding_window=True, sliding_window=3, max_window_layers=2), torch.float32),
 }
 
 
