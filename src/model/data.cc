@@ -108,6 +108,49 @@ Status WriteTokenFile(const std::string& path, std::span<const uint32_t> tokens,
   return WriteFileAtomic(path, bytes).WithContext("write token file " + path);
 }
 
+namespace {
+
+// TokenIdentity a run of tokens at a time: the CRC of the tokens' own bytes
+// and, while every id fits 16 bits, of their uint16 bytes (a 32-bit view's
+// narrowed a chunk at a time).
+class IdentitySum {
+ public:
+  explicit IdentitySum(int width) : width_(width) {}
+  void Add(TokenView run) {
+    count_ += run.size();
+    own_ = Crc32cExtend(own_, run.data, static_cast<size_t>(run.size() * width_));
+    if (width_ == 2 || !fits16_) return;
+    chunk_.resize(static_cast<size_t>(2 * run.size()));
+    for (int64_t i = 0; i < run.size(); ++i) {
+      const uint32_t t = run[i];
+      if (t > 0xFFFF) {
+        fits16_ = false;
+        return;
+      }
+      chunk_[static_cast<size_t>(2 * i)] = static_cast<unsigned char>(t & 0xFF);
+      chunk_[static_cast<size_t>(2 * i + 1)] = static_cast<unsigned char>(t >> 8);
+    }
+    narrowed_ = Crc32cExtend(narrowed_, chunk_.data(), chunk_.size());
+  }
+  std::string Finish() const {
+    const bool narrow = width_ == 2 || fits16_;
+    char text[16];
+    std::snprintf(text, sizeof(text), "%08x", width_ == 4 && fits16_ ? narrowed_ : own_);
+    return "tokens=" + std::to_string(count_) + " crc32c=" + text + (narrow ? "" : " width=32");
+  }
+  // Tokens a run: the CRC and the check stay in the cache between them.
+  static constexpr int64_t kRun = int64_t{1} << 16;
+
+ private:
+  int width_;
+  int64_t count_ = 0;
+  uint32_t own_ = 0, narrowed_ = 0;
+  bool fits16_ = true;
+  std::vector<unsigned char> chunk_;
+};
+
+}  // namespace
+
 // The file's pages, mapped read-only.
 struct Tokens::Mapping {
   void* base = nullptr;
@@ -181,14 +224,21 @@ StatusOr<Tokens> Tokens::Map(const std::string& path, int64_t vocab_size) {
   ::madvise(base, t.mapping_->bytes, MADV_SEQUENTIAL);
   t.view_ = TokenView(static_cast<const unsigned char*>(base) + kHeaderBytes, width, count);
   if (vocab_size > 0) {
-    for (int64_t i = 0; i < count; ++i) {
-      const uint32_t token = t.view_[i];
-      if (token >= vocab_size) {
-        return Status::InvalidArgument(where + "token " + std::to_string(i) + " (byte offset " +
-                                       std::to_string(kHeaderBytes + width * i) + ") is " + std::to_string(token) +
-                                       ", outside the model's vocabulary of " + std::to_string(vocab_size));
+    IdentitySum identity(width);
+    for (int64_t begin = 0; begin < count; begin += IdentitySum::kRun) {
+      const TokenView run = t.view_.Sub(begin, std::min<int64_t>(IdentitySum::kRun, count - begin));
+      for (int64_t i = 0; i < run.size(); ++i) {
+        const uint32_t token = run[i];
+        if (token >= vocab_size) {
+          const int64_t at = begin + i;
+          return Status::InvalidArgument(where + "token " + std::to_string(at) + " (byte offset " +
+                                         std::to_string(kHeaderBytes + width * at) + ") is " + std::to_string(token) +
+                                         ", outside the model's vocabulary of " + std::to_string(vocab_size));
+        }
       }
+      identity.Add(run);
     }
+    t.identity_ = identity.Finish();
   }
   ::madvise(base, t.mapping_->bytes, MADV_NORMAL);  // the kernel's readahead adapts to the loader's order
   return t;
@@ -203,31 +253,14 @@ StatusOr<std::vector<uint32_t>> ReadTokenFile(const std::string& path, int64_t v
 }
 
 std::string TokenIdentity(TokenView tokens) {
-  bool narrow = tokens.width == 2;
-  if (!narrow) {
-    narrow = true;
-    for (int64_t i = 0; i < tokens.size() && narrow; ++i) narrow = tokens[i] <= 0xFFFF;
+  IdentitySum identity(tokens.width);
+  for (int64_t begin = 0; begin < tokens.size(); begin += IdentitySum::kRun) {
+    identity.Add(tokens.Sub(begin, std::min<int64_t>(IdentitySum::kRun, tokens.size() - begin)));
   }
-  uint32_t crc = 0;
-  if (narrow == (tokens.width == 2)) {  // the file's own bytes
-    crc = Crc32cExtend(0, tokens.data, static_cast<size_t>(tokens.size() * tokens.width));
-  } else {  // 32-bit tokens that all fit 16 bits: their uint16 bytes, a chunk at a time
-    std::vector<unsigned char> chunk;
-    for (int64_t begin = 0; begin < tokens.size(); begin += int64_t{1} << 16) {
-      const int64_t n = std::min<int64_t>(int64_t{1} << 16, tokens.size() - begin);
-      chunk.resize(static_cast<size_t>(2 * n));
-      for (int64_t i = 0; i < n; ++i) {
-        const uint32_t t = tokens[begin + i];
-        chunk[static_cast<size_t>(2 * i)] = static_cast<unsigned char>(t & 0xFF);
-        chunk[static_cast<size_t>(2 * i + 1)] = static_cast<unsigned char>(t >> 8);
-      }
-      crc = Crc32cExtend(crc, chunk.data(), chunk.size());
-    }
-  }
-  char text[16];
-  std::snprintf(text, sizeof(text), "%08x", crc);
-  return "tokens=" + std::to_string(tokens.size()) + " crc32c=" + text + (narrow ? "" : " width=32");
+  return identity.Finish();
 }
+
+std::string Tokens::Identity() const { return identity_.empty() ? TokenIdentity(view_) : identity_; }
 
 // ---------------------------------------------------------------------------
 // Byte tokenizer

@@ -98,7 +98,8 @@ class Tokens {
   Tokens();
   explicit Tokens(std::vector<uint32_t> held);
   // Maps and checks a token file: ReadTokenFile's errors, each token checked
-  // against vocab_size (0: no check) as it reads.
+  // against vocab_size (0: no check, and no pass over the tokens) as it
+  // reads; that one pass takes the identity too.
   static StatusOr<Tokens> Map(const std::string& path, int64_t vocab_size = 0);
   Tokens(Tokens&&) noexcept;
   Tokens& operator=(Tokens&&) noexcept;
@@ -106,12 +107,15 @@ class Tokens {
 
   TokenView view() const { return view_; }
   int64_t size() const { return view_.count; }
+  // TokenIdentity(view()): the one Map's pass took, else computed now.
+  std::string Identity() const;
 
  private:
   struct Mapping;
   std::vector<uint32_t> held_;
   std::unique_ptr<Mapping> mapping_;
   TokenView view_;
+  std::string identity_;  // empty until taken
 };
 
 // The data's identity in a checkpoint manifest: "tokens=N crc32c=X", the CRC

@@ -563,7 +563,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
         "builtin-corpus bytes=" + std::to_string(options.corpus_bytes) + " seed=" + std::to_string(options.seed);
   } else {
     ZINF_ASSIGN_OR_RETURN(m->tokens, Tokens::Map(options.data_path, m->model().vocab_size));
-    m->data_identity = TokenIdentity(m->tokens.view());
+    m->data_identity = m->tokens.Identity();
   }
   const double eval_fraction = std::clamp(options.eval_fraction, 0.0, 0.5);
   const auto all = static_cast<size_t>(m->tokens.size());

@@ -417,9 +417,21 @@ TEST(TokenFile, IdentityIsTheTokensNotTheFile) {
     auto mapped = Tokens::Map(dir.Sub("t.bin"));
     ASSERT_TRUE(mapped.ok()) << mapped.status().ToString();
     EXPECT_EQ(TokenIdentity(mapped->view()), narrow);
+    // Taken in the check's pass when Map checks a vocabulary.
+    auto checked = Tokens::Map(dir.Sub("t.bin"), 50257);
+    ASSERT_TRUE(checked.ok()) << checked.status().ToString();
+    EXPECT_EQ(checked->Identity(), narrow);
   }
   const std::vector<uint32_t> wide = {1, 70000, 3};
   EXPECT_EQ(TokenIdentity(wide), "tokens=3 crc32c=f02df23c width=32");
+  // An id past 16 bits in the second run of a 32-bit file.
+  std::vector<uint32_t> late = tokens;
+  late[65536 + 5] = 70000;  // the identity is taken in runs of 65536 tokens
+  ASSERT_TRUE(WriteTokenFile(dir.Sub("w.bin"), late, TokenFileFormat::kUint32).ok());
+  auto wide_file = Tokens::Map(dir.Sub("w.bin"), 70001);
+  ASSERT_TRUE(wide_file.ok()) << wide_file.status().ToString();
+  EXPECT_EQ(wide_file->Identity(), TokenIdentity(late));
+  EXPECT_NE(wide_file->Identity().find(" width=32"), std::string::npos);
   EXPECT_EQ(TokenIdentity(TokenView()), "tokens=0 crc32c=00000000");
 }
 
