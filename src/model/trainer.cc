@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <optional>
+#include <set>
 #include <span>
 #include <utility>
 
@@ -57,8 +58,12 @@ std::vector<std::string> GptTensorExportNames(const GptConfig& config, BlockId b
     }
     std::vector<std::string> n;
     const std::string l = "model.layers." + std::to_string(block - 1) + ".";
-    const std::vector<BlockSpec> specs = GptBlockSpecs(config);  // (a temporary's element would not outlive the loop)
-    for (const TensorSpec& t : specs[static_cast<size_t>(block)].tensors) {
+    // Every layer's tensors have the same names: those of a one-layer
+    // model's layer (not the whole model's specs for each layer named).
+    GptConfig one = config;
+    one.n_layer = 1;
+    const std::vector<BlockSpec> specs = GptBlockSpecs(one);  // (a temporary's element would not outlive the loop)
+    for (const TensorSpec& t : specs[1].tensors) {
       const char c = t.name[0];
       const bool attn = t.name[1] == '_' && (c == 'q' || c == 'k' || c == 'v' || c == 'o');
       const bool mlp = t.name.rfind("gate", 0) == 0 || t.name.rfind("up", 0) == 0 || t.name.rfind("down", 0) == 0;
@@ -799,12 +804,14 @@ Status Trainer::InitFromSafetensors(const std::string& path) {
     }
   }
   if (used != file.tensors.size()) {
+    std::set<std::string> known;
+    for (BlockId b = 0; b < static_cast<BlockId>(model_specs.size()); ++b) {
+      for (std::string& n : GptTensorExportNames(m.model(), b)) known.insert(std::move(n));
+    }
     for (const auto& t : file.tensors) {
-      bool known = false;
-      for (BlockId b = 0; b < static_cast<BlockId>(model_specs.size()) && !known; ++b) {
-        for (const std::string& n : GptTensorExportNames(m.model(), b)) known = known || n == t.name;
+      if (known.count(t.name) == 0) {
+        return Status::InvalidArgument(where + "tensor " + t.name + " is not part of this model");
       }
-      if (!known) return Status::InvalidArgument(where + "tensor " + t.name + " is not part of this model");
     }
   }
   std::vector<std::byte> raw;

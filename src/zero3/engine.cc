@@ -361,10 +361,12 @@ Status Engine::Impl::WriteHomeFromMaster() {
 // then writes home whole); forward-only fp32 ones straight from `master`.
 Status Engine::Impl::WriteHomeBlock(BlockId b, const float* master) {
   const zero3::BlockLayout& l = layout(b);
-  if (plan.forward_only && param_type == ElementType::kF32 && !plan.new_params_in_home) {
-    // Nothing to cast (PlanForwardOnly): home from where it is.
-    ZINF_RETURN_IF_ERROR(home->WriteBlock(b, reinterpret_cast<const char*>(master)));
+  auto write_home = [&](const char* from) -> Status {
+    ZINF_RETURN_IF_ERROR(home->WriteBlock(b, from));
     return home->writes_on_stream() ? stream->Synchronize() : Status::Ok();
+  };
+  if (plan.forward_only && param_type == ElementType::kF32 && !plan.new_params_in_home) {
+    return write_home(reinterpret_cast<const char*>(master));  // nothing to cast (PlanForwardOnly)
   }
   const bool ring = plan.new_params_ring_elems > 0;
   char* dst = NewParams() + (ring ? 0 : l.rank_offset * param_es);
@@ -373,9 +375,7 @@ Status Engine::Impl::WriteHomeBlock(BlockId b, const float* master) {
   } else {
     ZINF_RETURN_IF_ERROR(optim::CastFromF32(*threads, isa, master, param_type, dst, l.shard_numel));
   }
-  if (!ring) return Status::Ok();
-  ZINF_RETURN_IF_ERROR(home->WriteBlock(b, dst));
-  return home->writes_on_stream() ? stream->Synchronize() : Status::Ok();
+  return ring ? write_home(dst) : Status::Ok();
 }
 
 // The block's gradient, reduce-scattered over the ranks, in `staging`.
