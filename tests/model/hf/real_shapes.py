@@ -13,7 +13,9 @@ NAME: qwen3-0.6b (Qwen3-0.6B's shape: head_dim 128 at hidden 1024, q/k norms,
 tied), phi4-mini-2l (Phi-4-mini's widths at 2 layers and a 32064 vocabulary:
 fused projections, 96 of 128 columns rotated, LongRoPE with 48 factors),
 smollm3-4l (SmolLM3-3B's widths at 4 layers, the last without RoPE, GQA 16/4,
-a 128256 vocabulary, tied).
+a 128256 vocabulary, tied), mistral-2l-window100 (Mistral-7B's widths at 2
+layers with a sliding window of 100 keys: blocks of 64 queries whose windows
+start and end inside other blocks).
 Prints one line per model: both losses and their difference.
 """
 import argparse
@@ -54,7 +56,14 @@ def smollm3():
         pad_token_id=None)
 
 
-SHAPES = {"qwen3-0.6b": qwen3, "phi4-mini-2l": phi4_mini, "smollm3-4l": smollm3}
+def mistral_window():
+    return transformers.MistralForCausalLM, transformers.MistralConfig(
+        vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=2, num_attention_heads=32,
+        num_key_value_heads=8, max_position_embeddings=32768, rope_theta=10000.0, rms_norm_eps=1e-5,
+        tie_word_embeddings=False, sliding_window=100)
+
+
+SHAPES = {"qwen3-0.6b": qwen3, "phi4-mini-2l": phi4_mini, "smollm3-4l": smollm3, "mistral-2l-window100": mistral_window}
 
 
 def check(name, zinf, work):
