@@ -204,6 +204,15 @@ class Engine {
   // block's order (each rank takes its shard; all ranks should pass the same
   // values). Every block must be set before the first Acquire.
   Status SetParameters(BlockId block, const std::vector<const float*>& values);
+  // The same, the values asked for a range at a time: fill(t, first, count,
+  // out) writes elements [first, first + count) of tensor t (row-major fp32)
+  // to `out`, for each range this rank's shard holds (each once, tensors in
+  // order): no array of a whole block or tensor is needed (a checkpoint's
+  // tensors read straight into the engine's staging). An error from `fill`
+  // is returned, and the block keeps what it had (unset, or the values of
+  // an earlier call).
+  using TensorFill = std::function<Status(size_t tensor, int64_t first, int64_t count, float* out)>;
+  Status SetParameters(BlockId block, const TensorFill& fill);
 
   // The block's full parameters on the device, one pointer per tensor (of
   // param_type()), valid until Release. Acquires nest. Collective.

@@ -116,20 +116,6 @@ std::string FetchLayout::Describe() const {
   return out;
 }
 
-std::vector<std::vector<std::vector<float>>> FetchLayout::Split(BlockId model_block,
-                                                                std::vector<std::vector<float>> weights) const {
-  std::vector<std::vector<std::vector<float>>> out;
-  for (BlockId e : pieces_of(model_block)) {
-    std::vector<std::vector<float>> w;
-    for (int t : piece(e).tensors) {
-      ZINF_CHECK_MSG(static_cast<size_t>(t) < weights.size(), "FetchLayout::Split: weights of another block");
-      w.push_back(std::move(weights[static_cast<size_t>(t)]));
-    }
-    out.push_back(std::move(w));
-  }
-  return out;
-}
-
 StatusOr<int64_t> ParseFetchUnit(const std::string& text, bool* automatic) {
   *automatic = text == "auto";
   if (text == "auto" || text == "layer") return 0;

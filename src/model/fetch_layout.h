@@ -96,11 +96,6 @@ class FetchLayout {
   // checkpoint resumes only under the same cut.
   std::string Describe() const;
 
-  // A model block's weights (its tensors in GptBlockSpecs order) as the
-  // weights of each of its pieces (pieces_of order), and back.
-  std::vector<std::vector<std::vector<float>>> Split(BlockId model_block,
-                                                     std::vector<std::vector<float>> weights) const;
-
  private:
   int64_t fetch_unit_ = 0;
   std::vector<BlockSpec> specs_;

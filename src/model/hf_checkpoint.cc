@@ -772,45 +772,68 @@ float ElementAt(const std::byte* p, const std::string& dtype, int64_t i) {
 
 }  // namespace
 
+Status ReadHfTensor(const HfCheckpoint& ckpt, const GptConfig& model, BlockId block, const BlockSpec& spec, size_t t,
+                    int64_t first, int64_t count, float* out) {
+  if (t >= spec.tensors.size() || first < 0 || count < 0 || first + count > spec.tensors[t].numel()) {
+    return Status::InvalidArgument("ReadHfTensor: tensor " + std::to_string(t) + " elements [" + std::to_string(first) +
+                                   ", " + std::to_string(first + count) + ") of block " + std::to_string(block) +
+                                   " out of range");
+  }
+  const std::vector<std::string> names = HfTensorNames(ckpt, block);
+  if (names.size() != spec.tensors.size()) {
+    return Status::InvalidArgument("ReadHfTensor: block " + std::to_string(block) + " has " +
+                                   std::to_string(names.size()) + " checkpoint tensors, its spec " +
+                                   std::to_string(spec.tensors.size()));
+  }
+  const HfCheckpoint::Source& src = ckpt.tensors.at(names[t]);
+  const SafetensorsHeader::Entry& e = src.entry;
+  ZINF_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(ckpt.files[src.file], e.end));
+  const std::byte* p = file.data() + e.begin;
+  const bool conv1d = !model.llama() && e.shape.size() == 2 && names[t].find(".h.") != std::string::npos;
+  const HfRows rows = HfRowsOf(spec, names, t);
+  if (rows.fused) {  // this tensor's rows of the fused one
+    const int64_t at = rows.row * (spec.tensors[t].numel() / spec.tensors[t].shape[0]) + first;
+    for (int64_t i = 0; i < count; ++i) out[i] = ElementAt(p, e.dtype, at + i);
+  } else if (conv1d) {  // stored [in, out]; the engine keeps [out, in]
+    const int64_t in = e.shape[0], outf = e.shape[1];
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t j = first + i;  // row j / in, column j % in of [out, in]
+      out[i] = ElementAt(p, e.dtype, (j % in) * outf + j / in);
+    }
+  } else {
+    // Same layout; the vocabulary padding rows (beyond the file's) are 0.
+    int64_t n = 1;
+    for (int64_t d : e.shape) n *= d;
+    for (int64_t i = 0; i < count; ++i) out[i] = first + i < n ? ElementAt(p, e.dtype, first + i) : 0.0f;
+  }
+  file.Drop(e.begin, e.end);
+  return Status::Ok();
+}
+
 StatusOr<std::vector<std::vector<float>>> ReadHfBlock(const HfCheckpoint& ckpt, const GptConfig& model, BlockId block) {
   const std::vector<BlockSpec> specs = GptBlockSpecs(model);
   if (block < 0 || block >= static_cast<BlockId>(specs.size())) {
     return Status::InvalidArgument("ReadHfBlock: block " + std::to_string(block) + " out of range");
   }
-  const BlockSpec& spec = specs[block];
-  const std::vector<std::string> names = HfTensorNames(ckpt, block);
+  const BlockSpec& spec = specs[static_cast<size_t>(block)];
   std::vector<std::vector<float>> out;
   for (size_t t = 0; t < spec.tensors.size(); ++t) {
-    const HfCheckpoint::Source& src = ckpt.tensors.at(names[t]);
-    const SafetensorsHeader::Entry& e = src.entry;
-    ZINF_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(ckpt.files[src.file], e.end));
-    const std::byte* p = file.data() + e.begin;
-    std::vector<float> w(static_cast<size_t>(spec.tensors[t].numel()), 0.0f);
-    const bool conv1d = !model.llama() && e.shape.size() == 2 && names[t].find(".h.") != std::string::npos;
-    const HfRows rows = HfRowsOf(spec, names, t);
-    if (rows.fused) {  // this tensor's rows of the fused one
-      const int64_t n = spec.tensors[t].numel(), first = rows.row * (n / spec.tensors[t].shape[0]);
-      for (int64_t i = 0; i < n; ++i) w[static_cast<size_t>(i)] = ElementAt(p, e.dtype, first + i);
-    } else if (conv1d) {  // stored [in, out]; the engine keeps [out, in]
-      const int64_t in = e.shape[0], outf = e.shape[1];
-      for (int64_t i = 0; i < in; ++i) {
-        for (int64_t o = 0; o < outf; ++o) w[static_cast<size_t>(o * in + i)] = ElementAt(p, e.dtype, i * outf + o);
-      }
-    } else {
-      // Same layout; the vocabulary padding rows (beyond the file's) stay 0.
-      int64_t n = 1;
-      for (int64_t d : e.shape) n *= d;
-      for (int64_t i = 0; i < n; ++i) w[static_cast<size_t>(i)] = ElementAt(p, e.dtype, i);
-    }
-    file.Drop(e.begin, e.end);
+    std::vector<float> w(static_cast<size_t>(spec.tensors[t].numel()));
+    ZINF_RETURN_IF_ERROR(ReadHfTensor(ckpt, model, block, spec, t, 0, spec.tensors[t].numel(), w.data()));
     out.push_back(std::move(w));
   }
   return out;
 }
 
-std::function<StatusOr<std::vector<std::vector<float>>>(BlockId)> ModelSource::InitialWeights() const {
+std::function<Status(BlockId, size_t, int64_t, int64_t, float*)> ModelSource::InitialWeights() const {
   if (hf == nullptr) return {};
-  return [ckpt = hf, model = model](BlockId b) { return ReadHfBlock(*ckpt, model, b); };
+  return [ckpt = hf, model = model, specs = GptBlockSpecs(model)](BlockId b, size_t t, int64_t first, int64_t count,
+                                                                  float* out) {
+    if (b < 0 || b >= static_cast<BlockId>(specs.size())) {
+      return Status::InvalidArgument("initial weights: block " + std::to_string(b) + " out of range");
+    }
+    return ReadHfTensor(*ckpt, model, b, specs[static_cast<size_t>(b)], t, first, count, out);
+  };
 }
 
 Status ModelSource::HintSeqLen(const Status& s) const {

@@ -35,10 +35,11 @@
 // Tensors: a missing, extra or mis-shaped tensor is kInvalidArgument naming
 // it (expected vs found shape). F32, BF16 and F16 tensors.
 //
-// Memory: OpenHfCheckpoint reads only headers. ReadHfBlock maps the file
-// holding each tensor, converts that tensor to fp32, and drops its pages
-// (MADV_DONTNEED) before the next: RAM holds one block in fp32 plus one
-// tensor's pages, never the model (the page cache keeps what was read, clean
+// Memory: OpenHfCheckpoint reads only headers. ReadHfTensor maps the file
+// holding a tensor, converts the range asked for to fp32, and drops its
+// pages (MADV_DONTNEED): the trainer reads each range straight into the
+// engine's staging, so RAM holds one tensor's pages, never a block in fp32
+// beside it, nor the model (the page cache keeps what was read, clean
 // and reclaimable: scale/hf_load_beyond_ram loads, trains and exports a
 // checkpoint inside a memory cgroup of about half its size).
 //
@@ -106,8 +107,13 @@ struct HfRows {
 };
 HfRows HfRowsOf(const BlockSpec& spec, const std::vector<std::string>& names, size_t t);
 
-// Block `block`'s weights in fp32, in the engine's layout for `model`
-// (HfModelAtSeqLen's result).
+// Elements [first, first + count) of tensor t of block `block`, `spec` =
+// GptBlockSpecs(model)[block] (`model`: HfModelAtSeqLen's result), in the
+// engine's layout (row-major fp32: GPT-2's Conv1D weights transposed, a
+// fused tensor's own rows, the vocabulary padding rows 0) into `out`.
+Status ReadHfTensor(const HfCheckpoint& ckpt, const GptConfig& model, BlockId block, const BlockSpec& spec, size_t t,
+                    int64_t first, int64_t count, float* out);
+// Block `block`'s weights in fp32, whole (ReadHfTensor for each tensor).
 StatusOr<std::vector<std::vector<float>>> ReadHfBlock(const HfCheckpoint& ckpt, const GptConfig& model, BlockId block);
 
 // What a --model value names: a built-in (LoadGptConfig), a JSON model
@@ -121,9 +127,9 @@ struct ModelSource {
   // True when the sequence length is a HF folder's positions, taken
   // because no length was asked for.
   bool default_seq_len = false;
-  // TrainerOptions::initial_weights: the checkpoint's blocks; empty
-  // without a checkpoint (random init).
-  std::function<StatusOr<std::vector<std::vector<float>>>(BlockId)> InitialWeights() const;
+  // TrainerOptions::initial_weights: the checkpoint's tensors
+  // (ReadHfTensor); empty without a checkpoint (random init).
+  std::function<Status(BlockId, size_t, int64_t, int64_t, float*)> InitialWeights() const;
   // `s` with a hint when the run is at a Llama-family folder's default
   // sequence length (max_position_embeddings: 131072 for Llama 3.1, whose
   // activations no budget holds) and `s` says that memory ran out or that

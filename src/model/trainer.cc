@@ -447,15 +447,36 @@ struct Trainer::Impl {
   }
 
   // Sets a model block's weights (GptBlockSpecs order) into its pieces.
-  Status SetModelBlock(BlockId model_block, std::vector<std::vector<float>> weights) {
-    std::vector<std::vector<std::vector<float>>> split = layout.Split(model_block, std::move(weights));
-    const std::vector<BlockId>& pieces = layout.pieces_of(model_block);
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      std::vector<const float*> ptrs;
-      for (const auto& t : split[i]) ptrs.push_back(t.data());
-      ZINF_RETURN_IF_ERROR(engine->SetParameters(pieces[i], ptrs));
+  // A model block's initial values, `fill` speaking of its tensors
+  // (GptBlockSpecs order), into each of its pieces.
+  Status SetModelBlock(BlockId model_block, const std::function<Status(size_t, int64_t, int64_t, float*)>& fill) {
+    for (BlockId piece : layout.pieces_of(model_block)) {
+      const std::vector<int>& tensors = layout.piece(piece).tensors;  // the model block's tensors it holds
+      ZINF_RETURN_IF_ERROR(engine->SetParameters(piece, [&](size_t t, int64_t first, int64_t count, float* out) {
+        return fill(static_cast<size_t>(tensors[t]), first, count, out);
+      }));
     }
     return Status::Ok();
+  }
+  // The same from whole tensors in RAM (GptBlockSpecs' shapes).
+  Status SetModelBlock(BlockId model_block, const std::vector<std::vector<float>>& weights) {
+    const std::vector<BlockSpec> blocks = GptBlockSpecs(model());
+    const std::vector<TensorSpec>& specs = blocks[static_cast<size_t>(model_block)].tensors;
+    if (weights.size() != specs.size()) {
+      return Status::InvalidArgument("trainer: block " + std::to_string(model_block) + " has " +
+                                     std::to_string(specs.size()) + " tensors, got " + std::to_string(weights.size()));
+    }
+    for (size_t t = 0; t < specs.size(); ++t) {
+      if (static_cast<int64_t>(weights[t].size()) != specs[t].numel()) {
+        return Status::InvalidArgument("trainer: tensor " + specs[t].name + " of block " + std::to_string(model_block) +
+                                       " has " + std::to_string(specs[t].numel()) + " elements, got " +
+                                       std::to_string(weights[t].size()));
+      }
+    }
+    return SetModelBlock(model_block, [&weights](size_t t, int64_t first, int64_t count, float* out) {
+      std::memcpy(out, weights[t].data() + first, static_cast<size_t>(count) * sizeof(float));
+      return Status::Ok();
+    });
   }
 
   // `local` on this rank, else kAborted when another rank's failed (`what`: "resume", "export").
@@ -618,13 +639,13 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   ZINF_ASSIGN_OR_RETURN(m->engine, Engine::Create(config, m->layout.specs(), eo));
   // Initial weights by model block (the same values however layers are cut).
   for (BlockId b = 0; b < static_cast<BlockId>(specs.size()); ++b) {
-    std::vector<std::vector<float>> w;
     if (options.initial_weights) {
-      ZINF_ASSIGN_OR_RETURN(w, options.initial_weights(b));
+      ZINF_RETURN_IF_ERROR(m->SetModelBlock(b, [&](size_t t, int64_t first, int64_t count, float* out) {
+        return options.initial_weights(b, t, first, count, out);
+      }));
     } else {
-      w = InitBlockWeights(m->model(), b, options.seed);
+      ZINF_RETURN_IF_ERROR(m->SetModelBlock(b, InitBlockWeights(m->model(), b, options.seed)));
     }
-    ZINF_RETURN_IF_ERROR(m->SetModelBlock(b, std::move(w)));
   }
 
   // Kernels, activations and scratch on the engine's device.
@@ -836,7 +857,7 @@ Status Trainer::InitFromSafetensors(const std::string& path) {
         }
       }
     }
-    ZINF_RETURN_IF_ERROR(m.SetModelBlock(b, std::move(values)).WithContext(where + "block " + std::to_string(b)));
+    ZINF_RETURN_IF_ERROR(m.SetModelBlock(b, values).WithContext(where + "block " + std::to_string(b)));
   }
   return Status::Ok();
 }

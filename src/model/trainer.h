@@ -68,10 +68,13 @@ struct TrainerOptions {
   // The order of the training batches (data.h); recorded in checkpoints.
   DataOrder data_order = DataOrder::kShuffled;
   uint64_t seed = 1234;  // initial weights and the data order
-  // The initial fp32 weights of a block (GptBlockSpecs order), e.g. from a
-  // HF checkpoint (ReadHfBlock), called once per block, in block order, so
-  // only one block is in RAM at a time. Empty: InitBlockWeights(seed).
-  std::function<StatusOr<std::vector<std::vector<float>>>(BlockId)> initial_weights;
+  // The initial fp32 weights, a range of a tensor at a time: elements
+  // [first, first + count) of tensor t (GptBlockSpecs order) of model block
+  // b into `out` (Engine::TensorFill), e.g. from a HF checkpoint
+  // (ModelSource::InitialWeights, ReadHfTensor). Called in block order for
+  // the ranges this rank's shards hold, straight into the engine's staging:
+  // no block of weights is held in RAM. Empty: InitBlockWeights(seed).
+  std::function<Status(BlockId block, size_t tensor, int64_t first, int64_t count, float* out)> initial_weights;
   WeightDecayOn weight_decay_on = WeightDecayOn::kMatrices;
   // Layers with more elements than this are fetched in pieces
   // (fetch_layout.h); 0: whole layers. The engine's blocks are the pieces;

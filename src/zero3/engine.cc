@@ -88,17 +88,29 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Config& config, const std
 Status Engine::SetParameters(BlockId block, const std::vector<const float*>& values) {
   Impl& m = *impl_;
   ZINF_RETURN_IF_ERROR(m.CheckBlock(block));
-  if (m.committed) return Status::FailedPrecondition("engine: SetParameters after the first Acquire");
-  const zero3::BlockLayout& l = m.layout(block);
-  if (values.size() != l.tensors.size()) {
-    return Status::InvalidArgument("engine: block '" + m.name(block) + "' has " + std::to_string(l.tensors.size()) +
+  const size_t tensors = m.layout(block).tensors.size();
+  if (values.size() != tensors) {
+    return Status::InvalidArgument("engine: block '" + m.name(block) + "' has " + std::to_string(tensors) +
                                    " tensors, got " + std::to_string(values.size()) + " arrays");
   }
+  return SetParameters(block, [&values](size_t t, int64_t first, int64_t count, float* out) {
+    std::memcpy(out, values[t] + first, static_cast<size_t>(count) * sizeof(float));
+    return Status::Ok();
+  });
+}
+
+Status Engine::SetParameters(BlockId block, const TensorFill& fill) {
+  Impl& m = *impl_;
+  ZINF_RETURN_IF_ERROR(m.CheckBlock(block));
+  if (!fill) return Status::InvalidArgument("engine: SetParameters of block '" + m.name(block) + "' without a fill");
+  if (m.committed) return Status::FailedPrecondition("engine: SetParameters after the first Acquire");
+  const zero3::BlockLayout& l = m.layout(block);
   // Straight into the optimizer's master weights (RAM or NVMe), through
   // the gradient staging window: no whole-shard copy of the initial values.
   // Forward-only: straight home.
   float* shard = reinterpret_cast<float*>(m.staging.data());
-  m.partitioner->ExtractShard(block, values, shard);
+  ZINF_RETURN_IF_ERROR(m.partitioner->FillShard(block, fill, shard)
+                           .WithContext("engine: initial values of block '" + m.name(block) + "'"));
   Status written = m.options.forward_only ? m.WriteHomeBlock(block, shard)
                                           : m.optimizer->WriteMaster(l.rank_offset, l.shard_numel, shard);
   ZINF_RETURN_IF_ERROR(written.WithContext("engine: initial values of block '" + m.name(block) + "'"));

@@ -69,7 +69,7 @@ std::vector<optim::ElemRange> Partitioner::NoDecayRanges() const {
   return ranges;
 }
 
-void Partitioner::ExtractShard(BlockId b, const std::vector<const float*>& values, float* shard) const {
+Status Partitioner::FillShard(BlockId b, const Engine::TensorFill& fill, float* shard) const {
   const BlockLayout& l = layout(b);
   const int64_t begin = rank_ * l.shard_numel;
   const int64_t end = begin + l.shard_numel;
@@ -78,9 +78,9 @@ void Partitioner::ExtractShard(BlockId b, const std::vector<const float*>& value
     const int64_t lo = std::max(begin, l.tensors[t].offset);
     const int64_t hi = std::min(end, l.tensors[t].offset + l.tensors[t].numel);
     if (lo >= hi) continue;
-    std::memcpy(shard + (lo - begin), values[t] + (lo - l.tensors[t].offset),
-                static_cast<size_t>(hi - lo) * sizeof(float));
+    ZINF_RETURN_IF_ERROR(fill(t, lo - l.tensors[t].offset, hi - lo, shard + (lo - begin)));
   }
+  return Status::Ok();
 }
 
 void Partitioner::Unflatten(BlockId b, const float* flat, const std::vector<float*>& out) const {

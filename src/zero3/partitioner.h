@@ -59,9 +59,10 @@ class Partitioner {
   // either way). Empty when every tensor decays.
   std::vector<optim::ElemRange> NoDecayRanges() const;
 
-  // Copies this rank's shard of a block out of full per-tensor values (fp32)
-  // into `shard` (shard_numel elements; padding zeroed).
-  void ExtractShard(BlockId b, const std::vector<const float*>& values, float* shard) const;
+  // This rank's shard of a block into `shard` (shard_numel fp32; padding
+  // zeroed): `fill` writes each tensor range the shard holds (Engine::
+  // TensorFill), in order.
+  Status FillShard(BlockId b, const Engine::TensorFill& fill, float* shard) const;
   // Writes a gathered flat block (padded_numel fp32) into per-tensor arrays.
   void Unflatten(BlockId b, const float* flat, const std::vector<float*>& out) const;
 

@@ -146,20 +146,6 @@ TEST(FetchLayoutTest, LlamaGroupsKeepQkvAndTheirBiasesTogether) {
   EXPECT_EQ(l.specs()[5].tensors.size(), 2u);  // gate and up
 }
 
-TEST(FetchLayoutTest, SplitHandsEachPieceItsTensors) {
-  const GptConfig m = Tiny();
-  const FetchLayout l = FetchLayout::Create(m, 6000);
-  const std::vector<std::vector<float>> w = InitBlockWeights(m, LayerBlock(1), 7);
-  const auto pieces = l.Split(LayerBlock(1), w);
-  ASSERT_EQ(pieces.size(), 3u);
-  const std::vector<BlockId>& ids = l.pieces_of(LayerBlock(1));
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    const FetchPiece& p = l.piece(ids[i]);
-    ASSERT_EQ(pieces[i].size(), p.tensors.size());
-    for (size_t t = 0; t < p.tensors.size(); ++t) EXPECT_EQ(pieces[i][t], w[static_cast<size_t>(p.tensors[t])]);
-  }
-}
-
 TEST(FetchLayoutTest, ParseFetchUnitTakesAutoLayerOrACount) {
   bool automatic = false;
   EXPECT_EQ(*ParseFetchUnit("auto", &automatic), 0);
@@ -210,7 +196,7 @@ struct TrainerRun {
 };
 
 TrainerRun MakeRun(const Config& config, int64_t fetch_unit, size_t budget = 0, const GptConfig& model = Tiny(),
-                   std::function<StatusOr<std::vector<std::vector<float>>>(BlockId)> weights = {},
+                   std::function<Status(BlockId, size_t, int64_t, int64_t, float*)> weights = {},
                    const std::string& data_path = "") {
   TrainerRun r;
   r.device = CreateHostDevice(budget);
@@ -291,7 +277,9 @@ TEST(FetchLayoutTrainerTest, HfWeightsInAndOutThroughPieces) {
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     const HfCheckpoint& c = *ckpt;
     const GptConfig m = *model;
-    auto reader = [&c, m](BlockId b) { return ReadHfBlock(c, m, b); };
+    auto reader = [&c, m, specs = GptBlockSpecs(m)](BlockId b, size_t t, int64_t first, int64_t count, float* out) {
+      return ReadHfTensor(c, m, b, specs[static_cast<size_t>(b)], t, first, count, out);
+    };
     TempDir dir;
     Config config = TinyConfig(dir, OffloadDevice::kCpu, OffloadDevice::kCpu);
     config.train_micro_batch_size_per_gpu = 2;

@@ -8,13 +8,16 @@
 //     AdamW decays every tensor, as the engine does: same weight_decay.
 // And the checkpoint checks: a missing, extra or mis-shaped tensor and a
 // math-changing config value are errors naming them.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -161,7 +164,9 @@ TEST_P(HfParityTest, AdamWOnNvmeFollowsTorchCurve) {
   o.engine.run_id = std::string("hf-") + GetParam();
   const HfCheckpoint& c = *ckpt;
   const GptConfig m = *model;
-  o.initial_weights = [&c, m](BlockId b) { return ReadHfBlock(c, m, b); };
+  o.initial_weights = [&c, m, specs = GptBlockSpecs(m)](BlockId b, size_t t, int64_t first, int64_t count, float* out) {
+    return ReadHfTensor(c, m, b, specs[static_cast<size_t>(b)], t, first, count, out);
+  };
   auto trainer = Trainer::Create(config, o);
   ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
   for (size_t i = 0; i < ref.curve.size(); ++i) {
@@ -365,6 +370,46 @@ TEST(HfCheckpointTest, UnknownKeyIsAnErrorAndNeutralKeysAreNoted) {
   auto c = OpenHfCheckpoint(dir);
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("query_pre_attn_scalar"), std::string::npos) << c.status().ToString();
+}
+
+// ReadHfTensor's ranges are slices of the whole tensors ReadHfBlock reads:
+// GPT-2's transposed Conv1D weights, Phi-3's fused rows, Llama's untied
+// head, and ranges across the vocabulary padding rows' start.
+TEST(HfCheckpointTest, TensorRangesAreSlicesOfTheWholeTensors) {
+  for (const char* name : {"gpt2", "phi3", "llama"}) {
+    SCOPED_TRACE(name);
+    auto ckpt = OpenHfCheckpoint(FixtureDir(name));
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    const GptConfig& m = ckpt->model;
+    const std::vector<BlockSpec> specs = GptBlockSpecs(m);
+    std::mt19937_64 rng(3);
+    for (BlockId b : {kEmbedBlock, LayerBlock(0), HeadBlock(m)}) {
+      auto whole = ReadHfBlock(*ckpt, m, b);
+      ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+      const BlockSpec& spec = specs[static_cast<size_t>(b)];
+      for (size_t t = 0; t < spec.tensors.size(); ++t) {
+        const int64_t n = spec.tensors[t].numel();
+        std::vector<std::pair<int64_t, int64_t>> ranges = {{0, n}, {n - 1, 1}, {n / 3, n / 2}};
+        // The first vocabulary padding row's start, straddled.
+        const int64_t pad = static_cast<int64_t>(m.vocab_size) * m.n_embd;
+        if (pad < n) ranges.push_back({pad - 5, 10});
+        for (int k = 0; k < 3; ++k) {
+          const int64_t first = static_cast<int64_t>(rng() % static_cast<uint64_t>(n));
+          ranges.push_back({first, static_cast<int64_t>(rng() % static_cast<uint64_t>(n - first)) + 1});
+        }
+        for (const auto& [first, count] : ranges) {
+          std::vector<float> got(static_cast<size_t>(count), -1.0f);
+          ASSERT_TRUE(ReadHfTensor(*ckpt, m, b, spec, t, first, count, got.data()).ok());
+          const std::vector<float>& w = (*whole)[t];
+          ASSERT_TRUE(std::equal(got.begin(), got.end(), w.begin() + first))
+              << spec.tensors[t].name << " [" << first << ", " << first + count << ")";
+        }
+      }
+    }
+    const BlockSpec& head = specs[static_cast<size_t>(HeadBlock(m))];
+    EXPECT_EQ(ReadHfTensor(*ckpt, m, HeadBlock(m), head, 0, 0, head.tensors[0].numel() + 1, nullptr).code(),
+              StatusCode::kInvalidArgument);
+  }
 }
 
 // Which layers slide, and over how many keys, as transformers reads each

@@ -855,6 +855,48 @@ TEST(EngineMemoryTest, ABlockThatCannotFitNamesWhatItNeeds) {
   EXPECT_TRUE(e.engine->Release(1).ok());
 }
 
+// SetParameters from ranges: a fill's error comes back naming the block,
+// which stays unset; a fill that succeeds sets what the arrays would.
+TEST(EngineTest, SetParametersFromRangesPassesAFillsErrorOn) {
+  TempDir dir;
+  Config config = BaseConfig();
+  SetTiers(config, OffloadDevice::kCpu, OffloadDevice::kCpu, dir);
+  comm::LocalCommunicator local;
+  EngineUnderTest e = MakeEngine(config, kModel.Blocks(), &local);
+  ASSERT_NE(e.engine, nullptr);
+  const Status failed = e.engine->SetParameters(
+      0, [](size_t, int64_t, int64_t, float*) { return Status::Corruption("tensor 0: a bad checkpoint byte"); });
+  EXPECT_EQ(failed.code(), StatusCode::kCorruption);
+  EXPECT_NE(failed.message().find("initial values of block '" + kModel.Blocks()[0].name + "'"), std::string::npos)
+      << failed.ToString();
+  EXPECT_NE(failed.message().find("a bad checkpoint byte"), std::string::npos) << failed.ToString();
+  for (int b = 1; b < kModel.num_blocks(); ++b) {
+    auto v = kModel.InitialValues(b);
+    ASSERT_TRUE(e.engine->SetParameters(b, {v[0].data(), v[1].data()}).ok());
+  }
+  auto unset = e.engine->Acquire(1);
+  ASSERT_FALSE(unset.ok());
+  EXPECT_NE(unset.status().message().find("SetParameters was not called"), std::string::npos)
+      << unset.status().ToString();
+  const std::vector<std::vector<float>> v = kModel.InitialValues(0);
+  int64_t asked = 0;
+  ASSERT_TRUE(e.engine
+                  ->SetParameters(0,
+                                  [&](size_t t, int64_t first, int64_t count, float* out) {
+                                    asked += count;
+                                    std::copy(v[t].begin() + first, v[t].begin() + first + count, out);
+                                    return Status::Ok();
+                                  })
+                  .ok());
+  EXPECT_EQ(asked, static_cast<int64_t>(v[0].size() + v[1].size()));  // one rank: every element, once
+  auto got = e.engine->Acquire(0);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  for (size_t t = 0; t < v.size(); ++t) {
+    EXPECT_EQ(std::memcmp((*got)[t], v[t].data(), v[t].size() * sizeof(float)), 0) << "tensor " << t;
+  }
+  EXPECT_TRUE(e.engine->Release(0).ok());
+}
+
 TEST(EnginePrefetchTest, ChangedAcquireOrderIsRecordedAgain) {
   TempDir dir;
   Config config = BaseConfig();

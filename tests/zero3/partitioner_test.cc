@@ -80,13 +80,26 @@ TEST(PartitionerTest, ShardsOfAllRanksRebuildTheBlock) {
   std::vector<float> w(300);
   std::iota(w.begin(), w.end(), 1.0f);
   std::vector<float> flat;
+  int64_t asked = 0;  // each rank is asked for its own ranges only: 300 elements in all
   for (int r = 0; r < world; ++r) {
     auto p = Partitioner::Create(Blocks(), world, r);
     ASSERT_TRUE(p.ok());
     std::vector<float> shard(static_cast<size_t>(p->layout(1).shard_numel), -1.0f);
-    p->ExtractShard(1, {w.data()}, shard.data());
+    ASSERT_TRUE(p->FillShard(
+                     1,
+                     [&](size_t t, int64_t first, int64_t count, float* out) {
+                       EXPECT_EQ(t, 0u);
+                       EXPECT_GE(first, 0);
+                       EXPECT_LE(first + count, 300);
+                       asked += count;
+                       std::copy(w.begin() + first, w.begin() + first + count, out);
+                       return Status::Ok();
+                     },
+                     shard.data())
+                    .ok());
     flat.insert(flat.end(), shard.begin(), shard.end());
   }
+  EXPECT_EQ(asked, 300);
   auto p = Partitioner::Create(Blocks(), world, 0);
   std::vector<float> back(300);
   p->Unflatten(1, flat.data(), {back.data()});
