@@ -1,4 +1,4 @@
-// CPU kernels of the Llama family (RMSNorm, RoPE, SwiGLU, the GQA head
+// CPU kernels of the Llama family (RMSNorm, RoPE, SwiGLU and GeGLU, the GQA head
 // expansion); contracts in cpu_kernels.h. Same rules as cpu_kernels.cc:
 // OpenMP over independent rows or channels, reductions in double in a fixed
 // order, so results do not depend on the number of threads.
@@ -14,6 +14,8 @@ namespace zinf::kernels::cpu {
 namespace {
 
 using internal::ExpFloat;
+using internal::Gelu;
+using internal::GeluGrad;
 using internal::VectorizedChunks;
 using internal::WorthThreads;
 
@@ -125,7 +127,13 @@ void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int
 }
 
 template <typename T>
-void SwigluForward(T* out, const T* gate, const T* up, int64_t n) {
+void GluForward(T* out, const T* gate, const T* up, int64_t n, Glu glu) {
+  if (glu == Glu::kGeluTanh) {
+    return VectorizedChunks(n, [&](int64_t i0, int64_t i1) ZINF_INLINE_LAMBDA {
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) out[i] = Gelu<T>(gate[i]) * up[i];
+    });
+  }
   VectorizedChunks(n, [&](int64_t i0, int64_t i1) ZINF_INLINE_LAMBDA {
 #pragma omp simd
     for (int64_t i = i0; i < i1; ++i) {
@@ -136,7 +144,17 @@ void SwigluForward(T* out, const T* gate, const T* up, int64_t n) {
 }
 
 template <typename T>
-void SwigluBackward(T* dgate, T* dup, const T* gate, const T* up, const T* dout, int64_t n) {
+void GluBackward(T* dgate, T* dup, const T* gate, const T* up, const T* dout, int64_t n, Glu glu) {
+  if (glu == Glu::kGeluTanh) {
+    return VectorizedChunks(n, [&](int64_t i0, int64_t i1) ZINF_INLINE_LAMBDA {
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) {
+        const T g = gate[i];
+        dgate[i] += dout[i] * up[i] * GeluGrad<T>(g);
+        dup[i] += dout[i] * Gelu<T>(g);
+      }
+    });
+  }
   VectorizedChunks(n, [&](int64_t i0, int64_t i1) ZINF_INLINE_LAMBDA {
 #pragma omp simd
     for (int64_t i = i0; i < i1; ++i) {
@@ -190,8 +208,8 @@ void GqaExpandBackward(T* dq, T* dk, T* dv, const T* dqkv, int64_t N, int NH, in
   template void RmsNormBackward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int); \
   template void RopeForward<T>(T*, const T*, const T*, const T*, int, int, int, int, int);        \
   template void RopeBackward<T>(T*, const T*, const T*, const T*, int, int, int, int, int);       \
-  template void SwigluForward<T>(T*, const T*, const T*, int64_t);                                \
-  template void SwigluBackward<T>(T*, T*, const T*, const T*, const T*, int64_t);                 \
+  template void GluForward<T>(T*, const T*, const T*, int64_t, Glu);                              \
+  template void GluBackward<T>(T*, T*, const T*, const T*, const T*, int64_t, Glu);               \
   template void GqaExpandForward<T>(T*, const T*, const T*, const T*, int64_t, int, int, int);    \
   template void GqaExpandBackward<T>(T*, T*, T*, const T*, int64_t, int, int, int);
 ZINF_DECODER_KERNELS(float)

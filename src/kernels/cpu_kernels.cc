@@ -72,6 +72,8 @@ bool HaveAvx512() {
 namespace {
 
 using internal::ExpFloat;
+using internal::Gelu;
+using internal::GeluGrad;
 using internal::HaveAvx2;
 using internal::HaveAvx512;
 using internal::SumLanes;
@@ -1017,60 +1019,19 @@ void FusedAttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, co
 
 // ---------------------------------------------------------------- gelu
 
-namespace {
-// sqrt(2 / pi)
-constexpr double kGeluScale = 0.7978845608028654;
-constexpr double kGeluCubic = 0.044715;
-
-// The GELU's gate g = 0.5 (1 + tanh(y)) = 1 / (1 + e^(-2y)) and 1 - g =
-// e^(-2y) g (no cancellation as g nears 1), in float without a tanh (the
-// library's is scalar and took most of the MLP's non-matmul time); 0 and 1
-// where e^(-2y) is past the clamp, as tanhf gives, so the tail stays exact
-// zeros rather than subnormals. double keeps std::tanh for the gradient
-// checks.
-template <typename T>
-struct GeluGate {
-  T g, one_minus_g;
-  explicit GeluGate(T y) {
-    if constexpr (std::is_same_v<T, float>) {
-      const float z = -2.0f * y;
-      const float e = ExpFloat(z);
-      const float gate = 1.0f / (1.0f + e);
-      g = z >= 87.0f ? 0.0f : gate;
-      one_minus_g = z >= 87.0f ? 1.0f : e * gate;
-    } else {
-      const T th = std::tanh(y);
-      g = T(0.5) * (T(1) + th);
-      one_minus_g = T(0.5) * (T(1) - th);
-    }
-  }
-};
-}  // namespace
-
 template <typename T>
 void GeluForward(T* out, const T* inp, int64_t n) {
-  const T s = static_cast<T>(kGeluScale), k = static_cast<T>(kGeluCubic);
   VectorizedChunks(n, [&](int64_t i0, int64_t i1) ZINF_INLINE_LAMBDA {
 #pragma omp simd
-    for (int64_t i = i0; i < i1; ++i) {
-      const T x = inp[i];
-      out[i] = x * GeluGate<T>(s * (x + k * x * x * x)).g;
-    }
+    for (int64_t i = i0; i < i1; ++i) out[i] = Gelu<T>(inp[i]);
   });
 }
 
-// d/dx [x g(y)] with g = 0.5 (1 + tanh y), g' = 2 g (1 - g), y' = s (1 + 3 k x^2).
 template <typename T>
 void GeluBackward(T* dinp, const T* inp, const T* dout, int64_t n) {
-  const T s = static_cast<T>(kGeluScale), k = static_cast<T>(kGeluCubic);
   VectorizedChunks(n, [&](int64_t i0, int64_t i1) ZINF_INLINE_LAMBDA {
 #pragma omp simd
-    for (int64_t i = i0; i < i1; ++i) {
-      const T x = inp[i];
-      const GeluGate<T> gate(s * (x + k * x * x * x));
-      const T grad = gate.g + T(2) * x * gate.g * gate.one_minus_g * s * (T(1) + T(3) * k * x * x);
-      dinp[i] += grad * dout[i];
-    }
+    for (int64_t i = i0; i < i1; ++i) dinp[i] += GeluGrad<T>(inp[i]) * dout[i];
   });
 }
 
@@ -1086,6 +1047,12 @@ template <typename T>
 void Accumulate(T* y, const T* x, int64_t n) {
 #pragma omp parallel for schedule(static) if (WorthThreads(n))
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+template <typename T>
+void Scale(T* x, T s, int64_t n) {
+#pragma omp parallel for schedule(static) if (WorthThreads(n))
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
 // ---------------------------------------------------------------- loss
@@ -1147,6 +1114,7 @@ void CrossEntropyForwardBackward(T* losses, T* dlogits, const T* logits, const i
   template void GeluBackward<T>(T*, const T*, const T*, int64_t);                                                   \
   template void ResidualForward<T>(T*, const T*, const T*, int64_t);                                                \
   template void Accumulate<T>(T*, const T*, int64_t);                                                               \
+  template void Scale<T>(T*, T, int64_t);                                                                           \
   template void CrossEntropyForwardBackward<T>(T*, T*, const T*, const int32_t*, int64_t, int, int, T);
 
 ZINF_INSTANTIATE_CPU_KERNELS(float)

@@ -43,6 +43,11 @@ inline constexpr double kLayerNormEps = 1e-5;
 // storing it equals adding it to a zero.
 enum class GradMode { kAdd, kSet };
 
+// The gate's activation of a gated MLP, out = act(gate) * up: SiLU
+// (SwiGLU: Llama and most of its family) or GELU's tanh approximation
+// (GeGLU: Gemma's gelu_pytorch_tanh).
+enum class Glu { kSilu, kGeluTanh };
+
 namespace cpu {
 
 // Threads the CPU kernels use (OpenMP's team size). Several ranks on one
@@ -144,6 +149,9 @@ void ResidualForward(T* out, const T* a, const T* b, int64_t n);
 // y += x (the residual stream's gradient fan-out).
 template <typename T>
 void Accumulate(T* y, const T* x, int64_t n);
+// x *= s (Gemma's embedding scale, and its gradient's).
+template <typename T>
+void Scale(T* x, T s, int64_t n);
 
 // Softmax cross-entropy over the first V of Vp logits per row:
 // losses[n] = -log softmax(logits[n])[targets[n]]; when dlogits is not null,
@@ -180,12 +188,14 @@ void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_
 template <typename T>
 void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int T_, int n_head, int hd, int rot);
 
-// SwiGLU: out = silu(gate) * up, silu(x) = x / (1 + exp(-x)); arrays of n.
+// The gated MLP's middle: out = act(gate) * up, act by `glu`: silu(x) =
+// x / (1 + exp(-x)), or GELU (tanh approximation, as GeluForward); arrays
+// of n.
 template <typename T>
-void SwigluForward(T* out, const T* gate, const T* up, int64_t n);
-// dgate += dout * up * silu'(gate); dup += dout * silu(gate).
+void GluForward(T* out, const T* gate, const T* up, int64_t n, Glu glu);
+// dgate += dout * up * act'(gate); dup += dout * act(gate).
 template <typename T>
-void SwigluBackward(T* dgate, T* dup, const T* gate, const T* up, const T* dout, int64_t n);
+void GluBackward(T* dgate, T* dup, const T* gate, const T* up, const T* dout, int64_t n, Glu glu);
 
 // Grouped-query attention around the multi-head AttentionForward/Backward:
 // packs q [N, NH*hd], k and v [N, NKV*hd] into qkv [N, 3*NH*hd], query head

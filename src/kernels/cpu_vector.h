@@ -1,12 +1,15 @@
 // Internal to the CPU kernels (cpu_kernels.cc, cpu_decoder_kernels.cc):
 // the compiler attributes they share, when a loop is worth threads, the
 // run-time choice of instruction set and what runs under it (Vectorized),
-// a float exp that vectorizes, and sums in fixed lanes.
+// a float exp that vectorizes, the GELU built on it, and sums in fixed
+// lanes.
 #pragma once
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #if defined(__GNUC__)
 #define ZINF_ALWAYS_INLINE inline __attribute__((always_inline))
@@ -69,6 +72,45 @@ inline float ExpFloat(float z) {
   p = p * r + 1.0f;
   p = p * r + 1.0f;
   return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+}
+
+// GELU, tanh approximation (cpu_kernels.h): gelu(x) = x g(y) with
+// y = s (x + k x^3), s = sqrt(2 / pi), k = 0.044715, and the gate
+// g = 0.5 (1 + tanh(y)) = 1 / (1 + e^(-2y)); 1 - g = e^(-2y) g (no
+// cancellation as g nears 1). In float without a tanh (the library's is
+// scalar and took most of the MLP's non-matmul time); 0 and 1 where
+// e^(-2y) is past the clamp, as tanhf gives, so the tail stays exact zeros
+// rather than subnormals. double keeps std::tanh for the gradient checks.
+inline constexpr double kGeluScale = 0.7978845608028654;
+inline constexpr double kGeluCubic = 0.044715;
+template <typename T>
+struct GeluGate {
+  T g, one_minus_g;
+  ZINF_ALWAYS_INLINE explicit GeluGate(T y) {
+    if constexpr (std::is_same_v<T, float>) {
+      const float z = -2.0f * y;
+      const float e = ExpFloat(z);
+      const float gate = 1.0f / (1.0f + e);
+      g = z >= 87.0f ? 0.0f : gate;
+      one_minus_g = z >= 87.0f ? 1.0f : e * gate;
+    } else {
+      const T th = std::tanh(y);
+      g = T(0.5) * (T(1) + th);
+      one_minus_g = T(0.5) * (T(1) - th);
+    }
+  }
+};
+template <typename T>
+ZINF_ALWAYS_INLINE T Gelu(T x) {
+  const T s = static_cast<T>(kGeluScale), k = static_cast<T>(kGeluCubic);
+  return x * GeluGate<T>(s * (x + k * x * x * x)).g;
+}
+// d/dx [x g(y)] = g + 2 x g (1 - g) s (1 + 3 k x^2), as g' = 2 g (1 - g).
+template <typename T>
+ZINF_ALWAYS_INLINE T GeluGrad(T x) {
+  const T s = static_cast<T>(kGeluScale), k = static_cast<T>(kGeluCubic);
+  const GeluGate<T> gate(s * (x + k * x * x * x));
+  return gate.g + T(2) * x * gate.g * gate.one_minus_g * s * (T(1) + T(3) * k * x * x);
 }
 
 // Runs `body` (a lambda marked ZINF_INLINE_LAMBDA, so that it and what it

@@ -39,6 +39,20 @@ inline unsigned GridFor(int64_t n, int64_t per_block) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + per_block - 1) / per_block, kMaxBlocks)));
 }
 
+// GELU, tanh approximation (cpu_kernels.h), and its derivative.
+inline constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+inline constexpr float kGeluCubic = 0.044715f;
+__device__ __forceinline__ float GeluTanh(float x) {
+  const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(u));
+}
+__device__ __forceinline__ float GeluTanhGrad(float x) {
+  const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+  const float th = tanhf(u);
+  const float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+  return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du_dx;
+}
+
 __device__ __forceinline__ float WarpSum(float v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
   return v;

@@ -75,20 +75,25 @@ __global__ void RopeKernel(float* out, const float* inp, const float* cos, const
   }
 }
 
-__global__ void SwigluForwardKernel(float* out, const float* gate, const float* up, int64_t n) {
+__global__ void GluForwardKernel(float* out, const float* gate, const float* up, int64_t n, Glu glu) {
   ZINF_GRID_STRIDE(i, n) {
     const float g = gate[i];
-    out[i] = g / (1.f + expf(-g)) * up[i];
+    out[i] = (glu == Glu::kGeluTanh ? GeluTanh(g) : g / (1.f + expf(-g))) * up[i];
   }
 }
 
-__global__ void SwigluBackwardKernel(float* dgate, float* dup, const float* gate, const float* up, const float* dout,
-                                     int64_t n) {
+__global__ void GluBackwardKernel(float* dgate, float* dup, const float* gate, const float* up, const float* dout,
+                                  int64_t n, Glu glu) {
   ZINF_GRID_STRIDE(i, n) {
     const float g = gate[i];
-    const float sig = 1.f / (1.f + expf(-g));
-    dgate[i] += dout[i] * up[i] * (sig * (1.f + g * (1.f - sig)));
-    dup[i] += dout[i] * g * sig;
+    if (glu == Glu::kGeluTanh) {
+      dgate[i] += dout[i] * up[i] * GeluTanhGrad(g);
+      dup[i] += dout[i] * GeluTanh(g);
+    } else {
+      const float sig = 1.f / (1.f + expf(-g));
+      dgate[i] += dout[i] * up[i] * (sig * (1.f + g * (1.f - sig)));
+      dup[i] += dout[i] * g * sig;
+    }
   }
 }
 
@@ -162,15 +167,15 @@ Status RopeBackward(float* dinp, const float* dout, const float* cos, const floa
   return LaunchStatus("rope_backward");
 }
 
-Status SwigluForward(float* out, const float* gate, const float* up, int64_t n, void* stream) {
-  SwigluForwardKernel<<<GridFor(n, kThreads), kThreads, 0, AsStream(stream)>>>(out, gate, up, n);
-  return LaunchStatus("swiglu_forward");
+Status GluForward(float* out, const float* gate, const float* up, int64_t n, Glu glu, void* stream) {
+  GluForwardKernel<<<GridFor(n, kThreads), kThreads, 0, AsStream(stream)>>>(out, gate, up, n, glu);
+  return LaunchStatus("glu_forward");
 }
 
-Status SwigluBackward(float* dgate, float* dup, const float* gate, const float* up, const float* dout, int64_t n,
-                      void* stream) {
-  SwigluBackwardKernel<<<GridFor(n, kThreads), kThreads, 0, AsStream(stream)>>>(dgate, dup, gate, up, dout, n);
-  return LaunchStatus("swiglu_backward");
+Status GluBackward(float* dgate, float* dup, const float* gate, const float* up, const float* dout, int64_t n, Glu glu,
+                   void* stream) {
+  GluBackwardKernel<<<GridFor(n, kThreads), kThreads, 0, AsStream(stream)>>>(dgate, dup, gate, up, dout, n, glu);
+  return LaunchStatus("glu_backward");
 }
 
 Status GqaExpandForward(float* qkv, const float* q, const float* k, const float* v, int64_t N, int NH, int NKV, int hd,

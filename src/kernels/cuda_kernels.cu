@@ -318,26 +318,12 @@ __global__ void CausalSoftmaxBackwardKernel(float* datt, const float* att, int64
 
 // ---- elementwise ---------------------------------------------------------------
 
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluCubic = 0.044715f;
-
 __global__ void GeluForwardKernel(float* out, const float* inp, int64_t n) {
-  ZINF_GRID_STRIDE(i, n) {
-    const float x = inp[i];
-    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    out[i] = 0.5f * x * (1.0f + tanhf(u));
-  }
+  ZINF_GRID_STRIDE(i, n) out[i] = GeluTanh(inp[i]);
 }
 
 __global__ void GeluBackwardKernel(float* dinp, const float* inp, const float* dout, int64_t n) {
-  ZINF_GRID_STRIDE(i, n) {
-    const float x = inp[i];
-    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    const float th = tanhf(u);
-    const float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-    const float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du_dx;
-    dinp[i] += grad * dout[i];
-  }
+  ZINF_GRID_STRIDE(i, n) dinp[i] += GeluTanhGrad(inp[i]) * dout[i];
 }
 
 __global__ void ResidualKernel(float* out, const float* a, const float* b, int64_t n) {
@@ -345,6 +331,8 @@ __global__ void ResidualKernel(float* out, const float* a, const float* b, int64
 }
 
 __global__ void AccumulateKernel(float* y, const float* x, int64_t n) { ZINF_GRID_STRIDE(i, n) y[i] += x[i]; }
+
+__global__ void ScaleKernel(float* x, float s, int64_t n) { ZINF_GRID_STRIDE(i, n) x[i] *= s; }
 
 // ---- cross-entropy -------------------------------------------------------------
 
@@ -621,6 +609,12 @@ Status Accumulate(float* y, const float* x, int64_t n, void* stream) {
   if (n <= 0) return Status::Ok();
   AccumulateKernel<<<GridFor(n, kThreads), kThreads, 0, AsStream(stream)>>>(y, x, n);
   return LaunchStatus("accumulate");
+}
+
+Status Scale(float* x, float s, int64_t n, void* stream) {
+  if (n <= 0) return Status::Ok();
+  ScaleKernel<<<GridFor(n, kThreads), kThreads, 0, AsStream(stream)>>>(x, s, n);
+  return LaunchStatus("scale");
 }
 
 Status CrossEntropyForwardBackward(float* losses, float* dlogits, const float* logits, const int32_t* targets,

@@ -201,6 +201,8 @@ Status GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n,
 Status ResidualForward(float* out, const float* a, const float* b, int64_t n, void* stream);
 // y += x.
 Status Accumulate(float* y, const float* x, int64_t n, void* stream);
+// x *= s.
+Status Scale(float* x, float s, int64_t n, void* stream);
 
 // One thread block per row; padding columns V..Vp-1 of dlogits untouched.
 // dlogits may be null (forward only).
@@ -219,9 +221,9 @@ Status RopeForward(float* out, const float* inp, const float* cos, const float* 
                    int rot, void* stream);
 Status RopeBackward(float* dinp, const float* dout, const float* cos, const float* sin, int B, int T_, int n_head,
                     int hd, int rot, void* stream);
-Status SwigluForward(float* out, const float* gate, const float* up, int64_t n, void* stream);
-Status SwigluBackward(float* dgate, float* dup, const float* gate, const float* up, const float* dout, int64_t n,
-                      void* stream);
+Status GluForward(float* out, const float* gate, const float* up, int64_t n, Glu glu, void* stream);
+Status GluBackward(float* dgate, float* dup, const float* gate, const float* up, const float* dout, int64_t n, Glu glu,
+                   void* stream);
 Status GqaExpandForward(float* qkv, const float* q, const float* k, const float* v, int64_t N, int NH, int NKV, int hd,
                         void* stream);
 Status GqaExpandBackward(float* dq, float* dk, float* dv, const float* dqkv, int64_t N, int NH, int NKV, int hd,

@@ -143,6 +143,9 @@ class CudaOps final : public Ops<float> {
   void Accumulate(float* y, const float* x, int64_t n) override {
     Run([&] { return k::Accumulate(y, x, n, s_); });
   }
+  void Scale(float* x, float s, int64_t n) override {
+    Run([&] { return k::Scale(x, s, n, s_); });
+  }
   void CrossEntropyForwardBackward(float* losses, float* dlogits, const float* logits, const int32_t* targets,
                                    int64_t N, int V, int Vp, float dloss) override {
     Run([&] { return k::CrossEntropyForwardBackward(losses, dlogits, logits, targets, N, V, Vp, dloss, s_); });
@@ -164,12 +167,12 @@ class CudaOps final : public Ops<float> {
                     int hd, int rot) override {
     Run([&] { return k::RopeBackward(dinp, dout, cos, sin, B, T_, n_head, hd, rot, s_); });
   }
-  void SwigluForward(float* out, const float* gate, const float* up, int64_t n) override {
-    Run([&] { return k::SwigluForward(out, gate, up, n, s_); });
+  void GluForward(float* out, const float* gate, const float* up, int64_t n, kernels::Glu glu) override {
+    Run([&] { return k::GluForward(out, gate, up, n, glu, s_); });
   }
-  void SwigluBackward(float* dgate, float* dup, const float* gate, const float* up, const float* dout,
-                      int64_t n) override {
-    Run([&] { return k::SwigluBackward(dgate, dup, gate, up, dout, n, s_); });
+  void GluBackward(float* dgate, float* dup, const float* gate, const float* up, const float* dout, int64_t n,
+                   kernels::Glu glu) override {
+    Run([&] { return k::GluBackward(dgate, dup, gate, up, dout, n, glu, s_); });
   }
   void GqaExpandForward(float* qkv, const float* q, const float* k, const float* v, int64_t N, int NH, int NKV,
                         int hd) override {

@@ -7,7 +7,8 @@
 // parameters, too much for a 24 GB GPU, so a layer with more elements than
 // the fetch unit is given to the engine as several blocks ("pieces"), each
 // a run of whole consecutive groups of the layer (LayerTensorGroups: a norm,
-// q/k/v, the attention output, a norm, the MLP input, the MLP output). The
+// q/k/v, the attention output, a norm, the MLP input, the MLP output; with
+// Gemma 3's sandwich norms, the attention and MLP outputs with theirs). The
 // trainer acquires a piece right before the kernels that use it and
 // releases it right after, and reduces a piece's gradients as soon as its
 // backward is done. The finest cut is one group per piece: a tensor is

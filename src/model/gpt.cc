@@ -57,8 +57,8 @@ int64_t GptConfig::NumParameters() const {
   const int64_t C = n_embd;
   if (llama()) {
     const int64_t kv = static_cast<int64_t>(n_kv_head) * head_dim(), I = intermediate_size, A = attn_width();
-    const int64_t layer =
-        2 * C + 2 * A * C + 2 * kv * C + 3 * I * C + (qkv_bias ? A + 2 * kv : 0) + (qk_norm ? 2 * head_dim() : 0);
+    const int64_t layer = 2 * C + 2 * A * C + 2 * kv * C + 3 * I * C + (qkv_bias ? A + 2 * kv : 0) +
+                          (qk_norm ? 2 * head_dim() : 0) + (sandwich_norms ? 2 * C : 0);
     const int64_t vocab = static_cast<int64_t>(padded_vocab_size) * C;
     return vocab + n_layer * layer + C + (tied_embeddings ? 0 : vocab);
   }
@@ -236,6 +236,10 @@ int GptConfig::window_in(int layer) const {
   return std::binary_search(sliding_layers.begin(), sliding_layers.end(), layer) ? sliding_window : 0;
 }
 
+bool GptConfig::local_rope_in(int layer) const {
+  return local_rope_theta > 0 && std::binary_search(local_rope_layers.begin(), local_rope_layers.end(), layer);
+}
+
 std::string GptConfigToJson(const GptConfig& config) {
   json j = json::object();
   j["vocab_size"] = config.vocab_size;
@@ -267,6 +271,16 @@ std::string GptConfigToJson(const GptConfig& config) {
                             {"original_max_position_embeddings", config.rope.original_max_position}};
     }
     if (!config.no_rope_layers.empty()) j["no_rope_layers"] = config.no_rope_layers;
+    if (config.rope.linear) j["rope_linear_factor"] = config.rope.factor;
+    if (config.norm_unit_offset) j["norm_unit_offset"] = true;
+    if (config.mlp_glu == kernels::Glu::kGeluTanh) j["mlp_activation"] = "gelu_tanh";
+    if (config.embed_scale) j["embed_scale"] = true;
+    if (config.attn_scalar > 0) j["attn_scalar"] = config.attn_scalar;
+    if (config.sandwich_norms) j["sandwich_norms"] = true;
+    if (!config.local_rope_layers.empty()) {
+      j["local_rope_theta"] = config.local_rope_theta;
+      j["local_rope_layers"] = config.local_rope_layers;
+    }
   }
   if (!config.sliding_layers.empty()) {
     j["sliding_window"] = config.sliding_window;
@@ -284,6 +298,9 @@ std::vector<BlockSpec> LlamaBlockSpecs(const GptConfig& config) {
   const int64_t A = config.attn_width(), Ckv = static_cast<int64_t>(config.n_kv_head) * config.head_dim();
   std::vector<BlockSpec> specs;
   specs.push_back({"embed", {{"embed_tokens", {Vp, C}}}});
+  // With sandwich norms the MLP's input norm is Gemma's "pre-feedforward"
+  // one and "post-attention" names the attention output's own.
+  const char* mlp_norm = config.sandwich_norms ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight";
   for (int l = 0; l < config.n_layer; ++l) {
     BlockSpec b{"layer." + std::to_string(l),
                 {{"input_layernorm.weight", {C}},
@@ -291,7 +308,7 @@ std::vector<BlockSpec> LlamaBlockSpecs(const GptConfig& config) {
                  {"k_proj.weight", {Ckv, C}},
                  {"v_proj.weight", {Ckv, C}},
                  {"o_proj.weight", {C, A}},
-                 {"post_attention_layernorm.weight", {C}},
+                 {mlp_norm, {C}},
                  {"gate_proj.weight", {I, C}},
                  {"up_proj.weight", {I, C}},
                  {"down_proj.weight", {C, I}}}};
@@ -303,6 +320,10 @@ std::vector<BlockSpec> LlamaBlockSpecs(const GptConfig& config) {
     if (config.qk_norm) {
       b.tensors.push_back({"q_norm.weight", {config.head_dim()}});
       b.tensors.push_back({"k_norm.weight", {config.head_dim()}});
+    }
+    if (config.sandwich_norms) {
+      b.tensors.push_back({"post_attention_layernorm.weight", {C}});
+      b.tensors.push_back({"post_feedforward_layernorm.weight", {C}});
     }
     specs.push_back(std::move(b));
   }
@@ -358,7 +379,9 @@ std::vector<std::vector<int>> LayerTensorGroups(const GptConfig& config) {
   std::vector<int> qkv = {kQW, kKW, kVW};
   if (config.qkv_bias) qkv.insert(qkv.end(), {kQB, kKB, kVB});
   if (config.qk_norm) qkv.insert(qkv.end(), {QNormIndex(config), QNormIndex(config) + 1});
-  return {{kAttnNormW}, qkv, {kOW}, {kMlpNormW}, {kGateW, kUpW}, {kDownW}};
+  if (!config.sandwich_norms) return {{kAttnNormW}, qkv, {kOW}, {kMlpNormW}, {kGateW, kUpW}, {kDownW}};
+  const int post = PostNormIndex(config);
+  return {{kAttnNormW}, qkv, {kOW, post}, {kMlpNormW}, {kGateW, kUpW}, {kDownW, post + 1}};
 }
 
 namespace {
@@ -415,14 +438,15 @@ std::vector<std::vector<float>> InitBlockWeights(const GptConfig& config, BlockI
   const int64_t C = config.n_embd;
   const int64_t real_vocab_elems = static_cast<int64_t>(config.vocab_size) * C;  // padding rows stay 0
   if (config.llama()) {
-    // Llama's scheme: normal(0, 0.02) matrices, norm weights 1, biases 0.
+    // Llama's scheme: normal(0, 0.02) matrices, norm weights 1 (0 where
+    // they are used as 1 + w: Gemma's), biases 0.
     for (size_t t = 0; t < spec.tensors.size(); ++t) {
       const TensorSpec& ts = spec.tensors[t];
       const bool vocab = (block == kEmbedBlock && t == 0) ||
                          (block == HeadBlock(config) && static_cast<int>(t) == LmHeadIndex(config));
       if (ts.shape.size() == 2) {
         FillNormal(out[t], vocab ? real_vocab_elems : ts.numel(), kInitStd, normal);
-      } else if (ts.name.find("norm") != std::string::npos) {
+      } else if (ts.name.find("norm") != std::string::npos && !config.norm_unit_offset) {
         std::fill(out[t].begin(), out[t].end(), 1.0f);
       }
     }
@@ -490,11 +514,15 @@ struct GptCompute<T>::Impl {
     T* fch_gelu = nullptr;  // kGpt2: [N, 4C]
     T* gate = nullptr;      // kLlama: [N, I]
     T* up = nullptr;        // kLlama: [N, I]
-    T* hmid = nullptr;      // kLlama: [N, I] silu(gate) * up
+    T* hmid = nullptr;      // kLlama: [N, I] act(gate) * up (mlp_glu)
     T* q_pre = nullptr;     // qk_norm: q before its norm [N, A]
     T* k_pre = nullptr;     // qk_norm: k before its norm [N, Ckv]
     T* q_rstd = nullptr;    // qk_norm: [N * n_head]
     T* k_rstd = nullptr;    // qk_norm: [N * n_kv_head]
+    T* attn_o = nullptr;    // sandwich_norms: o_proj's output [N, C], before its norm
+    T* attn_o_rstd = nullptr;
+    T* mlp_o = nullptr;  // sandwich_norms: down_proj's output [N, C], before its norm
+    T* mlp_o_rstd = nullptr;
   };
   bool keep = false;  // LayerActivations::kKeep
   std::vector<LayerActs> acts;
@@ -529,6 +557,28 @@ struct GptCompute<T>::Impl {
   T* dk_rot = nullptr;  // [N, Ckv] x 3
   T* dk = nullptr;
   T* dv = nullptr;
+  T* local_cos = nullptr;  // local_rope_layers' tables [T, rot/2]
+  T* local_sin = nullptr;
+  T* ones = nullptr;    // norm_unit_offset: [max(C, hd)] ones
+  T* norm_w = nullptr;  // norm_unit_offset: 1 + w of the norm at hand [max(C, hd)]
+  T* dpost = nullptr;   // sandwich_norms: d of a post norm's input [N, C]
+  T q_scale = T(1);     // attn_scalar: q times sqrt(hd / attn_scalar) after RoPE
+
+  // The weight an RMSNorm multiplies by: `w`, or 1 + w in norm_w
+  // (norm_unit_offset; formed in T: transformers forms it in fp32, and an
+  // fp32 model's bits agree). norm_w serves one norm at a time: the
+  // kernels run in the order they are queued.
+  const T* NormWeight(const T* w, int n) {
+    if (!config.norm_unit_offset) return w;
+    ops->ResidualForward(norm_w, w, ones, n);
+    return norm_w;
+  }
+  // Gemma's embedding scale: transformers holds sqrt(n_embd) in an fp32
+  // buffer, so an fp64 model multiplies by the float value too.
+  T EmbedScale() const { return static_cast<T>(static_cast<float>(std::sqrt(static_cast<double>(C)))); }
+  // The RoPE tables of layer `layer`.
+  const T* CosOf(int layer) const { return config.local_rope_in(layer) ? local_cos : rope_cos; }
+  const T* SinOf(int layer) const { return config.local_rope_in(layer) ? local_sin : rope_sin; }
 
   // Where the step is: which x_l hold this batch's values, and which layer
   // LayerBackward expects next (guards against out-of-order calls, which
@@ -651,7 +701,7 @@ struct GptCompute<T>::Impl {
 
   size_t LayerTensorCount() const {
     if (!config.llama()) return kLayerTensors;
-    return static_cast<size_t>(QNormIndex(config) + (config.qk_norm ? 2 : 0));
+    return static_cast<size_t>(PostNormIndex(config) + (config.sandwich_norms ? 2 : 0));
   }
   // One group's step of the layer's forward (LayerTensorGroups): group
   // kMlpOutGroup writes x_{l+1}, so the recompute in LayerBackward stops
@@ -732,38 +782,51 @@ void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const LayerPar
   const int T_ = config.seq_len, NH = config.n_head, NKV = config.n_kv_head;
   const T* xin = x[layer];
   Ops<T>& o = *ops;
-  const bool bias = config.qkv_bias, qk_norm = config.qk_norm;
+  const bool bias = config.qkv_bias, qk_norm = config.qk_norm, sandwich = config.sandwich_norms;
+  const double eps = config.norm_eps;
+  const auto post = static_cast<size_t>(sandwich ? PostNormIndex(config) : 0);
   switch (group) {
-    case kNorm1Group: o.RmsNormForward(a.ln1, a.ln1_rstd, xin, p[kAttnNormW], N, C, config.norm_eps); break;
+    case kNorm1Group: o.RmsNormForward(a.ln1, a.ln1_rstd, xin, NormWeight(p[kAttnNormW], C), N, C, eps); break;
     case kQkvGroup:
       Linear(lp, kQW, qk_norm ? a.q_pre : q, a.ln1, bias ? p[kQB] : nullptr, C, A);
       Linear(lp, kKW, qk_norm ? a.k_pre : k, a.ln1, bias ? p[kKB] : nullptr, C, Ckv);
       Linear(lp, kVW, v, a.ln1, bias ? p[kVB] : nullptr, C, Ckv);
       if (qk_norm) {  // each head's row of hd values is one norm row
-        const int qn = QNormIndex(config);
-        o.RmsNormForward(q, a.q_rstd, a.q_pre, p[static_cast<size_t>(qn)], N * NH, hd, config.norm_eps);
-        o.RmsNormForward(k, a.k_rstd, a.k_pre, p[static_cast<size_t>(qn) + 1], N * NKV, hd, config.norm_eps);
+        const auto qn = static_cast<size_t>(QNormIndex(config));
+        o.RmsNormForward(q, a.q_rstd, a.q_pre, NormWeight(p[qn], hd), N * NH, hd, eps);
+        o.RmsNormForward(k, a.k_rstd, a.k_pre, NormWeight(p[qn + 1], hd), N * NKV, hd, eps);
       }
       if (config.rope_dims_in(layer) > 0) {  // else a NoPE layer: q and k as they are
-        o.RopeForward(q, q, rope_cos, rope_sin, B, T_, NH, hd, rot);
-        o.RopeForward(k, k, rope_cos, rope_sin, B, T_, NKV, hd, rot);
+        o.RopeForward(q, q, CosOf(layer), SinOf(layer), B, T_, NH, hd, rot);
+        o.RopeForward(k, k, CosOf(layer), SinOf(layer), B, T_, NKV, hd, rot);
       }
+      if (q_scale != T(1)) o.Scale(q, q_scale, N * A);
       o.GqaExpandForward(a.qkv, q, k, v, N, NH, NKV, hd);
       o.AttentionForward(a.atty, a.att, attn_scratch, a.qkv, B, T_, A, NH, config.window_in(layer));
       break;
     case kAttnOutGroup:
-      Linear(lp, kOW, a.mid, a.atty, nullptr, A, C);
+      if (sandwich) {
+        Linear(lp, kOW, a.attn_o, a.atty, nullptr, A, C);
+        o.RmsNormForward(a.mid, a.attn_o_rstd, a.attn_o, NormWeight(p[post], C), N, C, eps);
+      } else {
+        Linear(lp, kOW, a.mid, a.atty, nullptr, A, C);
+      }
       o.ResidualForward(a.mid, xin, a.mid, N * C);
       break;
-    case kNorm2Group: o.RmsNormForward(a.ln2, a.ln2_rstd, a.mid, p[kMlpNormW], N, C, config.norm_eps); break;
+    case kNorm2Group: o.RmsNormForward(a.ln2, a.ln2_rstd, a.mid, NormWeight(p[kMlpNormW], C), N, C, eps); break;
     case kMlpInGroup:
       Linear(lp, kGateW, a.gate, a.ln2, nullptr, C, I);
       Linear(lp, kUpW, a.up, a.ln2, nullptr, C, I);
-      o.SwigluForward(a.hmid, a.gate, a.up, N * I);
+      o.GluForward(a.hmid, a.gate, a.up, N * I, config.mlp_glu);
       break;
     default: {
       T* xout = x[layer + 1];
-      Linear(lp, kDownW, xout, a.hmid, nullptr, I, C);
+      if (sandwich) {
+        Linear(lp, kDownW, a.mlp_o, a.hmid, nullptr, I, C);
+        o.RmsNormForward(xout, a.mlp_o_rstd, a.mlp_o, NormWeight(p[post + 1], C), N, C, eps);
+      } else {
+        Linear(lp, kDownW, xout, a.hmid, nullptr, I, C);
+      }
       o.ResidualForward(xout, a.mid, xout, N * C);
     }
   }
@@ -829,31 +892,56 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
   const std::vector<const T*>& p = lp.values;
   const int T_ = config.seq_len, NH = config.n_head, NKV = config.n_kv_head;
   Ops<T>& o = *ops;
-  const bool bias = config.qkv_bias, qk_norm = config.qk_norm;
-  // x_{l+1} = mid + down(silu(gate(ln2)) * up(ln2)), ln2 = rms(mid);
+  const bool bias = config.qkv_bias, qk_norm = config.qk_norm, sandwich = config.sandwich_norms;
+  const auto post = static_cast<size_t>(sandwich ? PostNormIndex(config) : 0);
+  // x_{l+1} = mid + down(act(gate(ln2)) * up(ln2)), ln2 = rms(mid);
   // mid = x_l + o(attention(rope(q(ln1)), rope(k(ln1)), v(ln1))), ln1 = rms(x_l);
-  // with qk_norm, rope(qn(q(ln1))) and rope(kn(k(ln1))), qn and kn per head.
+  // with qk_norm, rope(qn(q(ln1))) and rope(kn(k(ln1))), qn and kn per head;
+  // with sandwich norms, rms(down(..)) and rms(o(..)) join the residual.
   switch (group) {
-    case kMlpOutGroup:
+    case kMlpOutGroup: {
+      const T* d_down = dres;  // d of down_proj's output
+      if (sandwich) {
+        // The recompute stops before this group: its norm's input and
+        // rstd are made here (kept from the forward with kKeep).
+        const T* w = NormWeight(p[post + 1], C);
+        if (!keep) {
+          Linear(lp, kDownW, a.mlp_o, a.hmid, nullptr, I, C);
+          o.RmsNormForward(dpost, a.mlp_o_rstd, a.mlp_o, w, N, C, config.norm_eps);
+        }
+        ZeroIfSet(mode, {g[post + 1]}, C);
+        o.Zero(dpost, N * C);
+        o.RmsNormBackward(dpost, g[post + 1], dres, a.mlp_o, w, a.mlp_o_rstd, N, C);
+        d_down = dpost;
+      }
       o.Zero(dh, N * I);
-      LinearBackward(lp, kDownW, dh, g[kDownW], nullptr, dres, a.hmid, I, C, mode);
+      LinearBackward(lp, kDownW, dh, g[kDownW], nullptr, d_down, a.hmid, I, C, mode);
       break;
+    }
     case kMlpInGroup:
       o.Zero(dgate, N * I);
       o.Zero(dup, N * I);
-      o.SwigluBackward(dgate, dup, a.gate, a.up, dh, N * I);
+      o.GluBackward(dgate, dup, a.gate, a.up, dh, N * I, config.mlp_glu);
       o.Zero(dbuf_c, N * C);  // d ln2
       LinearBackward(lp, kGateW, dbuf_c, g[kGateW], nullptr, dgate, a.ln2, C, I, mode);
       LinearBackward(lp, kUpW, dbuf_c, g[kUpW], nullptr, dup, a.ln2, C, I, mode);
       break;
     case kNorm2Group:
       ZeroIfSet(mode, {g[kMlpNormW]}, C);
-      o.RmsNormBackward(dres, g[kMlpNormW], dbuf_c, a.mid, p[kMlpNormW], a.ln2_rstd, N, C);
+      o.RmsNormBackward(dres, g[kMlpNormW], dbuf_c, a.mid, NormWeight(p[kMlpNormW], C), a.ln2_rstd, N, C);
       break;
-    case kAttnOutGroup:
+    case kAttnOutGroup: {
+      const T* d_o = dres;  // d of o_proj's output
+      if (sandwich) {
+        ZeroIfSet(mode, {g[post]}, C);
+        o.Zero(dpost, N * C);
+        o.RmsNormBackward(dpost, g[post], dres, a.attn_o, NormWeight(p[post], C), a.attn_o_rstd, N, C);
+        d_o = dpost;
+      }
       o.Zero(dbuf_c, N * A);  // d atty
-      LinearBackward(lp, kOW, dbuf_c, g[kOW], nullptr, dres, a.atty, A, C, mode);
+      LinearBackward(lp, kOW, dbuf_c, g[kOW], nullptr, d_o, a.atty, A, C, mode);
       break;
+    }
     case kQkvGroup: {
       o.Zero(dqkv, N * 3 * A);
       o.AttentionBackward(dqkv, attn_scratch, dbuf_c, a.qkv, a.atty, a.att, B, T_, A, NH, config.window_in(layer));
@@ -861,12 +949,13 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
       o.Zero(dk_rot, N * Ckv);
       o.Zero(dv, N * Ckv);
       o.GqaExpandBackward(dq_rot, dk_rot, dv, dqkv, N, NH, NKV, hd);
+      if (q_scale != T(1)) o.Scale(dq_rot, q_scale, N * A);
       o.Zero(dq, N * A);
       o.Zero(dk, N * Ckv);
       // A NoPE layer turns no column: the gradients pass through (rot 0).
       const int layer_rot = config.rope_dims_in(layer);
-      o.RopeBackward(dq, dq_rot, rope_cos, rope_sin, B, T_, NH, hd, layer_rot);
-      o.RopeBackward(dk, dk_rot, rope_cos, rope_sin, B, T_, NKV, hd, layer_rot);
+      o.RopeBackward(dq, dq_rot, CosOf(layer), SinOf(layer), B, T_, NH, hd, layer_rot);
+      o.RopeBackward(dk, dk_rot, CosOf(layer), SinOf(layer), B, T_, NKV, hd, layer_rot);
       const T* dq_in = dq;  // d of the projections' outputs
       const T* dk_in = dk;
       if (qk_norm) {  // the rotated gradients' last readers have run: they take d q_pre, d k_pre
@@ -874,8 +963,8 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
         ZeroIfSet(mode, {g[qn], g[qn + 1]}, hd);
         o.Zero(dq_rot, N * A);
         o.Zero(dk_rot, N * Ckv);
-        o.RmsNormBackward(dq_rot, g[qn], dq, a.q_pre, p[qn], a.q_rstd, N * NH, hd);
-        o.RmsNormBackward(dk_rot, g[qn + 1], dk, a.k_pre, p[qn + 1], a.k_rstd, N * NKV, hd);
+        o.RmsNormBackward(dq_rot, g[qn], dq, a.q_pre, NormWeight(p[qn], hd), a.q_rstd, N * NH, hd);
+        o.RmsNormBackward(dk_rot, g[qn + 1], dk, a.k_pre, NormWeight(p[qn + 1], hd), a.k_rstd, N * NKV, hd);
         dq_in = dq_rot;
         dk_in = dk_rot;
       }
@@ -888,46 +977,49 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
     }
     default:
       ZeroIfSet(mode, {g[kAttnNormW]}, C);
-      o.RmsNormBackward(dres, g[kAttnNormW], dbuf_c, x[layer], p[kAttnNormW], a.ln1_rstd, N, C);
+      o.RmsNormBackward(dres, g[kAttnNormW], dbuf_c, x[layer], NormWeight(p[kAttnNormW], C), a.ln1_rstd, N, C);
   }
 }
 
 namespace {
 
-// The cos and sin tables [T, rot/2] of the rotary embedding, in double,
-// with HF's "llama3" or "longrope" frequency rescaling when configured.
-void RopeTables(const GptConfig& c, std::vector<double>* cos, std::vector<double>* sin) {
-  const int rot = c.rope_dims(), half = rot / 2;
+// The cos and sin tables [T, rot/2] of the rotary embedding `rope` over
+// rot columns, in double, with HF's "linear", "llama3" or "longrope"
+// frequency rescaling when configured.
+void RopeTables(const RopeConfig& rope, int rot, int seq_len, std::vector<double>* cos, std::vector<double>* sin) {
+  const int half = rot / 2;
   std::vector<double> inv_freq(static_cast<size_t>(half));
-  for (int i = 0; i < half; ++i) inv_freq[i] = 1.0 / std::pow(c.rope.theta, static_cast<double>(2 * i) / rot);
-  if (c.rope.longrope) {
-    const std::vector<double>& ext =
-        c.seq_len > c.rope.original_max_position ? c.rope.long_factor : c.rope.short_factor;
+  for (int i = 0; i < half; ++i) inv_freq[i] = 1.0 / std::pow(rope.theta, static_cast<double>(2 * i) / rot);
+  if (rope.linear) {
+    for (double& f : inv_freq) f /= rope.factor;
+  }
+  if (rope.longrope) {
+    const std::vector<double>& ext = seq_len > rope.original_max_position ? rope.long_factor : rope.short_factor;
     for (int i = 0; i < half; ++i) inv_freq[i] /= ext[static_cast<size_t>(i)];
   }
-  if (c.rope.llama3) {
+  if (rope.llama3) {
     const double pi = 3.14159265358979323846;
-    const double old_ctx = c.rope.original_max_position;
-    const double low_wavelen = old_ctx / c.rope.low_freq_factor;
-    const double high_wavelen = old_ctx / c.rope.high_freq_factor;
+    const double old_ctx = rope.original_max_position;
+    const double low_wavelen = old_ctx / rope.low_freq_factor;
+    const double high_wavelen = old_ctx / rope.high_freq_factor;
     for (double& f : inv_freq) {
       const double wavelen = 2 * pi / f;
       if (wavelen > low_wavelen) {
-        f = f / c.rope.factor;
+        f = f / rope.factor;
       } else if (wavelen >= high_wavelen) {
         const double smooth =
-            (old_ctx / wavelen - c.rope.low_freq_factor) / (c.rope.high_freq_factor - c.rope.low_freq_factor);
-        f = (1 - smooth) * f / c.rope.factor + smooth * f;
+            (old_ctx / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor);
+        f = (1 - smooth) * f / rope.factor + smooth * f;
       }
     }
   }
-  cos->resize(static_cast<size_t>(c.seq_len) * half);
+  cos->resize(static_cast<size_t>(seq_len) * half);
   sin->resize(cos->size());
   // transformers forms the angle and its cos and sin in fp32 whatever the
   // model's dtype, so do we (fp64 runs then match its fp64 runs too), and
   // scales them by LongRoPE's attention factor in fp32.
-  const float scale = static_cast<float>(c.rope.attention_factor);
-  for (int t = 0; t < c.seq_len; ++t) {
+  const float scale = static_cast<float>(rope.attention_factor);
+  for (int t = 0; t < seq_len; ++t) {
     for (int i = 0; i < half; ++i) {
       const double angle = static_cast<double>(static_cast<float>(t) * static_cast<float>(inv_freq[i]));
       (*cos)[static_cast<size_t>(t) * half + i] = static_cast<float>(std::cos(angle)) * scale;
@@ -1043,8 +1135,14 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
        config.rope_dims() % 2 != 0 || config.rope_dims() > config.head_dim() ||
        (config.rope.longrope && (config.rope.short_factor.size() != static_cast<size_t>(config.rope_dims() / 2) ||
                                  config.rope.long_factor.size() != static_cast<size_t>(config.rope_dims() / 2))) ||
-       !AscendingLayers(config.no_rope_layers, config.n_layer))) {
+       !AscendingLayers(config.no_rope_layers, config.n_layer) ||
+       !AscendingLayers(config.local_rope_layers, config.n_layer) || !(config.local_rope_theta >= 0) ||
+       !(config.attn_scalar >= 0) || (config.rope.linear && !(config.rope.factor > 0)))) {
     return Status::InvalidArgument("GptCompute: inconsistent llama-family config " + GptConfigToJson(config));
+  }
+  if (!config.llama() && (config.norm_unit_offset || config.mlp_glu != kernels::Glu::kSilu || config.embed_scale ||
+                          config.attn_scalar != 0 || config.sandwich_norms || !config.local_rope_layers.empty())) {
+    return Status::InvalidArgument("GptCompute: Gemma's fields are for the llama family: " + GptConfigToJson(config));
   }
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
@@ -1128,6 +1226,12 @@ Status GptCompute<T>::Impl::AllocateLayerActs(LayerActs* a) {
   ZINF_RETURN_IF_ERROR(Alloc(&a->gate, wide, "mlp gate"));
   ZINF_RETURN_IF_ERROR(Alloc(&a->up, wide, "mlp up"));
   ZINF_RETURN_IF_ERROR(Alloc(&a->hmid, wide, "mlp hidden"));
+  if (config.sandwich_norms) {
+    ZINF_RETURN_IF_ERROR(Alloc(&a->attn_o, N * C, "attention output projection"));
+    ZINF_RETURN_IF_ERROR(Alloc(&a->attn_o_rstd, N, "post-attention norm rstd"));
+    ZINF_RETURN_IF_ERROR(Alloc(&a->mlp_o, N * C, "mlp output projection"));
+    ZINF_RETURN_IF_ERROR(Alloc(&a->mlp_o_rstd, N, "post-mlp norm rstd"));
+  }
   if (!config.qk_norm) return Status::Ok();
   ZINF_RETURN_IF_ERROR(Alloc(&a->q_pre, N * A, "q before its norm"));
   ZINF_RETURN_IF_ERROR(Alloc(&a->k_pre, N * Ckv, "k before its norm"));
@@ -1167,12 +1271,40 @@ Status GptCompute<T>::Impl::AllocateLlama() {
   ZINF_RETURN_IF_ERROR(Alloc(&dk_rot, kv, "rotated k gradient"));
   ZINF_RETURN_IF_ERROR(Alloc(&dk, kv, "k gradient"));
   ZINF_RETURN_IF_ERROR(Alloc(&dv, kv, "v gradient"));
-  std::vector<double> cos64, sin64;
-  RopeTables(config, &cos64, &sin64);
-  std::vector<T> cos_t(cos64.begin(), cos64.end()), sin_t(sin64.begin(), sin64.end());
-  ops->CopyToDevice(rope_cos, cos_t.data(), sizeof(T) * cos_t.size());
-  ops->CopyToDevice(rope_sin, sin_t.data(), sizeof(T) * sin_t.size());
+  const bool local_rope = config.local_rope_theta > 0 && !config.local_rope_layers.empty();
+  if (local_rope) {
+    ZINF_RETURN_IF_ERROR(Alloc(&local_cos, half_table, "local rope cos"));
+    ZINF_RETURN_IF_ERROR(Alloc(&local_sin, half_table, "local rope sin"));
+  }
+  const int64_t norm_elems = std::max(C, hd);
+  if (config.norm_unit_offset) {
+    ZINF_RETURN_IF_ERROR(Alloc(&ones, norm_elems, "norm unit offsets"));
+    ZINF_RETURN_IF_ERROR(Alloc(&norm_w, norm_elems, "norm weights plus one"));
+  }
+  if (config.sandwich_norms) ZINF_RETURN_IF_ERROR(Alloc(&dpost, N * C, "post norm gradient"));
+  if (config.attn_scalar > 0 && config.attn_scalar != hd) {
+    q_scale = static_cast<T>(std::sqrt(static_cast<double>(hd) / config.attn_scalar));
+  }
+  // The tables stay alive until Synchronize: the copies may be queued.
+  std::vector<T> tables[4];
+  auto upload = [&](const RopeConfig& rope, T* cos_d, T* sin_d, std::vector<T>* cos_t, std::vector<T>* sin_t) {
+    std::vector<double> cos64, sin64;
+    RopeTables(rope, rot, T_, &cos64, &sin64);
+    cos_t->assign(cos64.begin(), cos64.end());
+    sin_t->assign(sin64.begin(), sin64.end());
+    ops->CopyToDevice(cos_d, cos_t->data(), sizeof(T) * cos_t->size());
+    ops->CopyToDevice(sin_d, sin_t->data(), sizeof(T) * sin_t->size());
+  };
+  upload(config.rope, rope_cos, rope_sin, &tables[0], &tables[1]);
+  if (local_rope) {  // Gemma 3's: the local base, no scaling
+    RopeConfig local;
+    local.theta = config.local_rope_theta;
+    local.partial_factor = config.rope.partial_factor;
+    upload(local, local_cos, local_sin, &tables[2], &tables[3]);
+  }
   ops->Zero(zero_pos, static_cast<int64_t>(T_) * C);
+  std::vector<T> unit(static_cast<size_t>(norm_elems), T(1));
+  if (config.norm_unit_offset) ops->CopyToDevice(ones, unit.data(), sizeof(T) * unit.size());
   return ops->Synchronize();
 }
 
@@ -1240,6 +1372,7 @@ Status GptCompute<T>::EmbedForward(const std::vector<const T*>& embed) {
   const T* wpe = m.config.llama() ? m.zero_pos : embed[kWpe];
   ZINF_RETURN_IF_ERROR(m.BeforeWritingInput(0));
   m.ops->EncoderForward(m.x[0], m.tokens, embed[kWte], wpe, m.B, m.config.seq_len, m.C);
+  if (m.config.embed_scale) m.ops->Scale(m.x[0], m.EmbedScale(), m.N * m.C);
   ZINF_RETURN_IF_ERROR(m.AfterWritingInput(0));
   m.forward_done = 0;
   m.forward_group = 0;
@@ -1315,8 +1448,10 @@ StatusOr<double> GptCompute<T>::HeadForward(const std::vector<const T*>& head, c
   // input into x_L's slot (a recompute may run the head again).
   ZINF_RETURN_IF_ERROR(m.LoadInput(L));
   ZINF_RETURN_IF_ERROR(m.KernelsAfter(m.copied_in[static_cast<size_t>(L % Impl::kSlots)]));
+  // The final norm's weight (1 + w with norm_unit_offset), kept for its backward.
+  const T* lnf_w = m.config.llama() ? m.NormWeight(head[0], m.C) : nullptr;
   if (m.config.llama()) {
-    o.RmsNormForward(m.lnf, m.lnf_rstd, m.x[L], head[0], N, m.C, m.config.norm_eps);
+    o.RmsNormForward(m.lnf, m.lnf_rstd, m.x[L], lnf_w, N, m.C, m.config.norm_eps);
   } else {
     o.LayerNormForward(m.lnf, m.lnf_mean, m.lnf_rstd, m.x[L], head[kLnfW], head[kLnfB], N, m.C);
   }
@@ -1336,7 +1471,7 @@ StatusOr<double> GptCompute<T>::HeadForward(const std::vector<const T*>& head, c
   if (grads != nullptr) {
     o.Zero(m.dres, N * C);
     if (m.config.llama()) {
-      o.RmsNormBackward(m.dres, grads->head[0], m.dbuf_c, m.x[L], head[0], m.lnf_rstd, N, m.C);
+      o.RmsNormBackward(m.dres, grads->head[0], m.dbuf_c, m.x[L], lnf_w, m.lnf_rstd, N, m.C);
     } else {
       o.LayerNormBackward(m.dres, grads->head[kLnfW], grads->head[kLnfB], m.dbuf_c, m.x[L], head[kLnfW], m.lnf_mean,
                           m.lnf_rstd, N, m.C);
@@ -1446,6 +1581,8 @@ Status GptCompute<T>::EmbedBackward(const std::vector<T*>& grads) {
   // kLlama: the position gradient the encoder computes goes to a sink.
   if (m.config.llama()) m.ops->Zero(m.dpos, static_cast<int64_t>(m.config.seq_len) * m.C);
   T* dwpe = m.config.llama() ? m.dpos : grads[kWpe];
+  // x_0 = s wte[t]: d wte[t] = s d x_0 (dres is consumed here).
+  if (m.config.embed_scale) m.ops->Scale(m.dres, m.EmbedScale(), m.N * m.C);
   m.ops->EncoderBackward(grads[kWte], dwpe, m.dres, m.tokens, m.B, m.config.seq_len, m.C);
   m.head_backward_done = false;  // the gradient of x_0 is consumed
   return Status::Ok();

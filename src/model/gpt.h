@@ -58,6 +58,15 @@ namespace zinf::model {
 // Mistral-Nemo), so q and the attention's output are n_head * head_dim()
 // wide (attn_width()); with qk_norm (Qwen3) q and k go through an RMSNorm
 // over each head (weights [head_dim]) before RoPE.
+//
+// Gemma's variations on kLlama (GptConfig's Gemma fields): RMSNorm
+// weights used as 1 + w (norm_unit_offset), GELU in the gated MLP (GeGLU:
+// mlp_glu), the embedding scaled by sqrt(n_embd) (embed_scale), attention
+// scores scaled by attn_scalar^-1/2 rather than head_dim^-1/2, and Gemma
+// 2/3's sandwich norms (sandwich_norms): the attention's and the MLP's
+// outputs each go through an RMSNorm of their own before they join the
+// residual stream. Gemma 3's sliding layers turn q and k by a RoPE of
+// their own base (local_rope_theta).
 enum class ModelFamily { kGpt2, kLlama };
 
 // Rotary embedding frequencies over the first rot = int(hd *
@@ -66,10 +75,12 @@ enum class ModelFamily { kGpt2, kLlama };
 // LongRoPE (rope_type "longrope": Phi-3's 128k models, Phi-4-mini) when
 // longrope is set: divided by short_factor[i] while the sequence is within
 // original_max_position, by long_factor[i] beyond it, and cos and sin
-// multiplied by attention_factor.
+// multiplied by attention_factor; or divided by factor when linear is set
+// (rope_type "linear": Gemma 3's global layers).
 struct RopeConfig {
   double theta = 10000.0;
   double partial_factor = 1.0;
+  bool linear = false;
   bool llama3 = false;
   double factor = 1.0;
   double low_freq_factor = 1.0;
@@ -89,10 +100,11 @@ struct GptConfig {
   int n_embd = 64;              // C; a multiple of n_head
   bool tied_embeddings = true;  // lm_head is wte
 
-  // kLlama only (kGpt2 ignores them; the sliding window below is both's).
+  // kLlama only (kGpt2 ignores them, and refuses the Gemma fields below;
+  // the sliding window is both's).
   ModelFamily family = ModelFamily::kGpt2;
   int n_kv_head = 0;          // key/value heads; divides n_head
-  int intermediate_size = 0;  // SwiGLU width
+  int intermediate_size = 0;  // the gated MLP's width
   bool qkv_bias = false;      // q/k/v projections have biases (Qwen2)
   int head_size = 0;          // width of a head; 0: n_embd / n_head
   bool qk_norm = false;       // per-head RMSNorm of q and k before RoPE (Qwen3)
@@ -107,6 +119,17 @@ struct GptConfig {
   // A window of seq_len or more is no window: the loader keeps none.
   int sliding_window = 0;
   std::vector<int> sliding_layers;
+  // Gemma (kLlama only; see ModelFamily).
+  bool norm_unit_offset = false;               // every RMSNorm multiplies by 1 + w
+  kernels::Glu mlp_glu = kernels::Glu::kSilu;  // the gated MLP's activation
+  bool embed_scale = false;                    // x_0 = embed_tokens[t] * float(sqrt(n_embd))
+  double attn_scalar = 0;                      // scores scaled by attn_scalar^-1/2; 0: head_dim()
+  bool sandwich_norms = false;                 // post-attention and post-MLP norms (Gemma 2, 3)
+  // Layers (0-based, ascending) whose RoPE has base local_rope_theta and
+  // no scaling (Gemma 3's sliding_attention layers, whether or not their
+  // window is kept); 0 or no layers: every layer uses `rope`.
+  double local_rope_theta = 0;
+  std::vector<int> local_rope_layers;
 
   bool llama() const { return family == ModelFamily::kLlama; }
   int head_dim() const { return head_size > 0 ? head_size : n_embd / n_head; }
@@ -116,6 +139,8 @@ struct GptConfig {
   int rope_dims_in(int layer) const;
   // The attention's window in layer `layer`: sliding_window, or 0 (none).
   int window_in(int layer) const;
+  // Whether layer `layer` turns q and k by the local RoPE (local_rope_theta).
+  bool local_rope_in(int layer) const;
   // Width of q, of the attention's output and of o_proj's input: n_embd
   // unless head_size says otherwise.
   int attn_width() const { return n_head * head_dim(); }
@@ -152,7 +177,8 @@ enum LayerTensor {
 enum HeadTensor { kLnfW = 0, kLnfB = 1, kLmHead = 2 };
 // kLlama blocks: embed {embed_tokens [Vp, C]}; layer.<i> in this order
 // (the biases only with qkv_bias, then q_norm and k_norm [head_dim] only
-// with qk_norm: QNormIndex); head {norm.weight[, lm_head [Vp, C]]}. q_proj
+// with qk_norm: QNormIndex, then the post-attention and post-MLP norms [C]
+// only with sandwich_norms: PostNormIndex); head {norm.weight[, lm_head [Vp, C]]}. q_proj
 // is [A, C] and o_proj [C, A], A = attn_width().
 enum LlamaLayerTensor {
   kAttnNormW = 0,
@@ -170,6 +196,10 @@ enum LlamaLayerTensor {
 };
 // Index of q_norm.weight in a kLlama layer with qk_norm; k_norm.weight follows.
 inline int QNormIndex(const GptConfig& c) { return c.qkv_bias ? kVB + 1 : kDownW + 1; }
+// Index of the post-attention norm in a kLlama layer with sandwich_norms
+// (after q_norm and k_norm when there are); the post-MLP norm follows.
+// (kMlpNormW is then the MLP's input norm, Gemma's pre_feedforward_layernorm.)
+inline int PostNormIndex(const GptConfig& c) { return QNormIndex(c) + (c.qk_norm ? 2 : 0); }
 // Index of the untied lm_head in the head block (kLmHead for kGpt2).
 inline int LmHeadIndex(const GptConfig& c) { return c.llama() ? 1 : kLmHead; }
 

@@ -92,7 +92,9 @@ const std::set<std::string>& IgnoredKeys() {
                                               "tie_encoder_decoder",
                                               "max_window_layers",
                                               "reorder_and_upcast_attn",
-                                              "auto_map"};
+                                              "auto_map",
+                                              "cache_implementation",
+                                              "_sliding_window_pattern"};
   return kKeys;
 }
 const std::set<std::string>& DropoutKeys() {
@@ -186,9 +188,11 @@ class KeyReader {
 
 // The layers whose attention slides once a config turns windows on, by
 // transformers' rule for each architecture: none (Llama reads no window),
-// all (Mistral, Phi-3), those from max_window_layers on (Qwen2, Qwen3), or
-// the NoPE layers (SmolLM3). The last two read layer_types first.
-enum class SlidingLayers { kNone, kAll, kFromMaxWindowLayers, kNopeLayers };
+// all (Mistral, Phi-3), those from max_window_layers on (Qwen2, Qwen3),
+// the NoPE layers (SmolLM3), or all but every sliding_window_pattern-th
+// (Gemma 3, whose windows are always on). The last three read layer_types
+// first.
+enum class SlidingLayers { kNone, kAll, kFromMaxWindowLayers, kNopeLayers, kPattern };
 
 // What each supported architecture is, in the terms zinf's model uses:
 // GPT-2's block, or Llama's with these changes. The one place an
@@ -208,6 +212,15 @@ struct Architecture {
   // SmolLM3: no_rope_layers (1: the layer's attention turns q and k, 0: it
   // does not), else a NoPE layer every no_rope_layer_interval (default 4).
   bool nope_layers = false;
+  // Gemma: RMSNorms by 1 + w, GeGLU (hidden_act, or Gemma 3's
+  // hidden_activation), the embedding scaled by sqrt(hidden_size), a tied
+  // head and heads of 256 unless the config says otherwise.
+  bool gemma = false;
+  // Gemma 3: q_norm and k_norm, sandwich norms, query_pre_attn_scalar, and
+  // RoPE of base rope_local_base_freq in the sliding layers (in
+  // transformers 5's rope_parameters: per layer type).
+  bool gemma3 = false;
+  double default_rope_theta = 10000.0;
 };
 
 constexpr Architecture kArchitectures[] = {
@@ -224,6 +237,14 @@ constexpr Architecture kArchitectures[] = {
     {.name = "MistralForCausalLM", .sliding = SlidingLayers::kAll, .default_window = 4096},
     {.name = "Phi3ForCausalLM", .phi3 = true, .sliding = SlidingLayers::kAll},
     {.name = "SmolLM3ForCausalLM", .sliding = SlidingLayers::kNopeLayers, .nope_layers = true},
+    {.name = "GemmaForCausalLM", .gemma = true},
+    {.name = "Gemma3ForCausalLM",
+     .qk_norm = true,
+     .sliding = SlidingLayers::kPattern,
+     .default_window = 4096,
+     .gemma = true,
+     .gemma3 = true,
+     .default_rope_theta = 1000000.0},
 };
 
 const Architecture* FindArchitecture(std::string_view name) {
@@ -251,9 +272,26 @@ void ParseGpt2(KeyReader& r, HfCheckpoint& c) {
   r.Neutral("add_cross_attention", {false});
 }
 
+// Gemma 3's sliding layers' RoPE, under rope_parameters.sliding_attention:
+// the default kind, of its own base.
+void ParseLocalRope(KeyReader& r, GptConfig& m, const json& s, const std::string& key) {
+  if (!s.is_object()) return r.Error(key + ": expected an object, got " + s.dump());
+  for (auto it = s.begin(); it != s.end(); ++it) {
+    if (it.key() == "rope_theta" && it->is_number() && it->get<double>() > 0) {
+      m.local_rope_theta = it->get<double>();
+    } else if (!((it.key() == "rope_type" || it.key() == "type") && *it == "default")) {
+      r.Error(key + "." + it.key() + ": " + it->dump() + " is not supported (zinf's local RoPE is \"default\" " +
+              "with a positive rope_theta)");
+    }
+  }
+}
+
+void ParseRopeParams(KeyReader& r, HfCheckpoint& c, const Architecture& arch, const json* s, const std::string& key);
+
 void ParseRope(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   RopeConfig& rope = c.model.rope;
-  rope.theta = r.Number("rope_theta", 10000.0);
+  rope.theta = r.Number("rope_theta", arch.default_rope_theta);
+  if (arch.gemma3) c.model.local_rope_theta = r.Number("rope_local_base_freq", 10000.0);
   // transformers >= 5 keeps theta and the scaling under rope_parameters.
   const json* params = r.Get("rope_parameters");
   const json* scaling = r.Get("rope_scaling");
@@ -261,6 +299,29 @@ void ParseRope(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   const json* s = params != nullptr ? params : scaling;
   const std::string key = params != nullptr ? "rope_parameters" : "rope_scaling";
   if (s == nullptr) return;
+  if (!s->is_object()) return r.Error(key + ": expected an object, got " + s->dump());
+  // Gemma 3's rope_parameters per layer type (rope_scaling is the full
+  // attention's).
+  if (arch.gemma3 && params != nullptr && (s->contains("full_attention") || s->contains("sliding_attention"))) {
+    for (auto it = s->begin(); it != s->end(); ++it) {
+      const std::string name = key + "." + it.key();
+      if (it.key() == "full_attention") {
+        if (!it->is_null()) ParseRopeParams(r, c, arch, &*it, name);
+      } else if (it.key() == "sliding_attention") {
+        if (!it->is_null()) ParseLocalRope(r, c.model, *it, name);
+      } else {
+        r.Error(name + ": not a layer type (\"full_attention\" or \"sliding_attention\")");
+      }
+    }
+    return;
+  }
+  ParseRopeParams(r, c, arch, s, key);
+}
+
+// One rotary embedding's parameters (rope_scaling, rope_parameters, or
+// Gemma 3's rope_parameters.full_attention) into c.model.rope.
+void ParseRopeParams(KeyReader& r, HfCheckpoint& c, const Architecture& arch, const json* s, const std::string& key) {
+  RopeConfig& rope = c.model.rope;
   if (!s->is_object()) return r.Error(key + ": expected an object, got " + s->dump());
   std::string type = s->value("rope_type", s->value("type", std::string("default")));
   const bool phi3 = arch.phi3;
@@ -290,6 +351,8 @@ void ParseRope(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
         return r.Error(name + ": expected an integer >= 2, got " + it->dump());
       }
       rope.original_max_position = it->get<int>();
+    } else if (type == "linear" && k == "factor" && it->is_number()) {
+      factor = it->get<double>();
     } else if (type == "llama3" && it->is_number() &&
                (k == "factor" || k == "low_freq_factor" || k == "high_freq_factor" ||
                 k == "original_max_position_embeddings")) {
@@ -302,7 +365,11 @@ void ParseRope(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
       r.Error(name + ": " + it->dump() + " is not supported (rope_type \"" + type + "\")");
     }
   }
-  if (type == "llama3") {
+  if (type == "linear") {
+    rope.linear = true;
+    rope.factor = factor.value_or(0.0);
+    if (!(rope.factor > 0)) r.Error(key + ": linear needs factor > 0 (transformers requires it)");
+  } else if (type == "llama3") {
     rope.llama3 = true;
     if (!(rope.factor > 0) || !(rope.high_freq_factor > rope.low_freq_factor)) {
       r.Error(key + ": llama3 needs factor > 0 and high_freq_factor > low_freq_factor");
@@ -328,7 +395,7 @@ void ParseRope(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
         attention_factor.value_or(f <= 1.0 ? 1.0 : std::sqrt(1 + std::log(f) / std::log(rope.original_max_position)));
   } else if (type != "default") {
     r.Error(key + ".rope_type: \"" + type +
-            "\" changes the math; zinf supports \"default\", \"llama3\" and \"longrope\"");
+            "\" changes the math; zinf supports \"default\", \"linear\", \"llama3\" and \"longrope\"");
   }
 }
 
@@ -364,6 +431,7 @@ void ParseSlidingWindow(KeyReader& r, HfCheckpoint& c, const Architecture& arch)
   switch (arch.sliding) {
     case SlidingLayers::kNone: r.Neutral("use_sliding_window", {false}); break;
     case SlidingLayers::kAll:
+    case SlidingLayers::kPattern:
       on = true;
       if (r.Get("use_sliding_window") != nullptr) {
         c.notes.push_back("use_sliding_window: ignored (" + c.architecture + " slides whenever sliding_window is set)");
@@ -383,8 +451,12 @@ void ParseSlidingWindow(KeyReader& r, HfCheckpoint& c, const Architecture& arch)
       window = w->get<int>();
     }
   }
-  const bool reads_types =
-      arch.sliding == SlidingLayers::kFromMaxWindowLayers || arch.sliding == SlidingLayers::kNopeLayers;
+  const bool reads_types = arch.sliding == SlidingLayers::kFromMaxWindowLayers ||
+                           arch.sliding == SlidingLayers::kNopeLayers || arch.sliding == SlidingLayers::kPattern;
+  // Gemma 3's pattern: every pattern-th layer full, the others sliding
+  // (transformers reads sliding_window_pattern only; its own saved configs
+  // carry _sliding_window_pattern, which it ignores, beside layer_types).
+  const int pattern = arch.sliding == SlidingLayers::kPattern ? r.Int("sliding_window_pattern", 6, false) : 6;
   std::vector<int> layers;
   if (const json* types = r.Get("layer_types"); types != nullptr && !reads_types) {
     c.notes.push_back("layer_types: ignored (" + c.architecture + " does not read it)");
@@ -399,8 +471,10 @@ void ParseSlidingWindow(KeyReader& r, HfCheckpoint& c, const Architecture& arch)
       if (t == "sliding_attention" && !(on && window > 0)) {
         // transformers refuses this (Qwen2, Qwen3), or its attention
         // implementations disagree on it (SmolLM3).
-        return r.Error(at + "\"sliding_attention\" without a window (use_sliding_window true and sliding_window " +
-                       "set)");
+        return r.Error(at + "\"sliding_attention\" without a window (" +
+                       (arch.sliding == SlidingLayers::kPattern ? std::string("sliding_window null")
+                                                                : "use_sliding_window true and sliding_window set") +
+                       ")");
       }
       if (t == "sliding_attention") {
         layers.push_back(l);
@@ -421,11 +495,52 @@ void ParseSlidingWindow(KeyReader& r, HfCheckpoint& c, const Architecture& arch)
     for (int l = first; l < m.n_layer; ++l) layers.push_back(l);
   } else if (arch.sliding == SlidingLayers::kNopeLayers) {
     layers = m.no_rope_layers;
+  } else if (arch.sliding == SlidingLayers::kPattern) {
+    for (int l = 0; l < m.n_layer; ++l) {
+      if ((l + 1) % pattern != 0) layers.push_back(l);
+    }
+    if (window <= 0 && !layers.empty()) {
+      return r.Error("sliding_window: null, but layers " + std::to_string(layers.front()) +
+                     "... slide (sliding_window_pattern " + std::to_string(pattern) + ")");
+    }
   }
+  // Gemma 3's sliding layers have their own RoPE, window or not.
+  if (arch.gemma3) m.local_rope_layers = layers;
   if (on && window > 0 && !layers.empty()) {
     m.sliding_window = window;
     m.sliding_layers = std::move(layers);
   }
+}
+
+// Gemma's keys (ParseLlama reads the rest).
+void ParseGemma(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
+  GptConfig& m = c.model;
+  m.norm_unit_offset = true;
+  m.embed_scale = true;
+  m.mlp_glu = kernels::Glu::kGeluTanh;
+  m.sandwich_norms = arch.gemma3;
+  // Gemma reads hidden_act, where "gelu" (its first releases' value) means
+  // the tanh approximation; Gemma 3 reads hidden_activation.
+  const char* act = arch.gemma3 ? "hidden_activation" : "hidden_act";
+  const char* other = arch.gemma3 ? "hidden_act" : "hidden_activation";
+  if (arch.gemma3) {
+    r.Neutral(act, {"gelu_pytorch_tanh", "gelu_new"});
+  } else {
+    r.Neutral(act, {"gelu_pytorch_tanh", "gelu_new", "gelu"});
+  }
+  if (r.Get(other) != nullptr) {
+    c.notes.push_back(std::string(other) + ": ignored (transformers' " + c.architecture + " reads " + act + ")");
+  }
+  r.Neutral("use_bidirectional_attention", {false});
+  if (!arch.gemma3) return;
+  for (const char* k : {"attn_logit_softcapping", "final_logit_softcapping"}) {
+    if (const json* v = r.Get(k); v != nullptr) {
+      r.Error(std::string(k) + ": " + v->dump() + " changes the model's math; zinf has no softcapping (null only)");
+    }
+  }
+  m.attn_scalar = r.Number("query_pre_attn_scalar", 256.0);
+  if (!(m.attn_scalar > 0))
+    r.Error("query_pre_attn_scalar: expected a positive number, got " + json(m.attn_scalar).dump());
 }
 
 void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
@@ -435,16 +550,21 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   m.n_embd = r.Int("hidden_size", 1, true);
   m.n_head = r.Int("num_attention_heads", 1, true);
   m.n_layer = r.Int("num_hidden_layers", 1, true);
-  m.n_kv_head = r.Int("num_key_value_heads", m.n_head, false);
+  // Gemma's classes default it to other than the heads: required there.
+  m.n_kv_head = r.Int("num_key_value_heads", m.n_head, arch.gemma);
   m.intermediate_size = r.Int("intermediate_size", 1, true);
   c.max_positions = r.Int("max_position_embeddings", 1, true);
   m.seq_len = c.max_positions;
-  m.tied_embeddings = r.Bool("tie_word_embeddings", false);
+  m.tied_embeddings = r.Bool("tie_word_embeddings", arch.gemma);
   m.norm_eps = r.Number("rms_norm_eps", 1e-6);
   m.qkv_bias = arch.qkv_bias;
   m.qk_norm = arch.qk_norm;
   const bool phi3 = arch.phi3;
-  r.Neutral("hidden_act", {"silu"});
+  if (arch.gemma) {
+    ParseGemma(r, c, arch);
+  } else {
+    r.Neutral("hidden_act", {"silu"});
+  }
   r.Neutral("mlp_bias", {false});
   r.Neutral("lm_head_bias", {false});  // Phi-4-mini's config
   // Qwen2 hard-wires its q/k/v biases; elsewhere attention_bias would add
@@ -452,7 +572,7 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   r.Neutral("attention_bias", {m.qkv_bias});
   // An explicit head_dim other than hidden_size / num_attention_heads
   // (Qwen3, Mistral-Nemo) makes q and o_proj num_attention_heads * head_dim wide.
-  const int head_dim = r.Int("head_dim", 0, false);
+  const int head_dim = r.Int("head_dim", arch.gemma ? 256 : 0, false);
   if (head_dim > 0 && !(m.n_head > 0 && m.n_embd % m.n_head == 0 && head_dim == m.n_embd / m.n_head)) {
     m.head_size = head_dim;
   }
@@ -704,6 +824,11 @@ std::vector<std::string> HfTensorNames(const HfCheckpoint& ckpt, BlockId block) 
   }
   if (m.qk_norm) {
     for (const char* p : {"q", "k"}) n.push_back(l + "self_attn." + p + "_norm.weight");
+  }
+  if (m.sandwich_norms) {  // Gemma 3: the MLP's input norm is "pre-feedforward"
+    n[kMlpNormW] = l + "pre_feedforward_layernorm.weight";
+    n.push_back(l + "post_attention_layernorm.weight");
+    n.push_back(l + "post_feedforward_layernorm.weight");
   }
   if (ckpt.fused_projections) {  // q|k|v and gate|up fused
     n[kQW] = n[kKW] = n[kVW] = l + "self_attn.qkv_proj.weight";

@@ -133,6 +133,9 @@ class CpuOps final : public Ops<T> {
   void Accumulate(T* y, const T* x, int64_t n) override {
     Run([=] { k::Accumulate(y, x, n); });
   }
+  void Scale(T* x, T s, int64_t n) override {
+    Run([=] { k::Scale(x, s, n); });
+  }
   void CrossEntropyForwardBackward(T* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t N, int V,
                                    int Vp, T dloss) override {
     Run([=] { k::CrossEntropyForwardBackward(losses, dlogits, logits, targets, N, V, Vp, dloss); });
@@ -153,11 +156,11 @@ class CpuOps final : public Ops<T> {
                     int rot) override {
     Run([=] { k::RopeBackward(dinp, dout, cos, sin, B, T_, n_head, hd, rot); });
   }
-  void SwigluForward(T* out, const T* gate, const T* up, int64_t n) override {
-    Run([=] { k::SwigluForward(out, gate, up, n); });
+  void GluForward(T* out, const T* gate, const T* up, int64_t n, kernels::Glu glu) override {
+    Run([=] { k::GluForward(out, gate, up, n, glu); });
   }
-  void SwigluBackward(T* dgate, T* dup, const T* gate, const T* up, const T* dout, int64_t n) override {
-    Run([=] { k::SwigluBackward(dgate, dup, gate, up, dout, n); });
+  void GluBackward(T* dgate, T* dup, const T* gate, const T* up, const T* dout, int64_t n, kernels::Glu glu) override {
+    Run([=] { k::GluBackward(dgate, dup, gate, up, dout, n, glu); });
   }
   void GqaExpandForward(T* qkv, const T* q, const T* k, const T* v, int64_t N, int NH, int NKV, int hd) override {
     Run([=] { k::GqaExpandForward(qkv, q, k, v, N, NH, NKV, hd); });

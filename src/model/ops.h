@@ -92,10 +92,11 @@ class Ops {
   virtual void GeluBackward(T* dinp, const T* inp, const T* dout, int64_t n) = 0;
   virtual void ResidualForward(T* out, const T* a, const T* b, int64_t n) = 0;
   virtual void Accumulate(T* y, const T* x, int64_t n) = 0;
+  virtual void Scale(T* x, T s, int64_t n) = 0;
   virtual void CrossEntropyForwardBackward(T* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t N,
                                            int V, int Vp, T dloss) = 0;
 
-  // Llama family (RMSNorm, RoPE, SwiGLU, the GQA expansion around
+  // Llama family (RMSNorm, RoPE, SwiGLU/GeGLU, the GQA expansion around
   // AttentionForward/Backward), as in cpu_kernels.h.
   virtual void RmsNormForward(T* out, T* rstd, const T* inp, const T* weight, int64_t N, int C, double eps) = 0;
   virtual void RmsNormBackward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd,
@@ -104,8 +105,9 @@ class Ops {
                            int rot) = 0;
   virtual void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int T_, int n_head, int hd,
                             int rot) = 0;
-  virtual void SwigluForward(T* out, const T* gate, const T* up, int64_t n) = 0;
-  virtual void SwigluBackward(T* dgate, T* dup, const T* gate, const T* up, const T* dout, int64_t n) = 0;
+  virtual void GluForward(T* out, const T* gate, const T* up, int64_t n, kernels::Glu glu) = 0;
+  virtual void GluBackward(T* dgate, T* dup, const T* gate, const T* up, const T* dout, int64_t n,
+                           kernels::Glu glu) = 0;
   virtual void GqaExpandForward(T* qkv, const T* q, const T* k, const T* v, int64_t N, int NH, int NKV, int hd) = 0;
   virtual void GqaExpandBackward(T* dq, T* dk, T* dv, const T* dqkv, int64_t N, int NH, int NKV, int hd) = 0;
 

@@ -115,6 +115,9 @@ void TimedOps::ResidualForward(float* out, const float* a, const float* b, int64
 void TimedOps::Accumulate(float* y, const float* x, int64_t n) {
   Timed("Accumulate", [&] { inner_->Accumulate(y, x, n); });
 }
+void TimedOps::Scale(float* x, float s, int64_t n) {
+  Timed("Scale", [&] { inner_->Scale(x, s, n); });
+}
 void TimedOps::CrossEntropyForwardBackward(float* losses, float* dlogits, const float* logits, const int32_t* targets,
                                            int64_t N, int V, int Vp, float dloss) {
   Timed("CrossEntropyForwardBackward",
@@ -136,12 +139,12 @@ void TimedOps::RopeBackward(float* dinp, const float* dout, const float* cos, co
                             int n_head, int hd, int rot) {
   Timed("RopeBackward", [&] { inner_->RopeBackward(dinp, dout, cos, sin, B, T_, n_head, hd, rot); });
 }
-void TimedOps::SwigluForward(float* out, const float* gate, const float* up, int64_t n) {
-  Timed("SwigluForward", [&] { inner_->SwigluForward(out, gate, up, n); });
+void TimedOps::GluForward(float* out, const float* gate, const float* up, int64_t n, kernels::Glu glu) {
+  Timed("GluForward", [&] { inner_->GluForward(out, gate, up, n, glu); });
 }
-void TimedOps::SwigluBackward(float* dgate, float* dup, const float* gate, const float* up, const float* dout,
-                              int64_t n) {
-  Timed("SwigluBackward", [&] { inner_->SwigluBackward(dgate, dup, gate, up, dout, n); });
+void TimedOps::GluBackward(float* dgate, float* dup, const float* gate, const float* up, const float* dout, int64_t n,
+                           kernels::Glu glu) {
+  Timed("GluBackward", [&] { inner_->GluBackward(dgate, dup, gate, up, dout, n, glu); });
 }
 void TimedOps::GqaExpandForward(float* qkv, const float* q, const float* k, const float* v, int64_t N, int NH, int NKV,
                                 int hd) {

@@ -105,6 +105,7 @@ class TimedOps final : public Ops<float> {
   void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) override;
   void ResidualForward(float* out, const float* a, const float* b, int64_t n) override;
   void Accumulate(float* y, const float* x, int64_t n) override;
+  void Scale(float* x, float s, int64_t n) override;
   void CrossEntropyForwardBackward(float* losses, float* dlogits, const float* logits, const int32_t* targets,
                                    int64_t N, int V, int Vp, float dloss) override;
   void RmsNormForward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int C,
@@ -115,9 +116,9 @@ class TimedOps final : public Ops<float> {
                    int rot) override;
   void RopeBackward(float* dinp, const float* dout, const float* cos, const float* sin, int B, int T_, int n_head,
                     int hd, int rot) override;
-  void SwigluForward(float* out, const float* gate, const float* up, int64_t n) override;
-  void SwigluBackward(float* dgate, float* dup, const float* gate, const float* up, const float* dout,
-                      int64_t n) override;
+  void GluForward(float* out, const float* gate, const float* up, int64_t n, kernels::Glu glu) override;
+  void GluBackward(float* dgate, float* dup, const float* gate, const float* up, const float* dout, int64_t n,
+                   kernels::Glu glu) override;
   void GqaExpandForward(float* qkv, const float* q, const float* k, const float* v, int64_t N, int NH, int NKV,
                         int hd) override;
   void GqaExpandBackward(float* dq, float* dk, float* dv, const float* dqkv, int64_t N, int NH, int NKV,

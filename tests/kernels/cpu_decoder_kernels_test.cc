@@ -108,18 +108,43 @@ TEST(CpuDecoderKernelsTest, RopeRotatesHalvesInPlace) {
   }
 }
 
-TEST(CpuDecoderKernelsTest, SwigluBackwardMatchesFiniteDifferences) {
-  std::mt19937_64 rng(15);
-  const int64_t n = 40;
-  std::vector<double> gate = Random(n, rng, 4.0), up = Random(n, rng, 2.0), w = Random(n, rng), out(n);
-  auto objective = [&] {
-    SwigluForward(out.data(), gate.data(), up.data(), n);
-    return Dot(out, w);
-  };
-  std::vector<double> dgate = Filled(n), dup = Filled(n);
-  SwigluBackward(dgate.data(), dup.data(), gate.data(), up.data(), w.data(), n);
-  ExpectGradient("dgate", gate, dgate, objective);
-  ExpectGradient("dup", up, dup, objective);
+TEST(CpuDecoderKernelsTest, GluBackwardMatchesFiniteDifferences) {
+  for (Glu glu : {Glu::kSilu, Glu::kGeluTanh}) {
+    SCOPED_TRACE(glu == Glu::kSilu ? "silu" : "gelu_tanh");
+    std::mt19937_64 rng(15);
+    const int64_t n = 40;
+    std::vector<double> gate = Random(n, rng, 4.0), up = Random(n, rng, 2.0), w = Random(n, rng), out(n);
+    auto objective = [&] {
+      GluForward(out.data(), gate.data(), up.data(), n, glu);
+      return Dot(out, w);
+    };
+    std::vector<double> dgate = Filled(n), dup = Filled(n);
+    GluBackward(dgate.data(), dup.data(), gate.data(), up.data(), w.data(), n, glu);
+    ExpectGradient("dgate", gate, dgate, objective);
+    ExpectGradient("dup", up, dup, objective);
+  }
+}
+
+// GeGLU is GELU (as GPT-2's MLP computes it) times up, element by element.
+TEST(CpuDecoderKernelsTest, GegluIsGeluTimesUp) {
+  std::mt19937_64 rng(16);
+  const int64_t n = 1000;
+  const std::vector<double> g = Random(n, rng, 6.0), up = Random(n, rng, 2.0);
+  const std::vector<float> gf(g.begin(), g.end()), upf(up.begin(), up.end());
+  std::vector<float> out(n), gelu(n);
+  GluForward(out.data(), gf.data(), upf.data(), n, Glu::kGeluTanh);
+  GeluForward(gelu.data(), gf.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(out[i], gelu[i] * upf[i]) << i;
+    const double x = g[i], exact = 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    EXPECT_NEAR(out[i], exact * up[i], 1e-6 * (1 + std::fabs(exact * up[i]))) << i;
+  }
+}
+
+TEST(CpuDecoderKernelsTest, ScaleMultipliesInPlace) {
+  std::vector<float> x = {1.0f, -2.5f, 0.0f, 3.0f};
+  Scale(x.data(), 4.0f, 4);
+  EXPECT_EQ(x, (std::vector<float>{4.0f, -10.0f, 0.0f, 12.0f}));
 }
 
 TEST(CpuDecoderKernelsTest, GqaAttentionBackwardMatchesFiniteDifferences) {
@@ -171,9 +196,9 @@ TEST(CpuDecoderKernelsTest, FloatAgreesWithDouble) {
   RmsNormForward(outf.data(), rstdf.data(), xf.data(), wf.data(), kN, C, 1e-6);
   for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(outf[i], out[i], 1e-5 * (1 + std::fabs(out[i])));
   std::vector<double> s(kN * C);
-  SwigluForward(s.data(), x.data(), out.data(), kN * C);
+  GluForward(s.data(), x.data(), out.data(), kN * C, Glu::kSilu);
   std::vector<float> sf(kN * C);
-  SwigluForward(sf.data(), xf.data(), outf.data(), kN * C);
+  GluForward(sf.data(), xf.data(), outf.data(), kN * C, Glu::kSilu);
   for (size_t i = 0; i < s.size(); ++i) EXPECT_NEAR(sf[i], s[i], 1e-5 * (1 + std::fabs(s[i])));
 }
 

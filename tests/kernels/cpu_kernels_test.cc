@@ -650,7 +650,7 @@ TEST(CpuKernelsTest, ResultsDoNotDependOnThreadCount) {
   EXPECT_TRUE(one == many);
 }
 
-// The element-wise kernels vectorized per ISA (GELU, the loss, SwiGLU) give the
+// The element-wise kernels vectorized per ISA (GELU, the loss, SwiGLU, GeGLU) give the
 // same bits with AVX-512, AVX2 and the baseline ISA: the same operations
 // element by element, no contraction, sums in fixed lanes.
 TEST(CpuKernelsTest, ElementwiseKernelsGiveTheSameBitsOnEveryIsa) {
@@ -666,19 +666,22 @@ TEST(CpuKernelsTest, ElementwiseKernelsGiveTheSameBitsOnEveryIsa) {
   for (float& l : logits) l = static_cast<float>(Random(1, rng, 8.0)[0]);
   const std::vector<int32_t> targets = {0, 5, 1002, 17, 500, 999, 3};
   struct Result {
-    std::vector<float> gelu, dgelu, losses, dlogits, swiglu, dgate, dup;
+    std::vector<float> gelu, dgelu, losses, dlogits, swiglu, dgate, dup, geglu, dgate_gelu, dup_gelu;
   };
   auto run = [&](Isa isa) {
     const Isa before = LimitIsa(isa);
-    Result r{std::vector<float>(n),       std::vector<float>(n, 0.25f),
-             std::vector<float>(N),       std::vector<float>(N * Vp, 0.125f),
-             std::vector<float>(n),       std::vector<float>(n, 0.5f),
-             std::vector<float>(n, -0.5f)};
+    Result r{std::vector<float>(n),        std::vector<float>(n, 0.25f),
+             std::vector<float>(N),        std::vector<float>(N * Vp, 0.125f),
+             std::vector<float>(n),        std::vector<float>(n, 0.5f),
+             std::vector<float>(n, -0.5f), std::vector<float>(n),
+             std::vector<float>(n, 0.5f),  std::vector<float>(n, -0.5f)};
     GeluForward(r.gelu.data(), x.data(), n);
     GeluBackward(r.dgelu.data(), x.data(), dout.data(), n);
     CrossEntropyForwardBackward(r.losses.data(), r.dlogits.data(), logits.data(), targets.data(), N, V, Vp, 0.5f);
-    SwigluForward(r.swiglu.data(), x.data(), dout.data(), n);  // gate x, up dout
-    SwigluBackward(r.dgate.data(), r.dup.data(), x.data(), dout.data(), r.swiglu.data(), n);
+    GluForward(r.swiglu.data(), x.data(), dout.data(), n, Glu::kSilu);  // gate x, up dout
+    GluBackward(r.dgate.data(), r.dup.data(), x.data(), dout.data(), r.swiglu.data(), n, Glu::kSilu);
+    GluForward(r.geglu.data(), x.data(), dout.data(), n, Glu::kGeluTanh);
+    GluBackward(r.dgate_gelu.data(), r.dup_gelu.data(), x.data(), dout.data(), r.swiglu.data(), n, Glu::kGeluTanh);
     LimitIsa(before);
     return r;
   };
@@ -693,6 +696,9 @@ TEST(CpuKernelsTest, ElementwiseKernelsGiveTheSameBitsOnEveryIsa) {
     EXPECT_EQ(r.swiglu, base.swiglu);
     EXPECT_EQ(r.dgate, base.dgate);
     EXPECT_EQ(r.dup, base.dup);
+    EXPECT_EQ(r.geglu, base.geglu);
+    EXPECT_EQ(r.dgate_gelu, base.dgate_gelu);
+    EXPECT_EQ(r.dup_gelu, base.dup_gelu);
   }
   // And the loss against double: the float exps are within a few ulp.
   std::vector<double> want(N), dwant(N * Vp, 0.125);

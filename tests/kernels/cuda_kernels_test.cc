@@ -511,19 +511,33 @@ TEST_F(CudaKernelsTest, RopeForwardAndBackward) {
   }
 }
 
-TEST_F(CudaKernelsTest, SwigluForwardAndBackward) {
-  const int64_t n = 10007;
-  const auto gate = Uniform(n, -6.0f, 6.0f, 61), up = Uniform(n, -2.0f, 2.0f, 62), dout = Uniform(n, -1.f, 1.f, 63);
-  const auto dg0 = Uniform(n, -1.0f, 1.0f, 64), du0 = Uniform(n, -1.0f, 1.0f, 65);
-  std::vector<float> out(n), dg = dg0, du = du0;
-  cpu::SwigluForward(out.data(), gate.data(), up.data(), n);
-  cpu::SwigluBackward(dg.data(), du.data(), gate.data(), up.data(), dout.data(), n);
-  float *d_g = Up(gate), *d_u = Up(up), *d_out = Alloc<float>(n), *d_dout = Up(dout), *d_dg = Up(dg0), *d_du = Up(du0);
-  ASSERT_OK(gpu::SwigluForward(d_out, d_g, d_u, n, s()));
-  EXPECT_TRUE(Near(Down(d_out, n), out, 1e-6, 1e-5));
-  ASSERT_OK(gpu::SwigluBackward(d_dg, d_du, d_g, d_u, d_dout, n, s()));
-  EXPECT_TRUE(Near(Down(d_dg, n), dg, 1e-6, 1e-5));
-  EXPECT_TRUE(Near(Down(d_du, n), du, 1e-6, 1e-5));
+TEST_F(CudaKernelsTest, GluForwardAndBackward) {
+  for (Glu glu : {Glu::kSilu, Glu::kGeluTanh}) {
+    SCOPED_TRACE(glu == Glu::kSilu ? "silu" : "gelu_tanh");
+    const int64_t n = 10007;
+    const auto gate = Uniform(n, -6.0f, 6.0f, 61), up = Uniform(n, -2.0f, 2.0f, 62), dout = Uniform(n, -1.f, 1.f, 63);
+    const auto dg0 = Uniform(n, -1.0f, 1.0f, 64), du0 = Uniform(n, -1.0f, 1.0f, 65);
+    std::vector<float> out(n), dg = dg0, du = du0;
+    cpu::GluForward(out.data(), gate.data(), up.data(), n, glu);
+    cpu::GluBackward(dg.data(), du.data(), gate.data(), up.data(), dout.data(), n, glu);
+    float *d_g = Up(gate), *d_u = Up(up), *d_out = Alloc<float>(n), *d_dout = Up(dout), *d_dg = Up(dg0),
+          *d_du = Up(du0);
+    ASSERT_OK(gpu::GluForward(d_out, d_g, d_u, n, glu, s()));
+    EXPECT_TRUE(Near(Down(d_out, n), out, 1e-6, 1e-5));
+    ASSERT_OK(gpu::GluBackward(d_dg, d_du, d_g, d_u, d_dout, n, glu, s()));
+    EXPECT_TRUE(Near(Down(d_dg, n), dg, 1e-6, 1e-5));
+    EXPECT_TRUE(Near(Down(d_du, n), du, 1e-6, 1e-5));
+  }
+}
+
+TEST_F(CudaKernelsTest, ScaleMatchesCpu) {
+  const int64_t n = 5003;
+  const auto x = Uniform(n, -3.0f, 3.0f, 66);
+  std::vector<float> want = x;
+  cpu::Scale(want.data(), 33.941124f, n);
+  float* d_x = Up(x);
+  ASSERT_OK(gpu::Scale(d_x, 33.941124f, n, s()));
+  EXPECT_EQ(Down(d_x, n), want);
 }
 
 TEST_F(CudaKernelsTest, GqaExpandForwardAndBackward) {

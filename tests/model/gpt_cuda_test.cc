@@ -253,6 +253,23 @@ TEST(GptCudaTest, SlidingWindowLayerMatchesCpu) {
   CompareTinyModel(cfg);
 }
 
+// Gemma 3's layer: norms by 1 + w (q/k norms too), GeGLU, the embedding
+// scaled, q scaled for the scores, sandwich norms, the first layer sliding
+// with a RoPE of its own base, the second with linearly scaled RoPE.
+TEST(GptCudaTest, Gemma3LayerMatchesCpu) {
+  GptConfig cfg = TinyQwen3Config();
+  cfg.norm_unit_offset = cfg.embed_scale = cfg.sandwich_norms = true;
+  cfg.mlp_glu = kernels::Glu::kGeluTanh;
+  cfg.attn_scalar = 20;
+  cfg.sliding_window = 3;
+  cfg.sliding_layers = {0};
+  cfg.local_rope_theta = 50;
+  cfg.local_rope_layers = {0};
+  cfg.rope.linear = true;
+  cfg.rope.factor = 2;
+  CompareTinyModel(cfg);
+}
+
 // In both compute modes (the 16-bit one's attention is the fused kernel,
 // which recomputes the probabilities in its backward).
 void KeptActivationsGiveTheRecomputesBits(bool compute16) {

@@ -318,7 +318,29 @@ GptConfig TinyQwen3(int head_size) {
   return c;
 }
 
+// Gemma 3's layer on Qwen3's: norms by 1 + w, GeGLU, the embedding scaled
+// by sqrt(32), q scaled for scores by 20^-1/2 (not 8^-1/2), sandwich norms;
+// layer 0 slides over 5 keys with a RoPE of its own base, layer 1 sees
+// every key with linearly scaled RoPE.
+GptConfig TinyGemma3() {
+  GptConfig c = TinyQwen3(8);
+  c.norm_unit_offset = true;
+  c.mlp_glu = kernels::Glu::kGeluTanh;
+  c.embed_scale = true;
+  c.attn_scalar = 20;
+  c.sandwich_norms = true;
+  c.sliding_window = 5;
+  c.sliding_layers = {0};
+  c.local_rope_theta = 50;
+  c.local_rope_layers = {0};
+  c.rope.llama3 = false;
+  c.rope.linear = true;
+  c.rope.factor = 2;
+  return c;
+}
+
 TEST(GptTest, LlamaGradientsMatchFiniteDifferencesTied) { CheckModelGradients(TinyLlama(true, false)); }
+TEST(GptTest, Gemma3GradientsMatchFiniteDifferences) { CheckModelGradients(TinyGemma3()); }
 TEST(GptTest, LlamaGradientsMatchFiniteDifferencesUntiedWithBiases) { CheckModelGradients(TinyLlama(false, true)); }
 TEST(GptTest, Qwen3GradientsMatchFiniteDifferencesWideHeads) { CheckModelGradients(TinyQwen3(12)); }
 // Phi-4-mini's rotary embedding: 4 of a head's 8 columns turned, LongRoPE's
@@ -414,8 +436,8 @@ Harness<float>::Matrices16 LayerMatricesToBf16(const GptConfig& config, std::vec
 // group ranges. Refused: a non-matrix in 16 bits, a short list, and ops
 // that do not read 16-bit weights.
 TEST(GptTest, SixteenBitMatricesGiveTheBitsOfTheirFloatCasts) {
-  for (const GptConfig& config : {Tiny(true), TinyLlama(false, true)}) {
-    SCOPED_TRACE(config.llama() ? "llama" : "gpt2");
+  for (const GptConfig& config : {Tiny(true), TinyLlama(false, true), TinyGemma3()}) {
+    SCOPED_TRACE(config.sandwich_norms ? "gemma3" : config.llama() ? "llama" : "gpt2");
     const int B = 2;
     std::vector<Tensors> params = MakeParams(config, 11);
     int matrices = 0;
@@ -457,10 +479,12 @@ TEST(GptTest, SetLayerGradientsNeedNoZeroing) {
        {std::pair{Tiny(true), LayerActivations::kRecompute},
         std::pair{TinyLlama(false, true), LayerActivations::kRecompute},
         std::pair{Tiny(false), LayerActivations::kKeep}, std::pair{TinyLlama(true, false), LayerActivations::kKeep},
-        std::pair{TinyQwen3(12), LayerActivations::kRecompute}, std::pair{TinyQwen3(6), LayerActivations::kKeep}}) {
-    SCOPED_TRACE(std::string(config.qk_norm   ? "qwen3"
-                             : config.llama() ? "llama"
-                                              : "gpt2") +
+        std::pair{TinyQwen3(12), LayerActivations::kRecompute}, std::pair{TinyQwen3(6), LayerActivations::kKeep},
+        std::pair{TinyGemma3(), LayerActivations::kRecompute}, std::pair{TinyGemma3(), LayerActivations::kKeep}}) {
+    SCOPED_TRACE(std::string(config.sandwich_norms ? "gemma3"
+                             : config.qk_norm      ? "qwen3"
+                             : config.llama()      ? "llama"
+                                                   : "gpt2") +
                  (acts == LayerActivations::kKeep ? ", kept activations" : ", recomputed"));
     const int B = 2;
     std::vector<Tensors> params = MakeParams(config, 13);
@@ -518,8 +542,8 @@ TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
   // are the ones a recompute would make: the same loss and gradients, bit
   // for bit, whole layers and in group ranges (16-bit matrices), over two
   // batches (each layer's kept set is overwritten by the next forward).
-  for (const GptConfig& config : {Tiny(true), TinyLlama(false, true)}) {
-    SCOPED_TRACE(config.llama() ? "llama" : "gpt2");
+  for (const GptConfig& config : {Tiny(true), TinyLlama(false, true), TinyGemma3()}) {
+    SCOPED_TRACE(config.sandwich_norms ? "gemma3" : config.llama() ? "llama" : "gpt2");
     const int B = 2;
     std::vector<Tensors> params = MakeParams(config, 21);
     const Harness<float>::Matrices16 m16 = LayerMatricesToBf16(config, params, nullptr);
@@ -572,9 +596,9 @@ TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
 // forward overwrites the slots), five layers deep so that the three device
 // slots turn over twice.
 TEST(GptTest, OffloadedLayerInputsGiveTheBitsOfTheRecompute) {
-  for (GptConfig config : {Tiny(true), TinyLlama(false, true)}) {
+  for (GptConfig config : {Tiny(true), TinyLlama(false, true), TinyGemma3()}) {
     config.n_layer = 5;
-    SCOPED_TRACE(config.llama() ? "llama" : "gpt2");
+    SCOPED_TRACE(config.sandwich_norms ? "gemma3" : config.llama() ? "llama" : "gpt2");
     const int B = 2;
     const int64_t x_bytes = int64_t{B} * config.seq_len * config.n_embd * static_cast<int64_t>(sizeof(float));
     std::vector<Tensors> params = MakeParams(config, 31);

@@ -57,7 +57,7 @@ TEST_P(HfExportTest, F32ExportOfF32CheckpointIsByteIdentical) {
 }
 
 INSTANTIATE_TEST_SUITE_P(F32Fixtures, HfExportTest,
-                         ::testing::Values("gpt2", "llama", "qwen3", "phi3", "phi3-longrope"));
+                         ::testing::Values("gpt2", "llama", "qwen3", "phi3", "phi3-longrope", "gemma3"));
 
 // Small shards: several files and an index naming every tensor once; the
 // folder opens as the same model with the same fp32 weights (the BF16
@@ -109,7 +109,7 @@ TEST_P(HfExportShardsTest, ShardedFolderReadsBackAsTheSameModel) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfExportShardsTest,
                          ::testing::Values(std::pair{"qwen2", "BF16"}, std::pair{"phi3", "F32"},
-                                           std::pair{"smollm3", "BF16"}));
+                                           std::pair{"smollm3", "BF16"}, std::pair{"gemma", "BF16"}));
 
 // zinf's own GPT: a GPT2LMHeadModel folder that reads back as the same
 // model (untied, so the head is exported too), weights equal.

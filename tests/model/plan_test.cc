@@ -324,6 +324,18 @@ TEST(PlanTest, Qwen3MatchesTrainer) {
   CheckAgainstTrainer(qwen3, "tiny-qwen3", 4, {{OffloadDevice::kNvme, OffloadDevice::kNvme}});
 }
 
+// Gemma 3's layer: two more norms a layer, and their activations.
+TEST(PlanTest, Gemma3MatchesTrainer) {
+  GptConfig gemma3 = UntiedTinyLlama();
+  gemma3.qkv_bias = false;
+  gemma3.qk_norm = gemma3.sandwich_norms = gemma3.norm_unit_offset = gemma3.embed_scale = true;
+  gemma3.mlp_glu = kernels::Glu::kGeluTanh;
+  gemma3.head_size = 16;
+  gemma3.local_rope_theta = 100;
+  gemma3.local_rope_layers = {0};
+  CheckAgainstTrainer(gemma3, "tiny-gemma3", 4, {{OffloadDevice::kNvme, OffloadDevice::kNvme}});
+}
+
 // ActivationBytes is what GptCompute allocates, array by array, for both
 // families, every choice and any batch (the host device rounds as CUDA
 // does): kept activations cost L - 1 more layers' worth of what the
@@ -340,12 +352,19 @@ TEST(PlanTest, ActivationBytesAreGptComputesAllocations) {
   wide.head_size = 24;
   narrow.head_size = 8;
   narrow.rope.partial_factor = 0.5;  // rope tables of 2 columns, not 4
-  for (const GptConfig& m : {*LoadGptConfig("tiny"), *LoadGptConfig("demo"), llama, one, wide, narrow}) {
+  // Gemma 3's: sandwich norms (two more layer outputs and rstds, a
+  // gradient), norms by 1 + w (two vectors), local RoPE tables
+  GptConfig gemma3 = wide;
+  gemma3.sandwich_norms = gemma3.norm_unit_offset = true;
+  gemma3.local_rope_theta = 100;
+  gemma3.local_rope_layers = {0};
+  for (const GptConfig& m : {*LoadGptConfig("tiny"), *LoadGptConfig("demo"), llama, one, wide, narrow, gemma3}) {
     for (int batch : {1, 3}) {
       for (LayerActivations a : {LayerActivations::kRecompute, LayerActivations::kKeep, LayerActivations::kOffload}) {
         SCOPED_TRACE(std::string(m.llama() ? "llama" : "gpt2") + " layers " + std::to_string(m.n_layer) + " heads " +
-                     std::to_string(m.head_dim()) + (m.qk_norm ? " qk_norm" : "") + " batch " + std::to_string(batch) +
-                     " " + LayerActivationsName(a));
+                     std::to_string(m.head_dim()) + (m.qk_norm ? " qk_norm" : "") +
+                     (m.sandwich_norms ? " gemma3" : "") + " batch " + std::to_string(batch) + " " +
+                     LayerActivationsName(a));
         auto device = CreateHostDevice(0);
         auto c = GptCompute<float>::Create(m, batch, ops.get(), device.get(), a);
         ASSERT_TRUE(c.ok()) << c.status().ToString();

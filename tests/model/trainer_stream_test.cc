@@ -170,7 +170,7 @@ TEST(TrainerStreamTest, TimedKernelsGiveTheSameBitsAndEachCallsDeviceTime) {
           EXPECT_EQ(k.by_op.at("AttentionBackward").calls, n_layer);
           EXPECT_EQ(k.by_op.at("AttentionForward").calls, 2 * n_layer);
           const char* family_ops[] = {llama ? "RmsNormBackward" : "LayerNormBackward",
-                                      llama ? "SwigluBackward" : "GeluBackward",
+                                      llama ? "GluBackward" : "GeluBackward",
                                       llama ? "RopeBackward" : "EncoderBackward", "CrossEntropyForwardBackward"};
           for (const char* op : family_ops) EXPECT_EQ(k.by_op.count(op), 1u) << op;
           if (llama) {

@@ -80,6 +80,19 @@ MODELS = {
     "qwen2-window": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
                      dict(COMMON_LLAMA, num_hidden_layers=3, vocab_size=90, tie_word_embeddings=True,
                           use_sliding_window=True, sliding_window=3, max_window_layers=2), torch.float32),
+    # Gemma: norms by 1 + w, GeGLU, the embedding scaled by sqrt(32), one key/value head of 16 (not 32 / 4),
+    # tied head, bf16 checkpoint (pad_token_id None: transformers' embedding would freeze a padding row)
+    "gemma": (transformers.GemmaConfig, transformers.GemmaForCausalLM,
+              dict(COMMON_LLAMA, vocab_size=100, num_key_value_heads=1, head_dim=16, pad_token_id=None),
+              torch.bfloat16),
+    # Gemma 3: q/k norms and sandwich norms (all by 1 + w), layers 0 and 2 sliding over 5 keys with RoPE base
+    # 10000, layer 1 full with base 1e6 and linear scaling by 4, scores scaled by 24^-1/2 (not 16^-1/2)
+    "gemma3": (transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM,
+               dict(COMMON_LLAMA, num_hidden_layers=3, vocab_size=110, head_dim=16, sliding_window=5,
+                    sliding_window_pattern=2, query_pre_attn_scalar=24, pad_token_id=None,
+                    rope_parameters={"full_attention": dict(rope_type="linear", factor=4.0, rope_theta=1000000.0),
+                                     "sliding_attention": dict(rope_type="default", rope_theta=10000.0)}),
+               torch.float32),
 }
 
 

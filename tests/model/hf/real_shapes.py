@@ -15,7 +15,11 @@ fused projections, 96 of 128 columns rotated, LongRoPE with 48 factors),
 smollm3-4l (SmolLM3-3B's widths at 4 layers, the last without RoPE, GQA 16/4,
 a 128256 vocabulary, tied), mistral-2l-window100 (Mistral-7B's widths at 2
 layers with a sliding window of 100 keys: blocks of 64 queries whose windows
-start and end inside other blocks).
+start and end inside other blocks), gemma3-270m (Gemma 3 270M's shape: 18
+layers, every sixth full and the rest sliding with RoPE base 10000, here over
+100 keys, not 512; q/k norms and sandwich norms by 1 + w, GeGLU, one key/value
+head of 256, a 262144 vocabulary), gemma-2b-2l (Gemma 2B's widths at 2 layers:
+GeGLU of 16384, one key/value head of 256, a 256000 vocabulary).
 Prints one line per model: both losses and their difference.
 """
 import argparse
@@ -63,7 +67,22 @@ def mistral_window():
         tie_word_embeddings=False, sliding_window=100)
 
 
-SHAPES = {"qwen3-0.6b": qwen3, "phi4-mini-2l": phi4_mini, "smollm3-4l": smollm3, "mistral-2l-window100": mistral_window}
+def gemma3_270m():
+    return transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(
+        vocab_size=262144, hidden_size=640, intermediate_size=2048, num_hidden_layers=18, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=256, max_position_embeddings=32768, query_pre_attn_scalar=256,
+        sliding_window=100, rms_norm_eps=1e-6, tie_word_embeddings=True)
+
+
+def gemma_2b():
+    return transformers.GemmaForCausalLM, transformers.GemmaConfig(
+        vocab_size=256000, hidden_size=2048, intermediate_size=16384, num_hidden_layers=2, num_attention_heads=8,
+        num_key_value_heads=1, head_dim=256, max_position_embeddings=8192, rms_norm_eps=1e-6,
+        tie_word_embeddings=True)
+
+
+SHAPES = {"qwen3-0.6b": qwen3, "phi4-mini-2l": phi4_mini, "smollm3-4l": smollm3, "mistral-2l-window100": mistral_window,
+          "gemma3-270m": gemma3_270m, "gemma-2b-2l": gemma_2b}
 
 
 def check(name, zinf, work):
