@@ -637,16 +637,21 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
     m->options.activations = LayerActivations::kRecompute;
   }
   ZINF_ASSIGN_OR_RETURN(m->engine, Engine::Create(config, m->layout.specs(), eo));
-  // Initial weights by model block (the same values however layers are cut).
-  for (BlockId b = 0; b < static_cast<BlockId>(specs.size()); ++b) {
+  // Initial weights by model block (the same values however layers are
+  // cut). Setting them is each rank's own work; a rank whose reads fail
+  // says so to the others (which would otherwise go on to the first step's
+  // collectives and wait there for it).
+  Status loaded = Status::Ok();
+  for (BlockId b = 0; b < static_cast<BlockId>(specs.size()) && loaded.ok(); ++b) {
     if (options.initial_weights) {
-      ZINF_RETURN_IF_ERROR(m->SetModelBlock(b, [&](size_t t, int64_t first, int64_t count, float* out) {
+      loaded = m->SetModelBlock(b, [&](size_t t, int64_t first, int64_t count, float* out) {
         return options.initial_weights(b, t, first, count, out);
-      }));
+      });
     } else {
-      ZINF_RETURN_IF_ERROR(m->SetModelBlock(b, InitBlockWeights(m->model(), b, options.seed)));
+      loaded = m->SetModelBlock(b, InitBlockWeights(m->model(), b, options.seed));
     }
   }
+  ZINF_RETURN_IF_ERROR(m->AgreeAcrossRanks(loaded, "load the initial weights"));
 
   // Kernels, activations and scratch on the engine's device.
   const auto engine_bytes = static_cast<int64_t>(m->device->bytes_in_use());
