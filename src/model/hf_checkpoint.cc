@@ -220,6 +220,9 @@ struct Architecture {
   // RoPE of base rope_local_base_freq in the sliding layers (in
   // transformers 5's rope_parameters: per layer type).
   bool gemma3 = false;
+  // Gemma 3 4B and up: a vision tower beside the language model, whose
+  // config is text_config and whose tensors are under language_model.
+  bool multimodal = false;
   double default_rope_theta = 10000.0;
 };
 
@@ -244,6 +247,14 @@ constexpr Architecture kArchitectures[] = {
      .default_window = 4096,
      .gemma = true,
      .gemma3 = true,
+     .default_rope_theta = 1000000.0},
+    {.name = "Gemma3ForConditionalGeneration",
+     .qk_norm = true,
+     .sliding = SlidingLayers::kPattern,
+     .default_window = 4096,
+     .gemma = true,
+     .gemma3 = true,
+     .multimodal = true,
      .default_rope_theta = 1000000.0},
 };
 
@@ -658,8 +669,31 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
     return Status::InvalidArgument(config_path + ": \"architectures\" must list one architecture");
   }
   c.architecture = (*arch)[0].get<std::string>();
-  KeyReader r(doc, &c.notes);
   const Architecture* traits = FindArchitecture(c.architecture);
+  // A multimodal model's language model: text_config; the other keys
+  // configure the vision side, which zinf does not run.
+  const json* text = &doc;
+  std::string key_prefix;
+  if (traits != nullptr && traits->multimodal) {
+    auto t = doc.find("text_config");
+    if (t == doc.end() || !t->is_object()) {
+      return Status::InvalidArgument(config_path + ": " + c.architecture + " needs a \"text_config\" object");
+    }
+    text = &*t;
+    key_prefix = "text_config.";
+    std::string other;
+    for (auto it = doc.begin(); it != doc.end(); ++it) {
+      if (it.key() == "text_config" || it.key() == "architectures") continue;
+      if (it.key() == "tie_word_embeddings") {
+        if (*it == true) continue;
+        return Status::InvalidArgument(config_path + ": tie_word_embeddings: " + it->dump() +
+                                       " (zinf trains Gemma 3's tied language model)");
+      }
+      other += (other.empty() ? "" : ", ") + it.key();
+    }
+    if (!other.empty()) c.notes.push_back("ignored (the vision side; zinf trains the language model): " + other);
+  }
+  KeyReader r(*text, &c.notes);
   if (traits == nullptr) {
     std::string known;
     for (const Architecture& a : kArchitectures) known += (known.empty() ? "" : ", ") + std::string(a.name);
@@ -702,7 +736,7 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
   }
   if (!r.errors().empty()) {
     std::string msg = config_path + " (" + c.architecture + "): " + std::to_string(r.errors().size()) + " error(s)";
-    for (const std::string& e : r.errors()) msg += "\n  " + e;
+    for (const std::string& e : r.errors()) msg += "\n  " + key_prefix + e;
     return Status::InvalidArgument(std::move(msg));
   }
   m.padded_vocab_size = (m.vocab_size + 63) / 64 * 64;
@@ -718,6 +752,19 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
       }
       std::string name = e.name;
       c.tensors[name] = {f, std::move(e)};
+    }
+  }
+  // A multimodal model's language model: under language_model.model. (the
+  // Hub's layout, which transformers keeps on save) or model.language_model.
+  if (traits->multimodal) {
+    if (c.tensors.count("language_model.model.embed_tokens.weight")) {
+      c.body_prefix = "language_model.model.";
+      c.head_name = "language_model.lm_head.weight";
+    } else if (c.tensors.count("model.language_model.embed_tokens.weight")) {
+      c.body_prefix = "model.language_model.";
+    } else {
+      return Status::InvalidArgument(dir + ": " + c.architecture + " without its language model's embedding " +
+                                     "(language_model.model.embed_tokens.weight)");
     }
   }
   // GPT-2 checkpoints come with and without the "transformer." prefix.
@@ -759,17 +806,26 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
       }
     }
   }
+  const std::string body = c.body_prefix;
   for (const auto& [name, source] : c.tensors) {
     if (expected.count(name)) continue;
+    if (traits->multimodal && name.rfind(body, 0) != 0 && name != c.head_name) {
+      c.kept.push_back(name);  // the vision tower's, the projector's
+      continue;
+    }
     const bool buffer = name.find("rotary_emb.inv_freq") != std::string::npos ||
                         (name.find(".attn.bias") != std::string::npos && !m.llama()) ||
                         name.find(".attn.masked_bias") != std::string::npos;
-    if (buffer || (name == "lm_head.weight" && m.tied_embeddings)) {
+    if (buffer || (name == c.head_name && m.tied_embeddings)) {
       c.notes.push_back(name + ": ignored (" + (buffer ? "a buffer, not a weight" : "the head is tied") + ")");
       continue;
     }
     return Status::InvalidArgument(dir + ": tensor " + name + " (" + source.entry.dtype + " " +
                                    ShapeText(source.entry.shape) + ") is not part of a " + c.architecture);
+  }
+  if (!c.kept.empty()) {
+    c.notes.push_back(std::to_string(c.kept.size()) + " tensors outside the language model (e.g. " + c.kept.front() +
+                      "): not trained, copied unchanged on export");
   }
   return c;
 }
@@ -808,13 +864,14 @@ std::vector<std::string> HfTensorNames(const HfCheckpoint& ckpt, BlockId block) 
             h + "attn.c_proj.weight", h + "attn.c_proj.bias", h + "ln_2.weight",        h + "ln_2.bias",
             h + "mlp.c_fc.weight",    h + "mlp.c_fc.bias",    h + "mlp.c_proj.weight",  h + "mlp.c_proj.bias"};
   }
-  if (block == kEmbedBlock) return {"model.embed_tokens.weight"};
+  const std::string& body = ckpt.body_prefix;
+  if (block == kEmbedBlock) return {body + "embed_tokens.weight"};
   if (block == head) {
-    std::vector<std::string> n = {"model.norm.weight"};
-    if (!m.tied_embeddings) n.push_back("lm_head.weight");
+    std::vector<std::string> n = {body + "norm.weight"};
+    if (!m.tied_embeddings) n.push_back(ckpt.head_name);
     return n;
   }
-  const std::string l = "model.layers." + std::to_string(block - 1) + ".";
+  const std::string l = body + "layers." + std::to_string(block - 1) + ".";
   std::vector<std::string> n = {
       l + "input_layernorm.weight",  l + "self_attn.q_proj.weight", l + "self_attn.k_proj.weight",
       l + "self_attn.v_proj.weight", l + "self_attn.o_proj.weight", l + "post_attention_layernorm.weight",

@@ -19,6 +19,16 @@
 //                          Mistral's; the rotary
 //                          embedding on partial_rotary_factor of each head,
 //                          with "longrope" scaling when configured
+//   GemmaForCausalLM    -> kLlama with Gemma's fields (gpt.h): norms by
+//                          1 + w, GeGLU, the embedding scaled
+//   Gemma3ForCausalLM   -> the same with q/k norms, sandwich norms, sliding
+//                          layers with a RoPE of their own base
+//   Gemma3ForConditionalGeneration
+//                       -> Gemma 3 4B and up: its language model
+//                          (text_config; tensors under language_model.),
+//                          trained on text; the vision tower and projector
+//                          are not read, and an export copies their
+//                          tensors unchanged (`kept`)
 // An explicit head_dim other than hidden_size / num_attention_heads
 // (Qwen3, Mistral-Nemo) sets GptConfig::head_size. Qwen2, Qwen3 and
 // SmolLM3 slide in the layers layer_types names (else from
@@ -70,6 +80,13 @@ struct HfCheckpoint {
   // (HfTensorNames names their row ranges).
   bool fused_projections = false;
   std::vector<std::string> notes;  // keys and tensors ignored, and why
+  // Where the language model's tensors are: "model." and "lm_head.weight"
+  // (HfTensorNames' names), or under a multimodal model's prefix.
+  std::string body_prefix = "model.";
+  std::string head_name = "lm_head.weight";
+  // The source's tensors outside the language model (a multimodal model's
+  // vision tower and projector), in name order: an export copies them.
+  std::vector<std::string> kept;
 
   struct Source {
     size_t file = 0;  // index into files

@@ -18,10 +18,13 @@ namespace {
 
 // One engine tensor as the folder holds it: a tensor of the folder, or
 // rows of one that several fill in turn (HfRowsOf: Phi-3's fused
-// projections), whose first part carries its name and whole shape.
+// projections), whose first part carries its name and whole shape; or a
+// source tensor outside the model copied as it is (HfCheckpoint::kept:
+// block -1, its own dtype).
 struct OutTensor {
   BlockId block = 0;
-  size_t index = 0;  // in the block's GptBlockSpecs order
+  std::string dtype;  // a kept tensor's; empty: the export's
+  size_t index = 0;   // in the block's GptBlockSpecs order
   std::string name;
   std::vector<int64_t> shape;  // the file's (source) layout, the whole tensor's
   bool transpose = false;      // GPT-2 Conv1D: engine [out, in] -> file [in, out]
@@ -73,6 +76,23 @@ std::vector<OutTensor> PlanTensors(const GptConfig& model, const HfCheckpoint& n
       plan.push_back(std::move(o));
     }
   }
+  for (const std::string& name : names.kept) {  // after the model's, in name order
+    const SafetensorsHeader::Entry& e = names.tensors.at(name).entry;
+    OutTensor o;
+    o.block = -1;
+    o.name = name;
+    o.dtype = e.dtype;
+    o.shape = e.shape;
+    o.bytes = o.tensor_bytes = static_cast<int64_t>(e.end - e.begin);
+    if (in_shard > 0 && in_shard + o.bytes > max_shard_bytes) {
+      ++shard;
+      in_shard = 0;
+    }
+    o.shard = shard;
+    o.offset = in_shard;
+    in_shard += o.bytes;
+    plan.push_back(std::move(o));
+  }
   return plan;
 }
 
@@ -89,7 +109,9 @@ std::string ShardHeader(const std::vector<OutTensor>& plan, size_t shard, const 
   header["__metadata__"] = {{"format", "pt"}};
   for (const OutTensor& o : plan) {
     if (o.shard != shard || !o.first) continue;
-    header[o.name] = {{"dtype", dtype}, {"shape", o.shape}, {"data_offsets", {o.offset, o.offset + o.tensor_bytes}}};
+    header[o.name] = {{"dtype", o.dtype.empty() ? dtype : o.dtype},
+                      {"shape", o.shape},
+                      {"data_offsets", {o.offset, o.offset + o.tensor_bytes}}};
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
@@ -166,24 +188,38 @@ class Appender {
   int64_t offset_ = 0;
 };
 
+// `source`: where the kept tensors are read (null: the plan has none).
 Status WriteWeights(const std::string& dir, const std::vector<OutTensor>& plan, const std::string& dtype,
-                    const BlockReader& read_block) {
+                    const BlockReader& read_block, const HfCheckpoint* source) {
   const size_t shards = plan.empty() ? 1 : plan.back().shard + 1;
   Appender file;
   size_t open_shard = shards;  // none yet
+  auto to_shard = [&](const OutTensor& o) {
+    if (o.shard == open_shard) return Status::Ok();
+    open_shard = o.shard;
+    ZINF_RETURN_IF_ERROR(file.Open(JoinPath(dir, ShardName(o.shard, shards))));
+    const std::string header = ShardHeader(plan, o.shard, dtype);
+    return file.Write(header.data(), header.size());
+  };
   size_t next = 0;
+  std::vector<std::byte> raw;
   while (next < plan.size()) {
     const BlockId b = plan[next].block;
+    if (b < 0) {  // a kept tensor: its bytes as the source has them
+      const OutTensor& o = plan[next++];
+      const HfCheckpoint::Source& src = source->tensors.at(o.name);
+      raw.resize(static_cast<size_t>(o.bytes));
+      ZINF_RETURN_IF_ERROR(
+          ReadSafetensorsTensor(source->files[src.file], src.entry, raw).WithContext("export " + o.name));
+      ZINF_RETURN_IF_ERROR(to_shard(o));
+      ZINF_RETURN_IF_ERROR(file.Write(raw.data(), raw.size()));
+      continue;
+    }
     StatusOr<std::vector<std::vector<float>>> block = read_block(b);
     if (!block.ok()) return block.status().WithContext("export block " + std::to_string(b));
     for (; next < plan.size() && plan[next].block == b; ++next) {
       const OutTensor& o = plan[next];
-      if (o.shard != open_shard) {
-        open_shard = o.shard;
-        ZINF_RETURN_IF_ERROR(file.Open(JoinPath(dir, ShardName(o.shard, shards))));
-        const std::string header = ShardHeader(plan, o.shard, dtype);
-        ZINF_RETURN_IF_ERROR(file.Write(header.data(), header.size()));
-      }
+      ZINF_RETURN_IF_ERROR(to_shard(o));
       const std::vector<std::byte> bytes = Encode(o, (*block)[o.index], dtype);
       ZINF_RETURN_IF_ERROR(file.Write(bytes.data(), bytes.size()));
     }
@@ -214,10 +250,13 @@ StatusOr<std::string> ReadWholeFile(const std::string& path) {
   return s.str();
 }
 
-// The files a from_pretrained tokenizer may read, when the source has them.
+// The files a from_pretrained tokenizer (or a multimodal model's processor) may
+// read, when the source has them.
 Status CopyTokenizerFiles(const std::string& from, const std::string& dir) {
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-                           "merges.txt", "tokenizer.model", "added_tokens.json", "generation_config.json"}) {
+  for (const char* name :
+       {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
+        "tokenizer.model", "added_tokens.json", "generation_config.json", "chat_template.jinja", "chat_template.json",
+        "preprocessor_config.json", "processor_config.json"}) {
     const std::string src = JoinPath(from, name);
     if (!PathExists(src)) continue;
     ZINF_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(src));
@@ -264,7 +303,7 @@ Status ExportHfFolder(const std::string& dir, const GptConfig& model, const HfCh
   names.model = model;
   const int es = dtype == "F32" ? 4 : 2;
   const std::vector<OutTensor> plan = PlanTensors(model, source != nullptr ? *source : names, es, max_shard_bytes);
-  ZINF_RETURN_IF_ERROR(WriteWeights(dir, plan, dtype, read_block).WithContext("export " + dir));
+  ZINF_RETURN_IF_ERROR(WriteWeights(dir, plan, dtype, read_block, source).WithContext("export " + dir));
   if (source == nullptr) return WriteFileAtomic(JoinPath(dir, "config.json"), Gpt2ConfigJson(model));
   ZINF_ASSIGN_OR_RETURN(std::string config, ReadWholeFile(JoinPath(source->dir, "config.json")));
   ZINF_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(dir, "config.json"), config));

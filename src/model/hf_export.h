@@ -8,6 +8,10 @@
 // the embedding and an untied head are dropped. Without a source (zinf's
 // own GPT) the folder is a GPT2LMHeadModel (gelu_new, LayerNorm eps 1e-5,
 // learned positions: the same math) with a config.json of its own.
+// A multimodal source's tensors outside the language model (Gemma 3's
+// vision tower and projector: HfCheckpoint::kept) follow the model's, their
+// bytes and dtype as the source has them; its processor files are copied
+// with the tokenizer's.
 //
 // Memory: every header is written first, from the shapes the model
 // implies; then the blocks are asked for one at a time, in order, and each

@@ -109,7 +109,46 @@ TEST_P(HfExportShardsTest, ShardedFolderReadsBackAsTheSameModel) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfExportShardsTest,
                          ::testing::Values(std::pair{"qwen2", "BF16"}, std::pair{"phi3", "F32"},
-                                           std::pair{"smollm3", "BF16"}, std::pair{"gemma", "BF16"}));
+                                           std::pair{"smollm3", "BF16"}, std::pair{"gemma", "BF16"},
+                                           std::pair{"gemma3-mm", "BF16"}));
+
+// A multimodal Gemma 3 exported F32: its language model in F32, the vision
+// tower's and projector's tensors (not part of the model) byte for byte and
+// in their own dtype, beside them; the processor's files copied.
+TEST(HfExportTest, MultimodalExportKeepsTheVisionTensorsAsTheyAre) {
+  TempDir tmp;
+  const std::string src = tmp.path() + "/src", out = tmp.path() + "/out";
+  std::filesystem::copy(FixtureDir("gemma3-mm"), src, std::filesystem::copy_options::recursive);
+  testing::WriteBytes(src + "/preprocessor_config.json", "{}");
+  auto ckpt = OpenHfCheckpoint(src);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  ASSERT_FALSE(ckpt->kept.empty());
+  auto model = HfModelAtSeqLen(*ckpt, 0);
+  ASSERT_TRUE(model.ok());
+  ASSERT_TRUE(ExportHfFolder(out, *model, &*ckpt, "F32", ReaderOf(*ckpt, *model)).ok());
+  auto a = ReadSafetensors(src + "/model.safetensors");
+  auto b = ReadSafetensors(out + "/model.safetensors");
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+  ASSERT_EQ(a->tensors.size(), b->tensors.size());
+  int kept = 0;
+  for (const SafetensorsFile::Tensor& t : a->tensors) {
+    const SafetensorsFile::Tensor* e = b->Find(t.name);
+    ASSERT_NE(e, nullptr) << t.name;
+    EXPECT_EQ(e->shape, t.shape) << t.name;
+    if (t.name.rfind("language_model.", 0) == 0) {
+      EXPECT_EQ(e->dtype, "F32") << t.name;
+    } else {
+      ++kept;
+      EXPECT_EQ(e->dtype, t.dtype) << t.name;
+      EXPECT_TRUE(e->data == t.data) << t.name << " differs";
+    }
+  }
+  EXPECT_EQ(kept, static_cast<int>(ckpt->kept.size()));
+  EXPECT_EQ(testing::ReadBytes(out + "/preprocessor_config.json"), "{}");
+  auto back = OpenHfCheckpoint(out);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->kept, ckpt->kept);
+}
 
 // zinf's own GPT: a GPT2LMHeadModel folder that reads back as the same
 // model (untied, so the head is exported too), weights equal.

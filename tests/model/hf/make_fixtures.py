@@ -93,6 +93,15 @@ MODELS = {
                     rope_parameters={"full_attention": dict(rope_type="linear", factor=4.0, rope_theta=1000000.0),
                                      "sliding_attention": dict(rope_type="default", rope_theta=10000.0)}),
                torch.float32),
+    # Gemma 3 4B and up: the language model (text_config, tensors under language_model.model.) beside a vision
+    # tower and projector (tiny SigLIP) that zinf leaves alone; text in, text out
+    "gemma3-mm": (transformers.Gemma3Config, transformers.Gemma3ForConditionalGeneration,
+                  dict(text_config=dict(COMMON_LLAMA, num_hidden_layers=2, vocab_size=120, head_dim=16,
+                                        sliding_window=6, sliding_window_pattern=2, pad_token_id=None),
+                       vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                          num_attention_heads=2, image_size=28, patch_size=14),
+                       mm_tokens_per_image=4, image_token_index=117, boi_token_index=118, eoi_token_index=119),
+                  torch.bfloat16),
 }
 
 
@@ -127,7 +136,7 @@ def make(name, config_cls, model_cls, kwargs, dtype, seed):
     os.remove(os.path.join(out, "generation_config.json"))  # not read by zinf
     model = model.float()
     model.config._attn_implementation = "eager"
-    v = config.vocab_size
+    v = config.get_text_config().vocab_size
     tokens = torch.randint(0, v, (B * T + 1,), generator=gen)
     inputs, targets = tokens[:-1].view(B, T), tokens[1:].view(B, T)
     # The logits and loss in float64: transformers' own fp32 run is off the
@@ -136,6 +145,9 @@ def make(name, config_cls, model_cls, kwargs, dtype, seed):
     exact.eval()
     with torch.no_grad():
         logits, loss = loss_of(exact, inputs, targets)
+    # The curve from the folder as saved: a model cast to bf16 and back in
+    # memory would also have rounded its buffers (Gemma's embedding scale).
+    model = model_cls.from_pretrained(out, attn_implementation="eager", dtype=torch.float32)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), **ADAM)
     curve = []

@@ -19,7 +19,9 @@ start and end inside other blocks), gemma3-270m (Gemma 3 270M's shape: 18
 layers, every sixth full and the rest sliding with RoPE base 10000, here over
 100 keys, not 512; q/k norms and sandwich norms by 1 + w, GeGLU, one key/value
 head of 256, a 262144 vocabulary), gemma-2b-2l (Gemma 2B's widths at 2 layers:
-GeGLU of 16384, one key/value head of 256, a 256000 vocabulary).
+GeGLU of 16384, one key/value head of 256, a 256000 vocabulary), gemma3-4b-2l
+(Gemma 3 4B's language model at 2 layers, one sliding over 100 keys and one
+full with linear RoPE scaling by 8, a 262208 vocabulary).
 Prints one line per model: both losses and their difference.
 """
 import argparse
@@ -81,8 +83,17 @@ def gemma_2b():
         tie_word_embeddings=True)
 
 
+def gemma3_4b():
+    return transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(
+        vocab_size=262208, hidden_size=2560, intermediate_size=10240, num_hidden_layers=2, num_attention_heads=8,
+        num_key_value_heads=4, head_dim=256, max_position_embeddings=131072, query_pre_attn_scalar=256,
+        sliding_window=100, sliding_window_pattern=2, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        rope_parameters={"full_attention": dict(rope_type="linear", factor=8.0, rope_theta=1000000.0),
+                         "sliding_attention": dict(rope_type="default", rope_theta=10000.0)})
+
+
 SHAPES = {"qwen3-0.6b": qwen3, "phi4-mini-2l": phi4_mini, "smollm3-4l": smollm3, "mistral-2l-window100": mistral_window,
-          "gemma3-270m": gemma3_270m, "gemma-2b-2l": gemma_2b}
+          "gemma3-270m": gemma3_270m, "gemma-2b-2l": gemma_2b, "gemma3-4b-2l": gemma3_4b}
 
 
 def check(name, zinf, work):
