@@ -554,19 +554,52 @@ void ParseGemma(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
     r.Error("query_pre_attn_scalar: expected a positive number, got " + json(m.attn_scalar).dump());
 }
 
+// transformers' Gemma3TextConfig defaults for the shape keys, which the
+// Hub's multimodal Gemma 3 configs leave out of text_config (4B names only
+// its widths and depth).
+struct ShapeDefault {
+  const char* key;
+  int value;
+};
+constexpr ShapeDefault kGemma3Shape[] = {
+    {"vocab_size", 262208},
+    {"hidden_size", 2304},
+    {"intermediate_size", 9216},
+    {"num_hidden_layers", 26},
+    {"num_attention_heads", 8},
+    {"num_key_value_heads", 4},
+    {"max_position_embeddings", 131072},
+};
+
 void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   GptConfig& m = c.model;
   m.family = ModelFamily::kLlama;
-  m.vocab_size = r.Int("vocab_size", 1, true);
-  m.n_embd = r.Int("hidden_size", 1, true);
-  m.n_head = r.Int("num_attention_heads", 1, true);
-  m.n_layer = r.Int("num_hidden_layers", 1, true);
+  // A shape key: required, but for Gemma 3 transformers' default (noted).
+  auto shape = [&](const char* key) {
+    if (arch.gemma3 && !r.Has(key)) {
+      for (const ShapeDefault& d : kGemma3Shape) {
+        if (std::string_view(d.key) == key) {
+          c.notes.push_back(std::string(key) + ": absent, transformers' Gemma 3 default " + std::to_string(d.value));
+          return d.value;
+        }
+      }
+    }
+    return r.Int(key, 1, true);
+  };
+  m.vocab_size = shape("vocab_size");
+  m.n_embd = shape("hidden_size");
+  m.n_head = shape("num_attention_heads");
+  m.n_layer = shape("num_hidden_layers");
   // Gemma's classes default it to other than the heads: required there.
-  m.n_kv_head = r.Int("num_key_value_heads", m.n_head, arch.gemma);
-  m.intermediate_size = r.Int("intermediate_size", 1, true);
-  c.max_positions = r.Int("max_position_embeddings", 1, true);
+  m.n_kv_head = arch.gemma3 ? shape("num_key_value_heads") : r.Int("num_key_value_heads", m.n_head, arch.gemma);
+  m.intermediate_size = shape("intermediate_size");
+  c.max_positions = shape("max_position_embeddings");
   m.seq_len = c.max_positions;
   m.tied_embeddings = r.Bool("tie_word_embeddings", arch.gemma);
+  if (arch.multimodal && !m.tied_embeddings) {  // transformers ties on the top level's key
+    c.notes.push_back("tie_word_embeddings: false in text_config ignored (the model ties on the top level's)");
+    m.tied_embeddings = true;
+  }
   m.norm_eps = r.Number("rms_norm_eps", 1e-6);
   m.qkv_bias = arch.qkv_bias;
   m.qk_norm = arch.qk_norm;
@@ -680,7 +713,7 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
       return Status::InvalidArgument(config_path + ": " + c.architecture + " needs a \"text_config\" object");
     }
     text = &*t;
-    key_prefix = "text_config.";
+    key_prefix = "text_config";
     std::string other;
     for (auto it = doc.begin(); it != doc.end(); ++it) {
       if (it.key() == "text_config" || it.key() == "architectures") continue;
@@ -736,7 +769,7 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
   }
   if (!r.errors().empty()) {
     std::string msg = config_path + " (" + c.architecture + "): " + std::to_string(r.errors().size()) + " error(s)";
-    for (const std::string& e : r.errors()) msg += "\n  " + key_prefix + e;
+    for (const std::string& e : r.errors()) msg += "\n  " + (key_prefix.empty() ? "" : "in " + key_prefix + ": ") + e;
     return Status::InvalidArgument(std::move(msg));
   }
   m.padded_vocab_size = (m.vocab_size + 63) / 64 * 64;
@@ -764,7 +797,8 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
       c.body_prefix = "model.language_model.";
     } else {
       return Status::InvalidArgument(dir + ": " + c.architecture + " without its language model's embedding " +
-                                     "(language_model.model.embed_tokens.weight)");
+                                     "(language_model.model.embed_tokens.weight, or " +
+                                     "model.language_model.embed_tokens.weight)");
     }
   }
   // GPT-2 checkpoints come with and without the "transformer." prefix.
@@ -809,9 +843,16 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
   const std::string body = c.body_prefix;
   for (const auto& [name, source] : c.tensors) {
     if (expected.count(name)) continue;
-    if (traits->multimodal && name.rfind(body, 0) != 0 && name != c.head_name) {
-      c.kept.push_back(name);  // the vision tower's, the projector's
-      continue;
+    if (traits->multimodal) {  // the vision tower's, the projector's
+      bool vision = false;
+      for (const char* root :
+           {"vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector."}) {
+        vision |= name.rfind(root, 0) == 0;
+      }
+      if (vision) {
+        c.kept.push_back(name);
+        continue;
+      }
     }
     const bool buffer = name.find("rotary_emb.inv_freq") != std::string::npos ||
                         (name.find(".attn.bias") != std::string::npos && !m.llama()) ||

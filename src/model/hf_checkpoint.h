@@ -25,8 +25,12 @@
 //                          layers with a RoPE of their own base
 //   Gemma3ForConditionalGeneration
 //                       -> Gemma 3 4B and up: its language model
-//                          (text_config; tensors under language_model.),
+//                          (text_config, its absent shape keys taking
+//                          transformers' defaults; tensors under
+//                          language_model.model. or model.language_model.),
 //                          trained on text; the vision tower and projector
+//                          (their other keys noted, their tensors under
+//                          [model.]vision_tower. and multi_modal_projector.)
 //                          are not read, and an export copies their
 //                          tensors unchanged (`kept`)
 // An explicit head_dim other than hidden_size / num_attention_heads
@@ -41,9 +45,11 @@
 // generation settings, dropout: zinf trains without dropout, ...) are
 // ignored and listed in `notes`; a key that would change the math is
 // accepted only at its neutral value, otherwise kInvalidArgument naming the
-// key; a key zinf does not know is an error too (it may change the math).
+// key; a key zinf does not know is an error too (it may change the math;
+// a multimodal model's keys beside text_config are only noted).
 // Tensors: a missing, extra or mis-shaped tensor is kInvalidArgument naming
-// it (expected vs found shape). F32, BF16 and F16 tensors.
+// it (expected vs found shape), but for a multimodal model's vision
+// tensors (`kept`). F32, BF16 and F16 tensors.
 //
 // Memory: OpenHfCheckpoint reads only headers. ReadHfTensor maps the file
 // holding a tensor, converts the range asked for to fp32, and drops its

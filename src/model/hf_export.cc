@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -299,6 +300,14 @@ Status ExportHfFolder(const std::string& dir, const GptConfig& model, const HfCh
     return Status::InvalidArgument("export: the model is not of its source checkpoint's family");
   }
   ZINF_RETURN_IF_ERROR(MakeDirectories(dir).WithContext("export " + dir));
+  // The kept tensors are read from the source's files after the new ones
+  // are begun: the source folder itself would be overwritten under them.
+  std::error_code same_error;
+  if (source != nullptr && !source->kept.empty() && std::filesystem::equivalent(dir, source->dir, same_error)) {
+    return Status::InvalidArgument("export " + dir + ": the source folder itself (its " +
+                                   std::to_string(source->kept.size()) +
+                                   " vision tensors are copied from its files): export to another folder");
+  }
   HfCheckpoint names;  // HfTensorNames needs only the model
   names.model = model;
   const int es = dtype == "F32" ? 4 : 2;

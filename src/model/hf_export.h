@@ -13,10 +13,11 @@
 // bytes and dtype as the source has them; its processor files are copied
 // with the tokenizer's.
 //
-// Memory: every header is written first, from the shapes the model
-// implies; then the blocks are asked for one at a time, in order, and each
-// is converted and appended before the next: RAM holds one block in fp32
-// and its converted bytes, never the model. An F32 export of weights that
+// Memory: each shard's header is written as the shard begins, from the
+// shapes the model implies; the blocks are asked for one at a time, in
+// order, and each is converted and appended before the next: RAM holds one
+// block in fp32 and its converted bytes, never the model (a kept tensor:
+// its bytes, read whole from the source). An F32 export of weights that
 // were read from an F32 checkpoint is byte-identical tensor by tensor.
 //
 // Thread-safety: a free function; one call per folder at a time.

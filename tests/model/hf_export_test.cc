@@ -148,6 +148,12 @@ TEST(HfExportTest, MultimodalExportKeepsTheVisionTensorsAsTheyAre) {
   auto back = OpenHfCheckpoint(out);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->kept, ckpt->kept);
+  // Into its own folder: the vision tensors would be read from files being rewritten.
+  const Status self = ExportHfFolder(src + "/.", *model, &*ckpt, "F32", ReaderOf(*ckpt, *model));
+  EXPECT_EQ(self.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(self.message().find("the source folder itself"), std::string::npos) << self.ToString();
+  EXPECT_EQ(testing::ReadBytes(src + "/model.safetensors"),
+            testing::ReadBytes(FixtureDir("gemma3-mm") + "/model.safetensors"));
 }
 
 // zinf's own GPT: a GPT2LMHeadModel folder that reads back as the same

@@ -617,6 +617,36 @@ TEST(HfCheckpointTest, MultimodalGemma3ReadsItsLanguageModel) {
     EXPECT_TRUE(*x == *y) << "block " << b;
   }
 
+  // The Hub's text_config leaves shape keys out: transformers' defaults.
+  TempDir tmp_sparse;
+  const std::string sparse = CopyFixture(tmp_sparse, "gemma3-mm");
+  nlohmann::json doc = nlohmann::json::parse(testing::ReadBytes(sparse + "/config.json"));
+  doc["text_config"].erase("max_position_embeddings");
+  doc["text_config"]["tie_word_embeddings"] = false;  // the top level's key decides
+  testing::WriteBytes(sparse + "/config.json", doc.dump(2));
+  auto defaults = OpenHfCheckpoint(sparse);
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_EQ(defaults->max_positions, 131072);
+  EXPECT_TRUE(defaults->model.tied_embeddings);
+  std::string notes;
+  for (const std::string& n : defaults->notes) notes += n + "\n";
+  EXPECT_NE(notes.find("max_position_embeddings: absent, transformers' Gemma 3 default 131072"), std::string::npos)
+      << notes;
+  doc["text_config"].erase("vocab_size");
+  testing::WriteBytes(sparse + "/config.json", doc.dump(2));
+  auto big_vocab = OpenHfCheckpoint(sparse);
+  ASSERT_FALSE(big_vocab.ok());
+  EXPECT_NE(big_vocab.status().message().find("language_model.model.embed_tokens.weight has shape [120, 32], "
+                                              "expected [262208, 32]"),
+            std::string::npos)
+      << big_vocab.status().ToString();
+  // A tensor neither the language model's nor the vision side's.
+  renamed.push_back({"adapter.weight", renamed.back().dtype, renamed.back().shape, renamed.back().data});
+  ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors", renamed, {}).ok());
+  auto stray = OpenHfCheckpoint(dir);
+  ASSERT_FALSE(stray.ok());
+  EXPECT_NE(stray.status().message().find("tensor adapter.weight"), std::string::npos) << stray.status().ToString();
+
   EditConfig(dir, R"("tie_word_embeddings": true,
   "transformers_version")",
              R"("tie_word_embeddings": false,
