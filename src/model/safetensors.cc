@@ -441,9 +441,21 @@ Status ReadSafetensorsTensor(const std::string& path, const SafetensorsHeader::E
                                    std::to_string(entry.end - entry.begin) + " bytes, the buffer " +
                                    std::to_string(out.size()));
   }
+  return ReadSafetensorsTensor(path, entry, 0, out);
+}
+
+Status ReadSafetensorsTensor(const std::string& path, const SafetensorsHeader::Entry& entry, uint64_t offset,
+                             std::span<std::byte> out) {
+  const uint64_t bytes = entry.end - entry.begin;
+  if (offset > bytes || out.size() > bytes - offset) {
+    return Status::InvalidArgument("safetensors " + path + ": bytes [" + std::to_string(offset) + ", " +
+                                   std::to_string(offset + out.size()) + ") of tensor " + entry.name +
+                                   ", which holds " + std::to_string(bytes));
+  }
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return ErrnoStatus(errno, "open safetensors", path);
-  return ReadExact(fd.get(), path, out.data(), static_cast<int64_t>(out.size()), static_cast<int64_t>(entry.begin));
+  return ReadExact(fd.get(), path, out.data(), static_cast<int64_t>(out.size()),
+                   static_cast<int64_t>(entry.begin + offset));
 }
 
 StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {

@@ -120,6 +120,11 @@ StatusOr<SafetensorsHeader> ReadSafetensorsHeader(const std::string& path);
 // which must hold exactly them. The file's errors, kCorruption when it has
 // been truncated since.
 Status ReadSafetensorsTensor(const std::string& path, const SafetensorsHeader::Entry& entry, std::span<std::byte> out);
+// out.size() of its bytes from byte `offset` of its data on
+// (kInvalidArgument past its end): a range of a tensor, for a reader that
+// holds one range at a time.
+Status ReadSafetensorsTensor(const std::string& path, const SafetensorsHeader::Entry& entry, uint64_t offset,
+                             std::span<std::byte> out);
 
 // Reads and checks a whole safetensors file. kNotFound when it is missing;
 // kCorruption naming the file when it is truncated, the header is not the

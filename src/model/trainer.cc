@@ -799,7 +799,8 @@ Status Trainer::InitFromSafetensors(const std::string& path) {
   Impl& m = *impl_;
   if (m.steps_done != 0) return Status::FailedPrecondition("trainer: InitFromSafetensors after training started");
   // The header first (every name, shape and dtype checked before any block
-  // is set), then each tensor read as its block needs it: one block in RAM.
+  // is set), then each range of a tensor as the engine's staging asks for
+  // it (each rank its shard's): one range in RAM.
   ZINF_ASSIGN_OR_RETURN(SafetensorsHeader file, ReadSafetensorsHeader(path));
   const std::string where = "init from " + path + ": ";
   const std::vector<BlockSpec> model_specs = GptBlockSpecs(m.model());
@@ -840,29 +841,36 @@ Status Trainer::InitFromSafetensors(const std::string& path) {
       }
     }
   }
+  // Each range the engine asks for, read from the file as it asks: RAM
+  // holds one range's bytes, never a block in fp32 beside the staging.
   std::vector<std::byte> raw;
   for (BlockId b = 0; b < static_cast<BlockId>(model_specs.size()); ++b) {
-    const BlockSpec& spec = model_specs[static_cast<size_t>(b)];
-    std::vector<std::vector<float>> values(spec.tensors.size());
-    for (size_t t = 0; t < spec.tensors.size(); ++t) {
-      const SafetensorsHeader::Entry& in = *entries[static_cast<size_t>(b)][t];
-      raw.resize(static_cast<size_t>(in.end - in.begin));
-      ZINF_RETURN_IF_ERROR(ReadSafetensorsTensor(path, in, raw).WithContext(where + "tensor " + in.name));
-      const int es = SafetensorsDtypeBytes(in.dtype);
-      values[t].assign(static_cast<size_t>(spec.tensors[t].numel()), 0.0f);
-      const size_t n = raw.size() / static_cast<size_t>(es);
-      for (size_t i = 0; i < n; ++i) {
-        const std::byte* p = raw.data() + i * static_cast<size_t>(es);
+    const auto& block_entries = entries[static_cast<size_t>(b)];
+    const Status set = m.SetModelBlock(b, [&](size_t t, int64_t first, int64_t count, float* out) {
+      const SafetensorsHeader::Entry& in = *block_entries[t];
+      const int64_t es = SafetensorsDtypeBytes(in.dtype);
+      // The vocabulary padding rows are not in the file: they start at 0.
+      const int64_t stored = static_cast<int64_t>(in.end - in.begin) / es;
+      const int64_t n = std::clamp<int64_t>(stored - first, 0, count);
+      raw.resize(static_cast<size_t>(n * es));
+      if (n > 0) {
+        ZINF_RETURN_IF_ERROR(ReadSafetensorsTensor(path, in, static_cast<uint64_t>(first * es), raw)
+                                 .WithContext(where + "tensor " + in.name));
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        const std::byte* p = raw.data() + i * es;
         if (es == 4) {
-          std::memcpy(&values[t][i], p, 4);
+          std::memcpy(&out[i], p, 4);
         } else {
           uint16_t h;
           std::memcpy(&h, p, 2);
-          values[t][i] = in.dtype == "BF16" ? Bf16ToFloat(h) : HalfToFloat(h);
+          out[i] = in.dtype == "BF16" ? Bf16ToFloat(h) : HalfToFloat(h);
         }
       }
-    }
-    ZINF_RETURN_IF_ERROR(m.SetModelBlock(b, values).WithContext(where + "block " + std::to_string(b)));
+      std::fill(out + n, out + count, 0.0f);
+      return Status::Ok();
+    });
+    ZINF_RETURN_IF_ERROR(set.WithContext(where + "block " + std::to_string(b)));
   }
   return Status::Ok();
 }

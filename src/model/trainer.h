@@ -188,7 +188,8 @@ class Trainer {
   // ExportSafetensors wrote (the names of GptTensorExportNames; F32, BF16 or
   // F16). kInvalidArgument naming the tensor when one is missing, has
   // another shape or dtype, or is not this model's; extra tensors are
-  // errors too. Must be called before the first Step.
+  // errors too. Must be called before the first Step. Reads the ranges
+  // this rank's shards hold, one at a time, straight into the engine.
   Status InitFromSafetensors(const std::string& path);
 
   // Writes the fp32 master weights, cast to `dtype` ("F32", "BF16" or

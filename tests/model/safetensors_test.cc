@@ -243,6 +243,12 @@ TEST(Safetensors, StreamedWriterMatchesTheWholeFileWriter) {
   ASSERT_TRUE(ReadSafetensorsTensor(path, *header->Find("a"), got).ok());
   EXPECT_EQ(got, ToBytes(Bytes(a)));
   EXPECT_EQ(ReadSafetensorsTensor(path, *header->Find("b"), got).code(), StatusCode::kInvalidArgument);
+  std::vector<std::byte> part(8);  // a's elements 1 and 2
+  ASSERT_TRUE(ReadSafetensorsTensor(path, *header->Find("a"), 4, part).ok());
+  EXPECT_EQ(part, std::vector<std::byte>(got.begin() + 4, got.begin() + 12));
+  const Status past = ReadSafetensorsTensor(path, *header->Find("a"), 12, part);
+  EXPECT_EQ(past.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(past.message().find("bytes [12, 20) of tensor a, which holds 16"), std::string::npos) << past.ToString();
   {
     auto w = SafetensorsWriter::Create(dir.Sub("dropped.safetensors"), specs, meta);
     ASSERT_TRUE(w.ok());
