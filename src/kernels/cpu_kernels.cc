@@ -531,7 +531,8 @@ void EncoderForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, i
 }
 
 template <typename T>
-void EncoderBackward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C) {
+void EncoderBackward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C,
+                     int32_t padding_token) {
   // Repeated tokens hit the same dwte row, so threads split the channels,
   // not the positions; each thread walks all positions in order.
   const int64_t N = static_cast<int64_t>(B) * T_;
@@ -541,12 +542,11 @@ void EncoderBackward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int
     const int c1 = std::min(C, c0 + kChunk);
     for (int64_t n = 0; n < N; ++n) {
       const T* d = dout + n * C;
-      T* e = dwte + static_cast<int64_t>(tokens[n]) * C;
       T* p = dwpe + (n % T_) * static_cast<int64_t>(C);
-      for (int c = c0; c < c1; ++c) {
-        e[c] += d[c];
-        p[c] += d[c];
-      }
+      for (int c = c0; c < c1; ++c) p[c] += d[c];
+      if (tokens[n] == padding_token) continue;
+      T* e = dwte + static_cast<int64_t>(tokens[n]) * C;
+      for (int c = c0; c < c1; ++c) e[c] += d[c];
     }
   }
 }
@@ -1101,7 +1101,7 @@ void CrossEntropyForwardBackward(T* losses, T* dlogits, const T* logits, const i
 #define ZINF_INSTANTIATE_CPU_KERNELS(T)                                                                             \
   template void CastIn<T>(T*, const void*, ElementType, int64_t);                                                   \
   template void EncoderForward<T>(T*, const int32_t*, const T*, const T*, int, int, int);                           \
-  template void EncoderBackward<T>(T*, T*, const T*, const int32_t*, int, int, int);                                \
+  template void EncoderBackward<T>(T*, T*, const T*, const int32_t*, int, int, int, int32_t);                       \
   template void LayerNormForward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int);                        \
   template void LayerNormBackward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int64_t, int);   \
   template void MatmulForward<T>(T*, const T*, const T*, const T*, int64_t, int, int);                              \

@@ -69,9 +69,12 @@ void CastIn(T* out, const void* src, ElementType src_type, int64_t n);
 // out[b,t,:] = wte[tokens[b,t], :] + wpe[t, :]. Tokens must be < the rows of wte.
 template <typename T>
 void EncoderForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C);
-// dwte[tokens[b,t], :] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:].
+// dwte[tokens[b,t], :] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]. The row of
+// `padding_token` gets nothing (nn.Embedding's padding_idx; -1: none),
+// dwpe every position.
 template <typename T>
-void EncoderBackward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C);
+void EncoderBackward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C,
+                     int32_t padding_token = -1);
 
 // Per row of inp [N, C]: mean, rstd = 1/sqrt(var + eps) (saved for backward),
 // out = (inp - mean) * rstd * weight + bias.

@@ -95,13 +95,13 @@ __global__ void EncoderBackwardWpeKernel(float* dwpe, const float* dout, int B, 
 // the positions n = 0..N-1 whose token it owns, in order: no two threads
 // touch one element, so no atomics and a fixed order of additions.
 __global__ void EncoderBackwardWteKernel(float* dwte, const float* dout, const int32_t* tokens, int64_t N, int C,
-                                         int groups) {
+                                         int groups, int32_t padding_token) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   const int g = blockIdx.y;
   if (c >= C) return;
   for (int64_t n = 0; n < N; ++n) {
     const int tok = tokens[n];
-    if (tok % groups != g) continue;
+    if (tok % groups != g || tok == padding_token) continue;
     float* dst = dwte + static_cast<int64_t>(tok) * C + c;
     *dst += dout[n * C + c];
   }
@@ -439,12 +439,12 @@ Status EncoderForward(float* out, const int32_t* tokens, const float* wte, const
 }
 
 Status EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T_, int C,
-                       void* stream) {
+                       int32_t padding_token, void* stream) {
   const int64_t N = static_cast<int64_t>(B) * T_;
   if (N <= 0 || C <= 0) return Status::Ok();
   const cudaStream_t s = AsStream(stream);
   dim3 grid((C + kWteThreads - 1) / kWteThreads, kWteGroups);
-  EncoderBackwardWteKernel<<<grid, kWteThreads, 0, s>>>(dwte, dout, tokens, N, C, kWteGroups);
+  EncoderBackwardWteKernel<<<grid, kWteThreads, 0, s>>>(dwte, dout, tokens, N, C, kWteGroups, padding_token);
   ZINF_RETURN_IF_ERROR(LaunchStatus("encoder_backward dwte"));
   EncoderBackwardWpeKernel<<<GridFor(static_cast<int64_t>(T_) * C, kThreads), kThreads, 0, s>>>(dwpe, dout, B, T_, C);
   return LaunchStatus("encoder_backward dwpe");

@@ -74,8 +74,9 @@ Status EncoderForward(float* out, const int32_t* tokens, const float* wte, const
 // dwte[tokens[b,t], :] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]. Deterministic,
 // no atomics: each (vocabulary row group, channel) of dwte is owned by one
 // thread that adds the positions in order n = 0..N-1, as the CPU loop does.
+// dwte's row of `padding_token` (-1: none) gets nothing, as on the CPU.
 Status EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T_, int C,
-                       void* stream);
+                       int32_t padding_token, void* stream);
 
 Status LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                         int64_t N, int C, void* stream);

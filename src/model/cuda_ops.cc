@@ -68,9 +68,9 @@ class CudaOps final : public Ops<float> {
                       int C) override {
     Run([&] { return k::EncoderForward(out, tokens, wte, wpe, B, T_, C, s_); });
   }
-  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T_,
-                       int C) override {
-    Run([&] { return k::EncoderBackward(dwte, dwpe, dout, tokens, B, T_, C, s_); });
+  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T_, int C,
+                       int32_t padding_token) override {
+    Run([&] { return k::EncoderBackward(dwte, dwpe, dout, tokens, B, T_, C, padding_token, s_); });
   }
   void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                         int64_t N, int C) override {

@@ -281,6 +281,7 @@ std::string GptConfigToJson(const GptConfig& config) {
       j["local_rope_theta"] = config.local_rope_theta;
       j["local_rope_layers"] = config.local_rope_layers;
     }
+    if (config.padding_token >= 0) j["padding_token"] = config.padding_token;
   }
   if (!config.sliding_layers.empty()) {
     j["sliding_window"] = config.sliding_window;
@@ -1137,11 +1138,13 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
                                  config.rope.long_factor.size() != static_cast<size_t>(config.rope_dims() / 2))) ||
        !AscendingLayers(config.no_rope_layers, config.n_layer) ||
        !AscendingLayers(config.local_rope_layers, config.n_layer) || !(config.local_rope_theta >= 0) ||
-       !(config.attn_scalar >= 0) || (config.rope.linear && !(config.rope.factor > 0)))) {
+       !(config.attn_scalar >= 0) || (config.rope.linear && !(config.rope.factor > 0)) || config.padding_token < -1 ||
+       config.padding_token >= config.vocab_size)) {
     return Status::InvalidArgument("GptCompute: inconsistent llama-family config " + GptConfigToJson(config));
   }
   if (!config.llama() && (config.norm_unit_offset || config.mlp_glu != kernels::Glu::kSilu || config.embed_scale ||
-                          config.attn_scalar != 0 || config.sandwich_norms || !config.local_rope_layers.empty())) {
+                          config.attn_scalar != 0 || config.sandwich_norms || !config.local_rope_layers.empty() ||
+                          config.padding_token != -1)) {
     return Status::InvalidArgument("GptCompute: Gemma's fields are for the llama family: " + GptConfigToJson(config));
   }
   auto impl = std::make_unique<Impl>();
@@ -1583,7 +1586,7 @@ Status GptCompute<T>::EmbedBackward(const std::vector<T*>& grads) {
   T* dwpe = m.config.llama() ? m.dpos : grads[kWpe];
   // x_0 = s wte[t]: d wte[t] = s d x_0 (dres is consumed here).
   if (m.config.embed_scale) m.ops->Scale(m.dres, m.EmbedScale(), m.N * m.C);
-  m.ops->EncoderBackward(grads[kWte], dwpe, m.dres, m.tokens, m.B, m.config.seq_len, m.C);
+  m.ops->EncoderBackward(grads[kWte], dwpe, m.dres, m.tokens, m.B, m.config.seq_len, m.C, m.config.padding_token);
   m.head_backward_done = false;  // the gradient of x_0 is consumed
   return Status::Ok();
 }

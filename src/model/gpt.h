@@ -130,6 +130,10 @@ struct GptConfig {
   // window is kept); 0 or no layers: every layer uses `rope`.
   double local_rope_theta = 0;
   std::vector<int> local_rope_layers;
+  // kLlama: the token whose embedding row gets no gradient from the input
+  // side (transformers' nn.Embedding padding_idx, from pad_token_id; a tied
+  // head still trains it); -1: none.
+  int padding_token = -1;
 
   bool llama() const { return family == ModelFamily::kLlama; }
   int head_dim() const { return head_size > 0 ? head_size : n_embd / n_head; }

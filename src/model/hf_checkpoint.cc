@@ -216,6 +216,9 @@ struct Architecture {
   // hidden_activation), the embedding scaled by sqrt(hidden_size), a tied
   // head and heads of 256 unless the config says otherwise.
   bool gemma = false;
+  // transformers' pad_token_id when the config has no such key (its
+  // embedding row gets no gradient: padding_idx); -1: none.
+  int default_pad_token = -1;
   // Gemma 3: q_norm and k_norm, sandwich norms, query_pre_attn_scalar, and
   // RoPE of base rope_local_base_freq in the sliding layers (in
   // transformers 5's rope_parameters: per layer type).
@@ -238,14 +241,18 @@ constexpr Architecture kArchitectures[] = {
      .sliding = SlidingLayers::kFromMaxWindowLayers,
      .default_window = 4096},
     {.name = "MistralForCausalLM", .sliding = SlidingLayers::kAll, .default_window = 4096},
-    {.name = "Phi3ForCausalLM", .phi3 = true, .sliding = SlidingLayers::kAll},
-    {.name = "SmolLM3ForCausalLM", .sliding = SlidingLayers::kNopeLayers, .nope_layers = true},
-    {.name = "GemmaForCausalLM", .gemma = true},
+    {.name = "Phi3ForCausalLM", .phi3 = true, .sliding = SlidingLayers::kAll, .default_pad_token = 32000},
+    {.name = "SmolLM3ForCausalLM",
+     .sliding = SlidingLayers::kNopeLayers,
+     .nope_layers = true,
+     .default_pad_token = 128004},
+    {.name = "GemmaForCausalLM", .gemma = true, .default_pad_token = 0},
     {.name = "Gemma3ForCausalLM",
      .qk_norm = true,
      .sliding = SlidingLayers::kPattern,
      .default_window = 4096,
      .gemma = true,
+     .default_pad_token = 0,
      .gemma3 = true,
      .default_rope_theta = 1000000.0},
     {.name = "Gemma3ForConditionalGeneration",
@@ -253,6 +260,7 @@ constexpr Architecture kArchitectures[] = {
      .sliding = SlidingLayers::kPattern,
      .default_window = 4096,
      .gemma = true,
+     .default_pad_token = 0,
      .gemma3 = true,
      .multimodal = true,
      .default_rope_theta = 1000000.0},
@@ -601,6 +609,24 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
     m.tied_embeddings = true;
   }
   m.norm_eps = r.Number("rms_norm_eps", 1e-6);
+  // The embedding's padding_idx: pad_token_id, or the class's default.
+  const json* pad = r.Get("pad_token_id");
+  const bool pad_default = !r.Has("pad_token_id") && arch.default_pad_token >= 0;
+  const int64_t pad_id = pad != nullptr && pad->is_number_integer() ? pad->get<int64_t>()
+                         : pad_default                              ? arch.default_pad_token
+                                                                    : -1;
+  if (pad != nullptr && !pad->is_number_integer()) {
+    r.Error("pad_token_id: expected a token id, got " + pad->dump());
+  } else if ((pad != nullptr || pad_default) && (pad_id < 0 || pad_id >= m.vocab_size)) {
+    r.Error("pad_token_id: " + std::to_string(pad_id) + (pad_default ? " (absent: transformers' default)" : "") +
+            " is outside the vocabulary [0, " + std::to_string(m.vocab_size) +
+            "), which transformers' embedding (padding_idx) refuses");
+  } else if (pad_id >= 0) {
+    m.padding_token = static_cast<int>(pad_id);
+    c.notes.push_back("pad_token_id " + std::to_string(pad_id) +
+                      (pad_default ? " (absent: transformers' default)" : "") +
+                      ": its embedding row gets no gradient from the input side, as transformers' padding_idx");
+  }
   m.qkv_bias = arch.qkv_bias;
   m.qk_norm = arch.qk_norm;
   const bool phi3 = arch.phi3;

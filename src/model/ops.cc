@@ -65,8 +65,9 @@ class CpuOps final : public Ops<T> {
   void EncoderForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C) override {
     Run([=] { k::EncoderForward(out, tokens, wte, wpe, B, T_, C); });
   }
-  void EncoderBackward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C) override {
-    Run([=] { k::EncoderBackward(dwte, dwpe, dout, tokens, B, T_, C); });
+  void EncoderBackward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C,
+                       int32_t padding_token) override {
+    Run([=] { k::EncoderBackward(dwte, dwpe, dout, tokens, B, T_, C, padding_token); });
   }
   void LayerNormForward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
                         int C) override {

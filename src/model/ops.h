@@ -53,7 +53,9 @@ class Ops {
   virtual void CastIn(T* out, const void* src, ElementType src_type, int64_t n) = 0;
 
   virtual void EncoderForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C) = 0;
-  virtual void EncoderBackward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C) = 0;
+  // `padding_token`: the row of dwte that gets nothing (-1: none).
+  virtual void EncoderBackward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C,
+                               int32_t padding_token) = 0;
   virtual void LayerNormForward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
                                 int C) = 0;
   virtual void LayerNormBackward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,

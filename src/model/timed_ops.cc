@@ -63,9 +63,9 @@ void TimedOps::EncoderForward(float* out, const int32_t* tokens, const float* wt
                               int C) {
   Timed("EncoderForward", [&] { inner_->EncoderForward(out, tokens, wte, wpe, B, T_, C); });
 }
-void TimedOps::EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T_,
-                               int C) {
-  Timed("EncoderBackward", [&] { inner_->EncoderBackward(dwte, dwpe, dout, tokens, B, T_, C); });
+void TimedOps::EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T_, int C,
+                               int32_t padding_token) {
+  Timed("EncoderBackward", [&] { inner_->EncoderBackward(dwte, dwpe, dout, tokens, B, T_, C, padding_token); });
 }
 void TimedOps::LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                 const float* bias, int64_t N, int C) {

@@ -75,8 +75,8 @@ class TimedOps final : public Ops<float> {
   void CastIn(float* out, const void* src, ElementType src_type, int64_t n) override;
   void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T_,
                       int C) override;
-  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T_,
-                       int C) override;
+  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T_, int C,
+                       int32_t padding_token) override;
   void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                         int64_t N, int C) override;
   void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

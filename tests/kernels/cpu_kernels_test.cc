@@ -53,6 +53,28 @@ TEST(CpuKernelsTest, EncoderBackwardMatchesFiniteDifferences) {
   ExpectGradient("dwpe", wpe, dwpe, objective);
 }
 
+// The padding token's row of dwte gets nothing (nn.Embedding's
+// padding_idx); every other row, and dwpe, what they get without it.
+TEST(CpuKernelsTest, EncoderBackwardSkipsThePaddingRow) {
+  std::mt19937_64 rng(3);
+  const int V = 7;
+  const std::vector<int32_t> tokens = {3, 1, 3, 0, 6, 3, 3, 2, 1, 5};
+  const std::vector<double> dout = Random(kN * kC, rng);
+  std::vector<double> dwte = Random(V * kC, rng), dwpe = Random(kT * kC, rng);
+  std::vector<double> pad_dwte = dwte, pad_dwpe = dwpe;
+  EncoderBackward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), kB, kT, kC);
+  const std::vector<double> before = pad_dwte;
+  EncoderBackward(pad_dwte.data(), pad_dwpe.data(), dout.data(), tokens.data(), kB, kT, kC, 3);
+  EXPECT_EQ(pad_dwpe, dwpe);
+  for (int v = 0; v < V; ++v) {
+    for (int c = 0; c < kC; ++c) {
+      const size_t i = static_cast<size_t>(v * kC + c);
+      EXPECT_EQ(pad_dwte[i], v == 3 ? before[i] : dwte[i]) << v << " " << c;
+    }
+  }
+  EXPECT_NE(dwte[3 * kC], before[3 * kC]);  // without the padding token, row 3 gathers its four positions
+}
+
 TEST(CpuKernelsTest, LayerNormBackwardMatchesFiniteDifferences) {
   std::mt19937_64 rng(2);
   std::vector<double> inp = Random(kN * kC, rng, 2.0), weight = Random(kC, rng), bias = Random(kC, rng);

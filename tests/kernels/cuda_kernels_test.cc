@@ -208,7 +208,7 @@ TEST_F(CudaKernelsTest, EncoderForwardAndBackward) {
   float* d_dwte = Up(dwte);
   float* d_dwpe = Up(dwpe);
   cpu::EncoderBackward<float>(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
-  ASSERT_OK(gpu::EncoderBackward(d_dwte, d_dwpe, Up(dout), d_tokens, B, T, C, s()));
+  ASSERT_OK(gpu::EncoderBackward(d_dwte, d_dwpe, Up(dout), d_tokens, B, T, C, -1, s()));
   // Sums of <= N terms of magnitude 1 in a possibly different order.
   EXPECT_TRUE(Near(Down(d_dwte, dwte.size()), dwte, 1e-5, 1e-5));
   EXPECT_TRUE(Near(Down(d_dwpe, dwpe.size()), dwpe, 1e-5, 1e-5));
@@ -224,8 +224,13 @@ TEST_F(CudaKernelsTest, EncoderBackwardLargeVocabulary) {
   std::vector<float> dwpe = Uniform(static_cast<size_t>(T) * C, -1, 1, 13);
   float* d_dwte = Up(dwte);
   float* d_dwpe = Up(dwpe);
-  cpu::EncoderBackward<float>(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
-  ASSERT_OK(gpu::EncoderBackward(d_dwte, d_dwpe, Up(dout), Up(tokens), B, T, C, s()));
+  // A padding token's row gets nothing.
+  const int32_t pad = tokens[5];
+  const std::vector<float> dwte0 = dwte;
+  cpu::EncoderBackward<float>(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C, pad);
+  ASSERT_OK(gpu::EncoderBackward(d_dwte, d_dwpe, Up(dout), Up(tokens), B, T, C, pad, s()));
+  const std::vector<float> got = Down(d_dwte, dwte.size());
+  for (int c = 0; c < C; ++c) ASSERT_EQ(got[int64_t{pad} * C + c], dwte0[int64_t{pad} * C + c]) << c;
   // dwpe: sums of B terms; dwte: of ~N/V (up to ~10) terms.
   EXPECT_TRUE(Near(Down(d_dwte, dwte.size()), dwte, 2e-5, 1e-5));
   EXPECT_TRUE(Near(Down(d_dwpe, dwpe.size()), dwpe, 1e-5, 1e-5));

@@ -183,8 +183,8 @@ TEST_P(HfParityTest, AdamWOnNvmeFollowsTorchCurve) {
 
 INSTANTIATE_TEST_SUITE_P(Architectures, HfParityTest,
                          ::testing::Values("gpt2", "llama", "qwen2", "mistral", "qwen3", "phi3", "phi3-longrope",
-                                           "smollm3", "mistral-window", "qwen2-window", "gemma", "gemma3",
-                                           "gemma3-mm"));
+                                           "smollm3", "mistral-window", "qwen2-window", "gemma", "gemma3", "gemma3-mm",
+                                           "llama-pad"));
 
 // A copy of a fixture folder whose config.json or tensors a test changes.
 std::string CopyFixture(const TempDir& tmp, const std::string& name) {
@@ -660,6 +660,32 @@ TEST(HfCheckpointTest, MultimodalGemma3ReadsItsLanguageModel) {
   ASSERT_FALSE(no_text.ok());
   EXPECT_NE(no_text.status().message().find("needs a \"text_config\" object"), std::string::npos)
       << no_text.status().ToString();
+}
+
+// pad_token_id: the embedding row that gets no gradient from the input
+// side (transformers' padding_idx); absent, the class's default (Phi-3
+// 32000, Gemma 0); outside the vocabulary, refused as transformers does.
+TEST(HfCheckpointTest, PadTokenIsTheEmbeddingsPaddingRow) {
+  auto pad = OpenHfCheckpoint(FixtureDir("llama-pad"));
+  ASSERT_TRUE(pad.ok()) << pad.status().ToString();
+  EXPECT_EQ(pad->model.padding_token, 3);
+  auto none = OpenHfCheckpoint(FixtureDir("llama"));
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ(none->model.padding_token, -1);
+  TempDir tmp;
+  const std::string gemma = CopyFixture(tmp, "gemma");
+  EditConfig(gemma, R"("pad_token_id": null,)", "");
+  auto gemma_default = OpenHfCheckpoint(gemma);
+  ASSERT_TRUE(gemma_default.ok()) << gemma_default.status().ToString();
+  EXPECT_EQ(gemma_default->model.padding_token, 0);
+  const std::string phi3 = CopyFixture(tmp, "phi3");
+  EditConfig(phi3, R"("pad_token_id": null,)", "");
+  auto phi3_default = OpenHfCheckpoint(phi3);
+  ASSERT_FALSE(phi3_default.ok());
+  EXPECT_NE(phi3_default.status().message().find("pad_token_id: 32000 (absent: transformers' default) is outside "
+                                                 "the vocabulary [0, 110)"),
+            std::string::npos)
+      << phi3_default.status().ToString();
 }
 
 // A long default length (Llama 3.1: 131072 positions) whose activations do

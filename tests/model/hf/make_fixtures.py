@@ -102,6 +102,10 @@ MODELS = {
                                           num_attention_heads=2, image_size=28, patch_size=14),
                        mm_tokens_per_image=4, image_token_index=117, boi_token_index=118, eoi_token_index=119),
                   torch.bfloat16),
+    # pad_token_id 3 at every fourth position: transformers' embedding (padding_idx) gives its row no gradient
+    # from the input side; the tied head still trains it
+    "llama-pad": (transformers.LlamaConfig, transformers.LlamaForCausalLM,
+                  dict(COMMON_LLAMA, vocab_size=100, tie_word_embeddings=True, pad_token_id=3), torch.float32),
 }
 
 
@@ -138,6 +142,9 @@ def make(name, config_cls, model_cls, kwargs, dtype, seed):
     model.config._attn_implementation = "eager"
     v = config.get_text_config().vocab_size
     tokens = torch.randint(0, v, (B * T + 1,), generator=gen)
+    pad = config.get_text_config().pad_token_id
+    if pad is not None:
+        tokens[::4] = pad
     inputs, targets = tokens[:-1].view(B, T), tokens[1:].view(B, T)
     # The logits and loss in float64: transformers' own fp32 run is off the
     # exact values by up to ~1e-4 here, more than the 1e-5 zinf must meet.
