@@ -22,6 +22,7 @@
 
 #include "core/half.h"
 #include "device/device.h"
+#include "kernels/cpu_kernels.h"
 #include "model/ops.h"
 #include "model/plan.h"
 
@@ -221,6 +222,16 @@ GptConfig Tiny(bool tied) {
 // the third derivative, rounding ~1e-16 * loss / h ~ 1e-10. Tolerance:
 // 1e-6 relative plus 1e-9 absolute (entries whose gradient is ~0).
 void CheckModelGradients(const GptConfig& config) {
+  // One kernel thread: thousands of forwards of a tiny model, whose parallel
+  // regions of a few hundred elements cost more than they save, and whose
+  // barriers, beside other tests on the same cores (ctest -j), wait for
+  // descheduled threads (two seconds become a hundred).
+  const int threads = kernels::cpu::Threads();
+  kernels::cpu::SetThreads(1);
+  struct RestoreThreads {
+    int threads;
+    ~RestoreThreads() { kernels::cpu::SetThreads(threads); }
+  } restore{threads};
   const int B = 2;
   Harness<double> h(config, B);
   std::vector<Tensors> params = MakeParams(config, 42);
