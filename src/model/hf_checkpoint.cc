@@ -229,6 +229,20 @@ struct Architecture {
   double default_rope_theta = 10000.0;
 };
 
+// Gemma 3's language model: as Gemma3ForCausalLM holds it (1B and smaller),
+// or inside Gemma3ForConditionalGeneration (4B and up).
+constexpr Architecture Gemma3(std::string_view name, bool multimodal) {
+  return {.name = name,
+          .qk_norm = true,
+          .sliding = SlidingLayers::kPattern,
+          .default_window = 4096,
+          .gemma = true,
+          .default_pad_token = 0,
+          .gemma3 = true,
+          .multimodal = multimodal,
+          .default_rope_theta = 1000000.0};
+}
+
 constexpr Architecture kArchitectures[] = {
     {.name = "GPT2LMHeadModel", .llama = false},
     {.name = "LlamaForCausalLM"},
@@ -247,23 +261,8 @@ constexpr Architecture kArchitectures[] = {
      .nope_layers = true,
      .default_pad_token = 128004},
     {.name = "GemmaForCausalLM", .gemma = true, .default_pad_token = 0},
-    {.name = "Gemma3ForCausalLM",
-     .qk_norm = true,
-     .sliding = SlidingLayers::kPattern,
-     .default_window = 4096,
-     .gemma = true,
-     .default_pad_token = 0,
-     .gemma3 = true,
-     .default_rope_theta = 1000000.0},
-    {.name = "Gemma3ForConditionalGeneration",
-     .qk_norm = true,
-     .sliding = SlidingLayers::kPattern,
-     .default_window = 4096,
-     .gemma = true,
-     .default_pad_token = 0,
-     .gemma3 = true,
-     .multimodal = true,
-     .default_rope_theta = 1000000.0},
+    Gemma3("Gemma3ForCausalLM", /*multimodal=*/false),
+    Gemma3("Gemma3ForConditionalGeneration", /*multimodal=*/true),
 };
 
 const Architecture* FindArchitecture(std::string_view name) {
@@ -1008,15 +1007,23 @@ class MappedFile {
   uint64_t bytes_;
 };
 
-float ElementAt(const std::byte* p, const std::string& dtype, int64_t i) {
-  if (dtype == "F32") {
+// A tensor's stored element type (checked to be one of these at open),
+// looked at once per tensor rather than by name per element.
+enum class Stored { kF32, kBf16, kF16 };
+
+Stored StoredOf(const std::string& dtype) {
+  return dtype == "F32" ? Stored::kF32 : dtype == "BF16" ? Stored::kBf16 : Stored::kF16;
+}
+
+float ElementAt(const std::byte* p, Stored type, int64_t i) {
+  if (type == Stored::kF32) {
     float v;
     std::memcpy(&v, p + 4 * i, 4);
     return v;
   }
   uint16_t h;
   std::memcpy(&h, p + 2 * i, 2);
-  return dtype == "BF16" ? Bf16ToFloat(h) : HalfToFloat(h);
+  return type == Stored::kBf16 ? Bf16ToFloat(h) : HalfToFloat(h);
 }
 
 }  // namespace
@@ -1038,22 +1045,23 @@ Status ReadHfTensor(const HfCheckpoint& ckpt, const GptConfig& model, BlockId bl
   const SafetensorsHeader::Entry& e = src.entry;
   ZINF_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(ckpt.files[src.file], e.end));
   const std::byte* p = file.data() + e.begin;
+  const Stored type = StoredOf(e.dtype);
   const bool conv1d = !model.llama() && e.shape.size() == 2 && names[t].find(".h.") != std::string::npos;
   const HfRows rows = HfRowsOf(spec, names, t);
   if (rows.fused) {  // this tensor's rows of the fused one
     const int64_t at = rows.row * (spec.tensors[t].numel() / spec.tensors[t].shape[0]) + first;
-    for (int64_t i = 0; i < count; ++i) out[i] = ElementAt(p, e.dtype, at + i);
+    for (int64_t i = 0; i < count; ++i) out[i] = ElementAt(p, type, at + i);
   } else if (conv1d) {  // stored [in, out]; the engine keeps [out, in]
     const int64_t in = e.shape[0], outf = e.shape[1];
     for (int64_t i = 0; i < count; ++i) {
       const int64_t j = first + i;  // row j / in, column j % in of [out, in]
-      out[i] = ElementAt(p, e.dtype, (j % in) * outf + j / in);
+      out[i] = ElementAt(p, type, (j % in) * outf + j / in);
     }
   } else {
     // Same layout; the vocabulary padding rows (beyond the file's) are 0.
     int64_t n = 1;
     for (int64_t d : e.shape) n *= d;
-    for (int64_t i = 0; i < count; ++i) out[i] = first + i < n ? ElementAt(p, e.dtype, first + i) : 0.0f;
+    for (int64_t i = 0; i < count; ++i) out[i] = first + i < n ? ElementAt(p, type, first + i) : 0.0f;
   }
   file.Drop(e.begin, e.end);
   return Status::Ok();

@@ -44,6 +44,18 @@ std::vector<OutTensor> PlanTensors(const GptConfig& model, const HfCheckpoint& n
   std::vector<OutTensor> plan;
   int64_t in_shard = 0;
   size_t shard = 0;
+  // Appends `o` to the current shard, or to a new one where a tensor's first
+  // part would overflow it (a tensor's parts go in one shard, after its first).
+  auto place = [&](OutTensor o) {
+    if (o.first && in_shard > 0 && in_shard + o.tensor_bytes > max_shard_bytes) {
+      ++shard;
+      in_shard = 0;
+    }
+    o.shard = shard;
+    o.offset = in_shard;
+    in_shard += o.bytes;
+    plan.push_back(std::move(o));
+  };
   for (BlockId b = 0; b < static_cast<BlockId>(specs.size()); ++b) {
     const std::vector<std::string> n = HfTensorNames(names, b);
     for (size_t t = 0; t < specs[b].tensors.size(); ++t) {
@@ -66,15 +78,7 @@ std::vector<OutTensor> PlanTensors(const GptConfig& model, const HfCheckpoint& n
         o.tensor_bytes = o.bytes / o.shape[0] * rows.rows;
         o.shape[0] = rows.rows;
       }
-      // A tensor's parts go in one shard, after its first.
-      if (o.first && in_shard > 0 && in_shard + o.tensor_bytes > max_shard_bytes) {
-        ++shard;
-        in_shard = 0;
-      }
-      o.shard = shard;
-      o.offset = in_shard;
-      in_shard += o.bytes;
-      plan.push_back(std::move(o));
+      place(std::move(o));
     }
   }
   for (const std::string& name : names.kept) {  // after the model's, in name order
@@ -85,14 +89,7 @@ std::vector<OutTensor> PlanTensors(const GptConfig& model, const HfCheckpoint& n
     o.dtype = e.dtype;
     o.shape = e.shape;
     o.bytes = o.tensor_bytes = static_cast<int64_t>(e.end - e.begin);
-    if (in_shard > 0 && in_shard + o.bytes > max_shard_bytes) {
-      ++shard;
-      in_shard = 0;
-    }
-    o.shard = shard;
-    o.offset = in_shard;
-    in_shard += o.bytes;
-    plan.push_back(std::move(o));
+    place(std::move(o));
   }
   return plan;
 }

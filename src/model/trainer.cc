@@ -857,6 +857,7 @@ Status Trainer::InitFromSafetensors(const std::string& path) {
         ZINF_RETURN_IF_ERROR(ReadSafetensorsTensor(path, in, static_cast<uint64_t>(first * es), raw)
                                  .WithContext(where + "tensor " + in.name));
       }
+      const bool bf16 = in.dtype == "BF16";
       for (int64_t i = 0; i < n; ++i) {
         const std::byte* p = raw.data() + i * es;
         if (es == 4) {
@@ -864,7 +865,7 @@ Status Trainer::InitFromSafetensors(const std::string& path) {
         } else {
           uint16_t h;
           std::memcpy(&h, p, 2);
-          out[i] = in.dtype == "BF16" ? Bf16ToFloat(h) : HalfToFloat(h);
+          out[i] = bf16 ? Bf16ToFloat(h) : HalfToFloat(h);
         }
       }
       std::fill(out + n, out + count, 0.0f);
