@@ -154,12 +154,11 @@ test-asan: deps
 # that the zero3 tests do not run, at 10x the time under TSan), except the
 # model tests labelled `threads` (the trainer's kernels on a host stream
 # beside the engine; GptCompute's offloaded layer inputs copied beside them). OpenMP runs one thread: libgomp is not TSan-built, so
-# its barriers are invisible to TSan. The tests build without their
-# precompiled header here, so that an include a test forgot shows. Only those tests' binaries are built,
+# its barriers are invisible to TSan. Only those tests' binaries are built,
 # and the fused attention's CUDA kernels on their host emulation (label
 # threads too: a barrier missing between warps is a race there).
 test-tsan: deps
-	@[ -f build-tsan/build.ninja ] || cmake -S . -B build-tsan $(SAN_CMAKE) -DZINF_SANITIZE=thread -DZINF_TEST_PCH=OFF
+	@[ -f build-tsan/build.ninja ] || cmake -S . -B build-tsan $(SAN_CMAKE) -DZINF_SANITIZE=thread
 	cmake --build build-tsan -j $(JOBS) --target \
 	  $$(ninja -C build-tsan -t targets all | sed -n 's/^\(\(core\|device_host\|aio\|optim\|comm\|swap\|zero3\)_[a-z0-9_]*test\): .*/\1/p' | sort -u) \
 	  model_trainer_stream_test model_gpt_offload_stream_test kernels_flash_attention_emulation_test
