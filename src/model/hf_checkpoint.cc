@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/half.h"
+#include "zinf/element_type.h"
 
 namespace zinf::model {
 namespace {
@@ -1007,23 +1008,21 @@ class MappedFile {
   uint64_t bytes_;
 };
 
-// A tensor's stored element type (checked to be one of these at open),
-// looked at once per tensor rather than by name per element.
-enum class Stored { kF32, kBf16, kF16 };
-
-Stored StoredOf(const std::string& dtype) {
-  return dtype == "F32" ? Stored::kF32 : dtype == "BF16" ? Stored::kBf16 : Stored::kF16;
+// A tensor's stored element type (F32, BF16 or F16: checked at open), looked
+// at once per tensor rather than by name per element.
+ElementType StoredType(const std::string& dtype) {
+  return dtype == "F32" ? ElementType::kF32 : dtype == "BF16" ? ElementType::kBf16 : ElementType::kF16;
 }
 
-float ElementAt(const std::byte* p, Stored type, int64_t i) {
-  if (type == Stored::kF32) {
+float ElementAt(const std::byte* p, ElementType type, int64_t i) {
+  if (type == ElementType::kF32) {
     float v;
     std::memcpy(&v, p + 4 * i, 4);
     return v;
   }
   uint16_t h;
   std::memcpy(&h, p + 2 * i, 2);
-  return type == Stored::kBf16 ? Bf16ToFloat(h) : HalfToFloat(h);
+  return type == ElementType::kBf16 ? Bf16ToFloat(h) : HalfToFloat(h);
 }
 
 }  // namespace
@@ -1045,7 +1044,7 @@ Status ReadHfTensor(const HfCheckpoint& ckpt, const GptConfig& model, BlockId bl
   const SafetensorsHeader::Entry& e = src.entry;
   ZINF_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(ckpt.files[src.file], e.end));
   const std::byte* p = file.data() + e.begin;
-  const Stored type = StoredOf(e.dtype);
+  const ElementType type = StoredType(e.dtype);
   const bool conv1d = !model.llama() && e.shape.size() == 2 && names[t].find(".h.") != std::string::npos;
   const HfRows rows = HfRowsOf(spec, names, t);
   if (rows.fused) {  // this tensor's rows of the fused one

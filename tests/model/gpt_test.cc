@@ -222,10 +222,10 @@ GptConfig Tiny(bool tied) {
 // the third derivative, rounding ~1e-16 * loss / h ~ 1e-10. Tolerance:
 // 1e-6 relative plus 1e-9 absolute (entries whose gradient is ~0).
 void CheckModelGradients(const GptConfig& config) {
-  // One kernel thread: thousands of forwards of a tiny model, whose parallel
-  // regions of a few hundred elements cost more than they save, and whose
-  // barriers, beside other tests on the same cores (ctest -j), wait for
-  // descheduled threads (two seconds become a hundred).
+  // One kernel thread: thousands of forwards of a tiny model whose matmuls
+  // are just above the kernels' threading threshold (WorthThreads), and whose
+  // parallel regions' barriers, beside other tests on the same cores
+  // (ctest -j), wait for descheduled threads (two seconds become a hundred).
   const int threads = kernels::cpu::Threads();
   kernels::cpu::SetThreads(1);
   struct RestoreThreads {
