@@ -37,7 +37,6 @@
 #include <fstream>
 #include <initializer_list>
 #include <limits>
-#include <random>
 #include <set>
 #include <sstream>
 
@@ -394,83 +393,102 @@ uint64_t SplitMix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Standard normals by Box-Muller on mt19937_64 (whose output the C++
-// standard fixes), so weights are the same with every standard library;
-// std::normal_distribution's algorithm is left to the implementation.
-class NormalSource {
- public:
-  explicit NormalSource(uint64_t seed) : rng_(seed) {}
-  double Next() {
-    if (has_spare_) {
-      has_spare_ = false;
-      return spare_;
-    }
-    // u1 in (0, 1] so log(u1) is finite; 53 random bits each.
-    const double u1 = (static_cast<double>(rng_() >> 11) + 1.0) * 0x1p-53;
-    const double u2 = static_cast<double>(rng_() >> 11) * 0x1p-53;
-    const double r = std::sqrt(-2.0 * std::log(u1));
-    const double theta = 2.0 * 3.14159265358979323846 * u2;
-    spare_ = r * std::sin(theta);
-    has_spare_ = true;
-    return r * std::cos(theta);
-  }
-
- private:
-  std::mt19937_64 rng_;
-  bool has_spare_ = false;
-  double spare_ = 0.0;
-};
-
 constexpr double kInitStd = 0.02;
-
-void FillNormal(std::vector<float>& out, int64_t count, double std, NormalSource& normal) {
-  for (int64_t i = 0; i < count; ++i) out[i] = static_cast<float>(normal.Next() * std);
-}
+constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;  // SplitMix64's increment
 
 }  // namespace
 
-std::vector<std::vector<float>> InitBlockWeights(const GptConfig& config, BlockId block, uint64_t seed) {
-  ZINF_CHECK_MSG(block >= 0 && block <= HeadBlock(config), "InitBlockWeights: block id out of range");
+InitialWeights::InitialWeights(const GptConfig& config, uint64_t seed) {
   const std::vector<BlockSpec> specs = GptBlockSpecs(config);
-  const BlockSpec& spec = specs[block];
-  std::vector<std::vector<float>> out;
-  for (const TensorSpec& t : spec.tensors) out.emplace_back(static_cast<size_t>(t.numel()), 0.0f);
-  NormalSource normal(SplitMix64(seed ^ SplitMix64(static_cast<uint64_t>(block) + 0x5eed)));
-  const int64_t C = config.n_embd;
-  const int64_t real_vocab_elems = static_cast<int64_t>(config.vocab_size) * C;  // padding rows stay 0
-  if (config.llama()) {
-    // Llama's scheme: normal(0, 0.02) matrices, norm weights 1 (0 where
-    // they are used as 1 + w: Gemma's), biases 0.
-    for (size_t t = 0; t < spec.tensors.size(); ++t) {
-      const TensorSpec& ts = spec.tensors[t];
-      const bool vocab = (block == kEmbedBlock && t == 0) ||
-                         (block == HeadBlock(config) && static_cast<int>(t) == LmHeadIndex(config));
-      if (ts.shape.size() == 2) {
-        FillNormal(out[t], vocab ? real_vocab_elems : ts.numel(), kInitStd, normal);
-      } else if (ts.name.find("norm") != std::string::npos && !config.norm_unit_offset) {
-        std::fill(out[t].begin(), out[t].end(), 1.0f);
+  const int64_t real_vocab_elems = static_cast<int64_t>(config.vocab_size) * config.n_embd;  // padding rows stay 0
+  // GPT-2 scales the two projections that add into the residual stream so
+  // its variance does not grow with depth.
+  const double proj_std = kInitStd / std::sqrt(2.0 * config.n_layer);
+  for (BlockId b = 0; b < static_cast<BlockId>(specs.size()); ++b) {
+    const uint64_t block_key = SplitMix64(seed ^ SplitMix64(static_cast<uint64_t>(b) + 0x5eed));
+    std::vector<Rule>& rules = rules_.emplace_back();
+    for (size_t t = 0; t < specs[b].tensors.size(); ++t) {
+      const TensorSpec& ts = specs[b].tensors[t];
+      Rule r;
+      r.key = SplitMix64(block_key + t);
+      r.numel = ts.numel();
+      const bool vocab =
+          (b == kEmbedBlock && t == 0) || (b == HeadBlock(config) && static_cast<int>(t) == LmHeadIndex(config));
+      const int64_t drawn = vocab ? real_vocab_elems : ts.numel();
+      if (config.llama()) {
+        // Llama's scheme: normal(0, 0.02) matrices, norm weights 1 (0 where
+        // they are used as 1 + w: Gemma's), biases 0.
+        if (ts.shape.size() == 2) {
+          r.std = kInitStd;
+          r.drawn = drawn;
+        } else if (ts.name.find("norm") != std::string::npos && !config.norm_unit_offset) {
+          r.fill = 1.0f;
+        }
+      } else if (b == kEmbedBlock) {
+        r.std = kInitStd;  // wte, wpe
+        r.drawn = drawn;
+      } else if (b == HeadBlock(config)) {
+        if (static_cast<int>(t) == kLnfW) r.fill = 1.0f;
+        if (static_cast<int>(t) == kLmHead) {
+          r.std = kInitStd;
+          r.drawn = drawn;
+        }
+      } else {
+        const int k = static_cast<int>(t);
+        if (k == kLn1W || k == kLn2W) r.fill = 1.0f;
+        if (k == kQkvW || k == kFcW || k == kAttProjW || k == kFcProjW) {
+          r.std = k == kAttProjW || k == kFcProjW ? proj_std : kInitStd;
+          r.drawn = drawn;
+        }
       }
+      rules.push_back(r);
     }
-    return out;
   }
-  if (block == kEmbedBlock) {
-    FillNormal(out[kWte], real_vocab_elems, kInitStd, normal);
-    FillNormal(out[kWpe], static_cast<int64_t>(out[kWpe].size()), kInitStd, normal);
-  } else if (block == HeadBlock(config)) {
-    std::fill(out[kLnfW].begin(), out[kLnfW].end(), 1.0f);
-    if (!config.tied_embeddings) FillNormal(out[kLmHead], real_vocab_elems, kInitStd, normal);
-  } else {
-    // The two projections that add into the residual stream are scaled so
-    // its variance does not grow with depth (GPT-2).
-    const double proj_std = kInitStd / std::sqrt(2.0 * config.n_layer);
-    std::fill(out[kLn1W].begin(), out[kLn1W].end(), 1.0f);
-    std::fill(out[kLn2W].begin(), out[kLn2W].end(), 1.0f);
-    FillNormal(out[kQkvW], static_cast<int64_t>(out[kQkvW].size()), kInitStd, normal);
-    FillNormal(out[kAttProjW], static_cast<int64_t>(out[kAttProjW].size()), proj_std, normal);
-    FillNormal(out[kFcW], static_cast<int64_t>(out[kFcW].size()), kInitStd, normal);
-    FillNormal(out[kFcProjW], static_cast<int64_t>(out[kFcProjW].size()), proj_std, normal);
+}
+
+void InitialWeights::Fill(BlockId block, size_t tensor, int64_t first, int64_t count, float* out) const {
+  ZINF_CHECK_MSG(
+      block >= 0 && static_cast<size_t>(block) < rules_.size() && tensor < rules_[static_cast<size_t>(block)].size(),
+      "InitialWeights::Fill: block or tensor out of range");
+  const Rule& r = rules_[static_cast<size_t>(block)][tensor];
+  ZINF_CHECK_MSG(first >= 0 && count >= 0 && first + count <= r.numel, "InitialWeights::Fill: range out of the tensor");
+  // Drawn elements [first, end_drawn), the rest `fill`.
+  const int64_t end = first + count, end_drawn = std::clamp(r.drawn, first, end);
+  std::fill(out + (end_drawn - first), out + count, r.fill);
+  if (end_drawn == first) return;
+  // Pair p makes elements 2p and 2p + 1 by Marsaglia's polar method from
+  // its own SplitMix64 stream, started at position p of the tensor's (a
+  // counter: any pair without the ones before it).
+  const int64_t p0 = first / 2, p1 = (end_drawn - 1) / 2 + 1;
+#pragma omp parallel for schedule(static) if (p1 - p0 >= (int64_t{1} << 14))
+  for (int64_t p = p0; p < p1; ++p) {
+    uint64_t state = SplitMix64(r.key + static_cast<uint64_t>(p) * kGolden);
+    double u = 0.0, v = 0.0, s = 0.0;
+    do {  // a point uniform in the unit disc (taken 79% of the time); 53 random bits a coordinate
+      u = static_cast<double>(static_cast<int64_t>(SplitMix64(state)) >> 11) * 0x1p-52;
+      v = static_cast<double>(static_cast<int64_t>(SplitMix64(state + kGolden)) >> 11) * 0x1p-52;
+      state += 2 * kGolden;
+      s = u * u + v * v;
+    } while (s >= 1.0 || s == 0.0);
+    const double scale = std::sqrt(-2.0 * std::log(s) / s) * r.std;
+    const int64_t i = 2 * p;
+    if (i >= first) out[i - first] = static_cast<float>(u * scale);
+    if (i + 1 < end_drawn) out[i + 1 - first] = static_cast<float>(v * scale);
+  }
+}
+
+std::vector<std::vector<float>> InitialWeights::Block(BlockId block) const {
+  ZINF_CHECK_MSG(block >= 0 && static_cast<size_t>(block) < rules_.size(), "InitialWeights: block id out of range");
+  std::vector<std::vector<float>> out;
+  for (size_t t = 0; t < rules_[static_cast<size_t>(block)].size(); ++t) {
+    const int64_t n = rules_[static_cast<size_t>(block)][t].numel;
+    Fill(block, t, 0, n, out.emplace_back(static_cast<size_t>(n)).data());
   }
   return out;
+}
+
+std::vector<std::vector<float>> InitBlockWeights(const GptConfig& config, BlockId block, uint64_t seed) {
+  return InitialWeights(config, seed).Block(block);
 }
 
 // ---------------------------------------------------------------- GptCompute

@@ -227,10 +227,35 @@ inline BlockId HeadBlock(const GptConfig& c) { return static_cast<BlockId>(1 + c
 // The engine's blocks, in the order above. Biases and LayerNorm weights
 // have TensorSpec::decay off (the HF Trainer's grouping).
 std::vector<BlockSpec> GptBlockSpecs(const GptConfig& config);
-// Initial fp32 weights of `block`, one array per tensor in spec order:
-// GPT-2's scheme (normal(0, 0.02); the two residual projections scaled by
-// 1/sqrt(2L); LayerNorm weights 1, biases 0; padding rows of wte 0).
-// Deterministic in (config, block, seed), independent of the other blocks.
+// A model's initial fp32 weights. GPT-2's scheme: normal(0, 0.02), the
+// two residual projections scaled by 1/sqrt(2L), LayerNorm weights 1,
+// biases 0, padding rows of wte 0; Llama's: normal(0, 0.02) matrices, norm
+// weights 1 (0 where used as 1 + w), biases 0. Each value is a function
+// of (seed, block, tensor, element index) alone: standard normals in
+// pairs by Marsaglia's polar method, each pair from its own SplitMix64
+// stream (a counter's hash), so any range of a tensor comes out the same
+// bits whichever ranges, threads or ranks compute it, and no block need be
+// held whole in RAM.
+class InitialWeights {
+ public:
+  InitialWeights(const GptConfig& config, uint64_t seed);
+  // Elements [first, first + count) of tensor `tensor` of `block`
+  // (GptBlockSpecs order) into out[0, count), on OpenMP's threads.
+  void Fill(BlockId block, size_t tensor, int64_t first, int64_t count, float* out) const;
+  // The block's tensors whole, one array per tensor in spec order.
+  std::vector<std::vector<float>> Block(BlockId block) const;
+
+ private:
+  struct Rule {
+    uint64_t key = 0;  // the tensor's stream
+    int64_t numel = 0;
+    int64_t drawn = 0;  // elements [0, drawn) normal(0, std) ...
+    double std = 0.0;
+    float fill = 0.0f;  // ... the rest this
+  };
+  std::vector<std::vector<Rule>> rules_;  // [block][tensor]
+};
+// InitialWeights(config, seed).Block(block).
 std::vector<std::vector<float>> InitBlockWeights(const GptConfig& config, BlockId block, uint64_t seed);
 
 // Whether a layer's backward recomputes its activations (from layer inputs

@@ -446,7 +446,6 @@ struct Trainer::Impl {
     return master;
   }
 
-  // Sets a model block's weights (GptBlockSpecs order) into its pieces.
   // A model block's initial values, `fill` speaking of its tensors
   // (GptBlockSpecs order), into each of its pieces.
   Status SetModelBlock(BlockId model_block, const std::function<Status(size_t, int64_t, int64_t, float*)>& fill) {
@@ -458,27 +457,6 @@ struct Trainer::Impl {
     }
     return Status::Ok();
   }
-  // The same from whole tensors in RAM (GptBlockSpecs' shapes).
-  Status SetModelBlock(BlockId model_block, const std::vector<std::vector<float>>& weights) {
-    const std::vector<BlockSpec> blocks = GptBlockSpecs(model());
-    const std::vector<TensorSpec>& specs = blocks[static_cast<size_t>(model_block)].tensors;
-    if (weights.size() != specs.size()) {
-      return Status::InvalidArgument("trainer: block " + std::to_string(model_block) + " has " +
-                                     std::to_string(specs.size()) + " tensors, got " + std::to_string(weights.size()));
-    }
-    for (size_t t = 0; t < specs.size(); ++t) {
-      if (static_cast<int64_t>(weights[t].size()) != specs[t].numel()) {
-        return Status::InvalidArgument("trainer: tensor " + specs[t].name + " of block " + std::to_string(model_block) +
-                                       " has " + std::to_string(specs[t].numel()) + " elements, got " +
-                                       std::to_string(weights[t].size()));
-      }
-    }
-    return SetModelBlock(model_block, [&weights](size_t t, int64_t first, int64_t count, float* out) {
-      std::memcpy(out, weights[t].data() + first, static_cast<size_t>(count) * sizeof(float));
-      return Status::Ok();
-    });
-  }
-
   // `local` on this rank, else kAborted when another rank's failed (`what`: "resume", "export").
   Status AgreeAcrossRanks(Status local, const char* what = "resume");
   // kFailedPrecondition naming `what` on a forward-only trainer.
@@ -641,15 +619,19 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   // cut). Setting them is each rank's own work; a rank whose reads fail
   // says so to the others (which would otherwise go on to the first step's
   // collectives and wait there for it).
+  // Random ones are drawn for this rank's ranges alone, as the engine
+  // stages them (no block whole in RAM).
   Status loaded = Status::Ok();
+  std::optional<InitialWeights> random;
+  if (!options.initial_weights) random.emplace(m->model(), options.seed);
   for (BlockId b = 0; b < static_cast<BlockId>(specs.size()) && loaded.ok(); ++b) {
-    if (options.initial_weights) {
-      loaded = m->SetModelBlock(b, [&](size_t t, int64_t first, int64_t count, float* out) {
-        return options.initial_weights(b, t, first, count, out);
-      });
-    } else {
-      loaded = m->SetModelBlock(b, InitBlockWeights(m->model(), b, options.seed));
-    }
+    loaded = m->SetModelBlock(b, [&](size_t t, int64_t first, int64_t count, float* out) {
+      if (random) {
+        random->Fill(b, t, first, count, out);
+        return Status::Ok();
+      }
+      return options.initial_weights(b, t, first, count, out);
+    });
   }
   ZINF_RETURN_IF_ERROR(m->AgreeAcrossRanks(loaded, "load the initial weights"));
 

@@ -965,5 +965,70 @@ TEST(GptInitTest, DeterministicAndGpt2Scaled) {
   for (float x : head[kLnfB]) ASSERT_EQ(x, 0.0f);
 }
 
+// Each value depends on its place alone: any cut of a tensor into ranges,
+// filled on any number of threads, gives the whole tensor's bits, across
+// pair boundaries and the padding rows' edge.
+TEST(GptInitTest, AnyRangeOnAnyThreadsGivesTheWholeTensorsBits) {
+  GptConfig config = *LoadGptConfig("small");
+  config.tied_embeddings = false;
+  const InitialWeights init(config, 99);
+  const int threads = kernels::cpu::Threads();
+  struct RestoreThreads {
+    int threads;
+    ~RestoreThreads() { kernels::cpu::SetThreads(threads); }
+  } restore{threads};
+  const int64_t real_vocab = int64_t{config.vocab_size} * config.n_embd;
+  for (BlockId b : {kEmbedBlock, LayerBlock(1), HeadBlock(config)}) {
+    const std::vector<std::vector<float>> whole = init.Block(b);
+    for (int n_threads : {1, 3}) {
+      kernels::cpu::SetThreads(n_threads);
+      for (size_t t = 0; t < whole.size(); ++t) {
+        const auto n = static_cast<int64_t>(whole[t].size());
+        std::vector<int64_t> cuts = {0, 1, 2, 5, n / 3 + 1, n / 2, n - 1, n};
+        if (real_vocab < n) cuts.insert(cuts.end(), {real_vocab - 3, real_vocab, real_vocab + 5});
+        std::sort(cuts.begin(), cuts.end());
+        cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+        std::vector<float> pieced(static_cast<size_t>(n), -1.0f);
+        for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+          if (cuts[c] < 0 || cuts[c + 1] > n) continue;
+          init.Fill(b, t, cuts[c], cuts[c + 1] - cuts[c], pieced.data() + cuts[c]);
+        }
+        ASSERT_EQ(std::memcmp(pieced.data(), whole[t].data(), whole[t].size() * sizeof(float)), 0)
+            << "block " << b << " tensor " << t << " on " << n_threads << " thread(s)";
+      }
+    }
+  }
+}
+
+// The draws are standard normal (scaled by the tensor's std) and
+// independent: within five standard errors (fixed seeds, so the check
+// cannot flicker) for the mean, the variance, the shares within 1, 2 and
+// 3 sigma, neighbours (within a pair and across pairs) and the same place
+// in two tensors.
+TEST(GptInitTest, DrawsAreNormalAndIndependent) {
+  const GptConfig config = *LoadGptConfig("small");
+  const std::vector<std::vector<float>> layer = InitialWeights(config, 5).Block(LayerBlock(0));
+  const std::vector<float>& x = layer[kFcW];
+  const std::vector<float>& y = layer[kQkvW];
+  const auto n = static_cast<double>(x.size());
+  double mean = 0, var = 0, within[3] = {0, 0, 0}, lag_in = 0, lag_across = 0, cross = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double z = x[i] / 0.02;
+    mean += z / n;
+    var += z * z / n;
+    for (int k = 0; k < 3; ++k) within[k] += std::abs(z) < k + 1 ? 1 / n : 0;
+    if (i + 1 < x.size()) ((i % 2 == 0) ? lag_in : lag_across) += z * x[i + 1] / 0.02 / (n / 2);
+    if (i < y.size()) cross += z * y[i] / 0.02 / static_cast<double>(y.size());
+  }
+  const double se = 1 / std::sqrt(n);
+  EXPECT_NEAR(mean, 0.0, 5 * se);
+  EXPECT_NEAR(var, 1.0, 5 * std::sqrt(2.0) * se);
+  const double share[3] = {0.682689492, 0.954499736, 0.997300204};
+  for (int k = 0; k < 3; ++k) EXPECT_NEAR(within[k], share[k], 5 * std::sqrt(share[k] * (1 - share[k])) * se) << k + 1;
+  EXPECT_NEAR(lag_in, 0.0, 5 * std::sqrt(2.0) * se);
+  EXPECT_NEAR(lag_across, 0.0, 5 * std::sqrt(2.0) * se);
+  EXPECT_NEAR(cross, 0.0, 5 / std::sqrt(static_cast<double>(y.size())));
+}
+
 }  // namespace
 }  // namespace zinf::model
