@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/half.h"
+#include "kernels/cpu_kernels.h"
 #include "zinf/element_type.h"
 
 namespace zinf::model {
@@ -1025,6 +1026,59 @@ float ElementAt(const std::byte* p, ElementType type, int64_t i) {
   return type == ElementType::kBf16 ? Bf16ToFloat(h) : HalfToFloat(h);
 }
 
+// Stored elements [at, at + count) as fp32: the kernels' cast (the type
+// looked at once, on OpenMP's threads, which also take the mapped file's
+// page faults side by side) where the data is aligned for its type (the
+// safetensors format does not promise it), else element by element.
+void ReadElements(const std::byte* p, ElementType type, int64_t at, int64_t count, float* out) {
+  const int64_t size = type == ElementType::kF32 ? 4 : 2;
+  const std::byte* from = p + size * at;
+  if (reinterpret_cast<uintptr_t>(from) % static_cast<uintptr_t>(size) == 0) {
+    kernels::cpu::CastIn(out, from, type, count);
+    return;
+  }
+  for (int64_t i = 0; i < count; ++i) out[i] = ElementAt(p, type, at + i);
+}
+
+// Elements [first, first + count) of the [cols, rows] transpose of a stored
+// [rows, cols] matrix, as fp32. The output rows the range holds whole go by
+// 64 x 64 tiles (a tile's 64 stored rows read 256 B at a time and its 64
+// output rows written, both in the cache; an element at a time, each read
+// on a page of its own, waits for memory); the partial first and last rows
+// element by element.
+template <ElementType kType>
+void ReadTransposedAs(const std::byte* p, int64_t rows, int64_t cols, int64_t first, int64_t count, float* out) {
+  constexpr int64_t kTile = 64;
+  const int64_t end = first + count;
+  auto one_by_one = [&](int64_t j0, int64_t j1) {  // j: row j / rows, column j % rows of the output
+    for (int64_t j = j0; j < j1; ++j) out[j - first] = ElementAt(p, kType, (j % rows) * cols + j / rows);
+  };
+  const int64_t whole0 = (first + rows - 1) / rows, whole1 = end / rows;  // output rows inside the range
+  if (whole0 >= whole1) {
+    one_by_one(first, end);
+    return;
+  }
+  one_by_one(first, whole0 * rows);
+  one_by_one(whole1 * rows, end);
+#pragma omp parallel for schedule(static) if (count >= (int64_t{1} << 16))
+  for (int64_t r0 = whole0; r0 < whole1; r0 += kTile) {
+    const int64_t r1 = std::min(r0 + kTile, whole1);
+    for (int64_t c0 = 0; c0 < rows; c0 += kTile) {
+      const int64_t c1 = std::min(c0 + kTile, rows);
+      for (int64_t c = c0; c < c1; ++c) {
+        for (int64_t r = r0; r < r1; ++r) out[r * rows + c - first] = ElementAt(p, kType, c * cols + r);
+      }
+    }
+  }
+}
+
+void ReadTransposed(const std::byte* p, ElementType type, int64_t rows, int64_t cols, int64_t first, int64_t count,
+                    float* out) {
+  if (type == ElementType::kF32) return ReadTransposedAs<ElementType::kF32>(p, rows, cols, first, count, out);
+  if (type == ElementType::kBf16) return ReadTransposedAs<ElementType::kBf16>(p, rows, cols, first, count, out);
+  return ReadTransposedAs<ElementType::kF16>(p, rows, cols, first, count, out);
+}
+
 }  // namespace
 
 Status ReadHfTensor(const HfCheckpoint& ckpt, const GptConfig& model, BlockId block, const BlockSpec& spec, size_t t,
@@ -1048,19 +1102,16 @@ Status ReadHfTensor(const HfCheckpoint& ckpt, const GptConfig& model, BlockId bl
   const bool conv1d = !model.llama() && e.shape.size() == 2 && names[t].find(".h.") != std::string::npos;
   const HfRows rows = HfRowsOf(spec, names, t);
   if (rows.fused) {  // this tensor's rows of the fused one
-    const int64_t at = rows.row * (spec.tensors[t].numel() / spec.tensors[t].shape[0]) + first;
-    for (int64_t i = 0; i < count; ++i) out[i] = ElementAt(p, type, at + i);
+    ReadElements(p, type, rows.row * (spec.tensors[t].numel() / spec.tensors[t].shape[0]) + first, count, out);
   } else if (conv1d) {  // stored [in, out]; the engine keeps [out, in]
-    const int64_t in = e.shape[0], outf = e.shape[1];
-    for (int64_t i = 0; i < count; ++i) {
-      const int64_t j = first + i;  // row j / in, column j % in of [out, in]
-      out[i] = ElementAt(p, type, (j % in) * outf + j / in);
-    }
+    ReadTransposed(p, type, e.shape[0], e.shape[1], first, count, out);
   } else {
     // Same layout; the vocabulary padding rows (beyond the file's) are 0.
     int64_t n = 1;
     for (int64_t d : e.shape) n *= d;
-    for (int64_t i = 0; i < count; ++i) out[i] = first + i < n ? ElementAt(p, type, first + i) : 0.0f;
+    const int64_t stored = std::clamp<int64_t>(n - first, 0, count);
+    ReadElements(p, type, first, stored, out);
+    std::fill(out + stored, out + count, 0.0f);
   }
   file.Drop(e.begin, e.end);
   return Status::Ok();

@@ -23,10 +23,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/half.h"
 #include "device/device.h"
 #include "model/data.h"
 #include "model/gpt.h"
 #include "model/hf_checkpoint.h"
+#include "model/hf_export.h"
 #include "model/model_test_util.h"
 #include "model/ops.h"
 #include "model/safetensors.h"
@@ -413,6 +415,53 @@ TEST(HfCheckpointTest, TensorRangesAreSlicesOfTheWholeTensors) {
     const BlockSpec& head = specs[static_cast<size_t>(HeadBlock(m))];
     EXPECT_EQ(ReadHfTensor(*ckpt, m, HeadBlock(m), head, 0, 0, head.tensors[0].numel() + 1, nullptr).code(),
               StatusCode::kInvalidArgument);
+  }
+}
+
+// GPT-2's Conv1D weights are stored [in, out] and read transposed by tiles
+// of 64 x 64 (the parity fixtures are narrower than one tile): a model
+// wider than a tile, neither side a multiple of it, exported from known
+// weights in each dtype and read back, gives those weights (rounded to the
+// dtype) whole and in ranges that cut rows and tiles.
+TEST(HfCheckpointTest, WideConv1DWeightsReadBackAsExportedInEveryDtype) {
+  GptConfig m;  // GPT-2
+  m.vocab_size = 50;
+  m.seq_len = 8;
+  m.n_layer = 1;
+  m.n_embd = 100;
+  const InitialWeights init(m, 17);
+  const BlockSpec spec = GptBlockSpecs(m)[static_cast<size_t>(LayerBlock(0))];
+  const std::vector<std::vector<float>> weights = init.Block(LayerBlock(0));
+  for (const std::string dtype : {"F32", "BF16", "F16"}) {
+    SCOPED_TRACE(dtype);
+    TempDir dir;
+    const std::string folder = dir.Sub("gpt2-wide");
+    ASSERT_TRUE(
+        ExportHfFolder(folder, m, nullptr, dtype, [&init](BlockId b) -> StatusOr<std::vector<std::vector<float>>> {
+          return init.Block(b);
+        }).ok());
+    auto ckpt = OpenHfCheckpoint(folder);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    for (int t : {kQkvW, kAttProjW, kFcW, kFcProjW}) {
+      const TensorSpec& ts = spec.tensors[static_cast<size_t>(t)];
+      const int64_t n = ts.numel(), row = ts.shape[1];
+      std::vector<float> want = weights[static_cast<size_t>(t)];
+      for (float& v : want) {
+        if (dtype == "BF16") v = Bf16ToFloat(FloatToBf16(v));
+        if (dtype == "F16") v = HalfToFloat(FloatToHalf(v));
+      }
+      const std::pair<int64_t, int64_t> ranges[] = {
+          {0, n}, {1, n - 2}, {64 * row - 3, 2 * row + 7}, {row + 5, 70 * row}, {n - row - 1, row + 1}, {7, 11}};
+      for (auto [first, count] : ranges) {
+        count = std::min(count, n - first);
+        std::vector<float> got(static_cast<size_t>(count), -1.0f);
+        ASSERT_TRUE(
+            ReadHfTensor(*ckpt, ckpt->model, LayerBlock(0), spec, static_cast<size_t>(t), first, count, got.data())
+                .ok());
+        ASSERT_EQ(std::memcmp(got.data(), want.data() + first, got.size() * sizeof(float)), 0)
+            << ts.name << " [" << first << ", " << first + count << ")";
+      }
+    }
   }
 }
 
