@@ -483,6 +483,31 @@ void Gemm(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const typen
 
 // ---------------------------------------------------------------- casts
 
+void CastOut(void* out, ElementType out_type, const float* src, int64_t n) {
+  auto* bytes = static_cast<std::byte*>(out);
+  switch (out_type) {
+    case ElementType::kF32: std::memcpy(out, src, static_cast<size_t>(n) * sizeof(float)); return;
+    case ElementType::kBf16:
+#pragma omp parallel for schedule(static) if (WorthThreads(n))
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = FloatToBf16(src[i]);
+        std::memcpy(bytes + 2 * i, &h, 2);
+      }
+      return;
+    case ElementType::kF16:
+#pragma omp parallel for schedule(static) if (WorthThreads(n))
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = FloatToHalf(src[i]);
+        std::memcpy(bytes + 2 * i, &h, 2);
+      }
+      return;
+    case ElementType::kF64:
+    case ElementType::kU8:
+    case ElementType::kI64: break;
+  }
+  ZINF_CHECK_MSG(false, "CastOut: the destination must be f32, bf16 or f16");
+}
+
 template <typename T>
 void CastIn(T* out, const void* src, ElementType src_type, int64_t n) {
   switch (src_type) {

@@ -65,6 +65,10 @@ Isa LimitIsa(Isa isa);
 // (another type is a programmer error: the process aborts).
 template <typename T>
 void CastIn(T* out, const void* src, ElementType src_type, int64_t n);
+// out[n] = src[n] as `out_type`: kF32, kBf16 or kF16 (rounded to nearest
+// even, NaNs kept quiet; another type is a programmer error). `out` needs
+// no alignment.
+void CastOut(void* out, ElementType out_type, const float* src, int64_t n);
 
 // out[b,t,:] = wte[tokens[b,t], :] + wpe[t, :]. Tokens must be < the rows of wte.
 template <typename T>

@@ -17,10 +17,10 @@
 #include "comm/mpi_communicator.h"
 #include "core/crc32c.h"
 #include "core/fs.h"
-#include "core/half.h"
 #include "core/log.h"
 #include "core/units.h"
 #include "device/device.h"
+#include "kernels/cpu_kernels.h"
 #include "model/data.h"
 #include "model/hf_export.h"
 #include "model/plan.h"
@@ -839,17 +839,10 @@ Status Trainer::InitFromSafetensors(const std::string& path) {
         ZINF_RETURN_IF_ERROR(ReadSafetensorsTensor(path, in, static_cast<uint64_t>(first * es), raw)
                                  .WithContext(where + "tensor " + in.name));
       }
-      const bool bf16 = in.dtype == "BF16";
-      for (int64_t i = 0; i < n; ++i) {
-        const std::byte* p = raw.data() + i * es;
-        if (es == 4) {
-          std::memcpy(&out[i], p, 4);
-        } else {
-          uint16_t h;
-          std::memcpy(&h, p, 2);
-          out[i] = bf16 ? Bf16ToFloat(h) : HalfToFloat(h);
-        }
-      }
+      const ElementType type = in.dtype == "F32"    ? ElementType::kF32
+                               : in.dtype == "BF16" ? ElementType::kBf16
+                                                    : ElementType::kF16;
+      kernels::cpu::CastIn(out, raw.data(), type, n);  // `raw` is new's, aligned for any of them
       std::fill(out + n, out + count, 0.0f);
       return Status::Ok();
     });
@@ -984,7 +977,10 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
     return Status::InvalidArgument("export: dtype must be F32, BF16 or F16, got '" + dtype + "'");
   }
   ZINF_RETURN_IF_ERROR(m.Trains("ExportSafetensors"));
-  const int es = dtype == "F32" ? 4 : 2;
+  const ElementType type = dtype == "F32"    ? ElementType::kF32
+                           : dtype == "BF16" ? ElementType::kBf16
+                                             : ElementType::kF16;
+  const int es = ElementSizeBytes(type);
   // Block by block into a file laid out up front (SafetensorsWriter): one
   // block's weights in RAM at a time, whatever the model's size. Rank 0
   // writes; the gathers are collective, so after a write error it keeps
@@ -1031,15 +1027,7 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
       int64_t n = 1;
       for (int64_t d : export_shape(b, t)) n *= d;
       std::vector<std::byte> bytes(static_cast<size_t>(n * es));
-      for (int64_t i = 0; i < n; ++i) {
-        const float v = master[t][static_cast<size_t>(i)];
-        if (es == 4) {
-          std::memcpy(bytes.data() + i * 4, &v, 4);
-        } else {
-          const uint16_t h = dtype == "BF16" ? FloatToBf16(v) : FloatToHalf(v);
-          std::memcpy(bytes.data() + i * 2, &h, 2);
-        }
-      }
+      kernels::cpu::CastOut(bytes.data(), type, master[t].data(), n);
       written = writer->Write(names[t], bytes);
     }
     if (progress) progress(std::min(done_bytes, total_bytes - 1), total_bytes);

@@ -427,6 +427,45 @@ TEST(CpuKernelsTest, CastInBf16) {
   EXPECT_TRUE(std::isnan(nan_out));
 }
 
+// CastOut undoes CastIn for every non-NaN 16-bit pattern, on enough
+// elements for the threads and into a destination off its type's
+// alignment; halfway values round to even; NaNs stay NaNs.
+TEST(CpuKernelsTest, CastOutRoundTripsEveryValueAndRoundsToEven) {
+  for (ElementType type : {ElementType::kBf16, ElementType::kF16}) {
+    SCOPED_TRACE(ElementTypeName(type));
+    const int64_t n = (int64_t{1} << 17) + 3;
+    std::vector<uint16_t> bits(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) bits[static_cast<size_t>(i)] = static_cast<uint16_t>(i % 65536);
+    std::vector<float> values(static_cast<size_t>(n));
+    CastIn(values.data(), bits.data(), type, n);
+    std::vector<std::byte> out(static_cast<size_t>(2 * n + 1));
+    CastOut(out.data() + 1, type, values.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t back;
+      std::memcpy(&back, out.data() + 1 + 2 * i, 2);
+      if (std::isnan(values[static_cast<size_t>(i)])) {
+        float again;
+        CastIn(&again, &back, type, 1);
+        ASSERT_TRUE(std::isnan(again)) << i;
+      } else {
+        ASSERT_EQ(back, bits[static_cast<size_t>(i)]) << i;
+      }
+    }
+  }
+  // bf16 keeps 7 mantissa bits: 1 + 2^-8 is halfway between 1 (even) and
+  // 1 + 2^-7; 1 + 3 * 2^-8 between 1 + 2^-7 and 1 + 2^-6 (even).
+  const float halfway[] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -(1.0f + 0x1p-8f)};
+  uint16_t got[3];
+  CastOut(got, ElementType::kBf16, halfway, 3);
+  EXPECT_EQ(got[0], 0x3f80);
+  EXPECT_EQ(got[1], 0x3f82);
+  EXPECT_EQ(got[2], 0xbf80);
+  // F32 is a copy.
+  float copy[3];
+  CastOut(copy, ElementType::kF32, halfway, 3);
+  EXPECT_EQ(std::memcmp(copy, halfway, sizeof(copy)), 0);
+}
+
 TEST(CpuKernelsTest, CastInF16EveryValue) {
   // Every one of the 65536 half patterns against the definition of
   // binary16, evaluated independently in double.
