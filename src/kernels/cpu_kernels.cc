@@ -484,6 +484,7 @@ void Gemm(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const typen
 // ---------------------------------------------------------------- casts
 
 void CastOut(void* out, ElementType out_type, const float* src, int64_t n) {
+  if (n == 0) return;
   auto* bytes = static_cast<std::byte*>(out);
   switch (out_type) {
     case ElementType::kF32: std::memcpy(out, src, static_cast<size_t>(n) * sizeof(float)); return;

@@ -398,7 +398,7 @@ constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;  // SplitMix64's increment
 
 }  // namespace
 
-InitialWeights::InitialWeights(const GptConfig& config, uint64_t seed) {
+RandomInit::RandomInit(const GptConfig& config, uint64_t seed) {
   const std::vector<BlockSpec> specs = GptBlockSpecs(config);
   const int64_t real_vocab_elems = static_cast<int64_t>(config.vocab_size) * config.n_embd;  // padding rows stay 0
   // GPT-2 scales the two projections that add into the residual stream so
@@ -407,8 +407,9 @@ InitialWeights::InitialWeights(const GptConfig& config, uint64_t seed) {
   for (BlockId b = 0; b < static_cast<BlockId>(specs.size()); ++b) {
     const uint64_t block_key = SplitMix64(seed ^ SplitMix64(static_cast<uint64_t>(b) + 0x5eed));
     std::vector<Rule>& rules = rules_.emplace_back();
-    for (size_t t = 0; t < specs[b].tensors.size(); ++t) {
-      const TensorSpec& ts = specs[b].tensors[t];
+    const BlockSpec& spec = specs[static_cast<size_t>(b)];
+    for (size_t t = 0; t < spec.tensors.size(); ++t) {
+      const TensorSpec& ts = spec.tensors[t];
       Rule r;
       r.key = SplitMix64(block_key + t);
       r.numel = ts.numel();
@@ -446,12 +447,12 @@ InitialWeights::InitialWeights(const GptConfig& config, uint64_t seed) {
   }
 }
 
-void InitialWeights::Fill(BlockId block, size_t tensor, int64_t first, int64_t count, float* out) const {
+void RandomInit::Fill(BlockId block, size_t tensor, int64_t first, int64_t count, float* out) const {
   ZINF_CHECK_MSG(
       block >= 0 && static_cast<size_t>(block) < rules_.size() && tensor < rules_[static_cast<size_t>(block)].size(),
-      "InitialWeights::Fill: block or tensor out of range");
+      "RandomInit::Fill: block or tensor out of range");
   const Rule& r = rules_[static_cast<size_t>(block)][tensor];
-  ZINF_CHECK_MSG(first >= 0 && count >= 0 && first + count <= r.numel, "InitialWeights::Fill: range out of the tensor");
+  ZINF_CHECK_MSG(first >= 0 && count >= 0 && first + count <= r.numel, "RandomInit::Fill: range out of the tensor");
   // Drawn elements [first, end_drawn), the rest `fill`.
   const int64_t end = first + count, end_drawn = std::clamp(r.drawn, first, end);
   std::fill(out + (end_drawn - first), out + count, r.fill);
@@ -477,8 +478,8 @@ void InitialWeights::Fill(BlockId block, size_t tensor, int64_t first, int64_t c
   }
 }
 
-std::vector<std::vector<float>> InitialWeights::Block(BlockId block) const {
-  ZINF_CHECK_MSG(block >= 0 && static_cast<size_t>(block) < rules_.size(), "InitialWeights: block id out of range");
+std::vector<std::vector<float>> RandomInit::Block(BlockId block) const {
+  ZINF_CHECK_MSG(block >= 0 && static_cast<size_t>(block) < rules_.size(), "RandomInit: block id out of range");
   std::vector<std::vector<float>> out;
   for (size_t t = 0; t < rules_[static_cast<size_t>(block)].size(); ++t) {
     const int64_t n = rules_[static_cast<size_t>(block)][t].numel;
@@ -488,7 +489,7 @@ std::vector<std::vector<float>> InitialWeights::Block(BlockId block) const {
 }
 
 std::vector<std::vector<float>> InitBlockWeights(const GptConfig& config, BlockId block, uint64_t seed) {
-  return InitialWeights(config, seed).Block(block);
+  return RandomInit(config, seed).Block(block);
 }
 
 // ---------------------------------------------------------------- GptCompute

@@ -227,18 +227,19 @@ inline BlockId HeadBlock(const GptConfig& c) { return static_cast<BlockId>(1 + c
 // The engine's blocks, in the order above. Biases and LayerNorm weights
 // have TensorSpec::decay off (the HF Trainer's grouping).
 std::vector<BlockSpec> GptBlockSpecs(const GptConfig& config);
-// A model's initial fp32 weights. GPT-2's scheme: normal(0, 0.02), the
+// A model's random initial fp32 weights. GPT-2's scheme: normal(0, 0.02), the
 // two residual projections scaled by 1/sqrt(2L), LayerNorm weights 1,
 // biases 0, padding rows of wte 0; Llama's: normal(0, 0.02) matrices, norm
-// weights 1 (0 where used as 1 + w), biases 0. Each value is a function
-// of (seed, block, tensor, element index) alone: standard normals in
+// weights 1 (0 where used as 1 + w), biases 0. Given the config, each
+// value is a function of (seed, block, tensor, element index) alone: standard normals in
 // pairs by Marsaglia's polar method, each pair from its own SplitMix64
 // stream (a counter's hash), so any range of a tensor comes out the same
 // bits whichever ranges, threads or ranks compute it, and no block need be
-// held whole in RAM.
-class InitialWeights {
+// held whole in RAM. Immutable once made: Fill and Block may be called
+// from any thread.
+class RandomInit {
  public:
-  InitialWeights(const GptConfig& config, uint64_t seed);
+  RandomInit(const GptConfig& config, uint64_t seed);
   // Elements [first, first + count) of tensor `tensor` of `block`
   // (GptBlockSpecs order) into out[0, count), on OpenMP's threads.
   void Fill(BlockId block, size_t tensor, int64_t first, int64_t count, float* out) const;
@@ -255,7 +256,7 @@ class InitialWeights {
   };
   std::vector<std::vector<Rule>> rules_;  // [block][tensor]
 };
-// InitialWeights(config, seed).Block(block).
+// RandomInit(config, seed).Block(block).
 std::vector<std::vector<float>> InitBlockWeights(const GptConfig& config, BlockId block, uint64_t seed);
 
 // Whether a layer's backward recomputes its activations (from layer inputs

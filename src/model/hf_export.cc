@@ -14,6 +14,7 @@
 
 #include "core/fs.h"
 #include "kernels/cpu_kernels.h"
+#include "model/safetensors.h"
 
 namespace zinf::model {
 namespace {
@@ -124,9 +125,7 @@ std::string ShardHeader(const std::vector<OutTensor>& plan, size_t shard, const 
 // written within the cache (element by element, every read of a column
 // waited on memory).
 std::vector<std::byte> Encode(const OutTensor& o, const std::vector<float>& w, const std::string& dtype) {
-  const ElementType type = dtype == "F32"    ? ElementType::kF32
-                           : dtype == "BF16" ? ElementType::kBf16
-                                             : ElementType::kF16;
+  const ElementType type = SafetensorsFloatType(dtype).value_or(ElementType::kF32);  // checked by ExportHfFolder
   const int64_t es = ElementSizeBytes(type), n = o.bytes / es;
   std::vector<std::byte> bytes(static_cast<size_t>(o.bytes));
   if (!o.transpose) {
@@ -139,12 +138,12 @@ std::vector<std::byte> Encode(const OutTensor& o, const std::vector<float>& w, c
 #pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
   for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
     const int64_t r1 = std::min(r0 + kTile, rows);
-    std::vector<float> row(static_cast<size_t>(kTile));
+    float row[kTile];
     for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
       const int64_t c1 = std::min(c0 + kTile, cols);
       for (int64_t r = r0; r < r1; ++r) {
-        for (int64_t c = c0; c < c1; ++c) row[static_cast<size_t>(c - c0)] = w[static_cast<size_t>(c * rows + r)];
-        kernels::cpu::CastOut(bytes.data() + (r * cols + c0) * es, type, row.data(), c1 - c0);
+        for (int64_t c = c0; c < c1; ++c) row[c - c0] = w[static_cast<size_t>(c * rows + r)];
+        kernels::cpu::CastOut(bytes.data() + (r * cols + c0) * es, type, row, c1 - c0);
       }
     }
   }
@@ -301,7 +300,7 @@ std::string Gpt2ConfigJson(const GptConfig& model) {
 
 Status ExportHfFolder(const std::string& dir, const GptConfig& model, const HfCheckpoint* source,
                       const std::string& dtype, const BlockReader& read_block, int64_t max_shard_bytes) {
-  if (dtype != "F32" && dtype != "BF16" && dtype != "F16") {
+  if (!SafetensorsFloatType(dtype)) {
     return Status::InvalidArgument("export: dtype must be F32, BF16 or F16, got '" + dtype + "'");
   }
   if (source != nullptr && source->model.llama() != model.llama()) {

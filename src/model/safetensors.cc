@@ -124,6 +124,13 @@ int SafetensorsDtypeBytes(std::string_view dtype) {
   return rank < 0 ? 0 : kDtypes[static_cast<size_t>(rank)].bytes;
 }
 
+std::optional<ElementType> SafetensorsFloatType(std::string_view dtype) {
+  if (dtype == "F32") return ElementType::kF32;
+  if (dtype == "BF16") return ElementType::kBf16;
+  if (dtype == "F16") return ElementType::kF16;
+  return std::nullopt;
+}
+
 const SafetensorsFile::Tensor* SafetensorsFile::Find(std::string_view name) const {
   for (const Tensor& t : tensors) {
     if (t.name == name) return &t;

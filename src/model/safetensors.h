@@ -21,11 +21,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "zinf/element_type.h"
 #include "zinf/status.h"
 
 namespace zinf::model {
@@ -40,6 +42,9 @@ struct SafetensorsTensor {
 
 // Bytes per element of a safetensors dtype name, or 0 when it is not one.
 int SafetensorsDtypeBytes(std::string_view dtype);
+// The element type of "F32", "BF16" or "F16", the float dtypes zinf reads
+// weights from and exports to; nullopt for another name.
+std::optional<ElementType> SafetensorsFloatType(std::string_view dtype);
 
 // A tensor's name, dtype and shape, without its data.
 struct SafetensorsSpec {

@@ -622,7 +622,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   // Random ones are drawn for this rank's ranges alone, as the engine
   // stages them (no block whole in RAM).
   Status loaded = Status::Ok();
-  std::optional<InitialWeights> random;
+  std::optional<RandomInit> random;
   if (!options.initial_weights) random.emplace(m->model(), options.seed);
   for (BlockId b = 0; b < static_cast<BlockId>(specs.size()) && loaded.ok(); ++b) {
     loaded = m->SetModelBlock(b, [&](size_t t, int64_t first, int64_t count, float* out) {
@@ -806,7 +806,7 @@ Status Trainer::InitFromSafetensors(const std::string& path) {
         return Status::InvalidArgument(where + "tensor " + names[t] + " has shape " + dims(in->shape) +
                                        ", this model expects " + dims(shape));
       }
-      if (in->dtype != "F32" && in->dtype != "BF16" && in->dtype != "F16") {
+      if (!SafetensorsFloatType(in->dtype)) {
         return Status::InvalidArgument(where + "tensor " + names[t] + " is " + in->dtype + " (F32, BF16 or F16)");
       }
       entries[static_cast<size_t>(b)].push_back(in);
@@ -839,10 +839,8 @@ Status Trainer::InitFromSafetensors(const std::string& path) {
         ZINF_RETURN_IF_ERROR(ReadSafetensorsTensor(path, in, static_cast<uint64_t>(first * es), raw)
                                  .WithContext(where + "tensor " + in.name));
       }
-      const ElementType type = in.dtype == "F32"    ? ElementType::kF32
-                               : in.dtype == "BF16" ? ElementType::kBf16
-                                                    : ElementType::kF16;
-      kernels::cpu::CastIn(out, raw.data(), type, n);  // `raw` is new's, aligned for any of them
+      kernels::cpu::CastIn(out, raw.data(), *SafetensorsFloatType(in.dtype),
+                           n);  // `raw` is new's, aligned for any of them
       std::fill(out + n, out + count, 0.0f);
       return Status::Ok();
     });
@@ -973,13 +971,11 @@ Status Trainer::Impl::ResumeFrom(const std::string& path, bool weights_only) {
 
 Status Trainer::ExportSafetensors(const std::string& path, const std::string& dtype) {
   Impl& m = *impl_;
-  if (dtype != "F32" && dtype != "BF16" && dtype != "F16") {
+  if (!SafetensorsFloatType(dtype)) {
     return Status::InvalidArgument("export: dtype must be F32, BF16 or F16, got '" + dtype + "'");
   }
   ZINF_RETURN_IF_ERROR(m.Trains("ExportSafetensors"));
-  const ElementType type = dtype == "F32"    ? ElementType::kF32
-                           : dtype == "BF16" ? ElementType::kBf16
-                                             : ElementType::kF16;
+  const ElementType type = *SafetensorsFloatType(dtype);  // checked above
   const int es = ElementSizeBytes(type);
   // Block by block into a file laid out up front (SafetensorsWriter): one
   // block's weights in RAM at a time, whatever the model's size. Rank 0

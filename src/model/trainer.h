@@ -73,7 +73,7 @@ struct TrainerOptions {
   // b into `out` (Engine::TensorFill), e.g. from a HF checkpoint
   // (ModelSource::InitialWeights, ReadHfTensor). Called in block order for
   // the ranges this rank's shards hold, straight into the engine's staging:
-  // no block of weights is held in RAM. Empty: InitialWeights(model, seed) (gpt.h).
+  // no block of weights is held in RAM. Empty: RandomInit(model, seed) (gpt.h).
   std::function<Status(BlockId block, size_t tensor, int64_t first, int64_t count, float* out)> initial_weights;
   WeightDecayOn weight_decay_on = WeightDecayOn::kMatrices;
   // Layers with more elements than this are fetched in pieces
@@ -132,7 +132,7 @@ struct StepReport {
 
 class Trainer {
  public:
-  // Builds the engine over GptBlockSpecs cut by options.fetch_unit, the initial weights (InitialWeights
+  // Builds the engine over GptBlockSpecs cut by options.fetch_unit, the initial weights (RandomInit
   // with options.seed), the Ops for the engine's device, the activations and
   // the data. Errors: the engine's, the data's, kInvalidArgument for a
   // token >= vocab_size or a config the model cannot use (fp16 and bf16 both

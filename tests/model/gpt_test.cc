@@ -971,7 +971,7 @@ TEST(GptInitTest, DeterministicAndGpt2Scaled) {
 TEST(GptInitTest, AnyRangeOnAnyThreadsGivesTheWholeTensorsBits) {
   GptConfig config = *LoadGptConfig("small");
   config.tied_embeddings = false;
-  const InitialWeights init(config, 99);
+  const RandomInit init(config, 99);
   const int threads = kernels::cpu::Threads();
   struct RestoreThreads {
     int threads;
@@ -1007,7 +1007,7 @@ TEST(GptInitTest, AnyRangeOnAnyThreadsGivesTheWholeTensorsBits) {
 // in two tensors.
 TEST(GptInitTest, DrawsAreNormalAndIndependent) {
   const GptConfig config = *LoadGptConfig("small");
-  const std::vector<std::vector<float>> layer = InitialWeights(config, 5).Block(LayerBlock(0));
+  const std::vector<std::vector<float>> layer = RandomInit(config, 5).Block(LayerBlock(0));
   const std::vector<float>& x = layer[kFcW];
   const std::vector<float>& y = layer[kQkvW];
   const auto n = static_cast<double>(x.size());

@@ -25,6 +25,7 @@
 
 #include "core/half.h"
 #include "device/device.h"
+#include "kernels/cpu_kernels.h"
 #include "model/data.h"
 #include "model/gpt.h"
 #include "model/hf_checkpoint.h"
@@ -418,28 +419,33 @@ TEST(HfCheckpointTest, TensorRangesAreSlicesOfTheWholeTensors) {
   }
 }
 
-// GPT-2's Conv1D weights are stored [in, out] and read transposed by tiles
-// of 64 x 64 (the parity fixtures are narrower than one tile): a model
-// wider than a tile, neither side a multiple of it, exported from known
-// weights in each dtype and read back, gives those weights (rounded to the
-// dtype) whole and in ranges that cut rows and tiles.
+// GPT-2's Conv1D weights are stored [in, out], written and read transposed
+// by tiles of 64 x 64 (the parity fixtures are narrower than one tile): a
+// model wider than a tile, neither side a multiple of it, its larger
+// matrices above the transposes' threshold for threads, exported from
+// known weights in each dtype, holds them at file (r, c) = engine (c, r),
+// and reads back to them (rounded to the dtype) whole and in ranges that
+// cut rows and tiles.
 TEST(HfCheckpointTest, WideConv1DWeightsReadBackAsExportedInEveryDtype) {
   GptConfig m;  // GPT-2
   m.vocab_size = 50;
   m.seq_len = 8;
   m.n_layer = 1;
-  m.n_embd = 100;
-  const InitialWeights init(m, 17);
+  m.n_embd = 132;  // fc: 4 * 132 * 132 = 69696 elements
+  m.padded_vocab_size = 64;
+  const RandomInit init(m, 17);
   const BlockSpec spec = GptBlockSpecs(m)[static_cast<size_t>(LayerBlock(0))];
   const std::vector<std::vector<float>> weights = init.Block(LayerBlock(0));
   for (const std::string dtype : {"F32", "BF16", "F16"}) {
     SCOPED_TRACE(dtype);
     TempDir dir;
     const std::string folder = dir.Sub("gpt2-wide");
-    ASSERT_TRUE(
-        ExportHfFolder(folder, m, nullptr, dtype, [&init](BlockId b) -> StatusOr<std::vector<std::vector<float>>> {
-          return init.Block(b);
-        }).ok());
+    const Status exported =
+        ExportHfFolder(folder, m, nullptr, dtype,
+                       [&init](BlockId b) -> StatusOr<std::vector<std::vector<float>>> { return init.Block(b); });
+    ASSERT_TRUE(exported.ok()) << exported.ToString();
+    auto file = ReadSafetensors(folder + "/model.safetensors");
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
     auto ckpt = OpenHfCheckpoint(folder);
     ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
     for (int t : {kQkvW, kAttProjW, kFcW, kFcProjW}) {
@@ -450,14 +456,31 @@ TEST(HfCheckpointTest, WideConv1DWeightsReadBackAsExportedInEveryDtype) {
         if (dtype == "BF16") v = Bf16ToFloat(FloatToBf16(v));
         if (dtype == "F16") v = HalfToFloat(FloatToHalf(v));
       }
+      // In the file, read without zinf's loader: [in, out], (r, c) = engine (c, r).
+      const std::vector<std::string> names = {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
+                                              "mlp.c_proj.weight"};
+      const auto* stored = file->Find("transformer.h.0." + names[t == kQkvW       ? 0
+                                                                 : t == kAttProjW ? 1
+                                                                 : t == kFcW      ? 2
+                                                                                  : 3]);
+      ASSERT_NE(stored, nullptr) << ts.name;
+      ASSERT_EQ(stored->shape, (std::vector<int64_t>{row, ts.shape[0]})) << ts.name;
+      std::vector<float> in_file(static_cast<size_t>(n));
+      kernels::cpu::CastIn(in_file.data(), stored->data.data(), *SafetensorsFloatType(stored->dtype), n);
+      for (int64_t r = 0; r < row; r += 7) {
+        for (int64_t c = 0; c < ts.shape[0]; c += 5) {
+          ASSERT_EQ(in_file[static_cast<size_t>(r * ts.shape[0] + c)], want[static_cast<size_t>(c * row + r)])
+              << ts.name << " file (" << r << ", " << c << ")";
+        }
+      }
       const std::pair<int64_t, int64_t> ranges[] = {
           {0, n}, {1, n - 2}, {64 * row - 3, 2 * row + 7}, {row + 5, 70 * row}, {n - row - 1, row + 1}, {7, 11}};
       for (auto [first, count] : ranges) {
         count = std::min(count, n - first);
         std::vector<float> got(static_cast<size_t>(count), -1.0f);
-        ASSERT_TRUE(
-            ReadHfTensor(*ckpt, ckpt->model, LayerBlock(0), spec, static_cast<size_t>(t), first, count, got.data())
-                .ok());
+        const Status read =
+            ReadHfTensor(*ckpt, ckpt->model, LayerBlock(0), spec, static_cast<size_t>(t), first, count, got.data());
+        ASSERT_TRUE(read.ok()) << read.ToString();
         ASSERT_EQ(std::memcmp(got.data(), want.data() + first, got.size() * sizeof(float)), 0)
             << ts.name << " [" << first << ", " << first + count << ")";
       }
