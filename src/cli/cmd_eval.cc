@@ -34,7 +34,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   auto flags = Flags::Parse(args,
                             {"model", "data", "batch", "seq-len", "config", "resume", "init-from", "device",
                              "device-budget", "threads", "seed", "nvme-path", "fetch-unit"},
-                            {"quiet"});
+                            {"quiet", "from-config"});
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   const auto data = flags->Get("data");
   if (!data || !flags->positionals().empty()) {
@@ -59,7 +59,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   }
   // As zinf train resolves it: a built-in, a JSON model config or a HF
   // folder (with its weights), at the model's length unless --seq-len says.
-  auto source = model::ResolveModel(model_name, static_cast<int>(*seq_len));
+  auto source = model::ResolveModel(model_name, static_cast<int>(*seq_len), flags->Has("from-config"));
   if (!source.ok()) return Fail(kName, source.status().WithContext("--model"), 2);
   const model::GptConfig* model = &source->model;
 
@@ -186,13 +186,15 @@ ZINF_COMMAND(Command{
     kName, "mean cross-entropy and perplexity of a model over a token file, in order",
     "eval --data TOKENS [--model M] [--batch B] [--seq-len T] [--resume CKPT | --init-from FILE.safetensors]\n"
     "               [--config C [--nvme-path P]] [--device auto|cuda|host] [--device-budget SIZE] [--threads N]\n"
-    "               [--seed N] [--fetch-unit auto|layer|ELEMS] [--quiet]\n\n"
+    "               [--seed N] [--fetch-unit auto|layer|ELEMS] [--from-config] [--quiet]\n\n"
     "  Scores every window of the token file in order, as llm.c evaluates: a batch is B*T+1\n"
     "  consecutive tokens, inputs the first B*T, targets the same shifted by one, the next batch\n"
     "  starting B*T later; tokens after the last whole batch are not scored. Prints `loss X`\n"
     "  (the mean cross-entropy in nats, 9 significant digits) and `perplexity exp(X)` on stdout.\n\n"
     "  --model M         as zinf train takes it: a built-in, a JSON model config or a Hugging Face\n"
     "                    model folder (its weights) (default small)\n"
+    "  --from-config     with a Hugging Face folder: its config.json alone (the weights random, or\n"
+    "                    --resume's: a checkpoint of a zinf train --from-config run)\n"
     "  --data TOKENS     a token file (zinf data encode); every id must be below the vocabulary\n"
     "  --batch B         sequences per batch (default 4, or the config's micro-batch)\n"
     "  --seq-len T       sequence length (default: the model's context length)\n"

@@ -207,7 +207,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
              "device",           "device-budget", "seed",       "threads",      "nvme-path",  "corpus-bytes",
              "data-order",       "holdout",       "metrics",    "report",       "seq-len",    "weight-decay-on",
              "fetch-unit",       "activations",   "gpu-compute"},
-      {"quiet", "exact-losses"});
+      {"quiet", "exact-losses", "from-config"});
   if (!flags.ok()) return Fail(kName, flags.status(), 2);
   const auto config_path = flags->Get("config");
   if (!config_path) return Fail(kName, Status::InvalidArgument("--config is required (see configs/)"), 2);
@@ -220,7 +220,8 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   if (!seq_len.ok() || *seq_len < 0 || *seq_len > (1 << 20)) {
     return Fail(kName, Status::InvalidArgument("--seq-len: expected a length in 1..2^20"), 2);
   }
-  auto source = model::ResolveModel(flags->GetOr("model", "small"), static_cast<int>(*seq_len));
+  auto source =
+      model::ResolveModel(flags->GetOr("model", "small"), static_cast<int>(*seq_len), flags->Has("from-config"));
   if (!source.ok()) return Fail(kName, source.status().WithContext("--model"), 2);
   const model::GptConfig* model = &source->model;
   auto steps = flags->GetInt("steps", 100);
@@ -363,13 +364,17 @@ ZINF_COMMAND(Command{
     "                  [--data-order shuffled|sequential] [--holdout FRACTION] [--metrics FILE.jsonl]\n"
     "                  [--report FILE.html] [--weight-decay-on matrices|all] [--fetch-unit auto|layer|ELEMS]\n"
     "                  [--activations auto|keep|recompute|offload] [--gpu-compute 16|fp32] [--quiet]\n"
-    "                  [--exact-losses]\n"
+    "                  [--exact-losses] [--from-config]\n"
     "                  [--lr X] [--weight-decay X] [--warmup-steps N] [--max-grad-norm X] [--adam-beta1 X]\n"
     "                  [--adam-beta2 X] [--adam-epsilon X] [--micro-batch N] [--grad-accum N]\n\n"
     "  --config C        DeepSpeed JSON (zero_optimization, offload_param/optimizer, aio, optimizer, ...)\n"
     "  --model M         tiny | demo | small | gpt2-124m, a JSON file with vocab_size, seq_len,\n"
     "                    n_layer, n_head, n_embd[, tied_embeddings] (default small), or a Hugging Face\n"
-    "                    model folder (GPT-2, Llama, Qwen2, Qwen3, Phi-3, Mistral; config.json + safetensors)\n"
+    "                    model folder (GPT-2, Llama, Qwen2, Qwen3, Phi-3, Mistral, SmolLM3, Gemma, Gemma 3;\n"
+    "                    config.json + safetensors)\n"
+    "  --from-config     with a Hugging Face folder: its config.json alone, the weights random (Llama's\n"
+    "                    or GPT-2's scheme, --seed), for training that architecture from scratch; the\n"
+    "                    export is a folder of its kind (the folder's config.json and tokenizer copied)\n"
     "  --seq-len T       sequence length (default: the model's; a HF model's positions)\n"
     "  --data D          token file (256 int32 header: 20240520, version, count; then uint16 (version 1)\n"
     "                    or uint32 (2) tokens), e.g. from `zinf data encode`; default: the built-in corpus\n"

@@ -3,6 +3,7 @@
 #include "cli/offload_buffers.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "core/units.h"
@@ -128,7 +129,11 @@ void AppendBufferItems(const std::string& title, const std::vector<zero3::Buffer
 StatusOr<ModelChoice> ModelFromFlag(const std::string& flag, const std::string& value, int seq_len, int vocab) {
   ModelChoice c;
   if (model::IsHfModelDir(value)) {
-    ZINF_ASSIGN_OR_RETURN(model::ModelSource source, model::ResolveModel(value, seq_len));
+    // The shapes are what matter here: a folder with a config.json and no
+    // weights (one to train --from-config) plans as well.
+    const bool weights = std::filesystem::exists(value + "/model.safetensors") ||
+                         std::filesystem::exists(value + "/model.safetensors.index.json");
+    ZINF_ASSIGN_OR_RETURN(model::ModelSource source, model::ResolveModel(value, seq_len, /*from_config=*/!weights));
     c.model = source.model;
     c.description = source.description;
     return c;

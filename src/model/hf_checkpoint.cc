@@ -692,7 +692,8 @@ StatusOr<std::vector<std::string>> ShardFiles(const std::string& dir) {
   if (::stat(index.c_str(), &st) != 0) {
     const std::string single = dir + "/model.safetensors";
     if (::stat(single.c_str(), &st) != 0) {
-      return Status::NotFound(dir + ": neither model.safetensors nor model.safetensors.index.json");
+      return Status::NotFound(dir + ": neither model.safetensors nor model.safetensors.index.json (--from-config " +
+                              "starts the architecture of its config.json from random weights)");
     }
     return std::vector<std::string>{single};
   }
@@ -718,7 +719,11 @@ bool IsHfModelDir(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && ::stat((path + "/config.json").c_str(), &st) == 0;
 }
 
-StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
+namespace {
+
+// config.json's model, architecture and notes (OpenHfCheckpoint's first
+// part); `traits` gets the architecture's.
+StatusOr<HfCheckpoint> ParseHfConfig(const std::string& dir, const Architecture** traits_out) {
   HfCheckpoint c;
   c.dir = dir;
   const std::string config_path = dir + "/config.json";
@@ -800,6 +805,28 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
     return Status::InvalidArgument(std::move(msg));
   }
   m.padded_vocab_size = (m.vocab_size + 63) / 64 * 64;
+  *traits_out = traits;
+  return c;
+}
+
+}  // namespace
+
+StatusOr<HfCheckpoint> OpenHfConfig(const std::string& dir) {
+  const Architecture* traits = nullptr;
+  ZINF_ASSIGN_OR_RETURN(HfCheckpoint c, ParseHfConfig(dir, &traits));
+  if (traits->multimodal) {
+    return Status::InvalidArgument(dir + ": " + c.architecture +
+                                   " from its config alone: its vision side has no weights to start from " +
+                                   "(zinf trains the language model and copies the vision tower's)");
+  }
+  c.notes.push_back("from config.json alone: the weights start random");
+  return c;
+}
+
+StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
+  const Architecture* traits = nullptr;
+  ZINF_ASSIGN_OR_RETURN(HfCheckpoint c, ParseHfConfig(dir, &traits));
+  const GptConfig& m = c.model;
 
   // Tensors: every file's header; then exactly the names the blocks need.
   ZINF_ASSIGN_OR_RETURN(c.files, ShardFiles(dir));
@@ -861,7 +888,7 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
         return Status::InvalidArgument(dir + ": tensor " + names[t] + " has shape " + ShapeText(e.shape) +
                                        ", expected " + ShapeText(shape));
       }
-      if (e.dtype != "F32" && e.dtype != "BF16" && e.dtype != "F16") {
+      if (!SafetensorsFloatType(e.dtype)) {
         return Status::InvalidArgument(dir + ": tensor " + names[t] + " has dtype " + e.dtype +
                                        " (F32, BF16 or F16 expected)");
       }
@@ -1011,9 +1038,7 @@ class MappedFile {
 
 // A tensor's stored element type (F32, BF16 or F16: checked at open), looked
 // at once per tensor rather than by name per element.
-ElementType StoredType(const std::string& dtype) {
-  return dtype == "F32" ? ElementType::kF32 : dtype == "BF16" ? ElementType::kBf16 : ElementType::kF16;
-}
+ElementType StoredType(const std::string& dtype) { return SafetensorsFloatType(dtype).value_or(ElementType::kF16); }
 
 float ElementAt(const std::byte* p, ElementType type, int64_t i) {
   if (type == ElementType::kF32) {
@@ -1031,7 +1056,8 @@ float ElementAt(const std::byte* p, ElementType type, int64_t i) {
 // page faults side by side) where the data is aligned for its type (the
 // safetensors format does not promise it), else element by element.
 void ReadElements(const std::byte* p, ElementType type, int64_t at, int64_t count, float* out) {
-  const int64_t size = type == ElementType::kF32 ? 4 : 2;
+  if (count == 0) return;
+  const int64_t size = ElementSizeBytes(type);
   const std::byte* from = p + size * at;
   if (reinterpret_cast<uintptr_t>(from) % static_cast<uintptr_t>(size) == 0) {
     kernels::cpu::CastIn(out, from, type, count);
@@ -1042,10 +1068,10 @@ void ReadElements(const std::byte* p, ElementType type, int64_t at, int64_t coun
 
 // Elements [first, first + count) of the [cols, rows] transpose of a stored
 // [rows, cols] matrix, as fp32. The output rows the range holds whole go by
-// 64 x 64 tiles (a tile's 64 stored rows read 256 B at a time and its 64
-// output rows written, both in the cache; an element at a time, each read
-// on a page of its own, waits for memory); the partial first and last rows
-// element by element.
+// 64 x 64 tiles (a tile's 64 stored rows read 64 elements at a time and its
+// 64 output rows written, both in the cache; an element at a time, each
+// read a stored row apart, waits for memory); the partial first and last
+// rows element by element.
 template <ElementType kType>
 void ReadTransposedAs(const std::byte* p, int64_t rows, int64_t cols, int64_t first, int64_t count, float* out) {
   constexpr int64_t kTile = 64;
@@ -1133,7 +1159,7 @@ StatusOr<std::vector<std::vector<float>>> ReadHfBlock(const HfCheckpoint& ckpt, 
 }
 
 std::function<Status(BlockId, size_t, int64_t, int64_t, float*)> ModelSource::InitialWeights() const {
-  if (hf == nullptr) return {};
+  if (hf == nullptr || hf->files.empty()) return {};  // random (a built-in, JSON, or a folder's config alone)
   return [ckpt = hf, model = model, specs = GptBlockSpecs(model)](BlockId b, size_t t, int64_t first, int64_t count,
                                                                   float* out) {
     if (b < 0 || b >= static_cast<BlockId>(specs.size())) {
@@ -1155,12 +1181,15 @@ Status ModelSource::HintSeqLen(const Status& s) const {
                               ": give a shorter one with --seq-len (e.g. --seq-len 2048)");
 }
 
-StatusOr<ModelSource> ResolveModel(const std::string& value, int seq_len) {
+StatusOr<ModelSource> ResolveModel(const std::string& value, int seq_len, bool from_config) {
   ModelSource s;
+  if (from_config && !IsHfModelDir(value)) {
+    return Status::InvalidArgument(value + ": --from-config needs a Hugging Face model folder (config.json)");
+  }
   if (IsHfModelDir(value)) {
-    ZINF_ASSIGN_OR_RETURN(HfCheckpoint c, OpenHfCheckpoint(value));
+    ZINF_ASSIGN_OR_RETURN(HfCheckpoint c, from_config ? OpenHfConfig(value) : OpenHfCheckpoint(value));
     ZINF_ASSIGN_OR_RETURN(s.model, HfModelAtSeqLen(c, seq_len));
-    s.description = value + " (" + c.architecture + ")";
+    s.description = value + " (" + c.architecture + (from_config ? ", random weights" : "") + ")";
     s.default_seq_len = seq_len == 0;
     s.hf = std::make_shared<const HfCheckpoint>(std::move(c));
     return s;

@@ -111,6 +111,11 @@ bool IsHfModelDir(const std::string& path);
 // Parses config.json and the safetensors headers, and checks that the
 // tensors are exactly those the model needs, with their shapes.
 StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir);
+// config.json alone (files and tensors empty; safetensors there are not
+// read): the architecture to start from random weights, exported as a
+// folder of its kind. A multimodal architecture is refused (an export
+// copies its vision side's weights, which this has none of).
+StatusOr<HfCheckpoint> OpenHfConfig(const std::string& dir);
 
 // The model at sequence length `seq_len` (0: the checkpoint's positions).
 // kInvalidArgument beyond the positions, or for GPT-2 at another length
@@ -144,17 +149,18 @@ StatusOr<std::vector<std::vector<float>>> ReadHfBlock(const HfCheckpoint& ckpt, 
 
 // What a --model value names: a built-in (LoadGptConfig), a JSON model
 // config (both initialised at random by the trainer), or a HF model folder
-// (its weights). `seq_len` > 0 overrides the sequence length (for a HF
-// folder through HfModelAtSeqLen; 0 keeps its positions).
+// (its weights; with `from_config`, OpenHfConfig: its architecture, random
+// weights). `seq_len` > 0 overrides the sequence length (for a HF folder
+// through HfModelAtSeqLen; 0 keeps its positions).
 struct ModelSource {
   GptConfig model;
-  std::shared_ptr<const HfCheckpoint> hf;  // null unless a HF folder
+  std::shared_ptr<const HfCheckpoint> hf;  // null unless a HF folder (no files: its config alone)
   std::string description;                 // for logs: the name, or "<dir> (<architecture>)"
   // True when the sequence length is a HF folder's positions, taken
   // because no length was asked for.
   bool default_seq_len = false;
   // TrainerOptions::initial_weights: the checkpoint's tensors
-  // (ReadHfTensor); empty without a checkpoint (random init).
+  // (ReadHfTensor); empty without a checkpoint's files (random init).
   std::function<Status(BlockId, size_t, int64_t, int64_t, float*)> InitialWeights() const;
   // `s` with a hint when the run is at a Llama-family folder's default
   // sequence length (max_position_embeddings: 131072 for Llama 3.1, whose
@@ -163,6 +169,6 @@ struct ModelSource {
   // from, and --seq-len. `s` unchanged otherwise.
   Status HintSeqLen(const Status& s) const;
 };
-StatusOr<ModelSource> ResolveModel(const std::string& value, int seq_len);
+StatusOr<ModelSource> ResolveModel(const std::string& value, int seq_len, bool from_config = false);
 
 }  // namespace zinf::model

@@ -3,7 +3,8 @@
 // export of an F32 checkpoint holds the source's tensors byte for byte,
 // read back with the safetensors reader), and the folder of a 1-step run
 // loads in zinf (--model DIR) to the same held-out loss, to the last bit,
-// as the trained weights evaluated at the end of that run.
+// as the trained weights evaluated at the end of that run; --from-config
+// trains a folder's architecture from random weights.
 #include <cstdlib>
 #include <random>
 #include <sstream>
@@ -97,7 +98,62 @@ TEST_P(HfExportCliTest, TrainedExportReloadsToTheSameLoss) {
   EXPECT_EQ(line.find("\"eval_loss\":" + trained + ","), std::string::npos) << "the step changed nothing: " << line;
 }
 
+// --from-config: the fixture's config.json alone (no weights in the
+// folder) trains that architecture from random weights; the export is a
+// folder of its kind (the same config.json, the source's tensor names,
+// shapes and dtypes, other values) and reloads to the run's last held-out
+// loss. Without the flag such a folder is refused, saying the flag's name.
+TEST_P(HfExportCliTest, FromConfigTrainsTheArchitectureFromRandomWeights) {
+  const std::string src = SourceDir() + "/tests/model/hf/" + GetParam(), cfg = tmp_.path() + "/cfg";
+  const std::string out = tmp_.path() + "/out", log = tmp_.path() + "/log";
+  const std::string m1 = tmp_.path() + "/m1.jsonl", m2 = tmp_.path() + "/m2.jsonl";
+  ASSERT_EQ(std::system(("mkdir -p '" + cfg + "' && cp '" + src + "/config.json' '" + cfg + "/'").c_str()), 0);
+  ASSERT_NE(Zinf(Train(cfg, "--steps 1"), log), 0);
+  EXPECT_NE(ReadAll(log).find("--from-config"), std::string::npos) << ReadAll(log);
+  ASSERT_EQ(Zinf(Train(cfg, "--from-config --steps 1 --holdout 0.1 --metrics '" + m1 + "' --export '" + out +
+                                "' --export-dtype F32"),
+                 log),
+            0)
+      << ReadAll(log);
+  EXPECT_NE(ReadAll(log).find("random weights"), std::string::npos) << ReadAll(log);
+  EXPECT_EQ(ReadAll(out + "/config.json"), ReadAll(src + "/config.json"));
+  auto a = model::ReadSafetensors(src + "/model.safetensors");
+  auto b = model::ReadSafetensors(out + "/model.safetensors");
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+  ASSERT_EQ(a->tensors.size(), b->tensors.size());
+  bool same_values = true;
+  for (const auto& t : a->tensors) {
+    const auto* e = b->Find(t.name);
+    ASSERT_NE(e, nullptr) << t.name;
+    EXPECT_EQ(e->shape, t.shape) << t.name;
+    EXPECT_EQ(e->dtype, t.dtype) << t.name;
+    same_values &= e->data == t.data;
+  }
+  EXPECT_FALSE(same_values) << "the random weights are the fixture's";
+  ASSERT_EQ(Zinf(Train(out, "--steps 0 --holdout 0.1 --metrics '" + m2 + "'"), log), 0) << ReadAll(log);
+  const std::string trained = LastEvalLoss(m1);
+  ASSERT_FALSE(trained.empty()) << ReadAll(m1);
+  EXPECT_EQ(LastEvalLoss(m2), trained);
+}
+
 INSTANTIATE_TEST_SUITE_P(F32Fixtures, HfExportCliTest, ::testing::Values("gpt2", "llama", "qwen3", "phi3"));
+
+// --from-config is for a HF folder, and not a multimodal one (its export
+// would need the vision side's weights); each refusal says why.
+TEST(FromConfigCliTest, ABuiltInAndAMultimodalFolderAreRefused) {
+  test_support::TempDir tmp;
+  const std::string log = tmp.path() + "/log", config = SourceDir() + "/tests/cli/hf-export.json";
+  ASSERT_NE(Zinf("train --config '" + config + "' --device host --model tiny --from-config --steps 1", log), 0);
+  EXPECT_NE(ReadAll(log).find("--from-config needs a Hugging Face model folder"), std::string::npos) << ReadAll(log);
+  const std::string cfg = tmp.path() + "/mm";
+  ASSERT_EQ(std::system(("mkdir -p '" + cfg + "' && cp '" + SourceDir() + "/tests/model/hf/gemma3-mm/config.json' '" +
+                         cfg + "/'")
+                            .c_str()),
+            0);
+  ASSERT_NE(Zinf("train --config '" + config + "' --device host --model '" + cfg + "' --from-config --steps 1", log),
+            0);
+  EXPECT_NE(ReadAll(log).find("vision side has no weights"), std::string::npos) << ReadAll(log);
+}
 
 }  // namespace
 }  // namespace zinf
