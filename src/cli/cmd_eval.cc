@@ -58,7 +58,8 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
     return Fail(kName, Status::InvalidArgument("--seq-len: expected a length in 1..2^20"), 2);
   }
   // As zinf train resolves it: a built-in, a JSON model config or a HF
-  // folder (with its weights), at the model's length unless --seq-len says.
+  // folder (with its weights, or --from-config its config alone), at the
+  // model's length unless --seq-len says.
   auto source = model::ResolveModel(model_name, static_cast<int>(*seq_len), flags->Has("from-config"));
   if (!source.ok()) return Fail(kName, source.status().WithContext("--model"), 2);
   const model::GptConfig* model = &source->model;
@@ -152,7 +153,8 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
       *activations == model::LayerActivations::kKeep ? model::LayerActivations::kRecompute : *activations;
   auto trainer = model::Trainer::Create(config, topt);
   if (!trainer.ok()) return Fail(kName, source->HintSeqLen(trainer.status()));
-  std::string weights = source->hf != nullptr ? "its weights" : "initial weights (seed " + std::to_string(*seed) + ")";
+  const bool hf_weights = source->hf != nullptr && !source->hf->files.empty();
+  std::string weights = hf_weights ? "its weights" : "initial weights (seed " + std::to_string(*seed) + ")";
   if (const auto ckpt = flags->Get("resume")) {
     if (Status s = (*trainer)->LoadWeights(*ckpt); !s.ok()) return Fail(kName, s.WithContext("--resume"));
     weights = "checkpoint " + *ckpt;

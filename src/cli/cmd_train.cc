@@ -25,6 +25,7 @@
 #include "model/gpt.h"
 #include "model/hf_checkpoint.h"
 #include "model/plan.h"
+#include "model/safetensors.h"
 #include "model/trainer.h"
 #include "swap/checkpoint_dirs.h"
 #include "swap/swap_store.h"
@@ -238,7 +239,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   }
   // 0: no training (with --export, the loaded weights written out unchanged).
   if (*steps < 0) return Fail(kName, Status::InvalidArgument("--steps must be 0 or more"), 2);
-  if (const std::string d = flags->GetOr("export-dtype", "BF16"); d != "F32" && d != "BF16" && d != "F16") {
+  if (const std::string d = flags->GetOr("export-dtype", "BF16"); !model::SafetensorsFloatType(d)) {
     return Fail(kName, Status::InvalidArgument("--export-dtype: expected F32, BF16 or F16, got '" + d + "'"), 2);
   }
   if (*keep > (1 << 20)) {

@@ -3,7 +3,6 @@
 #include "cli/offload_buffers.h"
 
 #include <cstdio>
-#include <filesystem>
 #include <string>
 
 #include "core/units.h"
@@ -131,9 +130,8 @@ StatusOr<ModelChoice> ModelFromFlag(const std::string& flag, const std::string& 
   if (model::IsHfModelDir(value)) {
     // The shapes are what matter here: a folder with a config.json and no
     // weights (one to train --from-config) plans as well.
-    const bool weights = std::filesystem::exists(value + "/model.safetensors") ||
-                         std::filesystem::exists(value + "/model.safetensors.index.json");
-    ZINF_ASSIGN_OR_RETURN(model::ModelSource source, model::ResolveModel(value, seq_len, /*from_config=*/!weights));
+    ZINF_ASSIGN_OR_RETURN(model::ModelSource source,
+                          model::ResolveModel(value, seq_len, /*from_config=*/!model::HasHfWeights(value)));
     c.model = source.model;
     c.description = source.description;
     return c;

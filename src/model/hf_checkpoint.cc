@@ -692,8 +692,7 @@ StatusOr<std::vector<std::string>> ShardFiles(const std::string& dir) {
   if (::stat(index.c_str(), &st) != 0) {
     const std::string single = dir + "/model.safetensors";
     if (::stat(single.c_str(), &st) != 0) {
-      return Status::NotFound(dir + ": neither model.safetensors nor model.safetensors.index.json (--from-config " +
-                              "starts the architecture of its config.json from random weights)");
+      return Status::NotFound(dir + ": neither model.safetensors nor model.safetensors.index.json");
     }
     return std::vector<std::string>{single};
   }
@@ -714,6 +713,12 @@ StatusOr<std::vector<std::string>> ShardFiles(const std::string& dir) {
 
 }  // namespace
 
+bool HasHfWeights(const std::string& dir) {
+  struct stat st {};
+  return ::stat((dir + "/model.safetensors").c_str(), &st) == 0 ||
+         ::stat((dir + "/model.safetensors.index.json").c_str(), &st) == 0;
+}
+
 bool IsHfModelDir(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && ::stat((path + "/config.json").c_str(), &st) == 0;
@@ -721,8 +726,8 @@ bool IsHfModelDir(const std::string& path) {
 
 namespace {
 
-// config.json's model, architecture and notes (OpenHfCheckpoint's first
-// part); `traits` gets the architecture's.
+// config.json's model, architecture and notes (what OpenHfCheckpoint and
+// OpenHfConfig both read); `traits_out` gets the architecture's traits.
 StatusOr<HfCheckpoint> ParseHfConfig(const std::string& dir, const Architecture** traits_out) {
   HfCheckpoint c;
   c.dir = dir;
@@ -829,7 +834,12 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
   const GptConfig& m = c.model;
 
   // Tensors: every file's header; then exactly the names the blocks need.
-  ZINF_ASSIGN_OR_RETURN(c.files, ShardFiles(dir));
+  StatusOr<std::vector<std::string>> files = ShardFiles(dir);
+  if (!files.ok() && files.status().code() == StatusCode::kNotFound && !traits->multimodal) {
+    return Status::NotFound(files.status().message() +
+                            " (--from-config starts the architecture of its config.json from random weights)");
+  }
+  ZINF_ASSIGN_OR_RETURN(c.files, std::move(files));
   for (size_t f = 0; f < c.files.size(); ++f) {
     ZINF_ASSIGN_OR_RETURN(SafetensorsHeader h, ReadSafetensorsHeader(c.files[f]));
     for (SafetensorsHeader::Entry& e : h.tensors) {
@@ -1038,7 +1048,7 @@ class MappedFile {
 
 // A tensor's stored element type (F32, BF16 or F16: checked at open), looked
 // at once per tensor rather than by name per element.
-ElementType StoredType(const std::string& dtype) { return SafetensorsFloatType(dtype).value_or(ElementType::kF16); }
+ElementType StoredType(const std::string& dtype) { return *SafetensorsFloatType(dtype); }
 
 float ElementAt(const std::byte* p, ElementType type, int64_t i) {
   if (type == ElementType::kF32) {

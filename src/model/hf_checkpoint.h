@@ -1,7 +1,8 @@
 // Hugging Face model folders in: config.json + model.safetensors (or shards
 // listed by model.safetensors.index.json) described as a GptConfig of the
 // right family, and each engine block's weights read tensor by tensor from
-// memory-mapped files.
+// memory-mapped files; or a folder's config.json alone (OpenHfConfig), an
+// architecture to start from random weights.
 //
 // Families (config.json "architectures"):
 //   GPT2LMHeadModel     -> kGpt2: Conv1D weights stored [in, out] are
@@ -62,7 +63,7 @@
 // and reclaimable: scale/hf_load_beyond_ram loads, trains and exports a
 // checkpoint inside a memory cgroup of about half its size).
 //
-// Thread-safety: an HfCheckpoint is immutable after OpenHfCheckpoint; its
+// Thread-safety: an HfCheckpoint is immutable once opened; its
 // functions may be called from any thread.
 #pragma once
 
@@ -107,6 +108,9 @@ struct HfCheckpoint {
 
 // True when `path` is a directory holding config.json.
 bool IsHfModelDir(const std::string& path);
+// True when the folder holds weights (model.safetensors, or the shards'
+// model.safetensors.index.json).
+bool HasHfWeights(const std::string& dir);
 
 // Parses config.json and the safetensors headers, and checks that the
 // tensors are exactly those the model needs, with their shapes.

@@ -125,7 +125,7 @@ std::string ShardHeader(const std::vector<OutTensor>& plan, size_t shard, const 
 // written within the cache (element by element, every read of a column
 // waited on memory).
 std::vector<std::byte> Encode(const OutTensor& o, const std::vector<float>& w, const std::string& dtype) {
-  const ElementType type = SafetensorsFloatType(dtype).value_or(ElementType::kF32);  // checked by ExportHfFolder
+  const ElementType type = *SafetensorsFloatType(dtype);  // checked by ExportHfFolder
   const int64_t es = ElementSizeBytes(type), n = o.bytes / es;
   std::vector<std::byte> bytes(static_cast<size_t>(o.bytes));
   if (!o.transpose) {
@@ -310,14 +310,20 @@ Status ExportHfFolder(const std::string& dir, const GptConfig& model, const HfCh
   // The kept tensors are read from the source's files after the new ones
   // are begun: the source folder itself would be overwritten under them.
   std::error_code same_error;
-  if (source != nullptr && !source->kept.empty() && std::filesystem::equivalent(dir, source->dir, same_error)) {
+  const bool into_source = source != nullptr && std::filesystem::equivalent(dir, source->dir, same_error);
+  if (into_source && source->files.empty() && HasHfWeights(dir)) {  // a --from-config run's folder
+    return Status::InvalidArgument("export " + dir + ": the folder whose config.json the model started from " +
+                                   "holds weights of its own, which this export would replace: export to " +
+                                   "another folder");
+  }
+  if (into_source && !source->kept.empty()) {
     return Status::InvalidArgument("export " + dir + ": the source folder itself (its " +
                                    std::to_string(source->kept.size()) +
                                    " vision tensors are copied from its files): export to another folder");
   }
   HfCheckpoint names;  // HfTensorNames needs only the model
   names.model = model;
-  const int es = dtype == "F32" ? 4 : 2;
+  const int es = ElementSizeBytes(*SafetensorsFloatType(dtype));
   const std::vector<OutTensor> plan = PlanTensors(model, source != nullptr ? *source : names, es, max_shard_bytes);
   ZINF_RETURN_IF_ERROR(WriteWeights(dir, plan, dtype, read_block, source).WithContext("export " + dir));
   if (source == nullptr) return WriteFileAtomic(JoinPath(dir, "config.json"), Gpt2ConfigJson(model));

@@ -138,6 +138,39 @@ TEST_P(HfExportCliTest, FromConfigTrainsTheArchitectureFromRandomWeights) {
 
 INSTANTIATE_TEST_SUITE_P(F32Fixtures, HfExportCliTest, ::testing::Values("gpt2", "llama", "qwen3", "phi3"));
 
+// Around a --from-config run: zinf plan reads the folder without weights;
+// zinf eval --from-config scores the random weights (saying so) and, with
+// --resume, the run's checkpoint; an export into a folder that holds
+// weights --from-config did not read is refused.
+TEST(FromConfigCliTest, PlanEvalAndAnExportOverUnreadWeights) {
+  test_support::TempDir tmp;
+  const std::string src = SourceDir() + "/tests/model/hf/llama", cfg = tmp.path() + "/cfg";
+  const std::string log = tmp.path() + "/log", tokens = tmp.path() + "/tokens.bin", save = tmp.path() + "/save";
+  std::mt19937 gen(7);
+  std::vector<uint32_t> ids(4000);
+  for (uint32_t& id : ids) id = gen() % 100;
+  ASSERT_TRUE(model::WriteTokenFile(tokens, ids).ok());
+  ASSERT_EQ(std::system(("mkdir -p '" + cfg + "' && cp '" + src + "/config.json' '" + cfg + "/'").c_str()), 0);
+  ASSERT_EQ(Zinf("plan --model '" + cfg + "' --seq-len 16 --gpu-mem 8G --cpu-mem 16G", log), 0) << ReadAll(log);
+  const std::string train = "train --config '" + SourceDir() + "/tests/cli/hf-export.json' --device host --data '" +
+                            tokens + "' --model '" + cfg + "' --from-config ";
+  ASSERT_EQ(Zinf(train + "--steps 2 --save-dir '" + save + "'", log), 0) << ReadAll(log);
+  const std::string eval = "eval --device host --data '" + tokens + "' --model '" + cfg + "' --from-config ";
+  ASSERT_EQ(Zinf(eval, log), 0) << ReadAll(log);
+  const std::string random = ReadAll(log);
+  EXPECT_NE(random.find("initial weights (seed"), std::string::npos) << random;
+  ASSERT_EQ(Zinf(eval + "--resume '" + save + "'", log), 0) << ReadAll(log);
+  const std::string trained = ReadAll(log);
+  EXPECT_NE(trained.find("checkpoint"), std::string::npos) << trained;
+  const auto loss = [](const std::string& out) { return out.substr(out.find("\nloss ") + 1, 16); };
+  ASSERT_NE(random.find("\nloss "), std::string::npos) << random;
+  ASSERT_NE(trained.find("\nloss "), std::string::npos) << trained;
+  EXPECT_NE(loss(random), loss(trained));
+  ASSERT_EQ(std::system(("cp '" + src + "/model.safetensors' '" + cfg + "/'").c_str()), 0);
+  ASSERT_NE(Zinf(train + "--steps 0 --export '" + cfg + "'", log), 0);
+  EXPECT_NE(ReadAll(log).find("holds weights of its own"), std::string::npos) << ReadAll(log);
+}
+
 // --from-config is for a HF folder, and not a multimodal one (its export
 // would need the vision side's weights); each refusal says why.
 TEST(FromConfigCliTest, ABuiltInAndAMultimodalFolderAreRefused) {
