@@ -60,8 +60,8 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   // As zinf train resolves it: a built-in, a JSON model config or a HF
   // folder (with its weights, or --from-config its config alone), at the
   // model's length unless --seq-len says.
-  auto source = model::ResolveModel(model_name, static_cast<int>(*seq_len), flags->Has("from-config"));
-  if (!source.ok()) return Fail(kName, source.status().WithContext("--model"), 2);
+  auto source = ModelFromFlags(*flags, model_name, static_cast<int>(*seq_len));
+  if (!source.ok()) return Fail(kName, source.status(), 2);
   const model::GptConfig* model = &source->model;
 
   // The engine's config (where the weights live, their type), else
@@ -153,8 +153,7 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
       *activations == model::LayerActivations::kKeep ? model::LayerActivations::kRecompute : *activations;
   auto trainer = model::Trainer::Create(config, topt);
   if (!trainer.ok()) return Fail(kName, source->HintSeqLen(trainer.status()));
-  const bool hf_weights = source->hf != nullptr && !source->hf->files.empty();
-  std::string weights = hf_weights ? "its weights" : "initial weights (seed " + std::to_string(*seed) + ")";
+  std::string weights = topt.initial_weights ? "its weights" : "initial weights (seed " + std::to_string(*seed) + ")";
   if (const auto ckpt = flags->Get("resume")) {
     if (Status s = (*trainer)->LoadWeights(*ckpt); !s.ok()) return Fail(kName, s.WithContext("--resume"));
     weights = "checkpoint " + *ckpt;

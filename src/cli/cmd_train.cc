@@ -221,9 +221,8 @@ int RunRank(const std::vector<std::string>& args, MpiScope& mpi) {
   if (!seq_len.ok() || *seq_len < 0 || *seq_len > (1 << 20)) {
     return Fail(kName, Status::InvalidArgument("--seq-len: expected a length in 1..2^20"), 2);
   }
-  auto source =
-      model::ResolveModel(flags->GetOr("model", "small"), static_cast<int>(*seq_len), flags->Has("from-config"));
-  if (!source.ok()) return Fail(kName, source.status().WithContext("--model"), 2);
+  auto source = ModelFromFlags(*flags, flags->GetOr("model", "small"), static_cast<int>(*seq_len));
+  if (!source.ok()) return Fail(kName, source.status(), 2);
   const model::GptConfig* model = &source->model;
   auto steps = flags->GetInt("steps", 100);
   auto save_every = flags->GetInt("save-every", 0);

@@ -96,4 +96,22 @@ std::string FetchUnitText(const Flags& flags, int rank, int world_size) {
   return it->second;
 }
 
+StatusOr<model::ModelSource> ModelFromFlags(const Flags& flags, const std::string& value, int seq_len) {
+  const bool from_config = flags.Has("from-config");
+  if (from_config && !model::IsHfModelDir(value)) {
+    return Status::InvalidArgument("--from-config needs a Hugging Face model folder (config.json): " + value);
+  }
+  StatusOr<model::ModelSource> source = model::ResolveModel(value, seq_len, from_config);
+  if (source.ok()) return source;
+  const Status& s = source.status();
+  // A folder without weights: say so only where its config alone can start
+  // (not a multimodal one, whose vision side needs weights).
+  if (!from_config && s.code() == StatusCode::kNotFound && model::IsHfModelDir(value) && !model::HasHfWeights(value) &&
+      model::OpenHfConfig(value).ok()) {
+    return Status::NotFound(s.WithContext("--model").message() +
+                            " (--from-config starts the architecture of its config.json from random weights)");
+  }
+  return s.WithContext("--model");
+}
+
 }  // namespace zinf::cli

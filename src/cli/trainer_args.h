@@ -3,7 +3,8 @@
 // --adam-beta1, --adam-beta2, --adam-epsilon, --micro-batch, --grad-accum):
 // they fill a DeepSpeed config's "auto" keys as the HF Trainer would
 // (ResolveAuto's rules), and a key the file left out. Also the --fetch-unit
-// that `zinf train` and `zinf eval` resolve (FetchUnitText).
+// and --model that `zinf train` and `zinf eval` resolve (FetchUnitText,
+// ModelFromFlags).
 //
 // Thread-safety: plain functions.
 #pragma once
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "model/hf_checkpoint.h"
 #include "zinf/config.h"
 
 namespace zinf::cli {
@@ -39,6 +41,12 @@ std::string FormatResolution(const AutoResolution& r);
 // be found or read here (the resume then says why). `rank` and `world_size`
 // find the rank's checkpoint as Trainer::Resume does.
 std::string FetchUnitText(const Flags& flags, int rank, int world_size);
+
+// The --model value `value` as `zinf train` and `zinf eval` resolve it
+// (model::ResolveModel, --from-config its config alone, `seq_len` > 0 the
+// length), the error naming --model or --from-config; a HF folder without
+// weights whose config alone could start is refused naming --from-config.
+StatusOr<model::ModelSource> ModelFromFlags(const Flags& flags, const std::string& value, int seq_len);
 
 // The usage lines for the flags, indented for a command's help.
 extern const char kTrainerArgsUsage[];

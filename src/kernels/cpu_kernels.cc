@@ -479,29 +479,31 @@ void Gemm(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const typen
   GemmTiled<T, kMr, Nr<T>(), PackedBlock<T>, BSrc>(c, ldc, a, a_rs, a_cs, b, b_rs, b_cs, M, Ncols, K, set);
 }
 
-}  // namespace
-
 // ---------------------------------------------------------------- casts
+
+// out[i] = f(in[i]) on the threads; memcpy per element, so `out` and `in`
+// need no alignment (a safetensors payload's offsets are any byte).
+template <typename To, typename From, typename F>
+void Convert(void* out, const void* in, int64_t n, F f) {
+  auto* o = static_cast<std::byte*>(out);
+  const auto* s = static_cast<const std::byte*>(in);
+#pragma omp parallel for schedule(static) if (WorthThreads(n))
+  for (int64_t i = 0; i < n; ++i) {
+    From x;
+    std::memcpy(&x, s + sizeof(From) * i, sizeof(From));
+    const To y = f(x);
+    std::memcpy(o + sizeof(To) * i, &y, sizeof(To));
+  }
+}
+
+}  // namespace
 
 void CastOut(void* out, ElementType out_type, const float* src, int64_t n) {
   if (n == 0) return;
-  auto* bytes = static_cast<std::byte*>(out);
   switch (out_type) {
     case ElementType::kF32: std::memcpy(out, src, static_cast<size_t>(n) * sizeof(float)); return;
-    case ElementType::kBf16:
-#pragma omp parallel for schedule(static) if (WorthThreads(n))
-      for (int64_t i = 0; i < n; ++i) {
-        const uint16_t h = FloatToBf16(src[i]);
-        std::memcpy(bytes + 2 * i, &h, 2);
-      }
-      return;
-    case ElementType::kF16:
-#pragma omp parallel for schedule(static) if (WorthThreads(n))
-      for (int64_t i = 0; i < n; ++i) {
-        const uint16_t h = FloatToHalf(src[i]);
-        std::memcpy(bytes + 2 * i, &h, 2);
-      }
-      return;
+    case ElementType::kBf16: Convert<uint16_t, float>(out, src, n, FloatToBf16); return;
+    case ElementType::kF16: Convert<uint16_t, float>(out, src, n, FloatToHalf); return;
     case ElementType::kF64:
     case ElementType::kU8:
     case ElementType::kI64: break;
@@ -512,34 +514,41 @@ void CastOut(void* out, ElementType out_type, const float* src, int64_t n) {
 template <typename T>
 void CastIn(T* out, const void* src, ElementType src_type, int64_t n) {
   switch (src_type) {
-    case ElementType::kF32: {
-      const float* s = static_cast<const float*>(src);
-#pragma omp parallel for schedule(static) if (WorthThreads(n))
-      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(s[i]);
+    case ElementType::kF32: Convert<T, float>(out, src, n, [](float x) { return static_cast<T>(x); }); return;
+    case ElementType::kF64: Convert<T, double>(out, src, n, [](double x) { return static_cast<T>(x); }); return;
+    case ElementType::kBf16:
+      Convert<T, uint16_t>(out, src, n, [](uint16_t x) { return static_cast<T>(Bf16ToFloat(x)); });
       return;
-    }
-    case ElementType::kF64: {
-      const double* s = static_cast<const double*>(src);
-#pragma omp parallel for schedule(static) if (WorthThreads(n))
-      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(s[i]);
+    case ElementType::kF16:
+      Convert<T, uint16_t>(out, src, n, [](uint16_t x) { return static_cast<T>(HalfToFloat(x)); });
       return;
-    }
-    case ElementType::kBf16: {
-      const uint16_t* s = static_cast<const uint16_t*>(src);
-#pragma omp parallel for schedule(static) if (WorthThreads(n))
-      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(Bf16ToFloat(s[i]));
-      return;
-    }
-    case ElementType::kF16: {
-      const uint16_t* s = static_cast<const uint16_t*>(src);
-#pragma omp parallel for schedule(static) if (WorthThreads(n))
-      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(HalfToFloat(s[i]));
-      return;
-    }
     case ElementType::kU8:
     case ElementType::kI64: break;
   }
   ZINF_CHECK_MSG(false, "CastIn: the source must be f32, f64, bf16 or f16");
+}
+
+void TransposeCast(void* dst, ElementType dst_type, const void* src, ElementType src_type, int64_t rows, int64_t cols,
+                   int64_t col0, int64_t col1) {
+  constexpr int64_t kTile = 64;
+  const int64_t src_size = ElementSizeBytes(src_type), dst_size = ElementSizeBytes(dst_type);
+  const auto* s = static_cast<const std::byte*>(src);
+  auto* d = static_cast<std::byte*>(dst);
+  // A tile: its source rows' pieces read as float (each a run of the
+  // source), transposed in the cache, written as runs of the destination.
+#pragma omp parallel for schedule(static) if (WorthThreads((col1 - col0) * rows))
+  for (int64_t c0 = col0; c0 < col1; c0 += kTile) {
+    const int64_t c1 = std::min(c0 + kTile, col1);
+    float in[kTile][kTile], out[kTile][kTile];
+    for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+      const int64_t r1 = std::min(r0 + kTile, rows);
+      for (int64_t r = r0; r < r1; ++r) CastIn(in[r - r0], s + (r * cols + c0) * src_size, src_type, c1 - c0);
+      for (int64_t c = c0; c < c1; ++c) {
+        for (int64_t r = r0; r < r1; ++r) out[c - c0][r - r0] = in[r - r0][c - c0];
+        CastOut(d + ((c - col0) * rows + r0) * dst_size, dst_type, out[c - c0], r1 - r0);
+      }
+    }
+  }
 }
 
 // ---------------------------------------------------------------- encoder

@@ -62,13 +62,21 @@ enum class Isa { kBaseline, kAvx2, kAvx512 };
 Isa LimitIsa(Isa isa);
 
 // out[n] = (T) src[n], src of type `src_type`: kF32, kF16, kBf16 or kF64
-// (another type is a programmer error: the process aborts).
+// (another type is a programmer error: the process aborts). `src` needs no
+// alignment.
 template <typename T>
 void CastIn(T* out, const void* src, ElementType src_type, int64_t n);
 // out[n] = src[n] as `out_type`: kF32, kBf16 or kF16 (rounded to nearest
 // even, NaNs kept quiet; another type is a programmer error). `out` needs
 // no alignment.
 void CastOut(void* out, ElementType out_type, const float* src, int64_t n);
+// Rows [col0, col1) of the transpose of the [rows, cols] matrix `src` (of
+// `src_type`: as CastIn's) in `dst_type` (as CastOut's): dst[(c - col0) *
+// rows + r] = src[r * cols + c], through float. By 64 x 64 tiles, each read
+// and written in runs within the cache, on the threads; neither pointer
+// needs alignment.
+void TransposeCast(void* dst, ElementType dst_type, const void* src, ElementType src_type, int64_t rows, int64_t cols,
+                   int64_t col0, int64_t col1);
 
 // out[b,t,:] = wte[tokens[b,t], :] + wpe[t, :]. Tokens must be < the rows of wte.
 template <typename T>

@@ -834,12 +834,7 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
   const GptConfig& m = c.model;
 
   // Tensors: every file's header; then exactly the names the blocks need.
-  StatusOr<std::vector<std::string>> files = ShardFiles(dir);
-  if (!files.ok() && files.status().code() == StatusCode::kNotFound && !traits->multimodal) {
-    return Status::NotFound(files.status().message() +
-                            " (--from-config starts the architecture of its config.json from random weights)");
-  }
-  ZINF_ASSIGN_OR_RETURN(c.files, std::move(files));
+  ZINF_ASSIGN_OR_RETURN(c.files, ShardFiles(dir));
   for (size_t f = 0; f < c.files.size(); ++f) {
     ZINF_ASSIGN_OR_RETURN(SafetensorsHeader h, ReadSafetensorsHeader(c.files[f]));
     for (SafetensorsHeader::Entry& e : h.tensors) {
@@ -1046,10 +1041,6 @@ class MappedFile {
   uint64_t bytes_;
 };
 
-// A tensor's stored element type (F32, BF16 or F16: checked at open), looked
-// at once per tensor rather than by name per element.
-ElementType StoredType(const std::string& dtype) { return *SafetensorsFloatType(dtype); }
-
 float ElementAt(const std::byte* p, ElementType type, int64_t i) {
   if (type == ElementType::kF32) {
     float v;
@@ -1063,31 +1054,21 @@ float ElementAt(const std::byte* p, ElementType type, int64_t i) {
 
 // Stored elements [at, at + count) as fp32: the kernels' cast (the type
 // looked at once, on OpenMP's threads, which also take the mapped file's
-// page faults side by side) where the data is aligned for its type (the
-// safetensors format does not promise it), else element by element.
+// page faults side by side; it needs no alignment, which the safetensors
+// format does not promise).
 void ReadElements(const std::byte* p, ElementType type, int64_t at, int64_t count, float* out) {
-  if (count == 0) return;
-  const int64_t size = ElementSizeBytes(type);
-  const std::byte* from = p + size * at;
-  if (reinterpret_cast<uintptr_t>(from) % static_cast<uintptr_t>(size) == 0) {
-    kernels::cpu::CastIn(out, from, type, count);
-    return;
-  }
-  for (int64_t i = 0; i < count; ++i) out[i] = ElementAt(p, type, at + i);
+  kernels::cpu::CastIn(out, p + ElementSizeBytes(type) * at, type, count);
 }
 
 // Elements [first, first + count) of the [cols, rows] transpose of a stored
-// [rows, cols] matrix, as fp32. The output rows the range holds whole go by
-// 64 x 64 tiles (a tile's 64 stored rows read 64 elements at a time and its
-// 64 output rows written, both in the cache; an element at a time, each
-// read a stored row apart, waits for memory); the partial first and last
-// rows element by element.
-template <ElementType kType>
-void ReadTransposedAs(const std::byte* p, int64_t rows, int64_t cols, int64_t first, int64_t count, float* out) {
-  constexpr int64_t kTile = 64;
+// [rows, cols] matrix, as fp32: the output rows the range holds whole by
+// the kernels' tiled transpose (element by element, each read a stored row
+// apart, waits for memory); the partial first and last rows one by one.
+void ReadTransposed(const std::byte* p, ElementType type, int64_t rows, int64_t cols, int64_t first, int64_t count,
+                    float* out) {
   const int64_t end = first + count;
   auto one_by_one = [&](int64_t j0, int64_t j1) {  // j: row j / rows, column j % rows of the output
-    for (int64_t j = j0; j < j1; ++j) out[j - first] = ElementAt(p, kType, (j % rows) * cols + j / rows);
+    for (int64_t j = j0; j < j1; ++j) out[j - first] = ElementAt(p, type, (j % rows) * cols + j / rows);
   };
   const int64_t whole0 = (first + rows - 1) / rows, whole1 = end / rows;  // output rows inside the range
   if (whole0 >= whole1) {
@@ -1096,23 +1077,7 @@ void ReadTransposedAs(const std::byte* p, int64_t rows, int64_t cols, int64_t fi
   }
   one_by_one(first, whole0 * rows);
   one_by_one(whole1 * rows, end);
-#pragma omp parallel for schedule(static) if (count >= (int64_t{1} << 16))
-  for (int64_t r0 = whole0; r0 < whole1; r0 += kTile) {
-    const int64_t r1 = std::min(r0 + kTile, whole1);
-    for (int64_t c0 = 0; c0 < rows; c0 += kTile) {
-      const int64_t c1 = std::min(c0 + kTile, rows);
-      for (int64_t c = c0; c < c1; ++c) {
-        for (int64_t r = r0; r < r1; ++r) out[r * rows + c - first] = ElementAt(p, kType, c * cols + r);
-      }
-    }
-  }
-}
-
-void ReadTransposed(const std::byte* p, ElementType type, int64_t rows, int64_t cols, int64_t first, int64_t count,
-                    float* out) {
-  if (type == ElementType::kF32) return ReadTransposedAs<ElementType::kF32>(p, rows, cols, first, count, out);
-  if (type == ElementType::kBf16) return ReadTransposedAs<ElementType::kBf16>(p, rows, cols, first, count, out);
-  return ReadTransposedAs<ElementType::kF16>(p, rows, cols, first, count, out);
+  kernels::cpu::TransposeCast(out + (whole0 * rows - first), ElementType::kF32, p, type, rows, cols, whole0, whole1);
 }
 
 }  // namespace
@@ -1134,7 +1099,7 @@ Status ReadHfTensor(const HfCheckpoint& ckpt, const GptConfig& model, BlockId bl
   const SafetensorsHeader::Entry& e = src.entry;
   ZINF_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(ckpt.files[src.file], e.end));
   const std::byte* p = file.data() + e.begin;
-  const ElementType type = StoredType(e.dtype);
+  const ElementType type = *SafetensorsFloatType(e.dtype);  // F32, BF16 or F16: checked at open
   const bool conv1d = !model.llama() && e.shape.size() == 2 && names[t].find(".h.") != std::string::npos;
   const HfRows rows = HfRowsOf(spec, names, t);
   if (rows.fused) {  // this tensor's rows of the fused one
@@ -1194,7 +1159,7 @@ Status ModelSource::HintSeqLen(const Status& s) const {
 StatusOr<ModelSource> ResolveModel(const std::string& value, int seq_len, bool from_config) {
   ModelSource s;
   if (from_config && !IsHfModelDir(value)) {
-    return Status::InvalidArgument(value + ": --from-config needs a Hugging Face model folder (config.json)");
+    return Status::InvalidArgument(value + ": a config alone is read from a Hugging Face model folder (config.json)");
   }
   if (IsHfModelDir(value)) {
     ZINF_ASSIGN_OR_RETURN(HfCheckpoint c, from_config ? OpenHfConfig(value) : OpenHfCheckpoint(value));

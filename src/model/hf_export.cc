@@ -120,10 +120,8 @@ std::string ShardHeader(const std::vector<OutTensor>& plan, size_t shard, const 
   return out + text;
 }
 
-// The tensor's bytes in the file's dtype and layout. GPT-2's Conv1D
-// weights by 64 x 64 tiles: each tile's engine rows read and its file rows
-// written within the cache (element by element, every read of a column
-// waited on memory).
+// The tensor's bytes in the file's dtype and layout (GPT-2's Conv1D
+// weights transposed).
 std::vector<std::byte> Encode(const OutTensor& o, const std::vector<float>& w, const std::string& dtype) {
   const ElementType type = *SafetensorsFloatType(dtype);  // checked by ExportHfFolder
   const int64_t es = ElementSizeBytes(type), n = o.bytes / es;
@@ -132,21 +130,8 @@ std::vector<std::byte> Encode(const OutTensor& o, const std::vector<float>& w, c
     kernels::cpu::CastOut(bytes.data(), type, w.data(), n);
     return bytes;
   }
-  // File [in, out] at (r, c) is engine [out, in] at (c, r).
-  constexpr int64_t kTile = 64;
-  const int64_t rows = o.shape[0], cols = o.shape[1];
-#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
-  for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
-    const int64_t r1 = std::min(r0 + kTile, rows);
-    float row[kTile];
-    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
-      const int64_t c1 = std::min(c0 + kTile, cols);
-      for (int64_t r = r0; r < r1; ++r) {
-        for (int64_t c = c0; c < c1; ++c) row[c - c0] = w[static_cast<size_t>(c * rows + r)];
-        kernels::cpu::CastOut(bytes.data() + (r * cols + c0) * es, type, row, c1 - c0);
-      }
-    }
-  }
+  // File [in, out] is the transpose of engine [out, in].
+  kernels::cpu::TransposeCast(bytes.data(), type, w.data(), ElementType::kF32, o.shape[1], o.shape[0], 0, o.shape[0]);
   return bytes;
 }
 

@@ -621,17 +621,18 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config, const T
   // collectives and wait there for it).
   // Random ones are drawn for this rank's ranges alone, as the engine
   // stages them (no block whole in RAM).
+  std::function<Status(BlockId, size_t, int64_t, int64_t, float*)> initial = options.initial_weights;
+  if (!initial) {
+    initial = [random = RandomInit(m->model(), options.seed)](BlockId b, size_t t, int64_t first, int64_t count,
+                                                              float* out) {
+      random.Fill(b, t, first, count, out);
+      return Status::Ok();
+    };
+  }
   Status loaded = Status::Ok();
-  std::optional<RandomInit> random;
-  if (!options.initial_weights) random.emplace(m->model(), options.seed);
   for (BlockId b = 0; b < static_cast<BlockId>(specs.size()) && loaded.ok(); ++b) {
-    loaded = m->SetModelBlock(b, [&](size_t t, int64_t first, int64_t count, float* out) {
-      if (random) {
-        random->Fill(b, t, first, count, out);
-        return Status::Ok();
-      }
-      return options.initial_weights(b, t, first, count, out);
-    });
+    loaded = m->SetModelBlock(
+        b, [&](size_t t, int64_t first, int64_t count, float* out) { return initial(b, t, first, count, out); });
   }
   ZINF_RETURN_IF_ERROR(m->AgreeAcrossRanks(loaded, "load the initial weights"));
 

@@ -46,14 +46,17 @@ std::string LastEvalLoss(const std::string& path) {
   return last;
 }
 
+// 4000 random tokens, below every fixture's vocabulary, at `path`.
+void WriteTokens(const std::string& path) {
+  std::mt19937 gen(7);
+  std::vector<uint32_t> ids(4000);
+  for (uint32_t& id : ids) id = gen() % 100;
+  ASSERT_TRUE(model::WriteTokenFile(path, ids).ok());
+}
+
 class HfExportCliTest : public ::testing::TestWithParam<const char*> {
  protected:
-  void SetUp() override {
-    std::mt19937 gen(7);
-    std::vector<uint32_t> ids(4000);
-    for (uint32_t& id : ids) id = gen() % 100;  // below every fixture's vocabulary
-    ASSERT_TRUE(model::WriteTokenFile(tokens_, ids).ok());
-  }
+  void SetUp() override { WriteTokens(tokens_); }
   std::string Train(const std::string& model, const std::string& more) {
     return "train --config '" + SourceDir() + "/tests/cli/hf-export.json' --device host --data '" + tokens_ +
            "' --model '" + model + "' " + more;
@@ -146,10 +149,7 @@ TEST(FromConfigCliTest, PlanEvalAndAnExportOverUnreadWeights) {
   test_support::TempDir tmp;
   const std::string src = SourceDir() + "/tests/model/hf/llama", cfg = tmp.path() + "/cfg";
   const std::string log = tmp.path() + "/log", tokens = tmp.path() + "/tokens.bin", save = tmp.path() + "/save";
-  std::mt19937 gen(7);
-  std::vector<uint32_t> ids(4000);
-  for (uint32_t& id : ids) id = gen() % 100;
-  ASSERT_TRUE(model::WriteTokenFile(tokens, ids).ok());
+  WriteTokens(tokens);
   ASSERT_EQ(std::system(("mkdir -p '" + cfg + "' && cp '" + src + "/config.json' '" + cfg + "/'").c_str()), 0);
   ASSERT_EQ(Zinf("plan --model '" + cfg + "' --seq-len 16 --gpu-mem 8G --cpu-mem 16G", log), 0) << ReadAll(log);
   const std::string train = "train --config '" + SourceDir() + "/tests/cli/hf-export.json' --device host --data '" +
@@ -186,6 +186,10 @@ TEST(FromConfigCliTest, ABuiltInAndAMultimodalFolderAreRefused) {
   ASSERT_NE(Zinf("train --config '" + config + "' --device host --model '" + cfg + "' --from-config --steps 1", log),
             0);
   EXPECT_NE(ReadAll(log).find("vision side has no weights"), std::string::npos) << ReadAll(log);
+  // Without the flag, the folder's missing weights are named, not the flag.
+  ASSERT_NE(Zinf("train --config '" + config + "' --device host --model '" + cfg + "' --steps 1", log), 0);
+  EXPECT_NE(ReadAll(log).find("safetensors"), std::string::npos) << ReadAll(log);
+  EXPECT_EQ(ReadAll(log).find("--from-config"), std::string::npos) << ReadAll(log);
 }
 
 }  // namespace

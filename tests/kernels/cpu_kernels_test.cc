@@ -516,6 +516,61 @@ TEST(CpuKernelsTest, CastInF32AndF64) {
   EXPECT_EQ(big, back);
 }
 
+// A source at any byte (a safetensors payload's offsets promise no
+// alignment) reads as the same values aligned, for every type, on the
+// threads' path too.
+TEST(CpuKernelsTest, CastInReadsUnalignedSources) {
+  const int64_t n = 300001;
+  std::mt19937_64 rng(7);
+  for (ElementType type : {ElementType::kF32, ElementType::kF64, ElementType::kBf16, ElementType::kF16}) {
+    SCOPED_TRACE(ElementTypeName(type));
+    const size_t bytes = static_cast<size_t>(n * ElementSizeBytes(type));
+    std::vector<uint64_t> aligned((bytes + 7) / 8);
+    for (uint64_t& w : aligned) w = rng() & 0x3fff3fff3fff3fffULL;  // no NaN or Inf patterns
+    std::vector<std::byte> shifted(bytes + 3);
+    std::memcpy(shifted.data() + 3, aligned.data(), bytes);
+    std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+    CastIn(want.data(), aligned.data(), type, n);
+    CastIn(got.data(), shifted.data() + 3, type, n);
+    ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0);
+  }
+}
+
+// TransposeCast against the definition, element by element: shapes off
+// the tile size, a range of the transpose's rows, 16-bit types on either
+// side (values exact in each), sources and destinations at odd bytes, and
+// enough elements for the threads.
+TEST(CpuKernelsTest, TransposeCastIsTheTransposeInAnyTypes) {
+  struct Case {
+    int64_t rows, cols, col0, col1;
+    ElementType from, to;
+  };
+  const Case cases[] = {{1, 1, 0, 1, ElementType::kF32, ElementType::kF32},
+                        {3, 130, 5, 129, ElementType::kBf16, ElementType::kF32},
+                        {130, 3, 1, 3, ElementType::kF32, ElementType::kF16},
+                        {700, 513, 0, 513, ElementType::kF16, ElementType::kBf16},
+                        {64, 64, 63, 64, ElementType::kF32, ElementType::kBf16}};
+  for (const Case& k : cases) {
+    SCOPED_TRACE(std::to_string(k.rows) + "x" + std::to_string(k.cols) + " cols " + std::to_string(k.col0) + ".." +
+                 std::to_string(k.col1));
+    const int64_t n = k.rows * k.cols, m = (k.col1 - k.col0) * k.rows;
+    std::vector<float> values(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = static_cast<float>(i % 251 - 125) * 0.25f;
+    const int64_t from = ElementSizeBytes(k.from), to = ElementSizeBytes(k.to);
+    std::vector<std::byte> src(static_cast<size_t>(n * from + 1)), dst(static_cast<size_t>(m * to + 1));
+    CastOut(src.data() + 1, k.from, values.data(), n);
+    TransposeCast(dst.data() + 1, k.to, src.data() + 1, k.from, k.rows, k.cols, k.col0, k.col1);
+    std::vector<float> got(static_cast<size_t>(m));
+    CastIn(got.data(), dst.data() + 1, k.to, m);
+    for (int64_t c = k.col0; c < k.col1; ++c) {
+      for (int64_t r = 0; r < k.rows; ++r) {
+        ASSERT_EQ(got[static_cast<size_t>((c - k.col0) * k.rows + r)], values[static_cast<size_t>(r * k.cols + c)])
+            << "row " << r << " col " << c;
+      }
+    }
+  }
+}
+
 std::vector<float> RandomFloats(std::mt19937_64& rng, int64_t n) {
   const std::vector<double> d = Random(n, rng);
   return std::vector<float>(d.begin(), d.end());
