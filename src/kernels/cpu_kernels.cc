@@ -481,19 +481,27 @@ void Gemm(T* c, int64_t ldc, const T* a, int64_t a_rs, int64_t a_cs, const typen
 
 // ---------------------------------------------------------------- casts
 
-// out[i] = f(in[i]) on the threads; memcpy per element, so `out` and `in`
-// need no alignment (a safetensors payload's offsets are any byte).
+// out[i] = f(in[i]), on the threads where n is worth them (a short run,
+// as TransposeCast's tiles make, enters no parallel region: even one with
+// a false `if` costs the runtime's team set-up); memcpy per element, so
+// `out` and `in` need no alignment (a safetensors payload's offsets are
+// any byte).
 template <typename To, typename From, typename F>
 void Convert(void* out, const void* in, int64_t n, F f) {
   auto* o = static_cast<std::byte*>(out);
   const auto* s = static_cast<const std::byte*>(in);
-#pragma omp parallel for schedule(static) if (WorthThreads(n))
-  for (int64_t i = 0; i < n; ++i) {
+  auto one = [&](int64_t i) {
     From x;
     std::memcpy(&x, s + sizeof(From) * i, sizeof(From));
     const To y = f(x);
     std::memcpy(o + sizeof(To) * i, &y, sizeof(To));
+  };
+  if (!WorthThreads(n)) {
+    for (int64_t i = 0; i < n; ++i) one(i);
+    return;
   }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) one(i);
 }
 
 }  // namespace
@@ -502,8 +510,9 @@ void CastOut(void* out, ElementType out_type, const float* src, int64_t n) {
   if (n == 0) return;
   switch (out_type) {
     case ElementType::kF32: std::memcpy(out, src, static_cast<size_t>(n) * sizeof(float)); return;
-    case ElementType::kBf16: Convert<uint16_t, float>(out, src, n, FloatToBf16); return;
-    case ElementType::kF16: Convert<uint16_t, float>(out, src, n, FloatToHalf); return;
+    // Lambdas, not the functions' pointers: the conversion inlines (and vectorizes).
+    case ElementType::kBf16: Convert<uint16_t, float>(out, src, n, [](float x) { return FloatToBf16(x); }); return;
+    case ElementType::kF16: Convert<uint16_t, float>(out, src, n, [](float x) { return FloatToHalf(x); }); return;
     case ElementType::kF64:
     case ElementType::kU8:
     case ElementType::kI64: break;

@@ -121,18 +121,17 @@ std::string ShardHeader(const std::vector<OutTensor>& plan, size_t shard, const 
 }
 
 // The tensor's bytes in the file's dtype and layout (GPT-2's Conv1D
-// weights transposed).
-std::vector<std::byte> Encode(const OutTensor& o, const std::vector<float>& w, const std::string& dtype) {
+// weights transposed), into `bytes` (resized).
+void Encode(const OutTensor& o, const std::vector<float>& w, const std::string& dtype, std::vector<std::byte>* bytes) {
   const ElementType type = *SafetensorsFloatType(dtype);  // checked by ExportHfFolder
-  const int64_t es = ElementSizeBytes(type), n = o.bytes / es;
-  std::vector<std::byte> bytes(static_cast<size_t>(o.bytes));
+  const int64_t n = o.bytes / ElementSizeBytes(type);
+  bytes->resize(static_cast<size_t>(o.bytes));
   if (!o.transpose) {
-    kernels::cpu::CastOut(bytes.data(), type, w.data(), n);
-    return bytes;
+    kernels::cpu::CastOut(bytes->data(), type, w.data(), n);
+    return;
   }
   // File [in, out] is the transpose of engine [out, in].
-  kernels::cpu::TransposeCast(bytes.data(), type, w.data(), ElementType::kF32, o.shape[1], o.shape[0], 0, o.shape[0]);
-  return bytes;
+  kernels::cpu::TransposeCast(bytes->data(), type, w.data(), ElementType::kF32, o.shape[1], o.shape[0], 0, o.shape[0]);
 }
 
 // Appends to one open file, naming it in errors.
@@ -195,7 +194,8 @@ Status WriteWeights(const std::string& dir, const std::vector<OutTensor>& plan, 
     return file.Write(header.data(), header.size());
   };
   size_t next = 0;
-  std::vector<std::byte> raw;
+  std::vector<std::vector<float>> block;  // one block's weights, reused
+  std::vector<std::byte> raw;             // one tensor's bytes, reused
   while (next < plan.size()) {
     const BlockId b = plan[next].block;
     if (b < 0) {  // a kept tensor: its bytes as the source has them
@@ -208,13 +208,12 @@ Status WriteWeights(const std::string& dir, const std::vector<OutTensor>& plan, 
       ZINF_RETURN_IF_ERROR(file.Write(raw.data(), raw.size()));
       continue;
     }
-    StatusOr<std::vector<std::vector<float>>> block = read_block(b);
-    if (!block.ok()) return block.status().WithContext("export block " + std::to_string(b));
+    ZINF_RETURN_IF_ERROR(read_block(b, &block).WithContext("export block " + std::to_string(b)));
     for (; next < plan.size() && plan[next].block == b; ++next) {
       const OutTensor& o = plan[next];
       ZINF_RETURN_IF_ERROR(to_shard(o));
-      const std::vector<std::byte> bytes = Encode(o, (*block)[o.index], dtype);
-      ZINF_RETURN_IF_ERROR(file.Write(bytes.data(), bytes.size()));
+      Encode(o, block[o.index], dtype, &raw);
+      ZINF_RETURN_IF_ERROR(file.Write(raw.data(), raw.size()));
     }
   }
   ZINF_RETURN_IF_ERROR(file.Close());

@@ -34,8 +34,10 @@
 
 namespace zinf::model {
 
-// Block `b`'s fp32 weights in the engine's layout (GptBlockSpecs order).
-using BlockReader = std::function<StatusOr<std::vector<std::vector<float>>>(BlockId)>;
+// Block `b`'s fp32 weights in the engine's layout (GptBlockSpecs order)
+// into `*master` (one array per tensor, each resized to its tensor: the
+// exporter passes the same arrays block after block).
+using BlockReader = std::function<Status(BlockId b, std::vector<std::vector<float>>* master)>;
 
 inline constexpr int64_t kHfMaxShardBytes = 5'000'000'000;  // transformers' default "5GB"
 

@@ -431,19 +431,23 @@ struct Trainer::Impl {
 
   // The fp32 master weights of a model block (GptBlockSpecs order), from
   // its pieces. Collective (GetMasterParameters gathers).
-  StatusOr<std::vector<std::vector<float>>> ReadModelBlock(BlockId model_block) {
-    std::vector<std::vector<float>> master(spec_tensor_count(model_block));
+  // A model block's master weights into `master` (one array per tensor,
+  // GptBlockSpecs order); its arrays are resized, so a caller reading block
+  // after block into the same one allocates (and the kernel zeroes) only
+  // where a tensor is larger than any before.
+  Status ReadModelBlock(BlockId model_block, std::vector<std::vector<float>>* master) {
+    master->resize(spec_tensor_count(model_block));
     for (BlockId e : layout.pieces_of(model_block)) {
       const BlockSpec& s = spec(e);
       std::vector<float*> out;
       for (size_t i = 0; i < s.tensors.size(); ++i) {
-        std::vector<float>& t = master[static_cast<size_t>(layout.piece(e).tensors[i])];
+        std::vector<float>& t = (*master)[static_cast<size_t>(layout.piece(e).tensors[i])];
         t.resize(static_cast<size_t>(s.tensors[i].numel()));
         out.push_back(t.data());
       }
       ZINF_RETURN_IF_ERROR(engine->GetMasterParameters(e, out));
     }
-    return master;
+    return Status::Ok();
   }
 
   // A model block's initial values, `fill` speaking of its tensors
@@ -1014,16 +1018,18 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
     for (BlockId b = 0; b < m.engine->num_blocks(); ++b) total_bytes += m.engine->block(b).numel() * es;
     if (progress) progress(0, total_bytes);
   }
+  std::vector<std::vector<float>> master;  // one block's, reused
+  std::vector<std::byte> bytes;            // one tensor's, reused
   for (BlockId b = 0; b < static_cast<BlockId>(model_specs.size()); ++b) {
     const BlockSpec& spec = model_specs[static_cast<size_t>(b)];
     if (progress) done_bytes += spec.numel() * es;
-    ZINF_ASSIGN_OR_RETURN(std::vector<std::vector<float>> master, m.ReadModelBlock(b));
+    ZINF_RETURN_IF_ERROR(m.ReadModelBlock(b, &master));
     if (!writer || !written.ok()) continue;
     const std::vector<std::string> names = GptTensorExportNames(m.model(), b);
     for (size_t t = 0; t < spec.tensors.size() && written.ok(); ++t) {
       int64_t n = 1;
       for (int64_t d : export_shape(b, t)) n *= d;
-      std::vector<std::byte> bytes(static_cast<size_t>(n * es));
+      bytes.resize(static_cast<size_t>(n * es));
       kernels::cpu::CastOut(bytes.data(), type, master[t].data(), n);
       written = writer->Write(names[t], bytes);
     }
@@ -1038,9 +1044,10 @@ Status Trainer::ExportSafetensors(const std::string& path, const std::string& dt
 Status Trainer::ExportHfFolder(const std::string& dir, const std::string& dtype, const HfCheckpoint* source) {
   Impl& m = *impl_;
   ZINF_RETURN_IF_ERROR(m.Trains("ExportHfFolder"));
-  auto read_block = [&](BlockId b) { return m.ReadModelBlock(b); };
+  auto read_block = [&](BlockId b, std::vector<std::vector<float>>* master) { return m.ReadModelBlock(b, master); };
   if (m.comm->rank() != 0) {  // the gathers are collective: follow rank 0's block order
-    for (BlockId b = 0; b <= HeadBlock(m.model()); ++b) ZINF_RETURN_IF_ERROR(read_block(b).status());
+    std::vector<std::vector<float>> master;
+    for (BlockId b = 0; b <= HeadBlock(m.model()); ++b) ZINF_RETURN_IF_ERROR(read_block(b, &master));
     return Status::Ok();
   }
   return model::ExportHfFolder(dir, m.model(), source, dtype, read_block);

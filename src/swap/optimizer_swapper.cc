@@ -231,7 +231,7 @@ Status OptimizerSwapper::CopyOut(int array, float* dst) {
   return Status::Ok();
 }
 
-Status OptimizerSwapper::ReadMaster(int64_t begin, int64_t count, float* dst) {
+Status OptimizerSwapper::ReadMaster(int64_t begin, int64_t count, const MasterSink& sink) {
   if (begin < 0 || count < 0 || begin > options_.total_elems - count) {
     return Status::InvalidArgument("optimizer swapper: ReadMaster range [" + std::to_string(begin) + ", +" +
                                    std::to_string(count) + ") outside " + std::to_string(options_.total_elems));
@@ -240,21 +240,35 @@ Status OptimizerSwapper::ReadMaster(int64_t begin, int64_t count, float* dst) {
   DropPrefetch();  // slot 0's buffers are used below
   const int64_t first = begin / options_.sub_group_elems;
   const int64_t last = (begin + count - 1) / options_.sub_group_elems;
-  for (int64_t k = first; k <= last; ++k) {
+  auto hand_over = [&](int64_t k, const float* src) {  // sub-group k's part of the range
     const int64_t lo = std::max(begin, sub_group_begin(k));
     const int64_t hi = std::min(begin + count, sub_group_begin(k) + sub_group_elems(k));
-    const float* src = nullptr;
-    if (!store_) {
-      src = Resident(kMaster, k);
-    } else {
-      char* buf = slots_[0].buffers[0].data();
-      ZINF_ASSIGN_OR_RETURN(SwapHandle h, store_->SwapIn(Tensor(kMaster, k), buf));
-      ZINF_RETURN_IF_ERROR(store_->Wait(h));
-      src = reinterpret_cast<const float*>(buf);
+    sink(lo - begin, src + (lo - sub_group_begin(k)), hi - lo);
+  };
+  if (!store_) {
+    for (int64_t k = first; k <= last; ++k) hand_over(k, Resident(kMaster, k));
+    return Status::Ok();
+  }
+  // Two of slot 0's buffers in turn (every slot has one per array, each a
+  // sub-group's size): sub-group k + 1 is read while k is handed over.
+  const std::array<char*, 2> buffers = {slots_[0].buffers[kMaster].data(), slots_[0].buffers[kExpAvg].data()};
+  // One read is in flight at a time, the one waited for next.
+  ZINF_ASSIGN_OR_RETURN(SwapHandle read, store_->SwapIn(Tensor(kMaster, first), buffers[0]));
+  for (int64_t k = first; k <= last; ++k) {
+    const size_t at = static_cast<size_t>(k - first) % 2;
+    ZINF_RETURN_IF_ERROR(store_->Wait(read));
+    if (k < last) {
+      ZINF_ASSIGN_OR_RETURN(read, store_->SwapIn(Tensor(kMaster, k + 1), buffers[1 - at]));
     }
-    std::memcpy(dst + (lo - begin), src + (lo - sub_group_begin(k)), static_cast<size_t>(hi - lo) * sizeof(float));
+    hand_over(k, reinterpret_cast<const float*>(buffers[at]));
   }
   return Status::Ok();
+}
+
+Status OptimizerSwapper::ReadMaster(int64_t begin, int64_t count, float* dst) {
+  return ReadMaster(begin, count, [dst](int64_t at, const float* src, int64_t n) {
+    std::memcpy(dst + at, src, static_cast<size_t>(n) * sizeof(float));
+  });
 }
 
 Status OptimizerSwapper::WriteMaster(int64_t begin, int64_t count, const float* src) {

@@ -190,8 +190,14 @@ class OptimizerSwapper {
   // Copies the state out (total_elems each; a null pointer skips that
   // array; `grads` must be null without gradients_in_store).
   Status ReadState(float* master, float* exp_avg, float* exp_avg_sq, float* grads);
-  // Copies master weights [begin, begin + count) to `dst`, reading only the
-  // sub-groups that overlap the range.
+  // Master weights [begin, begin + count), reading only the sub-groups that
+  // overlap the range, handed to `sink` a sub-group's part at a time, in
+  // order: sink(at, src, n) takes elements [begin + at, begin + at + n)
+  // (`src` valid during the call). From NVMe the next sub-group is read
+  // while `sink` takes one.
+  using MasterSink = std::function<void(int64_t at, const float* src, int64_t n)>;
+  Status ReadMaster(int64_t begin, int64_t count, const MasterSink& sink);
+  // The same range copied to `dst`.
   Status ReadMaster(int64_t begin, int64_t count, float* dst);
 
   // What a checkpoint of this state holds: master, m and v of every

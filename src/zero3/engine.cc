@@ -265,15 +265,22 @@ Status Engine::GetMasterParameters(BlockId block, const std::vector<float*>& out
   ZINF_RETURN_IF_ERROR(m.FinishUpdate());
   const zero3::BlockLayout& l = m.layout(block);
   if (out.size() != l.tensors.size()) return Status::InvalidArgument("engine: one output array per tensor");
-  // One rank: the shard is the flat block, with nothing to gather.
+  if (m.partitioner->world_size() == 1) {
+    // The shard is the flat block: each sub-group's part straight to the
+    // tensors it holds, with no block-sized copy between.
+    return m.optimizer->ReadMaster(l.rank_offset, l.shard_numel, [&](int64_t at, const float* src, int64_t n) {
+      for (size_t t = 0; t < l.tensors.size(); ++t) {
+        const int64_t begin = l.tensors[t].offset, end = begin + l.tensors[t].numel;
+        const int64_t lo = std::max(at, begin), hi = std::min(at + n, end);
+        if (lo < hi) std::memcpy(out[t] + (lo - begin), src + (lo - at), static_cast<size_t>(hi - lo) * sizeof(float));
+      }
+    });
+  }
   std::vector<float> shard(static_cast<size_t>(l.shard_numel));
   ZINF_RETURN_IF_ERROR(m.optimizer->ReadMaster(l.rank_offset, l.shard_numel, shard.data()));
-  std::vector<float> flat;
-  if (m.partitioner->world_size() > 1) {
-    flat.resize(static_cast<size_t>(l.padded_numel));
-    ZINF_RETURN_IF_ERROR(m.host_comm->AllGather(shard.data(), flat.data(), l.shard_numel, ElementType::kF32, nullptr));
-  }
-  m.partitioner->Unflatten(block, flat.empty() ? shard.data() : flat.data(), out);
+  std::vector<float> flat(static_cast<size_t>(l.padded_numel));
+  ZINF_RETURN_IF_ERROR(m.host_comm->AllGather(shard.data(), flat.data(), l.shard_numel, ElementType::kF32, nullptr));
+  m.partitioner->Unflatten(block, flat.data(), out);
   return Status::Ok();
 }
 

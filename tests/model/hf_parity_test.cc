@@ -441,8 +441,10 @@ TEST(HfCheckpointTest, WideConv1DWeightsReadBackAsExportedInEveryDtype) {
     TempDir dir;
     const std::string folder = dir.Sub("gpt2-wide");
     const Status exported =
-        ExportHfFolder(folder, m, nullptr, dtype,
-                       [&init](BlockId b) -> StatusOr<std::vector<std::vector<float>>> { return init.Block(b); });
+        ExportHfFolder(folder, m, nullptr, dtype, [&init](BlockId b, std::vector<std::vector<float>>* w) {
+          *w = init.Block(b);
+          return Status::Ok();
+        });
     ASSERT_TRUE(exported.ok()) << exported.ToString();
     auto file = ReadSafetensors(folder + "/model.safetensors");
     ASSERT_TRUE(file.ok()) << file.status().ToString();

@@ -570,5 +570,73 @@ TEST_F(OptimizerSwapperTest, WriteMasterByRangesEqualsInitialize) {
   }
 }
 
+// ReadMaster of ranges inside one sub-group, across several and whole,
+// from RAM and from NVMe: the values, handed over a sub-group's part at a
+// time in order (each piece within one sub-group, the pieces tiling the
+// range); with delayed completions too (the read ahead lands while the
+// last piece is handed over). An I/O error is returned naming the file,
+// with no read left in flight (the pool's buffers are freed after it).
+TEST_F(OptimizerSwapperTest, ReadMasterHandsOverRangesBySubGroup) {
+  for (OffloadDevice device : {OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+    SCOPED_TRACE(OffloadDeviceName(device));
+    const OptimizerSwapperOptions o = Options(device, true, true);
+    aio::FaultOptions f;
+    f.seed = 5;
+    f.delay_rate = 0.5;
+    const bool nvme = device == OffloadDevice::kNvme;
+    auto engine = MakeFaultyEngine(f);
+    auto pool =
+        nvme ? MakePool(OptimizerSwapper::RequiredBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096)) : nullptr;
+    auto s = OptimizerSwapper::Create(o, nvme ? engine.get() : nullptr, pool.get());
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    const std::vector<float> master = RandomFloats(kTotal, 9, 1.0f);
+    ASSERT_TRUE((*s)->Initialize(master.data()).ok());
+    const std::pair<int64_t, int64_t> ranges[] = {
+        {0, kTotal}, {5, 100}, {29'990, 20}, {12'345, 70'000}, {kTotal - 1, 1}};
+    for (const auto& [begin, count] : ranges) {
+      SCOPED_TRACE(std::to_string(begin) + " +" + std::to_string(count));
+      std::vector<float> got(static_cast<size_t>(count), -1.0f);
+      int64_t next = 0;
+      ASSERT_TRUE((*s)->ReadMaster(begin, count,
+                                   [&](int64_t at, const float* src, int64_t n) {
+                                     EXPECT_EQ(at, next);
+                                     EXPECT_GT(n, 0);
+                                     EXPECT_EQ((begin + at) / kSubGroup, (begin + at + n - 1) / kSubGroup)
+                                         << "two sub-groups";
+                                     std::memcpy(got.data() + at, src, static_cast<size_t>(n) * sizeof(float));
+                                     next = at + n;
+                                   })
+                      .ok());
+      EXPECT_EQ(next, count);
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), master.begin() + begin));
+      std::vector<float> copy(static_cast<size_t>(count));
+      ASSERT_TRUE((*s)->ReadMaster(begin, count, copy.data()).ok());
+      EXPECT_EQ(copy, got);
+    }
+    EXPECT_FALSE((*s)->ReadMaster(kTotal - 1, 2, [](int64_t, const float*, int64_t) {}).ok());
+    if (!nvme) continue;
+    aio::FaultOptions eio;
+    eio.seed = 1;
+    eio.eio_rate = 1.0;
+    auto failing = MakeFaultyEngine(eio);
+    failing->injector().set_enabled(false);
+    auto pool2 = MakePool(OptimizerSwapper::RequiredBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
+    auto t = OptimizerSwapper::Create(Options(device, true, true), failing.get(), pool2.get());
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    ASSERT_TRUE((*t)->Initialize(master.data()).ok());
+    failing->injector().set_enabled(true);
+    int pieces = 0;
+    const Status st = (*t)->ReadMaster(0, kTotal, [&](int64_t, const float*, int64_t) { ++pieces; });
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find(".swp"), std::string::npos) << st.message();
+    EXPECT_EQ(pieces, 0);
+    // The engine's errors are sticky: the next read is refused, naming it.
+    failing->injector().set_enabled(false);
+    std::vector<float> again(kTotal);
+    const Status retry = (*t)->ReadMaster(0, kTotal, again.data());
+    EXPECT_NE(retry.message().find("earlier I/O error"), std::string::npos) << retry.ToString();
+  }
+}
+
 }  // namespace
 }  // namespace zinf::swap
