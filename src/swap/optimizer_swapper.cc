@@ -154,7 +154,12 @@ StatusOr<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::Create(const Optim
 
 OptimizerSwapper::~OptimizerSwapper() { Drain(Status::Ok()).IgnoreError(); }
 
-std::vector<BlobRef> OptimizerSwapper::CheckpointBlobs() {
+StatusOr<std::vector<BlobRef>> OptimizerSwapper::CheckpointBlobs(BlobUse use) {
+  if (use == BlobUse::kSave) {
+    ZINF_RETURN_IF_ERROR(WriteZeros());
+  } else {
+    std::fill(zero_.begin(), zero_.end(), false);
+  }
   std::vector<BlobRef> blobs;
   blobs.reserve(static_cast<size_t>(num_sub_groups_ * 3));
   for (int64_t k = 0; k < num_sub_groups_; ++k) {
@@ -211,8 +216,26 @@ Status OptimizerSwapper::CopyIn(int array, const float* src) {
     auto h = store_->SwapOut(Tensor(array, k), buf);
     if (!h.ok()) return Drain(h.status());
     slot.writes[b] = *h;
+    SetZero(array, k, false);
   }
   return Drain(Status::Ok());
+}
+
+Status OptimizerSwapper::WriteZeros() {
+  if (std::find(zero_.begin(), zero_.end(), true) == zero_.end()) return Status::Ok();
+  DropPrefetch();  // slot 0's buffers are used below
+  ZINF_RETURN_IF_ERROR(Drain(Status::Ok()));
+  char* buf = slots_[0].buffers[0].data();
+  std::memset(buf, 0, static_cast<size_t>(store_->PaddedBytes(sub_group_elems(0) * int64_t{sizeof(float)})));
+  for (int64_t k = 0; k < num_sub_groups_; ++k) {
+    for (int a = 0; a < arrays(); ++a) {
+      if (!Zero(a, k)) continue;
+      ZINF_ASSIGN_OR_RETURN(SwapHandle h, store_->SwapOut(Tensor(a, k), buf));
+      ZINF_RETURN_IF_ERROR(store_->Wait(h));
+      SetZero(a, k, false);
+    }
+  }
+  return Status::Ok();
 }
 
 Status OptimizerSwapper::CopyOut(int array, float* dst) {
@@ -221,6 +244,10 @@ Status OptimizerSwapper::CopyOut(int array, float* dst) {
     const size_t bytes = static_cast<size_t>(sub_group_elems(k)) * sizeof(float);
     if (!store_) {
       std::memcpy(dst + sub_group_begin(k), Resident(array, k), bytes);
+      continue;
+    }
+    if (Zero(array, k)) {
+      std::memset(dst + sub_group_begin(k), 0, bytes);
       continue;
     }
     char* buf = slots_[0].buffers[0].data();
@@ -306,18 +333,38 @@ Status OptimizerSwapper::WriteMaster(int64_t begin, int64_t count, const float* 
 }
 
 Status OptimizerSwapper::ZeroMoments() {
-  ZINF_RETURN_IF_ERROR(CopyIn(kExpAvg, nullptr));
-  ZINF_RETURN_IF_ERROR(CopyIn(kExpAvgSq, nullptr));
+  if (!store_) {
+    ZINF_RETURN_IF_ERROR(CopyIn(kExpAvg, nullptr));
+    ZINF_RETURN_IF_ERROR(CopyIn(kExpAvgSq, nullptr));
+    return options_.gradients_in_store ? CopyIn(kGrad, nullptr) : Status::Ok();
+  }
+  // Reads under way would bring the old values; writes under way land
+  // before the marks' first memset (StartRead finishes a slot's writes).
+  DropPrefetch();
+  zero_.resize(static_cast<size_t>(num_sub_groups_ * arrays()), false);
+  for (int64_t k = 0; k < num_sub_groups_; ++k) {
+    for (int a : {kExpAvg, kExpAvgSq}) SetZero(a, k, true);
+  }
+  // A stored gradient is written out: GradientWindow accumulates into the
+  // store's tensor itself, reading what is there.
   return options_.gradients_in_store ? CopyIn(kGrad, nullptr) : Status::Ok();
+}
+
+int64_t OptimizerSwapper::StepStateBytes() const {
+  if (!store_) return 0;
+  int64_t bytes = 0;
+  for (int64_t k = 0; k < num_sub_groups_; ++k) {
+    const int64_t arrays_read = 1 + int64_t{!Zero(kExpAvg, k)} + int64_t{!Zero(kExpAvgSq, k)};
+    bytes += sub_group_elems(k) * int64_t{sizeof(float)} * (arrays_read + 3);
+  }
+  return bytes;
 }
 
 Status OptimizerSwapper::Initialize(const float* master) {
   if (master == nullptr) return Status::InvalidArgument("optimizer swapper: Initialize needs master weights");
   ZINF_RETURN_IF_ERROR(CopyIn(kMaster, master));
   master_set_.assign(static_cast<size_t>(num_sub_groups_), true);
-  ZINF_RETURN_IF_ERROR(CopyIn(kExpAvg, nullptr));
-  ZINF_RETURN_IF_ERROR(CopyIn(kExpAvgSq, nullptr));
-  return options_.gradients_in_store ? CopyIn(kGrad, nullptr) : Status::Ok();
+  return ZeroMoments();
 }
 
 Status OptimizerSwapper::SetGradients(const float* grads) {
@@ -347,6 +394,11 @@ Status OptimizerSwapper::StartRead(Slot& slot, int64_t k, bool with_grad) {
   slot.sub_group = k;
   for (int a = 0; a < arrays(); ++a) {
     if (a == kGrad && !with_grad) continue;
+    if (Zero(a, k)) {  // nothing on disk to read
+      std::memset(slot.buffers[static_cast<size_t>(a)].data(), 0,
+                  static_cast<size_t>(store_->PaddedBytes(sub_group_elems(k) * int64_t{sizeof(float)})));
+      continue;
+    }
     auto h = store_->SwapIn(Tensor(a, k), slot.buffers[static_cast<size_t>(a)].data());
     if (!h.ok()) {
       // No half-started slot: EnsureRead would take it for one under way.
@@ -401,6 +453,7 @@ Status OptimizerSwapper::StartWrite(Slot& slot) {
   for (int a : {kMaster, kExpAvg, kExpAvgSq}) {
     ZINF_ASSIGN_OR_RETURN(slot.writes[static_cast<size_t>(a)],
                           store_->SwapOut(Tensor(a, slot.sub_group), slot.buffers[static_cast<size_t>(a)].data()));
+    SetZero(a, slot.sub_group, false);
   }
   return Status::Ok();
 }

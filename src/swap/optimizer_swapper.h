@@ -183,6 +183,12 @@ class OptimizerSwapper {
   // call has set yet are zero), then ZeroMoments once every element is set.
   Status WriteMaster(int64_t begin, int64_t count, const float* src);
   // Zeroes m, v and (when stored) the gradient; the master weights stay.
+  // On NVMe m and v are not written: each sub-group's are marked zero,
+  // their reads become a memset of the buffer, and the sub-group's first
+  // write-back (Step) or copy-in puts them on disk. A model's state starts
+  // without writing its moments' zeros (8 of its 12 bytes a parameter) or
+  // reading them back in the first step. (A stored gradient is written:
+  // GradientWindow reads the store's tensor itself.)
   Status ZeroMoments();
   // Sets the fp32 gradient from `grads` (total_elems fp32). Only with
   // gradients_in_store (else kFailedPrecondition).
@@ -206,8 +212,16 @@ class OptimizerSwapper {
   // checkpoint saved from NVMe loads into RAM-resident state and back as
   // long as total_elems and sub_group_elems agree. The refs point into this
   // object (swap tensors or resident buffers): use them for SaveCheckpoint
-  // and LoadCheckpoint while no Step runs.
-  std::vector<BlobRef> CheckpointBlobs();
+  // (kSave: arrays still marked zero are first written out, which only a
+  // checkpoint before the first step meets) or LoadCheckpoint (kRestore:
+  // the load writes every blob, so the marks are dropped) while no Step
+  // runs.
+  enum class BlobUse { kSave, kRestore };
+  StatusOr<std::vector<BlobRef>> CheckpointBlobs(BlobUse use);
+
+  // The bytes of master, m and v the next Step reads and writes on NVMe
+  // (m and v marked zero are not read); 0 with kCpu. Not while Step runs.
+  int64_t StepStateBytes() const;
 
   // One optimizer step over every sub-group (see the file comment).
   Status Step(const optim::CpuAdam& adam, const optim::AdamStepArgs& args, const StepIo& io);
@@ -263,6 +277,15 @@ class OptimizerSwapper {
   std::unique_ptr<aio::PinnedPool> resident_pool_;  // kCpu
   std::vector<aio::PinnedBuffer> resident_;         // kCpu: [k * arrays() + array]
   std::vector<bool> master_set_;                    // per sub-group: master holds values (WriteMaster, Initialize)
+  // kNvme, [k * arrays() + array]: the array of sub-group k is zero and not
+  // on disk (ZeroMoments); only m and v are ever marked.
+  std::vector<bool> zero_;
+  bool Zero(int array, int64_t k) const { return !zero_.empty() && zero_[static_cast<size_t>(k * arrays() + array)]; }
+  void SetZero(int array, int64_t k, bool zero) {
+    if (!zero_.empty()) zero_[static_cast<size_t>(k * arrays() + array)] = zero;
+  }
+  // Writes out the arrays marked zero (clearing the marks).
+  Status WriteZeros();
 };
 
 }  // namespace zinf::swap

@@ -584,10 +584,10 @@ StatusOr<StepResult> Engine::Impl::ApplyStep(StepResult r) {
         optim::GradScaleFactor(r.grad_norm, config.fp16.enabled ? r.loss_scale : 1.0, config.gradient_clipping);
     r.lr = args.lr;
     if (optimizer->store() != nullptr) {
-      // Master, m and v read and written; the gradient read, but for the
-      // sub-groups the window still holds (its writes during the backward
-      // are in gradient_nvme_bytes).
-      counters.optimizer_nvme_bytes += total * 4 * (3 + 3);
+      // Master, m and v read (not m and v the first step, still zero) and
+      // written; the gradient read, but for the sub-groups the window still
+      // holds (its writes during the backward are in gradient_nvme_bytes).
+      counters.optimizer_nvme_bytes += optimizer->StepStateBytes();
       const int64_t held = grad_window ? grad_window->FinalGradientElems() : 0;
       counters.gradient_nvme_bytes += (total - held) * 4;
     }

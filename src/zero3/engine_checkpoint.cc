@@ -28,7 +28,9 @@ Status Engine::SaveCheckpoint(const std::string& dir, const std::map<std::string
   swap::SaveOptions so;
   so.replace_orphan = replace_orphan;
   if (m.options.progress) so.progress = m.options.progress("saving checkpoint " + dir);
-  return swap::SaveCheckpoint(*m.checkpoint_io, *m.checkpoint_pool, dir, all, m.optimizer->CheckpointBlobs(), so)
+  StatusOr<std::vector<swap::BlobRef>> blobs = m.optimizer->CheckpointBlobs(swap::OptimizerSwapper::BlobUse::kSave);
+  if (!blobs.ok()) return blobs.status().WithContext("saving checkpoint " + dir);
+  return swap::SaveCheckpoint(*m.checkpoint_io, *m.checkpoint_pool, dir, all, *blobs, so)
       .WithContext("saving checkpoint " + dir);
 }
 
@@ -66,7 +68,9 @@ StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(const std::s
   // Restore's errors name the checkpoint directory already.
   ProgressFn progress_fn;
   if (m.options.progress) progress_fn = m.options.progress("loading checkpoint " + dir);
-  ZINF_RETURN_IF_ERROR(reader.Restore(m.optimizer->CheckpointBlobs(), progress_fn));
+  ZINF_ASSIGN_OR_RETURN(std::vector<swap::BlobRef> blobs,
+                        m.optimizer->CheckpointBlobs(swap::OptimizerSwapper::BlobUse::kRestore));
+  ZINF_RETURN_IF_ERROR(reader.Restore(blobs, progress_fn));
 
   // The working parameters at their home tier follow from the master weights.
   ZINF_RETURN_IF_ERROR(m.WriteHomeFromMaster());

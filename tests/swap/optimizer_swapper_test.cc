@@ -299,18 +299,22 @@ TEST_P(OptimizerSwapperPipelineTest, StepUsesThePrefetchedReads) {
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   const std::vector<float> master = RandomFloats(kTotal, 1, 1.0f), grads = RandomFloats(kTotal, 11, 0.1f);
   ASSERT_TRUE((*s)->Initialize(master.data()).ok());
-  const int64_t before = engine.reads;
-  ASSERT_TRUE((*s)->PrefetchStep().ok());
-  EXPECT_GT(engine.reads, before);
-  ASSERT_TRUE((*s)->PrefetchStep().ok());
   std::vector<uint16_t> params16(kTotal);
   StepIo io = OutputTo(params16.data());
   io.grads = grads.data();
   optim::AdamStepArgs args;
-  args.step = 1;
   args.lr = 1e-3;
-  ASSERT_TRUE((*s)->Step(*adam_, args, io).ok());
-  EXPECT_EQ(engine.reads - before, 3 * (*s)->num_sub_groups());
+  for (args.step = 1; args.step <= 2; ++args.step) {
+    SCOPED_TRACE("step " + std::to_string(args.step));
+    const int64_t before = engine.reads;
+    ASSERT_TRUE((*s)->PrefetchStep().ok());
+    EXPECT_GT(engine.reads, before);
+    ASSERT_TRUE((*s)->PrefetchStep().ok());
+    ASSERT_TRUE((*s)->Step(*adam_, args, io).ok());
+    // The first step reads the master weights alone: m and v start zero
+    // (ZeroMoments wrote nothing to read).
+    EXPECT_EQ(engine.reads - before, (args.step == 1 ? 1 : 3) * (*s)->num_sub_groups());
+  }
 }
 
 // A gradient the caller holds in RAM (StepIo::held_grads: the engine's
@@ -356,7 +360,8 @@ TEST_P(OptimizerSwapperPipelineTest, HeldGradientsAreUsedNotRead) {
     int64_t not_held = 0;
     for (int64_t k = 0; k < n; ++k) not_held += held(k) ? 0 : 1;
     const int64_t prefetched = step == 2 ? 3 * std::min<int64_t>(n, OptimizerSwapper::PoolBuffers(o) / 4) : 0;
-    EXPECT_EQ(engine.reads - before, 3 * n + not_held - prefetched) << "step " << step;
+    const int64_t state = step == 1 ? n : 3 * n;  // m and v start zero, not read
+    EXPECT_EQ(engine.reads - before, state + not_held - prefetched) << "step " << step;
   }
   got.master.resize(kTotal);
   got.m.resize(kTotal);
@@ -471,76 +476,83 @@ TEST_F(OptimizerSwapperTest, IoErrorDuringStepIsReportedWithTheSubGroup) {
 
 // Train 2 steps, checkpoint the NVMe state, load it into a new swapper on
 // other files, train 2 more: bit for bit what 4 uninterrupted steps give.
+// The same from a checkpoint before the first step, whose m and v are
+// still marked zero (not on disk): the save writes them out.
 TEST_F(OptimizerSwapperTest, ResumeFromCheckpointEqualsUninterruptedTraining) {
-  constexpr int kBefore = 2, kAfter = 2;
-  auto engine = MakeEngine();
-  const std::vector<float> master = RandomFloats(kTotal, 1, 1.0f);
-  auto step = [&](OptimizerSwapper& s, int t, std::vector<uint16_t>& out16) {
-    const std::vector<float> grads = RandomFloats(kTotal, 100 + t, 0.1f);
-    ASSERT_TRUE(s.SetGradients(grads.data()).ok());
-    optim::AdamStepArgs args;
-    args.step = t;
-    args.lr = 1e-3;
-    Status st = s.Step(*adam_, args, OutputTo(out16.data()));
-    ASSERT_TRUE(st.ok()) << st.ToString();
-  };
-  auto make = [&](std::unique_ptr<aio::PinnedPool>& pool) {
-    const OptimizerSwapperOptions o = Options(OffloadDevice::kNvme, true, true);
-    pool = MakePool(OptimizerSwapper::RequiredBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
-    auto s = OptimizerSwapper::Create(o, engine.get(), pool.get());
-    EXPECT_TRUE(s.ok()) << s.status().ToString();
-    return s.ok() ? std::move(s).value() : nullptr;
-  };
-  // The state blobs a checkpoint holds: every master, m and v sub-group.
-  auto state_blobs = [](OptimizerSwapper& s) {
-    std::vector<BlobRef> blobs;
-    SwapStore* store = s.store();
-    for (TensorId id = 0; id < store->tensor_count(); ++id) {
-      const std::string& name = store->tensor(id).name;
-      if (name.find(".grad.") != std::string::npos) continue;
-      // Names differ per swapper prefix ("optimN."); the checkpoint uses the rest.
-      blobs.push_back(BlobRef::Swap(name.substr(name.find('.') + 1), store, id));
+  constexpr int kAfter = 2;
+  for (const int kBefore : {2, 0}) {
+    SCOPED_TRACE("checkpoint after step " + std::to_string(kBefore));
+    auto engine = MakeEngine();
+    const std::vector<float> master = RandomFloats(kTotal, 1, 1.0f);
+    auto step = [&](OptimizerSwapper& s, int t, std::vector<uint16_t>& out16) {
+      const std::vector<float> grads = RandomFloats(kTotal, 100 + t, 0.1f);
+      ASSERT_TRUE(s.SetGradients(grads.data()).ok());
+      optim::AdamStepArgs args;
+      args.step = t;
+      args.lr = 1e-3;
+      Status st = s.Step(*adam_, args, OutputTo(out16.data()));
+      ASSERT_TRUE(st.ok()) << st.ToString();
+    };
+    auto make = [&](std::unique_ptr<aio::PinnedPool>& pool) {
+      const OptimizerSwapperOptions o = Options(OffloadDevice::kNvme, true, true);
+      pool = MakePool(OptimizerSwapper::RequiredBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
+      auto s = OptimizerSwapper::Create(o, engine.get(), pool.get());
+      EXPECT_TRUE(s.ok()) << s.status().ToString();
+      return s.ok() ? std::move(s).value() : nullptr;
+    };
+    // The state blobs a checkpoint holds: every master, m and v sub-group.
+    auto state_blobs = [](OptimizerSwapper& s, OptimizerSwapper::BlobUse use) {
+      auto blobs = s.CheckpointBlobs(use);
+      EXPECT_TRUE(blobs.ok()) << blobs.status().ToString();
+      EXPECT_EQ(blobs.ok() ? blobs->size() : 0, static_cast<size_t>(3 * s.num_sub_groups()));
+      return blobs.ok() ? *blobs : std::vector<BlobRef>{};
+    };
+
+    std::unique_ptr<aio::PinnedPool> pool_a, pool_b, pool_c;
+    std::vector<uint16_t> out_a(kTotal), out_b(kTotal);
+    auto uninterrupted = make(pool_a);
+    ASSERT_NE(uninterrupted, nullptr);
+    ASSERT_TRUE(uninterrupted->Initialize(master.data()).ok());
+    for (int t = 1; t <= kBefore + kAfter; ++t) step(*uninterrupted, t, out_a);
+
+    auto first = make(pool_b);
+    ASSERT_NE(first, nullptr);
+    if (kBefore == 0) {  // m and v on disk that are not zero, under the marks
+      const std::vector<float> other = RandomFloats(kTotal, 2, 1.0f);
+      ASSERT_TRUE(first->Initialize(other.data()).ok());
+      std::vector<uint16_t> ignored(kTotal);
+      step(*first, 1, ignored);
     }
-    return blobs;
-  };
+    ASSERT_TRUE(first->Initialize(master.data()).ok());
+    for (int t = 1; t <= kBefore; ++t) step(*first, t, out_b);
+    auto ckpt_pool = MakePool(2, 64 << 10);
+    const std::string ckpt = dir_.Sub("ckpt") + "/step-" + std::to_string(kBefore);
+    ASSERT_TRUE(MakeDirectories(dir_.Sub("ckpt")).ok());
+    Status st = SaveCheckpoint(*engine, *ckpt_pool, ckpt, {{"step", std::to_string(kBefore)}},
+                               state_blobs(*first, OptimizerSwapper::BlobUse::kSave));
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    first.reset();
 
-  std::unique_ptr<aio::PinnedPool> pool_a, pool_b, pool_c;
-  std::vector<uint16_t> out_a(kTotal), out_b(kTotal);
-  auto uninterrupted = make(pool_a);
-  ASSERT_NE(uninterrupted, nullptr);
-  ASSERT_TRUE(uninterrupted->Initialize(master.data()).ok());
-  for (int t = 1; t <= kBefore + kAfter; ++t) step(*uninterrupted, t, out_a);
+    auto resumed = make(pool_c);
+    ASSERT_NE(resumed, nullptr);
+    ASSERT_TRUE(resumed->Initialize(master.data()).ok());  // then overwritten by the checkpoint
+    auto meta = LoadCheckpoint(*engine, *ckpt_pool, ckpt, state_blobs(*resumed, OptimizerSwapper::BlobUse::kRestore));
+    ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+    ASSERT_EQ(meta->at("step"), std::to_string(kBefore));
+    for (int t = kBefore + 1; t <= kBefore + kAfter; ++t) step(*resumed, t, out_b);
 
-  auto first = make(pool_b);
-  ASSERT_NE(first, nullptr);
-  ASSERT_TRUE(first->Initialize(master.data()).ok());
-  for (int t = 1; t <= kBefore; ++t) step(*first, t, out_b);
-  auto ckpt_pool = MakePool(2, 64 << 10);
-  const std::string ckpt = dir_.Sub("ckpt") + "/step-2";
-  ASSERT_TRUE(MakeDirectories(dir_.Sub("ckpt")).ok());
-  Status st = SaveCheckpoint(*engine, *ckpt_pool, ckpt, {{"step", std::to_string(kBefore)}}, state_blobs(*first));
-  ASSERT_TRUE(st.ok()) << st.ToString();
-  first.reset();
-
-  auto resumed = make(pool_c);
-  ASSERT_NE(resumed, nullptr);
-  ASSERT_TRUE(resumed->Initialize(master.data()).ok());  // then overwritten by the checkpoint
-  auto meta = LoadCheckpoint(*engine, *ckpt_pool, ckpt, state_blobs(*resumed));
-  ASSERT_TRUE(meta.ok()) << meta.status().ToString();
-  ASSERT_EQ(meta->at("step"), std::to_string(kBefore));
-  for (int t = kBefore + 1; t <= kBefore + kAfter; ++t) step(*resumed, t, out_b);
-
-  Result a, b;
-  for (Result* r : {&a, &b}) {
-    r->master.resize(kTotal);
-    r->m.resize(kTotal);
-    r->v.resize(kTotal);
+    Result a, b;
+    for (Result* r : {&a, &b}) {
+      r->master.resize(kTotal);
+      r->m.resize(kTotal);
+      r->v.resize(kTotal);
+    }
+    ASSERT_TRUE(uninterrupted->ReadState(a.master.data(), a.m.data(), a.v.data(), nullptr).ok());
+    ASSERT_TRUE(resumed->ReadState(b.master.data(), b.m.data(), b.v.data(), nullptr).ok());
+    a.params16 = out_a;
+    b.params16 = out_b;
+    ExpectBitIdentical(a, b);
   }
-  ASSERT_TRUE(uninterrupted->ReadState(a.master.data(), a.m.data(), a.v.data(), nullptr).ok());
-  ASSERT_TRUE(resumed->ReadState(b.master.data(), b.m.data(), b.v.data(), nullptr).ok());
-  a.params16 = out_a;
-  b.params16 = out_b;
-  ExpectBitIdentical(a, b);
 }
 
 // The initial master weights streamed in by ranges, in any order and cut
@@ -568,6 +580,44 @@ TEST_F(OptimizerSwapperTest, WriteMasterByRangesEqualsInitialize) {
     EXPECT_EQ(v, std::vector<float>(kTotal, 0.0f));
     EXPECT_FALSE((*s)->WriteMaster(kTotal - 1, 2, master.data()).ok());
   }
+}
+
+// On NVMe, ZeroMoments writes nothing (m and v are marked zero) and
+// Initialize writes the master weights alone; the state reads back zero
+// where m and v were not, and the steps after stay bit-identical to RAM
+// (NvmeStepIsBitIdenticalToRam); the bytes a step moves count the reads
+// skipped.
+TEST_F(OptimizerSwapperTest, ZeroMomentsWriteNothingOnNvme) {
+  OptimizerSwapperOptions o = Options(OffloadDevice::kNvme, true, true);
+  o.gradients_in_store = false;
+  auto inner = MakeEngine();
+  HeldWritesEngine engine(inner.get());
+  auto pool = MakePool(OptimizerSwapper::RequiredBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
+  auto s = OptimizerSwapper::Create(o, &engine, pool.get());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const int64_t n = (*s)->num_sub_groups(), state = kTotal * 4;
+  const std::vector<float> master = RandomFloats(kTotal, 1, 1.0f), grads = RandomFloats(kTotal, 3, 0.1f);
+  int64_t before = engine.writes;
+  ASSERT_TRUE((*s)->Initialize(master.data()).ok());
+  EXPECT_EQ(engine.writes - before, n);
+  EXPECT_EQ((*s)->StepStateBytes(), state * (1 + 3));
+  std::vector<uint16_t> params16(kTotal);
+  StepIo io = OutputTo(params16.data());
+  io.grads = grads.data();
+  optim::AdamStepArgs args;
+  args.step = 1;
+  args.lr = 1e-3;
+  ASSERT_TRUE((*s)->Step(*adam_, args, io).ok());
+  EXPECT_EQ((*s)->StepStateBytes(), state * (3 + 3));
+  std::vector<float> m(kTotal), v(kTotal);
+  ASSERT_TRUE((*s)->ReadState(nullptr, m.data(), v.data(), nullptr).ok());
+  EXPECT_NE(m, std::vector<float>(kTotal, 0.0f));
+  before = engine.writes;
+  ASSERT_TRUE((*s)->ZeroMoments().ok());
+  EXPECT_EQ(engine.writes, before);
+  ASSERT_TRUE((*s)->ReadState(nullptr, m.data(), v.data(), nullptr).ok());
+  EXPECT_EQ(m, std::vector<float>(kTotal, 0.0f));
+  EXPECT_EQ(v, std::vector<float>(kTotal, 0.0f));
 }
 
 // ReadMaster of ranges inside one sub-group, across several and whole,

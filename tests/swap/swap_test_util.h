@@ -80,7 +80,7 @@ inline std::unique_ptr<aio::PinnedPool> MakePool(int64_t count, int64_t bytes) {
   return p.ok() ? std::move(p).value() : nullptr;
 }
 
-// The wrapped engine, counting the read requests it is given, except that
+// The wrapped engine, counting the read and write requests it is given, except that
 // while `hold` is set a write it was given never reads as done (IsDone);
 // Wait still waits for the real one. Lets a test see what a swapper does
 // with a write-back that has not landed, and how often it reads.
@@ -89,7 +89,8 @@ class HeldWritesEngine final : public aio::IoEngine {
  public:
   explicit HeldWritesEngine(aio::IoEngine* inner) : inner_(inner) {}
   bool hold = false;
-  int64_t reads = 0;  // read requests submitted
+  int64_t reads = 0;   // read requests submitted
+  int64_t writes = 0;  // write requests submitted
 
   std::string_view name() const override { return inner_->name(); }
   const aio::IoEngineOptions& options() const override { return inner_->options(); }
@@ -102,7 +103,10 @@ class HeldWritesEngine final : public aio::IoEngine {
   using IoEngine::Submit;
   StatusOr<aio::IoTicket> Submit(aio::IoOp op, std::span<const aio::IoSegment> segments) override {
     auto t = inner_->Submit(op, segments);
-    if (t.ok() && op == aio::IoOp::kWrite) writes_.insert(t->id);
+    if (t.ok() && op == aio::IoOp::kWrite) {
+      writes_.insert(t->id);
+      ++writes;
+    }
     if (t.ok() && op == aio::IoOp::kRead) ++reads;
     return t;
   }
