@@ -543,10 +543,10 @@ void TransposeCast(void* dst, ElementType dst_type, const void* src, ElementType
   const int64_t src_size = ElementSizeBytes(src_type), dst_size = ElementSizeBytes(dst_type);
   const auto* s = static_cast<const std::byte*>(src);
   auto* d = static_cast<std::byte*>(dst);
-  // A tile: its source rows' pieces read as float (each a run of the
-  // source), transposed in the cache, written as runs of the destination.
-#pragma omp parallel for schedule(static) if (WorthThreads((col1 - col0) * rows))
-  for (int64_t c0 = col0; c0 < col1; c0 += kTile) {
+  // A tile's column stripe: its source rows' pieces read as float (each a
+  // run of the source), transposed in the cache, written as runs of the
+  // destination.
+  auto stripe = [&](int64_t c0) {
     const int64_t c1 = std::min(c0 + kTile, col1);
     float in[kTile][kTile], out[kTile][kTile];
     for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
@@ -557,7 +557,13 @@ void TransposeCast(void* dst, ElementType dst_type, const void* src, ElementType
         CastOut(d + ((c - col0) * rows + r0) * dst_size, dst_type, out[c - c0], r1 - r0);
       }
     }
+  };
+  if (!WorthThreads((col1 - col0) * rows)) {  // no parallel region at all (see Convert)
+    for (int64_t c0 = col0; c0 < col1; c0 += kTile) stripe(c0);
+    return;
   }
+#pragma omp parallel for schedule(static)
+  for (int64_t c0 = col0; c0 < col1; c0 += kTile) stripe(c0);
 }
 
 // ---------------------------------------------------------------- encoder

@@ -121,17 +121,24 @@ std::string ShardHeader(const std::vector<OutTensor>& plan, size_t shard, const 
 }
 
 // The tensor's bytes in the file's dtype and layout (GPT-2's Conv1D
-// weights transposed), into `bytes` (resized).
-void Encode(const OutTensor& o, const std::vector<float>& w, const std::string& dtype, std::vector<std::byte>* bytes) {
+// weights transposed), into `bytes` (resized). kInvalidArgument naming the
+// tensor when the block reader gave fewer values than the part holds.
+Status Encode(const OutTensor& o, const std::vector<float>& w, const std::string& dtype,
+              std::vector<std::byte>* bytes) {
   const ElementType type = *SafetensorsFloatType(dtype);  // checked by ExportHfFolder
   const int64_t n = o.bytes / ElementSizeBytes(type);
+  if (static_cast<int64_t>(w.size()) < n) {
+    return Status::InvalidArgument("export " + o.name + ": the block reader gave " + std::to_string(w.size()) +
+                                   " values, the tensor holds " + std::to_string(n));
+  }
   bytes->resize(static_cast<size_t>(o.bytes));
   if (!o.transpose) {
     kernels::cpu::CastOut(bytes->data(), type, w.data(), n);
-    return;
+    return Status::Ok();
   }
   // File [in, out] is the transpose of engine [out, in].
   kernels::cpu::TransposeCast(bytes->data(), type, w.data(), ElementType::kF32, o.shape[1], o.shape[0], 0, o.shape[0]);
+  return Status::Ok();
 }
 
 // Appends to one open file, naming it in errors.
@@ -212,7 +219,11 @@ Status WriteWeights(const std::string& dir, const std::vector<OutTensor>& plan, 
     for (; next < plan.size() && plan[next].block == b; ++next) {
       const OutTensor& o = plan[next];
       ZINF_RETURN_IF_ERROR(to_shard(o));
-      Encode(o, block[o.index], dtype, &raw);
+      if (o.index >= block.size()) {
+        return Status::InvalidArgument("export " + o.name + ": the block reader gave " + std::to_string(block.size()) +
+                                       " tensors of block " + std::to_string(b));
+      }
+      ZINF_RETURN_IF_ERROR(Encode(o, block[o.index], dtype, &raw));
       ZINF_RETURN_IF_ERROR(file.Write(raw.data(), raw.size()));
     }
   }

@@ -429,12 +429,11 @@ struct Trainer::Impl {
     return loss;
   }
 
-  // The fp32 master weights of a model block (GptBlockSpecs order), from
-  // its pieces. Collective (GetMasterParameters gathers).
-  // A model block's master weights into `master` (one array per tensor,
-  // GptBlockSpecs order); its arrays are resized, so a caller reading block
-  // after block into the same one allocates (and the kernel zeroes) only
-  // where a tensor is larger than any before.
+  // A model block's fp32 master weights, from its pieces, into `master`
+  // (one array per tensor, GptBlockSpecs order); its arrays are resized, so
+  // a caller reading block after block into the same one allocates (and
+  // the kernel zeroes) only where a tensor is larger than any before.
+  // Collective (GetMasterParameters gathers).
   Status ReadModelBlock(BlockId model_block, std::vector<std::vector<float>>* master) {
     master->resize(spec_tensor_count(model_block));
     for (BlockId e : layout.pieces_of(model_block)) {

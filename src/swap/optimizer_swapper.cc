@@ -155,11 +155,8 @@ StatusOr<std::unique_ptr<OptimizerSwapper>> OptimizerSwapper::Create(const Optim
 OptimizerSwapper::~OptimizerSwapper() { Drain(Status::Ok()).IgnoreError(); }
 
 StatusOr<std::vector<BlobRef>> OptimizerSwapper::CheckpointBlobs(BlobUse use) {
-  if (use == BlobUse::kSave) {
-    ZINF_RETURN_IF_ERROR(WriteZeros());
-  } else {
-    std::fill(zero_.begin(), zero_.end(), false);
-  }
+  DropPrefetch();  // reads of the state a load replaces, or slot 0's buffers WriteZeros uses
+  if (use == BlobUse::kSave) ZINF_RETURN_IF_ERROR(WriteZeros());
   std::vector<BlobRef> blobs;
   blobs.reserve(static_cast<size_t>(num_sub_groups_ * 3));
   for (int64_t k = 0; k < num_sub_groups_; ++k) {
@@ -176,6 +173,8 @@ StatusOr<std::vector<BlobRef>> OptimizerSwapper::CheckpointBlobs(BlobUse use) {
   }
   return blobs;
 }
+
+void OptimizerSwapper::Restored() { std::fill(zero_.begin(), zero_.end(), false); }
 
 float* OptimizerSwapper::Resident(int array, int64_t k) const {
   return reinterpret_cast<float*>(resident_[static_cast<size_t>(k * arrays() + array)].data());
@@ -216,7 +215,6 @@ Status OptimizerSwapper::CopyIn(int array, const float* src) {
     auto h = store_->SwapOut(Tensor(array, k), buf);
     if (!h.ok()) return Drain(h.status());
     slot.writes[b] = *h;
-    SetZero(array, k, false);
   }
   return Drain(Status::Ok());
 }
@@ -277,7 +275,9 @@ Status OptimizerSwapper::ReadMaster(int64_t begin, int64_t count, const MasterSi
     return Status::Ok();
   }
   // Two of slot 0's buffers in turn (every slot has one per array, each a
-  // sub-group's size): sub-group k + 1 is read while k is handed over.
+  // sub-group's size): sub-group k + 1 is read while k is handed over. No
+  // write is out of them (every writer drains before it returns): made sure.
+  ZINF_RETURN_IF_ERROR(FinishWrite(slots_[0]));
   const std::array<char*, 2> buffers = {slots_[0].buffers[kMaster].data(), slots_[0].buffers[kExpAvg].data()};
   // One read is in flight at a time, the one waited for next.
   ZINF_ASSIGN_OR_RETURN(SwapHandle read, store_->SwapIn(Tensor(kMaster, first), buffers[0]));

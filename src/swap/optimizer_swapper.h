@@ -166,7 +166,9 @@ class OptimizerSwapper {
   // First element and element count of sub-group k.
   int64_t sub_group_begin(int64_t k) const { return k * options_.sub_group_elems; }
   int64_t sub_group_elems(int64_t k) const;
-  // The store holding the state (kNvme), for checkpoints; null with kCpu.
+  // The store holding the state (kNvme); null with kCpu. Checkpoints go
+  // through CheckpointBlobs: m and v marked zero (ZeroMoments) are not in
+  // the store until the first step writes them.
   SwapStore* store() const { return store_.get(); }
   bool gradients_in_store() const { return options_.gradients_in_store; }
   // The store's tensor of sub-group k's gradient, for a caller that fills it
@@ -185,7 +187,7 @@ class OptimizerSwapper {
   // Zeroes m, v and (when stored) the gradient; the master weights stay.
   // On NVMe m and v are not written: each sub-group's are marked zero,
   // their reads become a memset of the buffer, and the sub-group's first
-  // write-back (Step) or copy-in puts them on disk. A model's state starts
+  // write-back (Step) puts them on disk. A model's state starts
   // without writing its moments' zeros (8 of its 12 bytes a parameter) or
   // reading them back in the first step. (A stored gradient is written:
   // GradientWindow reads the store's tensor itself.)
@@ -214,10 +216,12 @@ class OptimizerSwapper {
   // object (swap tensors or resident buffers): use them for SaveCheckpoint
   // (kSave: arrays still marked zero are first written out, which only a
   // checkpoint before the first step meets) or LoadCheckpoint (kRestore:
-  // the load writes every blob, so the marks are dropped) while no Step
-  // runs.
+  // prefetched reads are dropped; call Restored once the load has written
+  // every blob, which drops the marks: a load refused before writing
+  // leaves them, and the zeros they stand for) while no Step runs.
   enum class BlobUse { kSave, kRestore };
   StatusOr<std::vector<BlobRef>> CheckpointBlobs(BlobUse use);
+  void Restored();
 
   // The bytes of master, m and v the next Step reads and writes on NVMe
   // (m and v marked zero are not read); 0 with kCpu. Not while Step runs.
@@ -232,9 +236,8 @@ class OptimizerSwapper {
   // stored one when it gets there): call it while no Step runs, e.g. while
   // the last micro-batch's gradient is still being accumulated, in RAM or
   // into the store. Does nothing when the reads are already under way, or with
-  // device kCpu. Initialize, SetGradients, ReadState and ReadMaster drop
-  // them first; a caller that changes the state through CheckpointBlobs
-  // calls DropPrefetch before.
+  // device kCpu. Initialize, ZeroMoments, SetGradients, ReadState,
+  // ReadMaster and CheckpointBlobs drop them first.
   Status PrefetchStep();
   // Waits for the prefetched reads and forgets them (their errors too: the
   // next Step reads again and reports).
@@ -269,6 +272,14 @@ class OptimizerSwapper {
   Status StartWrite(Slot& slot);
   Status FinishWrite(Slot& slot);
   Status Drain(Status first);  // waits for everything in flight, keeps the first error
+  // Whether `array` of sub-group k is marked zero (zero_), and setting it.
+  bool Zero(int array, int64_t k) const { return !zero_.empty() && zero_[static_cast<size_t>(k * arrays() + array)]; }
+  void SetZero(int array, int64_t k, bool zero) {
+    if (!zero_.empty()) zero_[static_cast<size_t>(k * arrays() + array)] = zero;
+  }
+  // Writes out the arrays marked zero (clearing the marks), one at a time:
+  // only a checkpoint before the first step meets them.
+  Status WriteZeros();
 
   OptimizerSwapperOptions options_;
   int64_t num_sub_groups_ = 0;
@@ -280,12 +291,6 @@ class OptimizerSwapper {
   // kNvme, [k * arrays() + array]: the array of sub-group k is zero and not
   // on disk (ZeroMoments); only m and v are ever marked.
   std::vector<bool> zero_;
-  bool Zero(int array, int64_t k) const { return !zero_.empty() && zero_[static_cast<size_t>(k * arrays() + array)]; }
-  void SetZero(int array, int64_t k, bool zero) {
-    if (!zero_.empty()) zero_[static_cast<size_t>(k * arrays() + array)] = zero;
-  }
-  // Writes out the arrays marked zero (clearing the marks).
-  Status WriteZeros();
 };
 
 }  // namespace zinf::swap

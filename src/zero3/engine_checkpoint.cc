@@ -71,6 +71,7 @@ StatusOr<std::map<std::string, std::string>> Engine::LoadCheckpoint(const std::s
   ZINF_ASSIGN_OR_RETURN(std::vector<swap::BlobRef> blobs,
                         m.optimizer->CheckpointBlobs(swap::OptimizerSwapper::BlobUse::kRestore));
   ZINF_RETURN_IF_ERROR(reader.Restore(blobs, progress_fn));
+  m.optimizer->Restored();
 
   // The working parameters at their home tier follow from the master weights.
   ZINF_RETURN_IF_ERROR(m.WriteHomeFromMaster());

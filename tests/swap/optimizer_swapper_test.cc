@@ -10,6 +10,7 @@
 namespace zinf::swap {
 namespace {
 
+using testing::CorruptFile;
 using testing::HeldWritesEngine;
 using testing::MakeEngine;
 using testing::MakeFaultyEngine;
@@ -538,6 +539,7 @@ TEST_F(OptimizerSwapperTest, ResumeFromCheckpointEqualsUninterruptedTraining) {
     ASSERT_TRUE(resumed->Initialize(master.data()).ok());  // then overwritten by the checkpoint
     auto meta = LoadCheckpoint(*engine, *ckpt_pool, ckpt, state_blobs(*resumed, OptimizerSwapper::BlobUse::kRestore));
     ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+    resumed->Restored();
     ASSERT_EQ(meta->at("step"), std::to_string(kBefore));
     for (int t = kBefore + 1; t <= kBefore + kAfter; ++t) step(*resumed, t, out_b);
 
@@ -553,6 +555,58 @@ TEST_F(OptimizerSwapperTest, ResumeFromCheckpointEqualsUninterruptedTraining) {
     b.params16 = out_b;
     ExpectBitIdentical(a, b);
   }
+}
+
+// A load refused before it writes anything (a corrupt blob) leaves m and v
+// marked zero: the swapper's own start (Initialize) trains on, bit for bit
+// as an uninterrupted run, rather than reading m and v never written.
+TEST_F(OptimizerSwapperTest, ARefusedLoadKeepsTheZeroMarks) {
+  auto engine = MakeEngine();
+  const OptimizerSwapperOptions o = Options(OffloadDevice::kNvme, true, true);
+  const std::vector<float> master = RandomFloats(kTotal, 1, 1.0f);
+  std::vector<uint16_t> out(kTotal);
+  auto steps = [&](OptimizerSwapper& s) {
+    for (int t = 1; t <= 2; ++t) {
+      const std::vector<float> grads = RandomFloats(kTotal, 100 + t, 0.1f);
+      ASSERT_TRUE(s.SetGradients(grads.data()).ok());
+      optim::AdamStepArgs args;
+      args.step = t;
+      args.lr = 1e-3;
+      const Status st = s.Step(*adam_, args, OutputTo(out.data()));
+      ASSERT_TRUE(st.ok()) << st.ToString();
+    }
+  };
+  auto pool_a = MakePool(OptimizerSwapper::RequiredBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
+  auto a = OptimizerSwapper::Create(o, engine.get(), pool_a.get());
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE((*a)->Initialize(master.data()).ok());
+  steps(**a);
+  auto saved = (*a)->CheckpointBlobs(OptimizerSwapper::BlobUse::kSave);
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  auto ckpt_pool = MakePool(2, 64 << 10);
+  ASSERT_TRUE(MakeDirectories(dir_.Sub("ckpt")).ok());
+  const std::string ckpt = dir_.Sub("ckpt") + "/step-2";
+  ASSERT_TRUE(SaveCheckpoint(*engine, *ckpt_pool, ckpt, {{"step", "2"}}, *saved).ok());
+  CorruptFile(ckpt + "/blob-00000.bin", 1000);
+
+  const OptimizerSwapperOptions ob = Options(OffloadDevice::kNvme, true, true);
+  auto pool_b = MakePool(OptimizerSwapper::RequiredBuffers(ob), OptimizerSwapper::RequiredBufferBytes(ob, 4096));
+  auto b = OptimizerSwapper::Create(ob, engine.get(), pool_b.get());
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_TRUE((*b)->Initialize(master.data()).ok());
+  auto blobs = (*b)->CheckpointBlobs(OptimizerSwapper::BlobUse::kRestore);
+  ASSERT_TRUE(blobs.ok()) << blobs.status().ToString();
+  auto meta = LoadCheckpoint(*engine, *ckpt_pool, ckpt, *blobs);
+  ASSERT_EQ(meta.status().code(), StatusCode::kCorruption) << meta.status().ToString();
+  steps(**b);
+  Result ra, rb;
+  for (auto [s, r] : {std::pair{a->get(), &ra}, std::pair{b->get(), &rb}}) {
+    r->master.resize(kTotal);
+    r->m.resize(kTotal);
+    r->v.resize(kTotal);
+    ASSERT_TRUE(s->ReadState(r->master.data(), r->m.data(), r->v.data(), nullptr).ok());
+  }
+  ExpectBitIdentical(ra, rb);
 }
 
 // The initial master weights streamed in by ranges, in any order and cut
@@ -624,8 +678,9 @@ TEST_F(OptimizerSwapperTest, ZeroMomentsWriteNothingOnNvme) {
 // from RAM and from NVMe: the values, handed over a sub-group's part at a
 // time in order (each piece within one sub-group, the pieces tiling the
 // range); with delayed completions too (the read ahead lands while the
-// last piece is handed over). An I/O error is returned naming the file,
-// with no read left in flight (the pool's buffers are freed after it).
+// last piece is handed over). An I/O error is returned naming the file
+// (that no read is left in flight into the buffers freed after it is
+// ASan's to see).
 TEST_F(OptimizerSwapperTest, ReadMasterHandsOverRangesBySubGroup) {
   for (OffloadDevice device : {OffloadDevice::kCpu, OffloadDevice::kNvme}) {
     SCOPED_TRACE(OffloadDeviceName(device));
