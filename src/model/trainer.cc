@@ -430,10 +430,12 @@ struct Trainer::Impl {
   }
 
   // A model block's fp32 master weights, from its pieces, into `master`
-  // (one array per tensor, GptBlockSpecs order); its arrays are resized, so
-  // a caller reading block after block into the same one allocates (and
-  // the kernel zeroes) only where a tensor is larger than any before.
-  // Collective (GetMasterParameters gathers).
+  // (one array per tensor, GptBlockSpecs order), reusing its arrays: a
+  // caller reading layer after layer into the same one allocates (and the
+  // kernel zeroes) nothing after the first. An array larger than its
+  // tensor is given back first, so no more than one block is held (the
+  // embedding's rows are not kept through the layers). Collective
+  // (GetMasterParameters gathers).
   Status ReadModelBlock(BlockId model_block, std::vector<std::vector<float>>* master) {
     master->resize(spec_tensor_count(model_block));
     for (BlockId e : layout.pieces_of(model_block)) {
@@ -441,7 +443,9 @@ struct Trainer::Impl {
       std::vector<float*> out;
       for (size_t i = 0; i < s.tensors.size(); ++i) {
         std::vector<float>& t = (*master)[static_cast<size_t>(layout.piece(e).tensors[i])];
-        t.resize(static_cast<size_t>(s.tensors[i].numel()));
+        const auto n = static_cast<size_t>(s.tensors[i].numel());
+        if (t.capacity() > n) std::vector<float>().swap(t);
+        t.resize(n);
         out.push_back(t.data());
       }
       ZINF_RETURN_IF_ERROR(engine->GetMasterParameters(e, out));
