@@ -847,8 +847,7 @@ Status Trainer::InitFromSafetensors(const std::string& path) {
         ZINF_RETURN_IF_ERROR(ReadSafetensorsTensor(path, in, static_cast<uint64_t>(first * es), raw)
                                  .WithContext(where + "tensor " + in.name));
       }
-      kernels::cpu::CastIn(out, raw.data(), *SafetensorsFloatType(in.dtype),
-                           n);  // `raw` is new's, aligned for any of them
+      kernels::cpu::CastIn(out, raw.data(), *SafetensorsFloatType(in.dtype), n);
       std::fill(out + n, out + count, 0.0f);
       return Status::Ok();
     });

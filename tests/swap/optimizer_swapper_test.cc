@@ -97,6 +97,35 @@ class OptimizerSwapperTest : public ::testing::Test {
     return r;
   }
 
+  // A swapper on NVMe with options `o` over an engine that counts its
+  // requests (HeldWritesEngine), with a pool of PoolBuffers(o).
+  struct Counted {
+    std::unique_ptr<aio::IoEngine> inner = MakeEngine();
+    HeldWritesEngine engine{inner.get()};
+    std::unique_ptr<aio::PinnedPool> pool;
+    std::unique_ptr<OptimizerSwapper> swapper;
+  };
+  std::unique_ptr<Counted> MakeCounted(const OptimizerSwapperOptions& o) {
+    auto c = std::make_unique<Counted>();
+    c->pool = MakePool(OptimizerSwapper::PoolBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
+    auto s = OptimizerSwapper::Create(o, &c->engine, c->pool.get());
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    if (s.ok()) c->swapper = std::move(s).value();
+    return c;
+  }
+
+  // Step t with gradients stored by SetGradients (seed 100 + t), the
+  // 16-bit output into `out16`.
+  void StepStored(OptimizerSwapper& s, int t, std::vector<uint16_t>& out16) {
+    const std::vector<float> grads = RandomFloats(kTotal, 100 + t, 0.1f);
+    ASSERT_TRUE(s.SetGradients(grads.data()).ok());
+    optim::AdamStepArgs args;
+    args.step = t;
+    args.lr = 1e-3;
+    const Status st = s.Step(*adam_, args, OutputTo(out16.data()));
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+
   TempDir dir_;
   int counter_ = 0;
   std::unique_ptr<optim::ThreadPool> threads_;
@@ -293,11 +322,10 @@ TEST_P(OptimizerSwapperPipelineTest, StepUsesThePrefetchedReads) {
   const auto [pr, pw] = GetParam();
   OptimizerSwapperOptions o = Options(OffloadDevice::kNvme, pr, pw);
   o.gradients_in_store = false;
-  auto inner = MakeEngine();
-  HeldWritesEngine engine(inner.get());
-  auto pool = MakePool(OptimizerSwapper::PoolBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
-  auto s = OptimizerSwapper::Create(o, &engine, pool.get());
-  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const auto c = MakeCounted(o);
+  ASSERT_NE(c->swapper, nullptr);
+  HeldWritesEngine& engine = c->engine;
+  auto* s = &c->swapper;
   const std::vector<float> master = RandomFloats(kTotal, 1, 1.0f), grads = RandomFloats(kTotal, 11, 0.1f);
   ASSERT_TRUE((*s)->Initialize(master.data()).ok());
   std::vector<uint16_t> params16(kTotal);
@@ -327,11 +355,10 @@ TEST_P(OptimizerSwapperPipelineTest, HeldGradientsAreUsedNotRead) {
   const auto [pr, pw] = GetParam();
   OptimizerSwapperOptions o = Options(OffloadDevice::kNvme, pr, pw);
   o.gradients_in_store = true;
-  auto inner = MakeEngine();
-  HeldWritesEngine engine(inner.get());
-  auto pool = MakePool(OptimizerSwapper::PoolBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
-  auto s = OptimizerSwapper::Create(o, &engine, pool.get());
-  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const auto c = MakeCounted(o);
+  ASSERT_NE(c->swapper, nullptr);
+  HeldWritesEngine& engine = c->engine;
+  auto* s = &c->swapper;
   const Result want = Reference(*adam_);
   Result got;
   got.params16.assign(kTotal, 0);
@@ -485,15 +512,7 @@ TEST_F(OptimizerSwapperTest, ResumeFromCheckpointEqualsUninterruptedTraining) {
     SCOPED_TRACE("checkpoint after step " + std::to_string(kBefore));
     auto engine = MakeEngine();
     const std::vector<float> master = RandomFloats(kTotal, 1, 1.0f);
-    auto step = [&](OptimizerSwapper& s, int t, std::vector<uint16_t>& out16) {
-      const std::vector<float> grads = RandomFloats(kTotal, 100 + t, 0.1f);
-      ASSERT_TRUE(s.SetGradients(grads.data()).ok());
-      optim::AdamStepArgs args;
-      args.step = t;
-      args.lr = 1e-3;
-      Status st = s.Step(*adam_, args, OutputTo(out16.data()));
-      ASSERT_TRUE(st.ok()) << st.ToString();
-    };
+    auto step = [&](OptimizerSwapper& s, int t, std::vector<uint16_t>& out16) { StepStored(s, t, out16); };
     auto make = [&](std::unique_ptr<aio::PinnedPool>& pool) {
       const OptimizerSwapperOptions o = Options(OffloadDevice::kNvme, true, true);
       pool = MakePool(OptimizerSwapper::RequiredBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
@@ -566,16 +585,9 @@ TEST_F(OptimizerSwapperTest, ARefusedLoadKeepsTheZeroMarks) {
   const std::vector<float> master = RandomFloats(kTotal, 1, 1.0f);
   std::vector<uint16_t> out(kTotal);
   auto steps = [&](OptimizerSwapper& s) {
-    for (int t = 1; t <= 2; ++t) {
-      const std::vector<float> grads = RandomFloats(kTotal, 100 + t, 0.1f);
-      ASSERT_TRUE(s.SetGradients(grads.data()).ok());
-      optim::AdamStepArgs args;
-      args.step = t;
-      args.lr = 1e-3;
-      const Status st = s.Step(*adam_, args, OutputTo(out.data()));
-      ASSERT_TRUE(st.ok()) << st.ToString();
-    }
+    for (int t = 1; t <= 2; ++t) StepStored(s, t, out);
   };
+
   auto pool_a = MakePool(OptimizerSwapper::RequiredBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
   auto a = OptimizerSwapper::Create(o, engine.get(), pool_a.get());
   ASSERT_TRUE(a.ok()) << a.status().ToString();
@@ -644,11 +656,10 @@ TEST_F(OptimizerSwapperTest, WriteMasterByRangesEqualsInitialize) {
 TEST_F(OptimizerSwapperTest, ZeroMomentsWriteNothingOnNvme) {
   OptimizerSwapperOptions o = Options(OffloadDevice::kNvme, true, true);
   o.gradients_in_store = false;
-  auto inner = MakeEngine();
-  HeldWritesEngine engine(inner.get());
-  auto pool = MakePool(OptimizerSwapper::RequiredBuffers(o), OptimizerSwapper::RequiredBufferBytes(o, 4096));
-  auto s = OptimizerSwapper::Create(o, &engine, pool.get());
-  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const auto c = MakeCounted(o);
+  ASSERT_NE(c->swapper, nullptr);
+  HeldWritesEngine& engine = c->engine;
+  auto* s = &c->swapper;
   const int64_t n = (*s)->num_sub_groups(), state = kTotal * 4;
   const std::vector<float> master = RandomFloats(kTotal, 1, 1.0f), grads = RandomFloats(kTotal, 3, 0.1f);
   int64_t before = engine.writes;
