@@ -57,6 +57,7 @@ constexpr const char* kName = "bench attention";
 struct Options {
   int B = 0, T = 0, C = 0, NH = 0;
   int window = 0;
+  float softcap = 0;  // 0: none
   int64_t runs = 0, inner = 0;
   int threads = 0;
   bool unfused = true;
@@ -68,7 +69,7 @@ struct Options {
 StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
   ZINF_ASSIGN_OR_RETURN(cli::Flags flags, cli::Flags::Parse(args,
                                                             {"batch", "seq-len", "embd", "heads", "runs", "inner",
-                                                             "threads", "device", "html", "json", "window"},
+                                                             "threads", "device", "html", "json", "window", "softcap"},
                                                             {"no-unfused"}));
   auto b = flags.GetInt("batch", 4);
   auto t = flags.GetInt("seq-len", 1024);
@@ -78,10 +79,12 @@ StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
   auto threads = flags.GetInt("threads", k::Threads());
   auto inner = flags.GetInt("inner", 20);
   auto window = flags.GetInt("window", 0);
+  auto softcap = flags.GetDouble("softcap", 0.0);
   for (const Status* s : {&b.status(), &t.status(), &c.status(), &nh.status(), &runs.status(), &threads.status(),
-                          &inner.status(), &window.status()}) {
+                          &inner.status(), &window.status(), &softcap.status()}) {
     if (!s->ok()) return *s;
   }
+  if (!(*softcap >= 0 && *softcap <= 1e6)) return Status::InvalidArgument("--softcap must be in [0, 1e6] (0: none)");
   if (*window < 0 || *window > (1 << 20)) return Status::InvalidArgument("--window must be in [0, 1048576]");
   if (*inner < 1) return Status::InvalidArgument("--inner must be >= 1");
   const std::string device = flags.GetOr("device", "host");
@@ -104,6 +107,7 @@ StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
   o.C = static_cast<int>(*c);
   o.NH = static_cast<int>(*nh);
   o.window = static_cast<int>(*window);
+  o.softcap = static_cast<float>(*softcap);
   o.runs = *runs;
   o.threads = static_cast<int>(*threads);
   o.unfused = !flags.Has("no-unfused");
@@ -152,11 +156,12 @@ struct Timings {
 
 void RunFused(const Options& o, Arrays& a, Timings* t) {
   std::fill(a.dqkv.begin(), a.dqkv.end(), 0.0f);
-  const double f = TimeSeconds(
-      [&] { k::FusedAttentionForward(a.out.data(), a.lse.data(), a.qkv.data(), o.B, o.T, o.C, o.NH, o.window); });
+  const double f = TimeSeconds([&] {
+    k::FusedAttentionForward(a.out.data(), a.lse.data(), a.qkv.data(), o.B, o.T, o.C, o.NH, o.window, o.softcap);
+  });
   const double b = TimeSeconds([&] {
     k::FusedAttentionBackward(a.dqkv.data(), a.scratch.data(), a.dout.data(), a.qkv.data(), a.out.data(), a.lse.data(),
-                              o.B, o.T, o.C, o.NH, o.window);
+                              o.B, o.T, o.C, o.NH, o.window, o.softcap);
   });
   if (t != nullptr) {
     t->forward_s.push_back(f);
@@ -166,11 +171,12 @@ void RunFused(const Options& o, Arrays& a, Timings* t) {
 
 void RunUnfused(const Options& o, Arrays& a, Timings* t) {
   std::fill(a.ref_dqkv.begin(), a.ref_dqkv.end(), 0.0f);
-  const double f = TimeSeconds(
-      [&] { k::AttentionForward(a.ref_out.data(), a.att.data(), a.qkv.data(), o.B, o.T, o.C, o.NH, o.window); });
+  const double f = TimeSeconds([&] {
+    k::AttentionForward(a.ref_out.data(), a.att.data(), a.qkv.data(), o.B, o.T, o.C, o.NH, o.window, o.softcap);
+  });
   const double b = TimeSeconds([&] {
     k::AttentionBackward(a.ref_dqkv.data(), a.att_scratch.data(), a.dout.data(), a.qkv.data(), a.att.data(), o.B, o.T,
-                         o.C, o.NH, o.window);
+                         o.C, o.NH, o.window, o.softcap);
   });
   if (t != nullptr) {
     t->unfused_forward_s.push_back(f);
@@ -244,6 +250,7 @@ nlohmann::ordered_json ShapeJson(const Options& o, const char* device) {
   j["heads"] = o.NH;
   j["head_size"] = o.C / o.NH;
   j["window"] = o.window;
+  j["softcap"] = o.softcap;
   j["runs"] = o.runs;
   j["flops_counted"] = kFlopsCounted;
   return j;
@@ -405,10 +412,11 @@ StatusOr<nlohmann::ordered_json> RunCuda(const Options& o, const Arrays& a) {
   auto* fq = static_cast<float*>(qkv);
   auto* fo = static_cast<float*>(out);
   auto* fl = static_cast<float*>(lse);
-  auto forward = [&] { return g::FlashAttentionForward(fo, fl, fq, o.B, o.T, o.C, o.NH, o.window, s); };
+  auto forward = [&] { return g::FlashAttentionForward(fo, fl, fq, o.B, o.T, o.C, o.NH, o.window, o.softcap, s); };
   auto backward = [&] {
     return g::FlashAttentionBackward(static_cast<float*>(dqkv), static_cast<float*>(scratch),
-                                     static_cast<const float*>(dout), fq, fo, fl, o.B, o.T, o.C, o.NH, o.window, s);
+                                     static_cast<const float*>(dout), fq, fo, fl, o.B, o.T, o.C, o.NH, o.window,
+                                     o.softcap, s);
   };
   auto gemm = [&] {
     return g::MatmulForward16(*lt, static_cast<float*>(mm_out), static_cast<const float*>(dout), w, ElementType::kBf16,
@@ -427,9 +435,9 @@ StatusOr<nlohmann::ordered_json> RunCuda(const Options& o, const Arrays& a) {
   k::RoundTo16(d16.data(), static_cast<int64_t>(d16.size()), ElementType::kBf16);
   std::vector<float> want_out(got_out.size()), want_lse(static_cast<size_t>(rows)), want_scratch(want_lse.size()),
       want_dqkv(a.qkv.size(), 0.0f);
-  k::FusedAttentionForward(want_out.data(), want_lse.data(), q16.data(), o.B, o.T, o.C, o.NH, o.window);
+  k::FusedAttentionForward(want_out.data(), want_lse.data(), q16.data(), o.B, o.T, o.C, o.NH, o.window, o.softcap);
   k::FusedAttentionBackward(want_dqkv.data(), want_scratch.data(), d16.data(), q16.data(), want_out.data(),
-                            want_lse.data(), o.B, o.T, o.C, o.NH, o.window);
+                            want_lse.data(), o.B, o.T, o.C, o.NH, o.window, o.softcap);
   const double worst = std::max(OverTolerance(got_out, want_out), OverTolerance(got_dqkv, want_dqkv));
   if (worst > 1.0) {
     return Status::Internal("the GPU's fused attention is " + FormatFigure(worst) +
@@ -529,12 +537,14 @@ int Run(const std::vector<std::string>& args) {
 
 ZINF_COMMAND({"bench attention", "time the host's fused attention against the CPU matmul's rate on the same threads",
               "bench attention [--batch B (4)] [--seq-len T (1024)] [--embd C (768)] [--heads NH (12)]\n"
-              "                [--window W (0: none)] [--runs R (5)] [--threads N] [--no-unfused]\n"
+              "                [--window W (0: none)] [--softcap S (0: none)] [--runs R (5)] [--threads N]\n"
+              "                [--no-unfused]\n"
               "                [--device host|cuda] [--inner K (20)] [--html OUT.html] [--json OUT.json]\n"
               "  Times R runs of the fused attention's forward and backward (kernels::cpu) and, in turns,\n"
               "  of the matmul [B*T, C] x [C, C] and of the unfused kernels; prints JSON with the medians:\n"
               "  forward_gflops and backward_gflops over the causal pairs (2 and 5 products; with\n"
-              "  --window W a sliding window: each query sees its W latest keys, itself included), the\n"
+              "  --window W a sliding window: each query sees its W latest keys, itself included; --softcap\n"
+              "  S caps the scores by S tanh(s / S), Gemma 2's), the\n"
               "  matmul's, their ratios, the speedups over the unfused kernels. The fused outputs are\n"
               "  checked against the unfused ones first. --no-unfused skips them (their B*NH*T*T\n"
               "  probabilities take 8*B*NH*T*T bytes). --device cuda: the GPU's fused bf16 kernel against\n"

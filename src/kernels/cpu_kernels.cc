@@ -77,6 +77,7 @@ using internal::GeluGrad;
 using internal::HaveAvx2;
 using internal::HaveAvx512;
 using internal::SumLanes;
+using internal::Tanh;
 using internal::Vectorized;
 using internal::VectorizedChunks;
 using internal::WorthThreads;
@@ -767,11 +768,12 @@ inline int EndQuery(int t2, int window, int T_) { return window > 0 ? std::min(T
 }  // namespace
 
 template <typename T>
-void AttentionForward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH, int window) {
+void AttentionForward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH, int window, float softcap) {
   window = InEffect(window, T_);
   const int hs = C / NH;
   const int64_t C3 = 3 * static_cast<int64_t>(C);
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hs)));
+  const T cap = static_cast<T>(softcap);
 #pragma omp parallel for collapse(3) schedule(static) if (WorthThreads(int64_t{B} * T_ * T_ * C))
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
@@ -785,6 +787,7 @@ void AttentionForward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH
           T s = T(0);
           for (int i = 0; i < hs; ++i) s += q[i] * k[i];
           s *= scale;
+          if (cap > T(0)) s = cap * std::tanh(s / cap);
           a[t2] = s;
           maxv = std::max(maxv, s);
         }
@@ -811,7 +814,7 @@ void AttentionForward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH
 
 template <typename T>
 void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int T_, int C, int NH,
-                       int window) {
+                       int window, float softcap) {
   // Two passes so that each thread owns what it writes. Pass 1, per query
   // row t: the gradient of the pre-softmax scores (kept in scratch) and dq[t].
   // Pass 2, per key row t2: dk[t2] and dv[t2], summed over the queries
@@ -820,11 +823,13 @@ void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T
   const int hs = C / NH;
   const int64_t C3 = 3 * static_cast<int64_t>(C);
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hs)));
+  const T cap = static_cast<T>(softcap);
 #pragma omp parallel for collapse(3) schedule(static) if (WorthThreads(int64_t{B} * T_ * T_ * C))
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
       for (int t = 0; t < T_; ++t) {
         const int64_t row = ((static_cast<int64_t>(b) * NH + h) * T_ + t) * T_;
+        const T* q = qkv + (static_cast<int64_t>(b) * T_ + t) * C3 + h * hs;
         const T* a = att + row;
         T* dpre = scratch + row;
         const T* d = dout + (static_cast<int64_t>(b) * T_ + t) * C + h * hs;
@@ -839,7 +844,16 @@ void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T
           dpre[t2] = s;
           dot += a[t2] * s;
         }
-        for (int t2 = lo; t2 <= t; ++t2) dpre[t2] = a[t2] * (dpre[t2] - static_cast<T>(dot)) * scale;
+        for (int t2 = lo; t2 <= t; ++t2) {
+          dpre[t2] = a[t2] * (dpre[t2] - static_cast<T>(dot)) * scale;
+          if (cap > T(0)) {  // through the cap: times 1 - tanh(s / cap)^2, s recomputed
+            const T* k = qkv + (static_cast<int64_t>(b) * T_ + t2) * C3 + C + h * hs;
+            T s = T(0);
+            for (int i = 0; i < hs; ++i) s += q[i] * k[i];
+            const T u = std::tanh(s * scale / cap);
+            dpre[t2] *= T(1) - u * u;
+          }
+        }
         std::fill(dpre, dpre + lo, T(0));
         std::fill(dpre + t + 1, dpre + T_, T(0));
         T* dq = dqkv + (static_cast<int64_t>(b) * T_ + t) * C3 + h * hs;
@@ -897,10 +911,17 @@ ZINF_ALWAYS_INLINE T AttentionExp(T x) {
 // width; the one sum in fixed lanes, so the bits do not depend on the ISA
 // (the matmuls' differ only between the baseline and the FMA paths).
 struct AttentionRowOps {
-  // row[first, n) = softmax(row[first, n) * scale), the rest of row[0,
-  // width) = 0; returns the log-sum-exp.
+  // row[first, n) = softmax(row[first, n) * scale), or with a cap
+  // softmax(cap * tanh(row * scale / cap)), the rest of row[0, width) = 0;
+  // returns the log-sum-exp.
   template <typename T>
-  static ZINF_ALWAYS_INLINE T Softmax(T* row, int first, int n, int width, T scale) {
+  static ZINF_ALWAYS_INLINE T Softmax(T* row, int first, int n, int width, T scale, T cap) {
+    if (cap > T(0)) {
+      const T to_cap = scale / cap;
+#pragma omp simd
+      for (int j = first; j < n; ++j) row[j] = cap * Tanh<T>(row[j] * to_cap);
+      scale = T(1);
+    }
     T m = row[first];
 #pragma omp simd reduction(max : m)
     for (int j = first; j < n; ++j) m = row[j] > m ? row[j] : m;
@@ -916,20 +937,33 @@ struct AttentionRowOps {
   }
   // The scores' gradient from the scores s and dp = dout . v: with the
   // probability p = exp(s * scale - lse) recomputed, s becomes
-  // p * (dp - D) * scale and, if kKeepP, dp becomes p. `lse` and `D` are per
+  // p * (dp - D) * scale and, if kKeepP, dp becomes p. With a cap, p =
+  // exp(cap * u - lse) and the gradient is times 1 - u^2, u = tanh(s *
+  // scale / cap). `lse` and `D` are per
   // entry (stride 1: a key's row, entries are queries) or one value
   // (stride 0: a query's row). Entries outside [first, n) are past the
   // causal edge or outside the window: zero in both.
   template <bool kKeepP, typename T>
-  static ZINF_ALWAYS_INLINE void ScoreGrad(T* s, T* dp, int first, int n, int width, T scale, const T* lse, const T* D,
-                                           int stride) {
+  static ZINF_ALWAYS_INLINE void ScoreGrad(T* s, T* dp, int first, int n, int width, T scale, T cap, const T* lse,
+                                           const T* D, int stride) {
     std::fill(s, s + first, T(0));
     if constexpr (kKeepP) std::fill(dp, dp + first, T(0));
+    if (cap > T(0)) {
+      const T to_cap = scale / cap;
 #pragma omp simd
-    for (int j = first; j < n; ++j) {
-      const T p = AttentionExp<T>(s[j] * scale - lse[j * stride]);
-      s[j] = p * (dp[j] - D[j * stride]) * scale;
-      if constexpr (kKeepP) dp[j] = p;
+      for (int j = first; j < n; ++j) {
+        const T u = Tanh<T>(s[j] * to_cap);
+        const T p = AttentionExp<T>(cap * u - lse[j * stride]);
+        s[j] = p * (dp[j] - D[j * stride]) * (T(1) - u * u) * scale;
+        if constexpr (kKeepP) dp[j] = p;
+      }
+    } else {
+#pragma omp simd
+      for (int j = first; j < n; ++j) {
+        const T p = AttentionExp<T>(s[j] * scale - lse[j * stride]);
+        s[j] = p * (dp[j] - D[j * stride]) * scale;
+        if constexpr (kKeepP) dp[j] = p;
+      }
     }
     std::fill(s + n, s + width, T(0));
     if constexpr (kKeepP) std::fill(dp + n, dp + width, T(0));
@@ -967,12 +1001,13 @@ struct AttentionItems {
 }  // namespace
 
 template <typename T>
-void FusedAttentionForward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH, int window) {
+void FusedAttentionForward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH, int window, float softcap) {
   window = InEffect(window, T_);
   const AttentionItems items(B, T_, C, NH);
   const int hs = items.hs;
   const int64_t C3 = items.C3;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hs)));
+  const T cap = static_cast<T>(softcap);
 #pragma omp parallel for schedule(dynamic) if (WorthThreads(int64_t{B} * T_ * T_ * C))
   for (int64_t i = 0; i < items.count(); ++i) {
     const auto it = items(i);
@@ -987,7 +1022,7 @@ void FusedAttentionForward(T* out, T* lse, const T* qkv, int B, int T_, int C, i
       for (int r = 0; r < it.rows; ++r) {  // query t = t0 + r sees keys FirstKey(t) .. t
         const int t = it.t0 + r;
         lse[it.bh + t] =
-            AttentionRowOps::Softmax<T>(s + int64_t{r} * keys, FirstKey(t, window) - k0, t + 1 - k0, keys, scale);
+            AttentionRowOps::Softmax<T>(s + int64_t{r} * keys, FirstKey(t, window) - k0, t + 1 - k0, keys, scale, cap);
       }
     });
     Gemm<T>(out + it.btc + int64_t{it.t0} * C + it.head, C, s, keys, 1, v, C3, 1, it.rows, hs, keys, /*set=*/true);
@@ -996,12 +1031,13 @@ void FusedAttentionForward(T* out, T* lse, const T* qkv, int B, int T_, int C, i
 
 template <typename T>
 void FusedAttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* out, const T* lse, int B, int T_,
-                            int C, int NH, int window) {
+                            int C, int NH, int window, float softcap) {
   window = InEffect(window, T_);
   const AttentionItems items(B, T_, C, NH);
   const int hs = items.hs;
   const int64_t C3 = items.C3;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hs)));
+  const T cap = static_cast<T>(softcap);
   const bool threads = WorthThreads(int64_t{B} * T_ * T_ * C);
   // D = rowsum(dout * out): the softmax backward's per-query term, in scratch.
   T* const D = scratch;
@@ -1015,7 +1051,8 @@ void FusedAttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, co
       D[it.bh + it.t0 + r] = d;
     }
   }
-  // dS = P * (dP - D) * scale with P = exp(q.k * scale - lse), zero past
+  // dS = P * (dP - D) * scale with P = exp(q.k * scale - lse) (through
+  // the cap, if any: AttentionRowOps::ScoreGrad), zero past
   // the causal edge (key after query) and outside the window. dq, per block
   // of queries: dq += dS . k over the keys each query sees.
 #pragma omp parallel for schedule(dynamic) if (threads)
@@ -1034,7 +1071,7 @@ void FusedAttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, co
       for (int r = 0; r < it.rows; ++r) {  // query t = t0 + r: keys FirstKey(t) .. t
         const int t = it.t0 + r;
         const int64_t row = int64_t{r} * keys, at = it.bh + t;
-        AttentionRowOps::ScoreGrad<false, T>(s + row, dp + row, FirstKey(t, window) - k0, t + 1 - k0, keys, scale,
+        AttentionRowOps::ScoreGrad<false, T>(s + row, dp + row, FirstKey(t, window) - k0, t + 1 - k0, keys, scale, cap,
                                              lse + at, D + at, 0);
       }
     });
@@ -1058,7 +1095,7 @@ void FusedAttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, co
       for (int r = 0; r < it.rows; ++r) {  // key t0 + r: queries t0 + r .. EndQuery - 1, entries r ..
         const int64_t row = int64_t{r} * queries, at = it.bh + it.t0;
         const int end = EndQuery(it.t0 + r, window, T_) - it.t0;
-        AttentionRowOps::ScoreGrad<true, T>(s + row, dp + row, r, end, queries, scale, lse + at, D + at, 1);
+        AttentionRowOps::ScoreGrad<true, T>(s + row, dp + row, r, end, queries, scale, cap, lse + at, D + at, 1);
       }
     });
     T* dk = dqkv + it.qkv + it.t0 * C3 + C + it.head;
@@ -1105,6 +1142,29 @@ void Scale(T* x, T s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
+// ---------------------------------------------------------------- softcap
+
+template <typename T>
+void SoftcapForward(T* x, T cap, int64_t n) {
+  const T inv = T(1) / cap;
+  VectorizedChunks(n, [&](int64_t i0, int64_t i1) ZINF_INLINE_LAMBDA {
+#pragma omp simd
+    for (int64_t i = i0; i < i1; ++i) x[i] = cap * Tanh<T>(x[i] * inv);
+  });
+}
+
+template <typename T>
+void SoftcapBackward(T* dx, const T* y, T cap, int64_t n) {
+  const T inv = T(1) / cap;
+  VectorizedChunks(n, [&](int64_t i0, int64_t i1) ZINF_INLINE_LAMBDA {
+#pragma omp simd
+    for (int64_t i = i0; i < i1; ++i) {
+      const T u = y[i] * inv;
+      dx[i] *= T(1) - u * u;
+    }
+  });
+}
+
 // ---------------------------------------------------------------- loss
 
 namespace {
@@ -1148,23 +1208,26 @@ void CrossEntropyForwardBackward(T* losses, T* dlogits, const T* logits, const i
 
 // ---------------------------------------------------------------- instantiations
 
-#define ZINF_INSTANTIATE_CPU_KERNELS(T)                                                                             \
-  template void CastIn<T>(T*, const void*, ElementType, int64_t);                                                   \
-  template void EncoderForward<T>(T*, const int32_t*, const T*, const T*, int, int, int);                           \
-  template void EncoderBackward<T>(T*, T*, const T*, const int32_t*, int, int, int, int32_t);                       \
-  template void LayerNormForward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int);                        \
-  template void LayerNormBackward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int64_t, int);   \
-  template void MatmulForward<T>(T*, const T*, const T*, const T*, int64_t, int, int);                              \
-  template void MatmulBackward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int, int, GradMode);           \
-  template void AttentionForward<T>(T*, T*, const T*, int, int, int, int, int);                                     \
-  template void AttentionBackward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int, int);                \
-  template void FusedAttentionForward<T>(T*, T*, const T*, int, int, int, int, int);                                \
-  template void FusedAttentionBackward<T>(T*, T*, const T*, const T*, const T*, const T*, int, int, int, int, int); \
-  template void GeluForward<T>(T*, const T*, int64_t);                                                              \
-  template void GeluBackward<T>(T*, const T*, const T*, int64_t);                                                   \
-  template void ResidualForward<T>(T*, const T*, const T*, int64_t);                                                \
-  template void Accumulate<T>(T*, const T*, int64_t);                                                               \
-  template void Scale<T>(T*, T, int64_t);                                                                           \
+#define ZINF_INSTANTIATE_CPU_KERNELS(T)                                                                            \
+  template void CastIn<T>(T*, const void*, ElementType, int64_t);                                                  \
+  template void EncoderForward<T>(T*, const int32_t*, const T*, const T*, int, int, int);                          \
+  template void EncoderBackward<T>(T*, T*, const T*, const int32_t*, int, int, int, int32_t);                      \
+  template void LayerNormForward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int);                       \
+  template void LayerNormBackward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int64_t, int);  \
+  template void MatmulForward<T>(T*, const T*, const T*, const T*, int64_t, int, int);                             \
+  template void MatmulBackward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int, int, GradMode);          \
+  template void AttentionForward<T>(T*, T*, const T*, int, int, int, int, int, float);                             \
+  template void AttentionBackward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int, int, float);        \
+  template void FusedAttentionForward<T>(T*, T*, const T*, int, int, int, int, int, float);                        \
+  template void FusedAttentionBackward<T>(T*, T*, const T*, const T*, const T*, const T*, int, int, int, int, int, \
+                                          float);                                                                  \
+  template void SoftcapForward<T>(T*, T, int64_t);                                                                 \
+  template void SoftcapBackward<T>(T*, const T*, T, int64_t);                                                      \
+  template void GeluForward<T>(T*, const T*, int64_t);                                                             \
+  template void GeluBackward<T>(T*, const T*, const T*, int64_t);                                                  \
+  template void ResidualForward<T>(T*, const T*, const T*, int64_t);                                               \
+  template void Accumulate<T>(T*, const T*, int64_t);                                                              \
+  template void Scale<T>(T*, T, int64_t);                                                                          \
   template void CrossEntropyForwardBackward<T>(T*, T*, const T*, const int32_t*, int64_t, int, int, T);
 
 ZINF_INSTANTIATE_CPU_KERNELS(float)

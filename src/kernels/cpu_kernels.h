@@ -123,17 +123,20 @@ void MatmulBackward16(float* dinp, float* dweight, float* dbias, const float* do
 void RoundTo16(float* x, int64_t n, ElementType type);
 
 // Causal multi-head self-attention: out [N, C] (heads concatenated), att
-// [B, NH, T, T] the softmax of q.k / sqrt(hs) over the keys query t sees,
-// saved. `window` 0: keys 0..t; else a sliding window of that many keys,
-// t - window + 1 .. t (Mistral's, Gemma's local layers: HF's
-// q - k < sliding_window; one of T or more is none). window >= 0. Every
-// attention kernel here and in cuda_kernels.h takes the window so.
+// [B, NH, T, T] the softmax of the scores s = q.k / sqrt(hs) over the keys
+// query t sees, saved. `window` 0: keys 0..t; else a sliding window of that
+// many keys, t - window + 1 .. t (Mistral's, Gemma's local layers: HF's
+// q - k < sliding_window; one of T or more is none). window >= 0.
+// `softcap` > 0 caps the scores before the softmax, s -> softcap *
+// tanh(s / softcap) (Gemma 2's attn_logit_softcapping); 0: none. Every
+// attention kernel here and in cuda_kernels.h takes the window and the cap so.
 template <typename T>
-void AttentionForward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH, int window);
-// dqkv += the gradient through the attention. `scratch` holds B*NH*T*T elements.
+void AttentionForward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH, int window, float softcap);
+// dqkv += the gradient through the attention. `scratch` holds B*NH*T*T
+// elements. With a softcap the scores are recomputed from q and k.
 template <typename T>
 void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int T_, int C, int NH,
-                       int window);
+                       int window, float softcap);
 
 // The same attention fused, for the host device: per block of 64 queries
 // the scores against its keys become probabilities in the thread's cache
@@ -142,14 +145,14 @@ void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T
 // kernels, so other bits (within float rounding of them); the same bits
 // whatever the thread count.
 template <typename T>
-void FusedAttentionForward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH, int window);
+void FusedAttentionForward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH, int window, float softcap);
 // dqkv += the gradient through it, from the forward's `out` and `lse`
 // (unchanged since); `scratch` holds B*NH*T elements. The probabilities
 // are recomputed twice: per block of queries for dq, per block of keys for
 // dk and dv, so that each thread owns what it writes.
 template <typename T>
 void FusedAttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* out, const T* lse, int B, int T_,
-                            int C, int NH, int window);
+                            int C, int NH, int window, float softcap);
 
 // GELU, tanh approximation (as GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 template <typename T>
@@ -167,6 +170,15 @@ void Accumulate(T* y, const T* x, int64_t n);
 // x *= s (Gemma's embedding scale, and its gradient's).
 template <typename T>
 void Scale(T* x, T s, int64_t n);
+
+// Softcapping (Gemma 2's final_logit_softcapping on the logits): x = cap *
+// tanh(x / cap) in place, cap > 0.
+template <typename T>
+void SoftcapForward(T* x, T cap, int64_t n);
+// dx *= 1 - (y / cap)^2 = d/dx [cap tanh(x / cap)], from y, what
+// SoftcapForward wrote (the gradient through it, in place).
+template <typename T>
+void SoftcapBackward(T* dx, const T* y, T cap, int64_t n);
 
 // Softmax cross-entropy over the first V of Vp logits per row:
 // losses[n] = -log softmax(logits[n])[targets[n]]; when dlogits is not null,

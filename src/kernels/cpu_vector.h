@@ -113,6 +113,21 @@ ZINF_ALWAYS_INLINE T GeluGrad(T x) {
   return gate.g + T(2) * x * gate.g * gate.one_minus_g * s * (T(1) + T(3) * k * x * x);
 }
 
+// tanh for the softcaps (Gemma 2's attention scores and logits): in float
+// from ExpFloat as sign(x) (1 - e) / (1 + e), e = e^(-2|x|), within a few
+// ulp of 1 absolute (exactly +-1 past the clamp), so that the loops around
+// it vectorize; double keeps std::tanh for the gradient checks.
+template <typename T>
+ZINF_ALWAYS_INLINE T Tanh(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    const float e = ExpFloat(-2.0f * std::fabs(x));
+    const float t = (1.0f - e) / (1.0f + e);
+    return x < 0.0f ? -t : t;
+  } else {
+    return std::tanh(x);
+  }
+}
+
 // Runs `body` (a lambda marked ZINF_INLINE_LAMBDA, so that it and what it
 // calls inline into the caller) compiled for AVX-512, AVX2 or the baseline
 // ISA, the widest the machine has: the element-wise float loops around

@@ -14,7 +14,9 @@
 // row's log-sum-exp. Backward: D = rowsum(bf16(dout) * out) first; one pass per
 // key tile recomputes P = exp(s - lse) and sums dv += P^T dout and
 // dk += dS^T q; a second pass per query tile recomputes them again and sums
-// dq += dS k. Two passes rather than atomics keep the sums' order fixed:
+// dq += dS k. A softcap (Gemma 2) turns each visible score s into cap *
+// tanh(s / cap) before the softmax; the backward's dS is then times 1 -
+// tanh^2, recomputed beside P. Two passes rather than atomics keep the sums' order fixed:
 // the results are the same bits run to run.
 // bf16 in both 16-bit modes: the fp16 mode's gradients carry the loss
 // scale, and bf16 has fp32's range.
@@ -43,19 +45,21 @@ Status AllowSharedMemory(Kernel kernel, size_t bytes, const char* what) {
 }
 
 template <int HS>
-Status Forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int window, cudaStream_t s) {
+Status Forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int window, float softcap,
+               cudaStream_t s) {
   const size_t bytes = flash::Layout<HS>::kForwardBytes;
   ZINF_RETURN_IF_ERROR(
       AllowSharedMemory(flash::FlashForwardKernel<HS>, bytes, "flash_attention_forward shared memory"));
   const dim3 grid((T + flash::kTile - 1) / flash::kTile, B * NH);
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
-  flash::FlashForwardKernel<HS><<<grid, flash::kFlashThreads, bytes, s>>>(out, lse, qkv, T, C, NH, scale, window);
+  flash::FlashForwardKernel<HS>
+      <<<grid, flash::kFlashThreads, bytes, s>>>(out, lse, qkv, T, C, NH, scale, window, softcap);
   return LaunchStatus("flash_attention_forward");
 }
 
 template <int HS>
 Status Backward(float* dqkv, float* d, const float* dout, const float* qkv, const float* lse, int B, int T, int C,
-                int NH, int window, cudaStream_t s) {
+                int NH, int window, float softcap, cudaStream_t s) {
   const size_t bytes = flash::Layout<HS>::kBackwardBytes;
   ZINF_RETURN_IF_ERROR(
       AllowSharedMemory(flash::FlashBackwardKvKernel<HS>, bytes, "flash_attention_backward shared memory"));
@@ -64,10 +68,10 @@ Status Backward(float* dqkv, float* d, const float* dout, const float* qkv, cons
   const dim3 grid((T + flash::kTile - 1) / flash::kTile, B * NH);
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   flash::FlashBackwardKvKernel<HS>
-      <<<grid, flash::kFlashThreads, bytes, s>>>(dqkv, dout, qkv, lse, d, T, C, NH, scale, window);
+      <<<grid, flash::kFlashThreads, bytes, s>>>(dqkv, dout, qkv, lse, d, T, C, NH, scale, window, softcap);
   ZINF_RETURN_IF_ERROR(LaunchStatus("flash_attention_backward dk dv"));
   flash::FlashBackwardQKernel<HS>
-      <<<grid, flash::kFlashThreads, bytes, s>>>(dqkv, dout, qkv, lse, d, T, C, NH, scale, window);
+      <<<grid, flash::kFlashThreads, bytes, s>>>(dqkv, dout, qkv, lse, d, T, C, NH, scale, window, softcap);
   return LaunchStatus("flash_attention_backward dq");
 }
 
@@ -81,11 +85,12 @@ size_t SharedBytes(int hs) {
   }
 }
 
-Status CheckShape(const char* what, int B, int T, int C, int NH, int window) {
+Status CheckShape(const char* what, int B, int T, int C, int NH, int window, float softcap) {
   if (B < 0 || T < 0 || window < 0) {
     return Status::InvalidArgument(std::string(what) + ": negative batch " + std::to_string(B) + ", length " +
                                    std::to_string(T) + " or window " + std::to_string(window));
   }
+  if (!(softcap >= 0.0f)) return Status::InvalidArgument(std::string(what) + ": softcap must be >= 0 (0: none)");
   if (NH <= 0 || C % NH != 0 || SharedBytes(C / NH) == 0) {
     return Status::InvalidArgument(std::string(what) + ": head size " + std::to_string(NH > 0 ? C / NH : 0) + " (C " +
                                    std::to_string(C) + ", NH " + std::to_string(NH) +
@@ -113,22 +118,22 @@ bool FlashAttentionSupported(int C, int NH, int ordinal) {
 }
 
 Status FlashAttentionForward(float* out, float* lse, const float* qkv, int B, int T_, int C, int NH, int window,
-                             void* stream) {
-  ZINF_RETURN_IF_ERROR(CheckShape("flash_attention_forward", B, T_, C, NH, window));
+                             float softcap, void* stream) {
+  ZINF_RETURN_IF_ERROR(CheckShape("flash_attention_forward", B, T_, C, NH, window, softcap));
   if (static_cast<int64_t>(B) * T_ == 0) return Status::Ok();
   if (window >= T_) window = 0;  // none (and the tile bounds stay far from overflow)
   const cudaStream_t s = AsStream(stream);
   switch (C / NH) {
-    case 16: return Forward<16>(out, lse, qkv, B, T_, C, NH, window, s);
-    case 32: return Forward<32>(out, lse, qkv, B, T_, C, NH, window, s);
-    case 64: return Forward<64>(out, lse, qkv, B, T_, C, NH, window, s);
-    default: return Forward<128>(out, lse, qkv, B, T_, C, NH, window, s);
+    case 16: return Forward<16>(out, lse, qkv, B, T_, C, NH, window, softcap, s);
+    case 32: return Forward<32>(out, lse, qkv, B, T_, C, NH, window, softcap, s);
+    case 64: return Forward<64>(out, lse, qkv, B, T_, C, NH, window, softcap, s);
+    default: return Forward<128>(out, lse, qkv, B, T_, C, NH, window, softcap, s);
   }
 }
 
 Status FlashAttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
-                              const float* lse, int B, int T_, int C, int NH, int window, void* stream) {
-  ZINF_RETURN_IF_ERROR(CheckShape("flash_attention_backward", B, T_, C, NH, window));
+                              const float* lse, int B, int T_, int C, int NH, int window, float softcap, void* stream) {
+  ZINF_RETURN_IF_ERROR(CheckShape("flash_attention_backward", B, T_, C, NH, window, softcap));
   const int64_t rows = static_cast<int64_t>(B) * NH * T_;
   if (rows == 0) return Status::Ok();
   if (window >= T_) window = 0;
@@ -137,10 +142,10 @@ Status FlashAttentionBackward(float* dqkv, float* scratch, const float* dout, co
                                                                               rows);
   ZINF_RETURN_IF_ERROR(LaunchStatus("flash_attention_backward dout.out"));
   switch (C / NH) {
-    case 16: return Backward<16>(dqkv, scratch, dout, qkv, lse, B, T_, C, NH, window, s);
-    case 32: return Backward<32>(dqkv, scratch, dout, qkv, lse, B, T_, C, NH, window, s);
-    case 64: return Backward<64>(dqkv, scratch, dout, qkv, lse, B, T_, C, NH, window, s);
-    default: return Backward<128>(dqkv, scratch, dout, qkv, lse, B, T_, C, NH, window, s);
+    case 16: return Backward<16>(dqkv, scratch, dout, qkv, lse, B, T_, C, NH, window, softcap, s);
+    case 32: return Backward<32>(dqkv, scratch, dout, qkv, lse, B, T_, C, NH, window, softcap, s);
+    case 64: return Backward<64>(dqkv, scratch, dout, qkv, lse, B, T_, C, NH, window, softcap, s);
+    default: return Backward<128>(dqkv, scratch, dout, qkv, lse, B, T_, C, NH, window, softcap, s);
   }
 }
 

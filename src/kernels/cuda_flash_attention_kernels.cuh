@@ -131,6 +131,14 @@ __device__ __forceinline__ void AddRows(float* dst, int64_t row_stride, int row0
 __device__ __forceinline__ bool Sees(int qi, int kj, int window) {
   return kj <= qi && (window <= 0 || qi - kj < window);
 }
+// A visible score x (already scaled) through the softcap, if any (`cap` >
+// 0: cap * tanh(x / cap)); *grad, when not null, gets its derivative.
+__device__ __forceinline__ float Capped(float x, float cap, float* grad) {
+  if (cap <= 0.0f) return x;
+  const float u = tanhf(x / cap);
+  if (grad != nullptr) *grad = 1.0f - u * u;
+  return cap * u;
+}
 // The first tile of keys a tile of queries from q0 on meets.
 __device__ __forceinline__ int FirstKeyTile(int q0, int window) {
   return window > 0 && q0 - window + 1 > 0 ? (q0 - window + 1) / kTile : 0;
@@ -159,7 +167,8 @@ struct HeadSlice {
 // Grid (query tiles, B * NH), the longest rows (last tiles) first.
 template <int HS>
 __global__ void __launch_bounds__(kFlashThreads)
-    FlashForwardKernel(float* out, float* lse, const float* qkv, int T, int C, int NH, float scale, int window) {
+    FlashForwardKernel(float* out, float* lse, const float* qkv, int T, int C, int NH, float scale, int window,
+                       float softcap) {
   using L = Layout<HS>;
   ZINF_FLASH_SHARED(smem);
   bf16* sq = reinterpret_cast<bf16*>(smem);
@@ -195,7 +204,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     float mx = -INFINITY;
     for (int j = 0; j < 32; ++j) {
       const int c = PairColumn(row, half, j), kj = k0 + c;
-      const float s = Sees(qi, kj, window) && kj < T ? srow[c] * scale : -INFINITY;
+      const float s = Sees(qi, kj, window) && kj < T ? Capped(srow[c] * scale, softcap, nullptr) : -INFINITY;
       srow[c] = s;
       mx = fmaxf(mx, s);
     }
@@ -295,7 +304,7 @@ __device__ __forceinline__ void LoadRowStats(float* lse_s, float* d_s, const flo
 template <int HS>
 __global__ void __launch_bounds__(kFlashThreads)
     FlashBackwardKvKernel(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* d, int T,
-                          int C, int NH, float scale, int window) {
+                          int C, int NH, float scale, int window, float softcap) {
   using L = Layout<HS>;
   ZINF_FLASH_SHARED(smem);
   const BackwardSmem<HS> sm(smem);
@@ -331,9 +340,11 @@ __global__ void __launch_bounds__(kFlashThreads)
     for (int j = 0; j < 32; ++j) {
       const int c = PairColumn(row, half, j), qi = q0 + c;
       const int at = row * kLdS + c;
-      const float p = Sees(qi, kj, window) && qi < T && kj < T ? expf(sm.s[at] * scale - sm.lse[c]) : 0.0f;
+      float grad = 1.0f;  // of the cap
+      const bool seen = Sees(qi, kj, window) && qi < T && kj < T;
+      const float p = seen ? expf(Capped(sm.s[at] * scale, softcap, &grad) - sm.lse[c]) : 0.0f;
       sm.p[row * kLdP + c] = __float2bfloat16_rn(p);
-      sm.ds[row * kLdP + c] = __float2bfloat16_rn(p * (sm.dp[at] - sm.d[c]));
+      sm.ds[row * kLdP + c] = __float2bfloat16_rn(p * (sm.dp[at] - sm.d[c]) * grad);
     }
     __syncwarp();
     AccumulateRowsTimesTile<HS>(dv, sm.p + warp * 16 * kLdP, sm.other_b);
@@ -351,7 +362,7 @@ __global__ void __launch_bounds__(kFlashThreads)
 template <int HS>
 __global__ void __launch_bounds__(kFlashThreads)
     FlashBackwardQKernel(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* d, int T,
-                         int C, int NH, float scale, int window) {
+                         int C, int NH, float scale, int window, float softcap) {
   using L = Layout<HS>;
   ZINF_FLASH_SHARED(smem);
   const BackwardSmem<HS> sm(smem);
@@ -378,8 +389,10 @@ __global__ void __launch_bounds__(kFlashThreads)
     for (int j = 0; j < 32; ++j) {
       const int c = PairColumn(row, half, j), kj = k0 + c;
       const int at = row * kLdS + c;
-      const float p = Sees(qi, kj, window) && kj < T ? expf(sm.s[at] * scale - sm.lse[row]) : 0.0f;
-      sm.ds[row * kLdP + c] = __float2bfloat16_rn(p * (sm.dp[at] - sm.d[row]));
+      float grad = 1.0f;  // of the cap
+      const bool seen = Sees(qi, kj, window) && kj < T;
+      const float p = seen ? expf(Capped(sm.s[at] * scale, softcap, &grad) - sm.lse[row]) : 0.0f;
+      sm.ds[row * kLdP + c] = __float2bfloat16_rn(p * (sm.dp[at] - sm.d[row]) * grad);
     }
     __syncwarp();
     AccumulateRowsTimesTile<HS>(dq, sm.ds + warp * 16 * kLdP, sm.other_a);

@@ -282,28 +282,33 @@ __global__ void PermuteOutKernel(float* dy, const float* dout, int T, int C, int
 // The first key query t sees (`window` 0: none, cpu_kernels.h).
 __device__ __forceinline__ int FirstKey(int t, int window) { return window > 0 ? max(0, t - window + 1) : 0; }
 
+// A scaled score x through the softcap (`cap` > 0: cap * tanh(x / cap); 0: none).
+__device__ __forceinline__ float SoftcapOf(float x, float cap) { return cap > 0.0f ? cap * tanhf(x / cap) : x; }
+
 // In place over att [rows = B*NH*T, T] holding scaled q.k: row r (query
-// t = r % T) becomes softmax over keys FirstKey(t) .. t, zeros elsewhere.
-// The shuffles in WarpMax / WarpSum make every lane finish reading before
-// any lane writes.
-__global__ void CausalSoftmaxKernel(float* att, int64_t rows, int T, int window) {
+// t = r % T) becomes softmax over keys FirstKey(t) .. t of the (capped)
+// scores, zeros elsewhere. The shuffles in WarpMax / WarpSum make every
+// lane finish reading before any lane writes.
+__global__ void CausalSoftmaxKernel(float* att, int64_t rows, int T, int window, float softcap) {
   const int lane = threadIdx.x & 31;
   ZINF_WARP_ROWS(r, rows) {
     const int t = static_cast<int>(r % T), lo = FirstKey(t, window);
     float* row = att + r * T;
     float mx = -INFINITY;
-    for (int s = lo + lane; s <= t; s += 32) mx = fmaxf(mx, row[s]);
+    for (int s = lo + lane; s <= t; s += 32) mx = fmaxf(mx, SoftcapOf(row[s], softcap));
     mx = WarpMax(mx);
     float sum = 0.0f;
-    for (int s = lo + lane; s <= t; s += 32) sum += expf(row[s] - mx);
+    for (int s = lo + lane; s <= t; s += 32) sum += expf(SoftcapOf(row[s], softcap) - mx);
     const float inv = 1.0f / WarpSum(sum);
-    for (int s = lane; s < T; s += 32) row[s] = s >= lo && s <= t ? expf(row[s] - mx) * inv : 0.0f;
+    for (int s = lane; s < T; s += 32) row[s] = s >= lo && s <= t ? expf(SoftcapOf(row[s], softcap) - mx) * inv : 0.0f;
   }
 }
 
 // In place over datt: dpreatt[t, s] = att[t, s] * (datt[t, s] - sum_s' att[t, s'] datt[t, s'])
-// for the keys s query t sees, 0 elsewhere (the 1/sqrt(hs) scale is applied by the GEMMs after).
-__global__ void CausalSoftmaxBackwardKernel(float* datt, const float* att, int64_t rows, int T, int window) {
+// for the keys s query t sees, 0 elsewhere (the 1/sqrt(hs) scale is applied by the GEMMs after);
+// with a softcap, times 1 - tanh(scores[t, s] / softcap)^2 (`scores`: the scaled q.k again).
+__global__ void CausalSoftmaxBackwardKernel(float* datt, const float* att, const float* scores, int64_t rows, int T,
+                                            int window, float softcap) {
   const int lane = threadIdx.x & 31;
   ZINF_WARP_ROWS(r, rows) {
     const int t = static_cast<int>(r % T), lo = FirstKey(t, window);
@@ -312,7 +317,28 @@ __global__ void CausalSoftmaxBackwardKernel(float* datt, const float* att, int64
     float dot = 0.0f;
     for (int s = lo + lane; s <= t; s += 32) dot += p[s] * g[s];
     dot = WarpSum(dot);
-    for (int s = lane; s < T; s += 32) g[s] = s >= lo && s <= t ? p[s] * (g[s] - dot) : 0.0f;
+    for (int s = lane; s < T; s += 32) {
+      float v = 0.0f;
+      if (s >= lo && s <= t) {
+        v = p[s] * (g[s] - dot);
+        if (softcap > 0.0f) {
+          const float u = tanhf(scores[r * T + s] / softcap);
+          v *= 1.0f - u * u;
+        }
+      }
+      g[s] = v;
+    }
+  }
+}
+
+__global__ void SoftcapForwardKernel(float* x, float cap, int64_t n) {
+  ZINF_GRID_STRIDE(i, n) x[i] = cap * tanhf(x[i] / cap);
+}
+
+__global__ void SoftcapBackwardKernel(float* dx, const float* y, float cap, int64_t n) {
+  ZINF_GRID_STRIDE(i, n) {
+    const float u = y[i] / cap;
+    dx[i] *= 1.0f - u * u;
   }
 }
 
@@ -506,14 +532,22 @@ Status MatmulBackward(CudaBlas& blas, float* dinp, float* dweight, float* dbias,
   return AddBiasGradient(dbias, dout, N, OC, blas.stream());
 }
 
-int64_t AttentionScratchElems(int B, int T_, int C, int NH) {
-  return 7 * static_cast<int64_t>(B) * T_ * C + static_cast<int64_t>(B) * NH * T_ * T_;
+int64_t AttentionScratchElems(int B, int T_, int C, int NH, float softcap) {
+  return 7 * static_cast<int64_t>(B) * T_ * C + (softcap > 0.0f ? 2 : 1) * static_cast<int64_t>(B) * NH * T_ * T_;
 }
 
-Status AttentionForward(CudaBlas& blas, float* out, float* att, float* scratch, const float* qkv, int B, int T_, int C,
-                        int NH, int window) {
+namespace {
+Status CheckAttention(int C, int NH, int window, float softcap) {
   if (NH <= 0 || C % NH != 0) return Status::InvalidArgument("cuda attention: C must be a multiple of NH");
   if (window < 0) return Status::InvalidArgument("cuda attention: negative window " + std::to_string(window));
+  if (!(softcap >= 0.0f)) return Status::InvalidArgument("cuda attention: softcap must be >= 0 (0: none)");
+  return Status::Ok();
+}
+}  // namespace
+
+Status AttentionForward(CudaBlas& blas, float* out, float* att, float* scratch, const float* qkv, int B, int T_, int C,
+                        int NH, int window, float softcap) {
+  ZINF_RETURN_IF_ERROR(CheckAttention(C, NH, window, softcap));
   const AttentionShape sh{B, T_, C, NH, C / NH};
   const int64_t per = sh.per_tensor();
   if (per <= 0) return Status::Ok();
@@ -533,7 +567,7 @@ Status AttentionForward(CudaBlas& blas, float* out, float* att, float* scratch, 
   ZINF_RETURN_IF_ERROR(RowMajorGemm(blas, false, true, T_, T_, sh.hs, scale, q, sh.hs, ths, k, sh.hs, ths, 0.0f, att,
                                     T_, tt, batch, "attention_forward q@k^T"));
   const int64_t rows = static_cast<int64_t>(batch) * T_;
-  CausalSoftmaxKernel<<<GridFor(rows, kWarpsPerBlock), kThreads, 0, s>>>(att, rows, T_, window);
+  CausalSoftmaxKernel<<<GridFor(rows, kWarpsPerBlock), kThreads, 0, s>>>(att, rows, T_, window, softcap);
   ZINF_RETURN_IF_ERROR(LaunchStatus("attention_forward softmax"));
   // y [T, hs] = att [T, T] @ v [T, hs].
   ZINF_RETURN_IF_ERROR(RowMajorGemm(blas, false, false, T_, sh.hs, T_, 1.0f, att, T_, tt, v, sh.hs, ths, 0.0f, y, sh.hs,
@@ -543,9 +577,8 @@ Status AttentionForward(CudaBlas& blas, float* out, float* att, float* scratch, 
 }
 
 Status AttentionBackward(CudaBlas& blas, float* dqkv, float* scratch, const float* dout, const float* qkv,
-                         const float* att, int B, int T_, int C, int NH, int window) {
-  if (NH <= 0 || C % NH != 0) return Status::InvalidArgument("cuda attention: C must be a multiple of NH");
-  if (window < 0) return Status::InvalidArgument("cuda attention: negative window " + std::to_string(window));
+                         const float* att, int B, int T_, int C, int NH, int window, float softcap) {
+  ZINF_RETURN_IF_ERROR(CheckAttention(C, NH, window, softcap));
   const AttentionShape sh{B, T_, C, NH, C / NH};
   const int64_t per = sh.per_tensor();
   if (per <= 0) return Status::Ok();
@@ -561,6 +594,7 @@ Status AttentionBackward(CudaBlas& blas, float* dqkv, float* scratch, const floa
   const int batch = B * NH;
   const int hs = sh.hs;
   const int64_t tt = static_cast<int64_t>(T_) * T_;
+  float* scores = softcap > 0.0f ? datt + batch * tt : nullptr;  // the softcap's slot
   const int64_t ths = static_cast<int64_t>(T_) * hs;
   const float scale = 1.0f / sqrtf(static_cast<float>(hs));
 
@@ -574,8 +608,13 @@ Status AttentionBackward(CudaBlas& blas, float* dqkv, float* scratch, const floa
   // dv [T, hs] = att^T [T, T] @ dy [T, hs].
   ZINF_RETURN_IF_ERROR(RowMajorGemm(blas, true, false, T_, hs, T_, 1.0f, att, T_, tt, dy, hs, ths, 0.0f, dv, hs, ths,
                                     batch, "attention_backward att^T@dy"));
+  if (scores != nullptr) {  // the scaled scores again, for the cap's derivative
+    ZINF_RETURN_IF_ERROR(RowMajorGemm(blas, false, true, T_, T_, hs, scale, q, hs, ths, k, hs, ths, 0.0f, scores, T_,
+                                      tt, batch, "attention_backward q@k^T"));
+  }
   const int64_t rows = static_cast<int64_t>(batch) * T_;
-  CausalSoftmaxBackwardKernel<<<GridFor(rows, kWarpsPerBlock), kThreads, 0, s>>>(datt, att, rows, T_, window);
+  CausalSoftmaxBackwardKernel<<<GridFor(rows, kWarpsPerBlock), kThreads, 0, s>>>(datt, att, scores, rows, T_, window,
+                                                                                 softcap);
   ZINF_RETURN_IF_ERROR(LaunchStatus("attention_backward softmax"));
   // dq [T, hs] = scale * dpreatt [T, T] @ k [T, hs].
   ZINF_RETURN_IF_ERROR(RowMajorGemm(blas, false, false, T_, hs, T_, scale, datt, T_, tt, k, hs, ths, 0.0f, dq, hs, ths,
@@ -585,6 +624,20 @@ Status AttentionBackward(CudaBlas& blas, float* dqkv, float* scratch, const floa
                                     batch, "attention_backward dpreatt^T@q"));
   AccumulateQkvKernel<<<GridFor(per, kThreads), kThreads, 0, s>>>(dqkv, dq, dk, dv, T_, C, NH, hs, per);
   return LaunchStatus("attention_backward accumulate dqkv");
+}
+
+Status SoftcapForward(float* x, float cap, int64_t n, void* stream) {
+  if (!(cap > 0.0f)) return Status::InvalidArgument("softcap_forward: cap must be > 0");
+  if (n <= 0) return Status::Ok();
+  SoftcapForwardKernel<<<GridFor(n, kThreads), kThreads, 0, AsStream(stream)>>>(x, cap, n);
+  return LaunchStatus("softcap_forward");
+}
+
+Status SoftcapBackward(float* dx, const float* y, float cap, int64_t n, void* stream) {
+  if (!(cap > 0.0f)) return Status::InvalidArgument("softcap_backward: cap must be > 0");
+  if (n <= 0) return Status::Ok();
+  SoftcapBackwardKernel<<<GridFor(n, kThreads), kThreads, 0, AsStream(stream)>>>(dx, y, cap, n);
+  return LaunchStatus("softcap_backward");
 }
 
 Status GeluForward(float* out, const float* inp, int64_t n, void* stream) {

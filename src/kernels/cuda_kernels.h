@@ -158,21 +158,23 @@ Status MatmulBackward16(CudaLt& lt, float* dinp, float* dweight, float* dbias, c
                         const void* weight, ElementType type, int64_t N, int C, int OC, void* scratch);
 
 // Attention. Scratch (shared by forward and backward) holds
-// AttentionScratchElems(B, T_, C, NH) floats laid out as
+// AttentionScratchElems(B, T_, C, NH, softcap) floats laid out as
 //   q, k, v, dq, dk, dv, dy   7 x [B, NH, T, hs]   (B*T*C each)
 //   datt                      [B, NH, T, T]        (backward only)
+//   scores                    [B, NH, T, T]        (backward, softcap > 0 only)
 // Forward: q, k, v = permute(qkv); att = causal softmax(q k^T / sqrt(hs))
-// over the keys each query sees (`window` as in cpu_kernels.h: 0 none)
-// (batched GEMM straight into att, softmax in place); y = att @ v into the
-// dy slot; out = unpermute(y). Backward: dy = permute(dout); datt = dy v^T;
-// dv = att^T dy; dpreatt = softmax backward (in place in datt); dq =
+// over the keys each query sees (`window` and `softcap` as in
+// cpu_kernels.h: 0 none) (batched GEMM straight into att, softmax in
+// place); y = att @ v into the dy slot; out = unpermute(y). Backward: dy =
+// permute(dout); datt = dy v^T; dv = att^T dy; with a softcap, the scores
+// again; dpreatt = softmax (and cap) backward (in place in datt); dq =
 // dpreatt k / sqrt(hs); dk = dpreatt^T q / sqrt(hs); dqkv += unpermute.
 // C % NH == 0.
-int64_t AttentionScratchElems(int B, int T_, int C, int NH);
+int64_t AttentionScratchElems(int B, int T_, int C, int NH, float softcap);
 Status AttentionForward(CudaBlas& blas, float* out, float* att, float* scratch, const float* qkv, int B, int T_, int C,
-                        int NH, int window);
+                        int NH, int window, float softcap);
 Status AttentionBackward(CudaBlas& blas, float* dqkv, float* scratch, const float* dout, const float* qkv,
-                         const float* att, int B, int T_, int C, int NH, int window);
+                         const float* att, int B, int T_, int C, int NH, int window, float softcap);
 
 // Fused causal attention on tensor cores (cuda_flash_attention.cu), the
 // 16-bit compute mode's: the same maths as AttentionForward/Backward with
@@ -183,7 +185,8 @@ Status AttentionBackward(CudaBlas& blas, float* dqkv, float* scratch, const floa
 // backward recomputes them from it and needs the forward's `out` too
 // (dout . out per row, into `scratch`: FlashAttentionScratchElems floats).
 // dqkv += as AttentionBackward; the same bits run to run (no atomics).
-// A sliding `window` skips the tiles wholly outside it.
+// A sliding `window` skips the tiles wholly outside it; a `softcap` caps
+// the scaled scores as AttentionForward does.
 // FlashAttentionSupported: the head size C / NH is 16, 32, 64 or 128 and
 // device `ordinal` has the shared memory for it; the calls return
 // kInvalidArgument for other head sizes.
@@ -191,9 +194,9 @@ inline bool FlashAttentionHeadSize(int hs) { return hs == 16 || hs == 32 || hs =
 bool FlashAttentionSupported(int C, int NH, int ordinal);
 inline int64_t FlashAttentionScratchElems(int B, int T_, int NH) { return static_cast<int64_t>(B) * NH * T_; }
 Status FlashAttentionForward(float* out, float* lse, const float* qkv, int B, int T_, int C, int NH, int window,
-                             void* stream);
+                             float softcap, void* stream);
 Status FlashAttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
-                              const float* lse, int B, int T_, int C, int NH, int window, void* stream);
+                              const float* lse, int B, int T_, int C, int NH, int window, float softcap, void* stream);
 
 Status GeluForward(float* out, const float* inp, int64_t n, void* stream);
 Status GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n, void* stream);
@@ -204,6 +207,9 @@ Status ResidualForward(float* out, const float* a, const float* b, int64_t n, vo
 Status Accumulate(float* y, const float* x, int64_t n, void* stream);
 // x *= s.
 Status Scale(float* x, float s, int64_t n, void* stream);
+// x = cap * tanh(x / cap); dx *= 1 - (y / cap)^2 (cpu_kernels.h SoftcapForward/Backward). cap > 0.
+Status SoftcapForward(float* x, float cap, int64_t n, void* stream);
+Status SoftcapBackward(float* dx, const float* y, float cap, int64_t n, void* stream);
 
 // One thread block per row; padding columns V..Vp-1 of dlogits untouched.
 // dlogits may be null (forward only).

@@ -109,27 +109,29 @@ class CudaOps final : public Ops<float> {
   // The 16-bit mode's attention is the fused bf16 kernel where the head size
   // has one (kernels::cuda::FlashAttentionSupported); the rest the
   // unfused fp32 kernels.
-  int64_t AttentionScratchElems(int B, int T_, int C, int NH) const override {
-    return Flash(C, NH) ? k::FlashAttentionScratchElems(B, T_, NH) : k::AttentionScratchElems(B, T_, C, NH);
+  int64_t AttentionScratchElems(int B, int T_, int C, int NH, float softcap) const override {
+    return Flash(C, NH) ? k::FlashAttentionScratchElems(B, T_, NH) : k::AttentionScratchElems(B, T_, C, NH, softcap);
   }
   int64_t AttentionSavedElems(int B, int T_, int C, int NH) const override {
     return Flash(C, NH) ? static_cast<int64_t>(B) * NH * T_ : AttentionProbabilityElems(B, T_, NH);
   }
   void AttentionForward(float* out, float* att, float* scratch, const float* qkv, int B, int T_, int C, int NH,
-                        int window) override {
+                        int window, float softcap) override {
     if (Flash(C, NH)) {
-      Run([&] { return k::FlashAttentionForward(out, att, qkv, B, T_, C, NH, window, s_); });
+      Run([&] { return k::FlashAttentionForward(out, att, qkv, B, T_, C, NH, window, softcap, s_); });
       return;
     }
-    Run([&] { return k::AttentionForward(*blas_, out, att, scratch, qkv, B, T_, C, NH, window); });
+    Run([&] { return k::AttentionForward(*blas_, out, att, scratch, qkv, B, T_, C, NH, window, softcap); });
   }
   void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
-                         const float* att, int B, int T_, int C, int NH, int window) override {
+                         const float* att, int B, int T_, int C, int NH, int window, float softcap) override {
     if (Flash(C, NH)) {
-      Run([&] { return k::FlashAttentionBackward(dqkv, scratch, dout, qkv, out, att, B, T_, C, NH, window, s_); });
+      Run([&] {
+        return k::FlashAttentionBackward(dqkv, scratch, dout, qkv, out, att, B, T_, C, NH, window, softcap, s_);
+      });
       return;
     }
-    Run([&] { return k::AttentionBackward(*blas_, dqkv, scratch, dout, qkv, att, B, T_, C, NH, window); });
+    Run([&] { return k::AttentionBackward(*blas_, dqkv, scratch, dout, qkv, att, B, T_, C, NH, window, softcap); });
   }
   void GeluForward(float* out, const float* inp, int64_t n) override {
     Run([&] { return k::GeluForward(out, inp, n, s_); });
@@ -145,6 +147,12 @@ class CudaOps final : public Ops<float> {
   }
   void Scale(float* x, float s, int64_t n) override {
     Run([&] { return k::Scale(x, s, n, s_); });
+  }
+  void SoftcapForward(float* x, float cap, int64_t n) override {
+    Run([&] { return k::SoftcapForward(x, cap, n, s_); });
+  }
+  void SoftcapBackward(float* dx, const float* y, float cap, int64_t n) override {
+    Run([&] { return k::SoftcapBackward(dx, y, cap, n, s_); });
   }
   void CrossEntropyForwardBackward(float* losses, float* dlogits, const float* logits, const int32_t* targets,
                                    int64_t N, int V, int Vp, float dloss) override {

@@ -276,6 +276,8 @@ std::string GptConfigToJson(const GptConfig& config) {
     if (config.embed_scale) j["embed_scale"] = true;
     if (config.attn_scalar > 0) j["attn_scalar"] = config.attn_scalar;
     if (config.sandwich_norms) j["sandwich_norms"] = true;
+    if (config.attn_softcap > 0) j["attn_softcap"] = config.attn_softcap;
+    if (config.final_softcap > 0) j["final_softcap"] = config.final_softcap;
     if (!config.local_rope_layers.empty()) {
       j["local_rope_theta"] = config.local_rope_theta;
       j["local_rope_layers"] = config.local_rope_layers;
@@ -548,6 +550,8 @@ struct GptCompute<T>::Impl {
   std::vector<LayerActs> acts;
   LayerActs& acts_of(int layer) { return acts[keep ? static_cast<size_t>(layer) : 0]; }
   T* attn_scratch = nullptr;
+  float attn_softcap = 0;  // the config's softcaps as the kernels take them
+  T final_softcap = T(0);
   T* lnf = nullptr;
   T* lnf_mean = nullptr;
   T* lnf_rstd = nullptr;
@@ -776,7 +780,7 @@ void GptCompute<T>::Impl::ForwardGroup(int layer, int group, const LayerParams& 
     case kNorm1Group: o.LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, xin, p[kLn1W], p[kLn1B], N, C); break;
     case kQkvGroup:
       Linear(lp, kQkvW, a.qkv, a.ln1, p[kQkvB], C, 3 * C);
-      o.AttentionForward(a.atty, a.att, attn_scratch, a.qkv, B, T_, C, NH, config.window_in(layer));
+      o.AttentionForward(a.atty, a.att, attn_scratch, a.qkv, B, T_, C, NH, config.window_in(layer), attn_softcap);
       break;
     case kAttnOutGroup:
       Linear(lp, kAttProjW, a.mid, a.atty, p[kAttProjB], C, C);
@@ -822,7 +826,7 @@ void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const LayerPar
       }
       if (q_scale != T(1)) o.Scale(q, q_scale, N * A);
       o.GqaExpandForward(a.qkv, q, k, v, N, NH, NKV, hd);
-      o.AttentionForward(a.atty, a.att, attn_scratch, a.qkv, B, T_, A, NH, config.window_in(layer));
+      o.AttentionForward(a.atty, a.att, attn_scratch, a.qkv, B, T_, A, NH, config.window_in(layer), attn_softcap);
       break;
     case kAttnOutGroup:
       if (sandwich) {
@@ -891,7 +895,8 @@ void GptCompute<T>::Impl::BackwardGroup(int layer, int group, const LayerParams&
     case kQkvGroup: {
       T* dqkv_ = dbuf_4c;
       o.Zero(dqkv_, N * 3 * C);
-      o.AttentionBackward(dqkv_, attn_scratch, dbuf_c, a.qkv, a.atty, a.att, B, T_, C, NH, config.window_in(layer));
+      o.AttentionBackward(dqkv_, attn_scratch, dbuf_c, a.qkv, a.atty, a.att, B, T_, C, NH, config.window_in(layer),
+                          attn_softcap);
       T* dln1 = a.atty;  // atty's last reader was the attn_proj matmul backward
       o.Zero(dln1, N * C);
       LinearBackward(lp, kQkvW, dln1, g[kQkvW], g[kQkvB], dqkv_, a.ln1, C, 3 * C, mode);
@@ -964,7 +969,8 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
     }
     case kQkvGroup: {
       o.Zero(dqkv, N * 3 * A);
-      o.AttentionBackward(dqkv, attn_scratch, dbuf_c, a.qkv, a.atty, a.att, B, T_, A, NH, config.window_in(layer));
+      o.AttentionBackward(dqkv, attn_scratch, dbuf_c, a.qkv, a.atty, a.att, B, T_, A, NH, config.window_in(layer),
+                          attn_softcap);
       o.Zero(dq_rot, N * A);
       o.Zero(dk_rot, N * Ckv);
       o.Zero(dv, N * Ckv);
@@ -1157,18 +1163,21 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
                                  config.rope.long_factor.size() != static_cast<size_t>(config.rope_dims() / 2))) ||
        !AscendingLayers(config.no_rope_layers, config.n_layer) ||
        !AscendingLayers(config.local_rope_layers, config.n_layer) || !(config.local_rope_theta >= 0) ||
-       !(config.attn_scalar >= 0) || (config.rope.linear && !(config.rope.factor > 0)) || config.padding_token < -1 ||
+       !(config.attn_scalar >= 0) || !(config.attn_softcap >= 0) || !(config.final_softcap >= 0) ||
+       (config.rope.linear && !(config.rope.factor > 0)) || config.padding_token < -1 ||
        config.padding_token >= config.vocab_size)) {
     return Status::InvalidArgument("GptCompute: inconsistent llama-family config " + GptConfigToJson(config));
   }
   if (!config.llama() && (config.norm_unit_offset || config.mlp_glu != kernels::Glu::kSilu || config.embed_scale ||
                           config.attn_scalar != 0 || config.sandwich_norms || !config.local_rope_layers.empty() ||
-                          config.padding_token != -1)) {
+                          config.attn_softcap != 0 || config.final_softcap != 0 || config.padding_token != -1)) {
     return Status::InvalidArgument("GptCompute: Gemma's fields are for the llama family: " + GptConfigToJson(config));
   }
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
   m.config = config;
+  m.attn_softcap = static_cast<float>(config.attn_softcap);
+  m.final_softcap = static_cast<T>(config.final_softcap);
   m.B = batch;
   m.ops = ops;
   m.device = device;
@@ -1176,7 +1185,8 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
   m.A = config.attn_width();
   m.N = static_cast<int64_t>(batch) * config.seq_len;
   const int64_t N = m.N, C = m.C, L = config.n_layer, Vp = config.padded_vocab_size;
-  const int64_t scratch_elems = ops->AttentionScratchElems(batch, config.seq_len, m.A, config.n_head);
+  const int64_t scratch_elems =
+      ops->AttentionScratchElems(batch, config.seq_len, m.A, config.n_head, static_cast<float>(config.attn_softcap));
   m.head_rows = std::clamp<int64_t>(kHeadChunkBytes / (2 * Vp * static_cast<int64_t>(sizeof(T))), 1, N);
 
   ZINF_RETURN_IF_ERROR(m.Alloc(&m.tokens, N, "input tokens"));
@@ -1276,7 +1286,8 @@ Status GptCompute<T>::Impl::AllocateLlama() {
   ZINF_RETURN_IF_ERROR(Alloc(&q, N * A, "q"));
   ZINF_RETURN_IF_ERROR(Alloc(&k, kv, "k"));
   ZINF_RETURN_IF_ERROR(Alloc(&v, kv, "v"));
-  ZINF_RETURN_IF_ERROR(Alloc(&attn_scratch, ops->AttentionScratchElems(B, T_, A, config.n_head), "attention scratch"));
+  ZINF_RETURN_IF_ERROR(
+      Alloc(&attn_scratch, ops->AttentionScratchElems(B, T_, A, config.n_head, attn_softcap), "attention scratch"));
   ZINF_RETURN_IF_ERROR(Alloc(&lnf, N * C, "final norm"));
   ZINF_RETURN_IF_ERROR(Alloc(&lnf_rstd, N, "final norm rstd"));
   ZINF_RETURN_IF_ERROR(Alloc(&logits, head_rows * Vp, "logits"));
@@ -1481,11 +1492,13 @@ StatusOr<double> GptCompute<T>::HeadForward(const std::vector<const T*>& head, c
   for (int64_t r0 = 0; r0 < N; r0 += m.head_rows) {
     const int64_t rows = std::min(m.head_rows, N - r0);
     o.MatmulForward(m.logits, m.lnf + r0 * C, lm_head, nullptr, rows, m.C, Vp);
+    if (m.final_softcap > T(0)) o.SoftcapForward(m.logits, m.final_softcap, rows * Vp);
     if (host_logits != nullptr) o.CopyToHost(host_logits + r0 * Vp, m.logits, sizeof(T) * rows * Vp);
     if (grads != nullptr) o.Zero(m.dlogits, rows * Vp);
     o.CrossEntropyForwardBackward(m.losses + r0, grads != nullptr ? m.dlogits : nullptr, m.logits, m.targets + r0, rows,
                                   V, Vp, dloss);
     if (grads != nullptr) {
+      if (m.final_softcap > T(0)) o.SoftcapBackward(m.dlogits, m.logits, m.final_softcap, rows * Vp);
       o.MatmulBackward(m.dbuf_c + r0 * C, grads->lm_head, nullptr, m.dlogits, m.lnf + r0 * C, lm_head, rows, m.C, Vp,
                        kernels::GradMode::kAdd);
     }

@@ -65,8 +65,9 @@ namespace zinf::model {
 // scores scaled by attn_scalar^-1/2 rather than head_dim^-1/2, and Gemma
 // 2/3's sandwich norms (sandwich_norms): the attention's and the MLP's
 // outputs each go through an RMSNorm of their own before they join the
-// residual stream. Gemma 3's sliding layers turn q and k by a RoPE of
-// their own base (local_rope_theta).
+// residual stream. Gemma 2 caps the attention's scores and the logits by
+// tanh (attn_softcap, final_softcap); Gemma 3's sliding layers turn q and
+// k by a RoPE of their own base (local_rope_theta).
 enum class ModelFamily { kGpt2, kLlama };
 
 // Rotary embedding frequencies over the first rot = int(hd *
@@ -125,6 +126,13 @@ struct GptConfig {
   bool embed_scale = false;                    // x_0 = embed_tokens[t] * float(sqrt(n_embd))
   double attn_scalar = 0;                      // scores scaled by attn_scalar^-1/2; 0: head_dim()
   bool sandwich_norms = false;                 // post-attention and post-MLP norms (Gemma 2, 3)
+  // Gemma 2's softcaps, 0: none. attn_softcap: every layer's scaled scores
+  // s become attn_softcap * tanh(s / attn_softcap) before the softmax
+  // (attn_logit_softcapping); final_softcap: the logits likewise before the
+  // loss (final_logit_softcapping), and the logits a caller is given are
+  // the capped ones.
+  double attn_softcap = 0;
+  double final_softcap = 0;
   // Layers (0-based, ascending) whose RoPE has base local_rope_theta and
   // no scaling (Gemma 3's sliding_attention layers, whether or not their
   // window is kept); 0 or no layers: every layer uses `rope`.

@@ -108,19 +108,19 @@ class CpuOps final : public Ops<T> {
   // The fused attention (cpu_kernels.h FusedAttentionForward): it keeps
   // each row's log-sum-exp, B*NH*T; the backward's scratch is one value
   // per row too (its D).
-  int64_t AttentionScratchElems(int B, int T_, int /*C*/, int NH) const override {
+  int64_t AttentionScratchElems(int B, int T_, int /*C*/, int NH, float /*softcap*/) const override {
     return static_cast<int64_t>(B) * NH * T_;
   }
   int64_t AttentionSavedElems(int B, int T_, int /*C*/, int NH) const override {
     return static_cast<int64_t>(B) * NH * T_;
   }
-  void AttentionForward(T* out, T* att, T* /*scratch*/, const T* qkv, int B, int T_, int C, int NH,
-                        int window) override {
-    Run([=] { k::FusedAttentionForward(out, att, qkv, B, T_, C, NH, window); });
+  void AttentionForward(T* out, T* att, T* /*scratch*/, const T* qkv, int B, int T_, int C, int NH, int window,
+                        float softcap) override {
+    Run([=] { k::FusedAttentionForward(out, att, qkv, B, T_, C, NH, window, softcap); });
   }
   void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* out, const T* att, int B, int T_,
-                         int C, int NH, int window) override {
-    Run([=] { k::FusedAttentionBackward(dqkv, scratch, dout, qkv, out, att, B, T_, C, NH, window); });
+                         int C, int NH, int window, float softcap) override {
+    Run([=] { k::FusedAttentionBackward(dqkv, scratch, dout, qkv, out, att, B, T_, C, NH, window, softcap); });
   }
   void GeluForward(T* out, const T* inp, int64_t n) override {
     Run([=] { k::GeluForward(out, inp, n); });
@@ -136,6 +136,12 @@ class CpuOps final : public Ops<T> {
   }
   void Scale(T* x, T s, int64_t n) override {
     Run([=] { k::Scale(x, s, n); });
+  }
+  void SoftcapForward(T* x, T cap, int64_t n) override {
+    Run([=] { k::SoftcapForward(x, cap, n); });
+  }
+  void SoftcapBackward(T* dx, const T* y, T cap, int64_t n) override {
+    Run([=] { k::SoftcapBackward(dx, y, cap, n); });
   }
   void CrossEntropyForwardBackward(T* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t N, int V,
                                    int Vp, T dloss) override {

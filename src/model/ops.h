@@ -77,24 +77,30 @@ class Ops {
   virtual void MatmulBackward16(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const void* weight,
                                 ElementType weight_type, int64_t N, int C, int OC, kernels::GradMode mode) = 0;
   // Elements of device scratch AttentionForward / AttentionBackward need
-  // (one buffer, shared by both: the caller allocates the max once).
-  virtual int64_t AttentionScratchElems(int B, int T_, int C, int NH) const = 0;
+  // (one buffer, shared by both: the caller allocates the max once), with
+  // the softcap they will be called with.
+  virtual int64_t AttentionScratchElems(int B, int T_, int C, int NH, float softcap) const = 0;
   // Elements of `att`, what AttentionForward keeps for AttentionBackward:
   // the probabilities, B*NH*T*T (CudaOps in fp32), or, where the attention
   // is fused (CpuOps; CudaOps in its 16-bit mode), each row's log-sum-exp,
   // B*NH*T.
   virtual int64_t AttentionSavedElems(int B, int T_, int C, int NH) const = 0;
-  // `window`: 0, or a sliding window of that many keys (cpu_kernels.h).
-  virtual void AttentionForward(T* out, T* att, T* scratch, const T* qkv, int B, int T_, int C, int NH, int window) = 0;
+  // `window`: 0, or a sliding window of that many keys; `softcap`: 0, or
+  // the scores' cap (cpu_kernels.h).
+  virtual void AttentionForward(T* out, T* att, T* scratch, const T* qkv, int B, int T_, int C, int NH, int window,
+                                float softcap) = 0;
   // `out`: what AttentionForward wrote there, unchanged since (the fused
   // backward reads it).
   virtual void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* out, const T* att, int B,
-                                 int T_, int C, int NH, int window) = 0;
+                                 int T_, int C, int NH, int window, float softcap) = 0;
   virtual void GeluForward(T* out, const T* inp, int64_t n) = 0;
   virtual void GeluBackward(T* dinp, const T* inp, const T* dout, int64_t n) = 0;
   virtual void ResidualForward(T* out, const T* a, const T* b, int64_t n) = 0;
   virtual void Accumulate(T* y, const T* x, int64_t n) = 0;
   virtual void Scale(T* x, T s, int64_t n) = 0;
+  // The logits' softcap (cpu_kernels.h SoftcapForward/Backward).
+  virtual void SoftcapForward(T* x, T cap, int64_t n) = 0;
+  virtual void SoftcapBackward(T* dx, const T* y, T cap, int64_t n) = 0;
   virtual void CrossEntropyForwardBackward(T* losses, T* dlogits, const T* logits, const int32_t* targets, int64_t N,
                                            int V, int Vp, T dloss) = 0;
 

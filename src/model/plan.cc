@@ -125,7 +125,7 @@ int64_t ActivationBytes(const GptConfig& m, int batch, ComputeKernels kernels, i
   const int64_t att = B * NH * T * T;
   // ops.cc (CPU, fused) and cuda_kernels.h FlashAttentionScratchElems, AttentionScratchElems.
   const int64_t A = m.attn_width();
-  const int64_t attn_scratch = fused_attention ? B * NH * T : 7 * B * T * A + att;
+  const int64_t attn_scratch = fused_attention ? B * NH * T : 7 * B * T * A + (m.attn_softcap > 0 ? 2 : 1) * att;
   const int64_t head_rows = std::clamp<int64_t>(kHeadChunkBytes / (2 * Vp * 4), 1, N);
   auto f = [](int64_t elems) { return DeviceBytes(std::max<int64_t>(elems, 1) * 4); };  // one fp32 (or int32) array
   // tokens, targets; the layer inputs x_0 .. x_L (kOffload: at most three

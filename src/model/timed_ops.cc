@@ -95,13 +95,13 @@ void TimedOps::MatmulBackward16(float* dinp, float* dweight, float* dbias, const
         [&] { inner_->MatmulBackward16(dinp, dweight, dbias, dout, inp, weight, weight_type, N, C, OC, mode); });
 }
 void TimedOps::AttentionForward(float* out, float* att, float* scratch, const float* qkv, int B, int T_, int C, int NH,
-                                int window) {
-  Timed("AttentionForward", [&] { inner_->AttentionForward(out, att, scratch, qkv, B, T_, C, NH, window); });
+                                int window, float softcap) {
+  Timed("AttentionForward", [&] { inner_->AttentionForward(out, att, scratch, qkv, B, T_, C, NH, window, softcap); });
 }
 void TimedOps::AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
-                                 const float* att, int B, int T_, int C, int NH, int window) {
+                                 const float* att, int B, int T_, int C, int NH, int window, float softcap) {
   Timed("AttentionBackward",
-        [&] { inner_->AttentionBackward(dqkv, scratch, dout, qkv, out, att, B, T_, C, NH, window); });
+        [&] { inner_->AttentionBackward(dqkv, scratch, dout, qkv, out, att, B, T_, C, NH, window, softcap); });
 }
 void TimedOps::GeluForward(float* out, const float* inp, int64_t n) {
   Timed("GeluForward", [&] { inner_->GeluForward(out, inp, n); });
@@ -117,6 +117,12 @@ void TimedOps::Accumulate(float* y, const float* x, int64_t n) {
 }
 void TimedOps::Scale(float* x, float s, int64_t n) {
   Timed("Scale", [&] { inner_->Scale(x, s, n); });
+}
+void TimedOps::SoftcapForward(float* x, float cap, int64_t n) {
+  Timed("SoftcapForward", [&] { inner_->SoftcapForward(x, cap, n); });
+}
+void TimedOps::SoftcapBackward(float* dx, const float* y, float cap, int64_t n) {
+  Timed("SoftcapBackward", [&] { inner_->SoftcapBackward(dx, y, cap, n); });
 }
 void TimedOps::CrossEntropyForwardBackward(float* losses, float* dlogits, const float* logits, const int32_t* targets,
                                            int64_t N, int V, int Vp, float dloss) {

@@ -91,21 +91,23 @@ class TimedOps final : public Ops<float> {
   void MatmulBackward16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const void* weight, ElementType weight_type, int64_t N, int C, int OC,
                         kernels::GradMode mode) override;
-  int64_t AttentionScratchElems(int B, int T_, int C, int NH) const override {
-    return inner_->AttentionScratchElems(B, T_, C, NH);
+  int64_t AttentionScratchElems(int B, int T_, int C, int NH, float softcap) const override {
+    return inner_->AttentionScratchElems(B, T_, C, NH, softcap);
   }
   int64_t AttentionSavedElems(int B, int T_, int C, int NH) const override {
     return inner_->AttentionSavedElems(B, T_, C, NH);
   }
   void AttentionForward(float* out, float* att, float* scratch, const float* qkv, int B, int T_, int C, int NH,
-                        int window) override;
+                        int window, float softcap) override;
   void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* out,
-                         const float* att, int B, int T_, int C, int NH, int window) override;
+                         const float* att, int B, int T_, int C, int NH, int window, float softcap) override;
   void GeluForward(float* out, const float* inp, int64_t n) override;
   void GeluBackward(float* dinp, const float* inp, const float* dout, int64_t n) override;
   void ResidualForward(float* out, const float* a, const float* b, int64_t n) override;
   void Accumulate(float* y, const float* x, int64_t n) override;
   void Scale(float* x, float s, int64_t n) override;
+  void SoftcapForward(float* x, float cap, int64_t n) override;
+  void SoftcapBackward(float* dx, const float* y, float cap, int64_t n) override;
   void CrossEntropyForwardBackward(float* losses, float* dlogits, const float* logits, const int32_t* targets,
                                    int64_t N, int V, int Vp, float dloss) override;
   void RmsNormForward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int C,

@@ -27,10 +27,11 @@ using test_support::Random;
 struct Shape {
   int B, T, C, NH;
   int window = 0;
+  float softcap = 0;  // 0: none
   int64_t N() const { return int64_t{B} * T; }
   std::string Name() const {
     return "B" + std::to_string(B) + " T" + std::to_string(T) + " C" + std::to_string(C) + " NH" + std::to_string(NH) +
-           " window " + std::to_string(window);
+           " window " + std::to_string(window) + " softcap " + std::to_string(softcap);
   }
 };
 
@@ -42,20 +43,21 @@ std::vector<T> Cast(const std::vector<double>& v) {
 TEST(CpuAttentionTest, BackwardMatchesFiniteDifferences) {
   // Two query blocks (T 70 > 64) so that both passes cross a block edge.
   // A window of 9 keys: the passes' key and query ranges start and end
-  // inside a block.
-  for (const Shape s : {Shape{2, 5, 8, 2}, Shape{1, 70, 6, 2}, Shape{1, 70, 6, 2, 9}}) {
+  // inside a block. Softcaps well inside the scores' range (Gemma 2's).
+  for (const Shape s : {Shape{2, 5, 8, 2}, Shape{1, 70, 6, 2}, Shape{1, 70, 6, 2, 9}, Shape{2, 5, 8, 2, 0, 0.5f},
+                        Shape{1, 70, 6, 2, 9, 0.7f}}) {
     SCOPED_TRACE(s.Name());
     std::mt19937_64 rng(11);
     std::vector<double> qkv = Random(s.N() * 3 * s.C, rng, 1.5), w = Random(s.N() * s.C, rng);
     std::vector<double> out(s.N() * s.C), lse(int64_t{s.B} * s.NH * s.T), scratch(lse.size());
     auto objective = [&] {
-      FusedAttentionForward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window);
+      FusedAttentionForward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window, s.softcap);
       return Dot(out, w);
     };
     objective();
     std::vector<double> dqkv = Filled(qkv.size());
     FusedAttentionBackward(dqkv.data(), scratch.data(), w.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.C,
-                           s.NH, s.window);
+                           s.NH, s.window, s.softcap);
     ExpectGradient("dqkv", qkv, dqkv, objective);
   }
 }
@@ -71,14 +73,15 @@ void CheckAgainstUnfused(const Shape& s, double tol) {
   const std::vector<T> dout = Cast<T>(Random(s.N() * s.C, rng));
   const int64_t rows = int64_t{s.B} * s.NH * s.T;
   std::vector<T> out(s.N() * s.C), att(rows * s.T), scratch(att.size());
-  AttentionForward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window);
+  AttentionForward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window, s.softcap);
   std::vector<T> dqkv(qkv.size(), T(0.25));
-  AttentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH, s.window);
+  AttentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH, s.window,
+                    s.softcap);
 
   std::vector<T> fout(out.size()), lse(rows), fscratch(rows), fdqkv(qkv.size(), T(0.25));
-  FusedAttentionForward(fout.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window);
+  FusedAttentionForward(fout.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window, s.softcap);
   FusedAttentionBackward(fdqkv.data(), fscratch.data(), dout.data(), qkv.data(), fout.data(), lse.data(), s.B, s.T, s.C,
-                         s.NH, s.window);
+                         s.NH, s.window, s.softcap);
   auto expect_near = [&](const char* what, const std::vector<T>& want, const std::vector<T>& got) {
     double worst = 0;
     int64_t at = 0;
@@ -91,7 +94,8 @@ void CheckAgainstUnfused(const Shape& s, double tol) {
   };
   expect_near("out", out, fout);
   expect_near("dqkv", dqkv, fdqkv);
-  // lse: the row's diagonal probability is exp(s_tt * scale - lse).
+  // lse: the row's diagonal probability is exp(s_tt * scale - lse), the
+  // score through the cap if any.
   const int hs = s.C / s.NH;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
   std::vector<T> want_lse(rows);
@@ -102,7 +106,9 @@ void CheckAgainstUnfused(const Shape& s, double tol) {
         double st = 0;
         for (int i = 0; i < hs; ++i) st += static_cast<double>(q[i]) * static_cast<double>(q[s.C + i]);
         const int64_t row = (int64_t{b} * s.NH + h) * s.T + t;
-        want_lse[row] = static_cast<T>(st * scale - std::log(static_cast<double>(att[row * s.T + t])));
+        st *= scale;
+        if (s.softcap > 0) st = s.softcap * std::tanh(st / s.softcap);
+        want_lse[row] = static_cast<T>(st - std::log(static_cast<double>(att[row * s.T + t])));
       }
     }
   }
@@ -115,7 +121,9 @@ TEST(CpuAttentionTest, MatchesTheUnfusedKernels) {
   for (const Shape s :
        {Shape{2, 7, 8, 2}, Shape{1, 64, 32, 2}, Shape{2, 65, 48, 2}, Shape{1, 200, 128, 2}, Shape{1, 130, 72, 3},
         // Sliding windows: within a block, one block, across blocks.
-        Shape{2, 65, 48, 2, 5}, Shape{1, 200, 32, 2, 64}, Shape{1, 130, 72, 3, 100}}) {
+        Shape{2, 65, 48, 2, 5}, Shape{1, 200, 32, 2, 64}, Shape{1, 130, 72, 3, 100},
+        // Softcapped scores, with and without a window.
+        Shape{2, 65, 48, 2, 0, 1.5f}, Shape{1, 130, 72, 3, 100, 0.8f}}) {
     CheckAgainstUnfused<double>(s, 1e-12);
     CheckAgainstUnfused<float>(s, 2e-5);
   }
@@ -131,9 +139,9 @@ TEST(CpuAttentionTest, IsCausal) {
     std::vector<double> lse(int64_t{s.B} * s.NH * s.T), scratch(lse.size());
     out->assign(s.N() * s.C, 0.0);
     dqkv->assign(in.size(), 0.0);
-    FusedAttentionForward(out->data(), lse.data(), in.data(), s.B, s.T, s.C, s.NH, s.window);
+    FusedAttentionForward(out->data(), lse.data(), in.data(), s.B, s.T, s.C, s.NH, s.window, s.softcap);
     FusedAttentionBackward(dqkv->data(), scratch.data(), dout.data(), in.data(), out->data(), lse.data(), s.B, s.T, s.C,
-                           s.NH, s.window);
+                           s.NH, s.window, s.softcap);
   };
   std::vector<double> out, dqkv, out2, dqkv2;
   run(qkv, &out, &dqkv);
@@ -163,9 +171,9 @@ TEST(CpuAttentionTest, SeesOnlyItsWindow) {
     std::vector<double> lse(int64_t{s.B} * s.NH * s.T), scratch(lse.size());
     out->assign(s.N() * s.C, 0.0);
     dqkv->assign(in.size(), 0.0);
-    FusedAttentionForward(out->data(), lse.data(), in.data(), s.B, s.T, s.C, s.NH, window);
+    FusedAttentionForward(out->data(), lse.data(), in.data(), s.B, s.T, s.C, s.NH, window, s.softcap);
     FusedAttentionBackward(dqkv->data(), scratch.data(), dout.data(), in.data(), out->data(), lse.data(), s.B, s.T, s.C,
-                           s.NH, window);
+                           s.NH, window, s.softcap);
   };
   std::vector<double> out, dqkv, out2, dqkv2;
   run(qkv, s.window, &out, &dqkv);
@@ -200,9 +208,9 @@ TEST(CpuAttentionTest, AWindowOfOneSeesOnlyItself) {
   const std::vector<float> qkv = Cast<float>(Random(s.N() * 3 * s.C, rng, 2.0));
   const std::vector<float> dout = Cast<float>(Random(s.N() * s.C, rng));
   std::vector<float> out(s.N() * s.C), lse(int64_t{s.B} * s.NH * s.T), scratch(lse.size()), dqkv(qkv.size(), 0.0f);
-  FusedAttentionForward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window);
+  FusedAttentionForward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window, s.softcap);
   FusedAttentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.C,
-                         s.NH, s.window);
+                         s.NH, s.window, s.softcap);
   for (int64_t n = 0; n < s.N(); ++n) {
     for (int c = 0; c < s.C; ++c) {
       ASSERT_EQ(out[n * s.C + c], qkv[(n * 3 + 2) * s.C + c]) << "row " << n;
@@ -224,9 +232,9 @@ void SameBitsWhateverTheThreadCount(const Shape& s) {
     lse->assign(int64_t{s.B} * s.NH * s.T, 0.0f);
     dqkv->assign(qkv.size(), 0.0f);
     std::vector<float> scratch(lse->size());
-    FusedAttentionForward(out->data(), lse->data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window);
+    FusedAttentionForward(out->data(), lse->data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window, s.softcap);
     FusedAttentionBackward(dqkv->data(), scratch.data(), dout.data(), qkv.data(), out->data(), lse->data(), s.B, s.T,
-                           s.C, s.NH, s.window);
+                           s.C, s.NH, s.window, s.softcap);
     omp_set_num_threads(before);
   };
   std::vector<float> out1, lse1, dqkv1, out3, lse3, dqkv3;
@@ -239,8 +247,8 @@ void SameBitsWhateverTheThreadCount(const Shape& s) {
 
 TEST(CpuAttentionTest, SameBitsWhateverTheThreadCount) {
   // Large enough to run on threads (B*T*T*C past the parallel threshold),
-  // without a window and with one.
-  for (const Shape s : {Shape{2, 192, 64, 4}, Shape{2, 192, 64, 4, 40}}) {
+  // without a window and with one, and with a softcap.
+  for (const Shape s : {Shape{2, 192, 64, 4}, Shape{2, 192, 64, 4, 40}, Shape{2, 192, 64, 4, 40, 1.0f}}) {
     SCOPED_TRACE(s.Name());
     SameBitsWhateverTheThreadCount(s);
   }
@@ -249,11 +257,7 @@ TEST(CpuAttentionTest, SameBitsWhateverTheThreadCount) {
 // The whole attention gives the same bits with AVX2 as with AVX-512 (the
 // matmuls' FMA chains, the rows' element-wise work and fixed-lane sums);
 // the baseline ISA's matmuls round otherwise, so it is only close.
-TEST(CpuAttentionTest, SameBitsOnAvx2AsOnAvx512) {
-  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512vl")) {
-    GTEST_SKIP() << "this CPU has no AVX-512";
-  }
-  const Shape s{2, 150, 96, 3};
+void SameBitsOnAvx2AsOnAvx512(const Shape& s) {
   std::mt19937_64 rng(13);
   const std::vector<float> qkv = Cast<float>(Random(s.N() * 3 * s.C, rng, 2.0));
   const std::vector<float> dout = Cast<float>(Random(s.N() * s.C, rng));
@@ -265,9 +269,9 @@ TEST(CpuAttentionTest, SameBitsOnAvx2AsOnAvx512) {
     Result r{std::vector<float>(s.N() * s.C), std::vector<float>(int64_t{s.B} * s.NH * s.T),
              std::vector<float>(qkv.size(), 0.5f)};
     std::vector<float> scratch(r.lse.size());
-    FusedAttentionForward(r.out.data(), r.lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window);
+    FusedAttentionForward(r.out.data(), r.lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window, s.softcap);
     FusedAttentionBackward(r.dqkv.data(), scratch.data(), dout.data(), qkv.data(), r.out.data(), r.lse.data(), s.B, s.T,
-                           s.C, s.NH, s.window);
+                           s.C, s.NH, s.window, s.softcap);
     LimitIsa(before);
     return r;
   };
@@ -277,6 +281,16 @@ TEST(CpuAttentionTest, SameBitsOnAvx2AsOnAvx512) {
   EXPECT_EQ(wide.dqkv, avx2.dqkv);
   for (size_t i = 0; i < wide.dqkv.size(); ++i) {
     ASSERT_NEAR(base.dqkv[i], wide.dqkv[i], 1e-4 * (std::fabs(wide.dqkv[i]) + 1)) << i;
+  }
+}
+
+TEST(CpuAttentionTest, SameBitsOnAvx2AsOnAvx512) {
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512vl")) {
+    GTEST_SKIP() << "this CPU has no AVX-512";
+  }
+  for (const Shape s : {Shape{2, 150, 96, 3}, Shape{2, 150, 96, 3, 0, 1.0f}}) {
+    SCOPED_TRACE(s.Name());
+    SameBitsOnAvx2AsOnAvx512(s);
   }
 }
 

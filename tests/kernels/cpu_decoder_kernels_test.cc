@@ -156,12 +156,12 @@ TEST(CpuDecoderKernelsTest, GqaAttentionBackwardMatchesFiniteDifferences) {
   std::vector<double> w = Random(kN * C, rng), qkv(kN * 3 * C), out(kN * C), att(kB * kNH * kT * kT);
   auto objective = [&] {
     GqaExpandForward(qkv.data(), q.data(), k.data(), v.data(), kN, kNH, kNKV, kHd);
-    AttentionForward(out.data(), att.data(), qkv.data(), kB, kT, C, kNH, 0);
+    AttentionForward(out.data(), att.data(), qkv.data(), kB, kT, C, kNH, 0, 0.0f);
     return Dot(out, w);
   };
   objective();
   std::vector<double> dqkv(kN * 3 * C, 0.0), scratch(kB * kNH * kT * kT);
-  AttentionBackward(dqkv.data(), scratch.data(), w.data(), qkv.data(), att.data(), kB, kT, C, kNH, 0);
+  AttentionBackward(dqkv.data(), scratch.data(), w.data(), qkv.data(), att.data(), kB, kT, C, kNH, 0, 0.0f);
   std::vector<double> dq = Filled(q.size()), dk = Filled(k.size()), dv = Filled(v.size());
   GqaExpandBackward(dq.data(), dk.data(), dv.data(), dqkv.data(), kN, kNH, kNKV, kHd);
   ExpectGradient("dq", q, dq, objective);

@@ -191,24 +191,59 @@ TEST(CpuKernelsTest, MatmulMatchesNaiveAcrossBlockBoundaries) {
 }
 
 TEST(CpuKernelsTest, AttentionBackwardMatchesFiniteDifferences) {
-  std::mt19937_64 rng(7);
-  std::vector<double> qkv = Random(kN * 3 * kC, rng, 1.5), w = Random(kN * kC, rng);
-  std::vector<double> out(kN * kC), att(kB * kNH * kT * kT), scratch(att.size());
+  for (const float softcap : {0.0f, 0.6f}) {  // none, and a cap inside the scores' range
+    SCOPED_TRACE("softcap " + std::to_string(softcap));
+    std::mt19937_64 rng(7);
+    std::vector<double> qkv = Random(kN * 3 * kC, rng, 1.5), w = Random(kN * kC, rng);
+    std::vector<double> out(kN * kC), att(kB * kNH * kT * kT), scratch(att.size());
+    auto objective = [&] {
+      AttentionForward(out.data(), att.data(), qkv.data(), kB, kT, kC, kNH, 0, softcap);
+      return Dot(out, w);
+    };
+    objective();
+    std::vector<double> dqkv = Filled(qkv.size());
+    AttentionBackward(dqkv.data(), scratch.data(), w.data(), qkv.data(), att.data(), kB, kT, kC, kNH, 0, softcap);
+    ExpectGradient("dqkv", qkv, dqkv, objective);
+  }
+}
+
+// The softcap: cap * tanh(x / cap) (float within a few ulp of the cap of
+// std::tanh, odd, +-cap far out), and its backward against finite
+// differences of the forward.
+TEST(CpuKernelsTest, SoftcapForwardAndBackward) {
+  std::mt19937_64 rng(21);
+  std::vector<double> x = Random(1000, rng, 80.0);
+  x[0] = 0.0, x[1] = 1e-6, x[2] = -1e-6, x[3] = 500.0, x[4] = -500.0;
+  const double cap = 30.0;
+  std::vector<float> xf(x.begin(), x.end());
+  SoftcapForward(xf.data(), static_cast<float>(cap), static_cast<int64_t>(xf.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double want = cap * std::tanh(static_cast<double>(static_cast<float>(x[i])) / cap);
+    ASSERT_NEAR(xf[i], want, 4e-7 * cap) << "x " << x[i];
+  }
+  EXPECT_EQ(xf[0], 0.0f);
+  EXPECT_EQ(xf[3], 30.0f);
+  EXPECT_EQ(xf[4], -30.0f);
+  EXPECT_NEAR(xf[1], 1e-6f, 1e-5f);  // absolute: the float form's error is the cap's ulp, not x's
+  const std::vector<double> w = Random(x.size(), rng);
+  std::vector<double> y = x;
   auto objective = [&] {
-    AttentionForward(out.data(), att.data(), qkv.data(), kB, kT, kC, kNH, 0);
-    return Dot(out, w);
+    y = x;
+    SoftcapForward(y.data(), cap, static_cast<int64_t>(y.size()));
+    return Dot(y, w);
   };
   objective();
-  std::vector<double> dqkv = Filled(qkv.size());
-  AttentionBackward(dqkv.data(), scratch.data(), w.data(), qkv.data(), att.data(), kB, kT, kC, kNH, 0);
-  ExpectGradient("dqkv", qkv, dqkv, objective);
+  std::vector<double> dx = w;  // in place (not accumulated): ExpectGradient reads a prefilled gradient
+  SoftcapBackward(dx.data(), y.data(), cap, static_cast<int64_t>(dx.size()));
+  for (double& d : dx) d += test_support::kPrefill;
+  ExpectGradient("dx", x, dx, objective);
 }
 
 TEST(CpuKernelsTest, AttentionIsCausal) {
   std::mt19937_64 rng(8);
   std::vector<double> qkv = Random(kN * 3 * kC, rng, 1.5);
   std::vector<double> out(kN * kC), att(kB * kNH * kT * kT);
-  AttentionForward(out.data(), att.data(), qkv.data(), kB, kT, kC, kNH, 0);
+  AttentionForward(out.data(), att.data(), qkv.data(), kB, kT, kC, kNH, 0, 0.0f);
   for (int bh = 0; bh < kB * kNH; ++bh) {
     for (int t = 0; t < kT; ++t) {
       double sum = 0;
@@ -226,7 +261,7 @@ TEST(CpuKernelsTest, AttentionIsCausal) {
   // position's output unchanged (bit for bit) and changes the last one.
   std::vector<double> qkv2 = qkv, out2(out.size()), att2(att.size());
   for (int i = 0; i < 3 * kC; ++i) qkv2[(kT - 1) * 3 * kC + i] += 0.5;
-  AttentionForward(out2.data(), att2.data(), qkv2.data(), kB, kT, kC, kNH, 0);
+  AttentionForward(out2.data(), att2.data(), qkv2.data(), kB, kT, kC, kNH, 0, 0.0f);
   for (int t = 0; t < kT - 1; ++t) {
     for (int c = 0; c < kC; ++c) EXPECT_EQ(out[t * kC + c], out2[t * kC + c]) << "t " << t;
   }
@@ -399,7 +434,7 @@ TEST(CpuKernelsTest, FloatForwardAgreesWithDouble) {
     EncoderForward(x.data(), tokens.data(), twte.data(), twpe.data(), kB, kT, kC);
     LayerNormForward(ln.data(), mean.data(), rstd.data(), x.data(), tlw.data(), tlb.data(), kN, kC);
     MatmulForward(qkv.data(), ln.data(), tmw.data(), tmb.data(), kN, kC, 3 * kC);
-    AttentionForward(y.data(), att.data(), qkv.data(), kB, kT, kC, kNH, 0);
+    AttentionForward(y.data(), att.data(), qkv.data(), kB, kT, kC, kNH, 0, 0.0f);
     GeluForward(g.data(), y.data(), kN * kC);
     CrossEntropyForwardBackward<T>(losses.data(), nullptr, tlogits.data(), tokens.data(), kN, V, Vp, T(0));
     std::vector<double> result(g.begin(), g.end());

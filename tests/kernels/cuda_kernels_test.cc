@@ -324,23 +324,27 @@ TEST_F(CudaKernelsTest, AttentionForwardAndBackward) {
   struct Shape {
     int B, T, C, NH;
     int window = 0;
+    float softcap = 0;
   };
-  for (const Shape& sh : {Shape{2, 17, 48, 3}, Shape{1, 64, 64, 4}, Shape{2, 1, 8, 2}, Shape{1, 40, 32, 1},
-                          Shape{2, 40, 32, 2, 7}, Shape{1, 70, 16, 1, 33}}) {
+  // The last two cap the scores (Gemma 2's softcap, well inside their range).
+  for (const Shape& sh :
+       {Shape{2, 17, 48, 3}, Shape{1, 64, 64, 4}, Shape{2, 1, 8, 2}, Shape{1, 40, 32, 1}, Shape{2, 40, 32, 2, 7},
+        Shape{1, 70, 16, 1, 33}, Shape{2, 17, 48, 3, 0, 0.5f}, Shape{2, 40, 32, 2, 7, 0.3f}}) {
     const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH, W = sh.window;
+    const float cap = sh.softcap;
     SCOPED_TRACE("B " + std::to_string(B) + " T " + std::to_string(T) + " C " + std::to_string(C) + " NH " +
-                 std::to_string(NH) + " window " + std::to_string(W));
+                 std::to_string(NH) + " window " + std::to_string(W) + " softcap " + std::to_string(cap));
     const int64_t N = static_cast<int64_t>(B) * T;
     const int64_t att_n = static_cast<int64_t>(B) * NH * T * T;
     std::vector<float> qkv = Uniform(N * 3 * C, -1, 1, 50);
     std::vector<float> out(N * C), att(att_n);
-    cpu::AttentionForward<float>(out.data(), att.data(), qkv.data(), B, T, C, NH, W);
+    cpu::AttentionForward<float>(out.data(), att.data(), qkv.data(), B, T, C, NH, W, cap);
 
     float* d_qkv = Up(qkv);
     float* d_out = Up(Uniform(N * C, 7, 8, 51));
     float* d_att = Up(Uniform(att_n, 7, 8, 52));  // garbage: the causal zeros must be written
-    float* scratch = Up(Uniform(gpu::AttentionScratchElems(B, T, C, NH), 9, 10, 53));
-    ASSERT_OK(gpu::AttentionForward(*blas_, d_out, d_att, scratch, d_qkv, B, T, C, NH, W));
+    float* scratch = Up(Uniform(gpu::AttentionScratchElems(B, T, C, NH, cap), 9, 10, 53));
+    ASSERT_OK(gpu::AttentionForward(*blas_, d_out, d_att, scratch, d_qkv, B, T, C, NH, W, cap));
     std::vector<float> got_att = Down(d_att, att_n);
     // Probabilities in [0, 1]: float softmax vs the CPU's.
     EXPECT_TRUE(Near(got_att, att, 1e-6, 1e-5));
@@ -359,9 +363,10 @@ TEST_F(CudaKernelsTest, AttentionForwardAndBackward) {
     std::vector<float> dout = Uniform(N * C, -1, 1, 54);
     std::vector<float> dqkv = Uniform(N * 3 * C, -1, 1, 55);
     float* d_dqkv = Up(dqkv);
-    ASSERT_OK(gpu::AttentionBackward(*blas_, d_dqkv, scratch, Up(dout), d_qkv, Up(att), B, T, C, NH, W));
+    ASSERT_OK(gpu::AttentionBackward(*blas_, d_dqkv, scratch, Up(dout), d_qkv, Up(att), B, T, C, NH, W, cap));
     std::vector<float> cpu_scratch(att_n);
-    cpu::AttentionBackward<float>(dqkv.data(), cpu_scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, W);
+    cpu::AttentionBackward<float>(dqkv.data(), cpu_scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, W,
+                                  cap);
     // Sums over up to T keys and hs channels of terms of magnitude <= 1.
     EXPECT_TRUE(Near(Down(d_dqkv, N * 3 * C), dqkv, 1e-6 * (T + C / NH), 1e-4));
   }
@@ -453,7 +458,11 @@ TEST_F(CudaKernelsTest, BadSizesAreErrorsNotLaunches) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   st = gpu::CrossEntropyForwardBackward(nullptr, nullptr, nullptr, nullptr, 4, 10, 8, 1.0f, s());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
-  st = gpu::AttentionForward(*blas_, nullptr, nullptr, nullptr, nullptr, 1, 4, 10, 3, 0);
+  st = gpu::AttentionForward(*blas_, nullptr, nullptr, nullptr, nullptr, 1, 4, 10, 3, 0, 0.0f);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  st = gpu::AttentionForward(*blas_, nullptr, nullptr, nullptr, nullptr, 1, 4, 12, 3, 0, -1.0f);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  st = gpu::SoftcapForward(nullptr, 0.0f, 4, s());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   // Zero sizes enqueue nothing and succeed.
   EXPECT_TRUE(gpu::GeluForward(nullptr, nullptr, 0, s()).ok());
@@ -543,6 +552,23 @@ TEST_F(CudaKernelsTest, ScaleMatchesCpu) {
   float* d_x = Up(x);
   ASSERT_OK(gpu::Scale(d_x, 33.941124f, n, s()));
   EXPECT_EQ(Down(d_x, n), want);
+}
+
+// The logits' softcap: tanhf against the CPU's ExpFloat form, both within
+// a few ulp of the cap; the backward the same arithmetic on the same y.
+TEST_F(CudaKernelsTest, SoftcapMatchesCpu) {
+  const int64_t n = 5003;
+  const float cap = 30.0f;
+  const auto x = Uniform(n, -120.0f, 120.0f, 67), dx = Uniform(n, -1.0f, 1.0f, 68);
+  std::vector<float> want = x, want_dx = dx;
+  cpu::SoftcapForward(want.data(), cap, n);
+  cpu::SoftcapBackward(want_dx.data(), want.data(), cap, n);
+  float* d_x = Up(x);
+  ASSERT_OK(gpu::SoftcapForward(d_x, cap, n, s()));
+  EXPECT_TRUE(Near(Down(d_x, n), want, 1e-6 * cap, 0.0));
+  float* d_dx = Up(dx);
+  ASSERT_OK(gpu::SoftcapBackward(d_dx, Up(want), cap, n, s()));
+  EXPECT_TRUE(Near(Down(d_dx, n), want_dx, 1e-6, 1e-6));
 }
 
 TEST_F(CudaKernelsTest, GqaExpandForwardAndBackward) {
@@ -740,6 +766,7 @@ class CudaFlashAttentionTest : public CudaKernelsTest {
   struct Shape {
     int B, T, C, NH;
     int window = 0;
+    float softcap = 0;
   };
 
   // Columns [part * C, part * C + C) of each of the N rows of a [N, 3C] tensor.
@@ -762,14 +789,15 @@ class CudaFlashAttentionTest : public CudaKernelsTest {
 
   void Check(const Shape& sh, uint32_t seed) {
     const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH, hs = C / NH, W = sh.window;
+    const float cap = sh.softcap;
     SCOPED_TRACE("B " + std::to_string(B) + " T " + std::to_string(T) + " C " + std::to_string(C) + " NH " +
-                 std::to_string(NH) + " window " + std::to_string(W));
+                 std::to_string(NH) + " window " + std::to_string(W) + " softcap " + std::to_string(cap));
     ASSERT_TRUE(gpu::FlashAttentionSupported(C, NH, 0)) << "head size " << hs;
     const int64_t N = static_cast<int64_t>(B) * T, rows = static_cast<int64_t>(B) * NH * T;
     const std::vector<float> qkv = Uniform(N * 3 * C, -2, 2, seed);
     const std::vector<float> qkv16 = Rounded(qkv, ElementType::kBf16);
     std::vector<float> out(N * C), att(rows * T);
-    cpu::AttentionForward<float>(out.data(), att.data(), qkv16.data(), B, T, C, NH, W);
+    cpu::AttentionForward<float>(out.data(), att.data(), qkv16.data(), B, T, C, NH, W, cap);
     std::vector<float> lse(rows);
     for (int64_t r = 0; r < rows; ++r) {
       const int t = static_cast<int>(r % T), h = static_cast<int>(r / T % NH);
@@ -783,6 +811,7 @@ class CudaFlashAttentionTest : public CudaKernelsTest {
         double dot = 0.0;
         for (int i = 0; i < hs; ++i) dot += static_cast<double>(q[i]) * k[i];
         s[j - lo] = dot / std::sqrt(static_cast<double>(hs));
+        if (cap > 0) s[j - lo] = cap * std::tanh(s[j - lo] / cap);
         mx = std::max(mx, s[j - lo]);
       }
       double sum = 0.0;
@@ -793,7 +822,7 @@ class CudaFlashAttentionTest : public CudaKernelsTest {
     float* d_qkv = Up(qkv);
     float* d_out = Up(Uniform(N * C, 7, 8, seed + 1));  // garbage: every element must be written
     float* d_lse = Up(Uniform(rows, 7, 8, seed + 2));
-    ASSERT_OK(gpu::FlashAttentionForward(d_out, d_lse, d_qkv, B, T, C, NH, W, s()));
+    ASSERT_OK(gpu::FlashAttentionForward(d_out, d_lse, d_qkv, B, T, C, NH, W, cap, s()));
     EXPECT_TRUE(NearMax(Down(d_out, N * C), out));
     EXPECT_TRUE(Near(Down(d_lse, rows), lse, 1e-4, 1e-5));
 
@@ -803,13 +832,13 @@ class CudaFlashAttentionTest : public CudaKernelsTest {
     const std::vector<float> dqkv0 = Uniform(N * 3 * C, -1, 1, seed + 4);
     std::vector<float> want(N * 3 * C, 0.0f), cpu_scratch(att.size());
     cpu::AttentionBackward<float>(want.data(), cpu_scratch.data(), Rounded(dout, ElementType::kBf16).data(),
-                                  qkv16.data(), att.data(), B, T, C, NH, W);
+                                  qkv16.data(), att.data(), B, T, C, NH, W, cap);
     float* d_dout = Up(dout);
     float* d_scratch = Up(Uniform(gpu::FlashAttentionScratchElems(B, T, NH), 9, 10, seed + 5));
     std::vector<float> runs[2];
     for (auto& run : runs) {
       float* d_dqkv = Up(dqkv0);
-      ASSERT_OK(gpu::FlashAttentionBackward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, W, s()));
+      ASSERT_OK(gpu::FlashAttentionBackward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, W, cap, s()));
       run = Down(d_dqkv, N * 3 * C);
     }
     EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * sizeof(float)), 0) << "not the same bits";
@@ -844,14 +873,22 @@ TEST_F(CudaFlashAttentionTest, SlidingWindows) {
   Check({1, 1024, 128, 2, 256}, 132);
 }
 
+// Gemma 2's softcap (27B's heads are 128 wide): scores capped at 1.5 and
+// 0.7, where q, k in [-2, 2] give scores of several units.
+TEST_F(CudaFlashAttentionTest, Softcap) {
+  Check({2, 100, 128, 2, 0, 1.5f}, 140);
+  Check({1, 200, 128, 1, 70, 0.7f}, 141);
+}
+
 TEST_F(CudaFlashAttentionTest, UnsupportedHeadSizeIsAnError) {
   EXPECT_FALSE(gpu::FlashAttentionSupported(48, 2, 0));  // 24
   EXPECT_FALSE(gpu::FlashAttentionSupported(48, 0, 0));
   float* d = Alloc<float>(64);
-  const Status st = gpu::FlashAttentionForward(d, d, d, 1, 1, 48, 2, 0, s());
+  const Status st = gpu::FlashAttentionForward(d, d, d, 1, 1, 48, 2, 0, 0.0f, s());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   EXPECT_NE(st.message().find("head size 24"), std::string::npos) << st.ToString();
-  EXPECT_EQ(gpu::FlashAttentionBackward(d, d, d, d, d, d, 1, 1, 48, 2, 0, s()).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu::FlashAttentionBackward(d, d, d, d, d, d, 1, 1, 48, 2, 0, 0.0f, s()).code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

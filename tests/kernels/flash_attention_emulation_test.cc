@@ -28,7 +28,8 @@ namespace {
 
 struct Shape {
   int B, T, NH;
-  int window = 0;  // 0: none; else query t sees keys t - window + 1 .. t
+  int window = 0;     // 0: none; else query t sees keys t - window + 1 .. t
+  float softcap = 0;  // 0: none; else scores s become softcap * tanh(s / softcap)
 };
 
 // Largest |got - want| over the tensor against 1.5e-2 * max |want| + 1e-3.
@@ -51,8 +52,9 @@ template <int HS>
 void Check(const Shape& sh, uint32_t seed) {
   const int B = sh.B, T = sh.T, NH = sh.NH, C = NH * HS;
   const int W = sh.window;
+  const float cap = sh.softcap;
   SCOPED_TRACE("head size " + std::to_string(HS) + " B " + std::to_string(B) + " T " + std::to_string(T) + " NH " +
-               std::to_string(NH) + " window " + std::to_string(W));
+               std::to_string(NH) + " window " + std::to_string(W) + " softcap " + std::to_string(cap));
   const int64_t N = int64_t{B} * T, rows = int64_t{B} * NH * T;
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u2(-2, 2), u1(-1, 1), garbage(7, 8);
@@ -69,33 +71,39 @@ void Check(const Shape& sh, uint32_t seed) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const Dim3 grid{static_cast<unsigned>((T + kTile - 1) / kTile), static_cast<unsigned>(B * NH), 1};
   Launch(grid, kFlashThreads, Layout<HS>::kForwardBytes,
-         [&] { FlashForwardKernel<HS>(out.data(), lse.data(), qkv.data(), T, C, NH, scale, W); });
+         [&] { FlashForwardKernel<HS>(out.data(), lse.data(), qkv.data(), T, C, NH, scale, W, cap); });
   std::vector<float> dqkv = dqkv0;
   const unsigned dot_blocks = static_cast<unsigned>(std::max<int64_t>(1, (rows + 7) / 8));
   Launch(Dim3{dot_blocks, 1, 1}, 256, 0,
          [&] { FlashRowDotKernel(d.data(), dout.data(), out.data(), T, C, NH, HS, rows); });
   Launch(grid, kFlashThreads, Layout<HS>::kBackwardBytes, [&] {
-    FlashBackwardKvKernel<HS>(dqkv.data(), dout.data(), qkv.data(), lse.data(), d.data(), T, C, NH, scale, W);
+    FlashBackwardKvKernel<HS>(dqkv.data(), dout.data(), qkv.data(), lse.data(), d.data(), T, C, NH, scale, W, cap);
   });
   Launch(grid, kFlashThreads, Layout<HS>::kBackwardBytes, [&] {
-    FlashBackwardQKernel<HS>(dqkv.data(), dout.data(), qkv.data(), lse.data(), d.data(), T, C, NH, scale, W);
+    FlashBackwardQKernel<HS>(dqkv.data(), dout.data(), qkv.data(), lse.data(), d.data(), T, C, NH, scale, W, cap);
   });
 
   // float64 attention on the rounded operands.
   auto at = [&](int64_t b, int64_t t, int part, int h) { return ((b * T + t) * 3 + part) * C + int64_t{h} * HS; };
   std::vector<double> want_out(N * C, 0.0), want_lse(rows), want_d(N * 3 * C, 0.0);
+  // d capped score / d score at each key of the row at hand.
   const double sc = 1.0 / std::sqrt(static_cast<double>(HS));
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
       for (int t = 0; t < T; ++t) {
         const int64_t o = (int64_t{b} * T + t) * C + int64_t{h} * HS;
         const int lo = W > 0 ? std::max(0, t - W + 1) : 0;  // the keys query t sees: lo .. t
-        std::vector<double> s(t + 1), p(t + 1), dp(t + 1);
+        std::vector<double> s(t + 1), p(t + 1), dp(t + 1), grad(t + 1, 1.0);
         double mx = -INFINITY;
         for (int j = lo; j <= t; ++j) {
           double dot = 0.0;
           for (int i = 0; i < HS; ++i) dot += Bf16(qkv[at(b, t, 0, h) + i]) * Bf16(qkv[at(b, j, 1, h) + i]);
           s[j] = dot * sc;
+          if (cap > 0) {
+            const double u = std::tanh(s[j] / cap);
+            s[j] = cap * u;
+            grad[j] = 1.0 - u * u;
+          }
           mx = std::max(mx, s[j]);
         }
         double sum = 0.0;
@@ -113,7 +121,7 @@ void Check(const Shape& sh, uint32_t seed) {
           D += p[j] * x;
         }
         for (int j = lo; j <= t; ++j) {
-          const double ds = p[j] * (dp[j] - D);
+          const double ds = p[j] * (dp[j] - D) * grad[j];
           for (int i = 0; i < HS; ++i) {
             want_d[at(b, t, 0, h) + i] += sc * ds * Bf16(qkv[at(b, j, 1, h) + i]);
             want_d[at(b, j, 1, h) + i] += sc * ds * Bf16(qkv[at(b, t, 0, h) + i]);
@@ -155,6 +163,12 @@ TEST(FlashAttentionEmulationTest, SlidingWindows) {
   Check<32>({1, 140, 1, 64}, 131);
   Check<16>({2, 200, 1, 70}, 132);
   Check<16>({1, 40, 2, 100}, 133);
+}
+// Gemma 2's softcap, well inside the scores' range (q, k in [-2, 2]), with
+// and without a window.
+TEST(FlashAttentionEmulationTest, Softcap) {
+  Check<32>({2, 70, 2, 0, 1.5f}, 140);
+  Check<16>({1, 150, 1, 20, 0.7f}, 141);
 }
 
 }  // namespace

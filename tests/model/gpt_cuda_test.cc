@@ -270,6 +270,23 @@ TEST(GptCudaTest, Gemma3LayerMatchesCpu) {
   CompareTinyModel(cfg);
 }
 
+// Gemma 2's layer: sandwich norms without q/k norms, the attention's scores
+// and the logits softcapped (the unfused attention's backward recomputes
+// the scores for the cap's derivative).
+TEST(GptCudaTest, Gemma2LayerMatchesCpu) {
+  GptConfig cfg = TinyQwen3Config();
+  cfg.qk_norm = false;
+  cfg.tied_embeddings = true;
+  cfg.norm_unit_offset = cfg.embed_scale = cfg.sandwich_norms = true;
+  cfg.mlp_glu = kernels::Glu::kGeluTanh;
+  cfg.attn_scalar = 20;
+  cfg.sliding_window = 3;
+  cfg.sliding_layers = {0};
+  cfg.attn_softcap = 0.3;
+  cfg.final_softcap = 0.8;
+  CompareTinyModel(cfg);
+}
+
 // In both compute modes (the 16-bit one's attention is the fused kernel,
 // which recomputes the probabilities in its backward).
 void KeptActivationsGiveTheRecomputesBits(bool compute16) {

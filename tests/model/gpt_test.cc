@@ -350,8 +350,27 @@ GptConfig TinyGemma3() {
   return c;
 }
 
+// Gemma 2's layer: Gemma 3's without the q/k norms and the local RoPE, with
+// the attention's scores and the logits softcapped (caps small enough to
+// bend the tiny model's values).
+GptConfig TinyGemma2() {
+  GptConfig c = TinyLlama(false, false);
+  c.head_size = 8;
+  c.norm_unit_offset = true;
+  c.mlp_glu = kernels::Glu::kGeluTanh;
+  c.embed_scale = true;
+  c.attn_scalar = 20;
+  c.sandwich_norms = true;
+  c.sliding_window = 5;
+  c.sliding_layers = {0};
+  c.attn_softcap = 0.2;
+  c.final_softcap = 0.5;
+  return c;
+}
+
 TEST(GptTest, LlamaGradientsMatchFiniteDifferencesTied) { CheckModelGradients(TinyLlama(true, false)); }
 TEST(GptTest, Gemma3GradientsMatchFiniteDifferences) { CheckModelGradients(TinyGemma3()); }
+TEST(GptTest, Gemma2GradientsMatchFiniteDifferences) { CheckModelGradients(TinyGemma2()); }
 TEST(GptTest, LlamaGradientsMatchFiniteDifferencesUntiedWithBiases) { CheckModelGradients(TinyLlama(false, true)); }
 TEST(GptTest, Qwen3GradientsMatchFiniteDifferencesWideHeads) { CheckModelGradients(TinyQwen3(12)); }
 // Phi-4-mini's rotary embedding: 4 of a head's 8 columns turned, LongRoPE's
