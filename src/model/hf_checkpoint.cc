@@ -96,7 +96,8 @@ const std::set<std::string>& IgnoredKeys() {
                                               "reorder_and_upcast_attn",
                                               "auto_map",
                                               "cache_implementation",
-                                              "_sliding_window_pattern"};
+                                              "_sliding_window_pattern",
+                                              "sliding_window_size"};  // Gemma 2's first configs, beside sliding_window
   return kKeys;
 }
 const std::set<std::string>& DropoutKeys() {
@@ -192,8 +193,8 @@ class KeyReader {
 // transformers' rule for each architecture: none (Llama reads no window),
 // all (Mistral, Phi-3), those from max_window_layers on (Qwen2, Qwen3),
 // the NoPE layers (SmolLM3), or all but every sliding_window_pattern-th
-// (Gemma 3, whose windows are always on). The last three read layer_types
-// first.
+// (Gemma 3; Gemma 2 every other, its windows always on too). The last
+// three read layer_types first.
 enum class SlidingLayers { kNone, kAll, kFromMaxWindowLayers, kNopeLayers, kPattern };
 
 // What each supported architecture is, in the terms zinf's model uses:
@@ -221,9 +222,16 @@ struct Architecture {
   // transformers' pad_token_id when the config has no such key (its
   // embedding row gets no gradient: padding_idx); -1: none.
   int default_pad_token = -1;
-  // Gemma 3: q_norm and k_norm, sandwich norms, query_pre_attn_scalar, and
-  // RoPE of base rope_local_base_freq in the sliding layers (in
-  // transformers 5's rope_parameters: per layer type).
+  // Gemma 2 and 3: sandwich norms, query_pre_attn_scalar, hidden_activation
+  // (not hidden_act), and the softcaps attn_logit_softcapping and
+  // final_logit_softcapping, whose defaults (the key absent) these are
+  // (Gemma 2's 50 and 30; Gemma 3's none).
+  bool sandwich = false;
+  double default_attn_softcap = 0;
+  double default_final_softcap = 0;
+  // Gemma 3: q_norm and k_norm, RoPE of base rope_local_base_freq in the
+  // sliding layers (in transformers 5's rope_parameters: per layer type),
+  // sliding_window_pattern.
   bool gemma3 = false;
   // Gemma 3 4B and up: a vision tower beside the language model, whose
   // config is text_config and whose tensors are under language_model.
@@ -240,6 +248,7 @@ constexpr Architecture Gemma3(std::string_view name, bool multimodal) {
           .default_window = 4096,
           .gemma = true,
           .default_pad_token = 0,
+          .sandwich = true,
           .gemma3 = true,
           .multimodal = multimodal,
           .default_rope_theta = 1000000.0};
@@ -263,6 +272,14 @@ constexpr Architecture kArchitectures[] = {
      .nope_layers = true,
      .default_pad_token = 128004},
     {.name = "GemmaForCausalLM", .gemma = true, .default_pad_token = 0},
+    {.name = "Gemma2ForCausalLM",
+     .sliding = SlidingLayers::kPattern,
+     .default_window = 4096,
+     .gemma = true,
+     .default_pad_token = 0,
+     .sandwich = true,
+     .default_attn_softcap = 50.0,
+     .default_final_softcap = 30.0},
     Gemma3("Gemma3ForCausalLM", /*multimodal=*/false),
     Gemma3("Gemma3ForConditionalGeneration", /*multimodal=*/true),
 };
@@ -476,7 +493,8 @@ void ParseSlidingWindow(KeyReader& r, HfCheckpoint& c, const Architecture& arch)
   // Gemma 3's pattern: every pattern-th layer full, the others sliding
   // (transformers reads sliding_window_pattern only; its own saved configs
   // carry _sliding_window_pattern, which it ignores, beside layer_types).
-  const int pattern = arch.sliding == SlidingLayers::kPattern ? r.Int("sliding_window_pattern", 6, false) : 6;
+  // Gemma 2's: every other layer, from the first.
+  const int pattern = arch.gemma3 ? r.Int("sliding_window_pattern", 6, false) : 2;
   std::vector<int> layers;
   if (const json* types = r.Get("layer_types"); types != nullptr && !reads_types) {
     c.notes.push_back("layer_types: ignored (" + c.architecture + " does not read it)");
@@ -532,18 +550,31 @@ void ParseSlidingWindow(KeyReader& r, HfCheckpoint& c, const Architecture& arch)
   }
 }
 
+// A softcap key (Gemma 2, 3): absent, transformers' default; null, none;
+// else a positive number.
+double Softcap(KeyReader& r, const std::string& key, double fallback) {
+  if (!r.Has(key)) return fallback;
+  const json* v = r.Get(key);
+  if (v == nullptr) return 0;
+  if (!v->is_number() || !(v->get<double>() > 0) || v->get<double>() > 1e6) {
+    r.Error(key + ": expected a positive number or null (no softcapping), got " + v->dump());
+    return 0;
+  }
+  return v->get<double>();
+}
+
 // Gemma's keys (ParseLlama reads the rest).
 void ParseGemma(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   GptConfig& m = c.model;
   m.norm_unit_offset = true;
   m.embed_scale = true;
   m.mlp_glu = kernels::Glu::kGeluTanh;
-  m.sandwich_norms = arch.gemma3;
+  m.sandwich_norms = arch.sandwich;
   // Gemma reads hidden_act, where "gelu" (its first releases' value) means
-  // the tanh approximation; Gemma 3 reads hidden_activation.
-  const char* act = arch.gemma3 ? "hidden_activation" : "hidden_act";
-  const char* other = arch.gemma3 ? "hidden_act" : "hidden_activation";
-  if (arch.gemma3) {
+  // the tanh approximation; Gemma 2 and 3 read hidden_activation.
+  const char* act = arch.sandwich ? "hidden_activation" : "hidden_act";
+  const char* other = arch.sandwich ? "hidden_act" : "hidden_activation";
+  if (arch.sandwich) {
     r.Neutral(act, {"gelu_pytorch_tanh", "gelu_new"});
   } else {
     r.Neutral(act, {"gelu_pytorch_tanh", "gelu_new", "gelu"});
@@ -552,12 +583,9 @@ void ParseGemma(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
     c.notes.push_back(std::string(other) + ": ignored (transformers' " + c.architecture + " reads " + act + ")");
   }
   r.Neutral("use_bidirectional_attention", {false});
-  if (!arch.gemma3) return;
-  for (const char* k : {"attn_logit_softcapping", "final_logit_softcapping"}) {
-    if (const json* v = r.Get(k); v != nullptr) {
-      r.Error(std::string(k) + ": " + v->dump() + " changes the model's math; zinf has no softcapping (null only)");
-    }
-  }
+  if (!arch.sandwich) return;
+  m.attn_softcap = Softcap(r, "attn_logit_softcapping", arch.default_attn_softcap);
+  m.final_softcap = Softcap(r, "final_logit_softcapping", arch.default_final_softcap);
   m.attn_scalar = r.Number("query_pre_attn_scalar", 256.0);
   if (!(m.attn_scalar > 0))
     r.Error("query_pre_attn_scalar: expected a positive number, got " + json(m.attn_scalar).dump());
@@ -982,7 +1010,7 @@ std::vector<std::string> HfTensorNames(const HfCheckpoint& ckpt, BlockId block) 
   if (m.qk_norm) {
     for (const char* p : {"q", "k"}) n.push_back(l + "self_attn." + p + "_norm.weight");
   }
-  if (m.sandwich_norms) {  // Gemma 3: the MLP's input norm is "pre-feedforward"
+  if (m.sandwich_norms) {  // Gemma 2, 3: the MLP's input norm is "pre-feedforward"
     n[kMlpNormW] = l + "pre_feedforward_layernorm.weight";
     n.push_back(l + "post_attention_layernorm.weight");
     n.push_back(l + "post_feedforward_layernorm.weight");

@@ -22,8 +22,11 @@
 //                          with "longrope" scaling when configured
 //   GemmaForCausalLM    -> kLlama with Gemma's fields (gpt.h): norms by
 //                          1 + w, GeGLU, the embedding scaled
-//   Gemma3ForCausalLM   -> the same with q/k norms, sandwich norms, sliding
-//                          layers with a RoPE of their own base
+//   Gemma2ForCausalLM   -> the same with sandwich norms, every other layer
+//                          sliding, the attention's scores and the logits
+//                          softcapped (attn_softcap, final_softcap)
+//   Gemma3ForCausalLM   -> Gemma 2's with q/k norms, sliding layers with a
+//                          RoPE of their own base, no softcaps unless set
 //   Gemma3ForConditionalGeneration
 //                       -> Gemma 3 4B and up: its language model
 //                          (text_config, its absent shape keys taking

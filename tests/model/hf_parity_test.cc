@@ -187,7 +187,7 @@ TEST_P(HfParityTest, AdamWOnNvmeFollowsTorchCurve) {
 INSTANTIATE_TEST_SUITE_P(Architectures, HfParityTest,
                          ::testing::Values("gpt2", "llama", "qwen2", "mistral", "qwen3", "phi3", "phi3-longrope",
                                            "smollm3", "mistral-window", "qwen2-window", "gemma", "gemma3", "gemma3-mm",
-                                           "llama-pad"));
+                                           "llama-pad", "gemma2"));
 
 // A copy of a fixture folder whose config.json or tensors a test changes.
 std::string CopyFixture(const TempDir& tmp, const std::string& name) {
@@ -585,8 +585,9 @@ TEST(HfCheckpointTest, SlidingWindowsAsTransformersReadsThem) {
 // rope_local_base_freq, rope_scaling for the full layers, the layers from
 // sliding_window_pattern) and as transformers 5 saves it (rope_parameters
 // per layer type, layer_types) give the same model; the sliding layers keep
-// their local RoPE when the window is dropped; softcapping and exact GELU
-// are refused by name; Gemma's legacy "gelu" is the tanh approximation.
+// their local RoPE when the window is dropped; exact GELU is refused by
+// name; Gemma's legacy "gelu" is the tanh approximation; Gemma 3 reads the
+// softcaps when they are set (null on the Hub).
 TEST(HfCheckpointTest, GemmaConfigsAsTransformersReadsThem) {
   using Layers = std::vector<int>;
   auto saved = OpenHfCheckpoint(FixtureDir("gemma3"));
@@ -631,8 +632,18 @@ TEST(HfCheckpointTest, GemmaConfigsAsTransformersReadsThem) {
     ASSERT_FALSE(c.ok()) << key;
     EXPECT_NE(c.status().message().find(expect), std::string::npos) << c.status().ToString();
   };
-  refused("final_logit_softcapping", 30.0, "final_logit_softcapping: 30.0 changes the model's math");
-  refused("attn_logit_softcapping", 50.0, "attn_logit_softcapping: 50.0");
+  EXPECT_EQ(g.attn_softcap, 0.0);
+  EXPECT_EQ(g.final_softcap, 0.0);
+  {
+    nlohmann::json capped = doc;
+    capped["final_logit_softcapping"] = 30.0;
+    testing::WriteBytes(hub + "/config.json", capped.dump(2));
+    auto c = OpenHfCheckpoint(hub);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->model.final_softcap, 30.0);
+    EXPECT_EQ(c->model.attn_softcap, 0.0);
+  }
+  refused("attn_logit_softcapping", -50.0, "attn_logit_softcapping: expected a positive number or null");
   refused("hidden_activation", "gelu", "hidden_activation: \"gelu\" changes the model's math");
   refused("sliding_window", nullptr, "sliding_window: null, but layers 0... slide");
   refused("rope_parameters", {{"sliding_attention", {{"rope_type", "yarn"}}}},
@@ -645,6 +656,65 @@ TEST(HfCheckpointTest, GemmaConfigsAsTransformersReadsThem) {
   EXPECT_EQ(legacy->model.mlp_glu, kernels::Glu::kGeluTanh);
   EXPECT_FALSE(legacy->model.sandwich_norms || legacy->model.qk_norm);
   EXPECT_TRUE(legacy->model.local_rope_layers.empty());
+}
+
+// Gemma 2's config as transformers 5 saves it and as the Hub holds it
+// (transformers 4.4x: rope_theta, hidden_act beside hidden_activation,
+// sliding_window_size, no layer_types): every other layer slides from the
+// first, the softcaps are read, or transformers' 50 and 30 when absent, or
+// none when null; no q/k norms and one RoPE.
+TEST(HfCheckpointTest, Gemma2ConfigsAsTransformersReadsThem) {
+  using Layers = std::vector<int>;
+  auto saved = OpenHfCheckpoint(FixtureDir("gemma2"));
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  const GptConfig& g = saved->model;
+  EXPECT_TRUE(g.norm_unit_offset && g.embed_scale && g.sandwich_norms && g.tied_embeddings);
+  EXPECT_FALSE(g.qk_norm);
+  EXPECT_EQ(g.mlp_glu, kernels::Glu::kGeluTanh);
+  EXPECT_EQ(g.attn_scalar, 24);
+  EXPECT_DOUBLE_EQ(g.attn_softcap, 0.3);
+  EXPECT_DOUBLE_EQ(g.final_softcap, 0.8);
+  EXPECT_EQ(g.sliding_window, 5);
+  EXPECT_EQ(g.sliding_layers, (Layers{0, 2}));
+  EXPECT_TRUE(g.local_rope_layers.empty());
+  EXPECT_EQ(g.rope.theta, 10000.0);
+
+  TempDir tmp;
+  const std::string hub = CopyFixture(tmp, "gemma2");
+  nlohmann::json doc = nlohmann::json::parse(testing::ReadBytes(hub + "/config.json"));
+  for (const char* k : {"layer_types", "rope_parameters"}) doc.erase(k);
+  doc["rope_theta"] = 10000.0;
+  doc["hidden_act"] = "gelu_pytorch_tanh";
+  doc["sliding_window_size"] = 5;
+  doc["cache_implementation"] = "hybrid";
+  testing::WriteBytes(hub + "/config.json", doc.dump(2));
+  auto old = OpenHfCheckpoint(hub);
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(GptConfigToJson(old->model), GptConfigToJson(g));
+
+  auto with = [&](const char* key, const nlohmann::json* value) {
+    nlohmann::json d = doc;
+    if (value == nullptr) {
+      d.erase(key);
+    } else {
+      d[key] = *value;
+    }
+    testing::WriteBytes(hub + "/config.json", d.dump(2));
+    return OpenHfCheckpoint(hub);
+  };
+  auto defaults = with("attn_logit_softcapping", nullptr);
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_EQ(defaults->model.attn_softcap, 50.0);  // transformers' Gemma 2 default
+  const nlohmann::json null;
+  auto none = with("final_logit_softcapping", &null);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ(none->model.final_softcap, 0.0);
+  const nlohmann::json text = "30";
+  auto bad = with("final_logit_softcapping", &text);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("final_logit_softcapping: expected a positive number or null"),
+            std::string::npos)
+      << bad.status().ToString();
 }
 
 // Gemma 3 4B and up (Gemma3ForConditionalGeneration): the language model

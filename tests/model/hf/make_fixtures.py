@@ -106,6 +106,13 @@ MODELS = {
     # from the input side; the tied head still trains it
     "llama-pad": (transformers.LlamaConfig, transformers.LlamaForCausalLM,
                   dict(COMMON_LLAMA, vocab_size=100, tie_word_embeddings=True, pad_token_id=3), torch.float32),
+    # Gemma 2: sandwich norms (by 1 + w), layers 0 and 2 sliding over 5 keys, scores scaled by 24^-1/2, and
+    # softcaps small enough to bite: the attention's scores capped at 0.3, the logits at 0.8
+    "gemma2": (transformers.Gemma2Config, transformers.Gemma2ForCausalLM,
+               dict(COMMON_LLAMA, num_hidden_layers=3, vocab_size=100, head_dim=16, sliding_window=5,
+                    query_pre_attn_scalar=24, attn_logit_softcapping=0.3, final_logit_softcapping=0.8,
+                    pad_token_id=None),
+               torch.float32),
 }
 
 

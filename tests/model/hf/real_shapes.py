@@ -21,7 +21,10 @@ layers, every sixth full and the rest sliding with RoPE base 10000, here over
 head of 256, a 262144 vocabulary), gemma-2b-2l (Gemma 2B's widths at 2 layers:
 GeGLU of 16384, one key/value head of 256, a 256000 vocabulary), gemma3-4b-2l
 (Gemma 3 4B's language model at 2 layers, one sliding over 100 keys and one
-full with linear RoPE scaling by 8, a 262208 vocabulary).
+full with linear RoPE scaling by 8, a 262208 vocabulary), gemma2-2b-2l
+(Gemma 2 2B's widths at 2 layers: the first sliding over 100 keys, the
+attention's scores softcapped at 50 and the logits at 30, GQA 8/4 of 256, a
+256000 vocabulary).
 Prints one line per model: both losses and their difference.
 """
 import argparse
@@ -83,6 +86,14 @@ def gemma_2b():
         tie_word_embeddings=True)
 
 
+def gemma2_2b():
+    return transformers.Gemma2ForCausalLM, transformers.Gemma2Config(
+        vocab_size=256000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=2, num_attention_heads=8,
+        num_key_value_heads=4, head_dim=256, max_position_embeddings=8192, query_pre_attn_scalar=256,
+        sliding_window=100, rms_norm_eps=1e-6, tie_word_embeddings=True, attn_logit_softcapping=50.0,
+        final_logit_softcapping=30.0)
+
+
 def gemma3_4b():
     return transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(
         vocab_size=262208, hidden_size=2560, intermediate_size=10240, num_hidden_layers=2, num_attention_heads=8,
@@ -93,7 +104,8 @@ def gemma3_4b():
 
 
 SHAPES = {"qwen3-0.6b": qwen3, "phi4-mini-2l": phi4_mini, "smollm3-4l": smollm3, "mistral-2l-window100": mistral_window,
-          "gemma3-270m": gemma3_270m, "gemma-2b-2l": gemma_2b, "gemma3-4b-2l": gemma3_4b}
+          "gemma3-270m": gemma3_270m, "gemma-2b-2l": gemma_2b, "gemma3-4b-2l": gemma3_4b,
+          "gemma2-2b-2l": gemma2_2b}
 
 
 def check(name, zinf, work):
