@@ -229,6 +229,8 @@ bool AscendingLayers(const std::vector<int>& layers, int n_layer) {
          std::adjacent_find(layers.begin(), layers.end()) == layers.end() &&
          (layers.empty() || (layers.front() >= 0 && layers.back() < n_layer));
 }
+// A softcap: 0 (none), or finite and still positive as the kernels' float.
+bool SoftcapValid(double cap) { return cap == 0 || (std::isfinite(cap) && static_cast<float>(cap) > 0); }
 }  // namespace
 
 int GptConfig::window_in(int layer) const {
@@ -1163,7 +1165,7 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
                                  config.rope.long_factor.size() != static_cast<size_t>(config.rope_dims() / 2))) ||
        !AscendingLayers(config.no_rope_layers, config.n_layer) ||
        !AscendingLayers(config.local_rope_layers, config.n_layer) || !(config.local_rope_theta >= 0) ||
-       !(config.attn_scalar >= 0) || !(config.attn_softcap >= 0) || !(config.final_softcap >= 0) ||
+       !(config.attn_scalar >= 0) || !SoftcapValid(config.attn_softcap) || !SoftcapValid(config.final_softcap) ||
        (config.rope.linear && !(config.rope.factor > 0)) || config.padding_token < -1 ||
        config.padding_token >= config.vocab_size)) {
     return Status::InvalidArgument("GptCompute: inconsistent llama-family config " + GptConfigToJson(config));

@@ -538,8 +538,9 @@ void ParseSlidingWindow(KeyReader& r, HfCheckpoint& c, const Architecture& arch)
       if ((l + 1) % pattern != 0) layers.push_back(l);
     }
     if (window <= 0 && !layers.empty()) {
-      return r.Error("sliding_window: null, but layers " + std::to_string(layers.front()) +
-                     "... slide (sliding_window_pattern " + std::to_string(pattern) + ")");
+      return r.Error("sliding_window: null, but layers " + std::to_string(layers.front()) + "... slide (" +
+                     (arch.gemma3 ? "sliding_window_pattern " + std::to_string(pattern) : std::string("every other")) +
+                     ")");
     }
   }
   // Gemma 3's sliding layers have their own RoPE, window or not.
@@ -586,6 +587,13 @@ void ParseGemma(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   if (!arch.sandwich) return;
   m.attn_softcap = Softcap(r, "attn_logit_softcapping", arch.default_attn_softcap);
   m.final_softcap = Softcap(r, "final_logit_softcapping", arch.default_final_softcap);
+  // transformers' Gemma3ForConditionalGeneration leaves its logits uncapped
+  // whatever text_config says (its Gemma3ForCausalLM caps them): refused
+  // rather than trained against the other class's math.
+  if (arch.multimodal && m.final_softcap > 0) {
+    r.Error("final_logit_softcapping: " + json(m.final_softcap).dump() + " in text_config: " + c.architecture +
+            " does not cap its logits in transformers (null only)");
+  }
   m.attn_scalar = r.Number("query_pre_attn_scalar", 256.0);
   if (!(m.attn_scalar > 0))
     r.Error("query_pre_attn_scalar: expected a positive number, got " + json(m.attn_scalar).dump());

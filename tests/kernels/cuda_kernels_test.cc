@@ -555,7 +555,8 @@ TEST_F(CudaKernelsTest, ScaleMatchesCpu) {
 }
 
 // The logits' softcap: tanhf against the CPU's ExpFloat form, both within
-// a few ulp of the cap; the backward the same arithmetic on the same y.
+// a few ulp of the cap; the backward from the same y (y / cap against y *
+// (1 / cap): an ulp apart).
 TEST_F(CudaKernelsTest, SoftcapMatchesCpu) {
   const int64_t n = 5003;
   const float cap = 30.0f;
@@ -873,8 +874,8 @@ TEST_F(CudaFlashAttentionTest, SlidingWindows) {
   Check({1, 1024, 128, 2, 256}, 132);
 }
 
-// Gemma 2's softcap (27B's heads are 128 wide): scores capped at 1.5 and
-// 0.7, where q, k in [-2, 2] give scores of several units.
+// Gemma 2's softcap (heads of 64, and of 128 as 27B's): scores capped at
+// 1.5 and 0.7, where q, k in [-2, 2] give scores of several units.
 TEST_F(CudaFlashAttentionTest, Softcap) {
   Check({2, 100, 128, 2, 0, 1.5f}, 140);
   Check({1, 200, 128, 1, 70, 0.7f}, 141);

@@ -287,11 +287,20 @@ TEST(GptCudaTest, Gemma2LayerMatchesCpu) {
   CompareTinyModel(cfg);
 }
 
+// tiny-qwen3 with Gemma 2's softcaps (heads of 16: the 16-bit mode's fused
+// attention takes the cap).
+GptConfig SoftcappedQwen3Config() {
+  GptConfig cfg = TinyQwen3Config();
+  cfg.attn_softcap = 0.5;
+  cfg.final_softcap = 1.0;
+  return cfg;
+}
+
 // In both compute modes (the 16-bit one's attention is the fused kernel,
 // which recomputes the probabilities in its backward).
-void KeptActivationsGiveTheRecomputesBits(bool compute16) {
+void KeptActivationsGiveTheRecomputesBits(bool compute16, const GptConfig& model) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA GPU: " << CudaUnavailableReason();
-  const TinyCase c = MakeTinyCase(TinyConfig(/*tied=*/true));
+  const TinyCase c = MakeTinyCase(model);
   auto cuda_device = CreateCudaDevice(0, 0);
   ASSERT_TRUE(cuda_device.ok()) << cuda_device.status().ToString();
   double losses[2] = {0, 0};
@@ -318,8 +327,16 @@ void KeptActivationsGiveTheRecomputesBits(bool compute16) {
   }
 }
 
-TEST(GptCudaTest, KeptActivationsGiveTheRecomputesBits) { KeptActivationsGiveTheRecomputesBits(false); }
-TEST(GptCudaTest, KeptActivationsGiveTheRecomputesBitsIn16BitMode) { KeptActivationsGiveTheRecomputesBits(true); }
+TEST(GptCudaTest, KeptActivationsGiveTheRecomputesBits) {
+  KeptActivationsGiveTheRecomputesBits(false, TinyConfig(/*tied=*/true));
+}
+TEST(GptCudaTest, KeptActivationsGiveTheRecomputesBitsIn16BitMode) {
+  KeptActivationsGiveTheRecomputesBits(true, TinyConfig(/*tied=*/true));
+}
+TEST(GptCudaTest, KeptActivationsGiveTheRecomputesBitsWithSoftcaps) {
+  KeptActivationsGiveTheRecomputesBits(false, SoftcappedQwen3Config());
+  KeptActivationsGiveTheRecomputesBits(true, SoftcappedQwen3Config());
+}
 
 // ActivationBytes (plan.h) is what GptCompute allocates on a GPU too, in
 // both compute modes: the 16-bit mode's fused attention keeps B*NH*T
@@ -330,8 +347,10 @@ TEST(GptCudaTest, ActivationBytesAreTheCudaAllocations) {
   auto cuda_device = CreateCudaDevice(0, 0);
   ASSERT_TRUE(cuda_device.ok()) << cuda_device.status().ToString();
   Device& device = **cuda_device;
-  for (const auto& [name, m] : {std::pair{"tiny", TinyConfig(true)}, std::pair{"demo", *LoadGptConfig("demo")},
-                                std::pair{"tiny-qwen3", TinyQwen3Config()}}) {
+  // The softcapped model: the fp32 attention's backward has a scores slot.
+  for (const auto& [name, m] :
+       {std::pair{"tiny", TinyConfig(true)}, std::pair{"demo", *LoadGptConfig("demo")},
+        std::pair{"tiny-qwen3", TinyQwen3Config()}, std::pair{"tiny-qwen3-softcap", SoftcappedQwen3Config()}}) {
     for (bool compute16 : {false, true}) {
       for (LayerActivations a : {LayerActivations::kRecompute, LayerActivations::kKeep}) {
         SCOPED_TRACE(std::string(name) + (compute16 ? " 16-bit " : " fp32 ") + LayerActivationsName(a));
@@ -342,7 +361,7 @@ TEST(GptCudaTest, ActivationBytesAreTheCudaAllocations) {
           auto compute = GptCompute<float>::Create(m, 2, ops->get(), &device, a);
           ASSERT_TRUE(compute.ok()) << compute.status().ToString();
           const bool fused = FusedAttention(m, KernelsFor(/*cuda=*/true, compute16), /*param_elem_bytes=*/2);
-          EXPECT_EQ(fused, compute16);  // head sizes 16, 64 and 16
+          EXPECT_EQ(fused, compute16);  // head sizes 16, 64, 16 and 16
           EXPECT_EQ(ActivationBytes(m, 2, KernelsFor(/*cuda=*/true, compute16), /*param_elem_bytes=*/2, a),
                     static_cast<int64_t>(device.bytes_in_use()) - before);
         }

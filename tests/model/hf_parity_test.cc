@@ -704,7 +704,10 @@ TEST(HfCheckpointTest, Gemma2ConfigsAsTransformersReadsThem) {
   };
   auto defaults = with("attn_logit_softcapping", nullptr);
   ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
-  EXPECT_EQ(defaults->model.attn_softcap, 50.0);  // transformers' Gemma 2 default
+  EXPECT_EQ(defaults->model.attn_softcap, 50.0);  // transformers' Gemma 2 defaults
+  auto final_default = with("final_logit_softcapping", nullptr);
+  ASSERT_TRUE(final_default.ok()) << final_default.status().ToString();
+  EXPECT_EQ(final_default->model.final_softcap, 30.0);
   const nlohmann::json null;
   auto none = with("final_logit_softcapping", &null);
   ASSERT_TRUE(none.ok()) << none.status().ToString();
@@ -776,6 +779,24 @@ TEST(HfCheckpointTest, MultimodalGemma3ReadsItsLanguageModel) {
   for (const std::string& n : defaults->notes) notes += n + "\n";
   EXPECT_NE(notes.find("max_position_embeddings: absent, transformers' Gemma 3 default 131072"), std::string::npos)
       << notes;
+  // transformers' multimodal class leaves its logits uncapped: a cap in
+  // text_config is refused; the attention's is read.
+  {
+    nlohmann::json capped = doc;
+    capped["text_config"]["final_logit_softcapping"] = 30.0;
+    testing::WriteBytes(sparse + "/config.json", capped.dump(2));
+    auto refused = OpenHfCheckpoint(sparse);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("final_logit_softcapping: 30.0 in text_config"), std::string::npos)
+        << refused.status().ToString();
+    capped["text_config"]["final_logit_softcapping"] = nullptr;
+    capped["text_config"]["attn_logit_softcapping"] = 50.0;
+    testing::WriteBytes(sparse + "/config.json", capped.dump(2));
+    auto attn = OpenHfCheckpoint(sparse);
+    ASSERT_TRUE(attn.ok()) << attn.status().ToString();
+    EXPECT_EQ(attn->model.attn_softcap, 50.0);
+    EXPECT_EQ(attn->model.final_softcap, 0.0);
+  }
   doc["text_config"].erase("vocab_size");
   testing::WriteBytes(sparse + "/config.json", doc.dump(2));
   auto big_vocab = OpenHfCheckpoint(sparse);
