@@ -231,6 +231,10 @@ bool AscendingLayers(const std::vector<int>& layers, int n_layer) {
 }
 // A softcap: 0 (none), or finite and still positive as the kernels' float.
 bool SoftcapValid(double cap) { return cap == 0 || (std::isfinite(cap) && static_cast<float>(cap) > 0); }
+// A multiplier: finite and positive as the kernels' float.
+bool MultiplierValid(double m) {
+  return std::isfinite(m) && static_cast<float>(m) > 0 && std::isfinite(1.0f / static_cast<float>(m));
+}
 }  // namespace
 
 int GptConfig::window_in(int layer) const {
@@ -280,6 +284,9 @@ std::string GptConfigToJson(const GptConfig& config) {
     if (config.sandwich_norms) j["sandwich_norms"] = true;
     if (config.attn_softcap > 0) j["attn_softcap"] = config.attn_softcap;
     if (config.final_softcap > 0) j["final_softcap"] = config.final_softcap;
+    if (config.embed_multiplier != 1) j["embed_multiplier"] = config.embed_multiplier;
+    if (config.residual_multiplier != 1) j["residual_multiplier"] = config.residual_multiplier;
+    if (config.logits_scaling != 1) j["logits_scaling"] = config.logits_scaling;
     if (!config.local_rope_layers.empty()) {
       j["local_rope_theta"] = config.local_rope_theta;
       j["local_rope_layers"] = config.local_rope_layers;
@@ -554,6 +561,8 @@ struct GptCompute<T>::Impl {
   T* attn_scratch = nullptr;
   float attn_softcap = 0;  // the config's softcaps as the kernels take them
   T final_softcap = T(0);
+  T residual_multiplier = T(1);  // Granite's, as the kernels take them
+  T logit_scale = T(1);          // 1 / logits_scaling
   T* lnf = nullptr;
   T* lnf_mean = nullptr;
   T* lnf_rstd = nullptr;
@@ -587,7 +596,7 @@ struct GptCompute<T>::Impl {
   T* local_sin = nullptr;
   T* ones = nullptr;    // norm_unit_offset: [max(C, hd)] ones
   T* norm_w = nullptr;  // norm_unit_offset: 1 + w of the norm at hand [max(C, hd)]
-  T* dpost = nullptr;   // sandwich_norms: d of a post norm's input [N, C]
+  T* dpost = nullptr;   // sandwich_norms: d of a post norm's input; residual_multiplier: d of a branch's output [N, C]
   T q_scale = T(1);     // attn_scalar: q times sqrt(hd / attn_scalar) after RoPE
 
   // The weight an RMSNorm multiplies by: `w`, or 1 + w in norm_w
@@ -601,7 +610,21 @@ struct GptCompute<T>::Impl {
   }
   // Gemma's embedding scale: transformers holds sqrt(n_embd) in an fp32
   // buffer, so an fp64 model multiplies by the float value too.
-  T EmbedScale() const { return static_cast<T>(static_cast<float>(std::sqrt(static_cast<double>(C)))); }
+  // Granite's embed_multiplier as the scalar it is in transformers.
+  T EmbedScale() const {
+    return config.embed_scale ? static_cast<T>(static_cast<float>(std::sqrt(static_cast<double>(C))))
+                              : static_cast<T>(config.embed_multiplier);
+  }
+  bool ScalesEmbedding() const { return config.embed_scale || config.embed_multiplier != 1; }
+  // Granite: d of a branch's output (o_proj's, down_proj's) is
+  // residual_multiplier times that of the residual stream, into dpost.
+  const T* BranchGradient() {
+    if (residual_multiplier == T(1)) return dres;
+    ops->Zero(dpost, N * C);
+    ops->Accumulate(dpost, dres, N * C);
+    ops->Scale(dpost, residual_multiplier, N * C);
+    return dpost;
+  }
   // The RoPE tables of layer `layer`.
   const T* CosOf(int layer) const { return config.local_rope_in(layer) ? local_cos : rope_cos; }
   const T* SinOf(int layer) const { return config.local_rope_in(layer) ? local_sin : rope_sin; }
@@ -836,6 +859,7 @@ void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const LayerPar
         o.RmsNormForward(a.mid, a.attn_o_rstd, a.attn_o, NormWeight(p[post], C), N, C, eps);
       } else {
         Linear(lp, kOW, a.mid, a.atty, nullptr, A, C);
+        if (residual_multiplier != T(1)) o.Scale(a.mid, residual_multiplier, N * C);
       }
       o.ResidualForward(a.mid, xin, a.mid, N * C);
       break;
@@ -852,6 +876,7 @@ void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const LayerPar
         o.RmsNormForward(xout, a.mlp_o_rstd, a.mlp_o, NormWeight(p[post + 1], C), N, C, eps);
       } else {
         Linear(lp, kDownW, xout, a.hmid, nullptr, I, C);
+        if (residual_multiplier != T(1)) o.Scale(xout, residual_multiplier, N * C);
       }
       o.ResidualForward(xout, a.mid, xout, N * C);
     }
@@ -924,10 +949,11 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
   // x_{l+1} = mid + down(act(gate(ln2)) * up(ln2)), ln2 = rms(mid);
   // mid = x_l + o(attention(rope(q(ln1)), rope(k(ln1)), v(ln1))), ln1 = rms(x_l);
   // with qk_norm, rope(qn(q(ln1))) and rope(kn(k(ln1))), qn and kn per head;
-  // with sandwich norms, rms(down(..)) and rms(o(..)) join the residual.
+  // with sandwich norms, rms(down(..)) and rms(o(..)) join the residual;
+  // with a residual multiplier r (Granite), r down(..) and r o(..).
   switch (group) {
     case kMlpOutGroup: {
-      const T* d_down = dres;  // d of down_proj's output
+      const T* d_down = BranchGradient();  // d of down_proj's output
       if (sandwich) {
         // The recompute stops before this group: its norm's input and
         // rstd are made here (kept from the forward with kKeep).
@@ -958,7 +984,7 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
       o.RmsNormBackward(dres, g[kMlpNormW], dbuf_c, a.mid, NormWeight(p[kMlpNormW], C), a.ln2_rstd, N, C);
       break;
     case kAttnOutGroup: {
-      const T* d_o = dres;  // d of o_proj's output
+      const T* d_o = BranchGradient();  // d of o_proj's output
       if (sandwich) {
         ZeroIfSet(mode, {g[post]}, C);
         o.Zero(dpost, N * C);
@@ -1166,20 +1192,28 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
        !AscendingLayers(config.no_rope_layers, config.n_layer) ||
        !AscendingLayers(config.local_rope_layers, config.n_layer) || !(config.local_rope_theta >= 0) ||
        !(config.attn_scalar >= 0) || !SoftcapValid(config.attn_softcap) || !SoftcapValid(config.final_softcap) ||
+       !MultiplierValid(config.embed_multiplier) || !MultiplierValid(config.residual_multiplier) ||
+       !MultiplierValid(config.logits_scaling) || (config.embed_scale && config.embed_multiplier != 1) ||
+       (config.sandwich_norms && config.residual_multiplier != 1) ||
        (config.rope.linear && !(config.rope.factor > 0)) || config.padding_token < -1 ||
        config.padding_token >= config.vocab_size)) {
     return Status::InvalidArgument("GptCompute: inconsistent llama-family config " + GptConfigToJson(config));
   }
-  if (!config.llama() && (config.norm_unit_offset || config.mlp_glu != kernels::Glu::kSilu || config.embed_scale ||
-                          config.attn_scalar != 0 || config.sandwich_norms || !config.local_rope_layers.empty() ||
-                          config.attn_softcap != 0 || config.final_softcap != 0 || config.padding_token != -1)) {
-    return Status::InvalidArgument("GptCompute: Gemma's fields are for the llama family: " + GptConfigToJson(config));
+  if (!config.llama() &&
+      (config.norm_unit_offset || config.mlp_glu != kernels::Glu::kSilu || config.embed_scale ||
+       config.attn_scalar != 0 || config.sandwich_norms || !config.local_rope_layers.empty() ||
+       config.attn_softcap != 0 || config.final_softcap != 0 || config.padding_token != -1 ||
+       config.embed_multiplier != 1 || config.residual_multiplier != 1 || config.logits_scaling != 1)) {
+    return Status::InvalidArgument("GptCompute: Gemma's and Granite's fields are for the llama family: " +
+                                   GptConfigToJson(config));
   }
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
   m.config = config;
   m.attn_softcap = static_cast<float>(config.attn_softcap);
   m.final_softcap = static_cast<T>(config.final_softcap);
+  m.residual_multiplier = static_cast<T>(config.residual_multiplier);
+  m.logit_scale = static_cast<T>(1.0 / config.logits_scaling);
   m.B = batch;
   m.ops = ops;
   m.device = device;
@@ -1316,7 +1350,9 @@ Status GptCompute<T>::Impl::AllocateLlama() {
     ZINF_RETURN_IF_ERROR(Alloc(&ones, norm_elems, "norm unit offsets"));
     ZINF_RETURN_IF_ERROR(Alloc(&norm_w, norm_elems, "norm weights plus one"));
   }
-  if (config.sandwich_norms) ZINF_RETURN_IF_ERROR(Alloc(&dpost, N * C, "post norm gradient"));
+  if (config.sandwich_norms || config.residual_multiplier != 1) {
+    ZINF_RETURN_IF_ERROR(Alloc(&dpost, N * C, "post norm or branch gradient"));
+  }
   if (config.attn_scalar > 0 && config.attn_scalar != hd) {
     q_scale = static_cast<T>(std::sqrt(static_cast<double>(hd) / config.attn_scalar));
   }
@@ -1407,7 +1443,7 @@ Status GptCompute<T>::EmbedForward(const std::vector<const T*>& embed) {
   const T* wpe = m.config.llama() ? m.zero_pos : embed[kWpe];
   ZINF_RETURN_IF_ERROR(m.BeforeWritingInput(0));
   m.ops->EncoderForward(m.x[0], m.tokens, embed[kWte], wpe, m.B, m.config.seq_len, m.C);
-  if (m.config.embed_scale) m.ops->Scale(m.x[0], m.EmbedScale(), m.N * m.C);
+  if (m.ScalesEmbedding()) m.ops->Scale(m.x[0], m.EmbedScale(), m.N * m.C);
   ZINF_RETURN_IF_ERROR(m.AfterWritingInput(0));
   m.forward_done = 0;
   m.forward_group = 0;
@@ -1494,6 +1530,7 @@ StatusOr<double> GptCompute<T>::HeadForward(const std::vector<const T*>& head, c
   for (int64_t r0 = 0; r0 < N; r0 += m.head_rows) {
     const int64_t rows = std::min(m.head_rows, N - r0);
     o.MatmulForward(m.logits, m.lnf + r0 * C, lm_head, nullptr, rows, m.C, Vp);
+    if (m.logit_scale != T(1)) o.Scale(m.logits, m.logit_scale, rows * Vp);
     if (m.final_softcap > T(0)) o.SoftcapForward(m.logits, m.final_softcap, rows * Vp);
     if (host_logits != nullptr) o.CopyToHost(host_logits + r0 * Vp, m.logits, sizeof(T) * rows * Vp);
     if (grads != nullptr) o.Zero(m.dlogits, rows * Vp);
@@ -1501,6 +1538,7 @@ StatusOr<double> GptCompute<T>::HeadForward(const std::vector<const T*>& head, c
                                   V, Vp, dloss);
     if (grads != nullptr) {
       if (m.final_softcap > T(0)) o.SoftcapBackward(m.dlogits, m.logits, m.final_softcap, rows * Vp);
+      if (m.logit_scale != T(1)) o.Scale(m.dlogits, m.logit_scale, rows * Vp);
       o.MatmulBackward(m.dbuf_c + r0 * C, grads->lm_head, nullptr, m.dlogits, m.lnf + r0 * C, lm_head, rows, m.C, Vp,
                        kernels::GradMode::kAdd);
     }
@@ -1619,7 +1657,7 @@ Status GptCompute<T>::EmbedBackward(const std::vector<T*>& grads) {
   if (m.config.llama()) m.ops->Zero(m.dpos, static_cast<int64_t>(m.config.seq_len) * m.C);
   T* dwpe = m.config.llama() ? m.dpos : grads[kWpe];
   // x_0 = s wte[t]: d wte[t] = s d x_0 (dres is consumed here).
-  if (m.config.embed_scale) m.ops->Scale(m.dres, m.EmbedScale(), m.N * m.C);
+  if (m.ScalesEmbedding()) m.ops->Scale(m.dres, m.EmbedScale(), m.N * m.C);
   m.ops->EncoderBackward(grads[kWte], dwpe, m.dres, m.tokens, m.B, m.config.seq_len, m.C, m.config.padding_token);
   m.head_backward_done = false;  // the gradient of x_0 is consumed
   return Status::Ok();

@@ -65,7 +65,9 @@ namespace zinf::model {
 // scores scaled by attn_scalar^-1/2 rather than head_dim^-1/2, and Gemma
 // 2/3's sandwich norms (sandwich_norms): the attention's and the MLP's
 // outputs each go through an RMSNorm of their own before they join the
-// residual stream. Gemma 2 caps the attention's scores and the logits by
+// residual stream. Granite scales the embedding, each layer's branches and
+// the logits by constants (embed_multiplier, residual_multiplier,
+// logits_scaling). Gemma 2 caps the attention's scores and the logits by
 // tanh (attn_softcap, final_softcap); Gemma 3's sliding layers turn q and
 // k by a RoPE of their own base (local_rope_theta).
 enum class ModelFamily { kGpt2, kLlama };
@@ -133,6 +135,15 @@ struct GptConfig {
   // the capped ones.
   double attn_softcap = 0;
   double final_softcap = 0;
+  // Granite's multipliers, 1: none. The embedding times embed_multiplier
+  // (embedding_multiplier; not with embed_scale), each attention's and
+  // MLP's output times residual_multiplier as it joins the residual stream
+  // (not with sandwich_norms), the logits divided by logits_scaling (before
+  // any final_softcap). Granite's attention_multiplier m is attn_scalar =
+  // 1 / m^2.
+  double embed_multiplier = 1;
+  double residual_multiplier = 1;
+  double logits_scaling = 1;
   // Layers (0-based, ascending) whose RoPE has base local_rope_theta and
   // no scaling (Gemma 3's sliding_attention layers, whether or not their
   // window is kept); 0 or no layers: every layer uses `rope`.

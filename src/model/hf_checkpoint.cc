@@ -229,6 +229,9 @@ struct Architecture {
   bool sandwich = false;
   double default_attn_softcap = 0;
   double default_final_softcap = 0;
+  // Granite: embedding_multiplier, attention_multiplier (the scores' scale
+  // in place of head_dim^-1/2), residual_multiplier, logits_scaling.
+  bool granite = false;
   // Gemma 3: q_norm and k_norm, RoPE of base rope_local_base_freq in the
   // sliding layers (in transformers 5's rope_parameters: per layer type),
   // sliding_window_pattern.
@@ -271,6 +274,7 @@ constexpr Architecture kArchitectures[] = {
      .sliding = SlidingLayers::kNopeLayers,
      .nope_layers = true,
      .default_pad_token = 128004},
+    {.name = "GraniteForCausalLM", .granite = true},
     {.name = "GemmaForCausalLM", .gemma = true, .default_pad_token = 0},
     {.name = "Gemma2ForCausalLM",
      .sliding = SlidingLayers::kPattern,
@@ -564,6 +568,25 @@ double Softcap(KeyReader& r, const std::string& key, double fallback) {
   return v->get<double>();
 }
 
+// Granite's multipliers (ParseLlama reads the rest): each a positive
+// number, transformers' 1 when absent.
+void ParseGranite(KeyReader& r, GptConfig& m) {
+  auto multiplier = [&r](const char* key) {
+    const double v = r.Number(key, 1.0);
+    if (!(v > 0) || v > 1e6 || v < 1e-6) {
+      r.Error(std::string(key) + ": expected a positive number in [1e-6, 1e6], got " + json(v).dump());
+      return 1.0;
+    }
+    return v;
+  };
+  m.embed_multiplier = multiplier("embedding_multiplier");
+  m.residual_multiplier = multiplier("residual_multiplier");
+  m.logits_scaling = multiplier("logits_scaling");
+  // The scores are q.k times attention_multiplier: zinf's attn_scalar^-1/2.
+  const double attention = multiplier("attention_multiplier");
+  m.attn_scalar = 1.0 / (attention * attention);
+}
+
 // Gemma's keys (ParseLlama reads the rest).
 void ParseGemma(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   GptConfig& m = c.model;
@@ -667,6 +690,7 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   m.qkv_bias = arch.qkv_bias;
   m.qk_norm = arch.qk_norm;
   const bool phi3 = arch.phi3;
+  if (arch.granite) ParseGranite(r, m);
   if (arch.gemma) {
     ParseGemma(r, c, arch);
   } else {

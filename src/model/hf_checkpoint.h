@@ -20,6 +20,9 @@
 //                          Mistral's; the rotary
 //                          embedding on partial_rotary_factor of each head,
 //                          with "longrope" scaling when configured
+//   GraniteForCausalLM  -> kLlama with Granite's multipliers (gpt.h): the
+//                          embedding's, the branches', the logits' and the
+//                          scores' (attention_multiplier: attn_scalar)
 //   GemmaForCausalLM    -> kLlama with Gemma's fields (gpt.h): norms by
 //                          1 + w, GeGLU, the embedding scaled
 //   Gemma2ForCausalLM   -> the same with sandwich norms, every other layer

@@ -146,8 +146,8 @@ int64_t ActivationBytes(const GptConfig& m, int batch, ComputeKernels kernels, i
   bytes += 3 * f(N * I);                                   // d hidden, d gate, d up
   bytes += f(3 * NA) + 2 * f(NA) + 3 * f(N * Ckv);         // d qkv; d q (rotated and not); d k (both), d v
   if (m.local_rope_theta > 0 && !m.local_rope_layers.empty()) bytes += 2 * f(T * (m.rope_dims() / 2));
-  if (m.norm_unit_offset) bytes += 2 * f(std::max(C, hd));  // ones, 1 + w
-  if (m.sandwich_norms) bytes += f(NC);                     // d of a post norm's input
+  if (m.norm_unit_offset) bytes += 2 * f(std::max(C, hd));             // ones, 1 + w
+  if (m.sandwich_norms || m.residual_multiplier != 1) bytes += f(NC);  // d of a post norm's input or a branch's output
   return bytes;
 }
 

@@ -371,6 +371,16 @@ GptConfig TinyGemma2() {
 TEST(GptTest, LlamaGradientsMatchFiniteDifferencesTied) { CheckModelGradients(TinyLlama(true, false)); }
 TEST(GptTest, Gemma3GradientsMatchFiniteDifferences) { CheckModelGradients(TinyGemma3()); }
 TEST(GptTest, Gemma2GradientsMatchFiniteDifferences) { CheckModelGradients(TinyGemma2()); }
+// Granite's multipliers: the embedding, each branch as it joins the
+// residual stream, the scores (attn_scalar) and the logits.
+TEST(GptTest, GraniteGradientsMatchFiniteDifferences) {
+  GptConfig c = TinyLlama(true, false);
+  c.embed_multiplier = 3.0;
+  c.residual_multiplier = 0.4;
+  c.logits_scaling = 2.5;
+  c.attn_scalar = 25;
+  CheckModelGradients(c);
+}
 TEST(GptTest, LlamaGradientsMatchFiniteDifferencesUntiedWithBiases) { CheckModelGradients(TinyLlama(false, true)); }
 TEST(GptTest, Qwen3GradientsMatchFiniteDifferencesWideHeads) { CheckModelGradients(TinyQwen3(12)); }
 // Phi-4-mini's rotary embedding: 4 of a head's 8 columns turned, LongRoPE's

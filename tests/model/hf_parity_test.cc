@@ -187,7 +187,7 @@ TEST_P(HfParityTest, AdamWOnNvmeFollowsTorchCurve) {
 INSTANTIATE_TEST_SUITE_P(Architectures, HfParityTest,
                          ::testing::Values("gpt2", "llama", "qwen2", "mistral", "qwen3", "phi3", "phi3-longrope",
                                            "smollm3", "mistral-window", "qwen2-window", "gemma", "gemma3", "gemma3-mm",
-                                           "llama-pad", "gemma2"));
+                                           "llama-pad", "gemma2", "granite"));
 
 // A copy of a fixture folder whose config.json or tensors a test changes.
 std::string CopyFixture(const TempDir& tmp, const std::string& name) {
@@ -717,6 +717,40 @@ TEST(HfCheckpointTest, Gemma2ConfigsAsTransformersReadsThem) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("final_logit_softcapping: expected a positive number or null"),
             std::string::npos)
+      << bad.status().ToString();
+}
+
+// Granite's multipliers as transformers reads them: each a positive
+// number, 1 when absent (attention_multiplier 1: the scores unscaled, not
+// head_dim^-1/2); a non-positive one is named.
+TEST(HfCheckpointTest, GraniteMultipliersAsTransformersReadsThem) {
+  auto saved = OpenHfCheckpoint(FixtureDir("granite"));
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  const GptConfig& g = saved->model;
+  EXPECT_EQ(g.embed_multiplier, 3.0);
+  EXPECT_EQ(g.residual_multiplier, 0.5);
+  EXPECT_EQ(g.logits_scaling, 2.5);
+  EXPECT_DOUBLE_EQ(g.attn_scalar, 25.0);  // scores times 0.2 = 25^-1/2
+  EXPECT_FALSE(g.embed_scale || g.sandwich_norms || g.norm_unit_offset);
+
+  TempDir tmp;
+  const std::string dir = CopyFixture(tmp, "granite");
+  nlohmann::json doc = nlohmann::json::parse(testing::ReadBytes(dir + "/config.json"));
+  for (const char* k : {"embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling"}) {
+    doc.erase(k);
+  }
+  testing::WriteBytes(dir + "/config.json", doc.dump(2));
+  auto plain = OpenHfCheckpoint(dir);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(plain->model.embed_multiplier, 1.0);
+  EXPECT_EQ(plain->model.residual_multiplier, 1.0);
+  EXPECT_EQ(plain->model.logits_scaling, 1.0);
+  EXPECT_EQ(plain->model.attn_scalar, 1.0);
+  doc["residual_multiplier"] = -0.22;
+  testing::WriteBytes(dir + "/config.json", doc.dump(2));
+  auto bad = OpenHfCheckpoint(dir);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("residual_multiplier: expected a positive number"), std::string::npos)
       << bad.status().ToString();
 }
 

@@ -358,7 +358,11 @@ TEST(PlanTest, ActivationBytesAreGptComputesAllocations) {
   gemma3.sandwich_norms = gemma3.norm_unit_offset = true;
   gemma3.local_rope_theta = 100;
   gemma3.local_rope_layers = {0};
-  for (const GptConfig& m : {*LoadGptConfig("tiny"), *LoadGptConfig("demo"), llama, one, wide, narrow, gemma3}) {
+  // Granite's residual multiplier: a branch gradient
+  GptConfig granite = llama;
+  granite.residual_multiplier = 0.25;
+  for (const GptConfig& m :
+       {*LoadGptConfig("tiny"), *LoadGptConfig("demo"), llama, one, wide, narrow, gemma3, granite}) {
     for (int batch : {1, 3}) {
       for (LayerActivations a : {LayerActivations::kRecompute, LayerActivations::kKeep, LayerActivations::kOffload}) {
         SCOPED_TRACE(std::string(m.llama() ? "llama" : "gpt2") + " layers " + std::to_string(m.n_layer) + " heads " +

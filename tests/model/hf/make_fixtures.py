@@ -113,6 +113,11 @@ MODELS = {
                     query_pre_attn_scalar=24, attn_logit_softcapping=0.3, final_logit_softcapping=0.8,
                     pad_token_id=None),
                torch.float32),
+    # Granite: the embedding times 3, each branch times 0.5 as it joins the residual stream, the scores times 0.2
+    # (not 8^-1/2), the logits divided by 2.5; tied head
+    "granite": (transformers.GraniteConfig, transformers.GraniteForCausalLM,
+                dict(COMMON_LLAMA, vocab_size=100, tie_word_embeddings=True, embedding_multiplier=3.0,
+                     attention_multiplier=0.2, residual_multiplier=0.5, logits_scaling=2.5), torch.float32),
 }
 
 

@@ -24,7 +24,9 @@ GeGLU of 16384, one key/value head of 256, a 256000 vocabulary), gemma3-4b-2l
 full with linear RoPE scaling by 8, a 262208 vocabulary), gemma2-2b-2l
 (Gemma 2 2B's widths at 2 layers: the first sliding over 100 keys, the
 attention's scores softcapped at 50 and the logits at 30, GQA 8/4 of 256, a
-256000 vocabulary).
+256000 vocabulary), granite-2b-2l (Granite 3.3 2B's widths at 2 layers: the
+embedding times 12, the scores times 1/64, each branch times 0.22 as it joins
+the residual stream, the logits divided by 8, GQA 32/8, a 49159 vocabulary).
 Prints one line per model: both losses and their difference.
 """
 import argparse
@@ -94,6 +96,14 @@ def gemma2_2b():
         final_logit_softcapping=30.0)
 
 
+def granite_2b():
+    return transformers.GraniteForCausalLM, transformers.GraniteConfig(
+        vocab_size=49159, hidden_size=2048, intermediate_size=8192, num_hidden_layers=2, num_attention_heads=32,
+        num_key_value_heads=8, max_position_embeddings=131072, rope_theta=10000000.0, rms_norm_eps=1e-5,
+        tie_word_embeddings=True, embedding_multiplier=12.0, attention_multiplier=0.015625,
+        residual_multiplier=0.22, logits_scaling=8.0)
+
+
 def gemma3_4b():
     return transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(
         vocab_size=262208, hidden_size=2560, intermediate_size=10240, num_hidden_layers=2, num_attention_heads=8,
@@ -105,7 +115,7 @@ def gemma3_4b():
 
 SHAPES = {"qwen3-0.6b": qwen3, "phi4-mini-2l": phi4_mini, "smollm3-4l": smollm3, "mistral-2l-window100": mistral_window,
           "gemma3-270m": gemma3_270m, "gemma-2b-2l": gemma_2b, "gemma3-4b-2l": gemma3_4b,
-          "gemma2-2b-2l": gemma2_2b}
+          "gemma2-2b-2l": gemma2_2b, "granite-2b-2l": granite_2b}
 
 
 def check(name, zinf, work):
