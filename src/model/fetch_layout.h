@@ -15,7 +15,8 @@
 // never split, so the largest group (fc or fc_proj, 4 C^2) bounds a piece.
 //
 // Greedy cut: a piece takes groups in order while its elements stay within
-// the unit (a group larger than the unit is a piece of its own). Every
+// the unit (a group larger than the unit is a piece of its own; an empty
+// group, OLMo 2's norm groups, goes with the group after it). Every
 // layer of a model has the same shape, so every layer is cut the same way.
 // The embed and head blocks are never cut (the embedding is one tensor).
 //

@@ -57,7 +57,7 @@ int64_t GptConfig::NumParameters() const {
   if (llama()) {
     const int64_t kv = static_cast<int64_t>(n_kv_head) * head_dim(), I = intermediate_size, A = attn_width();
     const int64_t layer = 2 * C + 2 * A * C + 2 * kv * C + 3 * I * C + (qkv_bias ? A + 2 * kv : 0) +
-                          (qk_norm ? 2 * head_dim() : 0) + (sandwich_norms ? 2 * C : 0);
+                          (qk_norm ? q_norm_width() + k_norm_width() : 0) + (sandwich_norms ? 2 * C : 0);
     const int64_t vocab = static_cast<int64_t>(padded_vocab_size) * C;
     return vocab + n_layer * layer + C + (tied_embeddings ? 0 : vocab);
   }
@@ -282,6 +282,8 @@ std::string GptConfigToJson(const GptConfig& config) {
     if (config.embed_scale) j["embed_scale"] = true;
     if (config.attn_scalar > 0) j["attn_scalar"] = config.attn_scalar;
     if (config.sandwich_norms) j["sandwich_norms"] = true;
+    if (config.post_norms) j["post_norms"] = true;
+    if (config.qk_norm_all_heads) j["qk_norm_all_heads"] = true;
     if (config.attn_softcap > 0) j["attn_softcap"] = config.attn_softcap;
     if (config.final_softcap > 0) j["final_softcap"] = config.final_softcap;
     if (config.embed_multiplier != 1) j["embed_multiplier"] = config.embed_multiplier;
@@ -311,10 +313,15 @@ std::vector<BlockSpec> LlamaBlockSpecs(const GptConfig& config) {
   specs.push_back({"embed", {{"embed_tokens", {Vp, C}}}});
   // With sandwich norms the MLP's input norm is Gemma's "pre-feedforward"
   // one and "post-attention" names the attention output's own.
-  const char* mlp_norm = config.sandwich_norms ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight";
+  // With post norms (OLMo 2) the first norm is the attention output's, the
+  // second the MLP output's.
+  const char* attn_norm = config.post_norms ? "post_attention_layernorm.weight" : "input_layernorm.weight";
+  const char* mlp_norm = config.post_norms       ? "post_feedforward_layernorm.weight"
+                         : config.sandwich_norms ? "pre_feedforward_layernorm.weight"
+                                                 : "post_attention_layernorm.weight";
   for (int l = 0; l < config.n_layer; ++l) {
     BlockSpec b{"layer." + std::to_string(l),
-                {{"input_layernorm.weight", {C}},
+                {{attn_norm, {C}},
                  {"q_proj.weight", {A, C}},
                  {"k_proj.weight", {Ckv, C}},
                  {"v_proj.weight", {Ckv, C}},
@@ -329,8 +336,8 @@ std::vector<BlockSpec> LlamaBlockSpecs(const GptConfig& config) {
       b.tensors.push_back({"v_proj.bias", {Ckv}});
     }
     if (config.qk_norm) {
-      b.tensors.push_back({"q_norm.weight", {config.head_dim()}});
-      b.tensors.push_back({"k_norm.weight", {config.head_dim()}});
+      b.tensors.push_back({"q_norm.weight", {config.q_norm_width()}});
+      b.tensors.push_back({"k_norm.weight", {config.k_norm_width()}});
     }
     if (config.sandwich_norms) {
       b.tensors.push_back({"post_attention_layernorm.weight", {C}});
@@ -390,6 +397,9 @@ std::vector<std::vector<int>> LayerTensorGroups(const GptConfig& config) {
   std::vector<int> qkv = {kQW, kKW, kVW};
   if (config.qkv_bias) qkv.insert(qkv.end(), {kQB, kKB, kVB});
   if (config.qk_norm) qkv.insert(qkv.end(), {QNormIndex(config), QNormIndex(config) + 1});
+  // Post norms: each norm weight is read where its output is (the norm
+  // groups are empty).
+  if (config.post_norms) return {{}, qkv, {kOW, kAttnNormW}, {}, {kGateW, kUpW}, {kDownW, kMlpNormW}};
   if (!config.sandwich_norms) return {{kAttnNormW}, qkv, {kOW}, {kMlpNormW}, {kGateW, kUpW}, {kDownW}};
   const int post = PostNormIndex(config);
   return {{kAttnNormW}, qkv, {kOW, post}, {kMlpNormW}, {kGateW, kUpW}, {kDownW, post + 1}};
@@ -550,9 +560,9 @@ struct GptCompute<T>::Impl {
     T* k_pre = nullptr;     // qk_norm: k before its norm [N, Ckv]
     T* q_rstd = nullptr;    // qk_norm: [N * n_head]
     T* k_rstd = nullptr;    // qk_norm: [N * n_kv_head]
-    T* attn_o = nullptr;    // sandwich_norms: o_proj's output [N, C], before its norm
+    T* attn_o = nullptr;    // branch_norms: o_proj's output [N, C], before its norm
     T* attn_o_rstd = nullptr;
-    T* mlp_o = nullptr;  // sandwich_norms: down_proj's output [N, C], before its norm
+    T* mlp_o = nullptr;  // branch_norms: down_proj's output [N, C], before its norm
     T* mlp_o_rstd = nullptr;
   };
   bool keep = false;  // LayerActivations::kKeep
@@ -596,7 +606,7 @@ struct GptCompute<T>::Impl {
   T* local_sin = nullptr;
   T* ones = nullptr;    // norm_unit_offset: [max(C, hd)] ones
   T* norm_w = nullptr;  // norm_unit_offset: 1 + w of the norm at hand [max(C, hd)]
-  T* dpost = nullptr;   // sandwich_norms: d of a post norm's input; residual_multiplier: d of a branch's output [N, C]
+  T* dpost = nullptr;   // branch_norms: d of a post norm's input; residual_multiplier: d of a branch's output [N, C]
   T q_scale = T(1);     // attn_scalar: q times sqrt(hd / attn_scalar) after RoPE
 
   // The weight an RMSNorm multiplies by: `w`, or 1 + w in norm_w
@@ -616,6 +626,14 @@ struct GptCompute<T>::Impl {
                               : static_cast<T>(config.embed_multiplier);
   }
   bool ScalesEmbedding() const { return config.embed_scale || config.embed_multiplier != 1; }
+  // The norms the attention's and the MLP's outputs go through
+  // (branch_norms): OLMo 2's post norms or Gemma's sandwich ones.
+  size_t AttnOutNorm() const { return static_cast<size_t>(config.post_norms ? kAttnNormW : PostNormIndex(config)); }
+  size_t MlpOutNorm() const { return static_cast<size_t>(config.post_norms ? kMlpNormW : PostNormIndex(config) + 1); }
+  // What the q/k/v and the gate/up projections read: the pre norms'
+  // outputs, or with post norms the residual stream itself.
+  const T* AttnInput(const LayerActs& a, int layer) const { return config.post_norms ? x[layer] : a.ln1; }
+  const T* MlpInput(const LayerActs& a) const { return config.post_norms ? a.mid : a.ln2; }
   // Granite: d of a branch's output (o_proj's, down_proj's) is
   // residual_multiplier times that of the residual stream, into dpost.
   const T* BranchGradient() {
@@ -750,7 +768,7 @@ struct GptCompute<T>::Impl {
 
   size_t LayerTensorCount() const {
     if (!config.llama()) return kLayerTensors;
-    return static_cast<size_t>(PostNormIndex(config) + (config.sandwich_norms ? 2 : 0));
+    return static_cast<size_t>(PostNormIndex(config) + (config.sandwich_norms ? 2 : 0));  // post_norms: in place
   }
   // One group's step of the layer's forward (LayerTensorGroups): group
   // kMlpOutGroup writes x_{l+1}, so the recompute in LayerBackward stops
@@ -831,19 +849,22 @@ void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const LayerPar
   const int T_ = config.seq_len, NH = config.n_head, NKV = config.n_kv_head;
   const T* xin = x[layer];
   Ops<T>& o = *ops;
-  const bool bias = config.qkv_bias, qk_norm = config.qk_norm, sandwich = config.sandwich_norms;
+  const bool bias = config.qkv_bias, qk_norm = config.qk_norm, normed = config.branch_norms();
   const double eps = config.norm_eps;
-  const auto post = static_cast<size_t>(sandwich ? PostNormIndex(config) : 0);
   switch (group) {
-    case kNorm1Group: o.RmsNormForward(a.ln1, a.ln1_rstd, xin, NormWeight(p[kAttnNormW], C), N, C, eps); break;
-    case kQkvGroup:
-      Linear(lp, kQW, qk_norm ? a.q_pre : q, a.ln1, bias ? p[kQB] : nullptr, C, A);
-      Linear(lp, kKW, qk_norm ? a.k_pre : k, a.ln1, bias ? p[kKB] : nullptr, C, Ckv);
-      Linear(lp, kVW, v, a.ln1, bias ? p[kVB] : nullptr, C, Ckv);
-      if (qk_norm) {  // each head's row of hd values is one norm row
+    case kNorm1Group:
+      if (!config.post_norms) o.RmsNormForward(a.ln1, a.ln1_rstd, xin, NormWeight(p[kAttnNormW], C), N, C, eps);
+      break;
+    case kQkvGroup: {
+      const T* in = AttnInput(a, layer);
+      Linear(lp, kQW, qk_norm ? a.q_pre : q, in, bias ? p[kQB] : nullptr, C, A);
+      Linear(lp, kKW, qk_norm ? a.k_pre : k, in, bias ? p[kKB] : nullptr, C, Ckv);
+      Linear(lp, kVW, v, in, bias ? p[kVB] : nullptr, C, Ckv);
+      if (qk_norm) {  // a norm row: each head's hd values, or all heads' (qk_norm_all_heads)
         const auto qn = static_cast<size_t>(QNormIndex(config));
-        o.RmsNormForward(q, a.q_rstd, a.q_pre, NormWeight(p[qn], hd), N * NH, hd, eps);
-        o.RmsNormForward(k, a.k_rstd, a.k_pre, NormWeight(p[qn + 1], hd), N * NKV, hd, eps);
+        const int qw = config.q_norm_width(), kw = config.k_norm_width();
+        o.RmsNormForward(q, a.q_rstd, a.q_pre, NormWeight(p[qn], qw), N * A / qw, qw, eps);
+        o.RmsNormForward(k, a.k_rstd, a.k_pre, NormWeight(p[qn + 1], kw), N * Ckv / kw, kw, eps);
       }
       if (config.rope_dims_in(layer) > 0) {  // else a NoPE layer: q and k as they are
         o.RopeForward(q, q, CosOf(layer), SinOf(layer), B, T_, NH, hd, rot);
@@ -853,27 +874,30 @@ void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const LayerPar
       o.GqaExpandForward(a.qkv, q, k, v, N, NH, NKV, hd);
       o.AttentionForward(a.atty, a.att, attn_scratch, a.qkv, B, T_, A, NH, config.window_in(layer), attn_softcap);
       break;
+    }
     case kAttnOutGroup:
-      if (sandwich) {
+      if (normed) {
         Linear(lp, kOW, a.attn_o, a.atty, nullptr, A, C);
-        o.RmsNormForward(a.mid, a.attn_o_rstd, a.attn_o, NormWeight(p[post], C), N, C, eps);
+        o.RmsNormForward(a.mid, a.attn_o_rstd, a.attn_o, NormWeight(p[AttnOutNorm()], C), N, C, eps);
       } else {
         Linear(lp, kOW, a.mid, a.atty, nullptr, A, C);
         if (residual_multiplier != T(1)) o.Scale(a.mid, residual_multiplier, N * C);
       }
       o.ResidualForward(a.mid, xin, a.mid, N * C);
       break;
-    case kNorm2Group: o.RmsNormForward(a.ln2, a.ln2_rstd, a.mid, NormWeight(p[kMlpNormW], C), N, C, eps); break;
+    case kNorm2Group:
+      if (!config.post_norms) o.RmsNormForward(a.ln2, a.ln2_rstd, a.mid, NormWeight(p[kMlpNormW], C), N, C, eps);
+      break;
     case kMlpInGroup:
-      Linear(lp, kGateW, a.gate, a.ln2, nullptr, C, I);
-      Linear(lp, kUpW, a.up, a.ln2, nullptr, C, I);
+      Linear(lp, kGateW, a.gate, MlpInput(a), nullptr, C, I);
+      Linear(lp, kUpW, a.up, MlpInput(a), nullptr, C, I);
       o.GluForward(a.hmid, a.gate, a.up, N * I, config.mlp_glu);
       break;
     default: {
       T* xout = x[layer + 1];
-      if (sandwich) {
+      if (normed) {
         Linear(lp, kDownW, a.mlp_o, a.hmid, nullptr, I, C);
-        o.RmsNormForward(xout, a.mlp_o_rstd, a.mlp_o, NormWeight(p[post + 1], C), N, C, eps);
+        o.RmsNormForward(xout, a.mlp_o_rstd, a.mlp_o, NormWeight(p[MlpOutNorm()], C), N, C, eps);
       } else {
         Linear(lp, kDownW, xout, a.hmid, nullptr, I, C);
         if (residual_multiplier != T(1)) o.Scale(xout, residual_multiplier, N * C);
@@ -944,27 +968,29 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
   const std::vector<const T*>& p = lp.values;
   const int T_ = config.seq_len, NH = config.n_head, NKV = config.n_kv_head;
   Ops<T>& o = *ops;
-  const bool bias = config.qkv_bias, qk_norm = config.qk_norm, sandwich = config.sandwich_norms;
-  const auto post = static_cast<size_t>(sandwich ? PostNormIndex(config) : 0);
+  const bool bias = config.qkv_bias, qk_norm = config.qk_norm, normed = config.branch_norms();
   // x_{l+1} = mid + down(act(gate(ln2)) * up(ln2)), ln2 = rms(mid);
   // mid = x_l + o(attention(rope(q(ln1)), rope(k(ln1)), v(ln1))), ln1 = rms(x_l);
-  // with qk_norm, rope(qn(q(ln1))) and rope(kn(k(ln1))), qn and kn per head;
+  // with qk_norm, rope(qn(q(ln1))) and rope(kn(k(ln1))), qn and kn per head
+  // (or over all heads);
   // with sandwich norms, rms(down(..)) and rms(o(..)) join the residual;
+  // with post norms, the same with ln1 = x_l and ln2 = mid;
   // with a residual multiplier r (Granite), r down(..) and r o(..).
   switch (group) {
     case kMlpOutGroup: {
       const T* d_down = BranchGradient();  // d of down_proj's output
-      if (sandwich) {
+      if (normed) {
         // The recompute stops before this group: its norm's input and
         // rstd are made here (kept from the forward with kKeep).
-        const T* w = NormWeight(p[post + 1], C);
+        const size_t n = MlpOutNorm();
+        const T* w = NormWeight(p[n], C);
         if (!keep) {
           Linear(lp, kDownW, a.mlp_o, a.hmid, nullptr, I, C);
           o.RmsNormForward(dpost, a.mlp_o_rstd, a.mlp_o, w, N, C, config.norm_eps);
         }
-        ZeroIfSet(mode, {g[post + 1]}, C);
+        ZeroIfSet(mode, {g[n]}, C);
         o.Zero(dpost, N * C);
-        o.RmsNormBackward(dpost, g[post + 1], dres, a.mlp_o, w, a.mlp_o_rstd, N, C);
+        o.RmsNormBackward(dpost, g[n], dres, a.mlp_o, w, a.mlp_o_rstd, N, C);
         d_down = dpost;
       }
       o.Zero(dh, N * I);
@@ -976,19 +1002,24 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
       o.Zero(dup, N * I);
       o.GluBackward(dgate, dup, a.gate, a.up, dh, N * I, config.mlp_glu);
       o.Zero(dbuf_c, N * C);  // d ln2
-      LinearBackward(lp, kGateW, dbuf_c, g[kGateW], nullptr, dgate, a.ln2, C, I, mode);
-      LinearBackward(lp, kUpW, dbuf_c, g[kUpW], nullptr, dup, a.ln2, C, I, mode);
+      LinearBackward(lp, kGateW, dbuf_c, g[kGateW], nullptr, dgate, MlpInput(a), C, I, mode);
+      LinearBackward(lp, kUpW, dbuf_c, g[kUpW], nullptr, dup, MlpInput(a), C, I, mode);
       break;
     case kNorm2Group:
+      if (config.post_norms) {  // ln2 is mid
+        o.Accumulate(dres, dbuf_c, N * C);
+        break;
+      }
       ZeroIfSet(mode, {g[kMlpNormW]}, C);
       o.RmsNormBackward(dres, g[kMlpNormW], dbuf_c, a.mid, NormWeight(p[kMlpNormW], C), a.ln2_rstd, N, C);
       break;
     case kAttnOutGroup: {
       const T* d_o = BranchGradient();  // d of o_proj's output
-      if (sandwich) {
-        ZeroIfSet(mode, {g[post]}, C);
+      if (normed) {
+        const size_t n = AttnOutNorm();
+        ZeroIfSet(mode, {g[n]}, C);
         o.Zero(dpost, N * C);
-        o.RmsNormBackward(dpost, g[post], dres, a.attn_o, NormWeight(p[post], C), a.attn_o_rstd, N, C);
+        o.RmsNormBackward(dpost, g[n], dres, a.attn_o, NormWeight(p[n], C), a.attn_o_rstd, N, C);
         d_o = dpost;
       }
       o.Zero(dbuf_c, N * A);  // d atty
@@ -1014,22 +1045,29 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
       const T* dk_in = dk;
       if (qk_norm) {  // the rotated gradients' last readers have run: they take d q_pre, d k_pre
         const auto qn = static_cast<size_t>(QNormIndex(config));
-        ZeroIfSet(mode, {g[qn], g[qn + 1]}, hd);
+        const int qw = config.q_norm_width(), kw = config.k_norm_width();
+        ZeroIfSet(mode, {g[qn]}, qw);
+        ZeroIfSet(mode, {g[qn + 1]}, kw);
         o.Zero(dq_rot, N * A);
         o.Zero(dk_rot, N * Ckv);
-        o.RmsNormBackward(dq_rot, g[qn], dq, a.q_pre, NormWeight(p[qn], hd), a.q_rstd, N * NH, hd);
-        o.RmsNormBackward(dk_rot, g[qn + 1], dk, a.k_pre, NormWeight(p[qn + 1], hd), a.k_rstd, N * NKV, hd);
+        o.RmsNormBackward(dq_rot, g[qn], dq, a.q_pre, NormWeight(p[qn], qw), a.q_rstd, N * A / qw, qw);
+        o.RmsNormBackward(dk_rot, g[qn + 1], dk, a.k_pre, NormWeight(p[qn + 1], kw), a.k_rstd, N * Ckv / kw, kw);
         dq_in = dq_rot;
         dk_in = dk_rot;
       }
       T* dln1 = dbuf_c;  // d atty's last reader was the attention backward
       o.Zero(dln1, N * C);
-      LinearBackward(lp, kQW, dln1, g[kQW], bias ? g[kQB] : nullptr, dq_in, a.ln1, C, A, mode);
-      LinearBackward(lp, kKW, dln1, g[kKW], bias ? g[kKB] : nullptr, dk_in, a.ln1, C, Ckv, mode);
-      LinearBackward(lp, kVW, dln1, g[kVW], bias ? g[kVB] : nullptr, dv, a.ln1, C, Ckv, mode);
+      const T* in = AttnInput(a, layer);
+      LinearBackward(lp, kQW, dln1, g[kQW], bias ? g[kQB] : nullptr, dq_in, in, C, A, mode);
+      LinearBackward(lp, kKW, dln1, g[kKW], bias ? g[kKB] : nullptr, dk_in, in, C, Ckv, mode);
+      LinearBackward(lp, kVW, dln1, g[kVW], bias ? g[kVB] : nullptr, dv, in, C, Ckv, mode);
       break;
     }
     default:
+      if (config.post_norms) {  // ln1 is x_l
+        o.Accumulate(dres, dbuf_c, N * C);
+        break;
+      }
       ZeroIfSet(mode, {g[kAttnNormW]}, C);
       o.RmsNormBackward(dres, g[kAttnNormW], dbuf_c, x[layer], NormWeight(p[kAttnNormW], C), a.ln1_rstd, N, C);
   }
@@ -1195,15 +1233,17 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
        !MultiplierValid(config.embed_multiplier) || !MultiplierValid(config.residual_multiplier) ||
        !MultiplierValid(config.logits_scaling) || (config.embed_scale && config.embed_multiplier != 1) ||
        (config.sandwich_norms && config.residual_multiplier != 1) ||
+       (config.post_norms && (config.sandwich_norms || config.residual_multiplier != 1)) ||
+       (config.qk_norm_all_heads && (!config.qk_norm || config.norm_unit_offset)) ||
        (config.rope.linear && !(config.rope.factor > 0)) || config.padding_token < -1 ||
        config.padding_token >= config.vocab_size)) {
     return Status::InvalidArgument("GptCompute: inconsistent llama-family config " + GptConfigToJson(config));
   }
-  if (!config.llama() &&
-      (config.norm_unit_offset || config.mlp_glu != kernels::Glu::kSilu || config.embed_scale ||
-       config.attn_scalar != 0 || config.sandwich_norms || !config.local_rope_layers.empty() ||
-       config.attn_softcap != 0 || config.final_softcap != 0 || config.padding_token != -1 ||
-       config.embed_multiplier != 1 || config.residual_multiplier != 1 || config.logits_scaling != 1)) {
+  if (!config.llama() && (config.norm_unit_offset || config.mlp_glu != kernels::Glu::kSilu || config.embed_scale ||
+                          config.attn_scalar != 0 || config.sandwich_norms || !config.local_rope_layers.empty() ||
+                          config.post_norms || config.qk_norm_all_heads || config.attn_softcap != 0 ||
+                          config.final_softcap != 0 || config.padding_token != -1 || config.embed_multiplier != 1 ||
+                          config.residual_multiplier != 1 || config.logits_scaling != 1)) {
     return Status::InvalidArgument("GptCompute: Gemma's and Granite's fields are for the llama family: " +
                                    GptConfigToJson(config));
   }
@@ -1294,7 +1334,7 @@ Status GptCompute<T>::Impl::AllocateLayerActs(LayerActs* a) {
   ZINF_RETURN_IF_ERROR(Alloc(&a->gate, wide, "mlp gate"));
   ZINF_RETURN_IF_ERROR(Alloc(&a->up, wide, "mlp up"));
   ZINF_RETURN_IF_ERROR(Alloc(&a->hmid, wide, "mlp hidden"));
-  if (config.sandwich_norms) {
+  if (config.branch_norms()) {
     ZINF_RETURN_IF_ERROR(Alloc(&a->attn_o, N * C, "attention output projection"));
     ZINF_RETURN_IF_ERROR(Alloc(&a->attn_o_rstd, N, "post-attention norm rstd"));
     ZINF_RETURN_IF_ERROR(Alloc(&a->mlp_o, N * C, "mlp output projection"));
@@ -1350,7 +1390,7 @@ Status GptCompute<T>::Impl::AllocateLlama() {
     ZINF_RETURN_IF_ERROR(Alloc(&ones, norm_elems, "norm unit offsets"));
     ZINF_RETURN_IF_ERROR(Alloc(&norm_w, norm_elems, "norm weights plus one"));
   }
-  if (config.sandwich_norms || config.residual_multiplier != 1) {
+  if (config.branch_norms() || config.residual_multiplier != 1) {
     ZINF_RETURN_IF_ERROR(Alloc(&dpost, N * C, "post norm or branch gradient"));
   }
   if (config.attn_scalar > 0 && config.attn_scalar != hd) {

@@ -65,7 +65,8 @@ namespace zinf::model {
 // scores scaled by attn_scalar^-1/2 rather than head_dim^-1/2, and Gemma
 // 2/3's sandwich norms (sandwich_norms): the attention's and the MLP's
 // outputs each go through an RMSNorm of their own before they join the
-// residual stream. Granite scales the embedding, each layer's branches and
+// residual stream; OLMo 2 has those output norms alone (post_norms), and
+// its q/k norms span all heads. Granite scales the embedding, each layer's branches and
 // the logits by constants (embed_multiplier, residual_multiplier,
 // logits_scaling). Gemma 2 caps the attention's scores and the logits by
 // tanh (attn_softcap, final_softcap); Gemma 3's sliding layers turn q and
@@ -128,6 +129,14 @@ struct GptConfig {
   bool embed_scale = false;                    // x_0 = embed_tokens[t] * float(sqrt(n_embd))
   double attn_scalar = 0;                      // scores scaled by attn_scalar^-1/2; 0: head_dim()
   bool sandwich_norms = false;                 // post-attention and post-MLP norms (Gemma 2, 3)
+  // OLMo 2 (kLlama): no norm before the attention or the MLP; their outputs
+  // go through an RMSNorm of their own before joining the residual stream,
+  // with the weights at kAttnNormW and kMlpNormW (post_norms; not with
+  // sandwich_norms or residual_multiplier). With qk_norm, q's and k's
+  // norms span all their heads at once (qk_norm_all_heads: weights
+  // [attn_width()] and [n_kv_head * head_dim()], not [head_dim()]).
+  bool post_norms = false;
+  bool qk_norm_all_heads = false;
   // Gemma 2's softcaps, 0: none. attn_softcap: every layer's scaled scores
   // s become attn_softcap * tanh(s / attn_softcap) before the softmax
   // (attn_logit_softcapping); final_softcap: the logits likewise before the
@@ -155,6 +164,12 @@ struct GptConfig {
   int padding_token = -1;
 
   bool llama() const { return family == ModelFamily::kLlama; }
+  // Whether the attention's and the MLP's outputs are normed before they
+  // join the residual stream (Gemma 2 and 3, OLMo 2).
+  bool branch_norms() const { return sandwich_norms || post_norms; }
+  // Widths of q's and k's norm weights (qk_norm).
+  int q_norm_width() const { return qk_norm_all_heads ? attn_width() : head_dim(); }
+  int k_norm_width() const { return qk_norm_all_heads ? n_kv_head * head_dim() : head_dim(); }
   int head_dim() const { return head_size > 0 ? head_size : n_embd / n_head; }
   // Columns of a head the rotary embedding turns (the rest pass).
   int rope_dims() const { return static_cast<int>(head_dim() * rope.partial_factor); }
@@ -199,10 +214,12 @@ enum LayerTensor {
 };
 enum HeadTensor { kLnfW = 0, kLnfB = 1, kLmHead = 2 };
 // kLlama blocks: embed {embed_tokens [Vp, C]}; layer.<i> in this order
-// (the biases only with qkv_bias, then q_norm and k_norm [head_dim] only
-// with qk_norm: QNormIndex, then the post-attention and post-MLP norms [C]
-// only with sandwich_norms: PostNormIndex); head {norm.weight[, lm_head [Vp, C]]}. q_proj
-// is [A, C] and o_proj [C, A], A = attn_width().
+// (the biases only with qkv_bias, then q_norm and k_norm [q_norm_width(),
+// k_norm_width()] only with qk_norm: QNormIndex, then the post-attention
+// and post-MLP norms [C] only with sandwich_norms: PostNormIndex; with
+// post_norms those two norms are kAttnNormW and kMlpNormW, and there are
+// no input norms); head {norm.weight[, lm_head [Vp, C]]}. q_proj is [A, C]
+// and o_proj [C, A], A = attn_width().
 enum LlamaLayerTensor {
   kAttnNormW = 0,
   kQW,

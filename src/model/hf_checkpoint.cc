@@ -229,6 +229,10 @@ struct Architecture {
   bool sandwich = false;
   double default_attn_softcap = 0;
   double default_final_softcap = 0;
+  // OLMo 2: no norms before the attention and the MLP, one on each's output
+  // (post_attention_layernorm, post_feedforward_layernorm), and q_norm and
+  // k_norm over all of q's and k's heads at once.
+  bool post_norms = false;
   // Granite: embedding_multiplier, attention_multiplier (the scores' scale
   // in place of head_dim^-1/2), residual_multiplier, logits_scaling.
   bool granite = false;
@@ -275,6 +279,7 @@ constexpr Architecture kArchitectures[] = {
      .nope_layers = true,
      .default_pad_token = 128004},
     {.name = "GraniteForCausalLM", .granite = true},
+    {.name = "Olmo2ForCausalLM", .qk_norm = true, .default_pad_token = 1, .post_norms = true},
     {.name = "GemmaForCausalLM", .gemma = true, .default_pad_token = 0},
     {.name = "Gemma2ForCausalLM",
      .sliding = SlidingLayers::kPattern,
@@ -689,6 +694,7 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   }
   m.qkv_bias = arch.qkv_bias;
   m.qk_norm = arch.qk_norm;
+  m.post_norms = m.qk_norm_all_heads = arch.post_norms;
   const bool phi3 = arch.phi3;
   if (arch.granite) ParseGranite(r, m);
   if (arch.gemma) {
@@ -1041,6 +1047,10 @@ std::vector<std::string> HfTensorNames(const HfCheckpoint& ckpt, BlockId block) 
   }
   if (m.qk_norm) {
     for (const char* p : {"q", "k"}) n.push_back(l + "self_attn." + p + "_norm.weight");
+  }
+  if (m.post_norms) {  // OLMo 2: the outputs' norms in the input norms' places
+    n[kAttnNormW] = l + "post_attention_layernorm.weight";
+    n[kMlpNormW] = l + "post_feedforward_layernorm.weight";
   }
   if (m.sandwich_norms) {  // Gemma 2, 3: the MLP's input norm is "pre-feedforward"
     n[kMlpNormW] = l + "pre_feedforward_layernorm.weight";

@@ -20,6 +20,10 @@
 //                          Mistral's; the rotary
 //                          embedding on partial_rotary_factor of each head,
 //                          with "longrope" scaling when configured
+//   Olmo2ForCausalLM    -> kLlama with post norms in place of the input
+//                          norms (post_attention_layernorm,
+//                          post_feedforward_layernorm) and q/k norms over
+//                          all heads (gpt.h post_norms, qk_norm_all_heads)
 //   GraniteForCausalLM  -> kLlama with Granite's multipliers (gpt.h): the
 //                          embedding's, the branches', the logits' and the
 //                          scores' (attention_multiplier: attn_scalar)

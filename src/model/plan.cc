@@ -43,7 +43,7 @@ int64_t LayerActivationBytes(const GptConfig& m, int batch, bool fused_attention
   if (!m.llama())
     return bytes + 2 * DeviceBytes(N * 4) + 2 * DeviceBytes(4 * NC * 4);            // LayerNorm means; fch, fch_gelu
   bytes += 3 * DeviceBytes(N * m.intermediate_size * 4);                            // gate, up, hmid
-  if (m.sandwich_norms) bytes += 2 * DeviceBytes(NC * 4) + 2 * DeviceBytes(N * 4);  // o and down outputs, rstds
+  if (m.branch_norms()) bytes += 2 * DeviceBytes(NC * 4) + 2 * DeviceBytes(N * 4);  // o and down outputs, rstds
   if (!m.qk_norm) return bytes;
   // q and k before their norms, the norms' rstd
   return bytes + DeviceBytes(NA * 4) + DeviceBytes(N * m.n_kv_head * m.head_dim() * 4) + DeviceBytes(N * m.n_head * 4) +
@@ -147,7 +147,7 @@ int64_t ActivationBytes(const GptConfig& m, int batch, ComputeKernels kernels, i
   bytes += f(3 * NA) + 2 * f(NA) + 3 * f(N * Ckv);         // d qkv; d q (rotated and not); d k (both), d v
   if (m.local_rope_theta > 0 && !m.local_rope_layers.empty()) bytes += 2 * f(T * (m.rope_dims() / 2));
   if (m.norm_unit_offset) bytes += 2 * f(std::max(C, hd));             // ones, 1 + w
-  if (m.sandwich_norms || m.residual_multiplier != 1) bytes += f(NC);  // d of a post norm's input or a branch's output
+  if (m.branch_norms() || m.residual_multiplier != 1) bytes += f(NC);  // d of a post norm's input or a branch's output
   return bytes;
 }
 

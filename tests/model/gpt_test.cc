@@ -371,6 +371,18 @@ GptConfig TinyGemma2() {
 TEST(GptTest, LlamaGradientsMatchFiniteDifferencesTied) { CheckModelGradients(TinyLlama(true, false)); }
 TEST(GptTest, Gemma3GradientsMatchFiniteDifferences) { CheckModelGradients(TinyGemma3()); }
 TEST(GptTest, Gemma2GradientsMatchFiniteDifferences) { CheckModelGradients(TinyGemma2()); }
+// OLMo 2's layer: no norm before the attention or the MLP, one on each's
+// output, q and k normed over all their heads at once.
+GptConfig TinyOlmo2() {
+  GptConfig c = TinyLlama(false, false);
+  c.post_norms = true;
+  c.qk_norm = true;
+  c.qk_norm_all_heads = true;
+  return c;
+}
+
+TEST(GptTest, Olmo2GradientsMatchFiniteDifferences) { CheckModelGradients(TinyOlmo2()); }
+
 // Granite's multipliers: the embedding, each branch as it joins the
 // residual stream, the scores (attn_scalar) and the logits.
 TEST(GptTest, GraniteGradientsMatchFiniteDifferences) {
@@ -520,11 +532,13 @@ TEST(GptTest, SetLayerGradientsNeedNoZeroing) {
         std::pair{TinyLlama(false, true), LayerActivations::kRecompute},
         std::pair{Tiny(false), LayerActivations::kKeep}, std::pair{TinyLlama(true, false), LayerActivations::kKeep},
         std::pair{TinyQwen3(12), LayerActivations::kRecompute}, std::pair{TinyQwen3(6), LayerActivations::kKeep},
-        std::pair{TinyGemma3(), LayerActivations::kRecompute}, std::pair{TinyGemma3(), LayerActivations::kKeep}}) {
-    SCOPED_TRACE(std::string(config.sandwich_norms ? "gemma3"
-                             : config.qk_norm      ? "qwen3"
-                             : config.llama()      ? "llama"
-                                                   : "gpt2") +
+        std::pair{TinyGemma3(), LayerActivations::kRecompute}, std::pair{TinyGemma3(), LayerActivations::kKeep},
+        std::pair{TinyOlmo2(), LayerActivations::kRecompute}, std::pair{TinyOlmo2(), LayerActivations::kKeep}}) {
+    SCOPED_TRACE(std::string(config.post_norms       ? "olmo2"
+                             : config.sandwich_norms ? "gemma3"
+                             : config.qk_norm        ? "qwen3"
+                             : config.llama()        ? "llama"
+                                                     : "gpt2") +
                  (acts == LayerActivations::kKeep ? ", kept activations" : ", recomputed"));
     const int B = 2;
     std::vector<Tensors> params = MakeParams(config, 13);
@@ -582,8 +596,8 @@ TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
   // are the ones a recompute would make: the same loss and gradients, bit
   // for bit, whole layers and in group ranges (16-bit matrices), over two
   // batches (each layer's kept set is overwritten by the next forward).
-  for (const GptConfig& config : {Tiny(true), TinyLlama(false, true), TinyGemma3()}) {
-    SCOPED_TRACE(config.sandwich_norms ? "gemma3" : config.llama() ? "llama" : "gpt2");
+  for (const GptConfig& config : {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2()}) {
+    SCOPED_TRACE(config.post_norms ? "olmo2" : config.sandwich_norms ? "gemma3" : config.llama() ? "llama" : "gpt2");
     const int B = 2;
     std::vector<Tensors> params = MakeParams(config, 21);
     const Harness<float>::Matrices16 m16 = LayerMatricesToBf16(config, params, nullptr);
@@ -636,9 +650,9 @@ TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
 // forward overwrites the slots), five layers deep so that the three device
 // slots turn over twice.
 TEST(GptTest, OffloadedLayerInputsGiveTheBitsOfTheRecompute) {
-  for (GptConfig config : {Tiny(true), TinyLlama(false, true), TinyGemma3()}) {
+  for (GptConfig config : {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2()}) {
     config.n_layer = 5;
-    SCOPED_TRACE(config.sandwich_norms ? "gemma3" : config.llama() ? "llama" : "gpt2");
+    SCOPED_TRACE(config.post_norms ? "olmo2" : config.sandwich_norms ? "gemma3" : config.llama() ? "llama" : "gpt2");
     const int B = 2;
     const int64_t x_bytes = int64_t{B} * config.seq_len * config.n_embd * static_cast<int64_t>(sizeof(float));
     std::vector<Tensors> params = MakeParams(config, 31);

@@ -187,7 +187,7 @@ TEST_P(HfParityTest, AdamWOnNvmeFollowsTorchCurve) {
 INSTANTIATE_TEST_SUITE_P(Architectures, HfParityTest,
                          ::testing::Values("gpt2", "llama", "qwen2", "mistral", "qwen3", "phi3", "phi3-longrope",
                                            "smollm3", "mistral-window", "qwen2-window", "gemma", "gemma3", "gemma3-mm",
-                                           "llama-pad", "gemma2", "granite"));
+                                           "llama-pad", "gemma2", "granite", "olmo2"));
 
 // A copy of a fixture folder whose config.json or tensors a test changes.
 std::string CopyFixture(const TempDir& tmp, const std::string& name) {
@@ -752,6 +752,34 @@ TEST(HfCheckpointTest, GraniteMultipliersAsTransformersReadsThem) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("residual_multiplier: expected a positive number"), std::string::npos)
       << bad.status().ToString();
+}
+
+// OLMo 2 as transformers reads it: norms on the attention's and the MLP's
+// outputs in place of Llama's input norms (their HF names), q_norm and
+// k_norm over all heads ([A] and [n_kv_head * head_dim]); pad_token_id
+// absent is transformers' 1 (the embedding's padding row).
+TEST(HfCheckpointTest, Olmo2PostNormsAsTransformersReadsThem) {
+  auto saved = OpenHfCheckpoint(FixtureDir("olmo2"));
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  const GptConfig& m = saved->model;
+  EXPECT_TRUE(m.post_norms && m.qk_norm && m.qk_norm_all_heads);
+  EXPECT_FALSE(m.sandwich_norms || m.norm_unit_offset || m.tied_embeddings);
+  EXPECT_EQ(m.q_norm_width(), 32);
+  EXPECT_EQ(m.k_norm_width(), 16);
+  EXPECT_EQ(m.padding_token, -1);  // null in the fixture
+  const std::vector<std::string> names = HfTensorNames(*saved, LayerBlock(1));
+  EXPECT_EQ(names[kAttnNormW], "model.layers.1.post_attention_layernorm.weight");
+  EXPECT_EQ(names[kMlpNormW], "model.layers.1.post_feedforward_layernorm.weight");
+  EXPECT_EQ(names[static_cast<size_t>(QNormIndex(m))], "model.layers.1.self_attn.q_norm.weight");
+
+  TempDir tmp;
+  const std::string dir = CopyFixture(tmp, "olmo2");
+  nlohmann::json doc = nlohmann::json::parse(testing::ReadBytes(dir + "/config.json"));
+  doc.erase("pad_token_id");
+  testing::WriteBytes(dir + "/config.json", doc.dump(2));
+  auto absent = OpenHfCheckpoint(dir);
+  ASSERT_TRUE(absent.ok()) << absent.status().ToString();
+  EXPECT_EQ(absent->model.padding_token, 1);
 }
 
 // Gemma 3 4B and up (Gemma3ForConditionalGeneration): the language model

@@ -358,11 +358,13 @@ TEST(PlanTest, ActivationBytesAreGptComputesAllocations) {
   gemma3.sandwich_norms = gemma3.norm_unit_offset = true;
   gemma3.local_rope_theta = 100;
   gemma3.local_rope_layers = {0};
-  // Granite's residual multiplier: a branch gradient
-  GptConfig granite = llama;
+  // Granite's residual multiplier: a branch gradient; OLMo 2's post norms
+  // (the outputs' norms as Gemma's) and q/k norms over all heads
+  GptConfig granite = llama, olmo2 = wide;
   granite.residual_multiplier = 0.25;
+  olmo2.post_norms = olmo2.qk_norm_all_heads = true;
   for (const GptConfig& m :
-       {*LoadGptConfig("tiny"), *LoadGptConfig("demo"), llama, one, wide, narrow, gemma3, granite}) {
+       {*LoadGptConfig("tiny"), *LoadGptConfig("demo"), llama, one, wide, narrow, gemma3, granite, olmo2}) {
     for (int batch : {1, 3}) {
       for (LayerActivations a : {LayerActivations::kRecompute, LayerActivations::kKeep, LayerActivations::kOffload}) {
         SCOPED_TRACE(std::string(m.llama() ? "llama" : "gpt2") + " layers " + std::to_string(m.n_layer) + " heads " +

@@ -118,6 +118,12 @@ MODELS = {
     "granite": (transformers.GraniteConfig, transformers.GraniteForCausalLM,
                 dict(COMMON_LLAMA, vocab_size=100, tie_word_embeddings=True, embedding_multiplier=3.0,
                      attention_multiplier=0.2, residual_multiplier=0.5, logits_scaling=2.5), torch.float32),
+    # OLMo 2: no norms before the attention and the MLP, one on each's output; q and k normed over all their heads
+    # (weights [32] and [16]); untied head, bf16 checkpoint
+    "olmo2": (transformers.Olmo2Config, transformers.Olmo2ForCausalLM,
+              dict(COMMON_LLAMA, vocab_size=110, tie_word_embeddings=False, pad_token_id=None, eos_token_id=0,
+                   rope_theta=500000.0),
+              torch.bfloat16),
 }
 
 

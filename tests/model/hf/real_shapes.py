@@ -26,7 +26,10 @@ full with linear RoPE scaling by 8, a 262208 vocabulary), gemma2-2b-2l
 attention's scores softcapped at 50 and the logits at 30, GQA 8/4 of 256, a
 256000 vocabulary), granite-2b-2l (Granite 3.3 2B's widths at 2 layers: the
 embedding times 12, the scores times 1/64, each branch times 0.22 as it joins
-the residual stream, the logits divided by 8, GQA 32/8, a 49159 vocabulary).
+the residual stream, the logits divided by 8, GQA 32/8, a 49159 vocabulary),
+olmo2-1b-2l (OLMo 2 1B's widths at 2 layers: norms on the attention's and the
+MLP's outputs only, q and k normed over all 16 heads at once, a 100352
+vocabulary, untied).
 Prints one line per model: both losses and their difference.
 """
 import argparse
@@ -104,6 +107,13 @@ def granite_2b():
         residual_multiplier=0.22, logits_scaling=8.0)
 
 
+def olmo2_1b():
+    return transformers.Olmo2ForCausalLM, transformers.Olmo2Config(
+        vocab_size=100352, hidden_size=2048, intermediate_size=8192, num_hidden_layers=2, num_attention_heads=16,
+        num_key_value_heads=16, max_position_embeddings=4096, rope_theta=500000.0, rms_norm_eps=1e-6,
+        tie_word_embeddings=False, pad_token_id=100277, bos_token_id=None, eos_token_id=100257)
+
+
 def gemma3_4b():
     return transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(
         vocab_size=262208, hidden_size=2560, intermediate_size=10240, num_hidden_layers=2, num_attention_heads=8,
@@ -115,7 +125,7 @@ def gemma3_4b():
 
 SHAPES = {"qwen3-0.6b": qwen3, "phi4-mini-2l": phi4_mini, "smollm3-4l": smollm3, "mistral-2l-window100": mistral_window,
           "gemma3-270m": gemma3_270m, "gemma-2b-2l": gemma_2b, "gemma3-4b-2l": gemma3_4b,
-          "gemma2-2b-2l": gemma2_2b, "granite-2b-2l": granite_2b}
+          "gemma2-2b-2l": gemma2_2b, "granite-2b-2l": granite_2b, "olmo2-1b-2l": olmo2_1b}
 
 
 def check(name, zinf, work):
