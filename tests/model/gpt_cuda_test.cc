@@ -287,6 +287,26 @@ TEST(GptCudaTest, Gemma2LayerMatchesCpu) {
   CompareTinyModel(cfg);
 }
 
+// OLMo 2's layer: norms on the attention's and the MLP's outputs only, q
+// and k normed over all their heads at once.
+TEST(GptCudaTest, Olmo2LayerMatchesCpu) {
+  GptConfig cfg = TinyQwen3Config();
+  cfg.post_norms = cfg.qk_norm_all_heads = true;
+  CompareTinyModel(cfg);
+}
+
+// Granite's multipliers: the embedding's, the branches', the logits' and
+// the scores' (attn_scalar).
+TEST(GptCudaTest, GraniteLayerMatchesCpu) {
+  GptConfig cfg = TinyQwen3Config();
+  cfg.qk_norm = false;
+  cfg.embed_multiplier = 3.0;
+  cfg.residual_multiplier = 0.4;
+  cfg.logits_scaling = 2.5;
+  cfg.attn_scalar = 25;
+  CompareTinyModel(cfg);
+}
+
 // tiny-qwen3 with Gemma 2's softcaps (heads of 16: the 16-bit mode's fused
 // attention takes the cap).
 GptConfig SoftcappedQwen3Config() {
