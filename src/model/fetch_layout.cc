@@ -21,7 +21,9 @@ std::vector<std::vector<int>> CutLayer(const std::vector<int64_t>& group_elems, 
   int64_t in_piece = 0;
   for (int g = 0; g < kLayerGroups; ++g) {
     const int64_t n = group_elems[static_cast<size_t>(g)];
-    // An empty group (post norms' norm groups) opens no piece: it joins the next group's.
+    // An empty group (post norms' norm groups) never starts a piece of its
+    // own: it stays in the piece being filled unless that one is already
+    // over the unit (one group larger than it), then opens the next.
     if (unit > 0 && in_piece > 0 && in_piece + n > unit) {
       cut.emplace_back();
       in_piece = 0;

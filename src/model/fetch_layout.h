@@ -11,12 +11,13 @@
 // Gemma 3's sandwich norms, the attention and MLP outputs with theirs). The
 // trainer acquires a piece right before the kernels that use it and
 // releases it right after, and reduces a piece's gradients as soon as its
-// backward is done. The finest cut is one group per piece: a tensor is
+// backward is done. The finest cut is one non-empty group per piece: a tensor is
 // never split, so the largest group (fc or fc_proj, 4 C^2) bounds a piece.
 //
 // Greedy cut: a piece takes groups in order while its elements stay within
 // the unit (a group larger than the unit is a piece of its own; an empty
-// group, OLMo 2's norm groups, goes with the group after it). Every
+// group, OLMo 2's norm groups, stays in the piece before it unless that
+// piece is over the unit, and no piece is empty). Every
 // layer of a model has the same shape, so every layer is cut the same way.
 // The embed and head blocks are never cut (the embedding is one tensor).
 //

@@ -558,8 +558,8 @@ struct GptCompute<T>::Impl {
     T* hmid = nullptr;      // kLlama: [N, I] act(gate) * up (mlp_glu)
     T* q_pre = nullptr;     // qk_norm: q before its norm [N, A]
     T* k_pre = nullptr;     // qk_norm: k before its norm [N, Ckv]
-    T* q_rstd = nullptr;    // qk_norm: [N * n_head]
-    T* k_rstd = nullptr;    // qk_norm: [N * n_kv_head]
+    T* q_rstd = nullptr;    // qk_norm: a norm row's [N * n_head], or [N] over all heads
+    T* k_rstd = nullptr;    // qk_norm: [N * n_kv_head], or [N]
     T* attn_o = nullptr;    // branch_norms: o_proj's output [N, C], before its norm
     T* attn_o_rstd = nullptr;
     T* mlp_o = nullptr;  // branch_norms: down_proj's output [N, C], before its norm
@@ -635,7 +635,8 @@ struct GptCompute<T>::Impl {
   const T* AttnInput(const LayerActs& a, int layer) const { return config.post_norms ? x[layer] : a.ln1; }
   const T* MlpInput(const LayerActs& a) const { return config.post_norms ? a.mid : a.ln2; }
   // Granite: d of a branch's output (o_proj's, down_proj's) is
-  // residual_multiplier times that of the residual stream, into dpost.
+  // residual_multiplier times that of the residual stream, into dpost
+  // (which the branch norms use otherwise: Create refuses both at once).
   const T* BranchGradient() {
     if (residual_multiplier == T(1)) return dres;
     ops->Zero(dpost, N * C);
@@ -1315,17 +1316,21 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
 template <typename T>
 Status GptCompute<T>::Impl::AllocateLayerActs(LayerActs* a) {
   const int64_t att_elems = ops->AttentionSavedElems(B, config.seq_len, A, config.n_head);
-  const bool llama = config.llama();
-  ZINF_RETURN_IF_ERROR(Alloc(&a->ln1, N * C, llama ? "attention norm" : "ln1"));
-  if (!llama) ZINF_RETURN_IF_ERROR(Alloc(&a->ln1_mean, N, "ln1 mean"));
-  ZINF_RETURN_IF_ERROR(Alloc(&a->ln1_rstd, N, llama ? "attention norm rstd" : "ln1 rstd"));
+  const bool llama = config.llama(), pre_norms = !config.post_norms;  // post norms: no ln1, ln2
+  if (pre_norms) {
+    ZINF_RETURN_IF_ERROR(Alloc(&a->ln1, N * C, llama ? "attention norm" : "ln1"));
+    if (!llama) ZINF_RETURN_IF_ERROR(Alloc(&a->ln1_mean, N, "ln1 mean"));
+    ZINF_RETURN_IF_ERROR(Alloc(&a->ln1_rstd, N, llama ? "attention norm rstd" : "ln1 rstd"));
+  }
   ZINF_RETURN_IF_ERROR(Alloc(&a->qkv, N * 3 * A, "qkv"));
   ZINF_RETURN_IF_ERROR(Alloc(&a->atty, N * A, "attention output"));
   ZINF_RETURN_IF_ERROR(Alloc(&a->att, att_elems, "attention probabilities (or log-sum-exps)"));
   ZINF_RETURN_IF_ERROR(Alloc(&a->mid, N * C, "residual mid"));
-  ZINF_RETURN_IF_ERROR(Alloc(&a->ln2, N * C, llama ? "mlp norm" : "ln2"));
-  if (!llama) ZINF_RETURN_IF_ERROR(Alloc(&a->ln2_mean, N, "ln2 mean"));
-  ZINF_RETURN_IF_ERROR(Alloc(&a->ln2_rstd, N, llama ? "mlp norm rstd" : "ln2 rstd"));
+  if (pre_norms) {
+    ZINF_RETURN_IF_ERROR(Alloc(&a->ln2, N * C, llama ? "mlp norm" : "ln2"));
+    if (!llama) ZINF_RETURN_IF_ERROR(Alloc(&a->ln2_mean, N, "ln2 mean"));
+    ZINF_RETURN_IF_ERROR(Alloc(&a->ln2_rstd, N, llama ? "mlp norm rstd" : "ln2 rstd"));
+  }
   if (!llama) {
     ZINF_RETURN_IF_ERROR(Alloc(&a->fch, N * 4 * C, "mlp hidden"));
     return Alloc(&a->fch_gelu, N * 4 * C, "mlp gelu");
@@ -1343,8 +1348,8 @@ Status GptCompute<T>::Impl::AllocateLayerActs(LayerActs* a) {
   if (!config.qk_norm) return Status::Ok();
   ZINF_RETURN_IF_ERROR(Alloc(&a->q_pre, N * A, "q before its norm"));
   ZINF_RETURN_IF_ERROR(Alloc(&a->k_pre, N * Ckv, "k before its norm"));
-  ZINF_RETURN_IF_ERROR(Alloc(&a->q_rstd, N * config.n_head, "q norm rstd"));
-  return Alloc(&a->k_rstd, N * config.n_kv_head, "k norm rstd");
+  ZINF_RETURN_IF_ERROR(Alloc(&a->q_rstd, N * A / config.q_norm_width(), "q norm rstd"));
+  return Alloc(&a->k_rstd, N * Ckv / config.k_norm_width(), "k norm rstd");
 }
 
 // Everything after the tokens, the layer inputs and the layer activations,

@@ -111,7 +111,7 @@ struct GptConfig {
   int intermediate_size = 0;  // the gated MLP's width
   bool qkv_bias = false;      // q/k/v projections have biases (Qwen2)
   int head_size = 0;          // width of a head; 0: n_embd / n_head
-  bool qk_norm = false;       // per-head RMSNorm of q and k before RoPE (Qwen3)
+  bool qk_norm = false;       // RMSNorm of q and k before RoPE, per head (Qwen3; qk_norm_all_heads: OLMo 2's)
   double norm_eps = 1e-5;     // RMSNorm epsilon
   RopeConfig rope;
   // Layers (0-based, ascending) whose attention has no rotary embedding
@@ -250,7 +250,9 @@ inline int LmHeadIndex(const GptConfig& c) { return c.llama() ? 1 : kLmHead; }
 // The backward uses them in reverse. A layer fetched in pieces
 // (fetch_layout.h) has whole, consecutive groups in each piece.
 enum LayerGroup { kNorm1Group = 0, kQkvGroup, kAttnOutGroup, kNorm2Group, kMlpInGroup, kMlpOutGroup, kLayerGroups };
-// The tensor indices (LayerTensor or LlamaLayerTensor) of each group.
+// The tensor indices (LayerTensor or LlamaLayerTensor) of each group
+// (with post_norms the norm groups are empty: each norm weight is in the
+// group of the output it norms).
 std::vector<std::vector<int>> LayerTensorGroups(const GptConfig& config);
 // Whether layer tensor `tensor` (spec order) is a matrix the layer reads
 // only through its linear maps (the ones GptCompute takes in 16 bits).

@@ -204,7 +204,7 @@ struct Architecture {
   std::string_view name;
   bool llama = true;      // false: GPT-2
   bool qkv_bias = false;  // Qwen2: biases on q, k and v, whatever attention_bias says
-  bool qk_norm = false;   // Qwen3: an RMSNorm over each head of q and k
+  bool qk_norm = false;   // Qwen3: an RMSNorm over each head of q and k (OLMo 2: over all heads)
   // Phi-3: q|k|v and gate|up stored fused (qkv_proj, gate_up_proj); the
   // first partial_rotary_factor of each head turned; LongRoPE called "su"
   // or "yarn" too; the attention slides whenever sliding_window is set
@@ -244,6 +244,7 @@ struct Architecture {
   // config is text_config and whose tensors are under language_model.
   bool multimodal = false;
   double default_rope_theta = 10000.0;
+  double default_norm_eps = 1e-6;  // rms_norm_eps when the key is absent
 };
 
 // Gemma 3's language model: as Gemma3ForCausalLM holds it (1B and smaller),
@@ -273,13 +274,17 @@ constexpr Architecture kArchitectures[] = {
      .sliding = SlidingLayers::kFromMaxWindowLayers,
      .default_window = 4096},
     {.name = "MistralForCausalLM", .sliding = SlidingLayers::kAll, .default_window = 4096},
-    {.name = "Phi3ForCausalLM", .phi3 = true, .sliding = SlidingLayers::kAll, .default_pad_token = 32000},
+    {.name = "Phi3ForCausalLM",
+     .phi3 = true,
+     .sliding = SlidingLayers::kAll,
+     .default_pad_token = 32000,
+     .default_norm_eps = 1e-5},
     {.name = "SmolLM3ForCausalLM",
      .sliding = SlidingLayers::kNopeLayers,
      .nope_layers = true,
      .default_pad_token = 128004},
     {.name = "GraniteForCausalLM", .granite = true},
-    {.name = "Olmo2ForCausalLM", .qk_norm = true, .default_pad_token = 1, .post_norms = true},
+    {.name = "Olmo2ForCausalLM", .qk_norm = true, .default_pad_token = 1, .post_norms = true, .default_norm_eps = 1e-5},
     {.name = "GemmaForCausalLM", .gemma = true, .default_pad_token = 0},
     {.name = "Gemma2ForCausalLM",
      .sliding = SlidingLayers::kPattern,
@@ -673,7 +678,7 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
     c.notes.push_back("tie_word_embeddings: false in text_config ignored (the model ties on the top level's)");
     m.tied_embeddings = true;
   }
-  m.norm_eps = r.Number("rms_norm_eps", 1e-6);
+  m.norm_eps = r.Number("rms_norm_eps", arch.default_norm_eps);
   // The embedding's padding_idx: pad_token_id, or the class's default.
   const json* pad = r.Get("pad_token_id");
   const bool pad_default = !r.Has("pad_token_id") && arch.default_pad_token >= 0;

@@ -52,7 +52,7 @@
 // The vocabulary rows of the embedding and an untied head are padded with
 // zero rows to padded_vocab_size (they receive no gradient and stay 0).
 // pad_token_id (absent: the class's default, Phi-3 32000, SmolLM3 128004,
-// Gemma 0) sets GptConfig::padding_token, the embedding row that gets no
+// Gemma 0, OLMo 2 1) sets GptConfig::padding_token, the embedding row that gets no
 // gradient from the input side (transformers' padding_idx).
 //
 // Config keys: those that do not change the math (dtype, token ids,

@@ -38,16 +38,19 @@ int64_t LayerActivationBytes(const GptConfig& m, int batch, bool fused_attention
   const int64_t B = batch, N = B * m.seq_len, NC = N * m.n_embd, NA = N * m.attn_width();
   const int64_t att = B * m.n_head * m.seq_len * (fused_attention ? 1 : m.seq_len);  // Ops::AttentionSavedElems
   int64_t bytes = DeviceBytes(std::max<int64_t>(att, 1) * 4);
-  // ln1, mid, ln2; qkv, atty; the norms' rstd
-  bytes += 3 * DeviceBytes(NC * 4) + DeviceBytes(3 * NA * 4) + DeviceBytes(NA * 4) + 2 * DeviceBytes(N * 4);
+  // ln1, mid, ln2 (post norms: mid alone); qkv, atty; the norms' rstd
+  const int64_t pre_norms = m.post_norms ? 0 : 2;
+  bytes += (1 + pre_norms) * DeviceBytes(NC * 4) + DeviceBytes(3 * NA * 4) + DeviceBytes(NA * 4) +
+           pre_norms * DeviceBytes(N * 4);
   if (!m.llama())
     return bytes + 2 * DeviceBytes(N * 4) + 2 * DeviceBytes(4 * NC * 4);            // LayerNorm means; fch, fch_gelu
   bytes += 3 * DeviceBytes(N * m.intermediate_size * 4);                            // gate, up, hmid
   if (m.branch_norms()) bytes += 2 * DeviceBytes(NC * 4) + 2 * DeviceBytes(N * 4);  // o and down outputs, rstds
   if (!m.qk_norm) return bytes;
   // q and k before their norms, the norms' rstd
-  return bytes + DeviceBytes(NA * 4) + DeviceBytes(N * m.n_kv_head * m.head_dim() * 4) + DeviceBytes(N * m.n_head * 4) +
-         DeviceBytes(N * m.n_kv_head * 4);
+  const int64_t NKV = N * m.n_kv_head * m.head_dim();
+  return bytes + DeviceBytes(NA * 4) + DeviceBytes(NKV * 4) + DeviceBytes(NA / m.q_norm_width() * 4) +
+         DeviceBytes(NKV / m.k_norm_width() * 4);
 }
 
 LayerActivations AutoLayerActivations(const GptConfig& model, int batch, ComputeKernels kernels, int64_t device_bytes,

@@ -146,6 +146,27 @@ TEST(FetchLayoutTest, LlamaGroupsKeepQkvAndTheirBiasesTogether) {
   EXPECT_EQ(l.specs()[5].tensors.size(), 2u);  // gate and up
 }
 
+// Post norms (OLMo 2): the norm groups are empty and open no piece; the
+// first rides with qkv; the second stays with attn_out unless that piece
+// is over the unit. Every piece has tensors, and every tensor is in one.
+TEST(FetchLayoutTest, EmptyNormGroupsOpenNoPiece) {
+  GptConfig m = TinyLlamaWithBiases();
+  m.qkv_bias = false;
+  m.post_norms = m.qk_norm = m.qk_norm_all_heads = true;
+  const BlockSpec layer = GptBlockSpecs(m)[static_cast<size_t>(LayerBlock(0))];
+  const std::vector<std::vector<int>> groups = LayerTensorGroups(m);
+  ASSERT_TRUE(groups[kNorm1Group].empty() && groups[kNorm2Group].empty());
+  int64_t attn_out = 0;
+  for (int t : groups[kAttnOutGroup]) attn_out += layer.tensors[static_cast<size_t>(t)].numel();
+  const FetchLayout fine = FetchLayout::Create(m, 1);
+  ExpectCovers(m, fine);
+  EXPECT_EQ(fine.Describe(), "4 pieces per layer: norm1-qkv | attn_out | norm2-mlp_in | mlp_out");
+  const FetchLayout fits = FetchLayout::Create(m, attn_out);  // attn_out fills its piece, not over it
+  ExpectCovers(m, fits);
+  EXPECT_NE(fits.Describe().find("attn_out-norm2 |"), std::string::npos) << fits.Describe();
+  for (const BlockSpec& s : fine.specs()) EXPECT_FALSE(s.tensors.empty()) << s.name;
+}
+
 TEST(FetchLayoutTest, ParseFetchUnitTakesAutoLayerOrACount) {
   bool automatic = false;
   EXPECT_EQ(*ParseFetchUnit("auto", &automatic), 0);
@@ -269,8 +290,8 @@ TEST(FetchLayoutTrainerTest, PiecesGiveTheWholeLayerLossesAndWeightsOnEveryTier)
 // Qwen3's; fused projections: Phi-3's; sandwich norms and softcaps: Gemma
 // 2's; multipliers: Granite's; post norms only, whose norm groups are
 // empty: OLMo 2's) and GPT-2: the cut model trains to the whole-layer
-// model's losses; its weights go out as the HF folder they came in as, byte
-// for byte (F32 fixture, F32 export).
+// model's losses; its weights go out as the HF folder they came in as, value
+// for value (F32 export: OLMo 2's bf16 values exactly, the others' bytes).
 TEST(FetchLayoutTrainerTest, HfWeightsInAndOutThroughPieces) {
   for (const char* name : {"qwen2", "llama", "gpt2", "qwen3", "phi3", "gemma2", "granite", "olmo2"}) {
     auto ckpt = OpenHfCheckpoint(testing::FixtureDir(name));

@@ -12,10 +12,12 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -385,14 +387,16 @@ TEST(GptTest, Olmo2GradientsMatchFiniteDifferences) { CheckModelGradients(TinyOl
 
 // Granite's multipliers: the embedding, each branch as it joins the
 // residual stream, the scores (attn_scalar) and the logits.
-TEST(GptTest, GraniteGradientsMatchFiniteDifferences) {
+GptConfig TinyGranite() {
   GptConfig c = TinyLlama(true, false);
   c.embed_multiplier = 3.0;
   c.residual_multiplier = 0.4;
   c.logits_scaling = 2.5;
   c.attn_scalar = 25;
-  CheckModelGradients(c);
+  return c;
 }
+
+TEST(GptTest, GraniteGradientsMatchFiniteDifferences) { CheckModelGradients(TinyGranite()); }
 TEST(GptTest, LlamaGradientsMatchFiniteDifferencesUntiedWithBiases) { CheckModelGradients(TinyLlama(false, true)); }
 TEST(GptTest, Qwen3GradientsMatchFiniteDifferencesWideHeads) { CheckModelGradients(TinyQwen3(12)); }
 // Phi-4-mini's rotary embedding: 4 of a head's 8 columns turned, LongRoPE's
@@ -533,12 +537,14 @@ TEST(GptTest, SetLayerGradientsNeedNoZeroing) {
         std::pair{Tiny(false), LayerActivations::kKeep}, std::pair{TinyLlama(true, false), LayerActivations::kKeep},
         std::pair{TinyQwen3(12), LayerActivations::kRecompute}, std::pair{TinyQwen3(6), LayerActivations::kKeep},
         std::pair{TinyGemma3(), LayerActivations::kRecompute}, std::pair{TinyGemma3(), LayerActivations::kKeep},
-        std::pair{TinyOlmo2(), LayerActivations::kRecompute}, std::pair{TinyOlmo2(), LayerActivations::kKeep}}) {
-    SCOPED_TRACE(std::string(config.post_norms       ? "olmo2"
-                             : config.sandwich_norms ? "gemma3"
-                             : config.qk_norm        ? "qwen3"
-                             : config.llama()        ? "llama"
-                                                     : "gpt2") +
+        std::pair{TinyOlmo2(), LayerActivations::kRecompute}, std::pair{TinyOlmo2(), LayerActivations::kKeep},
+        std::pair{TinyGranite(), LayerActivations::kRecompute}, std::pair{TinyGranite(), LayerActivations::kKeep}}) {
+    SCOPED_TRACE(std::string(config.residual_multiplier != 1 ? "granite"
+                             : config.post_norms             ? "olmo2"
+                             : config.sandwich_norms         ? "gemma3"
+                             : config.qk_norm                ? "qwen3"
+                             : config.llama()                ? "llama"
+                                                             : "gpt2") +
                  (acts == LayerActivations::kKeep ? ", kept activations" : ", recomputed"));
     const int B = 2;
     std::vector<Tensors> params = MakeParams(config, 13);
@@ -596,8 +602,12 @@ TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
   // are the ones a recompute would make: the same loss and gradients, bit
   // for bit, whole layers and in group ranges (16-bit matrices), over two
   // batches (each layer's kept set is overwritten by the next forward).
-  for (const GptConfig& config : {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2()}) {
-    SCOPED_TRACE(config.post_norms ? "olmo2" : config.sandwich_norms ? "gemma3" : config.llama() ? "llama" : "gpt2");
+  for (const GptConfig& config : {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2(), TinyGranite()}) {
+    SCOPED_TRACE(config.residual_multiplier != 1 ? "granite"
+                 : config.post_norms             ? "olmo2"
+                 : config.sandwich_norms         ? "gemma3"
+                 : config.llama()                ? "llama"
+                                                 : "gpt2");
     const int B = 2;
     std::vector<Tensors> params = MakeParams(config, 21);
     const Harness<float>::Matrices16 m16 = LayerMatricesToBf16(config, params, nullptr);
@@ -650,9 +660,13 @@ TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
 // forward overwrites the slots), five layers deep so that the three device
 // slots turn over twice.
 TEST(GptTest, OffloadedLayerInputsGiveTheBitsOfTheRecompute) {
-  for (GptConfig config : {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2()}) {
+  for (GptConfig config : {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2(), TinyGranite()}) {
     config.n_layer = 5;
-    SCOPED_TRACE(config.post_norms ? "olmo2" : config.sandwich_norms ? "gemma3" : config.llama() ? "llama" : "gpt2");
+    SCOPED_TRACE(config.residual_multiplier != 1 ? "granite"
+                 : config.post_norms             ? "olmo2"
+                 : config.sandwich_norms         ? "gemma3"
+                 : config.llama()                ? "llama"
+                                                 : "gpt2");
     const int B = 2;
     const int64_t x_bytes = int64_t{B} * config.seq_len * config.n_embd * static_cast<int64_t>(sizeof(float));
     std::vector<Tensors> params = MakeParams(config, 31);
@@ -906,6 +920,69 @@ TEST(GptConfigTest, JsonRoundTrips) {
   EXPECT_EQ(parsed->n_head, 6);
   EXPECT_EQ(parsed->n_embd, 96);
   EXPECT_FALSE(parsed->tied_embeddings);
+}
+
+// Field combinations no architecture has, and values the kernels cannot
+// take, are refused by GptCompute::Create (each would compute something
+// else silently: q/k norms over all heads with 1 + w would overrun the
+// norm weights' buffer; a multiplier beside branch norms would share their
+// gradient buffer).
+TEST(GptConfigTest, CreateRefusesFieldsThatDoNotGoTogether) {
+  const GptConfig llama = TinyLlama(false, false);
+  std::vector<std::pair<std::string, GptConfig>> bad;
+  auto add = [&](const std::string& what, const std::function<void(GptConfig&)>& change, GptConfig base) {
+    change(base);
+    bad.emplace_back(what, base);
+  };
+  add(
+      "post and sandwich norms", [](GptConfig& c) { c.post_norms = c.sandwich_norms = true; }, llama);
+  add(
+      "post norms and a residual multiplier",
+      [](GptConfig& c) {
+        c.post_norms = true;
+        c.residual_multiplier = 0.5;
+      },
+      llama);
+  add(
+      "sandwich norms and a residual multiplier",
+      [](GptConfig& c) {
+        c.sandwich_norms = true;
+        c.residual_multiplier = 0.5;
+      },
+      llama);
+  add(
+      "all-heads q/k norms without q/k norms", [](GptConfig& c) { c.qk_norm_all_heads = true; }, llama);
+  add(
+      "all-heads q/k norms by 1 + w", [](GptConfig& c) { c.qk_norm = c.qk_norm_all_heads = c.norm_unit_offset = true; },
+      llama);
+  add(
+      "Gemma's and Granite's embedding scales",
+      [](GptConfig& c) {
+        c.embed_scale = true;
+        c.embed_multiplier = 2.0;
+      },
+      llama);
+  add(
+      "a softcap of infinity", [](GptConfig& c) { c.attn_softcap = INFINITY; }, llama);
+  add(
+      "a softcap that is 0 as a float", [](GptConfig& c) { c.final_softcap = 1e-300; }, llama);
+  add(
+      "a negative logits scaling", [](GptConfig& c) { c.logits_scaling = -8.0; }, llama);
+  add(
+      "GPT-2 with a residual multiplier", [](GptConfig& c) { c.residual_multiplier = 0.5; }, Tiny(true));
+  add(
+      "GPT-2 with post norms", [](GptConfig& c) { c.post_norms = true; }, Tiny(true));
+  add(
+      "GPT-2 with a softcap", [](GptConfig& c) { c.attn_softcap = 50; }, Tiny(true));
+  auto ops = CreateCpuOps<float>();
+  auto device = CreateHostDevice(0);
+  for (const auto& [what, config] : bad) {
+    auto c = GptCompute<float>::Create(config, 1, ops.get(), device.get());
+    EXPECT_FALSE(c.ok()) << what;
+    if (!c.ok()) {
+      EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << what;
+    }
+  }
 }
 
 void ExpectConfigError(const std::string& json, const std::string& key) {

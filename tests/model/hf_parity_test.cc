@@ -757,7 +757,8 @@ TEST(HfCheckpointTest, GraniteMultipliersAsTransformersReadsThem) {
 // OLMo 2 as transformers reads it: norms on the attention's and the MLP's
 // outputs in place of Llama's input norms (their HF names), q_norm and
 // k_norm over all heads ([A] and [n_kv_head * head_dim]); pad_token_id
-// absent is transformers' 1 (the embedding's padding row).
+// absent is transformers' 1 (the embedding's padding row), rms_norm_eps
+// absent its 1e-5.
 TEST(HfCheckpointTest, Olmo2PostNormsAsTransformersReadsThem) {
   auto saved = OpenHfCheckpoint(FixtureDir("olmo2"));
   ASSERT_TRUE(saved.ok()) << saved.status().ToString();
@@ -776,10 +777,12 @@ TEST(HfCheckpointTest, Olmo2PostNormsAsTransformersReadsThem) {
   const std::string dir = CopyFixture(tmp, "olmo2");
   nlohmann::json doc = nlohmann::json::parse(testing::ReadBytes(dir + "/config.json"));
   doc.erase("pad_token_id");
+  doc.erase("rms_norm_eps");
   testing::WriteBytes(dir + "/config.json", doc.dump(2));
   auto absent = OpenHfCheckpoint(dir);
   ASSERT_TRUE(absent.ok()) << absent.status().ToString();
   EXPECT_EQ(absent->model.padding_token, 1);
+  EXPECT_EQ(absent->model.norm_eps, 1e-5);  // Olmo2Config's, not Llama's 1e-6
 }
 
 // Gemma 3 4B and up (Gemma3ForConditionalGeneration): the language model
