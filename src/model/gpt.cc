@@ -229,12 +229,16 @@ bool AscendingLayers(const std::vector<int>& layers, int n_layer) {
          std::adjacent_find(layers.begin(), layers.end()) == layers.end() &&
          (layers.empty() || (layers.front() >= 0 && layers.back() < n_layer));
 }
-// A softcap: 0 (none), or finite and still positive as the kernels' float.
-bool SoftcapValid(double cap) { return cap == 0 || (std::isfinite(cap) && static_cast<float>(cap) > 0); }
-// A multiplier: finite and positive as the kernels' float.
-bool MultiplierValid(double m) {
-  return std::isfinite(m) && static_cast<float>(m) > 0 && std::isfinite(1.0f / static_cast<float>(m));
+// A positive value the kernels' float holds, its reciprocal too (the range
+// is checked in double: a cast of a double past float's range is undefined).
+bool PositiveInFloat(double v) {
+  return v >= static_cast<double>(std::numeric_limits<float>::min()) &&
+         v <= static_cast<double>(std::numeric_limits<float>::max());
 }
+// A softcap: 0 (none), or positive in float.
+bool SoftcapValid(double cap) { return cap == 0 || PositiveInFloat(cap); }
+// A multiplier: positive in float.
+bool MultiplierValid(double m) { return PositiveInFloat(m); }
 }  // namespace
 
 int GptConfig::window_in(int layer) const {

@@ -969,6 +969,10 @@ TEST(GptConfigTest, CreateRefusesFieldsThatDoNotGoTogether) {
   add(
       "a negative logits scaling", [](GptConfig& c) { c.logits_scaling = -8.0; }, llama);
   add(
+      "a residual multiplier past float's range", [](GptConfig& c) { c.residual_multiplier = 1e300; }, llama);
+  add(
+      "a softcap past float's range", [](GptConfig& c) { c.attn_softcap = 1e300; }, llama);
+  add(
       "GPT-2 with a residual multiplier", [](GptConfig& c) { c.residual_multiplier = 0.5; }, Tiny(true));
   add(
       "GPT-2 with post norms", [](GptConfig& c) { c.post_norms = true; }, Tiny(true));
