@@ -239,6 +239,12 @@ bool PositiveInFloat(double v) {
 bool SoftcapValid(double cap) { return cap == 0 || PositiveInFloat(cap); }
 // A multiplier: positive in float.
 bool MultiplierValid(double m) { return PositiveInFloat(m); }
+// YaRN's parameters: its ramp takes logarithms of theta and of the turns.
+bool YarnValid(const RopeConfig& r) {
+  return PositiveInFloat(r.factor) && PositiveInFloat(r.attention_factor) && r.theta > 1 && std::isfinite(r.theta) &&
+         r.beta_fast > 0 && std::isfinite(r.beta_fast) && r.beta_slow > 0 && std::isfinite(r.beta_slow) &&
+         r.original_max_position >= 1;
+}
 }  // namespace
 
 int GptConfig::window_in(int layer) const {
@@ -281,6 +287,14 @@ std::string GptConfigToJson(const GptConfig& config) {
     }
     if (!config.no_rope_layers.empty()) j["no_rope_layers"] = config.no_rope_layers;
     if (config.rope.linear) j["rope_linear_factor"] = config.rope.factor;
+    if (config.rope.yarn) {
+      j["rope_yarn"] = {{"factor", config.rope.factor},
+                        {"attention_factor", config.rope.attention_factor},
+                        {"beta_fast", config.rope.beta_fast},
+                        {"beta_slow", config.rope.beta_slow},
+                        {"truncate", config.rope.truncate},
+                        {"original_max_position_embeddings", config.rope.original_max_position}};
+    }
     if (config.norm_unit_offset) j["norm_unit_offset"] = true;
     if (config.mlp_glu == kernels::Glu::kGeluTanh) j["mlp_activation"] = "gelu_tanh";
     if (config.embed_scale) j["embed_scale"] = true;
@@ -1081,8 +1095,8 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
 namespace {
 
 // The cos and sin tables [T, rot/2] of the rotary embedding `rope` over
-// rot columns, in double, with HF's "linear", "llama3" or "longrope"
-// frequency rescaling when configured.
+// rot columns, in double, with HF's "linear", "llama3", "longrope" or
+// "yarn" frequency rescaling when configured.
 void RopeTables(const RopeConfig& rope, int rot, int seq_len, std::vector<double>* cos, std::vector<double>* sin) {
   const int half = rot / 2;
   std::vector<double> inv_freq(static_cast<size_t>(half));
@@ -1110,11 +1124,28 @@ void RopeTables(const RopeConfig& rope, int rot, int seq_len, std::vector<double
       }
     }
   }
+  if (rope.yarn) {
+    // The dimension whose frequency turns `turns` times over the original
+    // positions; between the two bounds the ramp runs from 0 to 1.
+    const double pi = 3.14159265358979323846;
+    auto dim_of = [&](double turns) {
+      return rot * std::log(rope.original_max_position / (turns * 2 * pi)) / (2 * std::log(rope.theta));
+    };
+    double low = dim_of(rope.beta_fast), high = dim_of(rope.beta_slow);
+    if (rope.truncate) low = std::floor(low), high = std::ceil(high);
+    low = std::max(low, 0.0);
+    high = std::min(high, static_cast<double>(rot - 1));
+    if (low == high) high += 0.001;
+    for (int i = 0; i < half; ++i) {
+      const double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);  // 1: interpolated
+      inv_freq[i] = inv_freq[i] / rope.factor * ramp + inv_freq[i] * (1 - ramp);
+    }
+  }
   cos->resize(static_cast<size_t>(seq_len) * half);
   sin->resize(cos->size());
   // transformers forms the angle and its cos and sin in fp32 whatever the
   // model's dtype, so do we (fp64 runs then match its fp64 runs too), and
-  // scales them by LongRoPE's attention factor in fp32.
+  // scales them by LongRoPE's or YaRN's attention factor in fp32.
   const float scale = static_cast<float>(rope.attention_factor);
   for (int t = 0; t < seq_len; ++t) {
     for (int i = 0; i < half; ++i) {
@@ -1240,8 +1271,8 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
        (config.sandwich_norms && config.residual_multiplier != 1) ||
        (config.post_norms && (config.sandwich_norms || config.residual_multiplier != 1)) ||
        (config.qk_norm_all_heads && (!config.qk_norm || config.norm_unit_offset)) ||
-       (config.rope.linear && !(config.rope.factor > 0)) || config.padding_token < -1 ||
-       config.padding_token >= config.vocab_size)) {
+       (config.rope.linear && !(config.rope.factor > 0)) || (config.rope.yarn && !YarnValid(config.rope)) ||
+       config.padding_token < -1 || config.padding_token >= config.vocab_size)) {
     return Status::InvalidArgument("GptCompute: inconsistent llama-family config " + GptConfigToJson(config));
   }
   if (!config.llama() && (config.norm_unit_offset || config.mlp_glu != kernels::Glu::kSilu || config.embed_scale ||

@@ -80,7 +80,12 @@ enum class ModelFamily { kGpt2, kLlama };
 // longrope is set: divided by short_factor[i] while the sequence is within
 // original_max_position, by long_factor[i] beyond it, and cos and sin
 // multiplied by attention_factor; or divided by factor when linear is set
-// (rope_type "linear": Gemma 3's global layers).
+// (rope_type "linear": Gemma 3's global layers); or by YaRN when yarn is set
+// (rope_type "yarn": Qwen3's and OLMo 3's long contexts): the frequencies
+// that turn fewer than beta_slow times over original_max_position divided
+// by factor, those that turn more than beta_fast times kept, a linear ramp
+// over the dimensions between (their bounds floored and ceiled when
+// truncate), and cos and sin multiplied by attention_factor.
 struct RopeConfig {
   double theta = 10000.0;
   double partial_factor = 1.0;
@@ -93,6 +98,10 @@ struct RopeConfig {
   bool longrope = false;
   std::vector<double> short_factor, long_factor;
   double attention_factor = 1.0;
+  bool yarn = false;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  bool truncate = true;
 };
 
 struct GptConfig {

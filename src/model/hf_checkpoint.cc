@@ -193,8 +193,8 @@ class KeyReader {
 // transformers' rule for each architecture: none (Llama reads no window),
 // all (Mistral, Phi-3), those from max_window_layers on (Qwen2, Qwen3),
 // the NoPE layers (SmolLM3), or all but every sliding_window_pattern-th
-// (Gemma 3; Gemma 2 every other, its windows always on too). The last
-// three read layer_types first.
+// (Gemma 3; Gemma 2 every other, OLMo 3 every fourth; their windows always
+// on too). The last three read layer_types first.
 enum class SlidingLayers { kNone, kAll, kFromMaxWindowLayers, kNopeLayers, kPattern };
 
 // What each supported architecture is, in the terms zinf's model uses:
@@ -237,9 +237,14 @@ struct Architecture {
   // in place of head_dim^-1/2), residual_multiplier, logits_scaling.
   bool granite = false;
   // Gemma 3: q_norm and k_norm, RoPE of base rope_local_base_freq in the
-  // sliding layers (in transformers 5's rope_parameters: per layer type),
-  // sliding_window_pattern.
+  // sliding layers, sliding_window_pattern.
   bool gemma3 = false;
+  // Gemma 3 and OLMo 3: the sliding layers' RoPE is the default kind, of
+  // its own base; the scaling is the full layers' (transformers 5's
+  // rope_parameters may hold one per layer type).
+  bool layer_type_rope = false;
+  // kPattern: every sliding_pattern-th layer full, the others sliding.
+  int sliding_pattern = 2;
   // Gemma 3 4B and up: a vision tower beside the language model, whose
   // config is text_config and whose tensors are under language_model.
   bool multimodal = false;
@@ -258,6 +263,8 @@ constexpr Architecture Gemma3(std::string_view name, bool multimodal) {
           .default_pad_token = 0,
           .sandwich = true,
           .gemma3 = true,
+          .layer_type_rope = true,
+          .sliding_pattern = 6,
           .multimodal = multimodal,
           .default_rope_theta = 1000000.0};
 }
@@ -285,6 +292,16 @@ constexpr Architecture kArchitectures[] = {
      .default_pad_token = 128004},
     {.name = "GraniteForCausalLM", .granite = true},
     {.name = "Olmo2ForCausalLM", .qk_norm = true, .default_pad_token = 1, .post_norms = true, .default_norm_eps = 1e-5},
+    {.name = "Olmo3ForCausalLM",
+     .qk_norm = true,
+     .sliding = SlidingLayers::kPattern,
+     .default_window = 4096,
+     .default_pad_token = 1,
+     .post_norms = true,
+     .layer_type_rope = true,
+     .sliding_pattern = 4,
+     .default_rope_theta = 500000.0,
+     .default_norm_eps = 1e-5},
     {.name = "GemmaForCausalLM", .gemma = true, .default_pad_token = 0},
     {.name = "Gemma2ForCausalLM",
      .sliding = SlidingLayers::kPattern,
@@ -342,18 +359,22 @@ void ParseRopeParams(KeyReader& r, HfCheckpoint& c, const Architecture& arch, co
 void ParseRope(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   RopeConfig& rope = c.model.rope;
   rope.theta = r.Number("rope_theta", arch.default_rope_theta);
-  if (arch.gemma3) c.model.local_rope_theta = r.Number("rope_local_base_freq", 10000.0);
+  if (arch.gemma3) {
+    c.model.local_rope_theta = r.Number("rope_local_base_freq", 10000.0);
+  } else if (arch.layer_type_rope) {
+    c.model.local_rope_theta = rope.theta;  // OLMo 3: both layer types' base
+  }
   // transformers >= 5 keeps theta and the scaling under rope_parameters.
   const json* params = r.Get("rope_parameters");
   const json* scaling = r.Get("rope_scaling");
   if (params != nullptr && scaling != nullptr) r.Error("rope_parameters and rope_scaling: give one, not both");
   const json* s = params != nullptr ? params : scaling;
   const std::string key = params != nullptr ? "rope_parameters" : "rope_scaling";
-  if (s == nullptr) return;
-  if (!s->is_object()) return r.Error(key + ": expected an object, got " + s->dump());
-  // Gemma 3's rope_parameters per layer type (rope_scaling is the full
-  // attention's).
-  if (arch.gemma3 && params != nullptr && (s->contains("full_attention") || s->contains("sliding_attention"))) {
+  if (s != nullptr && !s->is_object()) return r.Error(key + ": expected an object, got " + s->dump());
+  // Gemma 3's and OLMo 3's rope_parameters per layer type (rope_scaling
+  // is the full attention's).
+  if (arch.layer_type_rope && params != nullptr &&
+      (s->contains("full_attention") || s->contains("sliding_attention"))) {
     for (auto it = s->begin(); it != s->end(); ++it) {
       const std::string name = key + "." + it.key();
       if (it.key() == "full_attention") {
@@ -364,29 +385,45 @@ void ParseRope(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
         r.Error(name + ": not a layer type (\"full_attention\" or \"sliding_attention\")");
       }
     }
-    return;
+  } else if (s != nullptr) {
+    ParseRopeParams(r, c, arch, s, key);
   }
-  ParseRopeParams(r, c, arch, s, key);
+  const bool reads_original = (rope.llama3 || rope.longrope || rope.yarn) && !arch.layer_type_rope;
+  if (!reads_original && r.Get("original_max_position_embeddings") != nullptr) {
+    c.notes.push_back(
+        "original_max_position_embeddings: ignored (only \"llama3\", \"longrope\" and \"yarn\" scaling read it)");
+  }
 }
 
 // One rotary embedding's parameters (rope_scaling, rope_parameters, or
-// Gemma 3's rope_parameters.full_attention) into c.model.rope.
+// the full attention's under rope_parameters per layer type) into
+// c.model.rope. transformers keeps the parameters of an architecture with
+// RoPE per layer type (arch.layer_type_rope) per layer type whatever the
+// config's form, which changes two defaults below.
 void ParseRopeParams(KeyReader& r, HfCheckpoint& c, const Architecture& arch, const json* s, const std::string& key) {
   RopeConfig& rope = c.model.rope;
+  const bool per_layer_type = arch.layer_type_rope;
   if (!s->is_object()) return r.Error(key + ": expected an object, got " + s->dump());
   std::string type = s->value("rope_type", s->value("type", std::string("default")));
   const bool phi3 = arch.phi3;
   // Phi-3's config names LongRoPE "su" (and "yarn") too.
   if (phi3 && (type == "su" || type == "yarn")) type = "longrope";
-  std::optional<double> factor, attention_factor;
+  std::optional<double> factor, attention_factor, mscale, mscale_all_dim;
+  bool factor_null = false;
   for (auto it = s->begin(); it != s->end(); ++it) {
     const std::string& k = it.key();
     const std::string name = key + "." + k;
     if (k == "rope_type" || k == "type") continue;
+    const bool scaled = type == "llama3" || type == "longrope" || type == "yarn";
     if (k == "rope_theta" && it->is_number()) {
       rope.theta = it->get<double>();
     } else if (k == "partial_rotary_factor" && it->is_number()) {
       if (phi3) rope.partial_factor = it->get<double>();  // see ParseLlama
+    } else if (scaled && k == "original_max_position_embeddings") {
+      if (!it->is_number_integer() || it->get<int64_t>() < 2 || it->get<int64_t>() > (int64_t{1} << 30)) {
+        return r.Error(name + ": expected an integer >= 2, got " + it->dump());
+      }
+      rope.original_max_position = it->get<int>();
     } else if (type == "longrope" && (k == "short_factor" || k == "long_factor")) {
       std::vector<double>& f = k == "short_factor" ? rope.short_factor : rope.long_factor;
       if (!it->is_array()) return r.Error(name + ": expected a list of numbers, got " + it->dump());
@@ -395,27 +432,49 @@ void ParseRopeParams(KeyReader& r, HfCheckpoint& c, const Architecture& arch, co
           return r.Error(name + ": expected positive numbers, got " + v.dump());
         f.push_back(v.get<double>());
       }
-    } else if (type == "longrope" && (k == "factor" || k == "attention_factor") && it->is_number()) {
+    } else if ((type == "longrope" || type == "yarn") && (k == "factor" || k == "attention_factor") && it->is_null()) {
+      factor_null = factor_null || k == "factor";  // null: as absent
+    } else if ((type == "longrope" || type == "yarn" || type == "linear") &&
+               (k == "factor" || (type != "linear" && k == "attention_factor")) && it->is_number()) {
       (k == "factor" ? factor : attention_factor) = it->get<double>();
-    } else if (type == "longrope" && k == "original_max_position_embeddings") {
-      if (!it->is_number_integer() || it->get<int64_t>() < 2 || it->get<int64_t>() > (int64_t{1} << 30)) {
-        return r.Error(name + ": expected an integer >= 2, got " + it->dump());
+    } else if (type == "yarn" && (k == "beta_fast" || k == "beta_slow") && (it->is_number() || it->is_null())) {
+      // null or 0: the default (transformers' `or`)
+      if (it->is_number() && it->get<double>() != 0) {
+        (k == "beta_fast" ? rope.beta_fast : rope.beta_slow) = it->get<double>();
       }
-      rope.original_max_position = it->get<int>();
-    } else if (type == "linear" && k == "factor" && it->is_number()) {
-      factor = it->get<double>();
+    } else if (type == "yarn" && (k == "mscale" || k == "mscale_all_dim") && (it->is_number() || it->is_null())) {
+      if (it->is_number()) (k == "mscale" ? mscale : mscale_all_dim) = it->get<double>();
+    } else if (type == "yarn" && k == "truncate" && it->is_boolean()) {
+      // transformers reads truncate from the top of rope_parameters: under
+      // a layer type it has no effect.
+      if (per_layer_type) {
+        c.notes.push_back(name + ": ignored (" + c.architecture +
+                          " keeps its rope parameters per layer type; transformers reads truncate above them)");
+      } else {
+        rope.truncate = it->get<bool>();
+      }
     } else if (type == "llama3" && it->is_number() &&
-               (k == "factor" || k == "low_freq_factor" || k == "high_freq_factor" ||
-                k == "original_max_position_embeddings")) {
+               (k == "factor" || k == "low_freq_factor" || k == "high_freq_factor")) {
       const double v = it->get<double>();
       if (k == "factor") rope.factor = v;
       if (k == "low_freq_factor") rope.low_freq_factor = v;
       if (k == "high_freq_factor") rope.high_freq_factor = v;
-      if (k == "original_max_position_embeddings") rope.original_max_position = static_cast<int>(v);
     } else {
       r.Error(name + ": " + it->dump() + " is not supported (rope_type \"" + type + "\")");
     }
   }
+  if (type == "llama3" || type == "longrope" || type == "yarn") {
+    // As transformers' standardize_rope_params: the top-level key (Phi-3's)
+    // wins over the rope parameters' own, but not under a layer type;
+    // without either, Phi-3's default 4096, elsewhere the positions.
+    const int top = per_layer_type ? 0 : r.Int("original_max_position_embeddings", 0, false);
+    if (top > 0) {
+      rope.original_max_position = top;
+    } else if (!s->contains("original_max_position_embeddings")) {
+      rope.original_max_position = phi3 && !per_layer_type ? 4096 : c.max_positions;
+    }
+  }
+  const double ratio = static_cast<double>(c.max_positions) / rope.original_max_position;
   if (type == "linear") {
     rope.linear = true;
     rope.factor = factor.value_or(0.0);
@@ -430,23 +489,31 @@ void ParseRopeParams(KeyReader& r, HfCheckpoint& c, const Architecture& arch, co
     // beyond; cos and sin scaled by sqrt(1 + ln(factor) / ln(original)),
     // factor by default the ratio of the positions to the original ones.
     rope.longrope = true;
-    // As transformers' standardize_rope_params: the top-level key (Phi-3's)
-    // wins over the rope parameters' own; without either, Phi-3's default
-    // 4096, elsewhere the positions.
-    if (const int top = r.Int("original_max_position_embeddings", 0, false); top > 0) {
-      rope.original_max_position = top;
-    } else if (!s->contains("original_max_position_embeddings")) {
-      rope.original_max_position = phi3 ? 4096 : c.max_positions;
-    }
     if (rope.short_factor.empty() || rope.long_factor.empty()) {
       return r.Error(key + ": longrope needs short_factor and long_factor");
     }
-    const double f = factor.value_or(static_cast<double>(c.max_positions) / rope.original_max_position);
+    const double f = factor.value_or(ratio);
     rope.attention_factor =
         attention_factor.value_or(f <= 1.0 ? 1.0 : std::sqrt(1 + std::log(f) / std::log(rope.original_max_position)));
+  } else if (type == "yarn") {
+    // HF's YaRN: factor required (null: the ratio of the positions to the
+    // original ones); cos and sin scaled by attention_factor, by default
+    // 0.1 ln(factor) + 1, or the ratio of two such terms weighted by
+    // mscale and mscale_all_dim when both are set (DeepSeek's form).
+    rope.yarn = true;
+    if (!factor && !factor_null) return r.Error(key + ": yarn needs factor (transformers requires it)");
+    rope.factor = factor.value_or(ratio);
+    auto m = [&](double weight) { return rope.factor <= 1 ? 1.0 : 0.1 * weight * std::log(rope.factor) + 1; };
+    rope.attention_factor = attention_factor.value_or(
+        mscale.value_or(0) != 0 && mscale_all_dim.value_or(0) != 0 ? m(*mscale) / m(*mscale_all_dim) : m(1));
+    if (!(rope.factor > 0) || !(rope.attention_factor > 0) || !(rope.beta_fast > 0) || !(rope.beta_slow > 0)) {
+      r.Error(key + ": yarn needs factor, attention_factor, beta_fast and beta_slow > 0");
+    } else if (!(rope.theta > 1)) {
+      r.Error(key + ": yarn needs rope_theta > 1 (its ramp divides by ln(rope_theta))");
+    }
   } else if (type != "default") {
     r.Error(key + ".rope_type: \"" + type +
-            "\" changes the math; zinf supports \"default\", \"linear\", \"llama3\" and \"longrope\"");
+            "\" changes the math; zinf supports \"default\", \"linear\", \"llama3\", \"longrope\" and \"yarn\"");
   }
 }
 
@@ -504,11 +571,11 @@ void ParseSlidingWindow(KeyReader& r, HfCheckpoint& c, const Architecture& arch)
   }
   const bool reads_types = arch.sliding == SlidingLayers::kFromMaxWindowLayers ||
                            arch.sliding == SlidingLayers::kNopeLayers || arch.sliding == SlidingLayers::kPattern;
-  // Gemma 3's pattern: every pattern-th layer full, the others sliding
-  // (transformers reads sliding_window_pattern only; its own saved configs
-  // carry _sliding_window_pattern, which it ignores, beside layer_types).
-  // Gemma 2's: every other layer, from the first.
-  const int pattern = arch.gemma3 ? r.Int("sliding_window_pattern", 6, false) : 2;
+  // The pattern: every pattern-th layer full, the others sliding (Gemma 2
+  // every other, OLMo 3 every fourth; Gemma 3 reads sliding_window_pattern
+  // only: its own saved configs carry _sliding_window_pattern, which it
+  // ignores, beside layer_types).
+  const int pattern = arch.gemma3 ? r.Int("sliding_window_pattern", arch.sliding_pattern, false) : arch.sliding_pattern;
   std::vector<int> layers;
   if (const json* types = r.Get("layer_types"); types != nullptr && !reads_types) {
     c.notes.push_back("layer_types: ignored (" + c.architecture + " does not read it)");
@@ -553,12 +620,14 @@ void ParseSlidingWindow(KeyReader& r, HfCheckpoint& c, const Architecture& arch)
     }
     if (window <= 0 && !layers.empty()) {
       return r.Error("sliding_window: null, but layers " + std::to_string(layers.front()) + "... slide (" +
-                     (arch.gemma3 ? "sliding_window_pattern " + std::to_string(pattern) : std::string("every other")) +
+                     (arch.gemma3 ? "sliding_window_pattern " + std::to_string(pattern)
+                                  : "one layer in " + std::to_string(pattern) + " full") +
                      ")");
     }
   }
-  // Gemma 3's sliding layers have their own RoPE, window or not.
-  if (arch.gemma3) m.local_rope_layers = layers;
+  // Gemma 3's and OLMo 3's sliding layers have their own RoPE, window or
+  // not.
+  if (arch.layer_type_rope) m.local_rope_layers = layers;
   if (on && window > 0 && !layers.empty()) {
     m.sliding_window = window;
     m.sliding_layers = std::move(layers);
@@ -732,9 +801,6 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   }
   ParseRope(r, c, arch);
   if (arch.nope_layers) ParseNopeLayers(r, m);
-  if (phi3 && !m.rope.longrope && r.Get("original_max_position_embeddings") != nullptr) {
-    c.notes.push_back("original_max_position_embeddings: ignored (only \"longrope\" scaling reads it)");
-  }
   ParseSlidingWindow(r, c, arch);
 }
 

@@ -24,6 +24,9 @@
 //                          norms (post_attention_layernorm,
 //                          post_feedforward_layernorm) and q/k norms over
 //                          all heads (gpt.h post_norms, qk_norm_all_heads)
+//   Olmo3ForCausalLM    -> OLMo 2's with three layers in four sliding, a
+//                          default RoPE of its own base in those, the full
+//                          layers' scaled (YaRN)
 //   GraniteForCausalLM  -> kLlama with Granite's multipliers (gpt.h): the
 //                          embedding's, the branches', the logits' and the
 //                          scores' (attention_multiplier: attn_scalar)
@@ -52,7 +55,7 @@
 // The vocabulary rows of the embedding and an untied head are padded with
 // zero rows to padded_vocab_size (they receive no gradient and stay 0).
 // pad_token_id (absent: the class's default, Phi-3 32000, SmolLM3 128004,
-// Gemma 0, OLMo 2 1) sets GptConfig::padding_token, the embedding row that gets no
+// Gemma 0, OLMo 2 and 3 1) sets GptConfig::padding_token, the embedding row that gets no
 // gradient from the input side (transformers' padding_idx).
 //
 // Config keys: those that do not change the math (dtype, token ids,

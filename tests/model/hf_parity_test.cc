@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <string>
 #include <utility>
@@ -187,7 +188,7 @@ TEST_P(HfParityTest, AdamWOnNvmeFollowsTorchCurve) {
 INSTANTIATE_TEST_SUITE_P(Architectures, HfParityTest,
                          ::testing::Values("gpt2", "llama", "qwen2", "mistral", "qwen3", "phi3", "phi3-longrope",
                                            "smollm3", "mistral-window", "qwen2-window", "gemma", "gemma3", "gemma3-mm",
-                                           "llama-pad", "gemma2", "granite", "olmo2"));
+                                           "llama-pad", "gemma2", "granite", "olmo2", "qwen3-yarn", "olmo3"));
 
 // A copy of a fixture folder whose config.json or tensors a test changes.
 std::string CopyFixture(const TempDir& tmp, const std::string& name) {
@@ -783,6 +784,145 @@ TEST(HfCheckpointTest, Olmo2PostNormsAsTransformersReadsThem) {
   ASSERT_TRUE(absent.ok()) << absent.status().ToString();
   EXPECT_EQ(absent->model.padding_token, 1);
   EXPECT_EQ(absent->model.norm_eps, 1e-5);  // Olmo2Config's, not Llama's 1e-6
+}
+
+// A fixture's config.json edited by `edit`, opened.
+StatusOr<HfCheckpoint> OpenEdited(const TempDir& tmp, const std::string& fixture,
+                                  const std::function<void(nlohmann::json&)>& edit) {
+  static int edits = 0;
+  const std::string dir = tmp.path() + "/" + fixture + "-" + std::to_string(edits++);
+  std::filesystem::copy(FixtureDir(fixture), dir, std::filesystem::copy_options::recursive);
+  nlohmann::json doc = nlohmann::json::parse(testing::ReadBytes(dir + "/config.json"));
+  edit(doc);
+  testing::WriteBytes(dir + "/config.json", doc.dump(2));
+  return OpenHfCheckpoint(dir);
+}
+
+std::string Notes(const HfCheckpoint& c) {
+  std::string notes;
+  for (const std::string& n : c.notes) notes += n + "\n";
+  return notes;
+}
+
+// YaRN's keys as transformers reads them: factor required (null: the
+// positions over the original ones), the attention factor given or from
+// factor (with mscale and mscale_all_dim, their ratio), betas of 0 or null
+// their defaults, the top-level original_max_position_embeddings over the
+// parameters' own, the positions without either; llama3 takes the same
+// default.
+TEST(HfCheckpointTest, YarnAsTransformersReadsIt) {
+  auto saved = OpenHfCheckpoint(FixtureDir("qwen3-yarn"));
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  const RopeConfig& r = saved->model.rope;
+  EXPECT_TRUE(r.yarn && !r.truncate);
+  EXPECT_FALSE(r.llama3 || r.longrope || r.linear);
+  EXPECT_EQ(r.factor, 4.0);
+  EXPECT_EQ(r.original_max_position, 64);
+  EXPECT_EQ(r.beta_fast, 32.0);
+  EXPECT_EQ(r.beta_slow, 1.0);
+  EXPECT_NEAR(r.attention_factor, 0.1 * std::log(4.0) + 1, 1e-15);
+
+  TempDir tmp;
+  auto yarn = [&](const std::function<void(nlohmann::json&)>& edit) {
+    return OpenEdited(tmp, "qwen3-yarn", [&](nlohmann::json& d) { edit(d["rope_parameters"]); });
+  };
+  auto c = yarn([](nlohmann::json& p) { p["mscale"] = 2, p["mscale_all_dim"] = 1; });
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_NEAR(c->model.rope.attention_factor, (0.2 * std::log(4.0) + 1) / (0.1 * std::log(4.0) + 1), 1e-15);
+  c = yarn([](nlohmann::json& p) { p["mscale"] = 2, p["attention_factor"] = 1.5; });
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.rope.attention_factor, 1.5);
+  c = yarn([](nlohmann::json& p) { p["factor"] = nullptr, p["beta_fast"] = 0, p["beta_slow"] = nullptr; });
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.rope.factor, 16.0 / 64);
+  EXPECT_EQ(c->model.rope.attention_factor, 1.0);  // factor <= 1
+  EXPECT_EQ(c->model.rope.beta_fast, 32.0);
+  EXPECT_EQ(c->model.rope.beta_slow, 1.0);
+  c = yarn([](nlohmann::json& p) { p.erase("original_max_position_embeddings"), p["beta_fast"] = 16; });
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.rope.original_max_position, 16);  // max_position_embeddings
+  EXPECT_EQ(c->model.rope.beta_fast, 16.0);
+  c = OpenEdited(tmp, "qwen3-yarn", [](nlohmann::json& d) { d["original_max_position_embeddings"] = 32; });
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.rope.original_max_position, 32);
+
+  const std::pair<std::function<void(nlohmann::json&)>, std::string> refused[] = {
+      {[](nlohmann::json& p) { p.erase("factor"); }, "yarn needs factor"},
+      {[](nlohmann::json& p) { p["beta_slow"] = -1; },
+       "yarn needs factor, attention_factor, beta_fast and beta_slow > 0"},
+      {[](nlohmann::json& p) { p["factor"] = 0; }, "yarn needs factor, attention_factor, beta_fast and beta_slow > 0"},
+      {[](nlohmann::json& p) { p["rope_theta"] = 1; }, "yarn needs rope_theta > 1"},
+      {[](nlohmann::json& p) { p["truncate"] = "no"; }, "rope_parameters.truncate: \"no\" is not supported"},
+      {[](nlohmann::json& p) { p["low_freq_factor"] = 1; }, "rope_parameters.low_freq_factor: 1 is not supported"},
+      {[](nlohmann::json& p) { p["rope_type"] = "dynamic"; }, "\"dynamic\" changes the math"},
+  };
+  for (const auto& [edit, message] : refused) {
+    c = yarn(edit);
+    ASSERT_FALSE(c.ok()) << message;
+    EXPECT_NE(c.status().message().find(message), std::string::npos) << c.status().ToString();
+  }
+
+  // llama3 without original_max_position_embeddings: the positions (16),
+  // as transformers' standardize_rope_params.
+  c = OpenEdited(tmp, "llama",
+                 [](nlohmann::json& d) { d["rope_parameters"].erase("original_max_position_embeddings"); });
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->model.rope.llama3);
+  EXPECT_EQ(c->model.rope.original_max_position, 16);
+  // Without scaling the top-level key is noted, not refused.
+  c = OpenEdited(tmp, "qwen3", [](nlohmann::json& d) { d["original_max_position_embeddings"] = 32; });
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_NE(Notes(*c).find("original_max_position_embeddings: ignored"), std::string::npos) << Notes(*c);
+}
+
+// OLMo 3: OLMo 2's block; three layers in four slide unless layer_types
+// says otherwise; the sliding layers turn by a default RoPE of their own
+// base, the full ones by the scaled one, given per layer type (transformers
+// 5) or as rope_scaling (the Hub's configs), whose top-level
+// original_max_position_embeddings and truncate transformers does not read.
+TEST(HfCheckpointTest, Olmo3LayerTypesAndRopeAsTransformersReadsThem) {
+  auto saved = OpenHfCheckpoint(FixtureDir("olmo3"));
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  const GptConfig& m = saved->model;
+  EXPECT_TRUE(m.post_norms && m.qk_norm && m.qk_norm_all_heads);
+  EXPECT_EQ(m.sliding_window, 5);
+  EXPECT_EQ(m.sliding_layers, (std::vector<int>{0}));
+  EXPECT_EQ(m.local_rope_layers, (std::vector<int>{0}));
+  EXPECT_EQ(m.local_rope_theta, 1000.0);
+  EXPECT_TRUE(m.rope.yarn && m.rope.truncate);
+  EXPECT_EQ(m.rope.theta, 50.0);
+  EXPECT_EQ(m.rope.attention_factor, 1.2);
+  EXPECT_EQ(m.rope.original_max_position, 32);
+  EXPECT_EQ(m.rope.beta_fast, 8.0);
+
+  TempDir tmp;
+  auto hub = OpenEdited(tmp, "olmo3", [](nlohmann::json& d) {
+    d.erase("rope_parameters");
+    d.erase("layer_types");
+    d["rope_theta"] = 500000.0;
+    d["original_max_position_embeddings"] = 4;
+    d["rope_scaling"] = {
+        {"rope_type", "yarn"}, {"factor", 8.0}, {"beta_fast", 32}, {"beta_slow", 1}, {"truncate", false}};
+  });
+  ASSERT_TRUE(hub.ok()) << hub.status().ToString();
+  EXPECT_EQ(hub->model.sliding_layers, (std::vector<int>{0, 1}));  // layers 0, 1, 2 of every 4
+  EXPECT_EQ(hub->model.local_rope_layers, (std::vector<int>{0, 1}));
+  EXPECT_EQ(hub->model.local_rope_theta, 500000.0);
+  EXPECT_EQ(hub->model.rope.theta, 500000.0);
+  EXPECT_EQ(hub->model.rope.factor, 8.0);
+  EXPECT_EQ(hub->model.rope.original_max_position, 16);  // the positions, not the top-level 4
+  EXPECT_TRUE(hub->model.rope.truncate);
+  const std::string notes = Notes(*hub);
+  EXPECT_NE(notes.find("rope_scaling.truncate: ignored"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("original_max_position_embeddings: ignored"), std::string::npos) << notes;
+  EXPECT_NEAR(hub->model.rope.attention_factor, 0.1 * std::log(8.0) + 1, 1e-15);
+
+  auto refused = OpenEdited(tmp, "olmo3", [](nlohmann::json& d) {
+    d["rope_parameters"]["sliding_attention"] = {{"rope_type", "yarn"}, {"factor", 2.0}};
+  });
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("rope_parameters.sliding_attention.factor"), std::string::npos)
+      << refused.status().ToString();
 }
 
 // Gemma 3 4B and up (Gemma3ForConditionalGeneration): the language model

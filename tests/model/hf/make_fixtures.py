@@ -124,6 +124,24 @@ MODELS = {
               dict(COMMON_LLAMA, vocab_size=110, tie_word_embeddings=False, pad_token_id=None, eos_token_id=0,
                    rope_theta=500000.0),
               torch.bfloat16),
+    # YaRN: base 100 over an original 64 positions, factor 4: of each head's 8 frequencies the first kept, the
+    # next four ramped (truncate false: the ramp's bounds not rounded), the last three divided by 4; cos and sin
+    # times 0.1 ln 4 + 1
+    "qwen3-yarn": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM,
+                   dict(COMMON_LLAMA, vocab_size=120, head_dim=16, tie_word_embeddings=True, use_sliding_window=False,
+                        rope_parameters=dict(rope_type="yarn", rope_theta=100.0, factor=4.0,
+                                             original_max_position_embeddings=64, truncate=False)),
+                   torch.float32),
+    # OLMo 3: OLMo 2's block, layer 0 sliding over 5 keys with a default RoPE of base 1000, layer 1 full with
+    # YaRN (base 50, factor 2, betas 8 and 1 over 32 positions, attention_factor 1.2); untied head, bf16
+    "olmo3": (transformers.Olmo3Config, transformers.Olmo3ForCausalLM,
+              dict(COMMON_LLAMA, vocab_size=100, tie_word_embeddings=False, pad_token_id=None, eos_token_id=0,
+                   sliding_window=5, layer_types=["sliding_attention", "full_attention"],
+                   rope_parameters={"full_attention": dict(rope_type="yarn", rope_theta=50.0, factor=2.0,
+                                                           attention_factor=1.2, beta_fast=8, beta_slow=1,
+                                                           original_max_position_embeddings=32),
+                                    "sliding_attention": dict(rope_type="default", rope_theta=1000.0)}),
+              torch.bfloat16),
 }
 
 

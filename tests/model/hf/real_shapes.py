@@ -29,7 +29,9 @@ embedding times 12, the scores times 1/64, each branch times 0.22 as it joins
 the residual stream, the logits divided by 8, GQA 32/8, a 49159 vocabulary),
 olmo2-1b-2l (OLMo 2 1B's widths at 2 layers: norms on the attention's and the
 MLP's outputs only, q and k normed over all 16 heads at once, a 100352
-vocabulary, untied).
+vocabulary, untied), olmo3-7b-2l (OLMo 3 7B's widths at 2 layers: OLMo 2's
+block, the first layer sliding over 100 keys with the default RoPE, the second
+full with YaRN by 8 over 8192 original positions, a 100278 vocabulary).
 Prints one line per model: both losses and their difference.
 """
 import argparse
@@ -114,6 +116,18 @@ def olmo2_1b():
         tie_word_embeddings=False, pad_token_id=100277, bos_token_id=None, eos_token_id=100257)
 
 
+def olmo3_7b():
+    return transformers.Olmo3ForCausalLM, transformers.Olmo3Config(
+        vocab_size=100278, hidden_size=4096, intermediate_size=11008, num_hidden_layers=2, num_attention_heads=32,
+        num_key_value_heads=32, max_position_embeddings=65536, rms_norm_eps=1e-6, tie_word_embeddings=False,
+        pad_token_id=100277, bos_token_id=None, eos_token_id=100257, sliding_window=100,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={"full_attention": dict(rope_type="yarn", rope_theta=500000.0, factor=8.0,
+                                                original_max_position_embeddings=8192,
+                                                attention_factor=1.2079441541679836, beta_fast=32, beta_slow=1),
+                         "sliding_attention": dict(rope_type="default", rope_theta=500000.0)})
+
+
 def gemma3_4b():
     return transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(
         vocab_size=262208, hidden_size=2560, intermediate_size=10240, num_hidden_layers=2, num_attention_heads=8,
@@ -125,7 +139,8 @@ def gemma3_4b():
 
 SHAPES = {"qwen3-0.6b": qwen3, "phi4-mini-2l": phi4_mini, "smollm3-4l": smollm3, "mistral-2l-window100": mistral_window,
           "gemma3-270m": gemma3_270m, "gemma-2b-2l": gemma_2b, "gemma3-4b-2l": gemma3_4b,
-          "gemma2-2b-2l": gemma2_2b, "granite-2b-2l": granite_2b, "olmo2-1b-2l": olmo2_1b}
+          "gemma2-2b-2l": gemma2_2b, "granite-2b-2l": granite_2b, "olmo2-1b-2l": olmo2_1b,
+          "olmo3-7b-2l": olmo3_7b}
 
 
 def check(name, zinf, work):
