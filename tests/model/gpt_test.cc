@@ -928,65 +928,51 @@ TEST(GptConfigTest, JsonRoundTrips) {
 // norm weights' buffer; a multiplier beside branch norms would share their
 // gradient buffer).
 TEST(GptConfigTest, CreateRefusesFieldsThatDoNotGoTogether) {
-  const GptConfig llama = TinyLlama(false, false);
-  std::vector<std::pair<std::string, GptConfig>> bad;
-  auto add = [&](const std::string& what, const std::function<void(GptConfig&)>& change, GptConfig base) {
-    change(base);
-    bad.emplace_back(what, base);
+  struct Bad {
+    const char* what;
+    bool gpt2;  // the change is to GPT-2 (else to a tiny Llama)
+    std::function<void(GptConfig&)> change;
   };
-  add(
-      "post and sandwich norms", [](GptConfig& c) { c.post_norms = c.sandwich_norms = true; }, llama);
-  add(
-      "post norms and a residual multiplier",
-      [](GptConfig& c) {
-        c.post_norms = true;
-        c.residual_multiplier = 0.5;
-      },
-      llama);
-  add(
-      "sandwich norms and a residual multiplier",
-      [](GptConfig& c) {
-        c.sandwich_norms = true;
-        c.residual_multiplier = 0.5;
-      },
-      llama);
-  add(
-      "all-heads q/k norms without q/k norms", [](GptConfig& c) { c.qk_norm_all_heads = true; }, llama);
-  add(
-      "all-heads q/k norms by 1 + w", [](GptConfig& c) { c.qk_norm = c.qk_norm_all_heads = c.norm_unit_offset = true; },
-      llama);
-  add(
-      "Gemma's and Granite's embedding scales",
-      [](GptConfig& c) {
-        c.embed_scale = true;
-        c.embed_multiplier = 2.0;
-      },
-      llama);
-  add(
-      "a softcap of infinity", [](GptConfig& c) { c.attn_softcap = INFINITY; }, llama);
-  add(
-      "a softcap that is 0 as a float", [](GptConfig& c) { c.final_softcap = 1e-300; }, llama);
-  add(
-      "a negative logits scaling", [](GptConfig& c) { c.logits_scaling = -8.0; }, llama);
-  add(
-      "a residual multiplier past float's range", [](GptConfig& c) { c.residual_multiplier = 1e300; }, llama);
-  add(
-      "a softcap past float's range", [](GptConfig& c) { c.attn_softcap = 1e300; }, llama);
-  add(
-      "GPT-2 with a residual multiplier", [](GptConfig& c) { c.residual_multiplier = 0.5; }, Tiny(true));
-  add(
-      "GPT-2 with post norms", [](GptConfig& c) { c.post_norms = true; }, Tiny(true));
-  add(
-      "GPT-2 with a softcap", [](GptConfig& c) { c.attn_softcap = 50; }, Tiny(true));
+  const Bad bad[] = {
+      {"post and sandwich norms", false, [](GptConfig& c) { c.post_norms = c.sandwich_norms = true; }},
+      {"post norms and a residual multiplier", false,
+       [](GptConfig& c) { c.post_norms = true, c.residual_multiplier = 0.5; }},
+      {"sandwich norms and a residual multiplier", false,
+       [](GptConfig& c) { c.sandwich_norms = true, c.residual_multiplier = 0.5; }},
+      {"all-heads q/k norms without q/k norms", false, [](GptConfig& c) { c.qk_norm_all_heads = true; }},
+      {"all-heads q/k norms by 1 + w", false,
+       [](GptConfig& c) { c.qk_norm = c.qk_norm_all_heads = c.norm_unit_offset = true; }},
+      {"Gemma's and Granite's embedding scales", false,
+       [](GptConfig& c) { c.embed_scale = true, c.embed_multiplier = 2.0; }},
+      {"a softcap of infinity", false, [](GptConfig& c) { c.attn_softcap = INFINITY; }},
+      {"a softcap that is 0 as a float", false, [](GptConfig& c) { c.final_softcap = 1e-300; }},
+      {"a negative logits scaling", false, [](GptConfig& c) { c.logits_scaling = -8.0; }},
+      {"a residual multiplier past float's range", false, [](GptConfig& c) { c.residual_multiplier = 1e300; }},
+      {"a softcap past float's range", false, [](GptConfig& c) { c.attn_softcap = 1e300; }},
+      {"YaRN over rope_theta 1", false, [](GptConfig& c) { c.rope.yarn = true, c.rope.theta = 1; }},
+      {"YaRN with beta_slow 0", false, [](GptConfig& c) { c.rope.yarn = true, c.rope.beta_slow = 0; }},
+      {"YaRN with factor 0", false, [](GptConfig& c) { c.rope.yarn = true, c.rope.factor = 0; }},
+      {"YaRN with an infinite attention factor", false,
+       [](GptConfig& c) { c.rope.yarn = true, c.rope.attention_factor = INFINITY; }},
+      {"GPT-2 with a residual multiplier", true, [](GptConfig& c) { c.residual_multiplier = 0.5; }},
+      {"GPT-2 with post norms", true, [](GptConfig& c) { c.post_norms = true; }},
+      {"GPT-2 with a softcap", true, [](GptConfig& c) { c.attn_softcap = 50; }},
+  };
   auto ops = CreateCpuOps<float>();
   auto device = CreateHostDevice(0);
-  for (const auto& [what, config] : bad) {
+  for (const Bad& b : bad) {
+    GptConfig config = b.gpt2 ? Tiny(true) : TinyLlama(false, false);
+    b.change(config);
     auto c = GptCompute<float>::Create(config, 1, ops.get(), device.get());
-    EXPECT_FALSE(c.ok()) << what;
+    EXPECT_FALSE(c.ok()) << b.what;
     if (!c.ok()) {
-      EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << what;
+      EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << b.what;
     }
   }
+  GptConfig yarn = TinyLlama(false, false);
+  yarn.rope.yarn = true;
+  yarn.rope.factor = 4;
+  EXPECT_TRUE(GptCompute<float>::Create(yarn, 1, ops.get(), device.get()).ok());
 }
 
 void ExpectConfigError(const std::string& json, const std::string& key) {
