@@ -229,22 +229,30 @@ struct Architecture {
   bool sandwich = false;
   double default_attn_softcap = 0;
   double default_final_softcap = 0;
-  // OLMo 2: no norms before the attention and the MLP, one on each's output
-  // (post_attention_layernorm, post_feedforward_layernorm), and q_norm and
-  // k_norm over all of q's and k's heads at once.
+  // OLMo 2, 3 and EXAONE 4: no norms before the attention and the MLP, one
+  // on each's output (post_attention_layernorm, post_feedforward_layernorm);
+  // OLMo's q_norm and k_norm span all of q's and k's heads at once
+  // (qk_norm_all_heads), EXAONE's each head (Qwen3's).
   bool post_norms = false;
+  bool qk_norm_all_heads = false;
+  // EXAONE 4: with a sliding_window set, the layers that do not slide turn
+  // no RoPE (its hybrid attention's NoPE layers).
+  bool nope_full_layers = false;
   // Granite: embedding_multiplier, attention_multiplier (the scores' scale
   // in place of head_dim^-1/2), residual_multiplier, logits_scaling.
   bool granite = false;
   // Gemma 3: q_norm and k_norm, RoPE of base rope_local_base_freq in the
-  // sliding layers, sliding_window_pattern.
+  // sliding layers.
   bool gemma3 = false;
   // Gemma 3 and OLMo 3: the sliding layers' RoPE is the default kind, of
   // its own base; the scaling is the full layers' (transformers 5's
   // rope_parameters may hold one per layer type).
   bool layer_type_rope = false;
-  // kPattern: every sliding_pattern-th layer full, the others sliding.
+  // kPattern: every sliding_pattern-th layer full, the others sliding;
+  // the config's sliding_window_pattern when reads_pattern (Gemma 3,
+  // EXAONE 4) and layer_types is absent.
   int sliding_pattern = 2;
+  bool reads_pattern = false;
   // Gemma 3 4B and up: a vision tower beside the language model, whose
   // config is text_config and whose tensors are under language_model.
   bool multimodal = false;
@@ -265,6 +273,7 @@ constexpr Architecture Gemma3(std::string_view name, bool multimodal) {
           .gemma3 = true,
           .layer_type_rope = true,
           .sliding_pattern = 6,
+          .reads_pattern = true,
           .multimodal = multimodal,
           .default_rope_theta = 1000000.0};
 }
@@ -291,16 +300,31 @@ constexpr Architecture kArchitectures[] = {
      .nope_layers = true,
      .default_pad_token = 128004},
     {.name = "GraniteForCausalLM", .granite = true},
-    {.name = "Olmo2ForCausalLM", .qk_norm = true, .default_pad_token = 1, .post_norms = true, .default_norm_eps = 1e-5},
+    {.name = "Olmo2ForCausalLM",
+     .qk_norm = true,
+     .default_pad_token = 1,
+     .post_norms = true,
+     .qk_norm_all_heads = true,
+     .default_norm_eps = 1e-5},
     {.name = "Olmo3ForCausalLM",
      .qk_norm = true,
      .sliding = SlidingLayers::kPattern,
      .default_window = 4096,
      .default_pad_token = 1,
      .post_norms = true,
+     .qk_norm_all_heads = true,
      .layer_type_rope = true,
      .sliding_pattern = 4,
      .default_rope_theta = 500000.0,
+     .default_norm_eps = 1e-5},
+    {.name = "Exaone4ForCausalLM",
+     .qk_norm = true,
+     .sliding = SlidingLayers::kPattern,
+     .default_window = 4096,
+     .post_norms = true,
+     .nope_full_layers = true,
+     .sliding_pattern = 4,
+     .reads_pattern = true,
      .default_norm_eps = 1e-5},
     {.name = "GemmaForCausalLM", .gemma = true, .default_pad_token = 0},
     {.name = "Gemma2ForCausalLM",
@@ -572,10 +596,16 @@ void ParseSlidingWindow(KeyReader& r, HfCheckpoint& c, const Architecture& arch)
   const bool reads_types = arch.sliding == SlidingLayers::kFromMaxWindowLayers ||
                            arch.sliding == SlidingLayers::kNopeLayers || arch.sliding == SlidingLayers::kPattern;
   // The pattern: every pattern-th layer full, the others sliding (Gemma 2
-  // every other, OLMo 3 every fourth; Gemma 3 reads sliding_window_pattern
-  // only: its own saved configs carry _sliding_window_pattern, which it
-  // ignores, beside layer_types).
-  const int pattern = arch.gemma3 ? r.Int("sliding_window_pattern", arch.sliding_pattern, false) : arch.sliding_pattern;
+  // every other, OLMo 3 every fourth). Gemma 3 and EXAONE 4 read
+  // sliding_window_pattern, transformers only without layer_types (Gemma
+  // 3's saved configs carry _sliding_window_pattern, which it ignores;
+  // EXAONE 4's say "LLLG" beside layer_types).
+  int pattern = arch.sliding_pattern;
+  if (arch.reads_pattern && r.Get("layer_types") == nullptr) {
+    pattern = r.Int("sliding_window_pattern", arch.sliding_pattern, false);
+  } else if (arch.reads_pattern && r.Get("sliding_window_pattern") != nullptr) {
+    c.notes.push_back("sliding_window_pattern: ignored (layer_types says which layers slide)");
+  }
   std::vector<int> layers;
   if (const json* types = r.Get("layer_types"); types != nullptr && !reads_types) {
     c.notes.push_back("layer_types: ignored (" + c.architecture + " does not read it)");
@@ -620,14 +650,21 @@ void ParseSlidingWindow(KeyReader& r, HfCheckpoint& c, const Architecture& arch)
     }
     if (window <= 0 && !layers.empty()) {
       return r.Error("sliding_window: null, but layers " + std::to_string(layers.front()) + "... slide (" +
-                     (arch.gemma3 ? "sliding_window_pattern " + std::to_string(pattern)
-                                  : "one layer in " + std::to_string(pattern) + " full") +
+                     (arch.reads_pattern ? "sliding_window_pattern " + std::to_string(pattern)
+                                         : "one layer in " + std::to_string(pattern) + " full") +
                      ")");
     }
   }
   // Gemma 3's and OLMo 3's sliding layers have their own RoPE, window or
   // not.
   if (arch.layer_type_rope) m.local_rope_layers = layers;
+  // EXAONE 4's hybrid attention: with a window configured, the layers that
+  // do not slide turn no RoPE (all of them, if layer_types slides none).
+  if (arch.nope_full_layers && on && window > 0) {
+    for (int l = 0; l < m.n_layer; ++l) {
+      if (!std::binary_search(layers.begin(), layers.end(), l)) m.no_rope_layers.push_back(l);
+    }
+  }
   if (on && window > 0 && !layers.empty()) {
     m.sliding_window = window;
     m.sliding_layers = std::move(layers);
@@ -768,7 +805,8 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   }
   m.qkv_bias = arch.qkv_bias;
   m.qk_norm = arch.qk_norm;
-  m.post_norms = m.qk_norm_all_heads = arch.post_norms;
+  m.post_norms = arch.post_norms;
+  m.qk_norm_all_heads = arch.qk_norm_all_heads;
   const bool phi3 = arch.phi3;
   if (arch.granite) ParseGranite(r, m);
   if (arch.gemma) {

@@ -27,6 +27,9 @@
 //   Olmo3ForCausalLM    -> OLMo 2's with three layers in four sliding, a
 //                          default RoPE of its own base in those, the full
 //                          layers' scaled (YaRN)
+//   Exaone4ForCausalLM  -> OLMo 2's post norms with q/k norms per head; with
+//                          a window set, the layers that do not slide have
+//                          no RoPE (no_rope_layers)
 //   GraniteForCausalLM  -> kLlama with Granite's multipliers (gpt.h): the
 //                          embedding's, the branches', the logits' and the
 //                          scores' (attention_multiplier: attn_scalar)

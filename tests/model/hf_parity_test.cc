@@ -188,7 +188,8 @@ TEST_P(HfParityTest, AdamWOnNvmeFollowsTorchCurve) {
 INSTANTIATE_TEST_SUITE_P(Architectures, HfParityTest,
                          ::testing::Values("gpt2", "llama", "qwen2", "mistral", "qwen3", "phi3", "phi3-longrope",
                                            "smollm3", "mistral-window", "qwen2-window", "gemma", "gemma3", "gemma3-mm",
-                                           "llama-pad", "gemma2", "granite", "olmo2", "qwen3-yarn", "olmo3"));
+                                           "llama-pad", "gemma2", "granite", "olmo2", "qwen3-yarn", "olmo3",
+                                           "exaone4"));
 
 // A copy of a fixture folder whose config.json or tensors a test changes.
 std::string CopyFixture(const TempDir& tmp, const std::string& name) {
@@ -923,6 +924,58 @@ TEST(HfCheckpointTest, Olmo3LayerTypesAndRopeAsTransformersReadsThem) {
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("rope_parameters.sliding_attention.factor"), std::string::npos)
       << refused.status().ToString();
+}
+
+// EXAONE 4: OLMo 2's post norms with q/k norms per head; with a window
+// set, the layers that do not slide turn no RoPE, whichever those are;
+// without one, every layer turns it; sliding_window_pattern derives the
+// layers only without layer_types.
+TEST(HfCheckpointTest, Exaone4HybridAttentionAsTransformersReadsIt) {
+  auto saved = OpenHfCheckpoint(FixtureDir("exaone4"));
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  const GptConfig& m = saved->model;
+  EXPECT_TRUE(m.post_norms && m.qk_norm);
+  EXPECT_FALSE(m.qk_norm_all_heads || m.sandwich_norms);
+  EXPECT_EQ(m.q_norm_width(), m.head_dim());
+  EXPECT_EQ(m.sliding_window, 5);
+  EXPECT_EQ(m.sliding_layers, (std::vector<int>{0}));
+  EXPECT_EQ(m.no_rope_layers, (std::vector<int>{1}));
+  EXPECT_TRUE(m.local_rope_layers.empty());
+  EXPECT_TRUE(m.rope.llama3);
+  EXPECT_EQ(HfTensorNames(*saved, LayerBlock(0))[kMlpNormW], "model.layers.0.post_feedforward_layernorm.weight");
+
+  TempDir tmp;
+  auto c = OpenEdited(tmp, "exaone4", [](nlohmann::json& d) {
+    d["sliding_window"] = nullptr;
+    d["layer_types"] = {"full_attention", "full_attention"};
+    d.erase("rms_norm_eps");
+  });
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->model.sliding_layers.empty());
+  EXPECT_TRUE(c->model.no_rope_layers.empty());
+  EXPECT_EQ(c->model.norm_eps, 1e-5);
+  c = OpenEdited(tmp, "exaone4", [](nlohmann::json& d) { d["layer_types"] = {"full_attention", "full_attention"}; });
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->model.sliding_layers.empty());
+  EXPECT_EQ(c->model.no_rope_layers, (std::vector<int>{0, 1}));
+  c = OpenEdited(tmp, "exaone4", [](nlohmann::json& d) { d.erase("layer_types"); });
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.sliding_layers, (std::vector<int>{0}));
+  EXPECT_EQ(c->model.no_rope_layers, (std::vector<int>{1}));
+  c = OpenEdited(tmp, "exaone4", [](nlohmann::json& d) { d["sliding_window_pattern"] = "LG"; });
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_NE(Notes(*c).find("sliding_window_pattern: ignored"), std::string::npos) << Notes(*c);
+
+  const std::pair<std::function<void(nlohmann::json&)>, std::string> refused[] = {
+      {[](nlohmann::json& d) { d["sliding_window"] = nullptr; }, "layer_types[0]: \"sliding_attention\" without"},
+      {[](nlohmann::json& d) { d.erase("layer_types"), d["sliding_window_pattern"] = "LG"; },
+       "sliding_window_pattern: expected a positive integer"},
+  };
+  for (const auto& [edit, message] : refused) {
+    c = OpenEdited(tmp, "exaone4", edit);
+    ASSERT_FALSE(c.ok()) << message;
+    EXPECT_NE(c.status().message().find(message), std::string::npos) << c.status().ToString();
+  }
 }
 
 // Gemma 3 4B and up (Gemma3ForConditionalGeneration): the language model

@@ -142,6 +142,14 @@ MODELS = {
                                                            original_max_position_embeddings=32),
                                     "sliding_attention": dict(rope_type="default", rope_theta=1000.0)}),
               torch.bfloat16),
+    # EXAONE 4: OLMo 2's post norms with q/k norms per head (Qwen3's); layer 0 sliding over 5 keys with llama3
+    # RoPE, layer 1 full without RoPE (its hybrid attention's NoPE layers); untied head
+    "exaone4": (transformers.Exaone4Config, transformers.Exaone4ForCausalLM,
+                dict(COMMON_LLAMA, vocab_size=110, tie_word_embeddings=False, sliding_window=5,
+                     sliding_window_pattern=2,
+                     rope_parameters=dict(rope_type="llama3", rope_theta=10000.0, factor=2.0, low_freq_factor=1.0,
+                                          high_freq_factor=4.0, original_max_position_embeddings=8)),
+                torch.float32),
 }
 
 

@@ -31,7 +31,10 @@ olmo2-1b-2l (OLMo 2 1B's widths at 2 layers: norms on the attention's and the
 MLP's outputs only, q and k normed over all 16 heads at once, a 100352
 vocabulary, untied), olmo3-7b-2l (OLMo 3 7B's widths at 2 layers: OLMo 2's
 block, the first layer sliding over 100 keys with the default RoPE, the second
-full with YaRN by 8 over 8192 original positions, a 100278 vocabulary).
+full with YaRN by 8 over 8192 original positions, a 100278 vocabulary),
+exaone4-1.2b-4l (EXAONE 4.0 1.2B's widths at 4 layers with 32B's hybrid
+attention: three sliding over 100 keys with llama3 RoPE by 16, the fourth full
+without RoPE; post norms, q/k norms per head, GQA 32/8 of 64, tied).
 Prints one line per model: both losses and their difference.
 """
 import argparse
@@ -128,6 +131,16 @@ def olmo3_7b():
                          "sliding_attention": dict(rope_type="default", rope_theta=500000.0)})
 
 
+def exaone4_1b():
+    return transformers.Exaone4ForCausalLM, transformers.Exaone4Config(
+        vocab_size=102400, hidden_size=2048, intermediate_size=4096, num_hidden_layers=4, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=64, max_position_embeddings=65536, rms_norm_eps=1e-5,
+        tie_word_embeddings=True, bos_token_id=1, eos_token_id=361, pad_token_id=0, sliding_window=100,
+        layer_types=["sliding_attention"] * 3 + ["full_attention"],
+        rope_parameters=dict(rope_type="llama3", rope_theta=1000000.0, factor=16.0, low_freq_factor=1.0,
+                             high_freq_factor=4.0, original_max_position_embeddings=8192))
+
+
 def gemma3_4b():
     return transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(
         vocab_size=262208, hidden_size=2560, intermediate_size=10240, num_hidden_layers=2, num_attention_heads=8,
@@ -140,7 +153,7 @@ def gemma3_4b():
 SHAPES = {"qwen3-0.6b": qwen3, "phi4-mini-2l": phi4_mini, "smollm3-4l": smollm3, "mistral-2l-window100": mistral_window,
           "gemma3-270m": gemma3_270m, "gemma-2b-2l": gemma_2b, "gemma3-4b-2l": gemma3_4b,
           "gemma2-2b-2l": gemma2_2b, "granite-2b-2l": granite_2b, "olmo2-1b-2l": olmo2_1b,
-          "olmo3-7b-2l": olmo3_7b}
+          "olmo3-7b-2l": olmo3_7b, "exaone4-1.2b-4l": exaone4_1b}
 
 
 def check(name, zinf, work):
