@@ -82,8 +82,11 @@ void RmsNormBackward(T* dinp, T* dweight, const T* dout, const T* inp, const T* 
 // by +angle into `out`; the backward, the transpose, rotates the gradient by
 // -angle and adds it to `out`.
 template <typename T, bool kAccumulate>
-void RopeRotate(T* out, const T* inp, const T* cos, const T* sin, T sign, int B, int T_, int n_head, int hd, int rot) {
+void RopeRotate(T* out, const T* inp, const T* cos, const T* sin, T sign, int B, int T_, int n_head, int hd, int rot,
+                bool interleaved) {
   const int half = rot / 2;
+  // Pair i is (lo + i * step, lo + i * step + gap).
+  const int step = interleaved ? 2 : 1, gap = interleaved ? 1 : half;
   const int64_t N = static_cast<int64_t>(B) * T_;
   const int64_t width = static_cast<int64_t>(n_head) * hd;
 #pragma omp parallel for schedule(static) if (WorthThreads(N * width))
@@ -95,14 +98,15 @@ void RopeRotate(T* out, const T* inp, const T* cos, const T* sin, T sign, int B,
       const T* x = inp + n * width + static_cast<int64_t>(h) * hd;
       T* o = out + n * width + static_cast<int64_t>(h) * hd;
       for (int i = 0; i < half; ++i) {
-        const T a = x[i], b = x[i + half], ss = sign * s[i];
+        const int j = i * step;
+        const T a = x[j], b = x[j + gap], ss = sign * s[i];
         const T lo = a * c[i] - b * ss, hi = b * c[i] + a * ss;
         if constexpr (kAccumulate) {
-          o[i] += lo;
-          o[i + half] += hi;
+          o[j] += lo;
+          o[j + gap] += hi;
         } else {
-          o[i] = lo;
-          o[i + half] = hi;
+          o[j] = lo;
+          o[j + gap] = hi;
         }
       }
       for (int i = rot; i < hd; ++i) {
@@ -117,13 +121,15 @@ void RopeRotate(T* out, const T* inp, const T* cos, const T* sin, T sign, int B,
 }
 
 template <typename T>
-void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_, int n_head, int hd, int rot) {
-  RopeRotate<T, false>(out, inp, cos, sin, T(1), B, T_, n_head, hd, rot);
+void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_, int n_head, int hd, int rot,
+                 bool interleaved) {
+  RopeRotate<T, false>(out, inp, cos, sin, T(1), B, T_, n_head, hd, rot, interleaved);
 }
 
 template <typename T>
-void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int T_, int n_head, int hd, int rot) {
-  RopeRotate<T, true>(dinp, dout, cos, sin, T(-1), B, T_, n_head, hd, rot);
+void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int T_, int n_head, int hd, int rot,
+                  bool interleaved) {
+  RopeRotate<T, true>(dinp, dout, cos, sin, T(-1), B, T_, n_head, hd, rot, interleaved);
 }
 
 template <typename T>
@@ -206,8 +212,8 @@ void GqaExpandBackward(T* dq, T* dk, T* dv, const T* dqkv, int64_t N, int NH, in
 #define ZINF_DECODER_KERNELS(T)                                                                   \
   template void RmsNormForward<T>(T*, T*, const T*, const T*, int64_t, int, double);              \
   template void RmsNormBackward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int); \
-  template void RopeForward<T>(T*, const T*, const T*, const T*, int, int, int, int, int);        \
-  template void RopeBackward<T>(T*, const T*, const T*, const T*, int, int, int, int, int);       \
+  template void RopeForward<T>(T*, const T*, const T*, const T*, int, int, int, int, int, bool);  \
+  template void RopeBackward<T>(T*, const T*, const T*, const T*, int, int, int, int, int, bool); \
   template void GluForward<T>(T*, const T*, const T*, int64_t, Glu);                              \
   template void GluBackward<T>(T*, T*, const T*, const T*, const T*, int64_t, Glu);               \
   template void GqaExpandForward<T>(T*, const T*, const T*, const T*, int64_t, int, int, int);    \

@@ -205,15 +205,19 @@ void RmsNormBackward(T* dinp, T* dweight, const T* dout, const T* inp, const T* 
 // [T, rot/2]: for i < rot/2,
 //   out_i         = x_i cos_ti - x_{i+rot/2} sin_ti
 //   out_{i+rot/2} = x_{i+rot/2} cos_ti + x_i sin_ti,
-// and out_i = x_i for i >= rot (a partial rotary factor: rot < hd).
-// out may alias inp (each pair is read before it is written). rot is even,
-// 0 <= rot <= hd (0: every column passes, a layer without RoPE).
+// and out_i = x_i for i >= rot (a partial rotary factor: rot < hd); with
+// `interleaved` the pairs are (x_2i, x_2i+1) instead (GPT-J's layout:
+// Helium, GLM). out may alias inp (each pair is read before it is
+// written). rot is even, 0 <= rot <= hd (0: every column passes, a layer
+// without RoPE).
 template <typename T>
-void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_, int n_head, int hd, int rot);
+void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_, int n_head, int hd, int rot,
+                 bool interleaved);
 // dinp += R^T dout (the inverse rotation; dout itself past rot). dinp may not
 // alias dout.
 template <typename T>
-void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int T_, int n_head, int hd, int rot);
+void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int T_, int n_head, int hd, int rot,
+                  bool interleaved);
 
 // The gated MLP's middle: out = act(gate) * up, act by `glu`: silu(x) =
 // x / (1 + exp(-x)), or GELU (tanh approximation, as GeluForward); arrays

@@ -43,11 +43,13 @@ __global__ void RmsNormBackwardInputKernel(float* dinp, const float* dout, const
   }
 }
 
-// Item j of a (position, head): the pair (j, j + rot/2) for j < rot/2, the
-// passing column rot + j - rot/2 after them.
+// Item j of a (position, head): the pair (j, j + rot/2) for j < rot/2, or
+// (2j, 2j + 1) when interleaved; the passing column rot + j - rot/2 after
+// them.
 __global__ void RopeKernel(float* out, const float* inp, const float* cos, const float* sin, int T, int n_head, int hd,
-                           int rot, int64_t items, bool backward) {
+                           int rot, bool interleaved, int64_t items, bool backward) {
   const int half = rot / 2, per_head = half + (hd - rot);
+  const int step = interleaved ? 2 : 1, gap = interleaved ? 1 : half;
   ZINF_GRID_STRIDE(p, items) {
     const int i = static_cast<int>(p % per_head);
     const int64_t nh = p / per_head;  // (position, head)
@@ -64,13 +66,14 @@ __global__ void RopeKernel(float* out, const float* inp, const float* cos, const
     }
     const int t = static_cast<int>(n % T);
     const float c = cos[int64_t{t} * half + i], s = sin[int64_t{t} * half + i];
-    const float a = inp[base + i], b = inp[base + i + half];
+    const int64_t lo = base + int64_t{i} * step, hi = lo + gap;
+    const float a = inp[lo], b = inp[hi];
     if (backward) {
-      out[base + i] += a * c + b * s;
-      out[base + i + half] += b * c - a * s;
+      out[lo] += a * c + b * s;
+      out[hi] += b * c - a * s;
     } else {
-      out[base + i] = a * c - b * s;
-      out[base + i + half] = b * c + a * s;
+      out[lo] = a * c - b * s;
+      out[hi] = b * c + a * s;
     }
   }
 }
@@ -152,18 +155,18 @@ Status RmsNormBackward(float* dinp, float* dweight, const float* dout, const flo
 }
 
 Status RopeForward(float* out, const float* inp, const float* cos, const float* sin, int B, int T_, int n_head, int hd,
-                   int rot, void* stream) {
+                   int rot, bool interleaved, void* stream) {
   const int64_t items = int64_t{B} * T_ * n_head * (rot / 2 + hd - rot);
   RopeKernel<<<GridFor(items, kThreads), kThreads, 0, AsStream(stream)>>>(out, inp, cos, sin, T_, n_head, hd, rot,
-                                                                          items, false);
+                                                                          interleaved, items, false);
   return LaunchStatus("rope_forward");
 }
 
 Status RopeBackward(float* dinp, const float* dout, const float* cos, const float* sin, int B, int T_, int n_head,
-                    int hd, int rot, void* stream) {
+                    int hd, int rot, bool interleaved, void* stream) {
   const int64_t items = int64_t{B} * T_ * n_head * (rot / 2 + hd - rot);
   RopeKernel<<<GridFor(items, kThreads), kThreads, 0, AsStream(stream)>>>(dinp, dout, cos, sin, T_, n_head, hd, rot,
-                                                                          items, true);
+                                                                          interleaved, items, true);
   return LaunchStatus("rope_backward");
 }
 

@@ -225,9 +225,9 @@ Status RmsNormForward(float* out, float* rstd, const float* inp, const float* we
 Status RmsNormBackward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                        const float* rstd, int64_t N, int C, void* stream);
 Status RopeForward(float* out, const float* inp, const float* cos, const float* sin, int B, int T_, int n_head, int hd,
-                   int rot, void* stream);
+                   int rot, bool interleaved, void* stream);
 Status RopeBackward(float* dinp, const float* dout, const float* cos, const float* sin, int B, int T_, int n_head,
-                    int hd, int rot, void* stream);
+                    int hd, int rot, bool interleaved, void* stream);
 Status GluForward(float* out, const float* gate, const float* up, int64_t n, Glu glu, void* stream);
 Status GluBackward(float* dgate, float* dup, const float* gate, const float* up, const float* dout, int64_t n, Glu glu,
                    void* stream);

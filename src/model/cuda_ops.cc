@@ -168,12 +168,12 @@ class CudaOps final : public Ops<float> {
     Run([&] { return k::RmsNormBackward(dinp, dweight, dout, inp, weight, rstd, N, C, s_); });
   }
   void RopeForward(float* out, const float* inp, const float* cos, const float* sin, int B, int T_, int n_head, int hd,
-                   int rot) override {
-    Run([&] { return k::RopeForward(out, inp, cos, sin, B, T_, n_head, hd, rot, s_); });
+                   int rot, bool interleaved) override {
+    Run([&] { return k::RopeForward(out, inp, cos, sin, B, T_, n_head, hd, rot, interleaved, s_); });
   }
   void RopeBackward(float* dinp, const float* dout, const float* cos, const float* sin, int B, int T_, int n_head,
-                    int hd, int rot) override {
-    Run([&] { return k::RopeBackward(dinp, dout, cos, sin, B, T_, n_head, hd, rot, s_); });
+                    int hd, int rot, bool interleaved) override {
+    Run([&] { return k::RopeBackward(dinp, dout, cos, sin, B, T_, n_head, hd, rot, interleaved, s_); });
   }
   void GluForward(float* out, const float* gate, const float* up, int64_t n, kernels::Glu glu) override {
     Run([&] { return k::GluForward(out, gate, up, n, glu, s_); });

@@ -287,6 +287,7 @@ std::string GptConfigToJson(const GptConfig& config) {
     }
     if (!config.no_rope_layers.empty()) j["no_rope_layers"] = config.no_rope_layers;
     if (config.rope.linear) j["rope_linear_factor"] = config.rope.factor;
+    if (config.rope.interleaved) j["rope_interleaved"] = true;
     if (config.rope.yarn) {
       j["rope_yarn"] = {{"factor", config.rope.factor},
                         {"attention_factor", config.rope.attention_factor},
@@ -886,8 +887,8 @@ void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const LayerPar
         o.RmsNormForward(k, a.k_rstd, a.k_pre, NormWeight(p[qn + 1], kw), N * Ckv / kw, kw, eps);
       }
       if (config.rope_dims_in(layer) > 0) {  // else a NoPE layer: q and k as they are
-        o.RopeForward(q, q, CosOf(layer), SinOf(layer), B, T_, NH, hd, rot);
-        o.RopeForward(k, k, CosOf(layer), SinOf(layer), B, T_, NKV, hd, rot);
+        o.RopeForward(q, q, CosOf(layer), SinOf(layer), B, T_, NH, hd, rot, config.rope.interleaved);
+        o.RopeForward(k, k, CosOf(layer), SinOf(layer), B, T_, NKV, hd, rot, config.rope.interleaved);
       }
       if (q_scale != T(1)) o.Scale(q, q_scale, N * A);
       o.GqaExpandForward(a.qkv, q, k, v, N, NH, NKV, hd);
@@ -1058,8 +1059,8 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
       o.Zero(dk, N * Ckv);
       // A NoPE layer turns no column: the gradients pass through (rot 0).
       const int layer_rot = config.rope_dims_in(layer);
-      o.RopeBackward(dq, dq_rot, CosOf(layer), SinOf(layer), B, T_, NH, hd, layer_rot);
-      o.RopeBackward(dk, dk_rot, CosOf(layer), SinOf(layer), B, T_, NKV, hd, layer_rot);
+      o.RopeBackward(dq, dq_rot, CosOf(layer), SinOf(layer), B, T_, NH, hd, layer_rot, config.rope.interleaved);
+      o.RopeBackward(dk, dk_rot, CosOf(layer), SinOf(layer), B, T_, NKV, hd, layer_rot, config.rope.interleaved);
       const T* dq_in = dq;  // d of the projections' outputs
       const T* dk_in = dk;
       if (qk_norm) {  // the rotated gradients' last readers have run: they take d q_pre, d k_pre

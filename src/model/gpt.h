@@ -102,6 +102,9 @@ struct RopeConfig {
   double beta_fast = 32.0;
   double beta_slow = 1.0;
   bool truncate = true;
+  // The pairs turned together: (i, i + rot/2) (Llama's layout), or (2i,
+  // 2i + 1) when interleaved (GPT-J's: Helium, GLM).
+  bool interleaved = false;
 };
 
 struct GptConfig {

@@ -155,13 +155,13 @@ class CpuOps final : public Ops<T> {
                        int C) override {
     Run([=] { k::RmsNormBackward(dinp, dweight, dout, inp, weight, rstd, N, C); });
   }
-  void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_, int n_head, int hd,
-                   int rot) override {
-    Run([=] { k::RopeForward(out, inp, cos, sin, B, T_, n_head, hd, rot); });
+  void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_, int n_head, int hd, int rot,
+                   bool interleaved) override {
+    Run([=] { k::RopeForward(out, inp, cos, sin, B, T_, n_head, hd, rot, interleaved); });
   }
-  void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int T_, int n_head, int hd,
-                    int rot) override {
-    Run([=] { k::RopeBackward(dinp, dout, cos, sin, B, T_, n_head, hd, rot); });
+  void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int T_, int n_head, int hd, int rot,
+                    bool interleaved) override {
+    Run([=] { k::RopeBackward(dinp, dout, cos, sin, B, T_, n_head, hd, rot, interleaved); });
   }
   void GluForward(T* out, const T* gate, const T* up, int64_t n, kernels::Glu glu) override {
     Run([=] { k::GluForward(out, gate, up, n, glu); });

@@ -109,10 +109,10 @@ class Ops {
   virtual void RmsNormForward(T* out, T* rstd, const T* inp, const T* weight, int64_t N, int C, double eps) = 0;
   virtual void RmsNormBackward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd,
                                int64_t N, int C) = 0;
-  virtual void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_, int n_head, int hd,
-                           int rot) = 0;
+  virtual void RopeForward(T* out, const T* inp, const T* cos, const T* sin, int B, int T_, int n_head, int hd, int rot,
+                           bool interleaved) = 0;
   virtual void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int T_, int n_head, int hd,
-                            int rot) = 0;
+                            int rot, bool interleaved) = 0;
   virtual void GluForward(T* out, const T* gate, const T* up, int64_t n, kernels::Glu glu) = 0;
   virtual void GluBackward(T* dgate, T* dup, const T* gate, const T* up, const T* dout, int64_t n,
                            kernels::Glu glu) = 0;

@@ -138,12 +138,12 @@ void TimedOps::RmsNormBackward(float* dinp, float* dweight, const float* dout, c
   Timed("RmsNormBackward", [&] { inner_->RmsNormBackward(dinp, dweight, dout, inp, weight, rstd, N, C); });
 }
 void TimedOps::RopeForward(float* out, const float* inp, const float* cos, const float* sin, int B, int T_, int n_head,
-                           int hd, int rot) {
-  Timed("RopeForward", [&] { inner_->RopeForward(out, inp, cos, sin, B, T_, n_head, hd, rot); });
+                           int hd, int rot, bool interleaved) {
+  Timed("RopeForward", [&] { inner_->RopeForward(out, inp, cos, sin, B, T_, n_head, hd, rot, interleaved); });
 }
 void TimedOps::RopeBackward(float* dinp, const float* dout, const float* cos, const float* sin, int B, int T_,
-                            int n_head, int hd, int rot) {
-  Timed("RopeBackward", [&] { inner_->RopeBackward(dinp, dout, cos, sin, B, T_, n_head, hd, rot); });
+                            int n_head, int hd, int rot, bool interleaved) {
+  Timed("RopeBackward", [&] { inner_->RopeBackward(dinp, dout, cos, sin, B, T_, n_head, hd, rot, interleaved); });
 }
 void TimedOps::GluForward(float* out, const float* gate, const float* up, int64_t n, kernels::Glu glu) {
   Timed("GluForward", [&] { inner_->GluForward(out, gate, up, n, glu); });

@@ -115,9 +115,9 @@ class TimedOps final : public Ops<float> {
   void RmsNormBackward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                        const float* rstd, int64_t N, int C) override;
   void RopeForward(float* out, const float* inp, const float* cos, const float* sin, int B, int T_, int n_head, int hd,
-                   int rot) override;
+                   int rot, bool interleaved) override;
   void RopeBackward(float* dinp, const float* dout, const float* cos, const float* sin, int B, int T_, int n_head,
-                    int hd, int rot) override;
+                    int hd, int rot, bool interleaved) override;
   void GluForward(float* out, const float* gate, const float* up, int64_t n, kernels::Glu glu) override;
   void GluBackward(float* dgate, float* dup, const float* gate, const float* up, const float* dout, int64_t n,
                    kernels::Glu glu) override;

@@ -67,44 +67,50 @@ void Tables(std::mt19937_64& rng, int rot, std::vector<double>& cos, std::vector
 
 // Every column of a head rotated (rot = hd), a partial rotary factor (rot 4
 // of 6: the last two columns pass), and none (rot 0: a NoPE layer's
-// backward passes the gradient through).
+// backward passes the gradient through); in both pair layouts.
 TEST(CpuDecoderKernelsTest, RopeBackwardMatchesFiniteDifferences) {
-  for (int rot : {kHd, 4, 0}) {
-    SCOPED_TRACE("rot " + std::to_string(rot));
-    std::mt19937_64 rng(13);
-    std::vector<double> cos, sin;
-    Tables(rng, rot, cos, sin);
-    const int64_t width = kNH * kHd;
-    std::vector<double> inp = Random(kN * width, rng), w = Random(kN * width, rng), out(kN * width);
-    auto objective = [&] {
-      RopeForward(out.data(), inp.data(), cos.data(), sin.data(), kB, kT, kNH, kHd, rot);
-      return Dot(out, w);
-    };
-    std::vector<double> dinp = Filled(inp.size());
-    RopeBackward(dinp.data(), w.data(), cos.data(), sin.data(), kB, kT, kNH, kHd, rot);
-    ExpectGradient("dinp", inp, dinp, objective);
+  for (bool interleaved : {false, true}) {
+    for (int rot : {kHd, 4, 0}) {
+      SCOPED_TRACE("rot " + std::to_string(rot) + (interleaved ? " interleaved" : ""));
+      std::mt19937_64 rng(13);
+      std::vector<double> cos, sin;
+      Tables(rng, rot, cos, sin);
+      const int64_t width = kNH * kHd;
+      std::vector<double> inp = Random(kN * width, rng), w = Random(kN * width, rng), out(kN * width);
+      auto objective = [&] {
+        RopeForward(out.data(), inp.data(), cos.data(), sin.data(), kB, kT, kNH, kHd, rot, interleaved);
+        return Dot(out, w);
+      };
+      std::vector<double> dinp = Filled(inp.size());
+      RopeBackward(dinp.data(), w.data(), cos.data(), sin.data(), kB, kT, kNH, kHd, rot, interleaved);
+      ExpectGradient("dinp", inp, dinp, objective);
+    }
   }
 }
 
-TEST(CpuDecoderKernelsTest, RopeRotatesHalvesInPlace) {
-  for (int rot : {kHd, 4}) {
-    SCOPED_TRACE("rot " + std::to_string(rot));
-    std::mt19937_64 rng(14);
-    std::vector<double> cos, sin;
-    Tables(rng, rot, cos, sin);
-    const int64_t width = kNH * kHd;
-    std::vector<double> x = Random(kN * width, rng), out(kN * width), inplace = x;
-    RopeForward(out.data(), x.data(), cos.data(), sin.data(), kB, kT, kNH, kHd, rot);
-    RopeForward(inplace.data(), inplace.data(), cos.data(), sin.data(), kB, kT, kNH, kHd, rot);
-    EXPECT_EQ(out, inplace);
-    // Position t = 3 of batch 1, head 2, pair i = 1 by hand; the columns
-    // past rot unchanged.
-    const int t = 3, h = 2, i = 1, half = rot / 2;
-    const int64_t base = (1 * kT + t) * width + h * kHd;
-    const double c = cos[t * half + i], s = sin[t * half + i];
-    EXPECT_DOUBLE_EQ(out[base + i], x[base + i] * c - x[base + i + half] * s);
-    EXPECT_DOUBLE_EQ(out[base + i + half], x[base + i + half] * c + x[base + i] * s);
-    for (int d = rot; d < kHd; ++d) EXPECT_EQ(out[base + d], x[base + d]) << d;
+// Pair i is (i, i + rot/2), or (2i, 2i + 1) interleaved.
+TEST(CpuDecoderKernelsTest, RopeRotatesPairsInPlace) {
+  for (bool interleaved : {false, true}) {
+    for (int rot : {kHd, 4}) {
+      SCOPED_TRACE("rot " + std::to_string(rot) + (interleaved ? " interleaved" : ""));
+      std::mt19937_64 rng(14);
+      std::vector<double> cos, sin;
+      Tables(rng, rot, cos, sin);
+      const int64_t width = kNH * kHd;
+      std::vector<double> x = Random(kN * width, rng), out(kN * width), inplace = x;
+      RopeForward(out.data(), x.data(), cos.data(), sin.data(), kB, kT, kNH, kHd, rot, interleaved);
+      RopeForward(inplace.data(), inplace.data(), cos.data(), sin.data(), kB, kT, kNH, kHd, rot, interleaved);
+      EXPECT_EQ(out, inplace);
+      // Position t = 3 of batch 1, head 2, pair i = 1 by hand; the columns
+      // past rot unchanged.
+      const int t = 3, h = 2, i = 1, half = rot / 2;
+      const int64_t base = (1 * kT + t) * width + h * kHd;
+      const int64_t lo = base + (interleaved ? 2 * i : i), hi = lo + (interleaved ? 1 : half);
+      const double c = cos[t * half + i], s = sin[t * half + i];
+      EXPECT_DOUBLE_EQ(out[lo], x[lo] * c - x[hi] * s);
+      EXPECT_DOUBLE_EQ(out[hi], x[hi] * c + x[lo] * s);
+      for (int d = rot; d < kHd; ++d) EXPECT_EQ(out[base + d], x[base + d]) << d;
+    }
   }
 }
 

@@ -498,30 +498,33 @@ void CudaKernelsTest::RmsNormForwardAndBackward(int64_t N, int C) {
 }
 
 // Every column of a head rotated, 12 of 16 (a partial rotary factor of
-// 0.75: the last 4 pass), and none (rot 0: a NoPE layer's backward).
+// 0.75: the last 4 pass), and none (rot 0: a NoPE layer's backward); in
+// both pair layouts.
 TEST_F(CudaKernelsTest, RopeForwardAndBackward) {
-  for (int rot : {16, 12, 0}) {
-    SCOPED_TRACE("rot " + std::to_string(rot));
-    const int B = 3, T = 7, NH = 4, hd = 16, half = rot / 2;
-    const int64_t n = int64_t{B} * T * NH * hd;
-    const auto x = Uniform(n, -1.0f, 1.0f, 51), dout = Uniform(n, -1.0f, 1.0f, 52), dx0 = Uniform(n, -1.f, 1.f, 53);
-    const auto angle = Uniform(T * std::max(half, 1), -3.0f, 3.0f, 54);  // rot 0 reads none of it
-    std::vector<float> cos(angle.size()), sin(angle.size());
-    for (size_t i = 0; i < angle.size(); ++i) {
-      cos[i] = std::cos(angle[i]);
-      sin[i] = std::sin(angle[i]);
+  for (bool interleaved : {false, true}) {
+    for (int rot : {16, 12, 0}) {
+      SCOPED_TRACE("rot " + std::to_string(rot) + (interleaved ? " interleaved" : ""));
+      const int B = 3, T = 7, NH = 4, hd = 16, half = rot / 2;
+      const int64_t n = int64_t{B} * T * NH * hd;
+      const auto x = Uniform(n, -1.0f, 1.0f, 51), dout = Uniform(n, -1.0f, 1.0f, 52), dx0 = Uniform(n, -1.f, 1.f, 53);
+      const auto angle = Uniform(T * std::max(half, 1), -3.0f, 3.0f, 54);  // rot 0 reads none of it
+      std::vector<float> cos(angle.size()), sin(angle.size());
+      for (size_t i = 0; i < angle.size(); ++i) {
+        cos[i] = std::cos(angle[i]);
+        sin[i] = std::sin(angle[i]);
+      }
+      std::vector<float> out(n), dx = dx0;
+      cpu::RopeForward(out.data(), x.data(), cos.data(), sin.data(), B, T, NH, hd, rot, interleaved);
+      cpu::RopeBackward(dx.data(), dout.data(), cos.data(), sin.data(), B, T, NH, hd, rot, interleaved);
+      float *d_x = Up(x), *d_out = Alloc<float>(n), *d_cos = Up(cos), *d_sin = Up(sin), *d_dx = Up(dx0);
+      float* d_dout = Up(dout);
+      ASSERT_OK(gpu::RopeForward(d_out, d_x, d_cos, d_sin, B, T, NH, hd, rot, interleaved, s()));
+      EXPECT_TRUE(Near(Down(d_out, n), out, 1e-6, 1e-6));
+      ASSERT_OK(gpu::RopeForward(d_x, d_x, d_cos, d_sin, B, T, NH, hd, rot, interleaved, s()));  // in place
+      EXPECT_TRUE(Near(Down(d_x, n), out, 1e-6, 1e-6));
+      ASSERT_OK(gpu::RopeBackward(d_dx, d_dout, d_cos, d_sin, B, T, NH, hd, rot, interleaved, s()));
+      EXPECT_TRUE(Near(Down(d_dx, n), dx, 1e-6, 1e-6));
     }
-    std::vector<float> out(n), dx = dx0;
-    cpu::RopeForward(out.data(), x.data(), cos.data(), sin.data(), B, T, NH, hd, rot);
-    cpu::RopeBackward(dx.data(), dout.data(), cos.data(), sin.data(), B, T, NH, hd, rot);
-    float *d_x = Up(x), *d_out = Alloc<float>(n), *d_cos = Up(cos), *d_sin = Up(sin), *d_dx = Up(dx0);
-    float* d_dout = Up(dout);
-    ASSERT_OK(gpu::RopeForward(d_out, d_x, d_cos, d_sin, B, T, NH, hd, rot, s()));
-    EXPECT_TRUE(Near(Down(d_out, n), out, 1e-6, 1e-6));
-    ASSERT_OK(gpu::RopeForward(d_x, d_x, d_cos, d_sin, B, T, NH, hd, rot, s()));  // in place
-    EXPECT_TRUE(Near(Down(d_x, n), out, 1e-6, 1e-6));
-    ASSERT_OK(gpu::RopeBackward(d_dx, d_dout, d_cos, d_sin, B, T, NH, hd, rot, s()));
-    EXPECT_TRUE(Near(Down(d_dx, n), dx, 1e-6, 1e-6));
   }
 }
 

@@ -413,6 +413,14 @@ TEST(GptTest, LlamaGradientsMatchFiniteDifferencesPartialLongRope) {
   CheckModelGradients(c);
 }
 TEST(GptTest, Qwen3GradientsMatchFiniteDifferencesNarrowHeads) { CheckModelGradients(TinyQwen3(6)); }
+// Helium's and GLM's rotary layout: the pairs (2i, 2i + 1), here over 6 of
+// a head's 8 columns.
+TEST(GptTest, InterleavedPartialRopeGradientsMatchFiniteDifferences) {
+  GptConfig c = TinyLlama(false, true);
+  c.rope.interleaved = true;
+  c.rope.partial_factor = 0.75;
+  CheckModelGradients(c);
+}
 // SmolLM3's NoPE layers: layer 1 of 2 without the rotary embedding (with
 // q/k norms, so the gradient that passes RoPE untouched feeds them).
 TEST(GptTest, NopeLayerGradientsMatchFiniteDifferences) {
