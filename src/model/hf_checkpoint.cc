@@ -102,7 +102,8 @@ const std::set<std::string>& IgnoredKeys() {
 }
 const std::set<std::string>& DropoutKeys() {
   static const std::set<std::string> kKeys = {"attention_dropout", "resid_pdrop",    "embd_pdrop",
-                                              "attn_pdrop",        "hidden_dropout", "summary_first_dropout"};
+                                              "attn_pdrop",        "hidden_dropout", "summary_first_dropout",
+                                              "residual_dropout"};
   return kKeys;
 }
 
@@ -204,7 +205,12 @@ struct Architecture {
   std::string_view name;
   bool llama = true;      // false: GPT-2
   bool qkv_bias = false;  // Qwen2: biases on q, k and v, whatever attention_bias says
-  bool qk_norm = false;   // Qwen3: an RMSNorm over each head of q and k (OLMo 2: over all heads)
+  // Seed-OSS, Helium: attention_bias puts biases on q, k and v (not on o),
+  // by default qkv_bias.
+  bool attention_bias_qkv = false;
+  int default_head_dim = 0;       // head_dim when the key is absent; 0: hidden_size / heads
+  bool interleaved_rope = false;  // Helium: RoPE turns the pairs (2i, 2i + 1)
+  bool qk_norm = false;           // Qwen3: an RMSNorm over each head of q and k (OLMo 2: over all heads)
   // Phi-3: q|k|v and gate|up stored fused (qkv_proj, gate_up_proj); the
   // first partial_rotary_factor of each head turned; LongRoPE called "su"
   // or "yarn" too; the attention slides whenever sliding_window is set
@@ -300,6 +306,18 @@ constexpr Architecture kArchitectures[] = {
      .nope_layers = true,
      .default_pad_token = 128004},
     {.name = "GraniteForCausalLM", .granite = true},
+    {.name = "SeedOssForCausalLM",
+     .qkv_bias = true,
+     .attention_bias_qkv = true,
+     .default_head_dim = 128,
+     .default_pad_token = 1},
+    {.name = "HeliumForCausalLM",
+     .attention_bias_qkv = true,
+     .default_head_dim = 128,
+     .interleaved_rope = true,
+     .default_pad_token = 3,
+     .default_rope_theta = 100000.0,
+     .default_norm_eps = 1e-8},
     {.name = "Olmo2ForCausalLM",
      .qk_norm = true,
      .default_pad_token = 1,
@@ -803,7 +821,8 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
                       (pad_default ? " (absent: transformers' default)" : "") +
                       ": its embedding row gets no gradient from the input side, as transformers' padding_idx");
   }
-  m.qkv_bias = arch.qkv_bias;
+  m.qkv_bias = arch.attention_bias_qkv ? r.Bool("attention_bias", arch.qkv_bias) : arch.qkv_bias;
+  if (arch.attention_bias_qkv) r.Neutral("attention_out_bias", {false});  // Seed-OSS's o_proj bias
   m.qk_norm = arch.qk_norm;
   m.post_norms = arch.post_norms;
   m.qk_norm_all_heads = arch.qk_norm_all_heads;
@@ -816,12 +835,13 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   }
   r.Neutral("mlp_bias", {false});
   r.Neutral("lm_head_bias", {false});  // Phi-4-mini's config
-  // Qwen2 hard-wires its q/k/v biases; elsewhere attention_bias would add
-  // biases to q, k, v and o.
-  r.Neutral("attention_bias", {m.qkv_bias});
+  // Qwen2 hard-wires its q/k/v biases; Seed-OSS and Helium take them from
+  // attention_bias (read above); elsewhere it would add biases to q, k, v
+  // and o.
+  if (!arch.attention_bias_qkv) r.Neutral("attention_bias", {m.qkv_bias});
   // An explicit head_dim other than hidden_size / num_attention_heads
   // (Qwen3, Mistral-Nemo) makes q and o_proj num_attention_heads * head_dim wide.
-  const int head_dim = r.Int("head_dim", arch.gemma ? 256 : 0, false);
+  const int head_dim = r.Int("head_dim", arch.gemma ? 256 : arch.default_head_dim, false);
   if (head_dim > 0 && !(m.n_head > 0 && m.n_embd % m.n_head == 0 && head_dim == m.n_embd / m.n_head)) {
     m.head_size = head_dim;
   }
@@ -838,6 +858,7 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
     c.notes.push_back("partial_rotary_factor: ignored (" + c.architecture + " turns whole heads)");
   }
   ParseRope(r, c, arch);
+  m.rope.interleaved = arch.interleaved_rope;
   if (arch.nope_layers) ParseNopeLayers(r, m);
   ParseSlidingWindow(r, c, arch);
 }

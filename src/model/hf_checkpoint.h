@@ -27,6 +27,9 @@
 //   Olmo3ForCausalLM    -> OLMo 2's with three layers in four sliding, a
 //                          default RoPE of its own base in those, the full
 //                          layers' scaled (YaRN)
+//   SeedOssForCausalLM  -> kLlama with q/k/v biases when attention_bias
+//   HeliumForCausalLM   -> kLlama with RoPE on interleaved pairs, q/k/v
+//                          biases when attention_bias
 //   Exaone4ForCausalLM  -> OLMo 2's post norms with q/k norms per head; with
 //                          a window set, the layers that do not slide have
 //                          no RoPE (no_rope_layers)

@@ -188,8 +188,8 @@ TEST_P(HfParityTest, AdamWOnNvmeFollowsTorchCurve) {
 INSTANTIATE_TEST_SUITE_P(Architectures, HfParityTest,
                          ::testing::Values("gpt2", "llama", "qwen2", "mistral", "qwen3", "phi3", "phi3-longrope",
                                            "smollm3", "mistral-window", "qwen2-window", "gemma", "gemma3", "gemma3-mm",
-                                           "llama-pad", "gemma2", "granite", "olmo2", "qwen3-yarn", "olmo3",
-                                           "exaone4"));
+                                           "llama-pad", "gemma2", "granite", "olmo2", "qwen3-yarn", "olmo3", "exaone4",
+                                           "seed-oss", "helium"));
 
 // A copy of a fixture folder whose config.json or tensors a test changes.
 std::string CopyFixture(const TempDir& tmp, const std::string& name) {
@@ -976,6 +976,57 @@ TEST(HfCheckpointTest, Exaone4HybridAttentionAsTransformersReadsIt) {
     ASSERT_FALSE(c.ok()) << message;
     EXPECT_NE(c.status().message().find(message), std::string::npos) << c.status().ToString();
   }
+}
+
+// Seed-OSS and Helium: attention_bias puts biases on q, k and v only
+// (Seed-OSS's default true; its o_proj bias, attention_out_bias, is
+// refused); their heads are 128 wide when head_dim is absent; Helium turns
+// interleaved pairs and has its own defaults.
+TEST(HfCheckpointTest, SeedOssAndHeliumAsTransformersReadsThem) {
+  auto seed = OpenHfCheckpoint(FixtureDir("seed-oss"));
+  ASSERT_TRUE(seed.ok()) << seed.status().ToString();
+  EXPECT_TRUE(seed->model.qkv_bias);
+  EXPECT_FALSE(seed->model.rope.interleaved);
+  auto helium = OpenHfCheckpoint(FixtureDir("helium"));
+  ASSERT_TRUE(helium.ok()) << helium.status().ToString();
+  EXPECT_TRUE(helium->model.qkv_bias && helium->model.rope.interleaved);
+
+  TempDir tmp;
+  auto config = [&](const std::string& fixture, const std::function<void(nlohmann::json&)>& edit) {
+    const std::string dir = tmp.path() + "/" + fixture + "-config";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    nlohmann::json doc = nlohmann::json::parse(testing::ReadBytes(FixtureDir(fixture) + "/config.json"));
+    edit(doc);
+    testing::WriteBytes(dir + "/config.json", doc.dump(2));
+    return OpenHfConfig(dir);
+  };
+  auto c = config("seed-oss", [](nlohmann::json& d) {
+    d.erase("attention_bias"), d.erase("head_dim"), d.erase("pad_token_id"), d["residual_dropout"] = 0.1;
+  });
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->model.qkv_bias);
+  EXPECT_EQ(c->model.head_dim(), 128);
+  EXPECT_EQ(c->model.padding_token, 1);
+  EXPECT_NE(Notes(*c).find("zinf trains without dropout): attention_dropout, residual_dropout"), std::string::npos)
+      << Notes(*c);
+  c = config("seed-oss", [](nlohmann::json& d) { d["attention_bias"] = false; });
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->model.qkv_bias);
+  c = config("seed-oss", [](nlohmann::json& d) { d["attention_out_bias"] = true; });
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("attention_out_bias: true changes the model's math"), std::string::npos)
+      << c.status().ToString();
+  c = config("helium", [](nlohmann::json& d) {
+    d.erase("attention_bias"), d.erase("head_dim"), d.erase("pad_token_id"), d.erase("rms_norm_eps");
+    d.erase("rope_parameters");
+  });
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->model.qkv_bias);
+  EXPECT_EQ(c->model.head_dim(), 128);
+  EXPECT_EQ(c->model.padding_token, 3);
+  EXPECT_EQ(c->model.norm_eps, 1e-8);
+  EXPECT_EQ(c->model.rope.theta, 100000.0);
 }
 
 // Gemma 3 4B and up (Gemma3ForConditionalGeneration): the language model

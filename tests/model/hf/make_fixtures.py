@@ -150,6 +150,14 @@ MODELS = {
                      rope_parameters=dict(rope_type="llama3", rope_theta=10000.0, factor=2.0, low_freq_factor=1.0,
                                           high_freq_factor=4.0, original_max_position_embeddings=8)),
                 torch.float32),
+    # Seed-OSS: q/k/v biases from attention_bias (o_proj none), heads of 16 (its head_dim key), untied head
+    "seed-oss": (transformers.SeedOssConfig, transformers.SeedOssForCausalLM,
+                 dict(COMMON_LLAMA, vocab_size=100, head_dim=16, attention_bias=True, attention_out_bias=False,
+                      residual_dropout=0.0, tie_word_embeddings=False, pad_token_id=None), torch.float32),
+    # Helium: Llama's block with q/k/v biases from attention_bias, heads of 8 (its head_dim key), tied head, bf16
+    "helium": (transformers.HeliumConfig, transformers.HeliumForCausalLM,
+               dict(COMMON_LLAMA, vocab_size=100, head_dim=8, attention_bias=True, tie_word_embeddings=True,
+                    pad_token_id=None), torch.bfloat16),
 }
 
 

@@ -34,7 +34,9 @@ block, the first layer sliding over 100 keys with the default RoPE, the second
 full with YaRN by 8 over 8192 original positions, a 100278 vocabulary),
 exaone4-1.2b-4l (EXAONE 4.0 1.2B's widths at 4 layers with 32B's hybrid
 attention: three sliding over 100 keys with llama3 RoPE by 16, the fourth full
-without RoPE; post norms, q/k norms per head, GQA 32/8 of 64, tied).
+without RoPE; post norms, q/k norms per head, GQA 32/8 of 64, tied),
+helium-2b-2l (Helium 1 2B's widths at 2 layers: RoPE on interleaved pairs,
+heads of 128, a 48000 vocabulary, untied).
 Prints one line per model: both losses and their difference.
 """
 import argparse
@@ -141,6 +143,14 @@ def exaone4_1b():
                              high_freq_factor=4.0, original_max_position_embeddings=8192))
 
 
+def helium_2b():
+    return transformers.HeliumForCausalLM, transformers.HeliumConfig(
+        vocab_size=48000, hidden_size=2560, intermediate_size=7040, num_hidden_layers=2, num_attention_heads=20,
+        num_key_value_heads=20, head_dim=128, max_position_embeddings=4096, rms_norm_eps=1e-8,
+        tie_word_embeddings=False, pad_token_id=3, bos_token_id=1, eos_token_id=2, attention_bias=False,
+        rope_parameters=dict(rope_type="default", rope_theta=100000.0))
+
+
 def gemma3_4b():
     return transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(
         vocab_size=262208, hidden_size=2560, intermediate_size=10240, num_hidden_layers=2, num_attention_heads=8,
@@ -153,7 +163,8 @@ def gemma3_4b():
 SHAPES = {"qwen3-0.6b": qwen3, "phi4-mini-2l": phi4_mini, "smollm3-4l": smollm3, "mistral-2l-window100": mistral_window,
           "gemma3-270m": gemma3_270m, "gemma-2b-2l": gemma_2b, "gemma3-4b-2l": gemma3_4b,
           "gemma2-2b-2l": gemma2_2b, "granite-2b-2l": granite_2b, "olmo2-1b-2l": olmo2_1b,
-          "olmo3-7b-2l": olmo3_7b, "exaone4-1.2b-4l": exaone4_1b}
+          "olmo3-7b-2l": olmo3_7b, "exaone4-1.2b-4l": exaone4_1b,
+          "helium-2b-2l": helium_2b}
 
 
 def check(name, zinf, work):
