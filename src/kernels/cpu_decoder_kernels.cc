@@ -85,7 +85,7 @@ template <typename T, bool kAccumulate>
 void RopeRotate(T* out, const T* inp, const T* cos, const T* sin, T sign, int B, int T_, int n_head, int hd, int rot,
                 bool interleaved) {
   const int half = rot / 2;
-  // Pair i is (lo + i * step, lo + i * step + gap).
+  // Pair i is the head's columns (i * step, i * step + gap).
   const int step = interleaved ? 2 : 1, gap = interleaved ? 1 : half;
   const int64_t N = static_cast<int64_t>(B) * T_;
   const int64_t width = static_cast<int64_t>(n_head) * hd;

@@ -1273,6 +1273,7 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
        (config.post_norms && (config.sandwich_norms || config.residual_multiplier != 1)) ||
        (config.qk_norm_all_heads && (!config.qk_norm || config.norm_unit_offset)) ||
        (config.rope.linear && !(config.rope.factor > 0)) || (config.rope.yarn && !YarnValid(config.rope)) ||
+       config.rope.linear + config.rope.llama3 + config.rope.longrope + config.rope.yarn > 1 ||
        config.padding_token < -1 || config.padding_token >= config.vocab_size)) {
     return Status::InvalidArgument("GptCompute: inconsistent llama-family config " + GptConfigToJson(config));
   }
@@ -1448,7 +1449,7 @@ Status GptCompute<T>::Impl::AllocateLlama() {
     ops->CopyToDevice(sin_d, sin_t->data(), sizeof(T) * sin_t->size());
   };
   upload(config.rope, rope_cos, rope_sin, &tables[0], &tables[1]);
-  if (local_rope) {  // Gemma 3's: the local base, no scaling
+  if (local_rope) {  // Gemma 3's and OLMo 3's: the local base, no scaling
     RopeConfig local;
     local.theta = config.local_rope_theta;
     local.partial_factor = config.rope.partial_factor;

@@ -69,8 +69,8 @@ namespace zinf::model {
 // its q/k norms span all heads. Granite scales the embedding, each layer's branches and
 // the logits by constants (embed_multiplier, residual_multiplier,
 // logits_scaling). Gemma 2 caps the attention's scores and the logits by
-// tanh (attn_softcap, final_softcap); Gemma 3's sliding layers turn q and
-// k by a RoPE of their own base (local_rope_theta).
+// tanh (attn_softcap, final_softcap); Gemma 3's and OLMo 3's sliding
+// layers turn q and k by a RoPE of their own base (local_rope_theta).
 enum class ModelFamily { kGpt2, kLlama };
 
 // Rotary embedding frequencies over the first rot = int(hd *
@@ -166,8 +166,8 @@ struct GptConfig {
   double residual_multiplier = 1;
   double logits_scaling = 1;
   // Layers (0-based, ascending) whose RoPE has base local_rope_theta and
-  // no scaling (Gemma 3's sliding_attention layers, whether or not their
-  // window is kept); 0 or no layers: every layer uses `rope`.
+  // no scaling (Gemma 3's and OLMo 3's sliding_attention layers, whether
+  // or not their window is kept); 0 or no layers: every layer uses `rope`.
   double local_rope_theta = 0;
   std::vector<int> local_rope_layers;
   // kLlama: the token whose embedding row gets no gradient from the input

@@ -936,40 +936,60 @@ TEST(GptConfigTest, JsonRoundTrips) {
 // norm weights' buffer; a multiplier beside branch norms would share their
 // gradient buffer).
 TEST(GptConfigTest, CreateRefusesFieldsThatDoNotGoTogether) {
+  enum Base { kGpt2, kLlama, kYarn };  // kYarn: the tiny Llama with YaRN for llama3, valid as it is
+  auto base = [](Base b) {
+    GptConfig c = b == kGpt2 ? Tiny(true) : TinyLlama(false, false);
+    if (b == kYarn) {
+      c.rope.llama3 = false;
+      c.rope.yarn = true;
+      c.rope.factor = 4;
+    }
+    return c;
+  };
   struct Bad {
     const char* what;
-    bool gpt2;  // the change is to GPT-2 (else to a tiny Llama)
+    Base base;
     std::function<void(GptConfig&)> change;
   };
   const Bad bad[] = {
-      {"post and sandwich norms", false, [](GptConfig& c) { c.post_norms = c.sandwich_norms = true; }},
-      {"post norms and a residual multiplier", false,
-       [](GptConfig& c) { c.post_norms = true, c.residual_multiplier = 0.5; }},
-      {"sandwich norms and a residual multiplier", false,
-       [](GptConfig& c) { c.sandwich_norms = true, c.residual_multiplier = 0.5; }},
-      {"all-heads q/k norms without q/k norms", false, [](GptConfig& c) { c.qk_norm_all_heads = true; }},
-      {"all-heads q/k norms by 1 + w", false,
+      {"post and sandwich norms", kLlama, [](GptConfig& c) { c.post_norms = c.sandwich_norms = true; }},
+      {"post norms and a residual multiplier", kLlama,
+       [](GptConfig& c) {
+         c.post_norms = true;
+         c.residual_multiplier = 0.5;
+       }},
+      {"sandwich norms and a residual multiplier", kLlama,
+       [](GptConfig& c) {
+         c.sandwich_norms = true;
+         c.residual_multiplier = 0.5;
+       }},
+      {"all-heads q/k norms without q/k norms", kLlama, [](GptConfig& c) { c.qk_norm_all_heads = true; }},
+      {"all-heads q/k norms by 1 + w", kLlama,
        [](GptConfig& c) { c.qk_norm = c.qk_norm_all_heads = c.norm_unit_offset = true; }},
-      {"Gemma's and Granite's embedding scales", false,
-       [](GptConfig& c) { c.embed_scale = true, c.embed_multiplier = 2.0; }},
-      {"a softcap of infinity", false, [](GptConfig& c) { c.attn_softcap = INFINITY; }},
-      {"a softcap that is 0 as a float", false, [](GptConfig& c) { c.final_softcap = 1e-300; }},
-      {"a negative logits scaling", false, [](GptConfig& c) { c.logits_scaling = -8.0; }},
-      {"a residual multiplier past float's range", false, [](GptConfig& c) { c.residual_multiplier = 1e300; }},
-      {"a softcap past float's range", false, [](GptConfig& c) { c.attn_softcap = 1e300; }},
-      {"YaRN over rope_theta 1", false, [](GptConfig& c) { c.rope.yarn = true, c.rope.theta = 1; }},
-      {"YaRN with beta_slow 0", false, [](GptConfig& c) { c.rope.yarn = true, c.rope.beta_slow = 0; }},
-      {"YaRN with factor 0", false, [](GptConfig& c) { c.rope.yarn = true, c.rope.factor = 0; }},
-      {"YaRN with an infinite attention factor", false,
-       [](GptConfig& c) { c.rope.yarn = true, c.rope.attention_factor = INFINITY; }},
-      {"GPT-2 with a residual multiplier", true, [](GptConfig& c) { c.residual_multiplier = 0.5; }},
-      {"GPT-2 with post norms", true, [](GptConfig& c) { c.post_norms = true; }},
-      {"GPT-2 with a softcap", true, [](GptConfig& c) { c.attn_softcap = 50; }},
+      {"Gemma's and Granite's embedding scales", kLlama,
+       [](GptConfig& c) {
+         c.embed_scale = true;
+         c.embed_multiplier = 2.0;
+       }},
+      {"a softcap of infinity", kLlama, [](GptConfig& c) { c.attn_softcap = INFINITY; }},
+      {"a softcap that is 0 as a float", kLlama, [](GptConfig& c) { c.final_softcap = 1e-300; }},
+      {"a negative logits scaling", kLlama, [](GptConfig& c) { c.logits_scaling = -8.0; }},
+      {"a residual multiplier past float's range", kLlama, [](GptConfig& c) { c.residual_multiplier = 1e300; }},
+      {"a softcap past float's range", kLlama, [](GptConfig& c) { c.attn_softcap = 1e300; }},
+      {"YaRN over rope_theta 1", kYarn, [](GptConfig& c) { c.rope.theta = 1; }},
+      {"YaRN with beta_slow 0", kYarn, [](GptConfig& c) { c.rope.beta_slow = 0; }},
+      {"YaRN with factor 0", kYarn, [](GptConfig& c) { c.rope.factor = 0; }},
+      {"YaRN with an infinite attention factor", kYarn, [](GptConfig& c) { c.rope.attention_factor = INFINITY; }},
+      {"YaRN and llama3 at once", kYarn, [](GptConfig& c) { c.rope.llama3 = true; }},
+      {"GPT-2 with a residual multiplier", kGpt2, [](GptConfig& c) { c.residual_multiplier = 0.5; }},
+      {"GPT-2 with post norms", kGpt2, [](GptConfig& c) { c.post_norms = true; }},
+      {"GPT-2 with a softcap", kGpt2, [](GptConfig& c) { c.attn_softcap = 50; }},
   };
   auto ops = CreateCpuOps<float>();
   auto device = CreateHostDevice(0);
+  for (Base b : {kLlama, kYarn}) EXPECT_TRUE(GptCompute<float>::Create(base(b), 1, ops.get(), device.get()).ok()) << b;
   for (const Bad& b : bad) {
-    GptConfig config = b.gpt2 ? Tiny(true) : TinyLlama(false, false);
+    GptConfig config = base(b.base);
     b.change(config);
     auto c = GptCompute<float>::Create(config, 1, ops.get(), device.get());
     EXPECT_FALSE(c.ok()) << b.what;
@@ -977,10 +997,6 @@ TEST(GptConfigTest, CreateRefusesFieldsThatDoNotGoTogether) {
       EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << b.what;
     }
   }
-  GptConfig yarn = TinyLlama(false, false);
-  yarn.rope.yarn = true;
-  yarn.rope.factor = 4;
-  EXPECT_TRUE(GptCompute<float>::Create(yarn, 1, ops.get(), device.get()).ok());
 }
 
 void ExpectConfigError(const std::string& json, const std::string& key) {
