@@ -205,17 +205,29 @@ struct Architecture {
   std::string_view name;
   bool llama = true;      // false: GPT-2
   bool qkv_bias = false;  // Qwen2: biases on q, k and v, whatever attention_bias says
-  // Seed-OSS, Helium: attention_bias puts biases on q, k and v (not on o),
-  // by default qkv_bias.
+  // The key whose true would put biases on q, k, v and o (refused); with
+  // attention_bias_qkv (Seed-OSS, Helium, GLM) attention_bias puts them
+  // on q, k and v only, by default qkv_bias.
+  std::string_view bias_key = "attention_bias";
   bool attention_bias_qkv = false;
-  int default_head_dim = 0;       // head_dim when the key is absent; 0: hidden_size / heads
-  bool interleaved_rope = false;  // Helium: RoPE turns the pairs (2i, 2i + 1)
-  bool qk_norm = false;           // Qwen3: an RMSNorm over each head of q and k (OLMo 2: over all heads)
+  std::string_view out_bias_key = "";  // Seed-OSS: attention_out_bias, o_proj's bias (refused)
+  int default_head_dim = 0;            // head_dim when the key is absent; 0: hidden_size / heads
+  bool interleaved_rope = false;       // Helium, GLM, ERNIE 4.5: RoPE turns the pairs (2i, 2i + 1)
+  bool qk_norm = false;                // Qwen3: an RMSNorm over each head of q and k (OLMo 2: over all heads)
   // Phi-3: q|k|v and gate|up stored fused (qkv_proj, gate_up_proj); the
   // first partial_rotary_factor of each head turned; LongRoPE called "su"
   // or "yarn" too; the attention slides whenever sliding_window is set
   // (use_sliding_window is not read).
   bool phi3 = false;
+  // GLM, GLM-4: gate|up stored fused as gate_up_proj (q, k and v apart);
+  // the first partial_rotary_factor of each head turned (Phi-3's too; the
+  // default when the key is absent: 0 reads no key, whole heads turn).
+  bool fused_gate_up = false;
+  double default_partial_rotary = 0;
+  // GLM-4: sandwich norms (Gemma 2's, without its other changes) under
+  // names of its own.
+  bool glm4_norms = false;
+  bool tied_by_default = false;  // tie_word_embeddings when absent (Gemma's: true)
   SlidingLayers sliding = SlidingLayers::kNone;
   int default_window = 0;  // transformers' sliding_window when the key is absent (null: none)
   // SmolLM3: no_rope_layers (1: the layer's attention turns q and k, 0: it
@@ -298,6 +310,7 @@ constexpr Architecture kArchitectures[] = {
     {.name = "MistralForCausalLM", .sliding = SlidingLayers::kAll, .default_window = 4096},
     {.name = "Phi3ForCausalLM",
      .phi3 = true,
+     .default_partial_rotary = 1.0,
      .sliding = SlidingLayers::kAll,
      .default_pad_token = 32000,
      .default_norm_eps = 1e-5},
@@ -309,8 +322,35 @@ constexpr Architecture kArchitectures[] = {
     {.name = "SeedOssForCausalLM",
      .qkv_bias = true,
      .attention_bias_qkv = true,
+     .out_bias_key = "attention_out_bias",
      .default_head_dim = 128,
      .default_pad_token = 1},
+    {.name = "GlmForCausalLM",
+     .qkv_bias = true,
+     .attention_bias_qkv = true,
+     .default_head_dim = 128,
+     .interleaved_rope = true,
+     .fused_gate_up = true,
+     .default_partial_rotary = 0.5,
+     .default_pad_token = 151329,
+     .default_norm_eps = 1.5625e-7},
+    {.name = "Glm4ForCausalLM",
+     .qkv_bias = true,
+     .attention_bias_qkv = true,
+     .default_head_dim = 128,
+     .interleaved_rope = true,
+     .fused_gate_up = true,
+     .default_partial_rotary = 0.5,
+     .glm4_norms = true,
+     .default_pad_token = 151329,
+     .default_norm_eps = 1.5625e-7},
+    {.name = "Ernie4_5ForCausalLM",
+     .bias_key = "use_bias",
+     .default_head_dim = 128,
+     .interleaved_rope = true,
+     .tied_by_default = true,
+     .default_pad_token = 0,
+     .default_rope_theta = 500000.0},
     {.name = "HeliumForCausalLM",
      .attention_bias_qkv = true,
      .default_head_dim = 128,
@@ -382,8 +422,8 @@ void ParseGpt2(KeyReader& r, HfCheckpoint& c) {
   r.Neutral("add_cross_attention", {false});
 }
 
-// Gemma 3's sliding layers' RoPE, under rope_parameters.sliding_attention:
-// the default kind, of its own base.
+// Gemma 3's and OLMo 3's sliding layers' RoPE, under
+// rope_parameters.sliding_attention: the default kind, of its own base.
 void ParseLocalRope(KeyReader& r, GptConfig& m, const json& s, const std::string& key) {
   if (!s.is_object()) return r.Error(key + ": expected an object, got " + s.dump());
   for (auto it = s.begin(); it != s.end(); ++it) {
@@ -404,7 +444,9 @@ void ParseRope(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   if (arch.gemma3) {
     c.model.local_rope_theta = r.Number("rope_local_base_freq", 10000.0);
   } else if (arch.layer_type_rope) {
-    c.model.local_rope_theta = rope.theta;  // OLMo 3: both layer types' base
+    // OLMo 3: the class's base whatever rope_theta says (transformers hands
+    // that key to the full layers alone).
+    c.model.local_rope_theta = arch.default_rope_theta;
   }
   // transformers >= 5 keeps theta and the scaling under rope_parameters.
   const json* params = r.Get("rope_parameters");
@@ -414,9 +456,14 @@ void ParseRope(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   const std::string key = params != nullptr ? "rope_parameters" : "rope_scaling";
   if (s != nullptr && !s->is_object()) return r.Error(key + ": expected an object, got " + s->dump());
   // Gemma 3's and OLMo 3's rope_parameters per layer type (rope_scaling
-  // is the full attention's).
-  if (arch.layer_type_rope && params != nullptr &&
-      (s->contains("full_attention") || s->contains("sliding_attention"))) {
+  // is the full attention's); transformers ignores them given flat.
+  const bool nested = s != nullptr && (s->contains("full_attention") || s->contains("sliding_attention"));
+  if (arch.layer_type_rope && params != nullptr && !nested) {
+    return r.Error("rope_parameters: " + c.architecture +
+                   " keeps its RoPE per layer type (\"full_attention\", \"sliding_attention\"); transformers " +
+                   "ignores a flat rope_parameters (give them per layer type, or rope_scaling for the full layers)");
+  }
+  if (arch.layer_type_rope && params != nullptr) {
     for (auto it = s->begin(); it != s->end(); ++it) {
       const std::string name = key + "." + it.key();
       if (it.key() == "full_attention") {
@@ -430,10 +477,14 @@ void ParseRope(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   } else if (s != nullptr) {
     ParseRopeParams(r, c, arch, s, key);
   }
-  const bool reads_original = (rope.llama3 || rope.longrope || rope.yarn) && !arch.layer_type_rope;
-  if (!reads_original && r.Get("original_max_position_embeddings") != nullptr) {
-    c.notes.push_back(
-        "original_max_position_embeddings: ignored (only \"llama3\", \"longrope\" and \"yarn\" scaling read it)");
+  // The top-level key: Phi-3's (its scalings read it), no other class's.
+  const bool scaled = rope.llama3 || rope.longrope || rope.yarn;
+  if (!(arch.phi3 && scaled) && r.Get("original_max_position_embeddings") != nullptr) {
+    c.notes.push_back(std::string("original_max_position_embeddings: ignored (") +
+                      (arch.phi3 ? "only \"llama3\", \"longrope\" and \"yarn\" scaling read it"
+                                 : "transformers reads it at the top level for Phi-3 only; a scaling's own sits in "
+                                   "its rope parameters") +
+                      ")");
   }
 }
 
@@ -460,12 +511,14 @@ void ParseRopeParams(KeyReader& r, HfCheckpoint& c, const Architecture& arch, co
     if (k == "rope_theta" && it->is_number()) {
       rope.theta = it->get<double>();
     } else if (k == "partial_rotary_factor" && it->is_number()) {
-      if (phi3) rope.partial_factor = it->get<double>();  // see ParseLlama
+      if (arch.default_partial_rotary > 0) rope.partial_factor = it->get<double>();  // see ParseLlama
     } else if (scaled && k == "original_max_position_embeddings") {
-      if (!it->is_number_integer() || it->get<int64_t>() < 2 || it->get<int64_t>() > (int64_t{1} << 30)) {
+      // An integer, or a number without a fraction (8192.0).
+      const double v = it->is_number() ? it->get<double>() : 0;
+      if (!(v >= 2 && v <= (int64_t{1} << 30) && v == std::floor(v))) {
         return r.Error(name + ": expected an integer >= 2, got " + it->dump());
       }
-      rope.original_max_position = it->get<int>();
+      rope.original_max_position = static_cast<int>(v);
     } else if (type == "longrope" && (k == "short_factor" || k == "long_factor")) {
       std::vector<double>& f = k == "short_factor" ? rope.short_factor : rope.long_factor;
       if (!it->is_array()) return r.Error(name + ": expected a list of numbers, got " + it->dump());
@@ -506,14 +559,17 @@ void ParseRopeParams(KeyReader& r, HfCheckpoint& c, const Architecture& arch, co
     }
   }
   if (type == "llama3" || type == "longrope" || type == "yarn") {
-    // As transformers' standardize_rope_params: the top-level key (Phi-3's)
-    // wins over the rope parameters' own, but not under a layer type;
-    // without either, Phi-3's default 4096, elsewhere the positions.
-    const int top = per_layer_type ? 0 : r.Int("original_max_position_embeddings", 0, false);
-    if (top > 0) {
-      rope.original_max_position = top;
+    // As transformers' standardize_rope_params: Phi-3 takes its top-level
+    // key (default 4096) over the rope parameters' own; the others their
+    // own, else the positions.
+    if (phi3) {
+      rope.original_max_position = r.Int("original_max_position_embeddings", 4096, false);
+      if (s->contains("original_max_position_embeddings")) {
+        c.notes.push_back(key + ".original_max_position_embeddings: ignored (Phi-3 reads the top-level key, 4096 " +
+                          "when absent)");
+      }
     } else if (!s->contains("original_max_position_embeddings")) {
-      rope.original_max_position = phi3 && !per_layer_type ? 4096 : c.max_positions;
+      rope.original_max_position = c.max_positions;
     }
   }
   const double ratio = static_cast<double>(c.max_positions) / rope.original_max_position;
@@ -548,11 +604,14 @@ void ParseRopeParams(KeyReader& r, HfCheckpoint& c, const Architecture& arch, co
     auto m = [&](double weight) { return rope.factor <= 1 ? 1.0 : 0.1 * weight * std::log(rope.factor) + 1; };
     rope.attention_factor = attention_factor.value_or(
         mscale.value_or(0) != 0 && mscale_all_dim.value_or(0) != 0 ? m(*mscale) / m(*mscale_all_dim) : m(1));
-    if (!(rope.factor > 0) || !(rope.attention_factor > 0) || !(rope.beta_fast > 0) || !(rope.beta_slow > 0)) {
-      r.Error(key + ": yarn needs factor, attention_factor, beta_fast and beta_slow > 0");
-    } else if (!(rope.theta > 1)) {
-      r.Error(key + ": yarn needs rope_theta > 1 (its ramp divides by ln(rope_theta))");
+    const std::pair<const char*, double> positive[] = {{"factor", rope.factor},
+                                                       {"attention_factor", rope.attention_factor},
+                                                       {"beta_fast", rope.beta_fast},
+                                                       {"beta_slow", rope.beta_slow}};
+    for (const auto& [k, v] : positive) {
+      if (!(v > 0)) r.Error(key + "." + k + ": yarn needs it > 0, got " + std::to_string(v));
     }
+    if (!(rope.theta > 1)) r.Error(key + ": yarn needs rope_theta > 1 (its ramp divides by ln(rope_theta))");
   } else if (type != "default") {
     r.Error(key + ".rope_type: \"" + type +
             "\" changes the math; zinf supports \"default\", \"linear\", \"llama3\", \"longrope\" and \"yarn\"");
@@ -797,7 +856,7 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   m.intermediate_size = shape("intermediate_size");
   c.max_positions = shape("max_position_embeddings");
   m.seq_len = c.max_positions;
-  m.tied_embeddings = r.Bool("tie_word_embeddings", arch.gemma);
+  m.tied_embeddings = r.Bool("tie_word_embeddings", arch.gemma || arch.tied_by_default);
   if (arch.multimodal && !m.tied_embeddings) {  // transformers ties on the top level's key
     c.notes.push_back("tie_word_embeddings: false in text_config ignored (the model ties on the top level's)");
     m.tied_embeddings = true;
@@ -822,10 +881,11 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
                       ": its embedding row gets no gradient from the input side, as transformers' padding_idx");
   }
   m.qkv_bias = arch.attention_bias_qkv ? r.Bool("attention_bias", arch.qkv_bias) : arch.qkv_bias;
-  if (arch.attention_bias_qkv) r.Neutral("attention_out_bias", {false});  // Seed-OSS's o_proj bias
+  if (!arch.out_bias_key.empty()) r.Neutral(std::string(arch.out_bias_key), {false});  // Seed-OSS's o_proj bias
   m.qk_norm = arch.qk_norm;
   m.post_norms = arch.post_norms;
   m.qk_norm_all_heads = arch.qk_norm_all_heads;
+  m.sandwich_norms = arch.glm4_norms;  // Gemma's: ParseGemma
   const bool phi3 = arch.phi3;
   if (arch.granite) ParseGranite(r, m);
   if (arch.gemma) {
@@ -835,26 +895,29 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   }
   r.Neutral("mlp_bias", {false});
   r.Neutral("lm_head_bias", {false});  // Phi-4-mini's config
-  // Qwen2 hard-wires its q/k/v biases; Seed-OSS and Helium take them from
-  // attention_bias (read above); elsewhere it would add biases to q, k, v
-  // and o.
-  if (!arch.attention_bias_qkv) r.Neutral("attention_bias", {m.qkv_bias});
+  // Qwen2 hard-wires its q/k/v biases; Seed-OSS, Helium and GLM take them
+  // from attention_bias (read above); elsewhere it would add biases to q,
+  // k, v and o (ERNIE's use_bias: to the MLP's projections too).
+  if (!arch.attention_bias_qkv) r.Neutral(std::string(arch.bias_key), {m.qkv_bias});
   // An explicit head_dim other than hidden_size / num_attention_heads
   // (Qwen3, Mistral-Nemo) makes q and o_proj num_attention_heads * head_dim wide.
-  const int head_dim = r.Int("head_dim", arch.gemma ? 256 : arch.default_head_dim, false);
+  // null: hidden_size / num_attention_heads (Seed-OSS's class says so).
+  const int head_dim = r.Int("head_dim", r.Has("head_dim") ? 0 : arch.gemma ? 256 : arch.default_head_dim, false);
   if (head_dim > 0 && !(m.n_head > 0 && m.n_embd % m.n_head == 0 && head_dim == m.n_embd / m.n_head)) {
     m.head_size = head_dim;
   }
-  // transformers' Phi-3 turns the first partial_rotary_factor of each head
-  // (the key sat beside the rope keys before transformers 5, and may sit in
-  // rope_parameters since); its other decoders turn whole heads whatever
-  // the key says.
+  // transformers' Phi-3 and GLM turn the first partial_rotary_factor of
+  // each head (the key sat beside the rope keys before transformers 5, and
+  // may sit in rope_parameters since); its other decoders turn whole heads
+  // whatever the key says.
+  if (arch.default_partial_rotary > 0) {
+    m.rope.partial_factor = r.Number("partial_rotary_factor", arch.default_partial_rotary);
+  }
   if (phi3) {
-    m.rope.partial_factor = r.Number("partial_rotary_factor", 1.0);
     for (const char* k : {"full_attn_mod", "interpolate_factor"}) {  // Phi-4-mini's, read by its remote code only
       if (r.Get(k) != nullptr) c.notes.push_back(std::string(k) + ": ignored (transformers' Phi3 does not read it)");
     }
-  } else if (r.Get("partial_rotary_factor") != nullptr) {
+  } else if (arch.default_partial_rotary == 0 && r.Get("partial_rotary_factor") != nullptr) {
     c.notes.push_back("partial_rotary_factor: ignored (" + c.architecture + " turns whole heads)");
   }
   ParseRope(r, c, arch);
@@ -966,7 +1029,9 @@ StatusOr<HfCheckpoint> ParseHfConfig(const std::string& dir, const Architecture*
     return Status::InvalidArgument(config_path + ": architecture " + c.architecture + " is not supported (" + known +
                                    ")");
   }
-  c.fused_projections = traits->phi3;
+  c.fused_qkv = traits->phi3;
+  c.fused_gate_up = traits->phi3 || traits->fused_gate_up;
+  c.glm4_norm_names = traits->glm4_norms;
   if (traits->llama) {
     ParseLlama(r, c, *traits);
   } else {
@@ -1182,15 +1247,16 @@ std::vector<std::string> HfTensorNames(const HfCheckpoint& ckpt, BlockId block) 
     n[kAttnNormW] = l + "post_attention_layernorm.weight";
     n[kMlpNormW] = l + "post_feedforward_layernorm.weight";
   }
-  if (m.sandwich_norms) {  // Gemma 2, 3: the MLP's input norm is "pre-feedforward"
+  if (m.sandwich_norms && ckpt.glm4_norm_names) {  // GLM-4: the MLP's input norm keeps Llama's name
+    n.push_back(l + "post_self_attn_layernorm.weight");
+    n.push_back(l + "post_mlp_layernorm.weight");
+  } else if (m.sandwich_norms) {  // Gemma 2, 3: the MLP's input norm is "pre-feedforward"
     n[kMlpNormW] = l + "pre_feedforward_layernorm.weight";
     n.push_back(l + "post_attention_layernorm.weight");
     n.push_back(l + "post_feedforward_layernorm.weight");
   }
-  if (ckpt.fused_projections) {  // q|k|v and gate|up fused
-    n[kQW] = n[kKW] = n[kVW] = l + "self_attn.qkv_proj.weight";
-    n[kGateW] = n[kUpW] = l + "mlp.gate_up_proj.weight";
-  }
+  if (ckpt.fused_qkv) n[kQW] = n[kKW] = n[kVW] = l + "self_attn.qkv_proj.weight";
+  if (ckpt.fused_gate_up) n[kGateW] = n[kUpW] = l + "mlp.gate_up_proj.weight";
   return n;
 }
 

@@ -30,6 +30,11 @@
 //   SeedOssForCausalLM  -> kLlama with q/k/v biases when attention_bias
 //   HeliumForCausalLM   -> kLlama with RoPE on interleaved pairs, q/k/v
 //                          biases when attention_bias
+//   GlmForCausalLM      -> Helium's with RoPE on partial_rotary_factor of
+//                          each head and gate|up fused (gate_up_proj)
+//   Glm4ForCausalLM     -> GLM's with sandwich norms (post_self_attn_layernorm,
+//                          post_mlp_layernorm)
+//   Ernie4_5ForCausalLM -> kLlama with RoPE on interleaved pairs
 //   Exaone4ForCausalLM  -> OLMo 2's post norms with q/k norms per head; with
 //                          a window set, the layers that do not slide have
 //                          no RoPE (no_rope_layers)
@@ -105,9 +110,15 @@ struct HfCheckpoint {
   // max_position_embeddings); HfModelAtSeqLen gives it another.
   GptConfig model;
   int max_positions = 0;
-  // Phi-3: q|k|v stored as one qkv_proj, gate|up as one gate_up_proj
-  // (HfTensorNames names their row ranges).
-  bool fused_projections = false;
+  // Phi-3: q|k|v stored as one qkv_proj; Phi-3 and GLM: gate|up as one
+  // gate_up_proj (HfTensorNames names their row ranges).
+  bool fused_qkv = false;
+  bool fused_gate_up = false;
+  // GLM-4's names for the sandwich norms: post_self_attn_layernorm and
+  // post_mlp_layernorm on the outputs, post_attention_layernorm the MLP's
+  // input (Gemma's: post_attention_layernorm, post_feedforward_layernorm,
+  // pre_feedforward_layernorm).
+  bool glm4_norm_names = false;
   std::vector<std::string> notes;  // keys and tensors ignored, and why
   // Where the language model's tensors are: "model." and "lm_head.weight"
   // (HfTensorNames' names), or under a multimodal model's prefix.

@@ -189,7 +189,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, HfParityTest,
                          ::testing::Values("gpt2", "llama", "qwen2", "mistral", "qwen3", "phi3", "phi3-longrope",
                                            "smollm3", "mistral-window", "qwen2-window", "gemma", "gemma3", "gemma3-mm",
                                            "llama-pad", "gemma2", "granite", "olmo2", "qwen3-yarn", "olmo3", "exaone4",
-                                           "seed-oss", "helium"));
+                                           "seed-oss", "helium", "glm", "glm4", "ernie4_5"));
 
 // A copy of a fixture folder whose config.json or tensors a test changes.
 std::string CopyFixture(const TempDir& tmp, const std::string& name) {
@@ -356,6 +356,16 @@ TEST(HfCheckpointTest, Phi4MiniConfigKeysAndLlamaPartialRotary) {
   for (const std::string& n : c->notes) notes += n + "\n";
   EXPECT_NE(notes.find("full_attn_mod: ignored"), std::string::npos) << notes;
   EXPECT_NE(notes.find("auto_map"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("rope_parameters.original_max_position_embeddings: ignored (Phi-3 reads the top-level key"),
+            std::string::npos)
+      << notes;
+  // Without the top-level key, transformers' Phi3Config default (4096),
+  // whatever rope_parameters says.
+  cfg.erase("original_max_position_embeddings");
+  testing::WriteBytes(dir + "/config.json", cfg.dump(2));
+  c = OpenHfCheckpoint(dir);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.rope.original_max_position, 4096);
 
   const std::string llama = CopyFixture(tmp, "llama");
   EditConfig(llama, "{", "{\"partial_rotary_factor\": 0.5,");
@@ -787,15 +797,18 @@ TEST(HfCheckpointTest, Olmo2PostNormsAsTransformersReadsThem) {
   EXPECT_EQ(absent->model.norm_eps, 1e-5);  // Olmo2Config's, not Llama's 1e-6
 }
 
-// A fixture's config.json edited by `edit`, opened.
+// A fixture's config.json edited by `edit`, opened with its tensors, or
+// alone (OpenHfConfig) when `config_only`.
 StatusOr<HfCheckpoint> OpenEdited(const TempDir& tmp, const std::string& fixture,
-                                  const std::function<void(nlohmann::json&)>& edit) {
+                                  const std::function<void(nlohmann::json&)>& edit, bool config_only = false) {
   static int edits = 0;
   const std::string dir = tmp.path() + "/" + fixture + "-" + std::to_string(edits++);
-  std::filesystem::copy(FixtureDir(fixture), dir, std::filesystem::copy_options::recursive);
-  nlohmann::json doc = nlohmann::json::parse(testing::ReadBytes(dir + "/config.json"));
+  std::filesystem::create_directories(dir);
+  nlohmann::json doc = nlohmann::json::parse(testing::ReadBytes(FixtureDir(fixture) + "/config.json"));
   edit(doc);
   testing::WriteBytes(dir + "/config.json", doc.dump(2));
+  if (config_only) return OpenHfConfig(dir);
+  std::filesystem::copy_file(FixtureDir(fixture) + "/model.safetensors", dir + "/model.safetensors");
   return OpenHfCheckpoint(dir);
 }
 
@@ -827,31 +840,50 @@ TEST(HfCheckpointTest, YarnAsTransformersReadsIt) {
   auto yarn = [&](const std::function<void(nlohmann::json&)>& edit) {
     return OpenEdited(tmp, "qwen3-yarn", [&](nlohmann::json& d) { edit(d["rope_parameters"]); });
   };
-  auto c = yarn([](nlohmann::json& p) { p["mscale"] = 2, p["mscale_all_dim"] = 1; });
+  auto c = yarn([](nlohmann::json& p) {
+    p["mscale"] = 2;
+    p["mscale_all_dim"] = 1;
+  });
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_NEAR(c->model.rope.attention_factor, (0.2 * std::log(4.0) + 1) / (0.1 * std::log(4.0) + 1), 1e-15);
-  c = yarn([](nlohmann::json& p) { p["mscale"] = 2, p["attention_factor"] = 1.5; });
+  c = yarn([](nlohmann::json& p) {
+    p["mscale"] = 2;
+    p["attention_factor"] = 1.5;
+  });
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->model.rope.attention_factor, 1.5);
-  c = yarn([](nlohmann::json& p) { p["factor"] = nullptr, p["beta_fast"] = 0, p["beta_slow"] = nullptr; });
+  c = yarn([](nlohmann::json& p) {
+    p["factor"] = nullptr;
+    p["beta_fast"] = 0;
+    p["beta_slow"] = nullptr;
+  });
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->model.rope.factor, 16.0 / 64);
   EXPECT_EQ(c->model.rope.attention_factor, 1.0);  // factor <= 1
   EXPECT_EQ(c->model.rope.beta_fast, 32.0);
   EXPECT_EQ(c->model.rope.beta_slow, 1.0);
-  c = yarn([](nlohmann::json& p) { p.erase("original_max_position_embeddings"), p["beta_fast"] = 16; });
+  c = yarn([](nlohmann::json& p) {
+    p.erase("original_max_position_embeddings");
+    p["beta_fast"] = 16;
+  });
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->model.rope.original_max_position, 16);  // max_position_embeddings
   EXPECT_EQ(c->model.rope.beta_fast, 16.0);
+  // The top-level key: Phi-3's alone (see Phi4MiniConfigKeysAndLlamaPartialRotary).
   c = OpenEdited(tmp, "qwen3-yarn", [](nlohmann::json& d) { d["original_max_position_embeddings"] = 32; });
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(c->model.rope.original_max_position, 32);
+  EXPECT_EQ(c->model.rope.original_max_position, 64);
+  EXPECT_NE(Notes(*c).find("original_max_position_embeddings: ignored (transformers reads it at the top level for "
+                           "Phi-3 only"),
+            std::string::npos)
+      << Notes(*c);
 
   const std::pair<std::function<void(nlohmann::json&)>, std::string> refused[] = {
       {[](nlohmann::json& p) { p.erase("factor"); }, "yarn needs factor"},
-      {[](nlohmann::json& p) { p["beta_slow"] = -1; },
-       "yarn needs factor, attention_factor, beta_fast and beta_slow > 0"},
-      {[](nlohmann::json& p) { p["factor"] = 0; }, "yarn needs factor, attention_factor, beta_fast and beta_slow > 0"},
+      {[](nlohmann::json& p) { p["beta_slow"] = -1; }, "rope_parameters.beta_slow: yarn needs it > 0, got -1"},
+      {[](nlohmann::json& p) { p["factor"] = 0; }, "rope_parameters.factor: yarn needs it > 0, got 0"},
+      {[](nlohmann::json& p) { p["original_max_position_embeddings"] = 64.5; },
+       "rope_parameters.original_max_position_embeddings: expected an integer >= 2, got 64.5"},
       {[](nlohmann::json& p) { p["rope_theta"] = 1; }, "yarn needs rope_theta > 1"},
       {[](nlohmann::json& p) { p["truncate"] = "no"; }, "rope_parameters.truncate: \"no\" is not supported"},
       {[](nlohmann::json& p) { p["low_freq_factor"] = 1; }, "rope_parameters.low_freq_factor: 1 is not supported"},
@@ -878,9 +910,11 @@ TEST(HfCheckpointTest, YarnAsTransformersReadsIt) {
 
 // OLMo 3: OLMo 2's block; three layers in four slide unless layer_types
 // says otherwise; the sliding layers turn by a default RoPE of their own
-// base, the full ones by the scaled one, given per layer type (transformers
-// 5) or as rope_scaling (the Hub's configs), whose top-level
-// original_max_position_embeddings and truncate transformers does not read.
+// base (the class's 500000 unless given per layer type: rope_theta is the
+// full layers'), the full ones by the scaled one, given per layer type
+// (transformers 5) or as rope_scaling (the Hub's configs), whose top-level
+// original_max_position_embeddings and truncate transformers does not read;
+// flat rope_parameters, which transformers ignores, are refused.
 TEST(HfCheckpointTest, Olmo3LayerTypesAndRopeAsTransformersReadsThem) {
   auto saved = OpenHfCheckpoint(FixtureDir("olmo3"));
   ASSERT_TRUE(saved.ok()) << saved.status().ToString();
@@ -900,7 +934,7 @@ TEST(HfCheckpointTest, Olmo3LayerTypesAndRopeAsTransformersReadsThem) {
   auto hub = OpenEdited(tmp, "olmo3", [](nlohmann::json& d) {
     d.erase("rope_parameters");
     d.erase("layer_types");
-    d["rope_theta"] = 500000.0;
+    d["rope_theta"] = 1000.0;
     d["original_max_position_embeddings"] = 4;
     d["rope_scaling"] = {
         {"rope_type", "yarn"}, {"factor", 8.0}, {"beta_fast", 32}, {"beta_slow", 1}, {"truncate", false}};
@@ -909,7 +943,7 @@ TEST(HfCheckpointTest, Olmo3LayerTypesAndRopeAsTransformersReadsThem) {
   EXPECT_EQ(hub->model.sliding_layers, (std::vector<int>{0, 1}));  // layers 0, 1, 2 of every 4
   EXPECT_EQ(hub->model.local_rope_layers, (std::vector<int>{0, 1}));
   EXPECT_EQ(hub->model.local_rope_theta, 500000.0);
-  EXPECT_EQ(hub->model.rope.theta, 500000.0);
+  EXPECT_EQ(hub->model.rope.theta, 1000.0);
   EXPECT_EQ(hub->model.rope.factor, 8.0);
   EXPECT_EQ(hub->model.rope.original_max_position, 16);  // the positions, not the top-level 4
   EXPECT_TRUE(hub->model.rope.truncate);
@@ -923,6 +957,13 @@ TEST(HfCheckpointTest, Olmo3LayerTypesAndRopeAsTransformersReadsThem) {
   });
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("rope_parameters.sliding_attention.factor"), std::string::npos)
+      << refused.status().ToString();
+  refused = OpenEdited(tmp, "olmo3", [](nlohmann::json& d) {
+    d["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 2.0}, {"rope_theta", 1000.0}};
+  });
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("rope_parameters: Olmo3ForCausalLM keeps its RoPE per layer type"),
+            std::string::npos)
       << refused.status().ToString();
 }
 
@@ -968,7 +1009,10 @@ TEST(HfCheckpointTest, Exaone4HybridAttentionAsTransformersReadsIt) {
 
   const std::pair<std::function<void(nlohmann::json&)>, std::string> refused[] = {
       {[](nlohmann::json& d) { d["sliding_window"] = nullptr; }, "layer_types[0]: \"sliding_attention\" without"},
-      {[](nlohmann::json& d) { d.erase("layer_types"), d["sliding_window_pattern"] = "LG"; },
+      {[](nlohmann::json& d) {
+         d.erase("layer_types");
+         d["sliding_window_pattern"] = "LG";
+       },
        "sliding_window_pattern: expected a positive integer"},
   };
   for (const auto& [edit, message] : refused) {
@@ -980,8 +1024,8 @@ TEST(HfCheckpointTest, Exaone4HybridAttentionAsTransformersReadsIt) {
 
 // Seed-OSS and Helium: attention_bias puts biases on q, k and v only
 // (Seed-OSS's default true; its o_proj bias, attention_out_bias, is
-// refused); their heads are 128 wide when head_dim is absent; Helium turns
-// interleaved pairs and has its own defaults.
+// refused); their heads are 128 wide when head_dim is absent (null: hidden
+// size / heads); Helium turns interleaved pairs and has its own defaults.
 TEST(HfCheckpointTest, SeedOssAndHeliumAsTransformersReadsThem) {
   auto seed = OpenHfCheckpoint(FixtureDir("seed-oss"));
   ASSERT_TRUE(seed.ok()) << seed.status().ToString();
@@ -993,16 +1037,11 @@ TEST(HfCheckpointTest, SeedOssAndHeliumAsTransformersReadsThem) {
 
   TempDir tmp;
   auto config = [&](const std::string& fixture, const std::function<void(nlohmann::json&)>& edit) {
-    const std::string dir = tmp.path() + "/" + fixture + "-config";
-    std::filesystem::remove_all(dir);
-    std::filesystem::create_directories(dir);
-    nlohmann::json doc = nlohmann::json::parse(testing::ReadBytes(FixtureDir(fixture) + "/config.json"));
-    edit(doc);
-    testing::WriteBytes(dir + "/config.json", doc.dump(2));
-    return OpenHfConfig(dir);
+    return OpenEdited(tmp, fixture, edit, /*config_only=*/true);
   };
   auto c = config("seed-oss", [](nlohmann::json& d) {
-    d.erase("attention_bias"), d.erase("head_dim"), d.erase("pad_token_id"), d["residual_dropout"] = 0.1;
+    for (const char* k : {"attention_bias", "head_dim", "pad_token_id"}) d.erase(k);
+    d["residual_dropout"] = 0.1;
   });
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_TRUE(c->model.qkv_bias);
@@ -1010,6 +1049,9 @@ TEST(HfCheckpointTest, SeedOssAndHeliumAsTransformersReadsThem) {
   EXPECT_EQ(c->model.padding_token, 1);
   EXPECT_NE(Notes(*c).find("zinf trains without dropout): attention_dropout, residual_dropout"), std::string::npos)
       << Notes(*c);
+  c = config("seed-oss", [](nlohmann::json& d) { d["head_dim"] = nullptr; });
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.head_dim(), 8);  // 32 / 4
   c = config("seed-oss", [](nlohmann::json& d) { d["attention_bias"] = false; });
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_FALSE(c->model.qkv_bias);
@@ -1018,8 +1060,7 @@ TEST(HfCheckpointTest, SeedOssAndHeliumAsTransformersReadsThem) {
   EXPECT_NE(c.status().message().find("attention_out_bias: true changes the model's math"), std::string::npos)
       << c.status().ToString();
   c = config("helium", [](nlohmann::json& d) {
-    d.erase("attention_bias"), d.erase("head_dim"), d.erase("pad_token_id"), d.erase("rms_norm_eps");
-    d.erase("rope_parameters");
+    for (const char* k : {"attention_bias", "head_dim", "pad_token_id", "rms_norm_eps", "rope_parameters"}) d.erase(k);
   });
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_FALSE(c->model.qkv_bias);
@@ -1027,6 +1068,73 @@ TEST(HfCheckpointTest, SeedOssAndHeliumAsTransformersReadsThem) {
   EXPECT_EQ(c->model.padding_token, 3);
   EXPECT_EQ(c->model.norm_eps, 1e-8);
   EXPECT_EQ(c->model.rope.theta, 100000.0);
+}
+
+// GLM and GLM-4: interleaved RoPE over partial_rotary_factor of each head
+// (0.5 when absent, at the top level or in rope_parameters), gate|up fused,
+// q/k/v biases by attention_bias (true when absent); GLM-4's output norms
+// under its own names. ERNIE 4.5: interleaved RoPE over whole heads, a tied
+// head when tie_word_embeddings is absent, use_bias refused.
+TEST(HfCheckpointTest, GlmAndErnieAsTransformersReadsThem) {
+  auto glm = OpenHfCheckpoint(FixtureDir("glm"));
+  ASSERT_TRUE(glm.ok()) << glm.status().ToString();
+  EXPECT_TRUE(glm->model.rope.interleaved && glm->model.qkv_bias && glm->fused_gate_up);
+  EXPECT_FALSE(glm->fused_qkv || glm->model.sandwich_norms);
+  EXPECT_EQ(glm->model.rope_dims(), 8);  // of 16
+  std::vector<std::string> names = HfTensorNames(*glm, LayerBlock(0));
+  EXPECT_EQ(names[kGateW], "model.layers.0.mlp.gate_up_proj.weight");
+  EXPECT_EQ(names[kQW], "model.layers.0.self_attn.q_proj.weight");
+  auto glm4 = OpenHfCheckpoint(FixtureDir("glm4"));
+  ASSERT_TRUE(glm4.ok()) << glm4.status().ToString();
+  EXPECT_TRUE(glm4->model.sandwich_norms && glm4->model.tied_embeddings);
+  EXPECT_FALSE(glm4->model.qkv_bias || glm4->model.norm_unit_offset);
+  EXPECT_EQ(glm4->model.rope_dims(), 6);  // of 8
+  names = HfTensorNames(*glm4, LayerBlock(1));
+  EXPECT_EQ(names[kMlpNormW], "model.layers.1.post_attention_layernorm.weight");
+  EXPECT_EQ(names[names.size() - 2], "model.layers.1.post_self_attn_layernorm.weight");
+  EXPECT_EQ(names.back(), "model.layers.1.post_mlp_layernorm.weight");
+  auto ernie = OpenHfCheckpoint(FixtureDir("ernie4_5"));
+  ASSERT_TRUE(ernie.ok()) << ernie.status().ToString();
+  EXPECT_TRUE(ernie->model.rope.interleaved && ernie->model.tied_embeddings);
+  EXPECT_EQ(ernie->model.rope_dims(), 16);
+
+  TempDir tmp;
+  auto c = OpenEdited(
+      tmp, "glm",
+      [](nlohmann::json& d) {
+        for (const char* k : {"attention_bias", "rms_norm_eps"}) d.erase(k);
+        d["rope_parameters"].erase("partial_rotary_factor");
+      },
+      /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->model.qkv_bias);
+  EXPECT_EQ(c->model.rope.partial_factor, 0.5);
+  EXPECT_EQ(c->model.norm_eps, 1.5625e-7);
+  c = OpenEdited(
+      tmp, "glm", [](nlohmann::json& d) { d.erase("pad_token_id"); }, /*config_only=*/true);
+  ASSERT_FALSE(c.ok());  // GLM's default pad token, past the fixture's 100
+  EXPECT_NE(c.status().message().find("pad_token_id: 151329 (absent: transformers' default)"), std::string::npos)
+      << c.status().ToString();
+  c = OpenEdited(
+      tmp, "glm4",
+      [](nlohmann::json& d) {
+        d["rope_parameters"].erase("partial_rotary_factor");
+        d["partial_rotary_factor"] = 0.25;
+        d.erase("tie_word_embeddings");
+      },
+      /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.rope_dims(), 2);
+  EXPECT_FALSE(c->model.tied_embeddings);
+  c = OpenEdited(
+      tmp, "ernie4_5", [](nlohmann::json& d) { d.erase("tie_word_embeddings"); }, /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->model.tied_embeddings);
+  c = OpenEdited(
+      tmp, "ernie4_5", [](nlohmann::json& d) { d["use_bias"] = true; }, /*config_only=*/true);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("use_bias: true changes the model's math"), std::string::npos)
+      << c.status().ToString();
 }
 
 // Gemma 3 4B and up (Gemma3ForConditionalGeneration): the language model

@@ -158,6 +158,19 @@ MODELS = {
     "helium": (transformers.HeliumConfig, transformers.HeliumForCausalLM,
                dict(COMMON_LLAMA, vocab_size=100, head_dim=8, attention_bias=True, tie_word_embeddings=True,
                     pad_token_id=None), torch.bfloat16),
+    # GLM: RoPE on interleaved pairs over the first half of each head (8 of 16), gate|up fused as gate_up_proj,
+    # q/k/v biases (attention_bias), untied head
+    "glm": (transformers.GlmConfig, transformers.GlmForCausalLM,
+            dict(COMMON_LLAMA, vocab_size=100, head_dim=16, attention_bias=True, tie_word_embeddings=False,
+                 pad_token_id=None), torch.float32),
+    # GLM-4: GLM's layer with norms on the attention's and the MLP's outputs (post_self_attn_layernorm,
+    # post_mlp_layernorm), 6 of 8 columns turned, no biases, tied head, bf16
+    "glm4": (transformers.Glm4Config, transformers.Glm4ForCausalLM,
+             dict(COMMON_LLAMA, vocab_size=110, head_dim=8, partial_rotary_factor=0.75, attention_bias=False,
+                  tie_word_embeddings=True, pad_token_id=None), torch.bfloat16),
+    # ERNIE 4.5: Llama's layer with RoPE on interleaved pairs, heads of 16, tied head (its default)
+    "ernie4_5": (transformers.Ernie4_5Config, transformers.Ernie4_5ForCausalLM,
+                 dict(COMMON_LLAMA, vocab_size=100, head_dim=16, pad_token_id=None), torch.float32),
 }
 
 

@@ -36,7 +36,11 @@ exaone4-1.2b-4l (EXAONE 4.0 1.2B's widths at 4 layers with 32B's hybrid
 attention: three sliding over 100 keys with llama3 RoPE by 16, the fourth full
 without RoPE; post norms, q/k norms per head, GQA 32/8 of 64, tied),
 helium-2b-2l (Helium 1 2B's widths at 2 layers: RoPE on interleaved pairs,
-heads of 128, a 48000 vocabulary, untied).
+heads of 128, a 48000 vocabulary, untied), glm4-9b-2l (GLM-4-9B-0414's widths
+at 2 layers: interleaved RoPE on half of each head, gate|up fused, q/k/v
+biases, norms on the attention's and the MLP's outputs, GQA 32/2, a 151552
+vocabulary), ernie4.5-0.3b (ERNIE 4.5 0.3B's shape: 18 layers, interleaved
+RoPE, GQA 16/2 of 128, a 103424 vocabulary, tied).
 Prints one line per model: both losses and their difference.
 """
 import argparse
@@ -151,6 +155,22 @@ def helium_2b():
         rope_parameters=dict(rope_type="default", rope_theta=100000.0))
 
 
+def glm4_9b():
+    return transformers.Glm4ForCausalLM, transformers.Glm4Config(
+        vocab_size=151552, hidden_size=4096, intermediate_size=13696, num_hidden_layers=2, num_attention_heads=32,
+        num_key_value_heads=2, head_dim=128, max_position_embeddings=32768, rms_norm_eps=1e-5,
+        tie_word_embeddings=False, pad_token_id=151329, eos_token_id=[151329, 151336, 151338], attention_bias=True,
+        rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5))
+
+
+def ernie45_03b():
+    return transformers.Ernie4_5ForCausalLM, transformers.Ernie4_5Config(
+        vocab_size=103424, hidden_size=1024, intermediate_size=3072, num_hidden_layers=18, num_attention_heads=16,
+        num_key_value_heads=2, head_dim=128, max_position_embeddings=131072, rms_norm_eps=1e-5,
+        tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2, use_bias=False,
+        rope_parameters=dict(rope_type="default", rope_theta=500000.0))
+
+
 def gemma3_4b():
     return transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(
         vocab_size=262208, hidden_size=2560, intermediate_size=10240, num_hidden_layers=2, num_attention_heads=8,
@@ -164,7 +184,7 @@ SHAPES = {"qwen3-0.6b": qwen3, "phi4-mini-2l": phi4_mini, "smollm3-4l": smollm3,
           "gemma3-270m": gemma3_270m, "gemma-2b-2l": gemma_2b, "gemma3-4b-2l": gemma3_4b,
           "gemma2-2b-2l": gemma2_2b, "granite-2b-2l": granite_2b, "olmo2-1b-2l": olmo2_1b,
           "olmo3-7b-2l": olmo3_7b, "exaone4-1.2b-4l": exaone4_1b,
-          "helium-2b-2l": helium_2b}
+          "helium-2b-2l": helium_2b, "glm4-9b-2l": glm4_9b, "ernie4.5-0.3b": ernie45_03b}
 
 
 def check(name, zinf, work):
