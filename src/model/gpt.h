@@ -63,9 +63,9 @@ namespace zinf::model {
 // weights used as 1 + w (norm_unit_offset), GELU in the gated MLP (GeGLU:
 // mlp_glu), the embedding scaled by sqrt(n_embd) (embed_scale), attention
 // scores scaled by attn_scalar^-1/2 rather than head_dim^-1/2, and Gemma
-// 2/3's sandwich norms (sandwich_norms): the attention's and the MLP's
-// outputs each go through an RMSNorm of their own before they join the
-// residual stream; OLMo 2 has those output norms alone (post_norms), and
+// 2/3's sandwich norms (sandwich_norms, GLM-4's too): the attention's and
+// the MLP's outputs each go through an RMSNorm of their own before they
+// join the residual stream; OLMo 2 has those output norms alone (post_norms), and
 // its q/k norms span all heads. Granite scales the embedding, each layer's branches and
 // the logits by constants (embed_multiplier, residual_multiplier,
 // logits_scaling). Gemma 2 caps the attention's scores and the logits by
@@ -140,7 +140,7 @@ struct GptConfig {
   kernels::Glu mlp_glu = kernels::Glu::kSilu;  // the gated MLP's activation
   bool embed_scale = false;                    // x_0 = embed_tokens[t] * float(sqrt(n_embd))
   double attn_scalar = 0;                      // scores scaled by attn_scalar^-1/2; 0: head_dim()
-  bool sandwich_norms = false;                 // post-attention and post-MLP norms (Gemma 2, 3)
+  bool sandwich_norms = false;                 // post-attention and post-MLP norms (Gemma 2, 3; GLM-4)
   // OLMo 2 (kLlama): no norm before the attention or the MLP; their outputs
   // go through an RMSNorm of their own before joining the residual stream,
   // with the weights at kAttnNormW and kMlpNormW (post_norms; not with

@@ -212,6 +212,7 @@ struct Architecture {
   bool attention_bias_qkv = false;
   std::string_view out_bias_key = "";  // Seed-OSS: attention_out_bias, o_proj's bias (refused)
   int default_head_dim = 0;            // head_dim when the key is absent; 0: hidden_size / heads
+  int default_kv_heads = 0;            // num_key_value_heads when the key is absent; 0: the heads
   bool interleaved_rope = false;       // Helium, GLM, ERNIE 4.5: RoPE turns the pairs (2i, 2i + 1)
   bool qk_norm = false;                // Qwen3: an RMSNorm over each head of q and k (OLMo 2: over all heads)
   // Phi-3: q|k|v and gate|up stored fused (qkv_proj, gate_up_proj); the
@@ -301,13 +302,16 @@ constexpr Architecture kArchitectures[] = {
     {.name = "LlamaForCausalLM"},
     {.name = "Qwen2ForCausalLM",
      .qkv_bias = true,
+     .default_kv_heads = 32,
      .sliding = SlidingLayers::kFromMaxWindowLayers,
      .default_window = 4096},
     {.name = "Qwen3ForCausalLM",
+     .default_head_dim = 128,
+     .default_kv_heads = 32,
      .qk_norm = true,
      .sliding = SlidingLayers::kFromMaxWindowLayers,
      .default_window = 4096},
-    {.name = "MistralForCausalLM", .sliding = SlidingLayers::kAll, .default_window = 4096},
+    {.name = "MistralForCausalLM", .default_kv_heads = 8, .sliding = SlidingLayers::kAll, .default_window = 4096},
     {.name = "Phi3ForCausalLM",
      .phi3 = true,
      .default_partial_rotary = 1.0,
@@ -315,6 +319,7 @@ constexpr Architecture kArchitectures[] = {
      .default_pad_token = 32000,
      .default_norm_eps = 1e-5},
     {.name = "SmolLM3ForCausalLM",
+     .default_kv_heads = 4,
      .sliding = SlidingLayers::kNopeLayers,
      .nope_layers = true,
      .default_pad_token = 128004},
@@ -324,11 +329,13 @@ constexpr Architecture kArchitectures[] = {
      .attention_bias_qkv = true,
      .out_bias_key = "attention_out_bias",
      .default_head_dim = 128,
+     .default_kv_heads = 8,
      .default_pad_token = 1},
     {.name = "GlmForCausalLM",
      .qkv_bias = true,
      .attention_bias_qkv = true,
      .default_head_dim = 128,
+     .default_kv_heads = 2,
      .interleaved_rope = true,
      .fused_gate_up = true,
      .default_partial_rotary = 0.5,
@@ -338,6 +345,7 @@ constexpr Architecture kArchitectures[] = {
      .qkv_bias = true,
      .attention_bias_qkv = true,
      .default_head_dim = 128,
+     .default_kv_heads = 2,
      .interleaved_rope = true,
      .fused_gate_up = true,
      .default_partial_rotary = 0.5,
@@ -347,13 +355,16 @@ constexpr Architecture kArchitectures[] = {
     {.name = "Ernie4_5ForCausalLM",
      .bias_key = "use_bias",
      .default_head_dim = 128,
+     .default_kv_heads = 2,
      .interleaved_rope = true,
      .tied_by_default = true,
      .default_pad_token = 0,
-     .default_rope_theta = 500000.0},
+     .default_rope_theta = 500000.0,
+     .default_norm_eps = 1e-5},
     {.name = "HeliumForCausalLM",
      .attention_bias_qkv = true,
      .default_head_dim = 128,
+     .default_kv_heads = 20,
      .interleaved_rope = true,
      .default_pad_token = 3,
      .default_rope_theta = 100000.0,
@@ -376,6 +387,7 @@ constexpr Architecture kArchitectures[] = {
      .default_rope_theta = 500000.0,
      .default_norm_eps = 1e-5},
     {.name = "Exaone4ForCausalLM",
+     .default_kv_heads = 32,
      .qk_norm = true,
      .sliding = SlidingLayers::kPattern,
      .default_window = 4096,
@@ -438,6 +450,14 @@ void ParseLocalRope(KeyReader& r, GptConfig& m, const json& s, const std::string
 
 void ParseRopeParams(KeyReader& r, HfCheckpoint& c, const Architecture& arch, const json* s, const std::string& key);
 
+// A count of positions: an integer >= 2, or a number without a fraction
+// (8192.0).
+std::optional<int> PositionCount(const json& v) {
+  const double d = v.is_number() ? v.get<double>() : 0;
+  if (!(d >= 2 && d <= static_cast<double>(int64_t{1} << 30) && d == std::floor(d))) return std::nullopt;
+  return static_cast<int>(d);
+}
+
 void ParseRope(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   RopeConfig& rope = c.model.rope;
   rope.theta = r.Number("rope_theta", arch.default_rope_theta);
@@ -477,13 +497,15 @@ void ParseRope(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   } else if (s != nullptr) {
     ParseRopeParams(r, c, arch, s, key);
   }
-  // The top-level key: Phi-3's (its scalings read it), no other class's.
+  // The top-level key: read by the scalings, not under a layer type.
   const bool scaled = rope.llama3 || rope.longrope || rope.yarn;
-  if (!(arch.phi3 && scaled) && r.Get("original_max_position_embeddings") != nullptr) {
+  if (!(scaled && !arch.layer_type_rope) && r.Get("original_max_position_embeddings") != nullptr) {
     c.notes.push_back(std::string("original_max_position_embeddings: ignored (") +
-                      (arch.phi3 ? "only \"llama3\", \"longrope\" and \"yarn\" scaling read it"
-                                 : "transformers reads it at the top level for Phi-3 only; a scaling's own sits in "
-                                   "its rope parameters") +
+                      (arch.layer_type_rope
+                           ? c.architecture + " keeps its rope parameters per layer type, where transformers "
+                                              "reads their own"
+                           : std::string("only \"llama3\", \"longrope\" and \"yarn\" scaling "
+                                         "read it")) +
                       ")");
   }
 }
@@ -513,12 +535,9 @@ void ParseRopeParams(KeyReader& r, HfCheckpoint& c, const Architecture& arch, co
     } else if (k == "partial_rotary_factor" && it->is_number()) {
       if (arch.default_partial_rotary > 0) rope.partial_factor = it->get<double>();  // see ParseLlama
     } else if (scaled && k == "original_max_position_embeddings") {
-      // An integer, or a number without a fraction (8192.0).
-      const double v = it->is_number() ? it->get<double>() : 0;
-      if (!(v >= 2 && v <= (int64_t{1} << 30) && v == std::floor(v))) {
-        return r.Error(name + ": expected an integer >= 2, got " + it->dump());
-      }
-      rope.original_max_position = static_cast<int>(v);
+      const std::optional<int> v = PositionCount(*it);
+      if (!v) return r.Error(name + ": expected an integer >= 2, got " + it->dump());
+      rope.original_max_position = *v;
     } else if (type == "longrope" && (k == "short_factor" || k == "long_factor")) {
       std::vector<double>& f = k == "short_factor" ? rope.short_factor : rope.long_factor;
       if (!it->is_array()) return r.Error(name + ": expected a list of numbers, got " + it->dump());
@@ -559,17 +578,25 @@ void ParseRopeParams(KeyReader& r, HfCheckpoint& c, const Architecture& arch, co
     }
   }
   if (type == "llama3" || type == "longrope" || type == "yarn") {
-    // As transformers' standardize_rope_params: Phi-3 takes its top-level
-    // key (default 4096) over the rope parameters' own; the others their
-    // own, else the positions.
-    if (phi3) {
-      rope.original_max_position = r.Int("original_max_position_embeddings", 4096, false);
-      if (s->contains("original_max_position_embeddings")) {
-        c.notes.push_back(key + ".original_max_position_embeddings: ignored (Phi-3 reads the top-level key, 4096 " +
-                          "when absent)");
-      }
+    // As transformers' standardize_rope_params, which the model runs again
+    // once the config holds every key: the top-level key wins over the rope
+    // parameters' own (Phi-3's class has it always, 4096 when absent), but
+    // not under a layer type; else the own, else the positions.
+    const json* top = per_layer_type ? nullptr : r.Get("original_max_position_embeddings");
+    const int own = rope.original_max_position;
+    if (top != nullptr) {
+      const std::optional<int> v = PositionCount(*top);
+      if (!v) return r.Error("original_max_position_embeddings: expected an integer >= 2, got " + top->dump());
+      rope.original_max_position = *v;
+    } else if (phi3 && !per_layer_type) {
+      rope.original_max_position = 4096;
     } else if (!s->contains("original_max_position_embeddings")) {
       rope.original_max_position = c.max_positions;
+    }
+    if (s->contains("original_max_position_embeddings") && rope.original_max_position != own) {
+      c.notes.push_back(key + ".original_max_position_embeddings: " + std::to_string(own) + " ignored (" +
+                        (top != nullptr ? "the top-level key's " : "Phi-3's default ") +
+                        std::to_string(rope.original_max_position) + " wins, as in transformers)");
     }
   }
   const double ratio = static_cast<double>(c.max_positions) / rope.original_max_position;
@@ -609,7 +636,7 @@ void ParseRopeParams(KeyReader& r, HfCheckpoint& c, const Architecture& arch, co
                                                        {"beta_fast", rope.beta_fast},
                                                        {"beta_slow", rope.beta_slow}};
     for (const auto& [k, v] : positive) {
-      if (!(v > 0)) r.Error(key + "." + k + ": yarn needs it > 0, got " + std::to_string(v));
+      if (!(v > 0)) r.Error(key + "." + k + ": yarn needs it > 0, got " + json(v).dump());
     }
     if (!(rope.theta > 1)) r.Error(key + ": yarn needs rope_theta > 1 (its ramp divides by ln(rope_theta))");
   } else if (type != "default") {
@@ -852,7 +879,12 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   m.n_head = shape("num_attention_heads");
   m.n_layer = shape("num_hidden_layers");
   // Gemma's classes default it to other than the heads: required there.
-  m.n_kv_head = arch.gemma3 ? shape("num_key_value_heads") : r.Int("num_key_value_heads", m.n_head, arch.gemma);
+  // Absent: the class's default (Gemma's: required); null: the heads.
+  m.n_kv_head =
+      arch.gemma3 ? shape("num_key_value_heads")
+                  : r.Int("num_key_value_heads",
+                          arch.default_kv_heads > 0 && !r.Has("num_key_value_heads") ? arch.default_kv_heads : m.n_head,
+                          arch.gemma);
   m.intermediate_size = shape("intermediate_size");
   c.max_positions = shape("max_position_embeddings");
   m.seq_len = c.max_positions;
@@ -901,7 +933,8 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   if (!arch.attention_bias_qkv) r.Neutral(std::string(arch.bias_key), {m.qkv_bias});
   // An explicit head_dim other than hidden_size / num_attention_heads
   // (Qwen3, Mistral-Nemo) makes q and o_proj num_attention_heads * head_dim wide.
-  // null: hidden_size / num_attention_heads (Seed-OSS's class says so).
+  // null: hidden_size / num_attention_heads (Seed-OSS's and ERNIE's
+  // classes say so; others would fail on it).
   const int head_dim = r.Int("head_dim", r.Has("head_dim") ? 0 : arch.gemma ? 256 : arch.default_head_dim, false);
   if (head_dim > 0 && !(m.n_head > 0 && m.n_embd % m.n_head == 0 && head_dim == m.n_embd / m.n_head)) {
     m.head_size = head_dim;

@@ -66,8 +66,9 @@
 // The vocabulary rows of the embedding and an untied head are padded with
 // zero rows to padded_vocab_size (they receive no gradient and stay 0).
 // pad_token_id (absent: the class's default, Phi-3 32000, SmolLM3 128004,
-// Gemma 0, OLMo 2 and 3 1) sets GptConfig::padding_token, the embedding row that gets no
-// gradient from the input side (transformers' padding_idx).
+// Gemma 0, OLMo 2 and 3 1, Seed-OSS 1, Helium 3, GLM 151329, ERNIE 4.5 0)
+// sets GptConfig::padding_token, the embedding row that gets no gradient
+// from the input side (transformers' padding_idx).
 //
 // Config keys: those that do not change the math (dtype, token ids,
 // generation settings, dropout: zinf trains without dropout, ...) are

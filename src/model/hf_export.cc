@@ -20,7 +20,7 @@ namespace zinf::model {
 namespace {
 
 // One engine tensor as the folder holds it: a tensor of the folder, or
-// rows of one that several fill in turn (HfRowsOf: Phi-3's fused
+// rows of one that several fill in turn (HfRowsOf: Phi-3's and GLM's fused
 // projections), whose first part carries its name and whole shape; or a
 // source tensor outside the model copied as it is (HfCheckpoint::kept:
 // block -1, its own dtype).

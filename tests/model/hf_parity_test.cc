@@ -356,7 +356,7 @@ TEST(HfCheckpointTest, Phi4MiniConfigKeysAndLlamaPartialRotary) {
   for (const std::string& n : c->notes) notes += n + "\n";
   EXPECT_NE(notes.find("full_attn_mod: ignored"), std::string::npos) << notes;
   EXPECT_NE(notes.find("auto_map"), std::string::npos) << notes;
-  EXPECT_NE(notes.find("rope_parameters.original_max_position_embeddings: ignored (Phi-3 reads the top-level key"),
+  EXPECT_NE(notes.find("rope_parameters.original_max_position_embeddings: 16 ignored (the top-level key's 8 wins"),
             std::string::npos)
       << notes;
   // Without the top-level key, transformers' Phi3Config default (4096),
@@ -869,14 +869,24 @@ TEST(HfCheckpointTest, YarnAsTransformersReadsIt) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->model.rope.original_max_position, 16);  // max_position_embeddings
   EXPECT_EQ(c->model.rope.beta_fast, 16.0);
-  // The top-level key: Phi-3's alone (see Phi4MiniConfigKeysAndLlamaPartialRotary).
-  c = OpenEdited(tmp, "qwen3-yarn", [](nlohmann::json& d) { d["original_max_position_embeddings"] = 32; });
+  // The top-level key wins (transformers' model standardizes the rope
+  // parameters again with every key of the config set), as a whole-number
+  // float too; with rope_scaling, whose own is absent, likewise.
+  c = OpenEdited(tmp, "qwen3-yarn", [](nlohmann::json& d) { d["original_max_position_embeddings"] = 32.0; });
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(c->model.rope.original_max_position, 64);
-  EXPECT_NE(Notes(*c).find("original_max_position_embeddings: ignored (transformers reads it at the top level for "
-                           "Phi-3 only"),
+  EXPECT_EQ(c->model.rope.original_max_position, 32);
+  EXPECT_NE(Notes(*c).find("rope_parameters.original_max_position_embeddings: 64 ignored (the top-level key's 32 "
+                           "wins"),
             std::string::npos)
       << Notes(*c);
+  c = OpenEdited(tmp, "qwen3-yarn", [](nlohmann::json& d) {
+    d["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+    d.erase("rope_parameters");
+    d["rope_theta"] = 100.0;
+    d["original_max_position_embeddings"] = 8;
+  });
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.rope.original_max_position, 8);
 
   const std::pair<std::function<void(nlohmann::json&)>, std::string> refused[] = {
       {[](nlohmann::json& p) { p.erase("factor"); }, "yarn needs factor"},
@@ -1110,6 +1120,25 @@ TEST(HfCheckpointTest, GlmAndErnieAsTransformersReadsThem) {
   EXPECT_TRUE(c->model.qkv_bias);
   EXPECT_EQ(c->model.rope.partial_factor, 0.5);
   EXPECT_EQ(c->model.norm_eps, 1.5625e-7);
+  // num_key_value_heads: absent, the class's 2; null, the heads.
+  c = OpenEdited(
+      tmp, "glm",
+      [](nlohmann::json& d) {
+        d["num_attention_heads"] = 8;
+        d.erase("num_key_value_heads");
+      },
+      /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.n_kv_head, 2);
+  c = OpenEdited(
+      tmp, "glm",
+      [](nlohmann::json& d) {
+        d["num_attention_heads"] = 8;
+        d["num_key_value_heads"] = nullptr;
+      },
+      /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.n_kv_head, 8);
   c = OpenEdited(
       tmp, "glm", [](nlohmann::json& d) { d.erase("pad_token_id"); }, /*config_only=*/true);
   ASSERT_FALSE(c.ok());  // GLM's default pad token, past the fixture's 100
