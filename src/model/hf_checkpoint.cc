@@ -297,6 +297,22 @@ constexpr Architecture Gemma3(std::string_view name, bool multimodal) {
           .default_rope_theta = 1000000.0};
 }
 
+// GLM (GLM-4 9B's first release) and GLM-4-0414, which adds sandwich norms
+// under names of its own.
+constexpr Architecture Glm(std::string_view name, bool glm4) {
+  return {.name = name,
+          .qkv_bias = true,
+          .attention_bias_qkv = true,
+          .default_head_dim = 128,
+          .default_kv_heads = 2,
+          .interleaved_rope = true,
+          .fused_gate_up = true,
+          .default_partial_rotary = 0.5,
+          .glm4_norms = glm4,
+          .default_pad_token = 151329,
+          .default_norm_eps = 1.5625e-7};
+}
+
 constexpr Architecture kArchitectures[] = {
     {.name = "GPT2LMHeadModel", .llama = false},
     {.name = "LlamaForCausalLM"},
@@ -331,27 +347,8 @@ constexpr Architecture kArchitectures[] = {
      .default_head_dim = 128,
      .default_kv_heads = 8,
      .default_pad_token = 1},
-    {.name = "GlmForCausalLM",
-     .qkv_bias = true,
-     .attention_bias_qkv = true,
-     .default_head_dim = 128,
-     .default_kv_heads = 2,
-     .interleaved_rope = true,
-     .fused_gate_up = true,
-     .default_partial_rotary = 0.5,
-     .default_pad_token = 151329,
-     .default_norm_eps = 1.5625e-7},
-    {.name = "Glm4ForCausalLM",
-     .qkv_bias = true,
-     .attention_bias_qkv = true,
-     .default_head_dim = 128,
-     .default_kv_heads = 2,
-     .interleaved_rope = true,
-     .fused_gate_up = true,
-     .default_partial_rotary = 0.5,
-     .glm4_norms = true,
-     .default_pad_token = 151329,
-     .default_norm_eps = 1.5625e-7},
+    Glm("GlmForCausalLM", /*glm4=*/false),
+    Glm("Glm4ForCausalLM", /*glm4=*/true),
     {.name = "Ernie4_5ForCausalLM",
      .bias_key = "use_bias",
      .default_head_dim = 128,
