@@ -124,10 +124,17 @@ StatusOr<int64_t> NvmeFreeBytes(const std::vector<std::string>& paths, std::vect
 
 std::string Gb(int64_t bytes) { return FormatBytes(bytes); }
 
+// A routed model's experts and the parameters a token uses.
+std::string Experts(const model::GptConfig& m) {
+  if (!m.moe()) return "";
+  return ", " + std::to_string(m.experts_per_token) + " of " + std::to_string(m.n_experts) +
+         " experts a token: " + FormatCount(m.ActiveParameters()) + " active";
+}
+
 std::string Shape(const model::GptConfig& m) {
   return std::to_string(m.n_layer) + " layers, n_embd " + std::to_string(m.n_embd) + ", " + std::to_string(m.n_head) +
          " heads, seq_len " + std::to_string(m.seq_len) + ", vocab " + std::to_string(m.vocab_size) +
-         (m.tied_embeddings ? ", tied head" : ", untied head");
+         (m.tied_embeddings ? ", tied head" : ", untied head") + Experts(m);
 }
 
 json OptionJson(const PlanOption& o) {

@@ -154,9 +154,13 @@ void PrintRunHeader(FILE* out, const Config& config, const std::vector<AutoResol
   }
   const model::GptConfig& m = source.model;
   std::string window;
+  if (m.moe()) {
+    window = "; " + std::to_string(m.experts_per_token) + " of " + std::to_string(m.n_experts) + " experts a token, " +
+             FormatCount(m.ActiveParameters()) + " parameters active";
+  }
   if (m.sliding_window > 0) {
-    window = "; sliding window " + std::to_string(m.sliding_window) + " in " + std::to_string(m.sliding_layers.size()) +
-             " of the layers";
+    window += "; sliding window " + std::to_string(m.sliding_window) + " in " +
+              std::to_string(m.sliding_layers.size()) + " of the layers";
   }
   std::fprintf(out, "zinf train: model %s: %s parameters (%d layers, %d heads, width %d, context %d, vocab %d%s)\n",
                source.description.c_str(), FormatCount(m.NumParameters()).c_str(), m.n_layer, m.n_head, m.n_embd,

@@ -238,5 +238,58 @@ void GqaExpandForward(T* qkv, const T* q, const T* k, const T* v, int64_t N, int
 template <typename T>
 void GqaExpandBackward(T* dq, T* dk, T* dv, const T* dqkv, int64_t N, int NH, int NKV, int hd);
 
+// ---- Mixture-of-experts kernels (cpu_moe_kernels.cc) ----
+//
+// A sparse MLP routes each of N tokens to k of E experts: the router's
+// logits [N, E] give probabilities p = softmax(logits) per row, the k
+// largest (descending; ties to the lower expert) are each token's experts
+// [N, k] and their weights [N, k], divided by their sum when `normalize`
+// (Qwen3-MoE's norm_topk_prob, Mixtral's always). The N * k (token, slot)
+// pairs are dispatched into rows grouped by expert (MoeDispatch), each
+// expert's rows go through its MLP as one matmul, and the outputs y [N*k,
+// C] combine back per token, weighted.
+
+// The most experts a token is routed to (k).
+inline constexpr int kMaxExpertsPerToken = 64;
+
+// probs [N, E] = softmax(logits) (kept for the backward), experts and
+// weights [N, k] as above. Computed in double, rounded to T; 1 <= k <= E,
+// k <= kMaxExpertsPerToken.
+template <typename T>
+void MoeRouteForward(T* weights, int32_t* experts, T* probs, const T* logits, int64_t N, int E, int k, bool normalize);
+// dlogits += the routing's adjoint for dweights [N, k] (the experts fixed).
+template <typename T>
+void MoeRouteBackward(T* dlogits, const T* dweights, const T* probs, const int32_t* experts, int64_t N, int E, int k,
+                      bool normalize);
+
+// The dispatch, on the host: the N * k slots (s = n * k + j: token n's
+// j-th expert) ordered by expert, then slot. Row r of the dispatched
+// arrays is slot row_slot[r] of token row_token[r]; token n's rows are
+// token_rows[n * k .. n * k + k), ascending (so by expert); expert e's rows
+// are [offsets[e], offsets[e + 1]) (offsets [E + 1]). Returns false (the
+// outputs undefined) when an expert index is outside [0, E).
+bool MoeDispatch(const int32_t* experts, int64_t N, int k, int E, int32_t* row_token, int32_t* row_slot,
+                 int32_t* token_rows, int64_t* offsets);
+
+// out [M, C]: row r = inp row rows[r] (inp [*, C]).
+template <typename T>
+void GatherRows(T* out, const T* inp, const int32_t* rows, int64_t M, int C);
+// The adjoint of gathering the dispatched rows: dinp[n] += the sum of
+// drows' rows token_rows[n * k ..], in that order.
+template <typename T>
+void GatherRowsBackward(T* dinp, const T* drows, const int32_t* token_rows, int64_t N, int k, int C);
+
+// out [N, C]: row n = 0 + y[r] * weights[row_slot[r]] over token n's rows
+// r in token_rows order (ascending experts: transformers' index_add_ loop),
+// each product rounded to T before it is added. Overwrites out.
+template <typename T>
+void MoeCombineForward(T* out, const T* y, const T* weights, const int32_t* token_rows, const int32_t* row_slot,
+                       int64_t N, int k, int C);
+// dy[r] += dout[row_token[r]] * weights[row_slot[r]]; dweights[row_slot[r]]
+// += dot(dout[row_token[r]], y[r]), for the M = N * k rows.
+template <typename T>
+void MoeCombineBackward(T* dy, T* dweights, const T* dout, const T* y, const T* weights, const int32_t* row_token,
+                        const int32_t* row_slot, int64_t M, int C);
+
 }  // namespace cpu
 }  // namespace zinf::kernels

@@ -236,4 +236,20 @@ Status GqaExpandForward(float* qkv, const float* q, const float* k, const float*
 Status GqaExpandBackward(float* dq, float* dk, float* dv, const float* dqkv, int64_t N, int NH, int NKV, int hd,
                          void* stream);
 
+// The mixture-of-experts kernels (cuda_moe_kernels.cu), contracts as the
+// CPU functions of the same names: a thread per token routes it (softmax
+// and selection in fp32), gathers and combines are elementwise (a token's
+// rows summed in their order), a warp per row forms the weights' dots.
+Status MoeRouteForward(float* weights, int32_t* experts, float* probs, const float* logits, int64_t N, int E, int k,
+                       bool normalize, void* stream);
+Status MoeRouteBackward(float* dlogits, const float* dweights, const float* probs, const int32_t* experts, int64_t N,
+                        int E, int k, bool normalize, void* stream);
+Status GatherRows(float* out, const float* inp, const int32_t* rows, int64_t M, int C, void* stream);
+Status GatherRowsBackward(float* dinp, const float* drows, const int32_t* token_rows, int64_t N, int k, int C,
+                          void* stream);
+Status MoeCombineForward(float* out, const float* y, const float* weights, const int32_t* token_rows,
+                         const int32_t* row_slot, int64_t N, int k, int C, void* stream);
+Status MoeCombineBackward(float* dy, float* dweights, const float* dout, const float* y, const float* weights,
+                          const int32_t* row_token, const int32_t* row_slot, int64_t M, int C, void* stream);
+
 }  // namespace zinf::kernels::cuda

@@ -190,6 +190,29 @@ class CudaOps final : public Ops<float> {
                          int hd) override {
     Run([&] { return k::GqaExpandBackward(dq, dk, dv, dqkv, N, NH, NKV, hd, s_); });
   }
+  void MoeRouteForward(float* weights, int32_t* experts, float* probs, const float* logits, int64_t N, int E, int k,
+                       bool normalize) override {
+    Run([&] { return k::MoeRouteForward(weights, experts, probs, logits, N, E, k, normalize, s_); });
+  }
+  void MoeRouteBackward(float* dlogits, const float* dweights, const float* probs, const int32_t* experts, int64_t N,
+                        int E, int k, bool normalize) override {
+    Run([&] { return k::MoeRouteBackward(dlogits, dweights, probs, experts, N, E, k, normalize, s_); });
+  }
+  void GatherRows(float* out, const float* inp, const int32_t* rows, int64_t M, int C) override {
+    Run([&] { return k::GatherRows(out, inp, rows, M, C, s_); });
+  }
+  void GatherRowsBackward(float* dinp, const float* drows, const int32_t* token_rows, int64_t N, int k,
+                          int C) override {
+    Run([&] { return k::GatherRowsBackward(dinp, drows, token_rows, N, k, C, s_); });
+  }
+  void MoeCombineForward(float* out, const float* y, const float* weights, const int32_t* token_rows,
+                         const int32_t* row_slot, int64_t N, int k, int C) override {
+    Run([&] { return k::MoeCombineForward(out, y, weights, token_rows, row_slot, N, k, C, s_); });
+  }
+  void MoeCombineBackward(float* dy, float* dweights, const float* dout, const float* y, const float* weights,
+                          const int32_t* row_token, const int32_t* row_slot, int64_t M, int C) override {
+    Run([&] { return k::MoeCombineBackward(dy, dweights, dout, y, weights, row_token, row_slot, M, C, s_); });
+  }
 
   void* stream() override { return s_; }
   Status Synchronize() override {

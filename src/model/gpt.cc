@@ -56,8 +56,10 @@ int64_t GptConfig::NumParameters() const {
   const int64_t C = n_embd;
   if (llama()) {
     const int64_t kv = static_cast<int64_t>(n_kv_head) * head_dim(), I = intermediate_size, A = attn_width();
-    const int64_t layer = 2 * C + 2 * A * C + 2 * kv * C + 3 * I * C + (qkv_bias ? A + 2 * kv : 0) +
-                          (qk_norm ? q_norm_width() + k_norm_width() : 0) + (sandwich_norms ? 2 * C : 0);
+    const int64_t experts = moe() ? n_experts : 1;
+    const int64_t layer = 2 * C + 2 * A * C + 2 * kv * C + experts * 3 * I * C + (moe() ? n_experts * C : 0) +
+                          (qkv_bias ? A + 2 * kv : 0) + (qk_norm ? q_norm_width() + k_norm_width() : 0) +
+                          (sandwich_norms ? 2 * C : 0);
     const int64_t vocab = static_cast<int64_t>(padded_vocab_size) * C;
     return vocab + n_layer * layer + C + (tied_embeddings ? 0 : vocab);
   }
@@ -66,6 +68,11 @@ int64_t GptConfig::NumParameters() const {
   const int64_t layer = 12 * C * C + 13 * C;
   const int64_t head = 2 * C + (tied_embeddings ? 0 : static_cast<int64_t>(padded_vocab_size) * C);
   return embed + n_layer * layer + head;
+}
+
+int64_t GptConfig::ActiveParameters() const {
+  const int64_t idle = moe() ? int64_t{n_experts - experts_per_token} * 3 * intermediate_size * n_embd : 0;
+  return NumParameters() - n_layer * idle;
 }
 
 namespace {
@@ -313,6 +320,11 @@ std::string GptConfigToJson(const GptConfig& config) {
       j["local_rope_layers"] = config.local_rope_layers;
     }
     if (config.padding_token >= 0) j["padding_token"] = config.padding_token;
+    if (config.moe()) {
+      j["n_experts"] = config.n_experts;
+      j["experts_per_token"] = config.experts_per_token;
+      j["norm_topk_prob"] = config.norm_topk_prob;
+    }
   }
   if (!config.sliding_layers.empty()) {
     j["sliding_window"] = config.sliding_window;
@@ -338,6 +350,9 @@ std::vector<BlockSpec> LlamaBlockSpecs(const GptConfig& config) {
   const char* mlp_norm = config.post_norms       ? "post_feedforward_layernorm.weight"
                          : config.sandwich_norms ? "pre_feedforward_layernorm.weight"
                                                  : "post_attention_layernorm.weight";
+  // An MoE layer's experts are gated MLPs of width I, expert 0 where a
+  // dense layer's MLP is (ExpertTensor).
+  const std::string mlp = config.moe() ? "experts.0." : "";
   for (int l = 0; l < config.n_layer; ++l) {
     BlockSpec b{"layer." + std::to_string(l),
                 {{attn_norm, {C}},
@@ -346,9 +361,9 @@ std::vector<BlockSpec> LlamaBlockSpecs(const GptConfig& config) {
                  {"v_proj.weight", {Ckv, C}},
                  {"o_proj.weight", {C, A}},
                  {mlp_norm, {C}},
-                 {"gate_proj.weight", {I, C}},
-                 {"up_proj.weight", {I, C}},
-                 {"down_proj.weight", {C, I}}}};
+                 {mlp + "gate_proj.weight", {I, C}},
+                 {mlp + "up_proj.weight", {I, C}},
+                 {mlp + "down_proj.weight", {C, I}}}};
     if (config.qkv_bias) {
       b.tensors.push_back({"q_proj.bias", {A}});
       b.tensors.push_back({"k_proj.bias", {Ckv}});
@@ -362,6 +377,13 @@ std::vector<BlockSpec> LlamaBlockSpecs(const GptConfig& config) {
       b.tensors.push_back({"post_attention_layernorm.weight", {C}});
       b.tensors.push_back({"post_feedforward_layernorm.weight", {C}});
     }
+    for (int e = 1; e < config.n_experts; ++e) {
+      const std::string x = "experts." + std::to_string(e) + ".";
+      b.tensors.push_back({x + "gate_proj.weight", {I, C}});
+      b.tensors.push_back({x + "up_proj.weight", {I, C}});
+      b.tensors.push_back({x + "down_proj.weight", {C, I}});
+    }
+    if (config.moe()) b.tensors.push_back({"router.weight", {config.n_experts, C}});
     specs.push_back(std::move(b));
   }
   BlockSpec head{"head", {{"norm.weight", {C}}}};
@@ -416,12 +438,24 @@ std::vector<std::vector<int>> LayerTensorGroups(const GptConfig& config) {
   std::vector<int> qkv = {kQW, kKW, kVW};
   if (config.qkv_bias) qkv.insert(qkv.end(), {kQB, kKB, kVB});
   if (config.qk_norm) qkv.insert(qkv.end(), {QNormIndex(config), QNormIndex(config) + 1});
+  // The MLP's input: the router, then each expert's gate and up; its
+  // output: each expert's down.
+  std::vector<int> mlp_in, mlp_out;
+  if (config.moe()) mlp_in.push_back(RouterIndex(config));
+  for (int e = 0; e < std::max(config.n_experts, 1); ++e) {
+    mlp_in.insert(mlp_in.end(), {ExpertTensor(config, e, 0), ExpertTensor(config, e, 1)});
+    mlp_out.push_back(ExpertTensor(config, e, 2));
+  }
   // Post norms: each norm weight is read where its output is (the norm
   // groups are empty).
-  if (config.post_norms) return {{}, qkv, {kOW, kAttnNormW}, {}, {kGateW, kUpW}, {kDownW, kMlpNormW}};
-  if (!config.sandwich_norms) return {{kAttnNormW}, qkv, {kOW}, {kMlpNormW}, {kGateW, kUpW}, {kDownW}};
+  if (config.post_norms) {
+    mlp_out.push_back(kMlpNormW);
+    return {{}, qkv, {kOW, kAttnNormW}, {}, mlp_in, mlp_out};
+  }
+  if (!config.sandwich_norms) return {{kAttnNormW}, qkv, {kOW}, {kMlpNormW}, mlp_in, mlp_out};
   const int post = PostNormIndex(config);
-  return {{kAttnNormW}, qkv, {kOW, post}, {kMlpNormW}, {kGateW, kUpW}, {kDownW, post + 1}};
+  mlp_out.push_back(post + 1);
+  return {{kAttnNormW}, qkv, {kOW, post}, {kMlpNormW}, mlp_in, mlp_out};
 }
 
 namespace {
@@ -583,6 +617,18 @@ struct GptCompute<T>::Impl {
     T* attn_o_rstd = nullptr;
     T* mlp_o = nullptr;  // branch_norms: down_proj's output [N, C], before its norm
     T* mlp_o_rstd = nullptr;
+    // MoE (gate, up and hmid are then [M, I]): the router's logits, then
+    // its probabilities in place [N, E]; each token's experts and weights
+    // [N, K]; the dispatch [3M] (row_token, row_slot, token_rows:
+    // cpu_kernels.h MoeDispatch) and its expert offsets on the host [E + 1];
+    // the experts' inputs and outputs [M, C] in dispatch order.
+    T* moe_probs = nullptr;
+    T* moe_weights = nullptr;
+    int32_t* moe_experts = nullptr;
+    int32_t* moe_rows = nullptr;
+    std::vector<int64_t> moe_offsets;
+    T* moe_x = nullptr;
+    T* moe_y = nullptr;
   };
   bool keep = false;  // LayerActivations::kKeep
   std::vector<LayerActs> acts;
@@ -627,6 +673,38 @@ struct GptCompute<T>::Impl {
   T* norm_w = nullptr;  // norm_unit_offset: 1 + w of the norm at hand [max(C, hd)]
   T* dpost = nullptr;   // branch_norms: d of a post norm's input; residual_multiplier: d of a branch's output [N, C]
   T q_scale = T(1);     // attn_scalar: q times sqrt(hd / attn_scalar) after RoPE
+
+  // MoE (config.moe()): E experts, K a token, M = N * K dispatched rows.
+  // The MLP's rows: M with experts (gate, up, hmid and their gradients
+  // are [M, I]), N without.
+  int E = 0, K = 0;
+  int64_t M = 0, mlp_rows = 0;
+  T* drows = nullptr;                            // [M, C]: d of the experts' outputs, then of their inputs
+  T* dweights = nullptr;                         // [N, K]: d of the routing weights
+  T* drouter = nullptr;                          // [N, E]: d of the router's logits
+  std::vector<int32_t> host_experts, host_rows;  // the dispatch's host side
+  const int32_t* RowToken(const LayerActs& a) const { return a.moe_rows; }
+  const int32_t* RowSlot(const LayerActs& a) const { return a.moe_rows + M; }
+  const int32_t* TokenRows(const LayerActs& a) const { return a.moe_rows + 2 * M; }
+  // Expert e's dispatched rows [first, first + count), for each expert.
+  template <typename F>
+  void ForEachExpert(const LayerActs& a, F f) const {
+    for (int e = 0; e < E; ++e) {
+      const int64_t first = a.moe_offsets[static_cast<size_t>(e)];
+      f(e, first, a.moe_offsets[static_cast<size_t>(e) + 1] - first);
+    }
+  }
+  // The routed MLP's forward up to act(gate) * up (group kMlpInGroup), its
+  // experts' down projections into moe_y, and the dense or routed MLP's
+  // output into `out` (down_proj's, or the experts' combined).
+  void MoeForwardIn(const LayerParams& lp, LayerActs& a);
+  void MoeExpertsDown(const LayerParams& lp, LayerActs& a);
+  void MlpDown(const LayerParams& lp, LayerActs& a, T* out);
+  // The routed MLP's backward: from d of its output (kMlpOutGroup) to dh,
+  // and from dh to d of its input in dbuf_c (kMlpInGroup).
+  void MoeBackwardOut(const LayerParams& lp, LayerActs& a, const T* dout, const std::vector<T*>& g,
+                      kernels::GradMode mode);
+  void MoeBackwardIn(const LayerParams& lp, LayerActs& a, const std::vector<T*>& g, kernels::GradMode mode);
 
   // The weight an RMSNorm multiplies by: `w`, or 1 + w in norm_w
   // (norm_unit_offset; formed in T: transformers forms it in fp32, and an
@@ -788,7 +866,7 @@ struct GptCompute<T>::Impl {
 
   size_t LayerTensorCount() const {
     if (!config.llama()) return kLayerTensors;
-    return static_cast<size_t>(PostNormIndex(config) + (config.sandwich_norms ? 2 : 0));  // post_norms: in place
+    return static_cast<size_t>(config.moe() ? RouterIndex(config) + 1 : MoeExtraIndex(config));
   }
   // One group's step of the layer's forward (LayerTensorGroups): group
   // kMlpOutGroup writes x_{l+1}, so the recompute in LayerBackward stops
@@ -815,16 +893,19 @@ struct GptCompute<T>::Impl {
   // W^T + bias, and its backward (dinp accumulating, W's and the bias's
   // gradients as `mode` says), reading W in its 16-bit type when the call
   // handed it over so (lp.matrices16[w]).
-  void Linear(const LayerParams& lp, int w, T* out, const T* inp, const T* bias, int IC, int OC) {
+  // `rows` of inp and out, N unless given (an expert's dispatched rows).
+  void Linear(const LayerParams& lp, int w, T* out, const T* inp, const T* bias, int IC, int OC, int64_t rows = -1) {
+    const int64_t n = rows < 0 ? N : rows;
     const void* w16 = lp.matrices16.empty() ? nullptr : lp.matrices16[static_cast<size_t>(w)];
-    if (w16 != nullptr) return ops->MatmulForward16(out, inp, w16, lp.type16, bias, N, IC, OC);
-    ops->MatmulForward(out, inp, lp.values[static_cast<size_t>(w)], bias, N, IC, OC);
+    if (w16 != nullptr) return ops->MatmulForward16(out, inp, w16, lp.type16, bias, n, IC, OC);
+    ops->MatmulForward(out, inp, lp.values[static_cast<size_t>(w)], bias, n, IC, OC);
   }
   void LinearBackward(const LayerParams& lp, int w, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, int IC,
-                      int OC, kernels::GradMode mode) {
+                      int OC, kernels::GradMode mode, int64_t rows = -1) {
+    const int64_t n = rows < 0 ? N : rows;
     const void* w16 = lp.matrices16.empty() ? nullptr : lp.matrices16[static_cast<size_t>(w)];
-    if (w16 != nullptr) return ops->MatmulBackward16(dinp, dweight, dbias, dout, inp, w16, lp.type16, N, IC, OC, mode);
-    ops->MatmulBackward(dinp, dweight, dbias, dout, inp, lp.values[static_cast<size_t>(w)], N, IC, OC, mode);
+    if (w16 != nullptr) return ops->MatmulBackward16(dinp, dweight, dbias, dout, inp, w16, lp.type16, n, IC, OC, mode);
+    ops->MatmulBackward(dinp, dweight, dbias, dout, inp, lp.values[static_cast<size_t>(w)], n, IC, OC, mode);
   }
   Status CheckBackwardLayer(int layer, const char* what) const;
   Status AllocateLayerActs(LayerActs* a);
@@ -909,6 +990,10 @@ void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const LayerPar
       if (!config.post_norms) o.RmsNormForward(a.ln2, a.ln2_rstd, a.mid, NormWeight(p[kMlpNormW], C), N, C, eps);
       break;
     case kMlpInGroup:
+      if (config.moe()) {
+        MoeForwardIn(lp, a);
+        break;
+      }
       Linear(lp, kGateW, a.gate, MlpInput(a), nullptr, C, I);
       Linear(lp, kUpW, a.up, MlpInput(a), nullptr, C, I);
       o.GluForward(a.hmid, a.gate, a.up, N * I, config.mlp_glu);
@@ -916,10 +1001,10 @@ void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const LayerPar
     default: {
       T* xout = x[layer + 1];
       if (normed) {
-        Linear(lp, kDownW, a.mlp_o, a.hmid, nullptr, I, C);
+        MlpDown(lp, a, a.mlp_o);
         o.RmsNormForward(xout, a.mlp_o_rstd, a.mlp_o, NormWeight(p[MlpOutNorm()], C), N, C, eps);
       } else {
-        Linear(lp, kDownW, xout, a.hmid, nullptr, I, C);
+        MlpDown(lp, a, xout);
         if (residual_multiplier != T(1)) o.Scale(xout, residual_multiplier, N * C);
       }
       o.ResidualForward(xout, a.mid, xout, N * C);
@@ -1005,19 +1090,29 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
         const size_t n = MlpOutNorm();
         const T* w = NormWeight(p[n], C);
         if (!keep) {
-          Linear(lp, kDownW, a.mlp_o, a.hmid, nullptr, I, C);
+          MlpDown(lp, a, a.mlp_o);
           o.RmsNormForward(dpost, a.mlp_o_rstd, a.mlp_o, w, N, C, config.norm_eps);
         }
         ZeroIfSet(mode, {g[n]}, C);
         o.Zero(dpost, N * C);
         o.RmsNormBackward(dpost, g[n], dres, a.mlp_o, w, a.mlp_o_rstd, N, C);
         d_down = dpost;
+      } else if (config.moe() && !keep) {
+        MoeExpertsDown(lp, a);  // the routing weights' gradients read the experts' outputs
+      }
+      if (config.moe()) {
+        MoeBackwardOut(lp, a, d_down, g, mode);
+        break;
       }
       o.Zero(dh, N * I);
       LinearBackward(lp, kDownW, dh, g[kDownW], nullptr, d_down, a.hmid, I, C, mode);
       break;
     }
     case kMlpInGroup:
+      if (config.moe()) {
+        MoeBackwardIn(lp, a, g, mode);
+        break;
+      }
       o.Zero(dgate, N * I);
       o.Zero(dup, N * I);
       o.GluBackward(dgate, dup, a.gate, a.up, dh, N * I, config.mlp_glu);
@@ -1091,6 +1186,92 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
       ZeroIfSet(mode, {g[kAttnNormW]}, C);
       o.RmsNormBackward(dres, g[kAttnNormW], dbuf_c, x[layer], NormWeight(p[kAttnNormW], C), a.ln1_rstd, N, C);
   }
+}
+
+// The routed MLP (config.moe()): the router's logits and the routing, the
+// dispatch on the host (the experts' row counts size their matmuls), each
+// expert's gate and up over its rows, act(gate) * up over all of them.
+template <typename T>
+void GptCompute<T>::Impl::MoeForwardIn(const LayerParams& lp, LayerActs& a) {
+  Ops<T>& o = *ops;
+  const T* in = MlpInput(a);
+  Linear(lp, RouterIndex(config), a.moe_probs, in, nullptr, C, E);
+  o.MoeRouteForward(a.moe_weights, a.moe_experts, a.moe_probs, a.moe_probs, N, E, K, config.norm_topk_prob);
+  // After a failed kernel the copy may not run: experts 0 still dispatch
+  // validly, and Synchronize returns the error.
+  std::fill(host_experts.begin(), host_experts.end(), 0);
+  o.CopyToHost(host_experts.data(), a.moe_experts, sizeof(int32_t) * host_experts.size());
+  int32_t* rows = host_rows.data();
+  const bool dispatched =
+      kernels::cpu::MoeDispatch(host_experts.data(), N, K, E, rows, rows + M, rows + 2 * M, a.moe_offsets.data());
+  ZINF_CHECK_MSG(dispatched, "GptCompute: the routing chose an expert out of range");
+  o.CopyToDevice(a.moe_rows, rows, sizeof(int32_t) * host_rows.size());
+  o.GatherRows(a.moe_x, in, RowToken(a), M, C);
+  ForEachExpert(a, [&](int e, int64_t first, int64_t count) {
+    if (count == 0) return;
+    Linear(lp, ExpertTensor(config, e, 0), a.gate + first * I, a.moe_x + first * C, nullptr, C, I, count);
+    Linear(lp, ExpertTensor(config, e, 1), a.up + first * I, a.moe_x + first * C, nullptr, C, I, count);
+  });
+  o.GluForward(a.hmid, a.gate, a.up, M * I, config.mlp_glu);
+}
+
+template <typename T>
+void GptCompute<T>::Impl::MoeExpertsDown(const LayerParams& lp, LayerActs& a) {
+  ForEachExpert(a, [&](int e, int64_t first, int64_t count) {
+    if (count > 0)
+      Linear(lp, ExpertTensor(config, e, 2), a.moe_y + first * C, a.hmid + first * I, nullptr, I, C, count);
+  });
+}
+
+template <typename T>
+void GptCompute<T>::Impl::MlpDown(const LayerParams& lp, LayerActs& a, T* out) {
+  if (!config.moe()) return Linear(lp, kDownW, out, a.hmid, nullptr, I, C);
+  MoeExpertsDown(lp, a);
+  ops->MoeCombineForward(out, a.moe_y, a.moe_weights, TokenRows(a), RowSlot(a), N, K, C);
+}
+
+template <typename T>
+void GptCompute<T>::Impl::MoeBackwardOut(const LayerParams& lp, LayerActs& a, const T* dout, const std::vector<T*>& g,
+                                         kernels::GradMode mode) {
+  Ops<T>& o = *ops;
+  o.Zero(drows, M * C);
+  o.Zero(dweights, N * K);
+  o.MoeCombineBackward(drows, dweights, dout, a.moe_y, a.moe_weights, RowToken(a), RowSlot(a), M, C);
+  o.Zero(dh, M * I);
+  ForEachExpert(a, [&](int e, int64_t first, int64_t count) {
+    const int w = ExpertTensor(config, e, 2);
+    if (count == 0) return ZeroIfSet(mode, {g[static_cast<size_t>(w)]}, int64_t{I} * C);  // no rows: no gradient
+    LinearBackward(lp, w, dh + first * I, g[static_cast<size_t>(w)], nullptr, drows + first * C, a.hmid + first * I, I,
+                   C, mode, count);
+  });
+}
+
+template <typename T>
+void GptCompute<T>::Impl::MoeBackwardIn(const LayerParams& lp, LayerActs& a, const std::vector<T*>& g,
+                                        kernels::GradMode mode) {
+  Ops<T>& o = *ops;
+  o.Zero(dgate, M * I);
+  o.Zero(dup, M * I);
+  o.GluBackward(dgate, dup, a.gate, a.up, dh, M * I, config.mlp_glu);
+  o.Zero(drows, M * C);  // d of the experts' inputs
+  ForEachExpert(a, [&](int e, int64_t first, int64_t count) {
+    for (int which = 0; which < 2; ++which) {
+      const auto w = static_cast<size_t>(ExpertTensor(config, e, which));
+      if (count == 0) {
+        ZeroIfSet(mode, {g[w]}, int64_t{I} * C);
+        continue;
+      }
+      const T* d = (which == 0 ? dgate : dup) + first * I;
+      LinearBackward(lp, static_cast<int>(w), drows + first * C, g[w], nullptr, d, a.moe_x + first * C, C, I, mode,
+                     count);
+    }
+  });
+  o.Zero(dbuf_c, N * C);  // d ln2
+  o.GatherRowsBackward(dbuf_c, drows, TokenRows(a), N, K, C);
+  o.Zero(drouter, N * E);
+  o.MoeRouteBackward(drouter, dweights, a.moe_probs, a.moe_experts, N, E, K, config.norm_topk_prob);
+  const int router = RouterIndex(config);
+  LinearBackward(lp, router, dbuf_c, g[static_cast<size_t>(router)], nullptr, drouter, MlpInput(a), C, E, mode);
 }
 
 namespace {
@@ -1235,7 +1416,7 @@ Status CheckLayerParams(const GptConfig& config, const typename GptCompute<T>::L
 bool IsLayerMatrix(const GptConfig& config, int tensor) {
   if (config.llama()) {
     return tensor == kQW || tensor == kKW || tensor == kVW || tensor == kOW || tensor == kGateW || tensor == kUpW ||
-           tensor == kDownW;
+           tensor == kDownW || (config.moe() && tensor >= MoeExtraIndex(config) && tensor <= RouterIndex(config));
   }
   return tensor == kQkvW || tensor == kAttProjW || tensor == kFcW || tensor == kFcProjW;
 }
@@ -1274,15 +1455,20 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
        (config.qk_norm_all_heads && (!config.qk_norm || config.norm_unit_offset)) ||
        (config.rope.linear && !(config.rope.factor > 0)) || (config.rope.yarn && !YarnValid(config.rope)) ||
        config.rope.linear + config.rope.llama3 + config.rope.longrope + config.rope.yarn > 1 ||
-       config.padding_token < -1 || config.padding_token >= config.vocab_size)) {
+       config.padding_token < -1 || config.padding_token >= config.vocab_size ||
+       (config.moe() &&
+        (config.experts_per_token < 1 || config.experts_per_token > config.n_experts ||
+         config.experts_per_token > kernels::cpu::kMaxExpertsPerToken ||
+         int64_t{batch} * config.seq_len * config.experts_per_token > std::numeric_limits<int32_t>::max())) ||
+       config.n_experts < 0)) {
     return Status::InvalidArgument("GptCompute: inconsistent llama-family config " + GptConfigToJson(config));
   }
   if (!config.llama() && (config.norm_unit_offset || config.mlp_glu != kernels::Glu::kSilu || config.embed_scale ||
                           config.attn_scalar != 0 || config.sandwich_norms || !config.local_rope_layers.empty() ||
                           config.post_norms || config.qk_norm_all_heads || config.attn_softcap != 0 ||
                           config.final_softcap != 0 || config.padding_token != -1 || config.embed_multiplier != 1 ||
-                          config.residual_multiplier != 1 || config.logits_scaling != 1)) {
-    return Status::InvalidArgument("GptCompute: Gemma's and Granite's fields are for the llama family: " +
+                          config.residual_multiplier != 1 || config.logits_scaling != 1 || config.n_experts != 0)) {
+    return Status::InvalidArgument("GptCompute: Gemma's, Granite's and the experts' fields are for the llama family: " +
                                    GptConfigToJson(config));
   }
   auto impl = std::make_unique<Impl>();
@@ -1329,6 +1515,14 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
     m.rot = config.rope_dims();
     m.Ckv = config.n_kv_head * m.hd;
     m.I = config.intermediate_size;
+    m.mlp_rows = m.N;
+    if (config.moe()) {
+      m.E = config.n_experts;
+      m.K = config.experts_per_token;
+      m.M = m.mlp_rows = m.N * m.K;
+      m.host_experts.resize(static_cast<size_t>(m.M));
+      m.host_rows.resize(3 * static_cast<size_t>(m.M));
+    }
   }
   m.keep = activations == LayerActivations::kKeep;
   m.acts.resize(m.keep ? static_cast<size_t>(L) : 1);
@@ -1372,7 +1566,7 @@ Status GptCompute<T>::Impl::AllocateLayerActs(LayerActs* a) {
     ZINF_RETURN_IF_ERROR(Alloc(&a->fch, N * 4 * C, "mlp hidden"));
     return Alloc(&a->fch_gelu, N * 4 * C, "mlp gelu");
   }
-  const int64_t wide = N * I;
+  const int64_t wide = mlp_rows * I;
   ZINF_RETURN_IF_ERROR(Alloc(&a->gate, wide, "mlp gate"));
   ZINF_RETURN_IF_ERROR(Alloc(&a->up, wide, "mlp up"));
   ZINF_RETURN_IF_ERROR(Alloc(&a->hmid, wide, "mlp hidden"));
@@ -1381,6 +1575,15 @@ Status GptCompute<T>::Impl::AllocateLayerActs(LayerActs* a) {
     ZINF_RETURN_IF_ERROR(Alloc(&a->attn_o_rstd, N, "post-attention norm rstd"));
     ZINF_RETURN_IF_ERROR(Alloc(&a->mlp_o, N * C, "mlp output projection"));
     ZINF_RETURN_IF_ERROR(Alloc(&a->mlp_o_rstd, N, "post-mlp norm rstd"));
+  }
+  if (config.moe()) {
+    ZINF_RETURN_IF_ERROR(Alloc(&a->moe_probs, N * E, "router probabilities"));
+    ZINF_RETURN_IF_ERROR(Alloc(&a->moe_weights, N * K, "routing weights"));
+    ZINF_RETURN_IF_ERROR(Alloc(&a->moe_experts, N * K, "routed experts"));
+    ZINF_RETURN_IF_ERROR(Alloc(&a->moe_rows, 3 * M, "expert dispatch"));
+    ZINF_RETURN_IF_ERROR(Alloc(&a->moe_x, M * C, "expert inputs"));
+    ZINF_RETURN_IF_ERROR(Alloc(&a->moe_y, M * C, "expert outputs"));
+    a->moe_offsets.assign(static_cast<size_t>(E) + 1, 0);
   }
   if (!config.qk_norm) return Status::Ok();
   ZINF_RETURN_IF_ERROR(Alloc(&a->q_pre, N * A, "q before its norm"));
@@ -1395,7 +1598,7 @@ template <typename T>
 Status GptCompute<T>::Impl::AllocateLlama() {
   const int T_ = config.seq_len;
   const int64_t Vp = config.padded_vocab_size;
-  const int64_t kv = N * Ckv, wide = N * I;
+  const int64_t kv = N * Ckv, wide = mlp_rows * I;
   const int64_t half_table = static_cast<int64_t>(T_) * (rot / 2);
   ZINF_RETURN_IF_ERROR(Alloc(&rope_cos, half_table, "rope cos"));
   ZINF_RETURN_IF_ERROR(Alloc(&rope_sin, half_table, "rope sin"));
@@ -1422,6 +1625,11 @@ Status GptCompute<T>::Impl::AllocateLlama() {
   ZINF_RETURN_IF_ERROR(Alloc(&dk_rot, kv, "rotated k gradient"));
   ZINF_RETURN_IF_ERROR(Alloc(&dk, kv, "k gradient"));
   ZINF_RETURN_IF_ERROR(Alloc(&dv, kv, "v gradient"));
+  if (config.moe()) {
+    ZINF_RETURN_IF_ERROR(Alloc(&drows, M * C, "expert row gradient"));
+    ZINF_RETURN_IF_ERROR(Alloc(&dweights, N * K, "routing weight gradient"));
+    ZINF_RETURN_IF_ERROR(Alloc(&drouter, N * E, "router logit gradient"));
+  }
   const bool local_rope = config.local_rope_theta > 0 && !config.local_rope_layers.empty();
   if (local_rope) {
     ZINF_RETURN_IF_ERROR(Alloc(&local_cos, half_table, "local rope cos"));

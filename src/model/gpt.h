@@ -174,8 +174,18 @@ struct GptConfig {
   // side (transformers' nn.Embedding padding_idx, from pad_token_id; a tied
   // head still trains it); -1: none.
   int padding_token = -1;
+  // Mixture of experts (kLlama; Qwen3-MoE, Mixtral, OLMoE), 0: none. With
+  // n_experts > 0 every layer's MLP is sparse: a router (a linear map C ->
+  // n_experts, no bias) scores each token, the softmax's experts_per_token
+  // largest choose its experts and weigh their outputs (divided by their
+  // sum when norm_topk_prob), and each expert is a gated MLP of width
+  // intermediate_size (the experts' width, HF's moe_intermediate_size).
+  int n_experts = 0;
+  int experts_per_token = 0;
+  bool norm_topk_prob = true;
 
   bool llama() const { return family == ModelFamily::kLlama; }
+  bool moe() const { return n_experts > 0; }
   // Whether the attention's and the MLP's outputs are normed before they
   // join the residual stream (Gemma 2 and 3, OLMo 2).
   bool branch_norms() const { return sandwich_norms || post_norms; }
@@ -195,6 +205,9 @@ struct GptConfig {
   // unless head_size says otherwise.
   int attn_width() const { return n_head * head_dim(); }
   int64_t NumParameters() const;  // including the vocabulary padding rows
+  // The parameters a token's forward multiplies by: NumParameters less,
+  // in each routed layer, the experts it is not sent to (E - K of them).
+  int64_t ActiveParameters() const;
 };
 
 // Parses a model config: a JSON object with keys vocab_size, seq_len,
@@ -252,6 +265,15 @@ inline int QNormIndex(const GptConfig& c) { return c.qkv_bias ? kVB + 1 : kDownW
 // (after q_norm and k_norm when there are); the post-MLP norm follows.
 // (kMlpNormW is then the MLP's input norm, Gemma's pre_feedforward_layernorm.)
 inline int PostNormIndex(const GptConfig& c) { return QNormIndex(c) + (c.qk_norm ? 2 : 0); }
+// A kLlama layer's tensors after the ones above: with n_experts > 0,
+// experts 1 .. n_experts - 1's gate, up and down weights (expert 0's are
+// kGateW, kUpW, kDownW: ExpertTensor), then the router's (RouterIndex).
+inline int MoeExtraIndex(const GptConfig& c) { return PostNormIndex(c) + (c.sandwich_norms ? 2 : 0); }
+// Expert e's gate (which 0), up (1) or down (2) weight in a kLlama MoE layer.
+inline int ExpertTensor(const GptConfig& c, int e, int which) {
+  return e == 0 ? kGateW + which : MoeExtraIndex(c) + 3 * (e - 1) + which;
+}
+inline int RouterIndex(const GptConfig& c) { return MoeExtraIndex(c) + 3 * (c.n_experts - 1); }
 // Index of the untied lm_head in the head block (kLmHead for kGpt2).
 inline int LmHeadIndex(const GptConfig& c) { return c.llama() ? 1 : kLmHead; }
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -197,6 +198,11 @@ class KeyReader {
 // (Gemma 3; Gemma 2 every other, OLMo 3 every fourth; their windows always
 // on too). The last three read layer_types first.
 enum class SlidingLayers { kNone, kAll, kFromMaxWindowLayers, kNopeLayers, kPattern };
+// A routed MLP in every layer (GptConfig's experts): Qwen3-MoE's (experts
+// of moe_intermediate_size, norm_topk_prob), OLMoE's (of
+// intermediate_size, norm_topk_prob) or Mixtral's (of intermediate_size,
+// always normalized; router_jitter_noise refused).
+enum class Experts { kNone, kQwen3Moe, kOlmoe, kMixtral };
 
 // What each supported architecture is, in the terms zinf's model uses:
 // GPT-2's block, or Llama's with these changes. The one place an
@@ -275,6 +281,9 @@ struct Architecture {
   // Gemma 3 4B and up: a vision tower beside the language model, whose
   // config is text_config and whose tensors are under language_model.
   bool multimodal = false;
+  Experts experts = Experts::kNone;
+  int default_experts = 0;  // num_experts when absent
+  int default_experts_per_token = 0;
   double default_rope_theta = 10000.0;
   double default_norm_eps = 1e-6;  // rms_norm_eps when the key is absent
 };
@@ -328,6 +337,28 @@ constexpr Architecture kArchitectures[] = {
      .sliding = SlidingLayers::kFromMaxWindowLayers,
      .default_window = 4096},
     {.name = "MistralForCausalLM", .default_kv_heads = 8, .sliding = SlidingLayers::kAll, .default_window = 4096},
+    {.name = "Qwen3MoeForCausalLM",
+     .default_kv_heads = 4,
+     .qk_norm = true,
+     .experts = Experts::kQwen3Moe,
+     .default_experts = 128,
+     .default_experts_per_token = 8},
+    {.name = "MixtralForCausalLM",
+     .default_kv_heads = 8,
+     .sliding = SlidingLayers::kAll,
+     .experts = Experts::kMixtral,
+     .default_experts = 8,
+     .default_experts_per_token = 2,
+     .default_rope_theta = 1000000.0,
+     .default_norm_eps = 1e-5},
+    {.name = "OlmoeForCausalLM",
+     .qk_norm = true,
+     .default_pad_token = 1,
+     .qk_norm_all_heads = true,
+     .experts = Experts::kOlmoe,
+     .default_experts = 64,
+     .default_experts_per_token = 8,
+     .default_norm_eps = 1e-5},
     {.name = "Phi3ForCausalLM",
      .phi3 = true,
      .default_partial_rotary = 1.0,
@@ -856,6 +887,41 @@ constexpr ShapeDefault kGemma3Shape[] = {
     {"max_position_embeddings", 131072},
 };
 
+// The routed MLP's keys: every layer sparse (Qwen3-MoE's dense layers,
+// mlp_only_layers or a decoder_sparse_step over 1, are refused), no
+// load-balancing loss (output_router_logits refused; its coefficient
+// then changes nothing).
+void ParseExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
+  GptConfig& m = c.model;
+  // num_experts, or transformers 5's num_local_experts (both names map to
+  // one attribute in all three classes); Mixtral's Hub configs say
+  // num_local_experts.
+  if (r.Has("num_experts") && r.Has("num_local_experts")) r.Error("num_experts and num_local_experts: give one");
+  const char* key = r.Has("num_local_experts") || (arch.experts == Experts::kMixtral && !r.Has("num_experts"))
+                        ? "num_local_experts"
+                        : "num_experts";
+  m.n_experts = r.Int(key, arch.default_experts, false);
+  m.experts_per_token = r.Int("num_experts_per_tok", arch.default_experts_per_token, false);
+  if (m.experts_per_token > m.n_experts || m.experts_per_token > kernels::cpu::kMaxExpertsPerToken) {
+    r.Error("num_experts_per_tok: " + std::to_string(m.experts_per_token) + " experts a token, of " +
+            std::to_string(m.n_experts) + " (zinf routes a token to at most " +
+            std::to_string(kernels::cpu::kMaxExpertsPerToken) + ")");
+  }
+  m.norm_topk_prob = arch.experts == Experts::kMixtral || r.Bool("norm_topk_prob", false);
+  if (arch.experts == Experts::kQwen3Moe) {
+    m.intermediate_size = r.Int("moe_intermediate_size", 768, false);  // intermediate_size: the dense layers'
+    r.Neutral("decoder_sparse_step", {1});
+    r.Neutral("mlp_only_layers", {json::array()});
+  }
+  if (arch.experts == Experts::kMixtral) r.Neutral("router_jitter_noise", {0, 0.0});
+  if (const json* clip = arch.experts == Experts::kOlmoe ? r.Get("clip_qkv") : nullptr; clip != nullptr) {
+    r.Error("clip_qkv: " + clip->dump() + " clamps q, k and v, which zinf does not; it supports only null");
+  }
+  r.Neutral("output_router_logits", {false});
+  r.Get("router_aux_loss_coef");  // read with output_router_logits only
+  c.mixtral_names = arch.experts == Experts::kMixtral;
+}
+
 void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   GptConfig& m = c.model;
   m.family = ModelFamily::kLlama;
@@ -883,6 +949,7 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
                           arch.default_kv_heads > 0 && !r.Has("num_key_value_heads") ? arch.default_kv_heads : m.n_head,
                           arch.gemma);
   m.intermediate_size = shape("intermediate_size");
+  if (arch.experts != Experts::kNone) ParseExperts(r, c, arch);
   c.max_positions = shape("max_position_embeddings");
   m.seq_len = c.max_positions;
   m.tied_embeddings = r.Bool("tie_word_embeddings", arch.gemma || arch.tied_by_default);
@@ -1284,6 +1351,20 @@ std::vector<std::string> HfTensorNames(const HfCheckpoint& ckpt, BlockId block) 
     n[kMlpNormW] = l + "pre_feedforward_layernorm.weight";
     n.push_back(l + "post_attention_layernorm.weight");
     n.push_back(l + "post_feedforward_layernorm.weight");
+  }
+  if (m.moe()) {
+    const std::string moe = l + (ckpt.mixtral_names ? "block_sparse_moe." : "mlp.");
+    const std::array<const char*, 3> kind = ckpt.mixtral_names
+                                                ? std::array<const char*, 3>{"w1", "w3", "w2"}
+                                                : std::array<const char*, 3>{"gate_proj", "up_proj", "down_proj"};
+    n.resize(static_cast<size_t>(RouterIndex(m)) + 1);
+    for (int e = 0; e < m.n_experts; ++e) {
+      for (int w = 0; w < 3; ++w) {
+        n[static_cast<size_t>(ExpertTensor(m, e, w))] =
+            moe + "experts." + std::to_string(e) + "." + kind[static_cast<size_t>(w)] + ".weight";
+      }
+    }
+    n[static_cast<size_t>(RouterIndex(m))] = moe + "gate.weight";
   }
   if (ckpt.fused_qkv) n[kQW] = n[kKW] = n[kVW] = l + "self_attn.qkv_proj.weight";
   if (ckpt.fused_gate_up) n[kGateW] = n[kUpW] = l + "mlp.gate_up_proj.weight";

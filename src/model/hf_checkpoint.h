@@ -120,6 +120,10 @@ struct HfCheckpoint {
   // input (Gemma's: post_attention_layernorm, post_feedforward_layernorm,
   // pre_feedforward_layernorm).
   bool glm4_norm_names = false;
+  // Mixtral's names for a routed MLP: block_sparse_moe.gate and
+  // block_sparse_moe.experts.<e>.w1 (gate), w3 (up), w2 (down); else
+  // mlp.gate and mlp.experts.<e>.gate_proj, up_proj, down_proj.
+  bool mixtral_names = false;
   std::vector<std::string> notes;  // keys and tensors ignored, and why
   // Where the language model's tensors are: "model." and "lm_head.weight"
   // (HfTensorNames' names), or under a multimodal model's prefix.

@@ -175,6 +175,28 @@ class CpuOps final : public Ops<T> {
   void GqaExpandBackward(T* dq, T* dk, T* dv, const T* dqkv, int64_t N, int NH, int NKV, int hd) override {
     Run([=] { k::GqaExpandBackward(dq, dk, dv, dqkv, N, NH, NKV, hd); });
   }
+  void MoeRouteForward(T* weights, int32_t* experts, T* probs, const T* logits, int64_t N, int E, int k,
+                       bool normalize) override {
+    Run([=] { k::MoeRouteForward(weights, experts, probs, logits, N, E, k, normalize); });
+  }
+  void MoeRouteBackward(T* dlogits, const T* dweights, const T* probs, const int32_t* experts, int64_t N, int E, int k,
+                        bool normalize) override {
+    Run([=] { k::MoeRouteBackward(dlogits, dweights, probs, experts, N, E, k, normalize); });
+  }
+  void GatherRows(T* out, const T* inp, const int32_t* rows, int64_t M, int C) override {
+    Run([=] { k::GatherRows(out, inp, rows, M, C); });
+  }
+  void GatherRowsBackward(T* dinp, const T* drows, const int32_t* token_rows, int64_t N, int k, int C) override {
+    Run([=] { k::GatherRowsBackward(dinp, drows, token_rows, N, k, C); });
+  }
+  void MoeCombineForward(T* out, const T* y, const T* weights, const int32_t* token_rows, const int32_t* row_slot,
+                         int64_t N, int k, int C) override {
+    Run([=] { k::MoeCombineForward(out, y, weights, token_rows, row_slot, N, k, C); });
+  }
+  void MoeCombineBackward(T* dy, T* dweights, const T* dout, const T* y, const T* weights, const int32_t* row_token,
+                          const int32_t* row_slot, int64_t M, int C) override {
+    Run([=] { k::MoeCombineBackward(dy, dweights, dout, y, weights, row_token, row_slot, M, C); });
+  }
 
   Status Synchronize() override {
     if (stream_) Note(stream_->Synchronize().WithContext("CpuOps::Synchronize"));

@@ -119,6 +119,19 @@ class Ops {
   virtual void GqaExpandForward(T* qkv, const T* q, const T* k, const T* v, int64_t N, int NH, int NKV, int hd) = 0;
   virtual void GqaExpandBackward(T* dq, T* dk, T* dv, const T* dqkv, int64_t N, int NH, int NKV, int hd) = 0;
 
+  // The mixture-of-experts MLP's routing, gather and combine, as in
+  // cpu_kernels.h (the dispatch between them runs on the host).
+  virtual void MoeRouteForward(T* weights, int32_t* experts, T* probs, const T* logits, int64_t N, int E, int k,
+                               bool normalize) = 0;
+  virtual void MoeRouteBackward(T* dlogits, const T* dweights, const T* probs, const int32_t* experts, int64_t N, int E,
+                                int k, bool normalize) = 0;
+  virtual void GatherRows(T* out, const T* inp, const int32_t* rows, int64_t M, int C) = 0;
+  virtual void GatherRowsBackward(T* dinp, const T* drows, const int32_t* token_rows, int64_t N, int k, int C) = 0;
+  virtual void MoeCombineForward(T* out, const T* y, const T* weights, const int32_t* token_rows,
+                                 const int32_t* row_slot, int64_t N, int k, int C) = 0;
+  virtual void MoeCombineBackward(T* dy, T* dweights, const T* dout, const T* y, const T* weights,
+                                  const int32_t* row_token, const int32_t* row_slot, int64_t M, int C) = 0;
+
   // Waits for every kernel queued so far; returns the first error since the
   // last call (kInternal naming the kernel on CUDA).
   virtual Status Synchronize() = 0;

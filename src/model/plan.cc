@@ -44,8 +44,13 @@ int64_t LayerActivationBytes(const GptConfig& m, int batch, bool fused_attention
            pre_norms * DeviceBytes(N * 4);
   if (!m.llama())
     return bytes + 2 * DeviceBytes(N * 4) + 2 * DeviceBytes(4 * NC * 4);            // LayerNorm means; fch, fch_gelu
-  bytes += 3 * DeviceBytes(N * m.intermediate_size * 4);                            // gate, up, hmid
+  const int64_t M = N * m.experts_per_token;                                        // MoE: dispatched rows
+  bytes += 3 * DeviceBytes((m.moe() ? M : N) * m.intermediate_size * 4);            // gate, up, hmid
   if (m.branch_norms()) bytes += 2 * DeviceBytes(NC * 4) + 2 * DeviceBytes(N * 4);  // o and down outputs, rstds
+  if (m.moe()) {  // router probabilities; routing weights, experts; dispatch; expert inputs, outputs
+    bytes += DeviceBytes(N * m.n_experts * 4) + 2 * DeviceBytes(N * m.experts_per_token * 4) + DeviceBytes(3 * M * 4) +
+             2 * DeviceBytes(M * m.n_embd * 4);
+  }
   if (!m.qk_norm) return bytes;
   // q and k before their norms, the norms' rstd
   const int64_t NKV = N * m.n_kv_head * m.head_dim();
@@ -146,8 +151,10 @@ int64_t ActivationBytes(const GptConfig& m, int batch, ComputeKernels kernels, i
   const int64_t NA = N * A;
   bytes += 2 * f(T * (m.rope_dims() / 2)) + 2 * f(T * C);  // rope tables; zero positions, their gradient sink
   bytes += f(NA) + 2 * f(N * Ckv);                         // q, k, v
-  bytes += 3 * f(N * I);                                   // d hidden, d gate, d up
-  bytes += f(3 * NA) + 2 * f(NA) + 3 * f(N * Ckv);         // d qkv; d q (rotated and not); d k (both), d v
+  const int64_t M = N * m.experts_per_token;
+  bytes += 3 * f((m.moe() ? M : N) * I);                                             // d hidden, d gate, d up
+  if (m.moe()) bytes += f(M * C) + f(N * m.experts_per_token) + f(N * m.n_experts);  // d rows, weights, logits
+  bytes += f(3 * NA) + 2 * f(NA) + 3 * f(N * Ckv);  // d qkv; d q (rotated and not); d k (both), d v
   if (m.local_rope_theta > 0 && !m.local_rope_layers.empty()) bytes += 2 * f(T * (m.rope_dims() / 2));
   if (m.norm_unit_offset) bytes += 2 * f(std::max(C, hd));             // ones, 1 + w
   if (m.branch_norms() || m.residual_multiplier != 1) bytes += f(NC);  // d of a post norm's input or a branch's output
@@ -404,7 +411,10 @@ void StepTime(const PlanInputs& in, const Config& config, int world, const Fetch
   const double tokens_rank = static_cast<double>(B * gas * in.model.seq_len);
   const bool keep = o.activations == LayerActivations::kKeep;
   const double flops_per_token = keep ? 6.0 : 8.0;  // the recompute's 2 P more
-  o.compute_s = flops_per_token * P_rank * tokens_rank / s.gpu_flops;
+  // A routed model multiplies each token by its experts alone.
+  const double active =
+      static_cast<double>(in.model.ActiveParameters()) / static_cast<double>(in.model.NumParameters());
+  o.compute_s = flops_per_token * P_rank * active * tokens_rank / s.gpu_flops;
   // Every block is fetched for the forward and again for the backward; a
   // layer in pieces fetches its pieces before the last once more when the
   // backward recomputes (the recompute releases them before their backward).

@@ -160,5 +160,28 @@ void TimedOps::GqaExpandBackward(float* dq, float* dk, float* dv, const float* d
                                  int hd) {
   Timed("GqaExpandBackward", [&] { inner_->GqaExpandBackward(dq, dk, dv, dqkv, N, NH, NKV, hd); });
 }
+void TimedOps::MoeRouteForward(float* weights, int32_t* experts, float* probs, const float* logits, int64_t N, int E,
+                               int k, bool normalize) {
+  Timed("MoeRouteForward", [&] { inner_->MoeRouteForward(weights, experts, probs, logits, N, E, k, normalize); });
+}
+void TimedOps::MoeRouteBackward(float* dlogits, const float* dweights, const float* probs, const int32_t* experts,
+                                int64_t N, int E, int k, bool normalize) {
+  Timed("MoeRouteBackward", [&] { inner_->MoeRouteBackward(dlogits, dweights, probs, experts, N, E, k, normalize); });
+}
+void TimedOps::GatherRows(float* out, const float* inp, const int32_t* rows, int64_t M, int C) {
+  Timed("GatherRows", [&] { inner_->GatherRows(out, inp, rows, M, C); });
+}
+void TimedOps::GatherRowsBackward(float* dinp, const float* drows, const int32_t* token_rows, int64_t N, int k, int C) {
+  Timed("GatherRowsBackward", [&] { inner_->GatherRowsBackward(dinp, drows, token_rows, N, k, C); });
+}
+void TimedOps::MoeCombineForward(float* out, const float* y, const float* weights, const int32_t* token_rows,
+                                 const int32_t* row_slot, int64_t N, int k, int C) {
+  Timed("MoeCombineForward", [&] { inner_->MoeCombineForward(out, y, weights, token_rows, row_slot, N, k, C); });
+}
+void TimedOps::MoeCombineBackward(float* dy, float* dweights, const float* dout, const float* y, const float* weights,
+                                  const int32_t* row_token, const int32_t* row_slot, int64_t M, int C) {
+  Timed("MoeCombineBackward",
+        [&] { inner_->MoeCombineBackward(dy, dweights, dout, y, weights, row_token, row_slot, M, C); });
+}
 
 }  // namespace zinf::model

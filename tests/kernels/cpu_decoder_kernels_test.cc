@@ -192,6 +192,107 @@ TEST(CpuDecoderKernelsTest, GqaExpandSharesKeyValueHeadsByGroup) {
   }
 }
 
+// The routing's adjoint (the experts fixed: finite differences small
+// enough not to change them), with and without renormalized weights.
+TEST(CpuDecoderKernelsTest, MoeRouteBackwardMatchesFiniteDifferences) {
+  for (const bool normalize : {true, false}) {
+    SCOPED_TRACE(normalize ? "normalized" : "softmax weights");
+    std::mt19937_64 rng(21);
+    const int E = 6, K = 3;
+    std::vector<double> logits = Random(kN * E, rng, 3.0), w = Random(kN * K, rng);
+    std::vector<double> weights(kN * K), probs(kN * E);
+    std::vector<int32_t> experts(kN * K);
+    auto objective = [&] {
+      MoeRouteForward(weights.data(), experts.data(), probs.data(), logits.data(), kN, E, K, normalize);
+      return Dot(weights, w);
+    };
+    objective();
+    std::vector<double> dlogits = Filled(logits.size());
+    MoeRouteBackward(dlogits.data(), w.data(), probs.data(), experts.data(), kN, E, K, normalize);
+    ExpectGradient("dlogits", logits, dlogits, objective);
+  }
+}
+
+// Each token's K largest probabilities, descending, ties to the lower
+// expert; weights renormalized or not; probabilities may be written over
+// the logits.
+TEST(CpuDecoderKernelsTest, MoeRouteTakesTheLargestProbabilities) {
+  const std::vector<float> logits = {0.0f, 2.0f,  1.0f, 2.0f,  // a tie between experts 1 and 3
+                                     3.0f, -1.0f, 0.5f, 0.0f};
+  std::vector<float> probs = logits, w(4);
+  std::vector<int32_t> ex(4);
+  MoeRouteForward(w.data(), ex.data(), probs.data(), probs.data(), 2, 4, 2, /*normalize=*/false);
+  EXPECT_EQ(ex, (std::vector<int32_t>{1, 3, 0, 2}));
+  const double z0 = 1 + 2 * std::exp(2.0) + std::exp(1.0);
+  EXPECT_NEAR(probs[1], std::exp(2.0) / z0, 1e-7);
+  EXPECT_NEAR(w[0], std::exp(2.0) / z0, 1e-7);
+  EXPECT_EQ(w[0], w[1]);
+  std::vector<float> probs2 = logits;
+  MoeRouteForward(w.data(), ex.data(), probs2.data(), logits.data(), 2, 4, 2, /*normalize=*/true);
+  EXPECT_FLOAT_EQ(w[0], 0.5f);
+  EXPECT_FLOAT_EQ(w[2] + w[3], 1.0f);
+  EXPECT_NEAR(w[2] / w[3], std::exp(3.0 - 0.5), 1e-5);
+}
+
+// The dispatch: rows grouped by expert, within one by slot; each token's
+// rows ascending; offsets bound each expert's; an expert out of range
+// refused.
+TEST(CpuDecoderKernelsTest, MoeDispatchGroupsRowsByExpert) {
+  const std::vector<int32_t> experts = {2, 0,   // token 0
+                                        0, 1,   // token 1
+                                        2, 1};  // token 2
+  std::vector<int32_t> row_token(6), row_slot(6), token_rows(6);
+  std::vector<int64_t> offsets(4);
+  ASSERT_TRUE(
+      MoeDispatch(experts.data(), 3, 2, 3, row_token.data(), row_slot.data(), token_rows.data(), offsets.data()));
+  EXPECT_EQ(offsets, (std::vector<int64_t>{0, 2, 4, 6}));
+  EXPECT_EQ(row_slot, (std::vector<int32_t>{1, 2, 3, 5, 0, 4}));
+  EXPECT_EQ(row_token, (std::vector<int32_t>{0, 1, 1, 2, 0, 2}));
+  EXPECT_EQ(token_rows, (std::vector<int32_t>{0, 4, 1, 2, 3, 5}));
+  const std::vector<int32_t> bad = {0, 3};
+  EXPECT_FALSE(MoeDispatch(bad.data(), 1, 2, 3, row_token.data(), row_slot.data(), token_rows.data(), offsets.data()));
+}
+
+// The gather's and the combine's adjoints; the combine sums a token's
+// weighted rows in expert order.
+TEST(CpuDecoderKernelsTest, MoeGatherAndCombineBackwardMatchFiniteDifferences) {
+  std::mt19937_64 rng(23);
+  const int E = 4, K = 2, C = 5;
+  const int64_t M = kN * K;
+  std::vector<int32_t> experts(kN * K);
+  for (int64_t n = 0; n < kN; ++n) {
+    experts[n * K] = static_cast<int32_t>(n % E);
+    experts[n * K + 1] = static_cast<int32_t>((n + 1 + n / E) % E);
+    if (experts[n * K + 1] == experts[n * K]) experts[n * K + 1] = (experts[n * K] + 1) % E;
+  }
+  std::vector<int32_t> rows(3 * M);
+  std::vector<int64_t> offsets(E + 1);
+  ASSERT_TRUE(MoeDispatch(experts.data(), kN, K, E, rows.data(), rows.data() + M, rows.data() + 2 * M, offsets.data()));
+  const int32_t *row_token = rows.data(), *row_slot = rows.data() + M, *token_rows = rows.data() + 2 * M;
+  std::vector<double> x = Random(kN * C, rng, 2.0), y = Random(M * C, rng, 2.0), weights = Random(kN * K, rng);
+  std::vector<double> wx = Random(M * C, rng), wo = Random(kN * C, rng), xe(M * C), out(kN * C);
+  auto gather = [&] {
+    GatherRows(xe.data(), x.data(), row_token, M, C);
+    return Dot(xe, wx);
+  };
+  std::vector<double> dx = Filled(x.size());
+  GatherRowsBackward(dx.data(), wx.data(), token_rows, kN, K, C);
+  ExpectGradient("dx", x, dx, gather);
+  auto combine = [&] {
+    MoeCombineForward(out.data(), y.data(), weights.data(), token_rows, row_slot, kN, K, C);
+    return Dot(out, wo);
+  };
+  combine();
+  for (int c = 0; c < C; ++c) {  // token 0: its two experts' rows, weighted
+    const int32_t r0 = token_rows[0], r1 = token_rows[1];
+    EXPECT_DOUBLE_EQ(out[c], y[r0 * C + c] * weights[row_slot[r0]] + y[r1 * C + c] * weights[row_slot[r1]]);
+  }
+  std::vector<double> dy = Filled(y.size()), dweights = Filled(weights.size());
+  MoeCombineBackward(dy.data(), dweights.data(), wo.data(), y.data(), weights.data(), row_token, row_slot, M, C);
+  ExpectGradient("dy", y, dy, combine);
+  ExpectGradient("dweights", weights, dweights, combine);
+}
+
 TEST(CpuDecoderKernelsTest, FloatAgreesWithDouble) {
   std::mt19937_64 rng(18);
   const int C = 24;

@@ -547,6 +547,64 @@ TEST_F(CudaKernelsTest, GluForwardAndBackward) {
   }
 }
 
+// The routed MLP's kernels against the CPU's: the routing (fp32 here,
+// double there: the same experts for logits apart by more than rounding),
+// the gather and its adjoint, the combine and its adjoint (the dots by warp
+// sums: within 1e-5).
+TEST_F(CudaKernelsTest, MoeKernelsMatchCpu) {
+  const int64_t N = 301;
+  const int E = 7, K = 3, C = 70;
+  const int64_t M = N * K;
+  for (const bool normalize : {true, false}) {
+    SCOPED_TRACE(normalize ? "normalized" : "softmax weights");
+    const auto logits = Uniform(N * E, -4.0f, 4.0f, 91);
+    std::vector<float> w(N * K), p(N * E);
+    std::vector<int32_t> ex(N * K);
+    cpu::MoeRouteForward(w.data(), ex.data(), p.data(), logits.data(), N, E, K, normalize);
+    float *d_w = Alloc<float>(N * K), *d_p = Up(logits);
+    int32_t* d_ex = Alloc<int32_t>(N * K);
+    ASSERT_OK(gpu::MoeRouteForward(d_w, d_ex, d_p, d_p, N, E, K, normalize, s()));  // probabilities in place
+    EXPECT_EQ(Down(d_ex, N * K), ex);
+    EXPECT_TRUE(Near(Down(d_w, N * K), w, 1e-6, 1e-6));
+    EXPECT_TRUE(Near(Down(d_p, N * E), p, 1e-6, 1e-6));
+    const auto dw = Uniform(N * K, -1.0f, 1.0f, 92), dl0 = Uniform(N * E, -1.0f, 1.0f, 93);
+    std::vector<float> dl = dl0;
+    cpu::MoeRouteBackward(dl.data(), dw.data(), p.data(), ex.data(), N, E, K, normalize);
+    float* d_dl = Up(dl0);
+    ASSERT_OK(gpu::MoeRouteBackward(d_dl, Up(dw), Up(p), Up(ex), N, E, K, normalize, s()));
+    EXPECT_TRUE(Near(Down(d_dl, N * E), dl, 1e-6, 1e-5));
+
+    std::vector<int32_t> rows(3 * M);
+    std::vector<int64_t> offsets(E + 1);
+    ASSERT_TRUE(
+        cpu::MoeDispatch(ex.data(), N, K, E, rows.data(), rows.data() + M, rows.data() + 2 * M, offsets.data()));
+    const int32_t* d_rows = Up(rows);
+    const auto x = Uniform(N * C, -2.0f, 2.0f, 94), y = Uniform(M * C, -2.0f, 2.0f, 95);
+    std::vector<float> xe(M * C), out(N * C);
+    cpu::GatherRows(xe.data(), x.data(), rows.data(), M, C);
+    float* d_xe = Alloc<float>(M * C);
+    ASSERT_OK(gpu::GatherRows(d_xe, Up(x), d_rows, M, C, s()));
+    EXPECT_EQ(Down(d_xe, M * C), xe);
+    const auto dx0 = Uniform(N * C, -1.0f, 1.0f, 96);
+    std::vector<float> dx = dx0;
+    cpu::GatherRowsBackward(dx.data(), y.data(), rows.data() + 2 * M, N, K, C);
+    float* d_dx = Up(dx0);
+    ASSERT_OK(gpu::GatherRowsBackward(d_dx, Up(y), d_rows + 2 * M, N, K, C, s()));
+    EXPECT_EQ(Down(d_dx, N * C), dx);  // the same sums in the same order
+    cpu::MoeCombineForward(out.data(), y.data(), w.data(), rows.data() + 2 * M, rows.data() + M, N, K, C);
+    float* d_out = Alloc<float>(N * C);
+    ASSERT_OK(gpu::MoeCombineForward(d_out, Up(y), Up(w), d_rows + 2 * M, d_rows + M, N, K, C, s()));
+    EXPECT_EQ(Down(d_out, N * C), out);  // products rounded, then summed in order
+    const auto dout = Uniform(N * C, -1.0f, 1.0f, 97), dy0 = Uniform(M * C, -1.0f, 1.0f, 98);
+    std::vector<float> dy = dy0, dwc = dw;
+    cpu::MoeCombineBackward(dy.data(), dwc.data(), dout.data(), y.data(), w.data(), rows.data(), rows.data() + M, M, C);
+    float *d_dy = Up(dy0), *d_dwc = Up(dw);
+    ASSERT_OK(gpu::MoeCombineBackward(d_dy, d_dwc, Up(dout), Up(y), Up(w), d_rows, d_rows + M, M, C, s()));
+    EXPECT_TRUE(Near(Down(d_dy, M * C), dy, 1e-6, 1e-6));
+    EXPECT_TRUE(Near(Down(d_dwc, N * K), dwc, 1e-5, 1e-5));
+  }
+}
+
 TEST_F(CudaKernelsTest, ScaleMatchesCpu) {
   const int64_t n = 5003;
   const auto x = Uniform(n, -3.0f, 3.0f, 66);

@@ -289,11 +289,13 @@ TEST(FetchLayoutTrainerTest, PiecesGiveTheWholeLayerLossesAndWeightsOnEveryTier)
 // The Llama family from fixtures (q/k/v biases: Qwen2's layer; q/k norms:
 // Qwen3's; fused projections: Phi-3's; sandwich norms and softcaps: Gemma
 // 2's; multipliers: Granite's; post norms only, whose norm groups are
-// empty: OLMo 2's) and GPT-2: the cut model trains to the whole-layer
+// empty: OLMo 2's; routed MLPs, the router and every expert's gate and up
+// in one group: Qwen3-MoE's, Mixtral's) and GPT-2: the cut model trains to the whole-layer
 // model's losses; its weights go out as the HF folder they came in as, value
 // for value (F32 export: OLMo 2's bf16 values exactly, the others' bytes).
 TEST(FetchLayoutTrainerTest, HfWeightsInAndOutThroughPieces) {
-  for (const char* name : {"qwen2", "llama", "gpt2", "qwen3", "phi3", "gemma2", "granite", "olmo2"}) {
+  for (const char* name :
+       {"qwen2", "llama", "gpt2", "qwen3", "phi3", "gemma2", "granite", "olmo2", "qwen3_moe", "mixtral"}) {
     auto ckpt = OpenHfCheckpoint(testing::FixtureDir(name));
     ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
     auto model = HfModelAtSeqLen(*ckpt, 0);

@@ -307,6 +307,18 @@ TEST(GptCudaTest, GraniteLayerMatchesCpu) {
   CompareTinyModel(cfg);
 }
 
+// tiny-qwen3 with every MLP routed (Qwen3-MoE's): 4 experts of width 24,
+// 2 a token, their weights renormalized.
+GptConfig TinyQwen3MoeConfig() {
+  GptConfig cfg = TinyQwen3Config();
+  cfg.n_experts = 4;
+  cfg.experts_per_token = 2;
+  cfg.intermediate_size = 24;
+  return cfg;
+}
+
+TEST(GptCudaTest, MoeLayerMatchesCpu) { CompareTinyModel(TinyQwen3MoeConfig()); }
+
 // tiny-qwen3 with Gemma 2's softcaps (heads of 16: the 16-bit mode's fused
 // attention takes the cap).
 GptConfig SoftcappedQwen3Config() {
@@ -357,6 +369,10 @@ TEST(GptCudaTest, KeptActivationsGiveTheRecomputesBitsWithSoftcaps) {
   KeptActivationsGiveTheRecomputesBits(false, SoftcappedQwen3Config());
   KeptActivationsGiveTheRecomputesBits(true, SoftcappedQwen3Config());
 }
+TEST(GptCudaTest, KeptActivationsGiveTheRecomputesBitsWithExperts) {
+  KeptActivationsGiveTheRecomputesBits(false, TinyQwen3MoeConfig());
+  KeptActivationsGiveTheRecomputesBits(true, TinyQwen3MoeConfig());
+}
 
 // ActivationBytes (plan.h) is what GptCompute allocates on a GPU too, in
 // both compute modes: the 16-bit mode's fused attention keeps B*NH*T
@@ -370,7 +386,8 @@ TEST(GptCudaTest, ActivationBytesAreTheCudaAllocations) {
   // The softcapped model: the fp32 attention's backward has a scores slot.
   for (const auto& [name, m] :
        {std::pair{"tiny", TinyConfig(true)}, std::pair{"demo", *LoadGptConfig("demo")},
-        std::pair{"tiny-qwen3", TinyQwen3Config()}, std::pair{"tiny-qwen3-softcap", SoftcappedQwen3Config()}}) {
+        std::pair{"tiny-qwen3", TinyQwen3Config()}, std::pair{"tiny-qwen3-softcap", SoftcappedQwen3Config()},
+        std::pair{"tiny-qwen3-moe", TinyQwen3MoeConfig()}}) {
     for (bool compute16 : {false, true}) {
       for (LayerActivations a : {LayerActivations::kRecompute, LayerActivations::kKeep}) {
         SCOPED_TRACE(std::string(name) + (compute16 ? " 16-bit " : " fp32 ") + LayerActivationsName(a));

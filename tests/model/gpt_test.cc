@@ -430,6 +430,23 @@ TEST(GptTest, NopeLayerGradientsMatchFiniteDifferences) {
   CheckModelGradients(c);
 }
 
+// A routed MLP in every layer (Qwen3-MoE's): 4 experts of width 24, 2 a
+// token, their weights divided by their sum; with `olmoe`, OLMoE's: the
+// weights as the softmax gives them, q and k normed over all heads. Every
+// expert gets tokens (CheckModelGradients wants a gradient in each).
+GptConfig TinyMoe(bool olmoe) {
+  GptConfig c = TinyQwen3(8);
+  c.n_experts = 4;
+  c.experts_per_token = 2;
+  c.intermediate_size = 24;
+  c.norm_topk_prob = !olmoe;
+  c.qk_norm_all_heads = olmoe;
+  return c;
+}
+
+TEST(GptTest, MoeGradientsMatchFiniteDifferences) { CheckModelGradients(TinyMoe(false)); }
+TEST(GptTest, OlmoeGradientsMatchFiniteDifferences) { CheckModelGradients(TinyMoe(true)); }
+
 TEST(GptTest, LossAtInitIsNearLogVocab) {
   const GptConfig config = Tiny(true);
   Harness<double> h(config, 2);
@@ -500,13 +517,15 @@ Harness<float>::Matrices16 LayerMatricesToBf16(const GptConfig& config, std::vec
 // group ranges. Refused: a non-matrix in 16 bits, a short list, and ops
 // that do not read 16-bit weights.
 TEST(GptTest, SixteenBitMatricesGiveTheBitsOfTheirFloatCasts) {
-  for (const GptConfig& config : {Tiny(true), TinyLlama(false, true), TinyGemma3()}) {
-    SCOPED_TRACE(config.sandwich_norms ? "gemma3" : config.llama() ? "llama" : "gpt2");
+  for (const GptConfig& config : {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyMoe(false)}) {
+    SCOPED_TRACE(config.moe() ? "moe" : config.sandwich_norms ? "gemma3" : config.llama() ? "llama" : "gpt2");
     const int B = 2;
     std::vector<Tensors> params = MakeParams(config, 11);
     int matrices = 0;
     const Harness<float>::Matrices16 m16 = LayerMatricesToBf16(config, params, &matrices);
-    EXPECT_EQ(matrices, config.n_layer * (config.llama() ? 7 : 4));
+    // q, k, v, o and the MLP's three (each expert's, and the router)
+    const int mlp = config.moe() ? 3 * config.n_experts + 1 : 3;
+    EXPECT_EQ(matrices, config.n_layer * (config.llama() ? 4 + mlp : 4));
     const Batch batch = MakeBatch(config, B, 12);
     Harness<float> want(config, B), got(config, B);
     want.SetParams(params);
@@ -546,7 +565,8 @@ TEST(GptTest, SetLayerGradientsNeedNoZeroing) {
         std::pair{TinyQwen3(12), LayerActivations::kRecompute}, std::pair{TinyQwen3(6), LayerActivations::kKeep},
         std::pair{TinyGemma3(), LayerActivations::kRecompute}, std::pair{TinyGemma3(), LayerActivations::kKeep},
         std::pair{TinyOlmo2(), LayerActivations::kRecompute}, std::pair{TinyOlmo2(), LayerActivations::kKeep},
-        std::pair{TinyGranite(), LayerActivations::kRecompute}, std::pair{TinyGranite(), LayerActivations::kKeep}}) {
+        std::pair{TinyGranite(), LayerActivations::kRecompute}, std::pair{TinyGranite(), LayerActivations::kKeep},
+        std::pair{TinyMoe(false), LayerActivations::kRecompute}, std::pair{TinyMoe(true), LayerActivations::kKeep}}) {
     SCOPED_TRACE(std::string(config.residual_multiplier != 1 ? "granite"
                              : config.post_norms             ? "olmo2"
                              : config.sandwich_norms         ? "gemma3"
@@ -610,7 +630,8 @@ TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
   // are the ones a recompute would make: the same loss and gradients, bit
   // for bit, whole layers and in group ranges (16-bit matrices), over two
   // batches (each layer's kept set is overwritten by the next forward).
-  for (const GptConfig& config : {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2(), TinyGranite()}) {
+  for (const GptConfig& config :
+       {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2(), TinyGranite(), TinyMoe(false)}) {
     SCOPED_TRACE(config.residual_multiplier != 1 ? "granite"
                  : config.post_norms             ? "olmo2"
                  : config.sandwich_norms         ? "gemma3"
@@ -668,7 +689,8 @@ TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
 // forward overwrites the slots), five layers deep so that the three device
 // slots turn over twice.
 TEST(GptTest, OffloadedLayerInputsGiveTheBitsOfTheRecompute) {
-  for (GptConfig config : {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2(), TinyGranite()}) {
+  for (GptConfig config :
+       {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2(), TinyGranite(), TinyMoe(false)}) {
     config.n_layer = 5;
     SCOPED_TRACE(config.residual_multiplier != 1 ? "granite"
                  : config.post_norms             ? "olmo2"

@@ -61,7 +61,8 @@ TEST_P(HfExportTest, F32ExportOfF32CheckpointIsByteIdentical) {
 
 INSTANTIATE_TEST_SUITE_P(F32Fixtures, HfExportTest,
                          ::testing::Values("gpt2", "llama", "qwen3", "phi3", "phi3-longrope", "gemma3", "gemma2",
-                                           "granite", "qwen3-yarn", "exaone4", "seed-oss", "glm", "ernie4_5"));
+                                           "granite", "qwen3-yarn", "exaone4", "seed-oss", "glm", "ernie4_5",
+                                           "qwen3_moe", "olmoe"));
 
 // Small shards: several files and an index naming every tensor once; the
 // folder opens as the same model with the same fp32 weights (the BF16
@@ -114,7 +115,8 @@ TEST_P(HfExportShardsTest, ShardedFolderReadsBackAsTheSameModel) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfExportShardsTest,
                          ::testing::Values(std::pair{"qwen2", "BF16"}, std::pair{"phi3", "F32"},
                                            std::pair{"smollm3", "BF16"}, std::pair{"gemma", "BF16"},
-                                           std::pair{"gemma3-mm", "BF16"}, std::pair{"glm4", "BF16"}));
+                                           std::pair{"gemma3-mm", "BF16"}, std::pair{"glm4", "BF16"},
+                                           std::pair{"mixtral", "BF16"}));
 
 // A multimodal Gemma 3 exported F32: its language model in F32, the vision
 // tower's and projector's tensors (not part of the model) byte for byte and

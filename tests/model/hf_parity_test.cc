@@ -189,7 +189,8 @@ INSTANTIATE_TEST_SUITE_P(Architectures, HfParityTest,
                          ::testing::Values("gpt2", "llama", "qwen2", "mistral", "qwen3", "phi3", "phi3-longrope",
                                            "smollm3", "mistral-window", "qwen2-window", "gemma", "gemma3", "gemma3-mm",
                                            "llama-pad", "gemma2", "granite", "olmo2", "qwen3-yarn", "olmo3", "exaone4",
-                                           "seed-oss", "helium", "glm", "glm4", "ernie4_5"));
+                                           "seed-oss", "helium", "glm", "glm4", "ernie4_5", "qwen3_moe", "mixtral",
+                                           "olmoe"));
 
 // A copy of a fixture folder whose config.json or tensors a test changes.
 std::string CopyFixture(const TempDir& tmp, const std::string& name) {
@@ -1164,6 +1165,79 @@ TEST(HfCheckpointTest, GlmAndErnieAsTransformersReadsThem) {
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("use_bias: true changes the model's math"), std::string::npos)
       << c.status().ToString();
+}
+
+// The routed MLPs: Qwen3-MoE's experts of moe_intermediate_size, OLMoE's
+// and Mixtral's of intermediate_size; the experts' count under either of
+// its names (the Hub's num_experts, transformers 5's num_local_experts),
+// each class's defaults when absent; every layer sparse and no auxiliary
+// loss, or a clear refusal.
+TEST(HfCheckpointTest, ExpertsAsTransformersReadsThem) {
+  auto qwen = OpenHfCheckpoint(FixtureDir("qwen3_moe"));
+  ASSERT_TRUE(qwen.ok()) << qwen.status().ToString();
+  EXPECT_EQ(qwen->model.n_experts, 4);
+  EXPECT_EQ(qwen->model.experts_per_token, 2);
+  EXPECT_EQ(qwen->model.intermediate_size, 24);  // moe_intermediate_size, not the dense layers' 48
+  EXPECT_TRUE(qwen->model.norm_topk_prob && qwen->model.qk_norm && !qwen->model.qk_norm_all_heads);
+  std::vector<std::string> names = HfTensorNames(*qwen, LayerBlock(1));
+  ASSERT_EQ(names.size(), GptBlockSpecs(qwen->model)[LayerBlock(1)].tensors.size());
+  EXPECT_EQ(names[kGateW], "model.layers.1.mlp.experts.0.gate_proj.weight");
+  EXPECT_EQ(names[static_cast<size_t>(ExpertTensor(qwen->model, 3, 2))],
+            "model.layers.1.mlp.experts.3.down_proj.weight");
+  EXPECT_EQ(names[static_cast<size_t>(RouterIndex(qwen->model))], "model.layers.1.mlp.gate.weight");
+  auto mixtral = OpenHfCheckpoint(FixtureDir("mixtral"));
+  ASSERT_TRUE(mixtral.ok()) << mixtral.status().ToString();
+  EXPECT_EQ(mixtral->model.n_experts, 4);
+  EXPECT_EQ(mixtral->model.intermediate_size, 24);
+  EXPECT_TRUE(mixtral->model.norm_topk_prob);
+  names = HfTensorNames(*mixtral, LayerBlock(0));
+  EXPECT_EQ(names[static_cast<size_t>(ExpertTensor(mixtral->model, 2, 1))],
+            "model.layers.0.block_sparse_moe.experts.2.w3.weight");
+  EXPECT_EQ(names[static_cast<size_t>(RouterIndex(mixtral->model))], "model.layers.0.block_sparse_moe.gate.weight");
+  auto olmoe = OpenHfCheckpoint(FixtureDir("olmoe"));
+  ASSERT_TRUE(olmoe.ok()) << olmoe.status().ToString();
+  EXPECT_FALSE(olmoe->model.norm_topk_prob);
+  EXPECT_TRUE(olmoe->model.qk_norm_all_heads && !olmoe->model.post_norms);
+
+  TempDir tmp;
+  auto c = OpenEdited(
+      tmp, "qwen3_moe",
+      [](nlohmann::json& d) {
+        d["num_experts"] = d["num_local_experts"];
+        d.erase("num_local_experts");
+      },
+      /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.n_experts, 4);
+  auto refused = [&](const char* fixture, const std::function<void(nlohmann::json&)>& edit, const std::string& what) {
+    SCOPED_TRACE(what);
+    auto r = OpenEdited(tmp, fixture, edit, /*config_only=*/true);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find(what), std::string::npos) << r.status().ToString();
+  };
+  refused(
+      "qwen3_moe", [](nlohmann::json& d) { d["num_experts"] = 4; }, "num_experts and num_local_experts: give one");
+  // Absent: the class's 8 experts a token, more than the fixture's 4.
+  refused(
+      "qwen3_moe", [](nlohmann::json& d) { d.erase("num_experts_per_tok"); },
+      "num_experts_per_tok: 8 experts a token, of 4");
+  refused(
+      "qwen3_moe", [](nlohmann::json& d) { d["output_router_logits"] = true; }, "output_router_logits: true");
+  refused(
+      "qwen3_moe", [](nlohmann::json& d) { d["decoder_sparse_step"] = 2; }, "decoder_sparse_step: 2");
+  refused(
+      "qwen3_moe", [](nlohmann::json& d) { d["mlp_only_layers"] = {1}; }, "mlp_only_layers: [1]");
+  refused(
+      "mixtral", [](nlohmann::json& d) { d["router_jitter_noise"] = 0.1; }, "router_jitter_noise: 0.1");
+  refused(
+      "mixtral", [](nlohmann::json& d) { d["norm_topk_prob"] = false; }, "norm_topk_prob");  // not Mixtral's key
+  refused(
+      "olmoe", [](nlohmann::json& d) { d["clip_qkv"] = 8.0; }, "clip_qkv: 8.0 clamps q, k and v");
+  // Mixtral's count absent: its 8 experts (the fixture's tensors are 4's).
+  c = OpenEdited(
+      tmp, "mixtral", [](nlohmann::json& d) { d.erase("num_local_experts"); }, /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.n_experts, 8);
 }
 
 // Gemma 3 4B and up (Gemma3ForConditionalGeneration): the language model

@@ -363,8 +363,13 @@ TEST(PlanTest, ActivationBytesAreGptComputesAllocations) {
   GptConfig granite = llama, olmo2 = wide;
   granite.residual_multiplier = 0.25;
   olmo2.post_norms = olmo2.qk_norm_all_heads = true;
+  // Routed MLPs: the router's probabilities, the routing, the dispatch,
+  // the experts' rows in and out, and the MLP's arrays K times as long
+  GptConfig moe = wide;
+  moe.n_experts = 5;
+  moe.experts_per_token = 3;
   for (const GptConfig& m :
-       {*LoadGptConfig("tiny"), *LoadGptConfig("demo"), llama, one, wide, narrow, gemma3, granite, olmo2}) {
+       {*LoadGptConfig("tiny"), *LoadGptConfig("demo"), llama, one, wide, narrow, gemma3, granite, olmo2, moe}) {
     for (int batch : {1, 3}) {
       for (LayerActivations a : {LayerActivations::kRecompute, LayerActivations::kKeep, LayerActivations::kOffload}) {
         SCOPED_TRACE(std::string(m.llama() ? "llama" : "gpt2") + " layers " + std::to_string(m.n_layer) + " heads " +

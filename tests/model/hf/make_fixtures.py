@@ -171,6 +171,21 @@ MODELS = {
     # ERNIE 4.5: Llama's layer with RoPE on interleaved pairs, heads of 16, tied head (its default)
     "ernie4_5": (transformers.Ernie4_5Config, transformers.Ernie4_5ForCausalLM,
                  dict(COMMON_LLAMA, vocab_size=100, head_dim=16, pad_token_id=None), torch.float32),
+    # Qwen3-MoE: Qwen3's attention, every MLP routed: 4 experts of width 24 (moe_intermediate_size), 2 a token,
+    # their weights renormalized (norm_topk_prob), untied head
+    "qwen3_moe": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM,
+                  dict(COMMON_LLAMA, vocab_size=100, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
+                       norm_topk_prob=True, tie_word_embeddings=False, pad_token_id=None), torch.float32),
+    # Mixtral: Mistral's attention, 4 experts (w1, w3, w2 under block_sparse_moe) of width 24, 2 a token, always
+    # renormalized, bf16
+    "mixtral": (transformers.MixtralConfig, transformers.MixtralForCausalLM,
+                dict(COMMON_LLAMA, vocab_size=100, intermediate_size=24, num_local_experts=4, num_experts_per_tok=2,
+                     sliding_window=None, pad_token_id=None), torch.bfloat16),
+    # OLMoE: q/k norms over all heads, 4 experts of width 24 (intermediate_size), 2 a token, the softmax's weights
+    # as they are (norm_topk_prob false), its padding token 1
+    "olmoe": (transformers.OlmoeConfig, transformers.OlmoeForCausalLM,
+              dict(COMMON_LLAMA, vocab_size=100, intermediate_size=24, num_experts=4, num_experts_per_tok=2,
+                   norm_topk_prob=False, pad_token_id=1, eos_token_id=None), torch.float32),
 }
 
 
@@ -213,13 +228,15 @@ def make(name, config_cls, model_cls, kwargs, dtype, seed):
     inputs, targets = tokens[:-1].view(B, T), tokens[1:].view(B, T)
     # The logits and loss in float64: transformers' own fp32 run is off the
     # exact values by up to ~1e-4 here, more than the 1e-5 zinf must meet.
-    exact = model_cls.from_pretrained(out, attn_implementation="eager", dtype=torch.float64)
+    # The experts' loop as written (the default grouped matmul has no float64).
+    experts = {"experts_implementation": "eager"} if hasattr(config, "num_experts_per_tok") else {}
+    exact = model_cls.from_pretrained(out, attn_implementation="eager", dtype=torch.float64, **experts)
     exact.eval()
     with torch.no_grad():
         logits, loss = loss_of(exact, inputs, targets)
     # The curve from the folder as saved: a model cast to bf16 and back in
     # memory would also have rounded its buffers (Gemma's embedding scale).
-    model = model_cls.from_pretrained(out, attn_implementation="eager", dtype=torch.float32)
+    model = model_cls.from_pretrained(out, attn_implementation="eager", dtype=torch.float32, **experts)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), **ADAM)
     curve = []

@@ -40,7 +40,12 @@ heads of 128, a 48000 vocabulary, untied), glm4-9b-2l (GLM-4-9B-0414's widths
 at 2 layers: interleaved RoPE on half of each head, gate|up fused, q/k/v
 biases, norms on the attention's and the MLP's outputs, GQA 32/2, a 151552
 vocabulary), ernie4.5-0.3b (ERNIE 4.5 0.3B's shape: 18 layers, interleaved
-RoPE, GQA 16/2 of 128, a 103424 vocabulary, tied).
+RoPE, GQA 16/2 of 128, a 103424 vocabulary, tied), qwen3-30b-a3b-1l
+(Qwen3-30B-A3B's widths at 1 layer: 128 experts of 768, 8 a token, their
+weights renormalized, q/k norms, GQA 32/4 of 128, a 151936 vocabulary),
+olmoe-1b-7b-2l (OLMoE-1B-7B's widths at 2 layers: 64 experts of 1024, 8 a
+token, the softmax's weights, q and k normed over all 16 heads, a 50304
+vocabulary). The models with experts run transformers' eager experts loop.
 Prints one line per model: both losses and their difference.
 """
 import argparse
@@ -171,6 +176,22 @@ def ernie45_03b():
         rope_parameters=dict(rope_type="default", rope_theta=500000.0))
 
 
+def qwen3_moe_30b():
+    return transformers.Qwen3MoeForCausalLM, transformers.Qwen3MoeConfig(
+        vocab_size=151936, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768, num_hidden_layers=1,
+        num_attention_heads=32, num_key_value_heads=4, head_dim=128, num_experts=128, num_experts_per_tok=8,
+        norm_topk_prob=True, max_position_embeddings=40960, rms_norm_eps=1e-6, tie_word_embeddings=False,
+        rope_parameters=dict(rope_type="default", rope_theta=1000000.0))
+
+
+def olmoe_1b_7b():
+    return transformers.OlmoeForCausalLM, transformers.OlmoeConfig(
+        vocab_size=50304, hidden_size=2048, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=16,
+        num_key_value_heads=16, num_experts=64, num_experts_per_tok=8, norm_topk_prob=False,
+        max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=False, pad_token_id=1,
+        eos_token_id=50279, rope_parameters=dict(rope_type="default", rope_theta=10000.0))
+
+
 def gemma3_4b():
     return transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(
         vocab_size=262208, hidden_size=2560, intermediate_size=10240, num_hidden_layers=2, num_attention_heads=8,
@@ -184,7 +205,8 @@ SHAPES = {"qwen3-0.6b": qwen3, "phi4-mini-2l": phi4_mini, "smollm3-4l": smollm3,
           "gemma3-270m": gemma3_270m, "gemma-2b-2l": gemma_2b, "gemma3-4b-2l": gemma3_4b,
           "gemma2-2b-2l": gemma2_2b, "granite-2b-2l": granite_2b, "olmo2-1b-2l": olmo2_1b,
           "olmo3-7b-2l": olmo3_7b, "exaone4-1.2b-4l": exaone4_1b,
-          "helium-2b-2l": helium_2b, "glm4-9b-2l": glm4_9b, "ernie4.5-0.3b": ernie45_03b}
+          "helium-2b-2l": helium_2b, "glm4-9b-2l": glm4_9b, "ernie4.5-0.3b": ernie45_03b,
+          "qwen3-30b-a3b-1l": qwen3_moe_30b, "olmoe-1b-7b-2l": olmoe_1b_7b}
 
 
 def check(name, zinf, work):
@@ -202,7 +224,9 @@ def check(name, zinf, work):
     with open(token_file, "wb") as f:
         f.write(header.tobytes())
         f.write(tokens.tobytes())
-    model = model_cls.from_pretrained(folder, dtype=torch.float64, attn_implementation="eager")
+    # The experts' loop as written (the default grouped matmul has no float64).
+    experts = {"experts_implementation": "eager"} if hasattr(config, "num_experts_per_tok") else {}
+    model = model_cls.from_pretrained(folder, dtype=torch.float64, attn_implementation="eager", **experts)
     t = torch.from_numpy(tokens.astype(np.int64))
     with torch.no_grad():
         logits = model(input_ids=t[:-1].view(B, T)).logits

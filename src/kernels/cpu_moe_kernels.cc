@@ -1,0 +1,167 @@
+// CPU kernels of the mixture-of-experts MLP (routing, dispatch, gather and
+// combine); contracts in cpu_kernels.h. Rows are independent, reductions
+// run in double in a fixed order: results do not depend on the threads.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu_kernels.h"
+#include "kernels/cpu_vector.h"
+
+namespace zinf::kernels::cpu {
+namespace {
+using internal::WorthThreads;
+}  // namespace
+
+template <typename T>
+void MoeRouteForward(T* weights, int32_t* experts, T* probs, const T* logits, int64_t N, int E, int k, bool normalize) {
+#pragma omp parallel for schedule(static) if (WorthThreads(N * E))
+  for (int64_t n = 0; n < N; ++n) {
+    const T* l = logits + n * E;
+    T* p = probs + n * E;
+    double max = l[0];
+    for (int e = 1; e < E; ++e) max = std::max(max, static_cast<double>(l[e]));
+    double sum = 0;
+    for (int e = 0; e < E; ++e) sum += std::exp(static_cast<double>(l[e]) - max);
+    for (int e = 0; e < E; ++e) p[e] = static_cast<T>(std::exp(static_cast<double>(l[e]) - max) / sum);
+    // The k largest, descending, ties to the lower index: a selection
+    // over E, k passes (k is small).
+    int32_t* ex = experts + n * k;
+    T* w = weights + n * k;
+    double total = 0;
+    for (int j = 0; j < k; ++j) {
+      int best = -1;
+      for (int e = 0; e < E; ++e) {
+        if (std::find(ex, ex + j, e) != ex + j) continue;
+        if (best < 0 || p[e] > p[best]) best = e;
+      }
+      ex[j] = best;
+      total += static_cast<double>(p[best]);
+    }
+    for (int j = 0; j < k; ++j) {
+      const double v = static_cast<double>(p[ex[j]]);
+      w[j] = static_cast<T>(normalize ? v / total : v);
+    }
+  }
+}
+
+template <typename T>
+void MoeRouteBackward(T* dlogits, const T* dweights, const T* probs, const int32_t* experts, int64_t N, int E, int k,
+                      bool normalize) {
+#pragma omp parallel for schedule(static) if (WorthThreads(N * E))
+  for (int64_t n = 0; n < N; ++n) {
+    const T* p = probs + n * E;
+    const T* dw = dweights + n * k;
+    const int32_t* ex = experts + n * k;
+    // d of each chosen probability: dw, or through w_j = v_j / S,
+    // dv_m = dw_m / S - sum_j dw_j v_j / S^2.
+    double total = 0, dot = 0;
+    for (int j = 0; j < k; ++j) {
+      total += static_cast<double>(p[ex[j]]);
+      dot += static_cast<double>(dw[j]) * static_cast<double>(p[ex[j]]);
+    }
+    // The softmax's adjoint: dl_e = p_e (dp_e - sum_m p_m dp_m), dp zero
+    // off the chosen experts.
+    double dv[kMaxExpertsPerToken];
+    double weighted = 0;
+    for (int j = 0; j < k; ++j) {
+      dv[j] = normalize ? static_cast<double>(dw[j]) / total - dot / (total * total) : static_cast<double>(dw[j]);
+      weighted += static_cast<double>(p[ex[j]]) * dv[j];
+    }
+    T* dl = dlogits + n * E;
+    for (int e = 0; e < E; ++e) {
+      double dp = 0;
+      for (int j = 0; j < k; ++j) {
+        if (ex[j] == e) dp = dv[j];
+      }
+      dl[e] += static_cast<T>(static_cast<double>(p[e]) * (dp - weighted));
+    }
+  }
+}
+
+bool MoeDispatch(const int32_t* experts, int64_t N, int k, int E, int32_t* row_token, int32_t* row_slot,
+                 int32_t* token_rows, int64_t* offsets) {
+  const int64_t M = N * k;
+  std::fill(offsets, offsets + E + 1, 0);
+  for (int64_t s = 0; s < M; ++s) {
+    if (experts[s] < 0 || experts[s] >= E) return false;
+    ++offsets[experts[s] + 1];
+  }
+  for (int e = 0; e < E; ++e) offsets[e + 1] += offsets[e];
+  std::vector<int64_t> next(offsets, offsets + E);
+  for (int64_t s = 0; s < M; ++s) {  // slots ascending: rows ordered by expert, then slot
+    const int64_t r = next[static_cast<size_t>(experts[s])]++;
+    row_token[r] = static_cast<int32_t>(s / k);
+    row_slot[r] = static_cast<int32_t>(s);
+    token_rows[s] = static_cast<int32_t>(r);
+  }
+  for (int64_t n = 0; n < N; ++n) std::sort(token_rows + n * k, token_rows + (n + 1) * k);
+  return true;
+}
+
+template <typename T>
+void GatherRows(T* out, const T* inp, const int32_t* rows, int64_t M, int C) {
+#pragma omp parallel for schedule(static) if (WorthThreads(M * C))
+  for (int64_t r = 0; r < M; ++r) std::copy_n(inp + static_cast<int64_t>(rows[r]) * C, C, out + r * C);
+}
+
+template <typename T>
+void GatherRowsBackward(T* dinp, const T* drows, const int32_t* token_rows, int64_t N, int k, int C) {
+#pragma omp parallel for schedule(static) if (WorthThreads(N * k * C))
+  for (int64_t n = 0; n < N; ++n) {
+    T* d = dinp + n * C;
+    for (int j = 0; j < k; ++j) {
+      const T* src = drows + static_cast<int64_t>(token_rows[n * k + j]) * C;
+      for (int c = 0; c < C; ++c) d[c] += src[c];
+    }
+  }
+}
+
+template <typename T>
+void MoeCombineForward(T* out, const T* y, const T* weights, const int32_t* token_rows, const int32_t* row_slot,
+                       int64_t N, int k, int C) {
+#pragma omp parallel for schedule(static) if (WorthThreads(N * k * C))
+  for (int64_t n = 0; n < N; ++n) {
+    T* o = out + n * C;
+    std::fill(o, o + C, T(0));
+    for (int j = 0; j < k; ++j) {
+      const int64_t r = token_rows[n * k + j];
+      const T w = weights[row_slot[r]];
+      const T* yr = y + r * C;
+      for (int c = 0; c < C; ++c) o[c] += static_cast<T>(yr[c] * w);
+    }
+  }
+}
+
+template <typename T>
+void MoeCombineBackward(T* dy, T* dweights, const T* dout, const T* y, const T* weights, const int32_t* row_token,
+                        const int32_t* row_slot, int64_t M, int C) {
+#pragma omp parallel for schedule(static) if (WorthThreads(M * C))
+  for (int64_t r = 0; r < M; ++r) {
+    const T* d = dout + static_cast<int64_t>(row_token[r]) * C;
+    const T* yr = y + r * C;
+    T* dyr = dy + r * C;
+    const T w = weights[row_slot[r]];
+    double dot = 0;
+    for (int c = 0; c < C; ++c) {
+      dyr[c] += d[c] * w;
+      dot += static_cast<double>(d[c]) * static_cast<double>(yr[c]);
+    }
+    dweights[row_slot[r]] += static_cast<T>(dot);
+  }
+}
+
+#define ZINF_MOE_KERNELS(T)                                                                                          \
+  template void MoeRouteForward<T>(T*, int32_t*, T*, const T*, int64_t, int, int, bool);                             \
+  template void MoeRouteBackward<T>(T*, const T*, const T*, const int32_t*, int64_t, int, int, bool);                \
+  template void GatherRows<T>(T*, const T*, const int32_t*, int64_t, int);                                           \
+  template void GatherRowsBackward<T>(T*, const T*, const int32_t*, int64_t, int, int);                              \
+  template void MoeCombineForward<T>(T*, const T*, const T*, const int32_t*, const int32_t*, int64_t, int, int);     \
+  template void MoeCombineBackward<T>(T*, T*, const T*, const T*, const T*, const int32_t*, const int32_t*, int64_t, \
+                                      int);
+ZINF_MOE_KERNELS(float)
+ZINF_MOE_KERNELS(double)
+#undef ZINF_MOE_KERNELS
+
+}  // namespace zinf::kernels::cpu

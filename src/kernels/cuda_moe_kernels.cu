@@ -1,0 +1,161 @@
+// CUDA kernels of the mixture-of-experts MLP (contract in cuda_kernels.h):
+// a thread per token for the routing, grid-stride elementwise loops for
+// the gathers and the combine, a warp per dispatched row for the routing
+// weights' gradients. No atomics: the same bits run to run.
+#include <cuda_runtime.h>
+
+#include "kernels/cpu_kernels.h"
+#include "kernels/cuda_common.cuh"
+#include "kernels/cuda_kernels.h"
+
+namespace zinf::kernels::cuda {
+namespace {
+
+constexpr int kMaxK = cpu::kMaxExpertsPerToken;
+
+__global__ void MoeRouteForwardKernel(float* weights, int32_t* experts, float* probs, const float* logits, int64_t N,
+                                      int E, int k, bool normalize) {
+  ZINF_GRID_STRIDE(n, N) {
+    const float* l = logits + n * E;
+    float* p = probs + n * E;
+    float max = l[0];
+    for (int e = 1; e < E; ++e) max = fmaxf(max, l[e]);
+    float sum = 0.f;
+    for (int e = 0; e < E; ++e) sum += expf(l[e] - max);
+    for (int e = 0; e < E; ++e) p[e] = expf(l[e] - max) / sum;
+    int32_t* ex = experts + n * k;
+    float total = 0.f;
+    for (int j = 0; j < k; ++j) {
+      int best = -1;
+      for (int e = 0; e < E; ++e) {
+        bool taken = false;
+        for (int i = 0; i < j; ++i) taken = taken || ex[i] == e;
+        if (!taken && (best < 0 || p[e] > p[best])) best = e;
+      }
+      ex[j] = best;
+      total += p[best];
+    }
+    for (int j = 0; j < k; ++j) weights[n * k + j] = normalize ? p[ex[j]] / total : p[ex[j]];
+  }
+}
+
+__global__ void MoeRouteBackwardKernel(float* dlogits, const float* dweights, const float* probs,
+                                       const int32_t* experts, int64_t N, int E, int k, bool normalize) {
+  ZINF_GRID_STRIDE(n, N) {
+    const float* p = probs + n * E;
+    const float* dw = dweights + n * k;
+    const int32_t* ex = experts + n * k;
+    float total = 0.f, dot = 0.f;
+    for (int j = 0; j < k; ++j) {
+      total += p[ex[j]];
+      dot += dw[j] * p[ex[j]];
+    }
+    float dv[kMaxK];
+    float weighted = 0.f;
+    for (int j = 0; j < k; ++j) {
+      dv[j] = normalize ? dw[j] / total - dot / (total * total) : dw[j];
+      weighted += p[ex[j]] * dv[j];
+    }
+    for (int e = 0; e < E; ++e) {
+      float dp = 0.f;
+      for (int j = 0; j < k; ++j) dp = ex[j] == e ? dv[j] : dp;
+      dlogits[n * E + e] += p[e] * (dp - weighted);
+    }
+  }
+}
+
+__global__ void GatherRowsKernel(float* out, const float* inp, const int32_t* rows, int64_t M, int C) {
+  ZINF_GRID_STRIDE(i, M * C) out[i] = inp[int64_t{rows[i / C]} * C + i % C];
+}
+
+__global__ void GatherRowsBackwardKernel(float* dinp, const float* drows, const int32_t* token_rows, int64_t N, int k,
+                                         int C) {
+  ZINF_GRID_STRIDE(i, N * C) {
+    const int64_t n = i / C, c = i % C;
+    float s = dinp[i];
+    for (int j = 0; j < k; ++j) s += drows[int64_t{token_rows[n * k + j]} * C + c];
+    dinp[i] = s;
+  }
+}
+
+__global__ void MoeCombineForwardKernel(float* out, const float* y, const float* weights, const int32_t* token_rows,
+                                        const int32_t* row_slot, int64_t N, int k, int C) {
+  ZINF_GRID_STRIDE(i, N * C) {
+    const int64_t n = i / C, c = i % C;
+    float s = 0.f;
+    for (int j = 0; j < k; ++j) {
+      const int64_t r = token_rows[n * k + j];
+      s += __fmul_rn(y[r * C + c], weights[row_slot[r]]);
+    }
+    out[i] = s;
+  }
+}
+
+__global__ void MoeCombineBackwardRowsKernel(float* dy, const float* dout, const float* weights,
+                                             const int32_t* row_token, const int32_t* row_slot, int64_t M, int C) {
+  ZINF_GRID_STRIDE(i, M * C) {
+    const int64_t r = i / C;
+    dy[i] += dout[int64_t{row_token[r]} * C + i % C] * weights[row_slot[r]];
+  }
+}
+
+__global__ void MoeCombineBackwardWeightsKernel(float* dweights, const float* dout, const float* y,
+                                                const int32_t* row_token, const int32_t* row_slot, int64_t M, int C) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
+  for (int64_t r = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32; r < M; r += warps) {
+    const float* d = dout + int64_t{row_token[r]} * C;
+    float s = 0.f;
+    for (int c = lane; c < C; c += 32) s += d[c] * y[r * C + c];
+    s = WarpSum(s);
+    if (lane == 0) dweights[row_slot[r]] += s;
+  }
+}
+
+}  // namespace
+
+Status MoeRouteForward(float* weights, int32_t* experts, float* probs, const float* logits, int64_t N, int E, int k,
+                       bool normalize, void* stream) {
+  MoeRouteForwardKernel<<<GridFor(N, kThreads), kThreads, 0, AsStream(stream)>>>(weights, experts, probs, logits, N, E,
+                                                                                 k, normalize);
+  return LaunchStatus("moe_route_forward");
+}
+
+Status MoeRouteBackward(float* dlogits, const float* dweights, const float* probs, const int32_t* experts, int64_t N,
+                        int E, int k, bool normalize, void* stream) {
+  MoeRouteBackwardKernel<<<GridFor(N, kThreads), kThreads, 0, AsStream(stream)>>>(dlogits, dweights, probs, experts, N,
+                                                                                  E, k, normalize);
+  return LaunchStatus("moe_route_backward");
+}
+
+Status GatherRows(float* out, const float* inp, const int32_t* rows, int64_t M, int C, void* stream) {
+  GatherRowsKernel<<<GridFor(M * C, kThreads), kThreads, 0, AsStream(stream)>>>(out, inp, rows, M, C);
+  return LaunchStatus("gather_rows");
+}
+
+Status GatherRowsBackward(float* dinp, const float* drows, const int32_t* token_rows, int64_t N, int k, int C,
+                          void* stream) {
+  GatherRowsBackwardKernel<<<GridFor(N * C, kThreads), kThreads, 0, AsStream(stream)>>>(dinp, drows, token_rows, N, k,
+                                                                                        C);
+  return LaunchStatus("gather_rows_backward");
+}
+
+Status MoeCombineForward(float* out, const float* y, const float* weights, const int32_t* token_rows,
+                         const int32_t* row_slot, int64_t N, int k, int C, void* stream) {
+  MoeCombineForwardKernel<<<GridFor(N * C, kThreads), kThreads, 0, AsStream(stream)>>>(out, y, weights, token_rows,
+                                                                                       row_slot, N, k, C);
+  return LaunchStatus("moe_combine_forward");
+}
+
+Status MoeCombineBackward(float* dy, float* dweights, const float* dout, const float* y, const float* weights,
+                          const int32_t* row_token, const int32_t* row_slot, int64_t M, int C, void* stream) {
+  cudaStream_t s = AsStream(stream);
+  MoeCombineBackwardRowsKernel<<<GridFor(M * C, kThreads), kThreads, 0, s>>>(dy, dout, weights, row_token, row_slot, M,
+                                                                             C);
+  ZINF_RETURN_IF_ERROR(LaunchStatus("moe_combine_backward dy"));
+  MoeCombineBackwardWeightsKernel<<<GridFor(M, kWarpsPerBlock), kThreads, 0, s>>>(dweights, dout, y, row_token,
+                                                                                  row_slot, M, C);
+  return LaunchStatus("moe_combine_backward dweights");
+}
+
+}  // namespace zinf::kernels::cuda
