@@ -242,7 +242,8 @@ void GqaExpandBackward(T* dq, T* dk, T* dv, const T* dqkv, int64_t N, int NH, in
 //
 // A sparse MLP routes each of N tokens to k of E experts: the router's
 // logits [N, E] give probabilities p = softmax(logits) per row, the k
-// largest (descending; ties to the lower expert) are each token's experts
+// largest (descending; ties to the lower expert: zinf's rule, torch.topk's
+// order among equals is unspecified) are each token's experts
 // [N, k] and their weights [N, k], divided by their sum when `normalize`
 // (Qwen3-MoE's norm_topk_prob, Mixtral's always). The N * k (token, slot)
 // pairs are dispatched into rows grouped by expert (MoeDispatch), each

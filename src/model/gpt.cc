@@ -1197,9 +1197,10 @@ void GptCompute<T>::Impl::MoeForwardIn(const LayerParams& lp, LayerActs& a) {
   const T* in = MlpInput(a);
   Linear(lp, RouterIndex(config), a.moe_probs, in, nullptr, C, E);
   o.MoeRouteForward(a.moe_weights, a.moe_experts, a.moe_probs, a.moe_probs, N, E, K, config.norm_topk_prob);
-  // After a failed kernel the copy may not run: experts 0 still dispatch
-  // validly, and Synchronize returns the error.
-  std::fill(host_experts.begin(), host_experts.end(), 0);
+  // After a failed kernel the copy may not run: slot j's expert j still
+  // dispatches validly (no expert over N rows), and Synchronize returns
+  // the error.
+  for (size_t s = 0; s < host_experts.size(); ++s) host_experts[s] = static_cast<int32_t>(s % static_cast<size_t>(K));
   o.CopyToHost(host_experts.data(), a.moe_experts, sizeof(int32_t) * host_experts.size());
   int32_t* rows = host_rows.data();
   const bool dispatched =

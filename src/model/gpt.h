@@ -182,7 +182,7 @@ struct GptConfig {
   // intermediate_size (the experts' width, HF's moe_intermediate_size).
   int n_experts = 0;
   int experts_per_token = 0;
-  bool norm_topk_prob = true;
+  bool norm_topk_prob = false;
 
   bool llama() const { return family == ModelFamily::kLlama; }
   bool moe() const { return n_experts > 0; }

@@ -197,7 +197,8 @@ class KeyReader {
 // the NoPE layers (SmolLM3), or all but every sliding_window_pattern-th
 // (Gemma 3; Gemma 2 every other, OLMo 3 every fourth; their windows always
 // on too). The last three read layer_types first.
-enum class SlidingLayers { kNone, kAll, kFromMaxWindowLayers, kNopeLayers, kPattern };
+// kAllWhenUsed: every layer slides when use_sliding_window (Qwen3-MoE).
+enum class SlidingLayers { kNone, kAll, kAllWhenUsed, kFromMaxWindowLayers, kNopeLayers, kPattern };
 // A routed MLP in every layer (GptConfig's experts): Qwen3-MoE's (experts
 // of moe_intermediate_size, norm_topk_prob), OLMoE's (of
 // intermediate_size, norm_topk_prob) or Mixtral's (of intermediate_size,
@@ -340,6 +341,8 @@ constexpr Architecture kArchitectures[] = {
     {.name = "Qwen3MoeForCausalLM",
      .default_kv_heads = 4,
      .qk_norm = true,
+     .sliding = SlidingLayers::kAllWhenUsed,
+     .default_window = 4096,
      .experts = Experts::kQwen3Moe,
      .default_experts = 128,
      .default_experts_per_token = 8},
@@ -763,7 +766,7 @@ void ParseSlidingWindow(KeyReader& r, HfCheckpoint& c, const Architecture& arch)
         r.Error(at + t.dump() + " changes the math; zinf supports \"full_attention\" and \"sliding_attention\"");
       }
     }
-  } else if (arch.sliding == SlidingLayers::kAll) {
+  } else if (arch.sliding == SlidingLayers::kAll || (arch.sliding == SlidingLayers::kAllWhenUsed && on)) {
     for (int l = 0; l < m.n_layer; ++l) layers.push_back(l);
   } else if (arch.sliding == SlidingLayers::kFromMaxWindowLayers && on) {
     int first = 28;  // transformers' default
@@ -900,18 +903,39 @@ void ParseExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   const char* key = r.Has("num_local_experts") || (arch.experts == Experts::kMixtral && !r.Has("num_experts"))
                         ? "num_local_experts"
                         : "num_experts";
-  m.n_experts = r.Int(key, arch.default_experts, false);
-  m.experts_per_token = r.Int("num_experts_per_tok", arch.default_experts_per_token, false);
+  // Absent: the class's default; null: an error (transformers' would fail).
+  auto count = [&](const char* k, int fallback) {
+    if (r.Has(k) && r.Get(k) == nullptr) r.Error(std::string(k) + ": null (expected a positive integer)");
+    return r.Int(k, fallback, false);
+  };
+  m.n_experts = count(key, arch.default_experts);
+  m.experts_per_token = count("num_experts_per_tok", arch.default_experts_per_token);
   if (m.experts_per_token > m.n_experts || m.experts_per_token > kernels::cpu::kMaxExpertsPerToken) {
     r.Error("num_experts_per_tok: " + std::to_string(m.experts_per_token) + " experts a token, of " +
             std::to_string(m.n_experts) + " (zinf routes a token to at most " +
             std::to_string(kernels::cpu::kMaxExpertsPerToken) + ")");
   }
-  m.norm_topk_prob = arch.experts == Experts::kMixtral || r.Bool("norm_topk_prob", false);
+  if (arch.experts == Experts::kMixtral) {
+    m.norm_topk_prob = true;
+    if (r.Get("norm_topk_prob") != nullptr) c.notes.push_back("norm_topk_prob: ignored (Mixtral always renormalizes)");
+  } else {
+    m.norm_topk_prob = r.Bool("norm_topk_prob", false);
+  }
   if (arch.experts == Experts::kQwen3Moe) {
     m.intermediate_size = r.Int("moe_intermediate_size", 768, false);  // intermediate_size: the dense layers'
     r.Neutral("decoder_sparse_step", {1});
-    r.Neutral("mlp_only_layers", {json::array()});
+    // Layers past the model's (transformers asks `layer_idx in`) change nothing.
+    if (const json* dense = r.Get("mlp_only_layers"); dense != nullptr) {
+      const bool past = dense->is_array() && std::all_of(dense->begin(), dense->end(), [&](const json& l) {
+                          return l.is_number_integer() && l.get<int64_t>() >= m.n_layer;
+                        });
+      if (!past) {
+        r.Error("mlp_only_layers: " + dense->dump() +
+                " makes those layers' MLPs dense; zinf supports a routed MLP in every layer ([] or null)");
+      } else if (!dense->empty()) {
+        c.notes.push_back("mlp_only_layers: " + dense->dump() + " ignored (no such layer)");
+      }
+    }
   }
   if (arch.experts == Experts::kMixtral) r.Neutral("router_jitter_noise", {0, 0.0});
   if (const json* clip = arch.experts == Experts::kOlmoe ? r.Get("clip_qkv") : nullptr; clip != nullptr) {
@@ -948,7 +972,9 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
                   : r.Int("num_key_value_heads",
                           arch.default_kv_heads > 0 && !r.Has("num_key_value_heads") ? arch.default_kv_heads : m.n_head,
                           arch.gemma);
-  m.intermediate_size = shape("intermediate_size");
+  // Qwen3-MoE's is its dense layers' width, unused when every layer routes.
+  m.intermediate_size =
+      arch.experts == Experts::kQwen3Moe ? r.Int("intermediate_size", 1, false) : shape("intermediate_size");
   if (arch.experts != Experts::kNone) ParseExperts(r, c, arch);
   c.max_positions = shape("max_position_embeddings");
   m.seq_len = c.max_positions;
@@ -1243,8 +1269,17 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
       }
       auto it = c.tensors.find(names[t]);
       if (it == c.tensors.end()) {
+        // transformers 5 can save the experts stacked (save_original_format
+        // false): say so rather than only name the first expert.
+        const size_t experts = names[t].find(".experts.");
+        const bool stacked =
+            experts != std::string::npos && c.tensors.count(names[t].substr(0, experts) + ".experts.gate_up_proj") > 0;
         return Status::InvalidArgument(dir + ": tensor " + names[t] + " is missing (expected shape " +
-                                       ShapeText(shape) + ")");
+                                       ShapeText(shape) + ")" +
+                                       (stacked ? "; the checkpoint stacks its experts (experts.gate_up_proj, "
+                                                  "experts.down_proj), which zinf does not read: save it with "
+                                                  "transformers' save_original_format=True, one tensor an expert"
+                                                : ""));
       }
       const SafetensorsHeader::Entry& e = it->second.entry;
       if (e.shape != shape) {

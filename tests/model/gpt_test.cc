@@ -446,6 +446,54 @@ GptConfig TinyMoe(bool olmoe) {
 
 TEST(GptTest, MoeGradientsMatchFiniteDifferences) { CheckModelGradients(TinyMoe(false)); }
 TEST(GptTest, OlmoeGradientsMatchFiniteDifferences) { CheckModelGradients(TinyMoe(true)); }
+// Routed MLPs under OLMo 2's output norms (the combine's output normed)
+// and under Granite's branch multiplier.
+TEST(GptTest, MoeWithPostNormsGradientsMatchFiniteDifferences) {
+  GptConfig c = TinyMoe(true);
+  c.post_norms = true;
+  CheckModelGradients(c);
+}
+TEST(GptTest, MoeWithResidualMultiplierGradientsMatchFiniteDifferences) {
+  GptConfig c = TinyMoe(false);
+  c.residual_multiplier = 0.4;
+  CheckModelGradients(c);
+}
+
+// More experts than a batch's token slots (64 experts, one a token, 64
+// tokens): some get none, and their gradients are zero whether the
+// backward adds or sets them (SetLayerGradientsNeedNoZeroing: set over NaN).
+GptConfig TinySparseMoe() {
+  GptConfig c = TinyMoe(false);
+  c.n_experts = 64;
+  c.experts_per_token = 1;
+  c.intermediate_size = 4;
+  return c;
+}
+
+TEST(GptTest, ExpertsWithoutTokensGetZeroGradients) {
+  const GptConfig config = TinySparseMoe();
+  const int B = 1;
+  Harness<double> h(config, B);
+  h.SetParams(MakeParams(config, 31));
+  const Batch batch = MakeBatch(config, B, 32);
+  h.Run(batch, /*backward=*/true);
+  int idle = 0, used = 0;
+  for (int l = 0; l < config.n_layer; ++l) {
+    const auto& g = h.grads()[static_cast<size_t>(LayerBlock(l))];
+    for (int e = 0; e < config.n_experts; ++e) {
+      const auto& down = g[static_cast<size_t>(ExpertTensor(config, e, 2))];
+      const bool zero = std::all_of(down.begin(), down.end(), [](double v) { return v == 0.0; });
+      (zero ? idle : used)++;
+      for (int w = 0; w < 2; ++w) {
+        const auto& gw = g[static_cast<size_t>(ExpertTensor(config, e, w))];
+        EXPECT_EQ(std::all_of(gw.begin(), gw.end(), [](double v) { return v == 0.0; }), zero)
+            << "layer " << l << " expert " << e << " weight " << w;
+      }
+    }
+  }
+  EXPECT_GT(idle, 0);  // 32 tokens a layer for 64 experts
+  EXPECT_GT(used, 0);
+}
 
 TEST(GptTest, LossAtInitIsNearLogVocab) {
   const GptConfig config = Tiny(true);
@@ -566,7 +614,9 @@ TEST(GptTest, SetLayerGradientsNeedNoZeroing) {
         std::pair{TinyGemma3(), LayerActivations::kRecompute}, std::pair{TinyGemma3(), LayerActivations::kKeep},
         std::pair{TinyOlmo2(), LayerActivations::kRecompute}, std::pair{TinyOlmo2(), LayerActivations::kKeep},
         std::pair{TinyGranite(), LayerActivations::kRecompute}, std::pair{TinyGranite(), LayerActivations::kKeep},
-        std::pair{TinyMoe(false), LayerActivations::kRecompute}, std::pair{TinyMoe(true), LayerActivations::kKeep}}) {
+        std::pair{TinyMoe(false), LayerActivations::kRecompute}, std::pair{TinyMoe(true), LayerActivations::kKeep},
+        std::pair{TinySparseMoe(), LayerActivations::kRecompute},
+        std::pair{TinySparseMoe(), LayerActivations::kKeep}}) {
     SCOPED_TRACE(std::string(config.residual_multiplier != 1 ? "granite"
                              : config.post_norms             ? "olmo2"
                              : config.sandwich_norms         ? "gemma3"

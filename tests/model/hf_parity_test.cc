@@ -1167,6 +1167,9 @@ TEST(HfCheckpointTest, GlmAndErnieAsTransformersReadsThem) {
       << c.status().ToString();
 }
 
+void RewriteTensors(const std::string& dir, const std::string& name, const std::string& rename, bool drop,
+                    bool reshape);
+
 // The routed MLPs: Qwen3-MoE's experts of moe_intermediate_size, OLMoE's
 // and Mixtral's of intermediate_size; the experts' count under either of
 // its names (the Hub's num_experts, transformers 5's num_local_experts),
@@ -1230,9 +1233,42 @@ TEST(HfCheckpointTest, ExpertsAsTransformersReadsThem) {
   refused(
       "mixtral", [](nlohmann::json& d) { d["router_jitter_noise"] = 0.1; }, "router_jitter_noise: 0.1");
   refused(
-      "mixtral", [](nlohmann::json& d) { d["norm_topk_prob"] = false; }, "norm_topk_prob");  // not Mixtral's key
+      "qwen3_moe", [](nlohmann::json& d) { d["num_experts_per_tok"] = nullptr; }, "num_experts_per_tok: null");
   refused(
       "olmoe", [](nlohmann::json& d) { d["clip_qkv"] = 8.0; }, "clip_qkv: 8.0 clamps q, k and v");
+  // Layers past the model's in mlp_only_layers, the dense width absent, a
+  // window with use_sliding_window (every layer slides): as transformers.
+  c = OpenEdited(
+      tmp, "qwen3_moe",
+      [](nlohmann::json& d) {
+        d["mlp_only_layers"] = {2, 7};
+        d.erase("intermediate_size");
+        d["use_sliding_window"] = true;
+        d["sliding_window"] = 5;
+      },
+      /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.sliding_window, 5);
+  EXPECT_EQ(c->model.sliding_layers, (std::vector<int>{0, 1}));
+  EXPECT_EQ(c->model.intermediate_size, 24);
+  EXPECT_NE(Notes(*c).find("mlp_only_layers: [2,7] ignored (no such layer)"), std::string::npos) << Notes(*c);
+  c = OpenEdited(
+      tmp, "mixtral", [](nlohmann::json& d) { d["norm_topk_prob"] = false; }, /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->model.norm_topk_prob);
+  EXPECT_NE(Notes(*c).find("norm_topk_prob: ignored (Mixtral always renormalizes)"), std::string::npos);
+  // Experts stacked as transformers 5 can save them: named as such.
+  {
+    const std::string dir = CopyFixture(tmp, "qwen3_moe");
+    const std::string first = "model.layers.0.mlp.experts.0.gate_proj.weight";
+    RewriteTensors(dir, first, "model.layers.0.mlp.experts.gate_up_proj", /*drop=*/false, /*reshape=*/false);
+    RewriteTensors(dir, first, "", /*drop=*/true, /*reshape=*/false);
+    auto stacked = OpenHfCheckpoint(dir);
+    ASSERT_FALSE(stacked.ok());
+    EXPECT_NE(stacked.status().message().find("experts.0.gate_proj.weight is missing"), std::string::npos);
+    EXPECT_NE(stacked.status().message().find("the checkpoint stacks its experts"), std::string::npos)
+        << stacked.status().ToString();
+  }
   // Mixtral's count absent: its 8 experts (the fixture's tensors are 4's).
   c = OpenEdited(
       tmp, "mixtral", [](nlohmann::json& d) { d.erase("num_local_experts"); }, /*config_only=*/true);
