@@ -253,7 +253,8 @@ void GqaExpandBackward(T* dq, T* dk, T* dv, const T* dqkv, int64_t N, int NH, in
 // The most experts a token is routed to (k).
 inline constexpr int kMaxExpertsPerToken = 64;
 
-// probs [N, E] = softmax(logits) (kept for the backward), experts and
+// probs [N, E] = softmax(logits) (kept for the backward; may be logits,
+// overwritten row by row), experts and
 // weights [N, k] as above. Computed in double, rounded to T; 1 <= k <= E,
 // k <= kMaxExpertsPerToken.
 template <typename T>
