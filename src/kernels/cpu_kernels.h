@@ -259,10 +259,12 @@ inline constexpr int kMaxExpertsPerToken = 64;
 // k <= kMaxExpertsPerToken.
 template <typename T>
 void MoeRouteForward(T* weights, int32_t* experts, T* probs, const T* logits, int64_t N, int E, int k, bool normalize);
-// dlogits += the routing's adjoint for dweights [N, k] (the experts fixed).
+// dlogits += the routing's adjoint for dweights [N, k] (the experts fixed),
+// with dprobs [E] (or null) added to every token's d of each probability
+// (the load-balancing loss's).
 template <typename T>
-void MoeRouteBackward(T* dlogits, const T* dweights, const T* probs, const int32_t* experts, int64_t N, int E, int k,
-                      bool normalize);
+void MoeRouteBackward(T* dlogits, const T* dweights, const T* probs, const int32_t* experts, const T* dprobs, int64_t N,
+                      int E, int k, bool normalize);
 
 // The dispatch, on the host: the N * k slots (s = n * k + j: token n's
 // j-th expert) ordered by expert, then slot. Row r of the dispatched

@@ -47,8 +47,8 @@ void MoeRouteForward(T* weights, int32_t* experts, T* probs, const T* logits, in
 }
 
 template <typename T>
-void MoeRouteBackward(T* dlogits, const T* dweights, const T* probs, const int32_t* experts, int64_t N, int E, int k,
-                      bool normalize) {
+void MoeRouteBackward(T* dlogits, const T* dweights, const T* probs, const int32_t* experts, const T* dprobs, int64_t N,
+                      int E, int k, bool normalize) {
 #pragma omp parallel for schedule(static) if (WorthThreads(N * E))
   for (int64_t n = 0; n < N; ++n) {
     const T* p = probs + n * E;
@@ -69,11 +69,14 @@ void MoeRouteBackward(T* dlogits, const T* dweights, const T* probs, const int32
       dv[j] = normalize ? static_cast<double>(dw[j]) / total - dot / (total * total) : static_cast<double>(dw[j]);
       weighted += static_cast<double>(p[ex[j]]) * dv[j];
     }
+    if (dprobs != nullptr) {
+      for (int e = 0; e < E; ++e) weighted += static_cast<double>(p[e]) * static_cast<double>(dprobs[e]);
+    }
     T* dl = dlogits + n * E;
     for (int e = 0; e < E; ++e) {
-      double dp = 0;
+      double dp = dprobs != nullptr ? static_cast<double>(dprobs[e]) : 0.0;
       for (int j = 0; j < k; ++j) {
-        if (ex[j] == e) dp = dv[j];
+        if (ex[j] == e) dp += dv[j];
       }
       dl[e] += static_cast<T>(static_cast<double>(p[e]) * (dp - weighted));
     }
@@ -154,7 +157,7 @@ void MoeCombineBackward(T* dy, T* dweights, const T* dout, const T* y, const T* 
 
 #define ZINF_MOE_KERNELS(T)                                                                                          \
   template void MoeRouteForward<T>(T*, int32_t*, T*, const T*, int64_t, int, int, bool);                             \
-  template void MoeRouteBackward<T>(T*, const T*, const T*, const int32_t*, int64_t, int, int, bool);                \
+  template void MoeRouteBackward<T>(T*, const T*, const T*, const int32_t*, const T*, int64_t, int, int, bool);      \
   template void GatherRows<T>(T*, const T*, const int32_t*, int64_t, int);                                           \
   template void GatherRowsBackward<T>(T*, const T*, const int32_t*, int64_t, int, int);                              \
   template void MoeCombineForward<T>(T*, const T*, const T*, const int32_t*, const int32_t*, int64_t, int, int);     \

@@ -242,8 +242,8 @@ Status GqaExpandBackward(float* dq, float* dk, float* dv, const float* dqkv, int
 // rows summed in their order), a warp per row forms the weights' dots.
 Status MoeRouteForward(float* weights, int32_t* experts, float* probs, const float* logits, int64_t N, int E, int k,
                        bool normalize, void* stream);
-Status MoeRouteBackward(float* dlogits, const float* dweights, const float* probs, const int32_t* experts, int64_t N,
-                        int E, int k, bool normalize, void* stream);
+Status MoeRouteBackward(float* dlogits, const float* dweights, const float* probs, const int32_t* experts,
+                        const float* dprobs, int64_t N, int E, int k, bool normalize, void* stream);
 Status GatherRows(float* out, const float* inp, const int32_t* rows, int64_t M, int C, void* stream);
 Status GatherRowsBackward(float* dinp, const float* drows, const int32_t* token_rows, int64_t N, int k, int C,
                           void* stream);

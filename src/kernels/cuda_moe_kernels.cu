@@ -40,7 +40,8 @@ __global__ void MoeRouteForwardKernel(float* weights, int32_t* experts, float* p
 }
 
 __global__ void MoeRouteBackwardKernel(float* dlogits, const float* dweights, const float* probs,
-                                       const int32_t* experts, int64_t N, int E, int k, bool normalize) {
+                                       const int32_t* experts, const float* dprobs, int64_t N, int E, int k,
+                                       bool normalize) {
   ZINF_GRID_STRIDE(n, N) {
     const float* p = probs + n * E;
     const float* dw = dweights + n * k;
@@ -56,9 +57,12 @@ __global__ void MoeRouteBackwardKernel(float* dlogits, const float* dweights, co
       dv[j] = normalize ? dw[j] / total - dot / (total * total) : dw[j];
       weighted += p[ex[j]] * dv[j];
     }
+    if (dprobs != nullptr) {
+      for (int e = 0; e < E; ++e) weighted += p[e] * dprobs[e];
+    }
     for (int e = 0; e < E; ++e) {
-      float dp = 0.f;
-      for (int j = 0; j < k; ++j) dp = ex[j] == e ? dv[j] : dp;
+      float dp = dprobs != nullptr ? dprobs[e] : 0.f;
+      for (int j = 0; j < k; ++j) dp += ex[j] == e ? dv[j] : 0.f;
       dlogits[n * E + e] += p[e] * (dp - weighted);
     }
   }
@@ -121,10 +125,10 @@ Status MoeRouteForward(float* weights, int32_t* experts, float* probs, const flo
   return LaunchStatus("moe_route_forward");
 }
 
-Status MoeRouteBackward(float* dlogits, const float* dweights, const float* probs, const int32_t* experts, int64_t N,
-                        int E, int k, bool normalize, void* stream) {
-  MoeRouteBackwardKernel<<<GridFor(N, kThreads), kThreads, 0, AsStream(stream)>>>(dlogits, dweights, probs, experts, N,
-                                                                                  E, k, normalize);
+Status MoeRouteBackward(float* dlogits, const float* dweights, const float* probs, const int32_t* experts,
+                        const float* dprobs, int64_t N, int E, int k, bool normalize, void* stream) {
+  MoeRouteBackwardKernel<<<GridFor(N, kThreads), kThreads, 0, AsStream(stream)>>>(dlogits, dweights, probs, experts,
+                                                                                  dprobs, N, E, k, normalize);
   return LaunchStatus("moe_route_backward");
 }
 

@@ -194,9 +194,9 @@ class CudaOps final : public Ops<float> {
                        bool normalize) override {
     Run([&] { return k::MoeRouteForward(weights, experts, probs, logits, N, E, k, normalize, s_); });
   }
-  void MoeRouteBackward(float* dlogits, const float* dweights, const float* probs, const int32_t* experts, int64_t N,
-                        int E, int k, bool normalize) override {
-    Run([&] { return k::MoeRouteBackward(dlogits, dweights, probs, experts, N, E, k, normalize, s_); });
+  void MoeRouteBackward(float* dlogits, const float* dweights, const float* probs, const int32_t* experts,
+                        const float* dprobs, int64_t N, int E, int k, bool normalize) override {
+    Run([&] { return k::MoeRouteBackward(dlogits, dweights, probs, experts, dprobs, N, E, k, normalize, s_); });
   }
   void GatherRows(float* out, const float* inp, const int32_t* rows, int64_t M, int C) override {
     Run([&] { return k::GatherRows(out, inp, rows, M, C, s_); });

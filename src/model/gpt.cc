@@ -324,6 +324,7 @@ std::string GptConfigToJson(const GptConfig& config) {
       j["n_experts"] = config.n_experts;
       j["experts_per_token"] = config.experts_per_token;
       j["norm_topk_prob"] = config.norm_topk_prob;
+      if (config.router_aux_coef > 0) j["router_aux_coef"] = config.router_aux_coef;
     }
   }
   if (!config.sliding_layers.empty()) {
@@ -683,6 +684,15 @@ struct GptCompute<T>::Impl {
   T* dweights = nullptr;                         // [N, K]: d of the routing weights
   T* drouter = nullptr;                          // [N, E]: d of the router's logits
   std::vector<int32_t> host_experts, host_rows;  // the dispatch's host side
+  // The load-balancing loss (router_aux_coef > 0): this forward's choices
+  // and probability sums per expert over every layer (the forward proper,
+  // not a backward's recompute), a layer's probabilities on the host, and
+  // the loss's gradient on each probability [E] (on the device; its host
+  // copy stays alive for the copy).
+  std::vector<double> aux_counts, aux_probs;
+  std::vector<T> host_probs, host_aux_dprobs;
+  T* aux_dprobs = nullptr;
+  bool aux_ready = false;  // aux_dprobs holds this forward's gradient
   const int32_t* RowToken(const LayerActs& a) const { return a.moe_rows; }
   const int32_t* RowSlot(const LayerActs& a) const { return a.moe_rows + M; }
   const int32_t* TokenRows(const LayerActs& a) const { return a.moe_rows + 2 * M; }
@@ -697,7 +707,7 @@ struct GptCompute<T>::Impl {
   // The routed MLP's forward up to act(gate) * up (group kMlpInGroup), its
   // experts' down projections into moe_y, and the dense or routed MLP's
   // output into `out` (down_proj's, or the experts' combined).
-  void MoeForwardIn(const LayerParams& lp, LayerActs& a);
+  void MoeForwardIn(const LayerParams& lp, LayerActs& a, int layer);
   void MoeExpertsDown(const LayerParams& lp, LayerActs& a);
   void MlpDown(const LayerParams& lp, LayerActs& a, T* out);
   // The routed MLP's backward: from d of its output (kMlpOutGroup) to dh,
@@ -991,7 +1001,7 @@ void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const LayerPar
       break;
     case kMlpInGroup:
       if (config.moe()) {
-        MoeForwardIn(lp, a);
+        MoeForwardIn(lp, a, layer);
         break;
       }
       Linear(lp, kGateW, a.gate, MlpInput(a), nullptr, C, I);
@@ -1192,7 +1202,7 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
 // dispatch on the host (the experts' row counts size their matmuls), each
 // expert's gate and up over its rows, act(gate) * up over all of them.
 template <typename T>
-void GptCompute<T>::Impl::MoeForwardIn(const LayerParams& lp, LayerActs& a) {
+void GptCompute<T>::Impl::MoeForwardIn(const LayerParams& lp, LayerActs& a, int layer) {
   Ops<T>& o = *ops;
   const T* in = MlpInput(a);
   Linear(lp, RouterIndex(config), a.moe_probs, in, nullptr, C, E);
@@ -1207,6 +1217,16 @@ void GptCompute<T>::Impl::MoeForwardIn(const LayerParams& lp, LayerActs& a) {
       kernels::cpu::MoeDispatch(host_experts.data(), N, K, E, rows, rows + M, rows + 2 * M, a.moe_offsets.data());
   ZINF_CHECK_MSG(dispatched, "GptCompute: the routing chose an expert out of range");
   o.CopyToDevice(a.moe_rows, rows, sizeof(int32_t) * host_rows.size());
+  if (config.router_aux_coef > 0 && forward_done == layer) {  // the forward proper: the loss's sums
+    o.CopyToHost(host_probs.data(), a.moe_probs, sizeof(T) * host_probs.size());
+    for (int e = 0; e < E; ++e) {
+      aux_counts[static_cast<size_t>(e)] +=
+          static_cast<double>(a.moe_offsets[static_cast<size_t>(e) + 1] - a.moe_offsets[static_cast<size_t>(e)]);
+    }
+    for (int64_t n = 0; n < N; ++n) {
+      for (int e = 0; e < E; ++e) aux_probs[static_cast<size_t>(e)] += static_cast<double>(host_probs[n * E + e]);
+    }
+  }
   o.GatherRows(a.moe_x, in, RowToken(a), M, C);
   ForEachExpert(a, [&](int e, int64_t first, int64_t count) {
     if (count == 0) return;
@@ -1270,7 +1290,8 @@ void GptCompute<T>::Impl::MoeBackwardIn(const LayerParams& lp, LayerActs& a, con
   o.Zero(dbuf_c, N * C);  // d ln2
   o.GatherRowsBackward(dbuf_c, drows, TokenRows(a), N, K, C);
   o.Zero(drouter, N * E);
-  o.MoeRouteBackward(drouter, dweights, a.moe_probs, a.moe_experts, N, E, K, config.norm_topk_prob);
+  o.MoeRouteBackward(drouter, dweights, a.moe_probs, a.moe_experts, aux_ready ? aux_dprobs : nullptr, N, E, K,
+                     config.norm_topk_prob);
   const int router = RouterIndex(config);
   LinearBackward(lp, router, dbuf_c, g[static_cast<size_t>(router)], nullptr, drouter, MlpInput(a), C, E, mode);
 }
@@ -1461,14 +1482,16 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
         (config.experts_per_token < 1 || config.experts_per_token > config.n_experts ||
          config.experts_per_token > kernels::cpu::kMaxExpertsPerToken ||
          int64_t{batch} * config.seq_len * config.experts_per_token > std::numeric_limits<int32_t>::max())) ||
-       config.n_experts < 0)) {
+       config.n_experts < 0 || !(config.router_aux_coef >= 0 && std::isfinite(config.router_aux_coef)) ||
+       (config.router_aux_coef > 0 && !config.moe()))) {
     return Status::InvalidArgument("GptCompute: inconsistent llama-family config " + GptConfigToJson(config));
   }
-  if (!config.llama() && (config.norm_unit_offset || config.mlp_glu != kernels::Glu::kSilu || config.embed_scale ||
-                          config.attn_scalar != 0 || config.sandwich_norms || !config.local_rope_layers.empty() ||
-                          config.post_norms || config.qk_norm_all_heads || config.attn_softcap != 0 ||
-                          config.final_softcap != 0 || config.padding_token != -1 || config.embed_multiplier != 1 ||
-                          config.residual_multiplier != 1 || config.logits_scaling != 1 || config.n_experts != 0)) {
+  if (!config.llama() &&
+      (config.norm_unit_offset || config.mlp_glu != kernels::Glu::kSilu || config.embed_scale ||
+       config.attn_scalar != 0 || config.sandwich_norms || !config.local_rope_layers.empty() || config.post_norms ||
+       config.qk_norm_all_heads || config.attn_softcap != 0 || config.final_softcap != 0 ||
+       config.padding_token != -1 || config.embed_multiplier != 1 || config.residual_multiplier != 1 ||
+       config.logits_scaling != 1 || config.n_experts != 0 || config.router_aux_coef != 0)) {
     return Status::InvalidArgument("GptCompute: Gemma's, Granite's and the experts' fields are for the llama family: " +
                                    GptConfigToJson(config));
   }
@@ -1630,6 +1653,13 @@ Status GptCompute<T>::Impl::AllocateLlama() {
     ZINF_RETURN_IF_ERROR(Alloc(&drows, M * C, "expert row gradient"));
     ZINF_RETURN_IF_ERROR(Alloc(&dweights, N * K, "routing weight gradient"));
     ZINF_RETURN_IF_ERROR(Alloc(&drouter, N * E, "router logit gradient"));
+    if (config.router_aux_coef > 0) {
+      ZINF_RETURN_IF_ERROR(Alloc(&aux_dprobs, E, "load-balancing loss gradient"));
+      aux_counts.assign(static_cast<size_t>(E), 0.0);
+      aux_probs.assign(static_cast<size_t>(E), 0.0);
+      host_probs.resize(static_cast<size_t>(N * E));
+      host_aux_dprobs.resize(static_cast<size_t>(E));
+    }
   }
   const bool local_rope = config.local_rope_theta > 0 && !config.local_rope_layers.empty();
   if (local_rope) {
@@ -1743,6 +1773,9 @@ Status GptCompute<T>::EmbedForward(const std::vector<const T*>& embed) {
   m.head_backward_done = false;
   m.backward_next = -1;
   m.kept_consumed = false;
+  std::fill(m.aux_counts.begin(), m.aux_counts.end(), 0.0);
+  std::fill(m.aux_probs.begin(), m.aux_probs.end(), 0.0);
+  m.aux_ready = false;
   return Status::Ok();
 }
 
@@ -1843,6 +1876,21 @@ StatusOr<double> GptCompute<T>::HeadForward(const std::vector<const T*>& head, c
                           m.lnf_rstd, N, m.C);
     }
   }
+  // The load-balancing loss, E sum_e f_e P_e over R = L * N rows: its
+  // gradient on each token's probability of expert e is E f_e / R (times
+  // the coefficient and loss_scale), the same in every layer.
+  double aux = 0;
+  if (m.config.router_aux_coef > 0) {
+    const double R = static_cast<double>(L) * static_cast<double>(N), E = m.E;
+    for (int e = 0; e < m.E; ++e) {
+      const double f = m.aux_counts[static_cast<size_t>(e)] / R;
+      aux += f * (m.aux_probs[static_cast<size_t>(e)] / R);
+      m.host_aux_dprobs[static_cast<size_t>(e)] = static_cast<T>(loss_scale * m.config.router_aux_coef * E * f / R);
+    }
+    aux *= E;
+    if (grads != nullptr) o.CopyToDevice(m.aux_dprobs, m.host_aux_dprobs.data(), sizeof(T) * m.host_aux_dprobs.size());
+    m.aux_ready = grads != nullptr;
+  }
   std::vector<T> losses(static_cast<size_t>(N));
   o.CopyToHost(losses.data(), m.losses, sizeof(T) * N);
   ZINF_RETURN_IF_ERROR(o.Synchronize());
@@ -1853,7 +1901,7 @@ StatusOr<double> GptCompute<T>::HeadForward(const std::vector<const T*>& head, c
   m.forward_group = 0;
   m.recompute_group = 0;
   m.backward_end = kLayerGroups;
-  return sum / static_cast<double>(N);
+  return sum / static_cast<double>(N) + m.config.router_aux_coef * aux;  // transformers' loss + coef * aux_loss
 }
 
 template <typename T>

@@ -183,6 +183,13 @@ struct GptConfig {
   int n_experts = 0;
   int experts_per_token = 0;
   bool norm_topk_prob = false;
+  // The router's load-balancing loss (transformers' output_router_logits,
+  // router_aux_loss_coef), 0: none. Each forward adds router_aux_coef * E *
+  // sum_e f_e P_e to the loss: f_e the share of the (layer, token, slot)
+  // choices that went to expert e, P_e its mean probability over every
+  // layer's tokens (the Switch Transformer's loss, as transformers computes
+  // it per forward). Only P carries a gradient.
+  double router_aux_coef = 0;
 
   bool llama() const { return family == ModelFamily::kLlama; }
   bool moe() const { return n_experts > 0; }

@@ -285,6 +285,7 @@ struct Architecture {
   Experts experts = Experts::kNone;
   int default_experts = 0;  // num_experts when absent
   int default_experts_per_token = 0;
+  double default_aux_coef = 0;  // router_aux_loss_coef when absent
   double default_rope_theta = 10000.0;
   double default_norm_eps = 1e-6;  // rms_norm_eps when the key is absent
 };
@@ -345,13 +346,15 @@ constexpr Architecture kArchitectures[] = {
      .default_window = 4096,
      .experts = Experts::kQwen3Moe,
      .default_experts = 128,
-     .default_experts_per_token = 8},
+     .default_experts_per_token = 8,
+     .default_aux_coef = 0.001},
     {.name = "MixtralForCausalLM",
      .default_kv_heads = 8,
      .sliding = SlidingLayers::kAll,
      .experts = Experts::kMixtral,
      .default_experts = 8,
      .default_experts_per_token = 2,
+     .default_aux_coef = 0.001,
      .default_rope_theta = 1000000.0,
      .default_norm_eps = 1e-5},
     {.name = "OlmoeForCausalLM",
@@ -361,6 +364,7 @@ constexpr Architecture kArchitectures[] = {
      .experts = Experts::kOlmoe,
      .default_experts = 64,
      .default_experts_per_token = 8,
+     .default_aux_coef = 0.01,
      .default_norm_eps = 1e-5},
     {.name = "Phi3ForCausalLM",
      .phi3 = true,
@@ -941,8 +945,18 @@ void ParseExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   if (const json* clip = arch.experts == Experts::kOlmoe ? r.Get("clip_qkv") : nullptr; clip != nullptr) {
     r.Error("clip_qkv: " + clip->dump() + " clamps q, k and v, which zinf does not; it supports only null");
   }
-  r.Neutral("output_router_logits", {false});
-  r.Get("router_aux_loss_coef");  // read with output_router_logits only
+  // The load-balancing loss joins the training loss when
+  // output_router_logits; its coefficient is read only then.
+  if (r.Bool("output_router_logits", false)) {
+    m.router_aux_coef = r.Number("router_aux_loss_coef", arch.default_aux_coef);
+    if (!(m.router_aux_coef >= 0)) {
+      r.Error("router_aux_loss_coef: " + json(m.router_aux_coef).dump() + " (expected a number >= 0)");
+    }
+    c.notes.push_back("output_router_logits: the loss includes the routers' load-balancing loss times " +
+                      json(m.router_aux_coef).dump() + " (router_aux_loss_coef), as transformers' does");
+  } else {
+    r.Get("router_aux_loss_coef");
+  }
   c.mixtral_names = arch.experts == Experts::kMixtral;
 }
 

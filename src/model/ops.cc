@@ -179,9 +179,9 @@ class CpuOps final : public Ops<T> {
                        bool normalize) override {
     Run([=] { k::MoeRouteForward(weights, experts, probs, logits, N, E, k, normalize); });
   }
-  void MoeRouteBackward(T* dlogits, const T* dweights, const T* probs, const int32_t* experts, int64_t N, int E, int k,
-                        bool normalize) override {
-    Run([=] { k::MoeRouteBackward(dlogits, dweights, probs, experts, N, E, k, normalize); });
+  void MoeRouteBackward(T* dlogits, const T* dweights, const T* probs, const int32_t* experts, const T* dprobs,
+                        int64_t N, int E, int k, bool normalize) override {
+    Run([=] { k::MoeRouteBackward(dlogits, dweights, probs, experts, dprobs, N, E, k, normalize); });
   }
   void GatherRows(T* out, const T* inp, const int32_t* rows, int64_t M, int C) override {
     Run([=] { k::GatherRows(out, inp, rows, M, C); });

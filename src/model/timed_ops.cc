@@ -165,8 +165,9 @@ void TimedOps::MoeRouteForward(float* weights, int32_t* experts, float* probs, c
   Timed("MoeRouteForward", [&] { inner_->MoeRouteForward(weights, experts, probs, logits, N, E, k, normalize); });
 }
 void TimedOps::MoeRouteBackward(float* dlogits, const float* dweights, const float* probs, const int32_t* experts,
-                                int64_t N, int E, int k, bool normalize) {
-  Timed("MoeRouteBackward", [&] { inner_->MoeRouteBackward(dlogits, dweights, probs, experts, N, E, k, normalize); });
+                                const float* dprobs, int64_t N, int E, int k, bool normalize) {
+  Timed("MoeRouteBackward",
+        [&] { inner_->MoeRouteBackward(dlogits, dweights, probs, experts, dprobs, N, E, k, normalize); });
 }
 void TimedOps::GatherRows(float* out, const float* inp, const int32_t* rows, int64_t M, int C) {
   Timed("GatherRows", [&] { inner_->GatherRows(out, inp, rows, M, C); });

@@ -127,8 +127,8 @@ class TimedOps final : public Ops<float> {
                          int hd) override;
   void MoeRouteForward(float* weights, int32_t* experts, float* probs, const float* logits, int64_t N, int E, int k,
                        bool normalize) override;
-  void MoeRouteBackward(float* dlogits, const float* dweights, const float* probs, const int32_t* experts, int64_t N,
-                        int E, int k, bool normalize) override;
+  void MoeRouteBackward(float* dlogits, const float* dweights, const float* probs, const int32_t* experts,
+                        const float* dprobs, int64_t N, int E, int k, bool normalize) override;
   void GatherRows(float* out, const float* inp, const int32_t* rows, int64_t M, int C) override;
   void GatherRowsBackward(float* dinp, const float* drows, const int32_t* token_rows, int64_t N, int k, int C) override;
   void MoeCombineForward(float* out, const float* y, const float* weights, const int32_t* token_rows,

@@ -208,8 +208,22 @@ TEST(CpuDecoderKernelsTest, MoeRouteBackwardMatchesFiniteDifferences) {
     };
     objective();
     std::vector<double> dlogits = Filled(logits.size());
-    MoeRouteBackward(dlogits.data(), w.data(), probs.data(), experts.data(), kN, E, K, normalize);
+    MoeRouteBackward(dlogits.data(), w.data(), probs.data(), experts.data(), static_cast<const double*>(nullptr), kN, E,
+                     K, normalize);
     ExpectGradient("dlogits", logits, dlogits, objective);
+    // With a gradient on every probability too (the load-balancing loss's).
+    const std::vector<double> wp = Random(E, rng);
+    auto with_probs = [&] {
+      double j = objective();
+      for (int64_t n = 0; n < kN; ++n) {
+        for (int e = 0; e < E; ++e) j += wp[e] * probs[n * E + e];
+      }
+      return j;
+    };
+    with_probs();  // probs as the logits are (the check above left its last perturbation's)
+    std::vector<double> dlogits2 = Filled(logits.size());
+    MoeRouteBackward(dlogits2.data(), w.data(), probs.data(), experts.data(), wp.data(), kN, E, K, normalize);
+    ExpectGradient("dlogits with dprobs", logits, dlogits2, with_probs);
   }
 }
 

@@ -569,9 +569,10 @@ TEST_F(CudaKernelsTest, MoeKernelsMatchCpu) {
     EXPECT_TRUE(Near(Down(d_p, N * E), p, 1e-6, 1e-6));
     const auto dw = Uniform(N * K, -1.0f, 1.0f, 92), dl0 = Uniform(N * E, -1.0f, 1.0f, 93);
     std::vector<float> dl = dl0;
-    cpu::MoeRouteBackward(dl.data(), dw.data(), p.data(), ex.data(), N, E, K, normalize);
+    const auto dprobs = Uniform(E, -0.5f, 0.5f, 99);  // a load-balancing loss's
+    cpu::MoeRouteBackward(dl.data(), dw.data(), p.data(), ex.data(), dprobs.data(), N, E, K, normalize);
     float* d_dl = Up(dl0);
-    ASSERT_OK(gpu::MoeRouteBackward(d_dl, Up(dw), Up(p), Up(ex), N, E, K, normalize, s()));
+    ASSERT_OK(gpu::MoeRouteBackward(d_dl, Up(dw), Up(p), Up(ex), Up(dprobs), N, E, K, normalize, s()));
     EXPECT_TRUE(Near(Down(d_dl, N * E), dl, 1e-6, 1e-5));
 
     std::vector<int32_t> rows(3 * M);

@@ -448,6 +448,14 @@ TEST(GptTest, MoeGradientsMatchFiniteDifferences) { CheckModelGradients(TinyMoe(
 TEST(GptTest, OlmoeGradientsMatchFiniteDifferences) { CheckModelGradients(TinyMoe(true)); }
 // Routed MLPs under OLMo 2's output norms (the combine's output normed)
 // and under Granite's branch multiplier.
+// The routers' load-balancing loss in the loss: its gradient through
+// every layer's softmax.
+GptConfig TinyMoeAux() {
+  GptConfig c = TinyMoe(false);
+  c.router_aux_coef = 0.3;
+  return c;
+}
+TEST(GptTest, MoeLoadBalancingLossGradientsMatchFiniteDifferences) { CheckModelGradients(TinyMoeAux()); }
 TEST(GptTest, MoeWithPostNormsGradientsMatchFiniteDifferences) {
   GptConfig c = TinyMoe(true);
   c.post_norms = true;
@@ -615,8 +623,8 @@ TEST(GptTest, SetLayerGradientsNeedNoZeroing) {
         std::pair{TinyOlmo2(), LayerActivations::kRecompute}, std::pair{TinyOlmo2(), LayerActivations::kKeep},
         std::pair{TinyGranite(), LayerActivations::kRecompute}, std::pair{TinyGranite(), LayerActivations::kKeep},
         std::pair{TinyMoe(false), LayerActivations::kRecompute}, std::pair{TinyMoe(true), LayerActivations::kKeep},
-        std::pair{TinySparseMoe(), LayerActivations::kRecompute},
-        std::pair{TinySparseMoe(), LayerActivations::kKeep}}) {
+        std::pair{TinySparseMoe(), LayerActivations::kRecompute}, std::pair{TinySparseMoe(), LayerActivations::kKeep},
+        std::pair{TinyMoeAux(), LayerActivations::kRecompute}}) {
     SCOPED_TRACE(std::string(config.residual_multiplier != 1 ? "granite"
                              : config.post_norms             ? "olmo2"
                              : config.sandwich_norms         ? "gemma3"
@@ -681,7 +689,7 @@ TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
   // for bit, whole layers and in group ranges (16-bit matrices), over two
   // batches (each layer's kept set is overwritten by the next forward).
   for (const GptConfig& config :
-       {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2(), TinyGranite(), TinyMoe(false)}) {
+       {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2(), TinyGranite(), TinyMoe(false), TinyMoeAux()}) {
     SCOPED_TRACE(config.residual_multiplier != 1 ? "granite"
                  : config.post_norms             ? "olmo2"
                  : config.sandwich_norms         ? "gemma3"
@@ -740,7 +748,7 @@ TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
 // slots turn over twice.
 TEST(GptTest, OffloadedLayerInputsGiveTheBitsOfTheRecompute) {
   for (GptConfig config :
-       {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2(), TinyGranite(), TinyMoe(false)}) {
+       {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2(), TinyGranite(), TinyMoe(false), TinyMoeAux()}) {
     config.n_layer = 5;
     SCOPED_TRACE(config.residual_multiplier != 1 ? "granite"
                  : config.post_norms             ? "olmo2"

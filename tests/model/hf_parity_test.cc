@@ -190,7 +190,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, HfParityTest,
                                            "smollm3", "mistral-window", "qwen2-window", "gemma", "gemma3", "gemma3-mm",
                                            "llama-pad", "gemma2", "granite", "olmo2", "qwen3-yarn", "olmo3", "exaone4",
                                            "seed-oss", "helium", "glm", "glm4", "ernie4_5", "qwen3_moe", "mixtral",
-                                           "olmoe"));
+                                           "olmoe", "qwen3_moe-aux"));
 
 // A copy of a fixture folder whose config.json or tensors a test changes.
 std::string CopyFixture(const TempDir& tmp, const std::string& name) {
@@ -1225,7 +1225,12 @@ TEST(HfCheckpointTest, ExpertsAsTransformersReadsThem) {
       "qwen3_moe", [](nlohmann::json& d) { d.erase("num_experts_per_tok"); },
       "num_experts_per_tok: 8 experts a token, of 4");
   refused(
-      "qwen3_moe", [](nlohmann::json& d) { d["output_router_logits"] = true; }, "output_router_logits: true");
+      "qwen3_moe",
+      [](nlohmann::json& d) {
+        d["output_router_logits"] = true;
+        d["router_aux_loss_coef"] = -1;
+      },
+      "router_aux_loss_coef: -1");
   refused(
       "qwen3_moe", [](nlohmann::json& d) { d["decoder_sparse_step"] = 2; }, "decoder_sparse_step: 2");
   refused(
@@ -1269,6 +1274,22 @@ TEST(HfCheckpointTest, ExpertsAsTransformersReadsThem) {
     EXPECT_NE(stacked.status().message().find("the checkpoint stacks its experts"), std::string::npos)
         << stacked.status().ToString();
   }
+  // The load-balancing loss: with output_router_logits, the class's
+  // coefficient when absent (Qwen3-MoE's 0.001), noted; without, none.
+  c = OpenEdited(
+      tmp, "qwen3_moe",
+      [](nlohmann::json& d) {
+        d["output_router_logits"] = true;
+        d.erase("router_aux_loss_coef");
+      },
+      /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.router_aux_coef, 0.001);
+  EXPECT_NE(Notes(*c).find("load-balancing loss times 0.001"), std::string::npos) << Notes(*c);
+  EXPECT_EQ(qwen->model.router_aux_coef, 0.0);
+  auto aux = OpenHfCheckpoint(FixtureDir("qwen3_moe-aux"));
+  ASSERT_TRUE(aux.ok()) << aux.status().ToString();
+  EXPECT_EQ(aux->model.router_aux_coef, 0.2);
   // Mixtral's count absent: its 8 experts (the fixture's tensors are 4's).
   c = OpenEdited(
       tmp, "mixtral", [](nlohmann::json& d) { d.erase("num_local_experts"); }, /*config_only=*/true);

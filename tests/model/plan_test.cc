@@ -368,8 +368,10 @@ TEST(PlanTest, ActivationBytesAreGptComputesAllocations) {
   GptConfig moe = wide;
   moe.n_experts = 5;
   moe.experts_per_token = 3;
-  for (const GptConfig& m :
-       {*LoadGptConfig("tiny"), *LoadGptConfig("demo"), llama, one, wide, narrow, gemma3, granite, olmo2, moe}) {
+  GptConfig moe_aux = moe;
+  moe_aux.router_aux_coef = 0.01;  // the load-balancing loss's gradient, E values
+  for (const GptConfig& m : {*LoadGptConfig("tiny"), *LoadGptConfig("demo"), llama, one, wide, narrow, gemma3, granite,
+                             olmo2, moe, moe_aux}) {
     for (int batch : {1, 3}) {
       for (LayerActivations a : {LayerActivations::kRecompute, LayerActivations::kKeep, LayerActivations::kOffload}) {
         SCOPED_TRACE(std::string(m.llama() ? "llama" : "gpt2") + " layers " + std::to_string(m.n_layer) + " heads " +

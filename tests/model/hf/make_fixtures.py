@@ -186,6 +186,12 @@ MODELS = {
     "olmoe": (transformers.OlmoeConfig, transformers.OlmoeForCausalLM,
               dict(COMMON_LLAMA, vocab_size=100, intermediate_size=24, num_experts=4, num_experts_per_tok=2,
                    norm_topk_prob=False, pad_token_id=1, eos_token_id=None), torch.float32),
+    # Qwen3-MoE with the routers' load-balancing loss in the loss (output_router_logits, a coefficient large
+    # enough to move the curve)
+    "qwen3_moe-aux": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM,
+                      dict(COMMON_LLAMA, vocab_size=100, num_experts=4, num_experts_per_tok=2,
+                           moe_intermediate_size=24, norm_topk_prob=True, tie_word_embeddings=False, pad_token_id=None,
+                           output_router_logits=True, router_aux_loss_coef=0.2), torch.float32),
 }
 
 
@@ -201,8 +207,12 @@ def perturb(model, gen):
 
 
 def loss_of(model, inputs, targets):
-    logits = model(input_ids=inputs).logits
-    return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    out = model(input_ids=inputs)
+    logits = out.logits
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    if getattr(out, "aux_loss", None) is not None:  # output_router_logits: as the model's own loss adds it
+        loss = loss + model.config.router_aux_loss_coef * out.aux_loss
+    return logits, loss
 
 
 def make(name, config_cls, model_cls, kwargs, dtype, seed):
