@@ -61,8 +61,8 @@ void MoeRouteBackward(T* dlogits, const T* dweights, const T* probs, const int32
       total += static_cast<double>(p[ex[j]]);
       dot += static_cast<double>(dw[j]) * static_cast<double>(p[ex[j]]);
     }
-    // The softmax's adjoint: dl_e = p_e (dp_e - sum_m p_m dp_m), dp zero
-    // off the chosen experts.
+    // The softmax's adjoint: dl_e = p_e (dp_e - sum_m p_m dp_m), dp the
+    // chosen experts' dv plus dprobs (zero elsewhere without them).
     double dv[kMaxExpertsPerToken];
     double weighted = 0;
     for (int j = 0; j < k; ++j) {

@@ -324,7 +324,6 @@ std::string GptConfigToJson(const GptConfig& config) {
       j["n_experts"] = config.n_experts;
       j["experts_per_token"] = config.experts_per_token;
       j["norm_topk_prob"] = config.norm_topk_prob;
-      if (config.router_aux_coef > 0) j["router_aux_coef"] = config.router_aux_coef;
     }
   }
   if (!config.sliding_layers.empty()) {
@@ -692,7 +691,8 @@ struct GptCompute<T>::Impl {
   std::vector<double> aux_counts, aux_probs;
   std::vector<T> host_probs, host_aux_dprobs;
   T* aux_dprobs = nullptr;
-  bool aux_ready = false;  // aux_dprobs holds this forward's gradient
+  bool aux_ready = false;    // aux_dprobs holds this forward's gradient
+  double cross_entropy = 0;  // the last HeadForward's mean cross-entropy
   const int32_t* RowToken(const LayerActs& a) const { return a.moe_rows; }
   const int32_t* RowSlot(const LayerActs& a) const { return a.moe_rows + M; }
   const int32_t* TokenRows(const LayerActs& a) const { return a.moe_rows + 2 * M; }
@@ -1482,16 +1482,21 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
         (config.experts_per_token < 1 || config.experts_per_token > config.n_experts ||
          config.experts_per_token > kernels::cpu::kMaxExpertsPerToken ||
          int64_t{batch} * config.seq_len * config.experts_per_token > std::numeric_limits<int32_t>::max())) ||
-       config.n_experts < 0 || !(config.router_aux_coef >= 0 && std::isfinite(config.router_aux_coef)) ||
-       (config.router_aux_coef > 0 && !config.moe()))) {
+       config.n_experts < 0)) {
     return Status::InvalidArgument("GptCompute: inconsistent llama-family config " + GptConfigToJson(config));
   }
-  if (!config.llama() &&
-      (config.norm_unit_offset || config.mlp_glu != kernels::Glu::kSilu || config.embed_scale ||
-       config.attn_scalar != 0 || config.sandwich_norms || !config.local_rope_layers.empty() || config.post_norms ||
-       config.qk_norm_all_heads || config.attn_softcap != 0 || config.final_softcap != 0 ||
-       config.padding_token != -1 || config.embed_multiplier != 1 || config.residual_multiplier != 1 ||
-       config.logits_scaling != 1 || config.n_experts != 0 || config.router_aux_coef != 0)) {
+  // A training choice, not the model's shape: GptConfigToJson (the
+  // checkpoints' model identity) leaves it out, so it is named here.
+  if (!(config.router_aux_coef >= 0 && std::isfinite(config.router_aux_coef)) ||
+      (config.router_aux_coef > 0 && !config.moe())) {
+    return Status::InvalidArgument("GptCompute: router_aux_coef " + std::to_string(config.router_aux_coef) +
+                                   ": the load-balancing loss takes a finite coefficient >= 0, and experts");
+  }
+  if (!config.llama() && (config.norm_unit_offset || config.mlp_glu != kernels::Glu::kSilu || config.embed_scale ||
+                          config.attn_scalar != 0 || config.sandwich_norms || !config.local_rope_layers.empty() ||
+                          config.post_norms || config.qk_norm_all_heads || config.attn_softcap != 0 ||
+                          config.final_softcap != 0 || config.padding_token != -1 || config.embed_multiplier != 1 ||
+                          config.residual_multiplier != 1 || config.logits_scaling != 1 || config.n_experts != 0)) {
     return Status::InvalidArgument("GptCompute: Gemma's, Granite's and the experts' fields are for the llama family: " +
                                    GptConfigToJson(config));
   }
@@ -1713,6 +1718,10 @@ int64_t GptCompute<T>::activation_bytes() const {
   return impl_->bytes;
 }
 template <typename T>
+double GptCompute<T>::cross_entropy() const {
+  return impl_->cross_entropy;
+}
+template <typename T>
 int64_t GptCompute<T>::host_activation_bytes() const {
   return impl_->host_pool != nullptr ? static_cast<int64_t>(impl_->host_pool->region().size()) : 0;
 }
@@ -1901,7 +1910,8 @@ StatusOr<double> GptCompute<T>::HeadForward(const std::vector<const T*>& head, c
   m.forward_group = 0;
   m.recompute_group = 0;
   m.backward_end = kLayerGroups;
-  return sum / static_cast<double>(N) + m.config.router_aux_coef * aux;  // transformers' loss + coef * aux_loss
+  m.cross_entropy = sum / static_cast<double>(N);
+  return m.cross_entropy + m.config.router_aux_coef * aux;  // transformers' loss + coef * aux_loss
 }
 
 template <typename T>

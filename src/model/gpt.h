@@ -185,10 +185,10 @@ struct GptConfig {
   bool norm_topk_prob = false;
   // The router's load-balancing loss (transformers' output_router_logits,
   // router_aux_loss_coef), 0: none. Each forward adds router_aux_coef * E *
-  // sum_e f_e P_e to the loss: f_e the share of the (layer, token, slot)
-  // choices that went to expert e, P_e its mean probability over every
-  // layer's tokens (the Switch Transformer's loss, as transformers computes
-  // it per forward). Only P carries a gradient.
+  // sum_e f_e P_e to the loss: f_e the (layer, token) rows that chose
+  // expert e over the L * N rows (the f_e sum to K), P_e its mean
+  // probability over them (the Switch Transformer's loss, as transformers
+  // computes it per forward). Only P carries a gradient.
   double router_aux_coef = 0;
 
   bool llama() const { return family == ModelFamily::kLlama; }
@@ -367,6 +367,7 @@ class GptCompute {
   const GptConfig& config() const;
   int batch() const;
   int64_t activation_bytes() const;       // device bytes this object holds
+  double cross_entropy() const;           // the last HeadForward's mean cross-entropy (its loss less the routers')
   int64_t host_activation_bytes() const;  // pinned host bytes (kOffload's layer inputs), else 0
   // LayerActivations::kKeep: the backward skips LayerRecomputeGroups (which
   // then fails with kFailedPrecondition).
@@ -385,11 +386,13 @@ class GptCompute {
   Status EmbedForward(const std::vector<const T*>& embed);
   Status LayerForward(int layer, const std::vector<const T*>& params);
   // Final LayerNorm, logits and the mean loss over B*T positions (returned;
-  // synchronises). `lm_head` is the head's [Vp, C] weight (the head block's
-  // kLmHead, or the embed block's wte when tied). With `grads`: also the
-  // backward of the head with d(loss)/d(loss_i) = loss_scale / (B*T),
-  // accumulating into `grads` and leaving the gradient of x_L for
-  // LayerBackward(L-1).
+  // synchronises), plus router_aux_coef times this forward's load-balancing
+  // loss with experts (cross_entropy() is the mean alone). `lm_head` is the
+  // head's [Vp, C] weight (the head block's kLmHead, or the embed block's
+  // wte when tied). With `grads`: also the backward of the head with
+  // d(loss)/d(loss_i) = loss_scale / (B*T), accumulating into `grads` and
+  // leaving the gradient of x_L for LayerBackward(L-1), and the
+  // load-balancing loss's gradient for the routers' backward.
   // With `host_logits` (a host array of B*T*Vp): also the logits, row by row.
   StatusOr<double> HeadForward(const std::vector<const T*>& head, const T* lm_head, const HeadGrads* grads,
                                double loss_scale, T* host_logits = nullptr);

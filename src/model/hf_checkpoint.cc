@@ -895,9 +895,8 @@ constexpr ShapeDefault kGemma3Shape[] = {
 };
 
 // The routed MLP's keys: every layer sparse (Qwen3-MoE's dense layers,
-// mlp_only_layers or a decoder_sparse_step over 1, are refused), no
-// load-balancing loss (output_router_logits refused; its coefficient
-// then changes nothing).
+// mlp_only_layers or a decoder_sparse_step over 1, are refused), the
+// load-balancing loss in the loss when output_router_logits.
 void ParseExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   GptConfig& m = c.model;
   // num_experts, or transformers 5's num_local_experts (both names map to
@@ -948,6 +947,9 @@ void ParseExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   // The load-balancing loss joins the training loss when
   // output_router_logits; its coefficient is read only then.
   if (r.Bool("output_router_logits", false)) {
+    if (r.Has("router_aux_loss_coef") && r.Get("router_aux_loss_coef") == nullptr) {
+      r.Error("router_aux_loss_coef: null (output_router_logits needs a number)");
+    }
     m.router_aux_coef = r.Number("router_aux_loss_coef", arch.default_aux_coef);
     if (!(m.router_aux_coef >= 0)) {
       r.Error("router_aux_loss_coef: " + json(m.router_aux_coef).dump() + " (expected a number >= 0)");

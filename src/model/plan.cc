@@ -154,8 +154,8 @@ int64_t ActivationBytes(const GptConfig& m, int batch, ComputeKernels kernels, i
   const int64_t M = N * m.experts_per_token;
   bytes += 3 * f((m.moe() ? M : N) * I);                                             // d hidden, d gate, d up
   if (m.moe()) bytes += f(M * C) + f(N * m.experts_per_token) + f(N * m.n_experts);  // d rows, weights, logits
-  if (m.router_aux_coef > 0) bytes += f(m.n_experts);  // the load-balancing loss's gradient
-  bytes += f(3 * NA) + 2 * f(NA) + 3 * f(N * Ckv);     // d qkv; d q (rotated and not); d k (both), d v
+  if (m.moe() && m.router_aux_coef > 0) bytes += f(m.n_experts);  // the load-balancing loss's gradient
+  bytes += f(3 * NA) + 2 * f(NA) + 3 * f(N * Ckv);                // d qkv; d q (rotated and not); d k (both), d v
   if (m.local_rope_theta > 0 && !m.local_rope_layers.empty()) bytes += 2 * f(T * (m.rope_dims() / 2));
   if (m.norm_unit_offset) bytes += 2 * f(std::max(C, hd));             // ones, 1 + w
   if (m.branch_norms() || m.residual_multiplier != 1) bytes += f(NC);  // d of a post norm's input or a branch's output

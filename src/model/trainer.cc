@@ -147,9 +147,9 @@ struct Trainer::Impl {
   const BlockSpec& spec(BlockId b) const { return engine->block(b); }
 
   // The summed losses of the next `batches` batches of `loader`, forward
-  // only. The walk is not the training order: it is kept out of the
-  // prefetch record.
-  StatusOr<double> ForwardLossSum(DataLoader& loader, int64_t batches) {
+  // only (with `cross_entropy`, less the routers' load-balancing loss). The
+  // walk is not the training order: it is kept out of the prefetch record.
+  StatusOr<double> ForwardLossSum(DataLoader& loader, int64_t batches, bool cross_entropy = false) {
     // A forward-only trainer has no training order: its passes are the
     // order the prefetch follows (each one ended by EndForwardPass).
     const bool trains = !options.engine.forward_only;
@@ -160,7 +160,7 @@ struct Trainer::Impl {
       loader.Next(inputs.data(), targets.data());
       StatusOr<double> loss = MicroBatch(/*backward=*/false);
       if (loss.ok()) {
-        sum += *loss;
+        sum += cross_entropy ? compute->cross_entropy() : *loss;
       } else {
         s = loss.status();
       }
@@ -781,7 +781,8 @@ StatusOr<Trainer::InOrderEval> Trainer::EvaluateInOrder() {
                         DataLoader::Create(train, m.batch(), m.model().seq_len, m.options.seed, m.comm->rank(),
                                            m.comm->world_size(), DataOrder::kSequential));
   const int64_t batches = loader.batches_per_epoch();
-  ZINF_ASSIGN_OR_RETURN(double sum, m.ForwardLossSum(loader, batches));
+  // Perplexity's cross-entropy: without the routers' load-balancing loss.
+  ZINF_ASSIGN_OR_RETURN(double sum, m.ForwardLossSum(loader, batches, /*cross_entropy=*/true));
   ZINF_RETURN_IF_ERROR(m.comm->AllReduce(&sum, &sum, 1, ElementType::kF64, comm::ReduceOp::kSum, nullptr));
   InOrderEval e;
   e.windows = batches * m.comm->world_size();

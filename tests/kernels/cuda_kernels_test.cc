@@ -569,11 +569,17 @@ TEST_F(CudaKernelsTest, MoeKernelsMatchCpu) {
     EXPECT_TRUE(Near(Down(d_p, N * E), p, 1e-6, 1e-6));
     const auto dw = Uniform(N * K, -1.0f, 1.0f, 92), dl0 = Uniform(N * E, -1.0f, 1.0f, 93);
     std::vector<float> dl = dl0;
-    const auto dprobs = Uniform(E, -0.5f, 0.5f, 99);  // a load-balancing loss's
-    cpu::MoeRouteBackward(dl.data(), dw.data(), p.data(), ex.data(), dprobs.data(), N, E, K, normalize);
+    cpu::MoeRouteBackward(dl.data(), dw.data(), p.data(), ex.data(), static_cast<const float*>(nullptr), N, E, K,
+                          normalize);
     float* d_dl = Up(dl0);
-    ASSERT_OK(gpu::MoeRouteBackward(d_dl, Up(dw), Up(p), Up(ex), Up(dprobs), N, E, K, normalize, s()));
+    ASSERT_OK(gpu::MoeRouteBackward(d_dl, Up(dw), Up(p), Up(ex), nullptr, N, E, K, normalize, s()));
     EXPECT_TRUE(Near(Down(d_dl, N * E), dl, 1e-6, 1e-5));
+    const auto dprobs = Uniform(E, -0.5f, 0.5f, 99);  // a load-balancing loss's
+    std::vector<float> dl2 = dl0;
+    cpu::MoeRouteBackward(dl2.data(), dw.data(), p.data(), ex.data(), dprobs.data(), N, E, K, normalize);
+    float* d_dl2 = Up(dl0);
+    ASSERT_OK(gpu::MoeRouteBackward(d_dl2, Up(dw), Up(p), Up(ex), Up(dprobs), N, E, K, normalize, s()));
+    EXPECT_TRUE(Near(Down(d_dl2, N * E), dl2, 1e-6, 1e-5));
 
     std::vector<int32_t> rows(3 * M);
     std::vector<int64_t> offsets(E + 1);

@@ -448,14 +448,6 @@ TEST(GptTest, MoeGradientsMatchFiniteDifferences) { CheckModelGradients(TinyMoe(
 TEST(GptTest, OlmoeGradientsMatchFiniteDifferences) { CheckModelGradients(TinyMoe(true)); }
 // Routed MLPs under OLMo 2's output norms (the combine's output normed)
 // and under Granite's branch multiplier.
-// The routers' load-balancing loss in the loss: its gradient through
-// every layer's softmax.
-GptConfig TinyMoeAux() {
-  GptConfig c = TinyMoe(false);
-  c.router_aux_coef = 0.3;
-  return c;
-}
-TEST(GptTest, MoeLoadBalancingLossGradientsMatchFiniteDifferences) { CheckModelGradients(TinyMoeAux()); }
 TEST(GptTest, MoeWithPostNormsGradientsMatchFiniteDifferences) {
   GptConfig c = TinyMoe(true);
   c.post_norms = true;
@@ -465,6 +457,28 @@ TEST(GptTest, MoeWithResidualMultiplierGradientsMatchFiniteDifferences) {
   GptConfig c = TinyMoe(false);
   c.residual_multiplier = 0.4;
   CheckModelGradients(c);
+}
+
+// The routers' load-balancing loss in the loss: its gradient through
+// every layer's softmax.
+GptConfig TinyMoeAux() {
+  GptConfig c = TinyMoe(false);
+  c.router_aux_coef = 0.3;
+  return c;
+}
+TEST(GptTest, MoeLoadBalancingLossGradientsMatchFiniteDifferences) { CheckModelGradients(TinyMoeAux()); }
+// The term joins the loss; cross_entropy() is the loss without it, the
+// bits of the same model without the term.
+TEST(GptTest, LoadBalancingLossAddsToTheCrossEntropy) {
+  const std::vector<Tensors> params = MakeParams(TinyMoeAux(), 41);
+  const Batch batch = MakeBatch(TinyMoeAux(), 2, 42);
+  Harness<double> with(TinyMoeAux(), 2), without(TinyMoe(false), 2);
+  with.SetParams(params);
+  without.SetParams(params);
+  const double l_with = with.Run(batch, /*backward=*/false), l_without = without.Run(batch, false);
+  EXPECT_EQ(with.compute().cross_entropy(), l_without);
+  EXPECT_EQ(without.compute().cross_entropy(), l_without);
+  EXPECT_GT(l_with - l_without, 0.3);  // 0.3 E sum f_e P_e: about 0.3 K when the routing is near uniform
 }
 
 // More experts than a batch's token slots (64 experts, one a token, 64

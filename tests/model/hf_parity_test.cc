@@ -1173,8 +1173,8 @@ void RewriteTensors(const std::string& dir, const std::string& name, const std::
 // The routed MLPs: Qwen3-MoE's experts of moe_intermediate_size, OLMoE's
 // and Mixtral's of intermediate_size; the experts' count under either of
 // its names (the Hub's num_experts, transformers 5's num_local_experts),
-// each class's defaults when absent; every layer sparse and no auxiliary
-// loss, or a clear refusal.
+// each class's defaults when absent; every layer sparse, or a clear
+// refusal; the load-balancing loss's coefficient with output_router_logits.
 TEST(HfCheckpointTest, ExpertsAsTransformersReadsThem) {
   auto qwen = OpenHfCheckpoint(FixtureDir("qwen3_moe"));
   ASSERT_TRUE(qwen.ok()) << qwen.status().ToString();
@@ -1290,6 +1290,8 @@ TEST(HfCheckpointTest, ExpertsAsTransformersReadsThem) {
   auto aux = OpenHfCheckpoint(FixtureDir("qwen3_moe-aux"));
   ASSERT_TRUE(aux.ok()) << aux.status().ToString();
   EXPECT_EQ(aux->model.router_aux_coef, 0.2);
+  refused(
+      "qwen3_moe-aux", [](nlohmann::json& d) { d["router_aux_loss_coef"] = nullptr; }, "router_aux_loss_coef: null");
   // Mixtral's count absent: its 8 experts (the fixture's tensors are 4's).
   c = OpenEdited(
       tmp, "mixtral", [](nlohmann::json& d) { d.erase("num_local_experts"); }, /*config_only=*/true);
