@@ -164,6 +164,10 @@ class KeyReader {
     errors_.push_back(key + ": " + v->dump() + " changes the model's math; zinf supports only " + allowed);
   }
   void Error(std::string e) { errors_.push_back(std::move(e)); }
+  // A key present as null where transformers' class would fail on null.
+  void RefuseNull(const std::string& key, const std::string& expected) {
+    if (Has(key) && doc_.at(key).is_null()) errors_.push_back(key + ": null (expected " + expected + ")");
+  }
 
   // Notes the ignored keys; an unknown key is an error.
   void Finish() {
@@ -908,7 +912,7 @@ void ParseExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
                         : "num_experts";
   // Absent: the class's default; null: an error (transformers' would fail).
   auto count = [&](const char* k, int fallback) {
-    if (r.Has(k) && r.Get(k) == nullptr) r.Error(std::string(k) + ": null (expected a positive integer)");
+    r.RefuseNull(k, "a positive integer");
     return r.Int(k, fallback, false);
   };
   m.n_experts = count(key, arch.default_experts);
@@ -947,9 +951,7 @@ void ParseExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   // The load-balancing loss joins the training loss when
   // output_router_logits; its coefficient is read only then.
   if (r.Bool("output_router_logits", false)) {
-    if (r.Has("router_aux_loss_coef") && r.Get("router_aux_loss_coef") == nullptr) {
-      r.Error("router_aux_loss_coef: null (output_router_logits needs a number)");
-    }
+    r.RefuseNull("router_aux_loss_coef", "a number: output_router_logits is true");
     m.router_aux_coef = r.Number("router_aux_loss_coef", arch.default_aux_coef);
     if (!(m.router_aux_coef >= 0)) {
       r.Error("router_aux_loss_coef: " + json(m.router_aux_coef).dump() + " (expected a number >= 0)");
@@ -959,7 +961,6 @@ void ParseExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   } else {
     r.Get("router_aux_loss_coef");
   }
-  c.mixtral_names = arch.experts == Experts::kMixtral;
 }
 
 void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
@@ -1171,6 +1172,7 @@ StatusOr<HfCheckpoint> ParseHfConfig(const std::string& dir, const Architecture*
   c.fused_qkv = traits->phi3;
   c.fused_gate_up = traits->phi3 || traits->fused_gate_up;
   c.glm4_norm_names = traits->glm4_norms;
+  c.mixtral_names = traits->experts == Experts::kMixtral;
   if (traits->llama) {
     ParseLlama(r, c, *traits);
   } else {
