@@ -295,5 +295,15 @@ template <typename T>
 void MoeCombineBackward(T* dy, T* dweights, const T* dout, const T* y, const T* weights, const int32_t* row_token,
                         const int32_t* row_slot, int64_t M, int C);
 
+// A row's output scaled by a gate of its own: out[n, c] += sigmoid(logit[n])
+// * y[n, c], the sigmoid (in double) and the product rounded to T before
+// the add (Qwen2-MoE's shared expert joining the routed experts' sum).
+template <typename T>
+void SigmoidGateForward(T* out, const T* y, const T* logit, int64_t N, int C);
+// Its backward: dy[n, c] += s * dout[n, c]; dlogit[n] += s (1 - s)
+// dot(dout[n], y[n]), s = sigmoid(logit[n]).
+template <typename T>
+void SigmoidGateBackward(T* dy, T* dlogit, const T* dout, const T* y, const T* logit, int64_t N, int C);
+
 }  // namespace cpu
 }  // namespace zinf::kernels

@@ -155,6 +155,38 @@ void MoeCombineBackward(T* dy, T* dweights, const T* dout, const T* y, const T* 
   }
 }
 
+namespace {
+double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+}  // namespace
+
+template <typename T>
+void SigmoidGateForward(T* out, const T* y, const T* logit, int64_t N, int C) {
+#pragma omp parallel for schedule(static) if (WorthThreads(N * C))
+  for (int64_t n = 0; n < N; ++n) {
+    const T s = static_cast<T>(Sigmoid(static_cast<double>(logit[n])));
+    T* o = out + n * C;
+    const T* yr = y + n * C;
+    for (int c = 0; c < C; ++c) o[c] += static_cast<T>(s * yr[c]);
+  }
+}
+
+template <typename T>
+void SigmoidGateBackward(T* dy, T* dlogit, const T* dout, const T* y, const T* logit, int64_t N, int C) {
+#pragma omp parallel for schedule(static) if (WorthThreads(N * C))
+  for (int64_t n = 0; n < N; ++n) {
+    const double s = Sigmoid(static_cast<double>(logit[n]));
+    const T* d = dout + n * C;
+    const T* yr = y + n * C;
+    T* dyr = dy + n * C;
+    double dot = 0;
+    for (int c = 0; c < C; ++c) {
+      dyr[c] += static_cast<T>(s * static_cast<double>(d[c]));
+      dot += static_cast<double>(d[c]) * static_cast<double>(yr[c]);
+    }
+    dlogit[n] += static_cast<T>(s * (1.0 - s) * dot);
+  }
+}
+
 #define ZINF_MOE_KERNELS(T)                                                                                          \
   template void MoeRouteForward<T>(T*, int32_t*, T*, const T*, int64_t, int, int, bool);                             \
   template void MoeRouteBackward<T>(T*, const T*, const T*, const int32_t*, const T*, int64_t, int, int, bool);      \
@@ -162,7 +194,9 @@ void MoeCombineBackward(T* dy, T* dweights, const T* dout, const T* y, const T* 
   template void GatherRowsBackward<T>(T*, const T*, const int32_t*, int64_t, int, int);                              \
   template void MoeCombineForward<T>(T*, const T*, const T*, const int32_t*, const int32_t*, int64_t, int, int);     \
   template void MoeCombineBackward<T>(T*, T*, const T*, const T*, const T*, const int32_t*, const int32_t*, int64_t, \
-                                      int);
+                                      int);                                                                          \
+  template void SigmoidGateForward<T>(T*, const T*, const T*, int64_t, int);                                         \
+  template void SigmoidGateBackward<T>(T*, T*, const T*, const T*, const T*, int64_t, int);
 ZINF_MOE_KERNELS(float)
 ZINF_MOE_KERNELS(double)
 #undef ZINF_MOE_KERNELS

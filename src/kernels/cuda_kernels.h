@@ -251,5 +251,8 @@ Status MoeCombineForward(float* out, const float* y, const float* weights, const
                          const int32_t* row_slot, int64_t N, int k, int C, void* stream);
 Status MoeCombineBackward(float* dy, float* dweights, const float* dout, const float* y, const float* weights,
                           const int32_t* row_token, const int32_t* row_slot, int64_t M, int C, void* stream);
+Status SigmoidGateForward(float* out, const float* y, const float* logit, int64_t N, int C, void* stream);
+Status SigmoidGateBackward(float* dy, float* dlogit, const float* dout, const float* y, const float* logit, int64_t N,
+                           int C, void* stream);
 
 }  // namespace zinf::kernels::cuda

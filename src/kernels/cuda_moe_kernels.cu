@@ -116,6 +116,29 @@ __global__ void MoeCombineBackwardWeightsKernel(float* dweights, const float* do
   }
 }
 
+__device__ float SigmoidOf(float x) { return 1.f / (1.f + expf(-x)); }
+
+__global__ void SigmoidGateForwardKernel(float* out, const float* y, const float* logit, int64_t N, int C) {
+  ZINF_GRID_STRIDE(i, N * C) { out[i] += __fmul_rn(SigmoidOf(logit[i / C]), y[i]); }
+}
+
+// A warp per row: the row's dy and its dot for dlogit.
+__global__ void SigmoidGateBackwardKernel(float* dy, float* dlogit, const float* dout, const float* y,
+                                          const float* logit, int64_t N, int C) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
+  for (int64_t n = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32; n < N; n += warps) {
+    const float s = SigmoidOf(logit[n]);
+    float dot = 0.f;
+    for (int c = lane; c < C; c += 32) {
+      dy[n * C + c] += s * dout[n * C + c];
+      dot += dout[n * C + c] * y[n * C + c];
+    }
+    dot = WarpSum(dot);
+    if (lane == 0) dlogit[n] += s * (1.f - s) * dot;
+  }
+}
+
 }  // namespace
 
 Status MoeRouteForward(float* weights, int32_t* experts, float* probs, const float* logits, int64_t N, int E, int k,
@@ -160,6 +183,18 @@ Status MoeCombineBackward(float* dy, float* dweights, const float* dout, const f
   MoeCombineBackwardWeightsKernel<<<GridFor(M, kWarpsPerBlock), kThreads, 0, s>>>(dweights, dout, y, row_token,
                                                                                   row_slot, M, C);
   return LaunchStatus("moe_combine_backward dweights");
+}
+
+Status SigmoidGateForward(float* out, const float* y, const float* logit, int64_t N, int C, void* stream) {
+  SigmoidGateForwardKernel<<<GridFor(N * C, kThreads), kThreads, 0, AsStream(stream)>>>(out, y, logit, N, C);
+  return LaunchStatus("sigmoid_gate_forward");
+}
+
+Status SigmoidGateBackward(float* dy, float* dlogit, const float* dout, const float* y, const float* logit, int64_t N,
+                           int C, void* stream) {
+  SigmoidGateBackwardKernel<<<GridFor(N, kWarpsPerBlock), kThreads, 0, AsStream(stream)>>>(dy, dlogit, dout, y, logit,
+                                                                                           N, C);
+  return LaunchStatus("sigmoid_gate_backward");
 }
 
 }  // namespace zinf::kernels::cuda

@@ -213,6 +213,13 @@ class CudaOps final : public Ops<float> {
                           const int32_t* row_token, const int32_t* row_slot, int64_t M, int C) override {
     Run([&] { return k::MoeCombineBackward(dy, dweights, dout, y, weights, row_token, row_slot, M, C, s_); });
   }
+  void SigmoidGateForward(float* out, const float* y, const float* logit, int64_t N, int C) override {
+    Run([&] { return k::SigmoidGateForward(out, y, logit, N, C, s_); });
+  }
+  void SigmoidGateBackward(float* dy, float* dlogit, const float* dout, const float* y, const float* logit, int64_t N,
+                           int C) override {
+    Run([&] { return k::SigmoidGateBackward(dy, dlogit, dout, y, logit, N, C, s_); });
+  }
 
   void* stream() override { return s_; }
   Status Synchronize() override {

@@ -197,6 +197,12 @@ class CpuOps final : public Ops<T> {
                           const int32_t* row_slot, int64_t M, int C) override {
     Run([=] { k::MoeCombineBackward(dy, dweights, dout, y, weights, row_token, row_slot, M, C); });
   }
+  void SigmoidGateForward(T* out, const T* y, const T* logit, int64_t N, int C) override {
+    Run([=] { k::SigmoidGateForward(out, y, logit, N, C); });
+  }
+  void SigmoidGateBackward(T* dy, T* dlogit, const T* dout, const T* y, const T* logit, int64_t N, int C) override {
+    Run([=] { k::SigmoidGateBackward(dy, dlogit, dout, y, logit, N, C); });
+  }
 
   Status Synchronize() override {
     if (stream_) Note(stream_->Synchronize().WithContext("CpuOps::Synchronize"));

@@ -131,6 +131,8 @@ class Ops {
                                  const int32_t* row_slot, int64_t N, int k, int C) = 0;
   virtual void MoeCombineBackward(T* dy, T* dweights, const T* dout, const T* y, const T* weights,
                                   const int32_t* row_token, const int32_t* row_slot, int64_t M, int C) = 0;
+  virtual void SigmoidGateForward(T* out, const T* y, const T* logit, int64_t N, int C) = 0;
+  virtual void SigmoidGateBackward(T* dy, T* dlogit, const T* dout, const T* y, const T* logit, int64_t N, int C) = 0;
 
   // Waits for every kernel queued so far; returns the first error since the
   // last call (kInternal naming the kernel on CUDA).

@@ -184,5 +184,12 @@ void TimedOps::MoeCombineBackward(float* dy, float* dweights, const float* dout,
   Timed("MoeCombineBackward",
         [&] { inner_->MoeCombineBackward(dy, dweights, dout, y, weights, row_token, row_slot, M, C); });
 }
+void TimedOps::SigmoidGateForward(float* out, const float* y, const float* logit, int64_t N, int C) {
+  Timed("SigmoidGateForward", [&] { inner_->SigmoidGateForward(out, y, logit, N, C); });
+}
+void TimedOps::SigmoidGateBackward(float* dy, float* dlogit, const float* dout, const float* y, const float* logit,
+                                   int64_t N, int C) {
+  Timed("SigmoidGateBackward", [&] { inner_->SigmoidGateBackward(dy, dlogit, dout, y, logit, N, C); });
+}
 
 }  // namespace zinf::model

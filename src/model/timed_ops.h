@@ -135,6 +135,9 @@ class TimedOps final : public Ops<float> {
                          const int32_t* row_slot, int64_t N, int k, int C) override;
   void MoeCombineBackward(float* dy, float* dweights, const float* dout, const float* y, const float* weights,
                           const int32_t* row_token, const int32_t* row_slot, int64_t M, int C) override;
+  void SigmoidGateForward(float* out, const float* y, const float* logit, int64_t N, int C) override;
+  void SigmoidGateBackward(float* dy, float* dlogit, const float* dout, const float* y, const float* logit, int64_t N,
+                           int C) override;
   Status Synchronize() override { return inner_->Synchronize(); }
   void* stream() override { return inner_->stream(); }
 

@@ -307,6 +307,26 @@ TEST(CpuDecoderKernelsTest, MoeGatherAndCombineBackwardMatchFiniteDifferences) {
   ExpectGradient("dweights", weights, dweights, combine);
 }
 
+// The shared expert's gate: out += sigmoid(logit) * y, and its adjoint.
+TEST(CpuDecoderKernelsTest, SigmoidGateBackwardMatchesFiniteDifferences) {
+  std::mt19937_64 rng(29);
+  const int C = 7;
+  std::vector<double> y = Random(kN * C, rng, 2.0), logit = Random(kN, rng, 3.0), base = Random(kN * C, rng);
+  const std::vector<double> wo = Random(kN * C, rng);
+  std::vector<double> out(kN * C);
+  auto gate = [&] {
+    out = base;
+    SigmoidGateForward(out.data(), y.data(), logit.data(), kN, C);
+    return Dot(out, wo);
+  };
+  gate();
+  for (int c = 0; c < C; ++c) EXPECT_DOUBLE_EQ(out[c], base[c] + y[c] / (1 + std::exp(-logit[0])));
+  std::vector<double> dy = Filled(y.size()), dlogit = Filled(logit.size());
+  SigmoidGateBackward(dy.data(), dlogit.data(), wo.data(), y.data(), logit.data(), kN, C);
+  ExpectGradient("dy", y, dy, gate);
+  ExpectGradient("dlogit", logit, dlogit, gate);
+}
+
 TEST(CpuDecoderKernelsTest, FloatAgreesWithDouble) {
   std::mt19937_64 rng(18);
   const int C = 24;

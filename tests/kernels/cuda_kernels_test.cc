@@ -612,6 +612,27 @@ TEST_F(CudaKernelsTest, MoeKernelsMatchCpu) {
   }
 }
 
+// The shared expert's gate: expf's sigmoid against the CPU's in double
+// (an ulp or two apart), then the same rounded products.
+TEST_F(CudaKernelsTest, SigmoidGateMatchesCpu) {
+  const int64_t N = 301;
+  const int C = 67;
+  const auto y = Uniform(N * C, -2.0f, 2.0f, 110), logit = Uniform(N, -6.0f, 6.0f, 111);
+  const auto out0 = Uniform(N * C, -1.0f, 1.0f, 112), dout = Uniform(N * C, -1.0f, 1.0f, 113);
+  std::vector<float> out = out0;
+  cpu::SigmoidGateForward(out.data(), y.data(), logit.data(), N, C);
+  float* d_out = Up(out0);
+  ASSERT_OK(gpu::SigmoidGateForward(d_out, Up(y), Up(logit), N, C, s()));
+  EXPECT_TRUE(Near(Down(d_out, N * C), out, 1e-6, 1e-6));
+  const auto dy0 = Uniform(N * C, -1.0f, 1.0f, 114), dl0 = Uniform(N, -1.0f, 1.0f, 115);
+  std::vector<float> dy = dy0, dl = dl0;
+  cpu::SigmoidGateBackward(dy.data(), dl.data(), dout.data(), y.data(), logit.data(), N, C);
+  float *d_dy = Up(dy0), *d_dl = Up(dl0);
+  ASSERT_OK(gpu::SigmoidGateBackward(d_dy, d_dl, Up(dout), Up(y), Up(logit), N, C, s()));
+  EXPECT_TRUE(Near(Down(d_dy, N * C), dy, 1e-6, 1e-6));
+  EXPECT_TRUE(Near(Down(d_dl, N), dl, 1e-5, 1e-5));
+}
+
 TEST_F(CudaKernelsTest, ScaleMatchesCpu) {
   const int64_t n = 5003;
   const auto x = Uniform(n, -3.0f, 3.0f, 66);
