@@ -127,8 +127,8 @@ std::string Gb(int64_t bytes) { return FormatBytes(bytes); }
 // A routed model's experts and the parameters a token uses.
 std::string Experts(const model::GptConfig& m) {
   if (!m.moe()) return "";
-  return ", " + std::to_string(m.experts_per_token) + " of " + std::to_string(m.n_experts) +
-         " experts a token: " + FormatCount(m.ActiveParameters()) + " active";
+  return ", " + std::to_string(m.experts_per_token) + " of " + std::to_string(m.n_experts) + " experts a token" +
+         (m.shared_expert() ? " and a shared one" : "") + ": " + FormatCount(m.ActiveParameters()) + " active";
 }
 
 std::string Shape(const model::GptConfig& m) {

@@ -186,10 +186,13 @@ int64_t Matmul16Bytes(const GptConfig& model, int batch, ComputeKernels kernels,
   if (kernels != ComputeKernels::kCuda16 || param_elem_bytes != 2) return 0;  // the trainer's condition for it
   // The linear layers' widest in + out: GPT-2's MLP (C -> 4C and back),
   // Llama's gate/up and down (C <-> intermediate), q and o (C <-> n_head *
-  // head_dim), the router (C -> n_experts; an expert's matmuls have at most N rows).
+  // head_dim), the router (C -> n_experts; an expert's matmuls have at most N rows),
+  // the shared expert's (C <-> shared_expert_size).
   const int64_t C = model.n_embd, N = int64_t{batch} * model.seq_len;
   const int64_t out =
-      model.llama() ? std::max<int64_t>({model.intermediate_size, model.attn_width(), model.n_experts}) : 4 * C;
+      model.llama()
+          ? std::max<int64_t>({model.intermediate_size, model.attn_width(), model.n_experts, model.shared_expert_size})
+          : 4 * C;
   return kernels::cuda::kLtWorkspaceBytes + kernels::cuda::Matmul16ScratchBytes(N, C, out);
 }
 

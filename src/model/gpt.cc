@@ -57,7 +57,8 @@ int64_t GptConfig::NumParameters() const {
   if (llama()) {
     const int64_t kv = static_cast<int64_t>(n_kv_head) * head_dim(), I = intermediate_size, A = attn_width();
     const int64_t experts = moe() ? n_experts : 1;
-    const int64_t layer = 2 * C + 2 * A * C + 2 * kv * C + experts * 3 * I * C + (moe() ? n_experts * C : 0) +
+    const int64_t shared = shared_expert() ? 3 * int64_t{shared_expert_size} * C + (shared_expert_gate ? C : 0) : 0;
+    const int64_t layer = 2 * C + 2 * A * C + 2 * kv * C + experts * 3 * I * C + (moe() ? n_experts * C : 0) + shared +
                           (qkv_bias ? A + 2 * kv : 0) + (qk_norm ? q_norm_width() + k_norm_width() : 0) +
                           (sandwich_norms ? 2 * C : 0);
     const int64_t vocab = static_cast<int64_t>(padded_vocab_size) * C;
@@ -325,6 +326,10 @@ std::string GptConfigToJson(const GptConfig& config) {
       j["experts_per_token"] = config.experts_per_token;
       j["norm_topk_prob"] = config.norm_topk_prob;
     }
+    if (config.shared_expert()) {
+      j["shared_expert_size"] = config.shared_expert_size;
+      j["shared_expert_gate"] = config.shared_expert_gate;
+    }
   }
   if (!config.sliding_layers.empty()) {
     j["sliding_window"] = config.sliding_window;
@@ -384,6 +389,13 @@ std::vector<BlockSpec> LlamaBlockSpecs(const GptConfig& config) {
       b.tensors.push_back({x + "down_proj.weight", {C, I}});
     }
     if (config.moe()) b.tensors.push_back({"router.weight", {config.n_experts, C}});
+    if (config.shared_expert()) {
+      const int64_t S = config.shared_expert_size;
+      b.tensors.push_back({"shared_expert.gate_proj.weight", {S, C}});
+      b.tensors.push_back({"shared_expert.up_proj.weight", {S, C}});
+      b.tensors.push_back({"shared_expert.down_proj.weight", {C, S}});
+      if (config.shared_expert_gate) b.tensors.push_back({"shared_expert_gate.weight", {1, C}});
+    }
     specs.push_back(std::move(b));
   }
   BlockSpec head{"head", {{"norm.weight", {C}}}};
@@ -438,13 +450,19 @@ std::vector<std::vector<int>> LayerTensorGroups(const GptConfig& config) {
   std::vector<int> qkv = {kQW, kKW, kVW};
   if (config.qkv_bias) qkv.insert(qkv.end(), {kQB, kKB, kVB});
   if (config.qk_norm) qkv.insert(qkv.end(), {QNormIndex(config), QNormIndex(config) + 1});
-  // The MLP's input: the router, then each expert's gate and up; its
-  // output: each expert's down.
+  // The MLP's input: the router, then each expert's gate and up (then the
+  // shared expert's and its gate's); its output: each expert's down (then
+  // the shared expert's).
   std::vector<int> mlp_in, mlp_out;
   if (config.moe()) mlp_in.push_back(RouterIndex(config));
   for (int e = 0; e < std::max(config.n_experts, 1); ++e) {
     mlp_in.insert(mlp_in.end(), {ExpertTensor(config, e, 0), ExpertTensor(config, e, 1)});
     mlp_out.push_back(ExpertTensor(config, e, 2));
+  }
+  if (config.shared_expert()) {
+    mlp_in.insert(mlp_in.end(), {SharedExpertTensor(config, 0), SharedExpertTensor(config, 1)});
+    if (config.shared_expert_gate) mlp_in.push_back(SharedGateIndex(config));
+    mlp_out.push_back(SharedExpertTensor(config, 2));
   }
   // Post norms: each norm weight is read where its output is (the norm
   // groups are empty).
@@ -629,6 +647,13 @@ struct GptCompute<T>::Impl {
     std::vector<int64_t> moe_offsets;
     T* moe_x = nullptr;
     T* moe_y = nullptr;
+    // The shared expert (config.shared_expert()): its gate, up and
+    // act(gate) * up [N, S], its output [N, C] and its gate's logit [N].
+    T* shared_gate = nullptr;
+    T* shared_up = nullptr;
+    T* shared_hmid = nullptr;
+    T* shared_y = nullptr;
+    T* shared_logit = nullptr;
   };
   bool keep = false;  // LayerActivations::kKeep
   std::vector<LayerActs> acts;
@@ -682,6 +707,9 @@ struct GptCompute<T>::Impl {
   T* drows = nullptr;                            // [M, C]: d of the experts' outputs, then of their inputs
   T* dweights = nullptr;                         // [N, K]: d of the routing weights
   T* drouter = nullptr;                          // [N, E]: d of the router's logits
+  int S = 0;                                     // the shared expert's width
+  T* dshared_h = nullptr;                        // [N, S]: d of its act(gate) * up
+  T* dshared_logit = nullptr;                    // [N]: d of its gate's logit
   std::vector<int32_t> host_experts, host_rows;  // the dispatch's host side
   // The load-balancing loss (router_aux_coef > 0): this forward's choices
   // and probability sums per expert over every layer (the forward proper,
@@ -707,6 +735,9 @@ struct GptCompute<T>::Impl {
   // The routed MLP's forward up to act(gate) * up (group kMlpInGroup), its
   // experts' down projections into moe_y, and the dense or routed MLP's
   // output into `out` (down_proj's, or the experts' combined).
+  // With a shared expert the first also runs its gate and up (and its
+  // gate's logit), the second its down into shared_y, the third adds it
+  // (gated) to the routed sum.
   void MoeForwardIn(const LayerParams& lp, LayerActs& a, int layer);
   void MoeExpertsDown(const LayerParams& lp, LayerActs& a);
   void MlpDown(const LayerParams& lp, LayerActs& a, T* out);
@@ -875,8 +906,7 @@ struct GptCompute<T>::Impl {
   }
 
   size_t LayerTensorCount() const {
-    if (!config.llama()) return kLayerTensors;
-    return static_cast<size_t>(config.moe() ? RouterIndex(config) + 1 : MoeExtraIndex(config));
+    return static_cast<size_t>(config.llama() ? LlamaLayerTensors(config) : kLayerTensors);
   }
   // One group's step of the layer's forward (LayerTensorGroups): group
   // kMlpOutGroup writes x_{l+1}, so the recompute in LayerBackward stops
@@ -1234,6 +1264,11 @@ void GptCompute<T>::Impl::MoeForwardIn(const LayerParams& lp, LayerActs& a, int 
     Linear(lp, ExpertTensor(config, e, 1), a.up + first * I, a.moe_x + first * C, nullptr, C, I, count);
   });
   o.GluForward(a.hmid, a.gate, a.up, M * I, config.mlp_glu);
+  if (!config.shared_expert()) return;
+  Linear(lp, SharedExpertTensor(config, 0), a.shared_gate, in, nullptr, C, S);
+  Linear(lp, SharedExpertTensor(config, 1), a.shared_up, in, nullptr, C, S);
+  o.GluForward(a.shared_hmid, a.shared_gate, a.shared_up, N * S, config.mlp_glu);
+  if (config.shared_expert_gate) Linear(lp, SharedGateIndex(config), a.shared_logit, in, nullptr, C, 1);
 }
 
 template <typename T>
@@ -1242,6 +1277,7 @@ void GptCompute<T>::Impl::MoeExpertsDown(const LayerParams& lp, LayerActs& a) {
     if (count > 0)
       Linear(lp, ExpertTensor(config, e, 2), a.moe_y + first * C, a.hmid + first * I, nullptr, I, C, count);
   });
+  if (config.shared_expert()) Linear(lp, SharedExpertTensor(config, 2), a.shared_y, a.shared_hmid, nullptr, S, C);
 }
 
 template <typename T>
@@ -1249,12 +1285,32 @@ void GptCompute<T>::Impl::MlpDown(const LayerParams& lp, LayerActs& a, T* out) {
   if (!config.moe()) return Linear(lp, kDownW, out, a.hmid, nullptr, I, C);
   MoeExpertsDown(lp, a);
   ops->MoeCombineForward(out, a.moe_y, a.moe_weights, TokenRows(a), RowSlot(a), N, K, C);
+  if (!config.shared_expert()) return;
+  if (config.shared_expert_gate) {
+    ops->SigmoidGateForward(out, a.shared_y, a.shared_logit, N, C);
+  } else {
+    ops->Accumulate(out, a.shared_y, N * C);
+  }
 }
 
 template <typename T>
 void GptCompute<T>::Impl::MoeBackwardOut(const LayerParams& lp, LayerActs& a, const T* dout, const std::vector<T*>& g,
                                          kernels::GradMode mode) {
   Ops<T>& o = *ops;
+  if (config.shared_expert()) {
+    // d of the shared expert's output: dout, or through its gate (in
+    // drows, free until the routed experts' gradients below).
+    const T* dshared_y = dout;
+    if (config.shared_expert_gate) {
+      o.Zero(drows, N * C);
+      o.Zero(dshared_logit, N);
+      o.SigmoidGateBackward(drows, dshared_logit, dout, a.shared_y, a.shared_logit, N, C);
+      dshared_y = drows;
+    }
+    o.Zero(dshared_h, N * S);
+    const auto w = static_cast<size_t>(SharedExpertTensor(config, 2));
+    LinearBackward(lp, static_cast<int>(w), dshared_h, g[w], nullptr, dshared_y, a.shared_hmid, S, C, mode);
+  }
   o.Zero(drows, M * C);
   o.Zero(dweights, N * K);
   o.MoeCombineBackward(drows, dweights, dout, a.moe_y, a.moe_weights, RowToken(a), RowSlot(a), M, C);
@@ -1294,6 +1350,18 @@ void GptCompute<T>::Impl::MoeBackwardIn(const LayerParams& lp, LayerActs& a, con
                      config.norm_topk_prob);
   const int router = RouterIndex(config);
   LinearBackward(lp, router, dbuf_c, g[static_cast<size_t>(router)], nullptr, drouter, MlpInput(a), C, E, mode);
+  if (!config.shared_expert()) return;
+  o.Zero(dgate, N * S);  // the routed experts' are done with
+  o.Zero(dup, N * S);
+  o.GluBackward(dgate, dup, a.shared_gate, a.shared_up, dshared_h, N * S, config.mlp_glu);
+  for (int which = 0; which < 2; ++which) {
+    const auto w = static_cast<size_t>(SharedExpertTensor(config, which));
+    LinearBackward(lp, static_cast<int>(w), dbuf_c, g[w], nullptr, which == 0 ? dgate : dup, MlpInput(a), C, S, mode);
+  }
+  if (config.shared_expert_gate) {
+    const auto w = static_cast<size_t>(SharedGateIndex(config));
+    LinearBackward(lp, static_cast<int>(w), dbuf_c, g[w], nullptr, dshared_logit, MlpInput(a), C, 1, mode);
+  }
 }
 
 namespace {
@@ -1438,7 +1506,7 @@ Status CheckLayerParams(const GptConfig& config, const typename GptCompute<T>::L
 bool IsLayerMatrix(const GptConfig& config, int tensor) {
   if (config.llama()) {
     return tensor == kQW || tensor == kKW || tensor == kVW || tensor == kOW || tensor == kGateW || tensor == kUpW ||
-           tensor == kDownW || (config.moe() && tensor >= MoeExtraIndex(config) && tensor <= RouterIndex(config));
+           tensor == kDownW || (config.moe() && tensor >= MoeExtraIndex(config) && tensor < LlamaLayerTensors(config));
   }
   return tensor == kQkvW || tensor == kAttProjW || tensor == kFcW || tensor == kFcProjW;
 }
@@ -1482,7 +1550,8 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
         (config.experts_per_token < 1 || config.experts_per_token > config.n_experts ||
          config.experts_per_token > kernels::cpu::kMaxExpertsPerToken ||
          int64_t{batch} * config.seq_len * config.experts_per_token > std::numeric_limits<int32_t>::max())) ||
-       config.n_experts < 0)) {
+       config.n_experts < 0 || config.shared_expert_size < 0 || (config.shared_expert() && !config.moe()) ||
+       (config.shared_expert_gate && !config.shared_expert()))) {
     return Status::InvalidArgument("GptCompute: inconsistent llama-family config " + GptConfigToJson(config));
   }
   // A training choice, not the model's shape: GptConfigToJson (the
@@ -1492,11 +1561,12 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
     return Status::InvalidArgument("GptCompute: router_aux_coef " + std::to_string(config.router_aux_coef) +
                                    ": the load-balancing loss takes a finite coefficient >= 0, and experts");
   }
-  if (!config.llama() && (config.norm_unit_offset || config.mlp_glu != kernels::Glu::kSilu || config.embed_scale ||
-                          config.attn_scalar != 0 || config.sandwich_norms || !config.local_rope_layers.empty() ||
-                          config.post_norms || config.qk_norm_all_heads || config.attn_softcap != 0 ||
-                          config.final_softcap != 0 || config.padding_token != -1 || config.embed_multiplier != 1 ||
-                          config.residual_multiplier != 1 || config.logits_scaling != 1 || config.n_experts != 0)) {
+  if (!config.llama() &&
+      (config.norm_unit_offset || config.mlp_glu != kernels::Glu::kSilu || config.embed_scale ||
+       config.attn_scalar != 0 || config.sandwich_norms || !config.local_rope_layers.empty() || config.post_norms ||
+       config.qk_norm_all_heads || config.attn_softcap != 0 || config.final_softcap != 0 ||
+       config.padding_token != -1 || config.embed_multiplier != 1 || config.residual_multiplier != 1 ||
+       config.logits_scaling != 1 || config.n_experts != 0 || config.shared_expert_size != 0)) {
     return Status::InvalidArgument("GptCompute: Gemma's, Granite's and the experts' fields are for the llama family: " +
                                    GptConfigToJson(config));
   }
@@ -1551,6 +1621,7 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
       m.M = m.mlp_rows = m.N * m.K;
       m.host_experts.resize(static_cast<size_t>(m.M));
       m.host_rows.resize(3 * static_cast<size_t>(m.M));
+      m.S = config.shared_expert_size;
     }
   }
   m.keep = activations == LayerActivations::kKeep;
@@ -1614,6 +1685,13 @@ Status GptCompute<T>::Impl::AllocateLayerActs(LayerActs* a) {
     ZINF_RETURN_IF_ERROR(Alloc(&a->moe_y, M * C, "expert outputs"));
     a->moe_offsets.assign(static_cast<size_t>(E) + 1, 0);
   }
+  if (config.shared_expert()) {
+    ZINF_RETURN_IF_ERROR(Alloc(&a->shared_gate, N * S, "shared expert gate"));
+    ZINF_RETURN_IF_ERROR(Alloc(&a->shared_up, N * S, "shared expert up"));
+    ZINF_RETURN_IF_ERROR(Alloc(&a->shared_hmid, N * S, "shared expert hidden"));
+    ZINF_RETURN_IF_ERROR(Alloc(&a->shared_y, N * C, "shared expert output"));
+    if (config.shared_expert_gate) ZINF_RETURN_IF_ERROR(Alloc(&a->shared_logit, N, "shared expert gate logit"));
+  }
   if (!config.qk_norm) return Status::Ok();
   ZINF_RETURN_IF_ERROR(Alloc(&a->q_pre, N * A, "q before its norm"));
   ZINF_RETURN_IF_ERROR(Alloc(&a->k_pre, N * Ckv, "k before its norm"));
@@ -1646,8 +1724,9 @@ Status GptCompute<T>::Impl::AllocateLlama() {
   ZINF_RETURN_IF_ERROR(Alloc(&dres, N * C, "residual gradient"));
   ZINF_RETURN_IF_ERROR(Alloc(&dbuf_c, N * std::max(C, A), "layer gradient"));
   ZINF_RETURN_IF_ERROR(Alloc(&dh, wide, "mlp hidden gradient"));
-  ZINF_RETURN_IF_ERROR(Alloc(&dgate, wide, "mlp gate gradient"));
-  ZINF_RETURN_IF_ERROR(Alloc(&dup, wide, "mlp up gradient"));
+  // The routed experts' and then the shared expert's.
+  ZINF_RETURN_IF_ERROR(Alloc(&dgate, std::max(wide, N * S), "mlp gate gradient"));
+  ZINF_RETURN_IF_ERROR(Alloc(&dup, std::max(wide, N * S), "mlp up gradient"));
   ZINF_RETURN_IF_ERROR(Alloc(&dqkv, N * 3 * A, "qkv gradient"));
   ZINF_RETURN_IF_ERROR(Alloc(&dq_rot, N * A, "rotated q gradient"));
   ZINF_RETURN_IF_ERROR(Alloc(&dq, N * A, "q gradient"));
@@ -1658,6 +1737,8 @@ Status GptCompute<T>::Impl::AllocateLlama() {
     ZINF_RETURN_IF_ERROR(Alloc(&drows, M * C, "expert row gradient"));
     ZINF_RETURN_IF_ERROR(Alloc(&dweights, N * K, "routing weight gradient"));
     ZINF_RETURN_IF_ERROR(Alloc(&drouter, N * E, "router logit gradient"));
+    if (config.shared_expert()) ZINF_RETURN_IF_ERROR(Alloc(&dshared_h, N * S, "shared expert hidden gradient"));
+    if (config.shared_expert_gate) ZINF_RETURN_IF_ERROR(Alloc(&dshared_logit, N, "shared expert gate gradient"));
     if (config.router_aux_coef > 0) {
       ZINF_RETURN_IF_ERROR(Alloc(&aux_dprobs, E, "load-balancing loss gradient"));
       aux_counts.assign(static_cast<size_t>(E), 0.0);

@@ -183,6 +183,13 @@ struct GptConfig {
   int n_experts = 0;
   int experts_per_token = 0;
   bool norm_topk_prob = false;
+  // A shared expert beside the routed ones (Qwen2-MoE), 0: none: a gated
+  // MLP of width shared_expert_size that every token goes through, its
+  // output added to the routed experts' sum; with shared_expert_gate
+  // first multiplied by sigmoid(x . g), g a [1, C] weight (transformers'
+  // shared_expert_gate).
+  int shared_expert_size = 0;
+  bool shared_expert_gate = false;
   // The router's load-balancing loss (transformers' output_router_logits,
   // router_aux_loss_coef), 0: none. Each forward adds router_aux_coef * E *
   // sum_e f_e P_e to the loss: f_e the (layer, token) rows that chose
@@ -193,6 +200,7 @@ struct GptConfig {
 
   bool llama() const { return family == ModelFamily::kLlama; }
   bool moe() const { return n_experts > 0; }
+  bool shared_expert() const { return shared_expert_size > 0; }
   // Whether the attention's and the MLP's outputs are normed before they
   // join the residual stream (Gemma 2 and 3, OLMo 2).
   bool branch_norms() const { return sandwich_norms || post_norms; }
@@ -274,13 +282,24 @@ inline int QNormIndex(const GptConfig& c) { return c.qkv_bias ? kVB + 1 : kDownW
 inline int PostNormIndex(const GptConfig& c) { return QNormIndex(c) + (c.qk_norm ? 2 : 0); }
 // A kLlama layer's tensors after the ones above: with n_experts > 0,
 // experts 1 .. n_experts - 1's gate, up and down weights (expert 0's are
-// kGateW, kUpW, kDownW: ExpertTensor), then the router's (RouterIndex).
+// kGateW, kUpW, kDownW: ExpertTensor), then the router's (RouterIndex),
+// then with a shared expert its gate, up and down weights
+// (SharedExpertTensor) and with shared_expert_gate that gate's weight
+// (SharedGateIndex).
 inline int MoeExtraIndex(const GptConfig& c) { return PostNormIndex(c) + (c.sandwich_norms ? 2 : 0); }
 // Expert e's gate (which 0), up (1) or down (2) weight in a kLlama MoE layer.
 inline int ExpertTensor(const GptConfig& c, int e, int which) {
   return e == 0 ? kGateW + which : MoeExtraIndex(c) + 3 * (e - 1) + which;
 }
 inline int RouterIndex(const GptConfig& c) { return MoeExtraIndex(c) + 3 * (c.n_experts - 1); }
+// The shared expert's gate (which 0), up (1) or down (2) weight.
+inline int SharedExpertTensor(const GptConfig& c, int which) { return RouterIndex(c) + 1 + which; }
+inline int SharedGateIndex(const GptConfig& c) { return SharedExpertTensor(c, 3); }
+// The number of tensors in a kLlama layer.
+inline int LlamaLayerTensors(const GptConfig& c) {
+  if (!c.moe()) return MoeExtraIndex(c);
+  return c.shared_expert() ? SharedGateIndex(c) + (c.shared_expert_gate ? 1 : 0) : RouterIndex(c) + 1;
+}
 // Index of the untied lm_head in the head block (kLmHead for kGpt2).
 inline int LmHeadIndex(const GptConfig& c) { return c.llama() ? 1 : kLmHead; }
 

@@ -51,6 +51,10 @@ int64_t LayerActivationBytes(const GptConfig& m, int batch, bool fused_attention
     bytes += DeviceBytes(N * m.n_experts * 4) + 2 * DeviceBytes(N * m.experts_per_token * 4) + DeviceBytes(3 * M * 4) +
              2 * DeviceBytes(M * m.n_embd * 4);
   }
+  if (m.shared_expert()) {  // the shared expert's gate, up, hidden; output; gate logit
+    bytes += 3 * DeviceBytes(N * m.shared_expert_size * 4) + DeviceBytes(NC * 4) +
+             (m.shared_expert_gate ? DeviceBytes(N * 4) : 0);
+  }
   if (!m.qk_norm) return bytes;
   // q and k before their norms, the norms' rstd
   const int64_t NKV = N * m.n_kv_head * m.head_dim();
@@ -152,8 +156,10 @@ int64_t ActivationBytes(const GptConfig& m, int batch, ComputeKernels kernels, i
   bytes += 2 * f(T * (m.rope_dims() / 2)) + 2 * f(T * C);  // rope tables; zero positions, their gradient sink
   bytes += f(NA) + 2 * f(N * Ckv);                         // q, k, v
   const int64_t M = N * m.experts_per_token;
-  bytes += 3 * f((m.moe() ? M : N) * I);                                             // d hidden, d gate, d up
-  if (m.moe()) bytes += f(M * C) + f(N * m.experts_per_token) + f(N * m.n_experts);  // d rows, weights, logits
+  const int64_t S = m.shared_expert_size;  // d gate and d up serve the shared expert too
+  bytes += f((m.moe() ? M : N) * I) + 2 * f(std::max((m.moe() ? M : N) * I, N * S));  // d hidden, d gate, d up
+  if (m.shared_expert()) bytes += f(N * S) + (m.shared_expert_gate ? f(N) : 0);       // its d hidden, d logit
+  if (m.moe()) bytes += f(M * C) + f(N * m.experts_per_token) + f(N * m.n_experts);   // d rows, weights, logits
   if (m.moe() && m.router_aux_coef > 0) bytes += f(m.n_experts);  // the load-balancing loss's gradient
   bytes += f(3 * NA) + 2 * f(NA) + 3 * f(N * Ckv);                // d qkv; d q (rotated and not); d k (both), d v
   if (m.local_rope_theta > 0 && !m.local_rope_layers.empty()) bytes += 2 * f(T * (m.rope_dims() / 2));

@@ -317,7 +317,16 @@ GptConfig TinyQwen3MoeConfig() {
   return cfg;
 }
 
+// With Qwen2-MoE's gated shared expert beside the routed ones.
+GptConfig TinySharedExpertConfig() {
+  GptConfig cfg = TinyQwen3MoeConfig();
+  cfg.shared_expert_size = 40;
+  cfg.shared_expert_gate = true;
+  return cfg;
+}
+
 TEST(GptCudaTest, MoeLayerMatchesCpu) { CompareTinyModel(TinyQwen3MoeConfig()); }
+TEST(GptCudaTest, SharedExpertLayerMatchesCpu) { CompareTinyModel(TinySharedExpertConfig()); }
 
 // tiny-qwen3 with Gemma 2's softcaps (heads of 16: the 16-bit mode's fused
 // attention takes the cap).
@@ -372,6 +381,7 @@ TEST(GptCudaTest, KeptActivationsGiveTheRecomputesBitsWithSoftcaps) {
 TEST(GptCudaTest, KeptActivationsGiveTheRecomputesBitsWithExperts) {
   KeptActivationsGiveTheRecomputesBits(false, TinyQwen3MoeConfig());
   KeptActivationsGiveTheRecomputesBits(true, TinyQwen3MoeConfig());
+  KeptActivationsGiveTheRecomputesBits(true, TinySharedExpertConfig());
 }
 
 // ActivationBytes (plan.h) is what GptCompute allocates on a GPU too, in
@@ -387,7 +397,7 @@ TEST(GptCudaTest, ActivationBytesAreTheCudaAllocations) {
   for (const auto& [name, m] :
        {std::pair{"tiny", TinyConfig(true)}, std::pair{"demo", *LoadGptConfig("demo")},
         std::pair{"tiny-qwen3", TinyQwen3Config()}, std::pair{"tiny-qwen3-softcap", SoftcappedQwen3Config()},
-        std::pair{"tiny-qwen3-moe", TinyQwen3MoeConfig()}}) {
+        std::pair{"tiny-qwen3-moe", TinyQwen3MoeConfig()}, std::pair{"tiny-shared-expert", TinySharedExpertConfig()}}) {
     for (bool compute16 : {false, true}) {
       for (LayerActivations a : {LayerActivations::kRecompute, LayerActivations::kKeep}) {
         SCOPED_TRACE(std::string(name) + (compute16 ? " 16-bit " : " fp32 ") + LayerActivationsName(a));

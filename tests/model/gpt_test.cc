@@ -459,6 +459,24 @@ TEST(GptTest, MoeWithResidualMultiplierGradientsMatchFiniteDifferences) {
   CheckModelGradients(c);
 }
 
+// A shared expert of width 12 beside the routed ones (Qwen2-MoE's), its
+// output gated by sigmoid(x . g) when `gated`, added as it is otherwise.
+GptConfig TinySharedMoe(bool gated) {
+  GptConfig c = TinyMoe(false);
+  c.norm_topk_prob = false;
+  c.shared_expert_size = 12;
+  c.shared_expert_gate = gated;
+  return c;
+}
+TEST(GptTest, SharedExpertGradientsMatchFiniteDifferences) { CheckModelGradients(TinySharedMoe(true)); }
+TEST(GptTest, UngatedSharedExpertGradientsMatchFiniteDifferences) { CheckModelGradients(TinySharedMoe(false)); }
+TEST(GptTest, SharedExpertWithPostNormsGradientsMatchFiniteDifferences) {
+  GptConfig c = TinySharedMoe(true);
+  c.post_norms = true;
+  c.qk_norm_all_heads = true;
+  CheckModelGradients(c);
+}
+
 // The routers' load-balancing loss in the loss: its gradient through
 // every layer's softmax.
 GptConfig TinyMoeAux() {
@@ -587,14 +605,20 @@ Harness<float>::Matrices16 LayerMatricesToBf16(const GptConfig& config, std::vec
 // group ranges. Refused: a non-matrix in 16 bits, a short list, and ops
 // that do not read 16-bit weights.
 TEST(GptTest, SixteenBitMatricesGiveTheBitsOfTheirFloatCasts) {
-  for (const GptConfig& config : {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyMoe(false)}) {
-    SCOPED_TRACE(config.moe() ? "moe" : config.sandwich_norms ? "gemma3" : config.llama() ? "llama" : "gpt2");
+  for (const GptConfig& config :
+       {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyMoe(false), TinySharedMoe(true)}) {
+    SCOPED_TRACE(config.shared_expert()  ? "shared expert"
+                 : config.moe()          ? "moe"
+                 : config.sandwich_norms ? "gemma3"
+                 : config.llama()        ? "llama"
+                                         : "gpt2");
     const int B = 2;
     std::vector<Tensors> params = MakeParams(config, 11);
     int matrices = 0;
     const Harness<float>::Matrices16 m16 = LayerMatricesToBf16(config, params, &matrices);
-    // q, k, v, o and the MLP's three (each expert's, and the router)
-    const int mlp = config.moe() ? 3 * config.n_experts + 1 : 3;
+    // q, k, v, o and the MLP's three (each expert's, and the router; the
+    // shared expert's three and its gate's)
+    const int mlp = config.moe() ? 3 * config.n_experts + 1 + (config.shared_expert() ? 4 : 0) : 3;
     EXPECT_EQ(matrices, config.n_layer * (config.llama() ? 4 + mlp : 4));
     const Batch batch = MakeBatch(config, B, 12);
     Harness<float> want(config, B), got(config, B);
@@ -638,7 +662,9 @@ TEST(GptTest, SetLayerGradientsNeedNoZeroing) {
         std::pair{TinyGranite(), LayerActivations::kRecompute}, std::pair{TinyGranite(), LayerActivations::kKeep},
         std::pair{TinyMoe(false), LayerActivations::kRecompute}, std::pair{TinyMoe(true), LayerActivations::kKeep},
         std::pair{TinySparseMoe(), LayerActivations::kRecompute}, std::pair{TinySparseMoe(), LayerActivations::kKeep},
-        std::pair{TinyMoeAux(), LayerActivations::kRecompute}}) {
+        std::pair{TinyMoeAux(), LayerActivations::kRecompute},
+        std::pair{TinySharedMoe(true), LayerActivations::kRecompute},
+        std::pair{TinySharedMoe(false), LayerActivations::kKeep}}) {
     SCOPED_TRACE(std::string(config.residual_multiplier != 1 ? "granite"
                              : config.post_norms             ? "olmo2"
                              : config.sandwich_norms         ? "gemma3"
@@ -702,8 +728,8 @@ TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
   // are the ones a recompute would make: the same loss and gradients, bit
   // for bit, whole layers and in group ranges (16-bit matrices), over two
   // batches (each layer's kept set is overwritten by the next forward).
-  for (const GptConfig& config :
-       {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2(), TinyGranite(), TinyMoe(false), TinyMoeAux()}) {
+  for (const GptConfig& config : {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2(), TinyGranite(),
+                                  TinyMoe(false), TinyMoeAux(), TinySharedMoe(true)}) {
     SCOPED_TRACE(config.residual_multiplier != 1 ? "granite"
                  : config.post_norms             ? "olmo2"
                  : config.sandwich_norms         ? "gemma3"
@@ -761,8 +787,8 @@ TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
 // forward overwrites the slots), five layers deep so that the three device
 // slots turn over twice.
 TEST(GptTest, OffloadedLayerInputsGiveTheBitsOfTheRecompute) {
-  for (GptConfig config :
-       {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2(), TinyGranite(), TinyMoe(false), TinyMoeAux()}) {
+  for (GptConfig config : {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2(), TinyGranite(), TinyMoe(false),
+                           TinyMoeAux(), TinySharedMoe(true)}) {
     config.n_layer = 5;
     SCOPED_TRACE(config.residual_multiplier != 1 ? "granite"
                  : config.post_norms             ? "olmo2"

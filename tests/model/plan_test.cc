@@ -370,8 +370,14 @@ TEST(PlanTest, ActivationBytesAreGptComputesAllocations) {
   moe.experts_per_token = 3;
   GptConfig moe_aux = moe;
   moe_aux.router_aux_coef = 0.01;  // the load-balancing loss's gradient, E values
+  // A shared expert wider than the routed rows (its gradients outgrow
+  // theirs), gated; and a narrow one, ungated
+  GptConfig shared = moe, shared_narrow = moe;
+  shared.shared_expert_size = 4 * moe.intermediate_size;
+  shared.shared_expert_gate = true;
+  shared_narrow.shared_expert_size = 3;
   for (const GptConfig& m : {*LoadGptConfig("tiny"), *LoadGptConfig("demo"), llama, one, wide, narrow, gemma3, granite,
-                             olmo2, moe, moe_aux}) {
+                             olmo2, moe, moe_aux, shared, shared_narrow}) {
     for (int batch : {1, 3}) {
       for (LayerActivations a : {LayerActivations::kRecompute, LayerActivations::kKeep, LayerActivations::kOffload}) {
         SCOPED_TRACE(std::string(m.llama() ? "llama" : "gpt2") + " layers " + std::to_string(m.n_layer) + " heads " +
