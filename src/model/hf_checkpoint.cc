@@ -202,12 +202,23 @@ class KeyReader {
 // (Gemma 3; Gemma 2 every other, OLMo 3 every fourth; their windows always
 // on too). The last three read layer_types first.
 // kAllWhenUsed: every layer slides when use_sliding_window (Qwen3-MoE).
-enum class SlidingLayers { kNone, kAll, kAllWhenUsed, kFromMaxWindowLayers, kNopeLayers, kPattern };
+// kEvenBelowMaxWindow: with use_sliding_window, the even layers below
+// max_window_layers slide (Qwen2-MoE's layer_types default).
+enum class SlidingLayers {
+  kNone,
+  kAll,
+  kAllWhenUsed,
+  kFromMaxWindowLayers,
+  kEvenBelowMaxWindow,
+  kNopeLayers,
+  kPattern
+};
 // A routed MLP in every layer (GptConfig's experts): Qwen3-MoE's (experts
-// of moe_intermediate_size, norm_topk_prob), OLMoE's (of
-// intermediate_size, norm_topk_prob) or Mixtral's (of intermediate_size,
-// always normalized; router_jitter_noise refused).
-enum class Experts { kNone, kQwen3Moe, kOlmoe, kMixtral };
+// of moe_intermediate_size, norm_topk_prob), Qwen2-MoE's (Qwen3-MoE's
+// plus a gated shared expert of shared_expert_intermediate_size), OLMoE's
+// (of intermediate_size, norm_topk_prob) or Mixtral's (of
+// intermediate_size, always normalized; router_jitter_noise refused).
+enum class Experts { kNone, kQwen3Moe, kQwen2Moe, kOlmoe, kMixtral };
 
 // What each supported architecture is, in the terms zinf's model uses:
 // GPT-2's block, or Llama's with these changes. The one place an
@@ -217,8 +228,8 @@ struct Architecture {
   bool llama = true;      // false: GPT-2
   bool qkv_bias = false;  // Qwen2: biases on q, k and v, whatever attention_bias says
   // The key whose true would put biases on q, k, v and o (refused); with
-  // attention_bias_qkv (Seed-OSS, Helium, GLM) attention_bias puts them
-  // on q, k and v only, by default qkv_bias.
+  // attention_bias_qkv (Seed-OSS, Helium, GLM; Qwen2-MoE's qkv_bias) it
+  // puts them on q, k and v only, by default qkv_bias.
   std::string_view bias_key = "attention_bias";
   bool attention_bias_qkv = false;
   std::string_view out_bias_key = "";  // Seed-OSS: attention_out_bias, o_proj's bias (refused)
@@ -351,6 +362,17 @@ constexpr Architecture kArchitectures[] = {
      .experts = Experts::kQwen3Moe,
      .default_experts = 128,
      .default_experts_per_token = 8,
+     .default_aux_coef = 0.001},
+    {.name = "Qwen2MoeForCausalLM",
+     .qkv_bias = true,
+     .bias_key = "qkv_bias",
+     .attention_bias_qkv = true,
+     .default_kv_heads = 16,
+     .sliding = SlidingLayers::kEvenBelowMaxWindow,
+     .default_window = 4096,
+     .experts = Experts::kQwen2Moe,
+     .default_experts = 60,
+     .default_experts_per_token = 4,
      .default_aux_coef = 0.001},
     {.name = "MixtralForCausalLM",
      .default_kv_heads = 8,
@@ -737,6 +759,7 @@ void ParseSlidingWindow(KeyReader& r, HfCheckpoint& c, const Architecture& arch)
     }
   }
   const bool reads_types = arch.sliding == SlidingLayers::kFromMaxWindowLayers ||
+                           arch.sliding == SlidingLayers::kEvenBelowMaxWindow ||
                            arch.sliding == SlidingLayers::kNopeLayers || arch.sliding == SlidingLayers::kPattern;
   // The pattern: every pattern-th layer full, the others sliding (Gemma 2
   // every other, OLMo 3 every fourth). Gemma 3 and EXAONE 4 read
@@ -776,15 +799,21 @@ void ParseSlidingWindow(KeyReader& r, HfCheckpoint& c, const Architecture& arch)
     }
   } else if (arch.sliding == SlidingLayers::kAll || (arch.sliding == SlidingLayers::kAllWhenUsed && on)) {
     for (int l = 0; l < m.n_layer; ++l) layers.push_back(l);
-  } else if (arch.sliding == SlidingLayers::kFromMaxWindowLayers && on) {
-    int first = 28;  // transformers' default
+  } else if ((arch.sliding == SlidingLayers::kFromMaxWindowLayers ||
+              arch.sliding == SlidingLayers::kEvenBelowMaxWindow) &&
+             on) {
+    int bound = 28;  // transformers' default
     if (const json* f = r.Get("max_window_layers"); f != nullptr) {
       if (!f->is_number_integer() || f->get<int64_t>() < 0) {
         return r.Error("max_window_layers: expected an integer >= 0, got " + f->dump());
       }
-      first = static_cast<int>(std::min<int64_t>(f->get<int64_t>(), m.n_layer));
+      bound = static_cast<int>(std::min<int64_t>(f->get<int64_t>(), m.n_layer));
     }
-    for (int l = first; l < m.n_layer; ++l) layers.push_back(l);
+    if (arch.sliding == SlidingLayers::kFromMaxWindowLayers) {
+      for (int l = bound; l < m.n_layer; ++l) layers.push_back(l);
+    } else {
+      for (int l = 0; l < bound; l += 2) layers.push_back(l);
+    }
   } else if (arch.sliding == SlidingLayers::kNopeLayers) {
     layers = m.no_rope_layers;
   } else if (arch.sliding == SlidingLayers::kPattern) {
@@ -898,7 +927,13 @@ constexpr ShapeDefault kGemma3Shape[] = {
     {"max_position_embeddings", 131072},
 };
 
-// The routed MLP's keys: every layer sparse (Qwen3-MoE's dense layers,
+// Qwen2-MoE and Qwen3-MoE: experts of moe_intermediate_size, dense layers
+// possible (mlp_only_layers, decoder_sparse_step).
+bool QwenMoe(const Architecture& arch) {
+  return arch.experts == Experts::kQwen3Moe || arch.experts == Experts::kQwen2Moe;
+}
+
+// The routed MLP's keys: every layer sparse (Qwen-MoE's dense layers,
 // mlp_only_layers or a decoder_sparse_step over 1, are refused), the
 // load-balancing loss in the loss when output_router_logits.
 void ParseExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
@@ -928,8 +963,13 @@ void ParseExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   } else {
     m.norm_topk_prob = r.Bool("norm_topk_prob", false);
   }
-  if (arch.experts == Experts::kQwen3Moe) {
-    m.intermediate_size = r.Int("moe_intermediate_size", 768, false);  // intermediate_size: the dense layers'
+  if (QwenMoe(arch)) {
+    // intermediate_size: the dense layers'
+    m.intermediate_size = r.Int("moe_intermediate_size", arch.experts == Experts::kQwen2Moe ? 1408 : 768, false);
+    if (arch.experts == Experts::kQwen2Moe) {
+      m.shared_expert_size = r.Int("shared_expert_intermediate_size", 5632, false);
+      m.shared_expert_gate = true;
+    }
     r.Neutral("decoder_sparse_step", {1});
     // Layers past the model's (transformers asks `layer_idx in`) change nothing.
     if (const json* dense = r.Get("mlp_only_layers"); dense != nullptr) {
@@ -989,9 +1029,8 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
                   : r.Int("num_key_value_heads",
                           arch.default_kv_heads > 0 && !r.Has("num_key_value_heads") ? arch.default_kv_heads : m.n_head,
                           arch.gemma);
-  // Qwen3-MoE's is its dense layers' width, unused when every layer routes.
-  m.intermediate_size =
-      arch.experts == Experts::kQwen3Moe ? r.Int("intermediate_size", 1, false) : shape("intermediate_size");
+  // Qwen-MoE's is its dense layers' width, unused when every layer routes.
+  m.intermediate_size = QwenMoe(arch) ? r.Int("intermediate_size", 1, false) : shape("intermediate_size");
   if (arch.experts != Experts::kNone) ParseExperts(r, c, arch);
   c.max_positions = shape("max_position_embeddings");
   m.seq_len = c.max_positions;
@@ -1019,7 +1058,7 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
                       (pad_default ? " (absent: transformers' default)" : "") +
                       ": its embedding row gets no gradient from the input side, as transformers' padding_idx");
   }
-  m.qkv_bias = arch.attention_bias_qkv ? r.Bool("attention_bias", arch.qkv_bias) : arch.qkv_bias;
+  m.qkv_bias = arch.attention_bias_qkv ? r.Bool(std::string(arch.bias_key), arch.qkv_bias) : arch.qkv_bias;
   if (!arch.out_bias_key.empty()) r.Neutral(std::string(arch.out_bias_key), {false});  // Seed-OSS's o_proj bias
   m.qk_norm = arch.qk_norm;
   m.post_norms = arch.post_norms;
@@ -1410,7 +1449,7 @@ std::vector<std::string> HfTensorNames(const HfCheckpoint& ckpt, BlockId block) 
     const std::array<const char*, 3> kind = ckpt.mixtral_names
                                                 ? std::array<const char*, 3>{"w1", "w3", "w2"}
                                                 : std::array<const char*, 3>{"gate_proj", "up_proj", "down_proj"};
-    n.resize(static_cast<size_t>(RouterIndex(m)) + 1);
+    n.resize(static_cast<size_t>(LlamaLayerTensors(m)));
     for (int e = 0; e < m.n_experts; ++e) {
       for (int w = 0; w < 3; ++w) {
         n[static_cast<size_t>(ExpertTensor(m, e, w))] =
@@ -1418,6 +1457,14 @@ std::vector<std::string> HfTensorNames(const HfCheckpoint& ckpt, BlockId block) 
       }
     }
     n[static_cast<size_t>(RouterIndex(m))] = moe + "gate.weight";
+    if (m.shared_expert()) {  // Qwen2-MoE's
+      constexpr std::array<const char*, 3> kProj = {"gate_proj", "up_proj", "down_proj"};
+      for (int w = 0; w < 3; ++w) {
+        n[static_cast<size_t>(SharedExpertTensor(m, w))] =
+            moe + "shared_expert." + kProj[static_cast<size_t>(w)] + ".weight";
+      }
+      if (m.shared_expert_gate) n[static_cast<size_t>(SharedGateIndex(m))] = moe + "shared_expert_gate.weight";
+    }
   }
   if (ckpt.fused_qkv) n[kQW] = n[kKW] = n[kVW] = l + "self_attn.qkv_proj.weight";
   if (ckpt.fused_gate_up) n[kGateW] = n[kUpW] = l + "mlp.gate_up_proj.weight";

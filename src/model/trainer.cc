@@ -67,7 +67,7 @@ std::vector<std::string> GptTensorExportNames(const GptConfig& config, BlockId b
       const char c = t.name[0];
       const bool attn = t.name[1] == '_' && (c == 'q' || c == 'k' || c == 'v' || c == 'o');
       const bool mlp = t.name.rfind("gate", 0) == 0 || t.name.rfind("up", 0) == 0 || t.name.rfind("down", 0) == 0 ||
-                       t.name.rfind("experts.", 0) == 0;
+                       t.name.rfind("experts.", 0) == 0 || t.name.rfind("shared_expert", 0) == 0;
       if (t.name == "router.weight") {  // Qwen3-MoE's and OLMoE's name
         n.push_back(l + "mlp.gate.weight");
         continue;

@@ -190,7 +190,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, HfParityTest,
                                            "smollm3", "mistral-window", "qwen2-window", "gemma", "gemma3", "gemma3-mm",
                                            "llama-pad", "gemma2", "granite", "olmo2", "qwen3-yarn", "olmo3", "exaone4",
                                            "seed-oss", "helium", "glm", "glm4", "ernie4_5", "qwen3_moe", "mixtral",
-                                           "olmoe", "qwen3_moe-aux"));
+                                           "olmoe", "qwen3_moe-aux", "qwen2_moe"));
 
 // A copy of a fixture folder whose config.json or tensors a test changes.
 std::string CopyFixture(const TempDir& tmp, const std::string& name) {
@@ -1297,6 +1297,51 @@ TEST(HfCheckpointTest, ExpertsAsTransformersReadsThem) {
       tmp, "mixtral", [](nlohmann::json& d) { d.erase("num_local_experts"); }, /*config_only=*/true);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->model.n_experts, 8);
+}
+
+// Qwen2-MoE: Qwen3-MoE's routing plus a gated shared expert of
+// shared_expert_intermediate_size, q/k/v biases unless qkv_bias says
+// false, and the even layers below max_window_layers sliding (the
+// fixture's layer_types; absent, the same rule).
+TEST(HfCheckpointTest, Qwen2MoeAsTransformersReadsIt) {
+  auto q = OpenHfCheckpoint(FixtureDir("qwen2_moe"));
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  EXPECT_EQ(q->model.intermediate_size, 24);
+  EXPECT_EQ(q->model.shared_expert_size, 40);
+  EXPECT_TRUE(q->model.shared_expert_gate && q->model.qkv_bias && !q->model.norm_topk_prob);
+  EXPECT_EQ(q->model.sliding_layers, (std::vector<int>{0}));
+  const std::vector<std::string> names = HfTensorNames(*q, LayerBlock(2));
+  ASSERT_EQ(names.size(), GptBlockSpecs(q->model)[LayerBlock(2)].tensors.size());
+  EXPECT_EQ(names[static_cast<size_t>(SharedExpertTensor(q->model, 2))],
+            "model.layers.2.mlp.shared_expert.down_proj.weight");
+  EXPECT_EQ(names[static_cast<size_t>(SharedGateIndex(q->model))], "model.layers.2.mlp.shared_expert_gate.weight");
+  TempDir tmp;
+  auto c = OpenEdited(
+      tmp, "qwen2_moe",
+      [](nlohmann::json& d) {
+        d.erase("layer_types");
+        d["num_hidden_layers"] = 6;
+        d["max_window_layers"] = 5;
+        d["qkv_bias"] = false;
+        d.erase("shared_expert_intermediate_size");
+        d.erase("moe_intermediate_size");
+      },
+      /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.sliding_layers, (std::vector<int>{0, 2, 4}));
+  EXPECT_FALSE(c->model.qkv_bias);
+  EXPECT_EQ(c->model.shared_expert_size, 5632);  // the class's defaults
+  EXPECT_EQ(c->model.intermediate_size, 1408);
+  c = OpenEdited(
+      tmp, "qwen2_moe", [](nlohmann::json& d) { d["mlp_only_layers"] = {1}; }, /*config_only=*/true);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("mlp_only_layers: [1]"), std::string::npos) << c.status().ToString();
+  c = OpenEdited(
+      tmp, "qwen2_moe", [](nlohmann::json& d) { d["shared_expert_intermediate_size"] = 0; }, /*config_only=*/true);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("shared_expert_intermediate_size: expected a positive integer"),
+            std::string::npos)
+      << c.status().ToString();
 }
 
 // Gemma 3 4B and up (Gemma3ForConditionalGeneration): the language model

@@ -192,6 +192,14 @@ MODELS = {
                       dict(COMMON_LLAMA, vocab_size=100, num_experts=4, num_experts_per_tok=2,
                            moe_intermediate_size=24, norm_topk_prob=True, tie_word_embeddings=False, pad_token_id=None,
                            output_router_logits=True, router_aux_loss_coef=0.2), torch.float32),
+    # Qwen2-MoE: q/k/v biases, 4 routed experts of width 24, 2 a token, the softmax's weights as they are, and a
+    # shared expert of width 40 under its sigmoid gate; three layers, use_sliding_window with max_window_layers 2:
+    # layer 0 slides (window 5), 1 and 2 do not; untied head
+    "qwen2_moe": (transformers.Qwen2MoeConfig, transformers.Qwen2MoeForCausalLM,
+                  dict(COMMON_LLAMA, num_hidden_layers=3, vocab_size=100, num_experts=4, num_experts_per_tok=2,
+                       moe_intermediate_size=24, shared_expert_intermediate_size=40, norm_topk_prob=False,
+                       use_sliding_window=True, sliding_window=5, max_window_layers=2, tie_word_embeddings=False,
+                       pad_token_id=None), torch.float32),
 }
 
 

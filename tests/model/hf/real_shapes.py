@@ -45,7 +45,10 @@ RoPE, GQA 16/2 of 128, a 103424 vocabulary, tied), qwen3-30b-a3b-1l
 weights renormalized, q/k norms, GQA 32/4 of 128, a 151936 vocabulary),
 olmoe-1b-7b-2l (OLMoE-1B-7B's widths at 2 layers: 64 experts of 1024, 8 a
 token, the softmax's weights, q and k normed over all 16 heads, a 50304
-vocabulary). The models with experts run transformers' eager experts loop.
+vocabulary), qwen1.5-moe-a2.7b-1l (Qwen1.5-MoE-A2.7B's widths at 1 layer: 60
+experts of 1408, 4 a token, the softmax's weights, a shared expert of 5632
+under its sigmoid gate, q/k/v biases, a 151936 vocabulary). The models with
+experts run transformers' eager experts loop.
 Prints one line per model: both losses and their difference.
 """
 import argparse
@@ -192,6 +195,15 @@ def olmoe_1b_7b():
         eos_token_id=50279, rope_parameters=dict(rope_type="default", rope_theta=10000.0))
 
 
+def qwen15_moe_a27b():
+    return transformers.Qwen2MoeForCausalLM, transformers.Qwen2MoeConfig(
+        vocab_size=151936, hidden_size=2048, intermediate_size=5632, moe_intermediate_size=1408,
+        shared_expert_intermediate_size=5632, num_hidden_layers=1, num_attention_heads=16, num_key_value_heads=16,
+        num_experts=60, num_experts_per_tok=4, norm_topk_prob=False, max_position_embeddings=8192, rms_norm_eps=1e-6,
+        tie_word_embeddings=False, use_sliding_window=False, rope_parameters=dict(rope_type="default",
+                                                                                  rope_theta=1000000.0))
+
+
 def gemma3_4b():
     return transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(
         vocab_size=262208, hidden_size=2560, intermediate_size=10240, num_hidden_layers=2, num_attention_heads=8,
@@ -206,7 +218,8 @@ SHAPES = {"qwen3-0.6b": qwen3, "phi4-mini-2l": phi4_mini, "smollm3-4l": smollm3,
           "gemma2-2b-2l": gemma2_2b, "granite-2b-2l": granite_2b, "olmo2-1b-2l": olmo2_1b,
           "olmo3-7b-2l": olmo3_7b, "exaone4-1.2b-4l": exaone4_1b,
           "helium-2b-2l": helium_2b, "glm4-9b-2l": glm4_9b, "ernie4.5-0.3b": ernie45_03b,
-          "qwen3-30b-a3b-1l": qwen3_moe_30b, "olmoe-1b-7b-2l": olmoe_1b_7b}
+          "qwen3-30b-a3b-1l": qwen3_moe_30b, "olmoe-1b-7b-2l": olmoe_1b_7b,
+          "qwen1.5-moe-a2.7b-1l": qwen15_moe_a27b}
 
 
 def check(name, zinf, work):
