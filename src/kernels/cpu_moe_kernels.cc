@@ -174,7 +174,7 @@ template <typename T>
 void SigmoidGateBackward(T* dy, T* dlogit, const T* dout, const T* y, const T* logit, int64_t N, int C) {
 #pragma omp parallel for schedule(static) if (WorthThreads(N * C))
   for (int64_t n = 0; n < N; ++n) {
-    const double s = Sigmoid(static_cast<double>(logit[n]));
+    const double s = static_cast<double>(static_cast<T>(Sigmoid(static_cast<double>(logit[n]))));  // the forward's s
     const T* d = dout + n * C;
     const T* yr = y + n * C;
     T* dyr = dy + n * C;

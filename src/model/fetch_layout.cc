@@ -34,12 +34,19 @@ std::vector<std::vector<int>> CutLayer(const std::vector<int64_t>& group_elems, 
   return cut;
 }
 
-std::vector<int64_t> GroupElems(const GptConfig& model, const BlockSpec& layer) {
-  std::vector<int64_t> out;
-  for (const std::vector<int>& g : LayerTensorGroups(model)) {
-    int64_t n = 0;
-    for (int t : g) n += layer.tensors[static_cast<size_t>(t)].numel();
-    out.push_back(n);
+// Each group's elements: the most over the layers (a dense layer among
+// routed ones has other MLP groups), which the one cut of every layer
+// follows.
+std::vector<int64_t> GroupElems(const GptConfig& model, const std::vector<BlockSpec>& specs) {
+  std::vector<int64_t> out(kLayerGroups, 0);
+  for (int layer = 0; layer < model.n_layer; ++layer) {
+    const BlockSpec& spec = specs[static_cast<size_t>(LayerBlock(layer))];
+    const std::vector<std::vector<int>> groups = LayerTensorGroups(model, layer);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      int64_t n = 0;
+      for (int t : groups[g]) n += spec.tensors[static_cast<size_t>(t)].numel();
+      out[g] = std::max(out[g], n);
+    }
   }
   return out;
 }
@@ -49,9 +56,8 @@ std::vector<int64_t> GroupElems(const GptConfig& model, const BlockSpec& layer) 
 FetchLayout FetchLayout::Create(const GptConfig& model, std::vector<BlockSpec> specs, int64_t fetch_unit_elems) {
   FetchLayout l;
   l.fetch_unit_ = std::max<int64_t>(fetch_unit_elems, 0);
-  const std::vector<std::vector<int>> groups = LayerTensorGroups(model);
   if (model.n_layer > 0) {
-    const std::vector<int64_t> elems = GroupElems(model, specs[static_cast<size_t>(LayerBlock(0))]);
+    const std::vector<int64_t> elems = GroupElems(model, specs);
     for (int64_t n : elems) l.layer_elems_ += n;
     l.cut_ = CutLayer(elems, l.layer_elems_ <= l.fetch_unit_ ? 0 : l.fetch_unit_);
   } else {
@@ -85,6 +91,7 @@ FetchLayout FetchLayout::Create(const GptConfig& model, std::vector<BlockSpec> s
       add(spec, std::move(p));
       continue;
     }
+    const std::vector<std::vector<int>> groups = LayerTensorGroups(model, static_cast<int>(b) - 1);
     for (const std::vector<int>& cut : l.cut_) {
       FetchPiece p{b, static_cast<int>(b) - 1, cut.front(), cut.back() + 1, {}};
       const bool refetched = p.begin_group < kMlpOutGroup && p.end_group != kLayerGroups;
@@ -187,12 +194,12 @@ int64_t Matmul16Bytes(const GptConfig& model, int batch, ComputeKernels kernels,
   // The linear layers' widest in + out: GPT-2's MLP (C -> 4C and back),
   // Llama's gate/up and down (C <-> intermediate), q and o (C <-> n_head *
   // head_dim), the router (C -> n_experts; an expert's matmuls have at most N rows),
-  // the shared expert's (C <-> shared_expert_size).
+  // the shared expert's (C <-> shared_expert_size), a dense layer's among
+  // routed ones (C <-> dense_width()).
   const int64_t C = model.n_embd, N = int64_t{batch} * model.seq_len;
-  const int64_t out =
-      model.llama()
-          ? std::max<int64_t>({model.intermediate_size, model.attn_width(), model.n_experts, model.shared_expert_size})
-          : 4 * C;
+  const int64_t out = model.llama() ? std::max<int64_t>({model.intermediate_size, model.attn_width(), model.n_experts,
+                                                         model.shared_expert_size, model.dense_width()})
+                                    : 4 * C;
   return kernels::cuda::kLtWorkspaceBytes + kernels::cuda::Matmul16ScratchBytes(N, C, out);
 }
 
@@ -206,7 +213,7 @@ int64_t ResolveAutoFetchUnit(const GptConfig& model, int batch, ComputeKernels k
   };
   const FetchLayout whole = FetchLayout::Create(model, specs, 0);
   if (fits(whole)) return 0;
-  const std::vector<int64_t> elems = GroupElems(model, specs[static_cast<size_t>(LayerBlock(0))]);
+  const std::vector<int64_t> elems = GroupElems(model, specs);
   const int64_t floor = *std::max_element(elems.begin(), elems.end());
   for (int64_t unit = whole.layer_elems() / 2; unit > floor; unit /= 2) {
     if (fits(FetchLayout::Create(model, specs, unit))) return unit;

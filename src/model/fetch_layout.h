@@ -17,8 +17,10 @@
 // Greedy cut: a piece takes groups in order while its elements stay within
 // the unit (a group larger than the unit is a piece of its own; an empty
 // group, OLMo 2's norm groups, stays in the piece before it unless that
-// piece is over the unit, and no piece is empty). Every
-// layer of a model has the same shape, so every layer is cut the same way.
+// piece is over the unit, and no piece is empty). Every layer is cut the
+// same way, at the groups the cut of a layer with each group's most
+// elements over the layers takes (the layers have the same shape, but for
+// a model's dense layers among routed ones).
 // The embed and head blocks are never cut (the embedding is one tensor).
 //
 // The kernels run in the same order whatever the cut (GptCompute's group

@@ -56,13 +56,16 @@ int64_t GptConfig::NumParameters() const {
   const int64_t C = n_embd;
   if (llama()) {
     const int64_t kv = static_cast<int64_t>(n_kv_head) * head_dim(), I = intermediate_size, A = attn_width();
-    const int64_t experts = moe() ? n_experts : 1;
+    const int64_t attn = 2 * C + 2 * A * C + 2 * kv * C + (qkv_bias ? A + 2 * kv : 0) +
+                         (qk_norm ? q_norm_width() + k_norm_width() : 0) + (sandwich_norms ? 2 * C : 0);
+    // A routed layer's MLP: the experts, the router, a shared expert.
     const int64_t shared = shared_expert() ? 3 * int64_t{shared_expert_size} * C + (shared_expert_gate ? C : 0) : 0;
-    const int64_t layer = 2 * C + 2 * A * C + 2 * kv * C + experts * 3 * I * C + (moe() ? n_experts * C : 0) + shared +
-                          (qkv_bias ? A + 2 * kv : 0) + (qk_norm ? q_norm_width() + k_norm_width() : 0) +
-                          (sandwich_norms ? 2 * C : 0);
+    const int64_t routed = n_experts * 3 * I * C + n_experts * C + shared;
+    const int64_t dense = 3 * int64_t{dense_width()} * C;
+    const int64_t routed_count = routed_layers();
     const int64_t vocab = static_cast<int64_t>(padded_vocab_size) * C;
-    return vocab + n_layer * layer + C + (tied_embeddings ? 0 : vocab);
+    return vocab + n_layer * attn + routed_count * routed + (n_layer - routed_count) * dense + C +
+           (tied_embeddings ? 0 : vocab);
   }
   const int64_t embed = static_cast<int64_t>(padded_vocab_size) * C + static_cast<int64_t>(seq_len) * C;
   // ln1 2C, qkv 3C*C + 3C, proj C*C + C, ln2 2C, fc 4C*C + 4C, fc_proj 4C*C + C.
@@ -73,7 +76,7 @@ int64_t GptConfig::NumParameters() const {
 
 int64_t GptConfig::ActiveParameters() const {
   const int64_t idle = moe() ? int64_t{n_experts - experts_per_token} * 3 * intermediate_size * n_embd : 0;
-  return NumParameters() - n_layer * idle;
+  return NumParameters() - routed_layers() * idle;
 }
 
 namespace {
@@ -255,6 +258,10 @@ bool YarnValid(const RopeConfig& r) {
 }
 }  // namespace
 
+bool GptConfig::moe_in(int layer) const {
+  return moe() && !std::binary_search(dense_layers.begin(), dense_layers.end(), layer);
+}
+
 int GptConfig::window_in(int layer) const {
   return std::binary_search(sliding_layers.begin(), sliding_layers.end(), layer) ? sliding_window : 0;
 }
@@ -326,9 +333,13 @@ std::string GptConfigToJson(const GptConfig& config) {
       j["experts_per_token"] = config.experts_per_token;
       j["norm_topk_prob"] = config.norm_topk_prob;
     }
-    if (config.shared_expert()) {
+    if (config.shared_expert() || config.shared_expert_gate) {
       j["shared_expert_size"] = config.shared_expert_size;
       j["shared_expert_gate"] = config.shared_expert_gate;
+    }
+    if (!config.dense_layers.empty()) {
+      j["dense_layers"] = config.dense_layers;
+      j["dense_intermediate_size"] = config.dense_intermediate_size;
     }
   }
   if (!config.sliding_layers.empty()) {
@@ -343,7 +354,7 @@ std::string GptConfigToJson(const GptConfig& config) {
 namespace {
 
 std::vector<BlockSpec> LlamaBlockSpecs(const GptConfig& config) {
-  const int64_t C = config.n_embd, Vp = config.padded_vocab_size, I = config.intermediate_size;
+  const int64_t C = config.n_embd, Vp = config.padded_vocab_size;
   const int64_t A = config.attn_width(), Ckv = static_cast<int64_t>(config.n_kv_head) * config.head_dim();
   std::vector<BlockSpec> specs;
   specs.push_back({"embed", {{"embed_tokens", {Vp, C}}}});
@@ -356,9 +367,12 @@ std::vector<BlockSpec> LlamaBlockSpecs(const GptConfig& config) {
                          : config.sandwich_norms ? "pre_feedforward_layernorm.weight"
                                                  : "post_attention_layernorm.weight";
   // An MoE layer's experts are gated MLPs of width I, expert 0 where a
-  // dense layer's MLP is (ExpertTensor).
-  const std::string mlp = config.moe() ? "experts.0." : "";
+  // dense layer's MLP is (ExpertTensor); a dense layer among them has its
+  // own width.
   for (int l = 0; l < config.n_layer; ++l) {
+    const bool routed = config.moe_in(l);
+    const std::string mlp = routed ? "experts.0." : "";
+    const int64_t I = routed ? config.intermediate_size : config.dense_width();
     BlockSpec b{"layer." + std::to_string(l),
                 {{attn_norm, {C}},
                  {"q_proj.weight", {A, C}},
@@ -382,13 +396,17 @@ std::vector<BlockSpec> LlamaBlockSpecs(const GptConfig& config) {
       b.tensors.push_back({"post_attention_layernorm.weight", {C}});
       b.tensors.push_back({"post_feedforward_layernorm.weight", {C}});
     }
+    if (!routed) {
+      specs.push_back(std::move(b));
+      continue;
+    }
     for (int e = 1; e < config.n_experts; ++e) {
       const std::string x = "experts." + std::to_string(e) + ".";
       b.tensors.push_back({x + "gate_proj.weight", {I, C}});
       b.tensors.push_back({x + "up_proj.weight", {I, C}});
       b.tensors.push_back({x + "down_proj.weight", {C, I}});
     }
-    if (config.moe()) b.tensors.push_back({"router.weight", {config.n_experts, C}});
+    b.tensors.push_back({"router.weight", {config.n_experts, C}});
     if (config.shared_expert()) {
       const int64_t S = config.shared_expert_size;
       b.tensors.push_back({"shared_expert.gate_proj.weight", {S, C}});
@@ -444,7 +462,7 @@ std::vector<BlockSpec> GptBlockSpecs(const GptConfig& config) {
   return WithDecayFlags(std::move(specs));
 }
 
-std::vector<std::vector<int>> LayerTensorGroups(const GptConfig& config) {
+std::vector<std::vector<int>> LayerTensorGroups(const GptConfig& config, int layer) {
   if (!config.llama())
     return {{kLn1W, kLn1B}, {kQkvW, kQkvB}, {kAttProjW, kAttProjB}, {kLn2W, kLn2B}, {kFcW, kFcB}, {kFcProjW, kFcProjB}};
   std::vector<int> qkv = {kQW, kKW, kVW};
@@ -454,12 +472,13 @@ std::vector<std::vector<int>> LayerTensorGroups(const GptConfig& config) {
   // shared expert's and its gate's); its output: each expert's down (then
   // the shared expert's).
   std::vector<int> mlp_in, mlp_out;
-  if (config.moe()) mlp_in.push_back(RouterIndex(config));
-  for (int e = 0; e < std::max(config.n_experts, 1); ++e) {
+  const bool routed = config.moe_in(layer);
+  if (routed) mlp_in.push_back(RouterIndex(config));
+  for (int e = 0; e < (routed ? config.n_experts : 1); ++e) {
     mlp_in.insert(mlp_in.end(), {ExpertTensor(config, e, 0), ExpertTensor(config, e, 1)});
     mlp_out.push_back(ExpertTensor(config, e, 2));
   }
-  if (config.shared_expert()) {
+  if (routed && config.shared_expert()) {
     mlp_in.insert(mlp_in.end(), {SharedExpertTensor(config, 0), SharedExpertTensor(config, 1)});
     if (config.shared_expert_gate) mlp_in.push_back(SharedGateIndex(config));
     mlp_out.push_back(SharedExpertTensor(config, 2));
@@ -676,6 +695,7 @@ struct GptCompute<T>::Impl {
 
   // kLlama only (see LlamaLayerForwardInto / LlamaLayerBackward).
   int Ckv = 0, I = 0, hd = 0, rot = 0;  // rot: the rotated columns of a head
+  int Id = 0;                           // a dense MLP's width (I without experts)
   T* rope_cos = nullptr;                // [T, rot/2]
   T* rope_sin = nullptr;
   T* zero_pos = nullptr;  // [T, C] zeros: the encoder's position rows
@@ -740,7 +760,7 @@ struct GptCompute<T>::Impl {
   // (gated) to the routed sum.
   void MoeForwardIn(const LayerParams& lp, LayerActs& a, int layer);
   void MoeExpertsDown(const LayerParams& lp, LayerActs& a);
-  void MlpDown(const LayerParams& lp, LayerActs& a, T* out);
+  void MlpDown(const LayerParams& lp, LayerActs& a, int layer, T* out);
   // The routed MLP's backward: from d of its output (kMlpOutGroup) to dh,
   // and from dh to d of its input in dbuf_c (kMlpInGroup).
   void MoeBackwardOut(const LayerParams& lp, LayerActs& a, const T* dout, const std::vector<T*>& g,
@@ -905,8 +925,8 @@ struct GptCompute<T>::Impl {
     return Status::Ok();
   }
 
-  size_t LayerTensorCount() const {
-    return static_cast<size_t>(config.llama() ? LlamaLayerTensors(config) : kLayerTensors);
+  size_t LayerTensorCount(int layer) const {
+    return static_cast<size_t>(config.llama() ? LlamaLayerTensors(config, layer) : kLayerTensors);
   }
   // One group's step of the layer's forward (LayerTensorGroups): group
   // kMlpOutGroup writes x_{l+1}, so the recompute in LayerBackward stops
@@ -1030,21 +1050,21 @@ void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const LayerPar
       if (!config.post_norms) o.RmsNormForward(a.ln2, a.ln2_rstd, a.mid, NormWeight(p[kMlpNormW], C), N, C, eps);
       break;
     case kMlpInGroup:
-      if (config.moe()) {
+      if (config.moe_in(layer)) {
         MoeForwardIn(lp, a, layer);
         break;
       }
-      Linear(lp, kGateW, a.gate, MlpInput(a), nullptr, C, I);
-      Linear(lp, kUpW, a.up, MlpInput(a), nullptr, C, I);
-      o.GluForward(a.hmid, a.gate, a.up, N * I, config.mlp_glu);
+      Linear(lp, kGateW, a.gate, MlpInput(a), nullptr, C, Id);
+      Linear(lp, kUpW, a.up, MlpInput(a), nullptr, C, Id);
+      o.GluForward(a.hmid, a.gate, a.up, N * Id, config.mlp_glu);
       break;
     default: {
       T* xout = x[layer + 1];
       if (normed) {
-        MlpDown(lp, a, a.mlp_o);
+        MlpDown(lp, a, layer, a.mlp_o);
         o.RmsNormForward(xout, a.mlp_o_rstd, a.mlp_o, NormWeight(p[MlpOutNorm()], C), N, C, eps);
       } else {
-        MlpDown(lp, a, xout);
+        MlpDown(lp, a, layer, xout);
         if (residual_multiplier != T(1)) o.Scale(xout, residual_multiplier, N * C);
       }
       o.ResidualForward(xout, a.mid, xout, N * C);
@@ -1130,35 +1150,35 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
         const size_t n = MlpOutNorm();
         const T* w = NormWeight(p[n], C);
         if (!keep) {
-          MlpDown(lp, a, a.mlp_o);
+          MlpDown(lp, a, layer, a.mlp_o);
           o.RmsNormForward(dpost, a.mlp_o_rstd, a.mlp_o, w, N, C, config.norm_eps);
         }
         ZeroIfSet(mode, {g[n]}, C);
         o.Zero(dpost, N * C);
         o.RmsNormBackward(dpost, g[n], dres, a.mlp_o, w, a.mlp_o_rstd, N, C);
         d_down = dpost;
-      } else if (config.moe() && !keep) {
+      } else if (config.moe_in(layer) && !keep) {
         MoeExpertsDown(lp, a);  // the routing weights' gradients read the experts' outputs
       }
-      if (config.moe()) {
+      if (config.moe_in(layer)) {
         MoeBackwardOut(lp, a, d_down, g, mode);
         break;
       }
-      o.Zero(dh, N * I);
-      LinearBackward(lp, kDownW, dh, g[kDownW], nullptr, d_down, a.hmid, I, C, mode);
+      o.Zero(dh, N * Id);
+      LinearBackward(lp, kDownW, dh, g[kDownW], nullptr, d_down, a.hmid, Id, C, mode);
       break;
     }
     case kMlpInGroup:
-      if (config.moe()) {
+      if (config.moe_in(layer)) {
         MoeBackwardIn(lp, a, g, mode);
         break;
       }
-      o.Zero(dgate, N * I);
-      o.Zero(dup, N * I);
-      o.GluBackward(dgate, dup, a.gate, a.up, dh, N * I, config.mlp_glu);
+      o.Zero(dgate, N * Id);
+      o.Zero(dup, N * Id);
+      o.GluBackward(dgate, dup, a.gate, a.up, dh, N * Id, config.mlp_glu);
       o.Zero(dbuf_c, N * C);  // d ln2
-      LinearBackward(lp, kGateW, dbuf_c, g[kGateW], nullptr, dgate, MlpInput(a), C, I, mode);
-      LinearBackward(lp, kUpW, dbuf_c, g[kUpW], nullptr, dup, MlpInput(a), C, I, mode);
+      LinearBackward(lp, kGateW, dbuf_c, g[kGateW], nullptr, dgate, MlpInput(a), C, Id, mode);
+      LinearBackward(lp, kUpW, dbuf_c, g[kUpW], nullptr, dup, MlpInput(a), C, Id, mode);
       break;
     case kNorm2Group:
       if (config.post_norms) {  // ln2 is mid
@@ -1281,8 +1301,8 @@ void GptCompute<T>::Impl::MoeExpertsDown(const LayerParams& lp, LayerActs& a) {
 }
 
 template <typename T>
-void GptCompute<T>::Impl::MlpDown(const LayerParams& lp, LayerActs& a, T* out) {
-  if (!config.moe()) return Linear(lp, kDownW, out, a.hmid, nullptr, I, C);
+void GptCompute<T>::Impl::MlpDown(const LayerParams& lp, LayerActs& a, int layer, T* out) {
+  if (!config.moe_in(layer)) return Linear(lp, kDownW, out, a.hmid, nullptr, Id, C);
   MoeExpertsDown(lp, a);
   ops->MoeCombineForward(out, a.moe_y, a.moe_weights, TokenRows(a), RowSlot(a), N, K, C);
   if (!config.shared_expert()) return;
@@ -1452,8 +1472,8 @@ Status CheckNextGroup(const char* what, int layer, int begin, int next) {
 // As CheckPointers, for the tensors of groups [begin, end) only (the
 // others may be null: a sub-block walk has only its piece's tensors).
 template <typename P>
-Status CheckGroupPointers(const GptConfig& config, const std::vector<P>& v, size_t expected, int begin, int end,
-                          const std::string& what) {
+Status CheckGroupPointers(const GptConfig& config, int layer, const std::vector<P>& v, size_t expected, int begin,
+                          int end, const std::string& what) {
   if (v.size() != expected) {
     return Status::InvalidArgument(what + ": expected " + std::to_string(expected) + " tensors, got " +
                                    std::to_string(v.size()));
@@ -1462,7 +1482,7 @@ Status CheckGroupPointers(const GptConfig& config, const std::vector<P>& v, size
     return Status::InvalidArgument(what + ": groups [" + std::to_string(begin) + ", " + std::to_string(end) +
                                    ") are not a range of [0, " + std::to_string(kLayerGroups) + ")");
   }
-  const std::vector<std::vector<int>> groups = LayerTensorGroups(config);
+  const std::vector<std::vector<int>> groups = LayerTensorGroups(config, layer);
   for (int g = begin; g < end; ++g) {
     for (int t : groups[static_cast<size_t>(g)]) {
       if (v[static_cast<size_t>(t)] == nullptr) {
@@ -1478,9 +1498,9 @@ Status CheckGroupPointers(const GptConfig& config, const std::vector<P>& v, size
 // 16-bit matrices: each tensor of the groups is in one of them, and a
 // 16-bit one is a layer matrix in kBf16 or kF16, for ops that read those.
 template <typename T>
-Status CheckLayerParams(const GptConfig& config, const typename GptCompute<T>::LayerParams& params, bool ops_read16,
-                        size_t expected, int begin, int end, const std::string& what) {
-  if (params.matrices16.empty()) return CheckGroupPointers(config, params.values, expected, begin, end, what);
+Status CheckLayerParams(const GptConfig& config, int layer, const typename GptCompute<T>::LayerParams& params,
+                        bool ops_read16, size_t expected, int begin, int end, const std::string& what) {
+  if (params.matrices16.empty()) return CheckGroupPointers(config, layer, params.values, expected, begin, end, what);
   if (params.matrices16.size() != params.values.size()) {
     return Status::InvalidArgument(what + ": " + std::to_string(params.matrices16.size()) + " 16-bit entries for " +
                                    std::to_string(params.values.size()) + " tensors");
@@ -1498,7 +1518,7 @@ Status CheckLayerParams(const GptConfig& config, const typename GptCompute<T>::L
     }
     present[t] = params.matrices16[t];
   }
-  return CheckGroupPointers(config, present, expected, begin, end, what);
+  return CheckGroupPointers(config, layer, present, expected, begin, end, what);
 }
 
 }  // namespace
@@ -1506,7 +1526,7 @@ Status CheckLayerParams(const GptConfig& config, const typename GptCompute<T>::L
 bool IsLayerMatrix(const GptConfig& config, int tensor) {
   if (config.llama()) {
     return tensor == kQW || tensor == kKW || tensor == kVW || tensor == kOW || tensor == kGateW || tensor == kUpW ||
-           tensor == kDownW || (config.moe() && tensor >= MoeExtraIndex(config) && tensor < LlamaLayerTensors(config));
+           tensor == kDownW || (config.moe() && tensor >= MoeExtraIndex(config) && tensor < RoutedLayerTensors(config));
   }
   return tensor == kQkvW || tensor == kAttProjW || tensor == kFcW || tensor == kFcProjW;
 }
@@ -1551,7 +1571,9 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
          config.experts_per_token > kernels::cpu::kMaxExpertsPerToken ||
          int64_t{batch} * config.seq_len * config.experts_per_token > std::numeric_limits<int32_t>::max())) ||
        config.n_experts < 0 || config.shared_expert_size < 0 || (config.shared_expert() && !config.moe()) ||
-       (config.shared_expert_gate && !config.shared_expert()))) {
+       (config.shared_expert_gate && !config.shared_expert()) ||
+       (!config.dense_layers.empty() && (!config.moe() || !AscendingLayers(config.dense_layers, config.n_layer) ||
+                                         config.routed_layers() < 1 || config.dense_intermediate_size < 1)))) {
     return Status::InvalidArgument("GptCompute: inconsistent llama-family config " + GptConfigToJson(config));
   }
   // A training choice, not the model's shape: GptConfigToJson (the
@@ -1566,7 +1588,8 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
        config.attn_scalar != 0 || config.sandwich_norms || !config.local_rope_layers.empty() || config.post_norms ||
        config.qk_norm_all_heads || config.attn_softcap != 0 || config.final_softcap != 0 ||
        config.padding_token != -1 || config.embed_multiplier != 1 || config.residual_multiplier != 1 ||
-       config.logits_scaling != 1 || config.n_experts != 0 || config.shared_expert_size != 0)) {
+       config.logits_scaling != 1 || config.n_experts != 0 || config.shared_expert_size != 0 ||
+       config.shared_expert_gate || !config.dense_layers.empty())) {
     return Status::InvalidArgument("GptCompute: Gemma's, Granite's and the experts' fields are for the llama family: " +
                                    GptConfigToJson(config));
   }
@@ -1614,6 +1637,7 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
     m.rot = config.rope_dims();
     m.Ckv = config.n_kv_head * m.hd;
     m.I = config.intermediate_size;
+    m.Id = config.dense_width();
     m.mlp_rows = m.N;
     if (config.moe()) {
       m.E = config.n_experts;
@@ -1666,7 +1690,8 @@ Status GptCompute<T>::Impl::AllocateLayerActs(LayerActs* a) {
     ZINF_RETURN_IF_ERROR(Alloc(&a->fch, N * 4 * C, "mlp hidden"));
     return Alloc(&a->fch_gelu, N * 4 * C, "mlp gelu");
   }
-  const int64_t wide = mlp_rows * I;
+  // The routed rows, or a dense layer's (among routed ones: the larger).
+  const int64_t wide = std::max(mlp_rows * I, N * Id);
   ZINF_RETURN_IF_ERROR(Alloc(&a->gate, wide, "mlp gate"));
   ZINF_RETURN_IF_ERROR(Alloc(&a->up, wide, "mlp up"));
   ZINF_RETURN_IF_ERROR(Alloc(&a->hmid, wide, "mlp hidden"));
@@ -1705,7 +1730,7 @@ template <typename T>
 Status GptCompute<T>::Impl::AllocateLlama() {
   const int T_ = config.seq_len;
   const int64_t Vp = config.padded_vocab_size;
-  const int64_t kv = N * Ckv, wide = mlp_rows * I;
+  const int64_t kv = N * Ckv, wide = std::max(mlp_rows * I, N * Id);
   const int64_t half_table = static_cast<int64_t>(T_) * (rot / 2);
   ZINF_RETURN_IF_ERROR(Alloc(&rope_cos, half_table, "rope cos"));
   ZINF_RETURN_IF_ERROR(Alloc(&rope_sin, half_table, "rope sin"));
@@ -1871,7 +1896,7 @@ Status GptCompute<T>::EmbedForward(const std::vector<const T*>& embed) {
 
 template <typename T>
 Status GptCompute<T>::LayerForward(int layer, const std::vector<const T*>& params) {
-  ZINF_RETURN_IF_ERROR(CheckPointers(params, impl_->LayerTensorCount(), "LayerForward"));
+  ZINF_RETURN_IF_ERROR(CheckPointers(params, impl_->LayerTensorCount(layer), "LayerForward"));
   return LayerForwardGroups(layer, 0, kLayerGroups, params);
 }
 
@@ -1883,8 +1908,8 @@ Status GptCompute<T>::LayerForwardGroups(int layer, int begin, int end, const st
 template <typename T>
 Status GptCompute<T>::LayerForwardGroups(int layer, int begin, int end, const LayerParams& params) {
   Impl& m = *impl_;
-  ZINF_RETURN_IF_ERROR(CheckLayerParams<T>(m.config, params, m.ops->reads_weights16(), m.LayerTensorCount(), begin, end,
-                                           "LayerForward"));
+  ZINF_RETURN_IF_ERROR(CheckLayerParams<T>(m.config, layer, params, m.ops->reads_weights16(), m.LayerTensorCount(layer),
+                                           begin, end, "LayerForward"));
   if (layer < 0 || layer >= m.config.n_layer) {
     return Status::InvalidArgument("LayerForward: layer " + std::to_string(layer) + " out of range");
   }
@@ -1966,12 +1991,13 @@ StatusOr<double> GptCompute<T>::HeadForward(const std::vector<const T*>& head, c
                           m.lnf_rstd, N, m.C);
     }
   }
-  // The load-balancing loss, E sum_e f_e P_e over R = L * N rows: its
-  // gradient on each token's probability of expert e is E f_e / R (times
-  // the coefficient and loss_scale), the same in every layer.
+  // The load-balancing loss, E sum_e f_e P_e over R = L * N rows (L the
+  // routed layers): its gradient on each token's probability of expert e
+  // is E f_e / R (times the coefficient and loss_scale), the same in every
+  // routed layer.
   double aux = 0;
   if (m.config.router_aux_coef > 0) {
-    const double R = static_cast<double>(L) * static_cast<double>(N), E = m.E;
+    const double R = static_cast<double>(m.config.routed_layers()) * static_cast<double>(N), E = m.E;
     for (int e = 0; e < m.E; ++e) {
       const double f = m.aux_counts[static_cast<size_t>(e)] / R;
       aux += f * (m.aux_probs[static_cast<size_t>(e)] / R);
@@ -1997,7 +2023,7 @@ StatusOr<double> GptCompute<T>::HeadForward(const std::vector<const T*>& head, c
 
 template <typename T>
 Status GptCompute<T>::LayerBackward(int layer, const std::vector<const T*>& params, const std::vector<T*>& grads) {
-  const size_t n = impl_->LayerTensorCount();
+  const size_t n = impl_->LayerTensorCount(layer);
   ZINF_RETURN_IF_ERROR(CheckPointers(params, n, "LayerBackward params"));
   ZINF_RETURN_IF_ERROR(CheckPointers(grads, n, "LayerBackward grads"));
   if (!impl_->keep) ZINF_RETURN_IF_ERROR(LayerRecomputeGroups(layer, 0, kMlpOutGroup, params));
@@ -2030,8 +2056,8 @@ Status GptCompute<T>::LayerRecomputeGroups(int layer, int begin, int end, const 
                                       "): the layers' activations are kept from the forward (nothing to recompute)");
   }
   if (end > kMlpOutGroup) return Status::InvalidArgument("LayerRecompute: groups end at kMlpOutGroup");
-  ZINF_RETURN_IF_ERROR(CheckLayerParams<T>(m.config, params, m.ops->reads_weights16(), m.LayerTensorCount(), begin, end,
-                                           "LayerRecompute params"));
+  ZINF_RETURN_IF_ERROR(CheckLayerParams<T>(m.config, layer, params, m.ops->reads_weights16(), m.LayerTensorCount(layer),
+                                           begin, end, "LayerRecompute params"));
   ZINF_RETURN_IF_ERROR(m.CheckBackwardLayer(layer, "LayerRecompute"));
   ZINF_RETURN_IF_ERROR(CheckNextGroup("LayerRecompute", layer, begin, m.recompute_group));
   if (begin == 0) ZINF_RETURN_IF_ERROR(m.InputForBackward(layer));
@@ -2051,10 +2077,10 @@ template <typename T>
 Status GptCompute<T>::LayerBackwardGroups(int layer, int begin, int end, const LayerParams& params,
                                           const std::vector<T*>& grads, kernels::GradMode mode) {
   Impl& m = *impl_;
-  const size_t n = m.LayerTensorCount();
+  const size_t n = m.LayerTensorCount(layer);
   ZINF_RETURN_IF_ERROR(
-      CheckLayerParams<T>(m.config, params, m.ops->reads_weights16(), n, begin, end, "LayerBackward params"));
-  ZINF_RETURN_IF_ERROR(CheckGroupPointers(m.config, grads, n, begin, end, "LayerBackward grads"));
+      CheckLayerParams<T>(m.config, layer, params, m.ops->reads_weights16(), n, begin, end, "LayerBackward params"));
+  ZINF_RETURN_IF_ERROR(CheckGroupPointers(m.config, layer, grads, n, begin, end, "LayerBackward grads"));
   ZINF_RETURN_IF_ERROR(m.CheckBackwardLayer(layer, "LayerBackward"));
   if ((!m.keep && m.recompute_group != kMlpOutGroup) || m.backward_end != end) {
     const std::string recompute = m.keep ? ""

@@ -190,6 +190,11 @@ struct GptConfig {
   // shared_expert_gate).
   int shared_expert_size = 0;
   bool shared_expert_gate = false;
+  // With experts, the layers (0-based, ascending) whose MLP is dense
+  // instead (Qwen-MoE's mlp_only_layers and decoder_sparse_step): a gated
+  // MLP of width dense_intermediate_size, no router, no experts.
+  std::vector<int> dense_layers;
+  int dense_intermediate_size = 0;
   // The router's load-balancing loss (transformers' output_router_logits,
   // router_aux_loss_coef), 0: none. Each forward adds router_aux_coef * E *
   // sum_e f_e P_e to the loss: f_e the (layer, token) rows that chose
@@ -201,6 +206,12 @@ struct GptConfig {
   bool llama() const { return family == ModelFamily::kLlama; }
   bool moe() const { return n_experts > 0; }
   bool shared_expert() const { return shared_expert_size > 0; }
+  // Whether layer `layer`'s MLP is routed (moe() and not a dense layer).
+  bool moe_in(int layer) const;
+  int routed_layers() const { return moe() ? n_layer - static_cast<int>(dense_layers.size()) : 0; }
+  // A dense MLP's width: intermediate_size, or with experts
+  // dense_intermediate_size.
+  int dense_width() const { return moe() ? dense_intermediate_size : intermediate_size; }
   // Whether the attention's and the MLP's outputs are normed before they
   // join the residual stream (Gemma 2 and 3, OLMo 2).
   bool branch_norms() const { return sandwich_norms || post_norms; }
@@ -295,10 +306,13 @@ inline int RouterIndex(const GptConfig& c) { return MoeExtraIndex(c) + 3 * (c.n_
 // The shared expert's gate (which 0), up (1) or down (2) weight.
 inline int SharedExpertTensor(const GptConfig& c, int which) { return RouterIndex(c) + 1 + which; }
 inline int SharedGateIndex(const GptConfig& c) { return SharedExpertTensor(c, 3); }
-// The number of tensors in a kLlama layer.
-inline int LlamaLayerTensors(const GptConfig& c) {
-  if (!c.moe()) return MoeExtraIndex(c);
+// The number of tensors in a routed kLlama layer, and in kLlama layer
+// `layer` (a dense one's stop at MoeExtraIndex).
+inline int RoutedLayerTensors(const GptConfig& c) {
   return c.shared_expert() ? SharedGateIndex(c) + (c.shared_expert_gate ? 1 : 0) : RouterIndex(c) + 1;
+}
+inline int LlamaLayerTensors(const GptConfig& c, int layer) {
+  return c.moe_in(layer) ? RoutedLayerTensors(c) : MoeExtraIndex(c);
 }
 // Index of the untied lm_head in the head block (kLmHead for kGpt2).
 inline int LmHeadIndex(const GptConfig& c) { return c.llama() ? 1 : kLmHead; }
@@ -310,10 +324,11 @@ inline int LmHeadIndex(const GptConfig& c) { return c.llama() ? 1 : kLmHead; }
 // The backward uses them in reverse. A layer fetched in pieces
 // (fetch_layout.h) has whole, consecutive groups in each piece.
 enum LayerGroup { kNorm1Group = 0, kQkvGroup, kAttnOutGroup, kNorm2Group, kMlpInGroup, kMlpOutGroup, kLayerGroups };
-// The tensor indices (LayerTensor or LlamaLayerTensor) of each group
-// (with post_norms the norm groups are empty: each norm weight is in the
-// group of the output it norms).
-std::vector<std::vector<int>> LayerTensorGroups(const GptConfig& config);
+// The tensor indices (LayerTensor or LlamaLayerTensor) of each group of
+// layer `layer` (with post_norms the norm groups are empty: each norm
+// weight is in the group of the output it norms; a dense layer among
+// routed ones has a dense layer's MLP groups).
+std::vector<std::vector<int>> LayerTensorGroups(const GptConfig& config, int layer);
 // Whether layer tensor `tensor` (spec order) is a matrix the layer reads
 // only through its linear maps (the ones GptCompute takes in 16 bits).
 bool IsLayerMatrix(const GptConfig& config, int tensor);

@@ -200,10 +200,10 @@ class KeyReader {
 // all (Mistral, Phi-3), those from max_window_layers on (Qwen2, Qwen3),
 // the NoPE layers (SmolLM3), or all but every sliding_window_pattern-th
 // (Gemma 3; Gemma 2 every other, OLMo 3 every fourth; their windows always
-// on too). The last three read layer_types first.
-// kAllWhenUsed: every layer slides when use_sliding_window (Qwen3-MoE).
+// on too); kAllWhenUsed: every layer when use_sliding_window (Qwen3-MoE);
 // kEvenBelowMaxWindow: with use_sliding_window, the even layers below
-// max_window_layers slide (Qwen2-MoE's layer_types default).
+// max_window_layers (Qwen2-MoE). kFromMaxWindowLayers,
+// kEvenBelowMaxWindow, kNopeLayers and kPattern read layer_types first.
 enum class SlidingLayers {
   kNone,
   kAll,
@@ -933,9 +933,50 @@ bool QwenMoe(const Architecture& arch) {
   return arch.experts == Experts::kQwen3Moe || arch.experts == Experts::kQwen2Moe;
 }
 
-// The routed MLP's keys: every layer sparse (Qwen-MoE's dense layers,
-// mlp_only_layers or a decoder_sparse_step over 1, are refused), the
-// load-balancing loss in the loss when output_router_logits.
+// Qwen-MoE's dense layers, as transformers picks them: those in
+// mlp_only_layers (layers past the model's change nothing: it asks
+// `layer_idx in`) and those whose layer + 1 decoder_sparse_step does not
+// divide; a gated MLP of intermediate_size (`dense_width`) each.
+void ParseDenseLayers(KeyReader& r, HfCheckpoint& c, int dense_width) {
+  GptConfig& m = c.model;
+  const int step = r.Int("decoder_sparse_step", 1, false);
+  std::vector<bool> dense(static_cast<size_t>(m.n_layer), false);
+  for (int l = 0; l < m.n_layer; ++l) dense[static_cast<size_t>(l)] = (l + 1) % step != 0;
+  if (const json* only = r.Get("mlp_only_layers"); only != nullptr) {
+    if (!only->is_array() ||
+        !std::all_of(only->begin(), only->end(), [](const json& l) { return l.is_number_integer(); })) {
+      return r.Error("mlp_only_layers: expected a list of layer indices, got " + only->dump());
+    }
+    std::string past;
+    for (const json& l : *only) {
+      const int64_t i = l.get<int64_t>();
+      if (i >= 0 && i < m.n_layer) {
+        dense[static_cast<size_t>(i)] = true;
+      } else {
+        past += (past.empty() ? "" : ", ") + l.dump();
+      }
+    }
+    if (!past.empty()) c.notes.push_back("mlp_only_layers: " + past + " ignored (no such layer)");
+  }
+  for (int l = 0; l < m.n_layer; ++l) {
+    if (dense[static_cast<size_t>(l)]) m.dense_layers.push_back(l);
+  }
+  if (m.dense_layers.empty()) return;
+  if (m.routed_layers() < 1) {
+    return r.Error(
+        "mlp_only_layers, decoder_sparse_step: every layer's MLP is dense (no experts in use); zinf "
+        "needs a routed layer (or the config of the dense class)");
+  }
+  m.dense_intermediate_size = dense_width;
+  std::string list;
+  for (int l : m.dense_layers) list += (list.empty() ? "" : ", ") + std::to_string(l);
+  c.notes.push_back("layers " + list + ": a dense MLP of " + std::to_string(dense_width) +
+                    " (intermediate_size; mlp_only_layers, decoder_sparse_step)");
+}
+
+// The routed MLP's keys (Qwen-MoE's dense layers among the routed ones:
+// ParseDenseLayers), the load-balancing loss in the loss when
+// output_router_logits.
 void ParseExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   GptConfig& m = c.model;
   // num_experts, or transformers 5's num_local_experts (both names map to
@@ -964,25 +1005,13 @@ void ParseExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
     m.norm_topk_prob = r.Bool("norm_topk_prob", false);
   }
   if (QwenMoe(arch)) {
-    // intermediate_size: the dense layers'
+    const int dense_width = m.intermediate_size;  // intermediate_size: the dense layers'
     m.intermediate_size = r.Int("moe_intermediate_size", arch.experts == Experts::kQwen2Moe ? 1408 : 768, false);
     if (arch.experts == Experts::kQwen2Moe) {
       m.shared_expert_size = r.Int("shared_expert_intermediate_size", 5632, false);
       m.shared_expert_gate = true;
     }
-    r.Neutral("decoder_sparse_step", {1});
-    // Layers past the model's (transformers asks `layer_idx in`) change nothing.
-    if (const json* dense = r.Get("mlp_only_layers"); dense != nullptr) {
-      const bool past = dense->is_array() && std::all_of(dense->begin(), dense->end(), [&](const json& l) {
-                          return l.is_number_integer() && l.get<int64_t>() >= m.n_layer;
-                        });
-      if (!past) {
-        r.Error("mlp_only_layers: " + dense->dump() +
-                " makes those layers' MLPs dense; zinf supports a routed MLP in every layer ([] or null)");
-      } else if (!dense->empty()) {
-        c.notes.push_back("mlp_only_layers: " + dense->dump() + " ignored (no such layer)");
-      }
-    }
+    ParseDenseLayers(r, c, dense_width);
   }
   if (arch.experts == Experts::kMixtral) r.Neutral("router_jitter_noise", {0, 0.0});
   if (const json* clip = arch.experts == Experts::kOlmoe ? r.Get("clip_qkv") : nullptr; clip != nullptr) {
@@ -1029,8 +1058,11 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
                   : r.Int("num_key_value_heads",
                           arch.default_kv_heads > 0 && !r.Has("num_key_value_heads") ? arch.default_kv_heads : m.n_head,
                           arch.gemma);
-  // Qwen-MoE's is its dense layers' width, unused when every layer routes.
-  m.intermediate_size = QwenMoe(arch) ? r.Int("intermediate_size", 1, false) : shape("intermediate_size");
+  // Qwen-MoE's is its dense layers' width (the class's default when
+  // absent), unused when every layer routes.
+  m.intermediate_size = QwenMoe(arch)
+                            ? r.Int("intermediate_size", arch.experts == Experts::kQwen2Moe ? 5632 : 6144, false)
+                            : shape("intermediate_size");
   if (arch.experts != Experts::kNone) ParseExperts(r, c, arch);
   c.max_positions = shape("max_position_embeddings");
   m.seq_len = c.max_positions;
@@ -1444,12 +1476,12 @@ std::vector<std::string> HfTensorNames(const HfCheckpoint& ckpt, BlockId block) 
     n.push_back(l + "post_attention_layernorm.weight");
     n.push_back(l + "post_feedforward_layernorm.weight");
   }
-  if (m.moe()) {
+  if (m.moe_in(block - 1)) {  // a dense layer among routed ones keeps the names above
     const std::string moe = l + (ckpt.mixtral_names ? "block_sparse_moe." : "mlp.");
     const std::array<const char*, 3> kind = ckpt.mixtral_names
                                                 ? std::array<const char*, 3>{"w1", "w3", "w2"}
                                                 : std::array<const char*, 3>{"gate_proj", "up_proj", "down_proj"};
-    n.resize(static_cast<size_t>(LlamaLayerTensors(m)));
+    n.resize(static_cast<size_t>(RoutedLayerTensors(m)));
     for (int e = 0; e < m.n_experts; ++e) {
       for (int w = 0; w < 3; ++w) {
         n[static_cast<size_t>(ExpertTensor(m, e, w))] =

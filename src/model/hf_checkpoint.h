@@ -59,10 +59,13 @@
 //                          are not read, and an export copies their
 //                          tensors unchanged (`kept`)
 // An explicit head_dim other than hidden_size / num_attention_heads
-// (Qwen3, Mistral-Nemo) sets GptConfig::head_size. Qwen2, Qwen3 and
-// SmolLM3 slide in the layers layer_types names (else from
-// max_window_layers on; SmolLM3: its NoPE layers) when use_sliding_window
-// is true: GptConfig::sliding_window and sliding_layers.
+// (Qwen3, Mistral-Nemo) sets GptConfig::head_size. Qwen2, Qwen3,
+// Qwen2-MoE and SmolLM3 slide in the layers layer_types names (else from
+// max_window_layers on; Qwen2-MoE: the even ones below it; SmolLM3: its
+// NoPE layers) when use_sliding_window is true: GptConfig::sliding_window
+// and sliding_layers. The mixtures of experts (Qwen3-MoE, Qwen2-MoE,
+// Mixtral, OLMoE) set GptConfig's expert fields; Qwen-MoE's dense layers
+// (mlp_only_layers, decoder_sparse_step) its dense_layers.
 // The vocabulary rows of the embedding and an untied head are padded with
 // zero rows to padded_vocab_size (they receive no gradient and stay 0).
 // pad_token_id (absent: the class's default, Phi-3 32000, SmolLM3 128004,

@@ -43,9 +43,10 @@ int64_t LayerActivationBytes(const GptConfig& m, int batch, bool fused_attention
   bytes += (1 + pre_norms) * DeviceBytes(NC * 4) + DeviceBytes(3 * NA * 4) + DeviceBytes(NA * 4) +
            pre_norms * DeviceBytes(N * 4);
   if (!m.llama())
-    return bytes + 2 * DeviceBytes(N * 4) + 2 * DeviceBytes(4 * NC * 4);            // LayerNorm means; fch, fch_gelu
-  const int64_t M = N * m.experts_per_token;                                        // MoE: dispatched rows
-  bytes += 3 * DeviceBytes((m.moe() ? M : N) * m.intermediate_size * 4);            // gate, up, hmid
+    return bytes + 2 * DeviceBytes(N * 4) + 2 * DeviceBytes(4 * NC * 4);  // LayerNorm means; fch, fch_gelu
+  const int64_t M = N * m.experts_per_token;                              // MoE: dispatched rows
+  const int64_t wide = std::max((m.moe() ? M : N) * m.intermediate_size, N * m.dense_width());  // routed or dense
+  bytes += 3 * DeviceBytes(wide * 4);                                                           // gate, up, hmid
   if (m.branch_norms()) bytes += 2 * DeviceBytes(NC * 4) + 2 * DeviceBytes(N * 4);  // o and down outputs, rstds
   if (m.moe()) {  // router probabilities; routing weights, experts; dispatch; expert inputs, outputs
     bytes += DeviceBytes(N * m.n_experts * 4) + 2 * DeviceBytes(N * m.experts_per_token * 4) + DeviceBytes(3 * M * 4) +
@@ -157,9 +158,10 @@ int64_t ActivationBytes(const GptConfig& m, int batch, ComputeKernels kernels, i
   bytes += f(NA) + 2 * f(N * Ckv);                         // q, k, v
   const int64_t M = N * m.experts_per_token;
   const int64_t S = m.shared_expert_size;  // d gate and d up serve the shared expert too
-  bytes += f((m.moe() ? M : N) * I) + 2 * f(std::max((m.moe() ? M : N) * I, N * S));  // d hidden, d gate, d up
-  if (m.shared_expert()) bytes += f(N * S) + (m.shared_expert_gate ? f(N) : 0);       // its d hidden, d logit
-  if (m.moe()) bytes += f(M * C) + f(N * m.experts_per_token) + f(N * m.n_experts);   // d rows, weights, logits
+  const int64_t wide = std::max((m.moe() ? M : N) * I, N * m.dense_width());         // routed or dense rows
+  bytes += f(wide) + 2 * f(std::max(wide, N * S));                                   // d hidden, d gate, d up
+  if (m.shared_expert()) bytes += f(N * S) + (m.shared_expert_gate ? f(N) : 0);      // its d hidden, d logit
+  if (m.moe()) bytes += f(M * C) + f(N * m.experts_per_token) + f(N * m.n_experts);  // d rows, weights, logits
   if (m.moe() && m.router_aux_coef > 0) bytes += f(m.n_experts);  // the load-balancing loss's gradient
   bytes += f(3 * NA) + 2 * f(NA) + 3 * f(N * Ckv);                // d qkv; d q (rotated and not); d k (both), d v
   if (m.local_rope_theta > 0 && !m.local_rope_layers.empty()) bytes += 2 * f(T * (m.rope_dims() / 2));

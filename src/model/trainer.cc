@@ -58,10 +58,16 @@ std::vector<std::string> GptTensorExportNames(const GptConfig& config, BlockId b
     }
     std::vector<std::string> n;
     const std::string l = "model.layers." + std::to_string(block - 1) + ".";
-    // Every layer's tensors have the same names: those of a one-layer
-    // model's layer (not the whole model's specs for each layer named).
+    // Every layer's tensors have the same names (a dense layer among routed
+    // ones has a dense layer's): those of a one-layer model's layer (not
+    // the whole model's specs for each layer named).
     GptConfig one = config;
     one.n_layer = 1;
+    one.dense_layers.clear();
+    if (config.moe() && !config.moe_in(block - 1)) {
+      one.dense_layers = {0};
+      one.n_layer = 2;  // a routed layer besides
+    }
     const std::vector<BlockSpec> specs = GptBlockSpecs(one);  // (a temporary's element would not outlive the loop)
     for (const TensorSpec& t : specs[1].tensors) {
       const char c = t.name[0];

@@ -154,7 +154,7 @@ TEST(FetchLayoutTest, EmptyNormGroupsOpenNoPiece) {
   m.qkv_bias = false;
   m.post_norms = m.qk_norm = m.qk_norm_all_heads = true;
   const BlockSpec layer = GptBlockSpecs(m)[static_cast<size_t>(LayerBlock(0))];
-  const std::vector<std::vector<int>> groups = LayerTensorGroups(m);
+  const std::vector<std::vector<int>> groups = LayerTensorGroups(m, 0);
   ASSERT_TRUE(groups[kNorm1Group].empty() && groups[kNorm2Group].empty());
   int64_t attn_out = 0;
   for (int t : groups[kAttnOutGroup]) attn_out += layer.tensors[static_cast<size_t>(t)].numel();
@@ -294,8 +294,8 @@ TEST(FetchLayoutTrainerTest, PiecesGiveTheWholeLayerLossesAndWeightsOnEveryTier)
 // model's losses; its weights go out as the HF folder they came in as, value
 // for value (F32 export: OLMo 2's bf16 values exactly, the others' bytes).
 TEST(FetchLayoutTrainerTest, HfWeightsInAndOutThroughPieces) {
-  for (const char* name :
-       {"qwen2", "llama", "gpt2", "qwen3", "phi3", "gemma2", "granite", "olmo2", "qwen3_moe", "mixtral"}) {
+  for (const char* name : {"qwen2", "llama", "gpt2", "qwen3", "phi3", "gemma2", "granite", "olmo2", "qwen3_moe",
+                           "mixtral", "qwen2_moe", "qwen3_moe-dense"}) {
     auto ckpt = OpenHfCheckpoint(testing::FixtureDir(name));
     ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
     auto model = HfModelAtSeqLen(*ckpt, 0);

@@ -477,6 +477,20 @@ TEST(GptTest, SharedExpertWithPostNormsGradientsMatchFiniteDifferences) {
   CheckModelGradients(c);
 }
 
+// Dense layers among routed ones (Qwen-MoE's mlp_only_layers): of three
+// layers 0 and 2 dense, a gated MLP of 56 (wider than the routed rows'
+// 2 x 24 a token), 1 routed with a gated shared expert; the load-balancing
+// loss over the one routed layer.
+GptConfig TinyMixedMoe() {
+  GptConfig c = TinySharedMoe(true);
+  c.n_layer = 3;
+  c.dense_layers = {0, 2};
+  c.dense_intermediate_size = 56;
+  c.router_aux_coef = 0.3;
+  return c;
+}
+TEST(GptTest, DenseLayersAmongRoutedOnesGradientsMatchFiniteDifferences) { CheckModelGradients(TinyMixedMoe()); }
+
 // The routers' load-balancing loss in the loss: its gradient through
 // every layer's softmax.
 GptConfig TinyMoeAux() {
@@ -606,7 +620,7 @@ Harness<float>::Matrices16 LayerMatricesToBf16(const GptConfig& config, std::vec
 // that do not read 16-bit weights.
 TEST(GptTest, SixteenBitMatricesGiveTheBitsOfTheirFloatCasts) {
   for (const GptConfig& config :
-       {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyMoe(false), TinySharedMoe(true)}) {
+       {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyMoe(false), TinySharedMoe(true), TinyMixedMoe()}) {
     SCOPED_TRACE(config.shared_expert()  ? "shared expert"
                  : config.moe()          ? "moe"
                  : config.sandwich_norms ? "gemma3"
@@ -616,10 +630,11 @@ TEST(GptTest, SixteenBitMatricesGiveTheBitsOfTheirFloatCasts) {
     std::vector<Tensors> params = MakeParams(config, 11);
     int matrices = 0;
     const Harness<float>::Matrices16 m16 = LayerMatricesToBf16(config, params, &matrices);
-    // q, k, v, o and the MLP's three (each expert's, and the router; the
-    // shared expert's three and its gate's)
-    const int mlp = config.moe() ? 3 * config.n_experts + 1 + (config.shared_expert() ? 4 : 0) : 3;
-    EXPECT_EQ(matrices, config.n_layer * (config.llama() ? 4 + mlp : 4));
+    // q, k, v, o and the MLP's three (in a routed layer each expert's, and
+    // the router; the shared expert's three and its gate's)
+    const int routed = config.moe() ? 3 * config.n_experts + 1 + (config.shared_expert() ? 4 : 0) : 3;
+    const int dense = config.n_layer - config.routed_layers(), routed_layers = config.n_layer - dense;
+    EXPECT_EQ(matrices, config.llama() ? 4 * config.n_layer + 3 * dense + routed * routed_layers : 4 * config.n_layer);
     const Batch batch = MakeBatch(config, B, 12);
     Harness<float> want(config, B), got(config, B);
     want.SetParams(params);
@@ -652,19 +667,27 @@ TEST(GptTest, SixteenBitMatricesGiveTheBitsOfTheirFloatCasts) {
 // Qwen3's q/k norms, recomputed and kept activations, float and its 16-bit
 // matrices, and double.
 TEST(GptTest, SetLayerGradientsNeedNoZeroing) {
-  for (const auto& [config, acts] :
-       {std::pair{Tiny(true), LayerActivations::kRecompute},
-        std::pair{TinyLlama(false, true), LayerActivations::kRecompute},
-        std::pair{Tiny(false), LayerActivations::kKeep}, std::pair{TinyLlama(true, false), LayerActivations::kKeep},
-        std::pair{TinyQwen3(12), LayerActivations::kRecompute}, std::pair{TinyQwen3(6), LayerActivations::kKeep},
-        std::pair{TinyGemma3(), LayerActivations::kRecompute}, std::pair{TinyGemma3(), LayerActivations::kKeep},
-        std::pair{TinyOlmo2(), LayerActivations::kRecompute}, std::pair{TinyOlmo2(), LayerActivations::kKeep},
-        std::pair{TinyGranite(), LayerActivations::kRecompute}, std::pair{TinyGranite(), LayerActivations::kKeep},
-        std::pair{TinyMoe(false), LayerActivations::kRecompute}, std::pair{TinyMoe(true), LayerActivations::kKeep},
-        std::pair{TinySparseMoe(), LayerActivations::kRecompute}, std::pair{TinySparseMoe(), LayerActivations::kKeep},
-        std::pair{TinyMoeAux(), LayerActivations::kRecompute},
-        std::pair{TinySharedMoe(true), LayerActivations::kRecompute},
-        std::pair{TinySharedMoe(false), LayerActivations::kKeep}}) {
+  for (const auto& [config, acts] : {std::pair{Tiny(true), LayerActivations::kRecompute},
+                                     std::pair{TinyLlama(false, true), LayerActivations::kRecompute},
+                                     std::pair{Tiny(false), LayerActivations::kKeep},
+                                     std::pair{TinyLlama(true, false), LayerActivations::kKeep},
+                                     std::pair{TinyQwen3(12), LayerActivations::kRecompute},
+                                     std::pair{TinyQwen3(6), LayerActivations::kKeep},
+                                     std::pair{TinyGemma3(), LayerActivations::kRecompute},
+                                     std::pair{TinyGemma3(), LayerActivations::kKeep},
+                                     std::pair{TinyOlmo2(), LayerActivations::kRecompute},
+                                     std::pair{TinyOlmo2(), LayerActivations::kKeep},
+                                     std::pair{TinyGranite(), LayerActivations::kRecompute},
+                                     std::pair{TinyGranite(), LayerActivations::kKeep},
+                                     std::pair{TinyMoe(false), LayerActivations::kRecompute},
+                                     std::pair{TinyMoe(true), LayerActivations::kKeep},
+                                     std::pair{TinySparseMoe(), LayerActivations::kRecompute},
+                                     std::pair{TinySparseMoe(), LayerActivations::kKeep},
+                                     std::pair{TinyMoeAux(), LayerActivations::kRecompute},
+                                     std::pair{TinySharedMoe(true), LayerActivations::kRecompute},
+                                     std::pair{TinySharedMoe(false), LayerActivations::kKeep},
+                                     std::pair{TinyMixedMoe(), LayerActivations::kRecompute},
+                                     std::pair{TinyMixedMoe(), LayerActivations::kKeep}}) {
     SCOPED_TRACE(std::string(config.residual_multiplier != 1 ? "granite"
                              : config.post_norms             ? "olmo2"
                              : config.sandwich_norms         ? "gemma3"
@@ -729,7 +752,7 @@ TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
   // for bit, whole layers and in group ranges (16-bit matrices), over two
   // batches (each layer's kept set is overwritten by the next forward).
   for (const GptConfig& config : {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2(), TinyGranite(),
-                                  TinyMoe(false), TinyMoeAux(), TinySharedMoe(true)}) {
+                                  TinyMoe(false), TinyMoeAux(), TinySharedMoe(true), TinyMixedMoe()}) {
     SCOPED_TRACE(config.residual_multiplier != 1 ? "granite"
                  : config.post_norms             ? "olmo2"
                  : config.sandwich_norms         ? "gemma3"
@@ -788,7 +811,7 @@ TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
 // slots turn over twice.
 TEST(GptTest, OffloadedLayerInputsGiveTheBitsOfTheRecompute) {
   for (GptConfig config : {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2(), TinyGranite(), TinyMoe(false),
-                           TinyMoeAux(), TinySharedMoe(true)}) {
+                           TinyMoeAux(), TinySharedMoe(true), TinyMixedMoe()}) {
     config.n_layer = 5;
     SCOPED_TRACE(config.residual_multiplier != 1 ? "granite"
                  : config.post_norms             ? "olmo2"
@@ -1056,9 +1079,11 @@ TEST(GptConfigTest, JsonRoundTrips) {
 // norm weights' buffer; a multiplier beside branch norms would share their
 // gradient buffer).
 TEST(GptConfigTest, CreateRefusesFieldsThatDoNotGoTogether) {
-  enum Base { kGpt2, kLlama, kYarn };  // kYarn: the tiny Llama with YaRN for llama3, valid as it is
+  // kYarn: the tiny Llama with YaRN for llama3, valid as it is; kMoe: the
+  // tiny mixture with dense layers and a shared expert
+  enum Base { kGpt2, kLlama, kYarn, kMoe };
   auto base = [](Base b) {
-    GptConfig c = b == kGpt2 ? Tiny(true) : TinyLlama(false, false);
+    GptConfig c = b == kGpt2 ? Tiny(true) : b == kMoe ? TinyMixedMoe() : TinyLlama(false, false);
     if (b == kYarn) {
       c.rope.llama3 = false;
       c.rope.yarn = true;
@@ -1104,10 +1129,37 @@ TEST(GptConfigTest, CreateRefusesFieldsThatDoNotGoTogether) {
       {"GPT-2 with a residual multiplier", kGpt2, [](GptConfig& c) { c.residual_multiplier = 0.5; }},
       {"GPT-2 with post norms", kGpt2, [](GptConfig& c) { c.post_norms = true; }},
       {"GPT-2 with a softcap", kGpt2, [](GptConfig& c) { c.attn_softcap = 50; }},
+      {"GPT-2 with dense layers", kGpt2, [](GptConfig& c) { c.dense_layers = {0}; }},
+      {"dense layers without experts", kLlama,
+       [](GptConfig& c) {
+         c.dense_layers = {0};
+         c.dense_intermediate_size = 8;
+       }},
+      {"every layer dense", kMoe,
+       [](GptConfig& c) {
+         c.dense_layers = {0, 1, 2};
+       }},
+      {"dense layers out of order", kMoe,
+       [](GptConfig& c) {
+         c.dense_layers = {2, 0};
+       }},
+      {"a dense layer past the model", kMoe,
+       [](GptConfig& c) {
+         c.dense_layers = {0, 3};
+       }},
+      {"dense layers of width 0", kMoe, [](GptConfig& c) { c.dense_intermediate_size = 0; }},
+      {"a shared expert without experts", kLlama, [](GptConfig& c) { c.shared_expert_size = 8; }},
+      {"a shared expert's gate without the expert", kMoe,
+       [](GptConfig& c) {
+         c.shared_expert_size = 0;
+         c.shared_expert_gate = true;
+       }},
   };
   auto ops = CreateCpuOps<float>();
   auto device = CreateHostDevice(0);
-  for (Base b : {kLlama, kYarn}) EXPECT_TRUE(GptCompute<float>::Create(base(b), 1, ops.get(), device.get()).ok()) << b;
+  for (Base b : {kLlama, kYarn, kMoe}) {
+    EXPECT_TRUE(GptCompute<float>::Create(base(b), 1, ops.get(), device.get()).ok()) << b;
+  }
   for (const Bad& b : bad) {
     GptConfig config = base(b.base);
     b.change(config);

@@ -190,7 +190,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, HfParityTest,
                                            "smollm3", "mistral-window", "qwen2-window", "gemma", "gemma3", "gemma3-mm",
                                            "llama-pad", "gemma2", "granite", "olmo2", "qwen3-yarn", "olmo3", "exaone4",
                                            "seed-oss", "helium", "glm", "glm4", "ernie4_5", "qwen3_moe", "mixtral",
-                                           "olmoe", "qwen3_moe-aux", "qwen2_moe"));
+                                           "olmoe", "qwen3_moe-aux", "qwen2_moe", "qwen3_moe-dense"));
 
 // A copy of a fixture folder whose config.json or tensors a test changes.
 std::string CopyFixture(const TempDir& tmp, const std::string& name) {
@@ -1173,8 +1173,10 @@ void RewriteTensors(const std::string& dir, const std::string& name, const std::
 // The routed MLPs: Qwen3-MoE's experts of moe_intermediate_size, OLMoE's
 // and Mixtral's of intermediate_size; the experts' count under either of
 // its names (the Hub's num_experts, transformers 5's num_local_experts),
-// each class's defaults when absent; every layer sparse, or a clear
-// refusal; the load-balancing loss's coefficient with output_router_logits.
+// each class's defaults when absent; Qwen-MoE's dense layers among the
+// routed ones as transformers picks them (mlp_only_layers,
+// decoder_sparse_step); the load-balancing loss's coefficient with
+// output_router_logits.
 TEST(HfCheckpointTest, ExpertsAsTransformersReadsThem) {
   auto qwen = OpenHfCheckpoint(FixtureDir("qwen3_moe"));
   ASSERT_TRUE(qwen.ok()) << qwen.status().ToString();
@@ -1231,10 +1233,16 @@ TEST(HfCheckpointTest, ExpertsAsTransformersReadsThem) {
         d["router_aux_loss_coef"] = -1;
       },
       "router_aux_loss_coef: -1");
+  // Dense layers among the routed ones: every layer (no experts left) and
+  // a list that is not one of layers refused.
   refused(
-      "qwen3_moe", [](nlohmann::json& d) { d["decoder_sparse_step"] = 2; }, "decoder_sparse_step: 2");
+      "qwen3_moe",
+      [](nlohmann::json& d) {
+        d["mlp_only_layers"] = {1, 0};
+      },
+      "every layer's MLP is dense");
   refused(
-      "qwen3_moe", [](nlohmann::json& d) { d["mlp_only_layers"] = {1}; }, "mlp_only_layers: [1]");
+      "qwen3_moe", [](nlohmann::json& d) { d["mlp_only_layers"] = "1"; }, "mlp_only_layers: expected a list");
   refused(
       "mixtral", [](nlohmann::json& d) { d["router_jitter_noise"] = 0.1; }, "router_jitter_noise: 0.1");
   refused(
@@ -1256,7 +1264,30 @@ TEST(HfCheckpointTest, ExpertsAsTransformersReadsThem) {
   EXPECT_EQ(c->model.sliding_window, 5);
   EXPECT_EQ(c->model.sliding_layers, (std::vector<int>{0, 1}));
   EXPECT_EQ(c->model.intermediate_size, 24);
-  EXPECT_NE(Notes(*c).find("mlp_only_layers: [2,7] ignored (no such layer)"), std::string::npos) << Notes(*c);
+  EXPECT_NE(Notes(*c).find("mlp_only_layers: 2, 7 ignored (no such layer)"), std::string::npos) << Notes(*c);
+  EXPECT_TRUE(c->model.dense_layers.empty());
+  // decoder_sparse_step 2: the layers whose layer + 1 it does not divide
+  // are dense, of intermediate_size (the class's 6144 when absent).
+  c = OpenEdited(
+      tmp, "qwen3_moe", [](nlohmann::json& d) { d["decoder_sparse_step"] = 2; }, /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.dense_layers, (std::vector<int>{0}));
+  EXPECT_EQ(c->model.dense_intermediate_size, 48);
+  EXPECT_EQ(c->model.intermediate_size, 24);
+  EXPECT_NE(Notes(*c).find("layers 0: a dense MLP of 48"), std::string::npos) << Notes(*c);
+  names = HfTensorNames(*c, LayerBlock(0));
+  ASSERT_EQ(names.size(), GptBlockSpecs(c->model)[LayerBlock(0)].tensors.size());
+  EXPECT_EQ(names[kDownW], "model.layers.0.mlp.down_proj.weight");
+  c = OpenEdited(
+      tmp, "qwen3_moe",
+      [](nlohmann::json& d) {
+        d["mlp_only_layers"] = {1};
+        d.erase("intermediate_size");
+      },
+      /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.dense_layers, (std::vector<int>{1}));
+  EXPECT_EQ(c->model.dense_intermediate_size, 6144);
   c = OpenEdited(
       tmp, "mixtral", [](nlohmann::json& d) { d["norm_topk_prob"] = false; }, /*config_only=*/true);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -1333,9 +1364,15 @@ TEST(HfCheckpointTest, Qwen2MoeAsTransformersReadsIt) {
   EXPECT_EQ(c->model.shared_expert_size, 5632);  // the class's defaults
   EXPECT_EQ(c->model.intermediate_size, 1408);
   c = OpenEdited(
-      tmp, "qwen2_moe", [](nlohmann::json& d) { d["mlp_only_layers"] = {1}; }, /*config_only=*/true);
-  ASSERT_FALSE(c.ok());
-  EXPECT_NE(c.status().message().find("mlp_only_layers: [1]"), std::string::npos) << c.status().ToString();
+      tmp, "qwen2_moe",
+      [](nlohmann::json& d) {
+        d["mlp_only_layers"] = {1};
+        d.erase("intermediate_size");
+      },
+      /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.dense_layers, (std::vector<int>{1}));
+  EXPECT_EQ(c->model.dense_intermediate_size, 5632);  // the class's
   c = OpenEdited(
       tmp, "qwen2_moe", [](nlohmann::json& d) { d["shared_expert_intermediate_size"] = 0; }, /*config_only=*/true);
   ASSERT_FALSE(c.ok());

@@ -376,8 +376,15 @@ TEST(PlanTest, ActivationBytesAreGptComputesAllocations) {
   shared.shared_expert_size = 4 * moe.intermediate_size;
   shared.shared_expert_gate = true;
   shared_narrow.shared_expert_size = 3;
+  // Dense layers among routed ones: wider than the routed rows, and
+  // narrower
+  GptConfig mixed = shared, mixed_narrow = moe_aux;
+  mixed.dense_layers = {0};
+  mixed.dense_intermediate_size = 8 * moe.intermediate_size;
+  mixed_narrow.dense_layers = {1};
+  mixed_narrow.dense_intermediate_size = 5;
   for (const GptConfig& m : {*LoadGptConfig("tiny"), *LoadGptConfig("demo"), llama, one, wide, narrow, gemma3, granite,
-                             olmo2, moe, moe_aux, shared, shared_narrow}) {
+                             olmo2, moe, moe_aux, shared, shared_narrow, mixed, mixed_narrow}) {
     for (int batch : {1, 3}) {
       for (LayerActivations a : {LayerActivations::kRecompute, LayerActivations::kKeep, LayerActivations::kOffload}) {
         SCOPED_TRACE(std::string(m.llama() ? "llama" : "gpt2") + " layers " + std::to_string(m.n_layer) + " heads " +

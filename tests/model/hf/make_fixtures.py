@@ -200,6 +200,14 @@ MODELS = {
                        moe_intermediate_size=24, shared_expert_intermediate_size=40, norm_topk_prob=False,
                        use_sliding_window=True, sliding_window=5, max_window_layers=2, tie_word_embeddings=False,
                        pad_token_id=None), torch.float32),
+    # Qwen3-MoE with dense layers among the routed ones: of four layers 0 and 2 dense (mlp_only_layers; 7 is past
+    # the model), a gated MLP of 40 (intermediate_size); 1 and 3 routed; the load-balancing loss over the two
+    # routed layers in the loss
+    "qwen3_moe-dense": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM,
+                        dict(COMMON_LLAMA, num_hidden_layers=4, intermediate_size=40, vocab_size=100, num_experts=4,
+                             num_experts_per_tok=2, moe_intermediate_size=24, norm_topk_prob=True,
+                             mlp_only_layers=[0, 2, 7], tie_word_embeddings=False, pad_token_id=None,
+                             output_router_logits=True, router_aux_loss_coef=0.2), torch.float32),
 }
 
 
