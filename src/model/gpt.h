@@ -174,8 +174,9 @@ struct GptConfig {
   // side (transformers' nn.Embedding padding_idx, from pad_token_id; a tied
   // head still trains it); -1: none.
   int padding_token = -1;
-  // Mixture of experts (kLlama; Qwen3-MoE, Mixtral, OLMoE), 0: none. With
-  // n_experts > 0 every layer's MLP is sparse: a router (a linear map C ->
+  // Mixture of experts (kLlama; Qwen3-MoE, Qwen2-MoE, Mixtral, OLMoE), 0:
+  // none. With n_experts > 0 every layer's MLP but dense_layers' (below)
+  // is sparse: a router (a linear map C ->
   // n_experts, no bias) scores each token, the softmax's experts_per_token
   // largest choose its experts and weigh their outputs (divided by their
   // sum when norm_topk_prob), and each expert is a gated MLP of width
@@ -210,8 +211,8 @@ struct GptConfig {
   bool moe_in(int layer) const;
   int routed_layers() const { return moe() ? n_layer - static_cast<int>(dense_layers.size()) : 0; }
   // A dense MLP's width: intermediate_size, or with experts
-  // dense_intermediate_size.
-  int dense_width() const { return moe() ? dense_intermediate_size : intermediate_size; }
+  // dense_intermediate_size (0 without dense layers).
+  int dense_width() const { return !moe() ? intermediate_size : dense_layers.empty() ? 0 : dense_intermediate_size; }
   // Whether the attention's and the MLP's outputs are normed before they
   // join the residual stream (Gemma 2 and 3, OLMo 2).
   bool branch_norms() const { return sandwich_norms || post_norms; }

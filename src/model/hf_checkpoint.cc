@@ -213,7 +213,8 @@ enum class SlidingLayers {
   kNopeLayers,
   kPattern
 };
-// A routed MLP in every layer (GptConfig's experts): Qwen3-MoE's (experts
+// Routed MLPs (GptConfig's experts; Qwen-MoE's dense layers among them:
+// ParseDenseLayers): Qwen3-MoE's (experts
 // of moe_intermediate_size, norm_topk_prob), Qwen2-MoE's (Qwen3-MoE's
 // plus a gated shared expert of shared_expert_intermediate_size), OLMoE's
 // (of intermediate_size, norm_topk_prob) or Mixtral's (of
@@ -939,6 +940,7 @@ bool QwenMoe(const Architecture& arch) {
 // divide; a gated MLP of intermediate_size (`dense_width`) each.
 void ParseDenseLayers(KeyReader& r, HfCheckpoint& c, int dense_width) {
   GptConfig& m = c.model;
+  r.RefuseNull("decoder_sparse_step", "a positive integer");  // transformers' `%` would fail on it
   const int step = r.Int("decoder_sparse_step", 1, false);
   std::vector<bool> dense(static_cast<size_t>(m.n_layer), false);
   for (int l = 0; l < m.n_layer; ++l) dense[static_cast<size_t>(l)] = (l + 1) % step != 0;
@@ -967,6 +969,9 @@ void ParseDenseLayers(KeyReader& r, HfCheckpoint& c, int dense_width) {
         "mlp_only_layers, decoder_sparse_step: every layer's MLP is dense (no experts in use); zinf "
         "needs a routed layer (or the config of the dense class)");
   }
+  // null: transformers' dense MLP would fail on it (absent: the class's).
+  r.RefuseNull("intermediate_size",
+               "a positive integer: layers " + std::to_string(m.dense_layers.front()) + "... are dense");
   m.dense_intermediate_size = dense_width;
   std::string list;
   for (int l : m.dense_layers) list += (list.empty() ? "" : ", ") + std::to_string(l);

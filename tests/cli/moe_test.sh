@@ -1,7 +1,7 @@
 #!/bin/sh
 # zinf train on a mixture-of-experts checkpoint (tests/model/hf/qwen3_moe:
-# Qwen3-MoE's layers, 4 experts, 2 a token; or qwen3_moe-dense: two of its
-# four layers dense): the losses to the last digit
+# Qwen3-MoE's layers, 4 experts, 2 a token; qwen2_moe: a shared expert
+# beside them; qwen3_moe-dense: two of four layers dense): the losses to the last digit
 # (--exact-losses) are the same with parameters and optimizer in RAM and on
 # NVMe, activations recomputed or kept, layers whole or one group a piece
 # (the router and every expert's gate and up in one). With an mpirun, two

@@ -167,6 +167,43 @@ TEST(FetchLayoutTest, EmptyNormGroupsOpenNoPiece) {
   for (const BlockSpec& s : fine.specs()) EXPECT_FALSE(s.tensors.empty()) << s.name;
 }
 
+// Dense layers among routed ones: one cut for every layer, over each
+// group's largest size, keeps every layer's pieces within the unit. Groups
+// in units of C: norm1 1, qkv 66, attn_out 32, norm2 1; mlp_in 68 routed
+// (router, 4 gate/up pairs of 8) and 2 Id dense; mlp_out 32 routed, Id dense.
+TEST(FetchLayoutTest, DenseAndRoutedLayersShareOneCutWithinTheUnit) {
+  GptConfig m = TinyLlamaWithBiases();
+  m.n_layer = 3;
+  m.n_experts = 4;
+  m.experts_per_token = 2;
+  m.intermediate_size = 8;
+  m.dense_layers = {1};
+  const int64_t C = m.n_embd;
+  for (int dense : {40, 33}) {
+    m.dense_intermediate_size = dense;
+    for (int64_t unit : {int64_t{1}, 70 * C, 100 * C, 101 * C, 120 * C, 400 * C}) {
+      SCOPED_TRACE("dense width " + std::to_string(dense) + ", unit " + std::to_string(unit / C) + " C");
+      const FetchLayout l = FetchLayout::Create(m, unit);
+      ExpectCovers(m, l);
+      for (BlockId e = 0; e < static_cast<BlockId>(l.specs().size()); ++e) {
+        const FetchPiece& p = l.piece(e);
+        if (p.layer >= 0 && p.end_group - p.begin_group > 1) {  // a piece of several groups: within the unit
+          EXPECT_LE(l.specs()[static_cast<size_t>(e)].numel(), unit) << l.Describe() << ", layer " << p.layer;
+        }
+      }
+    }
+  }
+  // Width 40: the dense layer's mlp_in and mlp_out (80 + 40) part at a unit
+  // of 100 though the routed layer's (68 + 32) would fit it; width 33: the
+  // routed mlp_in's 68 and the dense mlp_out's 33 come from different
+  // layers and part at 100, meet at 101.
+  m.dense_intermediate_size = 40;
+  EXPECT_EQ(FetchLayout::Create(m, 100 * C).Describe(), "3 pieces per layer: norm1-norm2 | mlp_in | mlp_out");
+  m.dense_intermediate_size = 33;
+  EXPECT_EQ(FetchLayout::Create(m, 100 * C).Describe(), "3 pieces per layer: norm1-norm2 | mlp_in | mlp_out");
+  EXPECT_EQ(FetchLayout::Create(m, 101 * C).Describe(), "2 pieces per layer: norm1-norm2 | mlp_in-mlp_out");
+}
+
 TEST(FetchLayoutTest, ParseFetchUnitTakesAutoLayerOrACount) {
   bool automatic = false;
   EXPECT_EQ(*ParseFetchUnit("auto", &automatic), 0);

@@ -317,11 +317,15 @@ GptConfig TinyQwen3MoeConfig() {
   return cfg;
 }
 
-// With Qwen2-MoE's gated shared expert beside the routed ones.
+// With Qwen2-MoE's gated shared expert beside the routed ones, and a
+// dense layer (width 96) between two routed ones.
 GptConfig TinySharedExpertConfig() {
   GptConfig cfg = TinyQwen3MoeConfig();
   cfg.shared_expert_size = 40;
   cfg.shared_expert_gate = true;
+  cfg.n_layer = 3;
+  cfg.dense_layers = {1};
+  cfg.dense_intermediate_size = 96;
   return cfg;
 }
 

@@ -1053,6 +1053,20 @@ TEST(GptConfigTest, BuiltinsHaveTheDocumentedShapes) {
   }
 }
 
+// The llama family's count is its blocks' too: biases, q/k norms, sandwich
+// norms, experts with a shared expert and dense layers among them; the
+// active count leaves out each routed layer's E - K idle experts.
+TEST(GptConfigTest, LlamaParameterCountsAreTheBlocks) {
+  for (const GptConfig& c :
+       {TinyLlama(true, true), TinyGemma3(), TinyMoe(false), TinySharedMoe(true), TinyMixedMoe()}) {
+    int64_t total = 0;
+    for (const BlockSpec& b : GptBlockSpecs(c)) total += b.numel();
+    EXPECT_EQ(total, c.NumParameters()) << GptConfigToJson(c);
+  }
+  const GptConfig m = TinyMixedMoe();  // one routed layer of 4 experts, 2 a token
+  EXPECT_EQ(m.NumParameters() - m.ActiveParameters(), int64_t{2} * 3 * m.intermediate_size * m.n_embd);
+}
+
 TEST(GptConfigTest, JsonRoundTrips) {
   GptConfig c;
   c.vocab_size = 1000;

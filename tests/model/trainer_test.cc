@@ -684,15 +684,27 @@ TEST(TrainerTest, AForwardOnlyTrainerEvaluatesAsATrainingOne) {
 // An untied Llama-family head whose vocabulary is not a multiple of 64
 // (the llama fixture: 200 rows, padded to 256) round-trips through the
 // one-file export: its lm_head is written and read without the padding rows.
+// So do the experts, and dense layers among them under their own names
+// (qwen3_moe-dense: 100 rows).
+void UntiedHeadRoundTrips(const char* fixture);
 TEST(TrainerTest, UntiedLlamaHeadRoundTripsThroughTheOneFileExport) {
+  for (const char* fixture : {"llama", "qwen3_moe-dense"}) {
+    SCOPED_TRACE(fixture);
+    UntiedHeadRoundTrips(fixture);
+  }
+}
+
+void UntiedHeadRoundTrips(const char* fixture) {
   TempDir dir;
   const Config config = TinyConfig(dir, OffloadDevice::kCpu, OffloadDevice::kCpu);
-  auto source = ResolveModel(testing::FixtureDir("llama"), 0);
+  auto source = ResolveModel(testing::FixtureDir(fixture), 0);
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   ASSERT_FALSE(source->model.tied_embeddings);
   ASSERT_NE(source->model.vocab_size % 64, 0);
   std::vector<uint32_t> tokens(4096);
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>((i * 37) % 200);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<uint32_t>((i * 37) % static_cast<size_t>(source->model.vocab_size));
+  }
   ASSERT_TRUE(WriteTokenFile(dir.Sub("t.bin"), tokens).ok());
   auto with = [&](TrainerOptions& o) {
     o.model = source->model;
