@@ -1244,6 +1244,15 @@ TEST(HfCheckpointTest, ExpertsAsTransformersReadsThem) {
   refused(
       "qwen3_moe", [](nlohmann::json& d) { d["mlp_only_layers"] = "1"; }, "mlp_only_layers: expected a list");
   refused(
+      "qwen3_moe", [](nlohmann::json& d) { d["decoder_sparse_step"] = nullptr; }, "decoder_sparse_step: null");
+  refused(
+      "qwen3_moe",
+      [](nlohmann::json& d) {
+        d["mlp_only_layers"] = {1};
+        d["intermediate_size"] = nullptr;
+      },
+      "intermediate_size: null (expected a positive integer: layers 1... are dense)");
+  refused(
       "mixtral", [](nlohmann::json& d) { d["router_jitter_noise"] = 0.1; }, "router_jitter_noise: 0.1");
   refused(
       "qwen3_moe", [](nlohmann::json& d) { d["num_experts_per_tok"] = nullptr; }, "num_experts_per_tok: null");
