@@ -127,8 +127,9 @@ std::string Gb(int64_t bytes) { return FormatBytes(bytes); }
 // A routed model's experts and the parameters a token uses.
 std::string Experts(const model::GptConfig& m) {
   if (!m.moe()) return "";
+  const std::string routed = m.dense_layers.empty() ? "" : " in " + std::to_string(m.routed_layers()) + " layers";
   return ", " + std::to_string(m.experts_per_token) + " of " + std::to_string(m.n_experts) + " experts a token" +
-         (m.shared_expert() ? " and a shared one" : "") + ": " + FormatCount(m.ActiveParameters()) + " active";
+         (m.shared_expert() ? " and a shared one" : "") + routed + ": " + FormatCount(m.ActiveParameters()) + " active";
 }
 
 std::string Shape(const model::GptConfig& m) {

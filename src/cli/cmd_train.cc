@@ -156,8 +156,9 @@ void PrintRunHeader(FILE* out, const Config& config, const std::vector<AutoResol
   std::string window;
   if (m.moe()) {
     window = "; " + std::to_string(m.experts_per_token) + " of " + std::to_string(m.n_experts) + " experts a token" +
-             (m.shared_expert() ? " and a shared one, " : ", ") + FormatCount(m.ActiveParameters()) +
-             " parameters active";
+             (m.shared_expert() ? " and a shared one" : "") +
+             (m.dense_layers.empty() ? "" : " in " + std::to_string(m.routed_layers()) + " layers") + ", " +
+             FormatCount(m.ActiveParameters()) + " parameters active";
   }
   if (m.sliding_window > 0) {
     window += "; sliding window " + std::to_string(m.sliding_window) + " in " +

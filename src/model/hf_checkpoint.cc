@@ -973,8 +973,16 @@ void ParseDenseLayers(KeyReader& r, HfCheckpoint& c, int dense_width) {
   r.RefuseNull("intermediate_size",
                "a positive integer: layers " + std::to_string(m.dense_layers.front()) + "... are dense");
   m.dense_intermediate_size = dense_width;
+  // Up to 8 layers named; more as the first three, the last and the count.
+  const std::vector<int>& d = m.dense_layers;
   std::string list;
-  for (int l : m.dense_layers) list += (list.empty() ? "" : ", ") + std::to_string(l);
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (d.size() > 8 && i == 3) {
+      list += ", ... " + std::to_string(d.back()) + " (" + std::to_string(d.size()) + " layers)";
+      break;
+    }
+    list += (list.empty() ? "" : ", ") + std::to_string(d[i]);
+  }
   c.notes.push_back("layers " + list + ": a dense MLP of " + std::to_string(dense_width) +
                     " (intermediate_size; mlp_only_layers, decoder_sparse_step)");
 }

@@ -1297,6 +1297,17 @@ TEST(HfCheckpointTest, ExpertsAsTransformersReadsThem) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->model.dense_layers, (std::vector<int>{1}));
   EXPECT_EQ(c->model.dense_intermediate_size, 6144);
+  // Many dense layers: the note names the first three and the last.
+  c = OpenEdited(
+      tmp, "qwen3_moe",
+      [](nlohmann::json& d) {
+        d["num_hidden_layers"] = 20;
+        d["decoder_sparse_step"] = 2;
+      },
+      /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.dense_layers.size(), 10u);
+  EXPECT_NE(Notes(*c).find("layers 0, 2, 4, ... 18 (10 layers): a dense MLP of 48"), std::string::npos) << Notes(*c);
   c = OpenEdited(
       tmp, "mixtral", [](nlohmann::json& d) { d["norm_topk_prob"] = false; }, /*config_only=*/true);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
