@@ -766,6 +766,13 @@ struct GptCompute<T>::Impl {
   void MoeBackwardOut(const LayerParams& lp, LayerActs& a, const T* dout, const std::vector<T*>& g,
                       kernels::GradMode mode);
   void MoeBackwardIn(const LayerParams& lp, LayerActs& a, const std::vector<T*>& g, kernels::GradMode mode);
+  // A gated MLP's input side over the N rows of the MLP's input (a dense
+  // layer's, or the shared expert's): gate and up of `width` from
+  // tensors gate_w and up_w, act(gate) * up into hmid; its backward from d
+  // hmid (dhid) through dgate and dup, adding d of the input to dbuf_c.
+  void GatedMlpIn(const LayerParams& lp, const LayerActs& a, int gate_w, int up_w, T* gate, T* up, T* hmid, int width);
+  void GatedMlpInBackward(const LayerParams& lp, const LayerActs& a, const std::vector<T*>& g, kernels::GradMode mode,
+                          int gate_w, int up_w, const T* gate, const T* up, const T* dhid, int width);
 
   // The weight an RMSNorm multiplies by: `w`, or 1 + w in norm_w
   // (norm_unit_offset; formed in T: transformers forms it in fp32, and an
@@ -1054,9 +1061,7 @@ void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const LayerPar
         MoeForwardIn(lp, a, layer);
         break;
       }
-      Linear(lp, kGateW, a.gate, MlpInput(a), nullptr, C, Id);
-      Linear(lp, kUpW, a.up, MlpInput(a), nullptr, C, Id);
-      o.GluForward(a.hmid, a.gate, a.up, N * Id, config.mlp_glu);
+      GatedMlpIn(lp, a, kGateW, kUpW, a.gate, a.up, a.hmid, Id);
       break;
     default: {
       T* xout = x[layer + 1];
@@ -1173,12 +1178,8 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
         MoeBackwardIn(lp, a, g, mode);
         break;
       }
-      o.Zero(dgate, N * Id);
-      o.Zero(dup, N * Id);
-      o.GluBackward(dgate, dup, a.gate, a.up, dh, N * Id, config.mlp_glu);
       o.Zero(dbuf_c, N * C);  // d ln2
-      LinearBackward(lp, kGateW, dbuf_c, g[kGateW], nullptr, dgate, MlpInput(a), C, Id, mode);
-      LinearBackward(lp, kUpW, dbuf_c, g[kUpW], nullptr, dup, MlpInput(a), C, Id, mode);
+      GatedMlpInBackward(lp, a, g, mode, kGateW, kUpW, a.gate, a.up, dh, Id);
       break;
     case kNorm2Group:
       if (config.post_norms) {  // ln2 is mid
@@ -1285,9 +1286,8 @@ void GptCompute<T>::Impl::MoeForwardIn(const LayerParams& lp, LayerActs& a, int 
   });
   o.GluForward(a.hmid, a.gate, a.up, M * I, config.mlp_glu);
   if (!config.shared_expert()) return;
-  Linear(lp, SharedExpertTensor(config, 0), a.shared_gate, in, nullptr, C, S);
-  Linear(lp, SharedExpertTensor(config, 1), a.shared_up, in, nullptr, C, S);
-  o.GluForward(a.shared_hmid, a.shared_gate, a.shared_up, N * S, config.mlp_glu);
+  GatedMlpIn(lp, a, SharedExpertTensor(config, 0), SharedExpertTensor(config, 1), a.shared_gate, a.shared_up,
+             a.shared_hmid, S);
   if (config.shared_expert_gate) Linear(lp, SharedGateIndex(config), a.shared_logit, in, nullptr, C, 1);
 }
 
@@ -1371,17 +1371,33 @@ void GptCompute<T>::Impl::MoeBackwardIn(const LayerParams& lp, LayerActs& a, con
   const int router = RouterIndex(config);
   LinearBackward(lp, router, dbuf_c, g[static_cast<size_t>(router)], nullptr, drouter, MlpInput(a), C, E, mode);
   if (!config.shared_expert()) return;
-  o.Zero(dgate, N * S);  // the routed experts' are done with
-  o.Zero(dup, N * S);
-  o.GluBackward(dgate, dup, a.shared_gate, a.shared_up, dshared_h, N * S, config.mlp_glu);
-  for (int which = 0; which < 2; ++which) {
-    const auto w = static_cast<size_t>(SharedExpertTensor(config, which));
-    LinearBackward(lp, static_cast<int>(w), dbuf_c, g[w], nullptr, which == 0 ? dgate : dup, MlpInput(a), C, S, mode);
-  }
+  // dgate and dup: the routed experts' are done with.
+  GatedMlpInBackward(lp, a, g, mode, SharedExpertTensor(config, 0), SharedExpertTensor(config, 1), a.shared_gate,
+                     a.shared_up, dshared_h, S);
   if (config.shared_expert_gate) {
     const auto w = static_cast<size_t>(SharedGateIndex(config));
     LinearBackward(lp, static_cast<int>(w), dbuf_c, g[w], nullptr, dshared_logit, MlpInput(a), C, 1, mode);
   }
+}
+
+template <typename T>
+void GptCompute<T>::Impl::GatedMlpIn(const LayerParams& lp, const LayerActs& a, int gate_w, int up_w, T* gate, T* up,
+                                     T* hmid, int width) {
+  Linear(lp, gate_w, gate, MlpInput(a), nullptr, C, width);
+  Linear(lp, up_w, up, MlpInput(a), nullptr, C, width);
+  ops->GluForward(hmid, gate, up, N * width, config.mlp_glu);
+}
+
+template <typename T>
+void GptCompute<T>::Impl::GatedMlpInBackward(const LayerParams& lp, const LayerActs& a, const std::vector<T*>& g,
+                                             kernels::GradMode mode, int gate_w, int up_w, const T* gate, const T* up,
+                                             const T* dhid, int width) {
+  Ops<T>& o = *ops;
+  o.Zero(dgate, N * width);
+  o.Zero(dup, N * width);
+  o.GluBackward(dgate, dup, gate, up, dhid, N * width, config.mlp_glu);
+  LinearBackward(lp, gate_w, dbuf_c, g[static_cast<size_t>(gate_w)], nullptr, dgate, MlpInput(a), C, width, mode);
+  LinearBackward(lp, up_w, dbuf_c, g[static_cast<size_t>(up_w)], nullptr, dup, MlpInput(a), C, width, mode);
 }
 
 namespace {
