@@ -48,6 +48,27 @@ enum class GradMode { kAdd, kSet };
 // (GeGLU: Gemma's gelu_pytorch_tanh).
 enum class Glu { kSilu, kGeluTanh };
 
+// How a mixture-of-experts router turns a token's logits [E] into its k
+// experts and their weights (cpu_kernels.h's MoeRouteForward says how).
+// Scores: softmax over the row (Qwen-MoE, Mixtral, OLMoE) or a sigmoid of
+// each logit (DeepSeek-V3's and GLM-4.5's routers, with a selection bias
+// and expert groups).
+enum class MoeScoring { kSoftmax, kSigmoid };
+struct MoeRouting {
+  int E = 0;               // experts
+  int k = 0;               // experts a token is sent to
+  bool normalize = false;  // the k weights divided by their sum (norm_topk_prob)
+  MoeScoring scoring = MoeScoring::kSoftmax;
+  // kSigmoid: the experts fall into `groups` groups of E / groups
+  // consecutive ones, and a token chooses among the topk_groups groups
+  // whose two largest choice scores sum highest (n_group, topk_group).
+  int groups = 1;
+  int topk_groups = 1;
+  double scale = 1.0;  // the weights times this (routed_scaling_factor)
+};
+// The most expert groups a router has.
+inline constexpr int kMaxRouterGroups = 64;
+
 namespace cpu {
 
 // Threads the CPU kernels use (OpenMP's team size). Several ranks on one
@@ -240,12 +261,17 @@ void GqaExpandBackward(T* dq, T* dk, T* dv, const T* dqkv, int64_t N, int NH, in
 
 // ---- Mixture-of-experts kernels (cpu_moe_kernels.cc) ----
 //
-// A sparse MLP routes each of N tokens to k of E experts: the router's
-// logits [N, E] give probabilities p = softmax(logits) per row, the k
-// largest (descending; ties to the lower expert: zinf's rule, torch.topk's
-// order among equals is unspecified) are each token's experts
-// [N, k] and their weights [N, k], divided by their sum when `normalize`
-// (Qwen3-MoE's norm_topk_prob, Mixtral's always). The N * k (token, slot)
+// A sparse MLP routes each of N tokens to k of E experts (MoeRouting):
+// the router's logits [N, E] give scores p per row (softmax, or a sigmoid
+// per logit), a choice score c_e = p_e + bias_e per expert (bias [E]: the
+// router's selection bias, transformers' e_score_correction_bias; null
+// with kSoftmax, c = p), and the k largest c (descending; ties to the lower
+// expert: zinf's rule, torch.topk's order among equals is unspecified),
+// among the experts of the chosen groups only when groups > 1, are each
+// token's experts [N, k]. Their weights [N, k] are their scores p, divided
+// by their sum when `normalize` (Qwen3-MoE's norm_topk_prob, Mixtral's
+// always; with kSigmoid by the sum + 1e-20, as transformers), times
+// `scale`: the bias chooses, it does not weigh. The N * k (token, slot)
 // pairs are dispatched into rows grouped by expert (MoeDispatch), each
 // expert's rows go through its MLP as one matmul, and the outputs y [N*k,
 // C] combine back per token, weighted.
@@ -253,18 +279,20 @@ void GqaExpandBackward(T* dq, T* dk, T* dv, const T* dqkv, int64_t N, int NH, in
 // The most experts a token is routed to (k).
 inline constexpr int kMaxExpertsPerToken = 64;
 
-// probs [N, E] = softmax(logits) (kept for the backward; may be logits,
-// overwritten row by row), experts and
-// weights [N, k] as above. Computed in double, rounded to T; 1 <= k <= E,
-// k <= kMaxExpertsPerToken.
+// probs [N, E] = the scores p (kept for the backward; may be logits,
+// overwritten row by row), experts and weights [N, k] as above. Computed
+// in double, rounded to T; 1 <= k <= E, k <= kMaxExpertsPerToken; with
+// groups > 1: groups divides E, E / groups >= 2, k <= topk_groups * E /
+// groups, topk_groups <= groups <= kMaxRouterGroups.
 template <typename T>
-void MoeRouteForward(T* weights, int32_t* experts, T* probs, const T* logits, int64_t N, int E, int k, bool normalize);
+void MoeRouteForward(T* weights, int32_t* experts, T* probs, const T* logits, const T* bias, int64_t N,
+                     const MoeRouting& r);
 // dlogits += the routing's adjoint for dweights [N, k] (the experts fixed),
-// with dprobs [E] (or null) added to every token's d of each probability
-// (the load-balancing loss's).
+// with dprobs [E] (or null) added to every token's d of each score (the
+// load-balancing loss's). The bias gets no gradient: it only chooses.
 template <typename T>
 void MoeRouteBackward(T* dlogits, const T* dweights, const T* probs, const int32_t* experts, const T* dprobs, int64_t N,
-                      int E, int k, bool normalize);
+                      const MoeRouting& r);
 
 // The dispatch, on the host: the N * k slots (s = n * k + j: token n's
 // j-th expert) ordered by expert, then slot. Row r of the dispatched

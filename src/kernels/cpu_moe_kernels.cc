@@ -14,71 +14,132 @@ namespace {
 using internal::WorthThreads;
 }  // namespace
 
-template <typename T>
-void MoeRouteForward(T* weights, int32_t* experts, T* probs, const T* logits, int64_t N, int E, int k, bool normalize) {
-#pragma omp parallel for schedule(static) if (WorthThreads(N * E))
-  for (int64_t n = 0; n < N; ++n) {
-    const T* l = logits + n * E;
-    T* p = probs + n * E;
-    double max = l[0];
-    for (int e = 1; e < E; ++e) max = std::max(max, static_cast<double>(l[e]));
-    double sum = 0;
-    for (int e = 0; e < E; ++e) sum += std::exp(static_cast<double>(l[e]) - max);
-    for (int e = 0; e < E; ++e) p[e] = static_cast<T>(std::exp(static_cast<double>(l[e]) - max) / sum);
-    // The k largest, descending, ties to the lower index: a selection
-    // over E, k passes (k is small).
-    int32_t* ex = experts + n * k;
-    T* w = weights + n * k;
-    double total = 0;
-    for (int j = 0; j < k; ++j) {
-      int best = -1;
-      for (int e = 0; e < E; ++e) {
-        if (std::find(ex, ex + j, e) != ex + j) continue;
-        if (best < 0 || p[e] > p[best]) best = e;
+namespace {
+
+// The sum that normalizes the chosen weights gets this added with a
+// sigmoid router (transformers' guard against k scores of 0).
+double NormEps(const MoeRouting& r) { return r.scoring == MoeScoring::kSigmoid ? 1e-20 : 0.0; }
+
+// Marks in `allowed` [E] the experts of the topk_groups groups whose two
+// largest choice scores c sum highest (ties to the lower group); every
+// expert with one group.
+void ChooseGroups(const double* c, const MoeRouting& r, std::vector<char>& allowed) {
+  const int G = r.groups, size = r.E / std::max(r.groups, 1);
+  if (G <= 1) return std::fill(allowed.begin(), allowed.end(), char{1});
+  std::fill(allowed.begin(), allowed.end(), char{0});
+  double score[kMaxRouterGroups];
+  for (int g = 0; g < G; ++g) {
+    double first = -INFINITY, second = -INFINITY;
+    for (int e = g * size; e < (g + 1) * size; ++e) {
+      if (c[e] > first) {
+        second = first;
+        first = c[e];
+      } else if (c[e] > second) {
+        second = c[e];
       }
-      ex[j] = best;
-      total += static_cast<double>(p[best]);
     }
-    for (int j = 0; j < k; ++j) {
-      const double v = static_cast<double>(p[ex[j]]);
-      w[j] = static_cast<T>(normalize ? v / total : v);
+    score[g] = first + second;
+  }
+  bool taken[kMaxRouterGroups] = {};
+  for (int j = 0; j < r.topk_groups; ++j) {
+    int best = -1;
+    for (int g = 0; g < G; ++g) {
+      if (!taken[g] && (best < 0 || score[g] > score[best])) best = g;
+    }
+    taken[best] = true;
+    std::fill(allowed.begin() + best * size, allowed.begin() + (best + 1) * size, char{1});
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void MoeRouteForward(T* weights, int32_t* experts, T* probs, const T* logits, const T* bias, int64_t N,
+                     const MoeRouting& r) {
+  const int E = r.E, k = r.k;
+  const bool sigmoid = r.scoring == MoeScoring::kSigmoid;
+#pragma omp parallel if (WorthThreads(N * E))
+  {
+    std::vector<double> c(static_cast<size_t>(E));
+    std::vector<char> allowed(static_cast<size_t>(E));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const T* l = logits + n * E;
+      T* p = probs + n * E;
+      if (sigmoid) {
+        for (int e = 0; e < E; ++e) p[e] = static_cast<T>(1.0 / (1.0 + std::exp(-static_cast<double>(l[e]))));
+      } else {
+        double max = l[0];
+        for (int e = 1; e < E; ++e) max = std::max(max, static_cast<double>(l[e]));
+        double sum = 0;
+        for (int e = 0; e < E; ++e) sum += std::exp(static_cast<double>(l[e]) - max);
+        for (int e = 0; e < E; ++e) p[e] = static_cast<T>(std::exp(static_cast<double>(l[e]) - max) / sum);
+      }
+      for (int e = 0; e < E; ++e) {
+        c[static_cast<size_t>(e)] = static_cast<double>(p[e]) + (bias != nullptr ? static_cast<double>(bias[e]) : 0.0);
+      }
+      ChooseGroups(c.data(), r, allowed);
+      // The k largest, descending, ties to the lower index: a selection
+      // over E, k passes (k is small).
+      int32_t* ex = experts + n * k;
+      T* w = weights + n * k;
+      double total = 0;
+      for (int j = 0; j < k; ++j) {
+        int best = -1;
+        for (int e = 0; e < E; ++e) {
+          if (!allowed[static_cast<size_t>(e)] || std::find(ex, ex + j, e) != ex + j) continue;
+          if (best < 0 || c[static_cast<size_t>(e)] > c[static_cast<size_t>(best)]) best = e;
+        }
+        ex[j] = best;
+        total += static_cast<double>(p[best]);
+      }
+      for (int j = 0; j < k; ++j) {
+        const double v = static_cast<double>(p[ex[j]]);
+        w[j] = static_cast<T>((r.normalize ? v / (total + NormEps(r)) : v) * r.scale);
+      }
     }
   }
 }
 
 template <typename T>
 void MoeRouteBackward(T* dlogits, const T* dweights, const T* probs, const int32_t* experts, const T* dprobs, int64_t N,
-                      int E, int k, bool normalize) {
+                      const MoeRouting& r) {
+  const int E = r.E, k = r.k;
+  const bool sigmoid = r.scoring == MoeScoring::kSigmoid;
 #pragma omp parallel for schedule(static) if (WorthThreads(N * E))
   for (int64_t n = 0; n < N; ++n) {
     const T* p = probs + n * E;
     const T* dw = dweights + n * k;
     const int32_t* ex = experts + n * k;
-    // d of each chosen probability: dw, or through w_j = v_j / S,
-    // dv_m = dw_m / S - sum_j dw_j v_j / S^2.
-    double total = 0, dot = 0;
+    // d of each chosen score: scale dw, or through w_j = scale v_j / D,
+    // D = sum_j v_j (+ eps): dv_m = scale (dw_m / D - sum_j dw_j v_j / D^2).
+    double total = NormEps(r), dot = 0;
     for (int j = 0; j < k; ++j) {
       total += static_cast<double>(p[ex[j]]);
       dot += static_cast<double>(dw[j]) * static_cast<double>(p[ex[j]]);
     }
-    // The softmax's adjoint: dl_e = p_e (dp_e - sum_m p_m dp_m), dp the
-    // chosen experts' dv plus dprobs (zero elsewhere without them).
     double dv[kMaxExpertsPerToken];
     double weighted = 0;
     for (int j = 0; j < k; ++j) {
-      dv[j] = normalize ? static_cast<double>(dw[j]) / total - dot / (total * total) : static_cast<double>(dw[j]);
+      const double d =
+          r.normalize ? static_cast<double>(dw[j]) / total - dot / (total * total) : static_cast<double>(dw[j]);
+      dv[j] = d * r.scale;
       weighted += static_cast<double>(p[ex[j]]) * dv[j];
     }
     if (dprobs != nullptr) {
       for (int e = 0; e < E; ++e) weighted += static_cast<double>(p[e]) * static_cast<double>(dprobs[e]);
     }
+    // dp: the chosen experts' dv plus dprobs (zero elsewhere without
+    // them); the sigmoid's adjoint dl_e = p_e (1 - p_e) dp_e, the
+    // softmax's dl_e = p_e (dp_e - sum_m p_m dp_m).
     T* dl = dlogits + n * E;
     for (int e = 0; e < E; ++e) {
       double dp = dprobs != nullptr ? static_cast<double>(dprobs[e]) : 0.0;
       for (int j = 0; j < k; ++j) {
         if (ex[j] == e) dp += dv[j];
       }
-      dl[e] += static_cast<T>(static_cast<double>(p[e]) * (dp - weighted));
+      const double pe = static_cast<double>(p[e]);
+      dl[e] += static_cast<T>(sigmoid ? pe * (1.0 - pe) * dp : pe * (dp - weighted));
     }
   }
 }
@@ -188,8 +249,8 @@ void SigmoidGateBackward(T* dy, T* dlogit, const T* dout, const T* y, const T* l
 }
 
 #define ZINF_MOE_KERNELS(T)                                                                                          \
-  template void MoeRouteForward<T>(T*, int32_t*, T*, const T*, int64_t, int, int, bool);                             \
-  template void MoeRouteBackward<T>(T*, const T*, const T*, const int32_t*, const T*, int64_t, int, int, bool);      \
+  template void MoeRouteForward<T>(T*, int32_t*, T*, const T*, const T*, int64_t, const MoeRouting&);                \
+  template void MoeRouteBackward<T>(T*, const T*, const T*, const int32_t*, const T*, int64_t, const MoeRouting&);   \
   template void GatherRows<T>(T*, const T*, const int32_t*, int64_t, int);                                           \
   template void GatherRowsBackward<T>(T*, const T*, const int32_t*, int64_t, int, int);                              \
   template void MoeCombineForward<T>(T*, const T*, const T*, const int32_t*, const int32_t*, int64_t, int, int);     \

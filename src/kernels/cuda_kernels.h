@@ -240,10 +240,10 @@ Status GqaExpandBackward(float* dq, float* dk, float* dv, const float* dqkv, int
 // CPU functions of the same names: a thread per token routes it (softmax
 // and selection in fp32), gathers and combines are elementwise (a token's
 // rows summed in their order), a warp per row forms the weights' dots.
-Status MoeRouteForward(float* weights, int32_t* experts, float* probs, const float* logits, int64_t N, int E, int k,
-                       bool normalize, void* stream);
+Status MoeRouteForward(float* weights, int32_t* experts, float* probs, const float* logits, const float* bias,
+                       int64_t N, const MoeRouting& r, void* stream);
 Status MoeRouteBackward(float* dlogits, const float* dweights, const float* probs, const int32_t* experts,
-                        const float* dprobs, int64_t N, int E, int k, bool normalize, void* stream);
+                        const float* dprobs, int64_t N, const MoeRouting& r, void* stream);
 Status GatherRows(float* out, const float* inp, const int32_t* rows, int64_t M, int C, void* stream);
 Status GatherRowsBackward(float* dinp, const float* drows, const int32_t* token_rows, int64_t N, int k, int C,
                           void* stream);

@@ -13,48 +13,89 @@ namespace {
 
 constexpr int kMaxK = cpu::kMaxExpertsPerToken;
 
-__global__ void MoeRouteForwardKernel(float* weights, int32_t* experts, float* probs, const float* logits, int64_t N,
-                                      int E, int k, bool normalize) {
+// A token's choice scores are its scores plus the selection bias; with
+// groups, only the experts of the topk_groups best groups (by the sum of
+// their two largest scores, ties to the lower group) are candidates.
+__device__ float ChoiceScore(const float* p, const float* bias, int e) {
+  return p[e] + (bias != nullptr ? bias[e] : 0.f);
+}
+
+__global__ void MoeRouteForwardKernel(float* weights, int32_t* experts, float* probs, const float* logits,
+                                      const float* bias, int64_t N, MoeRouting r) {
+  const int E = r.E, k = r.k;
   ZINF_GRID_STRIDE(n, N) {
     const float* l = logits + n * E;
     float* p = probs + n * E;
-    float max = l[0];
-    for (int e = 1; e < E; ++e) max = fmaxf(max, l[e]);
-    float sum = 0.f;
-    for (int e = 0; e < E; ++e) sum += expf(l[e] - max);
-    for (int e = 0; e < E; ++e) p[e] = expf(l[e] - max) / sum;
+    if (r.scoring == MoeScoring::kSigmoid) {
+      for (int e = 0; e < E; ++e) p[e] = 1.f / (1.f + expf(-l[e]));
+    } else {
+      float max = l[0];
+      for (int e = 1; e < E; ++e) max = fmaxf(max, l[e]);
+      float sum = 0.f;
+      for (int e = 0; e < E; ++e) sum += expf(l[e] - max);
+      for (int e = 0; e < E; ++e) p[e] = expf(l[e] - max) / sum;
+    }
+    // The chosen groups as a bit mask (all with one group).
+    const int size = E / max(r.groups, 1);
+    uint64_t chosen = r.groups <= 1 ? ~uint64_t{0} : 0;
+    for (int j = 0; r.groups > 1 && j < r.topk_groups; ++j) {
+      int best = -1;
+      float best_score = 0.f;
+      for (int g = 0; g < r.groups; ++g) {
+        if (chosen >> g & 1) continue;
+        float first = -INFINITY, second = -INFINITY;
+        for (int e = g * size; e < (g + 1) * size; ++e) {
+          const float c = ChoiceScore(p, bias, e);
+          if (c > first) {
+            second = first;
+            first = c;
+          } else if (c > second) {
+            second = c;
+          }
+        }
+        if (best < 0 || first + second > best_score) {
+          best = g;
+          best_score = first + second;
+        }
+      }
+      chosen |= uint64_t{1} << best;
+    }
     int32_t* ex = experts + n * k;
     float total = 0.f;
     for (int j = 0; j < k; ++j) {
       int best = -1;
       for (int e = 0; e < E; ++e) {
-        bool taken = false;
+        bool taken = !(chosen >> (r.groups <= 1 ? 0 : e / size) & 1);
         for (int i = 0; i < j; ++i) taken = taken || ex[i] == e;
-        if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        if (!taken && (best < 0 || ChoiceScore(p, bias, e) > ChoiceScore(p, bias, best))) best = e;
       }
       ex[j] = best;
       total += p[best];
     }
-    for (int j = 0; j < k; ++j) weights[n * k + j] = normalize ? p[ex[j]] / total : p[ex[j]];
+    if (r.scoring == MoeScoring::kSigmoid) total += 1e-20f;
+    const float scale = static_cast<float>(r.scale);
+    for (int j = 0; j < k; ++j) weights[n * k + j] = (r.normalize ? p[ex[j]] / total : p[ex[j]]) * scale;
   }
 }
 
 __global__ void MoeRouteBackwardKernel(float* dlogits, const float* dweights, const float* probs,
-                                       const int32_t* experts, const float* dprobs, int64_t N, int E, int k,
-                                       bool normalize) {
+                                       const int32_t* experts, const float* dprobs, int64_t N, MoeRouting r) {
+  const int E = r.E, k = r.k;
+  const bool sigmoid = r.scoring == MoeScoring::kSigmoid;
   ZINF_GRID_STRIDE(n, N) {
     const float* p = probs + n * E;
     const float* dw = dweights + n * k;
     const int32_t* ex = experts + n * k;
-    float total = 0.f, dot = 0.f;
+    float total = sigmoid ? 1e-20f : 0.f, dot = 0.f;
     for (int j = 0; j < k; ++j) {
       total += p[ex[j]];
       dot += dw[j] * p[ex[j]];
     }
+    const float scale = static_cast<float>(r.scale);
     float dv[kMaxK];
     float weighted = 0.f;
     for (int j = 0; j < k; ++j) {
-      dv[j] = normalize ? dw[j] / total - dot / (total * total) : dw[j];
+      dv[j] = (r.normalize ? dw[j] / total - dot / (total * total) : dw[j]) * scale;
       weighted += p[ex[j]] * dv[j];
     }
     if (dprobs != nullptr) {
@@ -63,7 +104,7 @@ __global__ void MoeRouteBackwardKernel(float* dlogits, const float* dweights, co
     for (int e = 0; e < E; ++e) {
       float dp = dprobs != nullptr ? dprobs[e] : 0.f;
       for (int j = 0; j < k; ++j) dp += ex[j] == e ? dv[j] : 0.f;
-      dlogits[n * E + e] += p[e] * (dp - weighted);
+      dlogits[n * E + e] += sigmoid ? p[e] * (1.f - p[e]) * dp : p[e] * (dp - weighted);
     }
   }
 }
@@ -141,17 +182,17 @@ __global__ void SigmoidGateBackwardKernel(float* dy, float* dlogit, const float*
 
 }  // namespace
 
-Status MoeRouteForward(float* weights, int32_t* experts, float* probs, const float* logits, int64_t N, int E, int k,
-                       bool normalize, void* stream) {
-  MoeRouteForwardKernel<<<GridFor(N, kThreads), kThreads, 0, AsStream(stream)>>>(weights, experts, probs, logits, N, E,
-                                                                                 k, normalize);
+Status MoeRouteForward(float* weights, int32_t* experts, float* probs, const float* logits, const float* bias,
+                       int64_t N, const MoeRouting& r, void* stream) {
+  MoeRouteForwardKernel<<<GridFor(N, kThreads), kThreads, 0, AsStream(stream)>>>(weights, experts, probs, logits, bias,
+                                                                                 N, r);
   return LaunchStatus("moe_route_forward");
 }
 
 Status MoeRouteBackward(float* dlogits, const float* dweights, const float* probs, const int32_t* experts,
-                        const float* dprobs, int64_t N, int E, int k, bool normalize, void* stream) {
+                        const float* dprobs, int64_t N, const MoeRouting& r, void* stream) {
   MoeRouteBackwardKernel<<<GridFor(N, kThreads), kThreads, 0, AsStream(stream)>>>(dlogits, dweights, probs, experts,
-                                                                                  dprobs, N, E, k, normalize);
+                                                                                  dprobs, N, r);
   return LaunchStatus("moe_route_backward");
 }
 

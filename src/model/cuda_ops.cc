@@ -190,13 +190,13 @@ class CudaOps final : public Ops<float> {
                          int hd) override {
     Run([&] { return k::GqaExpandBackward(dq, dk, dv, dqkv, N, NH, NKV, hd, s_); });
   }
-  void MoeRouteForward(float* weights, int32_t* experts, float* probs, const float* logits, int64_t N, int E, int k,
-                       bool normalize) override {
-    Run([&] { return k::MoeRouteForward(weights, experts, probs, logits, N, E, k, normalize, s_); });
+  void MoeRouteForward(float* weights, int32_t* experts, float* probs, const float* logits, const float* bias,
+                       int64_t N, const kernels::MoeRouting& r) override {
+    Run([&] { return k::MoeRouteForward(weights, experts, probs, logits, bias, N, r, s_); });
   }
   void MoeRouteBackward(float* dlogits, const float* dweights, const float* probs, const int32_t* experts,
-                        const float* dprobs, int64_t N, int E, int k, bool normalize) override {
-    Run([&] { return k::MoeRouteBackward(dlogits, dweights, probs, experts, dprobs, N, E, k, normalize, s_); });
+                        const float* dprobs, int64_t N, const kernels::MoeRouting& r) override {
+    Run([&] { return k::MoeRouteBackward(dlogits, dweights, probs, experts, dprobs, N, r, s_); });
   }
   void GatherRows(float* out, const float* inp, const int32_t* rows, int64_t M, int C) override {
     Run([&] { return k::GatherRows(out, inp, rows, M, C, s_); });

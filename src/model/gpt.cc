@@ -60,7 +60,7 @@ int64_t GptConfig::NumParameters() const {
                          (qk_norm ? q_norm_width() + k_norm_width() : 0) + (sandwich_norms ? 2 * C : 0);
     // A routed layer's MLP: the experts, the router, a shared expert.
     const int64_t shared = shared_expert() ? 3 * int64_t{shared_expert_size} * C + (shared_expert_gate ? C : 0) : 0;
-    const int64_t routed = n_experts * 3 * I * C + n_experts * C + shared;
+    const int64_t routed = n_experts * 3 * I * C + n_experts * C + (sigmoid_router() ? n_experts : 0) + shared;
     const int64_t dense = 3 * int64_t{dense_width()} * C;
     const int64_t routed_count = routed_layers();
     const int64_t vocab = static_cast<int64_t>(padded_vocab_size) * C;
@@ -333,6 +333,12 @@ std::string GptConfigToJson(const GptConfig& config) {
       j["experts_per_token"] = config.experts_per_token;
       j["norm_topk_prob"] = config.norm_topk_prob;
     }
+    if (config.sigmoid_router()) {
+      j["router_scoring"] = "sigmoid";
+      j["router_groups"] = config.router_groups;
+      j["router_topk_groups"] = config.router_topk_groups;
+    }
+    if (config.routed_scale != 1) j["routed_scale"] = config.routed_scale;
     if (config.shared_expert() || config.shared_expert_gate) {
       j["shared_expert_size"] = config.shared_expert_size;
       j["shared_expert_gate"] = config.shared_expert_gate;
@@ -407,6 +413,7 @@ std::vector<BlockSpec> LlamaBlockSpecs(const GptConfig& config) {
       b.tensors.push_back({x + "down_proj.weight", {C, I}});
     }
     b.tensors.push_back({"router.weight", {config.n_experts, C}});
+    if (config.sigmoid_router()) b.tensors.push_back({"router.score_correction_bias", {config.n_experts}});
     if (config.shared_expert()) {
       const int64_t S = config.shared_expert_size;
       b.tensors.push_back({"shared_expert.gate_proj.weight", {S, C}});
@@ -423,18 +430,20 @@ std::vector<BlockSpec> LlamaBlockSpecs(const GptConfig& config) {
 }
 
 // As the HF Trainer groups them: biases and norm weights (LayerNorm and
-// RMSNorm) undecayed, every other weight decayed.
+// RMSNorm) undecayed, every other weight decayed; frozen tensors never.
 std::vector<BlockSpec> WithDecayFlags(std::vector<BlockSpec> specs) {
   for (BlockSpec& b : specs) {
     for (TensorSpec& t : b.tensors) {
       const bool norm = t.name.starts_with("ln") || t.name.find("norm.") != std::string::npos;
-      t.decay = !(norm || t.name.ends_with(".bias"));
+      t.decay = !(norm || t.name.ends_with(".bias") || IsFrozenTensor(t));
     }
   }
   return specs;
 }
 
 }  // namespace
+
+bool IsFrozenTensor(const TensorSpec& tensor) { return tensor.name == "router.score_correction_bias"; }
 
 std::vector<BlockSpec> GptBlockSpecs(const GptConfig& config) {
   if (config.llama()) return WithDecayFlags(LlamaBlockSpecs(config));
@@ -474,6 +483,7 @@ std::vector<std::vector<int>> LayerTensorGroups(const GptConfig& config, int lay
   std::vector<int> mlp_in, mlp_out;
   const bool routed = config.moe_in(layer);
   if (routed) mlp_in.push_back(RouterIndex(config));
+  if (routed && config.sigmoid_router()) mlp_in.push_back(RouterBiasIndex(config));
   for (int e = 0; e < (routed ? config.n_experts : 1); ++e) {
     mlp_in.insert(mlp_in.end(), {ExpertTensor(config, e, 0), ExpertTensor(config, e, 1)});
     mlp_out.push_back(ExpertTensor(config, e, 2));
@@ -1257,7 +1267,8 @@ void GptCompute<T>::Impl::MoeForwardIn(const LayerParams& lp, LayerActs& a, int 
   Ops<T>& o = *ops;
   const T* in = MlpInput(a);
   Linear(lp, RouterIndex(config), a.moe_probs, in, nullptr, C, E);
-  o.MoeRouteForward(a.moe_weights, a.moe_experts, a.moe_probs, a.moe_probs, N, E, K, config.norm_topk_prob);
+  const T* bias = config.sigmoid_router() ? lp.values[static_cast<size_t>(RouterBiasIndex(config))] : nullptr;
+  o.MoeRouteForward(a.moe_weights, a.moe_experts, a.moe_probs, a.moe_probs, bias, N, config.routing());
   // After a failed kernel the copy may not run: slot j's expert j still
   // dispatches validly (no expert over N rows), and Synchronize returns
   // the error.
@@ -1366,10 +1377,12 @@ void GptCompute<T>::Impl::MoeBackwardIn(const LayerParams& lp, LayerActs& a, con
   o.Zero(dbuf_c, N * C);  // d ln2
   o.GatherRowsBackward(dbuf_c, drows, TokenRows(a), N, K, C);
   o.Zero(drouter, N * E);
-  o.MoeRouteBackward(drouter, dweights, a.moe_probs, a.moe_experts, aux_ready ? aux_dprobs : nullptr, N, E, K,
-                     config.norm_topk_prob);
+  o.MoeRouteBackward(drouter, dweights, a.moe_probs, a.moe_experts, aux_ready ? aux_dprobs : nullptr, N,
+                     config.routing());
   const int router = RouterIndex(config);
   LinearBackward(lp, router, dbuf_c, g[static_cast<size_t>(router)], nullptr, drouter, MlpInput(a), C, E, mode);
+  // The selection bias only chooses: no gradient (kAdd adds none).
+  if (config.sigmoid_router()) ZeroIfSet(mode, {g[static_cast<size_t>(RouterBiasIndex(config))]}, E);
   if (!config.shared_expert()) return;
   // dgate and dup: the routed experts' are done with.
   GatedMlpInBackward(lp, a, g, mode, SharedExpertTensor(config, 0), SharedExpertTensor(config, 1), a.shared_gate,
@@ -1542,7 +1555,9 @@ Status CheckLayerParams(const GptConfig& config, int layer, const typename GptCo
 bool IsLayerMatrix(const GptConfig& config, int tensor) {
   if (config.llama()) {
     return tensor == kQW || tensor == kKW || tensor == kVW || tensor == kOW || tensor == kGateW || tensor == kUpW ||
-           tensor == kDownW || (config.moe() && tensor >= MoeExtraIndex(config) && tensor < RoutedLayerTensors(config));
+           tensor == kDownW ||
+           (config.moe() && tensor >= MoeExtraIndex(config) && tensor < RoutedLayerTensors(config) &&
+            !(config.sigmoid_router() && (tensor == RouterIndex(config) || tensor == RouterBiasIndex(config))));
   }
   return tensor == kQkvW || tensor == kAttProjW || tensor == kFcW || tensor == kFcProjW;
 }
@@ -1595,9 +1610,26 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
   // A training choice, not the model's shape: GptConfigToJson (the
   // checkpoints' model identity) leaves it out, so it is named here.
   if (!(config.router_aux_coef >= 0 && std::isfinite(config.router_aux_coef)) ||
-      (config.router_aux_coef > 0 && !config.moe())) {
+      (config.router_aux_coef > 0 && (!config.moe() || config.sigmoid_router()))) {
     return Status::InvalidArgument("GptCompute: router_aux_coef " + std::to_string(config.router_aux_coef) +
-                                   ": the load-balancing loss takes a finite coefficient >= 0, and experts");
+                                   ": the load-balancing loss takes a finite coefficient >= 0, and experts with a "
+                                   "softmax router");
+  }
+  // The router's groups: G groups of at least two experts each (a group
+  // scores by its two best), enough candidates for k.
+  const int G = config.router_groups, TG = config.router_topk_groups;
+  const bool groups_valid =
+      G >= 1 && G <= kernels::kMaxRouterGroups && TG >= 1 && TG <= G &&
+      (G == 1 || (config.sigmoid_router() && config.n_experts % G == 0 && config.n_experts / G >= 2 &&
+                  config.experts_per_token <= TG * (config.n_experts / G)));
+  if (!groups_valid || (config.sigmoid_router() && !config.moe()) ||
+      !(config.routed_scale > 0 && std::isfinite(config.routed_scale))) {
+    return Status::InvalidArgument("GptCompute: router " + std::to_string(TG) + " of " + std::to_string(G) +
+                                   " expert groups (" + std::to_string(config.n_experts) + " experts, " +
+                                   std::to_string(config.experts_per_token) + " a token), scale " +
+                                   std::to_string(config.routed_scale) +
+                                   ": groups need a sigmoid router, divide the experts into groups of two or more, "
+                                   "and hold the experts a token takes; the scale is positive");
   }
   if (!config.llama() &&
       (config.norm_unit_offset || config.mlp_glu != kernels::Glu::kSilu || config.embed_scale ||

@@ -184,6 +184,20 @@ struct GptConfig {
   int n_experts = 0;
   int experts_per_token = 0;
   bool norm_topk_prob = false;
+  // The router's scores (kernels::MoeRouting): a softmax over the experts
+  // (above), or with kSigmoid (DeepSeek-V3's and GLM-4.5's router) a
+  // sigmoid of each logit, the experts chosen by score + a selection bias
+  // (a [E] tensor after the router's weight: transformers'
+  // e_score_correction_bias, a buffer there: loaded and saved, never
+  // trained: its gradient is 0 and it is not decayed) within the
+  // router_topk_groups of router_groups groups of experts whose two best
+  // sum highest (n_group, topk_group), weighted by their scores alone
+  // (normalized with norm_topk_prob). Either way the weights are then
+  // multiplied by routed_scale (routed_scaling_factor).
+  kernels::MoeScoring router_scoring = kernels::MoeScoring::kSoftmax;
+  int router_groups = 1;
+  int router_topk_groups = 1;
+  double routed_scale = 1;
   // A shared expert beside the routed ones (Qwen2-MoE), 0: none: a gated
   // MLP of width shared_expert_size that every token goes through, its
   // output added to the routed experts' sum; with shared_expert_gate
@@ -207,6 +221,17 @@ struct GptConfig {
   bool llama() const { return family == ModelFamily::kLlama; }
   bool moe() const { return n_experts > 0; }
   bool shared_expert() const { return shared_expert_size > 0; }
+  bool sigmoid_router() const { return router_scoring == kernels::MoeScoring::kSigmoid; }
+  // The routing kernels' parameters.
+  kernels::MoeRouting routing() const {
+    return {.E = n_experts,
+            .k = experts_per_token,
+            .normalize = norm_topk_prob,
+            .scoring = router_scoring,
+            .groups = router_groups,
+            .topk_groups = router_topk_groups,
+            .scale = routed_scale};
+  }
   // Whether layer `layer`'s MLP is routed (moe() and not a dense layer).
   bool moe_in(int layer) const;
   int routed_layers() const { return moe() ? n_layer - static_cast<int>(dense_layers.size()) : 0; }
@@ -294,7 +319,8 @@ inline int QNormIndex(const GptConfig& c) { return c.qkv_bias ? kVB + 1 : kDownW
 inline int PostNormIndex(const GptConfig& c) { return QNormIndex(c) + (c.qk_norm ? 2 : 0); }
 // A kLlama layer's tensors after the ones above: with n_experts > 0,
 // experts 1 .. n_experts - 1's gate, up and down weights (expert 0's are
-// kGateW, kUpW, kDownW: ExpertTensor), then the router's (RouterIndex),
+// kGateW, kUpW, kDownW: ExpertTensor), then the router's (RouterIndex)
+// and with a sigmoid router its selection bias [E] (RouterBiasIndex),
 // then with a shared expert its gate, up and down weights
 // (SharedExpertTensor) and with shared_expert_gate that gate's weight
 // (SharedGateIndex).
@@ -304,13 +330,16 @@ inline int ExpertTensor(const GptConfig& c, int e, int which) {
   return e == 0 ? kGateW + which : MoeExtraIndex(c) + 3 * (e - 1) + which;
 }
 inline int RouterIndex(const GptConfig& c) { return MoeExtraIndex(c) + 3 * (c.n_experts - 1); }
+inline int RouterBiasIndex(const GptConfig& c) { return RouterIndex(c) + 1; }
+// The router's tensors: its weight, and a sigmoid router's bias.
+inline int RouterTensors(const GptConfig& c) { return c.sigmoid_router() ? 2 : 1; }
 // The shared expert's gate (which 0), up (1) or down (2) weight.
-inline int SharedExpertTensor(const GptConfig& c, int which) { return RouterIndex(c) + 1 + which; }
+inline int SharedExpertTensor(const GptConfig& c, int which) { return RouterIndex(c) + RouterTensors(c) + which; }
 inline int SharedGateIndex(const GptConfig& c) { return SharedExpertTensor(c, 3); }
 // The number of tensors in a routed kLlama layer, and in kLlama layer
 // `layer` (a dense one's stop at MoeExtraIndex).
 inline int RoutedLayerTensors(const GptConfig& c) {
-  return c.shared_expert() ? SharedGateIndex(c) + (c.shared_expert_gate ? 1 : 0) : RouterIndex(c) + 1;
+  return c.shared_expert() ? SharedGateIndex(c) + (c.shared_expert_gate ? 1 : 0) : RouterIndex(c) + RouterTensors(c);
 }
 inline int LlamaLayerTensors(const GptConfig& c, int layer) {
   return c.moe_in(layer) ? RoutedLayerTensors(c) : MoeExtraIndex(c);
@@ -331,7 +360,9 @@ enum LayerGroup { kNorm1Group = 0, kQkvGroup, kAttnOutGroup, kNorm2Group, kMlpIn
 // routed ones has a dense layer's MLP groups).
 std::vector<std::vector<int>> LayerTensorGroups(const GptConfig& config, int layer);
 // Whether layer tensor `tensor` (spec order) is a matrix the layer reads
-// only through its linear maps (the ones GptCompute takes in 16 bits).
+// only through its linear maps (the ones GptCompute takes in 16 bits; not a
+// sigmoid router's weight, which transformers keeps in fp32 for GLM-4.5 and
+// DeepSeek-V3, nor its bias).
 bool IsLayerMatrix(const GptConfig& config, int tensor);
 
 inline constexpr BlockId kEmbedBlock = 0;
@@ -339,8 +370,14 @@ inline BlockId LayerBlock(int layer) { return static_cast<BlockId>(1 + layer); }
 inline BlockId HeadBlock(const GptConfig& c) { return static_cast<BlockId>(1 + c.n_layer); }
 
 // The engine's blocks, in the order above. Biases and LayerNorm weights
-// have TensorSpec::decay off (the HF Trainer's grouping).
+// have TensorSpec::decay off (the HF Trainer's grouping), and so do the
+// frozen tensors.
 std::vector<BlockSpec> GptBlockSpecs(const GptConfig& config);
+// Whether a block tensor is frozen: a buffer the model reads that training
+// must not change (a sigmoid router's selection bias, a buffer in
+// transformers). Its gradient is always 0 and it is never decayed (not by
+// WeightDecayOn::kAll either), so Adam and AdamW leave its bits as they are.
+bool IsFrozenTensor(const TensorSpec& tensor);
 // A model's random initial fp32 weights. GPT-2's scheme: normal(0, 0.02), the
 // two residual projections scaled by 1/sqrt(2L), LayerNorm weights 1,
 // biases 0, padding rows of wte 0; Llama's: normal(0, 0.02) matrices, norm

@@ -175,13 +175,13 @@ class CpuOps final : public Ops<T> {
   void GqaExpandBackward(T* dq, T* dk, T* dv, const T* dqkv, int64_t N, int NH, int NKV, int hd) override {
     Run([=] { k::GqaExpandBackward(dq, dk, dv, dqkv, N, NH, NKV, hd); });
   }
-  void MoeRouteForward(T* weights, int32_t* experts, T* probs, const T* logits, int64_t N, int E, int k,
-                       bool normalize) override {
-    Run([=] { k::MoeRouteForward(weights, experts, probs, logits, N, E, k, normalize); });
+  void MoeRouteForward(T* weights, int32_t* experts, T* probs, const T* logits, const T* bias, int64_t N,
+                       const kernels::MoeRouting& r) override {
+    Run([=] { k::MoeRouteForward(weights, experts, probs, logits, bias, N, r); });
   }
   void MoeRouteBackward(T* dlogits, const T* dweights, const T* probs, const int32_t* experts, const T* dprobs,
-                        int64_t N, int E, int k, bool normalize) override {
-    Run([=] { k::MoeRouteBackward(dlogits, dweights, probs, experts, dprobs, N, E, k, normalize); });
+                        int64_t N, const kernels::MoeRouting& r) override {
+    Run([=] { k::MoeRouteBackward(dlogits, dweights, probs, experts, dprobs, N, r); });
   }
   void GatherRows(T* out, const T* inp, const int32_t* rows, int64_t M, int C) override {
     Run([=] { k::GatherRows(out, inp, rows, M, C); });

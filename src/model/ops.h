@@ -121,10 +121,10 @@ class Ops {
 
   // The mixture-of-experts MLP's routing, gather and combine, as in
   // cpu_kernels.h (the dispatch between them runs on the host).
-  virtual void MoeRouteForward(T* weights, int32_t* experts, T* probs, const T* logits, int64_t N, int E, int k,
-                               bool normalize) = 0;
+  virtual void MoeRouteForward(T* weights, int32_t* experts, T* probs, const T* logits, const T* bias, int64_t N,
+                               const kernels::MoeRouting& r) = 0;
   virtual void MoeRouteBackward(T* dlogits, const T* dweights, const T* probs, const int32_t* experts, const T* dprobs,
-                                int64_t N, int E, int k, bool normalize) = 0;
+                                int64_t N, const kernels::MoeRouting& r) = 0;
   virtual void GatherRows(T* out, const T* inp, const int32_t* rows, int64_t M, int C) = 0;
   virtual void GatherRowsBackward(T* dinp, const T* drows, const int32_t* token_rows, int64_t N, int k, int C) = 0;
   virtual void MoeCombineForward(T* out, const T* y, const T* weights, const int32_t* token_rows,

@@ -160,14 +160,13 @@ void TimedOps::GqaExpandBackward(float* dq, float* dk, float* dv, const float* d
                                  int hd) {
   Timed("GqaExpandBackward", [&] { inner_->GqaExpandBackward(dq, dk, dv, dqkv, N, NH, NKV, hd); });
 }
-void TimedOps::MoeRouteForward(float* weights, int32_t* experts, float* probs, const float* logits, int64_t N, int E,
-                               int k, bool normalize) {
-  Timed("MoeRouteForward", [&] { inner_->MoeRouteForward(weights, experts, probs, logits, N, E, k, normalize); });
+void TimedOps::MoeRouteForward(float* weights, int32_t* experts, float* probs, const float* logits, const float* bias,
+                               int64_t N, const kernels::MoeRouting& r) {
+  Timed("MoeRouteForward", [&] { inner_->MoeRouteForward(weights, experts, probs, logits, bias, N, r); });
 }
 void TimedOps::MoeRouteBackward(float* dlogits, const float* dweights, const float* probs, const int32_t* experts,
-                                const float* dprobs, int64_t N, int E, int k, bool normalize) {
-  Timed("MoeRouteBackward",
-        [&] { inner_->MoeRouteBackward(dlogits, dweights, probs, experts, dprobs, N, E, k, normalize); });
+                                const float* dprobs, int64_t N, const kernels::MoeRouting& r) {
+  Timed("MoeRouteBackward", [&] { inner_->MoeRouteBackward(dlogits, dweights, probs, experts, dprobs, N, r); });
 }
 void TimedOps::GatherRows(float* out, const float* inp, const int32_t* rows, int64_t M, int C) {
   Timed("GatherRows", [&] { inner_->GatherRows(out, inp, rows, M, C); });

@@ -125,10 +125,10 @@ class TimedOps final : public Ops<float> {
                         int hd) override;
   void GqaExpandBackward(float* dq, float* dk, float* dv, const float* dqkv, int64_t N, int NH, int NKV,
                          int hd) override;
-  void MoeRouteForward(float* weights, int32_t* experts, float* probs, const float* logits, int64_t N, int E, int k,
-                       bool normalize) override;
+  void MoeRouteForward(float* weights, int32_t* experts, float* probs, const float* logits, const float* bias,
+                       int64_t N, const kernels::MoeRouting& r) override;
   void MoeRouteBackward(float* dlogits, const float* dweights, const float* probs, const int32_t* experts,
-                        const float* dprobs, int64_t N, int E, int k, bool normalize) override;
+                        const float* dprobs, int64_t N, const kernels::MoeRouting& r) override;
   void GatherRows(float* out, const float* inp, const int32_t* rows, int64_t M, int C) override;
   void GatherRowsBackward(float* dinp, const float* drows, const int32_t* token_rows, int64_t N, int k, int C) override;
   void MoeCombineForward(float* out, const float* y, const float* weights, const int32_t* token_rows,

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -202,14 +203,16 @@ TEST(CpuDecoderKernelsTest, MoeRouteBackwardMatchesFiniteDifferences) {
     std::vector<double> logits = Random(kN * E, rng, 3.0), w = Random(kN * K, rng);
     std::vector<double> weights(kN * K), probs(kN * E);
     std::vector<int32_t> experts(kN * K);
+    const MoeRouting r{.E = E, .k = K, .normalize = normalize};
     auto objective = [&] {
-      MoeRouteForward(weights.data(), experts.data(), probs.data(), logits.data(), kN, E, K, normalize);
+      MoeRouteForward(weights.data(), experts.data(), probs.data(), logits.data(), static_cast<const double*>(nullptr),
+                      kN, r);
       return Dot(weights, w);
     };
     objective();
     std::vector<double> dlogits = Filled(logits.size());
-    MoeRouteBackward(dlogits.data(), w.data(), probs.data(), experts.data(), static_cast<const double*>(nullptr), kN, E,
-                     K, normalize);
+    MoeRouteBackward(dlogits.data(), w.data(), probs.data(), experts.data(), static_cast<const double*>(nullptr), kN,
+                     r);
     ExpectGradient("dlogits", logits, dlogits, objective);
     // With a gradient on every probability too (the load-balancing loss's).
     const std::vector<double> wp = Random(E, rng);
@@ -222,7 +225,7 @@ TEST(CpuDecoderKernelsTest, MoeRouteBackwardMatchesFiniteDifferences) {
     };
     with_probs();  // probs as the logits are (the check above left its last perturbation's)
     std::vector<double> dlogits2 = Filled(logits.size());
-    MoeRouteBackward(dlogits2.data(), w.data(), probs.data(), experts.data(), wp.data(), kN, E, K, normalize);
+    MoeRouteBackward(dlogits2.data(), w.data(), probs.data(), experts.data(), wp.data(), kN, r);
     ExpectGradient("dlogits with dprobs", logits, dlogits2, with_probs);
   }
 }
@@ -235,17 +238,88 @@ TEST(CpuDecoderKernelsTest, MoeRouteTakesTheLargestProbabilities) {
                                      3.0f, -1.0f, 0.5f, 0.0f};
   std::vector<float> probs = logits, w(4);
   std::vector<int32_t> ex(4);
-  MoeRouteForward(w.data(), ex.data(), probs.data(), probs.data(), 2, 4, 2, /*normalize=*/false);
+  const float* no_bias = nullptr;
+  MoeRouteForward(w.data(), ex.data(), probs.data(), probs.data(), no_bias, 2, MoeRouting{.E = 4, .k = 2});
   EXPECT_EQ(ex, (std::vector<int32_t>{1, 3, 0, 2}));
   const double z0 = 1 + 2 * std::exp(2.0) + std::exp(1.0);
   EXPECT_NEAR(probs[1], std::exp(2.0) / z0, 1e-7);
   EXPECT_NEAR(w[0], std::exp(2.0) / z0, 1e-7);
   EXPECT_EQ(w[0], w[1]);
   std::vector<float> probs2 = logits;
-  MoeRouteForward(w.data(), ex.data(), probs2.data(), logits.data(), 2, 4, 2, /*normalize=*/true);
+  MoeRouteForward(w.data(), ex.data(), probs2.data(), logits.data(), no_bias, 2,
+                  MoeRouting{.E = 4, .k = 2, .normalize = true});
   EXPECT_FLOAT_EQ(w[0], 0.5f);
   EXPECT_FLOAT_EQ(w[2] + w[3], 1.0f);
   EXPECT_NEAR(w[2] / w[3], std::exp(3.0 - 0.5), 1e-5);
+}
+
+// The sigmoid router's adjoint (DeepSeek-V3's, GLM-4.5's): weights from
+// the scores alone (the bias only chooses), normalized or not, scaled;
+// with groups, a token's experts come from its chosen groups only.
+TEST(CpuDecoderKernelsTest, SigmoidRouteBackwardMatchesFiniteDifferences) {
+  for (const bool normalize : {true, false}) {
+    for (const int groups : {1, 3}) {
+      SCOPED_TRACE(std::string(normalize ? "normalized" : "scores") + ", groups " + std::to_string(groups));
+      std::mt19937_64 rng(25);
+      const int E = 9, K = 3;
+      const MoeRouting r{.E = E,
+                         .k = K,
+                         .normalize = normalize,
+                         .scoring = MoeScoring::kSigmoid,
+                         .groups = groups,
+                         .topk_groups = groups > 1 ? 2 : 1,
+                         .scale = 1.5};
+      std::vector<double> logits = Random(kN * E, rng, 3.0), w = Random(kN * K, rng), bias = Random(E, rng, 0.3);
+      std::vector<double> weights(kN * K), probs(kN * E);
+      std::vector<int32_t> experts(kN * K);
+      auto objective = [&] {
+        MoeRouteForward(weights.data(), experts.data(), probs.data(), logits.data(), bias.data(), kN, r);
+        return Dot(weights, w);
+      };
+      objective();
+      if (groups > 1) {  // the experts of at most two groups of three
+        for (int64_t n = 0; n < kN; ++n) {
+          std::set<int> seen;
+          for (int j = 0; j < K; ++j) seen.insert(experts[n * K + j] / 3);
+          EXPECT_LE(seen.size(), 2u);
+        }
+      }
+      std::vector<double> dlogits = Filled(logits.size());
+      MoeRouteBackward(dlogits.data(), w.data(), probs.data(), experts.data(), static_cast<const double*>(nullptr), kN,
+                       r);
+      ExpectGradient("dlogits", logits, dlogits, objective);
+    }
+  }
+}
+
+// The sigmoid router on values worked by hand: the bias moves the choice
+// (not the weights), a group's score is its two best choices' sum, the
+// groups not taken are out, the weights are normalized and scaled.
+TEST(CpuDecoderKernelsTest, SigmoidRouteChoosesByBiasWithinGroups) {
+  // Two groups of three experts; sigmoid(0) = 0.5, sigmoid(+-2) = 0.881 / 0.119.
+  const std::vector<double> logits = {2.0, -2.0, -2.0, 0.0, 0.0, 0.0};
+  const std::vector<double> bias = {0.0, 0.0, 0.0, 0.3, 0.3, -0.9};
+  std::vector<double> probs(6), w(2);
+  std::vector<int32_t> ex(2);
+  const double hi = 1 / (1 + std::exp(-2.0)), lo = 1 - hi;
+  // One group: choices 0.881, 0.119, 0.119, 0.8, 0.8, -0.4: experts 0, 3.
+  MoeRouting r{.E = 6, .k = 2, .normalize = true, .scoring = MoeScoring::kSigmoid, .scale = 2.0};
+  MoeRouteForward(w.data(), ex.data(), probs.data(), logits.data(), bias.data(), 1, r);
+  EXPECT_EQ(ex, (std::vector<int32_t>{0, 3}));
+  EXPECT_NEAR(probs[1], lo, 1e-15);
+  EXPECT_NEAR(w[0], 2.0 * hi / (hi + 0.5 + 1e-20), 1e-15);  // the scores weigh, not the choices
+  EXPECT_NEAR(w[1], 2.0 * 0.5 / (hi + 0.5 + 1e-20), 1e-15);
+  // Two groups, one taken: group 0 scores 0.881 + 0.119 = 1.0, group 1
+  // 0.8 + 0.8 = 1.6: experts 3 and 4 (a tie: the lower first).
+  r.groups = 2;
+  MoeRouteForward(w.data(), ex.data(), probs.data(), logits.data(), bias.data(), 1, r);
+  EXPECT_EQ(ex, (std::vector<int32_t>{3, 4}));
+  EXPECT_DOUBLE_EQ(w[0], 1.0);
+  EXPECT_DOUBLE_EQ(w[1], 1.0);
+  // Unnormalized: each weight is scale * its score.
+  r.normalize = false;
+  MoeRouteForward(w.data(), ex.data(), probs.data(), logits.data(), bias.data(), 1, r);
+  EXPECT_DOUBLE_EQ(w[0], 1.0);
 }
 
 // The dispatch: rows grouped by expert, within one by slot; each token's

@@ -560,25 +560,25 @@ TEST_F(CudaKernelsTest, MoeKernelsMatchCpu) {
     const auto logits = Uniform(N * E, -4.0f, 4.0f, 91);
     std::vector<float> w(N * K), p(N * E);
     std::vector<int32_t> ex(N * K);
-    cpu::MoeRouteForward(w.data(), ex.data(), p.data(), logits.data(), N, E, K, normalize);
+    const kernels::MoeRouting r{.E = E, .k = K, .normalize = normalize};
+    cpu::MoeRouteForward(w.data(), ex.data(), p.data(), logits.data(), static_cast<const float*>(nullptr), N, r);
     float *d_w = Alloc<float>(N * K), *d_p = Up(logits);
     int32_t* d_ex = Alloc<int32_t>(N * K);
-    ASSERT_OK(gpu::MoeRouteForward(d_w, d_ex, d_p, d_p, N, E, K, normalize, s()));  // probabilities in place
+    ASSERT_OK(gpu::MoeRouteForward(d_w, d_ex, d_p, d_p, nullptr, N, r, s()));  // probabilities in place
     EXPECT_EQ(Down(d_ex, N * K), ex);
     EXPECT_TRUE(Near(Down(d_w, N * K), w, 1e-6, 1e-6));
     EXPECT_TRUE(Near(Down(d_p, N * E), p, 1e-6, 1e-6));
     const auto dw = Uniform(N * K, -1.0f, 1.0f, 92), dl0 = Uniform(N * E, -1.0f, 1.0f, 93);
     std::vector<float> dl = dl0;
-    cpu::MoeRouteBackward(dl.data(), dw.data(), p.data(), ex.data(), static_cast<const float*>(nullptr), N, E, K,
-                          normalize);
+    cpu::MoeRouteBackward(dl.data(), dw.data(), p.data(), ex.data(), static_cast<const float*>(nullptr), N, r);
     float* d_dl = Up(dl0);
-    ASSERT_OK(gpu::MoeRouteBackward(d_dl, Up(dw), Up(p), Up(ex), nullptr, N, E, K, normalize, s()));
+    ASSERT_OK(gpu::MoeRouteBackward(d_dl, Up(dw), Up(p), Up(ex), nullptr, N, r, s()));
     EXPECT_TRUE(Near(Down(d_dl, N * E), dl, 1e-6, 1e-5));
     const auto dprobs = Uniform(E, -0.5f, 0.5f, 99);  // a load-balancing loss's
     std::vector<float> dl2 = dl0;
-    cpu::MoeRouteBackward(dl2.data(), dw.data(), p.data(), ex.data(), dprobs.data(), N, E, K, normalize);
+    cpu::MoeRouteBackward(dl2.data(), dw.data(), p.data(), ex.data(), dprobs.data(), N, r);
     float* d_dl2 = Up(dl0);
-    ASSERT_OK(gpu::MoeRouteBackward(d_dl2, Up(dw), Up(p), Up(ex), Up(dprobs), N, E, K, normalize, s()));
+    ASSERT_OK(gpu::MoeRouteBackward(d_dl2, Up(dw), Up(p), Up(ex), Up(dprobs), N, r, s()));
     EXPECT_TRUE(Near(Down(d_dl2, N * E), dl2, 1e-6, 1e-5));
 
     std::vector<int32_t> rows(3 * M);
@@ -609,6 +609,41 @@ TEST_F(CudaKernelsTest, MoeKernelsMatchCpu) {
     ASSERT_OK(gpu::MoeCombineBackward(d_dy, d_dwc, Up(dout), Up(y), Up(w), d_rows, d_rows + M, M, C, s()));
     EXPECT_TRUE(Near(Down(d_dy, M * C), dy, 1e-6, 1e-6));
     EXPECT_TRUE(Near(Down(d_dwc, N * K), dwc, 1e-5, 1e-5));
+  }
+}
+
+// The sigmoid router (DeepSeek-V3's, GLM-4.5's): a selection bias, four
+// groups of which two are candidates, normalized and scaled weights; the
+// same experts as the CPU's (scores apart by more than rounding), weights
+// and gradients within fp32's rounding of double's.
+TEST_F(CudaKernelsTest, SigmoidRouterMatchesCpu) {
+  const int64_t N = 301;
+  const int E = 12, K = 3;
+  for (const int groups : {1, 4}) {
+    SCOPED_TRACE("groups " + std::to_string(groups));
+    const kernels::MoeRouting r{.E = E,
+                                .k = K,
+                                .normalize = true,
+                                .scoring = kernels::MoeScoring::kSigmoid,
+                                .groups = groups,
+                                .topk_groups = groups > 1 ? 2 : 1,
+                                .scale = 2.5};
+    const auto logits = Uniform(N * E, -4.0f, 4.0f, 120), bias = Uniform(E, -0.3f, 0.3f, 121);
+    std::vector<float> w(N * K), p(N * E);
+    std::vector<int32_t> ex(N * K);
+    cpu::MoeRouteForward(w.data(), ex.data(), p.data(), logits.data(), bias.data(), N, r);
+    float *d_w = Alloc<float>(N * K), *d_p = Up(logits);
+    int32_t* d_ex = Alloc<int32_t>(N * K);
+    ASSERT_OK(gpu::MoeRouteForward(d_w, d_ex, d_p, d_p, Up(bias), N, r, s()));
+    EXPECT_EQ(Down(d_ex, N * K), ex);
+    EXPECT_TRUE(Near(Down(d_w, N * K), w, 1e-6, 1e-6));
+    EXPECT_TRUE(Near(Down(d_p, N * E), p, 1e-6, 1e-6));
+    const auto dw = Uniform(N * K, -1.0f, 1.0f, 122), dl0 = Uniform(N * E, -1.0f, 1.0f, 123);
+    std::vector<float> dl = dl0;
+    cpu::MoeRouteBackward(dl.data(), dw.data(), p.data(), ex.data(), static_cast<const float*>(nullptr), N, r);
+    float* d_dl = Up(dl0);
+    ASSERT_OK(gpu::MoeRouteBackward(d_dl, Up(dw), Up(p), Up(ex), nullptr, N, r, s()));
+    EXPECT_TRUE(Near(Down(d_dl, N * E), dl, 1e-6, 1e-5));
   }
 }
 

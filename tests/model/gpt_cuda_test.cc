@@ -329,8 +329,24 @@ GptConfig TinySharedExpertConfig() {
   return cfg;
 }
 
+// GLM-4.5's: a sigmoid router (2 of 4 groups of experts candidates, the
+// weights normalized and times 2.5, a frozen selection bias) with an
+// ungated shared expert; layer 0 dense.
+GptConfig TinySigmoidRouterConfig() {
+  GptConfig cfg = TinySharedExpertConfig();
+  cfg.shared_expert_gate = false;
+  cfg.router_scoring = kernels::MoeScoring::kSigmoid;
+  cfg.router_groups = 2;
+  cfg.router_topk_groups = 1;
+  cfg.routed_scale = 2.5;
+  cfg.norm_topk_prob = true;
+  cfg.dense_layers = {0};
+  return cfg;
+}
+
 TEST(GptCudaTest, MoeLayerMatchesCpu) { CompareTinyModel(TinyQwen3MoeConfig()); }
 TEST(GptCudaTest, SharedExpertLayerMatchesCpu) { CompareTinyModel(TinySharedExpertConfig()); }
+TEST(GptCudaTest, SigmoidRouterLayerMatchesCpu) { CompareTinyModel(TinySigmoidRouterConfig()); }
 
 // tiny-qwen3 with Gemma 2's softcaps (heads of 16: the 16-bit mode's fused
 // attention takes the cap).
@@ -386,6 +402,7 @@ TEST(GptCudaTest, KeptActivationsGiveTheRecomputesBitsWithExperts) {
   KeptActivationsGiveTheRecomputesBits(false, TinyQwen3MoeConfig());
   KeptActivationsGiveTheRecomputesBits(true, TinyQwen3MoeConfig());
   KeptActivationsGiveTheRecomputesBits(true, TinySharedExpertConfig());
+  KeptActivationsGiveTheRecomputesBits(true, TinySigmoidRouterConfig());
 }
 
 // ActivationBytes (plan.h) is what GptCompute allocates on a GPU too, in

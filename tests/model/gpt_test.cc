@@ -47,7 +47,7 @@ std::vector<Tensors> MakeParams(const GptConfig& config, uint64_t seed) {
       const std::string& name = specs[b].tensors[i].name;
       const bool is_ln_weight = (name.find("ln") != std::string::npos || name.find("norm") != std::string::npos) &&
                                 name.find(".weight") != std::string::npos;
-      const bool is_bias = name.find(".bias") != std::string::npos;
+      const bool is_bias = name.find("bias") != std::string::npos;  // a sigmoid router's selection bias too
       // Move away from the initial point (unit LayerNorm weights, zero
       // biases, near-uniform attention), so every term of the gradient is
       // exercised; the padding rows of wte / lm_head stay zero.
@@ -260,6 +260,11 @@ void CheckModelGradients(const GptConfig& config) {
         idx.push_back(static_cast<size_t>(batch.targets[1]) * config.n_embd + 5);
         idx.push_back(static_cast<size_t>(config.padded_vocab_size - 1) * config.n_embd + 1);
       }
+      // A frozen tensor (a sigmoid router's selection bias) gets no gradient.
+      const bool frozen = IsFrozenTensor(specs[b].tensors[t]);
+      if (frozen) {
+        for (double g : grads[b][t]) EXPECT_EQ(g, 0.0) << name;
+      }
       double max_grad = 0;
       for (size_t i : idx) {
         const double saved = p[i];
@@ -274,7 +279,9 @@ void CheckModelGradients(const GptConfig& config) {
         EXPECT_NEAR(analytic, numeric, kRel * std::fabs(numeric) + kAbs) << name << "[" << i << "]";
         ++checked;
       }
-      EXPECT_GT(max_grad, 1e-7) << name << ": every sampled gradient is ~0; the check would prove nothing";
+      if (!frozen) {
+        EXPECT_GT(max_grad, 1e-7) << name << ": every sampled gradient is ~0; the check would prove nothing";
+      }
       const int64_t pad_row = static_cast<int64_t>(config.padded_vocab_size - 1) * config.n_embd;
       if (vocab_rows) {
         for (int c = 0; c < config.n_embd; ++c) EXPECT_EQ(grads[b][t][pad_row + c], 0.0) << name << " padding";
@@ -491,6 +498,33 @@ GptConfig TinyMixedMoe() {
 }
 TEST(GptTest, DenseLayersAmongRoutedOnesGradientsMatchFiniteDifferences) { CheckModelGradients(TinyMixedMoe()); }
 
+// GLM-4.5's routed MLP (DeepSeek-V3's router): 6 experts in 3 groups of
+// which 2 are candidates, 3 a token, chosen by sigmoid score + a selection
+// bias (frozen: no gradient), weighted by their normalized scores times
+// 2.5; an ungated shared expert; layer 0 dense (first_k_dense_replace).
+GptConfig TinySigmoidMoe() {
+  GptConfig c = TinySharedMoe(false);
+  c.n_experts = 6;
+  c.experts_per_token = 3;
+  c.norm_topk_prob = true;
+  c.router_scoring = kernels::MoeScoring::kSigmoid;
+  c.router_groups = 3;
+  c.router_topk_groups = 2;
+  c.routed_scale = 2.5;
+  c.n_layer = 3;
+  c.dense_layers = {0};
+  c.dense_intermediate_size = 20;
+  return c;
+}
+TEST(GptTest, SigmoidRouterGradientsMatchFiniteDifferences) { CheckModelGradients(TinySigmoidMoe()); }
+TEST(GptTest, SigmoidRouterWithoutNormalizingGradientsMatchFiniteDifferences) {
+  GptConfig c = TinySigmoidMoe();
+  c.norm_topk_prob = false;
+  c.router_groups = 1;
+  c.router_topk_groups = 1;
+  CheckModelGradients(c);
+}
+
 // The routers' load-balancing loss in the loss: its gradient through
 // every layer's softmax.
 GptConfig TinyMoeAux() {
@@ -619,8 +653,8 @@ Harness<float>::Matrices16 LayerMatricesToBf16(const GptConfig& config, std::vec
 // group ranges. Refused: a non-matrix in 16 bits, a short list, and ops
 // that do not read 16-bit weights.
 TEST(GptTest, SixteenBitMatricesGiveTheBitsOfTheirFloatCasts) {
-  for (const GptConfig& config :
-       {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyMoe(false), TinySharedMoe(true), TinyMixedMoe()}) {
+  for (const GptConfig& config : {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyMoe(false), TinySharedMoe(true),
+                                  TinyMixedMoe(), TinySigmoidMoe()}) {
     SCOPED_TRACE(config.shared_expert()  ? "shared expert"
                  : config.moe()          ? "moe"
                  : config.sandwich_norms ? "gemma3"
@@ -631,8 +665,10 @@ TEST(GptTest, SixteenBitMatricesGiveTheBitsOfTheirFloatCasts) {
     int matrices = 0;
     const Harness<float>::Matrices16 m16 = LayerMatricesToBf16(config, params, &matrices);
     // q, k, v, o and the MLP's three (in a routed layer each expert's, and
-    // the router; the shared expert's three and its gate's)
-    const int routed = config.moe() ? 3 * config.n_experts + 1 + (config.shared_expert() ? 4 : 0) : 3;
+    // the router unless it is a sigmoid one (fp32, as transformers keeps
+    // it), never its bias; the shared expert's three and its gate's)
+    const int shared = config.shared_expert() ? 3 + (config.shared_expert_gate ? 1 : 0) : 0;
+    const int routed = config.moe() ? 3 * config.n_experts + (config.sigmoid_router() ? 0 : 1) + shared : 3;
     const int dense = config.n_layer - config.routed_layers(), routed_layers = config.n_layer - dense;
     EXPECT_EQ(matrices, config.llama() ? 4 * config.n_layer + 3 * dense + routed * routed_layers : 4 * config.n_layer);
     const Batch batch = MakeBatch(config, B, 12);
@@ -751,8 +787,9 @@ TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
   // are the ones a recompute would make: the same loss and gradients, bit
   // for bit, whole layers and in group ranges (16-bit matrices), over two
   // batches (each layer's kept set is overwritten by the next forward).
-  for (const GptConfig& config : {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2(), TinyGranite(),
-                                  TinyMoe(false), TinyMoeAux(), TinySharedMoe(true), TinyMixedMoe()}) {
+  for (const GptConfig& config :
+       {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2(), TinyGranite(), TinyMoe(false), TinyMoeAux(),
+        TinySharedMoe(true), TinyMixedMoe(), TinySigmoidMoe()}) {
     SCOPED_TRACE(config.residual_multiplier != 1 ? "granite"
                  : config.post_norms             ? "olmo2"
                  : config.sandwich_norms         ? "gemma3"
@@ -811,7 +848,7 @@ TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
 // slots turn over twice.
 TEST(GptTest, OffloadedLayerInputsGiveTheBitsOfTheRecompute) {
   for (GptConfig config : {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2(), TinyGranite(), TinyMoe(false),
-                           TinyMoeAux(), TinySharedMoe(true), TinyMixedMoe()}) {
+                           TinyMoeAux(), TinySharedMoe(true), TinyMixedMoe(), TinySigmoidMoe()}) {
     config.n_layer = 5;
     SCOPED_TRACE(config.residual_multiplier != 1 ? "granite"
                  : config.post_norms             ? "olmo2"
@@ -1058,7 +1095,7 @@ TEST(GptConfigTest, BuiltinsHaveTheDocumentedShapes) {
 // active count leaves out each routed layer's E - K idle experts.
 TEST(GptConfigTest, LlamaParameterCountsAreTheBlocks) {
   for (const GptConfig& c :
-       {TinyLlama(true, true), TinyGemma3(), TinyMoe(false), TinySharedMoe(true), TinyMixedMoe()}) {
+       {TinyLlama(true, true), TinyGemma3(), TinyMoe(false), TinySharedMoe(true), TinyMixedMoe(), TinySigmoidMoe()}) {
     int64_t total = 0;
     for (const BlockSpec& b : GptBlockSpecs(c)) total += b.numel();
     EXPECT_EQ(total, c.NumParameters()) << GptConfigToJson(c);
@@ -1094,10 +1131,14 @@ TEST(GptConfigTest, JsonRoundTrips) {
 // gradient buffer).
 TEST(GptConfigTest, CreateRefusesFieldsThatDoNotGoTogether) {
   // kYarn: the tiny Llama with YaRN for llama3, valid as it is; kMoe: the
-  // tiny mixture with dense layers and a shared expert
-  enum Base { kGpt2, kLlama, kYarn, kMoe };
+  // tiny mixture with dense layers and a shared expert; kSigmoid: GLM-4.5's
+  // (6 experts in 3 groups, 2 candidates, 3 a token)
+  enum Base { kGpt2, kLlama, kYarn, kMoe, kSigmoid };
   auto base = [](Base b) {
-    GptConfig c = b == kGpt2 ? Tiny(true) : b == kMoe ? TinyMixedMoe() : TinyLlama(false, false);
+    GptConfig c = b == kGpt2      ? Tiny(true)
+                  : b == kMoe     ? TinyMixedMoe()
+                  : b == kSigmoid ? TinySigmoidMoe()
+                                  : TinyLlama(false, false);
     if (b == kYarn) {
       c.rope.llama3 = false;
       c.rope.yarn = true;
@@ -1163,6 +1204,20 @@ TEST(GptConfigTest, CreateRefusesFieldsThatDoNotGoTogether) {
        }},
       {"dense layers of width 0", kMoe, [](GptConfig& c) { c.dense_intermediate_size = 0; }},
       {"a shared expert without experts", kLlama, [](GptConfig& c) { c.shared_expert_size = 8; }},
+      {"a sigmoid router without experts", kLlama,
+       [](GptConfig& c) { c.router_scoring = kernels::MoeScoring::kSigmoid; }},
+      {"expert groups with a softmax router", kMoe, [](GptConfig& c) { c.router_groups = 2; }},
+      {"expert groups that do not divide the experts", kSigmoid, [](GptConfig& c) { c.router_groups = 4; }},
+      {"expert groups of one", kSigmoid,
+       [](GptConfig& c) {
+         c.router_groups = 6;
+         c.router_topk_groups = 3;
+       }},
+      {"candidate groups too few for the experts a token takes", kSigmoid,
+       [](GptConfig& c) { c.router_topk_groups = 1; }},
+      {"more candidate groups than groups", kSigmoid, [](GptConfig& c) { c.router_topk_groups = 4; }},
+      {"a load-balancing loss with a sigmoid router", kSigmoid, [](GptConfig& c) { c.router_aux_coef = 0.3; }},
+      {"a routed scale of 0", kMoe, [](GptConfig& c) { c.routed_scale = 0; }},
       {"a shared expert's gate without the expert", kMoe,
        [](GptConfig& c) {
          c.shared_expert_size = 0;
@@ -1171,7 +1226,7 @@ TEST(GptConfigTest, CreateRefusesFieldsThatDoNotGoTogether) {
   };
   auto ops = CreateCpuOps<float>();
   auto device = CreateHostDevice(0);
-  for (Base b : {kLlama, kYarn, kMoe}) {
+  for (Base b : {kLlama, kYarn, kMoe, kSigmoid}) {
     EXPECT_TRUE(GptCompute<float>::Create(base(b), 1, ops.get(), device.get()).ok()) << b;
   }
   for (const Bad& b : bad) {
