@@ -218,8 +218,10 @@ enum class SlidingLayers {
 // of moe_intermediate_size, norm_topk_prob), Qwen2-MoE's (Qwen3-MoE's
 // plus a gated shared expert of shared_expert_intermediate_size), OLMoE's
 // (of intermediate_size, norm_topk_prob) or Mixtral's (of
-// intermediate_size, always normalized; router_jitter_noise refused).
-enum class Experts { kNone, kQwen3Moe, kQwen2Moe, kOlmoe, kMixtral };
+// intermediate_size, always normalized; router_jitter_noise refused), or
+// GLM-4.5's (ParseGlm4MoeRouter: a sigmoid router, ungated shared experts,
+// the first layers dense).
+enum class Experts { kNone, kQwen3Moe, kQwen2Moe, kOlmoe, kMixtral, kGlm4Moe };
 
 // What each supported architecture is, in the terms zinf's model uses:
 // GPT-2's block, or Llama's with these changes. The one place an
@@ -238,6 +240,7 @@ struct Architecture {
   int default_kv_heads = 0;            // num_key_value_heads when the key is absent; 0: the heads
   bool interleaved_rope = false;       // Helium, GLM, ERNIE 4.5: RoPE turns the pairs (2i, 2i + 1)
   bool qk_norm = false;                // Qwen3: an RMSNorm over each head of q and k (OLMo 2: over all heads)
+  std::string_view qk_norm_key = "";   // GLM-4.5: qk_norm as this key says (default false)
   // Phi-3: q|k|v and gate|up stored fused (qkv_proj, gate_up_proj); the
   // first partial_rotary_factor of each head turned; LongRoPE called "su"
   // or "yarn" too; the attention slides whenever sliding_window is set
@@ -383,6 +386,15 @@ constexpr Architecture kArchitectures[] = {
      .default_experts_per_token = 2,
      .default_aux_coef = 0.001,
      .default_rope_theta = 1000000.0,
+     .default_norm_eps = 1e-5},
+    {.name = "Glm4MoeForCausalLM",
+     .attention_bias_qkv = true,
+     .default_kv_heads = 8,
+     .qk_norm_key = "use_qk_norm",
+     .default_partial_rotary = 0.5,
+     .experts = Experts::kGlm4Moe,
+     .default_experts = 128,
+     .default_experts_per_token = 8,
      .default_norm_eps = 1e-5},
     {.name = "OlmoeForCausalLM",
      .qk_norm = true,
@@ -934,6 +946,92 @@ bool QwenMoe(const Architecture& arch) {
   return arch.experts == Experts::kQwen3Moe || arch.experts == Experts::kQwen2Moe;
 }
 
+// Notes the dense layers among the routed ones (up to 8 named; more as the
+// first three, the last and the count), chosen by the config's `keys`.
+void NoteDenseLayers(HfCheckpoint& c, const std::string& keys) {
+  const std::vector<int>& d = c.model.dense_layers;
+  std::string list;
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (d.size() > 8 && i == 3) {
+      list += ", ... " + std::to_string(d.back()) + " (" + std::to_string(d.size()) + " layers)";
+      break;
+    }
+    list += (list.empty() ? "" : ", ") + std::to_string(d[i]);
+  }
+  c.notes.push_back((d.size() == 1 ? "layer " : "layers ") + list + ": a dense MLP of " +
+                    std::to_string(c.model.dense_intermediate_size) + " (intermediate_size; " + keys + ")");
+}
+
+// A count that may be 0: absent, `fallback`; else an integer in [0, 2^30].
+int Count(KeyReader& r, const std::string& key, int fallback) {
+  r.RefuseNull(key, "an integer >= 0");
+  const json* v = r.Get(key);
+  if (v == nullptr) return fallback;
+  if (!v->is_number_integer() || v->get<int64_t>() < 0 || v->get<int64_t>() > (int64_t{1} << 30)) {
+    r.Error(key + ": expected an integer >= 0, got " + v->dump());
+    return fallback;
+  }
+  return v->get<int>();
+}
+
+// GLM-4.5's routed MLP (transformers' Glm4MoeMoE, DeepSeek-V3's router):
+// sigmoid scores whose experts are chosen by score + e_score_correction_bias
+// within the topk_group best of n_group groups, weighted by the scores
+// (normalized with norm_topk_prob, default true) times
+// routed_scaling_factor; n_shared_experts ungated shared experts of
+// moe_intermediate_size (one gated MLP of their summed width: transformers
+// builds them so); the first first_k_dense_replace layers dense, of
+// intermediate_size; no load-balancing loss; num_nextn_predict_layers
+// multi-token-prediction layers in the checkpoint, not in the model.
+void ParseGlm4MoeRouter(KeyReader& r, HfCheckpoint& c, int dense_width) {
+  GptConfig& m = c.model;
+  m.router_scoring = kernels::MoeScoring::kSigmoid;
+  r.RefuseNull("moe_intermediate_size", "a positive integer");
+  m.intermediate_size = r.Int("moe_intermediate_size", 1408, false);
+  r.RefuseNull("n_shared_experts", "a positive integer");
+  m.shared_expert_size = r.Int("n_shared_experts", 1, false) * m.intermediate_size;
+  r.RefuseNull("routed_scaling_factor", "a positive number");
+  m.routed_scale = r.Number("routed_scaling_factor", 1.0);
+  if (!(m.routed_scale > 0) || m.routed_scale > 1e6) {
+    r.Error("routed_scaling_factor: " + json(m.routed_scale).dump() + " (expected a positive number)");
+  }
+  r.RefuseNull("n_group", "a positive integer");
+  r.RefuseNull("topk_group", "a positive integer");
+  m.router_groups = r.Int("n_group", 1, false);
+  m.router_topk_groups = r.Int("topk_group", 1, false);
+  const int E = m.n_experts, G = m.router_groups, TG = m.router_topk_groups;
+  if (G > kernels::kMaxRouterGroups || E % G != 0 || E / G < 2) {
+    r.Error("n_group: " + std::to_string(G) + " groups of the " + std::to_string(E) +
+            " experts (expected a divisor leaving two or more experts a group, at most " +
+            std::to_string(kernels::kMaxRouterGroups) + " groups: transformers scores a group by its two best)");
+  } else if (TG > G || m.experts_per_token > TG * (E / G)) {
+    r.Error("topk_group: " + std::to_string(TG) + " of " + std::to_string(G) + " groups of " + std::to_string(E / G) +
+            " experts cannot hold num_experts_per_tok " + std::to_string(m.experts_per_token) + " experts");
+  }
+  const int dense = Count(r, "first_k_dense_replace", 1);
+  for (int l = 0; l < std::min(dense, m.n_layer); ++l) m.dense_layers.push_back(l);
+  if (m.routed_layers() < 1) {
+    r.Error("first_k_dense_replace: " + std::to_string(dense) + " makes every one of the " + std::to_string(m.n_layer) +
+            " layers dense (no experts in use); zinf needs a routed layer");
+  } else if (!m.dense_layers.empty()) {
+    r.RefuseNull("intermediate_size", "a positive integer: layer 0 is dense");
+    m.dense_intermediate_size = dense_width;
+    NoteDenseLayers(c, "first_k_dense_replace");
+  }
+  // transformers 5 calls it num_mtp_layers too.
+  if (r.Has("num_nextn_predict_layers") && r.Has("num_mtp_layers")) {
+    r.Error("num_nextn_predict_layers and num_mtp_layers: give one");
+  }
+  c.mtp_layers = Count(r, r.Has("num_mtp_layers") ? "num_mtp_layers" : "num_nextn_predict_layers", 1);
+  if (r.Bool("output_router_logits", false)) {
+    c.notes.push_back("output_router_logits: ignored (transformers' " + c.architecture +
+                      " adds no load-balancing loss)");
+  }
+  if (r.Get("router_aux_loss_coef") != nullptr) {
+    c.notes.push_back("router_aux_loss_coef: ignored (transformers' " + c.architecture + " does not read it)");
+  }
+}
+
 // Qwen-MoE's dense layers, as transformers picks them: those in
 // mlp_only_layers (layers past the model's change nothing: it asks
 // `layer_idx in`) and those whose layer + 1 decoder_sparse_step does not
@@ -973,32 +1071,23 @@ void ParseDenseLayers(KeyReader& r, HfCheckpoint& c, int dense_width) {
   r.RefuseNull("intermediate_size",
                "a positive integer: layers " + std::to_string(m.dense_layers.front()) + "... are dense");
   m.dense_intermediate_size = dense_width;
-  // Up to 8 layers named; more as the first three, the last and the count.
-  const std::vector<int>& d = m.dense_layers;
-  std::string list;
-  for (size_t i = 0; i < d.size(); ++i) {
-    if (d.size() > 8 && i == 3) {
-      list += ", ... " + std::to_string(d.back()) + " (" + std::to_string(d.size()) + " layers)";
-      break;
-    }
-    list += (list.empty() ? "" : ", ") + std::to_string(d[i]);
-  }
-  c.notes.push_back("layers " + list + ": a dense MLP of " + std::to_string(dense_width) +
-                    " (intermediate_size; mlp_only_layers, decoder_sparse_step)");
+  NoteDenseLayers(c, "mlp_only_layers, decoder_sparse_step");
 }
 
 // The routed MLP's keys (Qwen-MoE's dense layers among the routed ones:
 // ParseDenseLayers), the load-balancing loss in the loss when
 // output_router_logits.
-void ParseExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
+void ParseExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch, int dense_width) {
   GptConfig& m = c.model;
   // num_experts, or transformers 5's num_local_experts (both names map to
   // one attribute in all three classes); Mixtral's Hub configs say
   // num_local_experts.
-  if (r.Has("num_experts") && r.Has("num_local_experts")) r.Error("num_experts and num_local_experts: give one");
-  const char* key = r.Has("num_local_experts") || (arch.experts == Experts::kMixtral && !r.Has("num_experts"))
-                        ? "num_local_experts"
-                        : "num_experts";
+  // GLM-4.5's is n_routed_experts (num_local_experts in transformers 5).
+  const bool glm = arch.experts == Experts::kGlm4Moe;
+  const char* own = glm ? "n_routed_experts" : "num_experts";
+  if (r.Has(own) && r.Has("num_local_experts")) r.Error(std::string(own) + " and num_local_experts: give one");
+  const char* key =
+      r.Has("num_local_experts") || (arch.experts == Experts::kMixtral && !r.Has(own)) ? "num_local_experts" : own;
   // Absent: the class's default; null: an error (transformers' would fail).
   auto count = [&](const char* k, int fallback) {
     r.RefuseNull(k, "a positive integer");
@@ -1015,10 +1104,10 @@ void ParseExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
     m.norm_topk_prob = true;
     if (r.Get("norm_topk_prob") != nullptr) c.notes.push_back("norm_topk_prob: ignored (Mixtral always renormalizes)");
   } else {
-    m.norm_topk_prob = r.Bool("norm_topk_prob", false);
+    m.norm_topk_prob = r.Bool("norm_topk_prob", glm);
   }
+  if (glm) return ParseGlm4MoeRouter(r, c, dense_width);
   if (QwenMoe(arch)) {
-    const int dense_width = m.intermediate_size;  // intermediate_size: the dense layers'
     m.intermediate_size = r.Int("moe_intermediate_size", arch.experts == Experts::kQwen2Moe ? 1408 : 768, false);
     if (arch.experts == Experts::kQwen2Moe) {
       m.shared_expert_size = r.Int("shared_expert_intermediate_size", 5632, false);
@@ -1071,12 +1160,14 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
                   : r.Int("num_key_value_heads",
                           arch.default_kv_heads > 0 && !r.Has("num_key_value_heads") ? arch.default_kv_heads : m.n_head,
                           arch.gemma);
-  // Qwen-MoE's is its dense layers' width (the class's default when
-  // absent), unused when every layer routes.
+  // Qwen-MoE's and GLM-4.5's is their dense layers' width (the class's
+  // default when absent), unused when every layer routes.
   m.intermediate_size = QwenMoe(arch)
                             ? r.Int("intermediate_size", arch.experts == Experts::kQwen2Moe ? 5632 : 6144, false)
-                            : shape("intermediate_size");
-  if (arch.experts != Experts::kNone) ParseExperts(r, c, arch);
+                        : arch.experts == Experts::kGlm4Moe ? r.Int("intermediate_size", 10944, false)
+                                                            : shape("intermediate_size");
+  // The experts' width replaces it; it stays the dense layers'.
+  if (arch.experts != Experts::kNone) ParseExperts(r, c, arch, m.intermediate_size);
   c.max_positions = shape("max_position_embeddings");
   m.seq_len = c.max_positions;
   m.tied_embeddings = r.Bool("tie_word_embeddings", arch.gemma || arch.tied_by_default);
@@ -1105,7 +1196,7 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   }
   m.qkv_bias = arch.attention_bias_qkv ? r.Bool(std::string(arch.bias_key), arch.qkv_bias) : arch.qkv_bias;
   if (!arch.out_bias_key.empty()) r.Neutral(std::string(arch.out_bias_key), {false});  // Seed-OSS's o_proj bias
-  m.qk_norm = arch.qk_norm;
+  m.qk_norm = arch.qk_norm_key.empty() ? arch.qk_norm : r.Bool(std::string(arch.qk_norm_key), false);
   m.post_norms = arch.post_norms;
   m.qk_norm_all_heads = arch.qk_norm_all_heads;
   m.sandwich_norms = arch.glm4_norms;  // Gemma's: ParseGemma
@@ -1257,6 +1348,7 @@ StatusOr<HfCheckpoint> ParseHfConfig(const std::string& dir, const Architecture*
   c.fused_gate_up = traits->phi3 || traits->fused_gate_up;
   c.glm4_norm_names = traits->glm4_norms;
   c.mixtral_names = traits->experts == Experts::kMixtral;
+  c.shared_experts_names = traits->experts == Experts::kGlm4Moe;
   if (traits->llama) {
     ParseLlama(r, c, *traits);
   } else {
@@ -1408,6 +1500,14 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
         continue;
       }
     }
+    bool mtp = false;  // GLM-4.5's multi-token-prediction layers
+    for (int i = 0; i < c.mtp_layers; ++i) {
+      mtp |= name.rfind(body + "layers." + std::to_string(m.n_layer + i) + ".", 0) == 0;
+    }
+    if (mtp) {
+      c.kept.push_back(name);
+      continue;
+    }
     const bool buffer = name.find("rotary_emb.inv_freq") != std::string::npos ||
                         (name.find(".attn.bias") != std::string::npos && !m.llama()) ||
                         name.find(".attn.masked_bias") != std::string::npos;
@@ -1419,8 +1519,9 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
                                    ShapeText(source.entry.shape) + ") is not part of a " + c.architecture);
   }
   if (!c.kept.empty()) {
-    c.notes.push_back(std::to_string(c.kept.size()) + " tensors outside the language model (e.g. " + c.kept.front() +
-                      "): not trained, copied unchanged on export");
+    c.notes.push_back(std::to_string(c.kept.size()) + " tensors outside the model zinf trains (" +
+                      (c.mtp_layers > 0 ? "the multi-token-prediction layers" : "the vision side") + ", e.g. " +
+                      c.kept.front() + "): not trained, copied unchanged on export");
   }
   return c;
 }
@@ -1502,11 +1603,12 @@ std::vector<std::string> HfTensorNames(const HfCheckpoint& ckpt, BlockId block) 
       }
     }
     n[static_cast<size_t>(RouterIndex(m))] = moe + "gate.weight";
-    if (m.shared_expert()) {  // Qwen2-MoE's
+    if (m.sigmoid_router()) n[static_cast<size_t>(RouterBiasIndex(m))] = moe + "gate.e_score_correction_bias";
+    if (m.shared_expert()) {  // Qwen2-MoE's, GLM-4.5's
       constexpr std::array<const char*, 3> kProj = {"gate_proj", "up_proj", "down_proj"};
+      const std::string shared = ckpt.shared_experts_names ? "shared_experts." : "shared_expert.";
       for (int w = 0; w < 3; ++w) {
-        n[static_cast<size_t>(SharedExpertTensor(m, w))] =
-            moe + "shared_expert." + kProj[static_cast<size_t>(w)] + ".weight";
+        n[static_cast<size_t>(SharedExpertTensor(m, w))] = moe + shared + kProj[static_cast<size_t>(w)] + ".weight";
       }
       if (m.shared_expert_gate) n[static_cast<size_t>(SharedGateIndex(m))] = moe + "shared_expert_gate.weight";
     }

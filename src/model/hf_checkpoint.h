@@ -64,8 +64,10 @@
 // max_window_layers on; Qwen2-MoE: the even ones below it; SmolLM3: its
 // NoPE layers) when use_sliding_window is true: GptConfig::sliding_window
 // and sliding_layers. The mixtures of experts (Qwen3-MoE, Qwen2-MoE,
-// Mixtral, OLMoE) set GptConfig's expert fields; Qwen-MoE's dense layers
-// (mlp_only_layers, decoder_sparse_step) its dense_layers.
+// Mixtral, OLMoE, GLM-4.5) set GptConfig's expert fields (GLM-4.5's
+// sigmoid router its router fields); Qwen-MoE's dense layers
+// (mlp_only_layers, decoder_sparse_step) and GLM-4.5's
+// (first_k_dense_replace) its dense_layers.
 // The vocabulary rows of the embedding and an untied head are padded with
 // zero rows to padded_vocab_size (they receive no gradient and stay 0).
 // pad_token_id (absent: the class's default, Phi-3 32000, SmolLM3 128004,
@@ -127,13 +129,21 @@ struct HfCheckpoint {
   // block_sparse_moe.experts.<e>.w1 (gate), w3 (up), w2 (down); else
   // mlp.gate and mlp.experts.<e>.gate_proj, up_proj, down_proj.
   bool mixtral_names = false;
+  // GLM-4.5's name for the shared expert: mlp.shared_experts (Qwen2-MoE's:
+  // mlp.shared_expert). A sigmoid router's bias is mlp.gate.e_score_correction_bias.
+  bool shared_experts_names = false;
+  // GLM-4.5's multi-token-prediction layers (num_nextn_predict_layers),
+  // stored as layers n_layer .. n_layer + mtp_layers - 1: not part of the
+  // model transformers trains (nor zinf): `kept`.
+  int mtp_layers = 0;
   std::vector<std::string> notes;  // keys and tensors ignored, and why
   // Where the language model's tensors are: "model." and "lm_head.weight"
   // (HfTensorNames' names), or under a multimodal model's prefix.
   std::string body_prefix = "model.";
   std::string head_name = "lm_head.weight";
-  // The source's tensors outside the language model (a multimodal model's
-  // vision tower and projector), in name order: an export copies them.
+  // The source's tensors outside the model zinf trains (a multimodal
+  // model's vision tower and projector, GLM-4.5's multi-token-prediction
+  // layers), in name order: an export copies them.
   std::vector<std::string> kept;
 
   struct Source {

@@ -62,7 +62,7 @@ TEST_P(HfExportTest, F32ExportOfF32CheckpointIsByteIdentical) {
 INSTANTIATE_TEST_SUITE_P(F32Fixtures, HfExportTest,
                          ::testing::Values("gpt2", "llama", "qwen3", "phi3", "phi3-longrope", "gemma3", "gemma2",
                                            "granite", "qwen3-yarn", "exaone4", "seed-oss", "glm", "ernie4_5",
-                                           "qwen3_moe", "olmoe", "qwen2_moe", "qwen3_moe-dense"));
+                                           "qwen3_moe", "olmoe", "qwen2_moe", "qwen3_moe-dense", "glm4_moe"));
 
 // Small shards: several files and an index naming every tensor once; the
 // folder opens as the same model with the same fp32 weights (the BF16

@@ -190,7 +190,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, HfParityTest,
                                            "smollm3", "mistral-window", "qwen2-window", "gemma", "gemma3", "gemma3-mm",
                                            "llama-pad", "gemma2", "granite", "olmo2", "qwen3-yarn", "olmo3", "exaone4",
                                            "seed-oss", "helium", "glm", "glm4", "ernie4_5", "qwen3_moe", "mixtral",
-                                           "olmoe", "qwen3_moe-aux", "qwen2_moe", "qwen3_moe-dense"));
+                                           "olmoe", "qwen3_moe-aux", "qwen2_moe", "qwen3_moe-dense", "glm4_moe"));
 
 // A copy of a fixture folder whose config.json or tensors a test changes.
 std::string CopyFixture(const TempDir& tmp, const std::string& name) {
@@ -1283,7 +1283,7 @@ TEST(HfCheckpointTest, ExpertsAsTransformersReadsThem) {
   EXPECT_EQ(c->model.dense_layers, (std::vector<int>{0}));
   EXPECT_EQ(c->model.dense_intermediate_size, 48);
   EXPECT_EQ(c->model.intermediate_size, 24);
-  EXPECT_NE(Notes(*c).find("layers 0: a dense MLP of 48"), std::string::npos) << Notes(*c);
+  EXPECT_NE(Notes(*c).find("layer 0: a dense MLP of 48"), std::string::npos) << Notes(*c);
   names = HfTensorNames(*c, LayerBlock(0));
   ASSERT_EQ(names.size(), GptBlockSpecs(c->model)[LayerBlock(0)].tensors.size());
   EXPECT_EQ(names[kDownW], "model.layers.0.mlp.down_proj.weight");
@@ -1399,6 +1399,98 @@ TEST(HfCheckpointTest, Qwen2MoeAsTransformersReadsIt) {
   EXPECT_NE(c.status().message().find("shared_expert_intermediate_size: expected a positive integer"),
             std::string::npos)
       << c.status().ToString();
+}
+
+// GLM-4.5 (Glm4MoeForCausalLM): a sigmoid router with its selection bias
+// (mlp.gate.e_score_correction_bias), groups and scale; ungated shared
+// experts (mlp.shared_experts) of n_shared_experts times the experts'
+// width; the first first_k_dense_replace layers dense; q/k/v biases and
+// q/k norms as attention_bias and use_qk_norm say; half of each head
+// turned, rotate-half; the multi-token-prediction layer's tensors kept.
+TEST(HfCheckpointTest, Glm4MoeAsTransformersReadsIt) {
+  auto g = OpenHfCheckpoint(FixtureDir("glm4_moe"));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  const GptConfig& m = g->model;
+  EXPECT_TRUE(m.sigmoid_router() && m.norm_topk_prob && m.qkv_bias && m.qk_norm && !m.rope.interleaved);
+  EXPECT_EQ(m.n_experts, 8);
+  EXPECT_EQ(m.experts_per_token, 3);
+  EXPECT_EQ(m.router_groups, 4);
+  EXPECT_EQ(m.router_topk_groups, 2);
+  EXPECT_EQ(m.routed_scale, 2.5);
+  EXPECT_EQ(m.intermediate_size, 24);
+  EXPECT_EQ(m.shared_expert_size, 24);
+  EXPECT_FALSE(m.shared_expert_gate);
+  EXPECT_EQ(m.dense_layers, (std::vector<int>{0}));
+  EXPECT_EQ(m.dense_intermediate_size, 40);
+  EXPECT_EQ(m.rope.partial_factor, 0.5);
+  EXPECT_EQ(g->mtp_layers, 1);
+  EXPECT_EQ(g->kept.size(), 4u);
+  for (const std::string& k : g->kept) EXPECT_EQ(k.rfind("model.layers.3.", 0), 0u) << k;
+  EXPECT_NE(Notes(*g).find("multi-token-prediction"), std::string::npos) << Notes(*g);
+  const std::vector<std::string> names = HfTensorNames(*g, LayerBlock(1));
+  ASSERT_EQ(names.size(), GptBlockSpecs(m)[LayerBlock(1)].tensors.size());
+  EXPECT_EQ(names[static_cast<size_t>(RouterBiasIndex(m))], "model.layers.1.mlp.gate.e_score_correction_bias");
+  EXPECT_EQ(names[static_cast<size_t>(SharedExpertTensor(m, 0))], "model.layers.1.mlp.shared_experts.gate_proj.weight");
+  const std::vector<BlockSpec> specs = GptBlockSpecs(m);
+  const TensorSpec& bias = specs[LayerBlock(1)].tensors[static_cast<size_t>(RouterBiasIndex(m))];
+  EXPECT_TRUE(IsFrozenTensor(bias));
+  EXPECT_FALSE(bias.decay);
+  EXPECT_FALSE(IsLayerMatrix(m, RouterBiasIndex(m)));
+  EXPECT_FALSE(IsLayerMatrix(m, RouterIndex(m)));  // fp32, as transformers keeps it
+  EXPECT_TRUE(IsLayerMatrix(m, SharedExpertTensor(m, 0)));
+  EXPECT_EQ(HfTensorNames(*g, LayerBlock(0))[kGateW], "model.layers.0.mlp.gate_proj.weight");  // the dense layer
+
+  // The class's defaults: one group, scale 1, weights normalized, layer 0
+  // dense, no q/k norms, one shared expert.
+  TempDir tmp;
+  auto c = OpenEdited(
+      tmp, "glm4_moe",
+      [](nlohmann::json& d) {
+        for (const char* k : {"n_group", "topk_group", "routed_scaling_factor", "norm_topk_prob", "use_qk_norm",
+                              "first_k_dense_replace", "n_shared_experts", "num_nextn_predict_layers"}) {
+          d.erase(k);
+        }
+        d["n_routed_experts"] = 16;
+      },
+      /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.router_groups, 1);
+  EXPECT_EQ(c->model.routed_scale, 1.0);
+  EXPECT_TRUE(c->model.norm_topk_prob);
+  EXPECT_FALSE(c->model.qk_norm);
+  EXPECT_EQ(c->model.dense_layers, (std::vector<int>{0}));
+  EXPECT_EQ(c->model.shared_expert_size, 24);
+  EXPECT_EQ(c->model.n_experts, 16);
+  EXPECT_EQ(c->mtp_layers, 1);
+  c = OpenEdited(
+      tmp, "glm4_moe", [](nlohmann::json& d) { d["first_k_dense_replace"] = 0; }, /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->model.dense_layers.empty());
+  c = OpenEdited(
+      tmp, "glm4_moe", [](nlohmann::json& d) { d["n_shared_experts"] = 2; }, /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.shared_expert_size, 48);
+
+  auto refused = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& expect,
+                     bool config_only = true) {
+    auto bad = OpenEdited(tmp, "glm4_moe", edit, config_only);
+    ASSERT_FALSE(bad.ok()) << expect;
+    EXPECT_NE(bad.status().message().find(expect), std::string::npos) << bad.status().ToString();
+  };
+  refused([](nlohmann::json& d) { d["n_group"] = 3; }, "n_group: 3 groups of the 8 experts");
+  refused([](nlohmann::json& d) { d["n_group"] = 8; }, "n_group: 8 groups of the 8 experts");
+  refused([](nlohmann::json& d) { d["topk_group"] = 1; }, "topk_group: 1 of 4 groups of 2 experts");
+  refused([](nlohmann::json& d) { d["topk_group"] = 5; }, "topk_group: 5 of 4 groups");
+  refused([](nlohmann::json& d) { d["first_k_dense_replace"] = 3; }, "first_k_dense_replace: 3 makes every one");
+  refused([](nlohmann::json& d) { d["first_k_dense_replace"] = -1; },
+          "first_k_dense_replace: expected an integer >= 0");
+  refused([](nlohmann::json& d) { d["routed_scaling_factor"] = 0; }, "routed_scaling_factor: 0");
+  refused([](nlohmann::json& d) { d["n_shared_experts"] = 0; }, "n_shared_experts: expected a positive integer");
+  refused([](nlohmann::json& d) { d["num_mtp_layers"] = 1; }, "num_nextn_predict_layers and num_mtp_layers");
+  refused([](nlohmann::json& d) { d["num_local_experts"] = 8; }, "n_routed_experts and num_local_experts");
+  // Without the multi-token-prediction layer its tensors are strangers.
+  refused([](nlohmann::json& d) { d["num_nextn_predict_layers"] = 0; }, "tensor model.layers.3.",
+          /*config_only=*/false);
 }
 
 // Gemma 3 4B and up (Gemma3ForConditionalGeneration): the language model

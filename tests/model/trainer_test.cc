@@ -688,7 +688,7 @@ TEST(TrainerTest, AForwardOnlyTrainerEvaluatesAsATrainingOne) {
 // (qwen3_moe-dense: 100 rows).
 void UntiedHeadRoundTrips(const char* fixture);
 TEST(TrainerTest, UntiedLlamaHeadRoundTripsThroughTheOneFileExport) {
-  for (const char* fixture : {"llama", "qwen3_moe-dense"}) {
+  for (const char* fixture : {"llama", "qwen3_moe-dense", "glm4_moe"}) {
     SCOPED_TRACE(fixture);
     UntiedHeadRoundTrips(fixture);
   }
@@ -724,6 +724,41 @@ void UntiedHeadRoundTrips(const char* fixture) {
   auto ea = a.trainer->EvaluateInOrder(), eb = b.trainer->EvaluateInOrder();
   ASSERT_TRUE(ea.ok() && eb.ok());
   EXPECT_EQ(ea->loss, eb->loss);
+}
+
+// A sigmoid router's selection bias (GLM-4.5's e_score_correction_bias, a
+// buffer in transformers) is frozen: after AdamW steps that decay every
+// tensor, with the optimizer on NVMe, it keeps its bits while the router's
+// weight moves.
+TEST(TrainerTest, FrozenSelectionBiasKeepsItsBits) {
+  TempDir dir;
+  Config config = TinyConfig(dir, OffloadDevice::kNvme, OffloadDevice::kNvme);
+  config.optimizer.weight_decay = 0.1;
+  auto source = ResolveModel(testing::FixtureDir("glm4_moe"), 0);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  std::vector<uint32_t> tokens(4096);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>((i * 37 + i / 7) % 100);
+  ASSERT_TRUE(WriteTokenFile(dir.Sub("t.bin"), tokens).ok());
+  TrainerRun r = MakeTrainerWith(config, [&](TrainerOptions& o) {
+    o.model = source->model;
+    o.data_path = dir.Sub("t.bin");
+    o.eval_fraction = 0.0;
+    o.weight_decay_on = WeightDecayOn::kAll;
+    o.initial_weights = source->InitialWeights();
+  });
+  ASSERT_NE(r.trainer, nullptr);
+  StepLosses(*r.trainer, 3);
+  ASSERT_TRUE(r.trainer->ExportSafetensors(dir.Sub("w.safetensors"), "F32").ok());
+  auto trained = ReadSafetensors(dir.Sub("w.safetensors"));
+  auto stored = ReadSafetensors(testing::FixtureDir("glm4_moe") + "/model.safetensors");
+  ASSERT_TRUE(trained.ok() && stored.ok());
+  for (const char* name : {"model.layers.1.mlp.gate.e_score_correction_bias", "model.layers.2.mlp.gate.weight"}) {
+    const auto* a = trained->Find(name);
+    const auto* b = stored->Find(name);
+    ASSERT_TRUE(a != nullptr && b != nullptr) << name;
+    const bool bias = std::string(name).ends_with("bias");
+    EXPECT_EQ(a->data == b->data, bias) << name << (bias ? " changed" : " did not train");
+  }
 }
 
 TEST(TrainerTest, InitFromSafetensorsNamesAMismatchedTensor) {

@@ -23,7 +23,7 @@ import sys
 import torch
 import torch.nn.functional as F
 import transformers
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 B, T = 2, 16
@@ -208,6 +208,25 @@ MODELS = {
                              num_experts_per_tok=2, moe_intermediate_size=24, norm_topk_prob=True,
                              mlp_only_layers=[0, 2, 7], tie_word_embeddings=False, pad_token_id=None,
                              output_router_logits=True, router_aux_loss_coef=0.2), torch.float32),
+    # GLM-4.5 (Glm4Moe): a sigmoid router choosing by score + e_score_correction_bias (random here) among 8
+    # experts of width 24 in 4 groups of which 2 are candidates, 3 a token, the weights normalized and times 2.5;
+    # a shared expert of width 24 (ungated); layer 0 dense (first_k_dense_replace, width 40), 1 and 2 routed;
+    # q/k/v biases, q/k norms, RoPE over the first half of each head (rotate-half); untied head; the checkpoint
+    # carries a multi-token-prediction layer's tensors (layers.3), which the model does not read
+    "glm4_moe": (transformers.Glm4MoeConfig, transformers.Glm4MoeForCausalLM,
+                 dict(COMMON_LLAMA, num_hidden_layers=3, intermediate_size=40, vocab_size=100, n_routed_experts=8,
+                      num_experts_per_tok=3, n_group=4, topk_group=2, moe_intermediate_size=24, n_shared_experts=1,
+                      routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1, attention_bias=True,
+                      use_qk_norm=True, partial_rotary_factor=0.5, tie_word_embeddings=False, pad_token_id=None,
+                      num_nextn_predict_layers=1), torch.float32),
+}
+
+# Tensors a fixture's checkpoint carries beyond the model's (GLM-4.5's multi-token-prediction layer: a few of its
+# names and shapes), to show they are kept aside, not read.
+EXTRA_TENSORS = {
+    "glm4_moe": {"model.layers.3.eh_proj.weight": (32, 64), "model.layers.3.enorm.weight": (32,),
+                 "model.layers.3.mlp.experts.0.gate_proj.weight": (24, 32),
+                 "model.layers.3.shared_head.norm.weight": (32,)},
 }
 
 
@@ -220,6 +239,9 @@ def perturb(model, gen):
                 p.copy_(0.1 * torch.randn(p.shape, generator=gen))
             else:
                 p.copy_(0.08 * torch.randn(p.shape, generator=gen))
+        for name, buf in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):  # a sigmoid router's (a buffer: saved, not trained)
+                buf.copy_(0.1 * torch.randn(buf.shape, generator=gen))
 
 
 def loss_of(model, inputs, targets):
@@ -244,6 +266,12 @@ def make(name, config_cls, model_cls, kwargs, dtype, seed):
     os.makedirs(out, exist_ok=True)
     model.to(dtype).save_pretrained(out, safe_serialization=True)
     os.remove(os.path.join(out, "generation_config.json"))  # not read by zinf
+    if name in EXTRA_TENSORS:
+        path = os.path.join(out, "model.safetensors")
+        stored = load_file(path)
+        for key, shape in EXTRA_TENSORS[name].items():
+            stored[key] = (0.05 * torch.randn(shape, generator=gen)).to(dtype)
+        save_file(stored, path, metadata={"format": "pt"})
     model = model.float()
     model.config._attn_implementation = "eager"
     v = config.get_text_config().vocab_size

@@ -47,7 +47,11 @@ olmoe-1b-7b-2l (OLMoE-1B-7B's widths at 2 layers: 64 experts of 1024, 8 a
 token, the softmax's weights, q and k normed over all 16 heads, a 50304
 vocabulary), qwen1.5-moe-a2.7b-1l (Qwen1.5-MoE-A2.7B's widths at 1 layer: 60
 experts of 1408, 4 a token, the softmax's weights, a shared expert of 5632
-under its sigmoid gate, q/k/v biases, a 151936 vocabulary). The models with
+under its sigmoid gate, q/k/v biases, a 151936 vocabulary), glm4.5-air-1l-16e
+(GLM-4.5-Air's widths at 1 routed layer with 16 of its 128 experts of 1408,
+8 a token, by sigmoid score + a random selection bias, normalized; an
+ungated shared expert, q/k/v biases, RoPE on 64 of 128 columns, GQA 96/8, a
+151552 vocabulary; fewer experts to fit 24 GB in float64). The models with
 experts run transformers' eager experts loop.
 Prints one line per model: both losses and their difference.
 """
@@ -204,6 +208,16 @@ def qwen15_moe_a27b():
                                                                                   rope_theta=1000000.0))
 
 
+def glm45_air():
+    return transformers.Glm4MoeForCausalLM, transformers.Glm4MoeConfig(
+        vocab_size=151552, hidden_size=4096, intermediate_size=10944, moe_intermediate_size=1408, num_hidden_layers=1,
+        num_attention_heads=96, num_key_value_heads=8, head_dim=128, n_routed_experts=16, num_experts_per_tok=8,
+        n_shared_experts=1, n_group=1, topk_group=1, routed_scaling_factor=1.0, norm_topk_prob=True,
+        first_k_dense_replace=0, attention_bias=True, use_qk_norm=False, partial_rotary_factor=0.5,
+        max_position_embeddings=131072, rms_norm_eps=1e-5, tie_word_embeddings=False, num_nextn_predict_layers=0,
+        rope_parameters=dict(rope_type="default", rope_theta=1000000.0, partial_rotary_factor=0.5))
+
+
 def gemma3_4b():
     return transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(
         vocab_size=262208, hidden_size=2560, intermediate_size=10240, num_hidden_layers=2, num_attention_heads=8,
@@ -219,7 +233,7 @@ SHAPES = {"qwen3-0.6b": qwen3, "phi4-mini-2l": phi4_mini, "smollm3-4l": smollm3,
           "olmo3-7b-2l": olmo3_7b, "exaone4-1.2b-4l": exaone4_1b,
           "helium-2b-2l": helium_2b, "glm4-9b-2l": glm4_9b, "ernie4.5-0.3b": ernie45_03b,
           "qwen3-30b-a3b-1l": qwen3_moe_30b, "olmoe-1b-7b-2l": olmoe_1b_7b,
-          "qwen1.5-moe-a2.7b-1l": qwen15_moe_a27b}
+          "qwen1.5-moe-a2.7b-1l": qwen15_moe_a27b, "glm4.5-air-1l-16e": glm45_air}
 
 
 def check(name, zinf, work):
@@ -228,7 +242,12 @@ def check(name, zinf, work):
     folder = os.path.join(work, name)
     if not os.path.exists(os.path.join(folder, "config.json")):
         torch.manual_seed(0)
-        model_cls(config).to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
+        model = model_cls(config)
+        for key, buf in model.named_buffers():  # a sigmoid router's selection bias: not all zeros
+            if key.endswith("e_score_correction_bias"):
+                buf.copy_(0.02 * torch.randn(buf.shape))
+        model.to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
+        del model
     rng = np.random.default_rng(7)
     tokens = rng.integers(0, config.vocab_size, size=B * T + 1, dtype=np.uint32)
     header = np.zeros(256, dtype=np.int32)
