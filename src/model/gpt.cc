@@ -445,6 +445,11 @@ std::vector<BlockSpec> WithDecayFlags(std::vector<BlockSpec> specs) {
 
 bool IsFrozenTensor(const TensorSpec& tensor) { return tensor.name == "router.score_correction_bias"; }
 
+bool KeptInFp32(const GptConfig& config, int layer, int tensor) {
+  return config.sigmoid_router() && config.moe_in(layer) &&
+         (tensor == RouterIndex(config) || tensor == RouterBiasIndex(config));
+}
+
 std::vector<BlockSpec> GptBlockSpecs(const GptConfig& config) {
   if (config.llama()) return WithDecayFlags(LlamaBlockSpecs(config));
   const int64_t C = config.n_embd, Vp = config.padded_vocab_size, T = config.seq_len;
@@ -477,9 +482,9 @@ std::vector<std::vector<int>> LayerTensorGroups(const GptConfig& config, int lay
   std::vector<int> qkv = {kQW, kKW, kVW};
   if (config.qkv_bias) qkv.insert(qkv.end(), {kQB, kKB, kVB});
   if (config.qk_norm) qkv.insert(qkv.end(), {QNormIndex(config), QNormIndex(config) + 1});
-  // The MLP's input: the router, then each expert's gate and up (then the
-  // shared expert's and its gate's); its output: each expert's down (then
-  // the shared expert's).
+  // The MLP's input: the router (and a sigmoid router's bias), then each
+  // expert's gate and up (then the shared expert's and its gate's); its
+  // output: each expert's down (then the shared expert's).
   std::vector<int> mlp_in, mlp_out;
   const bool routed = config.moe_in(layer);
   if (routed) mlp_in.push_back(RouterIndex(config));
@@ -1623,13 +1628,13 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
       (G == 1 || (config.sigmoid_router() && config.n_experts % G == 0 && config.n_experts / G >= 2 &&
                   config.experts_per_token <= TG * (config.n_experts / G)));
   if (!groups_valid || (config.sigmoid_router() && !config.moe()) ||
-      !(config.routed_scale > 0 && std::isfinite(config.routed_scale))) {
-    return Status::InvalidArgument("GptCompute: router " + std::to_string(TG) + " of " + std::to_string(G) +
-                                   " expert groups (" + std::to_string(config.n_experts) + " experts, " +
-                                   std::to_string(config.experts_per_token) + " a token), scale " +
-                                   std::to_string(config.routed_scale) +
-                                   ": groups need a sigmoid router, divide the experts into groups of two or more, "
-                                   "and hold the experts a token takes; the scale is positive");
+      !(config.routed_scale > 0 && std::isfinite(config.routed_scale)) || (config.routed_scale != 1 && !config.moe())) {
+    return Status::InvalidArgument(
+        "GptCompute: router_topk_groups " + std::to_string(TG) + " of router_groups " + std::to_string(G) + " (" +
+        std::to_string(config.n_experts) + " experts, " + std::to_string(config.experts_per_token) +
+        " a token), routed_scale " + std::to_string(config.routed_scale) +
+        ": groups need a sigmoid router (router_scoring), divide the experts into groups of two or more, and hold "
+        "the experts a token takes; routed_scale is positive, and 1 without experts");
   }
   if (!config.llama() &&
       (config.norm_unit_offset || config.mlp_glu != kernels::Glu::kSilu || config.embed_scale ||

@@ -174,12 +174,13 @@ struct GptConfig {
   // side (transformers' nn.Embedding padding_idx, from pad_token_id; a tied
   // head still trains it); -1: none.
   int padding_token = -1;
-  // Mixture of experts (kLlama; Qwen3-MoE, Qwen2-MoE, Mixtral, OLMoE), 0:
-  // none. With n_experts > 0 every layer's MLP but dense_layers' (below)
-  // is sparse: a router (a linear map C ->
+  // Mixture of experts (kLlama; Qwen3-MoE, Qwen2-MoE, Mixtral, OLMoE,
+  // GLM-4.5), 0: none. With n_experts > 0 every layer's MLP but
+  // dense_layers' (below) is sparse: a router (a linear map C ->
   // n_experts, no bias) scores each token, the softmax's experts_per_token
-  // largest choose its experts and weigh their outputs (divided by their
-  // sum when norm_topk_prob), and each expert is a gated MLP of width
+  // largest (or a sigmoid router's choice: router_scoring) choose its
+  // experts and weigh their outputs (divided by their sum when
+  // norm_topk_prob), and each expert is a gated MLP of width
   // intermediate_size (the experts' width, HF's moe_intermediate_size).
   int n_experts = 0;
   int experts_per_token = 0;
@@ -198,7 +199,8 @@ struct GptConfig {
   int router_groups = 1;
   int router_topk_groups = 1;
   double routed_scale = 1;
-  // A shared expert beside the routed ones (Qwen2-MoE), 0: none: a gated
+  // A shared expert beside the routed ones (Qwen2-MoE's gated one,
+  // GLM-4.5's ungated), 0: none: a gated
   // MLP of width shared_expert_size that every token goes through, its
   // output added to the routed experts' sum; with shared_expert_gate
   // first multiplied by sigmoid(x . g), g a [1, C] weight (transformers'
@@ -206,7 +208,8 @@ struct GptConfig {
   int shared_expert_size = 0;
   bool shared_expert_gate = false;
   // With experts, the layers (0-based, ascending) whose MLP is dense
-  // instead (Qwen-MoE's mlp_only_layers and decoder_sparse_step): a gated
+  // instead (Qwen-MoE's mlp_only_layers and decoder_sparse_step, GLM-4.5's
+  // first_k_dense_replace): a gated
   // MLP of width dense_intermediate_size, no router, no experts.
   std::vector<int> dense_layers;
   int dense_intermediate_size = 0;
@@ -378,6 +381,12 @@ std::vector<BlockSpec> GptBlockSpecs(const GptConfig& config);
 // transformers). Its gradient is always 0 and it is never decayed (not by
 // WeightDecayOn::kAll either), so Adam and AdamW leave its bits as they are.
 bool IsFrozenTensor(const TensorSpec& tensor);
+// Whether tensor `tensor` of layer `layer` is one transformers keeps in
+// fp32 whatever the model's dtype (a sigmoid router's weight and bias:
+// GLM-4.5's and DeepSeek-V3's _keep_in_fp32_modules): an export writes it
+// F32. (With bf16 on, the engine's 16-bit working copy still rounds it for
+// the forward: docs/model.md.)
+bool KeptInFp32(const GptConfig& config, int layer, int tensor);
 // A model's random initial fp32 weights. GPT-2's scheme: normal(0, 0.02), the
 // two residual projections scaled by 1/sqrt(2L), LayerNorm weights 1,
 // biases 0, padding rows of wte 0; Llama's: normal(0, 0.02) matrices, norm

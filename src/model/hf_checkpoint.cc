@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -219,7 +220,7 @@ enum class SlidingLayers {
 // plus a gated shared expert of shared_expert_intermediate_size), OLMoE's
 // (of intermediate_size, norm_topk_prob) or Mixtral's (of
 // intermediate_size, always normalized; router_jitter_noise refused), or
-// GLM-4.5's (ParseGlm4MoeRouter: a sigmoid router, ungated shared experts,
+// GLM-4.5's (ParseGlm4MoeExperts: a sigmoid router, ungated shared experts,
 // the first layers dense).
 enum class Experts { kNone, kQwen3Moe, kQwen2Moe, kOlmoe, kMixtral, kGlm4Moe };
 
@@ -983,17 +984,23 @@ int Count(KeyReader& r, const std::string& key, int fallback) {
 // builds them so); the first first_k_dense_replace layers dense, of
 // intermediate_size; no load-balancing loss; num_nextn_predict_layers
 // multi-token-prediction layers in the checkpoint, not in the model.
-void ParseGlm4MoeRouter(KeyReader& r, HfCheckpoint& c, int dense_width) {
+void ParseGlm4MoeExperts(KeyReader& r, HfCheckpoint& c, int dense_width) {
   GptConfig& m = c.model;
   m.router_scoring = kernels::MoeScoring::kSigmoid;
   r.RefuseNull("moe_intermediate_size", "a positive integer");
   m.intermediate_size = r.Int("moe_intermediate_size", 1408, false);
   r.RefuseNull("n_shared_experts", "a positive integer");
-  m.shared_expert_size = r.Int("n_shared_experts", 1, false) * m.intermediate_size;
+  const int64_t shared = int64_t{r.Int("n_shared_experts", 1, false)} * m.intermediate_size;
+  if (shared > (int64_t{1} << 30)) {
+    r.Error("n_shared_experts: " + std::to_string(shared / m.intermediate_size) + " shared experts of " +
+            std::to_string(m.intermediate_size) + " (moe_intermediate_size) are wider than 2^30");
+  } else {
+    m.shared_expert_size = static_cast<int>(shared);
+  }
   r.RefuseNull("routed_scaling_factor", "a positive number");
   m.routed_scale = r.Number("routed_scaling_factor", 1.0);
   if (!(m.routed_scale > 0) || m.routed_scale > 1e6) {
-    r.Error("routed_scaling_factor: " + json(m.routed_scale).dump() + " (expected a positive number)");
+    r.Error("routed_scaling_factor: " + json(m.routed_scale).dump() + " (expected a number in (0, 1e6])");
   }
   r.RefuseNull("n_group", "a positive integer");
   r.RefuseNull("topk_group", "a positive integer");
@@ -1106,7 +1113,7 @@ void ParseExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch, int d
   } else {
     m.norm_topk_prob = r.Bool("norm_topk_prob", glm);
   }
-  if (glm) return ParseGlm4MoeRouter(r, c, dense_width);
+  if (glm) return ParseGlm4MoeExperts(r, c, dense_width);
   if (QwenMoe(arch)) {
     m.intermediate_size = r.Int("moe_intermediate_size", arch.experts == Experts::kQwen2Moe ? 1408 : 768, false);
     if (arch.experts == Experts::kQwen2Moe) {
@@ -1239,6 +1246,19 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   m.rope.interleaved = arch.interleaved_rope;
   if (arch.nope_layers) ParseNopeLayers(r, m);
   ParseSlidingWindow(r, c, arch);
+}
+
+// Whether `name` is a tensor of the multi-token-prediction layers:
+// <body>layers.<i>. with n_layer <= i < n_layer + mtp_layers.
+bool IsMtpLayerTensor(const HfCheckpoint& c, const std::string& name) {
+  const std::string prefix = c.body_prefix + "layers.";
+  if (c.mtp_layers == 0 || name.rfind(prefix, 0) != 0) return false;
+  const size_t dot = name.find('.', prefix.size());
+  const std::string index = name.substr(prefix.size(), dot == std::string::npos ? 0 : dot - prefix.size());
+  const auto digit = [](unsigned char ch) { return std::isdigit(ch) != 0; };
+  if (index.empty() || index.size() > 9 || !std::all_of(index.begin(), index.end(), digit)) return false;
+  const int64_t i = std::stoll(index);
+  return i >= c.model.n_layer && i < int64_t{c.model.n_layer} + c.mtp_layers;
 }
 
 StatusOr<std::string> ReadText(const std::string& path) {
@@ -1500,11 +1520,7 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
         continue;
       }
     }
-    bool mtp = false;  // GLM-4.5's multi-token-prediction layers
-    for (int i = 0; i < c.mtp_layers; ++i) {
-      mtp |= name.rfind(body + "layers." + std::to_string(m.n_layer + i) + ".", 0) == 0;
-    }
-    if (mtp) {
+    if (IsMtpLayerTensor(c, name)) {  // GLM-4.5's multi-token-prediction layers
       c.kept.push_back(name);
       continue;
     }

@@ -26,7 +26,7 @@ namespace {
 // block -1, its own dtype).
 struct OutTensor {
   BlockId block = 0;
-  std::string dtype;  // a kept tensor's; empty: the export's
+  std::string dtype;  // a kept tensor's, or F32 (KeptInFp32); empty: the export's
   size_t index = 0;   // in the block's GptBlockSpecs order
   std::string name;
   std::vector<int64_t> shape;  // the file's (source) layout, the whole tensor's
@@ -71,7 +71,9 @@ std::vector<OutTensor> PlanTensors(const GptConfig& model, const HfCheckpoint& n
       if (vocab_rows) o.shape[0] = model.vocab_size;
       o.transpose = !model.llama() && b != kEmbedBlock && b != head && o.shape.size() == 2;
       if (o.transpose) std::swap(o.shape[0], o.shape[1]);
-      o.bytes = element_bytes;
+      // A sigmoid router's weight and bias stay F32 (as transformers saves them).
+      if (b != kEmbedBlock && b != head && KeptInFp32(model, b - 1, static_cast<int>(t))) o.dtype = "F32";
+      o.bytes = o.dtype.empty() ? element_bytes : 4;
       for (int64_t d : o.shape) o.bytes *= d;
       const HfRows rows = HfRowsOf(specs[b], n, t);
       o.first = rows.row == 0;
@@ -223,7 +225,7 @@ Status WriteWeights(const std::string& dir, const std::vector<OutTensor>& plan, 
         return Status::InvalidArgument("export " + o.name + ": the block reader gave " + std::to_string(block.size()) +
                                        " tensors of block " + std::to_string(b));
       }
-      ZINF_RETURN_IF_ERROR(Encode(o, block[o.index], dtype, &raw));
+      ZINF_RETURN_IF_ERROR(Encode(o, block[o.index], o.dtype.empty() ? dtype : o.dtype, &raw));
       ZINF_RETURN_IF_ERROR(file.Write(raw.data(), raw.size()));
     }
   }

@@ -617,16 +617,18 @@ TEST_F(CudaKernelsTest, MoeKernelsMatchCpu) {
 // same experts as the CPU's (scores apart by more than rounding), weights
 // and gradients within fp32's rounding of double's.
 TEST_F(CudaKernelsTest, SigmoidRouterMatchesCpu) {
-  const int64_t N = 301;
-  const int E = 12, K = 3;
-  for (const int groups : {1, 4}) {
+  const int64_t N = 64;  // few tokens: 128 scores apart by fp32's rounding at most rarely
+  const int E = 128, K = 8;
+  // One group; 4 of which 2 are candidates; 64 (the most: the mask's top
+  // bit) of which 8.
+  for (const auto& [groups, topk] : {std::pair{1, 1}, std::pair{4, 2}, std::pair{64, 8}}) {
     SCOPED_TRACE("groups " + std::to_string(groups));
     const kernels::MoeRouting r{.E = E,
                                 .k = K,
                                 .normalize = true,
                                 .scoring = kernels::MoeScoring::kSigmoid,
                                 .groups = groups,
-                                .topk_groups = groups > 1 ? 2 : 1,
+                                .topk_groups = topk,
                                 .scale = 2.5};
     const auto logits = Uniform(N * E, -4.0f, 4.0f, 120), bias = Uniform(E, -0.3f, 0.3f, 121);
     std::vector<float> w(N * K), p(N * E);
@@ -645,6 +647,17 @@ TEST_F(CudaKernelsTest, SigmoidRouterMatchesCpu) {
     ASSERT_OK(gpu::MoeRouteBackward(d_dl, Up(dw), Up(p), Up(ex), nullptr, N, r, s()));
     EXPECT_TRUE(Near(Down(d_dl, N * E), dl, 1e-6, 1e-5));
   }
+  // Ties (equal logits, no bias): the lower group, then the lower expert.
+  const kernels::MoeRouting r{.E = 8, .k = 2, .scoring = kernels::MoeScoring::kSigmoid, .groups = 4, .topk_groups = 2};
+  const std::vector<float> logits(8, 0.5f);
+  std::vector<float> w(2), p(8);
+  std::vector<int32_t> ex(2);
+  cpu::MoeRouteForward(w.data(), ex.data(), p.data(), logits.data(), static_cast<const float*>(nullptr), 1, r);
+  EXPECT_EQ(ex, (std::vector<int32_t>{0, 1}));
+  float *d_w = Alloc<float>(2), *d_p = Up(logits);
+  int32_t* d_ex = Alloc<int32_t>(2);
+  ASSERT_OK(gpu::MoeRouteForward(d_w, d_ex, d_p, d_p, nullptr, 1, r, s()));
+  EXPECT_EQ(Down(d_ex, 2), ex);
 }
 
 // The shared expert's gate: expf's sigmoid against the CPU's in double

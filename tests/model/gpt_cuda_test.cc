@@ -182,6 +182,16 @@ TinyCase MakeTinyCase(const GptConfig& cfg) {
   c.cfg = cfg;
   for (BlockId b = 0; b <= HeadBlock(c.cfg); ++b) c.weights.push_back(InitBlockWeights(c.cfg, b, /*seed=*/1234));
   std::mt19937 rng(99);
+  // A sigmoid router's selection bias starts at 0: give it values that
+  // move the choice (the device reads it as a parameter like the others).
+  const std::vector<BlockSpec> specs = GptBlockSpecs(c.cfg);
+  std::uniform_real_distribution<float> bias(-0.3f, 0.3f);
+  for (size_t b = 0; b < specs.size(); ++b) {
+    for (size_t t = 0; t < specs[b].tensors.size(); ++t) {
+      if (!IsFrozenTensor(specs[b].tensors[t])) continue;
+      for (float& v : c.weights[b][t]) v = bias(rng);
+    }
+  }
   std::uniform_int_distribution<int32_t> tok(0, c.cfg.vocab_size - 1);
   const size_t n_tokens = static_cast<size_t>(c.batch) * c.cfg.seq_len;
   c.inputs.resize(n_tokens);

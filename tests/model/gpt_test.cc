@@ -1218,6 +1218,7 @@ TEST(GptConfigTest, CreateRefusesFieldsThatDoNotGoTogether) {
       {"more candidate groups than groups", kSigmoid, [](GptConfig& c) { c.router_topk_groups = 4; }},
       {"a load-balancing loss with a sigmoid router", kSigmoid, [](GptConfig& c) { c.router_aux_coef = 0.3; }},
       {"a routed scale of 0", kMoe, [](GptConfig& c) { c.routed_scale = 0; }},
+      {"a routed scale without experts", kLlama, [](GptConfig& c) { c.routed_scale = 2; }},
       {"a shared expert's gate without the expert", kMoe,
        [](GptConfig& c) {
          c.shared_expert_size = 0;

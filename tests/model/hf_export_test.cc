@@ -64,6 +64,32 @@ INSTANTIATE_TEST_SUITE_P(F32Fixtures, HfExportTest,
                                            "granite", "qwen3-yarn", "exaone4", "seed-oss", "glm", "ernie4_5",
                                            "qwen3_moe", "olmoe", "qwen2_moe", "qwen3_moe-dense", "glm4_moe"));
 
+// A 16-bit export keeps a sigmoid router's weight and selection bias in
+// F32, as transformers saves GLM-4.5's (the F32 fixture's bytes as they
+// are); the other matrices are BF16.
+TEST(HfExportTest, Bf16ExportKeepsTheSigmoidRouterInF32) {
+  TempDir tmp;
+  const std::string src = FixtureDir("glm4_moe"), out = tmp.path() + "/out";
+  auto ckpt = OpenHfCheckpoint(src);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  auto model = HfModelAtSeqLen(*ckpt, 0);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  ASSERT_TRUE(ExportHfFolder(out, *model, &*ckpt, "BF16", ReaderOf(*ckpt, *model)).ok());
+  auto a = ReadSafetensors(src + "/model.safetensors");
+  auto b = ReadSafetensors(out + "/model.safetensors");
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+  for (const char* name : {"model.layers.1.mlp.gate.weight", "model.layers.2.mlp.gate.e_score_correction_bias"}) {
+    const SafetensorsFile::Tensor* e = b->Find(name);
+    ASSERT_NE(e, nullptr) << name;
+    EXPECT_EQ(e->dtype, "F32") << name;
+    EXPECT_TRUE(e->data == a->Find(name)->data) << name;
+  }
+  EXPECT_EQ(b->Find("model.layers.1.mlp.experts.0.gate_proj.weight")->dtype, "BF16");
+  EXPECT_EQ(b->Find("model.layers.0.mlp.gate_proj.weight")->dtype, "BF16");  // the dense layer's
+  auto back = OpenHfCheckpoint(out);                                         // and it reads back
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+}
+
 // Small shards: several files and an index naming every tensor once; the
 // folder opens as the same model with the same fp32 weights (the BF16
 // fixture exported BF16, the F32 one with fused projections F32: the stored
