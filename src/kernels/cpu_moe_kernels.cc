@@ -11,10 +11,8 @@
 
 namespace zinf::kernels::cpu {
 namespace {
-using internal::WorthThreads;
-}  // namespace
 
-namespace {
+using internal::WorthThreads;
 
 // The sum that normalizes the chosen weights gets this added with a
 // sigmoid router (transformers' guard against k scores of 0).

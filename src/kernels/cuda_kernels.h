@@ -238,8 +238,9 @@ Status GqaExpandBackward(float* dq, float* dk, float* dv, const float* dqkv, int
 
 // The mixture-of-experts kernels (cuda_moe_kernels.cu), contracts as the
 // CPU functions of the same names: a thread per token routes it (softmax
-// or sigmoid, the bias, groups and selection in fp32), gathers and combines are elementwise (a token's
-// rows summed in their order), a warp per row forms the weights' dots.
+// or sigmoid, the bias, groups and selection in fp32), gathers and
+// combines are elementwise (a token's rows summed in their order), a warp
+// per row forms the weights' dots.
 Status MoeRouteForward(float* weights, int32_t* experts, float* probs, const float* logits, const float* bias,
                        int64_t N, const MoeRouting& r, void* stream);
 Status MoeRouteBackward(float* dlogits, const float* dweights, const float* probs, const int32_t* experts,

@@ -429,6 +429,12 @@ std::vector<BlockSpec> LlamaBlockSpecs(const GptConfig& config) {
   return specs;
 }
 
+// Whether routed-layer tensor `tensor` is a sigmoid router's weight or bias
+// (kept in fp32 by transformers: never a 16-bit layer matrix).
+bool SigmoidRouterTensor(const GptConfig& config, int tensor) {
+  return config.sigmoid_router() && (tensor == RouterIndex(config) || tensor == RouterBiasIndex(config));
+}
+
 // As the HF Trainer groups them: biases and norm weights (LayerNorm and
 // RMSNorm) undecayed, every other weight decayed; frozen tensors never.
 std::vector<BlockSpec> WithDecayFlags(std::vector<BlockSpec> specs) {
@@ -446,8 +452,7 @@ std::vector<BlockSpec> WithDecayFlags(std::vector<BlockSpec> specs) {
 bool IsFrozenTensor(const TensorSpec& tensor) { return tensor.name == "router.score_correction_bias"; }
 
 bool KeptInFp32(const GptConfig& config, int layer, int tensor) {
-  return config.sigmoid_router() && config.moe_in(layer) &&
-         (tensor == RouterIndex(config) || tensor == RouterBiasIndex(config));
+  return config.moe_in(layer) && SigmoidRouterTensor(config, tensor);
 }
 
 std::vector<BlockSpec> GptBlockSpecs(const GptConfig& config) {
@@ -1562,7 +1567,7 @@ bool IsLayerMatrix(const GptConfig& config, int tensor) {
     return tensor == kQW || tensor == kKW || tensor == kVW || tensor == kOW || tensor == kGateW || tensor == kUpW ||
            tensor == kDownW ||
            (config.moe() && tensor >= MoeExtraIndex(config) && tensor < RoutedLayerTensors(config) &&
-            !(config.sigmoid_router() && (tensor == RouterIndex(config) || tensor == RouterBiasIndex(config))));
+            !SigmoidRouterTensor(config, tensor));
   }
   return tensor == kQkvW || tensor == kAttProjW || tensor == kFcW || tensor == kFcProjW;
 }

@@ -9,8 +9,8 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -1253,12 +1253,11 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
 bool IsMtpLayerTensor(const HfCheckpoint& c, const std::string& name) {
   const std::string prefix = c.body_prefix + "layers.";
   if (c.mtp_layers == 0 || name.rfind(prefix, 0) != 0) return false;
-  const size_t dot = name.find('.', prefix.size());
-  const std::string index = name.substr(prefix.size(), dot == std::string::npos ? 0 : dot - prefix.size());
-  const auto digit = [](unsigned char ch) { return std::isdigit(ch) != 0; };
-  if (index.empty() || index.size() > 9 || !std::all_of(index.begin(), index.end(), digit)) return false;
-  const int64_t i = std::stoll(index);
-  return i >= c.model.n_layer && i < int64_t{c.model.n_layer} + c.mtp_layers;
+  int64_t i = -1;
+  const char* end = name.data() + name.size();
+  const auto [next, error] = std::from_chars(name.data() + prefix.size(), end, i);
+  return error == std::errc() && next != end && *next == '.' && i >= c.model.n_layer &&
+         i < int64_t{c.model.n_layer} + c.mtp_layers;
 }
 
 StatusOr<std::string> ReadText(const std::string& path) {

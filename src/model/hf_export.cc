@@ -73,7 +73,7 @@ std::vector<OutTensor> PlanTensors(const GptConfig& model, const HfCheckpoint& n
       if (o.transpose) std::swap(o.shape[0], o.shape[1]);
       // A sigmoid router's weight and bias stay F32 (as transformers saves them).
       if (b != kEmbedBlock && b != head && KeptInFp32(model, b - 1, static_cast<int>(t))) o.dtype = "F32";
-      o.bytes = o.dtype.empty() ? element_bytes : 4;
+      o.bytes = o.dtype.empty() ? element_bytes : ElementSizeBytes(ElementType::kF32);
       for (int64_t d : o.shape) o.bytes *= d;
       const HfRows rows = HfRowsOf(specs[b], n, t);
       o.first = rows.row == 0;

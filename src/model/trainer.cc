@@ -74,8 +74,13 @@ std::vector<std::string> GptTensorExportNames(const GptConfig& config, BlockId b
       const bool attn = t.name[1] == '_' && (c == 'q' || c == 'k' || c == 'v' || c == 'o');
       const bool mlp = t.name.rfind("gate", 0) == 0 || t.name.rfind("up", 0) == 0 || t.name.rfind("down", 0) == 0 ||
                        t.name.rfind("experts.", 0) == 0 || t.name.rfind("shared_expert", 0) == 0;
-      if (t.name == "router.weight" || t.name == "router.score_correction_bias") {  // transformers' names
-        n.push_back(l + (t.name == "router.weight" ? "mlp.gate.weight" : "mlp.gate.e_score_correction_bias"));
+      // The router's tensors under transformers' names.
+      if (t.name == "router.weight") {
+        n.push_back(l + "mlp.gate.weight");
+        continue;
+      }
+      if (t.name == "router.score_correction_bias") {
+        n.push_back(l + "mlp.gate.e_score_correction_bias");
         continue;
       }
       n.push_back(l + (attn ? "self_attn." : mlp ? "mlp." : "") + t.name);

@@ -36,17 +36,29 @@ BlockReader ReaderOf(const HfCheckpoint& ckpt, const GptConfig& model) {
 class HfExportTest : public ::testing::TestWithParam<const char*> {};
 
 // F32 fixtures: every tensor byte-identical; the config copied.
-TEST_P(HfExportTest, F32ExportOfF32CheckpointIsByteIdentical) {
-  TempDir tmp;
-  const std::string src = FixtureDir(GetParam()), out = tmp.path() + "/out";
+// Exports fixture `fixture` in `dtype` to `out`; the source's and the
+// export's model.safetensors into *src_file and *out_file.
+void ExportFixture(const std::string& fixture, const std::string& dtype, const std::string& out,
+                   SafetensorsFile* src_file, SafetensorsFile* out_file) {
+  const std::string src = FixtureDir(fixture);
   auto ckpt = OpenHfCheckpoint(src);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
   auto model = HfModelAtSeqLen(*ckpt, 0);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
-  ASSERT_TRUE(ExportHfFolder(out, *model, &*ckpt, "F32", ReaderOf(*ckpt, *model)).ok());
+  ASSERT_TRUE(ExportHfFolder(out, *model, &*ckpt, dtype, ReaderOf(*ckpt, *model)).ok());
   auto a = ReadSafetensors(src + "/model.safetensors");
   auto b = ReadSafetensors(out + "/model.safetensors");
   ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+  *src_file = std::move(*a);
+  *out_file = std::move(*b);
+}
+
+TEST_P(HfExportTest, F32ExportOfF32CheckpointIsByteIdentical) {
+  TempDir tmp;
+  const std::string src = FixtureDir(GetParam()), out = tmp.path() + "/out";
+  SafetensorsFile source, exported;
+  ASSERT_NO_FATAL_FAILURE(ExportFixture(GetParam(), "F32", out, &source, &exported));
+  const SafetensorsFile *a = &source, *b = &exported;
   ASSERT_EQ(a->tensors.size(), b->tensors.size());
   for (const SafetensorsFile::Tensor& t : a->tensors) {
     const SafetensorsFile::Tensor* e = b->Find(t.name);
@@ -69,15 +81,10 @@ INSTANTIATE_TEST_SUITE_P(F32Fixtures, HfExportTest,
 // are); the other matrices are BF16.
 TEST(HfExportTest, Bf16ExportKeepsTheSigmoidRouterInF32) {
   TempDir tmp;
-  const std::string src = FixtureDir("glm4_moe"), out = tmp.path() + "/out";
-  auto ckpt = OpenHfCheckpoint(src);
-  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
-  auto model = HfModelAtSeqLen(*ckpt, 0);
-  ASSERT_TRUE(model.ok()) << model.status().ToString();
-  ASSERT_TRUE(ExportHfFolder(out, *model, &*ckpt, "BF16", ReaderOf(*ckpt, *model)).ok());
-  auto a = ReadSafetensors(src + "/model.safetensors");
-  auto b = ReadSafetensors(out + "/model.safetensors");
-  ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+  const std::string out = tmp.path() + "/out";
+  SafetensorsFile source, exported;
+  ASSERT_NO_FATAL_FAILURE(ExportFixture("glm4_moe", "BF16", out, &source, &exported));
+  const SafetensorsFile *a = &source, *b = &exported;
   for (const char* name : {"model.layers.1.mlp.gate.weight", "model.layers.2.mlp.gate.e_score_correction_bias"}) {
     const SafetensorsFile::Tensor* e = b->Find(name);
     ASSERT_NE(e, nullptr) << name;
