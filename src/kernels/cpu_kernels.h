@@ -65,6 +65,9 @@ struct MoeRouting {
   int groups = 1;
   int topk_groups = 1;
   double scale = 1.0;  // the weights times this (routed_scaling_factor)
+  // With `normalize`, the sum divided by is at least this (ERNIE 4.5's
+  // moe_norm_min); 0: none.
+  double norm_min = 0.0;
 };
 // The most expert groups a router has.
 inline constexpr int kMaxRouterGroups = 64;
@@ -264,14 +267,14 @@ void GqaExpandBackward(T* dq, T* dk, T* dv, const T* dqkv, int64_t N, int NH, in
 // A sparse MLP routes each of N tokens to k of E experts (MoeRouting):
 // the router's logits [N, E] give scores p per row (softmax, or a sigmoid
 // per logit), a choice score c_e = p_e + bias_e per expert (bias [E]: the
-// router's selection bias, transformers' e_score_correction_bias; null
-// with kSoftmax, c = p), and the k largest c (descending; ties to the lower
+// router's selection bias, transformers' e_score_correction_bias; or
+// null, c = p), and the k largest c (descending; ties to the lower
 // expert: zinf's rule, torch.topk's order among equals is unspecified),
 // among the experts of the chosen groups only when groups > 1, are each
 // token's experts [N, k]. Their weights [N, k] are their scores p, divided
 // by their sum when `normalize` (Qwen3-MoE's norm_topk_prob, Mixtral's
-// always; with kSigmoid by the sum + 1e-20, as transformers), times
-// `scale`: the bias chooses, it does not weigh. The N * k (token, slot)
+// always; with kSigmoid by the sum + 1e-20, as transformers; by at least
+// norm_min), times `scale`: the bias chooses, it does not weigh. The N * k (token, slot)
 // pairs are dispatched into rows grouped by expert (MoeDispatch), each
 // expert's rows go through its MLP as one matmul, and the outputs y [N*k,
 // C] combine back per token, weighted.

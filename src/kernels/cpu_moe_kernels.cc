@@ -14,9 +14,12 @@ namespace {
 
 using internal::WorthThreads;
 
-// The sum that normalizes the chosen weights gets this added with a
-// sigmoid router (transformers' guard against k scores of 0).
-double NormEps(const MoeRouting& r) { return r.scoring == MoeScoring::kSigmoid ? 1e-20 : 0.0; }
+// What the chosen scores' sum `total` normalizes by: the sum, + 1e-20
+// with a sigmoid router (transformers' guard against k scores of 0), at
+// least norm_min (ERNIE 4.5's; then a constant).
+double NormDivisor(double total, const MoeRouting& r) {
+  return std::max(total + (r.scoring == MoeScoring::kSigmoid ? 1e-20 : 0.0), r.norm_min);
+}
 
 // Marks in `allowed` [E] the experts of the topk_groups groups whose two
 // largest choice scores c sum highest (ties to the lower group); every
@@ -93,7 +96,7 @@ void MoeRouteForward(T* weights, int32_t* experts, T* probs, const T* logits, co
       }
       for (int j = 0; j < k; ++j) {
         const double v = static_cast<double>(p[ex[j]]);
-        w[j] = static_cast<T>((r.normalize ? v / (total + NormEps(r)) : v) * r.scale);
+        w[j] = static_cast<T>((r.normalize ? v / NormDivisor(total, r) : v) * r.scale);
       }
     }
   }
@@ -110,17 +113,19 @@ void MoeRouteBackward(T* dlogits, const T* dweights, const T* probs, const int32
     const T* dw = dweights + n * k;
     const int32_t* ex = experts + n * k;
     // d of each chosen score: scale dw, or through w_j = scale v_j / D,
-    // D = sum_j v_j (+ eps): dv_m = scale (dw_m / D - sum_j dw_j v_j / D^2).
-    double total = NormEps(r), dot = 0;
+    // D = sum_j v_j (+ eps): dv_m = scale (dw_m / D - sum_j dw_j v_j / D^2);
+    // D = norm_min, a constant, where the floor holds: scale dw_m / D.
+    double total = 0, dot = 0;
     for (int j = 0; j < k; ++j) {
       total += static_cast<double>(p[ex[j]]);
       dot += static_cast<double>(dw[j]) * static_cast<double>(p[ex[j]]);
     }
+    const double D = NormDivisor(total, r);
+    const double through_sum = D > r.norm_min ? dot / (D * D) : 0.0;
     double dv[kMaxExpertsPerToken];
     double weighted = 0;
     for (int j = 0; j < k; ++j) {
-      const double d =
-          r.normalize ? static_cast<double>(dw[j]) / total - dot / (total * total) : static_cast<double>(dw[j]);
+      const double d = r.normalize ? static_cast<double>(dw[j]) / D - through_sum : static_cast<double>(dw[j]);
       dv[j] = d * r.scale;
       weighted += static_cast<double>(p[ex[j]]) * dv[j];
     }

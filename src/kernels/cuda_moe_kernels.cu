@@ -20,6 +20,12 @@ __device__ float ChoiceScore(const float* p, const float* bias, int e) {
   return p[e] + (bias != nullptr ? bias[e] : 0.f);
 }
 
+// The chosen scores' sum as the weights are normalized by it: + 1e-20
+// with a sigmoid router, at least norm_min (cpu_moe_kernels.cc's rule).
+__device__ float NormDivisor(float total, const MoeRouting& r) {
+  return fmaxf(total + (r.scoring == MoeScoring::kSigmoid ? 1e-20f : 0.f), static_cast<float>(r.norm_min));
+}
+
 __global__ void MoeRouteForwardKernel(float* weights, int32_t* experts, float* probs, const float* logits,
                                       const float* bias, int64_t N, MoeRouting r) {
   const int E = r.E, k = r.k;
@@ -72,9 +78,9 @@ __global__ void MoeRouteForwardKernel(float* weights, int32_t* experts, float* p
       ex[j] = best;
       total += p[best];
     }
-    if (r.scoring == MoeScoring::kSigmoid) total += 1e-20f;
+    const float D = NormDivisor(total, r);
     const float scale = static_cast<float>(r.scale);
-    for (int j = 0; j < k; ++j) weights[n * k + j] = (r.normalize ? p[ex[j]] / total : p[ex[j]]) * scale;
+    for (int j = 0; j < k; ++j) weights[n * k + j] = (r.normalize ? p[ex[j]] / D : p[ex[j]]) * scale;
   }
 }
 
@@ -86,16 +92,19 @@ __global__ void MoeRouteBackwardKernel(float* dlogits, const float* dweights, co
     const float* p = probs + n * E;
     const float* dw = dweights + n * k;
     const int32_t* ex = experts + n * k;
-    float total = sigmoid ? 1e-20f : 0.f, dot = 0.f;
+    float total = 0.f, dot = 0.f;
     for (int j = 0; j < k; ++j) {
       total += p[ex[j]];
       dot += dw[j] * p[ex[j]];
     }
+    // Where the floor holds the divisor is a constant (no term through the sum).
+    const float D = NormDivisor(total, r);
+    const float through_sum = D > static_cast<float>(r.norm_min) ? dot / (D * D) : 0.f;
     const float scale = static_cast<float>(r.scale);
     float dv[kMaxK];
     float weighted = 0.f;
     for (int j = 0; j < k; ++j) {
-      dv[j] = (r.normalize ? dw[j] / total - dot / (total * total) : dw[j]) * scale;
+      dv[j] = (r.normalize ? dw[j] / D - through_sum : dw[j]) * scale;
       weighted += p[ex[j]] * dv[j];
     }
     if (dprobs != nullptr) {

@@ -60,7 +60,7 @@ int64_t GptConfig::NumParameters() const {
                          (qk_norm ? q_norm_width() + k_norm_width() : 0) + (sandwich_norms ? 2 * C : 0);
     // A routed layer's MLP: the experts, the router, a shared expert.
     const int64_t shared = shared_expert() ? 3 * int64_t{shared_expert_size} * C + (shared_expert_gate ? C : 0) : 0;
-    const int64_t routed = n_experts * 3 * I * C + n_experts * C + (sigmoid_router() ? n_experts : 0) + shared;
+    const int64_t routed = n_experts * 3 * I * C + n_experts * C + (router_bias ? n_experts : 0) + shared;
     const int64_t dense = 3 * int64_t{dense_width()} * C;
     const int64_t routed_count = routed_layers();
     const int64_t vocab = static_cast<int64_t>(padded_vocab_size) * C;
@@ -333,11 +333,14 @@ std::string GptConfigToJson(const GptConfig& config) {
       j["experts_per_token"] = config.experts_per_token;
       j["norm_topk_prob"] = config.norm_topk_prob;
     }
-    if (config.sigmoid_router()) {
+    if (config.sigmoid_router()) {  // its bias implied (GptCompute::Create)
       j["router_scoring"] = "sigmoid";
       j["router_groups"] = config.router_groups;
       j["router_topk_groups"] = config.router_topk_groups;
+    } else if (config.router_bias) {
+      j["router_bias"] = true;
     }
+    if (config.router_norm_min != 0) j["router_norm_min"] = config.router_norm_min;
     if (config.routed_scale != 1) j["routed_scale"] = config.routed_scale;
     if (config.shared_expert() || config.shared_expert_gate) {
       j["shared_expert_size"] = config.shared_expert_size;
@@ -413,7 +416,7 @@ std::vector<BlockSpec> LlamaBlockSpecs(const GptConfig& config) {
       b.tensors.push_back({x + "down_proj.weight", {C, I}});
     }
     b.tensors.push_back({"router.weight", {config.n_experts, C}});
-    if (config.sigmoid_router()) b.tensors.push_back({"router.score_correction_bias", {config.n_experts}});
+    if (config.router_bias) b.tensors.push_back({"router.score_correction_bias", {config.n_experts}});
     if (config.shared_expert()) {
       const int64_t S = config.shared_expert_size;
       b.tensors.push_back({"shared_expert.gate_proj.weight", {S, C}});
@@ -429,10 +432,11 @@ std::vector<BlockSpec> LlamaBlockSpecs(const GptConfig& config) {
   return specs;
 }
 
-// Whether routed-layer tensor `tensor` is a sigmoid router's weight or bias
-// (kept in fp32 by transformers: never a 16-bit layer matrix).
-bool SigmoidRouterTensor(const GptConfig& config, int tensor) {
-  return config.sigmoid_router() && (tensor == RouterIndex(config) || tensor == RouterBiasIndex(config));
+// Whether routed-layer tensor `tensor` is the weight or the selection bias
+// of a router with one (kept in fp32 by transformers: never a 16-bit layer
+// matrix).
+bool BiasedRouterTensor(const GptConfig& config, int tensor) {
+  return config.router_bias && (tensor == RouterIndex(config) || tensor == RouterBiasIndex(config));
 }
 
 // As the HF Trainer groups them: biases and norm weights (LayerNorm and
@@ -452,7 +456,7 @@ std::vector<BlockSpec> WithDecayFlags(std::vector<BlockSpec> specs) {
 bool IsFrozenTensor(const TensorSpec& tensor) { return tensor.name == "router.score_correction_bias"; }
 
 bool KeptInFp32(const GptConfig& config, int layer, int tensor) {
-  return config.moe_in(layer) && SigmoidRouterTensor(config, tensor);
+  return config.moe_in(layer) && BiasedRouterTensor(config, tensor);
 }
 
 std::vector<BlockSpec> GptBlockSpecs(const GptConfig& config) {
@@ -487,13 +491,13 @@ std::vector<std::vector<int>> LayerTensorGroups(const GptConfig& config, int lay
   std::vector<int> qkv = {kQW, kKW, kVW};
   if (config.qkv_bias) qkv.insert(qkv.end(), {kQB, kKB, kVB});
   if (config.qk_norm) qkv.insert(qkv.end(), {QNormIndex(config), QNormIndex(config) + 1});
-  // The MLP's input: the router (and a sigmoid router's bias), then each
+  // The MLP's input: the router (and its selection bias), then each
   // expert's gate and up (then the shared expert's and its gate's); its
   // output: each expert's down (then the shared expert's).
   std::vector<int> mlp_in, mlp_out;
   const bool routed = config.moe_in(layer);
   if (routed) mlp_in.push_back(RouterIndex(config));
-  if (routed && config.sigmoid_router()) mlp_in.push_back(RouterBiasIndex(config));
+  if (routed && config.router_bias) mlp_in.push_back(RouterBiasIndex(config));
   for (int e = 0; e < (routed ? config.n_experts : 1); ++e) {
     mlp_in.insert(mlp_in.end(), {ExpertTensor(config, e, 0), ExpertTensor(config, e, 1)});
     mlp_out.push_back(ExpertTensor(config, e, 2));
@@ -1277,7 +1281,7 @@ void GptCompute<T>::Impl::MoeForwardIn(const LayerParams& lp, LayerActs& a, int 
   Ops<T>& o = *ops;
   const T* in = MlpInput(a);
   Linear(lp, RouterIndex(config), a.moe_probs, in, nullptr, C, E);
-  const T* bias = config.sigmoid_router() ? lp.values[static_cast<size_t>(RouterBiasIndex(config))] : nullptr;
+  const T* bias = config.router_bias ? lp.values[static_cast<size_t>(RouterBiasIndex(config))] : nullptr;
   o.MoeRouteForward(a.moe_weights, a.moe_experts, a.moe_probs, a.moe_probs, bias, N, config.routing());
   // After a failed kernel the copy may not run: slot j's expert j still
   // dispatches validly (no expert over N rows), and Synchronize returns
@@ -1392,7 +1396,7 @@ void GptCompute<T>::Impl::MoeBackwardIn(const LayerParams& lp, LayerActs& a, con
   const int router = RouterIndex(config);
   LinearBackward(lp, router, dbuf_c, g[static_cast<size_t>(router)], nullptr, drouter, MlpInput(a), C, E, mode);
   // The selection bias only chooses: no gradient (kAdd adds none).
-  if (config.sigmoid_router()) ZeroIfSet(mode, {g[static_cast<size_t>(RouterBiasIndex(config))]}, E);
+  if (config.router_bias) ZeroIfSet(mode, {g[static_cast<size_t>(RouterBiasIndex(config))]}, E);
   if (!config.shared_expert()) return;
   // dgate and dup: the routed experts' are done with.
   GatedMlpInBackward(lp, a, g, mode, SharedExpertTensor(config, 0), SharedExpertTensor(config, 1), a.shared_gate,
@@ -1567,7 +1571,7 @@ bool IsLayerMatrix(const GptConfig& config, int tensor) {
     return tensor == kQW || tensor == kKW || tensor == kVW || tensor == kOW || tensor == kGateW || tensor == kUpW ||
            tensor == kDownW ||
            (config.moe() && tensor >= MoeExtraIndex(config) && tensor < RoutedLayerTensors(config) &&
-            !SigmoidRouterTensor(config, tensor));
+            !BiasedRouterTensor(config, tensor));
   }
   return tensor == kQkvW || tensor == kAttProjW || tensor == kFcW || tensor == kFcProjW;
 }
@@ -1620,10 +1624,10 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
   // A training choice, not the model's shape: GptConfigToJson (the
   // checkpoints' model identity) leaves it out, so it is named here.
   if (!(config.router_aux_coef >= 0 && std::isfinite(config.router_aux_coef)) ||
-      (config.router_aux_coef > 0 && (!config.moe() || config.sigmoid_router()))) {
+      (config.router_aux_coef > 0 && (!config.moe() || config.sigmoid_router() || config.router_bias))) {
     return Status::InvalidArgument("GptCompute: router_aux_coef " + std::to_string(config.router_aux_coef) +
                                    ": the load-balancing loss takes a finite coefficient >= 0, and experts with a "
-                                   "softmax router");
+                                   "softmax router and no selection bias (router_bias)");
   }
   // The router's groups: G groups of at least two experts each (a group
   // scores by its two best), enough candidates for k.
@@ -1632,14 +1636,21 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
       G >= 1 && G <= kernels::kMaxRouterGroups && TG >= 1 && TG <= G &&
       (G == 1 || (config.sigmoid_router() && config.n_experts % G == 0 && config.n_experts / G >= 2 &&
                   config.experts_per_token <= TG * (config.n_experts / G)));
+  const bool norm_min_valid =
+      config.router_norm_min == 0 ||
+      (config.moe() && config.norm_topk_prob && config.router_norm_min > 0 && std::isfinite(config.router_norm_min));
   if (!groups_valid || (config.sigmoid_router() && !config.moe()) ||
-      !(config.routed_scale > 0 && std::isfinite(config.routed_scale)) || (config.routed_scale != 1 && !config.moe())) {
+      !(config.routed_scale > 0 && std::isfinite(config.routed_scale)) || (config.routed_scale != 1 && !config.moe()) ||
+      (config.sigmoid_router() && !config.router_bias) || (config.router_bias && !config.moe()) || !norm_min_valid) {
     return Status::InvalidArgument(
         "GptCompute: router_topk_groups " + std::to_string(TG) + " of router_groups " + std::to_string(G) + " (" +
         std::to_string(config.n_experts) + " experts, " + std::to_string(config.experts_per_token) +
-        " a token), routed_scale " + std::to_string(config.routed_scale) +
+        " a token), routed_scale " + std::to_string(config.routed_scale) + ", router_bias " +
+        (config.router_bias ? "true" : "false") + ", router_norm_min " + std::to_string(config.router_norm_min) +
         ": groups need a sigmoid router (router_scoring), divide the experts into groups of two or more, and hold "
-        "the experts a token takes; routed_scale is positive, and 1 without experts");
+        "the experts a token takes; a sigmoid router has a selection bias (router_bias), which needs experts; "
+        "routed_scale is positive, and 1 without experts; router_norm_min is 0, or positive and finite with "
+        "normalized weights (norm_topk_prob)");
   }
   if (!config.llama() &&
       (config.norm_unit_offset || config.mlp_glu != kernels::Glu::kSilu || config.embed_scale ||

@@ -175,10 +175,10 @@ struct GptConfig {
   // head still trains it); -1: none.
   int padding_token = -1;
   // Mixture of experts (kLlama; Qwen3-MoE, Qwen2-MoE, Mixtral, OLMoE,
-  // GLM-4.5), 0: none. With n_experts > 0 every layer's MLP but
+  // GLM-4.5, ERNIE 4.5), 0: none. With n_experts > 0 every layer's MLP but
   // dense_layers' (below) is sparse: a router (a linear map C ->
   // n_experts, no bias) scores each token, the softmax's experts_per_token
-  // largest (or a sigmoid router's choice: router_scoring) choose its
+  // largest (or another router's choice: router_scoring, router_bias) choose its
   // experts and weigh their outputs (divided by their sum when
   // norm_topk_prob), and each expert is a gated MLP of width
   // intermediate_size (the experts' width, HF's moe_intermediate_size).
@@ -187,17 +187,21 @@ struct GptConfig {
   bool norm_topk_prob = false;
   // The router's scores (kernels::MoeRouting): a softmax over the experts
   // (above), or with kSigmoid (DeepSeek-V3's and GLM-4.5's router) a
-  // sigmoid of each logit, the experts chosen by score + a selection bias
-  // (a [E] tensor after the router's weight: transformers'
-  // e_score_correction_bias, a buffer there: loaded and saved, never
-  // trained: its gradient is 0 and it is not decayed) within the
+  // sigmoid of each logit, the experts chosen within the
   // router_topk_groups of router_groups groups of experts whose two best
-  // sum highest (n_group, topk_group), weighted by their scores alone
-  // (normalized with norm_topk_prob). Either way the weights are then
-  // multiplied by routed_scale (routed_scaling_factor).
+  // choices sum highest (n_group, topk_group). With router_bias (always
+  // with kSigmoid; ERNIE 4.5's softmax) the experts are chosen by score +
+  // a selection bias, a [E] tensor after the router's weight
+  // (transformers' e_score_correction_bias, not trained there: loaded and
+  // saved, its gradient 0, never decayed), and weighted by their scores
+  // alone. Normalized (norm_topk_prob), the weights are divided by their
+  // sum, or router_norm_min where the sum is smaller (ERNIE's
+  // moe_norm_min); then multiplied by routed_scale (routed_scaling_factor).
   kernels::MoeScoring router_scoring = kernels::MoeScoring::kSoftmax;
   int router_groups = 1;
   int router_topk_groups = 1;
+  bool router_bias = false;
+  double router_norm_min = 0;
   double routed_scale = 1;
   // A shared expert beside the routed ones (Qwen2-MoE's gated one,
   // GLM-4.5's ungated), 0: none: a gated
@@ -233,7 +237,8 @@ struct GptConfig {
             .scoring = router_scoring,
             .groups = router_groups,
             .topk_groups = router_topk_groups,
-            .scale = routed_scale};
+            .scale = routed_scale,
+            .norm_min = router_norm_min};
   }
   // Whether layer `layer`'s MLP is routed (moe() and not a dense layer).
   bool moe_in(int layer) const;
@@ -323,7 +328,7 @@ inline int PostNormIndex(const GptConfig& c) { return QNormIndex(c) + (c.qk_norm
 // A kLlama layer's tensors after the ones above: with n_experts > 0,
 // experts 1 .. n_experts - 1's gate, up and down weights (expert 0's are
 // kGateW, kUpW, kDownW: ExpertTensor), then the router's (RouterIndex)
-// and with a sigmoid router its selection bias [E] (RouterBiasIndex),
+// and with router_bias its selection bias [E] (RouterBiasIndex),
 // then with a shared expert its gate, up and down weights
 // (SharedExpertTensor) and with shared_expert_gate that gate's weight
 // (SharedGateIndex).
@@ -334,8 +339,8 @@ inline int ExpertTensor(const GptConfig& c, int e, int which) {
 }
 inline int RouterIndex(const GptConfig& c) { return MoeExtraIndex(c) + 3 * (c.n_experts - 1); }
 inline int RouterBiasIndex(const GptConfig& c) { return RouterIndex(c) + 1; }
-// The router's tensors: its weight, and a sigmoid router's bias.
-inline int RouterTensors(const GptConfig& c) { return c.sigmoid_router() ? 2 : 1; }
+// The router's tensors: its weight, and with router_bias its bias.
+inline int RouterTensors(const GptConfig& c) { return c.router_bias ? 2 : 1; }
 // The shared expert's gate (which 0), up (1) or down (2) weight.
 inline int SharedExpertTensor(const GptConfig& c, int which) { return RouterIndex(c) + RouterTensors(c) + which; }
 inline int SharedGateIndex(const GptConfig& c) { return SharedExpertTensor(c, 3); }
@@ -363,9 +368,9 @@ enum LayerGroup { kNorm1Group = 0, kQkvGroup, kAttnOutGroup, kNorm2Group, kMlpIn
 // routed ones has a dense layer's MLP groups).
 std::vector<std::vector<int>> LayerTensorGroups(const GptConfig& config, int layer);
 // Whether layer tensor `tensor` (spec order) is a matrix the layer reads
-// only through its linear maps (the ones GptCompute takes in 16 bits; not a
-// sigmoid router's weight, which transformers keeps in fp32 for GLM-4.5 and
-// DeepSeek-V3, nor its bias).
+// only through its linear maps (the ones GptCompute takes in 16 bits; not
+// the weight of a router with a selection bias, which transformers keeps
+// in fp32 for GLM-4.5, DeepSeek-V3 and ERNIE 4.5, nor its bias).
 bool IsLayerMatrix(const GptConfig& config, int tensor);
 
 inline constexpr BlockId kEmbedBlock = 0;
@@ -377,13 +382,14 @@ inline BlockId HeadBlock(const GptConfig& c) { return static_cast<BlockId>(1 + c
 // frozen tensors.
 std::vector<BlockSpec> GptBlockSpecs(const GptConfig& config);
 // Whether a block tensor is frozen: a buffer the model reads that training
-// must not change (a sigmoid router's selection bias, a buffer in
+// must not change (a router's selection bias, untrained in
 // transformers). Its gradient is always 0 and it is never decayed (not by
 // WeightDecayOn::kAll either), so Adam and AdamW leave its bits as they are.
 bool IsFrozenTensor(const TensorSpec& tensor);
 // Whether tensor `tensor` of layer `layer` is one transformers keeps in
-// fp32 whatever the model's dtype (a sigmoid router's weight and bias:
-// GLM-4.5's and DeepSeek-V3's _keep_in_fp32_modules): an export writes it
+// fp32 whatever the model's dtype (the weight and selection bias of a
+// router with one: GLM-4.5's, DeepSeek-V3's and ERNIE 4.5's
+// _keep_in_fp32_modules): an export writes it
 // F32. (With bf16 on, the engine's 16-bit working copy still rounds it for
 // the forward: docs/model.md.)
 bool KeptInFp32(const GptConfig& config, int layer, int tensor);

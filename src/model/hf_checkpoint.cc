@@ -221,8 +221,10 @@ enum class SlidingLayers {
 // (of intermediate_size, norm_topk_prob) or Mixtral's (of
 // intermediate_size, always normalized; router_jitter_noise refused), or
 // GLM-4.5's (ParseGlm4MoeExperts: a sigmoid router, ungated shared experts,
-// the first layers dense).
-enum class Experts { kNone, kQwen3Moe, kQwen2Moe, kOlmoe, kMixtral, kGlm4Moe };
+// the first layers dense), or ERNIE 4.5's (ParseErnieMoeExperts: a softmax
+// with a selection bias, ungated shared experts, dense layers outside a
+// range).
+enum class Experts { kNone, kQwen3Moe, kQwen2Moe, kOlmoe, kMixtral, kGlm4Moe, kErnie45Moe };
 
 // What each supported architecture is, in the terms zinf's model uses:
 // GPT-2's block, or Llama's with these changes. The one place an
@@ -434,6 +436,17 @@ constexpr Architecture kArchitectures[] = {
      .interleaved_rope = true,
      .tied_by_default = true,
      .default_pad_token = 0,
+     .default_rope_theta = 500000.0,
+     .default_norm_eps = 1e-5},
+    {.name = "Ernie4_5_MoeForCausalLM",
+     .bias_key = "use_bias",
+     .default_kv_heads = 4,
+     .interleaved_rope = true,
+     .tied_by_default = true,
+     .default_pad_token = 0,
+     .experts = Experts::kErnie45Moe,
+     .default_experts = 64,
+     .default_experts_per_token = 6,
      .default_rope_theta = 500000.0,
      .default_norm_eps = 1e-5},
     {.name = "HeliumForCausalLM",
@@ -975,6 +988,28 @@ int Count(KeyReader& r, const std::string& key, int fallback) {
   return v->get<int>();
 }
 
+// `count` ungated shared experts of moe_intermediate_size (GLM-4.5's and
+// ERNIE 4.5's, under `key`): one gated MLP of their summed width, as
+// transformers builds them.
+void SharedExperts(KeyReader& r, GptConfig& m, const std::string& key, int count) {
+  const int64_t shared = int64_t{count} * m.intermediate_size;
+  if (shared > (int64_t{1} << 30)) {
+    r.Error(key + ": " + std::to_string(count) + " shared experts of " + std::to_string(m.intermediate_size) +
+            " (moe_intermediate_size) are wider than 2^30");
+  } else {
+    m.shared_expert_size = static_cast<int>(shared);
+  }
+}
+
+// The multi-token-prediction layers' count (GLM-4.5's, ERNIE 4.5's), which
+// transformers 5 also calls num_mtp_layers.
+int MtpLayers(KeyReader& r, int fallback) {
+  if (r.Has("num_nextn_predict_layers") && r.Has("num_mtp_layers")) {
+    r.Error("num_nextn_predict_layers and num_mtp_layers: give one");
+  }
+  return Count(r, r.Has("num_mtp_layers") ? "num_mtp_layers" : "num_nextn_predict_layers", fallback);
+}
+
 // GLM-4.5's routed MLP (transformers' Glm4MoeMoE, DeepSeek-V3's router):
 // sigmoid scores whose experts are chosen by score + e_score_correction_bias
 // within the topk_group best of n_group groups, weighted by the scores
@@ -987,16 +1022,11 @@ int Count(KeyReader& r, const std::string& key, int fallback) {
 void ParseGlm4MoeExperts(KeyReader& r, HfCheckpoint& c, int dense_width) {
   GptConfig& m = c.model;
   m.router_scoring = kernels::MoeScoring::kSigmoid;
+  m.router_bias = true;
   r.RefuseNull("moe_intermediate_size", "a positive integer");
   m.intermediate_size = r.Int("moe_intermediate_size", 1408, false);
   r.RefuseNull("n_shared_experts", "a positive integer");
-  const int64_t shared = int64_t{r.Int("n_shared_experts", 1, false)} * m.intermediate_size;
-  if (shared > (int64_t{1} << 30)) {
-    r.Error("n_shared_experts: " + std::to_string(shared / m.intermediate_size) + " shared experts of " +
-            std::to_string(m.intermediate_size) + " (moe_intermediate_size) are wider than 2^30");
-  } else {
-    m.shared_expert_size = static_cast<int>(shared);
-  }
+  SharedExperts(r, m, "n_shared_experts", r.Int("n_shared_experts", 1, false));
   r.RefuseNull("routed_scaling_factor", "a positive number");
   m.routed_scale = r.Number("routed_scaling_factor", 1.0);
   if (!(m.routed_scale > 0) || m.routed_scale > 1e6) {
@@ -1025,17 +1055,74 @@ void ParseGlm4MoeExperts(KeyReader& r, HfCheckpoint& c, int dense_width) {
     m.dense_intermediate_size = dense_width;
     NoteDenseLayers(c, "first_k_dense_replace");
   }
-  // transformers 5 calls it num_mtp_layers too.
-  if (r.Has("num_nextn_predict_layers") && r.Has("num_mtp_layers")) {
-    r.Error("num_nextn_predict_layers and num_mtp_layers: give one");
-  }
-  c.mtp_layers = Count(r, r.Has("num_mtp_layers") ? "num_mtp_layers" : "num_nextn_predict_layers", 1);
+  c.mtp_layers = MtpLayers(r, 1);
   if (r.Bool("output_router_logits", false)) {
     c.notes.push_back("output_router_logits: ignored (transformers' " + c.architecture +
                       " adds no load-balancing loss)");
   }
   if (r.Get("router_aux_loss_coef") != nullptr) {
     c.notes.push_back("router_aux_loss_coef: ignored (transformers' " + c.architecture + " does not read it)");
+  }
+}
+
+// ERNIE 4.5's routed MLP (transformers' Ernie4_5_MoeSparseMoeBlock): a
+// softmax whose experts are chosen by probability + e_score_correction_bias
+// (mlp.moe_statics), weighted by their probabilities divided by their sum,
+// at least moe_norm_min; moe_num_shared_experts ungated shared experts of
+// moe_intermediate_size; routed the layers l in [moe_layer_start_index,
+// moe_layer_end_index] (-1: the last) with l + 1 a multiple of
+// moe_layer_interval, the others dense, of intermediate_size; no
+// load-balancing loss (transformers' would count the experts chosen
+// without the bias); num_nextn_predict_layers multi-token-prediction
+// modules in the checkpoint, not in the model.
+void ParseErnieMoeExperts(KeyReader& r, HfCheckpoint& c, int dense_width) {
+  GptConfig& m = c.model;
+  m.router_bias = true;
+  r.RefuseNull("moe_intermediate_size", "a positive integer");
+  m.intermediate_size = r.Int("moe_intermediate_size", 1536, false);
+  SharedExperts(r, m, "moe_num_shared_experts", Count(r, "moe_num_shared_experts", 2));
+  r.RefuseNull("moe_norm_min", "a positive number");
+  m.router_norm_min = r.Number("moe_norm_min", 1e-12);
+  if (!(m.router_norm_min > 0) || m.router_norm_min > 1e6) {
+    r.Error("moe_norm_min: " + json(m.router_norm_min).dump() + " (expected a number in (0, 1e6])");
+  }
+  const int start = Count(r, "moe_layer_start_index", 1);
+  r.RefuseNull("moe_layer_end_index", "-1 (the last layer) or a layer index");
+  const json* end_key = r.Get("moe_layer_end_index");
+  int64_t end = m.n_layer - 1;
+  if (end_key != nullptr && (!end_key->is_number_integer() || end_key->get<int64_t>() < -1)) {
+    r.Error("moe_layer_end_index: expected -1 (the last layer) or a layer index, got " + end_key->dump());
+  } else if (end_key != nullptr && end_key->get<int64_t>() >= 0) {
+    end = end_key->get<int64_t>();
+  }
+  r.RefuseNull("moe_layer_interval", "a positive integer");
+  const int interval = r.Int("moe_layer_interval", 1, false);
+  for (int l = 0; l < m.n_layer; ++l) {
+    if (l < start || l > end || (l + 1) % interval != 0) m.dense_layers.push_back(l);
+  }
+  const std::string keys = "moe_layer_start_index, moe_layer_end_index, moe_layer_interval";
+  if (m.routed_layers() < 1) {
+    r.Error(keys + ": no layer of the " + std::to_string(m.n_layer) +
+            " is routed (no experts in use); zinf needs a routed layer (or the config of the dense class)");
+  } else if (!m.dense_layers.empty()) {
+    r.RefuseNull("intermediate_size",
+                 "a positive integer: layer " + std::to_string(m.dense_layers.front()) + " is dense");
+    m.dense_intermediate_size = dense_width;
+    NoteDenseLayers(c, keys);
+  }
+  c.mtp_layers = MtpLayers(r, 0);
+  if (r.Bool("output_router_logits", false)) {
+    r.Error(
+        "output_router_logits: true adds transformers' load-balancing loss, which counts the experts chosen "
+        "without e_score_correction_bias; zinf supports only false");
+  }
+  r.Get("router_aux_loss_coef");  // read only with the loss
+  // The Hub's configs carry the original code's keys, which transformers
+  // does not read (its router always adds the bias, drops no token).
+  for (const char* k : {"moe_capacity", "moe_gate", "moe_use_aux_free", "multi_token_pred_lambda", "use_rmsnorm"}) {
+    if (r.Get(k) != nullptr) {
+      c.notes.push_back(std::string(k) + ": ignored (transformers' " + c.architecture + " does not read it)");
+    }
   }
 }
 
@@ -1089,31 +1176,38 @@ void ParseExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch, int d
   // num_experts, or transformers 5's num_local_experts (both names map to
   // one attribute in all three classes); Mixtral's Hub configs say
   // num_local_experts.
-  // GLM-4.5's is n_routed_experts (num_local_experts in transformers 5).
-  const bool glm = arch.experts == Experts::kGlm4Moe;
-  const char* own = glm ? "n_routed_experts" : "num_experts";
-  if (r.Has(own) && r.Has("num_local_experts")) r.Error(std::string(own) + " and num_local_experts: give one");
-  const char* key =
-      r.Has("num_local_experts") || (arch.experts == Experts::kMixtral && !r.Has(own)) ? "num_local_experts" : own;
+  // GLM-4.5's is n_routed_experts (num_local_experts in transformers 5);
+  // ERNIE 4.5's moe_num_experts and moe_k (num_experts and
+  // num_experts_per_tok map to them).
+  const bool glm = arch.experts == Experts::kGlm4Moe, ernie = arch.experts == Experts::kErnie45Moe;
+  const char* own = glm ? "n_routed_experts" : ernie ? "moe_num_experts" : "num_experts";
+  const char* other = ernie ? "num_experts" : "num_local_experts";
+  if (r.Has(own) && r.Has(other)) r.Error(std::string(own) + " and " + other + ": give one");
+  const char* key = r.Has(other) || (arch.experts == Experts::kMixtral && !r.Has(own)) ? other : own;
+  if (ernie && r.Has("moe_k") && r.Has("num_experts_per_tok")) r.Error("moe_k and num_experts_per_tok: give one");
+  const char* per_token = ernie && !r.Has("num_experts_per_tok") ? "moe_k" : "num_experts_per_tok";
   // Absent: the class's default; null: an error (transformers' would fail).
   auto count = [&](const char* k, int fallback) {
     r.RefuseNull(k, "a positive integer");
     return r.Int(k, fallback, false);
   };
   m.n_experts = count(key, arch.default_experts);
-  m.experts_per_token = count("num_experts_per_tok", arch.default_experts_per_token);
+  m.experts_per_token = count(per_token, arch.default_experts_per_token);
   if (m.experts_per_token > m.n_experts || m.experts_per_token > kernels::cpu::kMaxExpertsPerToken) {
-    r.Error("num_experts_per_tok: " + std::to_string(m.experts_per_token) + " experts a token, of " +
+    r.Error(std::string(per_token) + ": " + std::to_string(m.experts_per_token) + " experts a token, of " +
             std::to_string(m.n_experts) + " (zinf routes a token to at most " +
             std::to_string(kernels::cpu::kMaxExpertsPerToken) + ")");
   }
-  if (arch.experts == Experts::kMixtral) {
+  if (arch.experts == Experts::kMixtral || ernie) {
     m.norm_topk_prob = true;
-    if (r.Get("norm_topk_prob") != nullptr) c.notes.push_back("norm_topk_prob: ignored (Mixtral always renormalizes)");
+    if (r.Get("norm_topk_prob") != nullptr) {
+      c.notes.push_back("norm_topk_prob: ignored (" + c.architecture + " always renormalizes)");
+    }
   } else {
     m.norm_topk_prob = r.Bool("norm_topk_prob", glm);
   }
   if (glm) return ParseGlm4MoeExperts(r, c, dense_width);
+  if (ernie) return ParseErnieMoeExperts(r, c, dense_width);
   if (QwenMoe(arch)) {
     m.intermediate_size = r.Int("moe_intermediate_size", arch.experts == Experts::kQwen2Moe ? 1408 : 768, false);
     if (arch.experts == Experts::kQwen2Moe) {
@@ -1171,8 +1265,9 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   // default when absent), unused when every layer routes.
   m.intermediate_size = QwenMoe(arch)
                             ? r.Int("intermediate_size", arch.experts == Experts::kQwen2Moe ? 5632 : 6144, false)
-                        : arch.experts == Experts::kGlm4Moe ? r.Int("intermediate_size", 10944, false)
-                                                            : shape("intermediate_size");
+                        : arch.experts == Experts::kGlm4Moe    ? r.Int("intermediate_size", 10944, false)
+                        : arch.experts == Experts::kErnie45Moe ? r.Int("intermediate_size", 12288, false)
+                                                               : shape("intermediate_size");
   // The experts' width replaces it; it stays the dense layers'.
   if (arch.experts != Experts::kNone) ParseExperts(r, c, arch, m.intermediate_size);
   c.max_positions = shape("max_position_embeddings");
@@ -1248,16 +1343,30 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   ParseSlidingWindow(r, c, arch);
 }
 
-// Whether `name` is a tensor of the multi-token-prediction layers:
-// <body>layers.<i>. with n_layer <= i < n_layer + mtp_layers.
-bool IsMtpLayerTensor(const HfCheckpoint& c, const std::string& name) {
-  const std::string prefix = c.body_prefix + "layers.";
-  if (c.mtp_layers == 0 || name.rfind(prefix, 0) != 0) return false;
+// <i> where `name` is `prefix`<i>.<rest>, else -1.
+int64_t IndexAfter(const std::string& name, const std::string& prefix) {
+  if (name.rfind(prefix, 0) != 0) return -1;
   int64_t i = -1;
   const char* end = name.data() + name.size();
   const auto [next, error] = std::from_chars(name.data() + prefix.size(), end, i);
-  return error == std::errc() && next != end && *next == '.' && i >= c.model.n_layer &&
-         i < int64_t{c.model.n_layer} + c.mtp_layers;
+  return error == std::errc() && next != end && *next == '.' ? i : -1;
+}
+
+// Whether `name` is a tensor of the multi-token-prediction layers: GLM-4.5's
+// <body>layers.<i>. with n_layer <= i < n_layer + mtp_layers, ERNIE 4.5's
+// <body>mtp_block.<i>. (and mtp_emb_norm, mtp_hidden_norm,
+// mtp_linear_proj) with i < mtp_layers.
+bool IsMtpTensor(const HfCheckpoint& c, const std::string& name) {
+  if (c.mtp_layers == 0) return false;
+  if (!c.ernie_moe_names) {
+    const int64_t i = IndexAfter(name, c.body_prefix + "layers.");
+    return i >= c.model.n_layer && i < int64_t{c.model.n_layer} + c.mtp_layers;
+  }
+  for (const char* module : {"mtp_block.", "mtp_emb_norm.", "mtp_hidden_norm.", "mtp_linear_proj."}) {
+    const int64_t i = IndexAfter(name, c.body_prefix + module);
+    if (i >= 0 && i < c.mtp_layers) return true;
+  }
+  return false;
 }
 
 StatusOr<std::string> ReadText(const std::string& path) {
@@ -1367,7 +1476,8 @@ StatusOr<HfCheckpoint> ParseHfConfig(const std::string& dir, const Architecture*
   c.fused_gate_up = traits->phi3 || traits->fused_gate_up;
   c.glm4_norm_names = traits->glm4_norms;
   c.mixtral_names = traits->experts == Experts::kMixtral;
-  c.shared_experts_names = traits->experts == Experts::kGlm4Moe;
+  c.shared_experts_names = traits->experts == Experts::kGlm4Moe || traits->experts == Experts::kErnie45Moe;
+  c.ernie_moe_names = traits->experts == Experts::kErnie45Moe;
   if (traits->llama) {
     ParseLlama(r, c, *traits);
   } else {
@@ -1480,6 +1590,7 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
           names[t].find(".wte.") == std::string::npos && names[t].find(".wpe.") == std::string::npos) {
         std::swap(shape[0], shape[1]);  // Conv1D: [in, out]
       }
+      if (HfBiasAsRow(c, b, t)) shape.insert(shape.begin(), 1);
       auto it = c.tensors.find(names[t]);
       if (it == c.tensors.end()) {
         // transformers 5 can save the experts stacked (save_original_format
@@ -1519,7 +1630,7 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
         continue;
       }
     }
-    if (IsMtpLayerTensor(c, name)) {  // GLM-4.5's multi-token-prediction layers
+    if (IsMtpTensor(c, name)) {
       c.kept.push_back(name);
       continue;
     }
@@ -1618,8 +1729,11 @@ std::vector<std::string> HfTensorNames(const HfCheckpoint& ckpt, BlockId block) 
       }
     }
     n[static_cast<size_t>(RouterIndex(m))] = moe + "gate.weight";
-    if (m.sigmoid_router()) n[static_cast<size_t>(RouterBiasIndex(m))] = moe + "gate.e_score_correction_bias";
-    if (m.shared_expert()) {  // Qwen2-MoE's, GLM-4.5's
+    if (m.router_bias) {
+      n[static_cast<size_t>(RouterBiasIndex(m))] =
+          moe + (ckpt.ernie_moe_names ? "moe_statics." : "gate.") + "e_score_correction_bias";
+    }
+    if (m.shared_expert()) {  // Qwen2-MoE's, GLM-4.5's, ERNIE 4.5's
       constexpr std::array<const char*, 3> kProj = {"gate_proj", "up_proj", "down_proj"};
       const std::string shared = ckpt.shared_experts_names ? "shared_experts." : "shared_expert.";
       for (int w = 0; w < 3; ++w) {
@@ -1631,6 +1745,12 @@ std::vector<std::string> HfTensorNames(const HfCheckpoint& ckpt, BlockId block) 
   if (ckpt.fused_qkv) n[kQW] = n[kKW] = n[kVW] = l + "self_attn.qkv_proj.weight";
   if (ckpt.fused_gate_up) n[kGateW] = n[kUpW] = l + "mlp.gate_up_proj.weight";
   return n;
+}
+
+bool HfBiasAsRow(const HfCheckpoint& ckpt, BlockId block, size_t t) {
+  const GptConfig& m = ckpt.model;
+  return ckpt.ernie_moe_names && m.router_bias && block != kEmbedBlock && block != HeadBlock(m) &&
+         m.moe_in(block - 1) && static_cast<int>(t) == RouterBiasIndex(m);
 }
 
 HfRows HfRowsOf(const BlockSpec& spec, const std::vector<std::string>& names, size_t t) {

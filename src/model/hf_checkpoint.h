@@ -64,10 +64,11 @@
 // max_window_layers on; Qwen2-MoE: the even ones below it; SmolLM3: its
 // NoPE layers) when use_sliding_window is true: GptConfig::sliding_window
 // and sliding_layers. The mixtures of experts (Qwen3-MoE, Qwen2-MoE,
-// Mixtral, OLMoE, GLM-4.5) set GptConfig's expert fields (GLM-4.5's
-// sigmoid router its router fields); Qwen-MoE's dense layers
-// (mlp_only_layers, decoder_sparse_step) and GLM-4.5's
-// (first_k_dense_replace) its dense_layers.
+// Mixtral, OLMoE, GLM-4.5, ERNIE 4.5) set GptConfig's expert fields
+// (GLM-4.5's sigmoid router and ERNIE 4.5's selection bias its router
+// fields); Qwen-MoE's dense layers (mlp_only_layers, decoder_sparse_step),
+// GLM-4.5's (first_k_dense_replace) and ERNIE 4.5's (moe_layer_start_index,
+// moe_layer_end_index, moe_layer_interval) its dense_layers.
 // The vocabulary rows of the embedding and an untied head are padded with
 // zero rows to padded_vocab_size (they receive no gradient and stay 0).
 // pad_token_id (absent: the class's default, Phi-3 32000, SmolLM3 128004,
@@ -129,10 +130,16 @@ struct HfCheckpoint {
   // block_sparse_moe.experts.<e>.w1 (gate), w3 (up), w2 (down); else
   // mlp.gate and mlp.experts.<e>.gate_proj, up_proj, down_proj.
   bool mixtral_names = false;
-  // GLM-4.5's name for the shared expert: mlp.shared_experts (Qwen2-MoE's:
-  // mlp.shared_expert). A sigmoid router's bias is mlp.gate.e_score_correction_bias.
+  // GLM-4.5's and ERNIE 4.5's name for the shared experts:
+  // mlp.shared_experts (Qwen2-MoE's: mlp.shared_expert). A router's
+  // selection bias is mlp.gate.e_score_correction_bias [E].
   bool shared_experts_names = false;
-  // GLM-4.5's multi-token-prediction layers (num_nextn_predict_layers),
+  // ERNIE 4.5's: the selection bias is mlp.moe_statics.e_score_correction_bias,
+  // stored [1, E] (HfBiasAsRow); the multi-token-prediction modules are
+  // model.mtp_block.<i>, mtp_emb_norm.<i>, mtp_hidden_norm.<i> and
+  // mtp_linear_proj.<i>.
+  bool ernie_moe_names = false;
+  // The multi-token-prediction layers (num_nextn_predict_layers), GLM-4.5's
   // stored as layers n_layer .. n_layer + mtp_layers - 1: not part of the
   // model transformers trains (nor zinf): `kept`.
   int mtp_layers = 0;
@@ -142,8 +149,8 @@ struct HfCheckpoint {
   std::string body_prefix = "model.";
   std::string head_name = "lm_head.weight";
   // The source's tensors outside the model zinf trains (a multimodal
-  // model's vision tower and projector, GLM-4.5's multi-token-prediction
-  // layers), in name order: an export copies them.
+  // model's vision tower and projector, GLM-4.5's and ERNIE 4.5's
+  // multi-token-prediction layers), in name order: an export copies them.
   std::vector<std::string> kept;
 
   struct Source {
@@ -179,6 +186,10 @@ StatusOr<GptConfig> HfModelAtSeqLen(const HfCheckpoint& ckpt, int seq_len);
 // Consecutive tensors of a block that share a name are row ranges of one
 // fused checkpoint tensor, in order (HfRowsOf).
 std::vector<std::string> HfTensorNames(const HfCheckpoint& ckpt, BlockId block);
+
+// Whether tensor `t` of `block` is stored with a leading 1 before its
+// engine shape (ERNIE 4.5's selection bias: [1, E]).
+bool HfBiasAsRow(const HfCheckpoint& ckpt, BlockId block, size_t t);
 
 // Tensor `t` of `spec` within its checkpoint tensor (names: HfTensorNames of
 // that block): its first row there and that tensor's rows, which are the

@@ -71,7 +71,8 @@ std::vector<OutTensor> PlanTensors(const GptConfig& model, const HfCheckpoint& n
       if (vocab_rows) o.shape[0] = model.vocab_size;
       o.transpose = !model.llama() && b != kEmbedBlock && b != head && o.shape.size() == 2;
       if (o.transpose) std::swap(o.shape[0], o.shape[1]);
-      // A sigmoid router's weight and bias stay F32 (as transformers saves them).
+      if (HfBiasAsRow(names, b, t)) o.shape.insert(o.shape.begin(), 1);
+      // A biased router's weight and bias stay F32 (as transformers saves them).
       if (b != kEmbedBlock && b != head && KeptInFp32(model, b - 1, static_cast<int>(t))) o.dtype = "F32";
       o.bytes = o.dtype.empty() ? element_bytes : ElementSizeBytes(ElementType::kF32);
       for (int64_t d : o.shape) o.bytes *= d;

@@ -51,7 +51,7 @@ struct HfCheckpoint;
 // Which tensors the optimizer's weight decay applies to.
 enum class WeightDecayOn {
   kMatrices,  // all but biases and norm weights (GptBlockSpecs' flags; the HF Trainer)
-  kAll,       // every tensor (plain torch AdamW) but the frozen ones (IsFrozenTensor: torch's buffers)
+  kAll,       // every tensor (plain torch AdamW) but the frozen ones (IsFrozenTensor: untrained in torch)
 };
 // "matrices" / "all"; anything else is kInvalidArgument naming the value.
 StatusOr<WeightDecayOn> ParseWeightDecayOn(const std::string& name);

@@ -253,6 +253,27 @@ TEST(CpuDecoderKernelsTest, MoeRouteTakesTheLargestProbabilities) {
   EXPECT_NEAR(w[2] / w[3], std::exp(3.0 - 0.5), 1e-5);
 }
 
+// The routing's adjoint for `r` against finite differences of the
+// weights' dot with a random w, from random logits and a random selection
+// bias of `bias_scale`; the experts the unperturbed logits chose.
+std::vector<int32_t> ExpectRouteGradient(const MoeRouting& r, uint64_t seed, double bias_scale) {
+  std::mt19937_64 rng(seed);
+  std::vector<double> logits = Random(kN * r.E, rng, 3.0), w = Random(kN * r.k, rng);
+  const std::vector<double> bias = Random(r.E, rng, bias_scale);
+  std::vector<double> weights(kN * r.k), probs(kN * r.E);
+  std::vector<int32_t> experts(kN * r.k);
+  auto objective = [&] {
+    MoeRouteForward(weights.data(), experts.data(), probs.data(), logits.data(), bias.data(), kN, r);
+    return Dot(weights, w);
+  };
+  objective();
+  const std::vector<int32_t> chosen = experts;
+  std::vector<double> dlogits = Filled(logits.size());
+  MoeRouteBackward(dlogits.data(), w.data(), probs.data(), experts.data(), static_cast<const double*>(nullptr), kN, r);
+  ExpectGradient("dlogits", logits, dlogits, objective);
+  return chosen;
+}
+
 // The sigmoid router's adjoint (DeepSeek-V3's, GLM-4.5's): weights from
 // the scores alone (the bias only chooses), normalized or not, scaled;
 // with groups, a token's experts come from its chosen groups only.
@@ -260,23 +281,15 @@ TEST(CpuDecoderKernelsTest, SigmoidRouteBackwardMatchesFiniteDifferences) {
   for (const bool normalize : {true, false}) {
     for (const int groups : {1, 3}) {
       SCOPED_TRACE(std::string(normalize ? "normalized" : "scores") + ", groups " + std::to_string(groups));
-      std::mt19937_64 rng(25);
-      const int E = 9, K = 3;
-      const MoeRouting r{.E = E,
+      const int K = 3;
+      const MoeRouting r{.E = 9,
                          .k = K,
                          .normalize = normalize,
                          .scoring = MoeScoring::kSigmoid,
                          .groups = groups,
                          .topk_groups = groups > 1 ? 2 : 1,
                          .scale = 1.5};
-      std::vector<double> logits = Random(kN * E, rng, 3.0), w = Random(kN * K, rng), bias = Random(E, rng, 0.3);
-      std::vector<double> weights(kN * K), probs(kN * E);
-      std::vector<int32_t> experts(kN * K);
-      auto objective = [&] {
-        MoeRouteForward(weights.data(), experts.data(), probs.data(), logits.data(), bias.data(), kN, r);
-        return Dot(weights, w);
-      };
-      objective();
+      const std::vector<int32_t> experts = ExpectRouteGradient(r, 25, 0.3);
       if (groups > 1) {  // the experts of at most two groups of three
         for (int64_t n = 0; n < kN; ++n) {
           std::set<int> seen;
@@ -284,10 +297,6 @@ TEST(CpuDecoderKernelsTest, SigmoidRouteBackwardMatchesFiniteDifferences) {
           EXPECT_LE(seen.size(), 2u);
         }
       }
-      std::vector<double> dlogits = Filled(logits.size());
-      MoeRouteBackward(dlogits.data(), w.data(), probs.data(), experts.data(), static_cast<const double*>(nullptr), kN,
-                       r);
-      ExpectGradient("dlogits", logits, dlogits, objective);
     }
   }
 }
@@ -320,6 +329,39 @@ TEST(CpuDecoderKernelsTest, SigmoidRouteChoosesByBiasWithinGroups) {
   r.normalize = false;
   MoeRouteForward(w.data(), ex.data(), probs.data(), logits.data(), bias.data(), 1, r);
   EXPECT_DOUBLE_EQ(w[0], 1.0);
+}
+
+// ERNIE 4.5's router: a softmax whose experts are chosen by probability +
+// selection bias, normalized by the sum but at least norm_min. The
+// adjoint both where the floor is far below the sum (through the sum) and
+// where it holds for every token (norm_min 2 > any k probabilities' sum:
+// a constant divisor).
+TEST(CpuDecoderKernelsTest, SoftmaxRouteWithBiasAndFloorMatchesFiniteDifferences) {
+  for (const double norm_min : {1e-12, 2.0}) {
+    SCOPED_TRACE("norm_min " + std::to_string(norm_min));
+    ExpectRouteGradient(MoeRouting{.E = 7, .k = 3, .normalize = true, .norm_min = norm_min}, 27, 0.2);
+  }
+}
+
+// The same on values worked by hand: the bias takes an expert of small
+// probability, whose weight stays its probability's share; a floor above
+// the sum divides by the floor instead.
+TEST(CpuDecoderKernelsTest, SoftmaxRouteChoosesByBiasAndFloorsTheSum) {
+  const std::vector<double> logits = {1.0, 0.0, -3.0};
+  const std::vector<double> bias = {0.0, 0.0, 0.9};
+  const double z = std::exp(1.0) + 1 + std::exp(-3.0);
+  const double p0 = std::exp(1.0) / z, p2 = std::exp(-3.0) / z;  // 0.72 and 0.0036: choices 0.72, 0.26, 0.90
+  std::vector<double> probs(3), w(2);
+  std::vector<int32_t> ex(2);
+  MoeRouting r{.E = 3, .k = 2, .normalize = true, .norm_min = 1e-12};
+  MoeRouteForward(w.data(), ex.data(), probs.data(), logits.data(), bias.data(), 1, r);
+  EXPECT_EQ(ex, (std::vector<int32_t>{2, 0}));
+  EXPECT_NEAR(w[0], p2 / (p0 + p2), 1e-15);
+  EXPECT_NEAR(w[1], p0 / (p0 + p2), 1e-15);
+  r.norm_min = 1.5;
+  MoeRouteForward(w.data(), ex.data(), probs.data(), logits.data(), bias.data(), 1, r);
+  EXPECT_NEAR(w[0], p2 / 1.5, 1e-15);
+  EXPECT_NEAR(w[1], p0 / 1.5, 1e-15);
 }
 
 // The dispatch: rows grouped by expert, within one by slot; each token's

@@ -612,24 +612,31 @@ TEST_F(CudaKernelsTest, MoeKernelsMatchCpu) {
   }
 }
 
-// The sigmoid router (DeepSeek-V3's, GLM-4.5's): a selection bias, four
-// groups of which two are candidates, normalized and scaled weights; the
-// same experts as the CPU's (scores apart by more than rounding), weights
-// and gradients within fp32's rounding of double's.
-TEST_F(CudaKernelsTest, SigmoidRouterMatchesCpu) {
+// The routers with a selection bias: the sigmoid one (DeepSeek-V3's,
+// GLM-4.5's) with one group, four of which two are candidates, and 64 (the
+// most: the mask's top bit) of which 8, normalized and scaled weights;
+// ERNIE 4.5's softmax, normalized by at least norm_min (a floor far below
+// the sum, and one above every sum). The same experts as the CPU's (scores
+// apart by more than rounding), weights and gradients within fp32's
+// rounding of double's.
+TEST_F(CudaKernelsTest, BiasedRoutersMatchCpu) {
   const int64_t N = 64;  // few tokens: 128 scores apart by fp32's rounding at most rarely
   const int E = 128, K = 8;
-  // One group; 4 of which 2 are candidates; 64 (the most: the mask's top
-  // bit) of which 8.
-  for (const auto& [groups, topk] : {std::pair{1, 1}, std::pair{4, 2}, std::pair{64, 8}}) {
-    SCOPED_TRACE("groups " + std::to_string(groups));
-    const kernels::MoeRouting r{.E = E,
-                                .k = K,
-                                .normalize = true,
-                                .scoring = kernels::MoeScoring::kSigmoid,
-                                .groups = groups,
-                                .topk_groups = topk,
-                                .scale = 2.5};
+  auto sigmoid = [&](int groups, int topk) {
+    return kernels::MoeRouting{.E = E,
+                               .k = K,
+                               .normalize = true,
+                               .scoring = kernels::MoeScoring::kSigmoid,
+                               .groups = groups,
+                               .topk_groups = topk,
+                               .scale = 2.5};
+  };
+  auto softmax = [&](double norm_min) {
+    return kernels::MoeRouting{.E = E, .k = K, .normalize = true, .norm_min = norm_min};
+  };
+  for (const kernels::MoeRouting& r : {sigmoid(1, 1), sigmoid(4, 2), sigmoid(64, 8), softmax(1e-12), softmax(2.0)}) {
+    SCOPED_TRACE(std::string(r.scoring == kernels::MoeScoring::kSigmoid ? "sigmoid" : "softmax") + ", groups " +
+                 std::to_string(r.groups) + ", norm_min " + std::to_string(r.norm_min));
     const auto logits = Uniform(N * E, -4.0f, 4.0f, 120), bias = Uniform(E, -0.3f, 0.3f, 121);
     std::vector<float> w(N * K), p(N * E);
     std::vector<int32_t> ex(N * K);

@@ -346,6 +346,7 @@ GptConfig TinySigmoidRouterConfig() {
   GptConfig cfg = TinySharedExpertConfig();
   cfg.shared_expert_gate = false;
   cfg.router_scoring = kernels::MoeScoring::kSigmoid;
+  cfg.router_bias = true;
   cfg.router_groups = 2;
   cfg.router_topk_groups = 1;
   cfg.routed_scale = 2.5;
@@ -354,9 +355,23 @@ GptConfig TinySigmoidRouterConfig() {
   return cfg;
 }
 
+// ERNIE 4.5's: a softmax router choosing by probability + a frozen
+// selection bias, the weights normalized by at least 1e-12, beside the
+// same ungated shared expert and dense layer 0.
+GptConfig TinyErnieRouterConfig() {
+  GptConfig cfg = TinySigmoidRouterConfig();
+  cfg.router_scoring = kernels::MoeScoring::kSoftmax;
+  cfg.router_groups = 1;
+  cfg.router_topk_groups = 1;
+  cfg.routed_scale = 1;
+  cfg.router_norm_min = 1e-12;
+  return cfg;
+}
+
 TEST(GptCudaTest, MoeLayerMatchesCpu) { CompareTinyModel(TinyQwen3MoeConfig()); }
 TEST(GptCudaTest, SharedExpertLayerMatchesCpu) { CompareTinyModel(TinySharedExpertConfig()); }
 TEST(GptCudaTest, SigmoidRouterLayerMatchesCpu) { CompareTinyModel(TinySigmoidRouterConfig()); }
+TEST(GptCudaTest, ErnieRouterLayerMatchesCpu) { CompareTinyModel(TinyErnieRouterConfig()); }
 
 // tiny-qwen3 with Gemma 2's softcaps (heads of 16: the 16-bit mode's fused
 // attention takes the cap).

@@ -508,6 +508,7 @@ GptConfig TinySigmoidMoe() {
   c.experts_per_token = 3;
   c.norm_topk_prob = true;
   c.router_scoring = kernels::MoeScoring::kSigmoid;
+  c.router_bias = true;
   c.router_groups = 3;
   c.router_topk_groups = 2;
   c.routed_scale = 2.5;
@@ -524,6 +525,27 @@ TEST(GptTest, SigmoidRouterWithoutNormalizingGradientsMatchFiniteDifferences) {
   c.router_topk_groups = 1;
   CheckModelGradients(c);
 }
+
+// ERNIE 4.5's routed MLP: 6 experts, 3 a token, chosen by softmax
+// probability + a selection bias (frozen), weighted by their probabilities
+// divided by their sum or norm_min where that is larger; an ungated shared
+// expert; layer 0 dense (moe_layer_start_index 1).
+GptConfig TinyErnieMoe(double norm_min) {
+  GptConfig c = TinySharedMoe(false);
+  c.n_experts = 6;
+  c.experts_per_token = 3;
+  c.norm_topk_prob = true;
+  c.router_bias = true;
+  c.router_norm_min = norm_min;
+  c.n_layer = 3;
+  c.dense_layers = {0};
+  c.dense_intermediate_size = 20;
+  return c;
+}
+TEST(GptTest, SoftmaxRouterWithBiasGradientsMatchFiniteDifferences) { CheckModelGradients(TinyErnieMoe(1e-12)); }
+// A floor above every token's sum (3 probabilities of 6 sum below 1): the
+// weights divided by the constant.
+TEST(GptTest, SoftmaxRouterWithFlooredSumGradientsMatchFiniteDifferences) { CheckModelGradients(TinyErnieMoe(1.5)); }
 
 // The routers' load-balancing loss in the loss: its gradient through
 // every layer's softmax.
@@ -1132,12 +1154,14 @@ TEST(GptConfigTest, JsonRoundTrips) {
 TEST(GptConfigTest, CreateRefusesFieldsThatDoNotGoTogether) {
   // kYarn: the tiny Llama with YaRN for llama3, valid as it is; kMoe: the
   // tiny mixture with dense layers and a shared expert; kSigmoid: GLM-4.5's
-  // (6 experts in 3 groups, 2 candidates, 3 a token)
-  enum Base { kGpt2, kLlama, kYarn, kMoe, kSigmoid };
+  // (6 experts in 3 groups, 2 candidates, 3 a token); kErnie: ERNIE 4.5's
+  // (a softmax with a selection bias and a floor)
+  enum Base { kGpt2, kLlama, kYarn, kMoe, kSigmoid, kErnie };
   auto base = [](Base b) {
     GptConfig c = b == kGpt2      ? Tiny(true)
                   : b == kMoe     ? TinyMixedMoe()
                   : b == kSigmoid ? TinySigmoidMoe()
+                  : b == kErnie   ? TinyErnieMoe(1e-12)
                                   : TinyLlama(false, false);
     if (b == kYarn) {
       c.rope.llama3 = false;
@@ -1217,6 +1241,12 @@ TEST(GptConfigTest, CreateRefusesFieldsThatDoNotGoTogether) {
        [](GptConfig& c) { c.router_topk_groups = 1; }},
       {"more candidate groups than groups", kSigmoid, [](GptConfig& c) { c.router_topk_groups = 4; }},
       {"a load-balancing loss with a sigmoid router", kSigmoid, [](GptConfig& c) { c.router_aux_coef = 0.3; }},
+      {"a load-balancing loss with a selection bias", kErnie, [](GptConfig& c) { c.router_aux_coef = 0.3; }},
+      {"a sigmoid router without its selection bias", kSigmoid, [](GptConfig& c) { c.router_bias = false; }},
+      {"a selection bias without experts", kLlama, [](GptConfig& c) { c.router_bias = true; }},
+      {"a floor on the sum of weights not normalized", kErnie, [](GptConfig& c) { c.norm_topk_prob = false; }},
+      {"a negative floor on the sum", kErnie, [](GptConfig& c) { c.router_norm_min = -1; }},
+      {"an infinite floor on the sum", kErnie, [](GptConfig& c) { c.router_norm_min = INFINITY; }},
       {"a routed scale of 0", kMoe, [](GptConfig& c) { c.routed_scale = 0; }},
       {"a routed scale without experts", kLlama, [](GptConfig& c) { c.routed_scale = 2; }},
       {"a shared expert's gate without the expert", kMoe,
@@ -1227,7 +1257,7 @@ TEST(GptConfigTest, CreateRefusesFieldsThatDoNotGoTogether) {
   };
   auto ops = CreateCpuOps<float>();
   auto device = CreateHostDevice(0);
-  for (Base b : {kLlama, kYarn, kMoe, kSigmoid}) {
+  for (Base b : {kLlama, kYarn, kMoe, kSigmoid, kErnie}) {
     EXPECT_TRUE(GptCompute<float>::Create(base(b), 1, ops.get(), device.get()).ok()) << b;
   }
   for (const Bad& b : bad) {

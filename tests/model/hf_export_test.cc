@@ -74,27 +74,35 @@ TEST_P(HfExportTest, F32ExportOfF32CheckpointIsByteIdentical) {
 INSTANTIATE_TEST_SUITE_P(F32Fixtures, HfExportTest,
                          ::testing::Values("gpt2", "llama", "qwen3", "phi3", "phi3-longrope", "gemma3", "gemma2",
                                            "granite", "qwen3-yarn", "exaone4", "seed-oss", "glm", "ernie4_5",
-                                           "qwen3_moe", "olmoe", "qwen2_moe", "qwen3_moe-dense", "glm4_moe"));
+                                           "qwen3_moe", "olmoe", "qwen2_moe", "qwen3_moe-dense", "glm4_moe",
+                                           "ernie4_5_moe"));
 
-// A 16-bit export keeps a sigmoid router's weight and selection bias in
-// F32, as transformers saves GLM-4.5's (the F32 fixture's bytes as they
-// are); the other matrices are BF16.
-TEST(HfExportTest, Bf16ExportKeepsTheSigmoidRouterInF32) {
-  TempDir tmp;
-  const std::string out = tmp.path() + "/out";
-  SafetensorsFile source, exported;
-  ASSERT_NO_FATAL_FAILURE(ExportFixture("glm4_moe", "BF16", out, &source, &exported));
-  const SafetensorsFile *a = &source, *b = &exported;
-  for (const char* name : {"model.layers.1.mlp.gate.weight", "model.layers.2.mlp.gate.e_score_correction_bias"}) {
-    const SafetensorsFile::Tensor* e = b->Find(name);
-    ASSERT_NE(e, nullptr) << name;
-    EXPECT_EQ(e->dtype, "F32") << name;
-    EXPECT_TRUE(e->data == a->Find(name)->data) << name;
+// A 16-bit export keeps the weight and selection bias of a router with
+// one in F32, as transformers saves GLM-4.5's and ERNIE 4.5's (the F32
+// fixture's bytes as they are; ERNIE's bias as its row [1, E]); the other
+// matrices are BF16.
+TEST(HfExportTest, Bf16ExportKeepsBiasedRoutersInF32) {
+  for (const auto& [fixture, bias] :
+       {std::pair{"glm4_moe", "model.layers.2.mlp.gate.e_score_correction_bias"},
+        std::pair{"ernie4_5_moe", "model.layers.2.mlp.moe_statics.e_score_correction_bias"}}) {
+    SCOPED_TRACE(fixture);
+    TempDir tmp;
+    const std::string out = tmp.path() + "/out";
+    SafetensorsFile source, exported;
+    ASSERT_NO_FATAL_FAILURE(ExportFixture(fixture, "BF16", out, &source, &exported));
+    const SafetensorsFile *a = &source, *b = &exported;
+    for (const char* name : {"model.layers.1.mlp.gate.weight", bias}) {
+      const SafetensorsFile::Tensor* e = b->Find(name);
+      ASSERT_NE(e, nullptr) << name;
+      EXPECT_EQ(e->dtype, "F32") << name;
+      EXPECT_EQ(e->shape, a->Find(name)->shape) << name;
+      EXPECT_TRUE(e->data == a->Find(name)->data) << name;
+    }
+    EXPECT_EQ(b->Find("model.layers.1.mlp.experts.0.gate_proj.weight")->dtype, "BF16");
+    EXPECT_EQ(b->Find("model.layers.0.mlp.gate_proj.weight")->dtype, "BF16");  // the dense layer's
+    auto back = OpenHfCheckpoint(out);                                         // and it reads back
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
   }
-  EXPECT_EQ(b->Find("model.layers.1.mlp.experts.0.gate_proj.weight")->dtype, "BF16");
-  EXPECT_EQ(b->Find("model.layers.0.mlp.gate_proj.weight")->dtype, "BF16");  // the dense layer's
-  auto back = OpenHfCheckpoint(out);                                         // and it reads back
-  ASSERT_TRUE(back.ok()) << back.status().ToString();
 }
 
 // Small shards: several files and an index naming every tensor once; the

@@ -190,7 +190,8 @@ INSTANTIATE_TEST_SUITE_P(Architectures, HfParityTest,
                                            "smollm3", "mistral-window", "qwen2-window", "gemma", "gemma3", "gemma3-mm",
                                            "llama-pad", "gemma2", "granite", "olmo2", "qwen3-yarn", "olmo3", "exaone4",
                                            "seed-oss", "helium", "glm", "glm4", "ernie4_5", "qwen3_moe", "mixtral",
-                                           "olmoe", "qwen3_moe-aux", "qwen2_moe", "qwen3_moe-dense", "glm4_moe"));
+                                           "olmoe", "qwen3_moe-aux", "qwen2_moe", "qwen3_moe-dense", "glm4_moe",
+                                           "ernie4_5_moe"));
 
 // A copy of a fixture folder whose config.json or tensors a test changes.
 std::string CopyFixture(const TempDir& tmp, const std::string& name) {
@@ -1312,7 +1313,7 @@ TEST(HfCheckpointTest, ExpertsAsTransformersReadsThem) {
       tmp, "mixtral", [](nlohmann::json& d) { d["norm_topk_prob"] = false; }, /*config_only=*/true);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_TRUE(c->model.norm_topk_prob);
-  EXPECT_NE(Notes(*c).find("norm_topk_prob: ignored (Mixtral always renormalizes)"), std::string::npos);
+  EXPECT_NE(Notes(*c).find("norm_topk_prob: ignored (MixtralForCausalLM always renormalizes)"), std::string::npos);
   // Experts stacked as transformers 5 can save them: named as such.
   {
     const std::string dir = CopyFixture(tmp, "qwen3_moe");
@@ -1490,6 +1491,105 @@ TEST(HfCheckpointTest, Glm4MoeAsTransformersReadsIt) {
   refused([](nlohmann::json& d) { d["num_local_experts"] = 8; }, "n_routed_experts and num_local_experts");
   // Without the multi-token-prediction layer its tensors are strangers.
   refused([](nlohmann::json& d) { d["num_nextn_predict_layers"] = 0; }, "tensor model.layers.3.",
+          /*config_only=*/false);
+}
+
+// ERNIE 4.5's mixture (Ernie4_5_MoeForCausalLM): a softmax router with a
+// selection bias (mlp.moe_statics.e_score_correction_bias, stored [1, E]),
+// the sum normalized by at least moe_norm_min; ungated shared experts
+// (mlp.shared_experts) of moe_num_shared_experts times the experts' width;
+// the layers outside [moe_layer_start_index, moe_layer_end_index] or off
+// moe_layer_interval dense; the multi-token-prediction module's tensors
+// (model.mtp_*) kept; the Hub's keys transformers does not read noted.
+TEST(HfCheckpointTest, Ernie45MoeAsTransformersReadsIt) {
+  auto g = OpenHfCheckpoint(FixtureDir("ernie4_5_moe"));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  const GptConfig& m = g->model;
+  EXPECT_TRUE(!m.sigmoid_router() && m.router_bias && m.norm_topk_prob && !m.qkv_bias && m.rope.interleaved &&
+              m.tied_embeddings);
+  EXPECT_EQ(m.n_experts, 8);
+  EXPECT_EQ(m.experts_per_token, 3);
+  EXPECT_EQ(m.router_norm_min, 0.5);
+  EXPECT_EQ(m.routed_scale, 1.0);
+  EXPECT_EQ(m.intermediate_size, 24);
+  EXPECT_EQ(m.shared_expert_size, 48);
+  EXPECT_FALSE(m.shared_expert_gate);
+  EXPECT_EQ(m.dense_layers, (std::vector<int>{0, 3}));
+  EXPECT_EQ(m.dense_intermediate_size, 40);
+  EXPECT_EQ(m.padding_token, 0);
+  EXPECT_EQ(g->mtp_layers, 1);
+  EXPECT_EQ(g->kept.size(), 5u);
+  for (const std::string& k : g->kept) EXPECT_EQ(k.rfind("model.mtp_", 0), 0u) << k;
+  const std::string notes = Notes(*g);
+  for (const char* key : {"moe_capacity: ignored", "moe_use_aux_free: ignored", "multi-token-prediction",
+                          "layers 0, 3: a dense MLP of 40"}) {
+    EXPECT_NE(notes.find(key), std::string::npos) << key << " in " << notes;
+  }
+  const std::vector<std::string> names = HfTensorNames(*g, LayerBlock(1));
+  ASSERT_EQ(names.size(), GptBlockSpecs(m)[LayerBlock(1)].tensors.size());
+  EXPECT_EQ(names[static_cast<size_t>(RouterBiasIndex(m))], "model.layers.1.mlp.moe_statics.e_score_correction_bias");
+  EXPECT_TRUE(HfBiasAsRow(*g, LayerBlock(1), static_cast<size_t>(RouterBiasIndex(m))));
+  EXPECT_FALSE(HfBiasAsRow(*g, LayerBlock(1), static_cast<size_t>(RouterIndex(m))));
+  EXPECT_EQ(names[static_cast<size_t>(SharedExpertTensor(m, 2))], "model.layers.1.mlp.shared_experts.down_proj.weight");
+  EXPECT_EQ(HfTensorNames(*g, LayerBlock(3))[kDownW], "model.layers.3.mlp.down_proj.weight");  // a dense layer
+  EXPECT_FALSE(IsLayerMatrix(m, RouterIndex(m)));  // fp32, as transformers keeps it
+  EXPECT_TRUE(KeptInFp32(m, 1, RouterBiasIndex(m)));
+  EXPECT_TRUE(IsFrozenTensor(GptBlockSpecs(m)[LayerBlock(1)].tensors[static_cast<size_t>(RouterBiasIndex(m))]));
+
+  // The class's defaults: every layer from 1 to the last routed, two
+  // shared experts, the floor 1e-12; other names for the counts.
+  TempDir tmp;
+  auto c = OpenEdited(
+      tmp, "ernie4_5_moe",
+      [](nlohmann::json& d) {
+        for (const char* k : {"moe_layer_end_index", "moe_num_shared_experts", "moe_norm_min", "moe_k",
+                              "moe_num_experts", "num_nextn_predict_layers"}) {
+          d.erase(k);
+        }
+        d["num_experts"] = 64;
+        d["num_experts_per_tok"] = 6;
+      },
+      /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.dense_layers, (std::vector<int>{0}));
+  EXPECT_EQ(c->model.shared_expert_size, 48);
+  EXPECT_EQ(c->model.router_norm_min, 1e-12);
+  EXPECT_EQ(c->model.n_experts, 64);
+  EXPECT_EQ(c->model.experts_per_token, 6);
+  EXPECT_EQ(c->mtp_layers, 0);
+  // Every other layer from 0 (interval 2: layers 1 and 3), the end -1;
+  // no shared experts.
+  c = OpenEdited(
+      tmp, "ernie4_5_moe",
+      [](nlohmann::json& d) {
+        d["moe_layer_start_index"] = 0;
+        d["moe_layer_end_index"] = -1;
+        d["moe_layer_interval"] = 2;
+        d["moe_num_shared_experts"] = 0;
+      },
+      /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.dense_layers, (std::vector<int>{0, 2}));
+  EXPECT_FALSE(c->model.shared_expert());
+
+  auto refused = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& expect,
+                     bool config_only = true) {
+    auto bad = OpenEdited(tmp, "ernie4_5_moe", edit, config_only);
+    ASSERT_FALSE(bad.ok()) << expect;
+    EXPECT_NE(bad.status().message().find(expect), std::string::npos) << bad.status().ToString();
+  };
+  refused([](nlohmann::json& d) { d["moe_layer_start_index"] = 3; }, "moe_layer_start_index, moe_layer_end_index");
+  refused([](nlohmann::json& d) { d["moe_layer_end_index"] = -2; }, "moe_layer_end_index: expected -1");
+  refused([](nlohmann::json& d) { d["moe_layer_interval"] = 0; }, "moe_layer_interval: expected a positive integer");
+  refused([](nlohmann::json& d) { d["moe_norm_min"] = 0; }, "moe_norm_min: 0");
+  refused([](nlohmann::json& d) { d["moe_num_shared_experts"] = -1; },
+          "moe_num_shared_experts: expected an integer >= 0");
+  refused([](nlohmann::json& d) { d["output_router_logits"] = true; }, "output_router_logits: true adds");
+  refused([](nlohmann::json& d) { d["use_bias"] = true; }, "use_bias");
+  refused([](nlohmann::json& d) { d["num_experts"] = 8; }, "moe_num_experts and num_experts: give one");
+  refused([](nlohmann::json& d) { d["num_experts_per_tok"] = 3; }, "moe_k and num_experts_per_tok: give one");
+  // Without the multi-token-prediction module its tensors are strangers.
+  refused([](nlohmann::json& d) { d["num_nextn_predict_layers"] = 0; }, "tensor model.mtp_",
           /*config_only=*/false);
 }
 

@@ -726,15 +726,22 @@ void UntiedHeadRoundTrips(const char* fixture) {
   EXPECT_EQ(ea->loss, eb->loss);
 }
 
-// A sigmoid router's selection bias (GLM-4.5's e_score_correction_bias, a
-// buffer in transformers) is frozen: after AdamW steps that decay every
-// tensor, with the optimizer on NVMe, it keeps its bits while the router's
-// weight moves.
+// A router's selection bias (GLM-4.5's e_score_correction_bias, a buffer
+// in transformers; ERNIE 4.5's, an untrained parameter there, stored as a
+// row [1, E]) is frozen: after AdamW steps that decay every tensor, with
+// the optimizer on NVMe, it keeps its bits while the router's weight moves.
+void FrozenSelectionBiasKeepsItsBits(const char* fixture, const std::string& stored_bias);
 TEST(TrainerTest, FrozenSelectionBiasKeepsItsBits) {
+  FrozenSelectionBiasKeepsItsBits("glm4_moe", "model.layers.1.mlp.gate.e_score_correction_bias");
+  FrozenSelectionBiasKeepsItsBits("ernie4_5_moe", "model.layers.1.mlp.moe_statics.e_score_correction_bias");
+}
+
+void FrozenSelectionBiasKeepsItsBits(const char* fixture, const std::string& stored_bias) {
+  SCOPED_TRACE(fixture);
   TempDir dir;
   Config config = TinyConfig(dir, OffloadDevice::kNvme, OffloadDevice::kNvme);
   config.optimizer.weight_decay = 0.1;
-  auto source = ResolveModel(testing::FixtureDir("glm4_moe"), 0);
+  auto source = ResolveModel(testing::FixtureDir(fixture), 0);
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   std::vector<uint32_t> tokens(4096);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>((i * 37 + i / 7) % 100);
@@ -750,13 +757,16 @@ TEST(TrainerTest, FrozenSelectionBiasKeepsItsBits) {
   StepLosses(*r.trainer, 3);
   ASSERT_TRUE(r.trainer->ExportSafetensors(dir.Sub("w.safetensors"), "F32").ok());
   auto trained = ReadSafetensors(dir.Sub("w.safetensors"));
-  auto stored = ReadSafetensors(testing::FixtureDir("glm4_moe") + "/model.safetensors");
+  auto stored = ReadSafetensors(testing::FixtureDir(fixture) + "/model.safetensors");
   ASSERT_TRUE(trained.ok() && stored.ok());
-  for (const char* name : {"model.layers.1.mlp.gate.e_score_correction_bias", "model.layers.2.mlp.gate.weight"}) {
+  // zinf's one-file export names the bias as GLM-4.5's checkpoints do.
+  for (const auto& [name, stored_name] :
+       {std::pair<std::string, std::string>{"model.layers.1.mlp.gate.e_score_correction_bias", stored_bias},
+        {"model.layers.2.mlp.gate.weight", "model.layers.2.mlp.gate.weight"}}) {
     const auto* a = trained->Find(name);
-    const auto* b = stored->Find(name);
+    const auto* b = stored->Find(stored_name);
     ASSERT_TRUE(a != nullptr && b != nullptr) << name;
-    const bool bias = std::string(name).ends_with("bias");
+    const bool bias = name.ends_with("bias");
     EXPECT_EQ(a->data == b->data, bias) << name << (bias ? " changed" : " did not train");
   }
 }

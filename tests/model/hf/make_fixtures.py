@@ -219,14 +219,35 @@ MODELS = {
                       routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1, attention_bias=True,
                       use_qk_norm=True, partial_rotary_factor=0.5, tie_word_embeddings=False, pad_token_id=None,
                       num_nextn_predict_layers=1), torch.float32),
+    # ERNIE 4.5 MoE: a softmax router choosing 3 of 8 experts of width 24 by probability + e_score_correction_bias
+    # (random here; mlp.moe_statics, stored [1, 8]), their weights divided by their sum or by moe_norm_min 0.5 where
+    # the sum is smaller (both happen); two shared experts (one ungated MLP of 48); of four layers 1 and 2 routed
+    # (moe_layer_start_index 1, moe_layer_end_index 2), 0 and 3 dense (width 40); interleaved RoPE, GQA, tied head,
+    # padding token 0; the checkpoint carries a multi-token-prediction module's tensors (model.mtp_*) and the
+    # Hub's keys transformers does not read
+    "ernie4_5_moe": (transformers.Ernie4_5_MoeConfig, transformers.Ernie4_5_MoeForCausalLM,
+                     dict(COMMON_LLAMA, num_hidden_layers=4, intermediate_size=40, vocab_size=100, moe_num_experts=8,
+                          moe_k=3, moe_intermediate_size=24, moe_num_shared_experts=2, moe_layer_start_index=1,
+                          moe_layer_end_index=2, moe_norm_min=0.5), torch.float32),
 }
 
-# Tensors a fixture's checkpoint carries beyond the model's (GLM-4.5's multi-token-prediction layer: a few of its
-# names and shapes), to show they are kept aside, not read.
+# Tensors a fixture's checkpoint carries beyond the model's (GLM-4.5's multi-token-prediction layer, ERNIE 4.5's
+# module: a few of their names and shapes), to show they are kept aside, not read.
 EXTRA_TENSORS = {
     "glm4_moe": {"model.layers.3.eh_proj.weight": (32, 64), "model.layers.3.enorm.weight": (32,),
                  "model.layers.3.mlp.experts.0.gate_proj.weight": (24, 32),
                  "model.layers.3.shared_head.norm.weight": (32,)},
+    "ernie4_5_moe": {"model.mtp_block.0.input_layernorm.weight": (32,),
+                     "model.mtp_block.0.mlp.experts.0.gate_proj.weight": (24, 32),
+                     "model.mtp_emb_norm.0.weight": (32,), "model.mtp_hidden_norm.0.weight": (32,),
+                     "model.mtp_linear_proj.0.weight": (32, 64)},
+}
+
+# Keys a fixture's config.json carries beyond what save_pretrained writes (ERNIE 4.5's Hub configs: the original
+# code's keys, which transformers does not read).
+EXTRA_CONFIG = {
+    "ernie4_5_moe": {"num_nextn_predict_layers": 1, "moe_capacity": [8, 8, 8], "moe_gate": "topk",
+                     "moe_use_aux_free": True, "multi_token_pred_lambda": 0.3, "use_rmsnorm": True},
 }
 
 
@@ -266,6 +287,14 @@ def make(name, config_cls, model_cls, kwargs, dtype, seed):
     os.makedirs(out, exist_ok=True)
     model.to(dtype).save_pretrained(out, safe_serialization=True)
     os.remove(os.path.join(out, "generation_config.json"))  # not read by zinf
+    if name in EXTRA_CONFIG:
+        path = os.path.join(out, "config.json")
+        with open(path) as f:
+            saved = json.load(f)
+        saved.update(EXTRA_CONFIG[name])
+        with open(path, "w") as f:
+            json.dump(saved, f, indent=2, sort_keys=True)
+            f.write("\n")
     if name in EXTRA_TENSORS:
         path = os.path.join(out, "model.safetensors")
         stored = load_file(path)

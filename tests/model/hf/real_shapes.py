@@ -51,11 +51,17 @@ under its sigmoid gate, q/k/v biases, a 151936 vocabulary), glm4.5-air-1l-16e
 (GLM-4.5-Air's widths at 1 routed layer with 16 of its 128 experts of 1408,
 8 a token, by sigmoid score + a random selection bias, normalized; an
 ungated shared expert, q/k/v biases, RoPE on 64 of 128 columns, GQA 96/8, a
-151552 vocabulary; fewer experts to fit 24 GB in float64). The models with
+151552 vocabulary; fewer experts to fit 24 GB in float64),
+ernie4.5-21b-a3b-2l-32e (ERNIE-4.5-21B-A3B's widths at 2 layers with 32 of
+its 64 experts of 1536: layer 0 dense of 12288, layer 1 routing 6 a token by
+softmax probability + a random selection bias, normalized; two shared
+experts, interleaved RoPE, GQA 20/4 of 128, a 103424 vocabulary, tied; 64
+experts do not fit 17 GB in float64). The models with
 experts run transformers' eager experts loop.
 Prints one line per model: both losses and their difference.
 """
 import argparse
+import itertools
 import os
 import subprocess
 import sys
@@ -218,6 +224,15 @@ def glm45_air():
         rope_parameters=dict(rope_type="default", rope_theta=1000000.0, partial_rotary_factor=0.5))
 
 
+def ernie45_21b():
+    return transformers.Ernie4_5_MoeForCausalLM, transformers.Ernie4_5_MoeConfig(
+        vocab_size=103424, hidden_size=2560, intermediate_size=12288, moe_intermediate_size=1536, num_hidden_layers=2,
+        num_attention_heads=20, num_key_value_heads=4, moe_num_experts=32, moe_k=6, moe_num_shared_experts=2,
+        moe_layer_start_index=1, moe_layer_interval=1, max_position_embeddings=131072, rms_norm_eps=1e-5,
+        tie_word_embeddings=True, use_bias=False, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        rope_parameters=dict(rope_type="default", rope_theta=500000.0))
+
+
 def gemma3_4b():
     return transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(
         vocab_size=262208, hidden_size=2560, intermediate_size=10240, num_hidden_layers=2, num_attention_heads=8,
@@ -233,7 +248,8 @@ SHAPES = {"qwen3-0.6b": qwen3, "phi4-mini-2l": phi4_mini, "smollm3-4l": smollm3,
           "olmo3-7b-2l": olmo3_7b, "exaone4-1.2b-4l": exaone4_1b,
           "helium-2b-2l": helium_2b, "glm4-9b-2l": glm4_9b, "ernie4.5-0.3b": ernie45_03b,
           "qwen3-30b-a3b-1l": qwen3_moe_30b, "olmoe-1b-7b-2l": olmoe_1b_7b,
-          "qwen1.5-moe-a2.7b-1l": qwen15_moe_a27b, "glm4.5-air-1l-16e": glm45_air}
+          "qwen1.5-moe-a2.7b-1l": qwen15_moe_a27b, "glm4.5-air-1l-16e": glm45_air,
+          "ernie4.5-21b-a3b-2l-32e": ernie45_21b}
 
 
 def check(name, zinf, work):
@@ -243,9 +259,11 @@ def check(name, zinf, work):
     if not os.path.exists(os.path.join(folder, "config.json")):
         torch.manual_seed(0)
         model = model_cls(config)
-        for key, buf in model.named_buffers():  # a sigmoid router's selection bias: not all zeros
+        # A router's selection bias (GLM's buffer, ERNIE's untrained parameter): not all zeros.
+        for key, t in itertools.chain(model.named_buffers(), model.named_parameters()):
             if key.endswith("e_score_correction_bias"):
-                buf.copy_(0.02 * torch.randn(buf.shape))
+                with torch.no_grad():
+                    t.copy_(0.02 * torch.randn(t.shape))
         model.to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
         del model
     rng = np.random.default_rng(7)
