@@ -203,13 +203,16 @@ class KeyReader {
 // (Gemma 3; Gemma 2 every other, OLMo 3 every fourth; their windows always
 // on too); kAllWhenUsed: every layer when use_sliding_window (Qwen3-MoE);
 // kEvenBelowMaxWindow: with use_sliding_window, the even layers below
-// max_window_layers (Qwen2-MoE). kFromMaxWindowLayers,
+// max_window_layers (Qwen2-MoE); kFromMaxWindowLayersWhenSet: those from
+// max_window_layers on whenever sliding_window is set (dots.llm1: no
+// use_sliding_window). kFromMaxWindowLayers, kFromMaxWindowLayersWhenSet,
 // kEvenBelowMaxWindow, kNopeLayers and kPattern read layer_types first.
 enum class SlidingLayers {
   kNone,
   kAll,
   kAllWhenUsed,
   kFromMaxWindowLayers,
+  kFromMaxWindowLayersWhenSet,
   kEvenBelowMaxWindow,
   kNopeLayers,
   kPattern
@@ -220,11 +223,11 @@ enum class SlidingLayers {
 // plus a gated shared expert of shared_expert_intermediate_size), OLMoE's
 // (of intermediate_size, norm_topk_prob) or Mixtral's (of
 // intermediate_size, always normalized; router_jitter_noise refused), or
-// GLM-4.5's (ParseGlm4MoeExperts: a sigmoid router, ungated shared experts,
-// the first layers dense), or ERNIE 4.5's (ParseErnieMoeExperts: a softmax
-// with a selection bias, ungated shared experts, dense layers outside a
-// range).
-enum class Experts { kNone, kQwen3Moe, kQwen2Moe, kOlmoe, kMixtral, kGlm4Moe, kErnie45Moe };
+// DeepSeek-V3's as GLM-4.5 and dots.llm1 have it (ParseSigmoidRouterExperts:
+// a sigmoid router, ungated shared experts, the first layers dense), or
+// ERNIE 4.5's (ParseErnieMoeExperts: a softmax with a selection bias,
+// ungated shared experts, dense layers outside a range).
+enum class Experts { kNone, kQwen3Moe, kQwen2Moe, kOlmoe, kMixtral, kSigmoidRouter, kErnie45Moe };
 
 // What each supported architecture is, in the terms zinf's model uses:
 // GPT-2's block, or Llama's with these changes. The one place an
@@ -305,9 +308,18 @@ struct Architecture {
   // config is text_config and whose tensors are under language_model.
   bool multimodal = false;
   Experts experts = Experts::kNone;
-  int default_experts = 0;  // num_experts when absent
+  int default_experts = 0;  // num_experts when absent (0: required)
   int default_experts_per_token = 0;
-  double default_aux_coef = 0;  // router_aux_loss_coef when absent
+  // kSigmoidRouter: n_shared_experts, first_k_dense_replace and
+  // norm_topk_prob when absent (0 shared: required; GLM-4.5's 1, 1, true;
+  // dots.llm1's none, 0, false), and whether the checkpoint may hold
+  // multi-token-prediction layers (GLM-4.5's num_nextn_predict_layers).
+  int default_shared_experts = 0;
+  int default_first_dense = 0;
+  bool default_norm_topk = false;
+  bool mtp_layers = false;
+  int default_max_window_layers = 28;  // max_window_layers when absent
+  double default_aux_coef = 0;         // router_aux_loss_coef when absent
   double default_rope_theta = 10000.0;
   double default_norm_eps = 1e-6;  // rms_norm_eps when the key is absent
 };
@@ -395,10 +407,20 @@ constexpr Architecture kArchitectures[] = {
      .default_kv_heads = 8,
      .qk_norm_key = "use_qk_norm",
      .default_partial_rotary = 0.5,
-     .experts = Experts::kGlm4Moe,
+     .experts = Experts::kSigmoidRouter,
      .default_experts = 128,
      .default_experts_per_token = 8,
+     .default_shared_experts = 1,
+     .default_first_dense = 1,
+     .default_norm_topk = true,
+     .mtp_layers = true,
      .default_norm_eps = 1e-5},
+    {.name = "Dots1ForCausalLM",
+     .qk_norm = true,
+     .sliding = SlidingLayers::kFromMaxWindowLayersWhenSet,
+     .default_window = 4096,
+     .experts = Experts::kSigmoidRouter,
+     .default_max_window_layers = 62},
     {.name = "OlmoeForCausalLM",
      .qk_norm = true,
      .default_pad_token = 1,
@@ -766,6 +788,7 @@ void ParseSlidingWindow(KeyReader& r, HfCheckpoint& c, const Architecture& arch)
     case SlidingLayers::kNone: r.Neutral("use_sliding_window", {false}); break;
     case SlidingLayers::kAll:
     case SlidingLayers::kPattern:
+    case SlidingLayers::kFromMaxWindowLayersWhenSet:
       on = true;
       if (r.Get("use_sliding_window") != nullptr) {
         c.notes.push_back("use_sliding_window: ignored (" + c.architecture + " slides whenever sliding_window is set)");
@@ -785,8 +808,9 @@ void ParseSlidingWindow(KeyReader& r, HfCheckpoint& c, const Architecture& arch)
       window = w->get<int>();
     }
   }
-  const bool reads_types = arch.sliding == SlidingLayers::kFromMaxWindowLayers ||
-                           arch.sliding == SlidingLayers::kEvenBelowMaxWindow ||
+  const bool from_max =
+      arch.sliding == SlidingLayers::kFromMaxWindowLayers || arch.sliding == SlidingLayers::kFromMaxWindowLayersWhenSet;
+  const bool reads_types = from_max || arch.sliding == SlidingLayers::kEvenBelowMaxWindow ||
                            arch.sliding == SlidingLayers::kNopeLayers || arch.sliding == SlidingLayers::kPattern;
   // The pattern: every pattern-th layer full, the others sliding (Gemma 2
   // every other, OLMo 3 every fourth). Gemma 3 and EXAONE 4 read
@@ -813,10 +837,12 @@ void ParseSlidingWindow(KeyReader& r, HfCheckpoint& c, const Architecture& arch)
       if (t == "sliding_attention" && !(on && window > 0)) {
         // transformers refuses this (Qwen2, Qwen3), or its attention
         // implementations disagree on it (SmolLM3).
-        return r.Error(at + "\"sliding_attention\" without a window (" +
-                       (arch.sliding == SlidingLayers::kPattern ? std::string("sliding_window null")
-                                                                : "use_sliding_window true and sliding_window set") +
-                       ")");
+        return r.Error(
+            at + "\"sliding_attention\" without a window (" +
+            (arch.sliding == SlidingLayers::kPattern || arch.sliding == SlidingLayers::kFromMaxWindowLayersWhenSet
+                 ? std::string("sliding_window null")
+                 : "use_sliding_window true and sliding_window set") +
+            ")");
       }
       if (t == "sliding_attention") {
         layers.push_back(l);
@@ -826,17 +852,15 @@ void ParseSlidingWindow(KeyReader& r, HfCheckpoint& c, const Architecture& arch)
     }
   } else if (arch.sliding == SlidingLayers::kAll || (arch.sliding == SlidingLayers::kAllWhenUsed && on)) {
     for (int l = 0; l < m.n_layer; ++l) layers.push_back(l);
-  } else if ((arch.sliding == SlidingLayers::kFromMaxWindowLayers ||
-              arch.sliding == SlidingLayers::kEvenBelowMaxWindow) &&
-             on) {
-    int bound = 28;  // transformers' default
+  } else if ((from_max || arch.sliding == SlidingLayers::kEvenBelowMaxWindow) && on) {
+    int bound = arch.default_max_window_layers;
     if (const json* f = r.Get("max_window_layers"); f != nullptr) {
       if (!f->is_number_integer() || f->get<int64_t>() < 0) {
         return r.Error("max_window_layers: expected an integer >= 0, got " + f->dump());
       }
       bound = static_cast<int>(std::min<int64_t>(f->get<int64_t>(), m.n_layer));
     }
-    if (arch.sliding == SlidingLayers::kFromMaxWindowLayers) {
+    if (from_max) {
       for (int l = bound; l < m.n_layer; ++l) layers.push_back(l);
     } else {
       for (int l = 0; l < bound; l += 2) layers.push_back(l);
@@ -1010,23 +1034,25 @@ int MtpLayers(KeyReader& r, int fallback) {
   return Count(r, r.Has("num_mtp_layers") ? "num_mtp_layers" : "num_nextn_predict_layers", fallback);
 }
 
-// GLM-4.5's routed MLP (transformers' Glm4MoeMoE, DeepSeek-V3's router):
-// sigmoid scores whose experts are chosen by score + e_score_correction_bias
-// within the topk_group best of n_group groups, weighted by the scores
-// (normalized with norm_topk_prob, default true) times
+// DeepSeek-V3's routed MLP as GLM-4.5 (transformers' Glm4MoeMoE) and
+// dots.llm1 (Dots1MoE) have it: sigmoid scores whose experts are chosen by
+// score + e_score_correction_bias within the topk_group best of n_group
+// groups, weighted by the scores (normalized with norm_topk_prob) times
 // routed_scaling_factor; n_shared_experts ungated shared experts of
 // moe_intermediate_size (one gated MLP of their summed width: transformers
 // builds them so); the first first_k_dense_replace layers dense, of
-// intermediate_size; no load-balancing loss; num_nextn_predict_layers
-// multi-token-prediction layers in the checkpoint, not in the model.
-void ParseGlm4MoeExperts(KeyReader& r, HfCheckpoint& c, int dense_width) {
+// intermediate_size; no load-balancing loss; GLM-4.5's
+// num_nextn_predict_layers multi-token-prediction layers in the
+// checkpoint, not in the model. The defaults are the architecture's.
+void ParseSigmoidRouterExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch, int dense_width) {
   GptConfig& m = c.model;
   m.router_scoring = kernels::MoeScoring::kSigmoid;
   m.router_bias = true;
   r.RefuseNull("moe_intermediate_size", "a positive integer");
   m.intermediate_size = r.Int("moe_intermediate_size", 1408, false);
   r.RefuseNull("n_shared_experts", "a positive integer");
-  SharedExperts(r, m, "n_shared_experts", r.Int("n_shared_experts", 1, false));
+  SharedExperts(r, m, "n_shared_experts",
+                r.Int("n_shared_experts", arch.default_shared_experts, arch.default_shared_experts == 0));
   r.RefuseNull("routed_scaling_factor", "a positive number");
   m.routed_scale = r.Number("routed_scaling_factor", 1.0);
   if (!(m.routed_scale > 0) || m.routed_scale > 1e6) {
@@ -1045,7 +1071,7 @@ void ParseGlm4MoeExperts(KeyReader& r, HfCheckpoint& c, int dense_width) {
     r.Error("topk_group: " + std::to_string(TG) + " of " + std::to_string(G) + " groups of " + std::to_string(E / G) +
             " experts cannot hold num_experts_per_tok " + std::to_string(m.experts_per_token) + " experts");
   }
-  const int dense = Count(r, "first_k_dense_replace", 1);
+  const int dense = Count(r, "first_k_dense_replace", arch.default_first_dense);
   for (int l = 0; l < std::min(dense, m.n_layer); ++l) m.dense_layers.push_back(l);
   if (m.routed_layers() < 1) {
     r.Error("first_k_dense_replace: " + std::to_string(dense) + " makes every one of the " + std::to_string(m.n_layer) +
@@ -1055,7 +1081,7 @@ void ParseGlm4MoeExperts(KeyReader& r, HfCheckpoint& c, int dense_width) {
     m.dense_intermediate_size = dense_width;
     NoteDenseLayers(c, "first_k_dense_replace");
   }
-  c.mtp_layers = MtpLayers(r, 1);
+  if (arch.mtp_layers) c.mtp_layers = MtpLayers(r, 1);
   if (r.Bool("output_router_logits", false)) {
     c.notes.push_back("output_router_logits: ignored (transformers' " + c.architecture +
                       " adds no load-balancing loss)");
@@ -1176,20 +1202,22 @@ void ParseExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch, int d
   // num_experts, or transformers 5's num_local_experts (both names map to
   // one attribute in all three classes); Mixtral's Hub configs say
   // num_local_experts.
-  // GLM-4.5's is n_routed_experts (num_local_experts in transformers 5);
+  // GLM-4.5's and dots.llm1's is n_routed_experts (num_local_experts in
+  // transformers 5);
   // ERNIE 4.5's moe_num_experts and moe_k (num_experts and
   // num_experts_per_tok map to them).
-  const bool glm = arch.experts == Experts::kGlm4Moe, ernie = arch.experts == Experts::kErnie45Moe;
-  const char* own = glm ? "n_routed_experts" : ernie ? "moe_num_experts" : "num_experts";
+  const bool sigmoid = arch.experts == Experts::kSigmoidRouter, ernie = arch.experts == Experts::kErnie45Moe;
+  const char* own = sigmoid ? "n_routed_experts" : ernie ? "moe_num_experts" : "num_experts";
   const char* other = ernie ? "num_experts" : "num_local_experts";
   if (r.Has(own) && r.Has(other)) r.Error(std::string(own) + " and " + other + ": give one");
   const char* key = r.Has(other) || (arch.experts == Experts::kMixtral && !r.Has(own)) ? other : own;
   if (ernie && r.Has("moe_k") && r.Has("num_experts_per_tok")) r.Error("moe_k and num_experts_per_tok: give one");
   const char* per_token = ernie && !r.Has("num_experts_per_tok") ? "moe_k" : "num_experts_per_tok";
-  // Absent: the class's default; null: an error (transformers' would fail).
+  // Absent: the class's default (none: required); null: an error
+  // (transformers' would fail).
   auto count = [&](const char* k, int fallback) {
     r.RefuseNull(k, "a positive integer");
-    return r.Int(k, fallback, false);
+    return r.Int(k, fallback, fallback == 0);
   };
   m.n_experts = count(key, arch.default_experts);
   m.experts_per_token = count(per_token, arch.default_experts_per_token);
@@ -1204,9 +1232,9 @@ void ParseExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch, int d
       c.notes.push_back("norm_topk_prob: ignored (" + c.architecture + " always renormalizes)");
     }
   } else {
-    m.norm_topk_prob = r.Bool("norm_topk_prob", glm);
+    m.norm_topk_prob = r.Bool("norm_topk_prob", arch.default_norm_topk);
   }
-  if (glm) return ParseGlm4MoeExperts(r, c, dense_width);
+  if (sigmoid) return ParseSigmoidRouterExperts(r, c, arch, dense_width);
   if (ernie) return ParseErnieMoeExperts(r, c, dense_width);
   if (QwenMoe(arch)) {
     m.intermediate_size = r.Int("moe_intermediate_size", arch.experts == Experts::kQwen2Moe ? 1408 : 768, false);
@@ -1265,9 +1293,9 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   // default when absent), unused when every layer routes.
   m.intermediate_size = QwenMoe(arch)
                             ? r.Int("intermediate_size", arch.experts == Experts::kQwen2Moe ? 5632 : 6144, false)
-                        : arch.experts == Experts::kGlm4Moe    ? r.Int("intermediate_size", 10944, false)
-                        : arch.experts == Experts::kErnie45Moe ? r.Int("intermediate_size", 12288, false)
-                                                               : shape("intermediate_size");
+                        : arch.experts == Experts::kSigmoidRouter ? r.Int("intermediate_size", 10944, false)
+                        : arch.experts == Experts::kErnie45Moe    ? r.Int("intermediate_size", 12288, false)
+                                                                  : shape("intermediate_size");
   // The experts' width replaces it; it stays the dense layers'.
   if (arch.experts != Experts::kNone) ParseExperts(r, c, arch, m.intermediate_size);
   c.max_positions = shape("max_position_embeddings");
@@ -1476,7 +1504,7 @@ StatusOr<HfCheckpoint> ParseHfConfig(const std::string& dir, const Architecture*
   c.fused_gate_up = traits->phi3 || traits->fused_gate_up;
   c.glm4_norm_names = traits->glm4_norms;
   c.mixtral_names = traits->experts == Experts::kMixtral;
-  c.shared_experts_names = traits->experts == Experts::kGlm4Moe || traits->experts == Experts::kErnie45Moe;
+  c.shared_experts_names = traits->experts == Experts::kSigmoidRouter || traits->experts == Experts::kErnie45Moe;
   c.ernie_moe_names = traits->experts == Experts::kErnie45Moe;
   if (traits->llama) {
     ParseLlama(r, c, *traits);

@@ -64,10 +64,11 @@
 // max_window_layers on; Qwen2-MoE: the even ones below it; SmolLM3: its
 // NoPE layers) when use_sliding_window is true: GptConfig::sliding_window
 // and sliding_layers. The mixtures of experts (Qwen3-MoE, Qwen2-MoE,
-// Mixtral, OLMoE, GLM-4.5, ERNIE 4.5) set GptConfig's expert fields
-// (GLM-4.5's sigmoid router and ERNIE 4.5's selection bias its router
-// fields); Qwen-MoE's dense layers (mlp_only_layers, decoder_sparse_step),
-// GLM-4.5's (first_k_dense_replace) and ERNIE 4.5's (moe_layer_start_index,
+// Mixtral, OLMoE, GLM-4.5, dots.llm1, ERNIE 4.5) set GptConfig's expert
+// fields (GLM-4.5's and dots.llm1's sigmoid router and ERNIE 4.5's
+// selection bias its router fields); Qwen-MoE's dense layers
+// (mlp_only_layers, decoder_sparse_step), GLM-4.5's and dots.llm1's
+// (first_k_dense_replace) and ERNIE 4.5's (moe_layer_start_index,
 // moe_layer_end_index, moe_layer_interval) its dense_layers.
 // The vocabulary rows of the embedding and an untied head are padded with
 // zero rows to padded_vocab_size (they receive no gradient and stay 0).
@@ -130,7 +131,7 @@ struct HfCheckpoint {
   // block_sparse_moe.experts.<e>.w1 (gate), w3 (up), w2 (down); else
   // mlp.gate and mlp.experts.<e>.gate_proj, up_proj, down_proj.
   bool mixtral_names = false;
-  // GLM-4.5's and ERNIE 4.5's name for the shared experts:
+  // GLM-4.5's, dots.llm1's and ERNIE 4.5's name for the shared experts:
   // mlp.shared_experts (Qwen2-MoE's: mlp.shared_expert). A router's
   // selection bias is mlp.gate.e_score_correction_bias [E].
   bool shared_experts_names = false;

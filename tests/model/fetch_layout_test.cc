@@ -332,7 +332,7 @@ TEST(FetchLayoutTrainerTest, PiecesGiveTheWholeLayerLossesAndWeightsOnEveryTier)
 // for value (F32 export: OLMo 2's bf16 values exactly, the others' bytes).
 TEST(FetchLayoutTrainerTest, HfWeightsInAndOutThroughPieces) {
   for (const char* name : {"qwen2", "llama", "gpt2", "qwen3", "phi3", "gemma2", "granite", "olmo2", "qwen3_moe",
-                           "mixtral", "qwen2_moe", "qwen3_moe-dense", "glm4_moe", "ernie4_5_moe"}) {
+                           "mixtral", "qwen2_moe", "qwen3_moe-dense", "glm4_moe", "ernie4_5_moe", "dots1"}) {
     auto ckpt = OpenHfCheckpoint(testing::FixtureDir(name));
     ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
     auto model = HfModelAtSeqLen(*ckpt, 0);

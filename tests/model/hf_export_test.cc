@@ -157,7 +157,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, HfExportShardsTest,
                          ::testing::Values(std::pair{"qwen2", "BF16"}, std::pair{"phi3", "F32"},
                                            std::pair{"smollm3", "BF16"}, std::pair{"gemma", "BF16"},
                                            std::pair{"gemma3-mm", "BF16"}, std::pair{"glm4", "BF16"},
-                                           std::pair{"mixtral", "BF16"}));
+                                           std::pair{"mixtral", "BF16"}, std::pair{"dots1", "BF16"}));
 
 // A multimodal Gemma 3 exported F32: its language model in F32, the vision
 // tower's and projector's tensors (not part of the model) byte for byte and

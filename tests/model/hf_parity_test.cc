@@ -191,7 +191,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, HfParityTest,
                                            "llama-pad", "gemma2", "granite", "olmo2", "qwen3-yarn", "olmo3", "exaone4",
                                            "seed-oss", "helium", "glm", "glm4", "ernie4_5", "qwen3_moe", "mixtral",
                                            "olmoe", "qwen3_moe-aux", "qwen2_moe", "qwen3_moe-dense", "glm4_moe",
-                                           "ernie4_5_moe"));
+                                           "ernie4_5_moe", "dots1"));
 
 // A copy of a fixture folder whose config.json or tensors a test changes.
 std::string CopyFixture(const TempDir& tmp, const std::string& name) {
@@ -1492,6 +1492,77 @@ TEST(HfCheckpointTest, Glm4MoeAsTransformersReadsIt) {
   // Without the multi-token-prediction layer its tensors are strangers.
   refused([](nlohmann::json& d) { d["num_nextn_predict_layers"] = 0; }, "tensor model.layers.3.",
           /*config_only=*/false);
+}
+
+// dots.llm1 (Dots1ForCausalLM): GLM-4.5's router and ungated shared
+// experts with Qwen3's q/k norms; the layers from max_window_layers on
+// slide whenever sliding_window is set (no use_sliding_window: noted),
+// layer_types first; the class's own defaults (no shared experts nor
+// expert count: required; no dense layer; weights not normalized; 62
+// full layers before the sliding ones).
+TEST(HfCheckpointTest, Dots1AsTransformersReadsIt) {
+  auto g = OpenHfCheckpoint(FixtureDir("dots1"));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  const GptConfig& m = g->model;
+  EXPECT_TRUE(m.sigmoid_router() && m.router_bias && m.norm_topk_prob && m.qk_norm && !m.qkv_bias &&
+              !m.tied_embeddings);
+  EXPECT_EQ(m.n_experts, 8);
+  EXPECT_EQ(m.experts_per_token, 3);
+  EXPECT_EQ(m.router_groups, 2);
+  EXPECT_EQ(m.router_topk_groups, 1);
+  EXPECT_EQ(m.routed_scale, 2.0);
+  EXPECT_EQ(m.shared_expert_size, 48);
+  EXPECT_EQ(m.dense_layers, (std::vector<int>{0}));
+  EXPECT_EQ(m.sliding_window, 5);
+  EXPECT_EQ(m.sliding_layers, (std::vector<int>{2}));
+  EXPECT_EQ(g->mtp_layers, 0);
+  EXPECT_EQ(HfTensorNames(*g, LayerBlock(1))[static_cast<size_t>(RouterBiasIndex(m))],
+            "model.layers.1.mlp.gate.e_score_correction_bias");
+
+  TempDir tmp;
+  // Without layer_types: from max_window_layers (2) on; with
+  // use_sliding_window false too (transformers' Dots1 does not read it).
+  auto c = OpenEdited(
+      tmp, "dots1",
+      [](nlohmann::json& d) {
+        d.erase("layer_types");
+        d["use_sliding_window"] = false;
+        d["max_window_layers"] = 1;
+      },
+      /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.sliding_layers, (std::vector<int>{1, 2}));
+  EXPECT_NE(Notes(*c).find("use_sliding_window: ignored"), std::string::npos) << Notes(*c);
+  // The class's defaults: 62 full layers first, no dense layer, the
+  // weights as they are.
+  c = OpenEdited(
+      tmp, "dots1",
+      [](nlohmann::json& d) {
+        for (const char* k : {"layer_types", "max_window_layers", "first_k_dense_replace", "norm_topk_prob"}) {
+          d.erase(k);
+        }
+      },
+      /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->model.sliding_layers.empty());
+  EXPECT_TRUE(c->model.dense_layers.empty());
+  EXPECT_FALSE(c->model.norm_topk_prob);
+  auto refused = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& expect) {
+    auto bad = OpenEdited(tmp, "dots1", edit, /*config_only=*/true);
+    ASSERT_FALSE(bad.ok()) << expect;
+    EXPECT_NE(bad.status().message().find(expect), std::string::npos) << bad.status().ToString();
+  };
+  refused([](nlohmann::json& d) { d.erase("n_shared_experts"); }, "n_shared_experts: missing");
+  refused([](nlohmann::json& d) { d.erase("n_routed_experts"); }, "n_routed_experts: missing");
+  refused([](nlohmann::json& d) { d.erase("num_experts_per_tok"); }, "num_experts_per_tok: missing");
+  refused([](nlohmann::json& d) { d["attention_bias"] = true; }, "attention_bias");
+  refused([](nlohmann::json& d) { d["num_nextn_predict_layers"] = 1; }, "num_nextn_predict_layers: unknown key");
+  refused(
+      [](nlohmann::json& d) {
+        d["sliding_window"] = nullptr;
+        d["layer_types"][1] = "sliding_attention";
+      },
+      "layer_types[1]: \"sliding_attention\" without a window (sliding_window null)");
 }
 
 // ERNIE 4.5's mixture (Ernie4_5_MoeForCausalLM): a softmax router with a

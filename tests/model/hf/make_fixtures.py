@@ -229,6 +229,15 @@ MODELS = {
                      dict(COMMON_LLAMA, num_hidden_layers=4, intermediate_size=40, vocab_size=100, moe_num_experts=8,
                           moe_k=3, moe_intermediate_size=24, moe_num_shared_experts=2, moe_layer_start_index=1,
                           moe_layer_end_index=2, moe_norm_min=0.5), torch.float32),
+    # dots.llm1 (Dots1): GLM-4.5's router (sigmoid score + a random e_score_correction_bias, 2 groups of 4 experts
+    # of which 1 is a candidate, 3 a token, normalized, times 2) with two shared experts (one ungated MLP of 48);
+    # layer 0 dense (first_k_dense_replace); Qwen3's q/k norms; layer 2 slides over 5 keys (from
+    # max_window_layers 2, with no use_sliding_window); untied head; bf16 checkpoint
+    "dots1": (transformers.Dots1Config, transformers.Dots1ForCausalLM,
+              dict(COMMON_LLAMA, num_hidden_layers=3, intermediate_size=40, vocab_size=100, n_routed_experts=8,
+                   num_experts_per_tok=3, n_group=2, topk_group=1, moe_intermediate_size=24, n_shared_experts=2,
+                   routed_scaling_factor=2.0, norm_topk_prob=True, first_k_dense_replace=1, sliding_window=5,
+                   max_window_layers=2, tie_word_embeddings=False, pad_token_id=None), torch.bfloat16),
 }
 
 # Tensors a fixture's checkpoint carries beyond the model's (GLM-4.5's multi-token-prediction layer, ERNIE 4.5's

@@ -56,7 +56,10 @@ ernie4.5-21b-a3b-2l-32e (ERNIE-4.5-21B-A3B's widths at 2 layers with 32 of
 its 64 experts of 1536: layer 0 dense of 12288, layer 1 routing 6 a token by
 softmax probability + a random selection bias, normalized; two shared
 experts, interleaved RoPE, GQA 20/4 of 128, a 103424 vocabulary, tied; 64
-experts do not fit 17 GB in float64). The models with
+experts do not fit 17 GB in float64), dots.llm1-1l-16e (dots.llm1's widths at
+1 routed layer with 16 of its 128 experts of 1408: 6 a token by sigmoid score
++ a random selection bias, normalized and times 2.5; two shared experts, q/k
+norms, 32 heads of 128, a 152064 vocabulary, untied). The models with
 experts run transformers' eager experts loop.
 Prints one line per model: both losses and their difference.
 """
@@ -233,6 +236,15 @@ def ernie45_21b():
         rope_parameters=dict(rope_type="default", rope_theta=500000.0))
 
 
+def dots1():
+    return transformers.Dots1ForCausalLM, transformers.Dots1Config(
+        vocab_size=152064, hidden_size=4096, intermediate_size=10944, moe_intermediate_size=1408, num_hidden_layers=1,
+        num_attention_heads=32, num_key_value_heads=32, n_routed_experts=16, num_experts_per_tok=6,
+        n_shared_experts=2, n_group=1, topk_group=1, routed_scaling_factor=2.5, norm_topk_prob=True,
+        first_k_dense_replace=0, max_position_embeddings=32768, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        sliding_window=None, rope_parameters=dict(rope_type="default", rope_theta=10000000.0))
+
+
 def gemma3_4b():
     return transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(
         vocab_size=262208, hidden_size=2560, intermediate_size=10240, num_hidden_layers=2, num_attention_heads=8,
@@ -249,7 +261,7 @@ SHAPES = {"qwen3-0.6b": qwen3, "phi4-mini-2l": phi4_mini, "smollm3-4l": smollm3,
           "helium-2b-2l": helium_2b, "glm4-9b-2l": glm4_9b, "ernie4.5-0.3b": ernie45_03b,
           "qwen3-30b-a3b-1l": qwen3_moe_30b, "olmoe-1b-7b-2l": olmoe_1b_7b,
           "qwen1.5-moe-a2.7b-1l": qwen15_moe_a27b, "glm4.5-air-1l-16e": glm45_air,
-          "ernie4.5-21b-a3b-2l-32e": ernie45_21b}
+          "ernie4.5-21b-a3b-2l-32e": ernie45_21b, "dots.llm1-1l-16e": dots1}
 
 
 def check(name, zinf, work):
