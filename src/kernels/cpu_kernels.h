@@ -50,9 +50,10 @@ enum class Glu { kSilu, kGeluTanh };
 
 // How a mixture-of-experts router turns a token's logits [E] into its k
 // experts and their weights (cpu_kernels.h's MoeRouteForward says how).
-// Scores: softmax over the row (Qwen-MoE, Mixtral, OLMoE) or a sigmoid of
-// each logit (DeepSeek-V3's and GLM-4.5's routers, with a selection bias
-// and expert groups).
+// Scores: softmax over the row (Qwen-MoE, Mixtral, OLMoE; ERNIE 4.5's
+// with a selection bias) or a sigmoid of each logit (DeepSeek-V3's,
+// GLM-4.5's and dots.llm1's routers, with a selection bias and expert
+// groups).
 enum class MoeScoring { kSoftmax, kSigmoid };
 struct MoeRouting {
   int E = 0;               // experts
@@ -66,7 +67,7 @@ struct MoeRouting {
   int topk_groups = 1;
   double scale = 1.0;  // the weights times this (routed_scaling_factor)
   // With `normalize`, the sum divided by is at least this (ERNIE 4.5's
-  // moe_norm_min); 0: none.
+  // moe_norm_min; >= 0 and finite); 0: none.
   double norm_min = 0.0;
 };
 // The most expert groups a router has.
@@ -286,7 +287,8 @@ inline constexpr int kMaxExpertsPerToken = 64;
 // overwritten row by row), experts and weights [N, k] as above. Computed
 // in double, rounded to T; 1 <= k <= E, k <= kMaxExpertsPerToken; with
 // groups > 1: groups divides E, E / groups >= 2, k <= topk_groups * E /
-// groups, topk_groups <= groups <= kMaxRouterGroups.
+// groups, topk_groups <= groups <= kMaxRouterGroups; norm_min >= 0 and
+// finite (GptCompute::Create checks them all).
 template <typename T>
 void MoeRouteForward(T* weights, int32_t* experts, T* probs, const T* logits, const T* bias, int64_t N,
                      const MoeRouting& r);

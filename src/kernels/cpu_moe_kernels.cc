@@ -14,11 +14,16 @@ namespace {
 
 using internal::WorthThreads;
 
-// What the chosen scores' sum `total` normalizes by: the sum, + 1e-20
-// with a sigmoid router (transformers' guard against k scores of 0), at
-// least norm_min (ERNIE 4.5's; then a constant).
+// The chosen scores' sum as it normalizes: + 1e-20 with a sigmoid router
+// (transformers' guard against k scores of 0); the weights are divided by
+// it or by norm_min where it is smaller (ERNIE 4.5's floor, a constant
+// there: Floored).
+double NormSum(double total, const MoeRouting& r) { return total + (r.scoring == MoeScoring::kSigmoid ? 1e-20 : 0.0); }
+// torch.clamp's rule: below the floor, not at it.
+bool Floored(double sum, const MoeRouting& r) { return sum < r.norm_min; }
 double NormDivisor(double total, const MoeRouting& r) {
-  return std::max(total + (r.scoring == MoeScoring::kSigmoid ? 1e-20 : 0.0), r.norm_min);
+  const double sum = NormSum(total, r);
+  return Floored(sum, r) ? r.norm_min : sum;
 }
 
 // Marks in `allowed` [E] the experts of the topk_groups groups whose two
@@ -121,7 +126,7 @@ void MoeRouteBackward(T* dlogits, const T* dweights, const T* probs, const int32
       dot += static_cast<double>(dw[j]) * static_cast<double>(p[ex[j]]);
     }
     const double D = NormDivisor(total, r);
-    const double through_sum = D > r.norm_min ? dot / (D * D) : 0.0;
+    const double through_sum = Floored(NormSum(total, r), r) ? 0.0 : dot / (D * D);
     double dv[kMaxExpertsPerToken];
     double weighted = 0;
     for (int j = 0; j < k; ++j) {

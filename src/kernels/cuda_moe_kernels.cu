@@ -20,10 +20,16 @@ __device__ float ChoiceScore(const float* p, const float* bias, int e) {
   return p[e] + (bias != nullptr ? bias[e] : 0.f);
 }
 
-// The chosen scores' sum as the weights are normalized by it: + 1e-20
-// with a sigmoid router, at least norm_min (cpu_moe_kernels.cc's rule).
+// The chosen scores' sum as it normalizes: + 1e-20 with a sigmoid router;
+// the weights are divided by it, or by norm_min where it is below that (a
+// constant there: cpu_moe_kernels.cc's rule).
+__device__ float NormSum(float total, const MoeRouting& r) {
+  return total + (r.scoring == MoeScoring::kSigmoid ? 1e-20f : 0.f);
+}
+__device__ bool Floored(float sum, const MoeRouting& r) { return sum < static_cast<float>(r.norm_min); }
 __device__ float NormDivisor(float total, const MoeRouting& r) {
-  return fmaxf(total + (r.scoring == MoeScoring::kSigmoid ? 1e-20f : 0.f), static_cast<float>(r.norm_min));
+  const float sum = NormSum(total, r);
+  return Floored(sum, r) ? static_cast<float>(r.norm_min) : sum;
 }
 
 __global__ void MoeRouteForwardKernel(float* weights, int32_t* experts, float* probs, const float* logits,
@@ -99,7 +105,7 @@ __global__ void MoeRouteBackwardKernel(float* dlogits, const float* dweights, co
     }
     // Where the floor holds the divisor is a constant (no term through the sum).
     const float D = NormDivisor(total, r);
-    const float through_sum = D > static_cast<float>(r.norm_min) ? dot / (D * D) : 0.f;
+    const float through_sum = Floored(NormSum(total, r), r) ? 0.f : dot / (D * D);
     const float scale = static_cast<float>(r.scale);
     float dv[kMaxK];
     float weighted = 0.f;

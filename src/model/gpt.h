@@ -175,7 +175,7 @@ struct GptConfig {
   // head still trains it); -1: none.
   int padding_token = -1;
   // Mixture of experts (kLlama; Qwen3-MoE, Qwen2-MoE, Mixtral, OLMoE,
-  // GLM-4.5, ERNIE 4.5), 0: none. With n_experts > 0 every layer's MLP but
+  // GLM-4.5, dots.llm1, ERNIE 4.5), 0: none. With n_experts > 0 every layer's MLP but
   // dense_layers' (below) is sparse: a router (a linear map C ->
   // n_experts, no bias) scores each token, the softmax's experts_per_token
   // largest (or another router's choice: router_scoring, router_bias) choose its

@@ -310,14 +310,14 @@ struct Architecture {
   Experts experts = Experts::kNone;
   int default_experts = 0;  // num_experts when absent (0: required)
   int default_experts_per_token = 0;
-  // kSigmoidRouter: n_shared_experts, first_k_dense_replace and
-  // norm_topk_prob when absent (0 shared: required; GLM-4.5's 1, 1, true;
-  // dots.llm1's none, 0, false), and whether the checkpoint may hold
-  // multi-token-prediction layers (GLM-4.5's num_nextn_predict_layers).
+  bool default_norm_topk = false;  // norm_topk_prob when absent (GLM-4.5's true)
+  // kSigmoidRouter: n_shared_experts and first_k_dense_replace when absent
+  // (0 shared: required; GLM-4.5's 1 and 1, dots.llm1's none and 0), and
+  // whether the checkpoint may hold multi-token-prediction layers
+  // (GLM-4.5's num_nextn_predict_layers).
   int default_shared_experts = 0;
   int default_first_dense = 0;
-  bool default_norm_topk = false;
-  bool mtp_layers = false;
+  bool reads_mtp_layers = false;
   int default_max_window_layers = 28;  // max_window_layers when absent
   double default_aux_coef = 0;         // router_aux_loss_coef when absent
   double default_rope_theta = 10000.0;
@@ -410,12 +410,13 @@ constexpr Architecture kArchitectures[] = {
      .experts = Experts::kSigmoidRouter,
      .default_experts = 128,
      .default_experts_per_token = 8,
+     .default_norm_topk = true,
      .default_shared_experts = 1,
      .default_first_dense = 1,
-     .default_norm_topk = true,
-     .mtp_layers = true,
+     .reads_mtp_layers = true,
      .default_norm_eps = 1e-5},
     {.name = "Dots1ForCausalLM",
+     .default_kv_heads = 32,
      .qk_norm = true,
      .sliding = SlidingLayers::kFromMaxWindowLayersWhenSet,
      .default_window = 4096,
@@ -1000,6 +1001,31 @@ void NoteDenseLayers(HfCheckpoint& c, const std::string& keys) {
                     std::to_string(c.model.dense_intermediate_size) + " (intermediate_size; " + keys + ")");
 }
 
+// With dense_layers chosen by the config's `keys`: an error when no layer
+// is left routed (`all_dense` says how), else the dense layers' width
+// (intermediate_size: `dense_width`; null refused, as transformers' dense
+// MLP would fail on it) and a note naming them.
+void FinishDenseLayers(KeyReader& r, HfCheckpoint& c, int dense_width, const std::string& keys,
+                       const std::string& all_dense) {
+  GptConfig& m = c.model;
+  if (m.dense_layers.empty()) return;
+  if (m.routed_layers() < 1) {
+    return r.Error(keys + ": " + all_dense +
+                   " (no experts in use); zinf needs a routed layer (or the config of the dense class)");
+  }
+  r.RefuseNull("intermediate_size",
+               "a positive integer: layers " + std::to_string(m.dense_layers.front()) + "... are dense");
+  m.dense_intermediate_size = dense_width;
+  NoteDenseLayers(c, keys);
+}
+
+// The experts' width, moe_intermediate_size: absent, the class's
+// `fallback`; null refused (transformers' would fail on it).
+int MoeWidth(KeyReader& r, int fallback) {
+  r.RefuseNull("moe_intermediate_size", "a positive integer");
+  return r.Int("moe_intermediate_size", fallback, false);
+}
+
 // A count that may be 0: absent, `fallback`; else an integer in [0, 2^30].
 int Count(KeyReader& r, const std::string& key, int fallback) {
   r.RefuseNull(key, "an integer >= 0");
@@ -1048,11 +1074,10 @@ void ParseSigmoidRouterExperts(KeyReader& r, HfCheckpoint& c, const Architecture
   GptConfig& m = c.model;
   m.router_scoring = kernels::MoeScoring::kSigmoid;
   m.router_bias = true;
-  r.RefuseNull("moe_intermediate_size", "a positive integer");
-  m.intermediate_size = r.Int("moe_intermediate_size", 1408, false);
+  m.intermediate_size = MoeWidth(r, 1408);
   r.RefuseNull("n_shared_experts", "a positive integer");
-  SharedExperts(r, m, "n_shared_experts",
-                r.Int("n_shared_experts", arch.default_shared_experts, arch.default_shared_experts == 0));
+  const bool shared_required = arch.default_shared_experts == 0 && !r.Has("n_shared_experts");
+  SharedExperts(r, m, "n_shared_experts", r.Int("n_shared_experts", arch.default_shared_experts, shared_required));
   r.RefuseNull("routed_scaling_factor", "a positive number");
   m.routed_scale = r.Number("routed_scaling_factor", 1.0);
   if (!(m.routed_scale > 0) || m.routed_scale > 1e6) {
@@ -1073,15 +1098,9 @@ void ParseSigmoidRouterExperts(KeyReader& r, HfCheckpoint& c, const Architecture
   }
   const int dense = Count(r, "first_k_dense_replace", arch.default_first_dense);
   for (int l = 0; l < std::min(dense, m.n_layer); ++l) m.dense_layers.push_back(l);
-  if (m.routed_layers() < 1) {
-    r.Error("first_k_dense_replace: " + std::to_string(dense) + " makes every one of the " + std::to_string(m.n_layer) +
-            " layers dense (no experts in use); zinf needs a routed layer");
-  } else if (!m.dense_layers.empty()) {
-    r.RefuseNull("intermediate_size", "a positive integer: layer 0 is dense");
-    m.dense_intermediate_size = dense_width;
-    NoteDenseLayers(c, "first_k_dense_replace");
-  }
-  if (arch.mtp_layers) c.mtp_layers = MtpLayers(r, 1);
+  FinishDenseLayers(r, c, dense_width, "first_k_dense_replace",
+                    std::to_string(dense) + " makes every one of the " + std::to_string(m.n_layer) + " layers dense");
+  if (arch.reads_mtp_layers) c.mtp_layers = MtpLayers(r, 1);
   if (r.Bool("output_router_logits", false)) {
     c.notes.push_back("output_router_logits: ignored (transformers' " + c.architecture +
                       " adds no load-balancing loss)");
@@ -1104,15 +1123,27 @@ void ParseSigmoidRouterExperts(KeyReader& r, HfCheckpoint& c, const Architecture
 void ParseErnieMoeExperts(KeyReader& r, HfCheckpoint& c, int dense_width) {
   GptConfig& m = c.model;
   m.router_bias = true;
-  r.RefuseNull("moe_intermediate_size", "a positive integer");
-  m.intermediate_size = r.Int("moe_intermediate_size", 1536, false);
+  m.intermediate_size = MoeWidth(r, 1536);
   SharedExperts(r, m, "moe_num_shared_experts", Count(r, "moe_num_shared_experts", 2));
-  r.RefuseNull("moe_norm_min", "a positive number");
-  m.router_norm_min = r.Number("moe_norm_min", 1e-12);
-  if (!(m.router_norm_min > 0) || m.router_norm_min > 1e6) {
-    r.Error("moe_norm_min: " + json(m.router_norm_min).dump() + " (expected a number in (0, 1e6])");
+  // torch.clamp's floor: one of 0 or less never binds (the sum is positive).
+  r.RefuseNull("moe_norm_min", "a number");
+  const double floor = r.Number("moe_norm_min", 1e-12);
+  if (!std::isfinite(floor) || floor > 1e6) {
+    r.Error("moe_norm_min: " + json(floor).dump() + " (expected a number <= 1e6)");
+  } else if (floor <= 0) {
+    c.notes.push_back("moe_norm_min: " + json(floor).dump() + ": no floor (the weights' sum is positive)");
+  } else {
+    m.router_norm_min = floor;
   }
-  const int start = Count(r, "moe_layer_start_index", 1);
+  // transformers asks layer_idx >= start: one below 0 is 0.
+  r.RefuseNull("moe_layer_start_index", "a layer index");
+  const json* start_key = r.Get("moe_layer_start_index");
+  int64_t start = 1;
+  if (start_key != nullptr && !start_key->is_number_integer()) {
+    r.Error("moe_layer_start_index: expected a layer index, got " + start_key->dump());
+  } else if (start_key != nullptr) {
+    start = std::max<int64_t>(start_key->get<int64_t>(), 0);
+  }
   r.RefuseNull("moe_layer_end_index", "-1 (the last layer) or a layer index");
   const json* end_key = r.Get("moe_layer_end_index");
   int64_t end = m.n_layer - 1;
@@ -1126,17 +1157,8 @@ void ParseErnieMoeExperts(KeyReader& r, HfCheckpoint& c, int dense_width) {
   for (int l = 0; l < m.n_layer; ++l) {
     if (l < start || l > end || (l + 1) % interval != 0) m.dense_layers.push_back(l);
   }
-  const std::string keys = "moe_layer_start_index, moe_layer_end_index, moe_layer_interval";
-  if (m.routed_layers() < 1) {
-    r.Error(keys + ": no layer of the " + std::to_string(m.n_layer) +
-            " is routed (no experts in use); zinf needs a routed layer (or the config of the dense class)");
-  } else if (!m.dense_layers.empty()) {
-    r.RefuseNull("intermediate_size",
-                 "a positive integer: layer " + std::to_string(m.dense_layers.front()) + " is dense");
-    m.dense_intermediate_size = dense_width;
-    NoteDenseLayers(c, keys);
-  }
-  c.mtp_layers = MtpLayers(r, 0);
+  FinishDenseLayers(r, c, dense_width, "moe_layer_start_index, moe_layer_end_index, moe_layer_interval",
+                    "no layer of the " + std::to_string(m.n_layer) + " is routed");
   if (r.Bool("output_router_logits", false)) {
     r.Error(
         "output_router_logits: true adds transformers' load-balancing loss, which counts the experts chosen "
@@ -1145,7 +1167,10 @@ void ParseErnieMoeExperts(KeyReader& r, HfCheckpoint& c, int dense_width) {
   r.Get("router_aux_loss_coef");  // read only with the loss
   // The Hub's configs carry the original code's keys, which transformers
   // does not read (its router always adds the bias, drops no token).
-  for (const char* k : {"moe_capacity", "moe_gate", "moe_use_aux_free", "multi_token_pred_lambda", "use_rmsnorm"}) {
+  // Its multi-token-prediction module's tensors (model.mtp_*) are kept
+  // whatever num_nextn_predict_layers says: transformers skips them so.
+  for (const char* k : {"moe_capacity", "moe_gate", "moe_use_aux_free", "multi_token_pred_lambda", "use_rmsnorm",
+                        "num_nextn_predict_layers"}) {
     if (r.Get(k) != nullptr) {
       c.notes.push_back(std::string(k) + ": ignored (transformers' " + c.architecture + " does not read it)");
     }
@@ -1181,17 +1206,7 @@ void ParseDenseLayers(KeyReader& r, HfCheckpoint& c, int dense_width) {
   for (int l = 0; l < m.n_layer; ++l) {
     if (dense[static_cast<size_t>(l)]) m.dense_layers.push_back(l);
   }
-  if (m.dense_layers.empty()) return;
-  if (m.routed_layers() < 1) {
-    return r.Error(
-        "mlp_only_layers, decoder_sparse_step: every layer's MLP is dense (no experts in use); zinf "
-        "needs a routed layer (or the config of the dense class)");
-  }
-  // null: transformers' dense MLP would fail on it (absent: the class's).
-  r.RefuseNull("intermediate_size",
-               "a positive integer: layers " + std::to_string(m.dense_layers.front()) + "... are dense");
-  m.dense_intermediate_size = dense_width;
-  NoteDenseLayers(c, "mlp_only_layers, decoder_sparse_step");
+  FinishDenseLayers(r, c, dense_width, "mlp_only_layers, decoder_sparse_step", "every layer's MLP is dense");
 }
 
 // The routed MLP's keys (Qwen-MoE's dense layers among the routed ones:
@@ -1217,7 +1232,7 @@ void ParseExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch, int d
   // (transformers' would fail).
   auto count = [&](const char* k, int fallback) {
     r.RefuseNull(k, "a positive integer");
-    return r.Int(k, fallback, fallback == 0);
+    return r.Int(k, fallback, fallback == 0 && !r.Has(k));
   };
   m.n_experts = count(key, arch.default_experts);
   m.experts_per_token = count(per_token, arch.default_experts_per_token);
@@ -1289,7 +1304,7 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
                   : r.Int("num_key_value_heads",
                           arch.default_kv_heads > 0 && !r.Has("num_key_value_heads") ? arch.default_kv_heads : m.n_head,
                           arch.gemma);
-  // Qwen-MoE's and GLM-4.5's is their dense layers' width (the class's
+  // The mixtures' (but Mixtral's and OLMoE's) is their dense layers' width (the class's
   // default when absent), unused when every layer routes.
   m.intermediate_size = QwenMoe(arch)
                             ? r.Int("intermediate_size", arch.experts == Experts::kQwen2Moe ? 5632 : 6144, false)
@@ -1381,20 +1396,18 @@ int64_t IndexAfter(const std::string& name, const std::string& prefix) {
 }
 
 // Whether `name` is a tensor of the multi-token-prediction layers: GLM-4.5's
-// <body>layers.<i>. with n_layer <= i < n_layer + mtp_layers, ERNIE 4.5's
+// <body>layers.<i>. with n_layer <= i < n_layer + mtp_layers; ERNIE 4.5's
 // <body>mtp_block.<i>. (and mtp_emb_norm, mtp_hidden_norm,
-// mtp_linear_proj) with i < mtp_layers.
+// mtp_linear_proj), whatever the config says (transformers skips them).
 bool IsMtpTensor(const HfCheckpoint& c, const std::string& name) {
-  if (c.mtp_layers == 0) return false;
-  if (!c.ernie_moe_names) {
-    const int64_t i = IndexAfter(name, c.body_prefix + "layers.");
-    return i >= c.model.n_layer && i < int64_t{c.model.n_layer} + c.mtp_layers;
+  if (c.ernie_moe_names) {
+    for (const char* module : {"mtp_block.", "mtp_emb_norm.", "mtp_hidden_norm.", "mtp_linear_proj."}) {
+      if (IndexAfter(name, c.body_prefix + module) >= 0) return true;
+    }
+    return false;
   }
-  for (const char* module : {"mtp_block.", "mtp_emb_norm.", "mtp_hidden_norm.", "mtp_linear_proj."}) {
-    const int64_t i = IndexAfter(name, c.body_prefix + module);
-    if (i >= 0 && i < c.mtp_layers) return true;
-  }
-  return false;
+  const int64_t i = IndexAfter(name, c.body_prefix + "layers.");
+  return c.mtp_layers > 0 && i >= c.model.n_layer && i < int64_t{c.model.n_layer} + c.mtp_layers;
 }
 
 StatusOr<std::string> ReadText(const std::string& path) {
@@ -1674,7 +1687,7 @@ StatusOr<HfCheckpoint> OpenHfCheckpoint(const std::string& dir) {
   }
   if (!c.kept.empty()) {
     c.notes.push_back(std::to_string(c.kept.size()) + " tensors outside the model zinf trains (" +
-                      (c.mtp_layers > 0 ? "the multi-token-prediction layers" : "the vision side") + ", e.g. " +
+                      (traits->multimodal ? "the vision side" : "the multi-token-prediction layers") + ", e.g. " +
                       c.kept.front() + "): not trained, copied unchanged on export");
   }
   return c;

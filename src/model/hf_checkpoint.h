@@ -132,15 +132,15 @@ struct HfCheckpoint {
   // mlp.gate and mlp.experts.<e>.gate_proj, up_proj, down_proj.
   bool mixtral_names = false;
   // GLM-4.5's, dots.llm1's and ERNIE 4.5's name for the shared experts:
-  // mlp.shared_experts (Qwen2-MoE's: mlp.shared_expert). A router's
-  // selection bias is mlp.gate.e_score_correction_bias [E].
+  // mlp.shared_experts (Qwen2-MoE's: mlp.shared_expert).
   bool shared_experts_names = false;
-  // ERNIE 4.5's: the selection bias is mlp.moe_statics.e_score_correction_bias,
-  // stored [1, E] (HfBiasAsRow); the multi-token-prediction modules are
+  // A router's selection bias is mlp.gate.e_score_correction_bias [E];
+  // ERNIE 4.5's is mlp.moe_statics.e_score_correction_bias, stored [1, E]
+  // (HfBiasAsRow), and its multi-token-prediction module's tensors are
   // model.mtp_block.<i>, mtp_emb_norm.<i>, mtp_hidden_norm.<i> and
-  // mtp_linear_proj.<i>.
+  // mtp_linear_proj.<i> (`kept`).
   bool ernie_moe_names = false;
-  // The multi-token-prediction layers (num_nextn_predict_layers), GLM-4.5's
+  // GLM-4.5's multi-token-prediction layers (num_nextn_predict_layers),
   // stored as layers n_layer .. n_layer + mtp_layers - 1: not part of the
   // model transformers trains (nor zinf): `kept`.
   int mtp_layers = 0;

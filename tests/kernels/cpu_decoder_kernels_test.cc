@@ -362,6 +362,19 @@ TEST(CpuDecoderKernelsTest, SoftmaxRouteChoosesByBiasAndFloorsTheSum) {
   MoeRouteForward(w.data(), ex.data(), probs.data(), logits.data(), bias.data(), 1, r);
   EXPECT_NEAR(w[0], p2 / 1.5, 1e-15);
   EXPECT_NEAR(w[1], p0 / 1.5, 1e-15);
+  // A floor equal to the sum: torch.clamp's gradient still goes through
+  // the sum there (its mask is sum >= min), as with no floor.
+  const std::vector<double> dw = {0.7, -0.4};
+  auto dlogits = [&](double norm_min) {
+    r.norm_min = norm_min;
+    MoeRouteForward(w.data(), ex.data(), probs.data(), logits.data(), bias.data(), 1, r);
+    std::vector<double> d(3, 0.0);
+    MoeRouteBackward(d.data(), dw.data(), probs.data(), ex.data(), static_cast<const double*>(nullptr), 1, r);
+    return d;
+  };
+  const std::vector<double> free = dlogits(0.0);
+  EXPECT_EQ(dlogits(probs[ex[0]] + probs[ex[1]]), free);
+  EXPECT_NE(dlogits(1.5), free);
 }
 
 // The dispatch: rows grouped by expert, within one by slot; each token's

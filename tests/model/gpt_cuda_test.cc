@@ -372,6 +372,12 @@ TEST(GptCudaTest, MoeLayerMatchesCpu) { CompareTinyModel(TinyQwen3MoeConfig()); 
 TEST(GptCudaTest, SharedExpertLayerMatchesCpu) { CompareTinyModel(TinySharedExpertConfig()); }
 TEST(GptCudaTest, SigmoidRouterLayerMatchesCpu) { CompareTinyModel(TinySigmoidRouterConfig()); }
 TEST(GptCudaTest, ErnieRouterLayerMatchesCpu) { CompareTinyModel(TinyErnieRouterConfig()); }
+// A floor above every token's sum (the divisor a constant).
+TEST(GptCudaTest, ErnieRouterWithFlooredSumMatchesCpu) {
+  GptConfig cfg = TinyErnieRouterConfig();
+  cfg.router_norm_min = 1.5;
+  CompareTinyModel(cfg);
+}
 
 // tiny-qwen3 with Gemma 2's softcaps (heads of 16: the 16-bit mode's fused
 // attention takes the cap).

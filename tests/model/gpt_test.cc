@@ -1146,6 +1146,25 @@ TEST(GptConfigTest, JsonRoundTrips) {
   EXPECT_FALSE(parsed->tied_embeddings);
 }
 
+// The checkpoints' model identity tells the routers apart: a selection
+// bias on the softmax and a floor on the sum are named; the sigmoid
+// router's bias is implied (GLM-4.5's identity as it was before the field).
+TEST(GptConfigTest, JsonNamesTheRoutersBiasAndFloor) {
+  const GptConfig ernie = TinyErnieMoe(1e-12);
+  GptConfig plain = ernie;
+  plain.router_bias = false;
+  plain.router_norm_min = 0;
+  GptConfig floor = ernie;
+  floor.router_norm_min = 0.5;
+  const std::string e = GptConfigToJson(ernie);
+  EXPECT_NE(e.find("\"router_bias\": true"), std::string::npos) << e;
+  EXPECT_NE(e, GptConfigToJson(plain));
+  EXPECT_NE(e, GptConfigToJson(floor));
+  const std::string glm = GptConfigToJson(TinySigmoidMoe());
+  EXPECT_EQ(glm.find("router_bias"), std::string::npos) << glm;
+  EXPECT_NE(glm.find("\"router_scoring\": \"sigmoid\""), std::string::npos) << glm;
+}
+
 // Field combinations no architecture has, and values the kernels cannot
 // take, are refused by GptCompute::Create (each would compute something
 // else silently: q/k norms over all heads with 1 + w would overrun the

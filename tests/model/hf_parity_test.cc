@@ -1547,12 +1547,49 @@ TEST(HfCheckpointTest, Dots1AsTransformersReadsIt) {
   EXPECT_TRUE(c->model.sliding_layers.empty());
   EXPECT_TRUE(c->model.dense_layers.empty());
   EXPECT_FALSE(c->model.norm_topk_prob);
+  // The window absent: transformers' 4096; null: no layer slides.
+  c = OpenEdited(
+      tmp, "dots1",
+      [](nlohmann::json& d) {
+        d.erase("layer_types");
+        d.erase("sliding_window");
+      },
+      /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.sliding_window, 4096);
+  EXPECT_EQ(c->model.sliding_layers, (std::vector<int>{2}));
+  c = OpenEdited(
+      tmp, "dots1",
+      [](nlohmann::json& d) {
+        d.erase("layer_types");
+        d["sliding_window"] = nullptr;
+      },
+      /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->model.sliding_layers.empty());
+  // Key/value heads absent: the class's 32 (not the heads).
+  c = OpenEdited(
+      tmp, "dots1",
+      [](nlohmann::json& d) {
+        d.erase("num_key_value_heads");
+        d["num_attention_heads"] = 64;
+        d["head_dim"] = 8;
+      },
+      /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.n_kv_head, 32);
   auto refused = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& expect) {
     auto bad = OpenEdited(tmp, "dots1", edit, /*config_only=*/true);
     ASSERT_FALSE(bad.ok()) << expect;
     EXPECT_NE(bad.status().message().find(expect), std::string::npos) << bad.status().ToString();
   };
   refused([](nlohmann::json& d) { d.erase("n_shared_experts"); }, "n_shared_experts: missing");
+  refused([](nlohmann::json& d) { d["n_routed_experts"] = nullptr; }, "n_routed_experts: null");
+  auto null_count = OpenEdited(
+      tmp, "dots1", [](nlohmann::json& d) { d["n_routed_experts"] = nullptr; }, /*config_only=*/true);
+  ASSERT_FALSE(null_count.ok());
+  EXPECT_EQ(null_count.status().message().find("missing"), std::string::npos)  // said once, as null
+      << null_count.status().ToString();
   refused([](nlohmann::json& d) { d.erase("n_routed_experts"); }, "n_routed_experts: missing");
   refused([](nlohmann::json& d) { d.erase("num_experts_per_tok"); }, "num_experts_per_tok: missing");
   refused([](nlohmann::json& d) { d["attention_bias"] = true; }, "attention_bias");
@@ -1588,12 +1625,11 @@ TEST(HfCheckpointTest, Ernie45MoeAsTransformersReadsIt) {
   EXPECT_EQ(m.dense_layers, (std::vector<int>{0, 3}));
   EXPECT_EQ(m.dense_intermediate_size, 40);
   EXPECT_EQ(m.padding_token, 0);
-  EXPECT_EQ(g->mtp_layers, 1);
   EXPECT_EQ(g->kept.size(), 5u);
   for (const std::string& k : g->kept) EXPECT_EQ(k.rfind("model.mtp_", 0), 0u) << k;
   const std::string notes = Notes(*g);
-  for (const char* key : {"moe_capacity: ignored", "moe_use_aux_free: ignored", "multi-token-prediction",
-                          "layers 0, 3: a dense MLP of 40"}) {
+  for (const char* key : {"moe_capacity: ignored", "moe_use_aux_free: ignored", "num_nextn_predict_layers: ignored",
+                          "multi-token-prediction", "layers 0, 3: a dense MLP of 40"}) {
     EXPECT_NE(notes.find(key), std::string::npos) << key << " in " << notes;
   }
   const std::vector<std::string> names = HfTensorNames(*g, LayerBlock(1));
@@ -1627,13 +1663,14 @@ TEST(HfCheckpointTest, Ernie45MoeAsTransformersReadsIt) {
   EXPECT_EQ(c->model.router_norm_min, 1e-12);
   EXPECT_EQ(c->model.n_experts, 64);
   EXPECT_EQ(c->model.experts_per_token, 6);
-  EXPECT_EQ(c->mtp_layers, 0);
-  // Every other layer from 0 (interval 2: layers 1 and 3), the end -1;
-  // no shared experts.
+  // Every other layer from 0 (interval 2: layers 1 and 3; a start below 0
+  // is 0, as transformers compares), the end -1; no shared experts; a
+  // floor of 0 is none.
   c = OpenEdited(
       tmp, "ernie4_5_moe",
       [](nlohmann::json& d) {
-        d["moe_layer_start_index"] = 0;
+        d["moe_layer_start_index"] = -2;
+        d["moe_norm_min"] = 0;
         d["moe_layer_end_index"] = -1;
         d["moe_layer_interval"] = 2;
         d["moe_num_shared_experts"] = 0;
@@ -1642,6 +1679,15 @@ TEST(HfCheckpointTest, Ernie45MoeAsTransformersReadsIt) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->model.dense_layers, (std::vector<int>{0, 2}));
   EXPECT_FALSE(c->model.shared_expert());
+  EXPECT_EQ(c->model.router_norm_min, 0.0);
+  EXPECT_NE(Notes(*c).find("moe_norm_min: 0.0: no floor"), std::string::npos) << Notes(*c);
+  // The multi-token-prediction module's tensors are kept whatever the
+  // config says of them (transformers skips any "mtp" tensor).
+  c = OpenEdited(
+      tmp, "ernie4_5_moe", [](nlohmann::json& d) { d.erase("num_nextn_predict_layers"); },
+      /*config_only=*/false);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->kept.size(), 5u);
 
   auto refused = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& expect,
                      bool config_only = true) {
@@ -1652,16 +1698,15 @@ TEST(HfCheckpointTest, Ernie45MoeAsTransformersReadsIt) {
   refused([](nlohmann::json& d) { d["moe_layer_start_index"] = 3; }, "moe_layer_start_index, moe_layer_end_index");
   refused([](nlohmann::json& d) { d["moe_layer_end_index"] = -2; }, "moe_layer_end_index: expected -1");
   refused([](nlohmann::json& d) { d["moe_layer_interval"] = 0; }, "moe_layer_interval: expected a positive integer");
-  refused([](nlohmann::json& d) { d["moe_norm_min"] = 0; }, "moe_norm_min: 0");
+  refused([](nlohmann::json& d) { d["moe_norm_min"] = "small"; }, "moe_norm_min: expected a number");
+  refused([](nlohmann::json& d) { d["moe_norm_min"] = nullptr; }, "moe_norm_min: null");
+  refused([](nlohmann::json& d) { d["moe_layer_start_index"] = 1.5; }, "moe_layer_start_index: expected a layer");
   refused([](nlohmann::json& d) { d["moe_num_shared_experts"] = -1; },
           "moe_num_shared_experts: expected an integer >= 0");
   refused([](nlohmann::json& d) { d["output_router_logits"] = true; }, "output_router_logits: true adds");
   refused([](nlohmann::json& d) { d["use_bias"] = true; }, "use_bias");
   refused([](nlohmann::json& d) { d["num_experts"] = 8; }, "moe_num_experts and num_experts: give one");
   refused([](nlohmann::json& d) { d["num_experts_per_tok"] = 3; }, "moe_k and num_experts_per_tok: give one");
-  // Without the multi-token-prediction module its tensors are strangers.
-  refused([](nlohmann::json& d) { d["num_nextn_predict_layers"] = 0; }, "tensor model.mtp_",
-          /*config_only=*/false);
 }
 
 // Gemma 3 4B and up (Gemma3ForConditionalGeneration): the language model

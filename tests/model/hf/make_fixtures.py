@@ -16,6 +16,7 @@ Norm weights and biases are perturbed away from 1 and 0 so that a swapped or
 dropped tensor changes the numbers. The bf16 checkpoint's references are
 computed from its bf16 weights (upcast to fp32).
 """
+import itertools
 import json
 import os
 import sys
@@ -232,7 +233,8 @@ MODELS = {
     # dots.llm1 (Dots1): GLM-4.5's router (sigmoid score + a random e_score_correction_bias, 2 groups of 4 experts
     # of which 1 is a candidate, 3 a token, normalized, times 2) with two shared experts (one ungated MLP of 48);
     # layer 0 dense (first_k_dense_replace); Qwen3's q/k norms; layer 2 slides over 5 keys (from
-    # max_window_layers 2, with no use_sliding_window); untied head; bf16 checkpoint
+    # max_window_layers 2, with no use_sliding_window); untied head; bf16 checkpoint, the router and its bias in
+    # fp32 (as transformers keeps them)
     "dots1": (transformers.Dots1Config, transformers.Dots1ForCausalLM,
               dict(COMMON_LLAMA, num_hidden_layers=3, intermediate_size=40, vocab_size=100, n_routed_experts=8,
                    num_experts_per_tok=3, n_group=2, topk_group=1, moe_intermediate_size=24, n_shared_experts=2,
@@ -270,8 +272,22 @@ def perturb(model, gen):
             else:
                 p.copy_(0.08 * torch.randn(p.shape, generator=gen))
         for name, buf in model.named_buffers():
-            if name.endswith("e_score_correction_bias"):  # a sigmoid router's (a buffer: saved, not trained)
+            if name.endswith("e_score_correction_bias"):  # a router's selection bias (a buffer: saved, not trained)
                 buf.copy_(0.1 * torch.randn(buf.shape, generator=gen))
+
+
+def as_stored(model, dtype):
+    """The model in `dtype` as transformers stores it: the tensors its class keeps in fp32 (a router with a selection
+    bias and its bias: _keep_in_fp32_modules_strict) stay fp32, the rest is cast."""
+    keep = getattr(model, "_keep_in_fp32_modules_strict", None) or []
+    tensors = lambda: itertools.chain(model.named_parameters(), model.named_buffers())
+    fp32 = {n: t.detach().clone() for n, t in tensors() if any(k in n for k in keep)}
+    model = model.to(dtype)
+    with torch.no_grad():
+        for n, t in tensors():
+            if n in fp32:
+                t.data = fp32[n]
+    return model
 
 
 def loss_of(model, inputs, targets):
@@ -291,10 +307,10 @@ def make(name, config_cls, model_cls, kwargs, dtype, seed):
     model = model_cls(config).float()
     perturb(model, gen)
     if dtype != torch.float32:  # the reference uses the stored (rounded) weights
-        model = model.to(dtype).float()
+        model = as_stored(model, dtype).float()
     out = os.path.join(HERE, name)
     os.makedirs(out, exist_ok=True)
-    model.to(dtype).save_pretrained(out, safe_serialization=True)
+    as_stored(model, dtype).save_pretrained(out, safe_serialization=True)
     os.remove(os.path.join(out, "generation_config.json"))  # not read by zinf
     if name in EXTRA_CONFIG:
         path = os.path.join(out, "config.json")
