@@ -318,6 +318,10 @@ struct Architecture {
   int default_shared_experts = 0;
   int default_first_dense = 0;
   bool reads_mtp_layers = false;
+  // dots.llm1: its Hub config's null n_group and topk_group read as one
+  // group, and the original code's keys (scoring_func, topk_method, ...)
+  // noted as not read.
+  bool original_moe_keys = false;
   int default_max_window_layers = 28;  // max_window_layers when absent
   double default_aux_coef = 0;         // router_aux_loss_coef when absent
   double default_rope_theta = 10000.0;
@@ -421,6 +425,7 @@ constexpr Architecture kArchitectures[] = {
      .sliding = SlidingLayers::kFromMaxWindowLayersWhenSet,
      .default_window = 4096,
      .experts = Experts::kSigmoidRouter,
+     .original_moe_keys = true,
      .default_max_window_layers = 62},
     {.name = "OlmoeForCausalLM",
      .qk_norm = true,
@@ -1083,8 +1088,15 @@ void ParseSigmoidRouterExperts(KeyReader& r, HfCheckpoint& c, const Architecture
   if (!(m.routed_scale > 0) || m.routed_scale > 1e6) {
     r.Error("routed_scaling_factor: " + json(m.routed_scale).dump() + " (expected a number in (0, 1e6])");
   }
-  r.RefuseNull("n_group", "a positive integer");
-  r.RefuseNull("topk_group", "a positive integer");
+  // dots.llm1's Hub config leaves both null, the original code's "no
+  // groups" (transformers' Dots1 fails on null): one group, noted.
+  for (const char* k : {"n_group", "topk_group"}) {
+    if (!arch.original_moe_keys) {
+      r.RefuseNull(k, "a positive integer");
+    } else if (r.Has(k) && r.Get(k) == nullptr) {
+      c.notes.push_back(std::string(k) + ": null, one group (transformers' " + c.architecture + " needs a number)");
+    }
+  }
   m.router_groups = r.Int("n_group", 1, false);
   m.router_topk_groups = r.Int("topk_group", 1, false);
   const int E = m.n_experts, G = m.router_groups, TG = m.router_topk_groups;
@@ -1107,6 +1119,13 @@ void ParseSigmoidRouterExperts(KeyReader& r, HfCheckpoint& c, const Architecture
   }
   if (r.Get("router_aux_loss_coef") != nullptr) {
     c.notes.push_back("router_aux_loss_coef: ignored (transformers' " + c.architecture + " does not read it)");
+  }
+  // The original (DeepSeek-V3-derived) code's keys, which transformers
+  // does not read: its router is always the sigmoid with the bias.
+  for (const char* k : {"scoring_func", "topk_method", "moe_layer_freq", "ep_size", "aux_loss_alpha", "seq_aux"}) {
+    if (arch.original_moe_keys && r.Get(k) != nullptr) {
+      c.notes.push_back(std::string(k) + ": ignored (transformers' " + c.architecture + " does not read it)");
+    }
   }
 }
 

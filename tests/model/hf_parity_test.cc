@@ -1480,6 +1480,7 @@ TEST(HfCheckpointTest, Glm4MoeAsTransformersReadsIt) {
   };
   refused([](nlohmann::json& d) { d["n_group"] = 3; }, "n_group: 3 groups of the 8 experts");
   refused([](nlohmann::json& d) { d["n_group"] = 8; }, "n_group: 8 groups of the 8 experts");
+  refused([](nlohmann::json& d) { d["n_group"] = nullptr; }, "n_group: null");  // dots.llm1's reading only
   refused([](nlohmann::json& d) { d["topk_group"] = 1; }, "topk_group: 1 of 4 groups of 2 experts");
   refused([](nlohmann::json& d) { d["topk_group"] = 5; }, "topk_group: 5 of 4 groups");
   refused([](nlohmann::json& d) { d["first_k_dense_replace"] = 3; }, "first_k_dense_replace: 3 makes every one");
@@ -1547,6 +1548,24 @@ TEST(HfCheckpointTest, Dots1AsTransformersReadsIt) {
   EXPECT_TRUE(c->model.sliding_layers.empty());
   EXPECT_TRUE(c->model.dense_layers.empty());
   EXPECT_FALSE(c->model.norm_topk_prob);
+  // As the Hub's config has them: n_group and topk_group null (one group)
+  // and the original code's keys (noted).
+  c = OpenEdited(
+      tmp, "dots1",
+      [](nlohmann::json& d) {
+        d["n_group"] = nullptr;
+        d["topk_group"] = nullptr;
+        d["scoring_func"] = "sigmoid";
+        d["topk_method"] = "noaux_tc";
+      },
+      /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.router_groups, 1);
+  EXPECT_EQ(c->model.router_topk_groups, 1);
+  for (const char* note :
+       {"n_group: null, one group", "topk_group: null", "scoring_func: ignored", "topk_method: ignored"}) {
+    EXPECT_NE(Notes(*c).find(note), std::string::npos) << note << " in " << Notes(*c);
+  }
   // The window absent: transformers' 4096; null: no layer slides.
   c = OpenEdited(
       tmp, "dots1",
