@@ -288,7 +288,7 @@ inline constexpr int kMaxExpertsPerToken = 64;
 // in double, rounded to T; 1 <= k <= E, k <= kMaxExpertsPerToken; with
 // groups > 1: groups divides E, E / groups >= 2, k <= topk_groups * E /
 // groups, topk_groups <= groups <= kMaxRouterGroups; norm_min >= 0 and
-// finite (GptCompute::Create checks them all).
+// finite (callers check them all).
 template <typename T>
 void MoeRouteForward(T* weights, int32_t* experts, T* probs, const T* logits, const T* bias, int64_t N,
                      const MoeRouting& r);

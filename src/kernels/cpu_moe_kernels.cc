@@ -8,54 +8,16 @@
 
 #include "kernels/cpu_kernels.h"
 #include "kernels/cpu_vector.h"
+#include "kernels/moe_routing_rules.h"
 
 namespace zinf::kernels::cpu {
 namespace {
 
 using internal::WorthThreads;
 
-// The chosen scores' sum as it normalizes: + 1e-20 with a sigmoid router
-// (transformers' guard against k scores of 0); the weights are divided by
-// it or by norm_min where it is smaller (ERNIE 4.5's floor, a constant
-// there: Floored).
-double NormSum(double total, const MoeRouting& r) { return total + (r.scoring == MoeScoring::kSigmoid ? 1e-20 : 0.0); }
-// torch.clamp's rule: below the floor, not at it.
-bool Floored(double sum, const MoeRouting& r) { return sum < r.norm_min; }
-double NormDivisor(double total, const MoeRouting& r) {
-  const double sum = NormSum(total, r);
-  return Floored(sum, r) ? r.norm_min : sum;
-}
-
-// Marks in `allowed` [E] the experts of the topk_groups groups whose two
-// largest choice scores c sum highest (ties to the lower group); every
-// expert with one group.
-void ChooseGroups(const double* c, const MoeRouting& r, std::vector<char>& allowed) {
-  const int G = r.groups, size = r.E / std::max(r.groups, 1);
-  if (G <= 1) return std::fill(allowed.begin(), allowed.end(), char{1});
-  std::fill(allowed.begin(), allowed.end(), char{0});
-  double score[kMaxRouterGroups];
-  for (int g = 0; g < G; ++g) {
-    double first = -INFINITY, second = -INFINITY;
-    for (int e = g * size; e < (g + 1) * size; ++e) {
-      if (c[e] > first) {
-        second = first;
-        first = c[e];
-      } else if (c[e] > second) {
-        second = c[e];
-      }
-    }
-    score[g] = first + second;
-  }
-  bool taken[kMaxRouterGroups] = {};
-  for (int j = 0; j < r.topk_groups; ++j) {
-    int best = -1;
-    for (int g = 0; g < G; ++g) {
-      if (!taken[g] && (best < 0 || score[g] > score[best])) best = g;
-    }
-    taken[best] = true;
-    std::fill(allowed.begin() + best * size, allowed.begin() + (best + 1) * size, char{1});
-  }
-}
+using routing::Floored;
+using routing::NormDivisor;
+using routing::NormSum;
 
 }  // namespace
 
@@ -67,7 +29,6 @@ void MoeRouteForward(T* weights, int32_t* experts, T* probs, const T* logits, co
 #pragma omp parallel if (WorthThreads(N * E))
   {
     std::vector<double> c(static_cast<size_t>(E));
-    std::vector<char> allowed(static_cast<size_t>(E));
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; ++n) {
       const T* l = logits + n * E;
@@ -84,21 +45,12 @@ void MoeRouteForward(T* weights, int32_t* experts, T* probs, const T* logits, co
       for (int e = 0; e < E; ++e) {
         c[static_cast<size_t>(e)] = static_cast<double>(p[e]) + (bias != nullptr ? static_cast<double>(bias[e]) : 0.0);
       }
-      ChooseGroups(c.data(), r, allowed);
-      // The k largest, descending, ties to the lower index: a selection
-      // over E, k passes (k is small).
+      const auto score = [&c](int e) { return c[static_cast<size_t>(e)]; };
       int32_t* ex = experts + n * k;
       T* w = weights + n * k;
+      routing::ChooseExperts(ex, score, routing::ChooseGroups<double>(score, r), r);
       double total = 0;
-      for (int j = 0; j < k; ++j) {
-        int best = -1;
-        for (int e = 0; e < E; ++e) {
-          if (!allowed[static_cast<size_t>(e)] || std::find(ex, ex + j, e) != ex + j) continue;
-          if (best < 0 || c[static_cast<size_t>(e)] > c[static_cast<size_t>(best)]) best = e;
-        }
-        ex[j] = best;
-        total += static_cast<double>(p[best]);
-      }
+      for (int j = 0; j < k; ++j) total += static_cast<double>(p[ex[j]]);
       for (int j = 0; j < k; ++j) {
         const double v = static_cast<double>(p[ex[j]]);
         w[j] = static_cast<T>((r.normalize ? v / NormDivisor(total, r) : v) * r.scale);

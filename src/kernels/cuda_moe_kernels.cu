@@ -7,30 +7,22 @@
 #include "kernels/cpu_kernels.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_kernels.h"
+#include "kernels/moe_routing_rules.h"
 
 namespace zinf::kernels::cuda {
 namespace {
 
 constexpr int kMaxK = cpu::kMaxExpertsPerToken;
 
-// A token's choice scores are its scores plus the selection bias; with
-// groups, only the experts of the topk_groups best groups (by the sum of
-// their two largest scores, ties to the lower group) are candidates.
+// A token's choice scores: its scores plus the selection bias
+// (moe_routing_rules.h chooses groups and experts by them).
 __device__ float ChoiceScore(const float* p, const float* bias, int e) {
   return p[e] + (bias != nullptr ? bias[e] : 0.f);
 }
 
-// The chosen scores' sum as it normalizes: + 1e-20 with a sigmoid router;
-// the weights are divided by it, or by norm_min where it is below that (a
-// constant there: cpu_moe_kernels.cc's rule).
-__device__ float NormSum(float total, const MoeRouting& r) {
-  return total + (r.scoring == MoeScoring::kSigmoid ? 1e-20f : 0.f);
-}
-__device__ bool Floored(float sum, const MoeRouting& r) { return sum < static_cast<float>(r.norm_min); }
-__device__ float NormDivisor(float total, const MoeRouting& r) {
-  const float sum = NormSum(total, r);
-  return Floored(sum, r) ? static_cast<float>(r.norm_min) : sum;
-}
+using routing::Floored;
+using routing::NormDivisor;
+using routing::NormSum;
 
 __global__ void MoeRouteForwardKernel(float* weights, int32_t* experts, float* probs, const float* logits,
                                       const float* bias, int64_t N, MoeRouting r) {
@@ -47,43 +39,11 @@ __global__ void MoeRouteForwardKernel(float* weights, int32_t* experts, float* p
       for (int e = 0; e < E; ++e) sum += expf(l[e] - max);
       for (int e = 0; e < E; ++e) p[e] = expf(l[e] - max) / sum;
     }
-    // The chosen groups as a bit mask (all with one group).
-    const int size = E / max(r.groups, 1);
-    uint64_t chosen = r.groups <= 1 ? ~uint64_t{0} : 0;
-    for (int j = 0; r.groups > 1 && j < r.topk_groups; ++j) {
-      int best = -1;
-      float best_score = 0.f;
-      for (int g = 0; g < r.groups; ++g) {
-        if (chosen >> g & 1) continue;
-        float first = -INFINITY, second = -INFINITY;
-        for (int e = g * size; e < (g + 1) * size; ++e) {
-          const float c = ChoiceScore(p, bias, e);
-          if (c > first) {
-            second = first;
-            first = c;
-          } else if (c > second) {
-            second = c;
-          }
-        }
-        if (best < 0 || first + second > best_score) {
-          best = g;
-          best_score = first + second;
-        }
-      }
-      chosen |= uint64_t{1} << best;
-    }
+    const auto score = [p, bias](int e) { return ChoiceScore(p, bias, e); };
     int32_t* ex = experts + n * k;
+    routing::ChooseExperts(ex, score, routing::ChooseGroups<float>(score, r), r);
     float total = 0.f;
-    for (int j = 0; j < k; ++j) {
-      int best = -1;
-      for (int e = 0; e < E; ++e) {
-        bool taken = !(chosen >> (r.groups <= 1 ? 0 : e / size) & 1);
-        for (int i = 0; i < j; ++i) taken = taken || ex[i] == e;
-        if (!taken && (best < 0 || ChoiceScore(p, bias, e) > ChoiceScore(p, bias, best))) best = e;
-      }
-      ex[j] = best;
-      total += p[best];
-    }
+    for (int j = 0; j < k; ++j) total += p[ex[j]];
     const float D = NormDivisor(total, r);
     const float scale = static_cast<float>(r.scale);
     for (int j = 0; j < k; ++j) weights[n * k + j] = (r.normalize ? p[ex[j]] / D : p[ex[j]]) * scale;
