@@ -209,6 +209,23 @@ void GqaExpandBackward(T* dq, T* dk, T* dv, const T* dqkv, int64_t N, int NH, in
   }
 }
 
+template <typename T>
+void CopyHeadColumns(T* dst, int64_t dst_ld, int dst_head, const T* src, int64_t src_ld, int src_head, int64_t N, int H,
+                     int width, bool accumulate) {
+#pragma omp parallel for schedule(static) if (WorthThreads(N * H * width))
+  for (int64_t n = 0; n < N; ++n) {
+    for (int h = 0; h < H; ++h) {
+      T* d = dst + n * dst_ld + static_cast<int64_t>(h) * dst_head;
+      const T* s = src + n * src_ld + static_cast<int64_t>(h) * src_head;
+      if (accumulate) {
+        for (int c = 0; c < width; ++c) d[c] += s[c];
+      } else {
+        std::copy(s, s + width, d);
+      }
+    }
+  }
+}
+
 #define ZINF_DECODER_KERNELS(T)                                                                   \
   template void RmsNormForward<T>(T*, T*, const T*, const T*, int64_t, int, double);              \
   template void RmsNormBackward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int); \
@@ -217,7 +234,8 @@ void GqaExpandBackward(T* dq, T* dk, T* dv, const T* dqkv, int64_t N, int NH, in
   template void GluForward<T>(T*, const T*, const T*, int64_t, Glu);                              \
   template void GluBackward<T>(T*, T*, const T*, const T*, const T*, int64_t, Glu);               \
   template void GqaExpandForward<T>(T*, const T*, const T*, const T*, int64_t, int, int, int);    \
-  template void GqaExpandBackward<T>(T*, T*, T*, const T*, int64_t, int, int, int);
+  template void GqaExpandBackward<T>(T*, T*, T*, const T*, int64_t, int, int, int);               \
+  template void CopyHeadColumns<T>(T*, int64_t, int, const T*, int64_t, int, int64_t, int, int, bool);
 ZINF_DECODER_KERNELS(float)
 ZINF_DECODER_KERNELS(double)
 #undef ZINF_DECODER_KERNELS

@@ -263,6 +263,17 @@ void GqaExpandForward(T* qkv, const T* q, const T* k, const T* v, int64_t N, int
 template <typename T>
 void GqaExpandBackward(T* dq, T* dk, T* dv, const T* dqkv, int64_t N, int NH, int NKV, int hd);
 
+// Columns of heads between row-major matrices (multi-head latent
+// attention's splits and joins): for n < N, h < H, c < width,
+//   dst[n * dst_ld + h * dst_head + c] = src[n * src_ld + h * src_head + c]
+// (+= with `accumulate`). src_head 0 repeats one set of columns for every
+// head; dst_head 0 with H > 1 (and `accumulate`) sums the H heads into
+// one, in head order. Column offsets ride on the pointers; dst and src do not
+// overlap.
+template <typename T>
+void CopyHeadColumns(T* dst, int64_t dst_ld, int dst_head, const T* src, int64_t src_ld, int src_head, int64_t N, int H,
+                     int width, bool accumulate);
+
 // ---- Mixture-of-experts kernels (cpu_moe_kernels.cc) ----
 //
 // A sparse MLP routes each of N tokens to k of E experts (MoeRouting):

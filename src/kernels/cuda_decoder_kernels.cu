@@ -135,6 +135,27 @@ __global__ void GqaExpandBackwardKernel(float* dq, float* dk, float* dv, const f
   }
 }
 
+// A thread per destination element; summing heads into one (dst_head 0,
+// H > 1) it adds them in order (no atomics: the CPU's bits).
+__global__ void CopyHeadColumnsKernel(float* dst, int64_t dst_ld, int dst_head, const float* src, int64_t src_ld,
+                                      int src_head, int64_t N, int H, int width, bool accumulate) {
+  const bool sum_heads = dst_head == 0 && H > 1;
+  const int heads_out = sum_heads ? 1 : H;
+  ZINF_GRID_STRIDE(i, N * heads_out * width) {
+    const int64_t n = i / (int64_t{heads_out} * width);
+    const int h = static_cast<int>(i / width % heads_out), c = static_cast<int>(i % width);
+    float* d = dst + n * dst_ld + int64_t{h} * dst_head + c;
+    if (sum_heads) {
+      float sum = *d;
+      for (int j = 0; j < H; ++j) sum += src[n * src_ld + int64_t{j} * src_head + c];
+      *d = sum;
+    } else {
+      const float s = src[n * src_ld + int64_t{h} * src_head + c];
+      *d = accumulate ? *d + s : s;
+    }
+  }
+}
+
 }  // namespace
 
 Status RmsNormForward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int C, double eps,
@@ -193,6 +214,14 @@ Status GqaExpandBackward(float* dq, float* dk, float* dv, const float* dqkv, int
   GqaExpandBackwardKernel<<<GridFor(N * NH * hd, kThreads), kThreads, 0, AsStream(stream)>>>(dq, dk, dv, dqkv, N, NH,
                                                                                              NKV, hd);
   return LaunchStatus("gqa_expand_backward");
+}
+
+Status CopyHeadColumns(float* dst, int64_t dst_ld, int dst_head, const float* src, int64_t src_ld, int src_head,
+                       int64_t N, int H, int width, bool accumulate, void* stream) {
+  const int64_t items = N * (dst_head == 0 && H > 1 ? 1 : H) * width;
+  CopyHeadColumnsKernel<<<GridFor(items, kThreads), kThreads, 0, AsStream(stream)>>>(dst, dst_ld, dst_head, src, src_ld,
+                                                                                     src_head, N, H, width, accumulate);
+  return LaunchStatus("copy_head_columns");
 }
 
 }  // namespace zinf::kernels::cuda

@@ -235,6 +235,8 @@ Status GqaExpandForward(float* qkv, const float* q, const float* k, const float*
                         void* stream);
 Status GqaExpandBackward(float* dq, float* dk, float* dv, const float* dqkv, int64_t N, int NH, int NKV, int hd,
                          void* stream);
+Status CopyHeadColumns(float* dst, int64_t dst_ld, int dst_head, const float* src, int64_t src_ld, int src_head,
+                       int64_t N, int H, int width, bool accumulate, void* stream);
 
 // The mixture-of-experts kernels (cuda_moe_kernels.cu), contracts as the
 // CPU functions of the same names: a thread per token routes it (softmax

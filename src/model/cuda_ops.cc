@@ -190,6 +190,10 @@ class CudaOps final : public Ops<float> {
                          int hd) override {
     Run([&] { return k::GqaExpandBackward(dq, dk, dv, dqkv, N, NH, NKV, hd, s_); });
   }
+  void CopyHeadColumns(float* dst, int64_t dst_ld, int dst_head, const float* src, int64_t src_ld, int src_head,
+                       int64_t N, int H, int width, bool accumulate) override {
+    Run([&] { return k::CopyHeadColumns(dst, dst_ld, dst_head, src, src_ld, src_head, N, H, width, accumulate, s_); });
+  }
   void MoeRouteForward(float* weights, int32_t* experts, float* probs, const float* logits, const float* bias,
                        int64_t N, const kernels::MoeRouting& r) override {
     Run([&] { return k::MoeRouteForward(weights, experts, probs, logits, bias, N, r, s_); });

@@ -56,8 +56,14 @@ int64_t GptConfig::NumParameters() const {
   const int64_t C = n_embd;
   if (llama()) {
     const int64_t kv = static_cast<int64_t>(n_kv_head) * head_dim(), I = intermediate_size, A = attn_width();
-    const int64_t attn = 2 * C + 2 * A * C + 2 * kv * C + (qkv_bias ? A + 2 * kv : 0) +
-                         (qk_norm ? q_norm_width() + k_norm_width() : 0) + (sandwich_norms ? 2 * C : 0);
+    int64_t attn = 2 * C + 2 * A * C + 2 * kv * C + (qkv_bias ? A + 2 * kv : 0) +
+                   (qk_norm ? q_norm_width() + k_norm_width() : 0) + (sandwich_norms ? 2 * C : 0);
+    if (mla()) {  // q (through its latent), the kv latent and its norm, kv_b_proj, o_proj
+      const int64_t rq = q_lora_rank, rkv = kv_lora_rank, dr = qk_rope_head_dim;
+      const int64_t kv_b = int64_t{n_head} * (head_dim() - dr + v_head_dim) * rkv;
+      attn = 2 * C + (rq > 0 ? rq * C + rq + A * rq : A * C) + (rkv + dr) * C + rkv + kv_b + C * attn_out_width() +
+             (sandwich_norms ? 2 * C : 0);
+    }
     // A routed layer's MLP: the experts, the router, a shared expert.
     const int64_t shared = shared_expert() ? 3 * int64_t{shared_expert_size} * C + (shared_expert_gate ? C : 0) : 0;
     const int64_t routed = n_experts * 3 * I * C + n_experts * C + (router_bias ? n_experts : 0) + shared;
@@ -328,6 +334,12 @@ std::string GptConfigToJson(const GptConfig& config) {
       j["local_rope_layers"] = config.local_rope_layers;
     }
     if (config.padding_token >= 0) j["padding_token"] = config.padding_token;
+    if (config.mla()) {
+      j["kv_lora_rank"] = config.kv_lora_rank;
+      j["q_lora_rank"] = config.q_lora_rank;
+      j["qk_rope_head_dim"] = config.qk_rope_head_dim;
+      j["v_head_dim"] = config.v_head_dim;
+    }
     if (config.moe()) {
       j["n_experts"] = config.n_experts;
       j["experts_per_token"] = config.experts_per_token;
@@ -392,6 +404,14 @@ std::vector<BlockSpec> LlamaBlockSpecs(const GptConfig& config) {
                  {mlp + "gate_proj.weight", {I, C}},
                  {mlp + "up_proj.weight", {I, C}},
                  {mlp + "down_proj.weight", {C, I}}}};
+    if (config.mla()) {
+      const int64_t rq = config.q_lora_rank, rkv = config.kv_lora_rank, dr = config.qk_rope_head_dim;
+      const int64_t kv_b = int64_t{config.n_head} * (config.head_dim() - dr + config.v_head_dim);
+      if (rq > 0) b.tensors[kQW] = {"q_a_proj.weight", {rq, C}};
+      b.tensors[kKW] = {"kv_a_proj_with_mqa.weight", {rkv + dr, C}};
+      b.tensors[kVW] = {"kv_b_proj.weight", {kv_b, rkv}};
+      b.tensors[kOW] = {"o_proj.weight", {C, config.attn_out_width()}};
+    }
     if (config.qkv_bias) {
       b.tensors.push_back({"q_proj.bias", {A}});
       b.tensors.push_back({"k_proj.bias", {Ckv}});
@@ -400,6 +420,13 @@ std::vector<BlockSpec> LlamaBlockSpecs(const GptConfig& config) {
     if (config.qk_norm) {
       b.tensors.push_back({"q_norm.weight", {config.q_norm_width()}});
       b.tensors.push_back({"k_norm.weight", {config.k_norm_width()}});
+    }
+    if (config.mla()) {
+      b.tensors.push_back({"kv_a_layernorm.weight", {config.kv_lora_rank}});
+      if (config.q_lora_rank > 0) {
+        b.tensors.push_back({"q_a_layernorm.weight", {config.q_lora_rank}});
+        b.tensors.push_back({"q_b_proj.weight", {A, config.q_lora_rank}});
+      }
     }
     if (config.sandwich_norms) {
       b.tensors.push_back({"post_attention_layernorm.weight", {C}});
@@ -491,6 +518,7 @@ std::vector<std::vector<int>> LayerTensorGroups(const GptConfig& config, int lay
   std::vector<int> qkv = {kQW, kKW, kVW};
   if (config.qkv_bias) qkv.insert(qkv.end(), {kQB, kKB, kVB});
   if (config.qk_norm) qkv.insert(qkv.end(), {QNormIndex(config), QNormIndex(config) + 1});
+  for (int t = 0; t < LatentTensors(config); ++t) qkv.push_back(LatentIndex(config) + t);
   // The MLP's input: the router (and its selection bias), then each
   // expert's gate and up (then the shared expert's and its gate's); its
   // output: each expert's down (then the shared expert's).
@@ -675,6 +703,17 @@ struct GptCompute<T>::Impl {
     T* q_rstd = nullptr;    // qk_norm: a norm row's [N * n_head], or [N] over all heads
     T* k_rstd = nullptr;    // qk_norm: [N * n_kv_head], or [N]
     T* attn_o = nullptr;    // branch_norms: o_proj's output [N, C], before its norm
+    // Latent attention (mla()): q's latent before and after its norm [N,
+    // rq] and its rstd [N] (q_lora_rank), the kv latent's [N, rkv] and
+    // rstd, and the heads' values out of the attention [N, NH * dv]
+    // (o_proj's input; atty holds them padded to hd).
+    T* q_lat_pre = nullptr;
+    T* q_lat = nullptr;
+    T* q_lat_rstd = nullptr;
+    T* kv_lat_pre = nullptr;
+    T* kv_lat = nullptr;
+    T* kv_lat_rstd = nullptr;
+    T* atty_v = nullptr;
     T* attn_o_rstd = nullptr;
     T* mlp_o = nullptr;  // branch_norms: down_proj's output [N, C], before its norm
     T* mlp_o_rstd = nullptr;
@@ -742,6 +781,25 @@ struct GptCompute<T>::Impl {
   T* norm_w = nullptr;  // norm_unit_offset: 1 + w of the norm at hand [max(C, hd)]
   T* dpost = nullptr;   // branch_norms: d of a post norm's input; residual_multiplier: d of a branch's output [N, C]
   T q_scale = T(1);     // attn_scalar: q times sqrt(hd / attn_scalar) after RoPE
+  // Latent attention (mla()): q's and the kv latent's ranks, a head's
+  // unrotated key columns and its value's; the projections' outputs (q
+  // [N, A], kv_a [N, rkv + rot], kv_b [N, NH * (dn + dv)]) in the forward,
+  // their gradients in the backward; the latents' gradients before and
+  // after their norms [N, max(rq, rkv)].
+  int rq = 0, rkv = 0, dn = 0, dv_head = 0;
+  T* mla_q = nullptr;
+  T* mla_kv = nullptr;
+  T* mla_kvb = nullptr;
+  T* dlat = nullptr;
+  T* dlat_pre = nullptr;
+  int KvaWidth() const { return rkv + rot; }
+  int KvbWidth() const { return config.n_head * (dn + dv_head); }
+  // o_proj's input: the attention's output, or latent attention's values
+  // cut out of it.
+  const T* AttnOut(const LayerActs& a) const { return config.mla() ? a.atty_v : a.atty; }
+  void LatentQkvForward(LayerActs& a, const LayerParams& lp, int layer);
+  void LatentQkvBackward(LayerActs& a, const LayerParams& lp, const std::vector<T*>& g, kernels::GradMode mode,
+                         int layer);
 
   // MoE (config.moe()): E experts, K a token, M = N * K dispatched rows.
   // The MLP's rows: M with experts (gate, up, hmid and their gradients
@@ -1048,6 +1106,10 @@ void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const LayerPar
       if (!config.post_norms) o.RmsNormForward(a.ln1, a.ln1_rstd, xin, NormWeight(p[kAttnNormW], C), N, C, eps);
       break;
     case kQkvGroup: {
+      if (config.mla()) {
+        LatentQkvForward(a, lp, layer);
+        break;
+      }
       const T* in = AttnInput(a, layer);
       Linear(lp, kQW, qk_norm ? a.q_pre : q, in, bias ? p[kQB] : nullptr, C, A);
       Linear(lp, kKW, qk_norm ? a.k_pre : k, in, bias ? p[kKB] : nullptr, C, Ckv);
@@ -1069,10 +1131,10 @@ void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const LayerPar
     }
     case kAttnOutGroup:
       if (normed) {
-        Linear(lp, kOW, a.attn_o, a.atty, nullptr, A, C);
+        Linear(lp, kOW, a.attn_o, AttnOut(a), nullptr, config.attn_out_width(), C);
         o.RmsNormForward(a.mid, a.attn_o_rstd, a.attn_o, NormWeight(p[AttnOutNorm()], C), N, C, eps);
       } else {
-        Linear(lp, kOW, a.mid, a.atty, nullptr, A, C);
+        Linear(lp, kOW, a.mid, AttnOut(a), nullptr, config.attn_out_width(), C);
         if (residual_multiplier != T(1)) o.Scale(a.mid, residual_multiplier, N * C);
       }
       o.ResidualForward(a.mid, xin, a.mid, N * C);
@@ -1222,11 +1284,16 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
         o.RmsNormBackward(dpost, g[n], dres, a.attn_o, NormWeight(p[n], C), a.attn_o_rstd, N, C);
         d_o = dpost;
       }
-      o.Zero(dbuf_c, N * A);  // d atty
-      LinearBackward(lp, kOW, dbuf_c, g[kOW], nullptr, d_o, a.atty, A, C, mode);
+      const int Ao = config.attn_out_width();
+      o.Zero(dbuf_c, N * Ao);  // d atty (d atty_v)
+      LinearBackward(lp, kOW, dbuf_c, g[kOW], nullptr, d_o, AttnOut(a), Ao, C, mode);
       break;
     }
     case kQkvGroup: {
+      if (config.mla()) {
+        LatentQkvBackward(a, lp, g, mode, layer);
+        break;
+      }
       o.Zero(dqkv, N * 3 * A);
       o.AttentionBackward(dqkv, attn_scratch, dbuf_c, a.qkv, a.atty, a.att, B, T_, A, NH, config.window_in(layer),
                           attn_softcap);
@@ -1271,6 +1338,104 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
       ZeroIfSet(mode, {g[kAttnNormW]}, C);
       o.RmsNormBackward(dres, g[kAttnNormW], dbuf_c, x[layer], NormWeight(p[kAttnNormW], C), a.ln1_rstd, N, C);
   }
+}
+
+// Latent attention's q, k and v (DeepseekV3Attention): q = q_b(rms(q_a(x)))
+// (or q_proj(x)), [kv latent | k_rope] = kv_a(x), [k_nope_h | v_h] =
+// kv_b(rms(kv latent)) per head. The attention sees each head's q and k
+// with the rotated columns first ([q_rope | q_nope], [k_rope | k_nope_h]:
+// a dot product does not mind the order, and RopeForward turns a head's
+// first columns) and v padded with zeros to hd; atty_v takes the values'
+// columns back out of its output.
+template <typename T>
+void GptCompute<T>::Impl::LatentQkvForward(LayerActs& a, const LayerParams& lp, int layer) {
+  const std::vector<const T*>& p = lp.values;
+  Ops<T>& o = *ops;
+  const int NH = config.n_head, T_ = config.seq_len, Wa = KvaWidth(), Wkv = KvbWidth(), Ao = config.attn_out_width();
+  const double eps = config.norm_eps;
+  const auto lat = static_cast<size_t>(LatentIndex(config));
+  const T* in = AttnInput(a, layer);
+  if (rq > 0) {
+    Linear(lp, kQW, a.q_lat_pre, in, nullptr, C, rq);
+    o.RmsNormForward(a.q_lat, a.q_lat_rstd, a.q_lat_pre, NormWeight(p[lat + 1], rq), N, rq, eps);
+    Linear(lp, static_cast<int>(lat) + 2, mla_q, a.q_lat, nullptr, rq, A);
+  } else {
+    Linear(lp, kQW, mla_q, in, nullptr, C, A);
+  }
+  Linear(lp, kKW, mla_kv, in, nullptr, C, Wa);
+  o.CopyHeadColumns(a.kv_lat_pre, rkv, 0, mla_kv, Wa, 0, N, 1, rkv, false);
+  o.RmsNormForward(a.kv_lat, a.kv_lat_rstd, a.kv_lat_pre, NormWeight(p[lat], rkv), N, rkv, eps);
+  Linear(lp, kVW, mla_kvb, a.kv_lat, nullptr, rkv, Wkv);
+  o.CopyHeadColumns(q, A, hd, mla_q + dn, A, hd, N, NH, rot, false);
+  o.CopyHeadColumns(q + rot, A, hd, mla_q, A, hd, N, NH, dn, false);
+  o.CopyHeadColumns(k, A, hd, mla_kv + rkv, Wa, 0, N, NH, rot, false);
+  o.CopyHeadColumns(k + rot, A, hd, mla_kvb, Wkv, dn + dv_head, N, NH, dn, false);
+  o.Zero(v, N * A);
+  o.CopyHeadColumns(v, A, hd, mla_kvb + dn, Wkv, dn + dv_head, N, NH, dv_head, false);
+  o.RopeForward(q, q, CosOf(layer), SinOf(layer), B, T_, NH, hd, rot, config.rope.interleaved);
+  o.RopeForward(k, k, CosOf(layer), SinOf(layer), B, T_, NH, hd, rot, config.rope.interleaved);
+  if (q_scale != T(1)) o.Scale(q, q_scale, N * A);
+  o.GqaExpandForward(a.qkv, q, k, v, N, NH, NH, hd);
+  o.AttentionForward(a.atty, a.att, attn_scratch, a.qkv, B, T_, A, NH, config.window_in(layer), attn_softcap);
+  o.CopyHeadColumns(a.atty_v, Ao, dv_head, a.atty, A, hd, N, NH, dv_head, false);
+}
+
+// LatentQkvForward's adjoint, from d atty_v in dbuf_c to d of the
+// projections' input in dbuf_c: the shared k_rope's gradient sums the
+// heads', in head order.
+template <typename T>
+void GptCompute<T>::Impl::LatentQkvBackward(LayerActs& a, const LayerParams& lp, const std::vector<T*>& g,
+                                            kernels::GradMode mode, int layer) {
+  const std::vector<const T*>& p = lp.values;
+  Ops<T>& o = *ops;
+  const int NH = config.n_head, T_ = config.seq_len, Wa = KvaWidth(), Wkv = KvbWidth(), Ao = config.attn_out_width();
+  const auto lat = static_cast<size_t>(LatentIndex(config));
+  T* datty = dq;  // d of the padded attention output; dq's first writer comes after its last reader
+  o.Zero(datty, N * A);
+  o.CopyHeadColumns(datty, A, hd, dbuf_c, Ao, dv_head, N, NH, dv_head, false);
+  o.Zero(dqkv, N * 3 * A);
+  o.AttentionBackward(dqkv, attn_scratch, datty, a.qkv, a.atty, a.att, B, T_, A, NH, config.window_in(layer),
+                      attn_softcap);
+  o.Zero(dq_rot, N * A);
+  o.Zero(dk_rot, N * A);
+  o.Zero(dv, N * A);
+  o.GqaExpandBackward(dq_rot, dk_rot, dv, dqkv, N, NH, NH, hd);
+  if (q_scale != T(1)) o.Scale(dq_rot, q_scale, N * A);
+  o.Zero(dq, N * A);
+  o.Zero(dk, N * A);
+  o.RopeBackward(dq, dq_rot, CosOf(layer), SinOf(layer), B, T_, NH, hd, rot, config.rope.interleaved);
+  o.RopeBackward(dk, dk_rot, CosOf(layer), SinOf(layer), B, T_, NH, hd, rot, config.rope.interleaved);
+  // The projections' gradients, where their outputs were (the forward's
+  // values there are not read again).
+  T* dmla_q = mla_q;
+  T* dmla_kv = mla_kv;
+  T* dmla_kvb = mla_kvb;
+  o.CopyHeadColumns(dmla_q + dn, A, hd, dq, A, hd, N, NH, rot, false);
+  o.CopyHeadColumns(dmla_q, A, hd, dq + rot, A, hd, N, NH, dn, false);
+  o.CopyHeadColumns(dmla_kvb, Wkv, dn + dv_head, dk + rot, A, hd, N, NH, dn, false);
+  o.CopyHeadColumns(dmla_kvb + dn, Wkv, dn + dv_head, dv, A, hd, N, NH, dv_head, false);
+  o.Zero(dmla_kv, N * Wa);
+  o.CopyHeadColumns(dmla_kv + rkv, Wa, 0, dk, A, hd, N, NH, rot, true);
+  o.Zero(dlat, N * rkv);
+  LinearBackward(lp, kVW, dlat, g[kVW], nullptr, dmla_kvb, a.kv_lat, rkv, Wkv, mode);
+  ZeroIfSet(mode, {g[lat]}, rkv);
+  o.Zero(dlat_pre, N * rkv);
+  o.RmsNormBackward(dlat_pre, g[lat], dlat, a.kv_lat_pre, NormWeight(p[lat], rkv), a.kv_lat_rstd, N, rkv);
+  o.CopyHeadColumns(dmla_kv, Wa, 0, dlat_pre, rkv, 0, N, 1, rkv, false);
+  T* dln1 = dbuf_c;  // d atty_v's last reader has run
+  o.Zero(dln1, N * C);
+  const T* in = AttnInput(a, layer);
+  LinearBackward(lp, kKW, dln1, g[kKW], nullptr, dmla_kv, in, C, Wa, mode);
+  if (rq == 0) {
+    LinearBackward(lp, kQW, dln1, g[kQW], nullptr, dmla_q, in, C, A, mode);
+    return;
+  }
+  o.Zero(dlat, N * rq);
+  LinearBackward(lp, static_cast<int>(lat) + 2, dlat, g[lat + 2], nullptr, dmla_q, a.q_lat, rq, A, mode);
+  ZeroIfSet(mode, {g[lat + 1]}, rq);
+  o.Zero(dlat_pre, N * rq);
+  o.RmsNormBackward(dlat_pre, g[lat + 1], dlat, a.q_lat_pre, NormWeight(p[lat + 1], rq), a.q_lat_rstd, N, rq);
+  LinearBackward(lp, kQW, dln1, g[kQW], nullptr, dlat_pre, in, C, rq, mode);
 }
 
 // The routed MLP (config.moe()): the router's logits and the routing, the
@@ -1569,7 +1734,7 @@ Status CheckLayerParams(const GptConfig& config, int layer, const typename GptCo
 bool IsLayerMatrix(const GptConfig& config, int tensor) {
   if (config.llama()) {
     return tensor == kQW || tensor == kKW || tensor == kVW || tensor == kOW || tensor == kGateW || tensor == kUpW ||
-           tensor == kDownW ||
+           tensor == kDownW || (config.q_lora_rank > 0 && tensor == LatentIndex(config) + 2) ||
            (config.moe() && tensor >= MoeExtraIndex(config) && tensor < RoutedLayerTensors(config) &&
             !BiasedRouterTensor(config, tensor));
   }
@@ -1652,6 +1817,25 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
         "routed_scale is positive, and 1 without experts; router_norm_min is 0, or positive and finite with "
         "normalized weights (norm_topk_prob)");
   }
+  // Latent attention: the value heads no wider than the query/key ones
+  // (the attention runs them padded to head_size), whole heads of q/k
+  // projections without biases or norms of their own.
+  const int dr = config.qk_rope_head_dim;
+  const bool mla_valid =
+      !config.mla() ? config.kv_lora_rank == 0 && config.q_lora_rank == 0 && dr == 0 && config.v_head_dim == 0
+                    : config.llama() && config.q_lora_rank >= 0 && config.head_size > 0 && dr >= 2 && dr % 2 == 0 &&
+                          dr <= config.head_size && config.v_head_dim >= 1 && config.v_head_dim <= config.head_size &&
+                          config.n_kv_head == config.n_head && !config.qkv_bias && !config.qk_norm &&
+                          config.no_rope_layers.empty() && config.rope.partial_factor == 1.0;
+  if (!mla_valid) {
+    return Status::InvalidArgument(
+        "GptCompute: latent attention's kv_lora_rank " + std::to_string(config.kv_lora_rank) + ", q_lora_rank " +
+        std::to_string(config.q_lora_rank) + ", qk_rope_head_dim " + std::to_string(dr) + ", v_head_dim " +
+        std::to_string(config.v_head_dim) + " (head_size " + std::to_string(config.head_size) +
+        "): all 0 without it; with it (llama family) an even qk_rope_head_dim of 2 or more and a v_head_dim of 1 "
+        "or more, neither above head_size, as many key/value heads as heads, no q/k/v biases, q/k norms, NoPE "
+        "layers or partial_rotary_factor");
+  }
   if (!config.llama() &&
       (config.norm_unit_offset || config.mlp_glu != kernels::Glu::kSilu || config.embed_scale ||
        config.attn_scalar != 0 || config.sandwich_norms || !config.local_rope_layers.empty() || config.post_norms ||
@@ -1708,6 +1892,12 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
     m.I = config.intermediate_size;
     m.Id = config.dense_width();
     m.mlp_rows = m.N;
+    if (config.mla()) {
+      m.rq = config.q_lora_rank;
+      m.rkv = config.kv_lora_rank;
+      m.dn = m.hd - m.rot;
+      m.dv_head = config.v_head_dim;
+    }
     if (config.moe()) {
       m.E = config.n_experts;
       m.K = config.experts_per_token;
@@ -1786,6 +1976,17 @@ Status GptCompute<T>::Impl::AllocateLayerActs(LayerActs* a) {
     ZINF_RETURN_IF_ERROR(Alloc(&a->shared_y, N * C, "shared expert output"));
     if (config.shared_expert_gate) ZINF_RETURN_IF_ERROR(Alloc(&a->shared_logit, N, "shared expert gate logit"));
   }
+  if (config.mla()) {
+    if (rq > 0) {
+      ZINF_RETURN_IF_ERROR(Alloc(&a->q_lat_pre, N * rq, "q latent before its norm"));
+      ZINF_RETURN_IF_ERROR(Alloc(&a->q_lat, N * rq, "q latent"));
+      ZINF_RETURN_IF_ERROR(Alloc(&a->q_lat_rstd, N, "q latent norm rstd"));
+    }
+    ZINF_RETURN_IF_ERROR(Alloc(&a->kv_lat_pre, N * rkv, "kv latent before its norm"));
+    ZINF_RETURN_IF_ERROR(Alloc(&a->kv_lat, N * rkv, "kv latent"));
+    ZINF_RETURN_IF_ERROR(Alloc(&a->kv_lat_rstd, N, "kv latent norm rstd"));
+    ZINF_RETURN_IF_ERROR(Alloc(&a->atty_v, N * config.attn_out_width(), "attention values"));
+  }
   if (!config.qk_norm) return Status::Ok();
   ZINF_RETURN_IF_ERROR(Alloc(&a->q_pre, N * A, "q before its norm"));
   ZINF_RETURN_IF_ERROR(Alloc(&a->k_pre, N * Ckv, "k before its norm"));
@@ -1827,6 +2028,13 @@ Status GptCompute<T>::Impl::AllocateLlama() {
   ZINF_RETURN_IF_ERROR(Alloc(&dk_rot, kv, "rotated k gradient"));
   ZINF_RETURN_IF_ERROR(Alloc(&dk, kv, "k gradient"));
   ZINF_RETURN_IF_ERROR(Alloc(&dv, kv, "v gradient"));
+  if (config.mla()) {
+    ZINF_RETURN_IF_ERROR(Alloc(&mla_q, N * A, "latent attention q (its gradient)"));
+    ZINF_RETURN_IF_ERROR(Alloc(&mla_kv, N * KvaWidth(), "kv latent projection (its gradient)"));
+    ZINF_RETURN_IF_ERROR(Alloc(&mla_kvb, N * KvbWidth(), "kv_b projection (its gradient)"));
+    ZINF_RETURN_IF_ERROR(Alloc(&dlat, N * std::max(rq, rkv), "latent gradient"));
+    ZINF_RETURN_IF_ERROR(Alloc(&dlat_pre, N * std::max(rq, rkv), "latent gradient before its norm"));
+  }
   if (config.moe()) {
     ZINF_RETURN_IF_ERROR(Alloc(&drows, M * C, "expert row gradient"));
     ZINF_RETURN_IF_ERROR(Alloc(&dweights, N * K, "routing weight gradient"));
@@ -1846,7 +2054,7 @@ Status GptCompute<T>::Impl::AllocateLlama() {
     ZINF_RETURN_IF_ERROR(Alloc(&local_cos, half_table, "local rope cos"));
     ZINF_RETURN_IF_ERROR(Alloc(&local_sin, half_table, "local rope sin"));
   }
-  const int64_t norm_elems = std::max(C, hd);
+  const int64_t norm_elems = std::max({C, hd, rq, rkv});
   if (config.norm_unit_offset) {
     ZINF_RETURN_IF_ERROR(Alloc(&ones, norm_elems, "norm unit offsets"));
     ZINF_RETURN_IF_ERROR(Alloc(&norm_w, norm_elems, "norm weights plus one"));

@@ -174,6 +174,20 @@ struct GptConfig {
   // side (transformers' nn.Embedding padding_idx, from pad_token_id; a tied
   // head still trains it); -1: none.
   int padding_token = -1;
+  // Multi-head latent attention (DeepSeek-V3's; kLlama, kv_lora_rank > 0):
+  // keys and values come out of a latent of kv_lora_rank columns per token
+  // (kv_a_proj_with_mqa, which also gives qk_rope_head_dim columns of one
+  // key part shared by every head; the latent's RMSNorm kv_a_layernorm;
+  // kv_b_proj up to each head's unrotated key part and its value of
+  // v_head_dim), q through one of q_lora_rank (q_a_proj, its RMSNorm
+  // q_a_layernorm, q_b_proj; 0: q_proj from the input). A head's q and k
+  // are head_size wide, the unrotated part first, the qk_rope_head_dim
+  // rotated columns last; o_proj reads n_head * v_head_dim. n_kv_head is
+  // n_head.
+  int kv_lora_rank = 0;
+  int q_lora_rank = 0;
+  int qk_rope_head_dim = 0;
+  int v_head_dim = 0;
   // Mixture of experts (kLlama; Qwen3-MoE, Qwen2-MoE, Mixtral, OLMoE,
   // GLM-4.5, dots.llm1, ERNIE 4.5), 0: none. With n_experts > 0 every layer's MLP but
   // dense_layers' (below) is sparse: a router (a linear map C ->
@@ -227,6 +241,7 @@ struct GptConfig {
 
   bool llama() const { return family == ModelFamily::kLlama; }
   bool moe() const { return n_experts > 0; }
+  bool mla() const { return kv_lora_rank > 0; }
   bool shared_expert() const { return shared_expert_size > 0; }
   bool sigmoid_router() const { return router_scoring == kernels::MoeScoring::kSigmoid; }
   // The routing kernels' parameters.
@@ -254,7 +269,7 @@ struct GptConfig {
   int k_norm_width() const { return qk_norm_all_heads ? n_kv_head * head_dim() : head_dim(); }
   int head_dim() const { return head_size > 0 ? head_size : n_embd / n_head; }
   // Columns of a head the rotary embedding turns (the rest pass).
-  int rope_dims() const { return static_cast<int>(head_dim() * rope.partial_factor); }
+  int rope_dims() const { return mla() ? qk_rope_head_dim : static_cast<int>(head_dim() * rope.partial_factor); }
   // rope_dims() in layer `layer`, 0 in a layer without RoPE.
   int rope_dims_in(int layer) const;
   // The attention's window in layer `layer`: sliding_window, or 0 (none).
@@ -264,6 +279,9 @@ struct GptConfig {
   // Width of q, of the attention's output and of o_proj's input: n_embd
   // unless head_size says otherwise.
   int attn_width() const { return n_head * head_dim(); }
+  // What o_proj reads: the heads' values (attn_width() but with latent
+  // attention's v_head_dim).
+  int attn_out_width() const { return mla() ? n_head * v_head_dim : attn_width(); }
   int64_t NumParameters() const;  // including the vocabulary padding rows
   // The parameters a token's forward multiplies by: NumParameters less,
   // in each routed layer, the experts it is not sent to (E - K of them).
@@ -305,6 +323,12 @@ enum HeadTensor { kLnfW = 0, kLnfB = 1, kLmHead = 2 };
 // post_norms those two norms are kAttnNormW and kMlpNormW, and there are
 // no input norms); head {norm.weight[, lm_head [Vp, C]]}. q_proj is [A, C]
 // and o_proj [C, A], A = attn_width().
+// With latent attention (mla()) kQW is q_proj [A, C] or q_a_proj
+// [q_lora_rank, C], kKW kv_a_proj_with_mqa [kv_lora_rank +
+// qk_rope_head_dim, C], kVW kv_b_proj [n_head * (head_size - qk_rope_head_dim
+// + v_head_dim), kv_lora_rank], kOW o_proj [C, attn_out_width()], and
+// kv_a_layernorm [kv_lora_rank] (then with q_lora_rank q_a_layernorm and
+// q_b_proj [A, q_lora_rank]) sit at LatentIndex.
 enum LlamaLayerTensor {
   kAttnNormW = 0,
   kQW,
@@ -321,10 +345,16 @@ enum LlamaLayerTensor {
 };
 // Index of q_norm.weight in a kLlama layer with qk_norm; k_norm.weight follows.
 inline int QNormIndex(const GptConfig& c) { return c.qkv_bias ? kVB + 1 : kDownW + 1; }
+// Index of kv_a_layernorm in a kLlama layer with latent attention (after
+// q_norm and k_norm's place); with q_lora_rank q_a_layernorm and q_b_proj
+// follow.
+inline int LatentIndex(const GptConfig& c) { return QNormIndex(c) + (c.qk_norm ? 2 : 0); }
+inline int LatentTensors(const GptConfig& c) { return !c.mla() ? 0 : c.q_lora_rank > 0 ? 3 : 1; }
 // Index of the post-attention norm in a kLlama layer with sandwich_norms
-// (after q_norm and k_norm when there are); the post-MLP norm follows.
-// (kMlpNormW is then the MLP's input norm, Gemma's pre_feedforward_layernorm.)
-inline int PostNormIndex(const GptConfig& c) { return QNormIndex(c) + (c.qk_norm ? 2 : 0); }
+// (after q_norm and k_norm, or the latent attention's tensors, when there
+// are); the post-MLP norm follows. (kMlpNormW is then the MLP's input
+// norm, Gemma's pre_feedforward_layernorm.)
+inline int PostNormIndex(const GptConfig& c) { return LatentIndex(c) + LatentTensors(c); }
 // A kLlama layer's tensors after the ones above: with n_experts > 0,
 // experts 1 .. n_experts - 1's gate, up and down weights (expert 0's are
 // kGateW, kUpW, kDownW: ExpertTensor), then the router's (RouterIndex)

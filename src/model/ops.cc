@@ -175,6 +175,10 @@ class CpuOps final : public Ops<T> {
   void GqaExpandBackward(T* dq, T* dk, T* dv, const T* dqkv, int64_t N, int NH, int NKV, int hd) override {
     Run([=] { k::GqaExpandBackward(dq, dk, dv, dqkv, N, NH, NKV, hd); });
   }
+  void CopyHeadColumns(T* dst, int64_t dst_ld, int dst_head, const T* src, int64_t src_ld, int src_head, int64_t N,
+                       int H, int width, bool accumulate) override {
+    Run([=] { k::CopyHeadColumns(dst, dst_ld, dst_head, src, src_ld, src_head, N, H, width, accumulate); });
+  }
   void MoeRouteForward(T* weights, int32_t* experts, T* probs, const T* logits, const T* bias, int64_t N,
                        const kernels::MoeRouting& r) override {
     Run([=] { k::MoeRouteForward(weights, experts, probs, logits, bias, N, r); });

@@ -118,6 +118,9 @@ class Ops {
                            kernels::Glu glu) = 0;
   virtual void GqaExpandForward(T* qkv, const T* q, const T* k, const T* v, int64_t N, int NH, int NKV, int hd) = 0;
   virtual void GqaExpandBackward(T* dq, T* dk, T* dv, const T* dqkv, int64_t N, int NH, int NKV, int hd) = 0;
+  // Multi-head latent attention's splits and joins of head columns.
+  virtual void CopyHeadColumns(T* dst, int64_t dst_ld, int dst_head, const T* src, int64_t src_ld, int src_head,
+                               int64_t N, int H, int width, bool accumulate) = 0;
 
   // The mixture-of-experts MLP's routing, gather and combine, as in
   // cpu_kernels.h (the dispatch between them runs on the host).

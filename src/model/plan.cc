@@ -56,6 +56,11 @@ int64_t LayerActivationBytes(const GptConfig& m, int batch, bool fused_attention
     bytes += 3 * DeviceBytes(N * m.shared_expert_size * 4) + DeviceBytes(NC * 4) +
              (m.shared_expert_gate ? DeviceBytes(N * 4) : 0);
   }
+  if (m.mla()) {  // q's latent before and after its norm, its rstd; the kv latent's; the values out
+    const int64_t rq = m.q_lora_rank, rkv = m.kv_lora_rank;
+    if (rq > 0) bytes += 2 * DeviceBytes(N * rq * 4) + DeviceBytes(N * 4);
+    bytes += 2 * DeviceBytes(N * rkv * 4) + DeviceBytes(N * 4) + DeviceBytes(N * m.attn_out_width() * 4);
+  }
   if (!m.qk_norm) return bytes;
   // q and k before their norms, the norms' rstd
   const int64_t NKV = N * m.n_kv_head * m.head_dim();
@@ -165,7 +170,12 @@ int64_t ActivationBytes(const GptConfig& m, int batch, ComputeKernels kernels, i
   if (m.moe() && m.router_aux_coef > 0) bytes += f(m.n_experts);  // the load-balancing loss's gradient
   bytes += f(3 * NA) + 2 * f(NA) + 3 * f(N * Ckv);                // d qkv; d q (rotated and not); d k (both), d v
   if (m.local_rope_theta > 0 && !m.local_rope_layers.empty()) bytes += 2 * f(T * (m.rope_dims() / 2));
-  if (m.norm_unit_offset) bytes += 2 * f(std::max(C, hd));             // ones, 1 + w
+  if (m.mla()) {  // the projections' outputs (and gradients): q, kv_a, kv_b; the latents' gradients
+    const int64_t rq = m.q_lora_rank, rkv = m.kv_lora_rank, dr = m.qk_rope_head_dim;
+    bytes += f(NA) + f(N * (rkv + dr)) + f(N * NH * (hd - dr + m.v_head_dim)) + 2 * f(N * std::max(rq, rkv));
+  }
+  const int64_t norm_elems = std::max<int64_t>({C, hd, m.q_lora_rank, m.kv_lora_rank});
+  if (m.norm_unit_offset) bytes += 2 * f(norm_elems);                  // ones, 1 + w
   if (m.branch_norms() || m.residual_multiplier != 1) bytes += f(NC);  // d of a post norm's input or a branch's output
   return bytes;
 }

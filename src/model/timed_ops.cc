@@ -160,6 +160,11 @@ void TimedOps::GqaExpandBackward(float* dq, float* dk, float* dv, const float* d
                                  int hd) {
   Timed("GqaExpandBackward", [&] { inner_->GqaExpandBackward(dq, dk, dv, dqkv, N, NH, NKV, hd); });
 }
+void TimedOps::CopyHeadColumns(float* dst, int64_t dst_ld, int dst_head, const float* src, int64_t src_ld, int src_head,
+                               int64_t N, int H, int width, bool accumulate) {
+  Timed("CopyHeadColumns",
+        [&] { inner_->CopyHeadColumns(dst, dst_ld, dst_head, src, src_ld, src_head, N, H, width, accumulate); });
+}
 void TimedOps::MoeRouteForward(float* weights, int32_t* experts, float* probs, const float* logits, const float* bias,
                                int64_t N, const kernels::MoeRouting& r) {
   Timed("MoeRouteForward", [&] { inner_->MoeRouteForward(weights, experts, probs, logits, bias, N, r); });

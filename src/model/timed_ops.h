@@ -125,6 +125,8 @@ class TimedOps final : public Ops<float> {
                         int hd) override;
   void GqaExpandBackward(float* dq, float* dk, float* dv, const float* dqkv, int64_t N, int NH, int NKV,
                          int hd) override;
+  void CopyHeadColumns(float* dst, int64_t dst_ld, int dst_head, const float* src, int64_t src_ld, int src_head,
+                       int64_t N, int H, int width, bool accumulate) override;
   void MoeRouteForward(float* weights, int32_t* experts, float* probs, const float* logits, const float* bias,
                        int64_t N, const kernels::MoeRouting& r) override;
   void MoeRouteBackward(float* dlogits, const float* dweights, const float* probs, const int32_t* experts,

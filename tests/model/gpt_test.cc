@@ -526,6 +526,27 @@ TEST(GptTest, SigmoidRouterWithoutNormalizingGradientsMatchFiniteDifferences) {
   CheckModelGradients(c);
 }
 
+// DeepSeek-V3's layer: latent attention beside its router (GLM-4.5's,
+// above). q through a latent of `q_lora_rank` (0: q_proj), k and v out of
+// one of 5; heads of 6 q/k columns, the last 4 rotated in pairs and
+// shared by the heads of k, and values of 3 (padded to 6 in the
+// attention); the scores scaled by attn_scalar 5 (DeepSeek's yarn mscale).
+GptConfig TinyMla(int q_lora_rank) {
+  GptConfig c = TinySigmoidMoe();
+  c.qk_norm = false;
+  c.n_kv_head = c.n_head;
+  c.head_size = 6;
+  c.kv_lora_rank = 5;
+  c.q_lora_rank = q_lora_rank;
+  c.qk_rope_head_dim = 4;
+  c.v_head_dim = 3;
+  c.rope.interleaved = true;
+  c.attn_scalar = 5;
+  return c;
+}
+TEST(GptTest, LatentAttentionGradientsMatchFiniteDifferences) { CheckModelGradients(TinyMla(7)); }
+TEST(GptTest, LatentAttentionWithoutQLatentGradientsMatchFiniteDifferences) { CheckModelGradients(TinyMla(0)); }
+
 // ERNIE 4.5's routed MLP: 6 experts, 3 a token, chosen by softmax
 // probability + a selection bias (frozen), weighted by their probabilities
 // divided by their sum or norm_min where that is larger; an ungated shared
@@ -676,23 +697,27 @@ Harness<float>::Matrices16 LayerMatricesToBf16(const GptConfig& config, std::vec
 // that do not read 16-bit weights.
 TEST(GptTest, SixteenBitMatricesGiveTheBitsOfTheirFloatCasts) {
   for (const GptConfig& config : {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyMoe(false), TinySharedMoe(true),
-                                  TinyMixedMoe(), TinySigmoidMoe()}) {
-    SCOPED_TRACE(config.shared_expert()  ? "shared expert"
-                 : config.moe()          ? "moe"
-                 : config.sandwich_norms ? "gemma3"
-                 : config.llama()        ? "llama"
-                                         : "gpt2");
+                                  TinyMixedMoe(), TinySigmoidMoe(), TinyMla(7)}) {
+    SCOPED_TRACE(config.mla()             ? "latent attention"
+                 : config.shared_expert() ? "shared expert"
+                 : config.moe()           ? "moe"
+                 : config.sandwich_norms  ? "gemma3"
+                 : config.llama()         ? "llama"
+                                          : "gpt2");
     const int B = 2;
     std::vector<Tensors> params = MakeParams(config, 11);
     int matrices = 0;
     const Harness<float>::Matrices16 m16 = LayerMatricesToBf16(config, params, &matrices);
     // q, k, v, o and the MLP's three (in a routed layer each expert's, and
     // the router unless it is a sigmoid one (fp32, as transformers keeps
-    // it), never its bias; the shared expert's three and its gate's)
+    // it), never its bias; the shared expert's three and its gate's;
+    // latent attention's q_b_proj)
+    const int q_b = config.q_lora_rank > 0 ? 1 : 0;
     const int shared = config.shared_expert() ? 3 + (config.shared_expert_gate ? 1 : 0) : 0;
     const int routed = config.moe() ? 3 * config.n_experts + (config.sigmoid_router() ? 0 : 1) + shared : 3;
     const int dense = config.n_layer - config.routed_layers(), routed_layers = config.n_layer - dense;
-    EXPECT_EQ(matrices, config.llama() ? 4 * config.n_layer + 3 * dense + routed * routed_layers : 4 * config.n_layer);
+    EXPECT_EQ(matrices,
+              config.llama() ? (4 + q_b) * config.n_layer + 3 * dense + routed * routed_layers : 4 * config.n_layer);
     const Batch batch = MakeBatch(config, B, 12);
     Harness<float> want(config, B), got(config, B);
     want.SetParams(params);
@@ -811,7 +836,7 @@ TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
   // batches (each layer's kept set is overwritten by the next forward).
   for (const GptConfig& config :
        {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2(), TinyGranite(), TinyMoe(false), TinyMoeAux(),
-        TinySharedMoe(true), TinyMixedMoe(), TinySigmoidMoe()}) {
+        TinySharedMoe(true), TinyMixedMoe(), TinySigmoidMoe(), TinyMla(7)}) {
     SCOPED_TRACE(config.residual_multiplier != 1 ? "granite"
                  : config.post_norms             ? "olmo2"
                  : config.sandwich_norms         ? "gemma3"
@@ -870,7 +895,7 @@ TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
 // slots turn over twice.
 TEST(GptTest, OffloadedLayerInputsGiveTheBitsOfTheRecompute) {
   for (GptConfig config : {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2(), TinyGranite(), TinyMoe(false),
-                           TinyMoeAux(), TinySharedMoe(true), TinyMixedMoe(), TinySigmoidMoe()}) {
+                           TinyMoeAux(), TinySharedMoe(true), TinyMixedMoe(), TinySigmoidMoe(), TinyMla(7)}) {
     config.n_layer = 5;
     SCOPED_TRACE(config.residual_multiplier != 1 ? "granite"
                  : config.post_norms             ? "olmo2"
@@ -1116,8 +1141,8 @@ TEST(GptConfigTest, BuiltinsHaveTheDocumentedShapes) {
 // norms, experts with a shared expert and dense layers among them; the
 // active count leaves out each routed layer's E - K idle experts.
 TEST(GptConfigTest, LlamaParameterCountsAreTheBlocks) {
-  for (const GptConfig& c :
-       {TinyLlama(true, true), TinyGemma3(), TinyMoe(false), TinySharedMoe(true), TinyMixedMoe(), TinySigmoidMoe()}) {
+  for (const GptConfig& c : {TinyLlama(true, true), TinyGemma3(), TinyMoe(false), TinySharedMoe(true), TinyMixedMoe(),
+                             TinySigmoidMoe(), TinyMla(7)}) {
     int64_t total = 0;
     for (const BlockSpec& b : GptBlockSpecs(c)) total += b.numel();
     EXPECT_EQ(total, c.NumParameters()) << GptConfigToJson(c);

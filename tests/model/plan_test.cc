@@ -383,8 +383,24 @@ TEST(PlanTest, ActivationBytesAreGptComputesAllocations) {
   mixed.dense_intermediate_size = 8 * moe.intermediate_size;
   mixed_narrow.dense_layers = {1};
   mixed_narrow.dense_intermediate_size = 5;
+  // Latent attention: the latents before and after their norms, their
+  // rstds, the values cut out (o_proj's input), the projections' outputs
+  // and the latents' gradients; with and without q's latent, a latent
+  // wider than C (the norm-weight vectors follow it), Gemma's norms
+  GptConfig mla = llama, mla_wide = llama;
+  for (GptConfig* c : {&mla, &mla_wide}) {
+    c->n_kv_head = c->n_head;
+    c->qkv_bias = false;
+    c->head_size = 10;
+    c->qk_rope_head_dim = 4;
+    c->v_head_dim = 7;
+  }
+  mla.kv_lora_rank = 6;
+  mla.q_lora_rank = 5;
+  mla_wide.kv_lora_rank = 3 * mla_wide.n_embd;
+  mla_wide.norm_unit_offset = true;
   for (const GptConfig& m : {*LoadGptConfig("tiny"), *LoadGptConfig("demo"), llama, one, wide, narrow, gemma3, granite,
-                             olmo2, moe, moe_aux, shared, shared_narrow, mixed, mixed_narrow}) {
+                             olmo2, moe, moe_aux, shared, shared_narrow, mixed, mixed_narrow, mla, mla_wide}) {
     for (int batch : {1, 3}) {
       for (LayerActivations a : {LayerActivations::kRecompute, LayerActivations::kKeep, LayerActivations::kOffload}) {
         SCOPED_TRACE(std::string(m.llama() ? "llama" : "gpt2") + " layers " + std::to_string(m.n_layer) + " heads " +
