@@ -134,8 +134,8 @@ std::string Experts(const model::GptConfig& m) {
 
 std::string Shape(const model::GptConfig& m) {
   return std::to_string(m.n_layer) + " layers, n_embd " + std::to_string(m.n_embd) + ", " + std::to_string(m.n_head) +
-         " heads, seq_len " + std::to_string(m.seq_len) + ", vocab " + std::to_string(m.vocab_size) +
-         (m.tied_embeddings ? ", tied head" : ", untied head") + Experts(m);
+         " heads" + model::AttentionNote(m) + ", seq_len " + std::to_string(m.seq_len) + ", vocab " +
+         std::to_string(m.vocab_size) + (m.tied_embeddings ? ", tied head" : ", untied head") + Experts(m);
 }
 
 json OptionJson(const PlanOption& o) {

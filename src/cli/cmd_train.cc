@@ -164,9 +164,9 @@ void PrintRunHeader(FILE* out, const Config& config, const std::vector<AutoResol
     window += "; sliding window " + std::to_string(m.sliding_window) + " in " +
               std::to_string(m.sliding_layers.size()) + " of the layers";
   }
-  std::fprintf(out, "zinf train: model %s: %s parameters (%d layers, %d heads, width %d, context %d, vocab %d%s)\n",
-               source.description.c_str(), FormatCount(m.NumParameters()).c_str(), m.n_layer, m.n_head, m.n_embd,
-               m.seq_len, m.vocab_size, window.c_str());
+  std::fprintf(out, "zinf train: model %s: %s parameters (%d layers, %d heads%s, width %d, context %d, vocab %d%s)\n",
+               source.description.c_str(), FormatCount(m.NumParameters()).c_str(), m.n_layer, m.n_head,
+               model::AttentionNote(m).c_str(), m.n_embd, m.seq_len, m.vocab_size, window.c_str());
   std::fprintf(out, "zinf train: device %s, %d rank(s), micro-batch %lld x %d tokens, accumulation %lld\n",
                device_name.c_str(), world, static_cast<long long>(config.train_micro_batch_size_per_gpu), m.seq_len,
                static_cast<long long>(config.gradient_accumulation_steps));

@@ -339,6 +339,7 @@ std::string GptConfigToJson(const GptConfig& config) {
       j["q_lora_rank"] = config.q_lora_rank;
       j["qk_rope_head_dim"] = config.qk_rope_head_dim;
       j["v_head_dim"] = config.v_head_dim;
+      j["latent_norm_eps"] = config.latent_norm_eps;
     }
     if (config.moe()) {
       j["n_experts"] = config.n_experts;
@@ -368,6 +369,12 @@ std::string GptConfigToJson(const GptConfig& config) {
     j["sliding_layers"] = config.sliding_layers;
   }
   return j.dump(2);
+}
+
+std::string AttentionNote(const GptConfig& config) {
+  if (!config.mla()) return "";
+  return " (latent attention: kv rank " + std::to_string(config.kv_lora_rank) +
+         (config.q_lora_rank > 0 ? ", q rank " + std::to_string(config.q_lora_rank) : "") + ")";
 }
 
 // ---------------------------------------------------------------- blocks
@@ -1352,7 +1359,7 @@ void GptCompute<T>::Impl::LatentQkvForward(LayerActs& a, const LayerParams& lp, 
   const std::vector<const T*>& p = lp.values;
   Ops<T>& o = *ops;
   const int NH = config.n_head, T_ = config.seq_len, Wa = KvaWidth(), Wkv = KvbWidth(), Ao = config.attn_out_width();
-  const double eps = config.norm_eps;
+  const double eps = config.latent_norm_eps;
   const auto lat = static_cast<size_t>(LatentIndex(config));
   const T* in = AttnInput(a, layer);
   if (rq > 0) {
@@ -1826,15 +1833,16 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
                     : config.llama() && config.q_lora_rank >= 0 && config.head_size > 0 && dr >= 2 && dr % 2 == 0 &&
                           dr <= config.head_size && config.v_head_dim >= 1 && config.v_head_dim <= config.head_size &&
                           config.n_kv_head == config.n_head && !config.qkv_bias && !config.qk_norm &&
-                          config.no_rope_layers.empty() && config.rope.partial_factor == 1.0;
+                          config.no_rope_layers.empty() && config.rope.partial_factor == 1.0 &&
+                          config.latent_norm_eps > 0 && std::isfinite(config.latent_norm_eps);
   if (!mla_valid) {
     return Status::InvalidArgument(
         "GptCompute: latent attention's kv_lora_rank " + std::to_string(config.kv_lora_rank) + ", q_lora_rank " +
         std::to_string(config.q_lora_rank) + ", qk_rope_head_dim " + std::to_string(dr) + ", v_head_dim " +
         std::to_string(config.v_head_dim) + " (head_size " + std::to_string(config.head_size) +
         "): all 0 without it; with it (llama family) an even qk_rope_head_dim of 2 or more and a v_head_dim of 1 "
-        "or more, neither above head_size, as many key/value heads as heads, no q/k/v biases, q/k norms, NoPE "
-        "layers or partial_rotary_factor");
+        "or more, neither above head_size, as many key/value heads as heads, a positive latent_norm_eps, no q/k/v "
+        "biases, q/k norms, NoPE layers or partial_rotary_factor");
   }
   if (!config.llama() &&
       (config.norm_unit_offset || config.mlp_glu != kernels::Glu::kSilu || config.embed_scale ||

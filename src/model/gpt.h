@@ -188,6 +188,7 @@ struct GptConfig {
   int q_lora_rank = 0;
   int qk_rope_head_dim = 0;
   int v_head_dim = 0;
+  double latent_norm_eps = 1e-6;  // the latents' RMSNorms' (transformers' default, not rms_norm_eps)
   // Mixture of experts (kLlama; Qwen3-MoE, Qwen2-MoE, Mixtral, OLMoE,
   // GLM-4.5, dots.llm1, ERNIE 4.5), 0: none. With n_experts > 0 every layer's MLP but
   // dense_layers' (below) is sparse: a router (a linear map C ->
@@ -298,6 +299,9 @@ StatusOr<GptConfig> LoadGptConfig(const std::string& name_or_path);
 // "tiny" (tests), "demo" (make demo), "small", "gpt2-124m" (GPT-2 small shape, T 1024, vocab 50257).
 std::vector<std::string> BuiltinGptConfigNames();
 std::string GptConfigToJson(const GptConfig& config);
+// What a model's one-line description says after its heads: " (latent
+// attention: kv rank R, q rank Q)" with mla(), else nothing.
+std::string AttentionNote(const GptConfig& config);
 
 enum EmbedTensor { kWte = 0, kWpe = 1 };
 enum LayerTensor {

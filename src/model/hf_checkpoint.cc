@@ -326,6 +326,14 @@ struct Architecture {
   double default_aux_coef = 0;         // router_aux_loss_coef when absent
   double default_rope_theta = 10000.0;
   double default_norm_eps = 1e-6;  // rms_norm_eps when the key is absent
+  // kSigmoidRouter's widths and groups when absent: moe_intermediate_size,
+  // intermediate_size (the dense layers'), n_group, topk_group.
+  int default_moe_width = 1408;
+  int default_dense_width = 10944;
+  int default_groups = 1;
+  int default_topk_groups = 1;
+  // DeepSeek-V3: multi-head latent attention (ParseLatentAttention).
+  bool latent_attention = false;
 };
 
 // Gemma 3's language model: as Gemma3ForCausalLM holds it (1B and smaller),
@@ -419,6 +427,20 @@ constexpr Architecture kArchitectures[] = {
      .default_first_dense = 1,
      .reads_mtp_layers = true,
      .default_norm_eps = 1e-5},
+    {.name = "DeepseekV3ForCausalLM",
+     .experts = Experts::kSigmoidRouter,
+     .default_experts = 256,
+     .default_experts_per_token = 8,
+     .default_norm_topk = true,
+     .default_shared_experts = 1,
+     .default_first_dense = 3,
+     .reads_mtp_layers = true,
+     .original_moe_keys = true,
+     .default_moe_width = 2048,
+     .default_dense_width = 18432,
+     .default_groups = 8,
+     .default_topk_groups = 4,
+     .latent_attention = true},
     {.name = "Dots1ForCausalLM",
      .default_kv_heads = 32,
      .qk_norm = true,
@@ -1079,7 +1101,7 @@ void ParseSigmoidRouterExperts(KeyReader& r, HfCheckpoint& c, const Architecture
   GptConfig& m = c.model;
   m.router_scoring = kernels::MoeScoring::kSigmoid;
   m.router_bias = true;
-  m.intermediate_size = MoeWidth(r, 1408);
+  m.intermediate_size = MoeWidth(r, arch.default_moe_width);
   r.RefuseNull("n_shared_experts", "a positive integer");
   const bool shared_required = arch.default_shared_experts == 0 && !r.Has("n_shared_experts");
   SharedExperts(r, m, "n_shared_experts", r.Int("n_shared_experts", arch.default_shared_experts, shared_required));
@@ -1097,8 +1119,11 @@ void ParseSigmoidRouterExperts(KeyReader& r, HfCheckpoint& c, const Architecture
       c.notes.push_back(std::string(k) + ": null, one group (transformers' " + c.architecture + " needs a number)");
     }
   }
-  m.router_groups = r.Int("n_group", 1, false);
-  m.router_topk_groups = r.Int("topk_group", 1, false);
+  // dots.llm1's null: one group (above), not DeepSeek-V3's default.
+  const bool null_groups = arch.original_moe_keys && r.Has("n_group") && r.Get("n_group") == nullptr;
+  m.router_groups = r.Int("n_group", null_groups ? 1 : arch.default_groups, false);
+  const bool null_topk = arch.original_moe_keys && r.Has("topk_group") && r.Get("topk_group") == nullptr;
+  m.router_topk_groups = r.Int("topk_group", null_topk ? 1 : arch.default_topk_groups, false);
   const int E = m.n_experts, G = m.router_groups, TG = m.router_topk_groups;
   if (G > kernels::kMaxRouterGroups || E % G != 0 || E / G < 2) {
     r.Error("n_group: " + std::to_string(G) + " groups of the " + std::to_string(E) +
@@ -1297,9 +1322,64 @@ void ParseExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch, int d
   }
 }
 
+// DeepSeek-V3's multi-head latent attention (transformers'
+// DeepseekV3Attention): kv_lora_rank, q_lora_rank (null: q_proj),
+// qk_nope_head_dim + qk_rope_head_dim a head's q and k (head_dim, which
+// transformers derives as qk_rope_head_dim, is read only to check it),
+// v_head_dim; rope_interleave; with YaRN's mscale_all_dim the scores
+// scaled by its mscale squared (attn_scalar). As many key/value heads as
+// heads: transformers' attention repeats them otherwise, which fails.
+void ParseLatentAttention(KeyReader& r, HfCheckpoint& c) {
+  GptConfig& m = c.model;
+  for (const char* k : {"kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"}) {
+    r.RefuseNull(k, "a positive integer");
+  }
+  m.kv_lora_rank = r.Int("kv_lora_rank", 512, false);
+  m.q_lora_rank = r.Has("q_lora_rank") && r.Get("q_lora_rank") == nullptr ? 0 : r.Int("q_lora_rank", 1536, false);
+  m.qk_rope_head_dim = r.Int("qk_rope_head_dim", 64, false);
+  const int nope = r.Int("qk_nope_head_dim", 128, false);
+  m.v_head_dim = r.Int("v_head_dim", 128, false);
+  m.head_size = nope + m.qk_rope_head_dim;
+  // Derived keys transformers' config writes out: checked, not read.
+  if (const json* hd = r.Get("head_dim"); hd != nullptr && *hd != json(m.qk_rope_head_dim)) {
+    r.Error("head_dim: " + hd->dump() + " (transformers' " + c.architecture + " sets it to qk_rope_head_dim, " +
+            std::to_string(m.qk_rope_head_dim) + ")");
+  }
+  if (const json* qk = r.Get("qk_head_dim"); qk != nullptr && *qk != json(m.head_size)) {
+    r.Error("qk_head_dim: " + qk->dump() + " (transformers sets it to qk_nope_head_dim + qk_rope_head_dim, " +
+            std::to_string(m.head_size) + ")");
+  }
+  if (m.qk_rope_head_dim % 2 != 0) {
+    r.Error("qk_rope_head_dim: " + std::to_string(m.qk_rope_head_dim) + " (RoPE turns pairs: expected an even number)");
+  }
+  if (m.v_head_dim > m.head_size) {
+    r.Error("v_head_dim: " + std::to_string(m.v_head_dim) + " is wider than a query head (qk_nope_head_dim + " +
+            "qk_rope_head_dim = " + std::to_string(m.head_size) + "), which zinf's attention does not support");
+  }
+  if (m.n_kv_head != m.n_head) {
+    r.Error("num_key_value_heads: " + std::to_string(m.n_kv_head) + " (latent attention gives every one of the " +
+            std::to_string(m.n_head) + " heads its own keys and values: expected " + std::to_string(m.n_head) + ")");
+  }
+  m.rope.interleaved = r.Bool("rope_interleave", true);
+  // transformers' yarn_apply_mscale: the scores' scale hd^-1/2 times
+  // mscale(factor, mscale_all_dim)^2, so q times that (attn_scalar).
+  const json* rope = r.Get("rope_parameters");
+  if (rope == nullptr) rope = r.Get("rope_scaling");
+  if (!m.rope.yarn || rope == nullptr || !rope->is_object() || !(m.rope.factor > 1)) return;
+  const auto all_dim = rope->find("mscale_all_dim");
+  if (all_dim != rope->end() && all_dim->is_number() && all_dim->get<double>() != 0) {
+    const double s = 0.1 * all_dim->get<double>() * std::log(m.rope.factor) + 1;
+    m.attn_scalar = m.head_size / (s * s * s * s);
+  }
+}
+
 void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   GptConfig& m = c.model;
   m.family = ModelFamily::kLlama;
+  if (const json* q = r.Get("quantization_config"); q != nullptr) {
+    r.Error("quantization_config: a quantized checkpoint (" + (q->is_object() ? q->value("quant_method", "?") : "?") +
+            "); zinf trains 16- or 32-bit weights: dequantize it (to bf16) first");
+  }
   // A shape key: required, but for Gemma 3 transformers' default (noted).
   auto shape = [&](const char* key) {
     if (arch.gemma3 && !r.Has(key)) {
@@ -1325,11 +1405,11 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
                           arch.gemma);
   // The mixtures' (but Mixtral's and OLMoE's) is their dense layers' width (the class's
   // default when absent), unused when every layer routes.
-  m.intermediate_size = QwenMoe(arch)
-                            ? r.Int("intermediate_size", arch.experts == Experts::kQwen2Moe ? 5632 : 6144, false)
-                        : arch.experts == Experts::kSigmoidRouter ? r.Int("intermediate_size", 10944, false)
-                        : arch.experts == Experts::kErnie45Moe    ? r.Int("intermediate_size", 12288, false)
-                                                                  : shape("intermediate_size");
+  m.intermediate_size =
+      QwenMoe(arch) ? r.Int("intermediate_size", arch.experts == Experts::kQwen2Moe ? 5632 : 6144, false)
+      : arch.experts == Experts::kSigmoidRouter ? r.Int("intermediate_size", arch.default_dense_width, false)
+      : arch.experts == Experts::kErnie45Moe    ? r.Int("intermediate_size", 12288, false)
+                                                : shape("intermediate_size");
   // The experts' width replaces it; it stays the dense layers'.
   if (arch.experts != Experts::kNone) ParseExperts(r, c, arch, m.intermediate_size);
   c.max_positions = shape("max_position_embeddings");
@@ -1396,11 +1476,14 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
     for (const char* k : {"full_attn_mod", "interpolate_factor"}) {  // Phi-4-mini's, read by its remote code only
       if (r.Get(k) != nullptr) c.notes.push_back(std::string(k) + ": ignored (transformers' Phi3 does not read it)");
     }
+  } else if (arch.latent_attention) {
+    r.Neutral("partial_rotary_factor", {1, 1.0});  // transformers' tables would not fit qk_rope_head_dim
   } else if (arch.default_partial_rotary == 0 && r.Get("partial_rotary_factor") != nullptr) {
     c.notes.push_back("partial_rotary_factor: ignored (" + c.architecture + " turns whole heads)");
   }
   ParseRope(r, c, arch);
   m.rope.interleaved = arch.interleaved_rope;
+  if (arch.latent_attention) ParseLatentAttention(r, c);
   if (arch.nope_layers) ParseNopeLayers(r, m);
   ParseSlidingWindow(r, c, arch);
 }
@@ -1763,6 +1846,17 @@ std::vector<std::string> HfTensorNames(const HfCheckpoint& ckpt, BlockId block) 
   }
   if (m.qk_norm) {
     for (const char* p : {"q", "k"}) n.push_back(l + "self_attn." + p + "_norm.weight");
+  }
+  if (m.mla()) {  // DeepSeek-V3's latent attention (LatentIndex)
+    const std::string a = l + "self_attn.";
+    if (m.q_lora_rank > 0) n[kQW] = a + "q_a_proj.weight";
+    n[kKW] = a + "kv_a_proj_with_mqa.weight";
+    n[kVW] = a + "kv_b_proj.weight";
+    n.push_back(a + "kv_a_layernorm.weight");
+    if (m.q_lora_rank > 0) {
+      n.push_back(a + "q_a_layernorm.weight");
+      n.push_back(a + "q_b_proj.weight");
+    }
   }
   if (m.post_norms) {  // OLMo 2: the outputs' norms in the input norms' places
     n[kAttnNormW] = l + "post_attention_layernorm.weight";

@@ -195,6 +195,32 @@ TEST(CpuDecoderKernelsTest, GqaExpandSharesKeyValueHeadsByGroup) {
 
 // The routing's adjoint (the experts fixed: finite differences small
 // enough not to change them), with and without renormalized weights.
+// Latent attention's joins: a head's columns moved, one set repeated for
+// every head; the adjoint adds the heads' copies back into the one set.
+TEST(CpuDecoderKernelsTest, CopyHeadColumnsMovesRepeatsAndSumsHeads) {
+  const int64_t N = 3;
+  const int H = 4, width = 2, shared_ld = 5, heads_ld = 12;
+  std::vector<double> shared(N * shared_ld), heads(N * heads_ld, -1.0);
+  for (size_t i = 0; i < shared.size(); ++i) shared[i] = static_cast<double>(i);
+  // Columns 1 and 2 of each row into columns 0 and 1 of each head of 3.
+  CopyHeadColumns(heads.data(), heads_ld, 3, shared.data() + 1, shared_ld, 0, N, H, width, false);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int h = 0; h < H; ++h) {
+      EXPECT_EQ(heads[n * heads_ld + h * 3], shared[n * shared_ld + 1]);
+      EXPECT_EQ(heads[n * heads_ld + h * 3 + 1], shared[n * shared_ld + 2]);
+      EXPECT_EQ(heads[n * heads_ld + h * 3 + 2], -1.0);  // untouched
+    }
+  }
+  // Each head's two columns summed back onto columns 3 and 4.
+  std::vector<double> sum = shared;
+  CopyHeadColumns(sum.data() + 3, shared_ld, 0, heads.data(), heads_ld, 3, N, H, width, true);
+  for (int64_t n = 0; n < N; ++n) {
+    EXPECT_EQ(sum[n * shared_ld + 3], shared[n * shared_ld + 3] + H * shared[n * shared_ld + 1]);
+    EXPECT_EQ(sum[n * shared_ld + 4], shared[n * shared_ld + 4] + H * shared[n * shared_ld + 2]);
+    EXPECT_EQ(sum[n * shared_ld], shared[n * shared_ld]);
+  }
+}
+
 TEST(CpuDecoderKernelsTest, MoeRouteBackwardMatchesFiniteDifferences) {
   for (const bool normalize : {true, false}) {
     SCOPED_TRACE(normalize ? "normalized" : "softmax weights");

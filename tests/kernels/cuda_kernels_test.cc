@@ -736,6 +736,30 @@ TEST_F(CudaKernelsTest, GqaExpandForwardAndBackward) {
   EXPECT_TRUE(Near(Down(d_dv, N * Ckv), dv, 1e-6, 1e-6));
 }
 
+// Latent attention's head-column copies: a head's columns moved, one set
+// repeated for every head, added on, and heads summed into one (in head
+// order: the CPU's bits).
+TEST_F(CudaKernelsTest, CopyHeadColumnsMatchesCpu) {
+  const int64_t N = 29;
+  const int H = 6, src_ld = 70, dst_ld = 64;
+  const auto src = Uniform(N * src_ld, -1.f, 1.f, 81), dst0 = Uniform(N * dst_ld, -1.f, 1.f, 82);
+  struct Case {
+    int dst_off, dst_head, src_off, src_head, heads, width;
+    bool accumulate;
+  };
+  for (const Case& c : {Case{3, 10, 1, 11, H, 7, false}, Case{0, 10, 60, 0, H, 4, false}, Case{2, 9, 5, 11, H, 9, true},
+                        Case{1, 0, 4, 11, H, 5, true}, Case{0, 0, 2, 0, 1, 30, false}}) {
+    SCOPED_TRACE(std::to_string(c.dst_head) + " " + std::to_string(c.src_head) + (c.accumulate ? " +=" : " ="));
+    std::vector<float> want = dst0;
+    cpu::CopyHeadColumns(want.data() + c.dst_off, dst_ld, c.dst_head, src.data() + c.src_off, src_ld, c.src_head, N,
+                         c.heads, c.width, c.accumulate);
+    float *d_dst = Up(dst0), *d_src = Up(src);
+    ASSERT_OK(gpu::CopyHeadColumns(d_dst + c.dst_off, dst_ld, c.dst_head, d_src + c.src_off, src_ld, c.src_head, N,
+                                   c.heads, c.width, c.accumulate, s()));
+    EXPECT_TRUE(Near(Down(d_dst, N * dst_ld), want, 0.0, 0.0));
+  }
+}
+
 // ---- 16-bit compute (cuda_gemm16.cu) -------------------------------------
 //
 // Reference: the operand rounded on the CPU (cpu::RoundTo16), then the CPU's

@@ -327,12 +327,14 @@ TEST(FetchLayoutTrainerTest, PiecesGiveTheWholeLayerLossesAndWeightsOnEveryTier)
 // Qwen3's; fused projections: Phi-3's; sandwich norms and softcaps: Gemma
 // 2's; multipliers: Granite's; post norms only, whose norm groups are
 // empty: OLMo 2's; routed MLPs, the router and every expert's gate and up
-// in one group: Qwen3-MoE's, Mixtral's) and GPT-2: the cut model trains to the whole-layer
+// in one group: Qwen3-MoE's, Mixtral's; latent attention's tensors in the
+// q/k/v group: DeepSeek-V3's) and GPT-2: the cut model trains to the whole-layer
 // model's losses; its weights go out as the HF folder they came in as, value
 // for value (F32 export: OLMo 2's bf16 values exactly, the others' bytes).
 TEST(FetchLayoutTrainerTest, HfWeightsInAndOutThroughPieces) {
-  for (const char* name : {"qwen2", "llama", "gpt2", "qwen3", "phi3", "gemma2", "granite", "olmo2", "qwen3_moe",
-                           "mixtral", "qwen2_moe", "qwen3_moe-dense", "glm4_moe", "ernie4_5_moe", "dots1"}) {
+  for (const char* name :
+       {"qwen2", "llama", "gpt2", "qwen3", "phi3", "gemma2", "granite", "olmo2", "qwen3_moe", "mixtral", "qwen2_moe",
+        "qwen3_moe-dense", "glm4_moe", "ernie4_5_moe", "dots1", "deepseek_v3"}) {
     auto ckpt = OpenHfCheckpoint(testing::FixtureDir(name));
     ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
     auto model = HfModelAtSeqLen(*ckpt, 0);

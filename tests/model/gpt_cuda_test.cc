@@ -368,6 +368,23 @@ GptConfig TinyErnieRouterConfig() {
   return cfg;
 }
 
+// DeepSeek-V3's latent attention beside GLM-4.5's router: q through a
+// latent of 10, k and v out of one of 12, heads of 16 q/k columns (the
+// last 8 rotated in pairs, k's shared by the heads) and values of 12
+// (padded to 16 in the attention), the scores scaled (attn_scalar).
+GptConfig TinyLatentAttentionConfig() {
+  GptConfig cfg = TinySigmoidRouterConfig();
+  cfg.qk_norm = false;
+  cfg.n_kv_head = cfg.n_head;
+  cfg.kv_lora_rank = 12;
+  cfg.q_lora_rank = 10;
+  cfg.qk_rope_head_dim = 8;
+  cfg.v_head_dim = 12;
+  cfg.rope.interleaved = true;
+  cfg.attn_scalar = 12;
+  return cfg;
+}
+
 TEST(GptCudaTest, MoeLayerMatchesCpu) { CompareTinyModel(TinyQwen3MoeConfig()); }
 TEST(GptCudaTest, SharedExpertLayerMatchesCpu) { CompareTinyModel(TinySharedExpertConfig()); }
 TEST(GptCudaTest, SigmoidRouterLayerMatchesCpu) { CompareTinyModel(TinySigmoidRouterConfig()); }
@@ -376,6 +393,13 @@ TEST(GptCudaTest, ErnieRouterLayerMatchesCpu) { CompareTinyModel(TinyErnieRouter
 TEST(GptCudaTest, ErnieRouterWithFlooredSumMatchesCpu) {
   GptConfig cfg = TinyErnieRouterConfig();
   cfg.router_norm_min = 1.5;
+  CompareTinyModel(cfg);
+}
+TEST(GptCudaTest, LatentAttentionLayerMatchesCpu) { CompareTinyModel(TinyLatentAttentionConfig()); }
+TEST(GptCudaTest, LatentAttentionWithoutQLatentMatchesCpu) {
+  GptConfig cfg = TinyLatentAttentionConfig();
+  cfg.q_lora_rank = 0;
+  cfg.rope.interleaved = false;
   CompareTinyModel(cfg);
 }
 
@@ -434,6 +458,7 @@ TEST(GptCudaTest, KeptActivationsGiveTheRecomputesBitsWithExperts) {
   KeptActivationsGiveTheRecomputesBits(true, TinyQwen3MoeConfig());
   KeptActivationsGiveTheRecomputesBits(true, TinySharedExpertConfig());
   KeptActivationsGiveTheRecomputesBits(true, TinySigmoidRouterConfig());
+  KeptActivationsGiveTheRecomputesBits(true, TinyLatentAttentionConfig());
 }
 
 // ActivationBytes (plan.h) is what GptCompute allocates on a GPU too, in
@@ -449,7 +474,8 @@ TEST(GptCudaTest, ActivationBytesAreTheCudaAllocations) {
   for (const auto& [name, m] :
        {std::pair{"tiny", TinyConfig(true)}, std::pair{"demo", *LoadGptConfig("demo")},
         std::pair{"tiny-qwen3", TinyQwen3Config()}, std::pair{"tiny-qwen3-softcap", SoftcappedQwen3Config()},
-        std::pair{"tiny-qwen3-moe", TinyQwen3MoeConfig()}, std::pair{"tiny-shared-expert", TinySharedExpertConfig()}}) {
+        std::pair{"tiny-qwen3-moe", TinyQwen3MoeConfig()}, std::pair{"tiny-shared-expert", TinySharedExpertConfig()},
+        std::pair{"tiny-latent-attention", TinyLatentAttentionConfig()}}) {
     for (bool compute16 : {false, true}) {
       for (LayerActivations a : {LayerActivations::kRecompute, LayerActivations::kKeep}) {
         SCOPED_TRACE(std::string(name) + (compute16 ? " 16-bit " : " fp32 ") + LayerActivationsName(a));
@@ -460,7 +486,7 @@ TEST(GptCudaTest, ActivationBytesAreTheCudaAllocations) {
           auto compute = GptCompute<float>::Create(m, 2, ops->get(), &device, a);
           ASSERT_TRUE(compute.ok()) << compute.status().ToString();
           const bool fused = FusedAttention(m, KernelsFor(/*cuda=*/true, compute16), /*param_elem_bytes=*/2);
-          EXPECT_EQ(fused, compute16);  // head sizes 16, 64, 16 and 16
+          EXPECT_EQ(fused, compute16);  // head sizes 16, 64, 16, 16, 16 and 16
           EXPECT_EQ(ActivationBytes(m, 2, KernelsFor(/*cuda=*/true, compute16), /*param_elem_bytes=*/2, a),
                     static_cast<int64_t>(device.bytes_in_use()) - before);
         }

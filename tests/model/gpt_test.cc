@@ -1171,6 +1171,21 @@ TEST(GptConfigTest, JsonRoundTrips) {
   EXPECT_FALSE(parsed->tied_embeddings);
 }
 
+// The checkpoints' model identity holds latent attention's shape (a
+// checkpoint of another rank is not resumed), and nothing of it without.
+TEST(GptConfigTest, JsonNamesTheLatentAttention) {
+  const std::string mla = GptConfigToJson(TinyMla(7));
+  for (const char* k : {"\"kv_lora_rank\": 5", "\"q_lora_rank\": 7", "\"qk_rope_head_dim\": 4", "\"v_head_dim\": 3",
+                        "\"latent_norm_eps\": 1e-06"}) {
+    EXPECT_NE(mla.find(k), std::string::npos) << k << " in " << mla;
+  }
+  EXPECT_NE(mla, GptConfigToJson(TinyMla(0)));
+  EXPECT_EQ(GptConfigToJson(TinySigmoidMoe()).find("lora"), std::string::npos);
+  EXPECT_EQ(AttentionNote(TinyMla(7)), " (latent attention: kv rank 5, q rank 7)");
+  EXPECT_EQ(AttentionNote(TinyMla(0)), " (latent attention: kv rank 5)");
+  EXPECT_EQ(AttentionNote(TinySigmoidMoe()), "");
+}
+
 // The checkpoints' model identity tells the routers apart: a selection
 // bias on the softmax and a floor on the sum are named; the sigmoid
 // router's bias is implied (GLM-4.5's identity as it was before the field).
@@ -1199,13 +1214,15 @@ TEST(GptConfigTest, CreateRefusesFieldsThatDoNotGoTogether) {
   // kYarn: the tiny Llama with YaRN for llama3, valid as it is; kMoe: the
   // tiny mixture with dense layers and a shared expert; kSigmoid: GLM-4.5's
   // (6 experts in 3 groups, 2 candidates, 3 a token); kErnie: ERNIE 4.5's
-  // (a softmax with a selection bias and a floor)
-  enum Base { kGpt2, kLlama, kYarn, kMoe, kSigmoid, kErnie };
+  // (a softmax with a selection bias and a floor); kMla: DeepSeek-V3's
+  // latent attention
+  enum Base { kGpt2, kLlama, kYarn, kMoe, kSigmoid, kErnie, kMla };
   auto base = [](Base b) {
     GptConfig c = b == kGpt2      ? Tiny(true)
                   : b == kMoe     ? TinyMixedMoe()
                   : b == kSigmoid ? TinySigmoidMoe()
                   : b == kErnie   ? TinyErnieMoe(1e-12)
+                  : b == kMla     ? TinyMla(7)
                                   : TinyLlama(false, false);
     if (b == kYarn) {
       c.rope.llama3 = false;
@@ -1298,10 +1315,30 @@ TEST(GptConfigTest, CreateRefusesFieldsThatDoNotGoTogether) {
          c.shared_expert_size = 0;
          c.shared_expert_gate = true;
        }},
+      {"latent attention in GPT-2", kGpt2,
+       [](GptConfig& c) {
+         c.kv_lora_rank = 4;
+         c.qk_rope_head_dim = 2;
+         c.v_head_dim = 2;
+       }},
+      {"a q latent without the kv latent", kLlama, [](GptConfig& c) { c.q_lora_rank = 4; }},
+      {"rotated key columns without the kv latent", kLlama, [](GptConfig& c) { c.qk_rope_head_dim = 4; }},
+      {"latent attention of an odd rotated width", kMla, [](GptConfig& c) { c.qk_rope_head_dim = 3; }},
+      {"latent attention rotating more than a head", kMla, [](GptConfig& c) { c.qk_rope_head_dim = 8; }},
+      {"latent attention's values wider than a head", kMla, [](GptConfig& c) { c.v_head_dim = 7; }},
+      {"latent attention's values of no width", kMla, [](GptConfig& c) { c.v_head_dim = 0; }},
+      {"latent attention with fewer key/value heads", kMla, [](GptConfig& c) { c.n_kv_head = 2; }},
+      {"latent attention with q/k biases", kMla, [](GptConfig& c) { c.qkv_bias = true; }},
+      {"latent attention with q/k norms", kMla, [](GptConfig& c) { c.qk_norm = true; }},
+      {"latent attention with a NoPE layer", kMla, [](GptConfig& c) { c.no_rope_layers = {1}; }},
+      {"latent attention with a partial rotary factor", kMla, [](GptConfig& c) { c.rope.partial_factor = 0.5; }},
+      {"latent attention without a head size", kMla, [](GptConfig& c) { c.head_size = 0; }},
+      {"latent norms of eps 0", kMla, [](GptConfig& c) { c.latent_norm_eps = 0; }},
+      {"a negative q rank", kMla, [](GptConfig& c) { c.q_lora_rank = -1; }},
   };
   auto ops = CreateCpuOps<float>();
   auto device = CreateHostDevice(0);
-  for (Base b : {kLlama, kYarn, kMoe, kSigmoid, kErnie}) {
+  for (Base b : {kLlama, kYarn, kMoe, kSigmoid, kErnie, kMla}) {
     EXPECT_TRUE(GptCompute<float>::Create(base(b), 1, ops.get(), device.get()).ok()) << b;
   }
   for (const Bad& b : bad) {

@@ -75,7 +75,7 @@ INSTANTIATE_TEST_SUITE_P(F32Fixtures, HfExportTest,
                          ::testing::Values("gpt2", "llama", "qwen3", "phi3", "phi3-longrope", "gemma3", "gemma2",
                                            "granite", "qwen3-yarn", "exaone4", "seed-oss", "glm", "ernie4_5",
                                            "qwen3_moe", "olmoe", "qwen2_moe", "qwen3_moe-dense", "glm4_moe",
-                                           "ernie4_5_moe"));
+                                           "ernie4_5_moe", "deepseek_v3"));
 
 // A 16-bit export keeps the weight and selection bias of a router with
 // one in F32, as transformers saves GLM-4.5's and ERNIE 4.5's (the F32
@@ -84,7 +84,8 @@ INSTANTIATE_TEST_SUITE_P(F32Fixtures, HfExportTest,
 TEST(HfExportTest, Bf16ExportKeepsBiasedRoutersInF32) {
   for (const auto& [fixture, bias] :
        {std::pair{"glm4_moe", "model.layers.2.mlp.gate.e_score_correction_bias"},
-        std::pair{"ernie4_5_moe", "model.layers.2.mlp.moe_statics.e_score_correction_bias"}}) {
+        std::pair{"ernie4_5_moe", "model.layers.2.mlp.moe_statics.e_score_correction_bias"},
+        std::pair{"deepseek_v3", "model.layers.2.mlp.gate.e_score_correction_bias"}}) {
     SCOPED_TRACE(fixture);
     TempDir tmp;
     const std::string out = tmp.path() + "/out";

@@ -191,7 +191,7 @@ INSTANTIATE_TEST_SUITE_P(Architectures, HfParityTest,
                                            "llama-pad", "gemma2", "granite", "olmo2", "qwen3-yarn", "olmo3", "exaone4",
                                            "seed-oss", "helium", "glm", "glm4", "ernie4_5", "qwen3_moe", "mixtral",
                                            "olmoe", "qwen3_moe-aux", "qwen2_moe", "qwen3_moe-dense", "glm4_moe",
-                                           "ernie4_5_moe", "dots1"));
+                                           "ernie4_5_moe", "dots1", "deepseek_v3", "deepseek_v3-q"));
 
 // A copy of a fixture folder whose config.json or tensors a test changes.
 std::string CopyFixture(const TempDir& tmp, const std::string& name) {
@@ -1493,6 +1493,101 @@ TEST(HfCheckpointTest, Glm4MoeAsTransformersReadsIt) {
   // Without the multi-token-prediction layer its tensors are strangers.
   refused([](nlohmann::json& d) { d["num_nextn_predict_layers"] = 0; }, "tensor model.layers.3.",
           /*config_only=*/false);
+}
+
+// DeepSeek-V3 (DeepseekV3ForCausalLM): latent attention's ranks and head
+// widths, its tensors' names, rope_interleave, YaRN's mscale_all_dim as
+// the scores' scale; GLM-4.5's router with DeepSeek-V3's defaults; the
+// multi-token-prediction layer's tensors kept; the original code's keys
+// noted.
+TEST(HfCheckpointTest, DeepseekV3AsTransformersReadsIt) {
+  auto g = OpenHfCheckpoint(FixtureDir("deepseek_v3"));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  const GptConfig& m = g->model;
+  EXPECT_TRUE(m.mla() && m.sigmoid_router() && m.rope.interleaved && m.rope.yarn && !m.qk_norm && !m.qkv_bias);
+  EXPECT_EQ(m.kv_lora_rank, 12);
+  EXPECT_EQ(m.q_lora_rank, 10);
+  EXPECT_EQ(m.qk_rope_head_dim, 4);
+  EXPECT_EQ(m.head_dim(), 10);
+  EXPECT_EQ(m.rope_dims(), 4);
+  EXPECT_EQ(m.v_head_dim, 5);
+  EXPECT_EQ(m.attn_out_width(), 20);
+  // YaRN's mscale(4, 0.8)^2 times the scores: q times it (attn_scalar).
+  const double s = 0.1 * 0.8 * std::log(4.0) + 1;
+  EXPECT_NEAR(std::sqrt(m.head_dim() / m.attn_scalar), s * s, 1e-12);
+  EXPECT_NEAR(m.rope.attention_factor, (0.1 * std::log(4.0) + 1) / s, 1e-12);
+  EXPECT_EQ(m.dense_layers, (std::vector<int>{0}));
+  EXPECT_EQ(g->mtp_layers, 1);
+  EXPECT_EQ(g->kept.size(), 4u);
+  const std::string notes = Notes(*g);
+  for (const char* k : {"scoring_func", "topk_method", "moe_layer_freq", "ep_size", "aux_loss_alpha", "seq_aux"}) {
+    EXPECT_NE(notes.find(k), std::string::npos) << k << ": " << notes;
+  }
+  const std::vector<std::string> names = HfTensorNames(*g, LayerBlock(1));
+  ASSERT_EQ(names.size(), GptBlockSpecs(m)[LayerBlock(1)].tensors.size());
+  const auto lat = static_cast<size_t>(LatentIndex(m));
+  EXPECT_EQ(names[kQW], "model.layers.1.self_attn.q_a_proj.weight");
+  EXPECT_EQ(names[kKW], "model.layers.1.self_attn.kv_a_proj_with_mqa.weight");
+  EXPECT_EQ(names[kVW], "model.layers.1.self_attn.kv_b_proj.weight");
+  EXPECT_EQ(names[lat], "model.layers.1.self_attn.kv_a_layernorm.weight");
+  EXPECT_EQ(names[lat + 1], "model.layers.1.self_attn.q_a_layernorm.weight");
+  EXPECT_EQ(names[lat + 2], "model.layers.1.self_attn.q_b_proj.weight");
+  EXPECT_TRUE(IsLayerMatrix(m, static_cast<int>(lat) + 2));
+  EXPECT_FALSE(IsLayerMatrix(m, static_cast<int>(lat)));
+
+  auto q = OpenHfCheckpoint(FixtureDir("deepseek_v3-q"));  // q_lora_rank null: q_proj
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  EXPECT_EQ(q->model.q_lora_rank, 0);
+  EXPECT_FALSE(q->model.rope.interleaved);
+  EXPECT_EQ(q->model.attn_scalar, 0);
+  EXPECT_EQ(HfTensorNames(*q, LayerBlock(0))[kQW], "model.layers.0.self_attn.q_proj.weight");
+
+  // The class's defaults.
+  TempDir tmp;
+  auto c = OpenEdited(
+      tmp, "deepseek_v3",
+      [](nlohmann::json& d) {
+        for (const char* k : {"n_group", "topk_group", "routed_scaling_factor", "norm_topk_prob", "rope_interleave",
+                              "first_k_dense_replace", "n_shared_experts", "kv_lora_rank", "q_lora_rank",
+                              "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "head_dim", "qk_head_dim",
+                              "moe_intermediate_size", "intermediate_size", "num_hidden_layers"}) {
+          d.erase(k);
+        }
+        d["num_hidden_layers"] = 5;
+        d["n_routed_experts"] = 16;
+      },
+      /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.router_groups, 8);
+  EXPECT_EQ(c->model.router_topk_groups, 4);
+  EXPECT_TRUE(c->model.norm_topk_prob && c->model.rope.interleaved);
+  EXPECT_EQ(c->model.dense_layers, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(c->model.dense_intermediate_size, 18432);
+  EXPECT_EQ(c->model.intermediate_size, 2048);
+  EXPECT_EQ(c->model.shared_expert_size, 2048);
+  EXPECT_EQ(c->model.kv_lora_rank, 512);
+  EXPECT_EQ(c->model.q_lora_rank, 1536);
+  EXPECT_EQ(c->model.head_dim(), 192);
+  EXPECT_EQ(c->model.v_head_dim, 128);
+
+  auto refused = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& expect) {
+    auto bad = OpenEdited(tmp, "deepseek_v3", edit, /*config_only=*/true);
+    ASSERT_FALSE(bad.ok()) << expect;
+    EXPECT_NE(bad.status().message().find(expect), std::string::npos) << bad.status().ToString();
+  };
+  refused([](nlohmann::json& d) { d["num_key_value_heads"] = 2; }, "num_key_value_heads: 2 (latent attention");
+  refused([](nlohmann::json& d) { d["v_head_dim"] = 11; }, "v_head_dim: 11 is wider than a query head");
+  refused([](nlohmann::json& d) { d["qk_rope_head_dim"] = 3; }, "qk_rope_head_dim: 3 (RoPE turns pairs");
+  refused([](nlohmann::json& d) { d["head_dim"] = 6; }, "head_dim: 6 (transformers'");
+  refused([](nlohmann::json& d) { d["qk_head_dim"] = 12; }, "qk_head_dim: 12");
+  refused([](nlohmann::json& d) { d["kv_lora_rank"] = nullptr; }, "kv_lora_rank: null");
+  refused([](nlohmann::json& d) { d["partial_rotary_factor"] = 0.5; }, "partial_rotary_factor: 0.5 changes");
+  refused([](nlohmann::json& d) { d["attention_bias"] = true; }, "attention_bias: true changes");
+  refused(
+      [](nlohmann::json& d) {
+        d["quantization_config"] = {{"quant_method", "fp8"}};
+      },
+      "quantization_config: a quantized checkpoint (fp8)");
 }
 
 // dots.llm1 (Dots1ForCausalLM): GLM-4.5's router and ungated shared

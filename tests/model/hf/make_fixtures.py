@@ -240,6 +240,33 @@ MODELS = {
                    num_experts_per_tok=3, n_group=2, topk_group=1, moe_intermediate_size=24, n_shared_experts=2,
                    routed_scaling_factor=2.0, norm_topk_prob=True, first_k_dense_replace=1, sliding_window=5,
                    max_window_layers=2, tie_word_embeddings=False, pad_token_id=None), torch.bfloat16),
+    # DeepSeek-V3 (DeepseekV3): latent attention (q through a latent of 10 and its norm, k and v out of one of 12
+    # and its norm; heads of 6 + 4 q/k columns, the 4 rotated in interleaved pairs, k's shared by the heads;
+    # values of 5), YaRN (factor 4 over 8 original positions) whose mscale_all_dim 0.8 scales the scores and,
+    # against mscale 1, the rotations; GLM-4.5's router (8 experts in 4 groups, 2 candidates, 3 a token, random
+    # selection bias, times 2.5) and one shared expert; layer 0 dense; the checkpoint carries a
+    # multi-token-prediction layer's tensors (layers.3) and the Hub's original keys
+    "deepseek_v3": (transformers.DeepseekV3Config, transformers.DeepseekV3ForCausalLM,
+                    dict(COMMON_LLAMA, num_hidden_layers=3, num_key_value_heads=4, intermediate_size=40,
+                         vocab_size=100, n_routed_experts=8, num_experts_per_tok=3, n_group=4, topk_group=2,
+                         moe_intermediate_size=24, n_shared_experts=1, routed_scaling_factor=2.5,
+                         first_k_dense_replace=1, kv_lora_rank=12, q_lora_rank=10, qk_rope_head_dim=4,
+                         qk_nope_head_dim=6, v_head_dim=5, rope_interleave=True,
+                         rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
+                                              original_max_position_embeddings=8, mscale=1.0, mscale_all_dim=0.8,
+                                              beta_fast=32.0, beta_slow=1.0),
+                         tie_word_embeddings=False, pad_token_id=None, num_nextn_predict_layers=1),
+                    torch.float32),
+    # DeepSeek-V3's attention without q's latent (q_proj; q_lora_rank null, as DeepSeek-V2-Lite's), rotate-half
+    # RoPE (rope_interleave false) of plain frequencies, values as wide as the q/k heads; two routed layers; bf16
+    # checkpoint, the router and its bias in fp32
+    "deepseek_v3-q": (transformers.DeepseekV3Config, transformers.DeepseekV3ForCausalLM,
+                      dict(COMMON_LLAMA, num_hidden_layers=2, num_key_value_heads=4, intermediate_size=40,
+                           vocab_size=100, n_routed_experts=4, num_experts_per_tok=2, n_group=2, topk_group=1,
+                           moe_intermediate_size=24, n_shared_experts=2, routed_scaling_factor=1.5,
+                           first_k_dense_replace=0, kv_lora_rank=8, q_lora_rank=None, qk_rope_head_dim=6,
+                           qk_nope_head_dim=4, v_head_dim=10, rope_interleave=False, tie_word_embeddings=False,
+                           pad_token_id=None, num_nextn_predict_layers=0), torch.bfloat16),
 }
 
 # Tensors a fixture's checkpoint carries beyond the model's (GLM-4.5's multi-token-prediction layer, ERNIE 4.5's
@@ -248,6 +275,9 @@ EXTRA_TENSORS = {
     "glm4_moe": {"model.layers.3.eh_proj.weight": (32, 64), "model.layers.3.enorm.weight": (32,),
                  "model.layers.3.mlp.experts.0.gate_proj.weight": (24, 32),
                  "model.layers.3.shared_head.norm.weight": (32,)},
+    "deepseek_v3": {"model.layers.3.eh_proj.weight": (32, 64), "model.layers.3.enorm.weight": (32,),
+                    "model.layers.3.self_attn.kv_b_proj.weight": (44, 12),
+                    "model.layers.3.shared_head.head.weight": (100, 32)},
     "ernie4_5_moe": {"model.mtp_block.0.input_layernorm.weight": (32,),
                      "model.mtp_block.0.mlp.experts.0.gate_proj.weight": (24, 32),
                      "model.mtp_emb_norm.0.weight": (32,), "model.mtp_hidden_norm.0.weight": (32,),
@@ -257,6 +287,8 @@ EXTRA_TENSORS = {
 # Keys a fixture's config.json carries beyond what save_pretrained writes (ERNIE 4.5's Hub configs: the original
 # code's keys, which transformers does not read).
 EXTRA_CONFIG = {
+    "deepseek_v3": {"scoring_func": "sigmoid", "topk_method": "noaux_tc", "moe_layer_freq": 1, "ep_size": 1,
+                    "aux_loss_alpha": 0.001, "seq_aux": True},
     "ernie4_5_moe": {"num_nextn_predict_layers": 1, "moe_capacity": [8, 8, 8], "moe_gate": "topk",
                      "moe_use_aux_free": True, "multi_token_pred_lambda": 0.3, "use_rmsnorm": True},
 }
