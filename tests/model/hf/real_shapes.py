@@ -59,7 +59,14 @@ experts, interleaved RoPE, GQA 20/4 of 128, a 103424 vocabulary, tied; 64
 experts do not fit 17 GB in float64), dots.llm1-1l-16e (dots.llm1's widths at
 1 routed layer with 16 of its 128 experts of 1408: 6 a token by sigmoid score
 + a random selection bias, normalized and times 2.5; two shared experts, q/k
-norms, 32 heads of 128, a 152064 vocabulary, untied). The models with
+norms, 32 heads of 128, a 152064 vocabulary, untied), deepseek-v3-1l-16e-32k
+(DeepSeek-V3's widths at 1 routed layer with 16 of its 256 experts of 2048:
+latent attention over 128 heads (q rank 1536, kv rank 512, q/k heads of
+128 + 64 rotated in pairs, values of 128), YaRN by 40 over 4096 positions
+with its mscale_all_dim; 8 experts a token by sigmoid score + a random
+selection bias within 4 of 8 groups, normalized and times 2.5, one shared
+expert; untied; the vocabulary cut from 129280 to 32000 and the experts to
+16 to fit 17 GB in float64). The models with
 experts run transformers' eager experts loop.
 Prints one line per model: both losses and their difference.
 """
@@ -245,6 +252,18 @@ def dots1():
         sliding_window=None, rope_parameters=dict(rope_type="default", rope_theta=10000000.0))
 
 
+def deepseek_v3():
+    return transformers.DeepseekV3ForCausalLM, transformers.DeepseekV3Config(
+        vocab_size=32000, hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048, num_hidden_layers=1,
+        num_attention_heads=128, num_key_value_heads=128, n_routed_experts=16, num_experts_per_tok=8,
+        n_shared_experts=1, n_group=8, topk_group=4, routed_scaling_factor=2.5, norm_topk_prob=True,
+        first_k_dense_replace=0, kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64, qk_nope_head_dim=128,
+        v_head_dim=128, rope_interleave=True, max_position_embeddings=163840, rms_norm_eps=1e-6,
+        tie_word_embeddings=False, num_nextn_predict_layers=0,
+        rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=40.0, original_max_position_embeddings=4096,
+                             mscale=1.0, mscale_all_dim=1.0, beta_fast=32.0, beta_slow=1.0))
+
+
 def gemma3_4b():
     return transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(
         vocab_size=262208, hidden_size=2560, intermediate_size=10240, num_hidden_layers=2, num_attention_heads=8,
@@ -261,7 +280,8 @@ SHAPES = {"qwen3-0.6b": qwen3, "phi4-mini-2l": phi4_mini, "smollm3-4l": smollm3,
           "helium-2b-2l": helium_2b, "glm4-9b-2l": glm4_9b, "ernie4.5-0.3b": ernie45_03b,
           "qwen3-30b-a3b-1l": qwen3_moe_30b, "olmoe-1b-7b-2l": olmoe_1b_7b,
           "qwen1.5-moe-a2.7b-1l": qwen15_moe_a27b, "glm4.5-air-1l-16e": glm45_air,
-          "ernie4.5-21b-a3b-2l-32e": ernie45_21b, "dots.llm1-1l-16e": dots1}
+          "ernie4.5-21b-a3b-2l-32e": ernie45_21b, "dots.llm1-1l-16e": dots1,
+          "deepseek-v3-1l-16e-32k": deepseek_v3}
 
 
 def check(name, zinf, work):
