@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/check.h"
 #include "kernels/cpu_kernels.h"
 #include "kernels/cpu_vector.h"
 
@@ -212,6 +213,7 @@ void GqaExpandBackward(T* dq, T* dk, T* dv, const T* dqkv, int64_t N, int NH, in
 template <typename T>
 void CopyHeadColumns(T* dst, int64_t dst_ld, int dst_head, const T* src, int64_t src_ld, int src_head, int64_t N, int H,
                      int width, bool accumulate) {
+  ZINF_CHECK_MSG(dst_head != 0 || H == 1 || accumulate, "CopyHeadColumns sums heads into one only accumulating");
 #pragma omp parallel for schedule(static) if (WorthThreads(N * H * width))
   for (int64_t n = 0; n < N; ++n) {
     for (int h = 0; h < H; ++h) {

@@ -51,20 +51,22 @@ enum class Glu { kSilu, kGeluTanh };
 // How a mixture-of-experts router turns a token's logits [E] into its k
 // experts and their weights (cpu_kernels.h's MoeRouteForward says how).
 // Scores: softmax over the row (Qwen-MoE, Mixtral, OLMoE; ERNIE 4.5's
-// with a selection bias) or a sigmoid of each logit (DeepSeek-V3's,
-// GLM-4.5's and dots.llm1's routers, with a selection bias and expert
-// groups).
+// with a selection bias; DeepSeek-V2's with expert groups) or a sigmoid of
+// each logit (DeepSeek-V3's, GLM-4.5's and dots.llm1's routers, with a
+// selection bias and expert groups).
 enum class MoeScoring { kSoftmax, kSigmoid };
 struct MoeRouting {
   int E = 0;               // experts
   int k = 0;               // experts a token is sent to
   bool normalize = false;  // the k weights divided by their sum (norm_topk_prob)
   MoeScoring scoring = MoeScoring::kSoftmax;
-  // kSigmoid: the experts fall into `groups` groups of E / groups
-  // consecutive ones, and a token chooses among the topk_groups groups
-  // whose two largest choice scores sum highest (n_group, topk_group).
+  // The experts fall into `groups` groups of E / groups consecutive ones,
+  // and a token chooses among the topk_groups groups whose group_best
+  // largest choice scores sum highest (n_group, topk_group; DeepSeek-V3
+  // sums two, V2 takes the largest alone).
   int groups = 1;
   int topk_groups = 1;
+  int group_best = 2;  // 1 or 2
   double scale = 1.0;  // the weights times this (routed_scaling_factor)
   // With `normalize`, the sum divided by is at least this (ERNIE 4.5's
   // moe_norm_min; >= 0 and finite); 0: none.
@@ -267,9 +269,9 @@ void GqaExpandBackward(T* dq, T* dk, T* dv, const T* dqkv, int64_t N, int NH, in
 // attention's splits and joins): for n < N, h < H, c < width,
 //   dst[n * dst_ld + h * dst_head + c] = src[n * src_ld + h * src_head + c]
 // (+= with `accumulate`). src_head 0 repeats one set of columns for every
-// head; dst_head 0 with H > 1 (and `accumulate`) sums the H heads into
-// one, in head order. Column offsets ride on the pointers; dst and src do not
-// overlap.
+// head; dst_head 0 with H > 1 sums the H heads into one, in head order,
+// and needs `accumulate` (a check: the CUDA kernel refuses it too). Column offsets ride on the pointers; dst and src do
+// not overlap.
 template <typename T>
 void CopyHeadColumns(T* dst, int64_t dst_ld, int dst_head, const T* src, int64_t src_ld, int src_head, int64_t N, int H,
                      int width, bool accumulate);
@@ -297,8 +299,8 @@ inline constexpr int kMaxExpertsPerToken = 64;
 // probs [N, E] = the scores p (kept for the backward; may be logits,
 // overwritten row by row), experts and weights [N, k] as above. Computed
 // in double, rounded to T; 1 <= k <= E, k <= kMaxExpertsPerToken; with
-// groups > 1: groups divides E, E / groups >= 2, k <= topk_groups * E /
-// groups, topk_groups <= groups <= kMaxRouterGroups; norm_min >= 0 and
+// groups > 1: groups divides E, E / groups >= group_best, k <= topk_groups
+// * E / groups, topk_groups <= groups <= kMaxRouterGroups; norm_min >= 0 and
 // finite (callers check them all).
 template <typename T>
 void MoeRouteForward(T* weights, int32_t* experts, T* probs, const T* logits, const T* bias, int64_t N,

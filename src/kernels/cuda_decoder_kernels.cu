@@ -218,6 +218,9 @@ Status GqaExpandBackward(float* dq, float* dk, float* dv, const float* dqkv, int
 
 Status CopyHeadColumns(float* dst, int64_t dst_ld, int dst_head, const float* src, int64_t src_ld, int src_head,
                        int64_t N, int H, int width, bool accumulate, void* stream) {
+  if (dst_head == 0 && H > 1 && !accumulate) {
+    return Status::InvalidArgument("copy_head_columns: summing heads into one needs accumulate (cpu_kernels.h)");
+  }
   const int64_t items = N * (dst_head == 0 && H > 1 ? 1 : H) * width;
   CopyHeadColumnsKernel<<<GridFor(items, kThreads), kThreads, 0, AsStream(stream)>>>(dst, dst_ld, dst_head, src, src_ld,
                                                                                      src_head, N, H, width, accumulate);

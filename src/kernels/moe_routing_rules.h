@@ -38,8 +38,8 @@ ZINF_HOST_DEVICE F NormDivisor(F total, const MoeRouting& r) {
 }
 
 // The candidate groups as a bit mask (bit g: group g): the topk_groups
-// groups whose two largest choice scores c(e) sum highest, ties to the
-// lower group; every group with one.
+// groups whose group_best (1 or 2) largest choice scores c(e) sum highest,
+// ties to the lower group; every group with one.
 template <typename F, typename Score>
 ZINF_HOST_DEVICE uint64_t ChooseGroups(const Score& c, const MoeRouting& r) {
   if (r.groups <= 1) return ~uint64_t{0};
@@ -56,7 +56,7 @@ ZINF_HOST_DEVICE uint64_t ChooseGroups(const Score& c, const MoeRouting& r) {
         second = v;
       }
     }
-    score[g] = first + second;
+    score[g] = r.group_best > 1 ? first + second : first;
   }
   uint64_t chosen = 0;
   for (int j = 0; j < r.topk_groups; ++j) {

@@ -195,18 +195,22 @@ int64_t Matmul16Bytes(const GptConfig& model, int batch, ComputeKernels kernels,
   // Llama's gate/up and down (C <-> intermediate), q and o (C <-> n_head *
   // head_dim), the router (C -> n_experts; an expert's matmuls have at most N rows),
   // the shared expert's (C <-> shared_expert_size), a dense layer's among
-  // routed ones (C <-> dense_width()), latent attention's (kv_a_proj's
-  // and kv_b_proj's outputs; q_b_proj's is attn_width()).
+  // routed ones (C <-> dense_width()), latent attention's kv_a_proj (C ->
+  // kv_lora_rank + qk_rope_head_dim) and its matmuls out of the latents
+  // (kv_lora_rank -> n_head * (nope + v_head_dim), q_lora_rank ->
+  // attn_width()).
   const int64_t C = model.n_embd, N = int64_t{batch} * model.seq_len;
-  const int64_t latent =
-      model.mla()
-          ? std::max<int64_t>(model.kv_lora_rank + model.qk_rope_head_dim,
-                              int64_t{model.n_head} * (model.head_dim() - model.qk_rope_head_dim + model.v_head_dim))
-          : 0;
+  const int64_t kv_a = model.mla() ? model.kv_lora_rank + model.qk_rope_head_dim : 0;
   const int64_t out = model.llama() ? std::max<int64_t>({model.intermediate_size, model.attn_width(), model.n_experts,
-                                                         model.shared_expert_size, model.dense_width(), latent})
+                                                         model.shared_expert_size, model.dense_width(), kv_a})
                                     : 4 * C;
-  return kernels::cuda::kLtWorkspaceBytes + kernels::cuda::Matmul16ScratchBytes(N, C, out);
+  int64_t scratch = kernels::cuda::Matmul16ScratchBytes(N, C, out);
+  if (model.llama() && model.mla()) {
+    const int64_t kv_b = int64_t{model.n_head} * (model.head_dim() - model.qk_rope_head_dim + model.v_head_dim);
+    scratch = std::max({scratch, kernels::cuda::Matmul16ScratchBytes(N, model.kv_lora_rank, kv_b),
+                        kernels::cuda::Matmul16ScratchBytes(N, model.q_lora_rank, model.attn_width())});
+  }
+  return kernels::cuda::kLtWorkspaceBytes + scratch;
 }
 
 int64_t ResolveAutoFetchUnit(const GptConfig& model, int batch, ComputeKernels kernels, int64_t device_bytes,

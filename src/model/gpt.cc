@@ -14,6 +14,9 @@
 //                          att                             B*NH*T*T (fused
 //                                                           attention: B*NH*T)
 //                          LayerNorm mean / rstd           4 * N
+//                          latent attention: its latents   2 * N*(rq + rkv)
+//                          (mla()) before and after their  + 2 * N
+//                          norms, rstds; the values        + N*NH*dv
 //   shared                 attention scratch               B*NH*T fused (CpuOps,
 //                                                           CudaOps 16-bit);
 //                                                           7*N*C + B*NH*T*T
@@ -22,6 +25,9 @@
 //                          logits, dlogits                 2 * rows * Vp
 //                          losses                          N
 //   gradients              d residual, d [N, C], d [N, 4C] 6 * N*C
+//   latent attention       projections' outputs, then      N*(A + rkv + dr
+//   (mla())                their gradients; the latents'   + NH*(dn + dv))
+//                          gradients                       + 2 * N*max(rq, rkv)
 // The head runs over the positions in chunks of `rows` (as many as fit in
 // kHeadChunkBytes), so a 50k vocabulary does not cost N * Vp twice: the
 // logits of a chunk are made, turned into their gradient, and pushed through
@@ -352,7 +358,12 @@ std::string GptConfigToJson(const GptConfig& config) {
       j["router_topk_groups"] = config.router_topk_groups;
     } else if (config.router_bias) {
       j["router_bias"] = true;
+    } else if (config.router_groups > 1) {  // DeepSeek-V2's softmax in groups
+      j["router_groups"] = config.router_groups;
+      j["router_topk_groups"] = config.router_topk_groups;
     }
+    if (config.router_groups > 1 && config.router_group_best != 2) j["router_group_best"] = config.router_group_best;
+    if (config.router_fp32 && !config.router_bias) j["router_fp32"] = true;
     if (config.router_norm_min != 0) j["router_norm_min"] = config.router_norm_min;
     if (config.routed_scale != 1) j["routed_scale"] = config.routed_scale;
     if (config.shared_expert() || config.shared_expert_gate) {
@@ -466,11 +477,12 @@ std::vector<BlockSpec> LlamaBlockSpecs(const GptConfig& config) {
   return specs;
 }
 
-// Whether routed-layer tensor `tensor` is the weight or the selection bias
-// of a router with one (kept in fp32 by transformers: never a 16-bit layer
-// matrix).
-bool BiasedRouterTensor(const GptConfig& config, int tensor) {
-  return config.router_bias && (tensor == RouterIndex(config) || tensor == RouterBiasIndex(config));
+// Whether routed-layer tensor `tensor` is the weight of a router kept in
+// fp32 (router_fp32, or one with a selection bias), or that bias: kept in
+// fp32 by transformers, never a 16-bit layer matrix.
+bool Fp32RouterTensor(const GptConfig& config, int tensor) {
+  return ((config.router_fp32 || config.router_bias) && tensor == RouterIndex(config)) ||
+         (config.router_bias && tensor == RouterBiasIndex(config));
 }
 
 // As the HF Trainer groups them: biases and norm weights (LayerNorm and
@@ -490,7 +502,7 @@ std::vector<BlockSpec> WithDecayFlags(std::vector<BlockSpec> specs) {
 bool IsFrozenTensor(const TensorSpec& tensor) { return tensor.name == "router.score_correction_bias"; }
 
 bool KeptInFp32(const GptConfig& config, int layer, int tensor) {
-  return config.moe_in(layer) && BiasedRouterTensor(config, tensor);
+  return config.moe_in(layer) && Fp32RouterTensor(config, tensor);
 }
 
 std::vector<BlockSpec> GptBlockSpecs(const GptConfig& config) {
@@ -1741,9 +1753,9 @@ Status CheckLayerParams(const GptConfig& config, int layer, const typename GptCo
 bool IsLayerMatrix(const GptConfig& config, int tensor) {
   if (config.llama()) {
     return tensor == kQW || tensor == kKW || tensor == kVW || tensor == kOW || tensor == kGateW || tensor == kUpW ||
-           tensor == kDownW || (config.q_lora_rank > 0 && tensor == LatentIndex(config) + 2) ||
+           tensor == kDownW || (LatentTensors(config) == 3 && tensor == LatentIndex(config) + 2) ||
            (config.moe() && tensor >= MoeExtraIndex(config) && tensor < RoutedLayerTensors(config) &&
-            !BiasedRouterTensor(config, tensor));
+            !Fp32RouterTensor(config, tensor));
   }
   return tensor == kQkvW || tensor == kAttProjW || tensor == kFcW || tensor == kFcProjW;
 }
@@ -1768,7 +1780,7 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
   }
   if (config.llama() &&
       (config.n_kv_head < 1 || config.n_head % config.n_kv_head != 0 || config.head_dim() < 2 ||
-       config.head_dim() % 2 != 0 || config.intermediate_size < 1 || config.rope_dims() < 2 ||
+       (!config.mla() && config.head_dim() % 2 != 0) || config.intermediate_size < 1 || config.rope_dims() < 2 ||
        config.rope_dims() % 2 != 0 || config.rope_dims() > config.head_dim() ||
        (config.rope.longrope && (config.rope.short_factor.size() != static_cast<size_t>(config.rope_dims() / 2) ||
                                  config.rope.long_factor.size() != static_cast<size_t>(config.rope_dims() / 2))) ||
@@ -1796,31 +1808,35 @@ StatusOr<std::unique_ptr<GptCompute<T>>> GptCompute<T>::Create(const GptConfig& 
   // A training choice, not the model's shape: GptConfigToJson (the
   // checkpoints' model identity) leaves it out, so it is named here.
   if (!(config.router_aux_coef >= 0 && std::isfinite(config.router_aux_coef)) ||
-      (config.router_aux_coef > 0 && (!config.moe() || config.sigmoid_router() || config.router_bias))) {
+      (config.router_aux_coef > 0 &&
+       (!config.moe() || config.sigmoid_router() || config.router_bias || config.router_groups > 1))) {
     return Status::InvalidArgument("GptCompute: router_aux_coef " + std::to_string(config.router_aux_coef) +
                                    ": the load-balancing loss takes a finite coefficient >= 0, and experts with a "
-                                   "softmax router and no selection bias (router_bias)");
+                                   "softmax router, no selection bias (router_bias) and no groups");
   }
-  // The router's groups: G groups of at least two experts each (a group
-  // scores by its two best), enough candidates for k.
-  const int G = config.router_groups, TG = config.router_topk_groups;
-  const bool groups_valid =
-      G >= 1 && G <= kernels::kMaxRouterGroups && TG >= 1 && TG <= G &&
-      (G == 1 || (config.sigmoid_router() && config.n_experts % G == 0 && config.n_experts / G >= 2 &&
-                  config.experts_per_token <= TG * (config.n_experts / G)));
+  // The router's groups: G groups of at least group_best experts each (a
+  // group scores by its group_best best), enough candidates for k.
+  const int G = config.router_groups, TG = config.router_topk_groups, best = config.router_group_best;
+  const bool groups_valid = G >= 1 && G <= kernels::kMaxRouterGroups && TG >= 1 && TG <= G &&
+                            (best == 1 || best == 2) &&
+                            (G == 1 || (config.moe() && config.n_experts % G == 0 && config.n_experts / G >= best &&
+                                        config.experts_per_token <= TG * (config.n_experts / G)));
   const bool norm_min_valid =
       config.router_norm_min == 0 ||
       (config.moe() && config.norm_topk_prob && config.router_norm_min > 0 && std::isfinite(config.router_norm_min));
   if (!groups_valid || (config.sigmoid_router() && !config.moe()) ||
       !(config.routed_scale > 0 && std::isfinite(config.routed_scale)) || (config.routed_scale != 1 && !config.moe()) ||
-      (config.sigmoid_router() && !config.router_bias) || (config.router_bias && !config.moe()) || !norm_min_valid) {
+      (config.sigmoid_router() && !config.router_bias) || (config.router_bias && !config.moe()) || !norm_min_valid ||
+      (config.router_fp32 && !config.moe())) {
     return Status::InvalidArgument(
         "GptCompute: router_topk_groups " + std::to_string(TG) + " of router_groups " + std::to_string(G) + " (" +
         std::to_string(config.n_experts) + " experts, " + std::to_string(config.experts_per_token) +
-        " a token), routed_scale " + std::to_string(config.routed_scale) + ", router_bias " +
-        (config.router_bias ? "true" : "false") + ", router_norm_min " + std::to_string(config.router_norm_min) +
-        ": groups need a sigmoid router (router_scoring), divide the experts into groups of two or more, and hold "
-        "the experts a token takes; a sigmoid router has a selection bias (router_bias), which needs experts; "
+        " a token, groups scored by their best " + std::to_string(best) + "), routed_scale " +
+        std::to_string(config.routed_scale) + ", router_bias " + (config.router_bias ? "true" : "false") +
+        ", router_norm_min " + std::to_string(config.router_norm_min) +
+        ": groups need experts, divide them into groups of at least the best 1 or 2 each scores by "
+        "(router_group_best), and hold the experts a token takes; a sigmoid router has a selection bias "
+        "(router_bias), which needs experts, as does a router kept in fp32 (router_fp32); "
         "routed_scale is positive, and 1 without experts; router_norm_min is 0, or positive and finite with "
         "normalized weights (norm_topk_prob)");
   }

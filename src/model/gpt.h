@@ -202,9 +202,13 @@ struct GptConfig {
   bool norm_topk_prob = false;
   // The router's scores (kernels::MoeRouting): a softmax over the experts
   // (above), or with kSigmoid (DeepSeek-V3's and GLM-4.5's router) a
-  // sigmoid of each logit, the experts chosen within the
-  // router_topk_groups of router_groups groups of experts whose two best
-  // choices sum highest (n_group, topk_group). With router_bias (always
+  // sigmoid of each logit. With router_groups > 1 the experts are chosen
+  // within the router_topk_groups of router_groups groups whose
+  // router_group_best best choices sum highest (n_group, topk_group;
+  // DeepSeek-V3's two with its sigmoid, V2's one with its softmax).
+  // router_fp32: the router's weight is kept in fp32 (never a 16-bit layer
+  // matrix, exported as F32), as transformers keeps DeepSeek-V2's; always
+  // so with router_bias. With router_bias (always
   // with kSigmoid; ERNIE 4.5's softmax) the experts are chosen by score +
   // a selection bias, a [E] tensor after the router's weight
   // (transformers' e_score_correction_bias, not trained there: loaded and
@@ -215,6 +219,8 @@ struct GptConfig {
   kernels::MoeScoring router_scoring = kernels::MoeScoring::kSoftmax;
   int router_groups = 1;
   int router_topk_groups = 1;
+  int router_group_best = 2;
+  bool router_fp32 = false;
   bool router_bias = false;
   double router_norm_min = 0;
   double routed_scale = 1;
@@ -253,6 +259,7 @@ struct GptConfig {
             .scoring = router_scoring,
             .groups = router_groups,
             .topk_groups = router_topk_groups,
+            .group_best = router_group_best,
             .scale = routed_scale,
             .norm_min = router_norm_min};
   }
@@ -277,8 +284,9 @@ struct GptConfig {
   int window_in(int layer) const;
   // Whether layer `layer` turns q and k by the local RoPE (local_rope_theta).
   bool local_rope_in(int layer) const;
-  // Width of q, of the attention's output and of o_proj's input: n_embd
-  // unless head_size says otherwise.
+  // Width of q and of the attention's output (and of o_proj's input but
+  // with latent attention: attn_out_width()): n_embd unless head_size says
+  // otherwise.
   int attn_width() const { return n_head * head_dim(); }
   // What o_proj reads: the heads' values (attn_width() but with latent
   // attention's v_head_dim).

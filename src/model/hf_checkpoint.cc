@@ -223,11 +223,14 @@ enum class SlidingLayers {
 // plus a gated shared expert of shared_expert_intermediate_size), OLMoE's
 // (of intermediate_size, norm_topk_prob) or Mixtral's (of
 // intermediate_size, always normalized; router_jitter_noise refused), or
-// DeepSeek-V3's as GLM-4.5 and dots.llm1 have it (ParseSigmoidRouterExperts:
+// DeepSeek-V3's as GLM-4.5 and dots.llm1 have it (ParseDeepSeekExperts:
 // a sigmoid router, ungated shared experts, the first layers dense), or
-// ERNIE 4.5's (ParseErnieMoeExperts: a softmax with a selection bias,
-// ungated shared experts, dense layers outside a range).
-enum class Experts { kNone, kQwen3Moe, kQwen2Moe, kOlmoe, kMixtral, kSigmoidRouter, kErnie45Moe };
+// DeepSeek-V2's (the same with a softmax router in groups scored by their
+// best), or ERNIE 4.5's (ParseErnieMoeExperts: a softmax with a selection
+// bias, ungated shared experts, dense layers outside a range).
+enum class Experts { kNone, kQwen3Moe, kQwen2Moe, kOlmoe, kMixtral, kSigmoidRouter, kDeepseekV2, kErnie45Moe };
+// The DeepSeek routers' reading (ParseDeepSeekExperts).
+bool DeepSeekRouter(Experts e) { return e == Experts::kSigmoidRouter || e == Experts::kDeepseekV2; }
 
 // What each supported architecture is, in the terms zinf's model uses:
 // GPT-2's block, or Llama's with these changes. The one place an
@@ -311,7 +314,7 @@ struct Architecture {
   int default_experts = 0;  // num_experts when absent (0: required)
   int default_experts_per_token = 0;
   bool default_norm_topk = false;  // norm_topk_prob when absent (GLM-4.5's true)
-  // kSigmoidRouter: n_shared_experts and first_k_dense_replace when absent
+  // DeepSeekRouter: n_shared_experts and first_k_dense_replace when absent
   // (0 shared: required; GLM-4.5's 1 and 1, dots.llm1's none and 0), and
   // whether the checkpoint may hold multi-token-prediction layers
   // (GLM-4.5's num_nextn_predict_layers).
@@ -326,12 +329,13 @@ struct Architecture {
   double default_aux_coef = 0;         // router_aux_loss_coef when absent
   double default_rope_theta = 10000.0;
   double default_norm_eps = 1e-6;  // rms_norm_eps when the key is absent
-  // kSigmoidRouter's widths and groups when absent: moe_intermediate_size,
+  // DeepSeekRouter's widths and groups when absent: moe_intermediate_size,
   // intermediate_size (the dense layers'), n_group, topk_group.
   int default_moe_width = 1408;
   int default_dense_width = 10944;
   int default_groups = 1;
   int default_topk_groups = 1;
+  double default_routed_scale = 1.0;  // routed_scaling_factor when absent
   // DeepSeek-V3: multi-head latent attention (ParseLatentAttention).
   bool latent_attention = false;
 };
@@ -427,6 +431,14 @@ constexpr Architecture kArchitectures[] = {
      .default_first_dense = 1,
      .reads_mtp_layers = true,
      .default_norm_eps = 1e-5},
+    {.name = "DeepseekV2ForCausalLM",
+     .experts = Experts::kDeepseekV2,
+     .default_experts = 64,
+     .default_shared_experts = 2,
+     .original_moe_keys = true,
+     .default_moe_width = 1407,
+     .default_dense_width = 11008,
+     .latent_attention = true},
     {.name = "DeepseekV3ForCausalLM",
      .experts = Experts::kSigmoidRouter,
      .default_experts = 256,
@@ -440,6 +452,7 @@ constexpr Architecture kArchitectures[] = {
      .default_dense_width = 18432,
      .default_groups = 8,
      .default_topk_groups = 4,
+     .default_routed_scale = 2.5,
      .latent_attention = true},
     {.name = "Dots1ForCausalLM",
      .default_kv_heads = 32,
@@ -1097,23 +1110,49 @@ int MtpLayers(KeyReader& r, int fallback) {
 // intermediate_size; no load-balancing loss; GLM-4.5's
 // num_nextn_predict_layers multi-token-prediction layers in the
 // checkpoint, not in the model. The defaults are the architecture's.
-void ParseSigmoidRouterExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch, int dense_width) {
+// DeepSeek-V2's (transformers' DeepseekV2Moe) differs in its router: a
+// softmax whose topk_method "greedy" takes the k most probable experts and
+// "group_limited_greedy" those among the topk_group of n_group groups whose
+// most probable expert is highest, weighted by their probabilities (never
+// renormalized, whatever norm_topk_prob says) times routed_scaling_factor;
+// its weight kept in fp32.
+void ParseDeepSeekExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch, int dense_width) {
   GptConfig& m = c.model;
-  m.router_scoring = kernels::MoeScoring::kSigmoid;
-  m.router_bias = true;
+  const bool v2 = arch.experts == Experts::kDeepseekV2;
+  if (v2) {
+    m.router_fp32 = true;  // its _keep_in_fp32_modules_strict
+    m.router_group_best = 1;
+  } else {
+    m.router_scoring = kernels::MoeScoring::kSigmoid;
+    m.router_bias = true;
+  }
   m.intermediate_size = MoeWidth(r, arch.default_moe_width);
   r.RefuseNull("n_shared_experts", "a positive integer");
   const bool shared_required = arch.default_shared_experts == 0 && !r.Has("n_shared_experts");
   SharedExperts(r, m, "n_shared_experts", r.Int("n_shared_experts", arch.default_shared_experts, shared_required));
   r.RefuseNull("routed_scaling_factor", "a positive number");
-  m.routed_scale = r.Number("routed_scaling_factor", 1.0);
+  m.routed_scale = r.Number("routed_scaling_factor", arch.default_routed_scale);
   if (!(m.routed_scale > 0) || m.routed_scale > 1e6) {
     r.Error("routed_scaling_factor: " + json(m.routed_scale).dump() + " (expected a number in (0, 1e6])");
   }
+  // DeepSeek-V2's greedy router has no groups (n_group and topk_group
+  // not read); its group-limited one needs both.
+  std::string method;
+  if (v2) {
+    const json* t = r.Get("topk_method");
+    method = t != nullptr && t->is_string() ? t->get<std::string>() : t == nullptr ? "greedy" : "";
+    if (method != "greedy" && method != "group_limited_greedy") {
+      r.Error("topk_method: " + (t != nullptr ? t->dump() : std::string("null")) + " (transformers' " + c.architecture +
+              " knows \"greedy\" and \"group_limited_greedy\")");
+    }
+  }
+  const bool grouped = !v2 || method == "group_limited_greedy";
   // dots.llm1's Hub config leaves both null, the original code's "no
   // groups" (transformers' Dots1 fails on null): one group, noted.
   for (const char* k : {"n_group", "topk_group"}) {
-    if (!arch.original_moe_keys) {
+    if (!grouped) {
+      if (r.Get(k) != nullptr) c.notes.push_back(std::string(k) + ": ignored (topk_method \"greedy\")");
+    } else if (!arch.original_moe_keys || v2) {
       r.RefuseNull(k, "a positive integer");
     } else if (r.Has(k) && r.Get(k) == nullptr) {
       c.notes.push_back(std::string(k) + ": null, one group (transformers' " + c.architecture + " needs a number)");
@@ -1121,14 +1160,17 @@ void ParseSigmoidRouterExperts(KeyReader& r, HfCheckpoint& c, const Architecture
   }
   // dots.llm1's null: one group (above), not DeepSeek-V3's default.
   const bool null_groups = arch.original_moe_keys && r.Has("n_group") && r.Get("n_group") == nullptr;
-  m.router_groups = r.Int("n_group", null_groups ? 1 : arch.default_groups, false);
   const bool null_topk = arch.original_moe_keys && r.Has("topk_group") && r.Get("topk_group") == nullptr;
-  m.router_topk_groups = r.Int("topk_group", null_topk ? 1 : arch.default_topk_groups, false);
-  const int E = m.n_experts, G = m.router_groups, TG = m.router_topk_groups;
-  if (G > kernels::kMaxRouterGroups || E % G != 0 || E / G < 2) {
-    r.Error("n_group: " + std::to_string(G) + " groups of the " + std::to_string(E) +
-            " experts (expected a divisor leaving two or more experts a group, at most " +
-            std::to_string(kernels::kMaxRouterGroups) + " groups: transformers scores a group by its two best)");
+  if (grouped) {
+    m.router_groups = r.Int("n_group", null_groups ? 1 : arch.default_groups, v2);
+    m.router_topk_groups = r.Int("topk_group", null_topk ? 1 : arch.default_topk_groups, v2);
+  }
+  const int E = m.n_experts, G = m.router_groups, TG = m.router_topk_groups, best = m.router_group_best;
+  if (G > kernels::kMaxRouterGroups || E % G != 0 || E / G < best) {
+    r.Error("n_group: " + std::to_string(G) + " groups of the " + std::to_string(E) + " experts (expected a divisor" +
+            (best > 1 ? " leaving two or more experts a group" : "") + ", at most " +
+            std::to_string(kernels::kMaxRouterGroups) + " groups" +
+            (best > 1 ? ": transformers scores a group by its two best)" : ")"));
   } else if (TG > G || m.experts_per_token > TG * (E / G)) {
     r.Error("topk_group: " + std::to_string(TG) + " of " + std::to_string(G) + " groups of " + std::to_string(E / G) +
             " experts cannot hold num_experts_per_tok " + std::to_string(m.experts_per_token) + " experts");
@@ -1148,7 +1190,7 @@ void ParseSigmoidRouterExperts(KeyReader& r, HfCheckpoint& c, const Architecture
   // The original (DeepSeek-V3-derived) code's keys, which transformers
   // does not read: its router is always the sigmoid with the bias.
   for (const char* k : {"scoring_func", "topk_method", "moe_layer_freq", "ep_size", "aux_loss_alpha", "seq_aux"}) {
-    if (arch.original_moe_keys && r.Get(k) != nullptr) {
+    if (arch.original_moe_keys && !(v2 && std::string_view(k) == "topk_method") && r.Get(k) != nullptr) {
       c.notes.push_back(std::string(k) + ": ignored (transformers' " + c.architecture + " does not read it)");
     }
   }
@@ -1265,9 +1307,11 @@ void ParseExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch, int d
   // transformers 5);
   // ERNIE 4.5's moe_num_experts and moe_k (num_experts and
   // num_experts_per_tok map to them).
-  const bool sigmoid = arch.experts == Experts::kSigmoidRouter, ernie = arch.experts == Experts::kErnie45Moe;
-  const char* own = sigmoid ? "n_routed_experts" : ernie ? "moe_num_experts" : "num_experts";
-  const char* other = ernie ? "num_experts" : "num_local_experts";
+  // DeepSeek-V2's n_routed_experts is num_experts there.
+  const bool deepseek = DeepSeekRouter(arch.experts), ernie = arch.experts == Experts::kErnie45Moe;
+  const bool v2 = arch.experts == Experts::kDeepseekV2;
+  const char* own = deepseek ? "n_routed_experts" : ernie ? "moe_num_experts" : "num_experts";
+  const char* other = ernie || v2 ? "num_experts" : "num_local_experts";
   if (r.Has(own) && r.Has(other)) r.Error(std::string(own) + " and " + other + ": give one");
   const char* key = r.Has(other) || (arch.experts == Experts::kMixtral && !r.Has(own)) ? other : own;
   if (ernie && r.Has("moe_k") && r.Has("num_experts_per_tok")) r.Error("moe_k and num_experts_per_tok: give one");
@@ -1290,10 +1334,14 @@ void ParseExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch, int d
     if (r.Get("norm_topk_prob") != nullptr) {
       c.notes.push_back("norm_topk_prob: ignored (" + c.architecture + " always renormalizes)");
     }
+  } else if (v2) {
+    if (r.Bool("norm_topk_prob", false)) {
+      c.notes.push_back("norm_topk_prob: ignored (transformers' " + c.architecture + " never renormalizes)");
+    }
   } else {
     m.norm_topk_prob = r.Bool("norm_topk_prob", arch.default_norm_topk);
   }
-  if (sigmoid) return ParseSigmoidRouterExperts(r, c, arch, dense_width);
+  if (deepseek) return ParseDeepSeekExperts(r, c, arch, dense_width);
   if (ernie) return ParseErnieMoeExperts(r, c, dense_width);
   if (QwenMoe(arch)) {
     m.intermediate_size = r.Int("moe_intermediate_size", arch.experts == Experts::kQwen2Moe ? 1408 : 768, false);
@@ -1329,7 +1377,7 @@ void ParseExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch, int d
 // v_head_dim; rope_interleave; with YaRN's mscale_all_dim the scores
 // scaled by its mscale squared (attn_scalar). As many key/value heads as
 // heads: transformers' attention repeats them otherwise, which fails.
-void ParseLatentAttention(KeyReader& r, HfCheckpoint& c) {
+void ParseLatentAttention(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   GptConfig& m = c.model;
   for (const char* k : {"kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"}) {
     r.RefuseNull(k, "a positive integer");
@@ -1360,7 +1408,9 @@ void ParseLatentAttention(KeyReader& r, HfCheckpoint& c) {
     r.Error("num_key_value_heads: " + std::to_string(m.n_kv_head) + " (latent attention gives every one of the " +
             std::to_string(m.n_head) + " heads its own keys and values: expected " + std::to_string(m.n_head) + ")");
   }
-  m.rope.interleaved = r.Bool("rope_interleave", true);
+  // DeepSeek-V3's rope_interleave; V2 always turns interleaved pairs.
+  if (arch.experts != Experts::kDeepseekV2) r.RefuseNull("rope_interleave", "true or false");
+  m.rope.interleaved = arch.experts == Experts::kDeepseekV2 || r.Bool("rope_interleave", true);
   // transformers' yarn_apply_mscale: the scores' scale hd^-1/2 times
   // mscale(factor, mscale_all_dim)^2, so q times that (attn_scalar).
   const json* rope = r.Get("rope_parameters");
@@ -1377,7 +1427,9 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   GptConfig& m = c.model;
   m.family = ModelFamily::kLlama;
   if (const json* q = r.Get("quantization_config"); q != nullptr) {
-    r.Error("quantization_config: a quantized checkpoint (" + (q->is_object() ? q->value("quant_method", "?") : "?") +
+    const auto method = q->is_object() ? q->find("quant_method") : q->end();
+    r.Error("quantization_config: a quantized checkpoint (" +
+            (method != q->end() && method->is_string() ? method->get<std::string>() : std::string("?")) +
             "); zinf trains 16- or 32-bit weights: dequantize it (to bf16) first");
   }
   // A shape key: required, but for Gemma 3 transformers' default (noted).
@@ -1405,11 +1457,11 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
                           arch.gemma);
   // The mixtures' (but Mixtral's and OLMoE's) is their dense layers' width (the class's
   // default when absent), unused when every layer routes.
-  m.intermediate_size =
-      QwenMoe(arch) ? r.Int("intermediate_size", arch.experts == Experts::kQwen2Moe ? 5632 : 6144, false)
-      : arch.experts == Experts::kSigmoidRouter ? r.Int("intermediate_size", arch.default_dense_width, false)
-      : arch.experts == Experts::kErnie45Moe    ? r.Int("intermediate_size", 12288, false)
-                                                : shape("intermediate_size");
+  m.intermediate_size = QwenMoe(arch)
+                            ? r.Int("intermediate_size", arch.experts == Experts::kQwen2Moe ? 5632 : 6144, false)
+                        : DeepSeekRouter(arch.experts) ? r.Int("intermediate_size", arch.default_dense_width, false)
+                        : arch.experts == Experts::kErnie45Moe ? r.Int("intermediate_size", 12288, false)
+                                                               : shape("intermediate_size");
   // The experts' width replaces it; it stays the dense layers'.
   if (arch.experts != Experts::kNone) ParseExperts(r, c, arch, m.intermediate_size);
   c.max_positions = shape("max_position_embeddings");
@@ -1483,7 +1535,7 @@ void ParseLlama(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {
   }
   ParseRope(r, c, arch);
   m.rope.interleaved = arch.interleaved_rope;
-  if (arch.latent_attention) ParseLatentAttention(r, c);
+  if (arch.latent_attention) ParseLatentAttention(r, c, arch);
   if (arch.nope_layers) ParseNopeLayers(r, m);
   ParseSlidingWindow(r, c, arch);
 }
@@ -1619,7 +1671,7 @@ StatusOr<HfCheckpoint> ParseHfConfig(const std::string& dir, const Architecture*
   c.fused_gate_up = traits->phi3 || traits->fused_gate_up;
   c.glm4_norm_names = traits->glm4_norms;
   c.mixtral_names = traits->experts == Experts::kMixtral;
-  c.shared_experts_names = traits->experts == Experts::kSigmoidRouter || traits->experts == Experts::kErnie45Moe;
+  c.shared_experts_names = DeepSeekRouter(traits->experts) || traits->experts == Experts::kErnie45Moe;
   c.ernie_moe_names = traits->experts == Experts::kErnie45Moe;
   if (traits->llama) {
     ParseLlama(r, c, *traits);
@@ -1636,12 +1688,13 @@ StatusOr<HfCheckpoint> ParseHfConfig(const std::string& dir, const Architecture*
       r.Error("num_key_value_heads " + std::to_string(m.n_kv_head) + " must divide num_attention_heads " +
               std::to_string(m.n_head));
     }
-    if (m.llama() && m.head_dim() % 2 != 0) {
+    if (m.llama() && !m.mla() && m.head_dim() % 2 != 0) {  // latent attention: ParseLatentAttention
       r.Error("head size " + std::to_string(m.head_dim()) +
               " (head_dim, or hidden_size / num_attention_heads): " + "the rotary embedding needs an even one");
     }
     const int rot = m.rope_dims();
-    if (m.llama() && (!(m.rope.partial_factor > 0 && m.rope.partial_factor <= 1) || rot < 2 || rot % 2 != 0)) {
+    if (m.llama() && !m.mla() &&
+        (!(m.rope.partial_factor > 0 && m.rope.partial_factor <= 1) || rot < 2 || rot % 2 != 0)) {
       r.Error("partial_rotary_factor " + json(m.rope.partial_factor).dump() + ": expected a value in (0, 1] " +
               "turning an even number (at least 2) of a head's " + std::to_string(m.head_dim()) +
               " columns; it turns " + std::to_string(rot));

@@ -48,6 +48,16 @@
 //                          softcapped (attn_softcap, final_softcap)
 //   Gemma3ForCausalLM   -> Gemma 2's with q/k norms, sliding layers with a
 //                          RoPE of their own base, no softcaps unless set
+//   DeepseekV3ForCausalLM
+//                       -> kLlama with multi-head latent attention (gpt.h
+//                          kv_lora_rank ...: kv_a_proj_with_mqa, kv_b_proj,
+//                          q_a_proj, q_b_proj or q_proj, their norms) and
+//                          GLM-4.5's routed MLP with DeepSeek-V3's defaults
+//   DeepseekV2ForCausalLM
+//                       -> the same attention, RoPE always on interleaved
+//                          pairs, and a softmax router (greedy, or within
+//                          the groups whose best expert is highest) kept in
+//                          fp32, never renormalized
 //   Gemma3ForConditionalGeneration
 //                       -> Gemma 3 4B and up: its language model
 //                          (text_config, its absent shape keys taking
@@ -64,10 +74,10 @@
 // max_window_layers on; Qwen2-MoE: the even ones below it; SmolLM3: its
 // NoPE layers) when use_sliding_window is true: GptConfig::sliding_window
 // and sliding_layers. The mixtures of experts (Qwen3-MoE, Qwen2-MoE,
-// Mixtral, OLMoE, GLM-4.5, dots.llm1, ERNIE 4.5) set GptConfig's expert
-// fields (GLM-4.5's and dots.llm1's sigmoid router and ERNIE 4.5's
+// Mixtral, OLMoE, GLM-4.5, dots.llm1, DeepSeek-V2 and V3, ERNIE 4.5) set
+// GptConfig's expert fields (the DeepSeek routers and ERNIE 4.5's
 // selection bias its router fields); Qwen-MoE's dense layers
-// (mlp_only_layers, decoder_sparse_step), GLM-4.5's and dots.llm1's
+// (mlp_only_layers, decoder_sparse_step), the DeepSeek routers'
 // (first_k_dense_replace) and ERNIE 4.5's (moe_layer_start_index,
 // moe_layer_end_index, moe_layer_interval) its dense_layers.
 // The vocabulary rows of the embedding and an untied head are padded with

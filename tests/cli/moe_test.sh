@@ -4,7 +4,8 @@
 # beside them; qwen3_moe-dense: two of four layers dense; glm4_moe: GLM-4.5's
 # sigmoid router with its frozen selection bias; ernie4_5_moe: ERNIE 4.5's
 # softmax router with one, layers 0 and 3 dense; deepseek_v3: GLM-4.5's
-# router beside latent attention): the losses to the last digit
+# router beside latent attention; deepseek_v2: a softmax router in
+# groups beside it): the losses to the last digit
 # (--exact-losses) are the same with parameters and optimizer in RAM and on
 # NVMe, activations recomputed or kept, layers whole or one group a piece
 # (the router and every expert's gate and up in one). With an mpirun, two
@@ -45,7 +46,7 @@ run "$TMP/ram" "$TMP/ram.json" --activations recompute
 case "$MODEL" in
   *-dense) grep -q "2 of 4 experts a token in 2 layers" "$TMP/ram.err" ;;
   *glm4_moe | *ernie4_5_moe) grep -q "3 of 8 experts a token and a shared one in 2 layers" "$TMP/ram.err" ;;
-  *deepseek_v3)
+  *deepseek_v3 | *deepseek_v2)
     grep -q "heads (latent attention: kv rank 12, q rank 10)" "$TMP/ram.err"
     grep -q "3 of 8 experts a token and a shared one in 2 layers" "$TMP/ram.err"
     ;;

@@ -193,8 +193,6 @@ TEST(CpuDecoderKernelsTest, GqaExpandSharesKeyValueHeadsByGroup) {
   }
 }
 
-// The routing's adjoint (the experts fixed: finite differences small
-// enough not to change them), with and without renormalized weights.
 // Latent attention's joins: a head's columns moved, one set repeated for
 // every head; the adjoint adds the heads' copies back into the one set.
 TEST(CpuDecoderKernelsTest, CopyHeadColumnsMovesRepeatsAndSumsHeads) {
@@ -221,6 +219,8 @@ TEST(CpuDecoderKernelsTest, CopyHeadColumnsMovesRepeatsAndSumsHeads) {
   }
 }
 
+// The routing's adjoint (the experts fixed: finite differences small
+// enough not to change them), with and without renormalized weights.
 TEST(CpuDecoderKernelsTest, MoeRouteBackwardMatchesFiniteDifferences) {
   for (const bool normalize : {true, false}) {
     SCOPED_TRACE(normalize ? "normalized" : "softmax weights");
@@ -355,6 +355,23 @@ TEST(CpuDecoderKernelsTest, SigmoidRouteChoosesByBiasWithinGroups) {
   r.normalize = false;
   MoeRouteForward(w.data(), ex.data(), probs.data(), logits.data(), bias.data(), 1, r);
   EXPECT_DOUBLE_EQ(w[0], 1.0);
+}
+
+// DeepSeek-V2's group-limited softmax: a group scores by its best expert
+// alone (group_best 1), where V3's sums its two best. Probabilities 0.40,
+// 0.05 | 0.30, 0.25: the best alone takes group 0, the two best group 1.
+TEST(CpuDecoderKernelsTest, GroupsScoreByTheirBestOrTwoBest) {
+  const std::vector<double> logits = {std::log(0.40), std::log(0.05), std::log(0.30), std::log(0.25)};
+  std::vector<double> probs(4), w(2);
+  std::vector<int32_t> ex(2);
+  MoeRouting r{.E = 4, .k = 2, .groups = 2, .topk_groups = 1, .group_best = 1, .scale = 1.5};
+  MoeRouteForward(w.data(), ex.data(), probs.data(), logits.data(), static_cast<const double*>(nullptr), 1, r);
+  EXPECT_EQ(ex, (std::vector<int32_t>{0, 1}));
+  EXPECT_NEAR(w[0], 1.5 * 0.40, 1e-15);  // the probabilities, not renormalized, times the scale
+  EXPECT_NEAR(w[1], 1.5 * 0.05, 1e-15);
+  r.group_best = 2;
+  MoeRouteForward(w.data(), ex.data(), probs.data(), logits.data(), static_cast<const double*>(nullptr), 1, r);
+  EXPECT_EQ(ex, (std::vector<int32_t>{2, 3}));
 }
 
 // ERNIE 4.5's router: a softmax whose experts are chosen by probability +

@@ -616,10 +616,11 @@ TEST_F(CudaKernelsTest, MoeKernelsMatchCpu) {
 // GLM-4.5's) with one group, four of which two are candidates, and 64 (the
 // most: the mask's top bit) of which 8, normalized and scaled weights;
 // ERNIE 4.5's softmax, normalized by at least norm_min (a floor far below
-// the sum, and one above every sum). The same experts as the CPU's (scores
+// the sum, and one above every sum); DeepSeek-V2's softmax in 8 groups
+// scored by their best, 3 candidates. The same experts as the CPU's (scores
 // apart by more than rounding), weights and gradients within fp32's
 // rounding of double's.
-TEST_F(CudaKernelsTest, BiasedRoutersMatchCpu) {
+TEST_F(CudaKernelsTest, GroupedAndBiasedRoutersMatchCpu) {
   const int64_t N = 64;  // few tokens: 128 scores apart by fp32's rounding at most rarely
   const int E = 128, K = 8;
   auto sigmoid = [&](int groups, int topk) {
@@ -634,9 +635,13 @@ TEST_F(CudaKernelsTest, BiasedRoutersMatchCpu) {
   auto softmax = [&](double norm_min) {
     return kernels::MoeRouting{.E = E, .k = K, .normalize = true, .norm_min = norm_min};
   };
-  for (const kernels::MoeRouting& r : {sigmoid(1, 1), sigmoid(4, 2), sigmoid(64, 8), softmax(1e-12), softmax(2.0)}) {
+  // DeepSeek-V2's: a softmax in groups scored by their best, unnormalized.
+  const kernels::MoeRouting v2{.E = E, .k = K, .groups = 8, .topk_groups = 3, .group_best = 1, .scale = 1.5};
+  for (const kernels::MoeRouting& r :
+       {sigmoid(1, 1), sigmoid(4, 2), sigmoid(64, 8), softmax(1e-12), softmax(2.0), v2}) {
     SCOPED_TRACE(std::string(r.scoring == kernels::MoeScoring::kSigmoid ? "sigmoid" : "softmax") + ", groups " +
-                 std::to_string(r.groups) + ", norm_min " + std::to_string(r.norm_min));
+                 std::to_string(r.groups) + " by their best " + std::to_string(r.group_best) + ", norm_min " +
+                 std::to_string(r.norm_min));
     const auto logits = Uniform(N * E, -4.0f, 4.0f, 120), bias = Uniform(E, -0.3f, 0.3f, 121);
     std::vector<float> w(N * K), p(N * E);
     std::vector<int32_t> ex(N * K);
@@ -758,6 +763,10 @@ TEST_F(CudaKernelsTest, CopyHeadColumnsMatchesCpu) {
                                    c.heads, c.width, c.accumulate, s()));
     EXPECT_TRUE(Near(Down(d_dst, N * dst_ld), want, 0.0, 0.0));
   }
+  // Heads summed into one without accumulating: refused (the CPU checks).
+  float *d_dst = Up(dst0), *d_src = Up(src);
+  EXPECT_EQ(gpu::CopyHeadColumns(d_dst, dst_ld, 0, d_src, src_ld, 11, N, H, 5, false, s()).code(),
+            StatusCode::kInvalidArgument);
 }
 
 // ---- 16-bit compute (cuda_gemm16.cu) -------------------------------------

@@ -334,7 +334,7 @@ TEST(FetchLayoutTrainerTest, PiecesGiveTheWholeLayerLossesAndWeightsOnEveryTier)
 TEST(FetchLayoutTrainerTest, HfWeightsInAndOutThroughPieces) {
   for (const char* name :
        {"qwen2", "llama", "gpt2", "qwen3", "phi3", "gemma2", "granite", "olmo2", "qwen3_moe", "mixtral", "qwen2_moe",
-        "qwen3_moe-dense", "glm4_moe", "ernie4_5_moe", "dots1", "deepseek_v3"}) {
+        "qwen3_moe-dense", "glm4_moe", "ernie4_5_moe", "dots1", "deepseek_v3", "deepseek_v2-lite"}) {
     auto ckpt = OpenHfCheckpoint(testing::FixtureDir(name));
     ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
     auto model = HfModelAtSeqLen(*ckpt, 0);

@@ -396,6 +396,19 @@ TEST(GptCudaTest, ErnieRouterWithFlooredSumMatchesCpu) {
   CompareTinyModel(cfg);
 }
 TEST(GptCudaTest, LatentAttentionLayerMatchesCpu) { CompareTinyModel(TinyLatentAttentionConfig()); }
+// DeepSeek-V2's: the same attention beside a softmax router in 2 groups
+// scored by their best expert, 1 a candidate, unnormalized, times 1.5,
+// kept in fp32.
+TEST(GptCudaTest, DeepseekV2LayerMatchesCpu) {
+  GptConfig cfg = TinyLatentAttentionConfig();
+  cfg.router_scoring = kernels::MoeScoring::kSoftmax;
+  cfg.router_bias = false;
+  cfg.router_fp32 = true;
+  cfg.router_group_best = 1;
+  cfg.norm_topk_prob = false;
+  cfg.routed_scale = 1.5;
+  CompareTinyModel(cfg);
+}
 TEST(GptCudaTest, LatentAttentionWithoutQLatentMatchesCpu) {
   GptConfig cfg = TinyLatentAttentionConfig();
   cfg.q_lora_rank = 0;
@@ -486,7 +499,7 @@ TEST(GptCudaTest, ActivationBytesAreTheCudaAllocations) {
           auto compute = GptCompute<float>::Create(m, 2, ops->get(), &device, a);
           ASSERT_TRUE(compute.ok()) << compute.status().ToString();
           const bool fused = FusedAttention(m, KernelsFor(/*cuda=*/true, compute16), /*param_elem_bytes=*/2);
-          EXPECT_EQ(fused, compute16);  // head sizes 16, 64, 16, 16, 16 and 16
+          EXPECT_EQ(fused, compute16);  // head sizes 16, 64, 16, 16, 16, 16 and 16
           EXPECT_EQ(ActivationBytes(m, 2, KernelsFor(/*cuda=*/true, compute16), /*param_elem_bytes=*/2, a),
                     static_cast<int64_t>(device.bytes_in_use()) - before);
         }

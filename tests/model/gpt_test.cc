@@ -545,6 +545,24 @@ GptConfig TinyMla(int q_lora_rank) {
   return c;
 }
 TEST(GptTest, LatentAttentionGradientsMatchFiniteDifferences) { CheckModelGradients(TinyMla(7)); }
+
+// DeepSeek-V2's layer: latent attention (here with heads of an odd 7
+// columns, 4 rotated) beside its router, the softmax's probabilities
+// chosen within the 2 of 3 groups whose single best is highest, weighted
+// by the probabilities alone (never renormalized) times 1.5; the router
+// kept in fp32; an ungated shared expert; layer 0 dense.
+GptConfig TinyDeepseekV2() {
+  GptConfig c = TinyMla(0);
+  c.head_size = 7;
+  c.router_scoring = kernels::MoeScoring::kSoftmax;
+  c.router_bias = false;
+  c.router_fp32 = true;
+  c.router_group_best = 1;
+  c.norm_topk_prob = false;
+  c.routed_scale = 1.5;
+  return c;
+}
+TEST(GptTest, GroupLimitedSoftmaxRouterGradientsMatchFiniteDifferences) { CheckModelGradients(TinyDeepseekV2()); }
 TEST(GptTest, LatentAttentionWithoutQLatentGradientsMatchFiniteDifferences) { CheckModelGradients(TinyMla(0)); }
 
 // ERNIE 4.5's routed MLP: 6 experts, 3 a token, chosen by softmax
@@ -697,7 +715,7 @@ Harness<float>::Matrices16 LayerMatricesToBf16(const GptConfig& config, std::vec
 // that do not read 16-bit weights.
 TEST(GptTest, SixteenBitMatricesGiveTheBitsOfTheirFloatCasts) {
   for (const GptConfig& config : {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyMoe(false), TinySharedMoe(true),
-                                  TinyMixedMoe(), TinySigmoidMoe(), TinyMla(7)}) {
+                                  TinyMixedMoe(), TinySigmoidMoe(), TinyMla(7), TinyDeepseekV2()}) {
     SCOPED_TRACE(config.mla()             ? "latent attention"
                  : config.shared_expert() ? "shared expert"
                  : config.moe()           ? "moe"
@@ -709,12 +727,13 @@ TEST(GptTest, SixteenBitMatricesGiveTheBitsOfTheirFloatCasts) {
     int matrices = 0;
     const Harness<float>::Matrices16 m16 = LayerMatricesToBf16(config, params, &matrices);
     // q, k, v, o and the MLP's three (in a routed layer each expert's, and
-    // the router unless it is a sigmoid one (fp32, as transformers keeps
-    // it), never its bias; the shared expert's three and its gate's;
+    // the router unless it is kept in fp32 (a sigmoid one, DeepSeek-V2's:
+    // as transformers keeps them), never its bias; the shared expert's three and its gate's;
     // latent attention's q_b_proj)
     const int q_b = config.q_lora_rank > 0 ? 1 : 0;
     const int shared = config.shared_expert() ? 3 + (config.shared_expert_gate ? 1 : 0) : 0;
-    const int routed = config.moe() ? 3 * config.n_experts + (config.sigmoid_router() ? 0 : 1) + shared : 3;
+    const int router = config.router_fp32 || config.router_bias ? 0 : 1;
+    const int routed = config.moe() ? 3 * config.n_experts + router + shared : 3;
     const int dense = config.n_layer - config.routed_layers(), routed_layers = config.n_layer - dense;
     EXPECT_EQ(matrices,
               config.llama() ? (4 + q_b) * config.n_layer + 3 * dense + routed * routed_layers : 4 * config.n_layer);
@@ -836,7 +855,7 @@ TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
   // batches (each layer's kept set is overwritten by the next forward).
   for (const GptConfig& config :
        {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2(), TinyGranite(), TinyMoe(false), TinyMoeAux(),
-        TinySharedMoe(true), TinyMixedMoe(), TinySigmoidMoe(), TinyMla(7)}) {
+        TinySharedMoe(true), TinyMixedMoe(), TinySigmoidMoe(), TinyMla(7), TinyDeepseekV2()}) {
     SCOPED_TRACE(config.residual_multiplier != 1 ? "granite"
                  : config.post_norms             ? "olmo2"
                  : config.sandwich_norms         ? "gemma3"
@@ -894,8 +913,9 @@ TEST(GptTest, KeptActivationsGiveTheBitsOfTheRecompute) {
 // forward overwrites the slots), five layers deep so that the three device
 // slots turn over twice.
 TEST(GptTest, OffloadedLayerInputsGiveTheBitsOfTheRecompute) {
-  for (GptConfig config : {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2(), TinyGranite(), TinyMoe(false),
-                           TinyMoeAux(), TinySharedMoe(true), TinyMixedMoe(), TinySigmoidMoe(), TinyMla(7)}) {
+  for (GptConfig config :
+       {Tiny(true), TinyLlama(false, true), TinyGemma3(), TinyOlmo2(), TinyGranite(), TinyMoe(false), TinyMoeAux(),
+        TinySharedMoe(true), TinyMixedMoe(), TinySigmoidMoe(), TinyMla(7), TinyDeepseekV2()}) {
     config.n_layer = 5;
     SCOPED_TRACE(config.residual_multiplier != 1 ? "granite"
                  : config.post_norms             ? "olmo2"
@@ -1142,7 +1162,7 @@ TEST(GptConfigTest, BuiltinsHaveTheDocumentedShapes) {
 // active count leaves out each routed layer's E - K idle experts.
 TEST(GptConfigTest, LlamaParameterCountsAreTheBlocks) {
   for (const GptConfig& c : {TinyLlama(true, true), TinyGemma3(), TinyMoe(false), TinySharedMoe(true), TinyMixedMoe(),
-                             TinySigmoidMoe(), TinyMla(7)}) {
+                             TinySigmoidMoe(), TinyMla(7), TinyDeepseekV2()}) {
     int64_t total = 0;
     for (const BlockSpec& b : GptBlockSpecs(c)) total += b.numel();
     EXPECT_EQ(total, c.NumParameters()) << GptConfigToJson(c);
@@ -1291,7 +1311,10 @@ TEST(GptConfigTest, CreateRefusesFieldsThatDoNotGoTogether) {
       {"a shared expert without experts", kLlama, [](GptConfig& c) { c.shared_expert_size = 8; }},
       {"a sigmoid router without experts", kLlama,
        [](GptConfig& c) { c.router_scoring = kernels::MoeScoring::kSigmoid; }},
-      {"expert groups with a softmax router", kMoe, [](GptConfig& c) { c.router_groups = 2; }},
+      {"expert groups with the load-balancing loss", kMoe, [](GptConfig& c) { c.router_groups = 2; }},
+      {"groups scored by their 3 best", kSigmoid, [](GptConfig& c) { c.router_group_best = 3; }},
+      {"groups scored by their 0 best", kSigmoid, [](GptConfig& c) { c.router_group_best = 0; }},
+      {"a router kept in fp32 without experts", kLlama, [](GptConfig& c) { c.router_fp32 = true; }},
       {"expert groups that do not divide the experts", kSigmoid, [](GptConfig& c) { c.router_groups = 4; }},
       {"expert groups of one", kSigmoid,
        [](GptConfig& c) {

@@ -75,7 +75,7 @@ INSTANTIATE_TEST_SUITE_P(F32Fixtures, HfExportTest,
                          ::testing::Values("gpt2", "llama", "qwen3", "phi3", "phi3-longrope", "gemma3", "gemma2",
                                            "granite", "qwen3-yarn", "exaone4", "seed-oss", "glm", "ernie4_5",
                                            "qwen3_moe", "olmoe", "qwen2_moe", "qwen3_moe-dense", "glm4_moe",
-                                           "ernie4_5_moe", "deepseek_v3"));
+                                           "ernie4_5_moe", "deepseek_v3", "deepseek_v2"));
 
 // A 16-bit export keeps the weight and selection bias of a router with
 // one in F32, as transformers saves GLM-4.5's and ERNIE 4.5's (the F32

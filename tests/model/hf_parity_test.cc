@@ -191,7 +191,8 @@ INSTANTIATE_TEST_SUITE_P(Architectures, HfParityTest,
                                            "llama-pad", "gemma2", "granite", "olmo2", "qwen3-yarn", "olmo3", "exaone4",
                                            "seed-oss", "helium", "glm", "glm4", "ernie4_5", "qwen3_moe", "mixtral",
                                            "olmoe", "qwen3_moe-aux", "qwen2_moe", "qwen3_moe-dense", "glm4_moe",
-                                           "ernie4_5_moe", "dots1", "deepseek_v3", "deepseek_v3-q"));
+                                           "ernie4_5_moe", "dots1", "deepseek_v3", "deepseek_v3-q", "deepseek_v2",
+                                           "deepseek_v2-lite"));
 
 // A copy of a fixture folder whose config.json or tensors a test changes.
 std::string CopyFixture(const TempDir& tmp, const std::string& name) {
@@ -1560,6 +1561,7 @@ TEST(HfCheckpointTest, DeepseekV3AsTransformersReadsIt) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->model.router_groups, 8);
   EXPECT_EQ(c->model.router_topk_groups, 4);
+  EXPECT_EQ(c->model.routed_scale, 2.5);
   EXPECT_TRUE(c->model.norm_topk_prob && c->model.rope.interleaved);
   EXPECT_EQ(c->model.dense_layers, (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(c->model.dense_intermediate_size, 18432);
@@ -1581,6 +1583,12 @@ TEST(HfCheckpointTest, DeepseekV3AsTransformersReadsIt) {
   refused([](nlohmann::json& d) { d["head_dim"] = 6; }, "head_dim: 6 (transformers'");
   refused([](nlohmann::json& d) { d["qk_head_dim"] = 12; }, "qk_head_dim: 12");
   refused([](nlohmann::json& d) { d["kv_lora_rank"] = nullptr; }, "kv_lora_rank: null");
+  refused([](nlohmann::json& d) { d["rope_interleave"] = nullptr; }, "rope_interleave: null");
+  refused(
+      [](nlohmann::json& d) {
+        d["quantization_config"] = {{"quant_method", 8}};
+      },
+      "quantization_config: a quantized checkpoint (?)");
   refused([](nlohmann::json& d) { d["partial_rotary_factor"] = 0.5; }, "partial_rotary_factor: 0.5 changes");
   refused([](nlohmann::json& d) { d["attention_bias"] = true; }, "attention_bias: true changes");
   refused(
@@ -1588,6 +1596,65 @@ TEST(HfCheckpointTest, DeepseekV3AsTransformersReadsIt) {
         d["quantization_config"] = {{"quant_method", "fp8"}};
       },
       "quantization_config: a quantized checkpoint (fp8)");
+}
+
+// DeepSeek-V2 (DeepseekV2ForCausalLM): V3's latent attention with RoPE
+// always on interleaved pairs; a softmax router, greedy or within the
+// groups whose best expert is highest, never renormalized, kept in fp32;
+// the class's defaults; an unknown topk_method refused by name.
+TEST(HfCheckpointTest, DeepseekV2AsTransformersReadsIt) {
+  auto g = OpenHfCheckpoint(FixtureDir("deepseek_v2"));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  const GptConfig& m = g->model;
+  EXPECT_TRUE(m.mla() && m.rope.interleaved && m.router_fp32 && !m.router_bias && !m.sigmoid_router());
+  EXPECT_FALSE(m.norm_topk_prob);
+  EXPECT_EQ(m.router_groups, 4);
+  EXPECT_EQ(m.router_topk_groups, 2);
+  EXPECT_EQ(m.router_group_best, 1);
+  EXPECT_EQ(m.routed_scale, 1.5);
+  EXPECT_EQ(m.shared_expert_size, 48);
+  EXPECT_EQ(g->mtp_layers, 0);
+  EXPECT_FALSE(IsLayerMatrix(m, RouterIndex(m)));  // fp32, as transformers keeps it
+  EXPECT_TRUE(KeptInFp32(m, 1, RouterIndex(m)));
+  const std::string notes = Notes(*g);
+  EXPECT_EQ(notes.find("topk_method"), std::string::npos) << notes;  // read
+  EXPECT_NE(notes.find("scoring_func"), std::string::npos) << notes;
+
+  auto lite = OpenHfCheckpoint(FixtureDir("deepseek_v2-lite"));  // greedy: one group
+  ASSERT_TRUE(lite.ok()) << lite.status().ToString();
+  EXPECT_EQ(lite->model.router_groups, 1);
+  EXPECT_EQ(lite->model.q_lora_rank, 0);
+  EXPECT_NE(Notes(*lite).find("n_group: ignored (topk_method \"greedy\")"), std::string::npos) << Notes(*lite);
+
+  TempDir tmp;
+  auto c = OpenEdited(
+      tmp, "deepseek_v2",
+      [](nlohmann::json& d) {
+        for (const char* k : {"topk_method", "n_group", "topk_group", "routed_scaling_factor", "n_shared_experts",
+                              "first_k_dense_replace", "moe_intermediate_size", "intermediate_size"}) {
+          d.erase(k);
+        }
+        d["norm_topk_prob"] = true;
+      },
+      /*config_only=*/true);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.router_groups, 1);  // greedy
+  EXPECT_EQ(c->model.routed_scale, 1.0);
+  EXPECT_FALSE(c->model.norm_topk_prob);
+  EXPECT_NE(Notes(*c).find("norm_topk_prob: ignored"), std::string::npos) << Notes(*c);
+  EXPECT_TRUE(c->model.dense_layers.empty());
+  EXPECT_EQ(c->model.intermediate_size, 1407);
+  EXPECT_EQ(c->model.shared_expert_size, 2 * 1407);
+  auto refused = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& expect) {
+    auto bad = OpenEdited(tmp, "deepseek_v2", edit, /*config_only=*/true);
+    ASSERT_FALSE(bad.ok()) << expect;
+    EXPECT_NE(bad.status().message().find(expect), std::string::npos) << bad.status().ToString();
+  };
+  refused([](nlohmann::json& d) { d["topk_method"] = "noaux_tc"; }, "topk_method: \"noaux_tc\"");
+  refused([](nlohmann::json& d) { d.erase("n_group"); }, "n_group: missing");
+  refused([](nlohmann::json& d) { d["n_group"] = 3; }, "n_group: 3 groups of the 8 experts");
+  refused([](nlohmann::json& d) { d["topk_group"] = 1; }, "topk_group: 1 of 4 groups of 2 experts");
+  refused([](nlohmann::json& d) { d["rope_interleave"] = true; }, "rope_interleave: unknown key");
 }
 
 // dots.llm1 (Dots1ForCausalLM): GLM-4.5's router and ungated shared

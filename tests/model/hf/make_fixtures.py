@@ -267,6 +267,31 @@ MODELS = {
                            first_k_dense_replace=0, kv_lora_rank=8, q_lora_rank=None, qk_rope_head_dim=6,
                            qk_nope_head_dim=4, v_head_dim=10, rope_interleave=False, tie_word_embeddings=False,
                            pad_token_id=None, num_nextn_predict_layers=0), torch.bfloat16),
+    # DeepSeek-V2 (DeepseekV2): V3's latent attention (q through a latent of 10, k and v out of one of 12, heads of
+    # 6 + 4 q/k columns, RoPE always on interleaved pairs, values of 5) with V2-Lite's YaRN (mscale and
+    # mscale_all_dim 0.707), and its softmax router: topk_method group_limited_greedy chooses 3 of 8 experts within
+    # the 2 of 4 groups whose most probable expert is highest, weighted by their probabilities (not renormalized)
+    # times 1.5; two shared experts; layer 0 dense; the Hub's original keys
+    "deepseek_v2": (transformers.DeepseekV2Config, transformers.DeepseekV2ForCausalLM,
+                    dict(COMMON_LLAMA, num_hidden_layers=3, num_key_value_heads=4, intermediate_size=40,
+                         vocab_size=100, n_routed_experts=8, num_experts_per_tok=3, topk_method="group_limited_greedy",
+                         n_group=4, topk_group=2, moe_intermediate_size=24, n_shared_experts=2,
+                         routed_scaling_factor=1.5, norm_topk_prob=False, first_k_dense_replace=1, kv_lora_rank=12,
+                         q_lora_rank=10, qk_rope_head_dim=4, qk_nope_head_dim=6, v_head_dim=5,
+                         rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
+                                              original_max_position_embeddings=8, mscale=0.707,
+                                              mscale_all_dim=0.707, beta_fast=32.0, beta_slow=1.0),
+                         tie_word_embeddings=False, pad_token_id=None), torch.float32),
+    # DeepSeek-V2-Lite's form: q_proj (q_lora_rank null), the greedy router (the 2 most probable of 4 experts; its
+    # n_group and topk_group of 1 not read), one shared expert, every layer routed; bf16 checkpoint, the router in
+    # fp32 (as transformers keeps it)
+    "deepseek_v2-lite": (transformers.DeepseekV2Config, transformers.DeepseekV2ForCausalLM,
+                         dict(COMMON_LLAMA, num_hidden_layers=2, num_key_value_heads=4, intermediate_size=40,
+                              vocab_size=100, n_routed_experts=4, num_experts_per_tok=2, topk_method="greedy",
+                              n_group=1, topk_group=1, moe_intermediate_size=24, n_shared_experts=1,
+                              routed_scaling_factor=1.0, first_k_dense_replace=0, kv_lora_rank=8, q_lora_rank=None,
+                              qk_rope_head_dim=6, qk_nope_head_dim=4, v_head_dim=10, tie_word_embeddings=False,
+                              pad_token_id=None), torch.bfloat16),
 }
 
 # Tensors a fixture's checkpoint carries beyond the model's (GLM-4.5's multi-token-prediction layer, ERNIE 4.5's
@@ -287,6 +312,8 @@ EXTRA_TENSORS = {
 # Keys a fixture's config.json carries beyond what save_pretrained writes (ERNIE 4.5's Hub configs: the original
 # code's keys, which transformers does not read).
 EXTRA_CONFIG = {
+    "deepseek_v2": {"scoring_func": "softmax", "moe_layer_freq": 1, "ep_size": 1, "aux_loss_alpha": 0.001,
+                    "seq_aux": True},
     "deepseek_v3": {"scoring_func": "sigmoid", "topk_method": "noaux_tc", "moe_layer_freq": 1, "ep_size": 1,
                     "aux_loss_alpha": 0.001, "seq_aux": True},
     "ernie4_5_moe": {"num_nextn_predict_layers": 1, "moe_capacity": [8, 8, 8], "moe_gate": "topk",
