@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "device/device.h"
+#include "kernels/cuda_kernels.h"
 #include "model/data.h"
 #include "model/hf_checkpoint.h"
 #include "model/model_test_util.h"
@@ -61,6 +62,27 @@ void ExpectCovers(const GptConfig& model, const FetchLayout& layout) {
     ASSERT_EQ(seen.size(), specs[static_cast<size_t>(b)].tensors.size()) << "block " << b;
     for (int t = 0; t < static_cast<int>(seen.size()); ++t) EXPECT_EQ(seen.count(t), 1u) << "block " << b;
   }
+}
+
+// The 16-bit mode's operand scratch holds its largest matmul's input and
+// output: latent attention's out of a latent wider than n_embd (kv_b_proj,
+// rkv -> NH * (dn + dv)) outgrows every n_embd-wide one; without kCuda16
+// and 16-bit parameters there is none.
+TEST(FetchLayoutTest, Matmul16BytesHoldTheWidestLatentMatmul) {
+  GptConfig m = *LoadGptConfig("tiny");
+  m.family = ModelFamily::kLlama;
+  m.n_head = m.n_kv_head = 16;
+  m.intermediate_size = 40;
+  m.head_size = 16;
+  m.qk_rope_head_dim = 4;
+  m.v_head_dim = 16;
+  m.kv_lora_rank = 8 * m.n_embd;
+  const int64_t N = 2 * int64_t{m.seq_len};
+  const int64_t kv_b = int64_t{m.n_head} * (16 - 4 + 16);  // 448, beyond kv_a_proj's 260 out of 32
+  EXPECT_EQ(Matmul16Bytes(m, 2, ComputeKernels::kCuda16, 2),
+            kernels::cuda::kLtWorkspaceBytes + kernels::cuda::Matmul16ScratchBytes(N, m.kv_lora_rank, kv_b));
+  EXPECT_EQ(Matmul16Bytes(m, 2, ComputeKernels::kCuda, 2), 0);
+  EXPECT_EQ(Matmul16Bytes(m, 2, ComputeKernels::kCuda16, 4), 0);
 }
 
 TEST(FetchLayoutTest, UnitZeroOrAboveALayerKeepsTheModelsBlocks) {
