@@ -816,6 +816,13 @@ struct GptCompute<T>::Impl {
   // o_proj's input: the attention's output, or latent attention's values
   // cut out of it.
   const T* AttnOut(const LayerActs& a) const { return config.mla() ? a.atty_v : a.atty; }
+  // The attention over q, k and v as the projections left them: RoPE (none
+  // in a NoPE layer), the scores' scale, the GQA expansion into a.qkv, the
+  // attention into a.atty; and its adjoint from d atty (`datty`; dbuf_c,
+  // or latent attention's padded copy in dq) to dq, dk and dv, d of q, k
+  // and v before RoPE.
+  void AttendForward(LayerActs& a, int layer);
+  void AttendBackward(LayerActs& a, int layer, const T* datty);
   void LatentQkvForward(LayerActs& a, const LayerParams& lp, int layer);
   void LatentQkvBackward(LayerActs& a, const LayerParams& lp, const std::vector<T*>& g, kernels::GradMode mode,
                          int layer);
@@ -1115,7 +1122,6 @@ template <typename T>
 void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const LayerParams& lp) {
   LayerActs& a = acts_of(layer);
   const std::vector<const T*>& p = lp.values;
-  const int T_ = config.seq_len, NH = config.n_head, NKV = config.n_kv_head;
   const T* xin = x[layer];
   Ops<T>& o = *ops;
   const bool bias = config.qkv_bias, qk_norm = config.qk_norm, normed = config.branch_norms();
@@ -1139,13 +1145,7 @@ void GptCompute<T>::Impl::LlamaForwardGroup(int layer, int group, const LayerPar
         o.RmsNormForward(q, a.q_rstd, a.q_pre, NormWeight(p[qn], qw), N * A / qw, qw, eps);
         o.RmsNormForward(k, a.k_rstd, a.k_pre, NormWeight(p[qn + 1], kw), N * Ckv / kw, kw, eps);
       }
-      if (config.rope_dims_in(layer) > 0) {  // else a NoPE layer: q and k as they are
-        o.RopeForward(q, q, CosOf(layer), SinOf(layer), B, T_, NH, hd, rot, config.rope.interleaved);
-        o.RopeForward(k, k, CosOf(layer), SinOf(layer), B, T_, NKV, hd, rot, config.rope.interleaved);
-      }
-      if (q_scale != T(1)) o.Scale(q, q_scale, N * A);
-      o.GqaExpandForward(a.qkv, q, k, v, N, NH, NKV, hd);
-      o.AttentionForward(a.atty, a.att, attn_scratch, a.qkv, B, T_, A, NH, config.window_in(layer), attn_softcap);
+      AttendForward(a, layer);
       break;
     }
     case kAttnOutGroup:
@@ -1241,7 +1241,6 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
                                              kernels::GradMode mode) {
   LayerActs& a = acts_of(layer);
   const std::vector<const T*>& p = lp.values;
-  const int T_ = config.seq_len, NH = config.n_head, NKV = config.n_kv_head;
   Ops<T>& o = *ops;
   const bool bias = config.qkv_bias, qk_norm = config.qk_norm, normed = config.branch_norms();
   // x_{l+1} = mid + down(act(gate(ln2)) * up(ln2)), ln2 = rms(mid);
@@ -1313,20 +1312,7 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
         LatentQkvBackward(a, lp, g, mode, layer);
         break;
       }
-      o.Zero(dqkv, N * 3 * A);
-      o.AttentionBackward(dqkv, attn_scratch, dbuf_c, a.qkv, a.atty, a.att, B, T_, A, NH, config.window_in(layer),
-                          attn_softcap);
-      o.Zero(dq_rot, N * A);
-      o.Zero(dk_rot, N * Ckv);
-      o.Zero(dv, N * Ckv);
-      o.GqaExpandBackward(dq_rot, dk_rot, dv, dqkv, N, NH, NKV, hd);
-      if (q_scale != T(1)) o.Scale(dq_rot, q_scale, N * A);
-      o.Zero(dq, N * A);
-      o.Zero(dk, N * Ckv);
-      // A NoPE layer turns no column: the gradients pass through (rot 0).
-      const int layer_rot = config.rope_dims_in(layer);
-      o.RopeBackward(dq, dq_rot, CosOf(layer), SinOf(layer), B, T_, NH, hd, layer_rot, config.rope.interleaved);
-      o.RopeBackward(dk, dk_rot, CosOf(layer), SinOf(layer), B, T_, NKV, hd, layer_rot, config.rope.interleaved);
+      AttendBackward(a, layer, dbuf_c);
       const T* dq_in = dq;  // d of the projections' outputs
       const T* dk_in = dk;
       if (qk_norm) {  // the rotated gradients' last readers have run: they take d q_pre, d k_pre
@@ -1359,6 +1345,39 @@ void GptCompute<T>::Impl::LlamaBackwardGroup(int layer, int group, const LayerPa
   }
 }
 
+template <typename T>
+void GptCompute<T>::Impl::AttendForward(LayerActs& a, int layer) {
+  Ops<T>& o = *ops;
+  const int T_ = config.seq_len, NH = config.n_head, NKV = config.n_kv_head;
+  if (config.rope_dims_in(layer) > 0) {  // else a NoPE layer: q and k as they are
+    o.RopeForward(q, q, CosOf(layer), SinOf(layer), B, T_, NH, hd, rot, config.rope.interleaved);
+    o.RopeForward(k, k, CosOf(layer), SinOf(layer), B, T_, NKV, hd, rot, config.rope.interleaved);
+  }
+  if (q_scale != T(1)) o.Scale(q, q_scale, N * A);
+  o.GqaExpandForward(a.qkv, q, k, v, N, NH, NKV, hd);
+  o.AttentionForward(a.atty, a.att, attn_scratch, a.qkv, B, T_, A, NH, config.window_in(layer), attn_softcap);
+}
+
+template <typename T>
+void GptCompute<T>::Impl::AttendBackward(LayerActs& a, int layer, const T* datty) {
+  Ops<T>& o = *ops;
+  const int T_ = config.seq_len, NH = config.n_head, NKV = config.n_kv_head;
+  o.Zero(dqkv, N * 3 * A);
+  o.AttentionBackward(dqkv, attn_scratch, datty, a.qkv, a.atty, a.att, B, T_, A, NH, config.window_in(layer),
+                      attn_softcap);
+  o.Zero(dq_rot, N * A);
+  o.Zero(dk_rot, N * Ckv);
+  o.Zero(dv, N * Ckv);
+  o.GqaExpandBackward(dq_rot, dk_rot, dv, dqkv, N, NH, NKV, hd);
+  if (q_scale != T(1)) o.Scale(dq_rot, q_scale, N * A);
+  o.Zero(dq, N * A);
+  o.Zero(dk, N * Ckv);
+  // A NoPE layer turns no column: the gradients pass through (rot 0).
+  const int layer_rot = config.rope_dims_in(layer);
+  o.RopeBackward(dq, dq_rot, CosOf(layer), SinOf(layer), B, T_, NH, hd, layer_rot, config.rope.interleaved);
+  o.RopeBackward(dk, dk_rot, CosOf(layer), SinOf(layer), B, T_, NKV, hd, layer_rot, config.rope.interleaved);
+}
+
 // Latent attention's q, k and v (DeepseekV3Attention): q = q_b(rms(q_a(x)))
 // (or q_proj(x)), [kv latent | k_rope] = kv_a(x), [k_nope_h | v_h] =
 // kv_b(rms(kv latent)) per head. The attention sees each head's q and k
@@ -1370,7 +1389,7 @@ template <typename T>
 void GptCompute<T>::Impl::LatentQkvForward(LayerActs& a, const LayerParams& lp, int layer) {
   const std::vector<const T*>& p = lp.values;
   Ops<T>& o = *ops;
-  const int NH = config.n_head, T_ = config.seq_len, Wa = KvaWidth(), Wkv = KvbWidth(), Ao = config.attn_out_width();
+  const int NH = config.n_head, Wa = KvaWidth(), Wkv = KvbWidth(), Ao = config.attn_out_width();
   const double eps = config.latent_norm_eps;
   const auto lat = static_cast<size_t>(LatentIndex(config));
   const T* in = AttnInput(a, layer);
@@ -1391,11 +1410,7 @@ void GptCompute<T>::Impl::LatentQkvForward(LayerActs& a, const LayerParams& lp, 
   o.CopyHeadColumns(k + rot, A, hd, mla_kvb, Wkv, dn + dv_head, N, NH, dn, false);
   o.Zero(v, N * A);
   o.CopyHeadColumns(v, A, hd, mla_kvb + dn, Wkv, dn + dv_head, N, NH, dv_head, false);
-  o.RopeForward(q, q, CosOf(layer), SinOf(layer), B, T_, NH, hd, rot, config.rope.interleaved);
-  o.RopeForward(k, k, CosOf(layer), SinOf(layer), B, T_, NH, hd, rot, config.rope.interleaved);
-  if (q_scale != T(1)) o.Scale(q, q_scale, N * A);
-  o.GqaExpandForward(a.qkv, q, k, v, N, NH, NH, hd);
-  o.AttentionForward(a.atty, a.att, attn_scratch, a.qkv, B, T_, A, NH, config.window_in(layer), attn_softcap);
+  AttendForward(a, layer);
   o.CopyHeadColumns(a.atty_v, Ao, dv_head, a.atty, A, hd, N, NH, dv_head, false);
 }
 
@@ -1407,23 +1422,12 @@ void GptCompute<T>::Impl::LatentQkvBackward(LayerActs& a, const LayerParams& lp,
                                             kernels::GradMode mode, int layer) {
   const std::vector<const T*>& p = lp.values;
   Ops<T>& o = *ops;
-  const int NH = config.n_head, T_ = config.seq_len, Wa = KvaWidth(), Wkv = KvbWidth(), Ao = config.attn_out_width();
+  const int NH = config.n_head, Wa = KvaWidth(), Wkv = KvbWidth(), Ao = config.attn_out_width();
   const auto lat = static_cast<size_t>(LatentIndex(config));
   T* datty = dq;  // d of the padded attention output; dq's first writer comes after its last reader
   o.Zero(datty, N * A);
   o.CopyHeadColumns(datty, A, hd, dbuf_c, Ao, dv_head, N, NH, dv_head, false);
-  o.Zero(dqkv, N * 3 * A);
-  o.AttentionBackward(dqkv, attn_scratch, datty, a.qkv, a.atty, a.att, B, T_, A, NH, config.window_in(layer),
-                      attn_softcap);
-  o.Zero(dq_rot, N * A);
-  o.Zero(dk_rot, N * A);
-  o.Zero(dv, N * A);
-  o.GqaExpandBackward(dq_rot, dk_rot, dv, dqkv, N, NH, NH, hd);
-  if (q_scale != T(1)) o.Scale(dq_rot, q_scale, N * A);
-  o.Zero(dq, N * A);
-  o.Zero(dk, N * A);
-  o.RopeBackward(dq, dq_rot, CosOf(layer), SinOf(layer), B, T_, NH, hd, rot, config.rope.interleaved);
-  o.RopeBackward(dk, dk_rot, CosOf(layer), SinOf(layer), B, T_, NH, hd, rot, config.rope.interleaved);
+  AttendBackward(a, layer, datty);
   // The projections' gradients, where their outputs were (the forward's
   // values there are not read again).
   T* dmla_q = mla_q;
