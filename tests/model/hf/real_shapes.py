@@ -66,7 +66,12 @@ latent attention over 128 heads (q rank 1536, kv rank 512, q/k heads of
 with its mscale_all_dim; 8 experts a token by sigmoid score + a random
 selection bias within 4 of 8 groups, normalized and times 2.5, one shared
 expert; untied; the vocabulary cut from 129280 to 32000 and the experts to
-16 to fit 17 GB in float64). The models with
+16 to fit 17 GB in float64), deepseek-v2-lite-1l (DeepSeek-V2-Lite's widths
+at 1 routed layer: latent attention over 16 heads without q's latent (kv
+rank 512, q/k heads of 128 + 64 rotated in interleaved pairs, values of
+128), YaRN by 40 over 4096 positions with mscale and mscale_all_dim 0.707;
+6 of 64 experts of 1408 a token by softmax probability, not renormalized,
+two shared experts; a 102400 vocabulary, untied). The models with
 experts run transformers' eager experts loop.
 Prints one line per model: both losses and their difference.
 """
@@ -264,6 +269,18 @@ def deepseek_v3():
                              mscale=1.0, mscale_all_dim=1.0, beta_fast=32.0, beta_slow=1.0))
 
 
+def deepseek_v2_lite():
+    return transformers.DeepseekV2ForCausalLM, transformers.DeepseekV2Config(
+        vocab_size=102400, hidden_size=2048, intermediate_size=10944, moe_intermediate_size=1408, num_hidden_layers=1,
+        num_attention_heads=16, num_key_value_heads=16, n_routed_experts=64, num_experts_per_tok=6,
+        n_shared_experts=2, topk_method="greedy", n_group=1, topk_group=1, routed_scaling_factor=1.0,
+        norm_topk_prob=False, first_k_dense_replace=0, kv_lora_rank=512, q_lora_rank=None, qk_rope_head_dim=64,
+        qk_nope_head_dim=128, v_head_dim=128, max_position_embeddings=163840, rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=40.0, original_max_position_embeddings=4096,
+                             mscale=0.707, mscale_all_dim=0.707, beta_fast=32.0, beta_slow=1.0))
+
+
 def gemma3_4b():
     return transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(
         vocab_size=262208, hidden_size=2560, intermediate_size=10240, num_hidden_layers=2, num_attention_heads=8,
@@ -281,7 +298,7 @@ SHAPES = {"qwen3-0.6b": qwen3, "phi4-mini-2l": phi4_mini, "smollm3-4l": smollm3,
           "qwen3-30b-a3b-1l": qwen3_moe_30b, "olmoe-1b-7b-2l": olmoe_1b_7b,
           "qwen1.5-moe-a2.7b-1l": qwen15_moe_a27b, "glm4.5-air-1l-16e": glm45_air,
           "ernie4.5-21b-a3b-2l-32e": ernie45_21b, "dots.llm1-1l-16e": dots1,
-          "deepseek-v3-1l-16e-32k": deepseek_v3}
+          "deepseek-v3-1l-16e-32k": deepseek_v3, "deepseek-v2-lite-1l": deepseek_v2_lite}
 
 
 def check(name, zinf, work):
