@@ -336,7 +336,7 @@ struct Architecture {
   int default_groups = 1;
   int default_topk_groups = 1;
   double default_routed_scale = 1.0;  // routed_scaling_factor when absent
-  // DeepSeek-V3: multi-head latent attention (ParseLatentAttention).
+  // DeepSeek-V2 and V3: multi-head latent attention (ParseLatentAttention).
   bool latent_attention = false;
 };
 
@@ -1139,9 +1139,10 @@ void ParseDeepSeekExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arc
   // not read); its group-limited one needs both.
   std::string method;
   if (v2) {
+    r.RefuseNull("topk_method", "\"greedy\" or \"group_limited_greedy\"");
     const json* t = r.Get("topk_method");
     method = t != nullptr && t->is_string() ? t->get<std::string>() : t == nullptr ? "greedy" : "";
-    if (method != "greedy" && method != "group_limited_greedy") {
+    if (t != nullptr && method != "greedy" && method != "group_limited_greedy") {
       r.Error("topk_method: " + (t != nullptr ? t->dump() : std::string("null")) + " (transformers' " + c.architecture +
               " knows \"greedy\" and \"group_limited_greedy\")");
     }
@@ -1370,11 +1371,12 @@ void ParseExperts(KeyReader& r, HfCheckpoint& c, const Architecture& arch, int d
   }
 }
 
-// DeepSeek-V3's multi-head latent attention (transformers'
-// DeepseekV3Attention): kv_lora_rank, q_lora_rank (null: q_proj),
-// qk_nope_head_dim + qk_rope_head_dim a head's q and k (head_dim, which
-// transformers derives as qk_rope_head_dim, is read only to check it),
-// v_head_dim; rope_interleave; with YaRN's mscale_all_dim the scores
+// DeepSeek-V2's and V3's multi-head latent attention (transformers'
+// DeepseekV2Attention, DeepseekV3Attention): kv_lora_rank, q_lora_rank
+// (null: q_proj), qk_nope_head_dim + qk_rope_head_dim a head's q and k
+// (head_dim, which transformers derives as qk_rope_head_dim, is read only
+// to check it), v_head_dim; V3's rope_interleave (V2 always turns
+// interleaved pairs and has no such key); with YaRN's mscale_all_dim the scores
 // scaled by its mscale squared (attn_scalar). As many key/value heads as
 // heads: transformers' attention repeats them otherwise, which fails.
 void ParseLatentAttention(KeyReader& r, HfCheckpoint& c, const Architecture& arch) {

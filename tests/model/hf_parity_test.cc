@@ -1651,6 +1651,7 @@ TEST(HfCheckpointTest, DeepseekV2AsTransformersReadsIt) {
     EXPECT_NE(bad.status().message().find(expect), std::string::npos) << bad.status().ToString();
   };
   refused([](nlohmann::json& d) { d["topk_method"] = "noaux_tc"; }, "topk_method: \"noaux_tc\"");
+  refused([](nlohmann::json& d) { d["topk_method"] = nullptr; }, "topk_method: null");
   refused([](nlohmann::json& d) { d.erase("n_group"); }, "n_group: missing");
   refused([](nlohmann::json& d) { d["n_group"] = 3; }, "n_group: 3 groups of the 8 experts");
   refused([](nlohmann::json& d) { d["topk_group"] = 1; }, "topk_group: 1 of 4 groups of 2 experts");
