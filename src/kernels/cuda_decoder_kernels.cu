@@ -135,11 +135,11 @@ __global__ void GqaExpandBackwardKernel(float* dq, float* dk, float* dv, const f
   }
 }
 
-// A thread per destination element; summing heads into one (dst_head 0,
-// H > 1) it adds them in order (no atomics: the CPU's bits).
+// A thread per destination element; summing heads into one (sum_heads:
+// the launcher's dst_head 0 with H > 1) it adds them in order (no atomics:
+// the CPU's bits).
 __global__ void CopyHeadColumnsKernel(float* dst, int64_t dst_ld, int dst_head, const float* src, int64_t src_ld,
-                                      int src_head, int64_t N, int H, int width, bool accumulate) {
-  const bool sum_heads = dst_head == 0 && H > 1;
+                                      int src_head, int64_t N, int H, int width, bool accumulate, bool sum_heads) {
   const int heads_out = sum_heads ? 1 : H;
   ZINF_GRID_STRIDE(i, N * heads_out * width) {
     const int64_t n = i / (int64_t{heads_out} * width);
@@ -218,12 +218,13 @@ Status GqaExpandBackward(float* dq, float* dk, float* dv, const float* dqkv, int
 
 Status CopyHeadColumns(float* dst, int64_t dst_ld, int dst_head, const float* src, int64_t src_ld, int src_head,
                        int64_t N, int H, int width, bool accumulate, void* stream) {
-  if (dst_head == 0 && H > 1 && !accumulate) {
+  const bool sum_heads = dst_head == 0 && H > 1;
+  if (sum_heads && !accumulate) {
     return Status::InvalidArgument("copy_head_columns: summing heads into one needs accumulate (cpu_kernels.h)");
   }
-  const int64_t items = N * (dst_head == 0 && H > 1 ? 1 : H) * width;
-  CopyHeadColumnsKernel<<<GridFor(items, kThreads), kThreads, 0, AsStream(stream)>>>(dst, dst_ld, dst_head, src, src_ld,
-                                                                                     src_head, N, H, width, accumulate);
+  const int64_t items = N * (sum_heads ? 1 : H) * width;
+  CopyHeadColumnsKernel<<<GridFor(items, kThreads), kThreads, 0, AsStream(stream)>>>(
+      dst, dst_ld, dst_head, src, src_ld, src_head, N, H, width, accumulate, sum_heads);
   return LaunchStatus("copy_head_columns");
 }
 

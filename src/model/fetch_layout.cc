@@ -200,14 +200,13 @@ int64_t Matmul16Bytes(const GptConfig& model, int batch, ComputeKernels kernels,
   // (kv_lora_rank -> n_head * (nope + v_head_dim), q_lora_rank ->
   // attn_width()).
   const int64_t C = model.n_embd, N = int64_t{batch} * model.seq_len;
-  const int64_t kv_a = model.mla() ? model.kv_lora_rank + model.qk_rope_head_dim : 0;
-  const int64_t out = model.llama() ? std::max<int64_t>({model.intermediate_size, model.attn_width(), model.n_experts,
-                                                         model.shared_expert_size, model.dense_width(), kv_a})
-                                    : 4 * C;
+  const int64_t out = model.llama()
+                          ? std::max<int64_t>({model.intermediate_size, model.attn_width(), model.n_experts,
+                                               model.shared_expert_size, model.dense_width(), model.kv_a_width()})
+                          : 4 * C;
   int64_t scratch = kernels::cuda::Matmul16ScratchBytes(N, C, out);
   if (model.llama() && model.mla()) {
-    const int64_t kv_b = int64_t{model.n_head} * (model.head_dim() - model.qk_rope_head_dim + model.v_head_dim);
-    scratch = std::max({scratch, kernels::cuda::Matmul16ScratchBytes(N, model.kv_lora_rank, kv_b),
+    scratch = std::max({scratch, kernels::cuda::Matmul16ScratchBytes(N, model.kv_lora_rank, model.kv_b_width()),
                         kernels::cuda::Matmul16ScratchBytes(N, model.q_lora_rank, model.attn_width())});
   }
   return kernels::cuda::kLtWorkspaceBytes + scratch;

@@ -65,10 +65,9 @@ int64_t GptConfig::NumParameters() const {
     int64_t attn = 2 * C + 2 * A * C + 2 * kv * C + (qkv_bias ? A + 2 * kv : 0) +
                    (qk_norm ? q_norm_width() + k_norm_width() : 0) + (sandwich_norms ? 2 * C : 0);
     if (mla()) {  // q (through its latent), the kv latent and its norm, kv_b_proj, o_proj
-      const int64_t rq = q_lora_rank, rkv = kv_lora_rank, dr = qk_rope_head_dim;
-      const int64_t kv_b = int64_t{n_head} * (head_dim() - dr + v_head_dim) * rkv;
-      attn = 2 * C + (rq > 0 ? rq * C + rq + A * rq : A * C) + (rkv + dr) * C + rkv + kv_b + C * attn_out_width() +
-             (sandwich_norms ? 2 * C : 0);
+      const int64_t rq = q_lora_rank, rkv = kv_lora_rank;
+      attn = 2 * C + (rq > 0 ? rq * C + rq + A * rq : A * C) + kv_a_width() * C + rkv + kv_b_width() * rkv +
+             C * attn_out_width() + (sandwich_norms ? 2 * C : 0);
     }
     // A routed layer's MLP: the experts, the router, a shared expert.
     const int64_t shared = shared_expert() ? 3 * int64_t{shared_expert_size} * C + (shared_expert_gate ? C : 0) : 0;
@@ -423,11 +422,10 @@ std::vector<BlockSpec> LlamaBlockSpecs(const GptConfig& config) {
                  {mlp + "up_proj.weight", {I, C}},
                  {mlp + "down_proj.weight", {C, I}}}};
     if (config.mla()) {
-      const int64_t rq = config.q_lora_rank, rkv = config.kv_lora_rank, dr = config.qk_rope_head_dim;
-      const int64_t kv_b = int64_t{config.n_head} * (config.head_dim() - dr + config.v_head_dim);
+      const int64_t rq = config.q_lora_rank, rkv = config.kv_lora_rank;
       if (rq > 0) b.tensors[kQW] = {"q_a_proj.weight", {rq, C}};
-      b.tensors[kKW] = {"kv_a_proj_with_mqa.weight", {rkv + dr, C}};
-      b.tensors[kVW] = {"kv_b_proj.weight", {kv_b, rkv}};
+      b.tensors[kKW] = {"kv_a_proj_with_mqa.weight", {config.kv_a_width(), C}};
+      b.tensors[kVW] = {"kv_b_proj.weight", {config.kv_b_width(), rkv}};
       b.tensors[kOW] = {"o_proj.weight", {C, config.attn_out_width()}};
     }
     if (config.qkv_bias) {
@@ -811,8 +809,8 @@ struct GptCompute<T>::Impl {
   T* mla_kvb = nullptr;
   T* dlat = nullptr;
   T* dlat_pre = nullptr;
-  int KvaWidth() const { return rkv + rot; }
-  int KvbWidth() const { return config.n_head * (dn + dv_head); }
+  int KvaWidth() const { return config.kv_a_width(); }
+  int KvbWidth() const { return static_cast<int>(config.kv_b_width()); }
   // o_proj's input: the attention's output, or latent attention's values
   // cut out of it.
   const T* AttnOut(const LayerActs& a) const { return config.mla() ? a.atty_v : a.atty; }

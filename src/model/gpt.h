@@ -174,7 +174,8 @@ struct GptConfig {
   // side (transformers' nn.Embedding padding_idx, from pad_token_id; a tied
   // head still trains it); -1: none.
   int padding_token = -1;
-  // Multi-head latent attention (DeepSeek-V3's; kLlama, kv_lora_rank > 0):
+  // Multi-head latent attention (DeepSeek-V2's and V3's; kLlama,
+  // kv_lora_rank > 0):
   // keys and values come out of a latent of kv_lora_rank columns per token
   // (kv_a_proj_with_mqa, which also gives qk_rope_head_dim columns of one
   // key part shared by every head; the latent's RMSNorm kv_a_layernorm;
@@ -291,6 +292,11 @@ struct GptConfig {
   // What o_proj reads: the heads' values (attn_width() but with latent
   // attention's v_head_dim).
   int attn_out_width() const { return mla() ? n_head * v_head_dim : attn_width(); }
+  // Latent attention's projection widths: kv_a_proj_with_mqa's output (the
+  // kv latent and the shared rotated key part) and kv_b_proj's (each head's
+  // unrotated key part and its value); 0 without it.
+  int kv_a_width() const { return mla() ? kv_lora_rank + qk_rope_head_dim : 0; }
+  int64_t kv_b_width() const { return mla() ? int64_t{n_head} * (head_dim() - qk_rope_head_dim + v_head_dim) : 0; }
   int64_t NumParameters() const;  // including the vocabulary padding rows
   // The parameters a token's forward multiplies by: NumParameters less,
   // in each routed layer, the experts it is not sent to (E - K of them).

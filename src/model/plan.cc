@@ -171,8 +171,7 @@ int64_t ActivationBytes(const GptConfig& m, int batch, ComputeKernels kernels, i
   bytes += f(3 * NA) + 2 * f(NA) + 3 * f(N * Ckv);                // d qkv; d q (rotated and not); d k (both), d v
   if (m.local_rope_theta > 0 && !m.local_rope_layers.empty()) bytes += 2 * f(T * (m.rope_dims() / 2));
   if (m.mla()) {  // the projections' outputs (and gradients): q, kv_a, kv_b; the latents' gradients
-    const int64_t rq = m.q_lora_rank, rkv = m.kv_lora_rank, dr = m.qk_rope_head_dim;
-    bytes += f(NA) + f(N * (rkv + dr)) + f(N * NH * (hd - dr + m.v_head_dim)) + 2 * f(N * std::max(rq, rkv));
+    bytes += f(NA) + f(N * m.kv_a_width()) + f(N * m.kv_b_width()) + 2 * f(N * std::max(m.q_lora_rank, m.kv_lora_rank));
   }
   const int64_t norm_elems = std::max<int64_t>({C, hd, m.q_lora_rank, m.kv_lora_rank});
   if (m.norm_unit_offset) bytes += 2 * f(norm_elems);                  // ones, 1 + w
