@@ -135,7 +135,17 @@ void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int
 
 template <typename T>
 void GluForward(T* out, const T* gate, const T* up, int64_t n, Glu glu) {
-  if (glu == Glu::kGeluTanh) {
+  if (glu.kind == Glu::kClampedSwiglu) {
+    const T alpha = static_cast<T>(glu.alpha), limit = static_cast<T>(glu.limit);
+    return VectorizedChunks(n, [&](int64_t i0, int64_t i1) ZINF_INLINE_LAMBDA {
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) {
+        const T g = std::min(gate[i], limit), u = std::clamp(up[i], -limit, limit);
+        out[i] = (u + T(1)) * (g * Logistic<T>(alpha * g));
+      }
+    });
+  }
+  if (glu.kind == Glu::kGeluTanh) {
     return VectorizedChunks(n, [&](int64_t i0, int64_t i1) ZINF_INLINE_LAMBDA {
 #pragma omp simd
       for (int64_t i = i0; i < i1; ++i) out[i] = Gelu<T>(gate[i]) * up[i];
@@ -152,7 +162,21 @@ void GluForward(T* out, const T* gate, const T* up, int64_t n, Glu glu) {
 
 template <typename T>
 void GluBackward(T* dgate, T* dup, const T* gate, const T* up, const T* dout, int64_t n, Glu glu) {
-  if (glu == Glu::kGeluTanh) {
+  if (glu.kind == Glu::kClampedSwiglu) {
+    const T alpha = static_cast<T>(glu.alpha), limit = static_cast<T>(glu.limit);
+    return VectorizedChunks(n, [&](int64_t i0, int64_t i1) ZINF_INLINE_LAMBDA {
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i) {
+        const T g = std::min(gate[i], limit), u = std::clamp(up[i], -limit, limit);
+        const T sig = Logistic<T>(alpha * g);
+        const T dact = gate[i] <= limit ? sig * (T(1) + alpha * g * (T(1) - sig)) : T(0);
+        const T dclamp = up[i] >= -limit && up[i] <= limit ? T(1) : T(0);
+        dgate[i] += dout[i] * (u + T(1)) * dact;
+        dup[i] += dout[i] * g * sig * dclamp;
+      }
+    });
+  }
+  if (glu.kind == Glu::kGeluTanh) {
     return VectorizedChunks(n, [&](int64_t i0, int64_t i1) ZINF_INLINE_LAMBDA {
 #pragma omp simd
       for (int64_t i = i0; i < i1; ++i) {

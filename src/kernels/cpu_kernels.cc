@@ -768,7 +768,8 @@ inline int EndQuery(int t2, int window, int T_) { return window > 0 ? std::min(T
 }  // namespace
 
 template <typename T>
-void AttentionForward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH, int window, float softcap) {
+void AttentionForward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH, int window, float softcap,
+                      const T* sinks) {
   window = InEffect(window, T_);
   const int hs = C / NH;
   const int64_t C3 = 3 * static_cast<int64_t>(C);
@@ -791,7 +792,8 @@ void AttentionForward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH
           a[t2] = s;
           maxv = std::max(maxv, s);
         }
-        double sum = 0.0;
+        if (sinks != nullptr) maxv = std::max(maxv, sinks[h]);
+        double sum = sinks != nullptr ? static_cast<double>(std::exp(sinks[h] - maxv)) : 0.0;
         for (int t2 = lo; t2 <= t; ++t2) {
           a[t2] = std::exp(a[t2] - maxv);
           sum += a[t2];
@@ -814,7 +816,7 @@ void AttentionForward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH
 
 template <typename T>
 void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int T_, int C, int NH,
-                       int window, float softcap) {
+                       int window, float softcap, T* dsinks) {
   // Two passes so that each thread owns what it writes. Pass 1, per query
   // row t: the gradient of the pre-softmax scores (kept in scratch) and dq[t].
   // Pass 2, per key row t2: dk[t2] and dv[t2], summed over the queries
@@ -824,6 +826,9 @@ void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T
   const int64_t C3 = 3 * static_cast<int64_t>(C);
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hs)));
   const T cap = static_cast<T>(softcap);
+  // With sinks: each row's p_sink * D (D = sum_j att[j] d att[j], which is
+  // dout . out), summed per head after the pass.
+  std::vector<double> sink_terms(dsinks != nullptr ? static_cast<size_t>(B) * NH * T_ : 0);
 #pragma omp parallel for collapse(3) schedule(static) if (WorthThreads(int64_t{B} * T_ * T_ * C))
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
@@ -844,6 +849,11 @@ void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T
           dpre[t2] = s;
           dot += a[t2] * s;
         }
+        if (dsinks != nullptr) {  // p_sink = 1 - the row's probabilities
+          double p = 1.0;
+          for (int t2 = lo; t2 <= t; ++t2) p -= a[t2];
+          sink_terms[row / T_] = p * dot;
+        }
         for (int t2 = lo; t2 <= t; ++t2) {
           dpre[t2] = a[t2] * (dpre[t2] - static_cast<T>(dot)) * scale;
           if (cap > T(0)) {  // through the cap: times 1 - tanh(s / cap)^2, s recomputed
@@ -863,6 +873,15 @@ void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T
           for (int i = 0; i < hs; ++i) dq[i] += w * k[i];
         }
       }
+    }
+  }
+  if (dsinks != nullptr) {
+    for (int h = 0; h < NH; ++h) {
+      double sum = 0.0;
+      for (int b = 0; b < B; ++b) {
+        for (int t = 0; t < T_; ++t) sum += sink_terms[(static_cast<int64_t>(b) * NH + h) * T_ + t];
+      }
+      dsinks[h] -= static_cast<T>(sum);
     }
   }
 #pragma omp parallel for collapse(3) schedule(static) if (WorthThreads(int64_t{B} * T_ * T_ * C))
@@ -913,9 +932,9 @@ ZINF_ALWAYS_INLINE T AttentionExp(T x) {
 struct AttentionRowOps {
   // row[first, n) = softmax(row[first, n) * scale), or with a cap
   // softmax(cap * tanh(row * scale / cap)), the rest of row[0, width) = 0;
-  // returns the log-sum-exp.
+  // returns the log-sum-exp. A `sink` (or null) joins the sum, not the row.
   template <typename T>
-  static ZINF_ALWAYS_INLINE T Softmax(T* row, int first, int n, int width, T scale, T cap) {
+  static ZINF_ALWAYS_INLINE T Softmax(T* row, int first, int n, int width, T scale, T cap, const T* sink) {
     if (cap > T(0)) {
       const T to_cap = scale / cap;
 #pragma omp simd
@@ -925,9 +944,10 @@ struct AttentionRowOps {
     T m = row[first];
 #pragma omp simd reduction(max : m)
     for (int j = first; j < n; ++j) m = row[j] > m ? row[j] : m;
+    if (sink != nullptr) m = std::max(m, *sink / scale);  // the sink is a logit already scaled
 #pragma omp simd
     for (int j = first; j < n; ++j) row[j] = AttentionExp<T>((row[j] - m) * scale);
-    const T sum = SumLanes<T>(row + first, n - first);
+    const T sum = SumLanes<T>(row + first, n - first) + (sink != nullptr ? std::exp(*sink - m * scale) : T(0));
     const T inv = T(1) / sum;
 #pragma omp simd
     for (int j = first; j < n; ++j) row[j] *= inv;
@@ -1001,7 +1021,8 @@ struct AttentionItems {
 }  // namespace
 
 template <typename T>
-void FusedAttentionForward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH, int window, float softcap) {
+void FusedAttentionForward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH, int window, float softcap,
+                           const T* sinks) {
   window = InEffect(window, T_);
   const AttentionItems items(B, T_, C, NH);
   const int hs = items.hs;
@@ -1017,12 +1038,13 @@ void FusedAttentionForward(T* out, T* lse, const T* qkv, int B, int T_, int C, i
     const T* k = qkv + it.qkv + k0 * C3 + C + it.head;
     const T* v = qkv + it.qkv + k0 * C3 + 2 * C + it.head;
     T* s = ThreadBuffer<T>(kAttentionScores, static_cast<size_t>(it.rows) * keys);
+    const T* sink = sinks != nullptr ? sinks + it.head / hs : nullptr;
     Gemm<T>(s, keys, q, C3, 1, k, 1, C3, it.rows, keys, hs, /*set=*/true);  // q . k
     Vectorized([&]() ZINF_INLINE_LAMBDA {
       for (int r = 0; r < it.rows; ++r) {  // query t = t0 + r sees keys FirstKey(t) .. t
         const int t = it.t0 + r;
-        lse[it.bh + t] =
-            AttentionRowOps::Softmax<T>(s + int64_t{r} * keys, FirstKey(t, window) - k0, t + 1 - k0, keys, scale, cap);
+        lse[it.bh + t] = AttentionRowOps::Softmax<T>(s + int64_t{r} * keys, FirstKey(t, window) - k0, t + 1 - k0, keys,
+                                                     scale, cap, sink);
       }
     });
     Gemm<T>(out + it.btc + int64_t{it.t0} * C + it.head, C, s, keys, 1, v, C3, 1, it.rows, hs, keys, /*set=*/true);
@@ -1031,7 +1053,7 @@ void FusedAttentionForward(T* out, T* lse, const T* qkv, int B, int T_, int C, i
 
 template <typename T>
 void FusedAttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* out, const T* lse, int B, int T_,
-                            int C, int NH, int window, float softcap) {
+                            int C, int NH, int window, float softcap, const T* sinks, T* dsinks) {
   window = InEffect(window, T_);
   const AttentionItems items(B, T_, C, NH);
   const int hs = items.hs;
@@ -1049,6 +1071,19 @@ void FusedAttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, co
       T d = T(0);
       for (int c = 0; c < hs; ++c) d += dout[at + c] * out[at + c];
       D[it.bh + it.t0 + r] = d;
+    }
+  }
+  // The sinks' gradient: -sum over a head's rows of p_sink * D, p_sink =
+  // exp(sink - lse); a thread per head, its rows in order.
+  if (sinks != nullptr && dsinks != nullptr) {
+#pragma omp parallel for schedule(static) if (threads)
+    for (int h = 0; h < NH; ++h) {
+      T sum = T(0);
+      for (int b = 0; b < B; ++b) {
+        const int64_t bh = (int64_t{b} * NH + h) * T_;
+        for (int t = 0; t < T_; ++t) sum += std::exp(sinks[h] - lse[bh + t]) * D[bh + t];
+      }
+      dsinks[h] -= sum;
     }
   }
   // dS = P * (dP - D) * scale with P = exp(q.k * scale - lse) (through
@@ -1216,11 +1251,11 @@ void CrossEntropyForwardBackward(T* losses, T* dlogits, const T* logits, const i
   template void LayerNormBackward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int64_t, int);  \
   template void MatmulForward<T>(T*, const T*, const T*, const T*, int64_t, int, int);                             \
   template void MatmulBackward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int, int, GradMode);          \
-  template void AttentionForward<T>(T*, T*, const T*, int, int, int, int, int, float);                             \
-  template void AttentionBackward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int, int, float);        \
-  template void FusedAttentionForward<T>(T*, T*, const T*, int, int, int, int, int, float);                        \
+  template void AttentionForward<T>(T*, T*, const T*, int, int, int, int, int, float, const T*);                   \
+  template void AttentionBackward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int, int, float, T*);    \
+  template void FusedAttentionForward<T>(T*, T*, const T*, int, int, int, int, int, float, const T*);              \
   template void FusedAttentionBackward<T>(T*, T*, const T*, const T*, const T*, const T*, int, int, int, int, int, \
-                                          float);                                                                  \
+                                          float, const T*, T*);                                                    \
   template void SoftcapForward<T>(T*, T, int64_t);                                                                 \
   template void SoftcapBackward<T>(T*, const T*, T, int64_t);                                                      \
   template void GeluForward<T>(T*, const T*, int64_t);                                                             \

@@ -43,10 +43,27 @@ inline constexpr double kLayerNormEps = 1e-5;
 // storing it equals adding it to a zero.
 enum class GradMode { kAdd, kSet };
 
-// The gate's activation of a gated MLP, out = act(gate) * up: SiLU
-// (SwiGLU: Llama and most of its family) or GELU's tanh approximation
-// (GeGLU: Gemma's gelu_pytorch_tanh).
-enum class Glu { kSilu, kGeluTanh };
+// The gated MLP's activation, out = act(gate, up): SiLU (SwiGLU: Llama and
+// most of its family) or GELU's tanh approximation (GeGLU: Gemma's
+// gelu_pytorch_tanh) of the gate times up, or GPT-OSS's clamped SwiGLU
+// with its alpha and limit (see GluForward). A kind converts to a Glu, so
+// `glu == Glu::kSilu` reads as before.
+struct Glu {
+  enum Kind { kSilu, kGeluTanh, kClampedSwiglu };
+  Kind kind = kSilu;
+  float alpha = 0, limit = 0;                 // kClampedSwiglu's (swiglu_alpha, swiglu_limit)
+  constexpr Glu(Kind k = kSilu) : kind(k) {}  // NOLINT(google-explicit-constructor): a kind is a Glu
+  static constexpr Glu ClampedSwiglu(float alpha, float limit) {
+    Glu g(kClampedSwiglu);
+    g.alpha = alpha;
+    g.limit = limit;
+    return g;
+  }
+  friend constexpr bool operator==(Glu a, Glu b) {
+    return a.kind == b.kind && a.alpha == b.alpha && a.limit == b.limit;
+  }
+  friend constexpr bool operator!=(Glu a, Glu b) { return !(a == b); }
+};
 
 // How a mixture-of-experts router turns a token's logits [E] into its k
 // experts and their weights (cpu_kernels.h's MoeRouteForward says how).
@@ -157,13 +174,20 @@ void RoundTo16(float* x, int64_t n, ElementType type);
 // `softcap` > 0 caps the scores before the softmax, s -> softcap *
 // tanh(s / softcap) (Gemma 2's attn_logit_softcapping); 0: none. Every
 // attention kernel here and in cuda_kernels.h takes the window and the cap so.
+// `sinks` [NH], or null: head h's sink logit joins each of its rows'
+// softmax as one more score, with no value (GPT-OSS's attention sinks):
+// p_j = exp(s_j - lse), lse = log(exp(sink_h) + sum_j exp(s_j)), so a row's
+// probabilities sum to less than one.
 template <typename T>
-void AttentionForward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH, int window, float softcap);
+void AttentionForward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH, int window, float softcap,
+                      const T* sinks = nullptr);
 // dqkv += the gradient through the attention. `scratch` holds B*NH*T*T
-// elements. With a softcap the scores are recomputed from q and k.
+// elements. With a softcap the scores are recomputed from q and k. With
+// sinks, `dsinks` [NH] += their gradient, -sum over the head's rows of
+// p_sink * (dout . out), each head's in the rows' order.
 template <typename T>
 void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int T_, int C, int NH,
-                       int window, float softcap);
+                       int window, float softcap, T* dsinks = nullptr);
 
 // The same attention fused, for the host device: per block of 64 queries
 // the scores against its keys become probabilities in the thread's cache
@@ -172,14 +196,16 @@ void AttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T
 // kernels, so other bits (within float rounding of them); the same bits
 // whatever the thread count.
 template <typename T>
-void FusedAttentionForward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH, int window, float softcap);
+void FusedAttentionForward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH, int window, float softcap,
+                           const T* sinks = nullptr);
 // dqkv += the gradient through it, from the forward's `out` and `lse`
 // (unchanged since); `scratch` holds B*NH*T elements. The probabilities
 // are recomputed twice: per block of queries for dq, per block of keys for
-// dk and dv, so that each thread owns what it writes.
+// dk and dv, so that each thread owns what it writes. With sinks (the
+// forward's), dsinks [NH] += their gradient as AttentionBackward's.
 template <typename T>
 void FusedAttentionBackward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* out, const T* lse, int B, int T_,
-                            int C, int NH, int window, float softcap);
+                            int C, int NH, int window, float softcap, const T* sinks = nullptr, T* dsinks = nullptr);
 
 // GELU, tanh approximation (as GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 template <typename T>
@@ -247,11 +273,14 @@ void RopeBackward(T* dinp, const T* dout, const T* cos, const T* sin, int B, int
                   bool interleaved);
 
 // The gated MLP's middle: out = act(gate) * up, act by `glu`: silu(x) =
-// x / (1 + exp(-x)), or GELU (tanh approximation, as GeluForward); arrays
-// of n.
+// x / (1 + exp(-x)), or GELU (tanh approximation, as GeluForward); or the
+// clamped SwiGLU, out = (u + 1) * g * sigmoid(alpha * g) with g =
+// min(gate, limit) and u = clamp(up, -limit, limit). Arrays of n.
 template <typename T>
 void GluForward(T* out, const T* gate, const T* up, int64_t n, Glu glu);
-// dgate += dout * up * act'(gate); dup += dout * act(gate).
+// dgate += dout * d out / d gate; dup += dout * d out / d up (act(gate)
+// for the plain kinds). A clamp passes the gradient where its input is
+// within the limits, the limits included (torch's clamp).
 template <typename T>
 void GluBackward(T* dgate, T* dup, const T* gate, const T* up, const T* dout, int64_t n, Glu glu);
 

@@ -80,16 +80,30 @@ __global__ void RopeKernel(float* out, const float* inp, const float* cos, const
 
 __global__ void GluForwardKernel(float* out, const float* gate, const float* up, int64_t n, Glu glu) {
   ZINF_GRID_STRIDE(i, n) {
+    if (glu.kind == Glu::kClampedSwiglu) {
+      const float g = fminf(gate[i], glu.limit), u = fminf(fmaxf(up[i], -glu.limit), glu.limit);
+      out[i] = (u + 1.f) * (g / (1.f + expf(-glu.alpha * g)));
+      continue;
+    }
     const float g = gate[i];
-    out[i] = (glu == Glu::kGeluTanh ? GeluTanh(g) : g / (1.f + expf(-g))) * up[i];
+    out[i] = (glu.kind == Glu::kGeluTanh ? GeluTanh(g) : g / (1.f + expf(-g))) * up[i];
   }
 }
 
 __global__ void GluBackwardKernel(float* dgate, float* dup, const float* gate, const float* up, const float* dout,
                                   int64_t n, Glu glu) {
   ZINF_GRID_STRIDE(i, n) {
+    if (glu.kind == Glu::kClampedSwiglu) {
+      const float g = fminf(gate[i], glu.limit), u = fminf(fmaxf(up[i], -glu.limit), glu.limit);
+      const float sig = 1.f / (1.f + expf(-glu.alpha * g));
+      const float dact = gate[i] <= glu.limit ? sig * (1.f + glu.alpha * g * (1.f - sig)) : 0.f;
+      const float dclamp = up[i] >= -glu.limit && up[i] <= glu.limit ? 1.f : 0.f;
+      dgate[i] += dout[i] * (u + 1.f) * dact;
+      dup[i] += dout[i] * g * sig * dclamp;
+      continue;
+    }
     const float g = gate[i];
-    if (glu == Glu::kGeluTanh) {
+    if (glu.kind == Glu::kGeluTanh) {
       dgate[i] += dout[i] * up[i] * GeluTanhGrad(g);
       dup[i] += dout[i] * GeluTanh(g);
     } else {

@@ -27,13 +27,32 @@ using test_support::Random;
 struct Shape {
   int B, T, C, NH;
   int window = 0;
-  float softcap = 0;  // 0: none
+  float softcap = 0;   // 0: none
+  bool sinks = false;  // a sink logit per head (GPT-OSS's)
   int64_t N() const { return int64_t{B} * T; }
   std::string Name() const {
     return "B" + std::to_string(B) + " T" + std::to_string(T) + " C" + std::to_string(C) + " NH" + std::to_string(NH) +
-           " window " + std::to_string(window) + " softcap " + std::to_string(softcap);
+           " window " + std::to_string(window) + " softcap " + std::to_string(softcap) + (sinks ? " sinks" : "");
   }
 };
+
+// The heads' sink logits: around the scores' range, so that a sink takes
+// from a few tenths of a row's mass (one key) to almost none; empty
+// without sinks.
+std::vector<double> SinkLogits(const Shape& s, std::mt19937_64& rng) {
+  if (!s.sinks) return {};
+  std::vector<double> v = Random(s.NH, rng, 1.5);
+  for (double& x : v) x += 0.5;
+  return v;
+}
+template <typename T>
+const T* DataOrNull(const std::vector<T>& v) {
+  return v.empty() ? nullptr : v.data();
+}
+template <typename T>
+T* DataOrNull(std::vector<T>& v) {
+  return v.empty() ? nullptr : v.data();
+}
 
 template <typename T>
 std::vector<T> Cast(const std::vector<double>& v) {
@@ -44,21 +63,26 @@ TEST(CpuAttentionTest, BackwardMatchesFiniteDifferences) {
   // Two query blocks (T 70 > 64) so that both passes cross a block edge.
   // A window of 9 keys: the passes' key and query ranges start and end
   // inside a block. Softcaps well inside the scores' range (Gemma 2's).
-  for (const Shape s : {Shape{2, 5, 8, 2}, Shape{1, 70, 6, 2}, Shape{1, 70, 6, 2, 9}, Shape{2, 5, 8, 2, 0, 0.5f},
-                        Shape{1, 70, 6, 2, 9, 0.7f}}) {
+  // Sinks: with a window and a cap, across the blocks.
+  for (const Shape s :
+       {Shape{2, 5, 8, 2}, Shape{1, 70, 6, 2}, Shape{1, 70, 6, 2, 9}, Shape{2, 5, 8, 2, 0, 0.5f},
+        Shape{1, 70, 6, 2, 9, 0.7f}, Shape{2, 5, 8, 2, 0, 0, true}, Shape{1, 70, 6, 2, 9, 0.7f, true}}) {
     SCOPED_TRACE(s.Name());
     std::mt19937_64 rng(11);
     std::vector<double> qkv = Random(s.N() * 3 * s.C, rng, 1.5), w = Random(s.N() * s.C, rng);
+    std::vector<double> sinks = SinkLogits(s, rng);
     std::vector<double> out(s.N() * s.C), lse(int64_t{s.B} * s.NH * s.T), scratch(lse.size());
     auto objective = [&] {
-      FusedAttentionForward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window, s.softcap);
+      FusedAttentionForward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window, s.softcap,
+                            DataOrNull(sinks));
       return Dot(out, w);
     };
     objective();
-    std::vector<double> dqkv = Filled(qkv.size());
+    std::vector<double> dqkv = Filled(qkv.size()), dsinks = Filled(sinks.size());
     FusedAttentionBackward(dqkv.data(), scratch.data(), w.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.C,
-                           s.NH, s.window, s.softcap);
+                           s.NH, s.window, s.softcap, DataOrNull(sinks), DataOrNull(dsinks));
     ExpectGradient("dqkv", qkv, dqkv, objective);
+    if (s.sinks) ExpectGradient("dsinks", sinks, dsinks, objective);
   }
 }
 
@@ -71,17 +95,19 @@ void CheckAgainstUnfused(const Shape& s, double tol) {
   std::mt19937_64 rng(static_cast<uint64_t>(s.T * 31 + s.C));
   const std::vector<T> qkv = Cast<T>(Random(s.N() * 3 * s.C, rng, 2.0));
   const std::vector<T> dout = Cast<T>(Random(s.N() * s.C, rng));
+  const std::vector<T> sinks = Cast<T>(SinkLogits(s, rng));
   const int64_t rows = int64_t{s.B} * s.NH * s.T;
   std::vector<T> out(s.N() * s.C), att(rows * s.T), scratch(att.size());
-  AttentionForward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window, s.softcap);
-  std::vector<T> dqkv(qkv.size(), T(0.25));
+  AttentionForward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window, s.softcap, DataOrNull(sinks));
+  std::vector<T> dqkv(qkv.size(), T(0.25)), dsinks(sinks.size(), T(0.5));
   AttentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH, s.window,
-                    s.softcap);
+                    s.softcap, DataOrNull(dsinks));
 
-  std::vector<T> fout(out.size()), lse(rows), fscratch(rows), fdqkv(qkv.size(), T(0.25));
-  FusedAttentionForward(fout.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window, s.softcap);
+  std::vector<T> fout(out.size()), lse(rows), fscratch(rows), fdqkv(qkv.size(), T(0.25)), fdsinks(sinks.size(), T(0.5));
+  FusedAttentionForward(fout.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.window, s.softcap,
+                        DataOrNull(sinks));
   FusedAttentionBackward(fdqkv.data(), fscratch.data(), dout.data(), qkv.data(), fout.data(), lse.data(), s.B, s.T, s.C,
-                         s.NH, s.window, s.softcap);
+                         s.NH, s.window, s.softcap, DataOrNull(sinks), DataOrNull(fdsinks));
   auto expect_near = [&](const char* what, const std::vector<T>& want, const std::vector<T>& got) {
     double worst = 0;
     int64_t at = 0;
@@ -94,6 +120,7 @@ void CheckAgainstUnfused(const Shape& s, double tol) {
   };
   expect_near("out", out, fout);
   expect_near("dqkv", dqkv, fdqkv);
+  expect_near("dsinks", dsinks, fdsinks);
   // lse: the row's diagonal probability is exp(s_tt * scale - lse), the
   // score through the cap if any.
   const int hs = s.C / s.NH;
@@ -123,7 +150,9 @@ TEST(CpuAttentionTest, MatchesTheUnfusedKernels) {
         // Sliding windows: within a block, one block, across blocks.
         Shape{2, 65, 48, 2, 5}, Shape{1, 200, 32, 2, 64}, Shape{1, 130, 72, 3, 100},
         // Softcapped scores, with and without a window.
-        Shape{2, 65, 48, 2, 0, 1.5f}, Shape{1, 130, 72, 3, 100, 0.8f}}) {
+        Shape{2, 65, 48, 2, 0, 1.5f}, Shape{1, 130, 72, 3, 100, 0.8f},
+        // Sinks: alone, in a window, with a cap.
+        Shape{2, 65, 48, 2, 0, 0, true}, Shape{1, 130, 72, 3, 100, 0, true}, Shape{1, 130, 72, 3, 100, 0.8f, true}}) {
     CheckAgainstUnfused<double>(s, 1e-12);
     CheckAgainstUnfused<float>(s, 2e-5);
   }

@@ -115,9 +115,11 @@ TEST(CpuDecoderKernelsTest, RopeRotatesPairsInPlace) {
   }
 }
 
+// The clamped SwiGLU's limit of 1.5 clamps some of the gates (up to 4) and
+// ups (up to 2) from both sides.
 TEST(CpuDecoderKernelsTest, GluBackwardMatchesFiniteDifferences) {
-  for (Glu glu : {Glu::kSilu, Glu::kGeluTanh}) {
-    SCOPED_TRACE(glu == Glu::kSilu ? "silu" : "gelu_tanh");
+  for (Glu glu : {Glu(Glu::kSilu), Glu(Glu::kGeluTanh), Glu::ClampedSwiglu(1.702f, 1.5f)}) {
+    SCOPED_TRACE(static_cast<int>(glu.kind));
     std::mt19937_64 rng(15);
     const int64_t n = 40;
     std::vector<double> gate = Random(n, rng, 4.0), up = Random(n, rng, 2.0), w = Random(n, rng), out(n);
@@ -130,6 +132,33 @@ TEST(CpuDecoderKernelsTest, GluBackwardMatchesFiniteDifferences) {
     ExpectGradient("dgate", gate, dgate, objective);
     ExpectGradient("dup", up, dup, objective);
   }
+}
+
+// GPT-OSS's clamped SwiGLU by hand, at and past its limits: a clamp passes
+// the gradient at its limit (torch's clamp) and none past it.
+TEST(CpuDecoderKernelsTest, ClampedSwigluByHand) {
+  const Glu glu = Glu::ClampedSwiglu(1.702f, 7.0f);
+  const std::vector<double> gate = {0.5, 7.0, 9.0, -3.0, 2.0, 1.0};
+  const std::vector<double> up = {0.25, -0.5, 3.0, 7.0, -8.0, 7.5};
+  const int64_t n = static_cast<int64_t>(gate.size());
+  std::vector<double> out(n), dgate(n, 0.0), dup(n, 0.0), ones(n, 1.0);
+  GluForward(out.data(), gate.data(), up.data(), n, glu);
+  GluBackward(dgate.data(), dup.data(), gate.data(), up.data(), ones.data(), n, glu);
+  const double alpha = static_cast<double>(1.702f);
+  for (int64_t i = 0; i < n; ++i) {
+    SCOPED_TRACE(i);
+    const double g = std::min(gate[i], 7.0), u = std::clamp(up[i], -7.0, 7.0);
+    const double sig = 1 / (1 + std::exp(-alpha * g));
+    EXPECT_NEAR(out[i], (u + 1) * g * sig, 1e-15 * (1 + std::fabs(out[i])));
+    const double dact = sig + alpha * g * sig * (1 - sig);
+    EXPECT_NEAR(dgate[i], gate[i] <= 7.0 ? (u + 1) * dact : 0.0, 1e-14);
+    EXPECT_NEAR(dup[i], std::fabs(up[i]) <= 7.0 ? g * sig : 0.0, 1e-14);
+  }
+  EXPECT_EQ(dgate[2], 0.0);  // the gate past its limit
+  EXPECT_NE(dgate[1], 0.0);  // at it
+  EXPECT_EQ(dup[4], 0.0);    // up below -limit
+  EXPECT_EQ(dup[5], 0.0);    // and above
+  EXPECT_NE(dup[3], 0.0);    // at the limit
 }
 
 // GeGLU is GELU (as GPT-2's MLP computes it) times up, element by element.

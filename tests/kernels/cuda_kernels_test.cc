@@ -529,8 +529,8 @@ TEST_F(CudaKernelsTest, RopeForwardAndBackward) {
 }
 
 TEST_F(CudaKernelsTest, GluForwardAndBackward) {
-  for (Glu glu : {Glu::kSilu, Glu::kGeluTanh}) {
-    SCOPED_TRACE(glu == Glu::kSilu ? "silu" : "gelu_tanh");
+  for (Glu glu : {Glu(Glu::kSilu), Glu(Glu::kGeluTanh), Glu::ClampedSwiglu(1.702f, 4.0f)}) {
+    SCOPED_TRACE(static_cast<int>(glu.kind));  // the clamped SwiGLU's limit of 4 clamps some gates
     const int64_t n = 10007;
     const auto gate = Uniform(n, -6.0f, 6.0f, 61), up = Uniform(n, -2.0f, 2.0f, 62), dout = Uniform(n, -1.f, 1.f, 63);
     const auto dg0 = Uniform(n, -1.0f, 1.0f, 64), du0 = Uniform(n, -1.0f, 1.0f, 65);
