@@ -287,9 +287,11 @@ __device__ __forceinline__ float SoftcapOf(float x, float cap) { return cap > 0.
 
 // In place over att [rows = B*NH*T, T] holding scaled q.k: row r (query
 // t = r % T) becomes softmax over keys FirstKey(t) .. t of the (capped)
-// scores, zeros elsewhere. The shuffles in WarpMax / WarpSum make every
-// lane finish reading before any lane writes.
-__global__ void CausalSoftmaxKernel(float* att, int64_t rows, int T, int window, float softcap) {
+// scores, zeros elsewhere; with `sinks` [NH] (or null) head h's sink logit
+// joins the sum (cpu_kernels.h). The shuffles in WarpMax / WarpSum make
+// every lane finish reading before any lane writes.
+__global__ void CausalSoftmaxKernel(float* att, int64_t rows, int T, int NH, int window, float softcap,
+                                    const float* sinks) {
   const int lane = threadIdx.x & 31;
   ZINF_WARP_ROWS(r, rows) {
     const int t = static_cast<int>(r % T), lo = FirstKey(t, window);
@@ -297,9 +299,11 @@ __global__ void CausalSoftmaxKernel(float* att, int64_t rows, int T, int window,
     float mx = -INFINITY;
     for (int s = lo + lane; s <= t; s += 32) mx = fmaxf(mx, SoftcapOf(row[s], softcap));
     mx = WarpMax(mx);
+    const float sink = sinks != nullptr ? sinks[r / T % NH] : -INFINITY;
+    mx = fmaxf(mx, sink);
     float sum = 0.0f;
     for (int s = lo + lane; s <= t; s += 32) sum += expf(SoftcapOf(row[s], softcap) - mx);
-    const float inv = 1.0f / WarpSum(sum);
+    const float inv = 1.0f / (WarpSum(sum) + (sinks != nullptr ? expf(sink - mx) : 0.0f));
     for (int s = lane; s < T; s += 32) row[s] = s >= lo && s <= t ? expf(SoftcapOf(row[s], softcap) - mx) * inv : 0.0f;
   }
 }
@@ -307,16 +311,24 @@ __global__ void CausalSoftmaxKernel(float* att, int64_t rows, int T, int window,
 // In place over datt: dpreatt[t, s] = att[t, s] * (datt[t, s] - sum_s' att[t, s'] datt[t, s'])
 // for the keys s query t sees, 0 elsewhere (the 1/sqrt(hs) scale is applied by the GEMMs after);
 // with a softcap, times 1 - tanh(scores[t, s] / softcap)^2 (`scores`: the scaled q.k again).
+// `sink_terms` (or null) [rows] gets each row's p_sink * dot, p_sink = 1 - the row's sum.
 __global__ void CausalSoftmaxBackwardKernel(float* datt, const float* att, const float* scores, int64_t rows, int T,
-                                            int window, float softcap) {
+                                            int window, float softcap, float* sink_terms) {
   const int lane = threadIdx.x & 31;
   ZINF_WARP_ROWS(r, rows) {
     const int t = static_cast<int>(r % T), lo = FirstKey(t, window);
     float* g = datt + r * T;
     const float* p = att + r * T;
-    float dot = 0.0f;
-    for (int s = lo + lane; s <= t; s += 32) dot += p[s] * g[s];
+    float dot = 0.0f, mass = 0.0f;
+    for (int s = lo + lane; s <= t; s += 32) {
+      dot += p[s] * g[s];
+      mass += p[s];
+    }
     dot = WarpSum(dot);
+    if (sink_terms != nullptr) {
+      mass = WarpSum(mass);
+      if (lane == 0) sink_terms[r] = (1.0f - mass) * dot;
+    }
     for (int s = lane; s < T; s += 32) {
       float v = 0.0f;
       if (s >= lo && s <= t) {
@@ -328,6 +340,22 @@ __global__ void CausalSoftmaxBackwardKernel(float* datt, const float* att, const
       }
       g[s] = v;
     }
+  }
+}
+
+// dsinks[h] -= the sum of head h's rows' sink terms [B, NH, T]: a warp
+// per head, lanes strided over its rows in a fixed order (the same bits
+// run to run).
+__global__ void SinkGradKernel(float* dsinks, const float* sink_terms, int B, int NH, int T) {
+  const int lane = threadIdx.x & 31;
+  ZINF_WARP_ROWS(h, NH) {
+    float sum = 0.0f;
+    for (int64_t i = lane; i < int64_t{B} * T; i += 32) {
+      const int64_t b = i / T, t = i % T;
+      sum += sink_terms[(b * NH + h) * T + t];
+    }
+    sum = WarpSum(sum);
+    if (lane == 0) dsinks[h] -= sum;
   }
 }
 
@@ -546,7 +574,7 @@ Status CheckAttention(int C, int NH, int window, float softcap) {
 }  // namespace
 
 Status AttentionForward(CudaBlas& blas, float* out, float* att, float* scratch, const float* qkv, int B, int T_, int C,
-                        int NH, int window, float softcap) {
+                        int NH, int window, float softcap, const float* sinks) {
   ZINF_RETURN_IF_ERROR(CheckAttention(C, NH, window, softcap));
   const AttentionShape sh{B, T_, C, NH, C / NH};
   const int64_t per = sh.per_tensor();
@@ -567,7 +595,7 @@ Status AttentionForward(CudaBlas& blas, float* out, float* att, float* scratch, 
   ZINF_RETURN_IF_ERROR(RowMajorGemm(blas, false, true, T_, T_, sh.hs, scale, q, sh.hs, ths, k, sh.hs, ths, 0.0f, att,
                                     T_, tt, batch, "attention_forward q@k^T"));
   const int64_t rows = static_cast<int64_t>(batch) * T_;
-  CausalSoftmaxKernel<<<GridFor(rows, kWarpsPerBlock), kThreads, 0, s>>>(att, rows, T_, window, softcap);
+  CausalSoftmaxKernel<<<GridFor(rows, kWarpsPerBlock), kThreads, 0, s>>>(att, rows, T_, NH, window, softcap, sinks);
   ZINF_RETURN_IF_ERROR(LaunchStatus("attention_forward softmax"));
   // y [T, hs] = att [T, T] @ v [T, hs].
   ZINF_RETURN_IF_ERROR(RowMajorGemm(blas, false, false, T_, sh.hs, T_, 1.0f, att, T_, tt, v, sh.hs, ths, 0.0f, y, sh.hs,
@@ -577,7 +605,7 @@ Status AttentionForward(CudaBlas& blas, float* out, float* att, float* scratch, 
 }
 
 Status AttentionBackward(CudaBlas& blas, float* dqkv, float* scratch, const float* dout, const float* qkv,
-                         const float* att, int B, int T_, int C, int NH, int window, float softcap) {
+                         const float* att, int B, int T_, int C, int NH, int window, float softcap, float* dsinks) {
   ZINF_RETURN_IF_ERROR(CheckAttention(C, NH, window, softcap));
   const AttentionShape sh{B, T_, C, NH, C / NH};
   const int64_t per = sh.per_tensor();
@@ -613,9 +641,15 @@ Status AttentionBackward(CudaBlas& blas, float* dqkv, float* scratch, const floa
                                       tt, batch, "attention_backward q@k^T"));
   }
   const int64_t rows = static_cast<int64_t>(batch) * T_;
+  // The sinks' per-row terms in the dq slot (free until dq's GEMM), B*NH*T <= B*T*C.
+  float* sink_terms = dsinks != nullptr ? dq : nullptr;
   CausalSoftmaxBackwardKernel<<<GridFor(rows, kWarpsPerBlock), kThreads, 0, s>>>(datt, att, scores, rows, T_, window,
-                                                                                 softcap);
+                                                                                 softcap, sink_terms);
   ZINF_RETURN_IF_ERROR(LaunchStatus("attention_backward softmax"));
+  if (dsinks != nullptr) {
+    SinkGradKernel<<<GridFor(NH, kWarpsPerBlock), kThreads, 0, s>>>(dsinks, sink_terms, B, NH, T_);
+    ZINF_RETURN_IF_ERROR(LaunchStatus("attention_backward sinks"));
+  }
   // dq [T, hs] = scale * dpreatt [T, T] @ k [T, hs].
   ZINF_RETURN_IF_ERROR(RowMajorGemm(blas, false, false, T_, hs, T_, scale, datt, T_, tt, k, hs, ths, 0.0f, dq, hs, ths,
                                     batch, "attention_backward dpreatt@k"));

@@ -169,12 +169,16 @@ Status MatmulBackward16(CudaLt& lt, float* dinp, float* dweight, float* dbias, c
 // permute(dout); datt = dy v^T; dv = att^T dy; with a softcap, the scores
 // again; dpreatt = softmax (and cap) backward (in place in datt); dq =
 // dpreatt k / sqrt(hs); dk = dpreatt^T q / sqrt(hs); dqkv += unpermute.
-// C % NH == 0.
+// C % NH == 0. `sinks` [NH] (or null) joins each row's softmax as
+// cpu_kernels.h says; the backward's `dsinks` (with sinks, else null) [NH]
+// += their gradient, from each row's 1 - sum of its probabilities (the
+// terms in the dq slot before dq), summed per head in a fixed order.
 int64_t AttentionScratchElems(int B, int T_, int C, int NH, float softcap);
 Status AttentionForward(CudaBlas& blas, float* out, float* att, float* scratch, const float* qkv, int B, int T_, int C,
-                        int NH, int window, float softcap);
+                        int NH, int window, float softcap, const float* sinks = nullptr);
 Status AttentionBackward(CudaBlas& blas, float* dqkv, float* scratch, const float* dout, const float* qkv,
-                         const float* att, int B, int T_, int C, int NH, int window, float softcap);
+                         const float* att, int B, int T_, int C, int NH, int window, float softcap,
+                         float* dsinks = nullptr);
 
 // Fused causal attention on tensor cores (cuda_flash_attention.cu), the
 // 16-bit compute mode's: the same maths as AttentionForward/Backward with

@@ -325,26 +325,33 @@ TEST_F(CudaKernelsTest, AttentionForwardAndBackward) {
     int B, T, C, NH;
     int window = 0;
     float softcap = 0;
+    bool sinks = false;  // GPT-OSS's sink logits
   };
-  // The last two cap the scores (Gemma 2's softcap, well inside their range).
+  // Then two cap the scores (Gemma 2's softcap, well inside their range);
+  // the last two have sinks.
   for (const Shape& sh :
        {Shape{2, 17, 48, 3}, Shape{1, 64, 64, 4}, Shape{2, 1, 8, 2}, Shape{1, 40, 32, 1}, Shape{2, 40, 32, 2, 7},
-        Shape{1, 70, 16, 1, 33}, Shape{2, 17, 48, 3, 0, 0.5f}, Shape{2, 40, 32, 2, 7, 0.3f}}) {
+        Shape{1, 70, 16, 1, 33}, Shape{2, 17, 48, 3, 0, 0.5f}, Shape{2, 40, 32, 2, 7, 0.3f},
+        Shape{2, 17, 48, 3, 0, 0, true}, Shape{2, 40, 32, 2, 7, 0.3f, true}}) {
     const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH, W = sh.window;
     const float cap = sh.softcap;
     SCOPED_TRACE("B " + std::to_string(B) + " T " + std::to_string(T) + " C " + std::to_string(C) + " NH " +
-                 std::to_string(NH) + " window " + std::to_string(W) + " softcap " + std::to_string(cap));
+                 std::to_string(NH) + " window " + std::to_string(W) + " softcap " + std::to_string(cap) +
+                 (sh.sinks ? " sinks" : ""));
     const int64_t N = static_cast<int64_t>(B) * T;
     const int64_t att_n = static_cast<int64_t>(B) * NH * T * T;
     std::vector<float> qkv = Uniform(N * 3 * C, -1, 1, 50);
+    const std::vector<float> sinks = sh.sinks ? Uniform(NH, -1, 2, 56) : std::vector<float>();
+    const float* cpu_sinks = sh.sinks ? sinks.data() : nullptr;
+    float* d_sinks = sh.sinks ? Up(sinks) : nullptr;
     std::vector<float> out(N * C), att(att_n);
-    cpu::AttentionForward<float>(out.data(), att.data(), qkv.data(), B, T, C, NH, W, cap);
+    cpu::AttentionForward<float>(out.data(), att.data(), qkv.data(), B, T, C, NH, W, cap, cpu_sinks);
 
     float* d_qkv = Up(qkv);
     float* d_out = Up(Uniform(N * C, 7, 8, 51));
     float* d_att = Up(Uniform(att_n, 7, 8, 52));  // garbage: the causal zeros must be written
     float* scratch = Up(Uniform(gpu::AttentionScratchElems(B, T, C, NH, cap), 9, 10, 53));
-    ASSERT_OK(gpu::AttentionForward(*blas_, d_out, d_att, scratch, d_qkv, B, T, C, NH, W, cap));
+    ASSERT_OK(gpu::AttentionForward(*blas_, d_out, d_att, scratch, d_qkv, B, T, C, NH, W, cap, d_sinks));
     std::vector<float> got_att = Down(d_att, att_n);
     // Probabilities in [0, 1]: float softmax vs the CPU's.
     EXPECT_TRUE(Near(got_att, att, 1e-6, 1e-5));
@@ -363,12 +370,18 @@ TEST_F(CudaKernelsTest, AttentionForwardAndBackward) {
     std::vector<float> dout = Uniform(N * C, -1, 1, 54);
     std::vector<float> dqkv = Uniform(N * 3 * C, -1, 1, 55);
     float* d_dqkv = Up(dqkv);
-    ASSERT_OK(gpu::AttentionBackward(*blas_, d_dqkv, scratch, Up(dout), d_qkv, Up(att), B, T, C, NH, W, cap));
+    std::vector<float> dsinks(sinks.size(), 0.5f);
+    float* d_dsinks = sh.sinks ? Up(dsinks) : nullptr;
+    ASSERT_OK(gpu::AttentionBackward(*blas_, d_dqkv, scratch, Up(dout), d_qkv, Up(att), B, T, C, NH, W, cap, d_dsinks));
     std::vector<float> cpu_scratch(att_n);
     cpu::AttentionBackward<float>(dqkv.data(), cpu_scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, W,
-                                  cap);
+                                  cap, sh.sinks ? dsinks.data() : nullptr);
     // Sums over up to T keys and hs channels of terms of magnitude <= 1.
     EXPECT_TRUE(Near(Down(d_dqkv, N * 3 * C), dqkv, 1e-6 * (T + C / NH), 1e-4));
+    // The sinks' gradient: B*T rows' terms of magnitude <= 1 each.
+    if (sh.sinks) {
+      EXPECT_TRUE(Near(Down(d_dsinks, NH), dsinks, 1e-6 * B * T, 1e-4));
+    }
   }
 }
 
